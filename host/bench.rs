@@ -1,0 +1,399 @@
+//! `aiv bench`: Mooncake's `transfer_engine_bench` workload (MOONCAKE_COMPAT.md section 6).
+//!
+//! Thread `t`, request `i` of every batch moves `block_size` bytes from `local_base + block_size * (i * threads + t)`
+//! to `target_base + block_size * (i * threads + t)`; each thread submits a batch, waits for it, frees it, and
+//! repeats until the duration ends. Throughput = completed batches x batch_size x block_size / wall seconds.
+
+use std::str::FromStr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use crate::engine::{Opcode, SegmentId, TransferEngine, TransferRequest, TransferState};
+use crate::error::{EngineError, Result};
+use crate::evidence::TransferEvidence;
+use crate::transport::Protocol;
+
+/// Units `--report_unit` accepts, with their size in bytes (b suffix = bits).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ReportUnit {
+    name: &'static str,
+    bytes: f64,
+}
+
+impl ReportUnit {
+    const ALL: [ReportUnit; 9] = [
+        ReportUnit { name: "GB", bytes: 1e9 },
+        ReportUnit { name: "GiB", bytes: 1_073_741_824.0 },
+        ReportUnit { name: "Gb", bytes: 1e9 / 8.0 },
+        ReportUnit { name: "MB", bytes: 1e6 },
+        ReportUnit { name: "MiB", bytes: 1_048_576.0 },
+        ReportUnit { name: "Mb", bytes: 1e6 / 8.0 },
+        ReportUnit { name: "KB", bytes: 1e3 },
+        ReportUnit { name: "KiB", bytes: 1024.0 },
+        ReportUnit { name: "Kb", bytes: 1e3 / 8.0 },
+    ];
+
+    /// The unit's name as printed.
+    pub fn name(self) -> &'static str {
+        self.name
+    }
+}
+
+impl FromStr for ReportUnit {
+    type Err = String;
+
+    fn from_str(text: &str) -> std::result::Result<Self, Self::Err> {
+        ReportUnit::ALL
+            .into_iter()
+            .find(|unit| unit.name == text)
+            .ok_or_else(|| format!("unknown report unit {text:?} (one of GB GiB Gb MB MiB Mb KB KiB Kb)"))
+    }
+}
+
+/// The workload's parameters, named as `transfer_engine_bench` names them.
+#[derive(Clone, Debug)]
+pub struct BenchParams {
+    /// READ or WRITE.
+    pub operation: Opcode,
+    /// Protocol of every request.
+    pub protocol: Protocol,
+    /// Bytes of each side's buffer.
+    pub buffer_size: u64,
+    /// Requests per batch.
+    pub batch_size: usize,
+    /// Bytes per request.
+    pub block_size: u64,
+    /// How long to run.
+    pub duration: Duration,
+    /// Initiator threads.
+    pub threads: usize,
+    /// Unit of the throughput figure.
+    pub report_unit: ReportUnit,
+    /// Digits after the decimal point.
+    pub report_precision: usize,
+}
+
+impl BenchParams {
+    /// Checks that the workload fits the buffers.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| EngineError::InvalidArgument { operation: "bench", reason };
+        if self.batch_size == 0 || self.threads == 0 || self.block_size == 0 {
+            return Err(invalid("batch_size, threads and block_size must be positive".into()));
+        }
+        let needed = (self.batch_size as u64)
+            .checked_mul(self.threads as u64)
+            .and_then(|n| n.checked_mul(self.block_size))
+            .ok_or_else(|| invalid("batch_size x threads x block_size overflows".into()))?;
+        if needed > self.buffer_size {
+            return Err(invalid(format!(
+                "batch_size x threads x block_size = {needed} bytes does not fit buffer_size {}",
+                self.buffer_size
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Per-transfer averages of the recorded evidence.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EvidenceSummary {
+    /// Transfers that recorded evidence.
+    pub transfers: u64,
+    /// A representative record (the first one seen).
+    pub sample: Option<TransferEvidence>,
+    /// Mean Host device-API calls per transfer.
+    pub host_device_api_calls: f64,
+    /// Mean descriptors per transfer.
+    pub descriptors: f64,
+    /// Mean doorbells per transfer.
+    pub doorbells: f64,
+    /// Mean Host CPU nanoseconds per transfer.
+    pub host_cpu_ns: f64,
+}
+
+#[derive(Debug, Default)]
+struct EvidenceTotals {
+    transfers: u64,
+    sample: Option<TransferEvidence>,
+    host_device_api_calls: u64,
+    descriptors: u64,
+    doorbells: u64,
+    host_cpu_ns: u64,
+}
+
+impl EvidenceTotals {
+    fn add(&mut self, evidence: TransferEvidence) {
+        self.transfers += 1;
+        self.host_device_api_calls += evidence.host_device_api_calls;
+        self.descriptors += evidence.descriptors;
+        self.doorbells += evidence.doorbells;
+        self.host_cpu_ns += evidence.host_cpu_ns;
+        self.sample.get_or_insert(evidence);
+    }
+
+    fn summary(&self) -> EvidenceSummary {
+        let n = self.transfers.max(1) as f64;
+        EvidenceSummary {
+            transfers: self.transfers,
+            sample: self.sample.clone(),
+            host_device_api_calls: self.host_device_api_calls as f64 / n,
+            descriptors: self.descriptors as f64 / n,
+            doorbells: self.doorbells as f64 / n,
+            host_cpu_ns: self.host_cpu_ns as f64 / n,
+        }
+    }
+}
+
+/// What one run measured.
+#[derive(Clone, Debug)]
+pub struct BenchOutcome {
+    /// Wall time of the run.
+    pub elapsed: Duration,
+    /// Batches whose every task completed.
+    pub completed_batches: u64,
+    /// Batches with a failed or timed-out task.
+    pub failed_batches: u64,
+    /// The first failure reason seen, if any.
+    pub first_failure: Option<String>,
+    /// The evidence the transfers recorded.
+    pub evidence: EvidenceSummary,
+    /// Bytes per completed batch.
+    pub bytes_per_batch: u64,
+}
+
+impl BenchOutcome {
+    /// Throughput in bytes per second, as `transfer_engine_bench` computes it.
+    pub fn bytes_per_second(&self) -> f64 {
+        self.completed_batches as f64 * self.bytes_per_batch as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// `transfer_engine_bench`'s result line, to the letter.
+    pub fn result_line(&self, params: &BenchParams) -> String {
+        format!(
+            "Test completed: duration {:.2}, batch count {}, throughput {:.*} {}/s",
+            self.elapsed.as_secs_f64(),
+            self.completed_batches,
+            params.report_precision,
+            self.bytes_per_second() / params.report_unit.bytes,
+            params.report_unit.name,
+        )
+    }
+}
+
+/// Runs the initiator side against `target` (an open segment of `engine`) whose buffer starts at `target_base`;
+/// `local_base` must be a buffer of `buffer_size` bytes registered with `engine`.
+pub fn run_initiator(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    target: SegmentId,
+    local_base: u64,
+    target_base: u64,
+) -> Result<BenchOutcome> {
+    params.validate()?;
+    let stop = AtomicBool::new(false);
+    let completed = AtomicU64::new(0);
+    let failed = AtomicU64::new(0);
+    let first_failure: Mutex<Option<String>> = Mutex::new(None);
+    let totals = Mutex::new(EvidenceTotals::default());
+    let started = Instant::now();
+    let error: Mutex<Option<EngineError>> = Mutex::new(None);
+    std::thread::scope(|scope| {
+        for thread in 0..params.threads {
+            let (stop, completed, failed, first_failure, totals, error) =
+                (&stop, &completed, &failed, &first_failure, &totals, &error);
+            scope.spawn(move || {
+                let requests: Vec<TransferRequest> = (0..params.batch_size)
+                    .map(|i| {
+                        let offset = params.block_size * (i * params.threads + thread) as u64;
+                        TransferRequest {
+                            opcode: params.operation,
+                            source: local_base + offset,
+                            target_id: target,
+                            target_offset: target_base + offset,
+                            length: params.block_size,
+                            protocol: Some(params.protocol),
+                        }
+                    })
+                    .collect();
+                let mut local_totals = EvidenceTotals::default();
+                while !stop.load(Ordering::Relaxed) {
+                    if let Err(e) =
+                        run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals)
+                    {
+                        *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                }
+                let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
+                shared.transfers += local_totals.transfers;
+                shared.host_device_api_calls += local_totals.host_device_api_calls;
+                shared.descriptors += local_totals.descriptors;
+                shared.doorbells += local_totals.doorbells;
+                shared.host_cpu_ns += local_totals.host_cpu_ns;
+                if shared.sample.is_none() {
+                    shared.sample = local_totals.sample;
+                }
+            });
+        }
+        while started.elapsed() < params.duration && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5).min(params.duration));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    let elapsed = started.elapsed();
+    if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(error);
+    }
+    Ok(BenchOutcome {
+        elapsed,
+        completed_batches: completed.into_inner(),
+        failed_batches: failed.into_inner(),
+        first_failure: first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
+        evidence: totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary(),
+        bytes_per_batch: params.batch_size as u64 * params.block_size,
+    })
+}
+
+fn run_one_batch(
+    engine: &TransferEngine,
+    requests: &[TransferRequest],
+    completed: &AtomicU64,
+    failed: &AtomicU64,
+    first_failure: &Mutex<Option<String>>,
+    totals: &mut EvidenceTotals,
+) -> Result<()> {
+    let batch = engine.allocate_batch(requests.len())?;
+    engine.submit_transfer(batch, requests)?;
+    let status = engine.wait_batch(batch)?;
+    for task in 0..requests.len() {
+        if let Some(evidence) = engine.task_evidence(batch, task)? {
+            totals.add(evidence);
+        }
+    }
+    if status.state == TransferState::Completed {
+        completed.fetch_add(1, Ordering::Relaxed);
+    } else {
+        failed.fetch_add(1, Ordering::Relaxed);
+        let mut first = first_failure.lock().unwrap_or_else(|p| p.into_inner());
+        if first.is_none() {
+            *first = (0..requests.len()).find_map(|task| engine.task_reason(batch, task).ok().flatten());
+        }
+    }
+    engine.free_batch(batch)
+}
+
+/// Copies the workload's own blocks with plain `memcpy` on `threads` threads for `duration`: thread `t` copies the
+/// blocks at `block_size * (i * threads + t)` for every `i` below `batch_size`, exactly the addresses the engine
+/// workload moves, so the ratio compares paths and not cache footprints. Returns bytes per second.
+pub fn memcpy_reference(src: &[u8], dst: &mut [u8], params: &BenchParams, duration: Duration) -> f64 {
+    let block = params.block_size as usize;
+    let threads = params.threads;
+    let blocks = params.batch_size * threads;
+    let span = (blocks * block).min(src.len()).min(dst.len());
+    let started = Instant::now();
+    let moved = AtomicU64::new(0);
+    let src_addr = src.as_ptr() as usize;
+    let dst_addr = dst.as_mut_ptr() as usize;
+    std::thread::scope(|scope| {
+        for thread in 0..threads {
+            let moved = &moved;
+            scope.spawn(move || {
+                let mut bytes = 0u64;
+                while started.elapsed() < duration {
+                    for i in 0..params.batch_size {
+                        let offset = block * (i * threads + thread);
+                        if offset + block > span {
+                            break;
+                        }
+                        // SAFETY: `offset + block <= span`, which lies inside both buffers; threads copy disjoint
+                        // blocks (block index i * threads + t is unique per thread), and the buffers outlive the scope.
+                        unsafe {
+                            std::ptr::copy_nonoverlapping(
+                                (src_addr + offset) as *const u8,
+                                (dst_addr + offset) as *mut u8,
+                                block,
+                            );
+                        }
+                        bytes += block as u64;
+                    }
+                }
+                moved.fetch_add(bytes, Ordering::Relaxed);
+            });
+        }
+    });
+    std::hint::black_box(&mut *dst);
+    moved.into_inner() as f64 / started.elapsed().as_secs_f64()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn result_line_matches_transfer_engine_bench() {
+        let params = BenchParams {
+            operation: Opcode::Write,
+            protocol: Protocol::Tcp,
+            buffer_size: 1 << 30,
+            batch_size: 128,
+            block_size: 65536,
+            duration: Duration::from_secs(3),
+            threads: 12,
+            report_unit: "GB".parse().expect("GB is a unit"),
+            report_precision: 2,
+        };
+        let outcome = BenchOutcome {
+            elapsed: Duration::from_millis(3000),
+            completed_batches: 2429,
+            failed_batches: 0,
+            first_failure: None,
+            evidence: EvidenceSummary::default(),
+            bytes_per_batch: 128 * 65536,
+        };
+        // 2429 * 128 * 65536 / 3 s = 6.79 GB/s
+        assert_eq!(
+            outcome.result_line(&params),
+            "Test completed: duration 3.00, batch count 2429, throughput 6.79 GB/s"
+        );
+        assert!("GiB".parse::<ReportUnit>().is_ok());
+        assert!("gb".parse::<ReportUnit>().is_err());
+        let too_big = BenchParams { buffer_size: 1 << 20, ..params };
+        assert!(too_big.validate().expect_err("does not fit").to_string().contains("does not fit"));
+    }
+}
+
+/// What an in-process run measured, with its same-run reference.
+#[derive(Clone, Debug)]
+pub struct LoopbackReport {
+    /// The engine workload.
+    pub outcome: BenchOutcome,
+    /// Plain memcpy of the same block size over the same buffers, bytes per second.
+    pub memcpy_bytes_per_second: f64,
+}
+
+/// Runs initiator and target in this process: one engine whose own segment is the target, two buffers of
+/// `buffer_size` bytes registered with it, then the memcpy reference over the same buffers.
+pub fn run_loopback(engine: &TransferEngine, params: &BenchParams) -> Result<LoopbackReport> {
+    params.validate()?;
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    // Filled (not merely zeroed) so that first-touch page faults are not part of the measurement.
+    let mut local = vec![0xA5u8; size];
+    let mut target = vec![0x5Au8; size];
+    let local_addr = local.as_mut_ptr() as u64;
+    let target_addr = target.as_mut_ptr() as u64;
+    // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
+    // waits for each batch) and after both registrations are withdrawn below.
+    unsafe {
+        engine.register_memory(local_addr, params.buffer_size, "cpu:0")?;
+        engine.register_memory(target_addr, params.buffer_size, "cpu:0")?;
+    }
+    let outcome = run_initiator(engine, params, SegmentId::LOCAL, local_addr, target_addr);
+    engine.unregister_memory(local_addr)?;
+    engine.unregister_memory(target_addr)?;
+    let outcome = outcome?;
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(&local, &mut target, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}

@@ -1,0 +1,506 @@
+//! mooncake.json and this project's options.
+//!
+//! Mooncake's fields are read as Mooncake reads them (MOONCAKE_COMPAT.md section 1): `local_hostname` and
+//! `metadata_server` required, `protocol` lower-cased (default `tcp`), sizes with suffixes, unknown keys accepted and
+//! ignored, and the `MOONCAKE_*` environment variables filling what the file leaves out. This project's own options
+//! live in one object, `"aiv": {...}`, which Mooncake ignores. A file that cannot be used fails with its path, the
+//! key and what was expected.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::transport::Protocol;
+
+/// Environment variable naming the config file.
+pub const CONFIG_PATH_ENV: &str = "MOONCAKE_CONFIG_PATH";
+
+/// Why a configuration could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("read config {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    /// The file is not JSON, or not a JSON object.
+    #[error("parse config {origin}: {message}")]
+    Syntax { origin: String, message: String },
+    /// A required key is absent from the file and from its environment fallback.
+    #[error("config {origin}: key {key:?} is required (or set {env})")]
+    Missing { origin: String, key: String, env: &'static str },
+    /// A key has a value of the wrong shape.
+    #[error("config {origin}: key {key:?}: expected {expected}, found {found}")]
+    Invalid { origin: String, key: String, expected: String, found: String },
+}
+
+/// Which device implementation backs the device protocols.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeviceBackendKind {
+    /// The CPU twin: a CPU model of the NPU side, runs anywhere (default).
+    Twin,
+    /// Real Ascend NPUs through runtime-loaded CANN libraries (feature `cann`).
+    Cann,
+}
+
+/// How the aiv transfer kernel runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaunchMode {
+    /// The kernel stays resident and polls the request ring: no Host device-API call per transfer (default).
+    Persistent,
+    /// One kernel launch per submitted group of requests.
+    PerBatch,
+}
+
+/// This project's options: the `"aiv"` object of mooncake.json.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AivOptions {
+    /// `device_backend`: `"twin"` (default) or `"cann"`.
+    pub device_backend: DeviceBackendKind,
+    /// `device_id`: the NPU this engine drives (default 0).
+    pub device_id: u32,
+    /// `aiv_blocks`: AIV blocks the transfer kernel runs on, one SDMA channel each (default 2, at most 48).
+    pub aiv_blocks: u32,
+    /// `doorbell_batch`: SQEs written per doorbell; 1 rings after every SQE (default 8).
+    pub doorbell_batch: u32,
+    /// `launch_mode`: `"persistent"` (default) or `"per_batch"`.
+    pub launch_mode: LaunchMode,
+    /// `transfer_timeout_ms`: the Host watchdog's budget per transfer (default `MC_TRANSFER_TIMEOUT` seconds, else 30 s).
+    pub transfer_timeout: Duration,
+    /// `kernel_wait_budget_us`: how long the kernel spins on one completion flag before reporting TIMEOUT (default 1 s).
+    pub kernel_wait_budget: Duration,
+    /// `request_ring_depth`: entries per block's request ring, a power of two (default 1024).
+    pub request_ring_depth: u32,
+    /// `sq_depth`: SQEs per SDMA channel, a power of two (default 2048).
+    pub sq_depth: u32,
+    /// `hbm_size`: bytes of twin HBM per device (default 1 GiB; sizes accept suffixes).
+    pub hbm_size: u64,
+}
+
+impl Default for AivOptions {
+    fn default() -> Self {
+        AivOptions {
+            device_backend: DeviceBackendKind::Twin,
+            device_id: 0,
+            aiv_blocks: 2,
+            doorbell_batch: 8,
+            launch_mode: LaunchMode::Persistent,
+            transfer_timeout: Duration::from_secs(30),
+            kernel_wait_budget: Duration::from_secs(1),
+            request_ring_depth: 1024,
+            sq_depth: 2048,
+            hbm_size: 1 << 30,
+        }
+    }
+}
+
+/// Everything an engine is started with.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EngineConfig {
+    /// `local_hostname`: this engine's host (and, in P2P mode, the host part of its segment name).
+    pub local_hostname: String,
+    /// `metadata_server`: `P2PHANDSHAKE`, `http://host:port/metadata` or `etcd://host:port`.
+    pub metadata_server: String,
+    /// `protocol`: the default protocol of requests that name none.
+    pub protocol: Protocol,
+    /// `device_name`: comma-separated NIC list (kept for Mooncake compatibility).
+    pub device_name: String,
+    /// `master_server_address` (Mooncake Store; kept, unused by the transfer engine).
+    pub master_server_address: Option<String>,
+    /// `global_segment_size` in bytes (Mooncake Store; kept).
+    pub global_segment_size: Option<u64>,
+    /// `local_buffer_size` in bytes (Mooncake Store; kept).
+    pub local_buffer_size: Option<u64>,
+    /// The `"aiv"` object.
+    pub aiv: AivOptions,
+    /// Where the configuration came from, for messages.
+    pub origin: String,
+}
+
+/// Environment the configuration may read, injectable for tests.
+pub trait Environment {
+    /// The value of `name`, if set and valid UTF-8.
+    fn var(&self, name: &str) -> Option<String>;
+}
+
+/// The process environment.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ProcessEnvironment;
+
+impl Environment for ProcessEnvironment {
+    fn var(&self, name: &str) -> Option<String> {
+        std::env::var(name).ok()
+    }
+}
+
+impl<F: Fn(&str) -> Option<String>> Environment for F {
+    fn var(&self, name: &str) -> Option<String> {
+        self(name)
+    }
+}
+
+impl EngineConfig {
+    /// A configuration for `local_hostname` with every other field at its default (P2P handshake, tcp).
+    pub fn new(local_hostname: impl Into<String>) -> Self {
+        EngineConfig {
+            local_hostname: local_hostname.into(),
+            metadata_server: "P2PHANDSHAKE".into(),
+            protocol: Protocol::Tcp,
+            device_name: String::new(),
+            master_server_address: None,
+            global_segment_size: None,
+            local_buffer_size: None,
+            aiv: AivOptions::default(),
+            origin: "defaults".into(),
+        }
+    }
+
+    /// Loads the file named by `path`, else by `MOONCAKE_CONFIG_PATH`, else builds the configuration from the
+    /// `MOONCAKE_*` environment variables alone.
+    pub fn load(path: Option<&Path>) -> Result<Self, ConfigError> {
+        let env = ProcessEnvironment;
+        match path.map(Path::to_path_buf).or_else(|| env.var(CONFIG_PATH_ENV).map(PathBuf::from)) {
+            Some(path) => EngineConfig::from_file(&path, &env),
+            None => EngineConfig::from_json("{}", "environment", &env),
+        }
+    }
+
+    /// Reads a mooncake.json file.
+    pub fn from_file(path: &Path, env: &dyn Environment) -> Result<Self, ConfigError> {
+        let text =
+            std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.to_path_buf(), source })?;
+        EngineConfig::from_json(&text, &path.display().to_string(), env)
+    }
+
+    /// Parses mooncake.json text; `origin` names it in errors.
+    pub fn from_json(text: &str, origin: &str, env: &dyn Environment) -> Result<Self, ConfigError> {
+        let value: Value = serde_json::from_str(text).map_err(|error| ConfigError::Syntax {
+            origin: origin.to_owned(),
+            message: format!("line {} column {}: {error}", error.line(), error.column()),
+        })?;
+        let Value::Object(root) = value else {
+            return Err(ConfigError::Syntax {
+                origin: origin.to_owned(),
+                message: format!("expected a JSON object at the top level, found {}", kind_of(&value)),
+            });
+        };
+        let fields = Fields { origin, object: &root, prefix: "" };
+
+        let local_hostname = fields
+            .string("local_hostname")?
+            .or_else(|| env.var("MOONCAKE_LOCAL_HOSTNAME"))
+            .filter(|host| !host.trim().is_empty())
+            .ok_or_else(|| ConfigError::Missing {
+                origin: origin.to_owned(),
+                key: "local_hostname".into(),
+                env: "MOONCAKE_LOCAL_HOSTNAME",
+            })?;
+        let metadata_server = fields
+            .string("metadata_server")?
+            .or_else(|| env.var("MOONCAKE_TE_META_DATA_SERVER"))
+            .unwrap_or_else(|| "P2PHANDSHAKE".into());
+        let protocol_name =
+            fields.string("protocol")?.or_else(|| env.var("MOONCAKE_PROTOCOL")).unwrap_or_else(|| "tcp".into());
+        let protocol = protocol_name.parse::<Protocol>().map_err(|error| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            key: "protocol".into(),
+            expected: "one of aiv, adxl, ubshmem, tcp".into(),
+            found: error.to_string(),
+        })?;
+        let device_name = fields.string("device_name")?.or_else(|| env.var("MOONCAKE_DEVICE")).unwrap_or_default();
+
+        let mut aiv = AivOptions::default();
+        if let Some(seconds) = env.var("MC_TRANSFER_TIMEOUT") {
+            let seconds = seconds.trim().parse::<u64>().map_err(|_| ConfigError::Invalid {
+                origin: "environment".into(),
+                key: "MC_TRANSFER_TIMEOUT".into(),
+                expected: "whole seconds".into(),
+                found: format!("{seconds:?}"),
+            })?;
+            aiv.transfer_timeout = Duration::from_secs(seconds);
+        }
+        match root.get("aiv") {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(object)) => read_aiv_options(&Fields { origin, object, prefix: "aiv." }, &mut aiv)?,
+            Some(other) => return Err(fields.invalid("aiv", "an object", other)),
+        }
+
+        Ok(EngineConfig {
+            local_hostname,
+            metadata_server,
+            protocol,
+            device_name,
+            master_server_address: fields.string("master_server_address")?,
+            global_segment_size: fields.size("global_segment_size")?,
+            local_buffer_size: fields.size("local_buffer_size")?,
+            aiv,
+            origin: origin.to_owned(),
+        })
+    }
+}
+
+fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
+    if let Some(name) = fields.string("device_backend")? {
+        aiv.device_backend = match name.to_ascii_lowercase().as_str() {
+            "twin" => DeviceBackendKind::Twin,
+            "cann" => DeviceBackendKind::Cann,
+            _ => return Err(fields.invalid("device_backend", "\"twin\" or \"cann\"", &Value::String(name))),
+        };
+    }
+    if let Some(name) = fields.string("launch_mode")? {
+        aiv.launch_mode = match name.to_ascii_lowercase().as_str() {
+            "persistent" => LaunchMode::Persistent,
+            "per_batch" => LaunchMode::PerBatch,
+            _ => return Err(fields.invalid("launch_mode", "\"persistent\" or \"per_batch\"", &Value::String(name))),
+        };
+    }
+    if let Some(id) = fields.integer("device_id", 0, u64::from(u32::MAX))? {
+        aiv.device_id = id as u32;
+    }
+    if let Some(blocks) = fields.integer("aiv_blocks", 1, 48)? {
+        aiv.aiv_blocks = blocks as u32;
+    }
+    if let Some(batch) = fields.integer("doorbell_batch", 1, 1024)? {
+        aiv.doorbell_batch = batch as u32;
+    }
+    if let Some(ms) = fields.integer("transfer_timeout_ms", 1, 3_600_000)? {
+        aiv.transfer_timeout = Duration::from_millis(ms);
+    }
+    if let Some(us) = fields.integer("kernel_wait_budget_us", 1, 600_000_000)? {
+        aiv.kernel_wait_budget = Duration::from_micros(us);
+    }
+    if let Some(depth) = fields.power_of_two("request_ring_depth", 2, 1 << 20)? {
+        aiv.request_ring_depth = depth;
+    }
+    if let Some(depth) = fields.power_of_two("sq_depth", 4, 1 << 16)? {
+        aiv.sq_depth = depth;
+    }
+    if let Some(size) = fields.size("hbm_size")? {
+        if size < 1 << 20 {
+            return Err(fields.invalid("hbm_size", "at least 1 MiB", &Value::from(size)));
+        }
+        aiv.hbm_size = size;
+    }
+    Ok(())
+}
+
+/// Typed access to the keys of one JSON object, with errors naming origin and key.
+struct Fields<'a> {
+    origin: &'a str,
+    object: &'a Map<String, Value>,
+    prefix: &'static str,
+}
+
+impl Fields<'_> {
+    fn invalid(&self, key: &str, expected: &str, found: &Value) -> ConfigError {
+        ConfigError::Invalid {
+            origin: self.origin.to_owned(),
+            key: format!("{}{key}", self.prefix),
+            expected: expected.to_owned(),
+            found: describe(found),
+        }
+    }
+
+    fn string(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        match self.object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(text)) => Ok(Some(text.clone())),
+            Some(other) => Err(self.invalid(key, "a string", other)),
+        }
+    }
+
+    fn integer(&self, key: &str, min: u64, max: u64) -> Result<Option<u64>, ConfigError> {
+        let value = match self.object.get(key) {
+            None | Some(Value::Null) => return Ok(None),
+            Some(value) => value,
+        };
+        let expected = format!("an integer from {min} to {max}");
+        let number = match value {
+            Value::Number(number) => number.as_u64(),
+            Value::String(text) => text.trim().parse::<u64>().ok(),
+            _ => None,
+        };
+        match number {
+            Some(n) if (min..=max).contains(&n) => Ok(Some(n)),
+            _ => Err(self.invalid(key, &expected, value)),
+        }
+    }
+
+    fn power_of_two(&self, key: &str, min: u64, max: u64) -> Result<Option<u32>, ConfigError> {
+        match self.integer(key, min, max)? {
+            Some(n) if n.is_power_of_two() => Ok(Some(n as u32)),
+            Some(n) => Err(self.invalid(key, &format!("a power of two from {min} to {max}"), &Value::from(n))),
+            None => Ok(None),
+        }
+    }
+
+    fn size(&self, key: &str) -> Result<Option<u64>, ConfigError> {
+        match self.object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Number(number)) => match number.as_u64() {
+                Some(n) => Ok(Some(n)),
+                None => Err(self.invalid(
+                    key,
+                    "a size in bytes or a string such as \"4gb\"",
+                    &Value::Number(number.clone()),
+                )),
+            },
+            Some(Value::String(text)) => parse_size(text).map(Some).map_err(|reason| {
+                self.invalid(key, &format!("a size such as \"512mb\" ({reason})"), &Value::String(text.clone()))
+            }),
+            Some(other) => Err(self.invalid(key, "a size in bytes or a string such as \"4gb\"", other)),
+        }
+    }
+}
+
+/// Parses a size: a number of bytes with an optional suffix `b`, `k`/`kb`/`kib`, `m`/`mb`/`mib`, `g`/`gb`/`gib`,
+/// `t`/`tb`/`tib` (case-insensitive, binary multiples as Mooncake uses them); a fraction such as `1.5gb` is allowed.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let lower = text.trim().to_ascii_lowercase();
+    let split = lower.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(lower.len());
+    let (number, unit) = lower.split_at(split);
+    let shift = match unit.trim() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        other => return Err(format!("unknown unit {other:?}")),
+    };
+    if number.is_empty() {
+        return Err("no number".into());
+    }
+    if let Ok(whole) = number.parse::<u64>() {
+        return whole.checked_shl(shift).filter(|v| v >> shift == whole).ok_or_else(|| "too large".into());
+    }
+    let fraction: f64 = number.parse().map_err(|_| format!("{number:?} is not a number"))?;
+    let bytes = fraction * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes >= u64::MAX as f64 {
+        return Err("too large".into());
+    }
+    Ok(bytes.round() as u64)
+}
+
+fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+fn describe(value: &Value) -> String {
+    match value {
+        Value::String(text) => format!("{text:?}"),
+        Value::Number(number) => number.to_string(),
+        Value::Bool(flag) => flag.to_string(),
+        other => kind_of(other).to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn no_env(_: &str) -> Option<String> {
+        None
+    }
+
+    fn parse(text: &str) -> Result<EngineConfig, ConfigError> {
+        EngineConfig::from_json(text, "test.json", &no_env)
+    }
+
+    #[test]
+    fn reads_a_mooncake_file_with_unknown_keys() {
+        let config = parse(
+            r#"{"local_hostname": "10.0.0.1", "metadata_server": "etcd://127.0.0.1:2379", "protocol": "AIV",
+                "device_name": "", "master_server_address": "127.0.0.1:50051", "global_segment_size": "4gb",
+                "local_buffer_size": 536870912, "some_future_key": {"x": 1}}"#,
+        )
+        .expect("valid file");
+        assert_eq!(config.protocol, Protocol::Aiv);
+        assert_eq!(config.global_segment_size, Some(4 << 30));
+        assert_eq!(config.local_buffer_size, Some(512 << 20));
+        assert_eq!(config.aiv, AivOptions::default());
+    }
+
+    #[test]
+    fn aiv_options_are_namespaced_and_checked() {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"device_backend": "cann", "aiv_blocks": 8, "doorbell_batch": 32,
+                "launch_mode": "per_batch", "transfer_timeout_ms": 500, "hbm_size": "256mb"}}"#,
+        )
+        .expect("valid aiv options");
+        assert_eq!(config.aiv.device_backend, DeviceBackendKind::Cann);
+        assert_eq!((config.aiv.aiv_blocks, config.aiv.doorbell_batch), (8, 32));
+        assert_eq!(config.aiv.launch_mode, LaunchMode::PerBatch);
+        assert_eq!(config.aiv.transfer_timeout, Duration::from_millis(500));
+        assert_eq!(config.aiv.hbm_size, 256 << 20);
+
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"aiv_blocks": 64}}"#).expect_err("too many blocks");
+        let message = error.to_string();
+        assert!(
+            message.contains("test.json") && message.contains("aiv.aiv_blocks") && message.contains("1 to 48"),
+            "{message}"
+        );
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"sq_depth": 1000}}"#).expect_err("not a power of two");
+        assert!(error.to_string().contains("power of two"), "{error}");
+    }
+
+    #[test]
+    fn mooncake_only_and_unknown_protocols_are_refused_by_name() {
+        let error = parse(r#"{"local_hostname": "h", "protocol": "rdma"}"#).expect_err("rdma is not provided");
+        let message = error.to_string();
+        assert!(message.contains("\"protocol\"") && message.contains("does not provide"), "{message}");
+        let error = parse(r#"{"local_hostname": "h", "protocol": "carrier-pigeon"}"#).expect_err("unknown");
+        assert!(error.to_string().contains("unknown protocol"), "{error}");
+    }
+
+    #[test]
+    fn malformed_files_name_the_problem() {
+        let error = parse("{\"local_hostname\": ").expect_err("truncated");
+        assert!(matches!(error, ConfigError::Syntax { .. }) && error.to_string().contains("test.json"), "{error}");
+        let error = parse("[1, 2]").expect_err("not an object");
+        assert!(error.to_string().contains("an array"), "{error}");
+        let error = parse(r#"{"local_hostname": 7}"#).expect_err("wrong type");
+        assert!(error.to_string().contains("\"local_hostname\": expected a string, found 7"), "{error}");
+        let error = parse(r#"{"metadata_server": "P2PHANDSHAKE"}"#).expect_err("missing hostname");
+        assert!(error.to_string().contains("MOONCAKE_LOCAL_HOSTNAME"), "{error}");
+        let error = parse(r#"{"local_hostname": "h", "global_segment_size": "4 parsecs"}"#).expect_err("bad unit");
+        assert!(error.to_string().contains("global_segment_size"), "{error}");
+    }
+
+    #[test]
+    fn environment_fills_what_the_file_leaves_out() {
+        let env = |name: &str| match name {
+            "MOONCAKE_LOCAL_HOSTNAME" => Some("192.168.0.9".to_owned()),
+            "MOONCAKE_PROTOCOL" => Some("ubshmem".to_owned()),
+            "MC_TRANSFER_TIMEOUT" => Some("7".to_owned()),
+            _ => None,
+        };
+        let config = EngineConfig::from_json("{}", "environment", &env).expect("env only");
+        assert_eq!(config.local_hostname, "192.168.0.9");
+        assert_eq!(config.metadata_server, "P2PHANDSHAKE");
+        assert_eq!(config.protocol, Protocol::Ubshmem);
+        assert_eq!(config.aiv.transfer_timeout, Duration::from_secs(7));
+        // The file wins over the environment.
+        let config = EngineConfig::from_json(r#"{"local_hostname": "file-host", "protocol": "tcp"}"#, "f", &env)
+            .expect("file and env");
+        assert_eq!((config.local_hostname.as_str(), config.protocol), ("file-host", Protocol::Tcp));
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4gb"), Ok(4 << 30));
+        assert_eq!(parse_size("512MB"), Ok(512 << 20));
+        assert_eq!(parse_size("1.5 kb"), Ok(1536));
+        assert_eq!(parse_size("100"), Ok(100));
+        assert_eq!(parse_size("64kib"), Ok(64 << 10));
+        assert!(parse_size("gb").is_err());
+        assert!(parse_size("99999999999tb").is_err());
+        assert!(parse_size("12 furlongs").is_err());
+    }
+}

@@ -1,0 +1,502 @@
+//! The transfer engine: memory registration, segments, batches and per-request routing, with Mooncake's semantics
+//! (MOONCAKE_COMPAT.md section 5).
+//!
+//! The engine owns validation: no request reaches a transport before its local range lies inside one registered
+//! local buffer and its target range inside one buffer of the target segment. It never moves bytes itself; the
+//! transports behind [`Transport`] do.
+
+mod batch;
+pub mod memory;
+mod request;
+mod segment;
+mod task;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Instant;
+
+pub use batch::CompletionSignal;
+pub use memory::{BufferSet, RangeError, RegisteredBuffer};
+pub use request::{BatchId, Opcode, SegmentId, TransferRequest, TransferState, TransferStatus};
+pub use segment::Segment;
+pub use task::TaskSlot;
+
+use batch::Batch;
+use segment::SegmentTable;
+
+use crate::config::EngineConfig;
+use crate::error::{EngineError, Result};
+use crate::evidence::TransferEvidence;
+use crate::metadata::{BufferDescriptor, InProcessDirectory, MetadataBackend, SegmentDescriptor};
+use crate::transport::local::LocalTransport;
+use crate::transport::{Protocol, Transfer, Transport};
+
+/// A Mooncake-compatible transfer engine.
+#[derive(Debug)]
+pub struct TransferEngine {
+    config: EngineConfig,
+    name: String,
+    memory: RwLock<BufferSet>,
+    /// The engine's own segment, rebuilt whenever local registration changes.
+    local_segment: RwLock<Arc<Segment>>,
+    segments: RwLock<SegmentTable>,
+    batches: Mutex<HashMap<BatchId, Arc<Batch>>>,
+    next_batch: AtomicU64,
+    local_transport: Arc<LocalTransport>,
+    transports: RwLock<HashMap<Protocol, Arc<dyn Transport>>>,
+    metadata: Arc<dyn MetadataBackend>,
+}
+
+impl TransferEngine {
+    /// Starts an engine named after `config.local_hostname`.
+    ///
+    /// Metadata: `P2PHANDSHAKE` resolves peers among the engines of this process (the wire handshake between
+    /// processes is not part of this build yet); other connection strings are refused with the reason.
+    pub fn new(config: EngineConfig) -> Result<Self> {
+        let metadata: Arc<dyn MetadataBackend> = if config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
+            Arc::new(InProcessDirectory::global())
+        } else {
+            return Err(EngineError::Metadata {
+                operation: "connect",
+                reason: format!(
+                    "metadata server {:?} is not supported by this build yet: use P2PHANDSHAKE",
+                    config.metadata_server
+                ),
+            });
+        };
+        let name = config.local_hostname.clone();
+        let descriptor = SegmentDescriptor::new(name.clone(), vec![config.protocol.as_str().to_owned()]);
+        InProcessDirectory::global().claim(&descriptor)?;
+        let local_segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
+            .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
+        tracing::info!(name = %name, protocol = %config.protocol, metadata = %config.metadata_server, "engine started");
+        Ok(TransferEngine {
+            config,
+            name,
+            memory: RwLock::new(BufferSet::new()),
+            local_segment: RwLock::new(Arc::new(local_segment)),
+            segments: RwLock::new(SegmentTable::default()),
+            batches: Mutex::new(HashMap::new()),
+            next_batch: AtomicU64::new(1),
+            local_transport: Arc::new(LocalTransport::default()),
+            transports: RwLock::new(HashMap::new()),
+            metadata,
+        })
+    }
+
+    /// The engine's segment name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The configuration the engine was started with.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Makes `transport` carry requests for `protocol` (replacing any earlier one).
+    pub fn install_transport(&self, protocol: Protocol, transport: Arc<dyn Transport>) {
+        tracing::debug!(protocol = %protocol, transport = transport.name(), "transport installed");
+        write(&self.transports).insert(protocol, transport);
+    }
+
+    /// Whether a transport for `protocol` is installed.
+    pub fn has_transport(&self, protocol: Protocol) -> bool {
+        read(&self.transports).contains_key(&protocol)
+    }
+
+    /// Registers `[addr, addr + length)` as a local buffer that transfers may read and write.
+    ///
+    /// Rejects length 0, ranges that wrap the address space and overlaps with a registered buffer.
+    ///
+    /// # Safety
+    /// The range must be memory of this process that stays valid, and that nothing else accesses in a way that
+    /// conflicts with transfers, until it is unregistered and every transfer that uses it has finished.
+    pub unsafe fn register_memory(&self, addr: u64, length: u64, location: &str) -> Result<()> {
+        let buffer = RegisteredBuffer { addr, length, location: location.to_owned() };
+        write(&self.memory).insert(buffer)?;
+        tracing::debug!(addr, length, location, "memory registered");
+        self.republish_local_segment()
+    }
+
+    /// Unregisters the buffer that starts at `addr`. Transfers already submitted keep their checks.
+    pub fn unregister_memory(&self, addr: u64) -> Result<()> {
+        write(&self.memory)
+            .remove(addr)
+            .ok_or(EngineError::AddressNotRegistered { operation: "unregister memory", addr })?;
+        tracing::debug!(addr, "memory unregistered");
+        self.republish_local_segment()
+    }
+
+    fn republish_local_segment(&self) -> Result<()> {
+        let mut descriptor = read(&self.local_segment).descriptor.clone();
+        descriptor.buffers = read(&self.memory)
+            .iter()
+            .map(|buffer| BufferDescriptor { name: self.name.clone(), addr: buffer.addr, length: buffer.length })
+            .collect();
+        let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
+            .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
+        self.metadata.publish(&segment.descriptor)?;
+        *write(&self.local_segment) = Arc::new(segment);
+        Ok(())
+    }
+
+    /// The engine's own descriptor as peers see it.
+    pub fn local_descriptor(&self) -> SegmentDescriptor {
+        read(&self.local_segment).descriptor.clone()
+    }
+
+    /// Opens a segment by name; the engine's own name is [`SegmentId::LOCAL`]. An already-open name returns its id.
+    pub fn open_segment(&self, name: &str) -> Result<SegmentId> {
+        if name == self.name {
+            return Ok(SegmentId::LOCAL);
+        }
+        if let Some(id) = read(&self.segments).id_of(name) {
+            return Ok(id);
+        }
+        let descriptor = self.metadata.fetch(name)?;
+        let mut segments = write(&self.segments);
+        if let Some(id) = segments.id_of(name) {
+            return Ok(id);
+        }
+        let id = segments.next_id();
+        let segment = Segment::from_descriptor(id, descriptor)
+            .map_err(|reason| EngineError::SegmentNotFound { name: name.to_owned(), reason })?;
+        tracing::debug!(name, id = id.0, buffers = segment.buffers.len(), "segment opened");
+        segments.insert(Arc::new(segment));
+        Ok(id)
+    }
+
+    /// Fetches the descriptor of an open segment again and replaces the cached one.
+    pub fn refresh_segment(&self, id: SegmentId) -> Result<()> {
+        if id == SegmentId::LOCAL {
+            return Ok(());
+        }
+        let name = self.segment(id)?.name.clone();
+        let descriptor = self.metadata.fetch(&name)?;
+        let segment = Segment::from_descriptor(id, descriptor)
+            .map_err(|reason| EngineError::SegmentNotFound { name: name.clone(), reason })?;
+        write(&self.segments).insert(Arc::new(segment));
+        Ok(())
+    }
+
+    /// Forgets an open segment.
+    pub fn close_segment(&self, id: SegmentId) -> Result<()> {
+        if id == SegmentId::LOCAL {
+            return Ok(());
+        }
+        write(&self.segments)
+            .remove(id)
+            .map(drop)
+            .ok_or(EngineError::UnknownSegment { operation: "close segment", id: id.0 })
+    }
+
+    /// The open segment `id`.
+    pub fn segment(&self, id: SegmentId) -> Result<Arc<Segment>> {
+        if id == SegmentId::LOCAL {
+            return Ok(read(&self.local_segment).clone());
+        }
+        read(&self.segments).get(id).cloned().ok_or(EngineError::UnknownSegment { operation: "segment", id: id.0 })
+    }
+
+    /// Allocates a batch that holds up to `capacity` requests over all its submissions.
+    pub fn allocate_batch(&self, capacity: usize) -> Result<BatchId> {
+        if capacity == 0 {
+            return Err(EngineError::InvalidArgument {
+                operation: "allocate batch",
+                reason: "capacity is zero".into(),
+            });
+        }
+        let id = BatchId(self.next_batch.fetch_add(1, Ordering::Relaxed));
+        lock(&self.batches).insert(id, Arc::new(Batch::new(capacity)));
+        Ok(id)
+    }
+
+    fn batch(&self, operation: &'static str, id: BatchId) -> Result<Arc<Batch>> {
+        lock(&self.batches).get(&id).cloned().ok_or(EngineError::UnknownBatch { operation, id: id.0 })
+    }
+
+    /// Submits requests to a batch; may be called several times per batch.
+    ///
+    /// Fails as a whole only for an unknown batch or with TooManyRequests. Each request is then checked on its own;
+    /// one that fails its checks becomes a FAILED task with the reason (see [`Self::task_reason`]) and touches no
+    /// memory, while the others proceed.
+    pub fn submit_transfer(&self, batch_id: BatchId, requests: &[TransferRequest]) -> Result<()> {
+        let batch = self.batch("submit transfer", batch_id)?;
+        let mut by_transport: HashMap<*const (), (Arc<dyn Transport>, Vec<Transfer>)> = HashMap::new();
+        {
+            let mut tasks = batch.tasks();
+            if tasks.len() + requests.len() > batch.capacity {
+                return Err(EngineError::TooManyRequests {
+                    batch: batch_id.0,
+                    capacity: batch.capacity,
+                    submitted: tasks.len(),
+                    requested: requests.len(),
+                });
+            }
+            let deadline = Instant::now() + self.config.aiv.transfer_timeout;
+            for request in requests {
+                match self.route(request) {
+                    Ok((transport, target)) => {
+                        let slot = Arc::new(TaskSlot::new(deadline, batch.signal.clone()));
+                        tasks.push(slot.clone());
+                        let transfer = Transfer {
+                            opcode: request.opcode,
+                            local_addr: request.source,
+                            remote_addr: request.target_offset,
+                            length: request.length,
+                            target,
+                            slot,
+                        };
+                        let key = Arc::as_ptr(&transport) as *const ();
+                        by_transport.entry(key).or_insert_with(|| (transport, Vec::new())).1.push(transfer);
+                    }
+                    Err(reason) => {
+                        tracing::warn!(batch = batch_id.0, task = tasks.len(), %reason, "request rejected");
+                        tasks.push(Arc::new(TaskSlot::rejected(reason, batch.signal.clone())));
+                    }
+                }
+            }
+        }
+        for (_, (transport, transfers)) in by_transport {
+            for transfer in &transfers {
+                transfer.slot.mark_pending();
+            }
+            transport.submit(transfers);
+        }
+        Ok(())
+    }
+
+    /// Checks one request and picks its transport; the error is the task's failure reason.
+    fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), String> {
+        let protocol = request.protocol.unwrap_or(self.config.protocol);
+        let target = self.segment(request.target_id).map_err(|error| error.to_string())?;
+        read(&self.memory)
+            .find_containing(request.source, request.length)
+            .map_err(|error| format!("source range is not inside one registered local buffer: {error}"))?;
+        target
+            .buffers
+            .find_containing(request.target_offset, request.length)
+            .map_err(|error| format!("target range is not inside one buffer of segment {:?}: {error}", target.name))?;
+        if let Some(transport) = read(&self.transports).get(&protocol) {
+            return Ok((transport.clone(), target));
+        }
+        // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
+        if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
+            return Ok((self.local_transport.clone(), target));
+        }
+        Err(format!("protocol {protocol} has no transport in this engine for segment {:?}", target.name))
+    }
+
+    /// Status of one task (index in submission order).
+    pub fn transfer_status(&self, batch_id: BatchId, task: usize) -> Result<TransferStatus> {
+        let slot = self.task(batch_id, task)?;
+        Ok(TransferStatus { state: slot.state(), transferred_bytes: slot.transferred_bytes() })
+    }
+
+    /// Why a task failed or timed out, if it did.
+    pub fn task_reason(&self, batch_id: BatchId, task: usize) -> Result<Option<String>> {
+        Ok(self.task(batch_id, task)?.reason())
+    }
+
+    /// What a finished task recorded about how it was carried.
+    pub fn task_evidence(&self, batch_id: BatchId, task: usize) -> Result<Option<TransferEvidence>> {
+        Ok(self.task(batch_id, task)?.evidence())
+    }
+
+    fn task(&self, batch_id: BatchId, task: usize) -> Result<Arc<TaskSlot>> {
+        let batch = self.batch("get transfer status", batch_id)?;
+        let tasks = batch.tasks();
+        tasks.get(task).cloned().ok_or(EngineError::UnknownTask { batch: batch_id.0, task, submitted: tasks.len() })
+    }
+
+    /// Status of a whole batch: COMPLETED if every task completed, FAILED if any failed or timed out.
+    pub fn batch_status(&self, batch_id: BatchId) -> Result<TransferStatus> {
+        Ok(self.batch("get batch status", batch_id)?.status())
+    }
+
+    /// Blocks until every task of the batch is terminal (bounded by the transfer timeout) and returns its status.
+    pub fn wait_batch(&self, batch_id: BatchId) -> Result<TransferStatus> {
+        Ok(self.batch("wait batch", batch_id)?.wait())
+    }
+
+    /// Frees a batch; BatchBusy while any of its tasks is pending.
+    pub fn free_batch(&self, batch_id: BatchId) -> Result<()> {
+        let mut batches = lock(&self.batches);
+        let batch =
+            batches.get(&batch_id).ok_or(EngineError::UnknownBatch { operation: "free batch", id: batch_id.0 })?;
+        let pending = batch.pending();
+        if pending > 0 {
+            return Err(EngineError::BatchBusy { batch: batch_id.0, pending });
+        }
+        batches.remove(&batch_id);
+        Ok(())
+    }
+
+    // ----- The helpers users know from Mooncake's Python `TransferEngine`. -----
+
+    /// Reads `length` bytes at `peer_addr` of segment `target` into local `buffer`, and waits.
+    pub fn transfer_sync_read(&self, target: &str, buffer: u64, peer_addr: u64, length: u64) -> Result<()> {
+        self.batch_transfer_sync(Opcode::Read, target, &[buffer], &[peer_addr], &[length])
+    }
+
+    /// Writes `length` bytes of local `buffer` to `peer_addr` of segment `target`, and waits.
+    pub fn transfer_sync_write(&self, target: &str, buffer: u64, peer_addr: u64, length: u64) -> Result<()> {
+        self.batch_transfer_sync(Opcode::Write, target, &[buffer], &[peer_addr], &[length])
+    }
+
+    /// Reads several ranges and waits for all of them.
+    pub fn batch_transfer_sync_read(
+        &self,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<()> {
+        self.batch_transfer_sync(Opcode::Read, target, buffers, peer_addrs, lengths)
+    }
+
+    /// Writes several ranges and waits for all of them.
+    pub fn batch_transfer_sync_write(
+        &self,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<()> {
+        self.batch_transfer_sync(Opcode::Write, target, buffers, peer_addrs, lengths)
+    }
+
+    /// Starts reading several ranges; poll with [`Self::get_batch_transfer_status`], then [`Self::free_batch`].
+    pub fn batch_transfer_async_read(
+        &self,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<BatchId> {
+        self.batch_transfer_async(Opcode::Read, target, buffers, peer_addrs, lengths)
+    }
+
+    /// Starts writing several ranges; poll with [`Self::get_batch_transfer_status`], then [`Self::free_batch`].
+    pub fn batch_transfer_async_write(
+        &self,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<BatchId> {
+        self.batch_transfer_async(Opcode::Write, target, buffers, peer_addrs, lengths)
+    }
+
+    /// Status of several batches at once.
+    pub fn get_batch_transfer_status(&self, batch_ids: &[BatchId]) -> Vec<Result<TransferStatus>> {
+        batch_ids.iter().map(|&id| self.batch_status(id)).collect()
+    }
+
+    /// Address of the first buffer of a segment (its lowest address).
+    pub fn get_first_buffer_address(&self, target: &str) -> Result<u64> {
+        let segment = self.segment(self.open_segment(target)?)?;
+        let first = segment.buffers.iter().next().map(|buffer| buffer.addr);
+        first.ok_or_else(|| EngineError::SegmentNotFound {
+            name: target.to_owned(),
+            reason: "the segment exposes no buffer".into(),
+        })
+    }
+
+    fn batch_transfer_async(
+        &self,
+        opcode: Opcode,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<BatchId> {
+        let operation = "batch transfer";
+        if buffers.len() != peer_addrs.len() || buffers.len() != lengths.len() {
+            return Err(EngineError::InvalidArgument {
+                operation,
+                reason: format!(
+                    "{} buffers, {} peer addresses and {} lengths: the lists must have one length",
+                    buffers.len(),
+                    peer_addrs.len(),
+                    lengths.len()
+                ),
+            });
+        }
+        if buffers.is_empty() {
+            return Err(EngineError::InvalidArgument { operation, reason: "no transfer given".into() });
+        }
+        let target_id = self.open_segment(target)?;
+        let requests: Vec<TransferRequest> = (0..buffers.len())
+            .map(|i| TransferRequest {
+                opcode,
+                source: buffers[i],
+                target_id,
+                target_offset: peer_addrs[i],
+                length: lengths[i],
+                protocol: None,
+            })
+            .collect();
+        let batch = self.allocate_batch(requests.len())?;
+        if let Err(error) = self.submit_transfer(batch, &requests) {
+            let _ = self.free_batch(batch);
+            return Err(error);
+        }
+        Ok(batch)
+    }
+
+    fn batch_transfer_sync(
+        &self,
+        opcode: Opcode,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+    ) -> Result<()> {
+        let batch = self.batch_transfer_async(opcode, target, buffers, peer_addrs, lengths)?;
+        let status = self.wait_batch(batch)?;
+        let result = if status.state == TransferState::Completed {
+            Ok(())
+        } else {
+            let batch_ref = self.batch("wait batch", batch)?;
+            let reason = batch_ref
+                .tasks()
+                .iter()
+                .enumerate()
+                .find_map(|(index, task)| task.reason().map(|reason| format!("task {index}: {reason}")))
+                .unwrap_or_else(|| "no reason recorded".into());
+            Err(EngineError::TransferFailed {
+                operation: opcode.as_str(),
+                segment: target.to_owned(),
+                state: status.state,
+                transferred: status.transferred_bytes,
+                reason,
+            })
+        };
+        // The wait above is bounded and leaves every task terminal, so the batch is free-able.
+        self.free_batch(batch)?;
+        result
+    }
+}
+
+impl Drop for TransferEngine {
+    fn drop(&mut self) {
+        if let Err(error) = self.metadata.remove(&self.name) {
+            tracing::warn!(name = %self.name, %error, "could not withdraw the segment descriptor");
+        }
+    }
+}
+
+fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
+    lock.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
+    lock.write().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn lock<T>(lock: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -1,0 +1,131 @@
+//! The completion slot of one task: the only place a transport writes a transfer's outcome.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use super::batch::CompletionSignal;
+use super::request::TransferState;
+use crate::evidence::TransferEvidence;
+
+/// The outcome of one task, shared between the batch that owns it and the transport that carries it.
+///
+/// The state moves once from WAITING/PENDING to a terminal state; the first terminal write wins, so a late
+/// completion after the watchdog declared TIMEOUT changes nothing. Terminal writes take a small lock so the byte
+/// count, reason and evidence are always those of the winning write; readers of the state never take it.
+#[derive(Debug)]
+pub struct TaskSlot {
+    state: AtomicU32,
+    transferred: AtomicU64,
+    outcome: Mutex<Outcome>,
+    deadline: Instant,
+    signal: Arc<CompletionSignal>,
+}
+
+#[derive(Debug, Default)]
+struct Outcome {
+    reason: Option<String>,
+    evidence: Option<TransferEvidence>,
+}
+
+impl TaskSlot {
+    /// A slot in state WAITING that the watchdog turns to TIMEOUT at `deadline`; `signal` is notified once, when
+    /// the slot reaches a terminal state.
+    pub fn new(deadline: Instant, signal: Arc<CompletionSignal>) -> Self {
+        TaskSlot {
+            state: AtomicU32::new(TransferState::Waiting as u32),
+            transferred: AtomicU64::new(0),
+            outcome: Mutex::new(Outcome::default()),
+            deadline,
+            signal,
+        }
+    }
+
+    /// A slot already FAILED with `reason` (a request the engine rejected before any transport saw it).
+    pub fn rejected(reason: String, signal: Arc<CompletionSignal>) -> Self {
+        let slot = TaskSlot::new(Instant::now(), signal);
+        slot.finish(TransferState::Failed, 0, reason);
+        slot
+    }
+
+    /// The current state; a pending task past its deadline is turned to TIMEOUT here (the Host watchdog).
+    pub fn state(&self) -> TransferState {
+        let state = TransferState::from_raw(self.state.load(Ordering::Acquire));
+        if !state.is_terminal() && Instant::now() >= self.deadline {
+            self.finish(TransferState::Timeout, 0, "no completion within the transfer timeout (host watchdog)".into());
+            return TransferState::from_raw(self.state.load(Ordering::Acquire));
+        }
+        state
+    }
+
+    /// Bytes moved.
+    pub fn transferred_bytes(&self) -> u64 {
+        self.transferred.load(Ordering::Acquire)
+    }
+
+    /// Why the task failed or timed out, if it did.
+    pub fn reason(&self) -> Option<String> {
+        self.lock_outcome().reason.clone()
+    }
+
+    /// What the transport recorded about how it carried the task.
+    pub fn evidence(&self) -> Option<TransferEvidence> {
+        self.lock_outcome().evidence.clone()
+    }
+
+    /// When the watchdog gives up on the task.
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+
+    /// Marks the task handed to a transport (WAITING -> PENDING).
+    pub fn mark_pending(&self) {
+        let _ = self.state.compare_exchange(
+            TransferState::Waiting as u32,
+            TransferState::Pending as u32,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        );
+    }
+
+    /// Records success. Returns false if the task had already reached a terminal state.
+    pub fn complete(&self, bytes: u64, evidence: TransferEvidence) -> bool {
+        self.transition(TransferState::Completed, bytes, None, Some(evidence))
+    }
+
+    /// Records a failure or timeout with its reason. Returns false if the task was already terminal.
+    pub fn finish(&self, state: TransferState, bytes: u64, reason: String) -> bool {
+        self.transition(state, bytes, Some(reason), None)
+    }
+
+    /// Records a failure or timeout together with what the transport saw on the way.
+    pub fn fail_with_evidence(&self, state: TransferState, reason: String, evidence: TransferEvidence) -> bool {
+        self.transition(state, 0, Some(reason), Some(evidence))
+    }
+
+    fn lock_outcome(&self) -> std::sync::MutexGuard<'_, Outcome> {
+        self.outcome.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn transition(
+        &self,
+        to: TransferState,
+        bytes: u64,
+        reason: Option<String>,
+        evidence: Option<TransferEvidence>,
+    ) -> bool {
+        debug_assert!(to.is_terminal());
+        let mut outcome = self.lock_outcome();
+        if TransferState::from_raw(self.state.load(Ordering::Acquire)).is_terminal() {
+            return false;
+        }
+        outcome.reason = reason;
+        outcome.evidence = evidence;
+        self.transferred.store(bytes, Ordering::Release);
+        // Release: a reader that sees the terminal state also sees the byte count stored above.
+        self.state.store(to as u32, Ordering::Release);
+        drop(outcome);
+        self.signal.notify();
+        true
+    }
+}

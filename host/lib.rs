@@ -1,0 +1,25 @@
+//! aiv-transport: a Mooncake-compatible transfer engine for Ascend NPUs with an AIV direct-drive path.
+//!
+//! The crate is the Host runtime. Its map (see `docs/ARCHITECTURE.md` for the data flow):
+//! - [`config`]: mooncake.json and this project's `"aiv"` options;
+//! - [`error`]: the engine's error enum and Mooncake's numeric codes;
+//! - [`engine`]: [`TransferEngine`], memory registration, segments, batches and request routing;
+//! - [`transport`]: the [`transport::Transport`] trait and the transports behind it;
+//! - [`metadata`]: segment descriptors and where they are published;
+//! - [`evidence`]: what every transfer records about who did the work;
+//! - [`bench`]: the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
+//! - [`doctor`]: what `aiv doctor` probes.
+
+pub mod bench;
+pub mod config;
+pub mod doctor;
+pub mod engine;
+pub mod error;
+pub mod evidence;
+pub mod metadata;
+pub mod transport;
+
+pub use config::EngineConfig;
+pub use engine::{BatchId, Opcode, SegmentId, TransferEngine, TransferRequest, TransferState, TransferStatus};
+pub use error::{EngineError, Result};
+pub use transport::Protocol;
