@@ -79,7 +79,7 @@ impl TransferEngine {
             segments: RwLock::new(SegmentTable::default()),
             batches: Mutex::new(HashMap::new()),
             next_batch: AtomicU64::new(1),
-            local_transport: Arc::new(LocalTransport::default()),
+            local_transport: Arc::new(LocalTransport),
             transports: RwLock::new(HashMap::new()),
             metadata,
         })

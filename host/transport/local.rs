@@ -3,11 +3,9 @@
 //! A `tcp` transfer into one's own memory needs no socket, so it is copied in place by the submitting thread. The
 //! evidence says exactly that: no descriptor, no doorbell, completion seen by a Host thread.
 
-use std::time::Instant;
-
 use super::{Transfer, Transport};
 use crate::engine::Opcode;
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
 
 /// Copies validated transfers within this process.
 #[derive(Debug, Default)]
@@ -20,7 +18,7 @@ impl Transport for LocalTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         for transfer in transfers {
-            let started = Instant::now();
+            let cpu_started = thread_cpu_time_ns();
             let (from, to) = match transfer.opcode {
                 Opcode::Read => (transfer.remote_addr, transfer.local_addr),
                 Opcode::Write => (transfer.local_addr, transfer.remote_addr),
@@ -39,7 +37,7 @@ impl Transport for LocalTransport {
                 host_device_api_calls: 0,
                 descriptors: 0,
                 doorbells: 0,
-                host_cpu_ns: started.elapsed().as_nanos() as u64,
+                host_cpu_ns: thread_cpu_time_ns().saturating_sub(cpu_started),
             };
             transfer.slot.complete(transfer.length, evidence);
         }

@@ -1,0 +1,70 @@
+//! The `aiv` command line as a user meets it: help, doctor, bench, and config errors.
+
+use std::process::Command;
+
+fn aiv() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
+    command.env_remove("MOONCAKE_CONFIG_PATH").env_remove("RUST_LOG");
+    command
+}
+
+#[test]
+fn help_lists_the_commands() {
+    let output = aiv().arg("--help").output().expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    for word in ["doctor", "bench", "--config", "RUST_LOG"] {
+        assert!(text.contains(word), "--help lacks {word}:\n{text}");
+    }
+}
+
+#[test]
+fn doctor_reports_the_twin_and_what_cann_lacks() {
+    let output = aiv().arg("doctor").env_remove("ASCEND_HOME_PATH").output().expect("runs");
+    assert!(output.status.success());
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert!(text.contains("twin  usable"), "{text}");
+    for missing in ["ASCEND_HOME_PATH", "libascendcl.so", "libshmem.so", "bisheng/ccec"] {
+        assert!(text.lines().any(|l| l.contains("missing") && l.contains(missing)), "{missing} not reported:\n{text}");
+    }
+}
+
+#[test]
+fn bench_prints_transfer_engine_benchs_result_line() {
+    let output = aiv()
+        .args(["bench", "--duration", "0.3", "--buffer_size", "8mb", "--threads", "2", "--batch_size", "8"])
+        .args(["--block_size", "4096", "--operation", "write"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let line = stderr.lines().find(|l| l.starts_with("Test completed: duration ")).expect("result line on stderr");
+    let parts: Vec<&str> = line.split(", ").collect();
+    assert_eq!(parts.len(), 3, "{line}");
+    assert!(parts[1].starts_with("batch count "), "{line}");
+    let count: u64 = parts[1]["batch count ".len()..].parse().expect("integer batch count");
+    assert!(count > 0, "{line}");
+    assert!(parts[2].starts_with("throughput ") && parts[2].ends_with(" GB/s"), "{line}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("x memcpy"), "{stdout}");
+}
+
+#[test]
+fn config_errors_exit_non_zero_with_the_path_and_key() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("mooncake.json");
+    std::fs::write(&path, r#"{"local_hostname": "127.0.0.1", "protocol": "rdma"}"#).expect("write");
+    let output = aiv().arg("--config").arg(&path).args(["bench", "--duration", "0.1"]).output().expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("mooncake.json") && stderr.contains("\"protocol\""), "{stderr}");
+
+    std::fs::write(&path, "{ not json").expect("write");
+    let output = aiv().env("MOONCAKE_CONFIG_PATH", &path).args(["bench", "--duration", "0.1"]).output().expect("runs");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("line 1"), "{}", String::from_utf8_lossy(&output.stderr));
+
+    let output = aiv().args(["bench", "--protocol", "nvlink", "--duration", "0.1"]).output().expect("runs");
+    assert!(!output.status.success());
+    assert!(String::from_utf8_lossy(&output.stderr).contains("does not provide"));
+}

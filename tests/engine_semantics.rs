@@ -1,0 +1,364 @@
+//! Engine API semantics with Mooncake's rules (MOONCAKE_COMPAT.md section 5), end to end in one process.
+//!
+//! Tier: host-only, no device, no network. Transfers into the engine's own segment go through the in-process path;
+//! a test transport that holds transfers until told to finish stands in for slow transports.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aiv_transport::engine::TaskSlot;
+use aiv_transport::evidence::{Actor, TransferEvidence};
+use aiv_transport::transport::{Transfer, Transport};
+use aiv_transport::{
+    EngineConfig, EngineError, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState,
+};
+use proptest::prelude::*;
+
+static NEXT_ENGINE: AtomicUsize = AtomicUsize::new(0);
+
+fn engine_with(timeout: Duration) -> TransferEngine {
+    let mut config = EngineConfig::new(format!("127.0.0.1:{}", 20_000 + NEXT_ENGINE.fetch_add(1, Ordering::Relaxed)));
+    config.aiv.transfer_timeout = timeout;
+    TransferEngine::new(config).expect("engine starts")
+}
+
+fn engine() -> TransferEngine {
+    engine_with(Duration::from_secs(10))
+}
+
+/// Two registered buffers that touch: [a, a+len) and [a+len, a+2*len), plus a separate source buffer.
+struct Memory {
+    target: Vec<u8>,
+    source: Vec<u8>,
+    len: usize,
+}
+
+impl Memory {
+    fn new(engine: &TransferEngine, len: usize) -> Memory {
+        let mut memory =
+            Memory { target: vec![0u8; 2 * len], source: (0..len).map(|i| (i % 251) as u8).collect(), len };
+        let target = memory.target.as_mut_ptr() as u64;
+        // SAFETY: the vectors live in `memory`, which every test keeps alive past its last transfer.
+        unsafe {
+            engine.register_memory(target, len as u64, "cpu:0").expect("first target buffer");
+            engine.register_memory(target + len as u64, len as u64, "cpu:0").expect("adjacent target buffer");
+            engine.register_memory(memory.source.as_mut_ptr() as u64, len as u64, "cpu:0").expect("source buffer");
+        }
+        memory
+    }
+
+    fn target_addr(&self) -> u64 {
+        self.target.as_ptr() as u64
+    }
+
+    fn source_addr(&self) -> u64 {
+        self.source.as_ptr() as u64
+    }
+
+    fn write(&self, target_offset: u64, length: u64) -> TransferRequest {
+        TransferRequest {
+            opcode: Opcode::Write,
+            source: self.source_addr(),
+            target_id: SegmentId::LOCAL,
+            target_offset,
+            length,
+            protocol: None,
+        }
+    }
+}
+
+/// A transport that keeps transfers until `release` is called.
+#[derive(Debug, Default)]
+struct HeldTransport {
+    held: Mutex<Vec<Transfer>>,
+}
+
+impl HeldTransport {
+    fn release(&self) -> usize {
+        let transfers = std::mem::take(&mut *self.held.lock().expect("not poisoned"));
+        let count = transfers.len();
+        for transfer in transfers {
+            let evidence = TransferEvidence {
+                path: "held",
+                descriptor_builder: Actor::HostThread,
+                doorbell_ringer: Actor::HostThread,
+                completion_observer: Actor::HostThread,
+                host_device_api_calls: 0,
+                descriptors: 1,
+                doorbells: 1,
+                host_cpu_ns: 0,
+            };
+            transfer.slot.complete(transfer.length, evidence);
+        }
+        count
+    }
+}
+
+impl Transport for HeldTransport {
+    fn name(&self) -> &'static str {
+        "held"
+    }
+
+    fn submit(&self, transfers: Vec<Transfer>) {
+        self.held.lock().expect("not poisoned").extend(transfers);
+    }
+}
+
+#[test]
+fn status_values_are_mooncakes() {
+    let values = [
+        (TransferState::Waiting, 0),
+        (TransferState::Pending, 1),
+        (TransferState::Invalid, 2),
+        (TransferState::Canceled, 3),
+        (TransferState::Completed, 4),
+        (TransferState::Timeout, 5),
+        (TransferState::Failed, 6),
+    ];
+    for (state, raw) in values {
+        assert_eq!(state as u32, raw);
+        assert_eq!(TransferState::from_raw(raw), state);
+    }
+    assert_eq!(TransferState::from_raw(7), TransferState::Invalid);
+    assert_eq!(TransferState::from_raw(u32::MAX), TransferState::Invalid);
+    let codes = [
+        (EngineError::InvalidArgument { operation: "x", reason: String::new() }, 1),
+        (EngineError::TooManyRequests { batch: 1, capacity: 1, submitted: 1, requested: 1 }, 2),
+        (EngineError::AddressNotRegistered { operation: "x", addr: 0 }, 3),
+        (EngineError::BatchBusy { batch: 1, pending: 1 }, 4),
+        (EngineError::AddressOverlapped { addr: 0, length: 1, existing_addr: 0, existing_length: 1 }, 7),
+    ];
+    for (error, code) in codes {
+        assert_eq!(error.mooncake_code(), code, "{error}");
+    }
+}
+
+#[test]
+fn registration_rejects_zero_length_and_overlap() {
+    let engine = engine();
+    let mut buffer = vec![0u8; 4096];
+    let addr = buffer.as_mut_ptr() as u64;
+    // SAFETY: `buffer` outlives the engine's use of it (no transfer is submitted).
+    unsafe {
+        assert!(matches!(engine.register_memory(addr, 0, "cpu:0"), Err(EngineError::InvalidRegistration { .. })));
+        engine.register_memory(addr, 2048, "cpu:0").expect("first half");
+        let overlap = engine.register_memory(addr + 2047, 2, "cpu:0").expect_err("overlaps by one byte");
+        assert_eq!(overlap.mooncake_code(), 7, "{overlap}");
+        engine.register_memory(addr + 2048, 2048, "cpu:0").expect("adjacent second half");
+    }
+    assert_eq!(engine.local_descriptor().buffers.len(), 2);
+    engine.unregister_memory(addr).expect("registered");
+    let error = engine.unregister_memory(addr).expect_err("already gone");
+    assert_eq!(error.mooncake_code(), 3);
+}
+
+#[test]
+fn bounds_are_checked_before_any_byte_moves() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 4096);
+    let base = memory.target_addr();
+    let len = memory.len as u64;
+    let cases: Vec<(&str, TransferRequest, bool)> = vec![
+        ("exact fit", memory.write(base, len), true),
+        ("inside", memory.write(base + 100, 200), true),
+        ("exact fit of the second buffer", memory.write(base + len, len), true),
+        ("one byte over", memory.write(base + 1, len), false),
+        ("spanning two adjacent buffers", memory.write(base + len - 8, 16), false),
+        ("zero length", memory.write(base, 0), false),
+        ("u64 overflow", memory.write(u64::MAX - 4, 16), false),
+        ("unregistered target", memory.write(8, 16), false),
+        (
+            "source past its buffer",
+            TransferRequest { source: memory.source_addr() + 1, ..memory.write(base, len) },
+            false,
+        ),
+    ];
+    for (name, request, valid) in cases {
+        let before = memory.target.clone();
+        let batch = engine.allocate_batch(1).expect("batch");
+        engine.submit_transfer(batch, &[request]).expect("submission itself succeeds");
+        let status = engine.wait_batch(batch).expect("bounded wait");
+        let reason = engine.task_reason(batch, 0).expect("task 0 exists");
+        if valid {
+            assert_eq!(status.state, TransferState::Completed, "{name}: {reason:?}");
+            assert_eq!(status.transferred_bytes, request.length, "{name}");
+            let start = (request.target_offset - base) as usize;
+            assert_eq!(
+                &memory.target[start..start + request.length as usize],
+                &memory.source[..request.length as usize]
+            );
+        } else {
+            assert_eq!(status.state, TransferState::Failed, "{name}");
+            assert_eq!(status.transferred_bytes, 0, "{name}");
+            assert!(reason.as_deref().is_some_and(|r| r.contains("range")), "{name}: {reason:?}");
+            assert_eq!(memory.target, before, "{name}: a rejected request touched memory");
+        }
+        engine.free_batch(batch).expect("finished batch frees");
+    }
+}
+
+#[test]
+fn too_many_requests_counts_every_submission() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 1024);
+    let batch = engine.allocate_batch(3).expect("batch");
+    let request = memory.write(memory.target_addr(), 8);
+    engine.submit_transfer(batch, &[request, request]).expect("two fit");
+    let error = engine.submit_transfer(batch, &[request, request]).expect_err("four do not");
+    assert_eq!(error.mooncake_code(), 2, "{error}");
+    engine.submit_transfer(batch, &[request]).expect("the third fits");
+    assert_eq!(engine.wait_batch(batch).expect("wait").state, TransferState::Completed);
+    assert!(matches!(engine.allocate_batch(0), Err(EngineError::InvalidArgument { .. })));
+}
+
+#[test]
+fn batch_busy_while_a_task_is_pending_and_statuses_follow_the_task() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 1024);
+    let held = Arc::new(HeldTransport::default());
+    engine.install_transport(Protocol::Adxl, held.clone());
+    let batch = engine.allocate_batch(4).expect("batch");
+    let held_request = TransferRequest { protocol: Some(Protocol::Adxl), ..memory.write(memory.target_addr(), 64) };
+    let local_request = memory.write(memory.target_addr() + 64, 64);
+    engine.submit_transfer(batch, &[held_request, local_request]).expect("submit");
+    assert_eq!(engine.transfer_status(batch, 0).expect("task 0").state, TransferState::Pending);
+    assert_eq!(engine.transfer_status(batch, 1).expect("task 1").state, TransferState::Completed);
+    assert_eq!(engine.batch_status(batch).expect("batch").state, TransferState::Pending);
+    let busy = engine.free_batch(batch).expect_err("task 0 pending");
+    assert_eq!(busy.mooncake_code(), 4, "{busy}");
+    assert!(matches!(engine.transfer_status(batch, 2), Err(EngineError::UnknownTask { .. })));
+    assert_eq!(held.release(), 1);
+    let status = engine.batch_status(batch).expect("batch");
+    assert_eq!((status.state, status.transferred_bytes), (TransferState::Completed, 128));
+    assert_eq!(engine.task_evidence(batch, 0).expect("task").map(|e| e.path), Some("held"));
+    assert_eq!(engine.task_evidence(batch, 1).expect("task").map(|e| e.path), Some("local"));
+    engine.free_batch(batch).expect("now free");
+    assert!(matches!(engine.batch_status(batch), Err(EngineError::UnknownBatch { .. })));
+}
+
+#[test]
+fn one_failed_task_fails_the_batch_and_others_still_run() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 1024);
+    let batch = engine.allocate_batch(2).expect("batch");
+    let good = memory.write(memory.target_addr(), 16);
+    let bad = memory.write(memory.target_addr() + 1020, 16);
+    engine.submit_transfer(batch, &[good, bad]).expect("submit");
+    let status = engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Failed);
+    assert_eq!(status.transferred_bytes, 16);
+    assert_eq!(engine.transfer_status(batch, 0).expect("task").state, TransferState::Completed);
+}
+
+#[test]
+fn watchdog_turns_a_silent_transport_into_timeout() {
+    let engine = engine_with(Duration::from_millis(50));
+    let memory = Memory::new(&engine, 1024);
+    let held = Arc::new(HeldTransport::default());
+    engine.install_transport(Protocol::Ubshmem, held.clone());
+    let batch = engine.allocate_batch(1).expect("batch");
+    let request = TransferRequest { protocol: Some(Protocol::Ubshmem), ..memory.write(memory.target_addr(), 8) };
+    engine.submit_transfer(batch, &[request]).expect("submit");
+    let started = Instant::now();
+    let status = engine.wait_batch(batch).expect("bounded wait");
+    assert!(started.elapsed() < Duration::from_secs(5), "wait was not bounded by the 50 ms budget");
+    assert_eq!(status.state, TransferState::Failed);
+    assert_eq!(engine.transfer_status(batch, 0).expect("task").state, TransferState::Timeout);
+    assert!(engine.task_reason(batch, 0).expect("task").is_some_and(|r| r.contains("watchdog")));
+    // A completion arriving after the timeout changes nothing.
+    assert_eq!(held.release(), 1);
+    assert_eq!(engine.transfer_status(batch, 0).expect("task").state, TransferState::Timeout);
+    engine.free_batch(batch).expect("timed-out batch frees");
+}
+
+#[test]
+fn protocol_without_a_transport_fails_the_task_by_name() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 1024);
+    let batch = engine.allocate_batch(1).expect("batch");
+    let request = TransferRequest { protocol: Some(Protocol::Ubshmem), ..memory.write(memory.target_addr(), 8) };
+    engine.submit_transfer(batch, &[request]).expect("submit");
+    assert_eq!(engine.wait_batch(batch).expect("wait").state, TransferState::Failed);
+    let reason = engine.task_reason(batch, 0).expect("task").expect("a reason");
+    assert!(reason.contains("ubshmem"), "{reason}");
+    assert!("rdma".parse::<Protocol>().expect_err("not ours").to_string().contains("does not provide"));
+    assert!("bogus".parse::<Protocol>().expect_err("unknown").to_string().contains("unknown protocol"));
+}
+
+#[test]
+fn python_style_helpers() {
+    let engine = engine();
+    let memory = Memory::new(&engine, 4096);
+    let name = engine.name().to_owned();
+    let target = memory.target_addr();
+    assert_eq!(engine.get_first_buffer_address(&name).expect("own segment"), target.min(memory.source_addr()));
+    engine.transfer_sync_write(&name, memory.source_addr(), target + 8, 100).expect("sync write");
+    assert_eq!(&memory.target[8..108], &memory.source[..100]);
+    let mut back = vec![0u8; 100];
+    // SAFETY: `back` outlives the synchronous read below.
+    unsafe { engine.register_memory(back.as_mut_ptr() as u64, 100, "cpu:0").expect("register") };
+    engine.transfer_sync_read(&name, back.as_ptr() as u64, target + 8, 100).expect("sync read");
+    assert_eq!(back, memory.source[..100]);
+    let error = engine.transfer_sync_write(&name, memory.source_addr(), target + 4090, 100).expect_err("out of bounds");
+    assert!(matches!(error, EngineError::TransferFailed { state: TransferState::Failed, .. }), "{error}");
+    let batch = engine
+        .batch_transfer_async_write(&name, &[memory.source_addr(); 2], &[target, target + 4096], &[64, 64])
+        .expect("async batch");
+    assert_eq!(engine.wait_batch(batch).expect("wait").state, TransferState::Completed);
+    let statuses = engine.get_batch_transfer_status(&[batch]);
+    assert_eq!(statuses[0].as_ref().expect("known batch").transferred_bytes, 128);
+    engine.free_batch(batch).expect("free");
+    let mismatch = engine.batch_transfer_sync_read(&name, &[1, 2], &[3], &[4, 5]).expect_err("lists differ");
+    assert!(matches!(mismatch, EngineError::InvalidArgument { .. }));
+    assert!(matches!(engine.open_segment("nobody:1"), Err(EngineError::SegmentNotFound { .. })));
+    drop(back);
+}
+
+#[test]
+fn a_second_engine_finds_the_first_by_name_and_names_are_unique() {
+    let first = engine();
+    let second = engine();
+    let mut buffer = vec![7u8; 256];
+    // SAFETY: `buffer` outlives both engines' use of it (descriptors only, no transfer).
+    unsafe { first.register_memory(buffer.as_mut_ptr() as u64, 256, "cpu:0").expect("register") };
+    let id = second.open_segment(first.name()).expect("found in this process");
+    assert_ne!(id, SegmentId::LOCAL);
+    assert_eq!(second.segment(id).expect("open").buffers.len(), 1);
+    let clash = TransferEngine::new(EngineConfig::new(first.name())).expect_err("name taken");
+    assert!(clash.to_string().contains("already"), "{clash}");
+    drop(buffer);
+}
+
+#[test]
+fn task_slot_first_terminal_write_wins() {
+    let slot = TaskSlot::new(Instant::now() + Duration::from_secs(60), Default::default());
+    slot.mark_pending();
+    assert_eq!(slot.state(), TransferState::Pending);
+    assert!(slot.finish(TransferState::Failed, 0, "first".into()));
+    assert!(!slot.finish(TransferState::Timeout, 0, "second".into()));
+    assert_eq!(slot.state(), TransferState::Failed);
+    assert_eq!(slot.reason().as_deref(), Some("first"));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any (offset, length) against two adjacent 512-byte buffers: completes exactly when the range lies inside one
+    /// of them, and memory changes only then.
+    #[test]
+    fn submit_agrees_with_the_bounds_rule(offset in 0u64..1100, length in 0u64..600) {
+        let engine = engine();
+        let memory = Memory::new(&engine, 512);
+        let base = memory.target_addr();
+        let inside_one = length > 0 && ((offset + length <= 512) || (offset >= 512 && offset + length <= 1024));
+        let before = memory.target.clone();
+        let batch = engine.allocate_batch(1).expect("batch");
+        engine.submit_transfer(batch, &[memory.write(base + offset, length)]).expect("submit");
+        let state = engine.wait_batch(batch).expect("wait").state;
+        prop_assert_eq!(state == TransferState::Completed, inside_one);
+        if !inside_one {
+            prop_assert_eq!(&memory.target, &before);
+        }
+    }
+}
