@@ -17,4 +17,14 @@ step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "tests"
-cargo test --workspace
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+set +e
+cargo test --workspace 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run: cargo prints a summary per test binary, the last of which is often an empty
+# doc-test binary.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "\ntests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit "$status"
