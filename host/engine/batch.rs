@@ -20,6 +20,8 @@ pub(crate) struct Batch {
 #[derive(Debug, Default)]
 pub struct CompletionSignal {
     finished: AtomicUsize,
+    /// Threads inside `wait_for`; a notification with no waiter skips the lock and the wake-up system call.
+    waiters: AtomicUsize,
     lock: Mutex<()>,
     wake: Condvar,
 }
@@ -27,8 +29,13 @@ pub struct CompletionSignal {
 impl CompletionSignal {
     /// Called once per task that reaches a terminal state.
     pub fn notify(&self) {
-        self.finished.fetch_add(1, Ordering::AcqRel);
-        // Taking the lock orders this notification after a waiter's check-then-wait.
+        // SeqCst pairs with `wait_for`: the waiter publishes itself and then reads `finished`, the notifier publishes
+        // `finished` and then reads `waiters`; in a single total order at least one of them sees the other.
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        if self.waiters.load(Ordering::SeqCst) == 0 {
+            return;
+        }
+        // Taking the lock orders this wake-up after a waiter's check-then-wait.
         let _guard = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.wake.notify_all();
     }
@@ -36,16 +43,18 @@ impl CompletionSignal {
     /// Sleeps until `notify` has been called `target` times in all, or `until` passes.
     pub fn wait_for(&self, target: usize, until: Instant) {
         let mut guard = self.lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        while self.finished.load(Ordering::Acquire) < target {
+        self.waiters.fetch_add(1, Ordering::SeqCst);
+        while self.finished.load(Ordering::SeqCst) < target {
             let now = Instant::now();
             if now >= until {
-                return;
+                break;
             }
             guard = match self.wake.wait_timeout(guard, until - now) {
                 Ok((guard, _)) => guard,
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
+        self.waiters.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
