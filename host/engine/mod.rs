@@ -79,7 +79,7 @@ impl TransferEngine {
             segments: RwLock::new(SegmentTable::default()),
             batches: Mutex::new(HashMap::new()),
             next_batch: AtomicU64::new(1),
-            local_transport: Arc::new(LocalTransport::default()),
+            local_transport: Arc::new(LocalTransport),
             transports: RwLock::new(HashMap::new()),
             metadata,
         })
@@ -133,7 +133,7 @@ impl TransferEngine {
         let mut descriptor = read(&self.local_segment).descriptor.clone();
         descriptor.buffers = read(&self.memory)
             .iter()
-            .map(|buffer| BufferDescriptor { name: self.name.clone(), addr: buffer.addr, length: buffer.length })
+            .map(|buffer| BufferDescriptor::new(self.name.clone(), buffer.addr, buffer.length))
             .collect();
         let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;

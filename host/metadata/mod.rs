@@ -4,12 +4,14 @@
 //! descriptor format and the backends; it never touches registered memory.
 
 pub mod descriptor;
+pub mod name;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
 
-pub use descriptor::{BufferDescriptor, ProtocolList, SegmentDescriptor};
+pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
+pub use name::{SegmentName, SegmentNameError};
 
 use crate::error::{EngineError, Result};
 
