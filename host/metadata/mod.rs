@@ -4,7 +4,9 @@
 //! descriptor format and the backends; it never touches registered memory.
 
 pub mod descriptor;
+pub mod handshake;
 pub mod name;
+pub mod runtime;
 
 use std::collections::HashMap;
 use std::fmt;
