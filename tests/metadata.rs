@@ -104,6 +104,7 @@ fn p2p_works_over_ipv6_loopback_when_available() {
 fn p2p_server_binds_the_configured_host_only() {
     let engine = engine("127.0.0.1", "P2PHANDSHAKE");
     let port = engine.rpc_port();
+    assert_eq!(engine.metadata().rpc_address(), SocketAddr::from(([127, 0, 0, 1], port)), "bound to the host given");
     // 127.0.0.2 is loopback too on Linux, but the server bound 127.0.0.1 only.
     let other = TcpStream::connect_timeout(&SocketAddr::from(([127, 0, 0, 2], port)), Duration::from_secs(1));
     assert!(other.is_err(), "the handshake server must not listen on all interfaces");
@@ -275,7 +276,11 @@ fn http_metadata_server_follows_mooncakes_rest_rules() {
     }
     for method in ["POST", "PATCH", "HEAD", "OPTIONS"] {
         assert_eq!(http(&server, method, key, b"").0, 405, "{method}");
+        assert_eq!(http(&server, method, "/metadata", b"").0, 400, "{method}: the key is checked first, as Mooncake");
     }
+    // Keys are trimmed, as Mooncake's server does.
+    assert_eq!(http(&server, "PUT", "/metadata?key=%20spaced%20", b"v").0, 200);
+    assert_eq!(http(&server, "GET", "/metadata?key=spaced", b""), (200, "v".to_owned()));
     assert_eq!(http(&server, "GET", "/elsewhere?key=a", b"").0, 404);
 
     // Garbage instead of HTTP gets an error answer or a close, never a hang, and the server keeps serving.

@@ -5,9 +5,10 @@
 //! - `PUT /metadata?key=K`: stores the raw body, 200; a PUT to an existing key containing `rpc_meta` is refused with
 //!   400 "Duplicate rpc_meta key not allowed";
 //! - `DELETE /metadata?key=K`: 200, or 404;
-//! - a missing or blank key: 400; any other method: 405; any other path: 404.
+//! - a missing or blank key: 400 (checked first, whatever the method); any other method: 405; any other path: 404.
 //!
-//! Values live in memory for the life of the process. Reads of a request are bounded in time and size, so a slow or
+//! Keys are trimmed of surrounding whitespace and every reply is labelled `application/json`, with the texts of
+//! Mooncake's `http_metadata_server.py`. Values live in memory for the life of the process. Reads of a request are bounded in time and size, so a slow or
 //! broken client cannot hold the server.
 
 use std::collections::HashMap;
@@ -136,6 +137,7 @@ async fn accept_loop(listener: TcpListener, store: Store, mut stop: watch::Recei
 fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(body.into()));
     *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
     response
 }
 
@@ -152,28 +154,22 @@ fn key_of(query: Option<&str>) -> Option<String> {
 
 async fn handle(request: Request<Incoming>, store: &Store) -> Response<Full<Bytes>> {
     if request.uri().path() != "/metadata" {
-        return reply(StatusCode::NOT_FOUND, "Not Found: the metadata API is at /metadata");
+        return reply(StatusCode::NOT_FOUND, "404: Not Found");
     }
+    let key = match key_of(request.uri().query()) {
+        Some(key) if !key.trim().is_empty() => key.trim().to_owned(),
+        _ => return reply(StatusCode::BAD_REQUEST, "metadata key is required"),
+    };
     let method = request.method().clone();
     if !matches!(method, Method::GET | Method::PUT | Method::DELETE) {
         let mut response = reply(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed");
         response.headers_mut().insert(ALLOW, hyper::header::HeaderValue::from_static("GET, PUT, DELETE"));
         return response;
     }
-    let key = match key_of(request.uri().query()) {
-        Some(key) if !key.trim().is_empty() => key,
-        _ => return reply(StatusCode::BAD_REQUEST, "Missing key parameter"),
-    };
     let lock = || store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     match method {
         Method::GET => match lock().get(&key).cloned() {
-            Some(value) => {
-                let mut response = reply(StatusCode::OK, value);
-                response
-                    .headers_mut()
-                    .insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
-                response
-            }
+            Some(value) => reply(StatusCode::OK, value),
             None => reply(StatusCode::NOT_FOUND, "metadata not found"),
         },
         Method::PUT => {

@@ -81,6 +81,11 @@ impl MetadataService {
         &self.rpc_meta
     }
 
+    /// The socket address the handshake server is bound to.
+    pub fn rpc_address(&self) -> std::net::SocketAddr {
+        self.handshake.local_addr()
+    }
+
     /// The backend the connection string picked.
     pub fn connection(&self) -> &MetadataConnection {
         &self.connection
