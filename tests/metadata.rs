@@ -83,6 +83,10 @@ fn p2p_engines_are_named_by_their_rpc_port_and_find_each_other() {
         assert_eq!(engine.name(), format!("127.0.0.1:{port}"), "the port of local_hostname is ignored");
         HandshakeClient::default().probe("127.0.0.1", port).expect("probe answers");
     }
+    let ascend_form = format!("{}:npu_3", second.name());
+    let id = first.open_segment(&ascend_form).expect("Ascend's ip:port:npu_N form reaches the same handshake server");
+    assert_eq!(first.segment(id).expect("segment").descriptor.name, second.name());
+    first.close_segment(id).expect("close");
     let rpc = first.metadata().fetch_rpc_meta(second.name()).expect("rpc_meta of a P2P name");
     assert_eq!((rpc.ip_or_host_name.as_str(), rpc.rpc_port), ("127.0.0.1", second.rpc_port()));
     two_engines_find_each_other(first, second);
@@ -371,6 +375,59 @@ fn unreachable_or_unsupported_metadata_fails_fast_and_names_the_endpoint() {
     config.metadata_server = "redis://127.0.0.1:6379".into();
     let error = TransferEngine::new(config).expect_err("redis");
     assert!(error.to_string().contains("redis metadata servers are not supported"), "{error}");
+}
+
+/// A listener that accepts connections and never answers; keeps them open until the test ends.
+fn stalled_listener() -> (u16, std::thread::JoinHandle<()>, std::sync::mpsc::Sender<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    listener.set_nonblocking(true).expect("nonblocking");
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let holder = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while finished.try_recv().is_err() && Instant::now() < deadline {
+            if let Ok((stream, _)) = listener.accept() {
+                held.push(stream);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    });
+    (port, holder, done)
+}
+
+#[test]
+fn stalled_peers_and_stores_time_out_with_a_clear_error() {
+    let (p2p_port, p2p_holder, p2p_done) = stalled_listener();
+    let (http_port, http_holder, http_done) = stalled_listener();
+    let engine = engine("127.0.0.1", "P2PHANDSHAKE");
+    let http_attempt = std::thread::spawn(move || {
+        let mut config = EngineConfig::new("127.0.0.1:17601");
+        config.metadata_server = format!("http://127.0.0.1:{http_port}/metadata");
+        let started = Instant::now();
+        let result = TransferEngine::with_metadata_options(config, &MetadataOptions::default());
+        (result.map(|_| ()), started.elapsed())
+    });
+
+    let started = Instant::now();
+    let error = engine.open_segment(&format!("127.0.0.1:{p2p_port}")).expect_err("a peer that never answers");
+    let waited = started.elapsed();
+    assert!(waited < Duration::from_secs(6), "bounded by the client's read timeout: {waited:?}");
+    assert!(matches!(error, EngineError::Handshake { .. }), "{error}");
+    assert!(error.to_string().contains(&format!("127.0.0.1:{p2p_port}")), "{error}");
+    assert!(error.to_string().contains("timed out"), "{error}");
+
+    let (result, waited) = http_attempt.join().expect("thread");
+    let error = result.expect_err("a store that never answers");
+    assert!(waited < Duration::from_secs(6), "bounded by the 3 s request timeout: {waited:?}");
+    assert!(matches!(error, EngineError::Metadata { .. }), "{error}");
+    assert!(error.to_string().contains(&format!("127.0.0.1:{http_port}")), "{error}");
+    assert!(error.to_string().contains("timed out"), "{error}");
+
+    for (done, holder) in [(p2p_done, p2p_holder), (http_done, http_holder)] {
+        let _ = done.send(());
+        holder.join().expect("holder");
+    }
 }
 
 #[test]

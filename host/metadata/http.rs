@@ -21,6 +21,8 @@ const MAX_QUOTED_BYTES: u64 = 512;
 pub struct HttpStore {
     url: String,
     agent: ureq::Agent,
+    connect_timeout: Duration,
+    total_timeout: Duration,
 }
 
 impl HttpStore {
@@ -32,7 +34,7 @@ impl HttpStore {
     /// A client with explicit connect and per-request timeouts.
     pub fn with_timeouts(url: &str, connect: Duration, total: Duration) -> HttpStore {
         let agent = ureq::AgentBuilder::new().timeout_connect(connect).timeout(total).build();
-        HttpStore { url: url.trim_end_matches('?').to_owned(), agent }
+        HttpStore { url: url.trim_end_matches('?').to_owned(), agent, connect_timeout: connect, total_timeout: total }
     }
 
     fn key_url(&self, key: &str) -> String {
@@ -46,7 +48,12 @@ impl HttpStore {
                 let _ = response.into_reader().take(MAX_QUOTED_BYTES).read_to_string(&mut body);
                 format!("{} answered HTTP {code} for key {key:?}: {}", self.url, body.trim())
             }
-            ureq::Error::Transport(transport) => format!("cannot reach {} (key {key:?}): {transport}", self.url),
+            ureq::Error::Transport(transport) => {
+                format!(
+                    "no answer from {} for key {key:?} (connect {:?}, total {:?}): {transport}",
+                    self.url, self.connect_timeout, self.total_timeout
+                )
+            }
         };
         EngineError::Metadata { operation, reason }
     }

@@ -62,7 +62,15 @@ impl HandshakeClient {
             .write_all(&request.encode())
             .map_err(|error| handshake_error("send handshake request", error.to_string()))?;
         let reply = Frame::read_from(&mut stream).map_err(|error| {
-            handshake_error("receive handshake reply", format!("{error} (within {:?} per read)", self.io_timeout))
+            let reason = match &error {
+                super::FrameError::Io(io)
+                    if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
+                {
+                    format!("timed out: no complete reply within {:?}", self.io_timeout)
+                }
+                _ => error.to_string(),
+            };
+            handshake_error("receive handshake reply", reason)
         })?;
         if reply.form != request.form {
             return Err(handshake_error(
