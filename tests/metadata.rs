@@ -49,6 +49,11 @@ fn two_engines_find_each_other(first: TransferEngine, second: TransferEngine) {
     assert_eq!(first.get_first_buffer_address(second.name()).expect("first buffer"), second_buffer.addr());
     assert_eq!(first.open_segment(second.name()).expect("cached"), id, "an open name keeps its id");
 
+    first.metadata().send_notification(second.name(), "kv ready").expect("notify through rpc_meta");
+    let received = second.metadata().take_notifications();
+    assert_eq!(received.len(), 1, "{received:?}");
+    assert_eq!((received[0].name.as_str(), received[0].message.as_str()), (first.name(), "kv ready"));
+
     let back = second.open_segment(first.name()).expect("second opens first by name");
     assert_eq!(second.segment(back).expect("segment").descriptor.buffers[0].addr, first_buffer.addr());
 

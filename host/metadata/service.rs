@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::etcd::EtcdStore;
-use super::handshake::{HandshakeClient, HandshakeServer, HandshakeState, Notification};
+use super::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState, Notification};
 use super::http::HttpStore;
 use super::p2p::P2pBackend;
 use super::store::{KeyLayout, StoreBackend};
@@ -112,6 +112,25 @@ impl MetadataService {
     /// Notify messages peers sent to this engine, oldest first.
     pub fn take_notifications(&self) -> Vec<Notification> {
         self.handshake.state().take_notifications()
+    }
+
+    /// Sends a Notify message to the engine serving segment `peer`, found through its `rpc_meta` (Mooncake's
+    /// `sendNotifyByName`); the peer must answer `{"notify_msg": "success"}`.
+    pub fn send_notification(&self, peer: &str, message: &str) -> Result<()> {
+        let rpc = self.fetch_rpc_meta(peer)?;
+        let payload = serde_json::json!({"name": self.segment_name, "notify_msg": message}).to_string();
+        let request = Frame::typed(FrameKind::Notify, payload);
+        let reply = HandshakeClient::default().exchange(&rpc.ip_or_host_name, rpc.rpc_port, &request)?;
+        let answer: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap_or_default();
+        if answer.get("notify_msg").and_then(serde_json::Value::as_str) == Some("success") {
+            Ok(())
+        } else {
+            Err(EngineError::Handshake {
+                peer: SegmentName::with_port(&rpc.ip_or_host_name, rpc.rpc_port),
+                operation: "send notification",
+                reason: format!("the peer did not accept it: {:?}", String::from_utf8_lossy(&reply.payload)),
+            })
+        }
     }
 
     /// Removes the descriptor and `rpc_meta`, and stops the handshake server. Idempotent; failures are logged.
