@@ -86,6 +86,14 @@ pub enum EngineError {
     /// A metadata backend failed (publish, fetch or remove of a descriptor).
     #[error("metadata {operation}: {reason}")]
     Metadata { operation: &'static str, reason: String },
+
+    /// A P2P handshake with a peer's RPC port failed (connect, send, receive, or a reply of the wrong form).
+    #[error("{operation} {peer}: {reason}")]
+    Handshake { peer: String, operation: &'static str, reason: String },
+
+    /// A segment descriptor (or rpc_meta) read from metadata is not valid JSON of the expected shape.
+    #[error("read segment descriptor from {origin}: {reason}")]
+    MalformedDescriptor { origin: String, reason: String },
 }
 
 impl EngineError {
@@ -104,7 +112,8 @@ impl EngineError {
             EngineError::BatchBusy { .. } => 4,
             EngineError::AddressOverlapped { .. } => 7,
             EngineError::NotSupportedTransport { .. } => 8,
-            EngineError::TransportStart { .. } | EngineError::Io { .. } => 102,
+            EngineError::TransportStart { .. } | EngineError::Io { .. } | EngineError::Handshake { .. } => 102,
+            EngineError::MalformedDescriptor { .. } => 103,
             EngineError::SegmentNotFound { .. } | EngineError::Metadata { .. } => 200,
             EngineError::TransferFailed { .. } => 6,
         }

@@ -30,6 +30,20 @@ enum Command {
     Doctor,
     /// Run Mooncake's transfer_engine_bench workload (same flags and result line).
     Bench(BenchArgs),
+    /// Serve segment metadata over HTTP with Mooncake's REST rules (for `http://host:port/metadata`), until killed.
+    #[command(name = "metadata-server")]
+    MetadataServer(MetadataServerArgs),
+}
+
+/// Where the HTTP metadata server listens.
+#[derive(Debug, clap::Args)]
+struct MetadataServerArgs {
+    /// TCP port to listen on
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Address to bind; loopback unless told otherwise
+    #[arg(long, default_value = "127.0.0.1")]
+    host: std::net::IpAddr,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -103,6 +117,7 @@ fn main() -> ExitCode {
             Ok(())
         }
         Command::Bench(args) => run_bench(cli.config, args),
+        Command::MetadataServer(args) => run_metadata_server(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -111,6 +126,14 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
+    let address = std::net::SocketAddr::new(args.host, args.port);
+    let server = aiv_transport::metadata::http_server::MetadataHttpServer::start(address).map_err(|e| e.to_string())?;
+    println!("aiv metadata-server: serving {} (connection string for engines)", server.url());
+    server.wait();
+    Ok(())
 }
 
 fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String> {

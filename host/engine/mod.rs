@@ -25,10 +25,10 @@ pub use task::TaskSlot;
 use batch::Batch;
 use segment::SegmentTable;
 
-use crate::config::EngineConfig;
+use crate::config::{EngineConfig, ProcessEnvironment};
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
-use crate::metadata::{BufferDescriptor, InProcessDirectory, MetadataBackend, SegmentDescriptor};
+use crate::metadata::{BufferDescriptor, MetadataOptions, MetadataService, SegmentDescriptor};
 use crate::transport::local::LocalTransport;
 use crate::transport::{Protocol, Transfer, Transport};
 
@@ -45,31 +45,30 @@ pub struct TransferEngine {
     next_batch: AtomicU64,
     local_transport: Arc<LocalTransport>,
     transports: RwLock<HashMap<Protocol, Arc<dyn Transport>>>,
-    metadata: Arc<dyn MetadataBackend>,
+    metadata: MetadataService,
 }
 
 impl TransferEngine {
-    /// Starts an engine named after `config.local_hostname`.
+    /// Starts an engine, with the metadata settings of the `MC_*` environment variables
+    /// ([`MetadataOptions::from_env`]).
     ///
-    /// Metadata: `P2PHANDSHAKE` resolves peers among the engines of this process (the wire handshake between
-    /// processes is not part of this build yet); other connection strings are refused with the reason.
+    /// Metadata (see [`MetadataService::start`]): the connection string picks P2P handshake, an HTTP metadata server
+    /// or etcd. Every engine runs a handshake server on its RPC port. With `P2PHANDSHAKE` the engine is named
+    /// `host:<rpc port>` after the host of `config.local_hostname` (see [`Self::name`]); with a store it is named
+    /// `config.local_hostname` and publishes its `rpc_meta`. The (empty) descriptor is published before this returns.
     pub fn new(config: EngineConfig) -> Result<Self> {
-        let metadata: Arc<dyn MetadataBackend> = if config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
-            Arc::new(InProcessDirectory::global())
-        } else {
-            return Err(EngineError::Metadata {
-                operation: "connect",
-                reason: format!(
-                    "metadata server {:?} is not supported by this build yet: use P2PHANDSHAKE",
-                    config.metadata_server
-                ),
-            });
-        };
-        let name = config.local_hostname.clone();
+        let options = MetadataOptions::from_env(&ProcessEnvironment)?;
+        Self::with_metadata_options(config, &options)
+    }
+
+    /// Starts an engine with explicit metadata settings instead of the `MC_*` environment variables.
+    pub fn with_metadata_options(config: EngineConfig, options: &MetadataOptions) -> Result<Self> {
+        let metadata = MetadataService::start(&config, options)?;
+        let name = metadata.segment_name().to_owned();
         let descriptor = SegmentDescriptor::new(name.clone(), vec![config.protocol.as_str().to_owned()]);
-        InProcessDirectory::global().claim(&descriptor)?;
         let local_segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
+        metadata.publish(&local_segment.descriptor)?;
         tracing::info!(name = %name, protocol = %config.protocol, metadata = %config.metadata_server, "engine started");
         Ok(TransferEngine {
             config,
@@ -85,9 +84,19 @@ impl TransferEngine {
         })
     }
 
-    /// The engine's segment name.
+    /// The engine's segment name: what peers pass to `open_segment` (`host:<rpc port>` with P2P handshake).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// The port of this engine's handshake server (Mooncake's `get_rpc_port`).
+    pub fn rpc_port(&self) -> u16 {
+        self.metadata.rpc_meta().rpc_port
+    }
+
+    /// The engine's metadata service: peers' `rpc_meta`, received notifications, the connection in use.
+    pub fn metadata(&self) -> &MetadataService {
+        &self.metadata
     }
 
     /// The configuration the engine was started with.
@@ -133,7 +142,7 @@ impl TransferEngine {
         let mut descriptor = read(&self.local_segment).descriptor.clone();
         descriptor.buffers = read(&self.memory)
             .iter()
-            .map(|buffer| BufferDescriptor { name: self.name.clone(), addr: buffer.addr, length: buffer.length })
+            .map(|buffer| BufferDescriptor::new(self.name.clone(), buffer.addr, buffer.length))
             .collect();
         let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
@@ -161,8 +170,11 @@ impl TransferEngine {
             return Ok(id);
         }
         let id = segments.next_id();
-        let segment = Segment::from_descriptor(id, descriptor)
+        let mut segment = Segment::from_descriptor(id, descriptor)
             .map_err(|reason| EngineError::SegmentNotFound { name: name.to_owned(), reason })?;
+        // Cache under the name the caller used (a peer may call itself differently, e.g. localhost vs 127.0.0.1),
+        // so opening the same name again hits the cache.
+        segment.name = name.to_owned();
         tracing::debug!(name, id = id.0, buffers = segment.buffers.len(), "segment opened");
         segments.insert(Arc::new(segment));
         Ok(id)
@@ -175,8 +187,9 @@ impl TransferEngine {
         }
         let name = self.segment(id)?.name.clone();
         let descriptor = self.metadata.fetch(&name)?;
-        let segment = Segment::from_descriptor(id, descriptor)
+        let mut segment = Segment::from_descriptor(id, descriptor)
             .map_err(|reason| EngineError::SegmentNotFound { name: name.clone(), reason })?;
+        segment.name = name;
         write(&self.segments).insert(Arc::new(segment));
         Ok(())
     }
@@ -483,9 +496,8 @@ impl TransferEngine {
 
 impl Drop for TransferEngine {
     fn drop(&mut self) {
-        if let Err(error) = self.metadata.remove(&self.name) {
-            tracing::warn!(name = %self.name, %error, "could not withdraw the segment descriptor");
-        }
+        // Removes the descriptor and rpc_meta and stops the handshake server (bounded waits).
+        self.metadata.withdraw();
     }
 }
 

@@ -1,0 +1,216 @@
+//! The embedded HTTP metadata server (`aiv metadata-server`), following Mooncake's REST rules exactly
+//! (MOONCAKE_COMPAT.md section 2):
+//!
+//! - `GET /metadata?key=K`: 200 with the stored body, or 404;
+//! - `PUT /metadata?key=K`: stores the raw body, 200; a PUT to an existing key containing `rpc_meta` is refused with
+//!   400 "Duplicate rpc_meta key not allowed";
+//! - `DELETE /metadata?key=K`: 200, or 404;
+//! - a missing or blank key: 400 (checked first, whatever the method); any other method: 405; any other path: 404.
+//!
+//! Keys are trimmed of surrounding whitespace and every reply is labelled `application/json`, with the texts of
+//! Mooncake's `http_metadata_server.py`. Values live in memory for the life of the process. Reads of a request are bounded in time and size, so a slow or
+//! broken client cannot hold the server.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::error::{EngineError, Result};
+
+/// Largest request body accepted.
+pub const MAX_BODY_BYTES: usize = 16 << 20;
+/// Bound on receiving a request's headers, and separately its body.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bound on waiting for the accept loop to stop.
+const STOP_WAIT: Duration = Duration::from_secs(2);
+
+type Store = Arc<Mutex<HashMap<String, Bytes>>>;
+
+/// A running metadata server; stops when dropped.
+#[derive(Debug)]
+pub struct MetadataHttpServer {
+    local_addr: SocketAddr,
+    stop: watch::Sender<bool>,
+    stopped: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl MetadataHttpServer {
+    /// Binds `address` (port 0 picks a free port) and serves on the metadata service runtime.
+    pub fn start(address: SocketAddr) -> Result<MetadataHttpServer> {
+        let start_error = |reason: String| EngineError::Metadata { operation: "start HTTP metadata server", reason };
+        let listener =
+            std::net::TcpListener::bind(address).map_err(|error| start_error(format!("bind {address}: {error}")))?;
+        listener.set_nonblocking(true).map_err(|error| start_error(error.to_string()))?;
+        let local_addr = listener.local_addr().map_err(|error| start_error(error.to_string()))?;
+        let runtime = super::runtime::shared()?;
+        let listener = {
+            let _entered = runtime.enter();
+            TcpListener::from_std(listener).map_err(|error| start_error(error.to_string()))?
+        };
+        let (stop, stop_requested) = watch::channel(false);
+        let (stopped_sender, stopped) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            accept_loop(listener, Store::default(), stop_requested).await;
+            let _ = stopped_sender.send(());
+        });
+        tracing::info!(address = %local_addr, "HTTP metadata server listening");
+        Ok(MetadataHttpServer { local_addr, stop, stopped: Mutex::new(Some(stopped)) })
+    }
+
+    /// The address it listens on.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// The connection string engines use to reach it.
+    pub fn url(&self) -> String {
+        format!("http://{}/metadata", self.local_addr)
+    }
+
+    /// Blocks the calling thread until the server stops (for the CLI, which runs until killed).
+    pub fn wait(&self) {
+        let stopped = self.stopped.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(stopped) = stopped {
+            let _ = stopped.recv();
+        }
+    }
+
+    /// Stops accepting and closes the listening socket; waits (bounded) until it is closed.
+    pub fn stop(&self) {
+        let _ = self.stop.send(true);
+        let stopped = self.stopped.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        if let Some(stopped) = stopped {
+            if stopped.recv_timeout(STOP_WAIT).is_err() {
+                tracing::warn!(address = %self.local_addr, "HTTP metadata server did not stop within {STOP_WAIT:?}");
+            }
+        }
+    }
+}
+
+impl Drop for MetadataHttpServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn accept_loop(listener: TcpListener, store: Store, mut stop: watch::Receiver<bool>) {
+    loop {
+        tokio::select! {
+            _ = stop.changed() => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, peer)) => {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        let service = hyper::service::service_fn(move |request| {
+                            let store = store.clone();
+                            async move { Ok::<_, Infallible>(handle(request, &store).await) }
+                        });
+                        let served = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(REQUEST_TIMEOUT)
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                        if let Err(error) = served {
+                            tracing::debug!(%peer, %error, "HTTP metadata connection ended with an error");
+                        }
+                    });
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "HTTP metadata accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+}
+
+fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
+    let mut response = Response::new(Full::new(body.into()));
+    *response.status_mut() = status;
+    response.headers_mut().insert(CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    response
+}
+
+/// The `key` query parameter, percent-decoded (`+` is a space, as in form encoding); `None` when absent.
+fn key_of(query: Option<&str>) -> Option<String> {
+    query?.split('&').find_map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (name == "key").then(|| {
+            let spaced = value.replace('+', " ");
+            percent_encoding::percent_decode_str(&spaced).decode_utf8_lossy().into_owned()
+        })
+    })
+}
+
+async fn handle(request: Request<Incoming>, store: &Store) -> Response<Full<Bytes>> {
+    if request.uri().path() != "/metadata" {
+        return reply(StatusCode::NOT_FOUND, "404: Not Found");
+    }
+    let key = match key_of(request.uri().query()) {
+        Some(key) if !key.trim().is_empty() => key.trim().to_owned(),
+        _ => return reply(StatusCode::BAD_REQUEST, "metadata key is required"),
+    };
+    let method = request.method().clone();
+    if !matches!(method, Method::GET | Method::PUT | Method::DELETE) {
+        let mut response = reply(StatusCode::METHOD_NOT_ALLOWED, "Method not allowed");
+        response.headers_mut().insert(ALLOW, hyper::header::HeaderValue::from_static("GET, PUT, DELETE"));
+        return response;
+    }
+    let lock = || store.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    match method {
+        Method::GET => match lock().get(&key).cloned() {
+            Some(value) => reply(StatusCode::OK, value),
+            None => reply(StatusCode::NOT_FOUND, "metadata not found"),
+        },
+        Method::PUT => {
+            let body = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
+            let body = match tokio::time::timeout(REQUEST_TIMEOUT, body).await {
+                Ok(Ok(collected)) => collected.to_bytes(),
+                Ok(Err(error)) => {
+                    let too_large = error.downcast_ref::<http_body_util::LengthLimitError>().is_some();
+                    return if too_large {
+                        reply(StatusCode::PAYLOAD_TOO_LARGE, format!("body above {MAX_BODY_BYTES} bytes"))
+                    } else {
+                        reply(StatusCode::BAD_REQUEST, format!("could not read the body: {error}"))
+                    };
+                }
+                Err(_) => return reply(StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time"),
+            };
+            let mut values = lock();
+            if key.contains("rpc_meta") && values.contains_key(&key) {
+                return reply(StatusCode::BAD_REQUEST, "Duplicate rpc_meta key not allowed");
+            }
+            values.insert(key, body);
+            reply(StatusCode::OK, "metadata updated")
+        }
+        _ => match lock().remove(&key) {
+            Some(_) => reply(StatusCode::OK, "metadata deleted"),
+            None => reply(StatusCode::NOT_FOUND, "metadata not found"),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::key_of;
+
+    #[test]
+    fn key_parameter_is_decoded() {
+        assert_eq!(key_of(Some("key=mooncake%2Fram%2Fa%3A1")).as_deref(), Some("mooncake/ram/a:1"));
+        assert_eq!(key_of(Some("x=1&key=a+b%20c")).as_deref(), Some("a b c"));
+        assert_eq!(key_of(Some("key=")).as_deref(), Some(""));
+        assert_eq!(key_of(Some("key")).as_deref(), Some(""));
+        assert_eq!(key_of(Some("other=1")), None);
+        assert_eq!(key_of(None), None);
+    }
+}
