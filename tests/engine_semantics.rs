@@ -311,12 +311,15 @@ fn python_style_helpers() {
     engine.free_batch(batch).expect("free");
     let mismatch = engine.batch_transfer_sync_read(&name, &[1, 2], &[3], &[4, 5]).expect_err("lists differ");
     assert!(matches!(mismatch, EngineError::InvalidArgument { .. }));
-    assert!(matches!(engine.open_segment("nobody:1"), Err(EngineError::SegmentNotFound { .. })));
+    // Nobody listens on port 1: the handshake fails, bounded, naming the peer.
+    let error = engine.open_segment("127.0.0.1:1").expect_err("no peer there");
+    assert!(matches!(error, EngineError::Handshake { .. } | EngineError::SegmentNotFound { .. }), "{error}");
+    assert!(error.to_string().contains("127.0.0.1:1"), "{error}");
     drop(back);
 }
 
 #[test]
-fn a_second_engine_finds_the_first_by_name_and_names_are_unique() {
+fn a_second_engine_finds_the_first_by_name_through_the_handshake() {
     let first = engine();
     let second = engine();
     let mut buffer = vec![7u8; 256];
@@ -325,8 +328,9 @@ fn a_second_engine_finds_the_first_by_name_and_names_are_unique() {
     let id = second.open_segment(first.name()).expect("found in this process");
     assert_ne!(id, SegmentId::LOCAL);
     assert_eq!(second.segment(id).expect("open").buffers.len(), 1);
-    let clash = TransferEngine::new(EngineConfig::new(first.name())).expect_err("name taken");
-    assert!(clash.to_string().contains("already"), "{clash}");
+    // P2P naming: the port in local_hostname is ignored, the name carries the RPC port actually bound.
+    assert_eq!(first.name(), format!("127.0.0.1:{}", first.rpc_port()));
+    assert_ne!(first.name(), second.name());
     drop(buffer);
 }
 

@@ -16,9 +16,14 @@ cargo fmt --all -- --check
 step "lints"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "services: etcd on loopback (installs Debian's etcd-server if missing)"
+AIV_TEST_ETCD="$(bash tests/support/etcd.sh start | tail -n 1)"
+export AIV_TEST_ETCD
+echo "etcd at $AIV_TEST_ETCD"
+
 step "tests"
 log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+trap 'rm -f "$log"; bash tests/support/etcd.sh stop >/dev/null 2>&1 || true' EXIT
 set +e
 cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
