@@ -27,33 +27,45 @@ fn engine() -> TransferEngine {
     engine_with(Duration::from_secs(10))
 }
 
-/// Two registered buffers that touch: [a, a+len) and [a+len, a+2*len), plus a separate source buffer.
+/// One allocation laid out as two registered target buffers that touch, [0, len) and [len, 2 len), then an
+/// unregistered gap of 2 len bytes, then the registered source buffer of len bytes. The gap keeps every probe that
+/// runs past the second target buffer inside unregistered memory, whatever the allocator does.
 struct Memory {
-    target: Vec<u8>,
-    source: Vec<u8>,
+    backing: Vec<u8>,
     len: usize,
 }
 
 impl Memory {
     fn new(engine: &TransferEngine, len: usize) -> Memory {
-        let mut memory =
-            Memory { target: vec![0u8; 2 * len], source: (0..len).map(|i| (i % 251) as u8).collect(), len };
-        let target = memory.target.as_mut_ptr() as u64;
-        // SAFETY: the vectors live in `memory`, which every test keeps alive past its last transfer.
-        unsafe {
-            engine.register_memory(target, len as u64, "cpu:0").expect("first target buffer");
-            engine.register_memory(target + len as u64, len as u64, "cpu:0").expect("adjacent target buffer");
-            engine.register_memory(memory.source.as_mut_ptr() as u64, len as u64, "cpu:0").expect("source buffer");
+        let mut backing = vec![0u8; 5 * len];
+        for (i, byte) in backing[4 * len..].iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
         }
-        memory
+        let base = backing.as_mut_ptr() as u64;
+        let len64 = len as u64;
+        // SAFETY: the allocation lives in the returned `Memory`, which every test keeps alive past its last transfer.
+        unsafe {
+            engine.register_memory(base, len64, "cpu:0").expect("first target buffer");
+            engine.register_memory(base + len64, len64, "cpu:0").expect("adjacent target buffer");
+            engine.register_memory(base + 4 * len64, len64, "cpu:0").expect("source buffer");
+        }
+        Memory { backing, len }
+    }
+
+    fn target(&self) -> &[u8] {
+        &self.backing[..2 * self.len]
+    }
+
+    fn source(&self) -> &[u8] {
+        &self.backing[4 * self.len..]
     }
 
     fn target_addr(&self) -> u64 {
-        self.target.as_ptr() as u64
+        self.backing.as_ptr() as u64
     }
 
     fn source_addr(&self) -> u64 {
-        self.source.as_ptr() as u64
+        self.backing.as_ptr() as u64 + 4 * self.len as u64
     }
 
     fn write(&self, target_offset: u64, length: u64) -> TransferRequest {
@@ -175,7 +187,7 @@ fn bounds_are_checked_before_any_byte_moves() {
         ),
     ];
     for (name, request, valid) in cases {
-        let before = memory.target.clone();
+        let before = memory.target().to_vec();
         let batch = engine.allocate_batch(1).expect("batch");
         engine.submit_transfer(batch, &[request]).expect("submission itself succeeds");
         let status = engine.wait_batch(batch).expect("bounded wait");
@@ -185,14 +197,14 @@ fn bounds_are_checked_before_any_byte_moves() {
             assert_eq!(status.transferred_bytes, request.length, "{name}");
             let start = (request.target_offset - base) as usize;
             assert_eq!(
-                &memory.target[start..start + request.length as usize],
-                &memory.source[..request.length as usize]
+                &memory.target()[start..start + request.length as usize],
+                &memory.source()[..request.length as usize]
             );
         } else {
             assert_eq!(status.state, TransferState::Failed, "{name}");
             assert_eq!(status.transferred_bytes, 0, "{name}");
             assert!(reason.as_deref().is_some_and(|r| r.contains("range")), "{name}: {reason:?}");
-            assert_eq!(memory.target, before, "{name}: a rejected request touched memory");
+            assert_eq!(memory.target(), &before[..], "{name}: a rejected request touched memory");
         }
         engine.free_batch(batch).expect("finished batch frees");
     }
@@ -294,12 +306,12 @@ fn python_style_helpers() {
     let target = memory.target_addr();
     assert_eq!(engine.get_first_buffer_address(&name).expect("own segment"), target.min(memory.source_addr()));
     engine.transfer_sync_write(&name, memory.source_addr(), target + 8, 100).expect("sync write");
-    assert_eq!(&memory.target[8..108], &memory.source[..100]);
+    assert_eq!(&memory.target()[8..108], &memory.source()[..100]);
     let mut back = vec![0u8; 100];
     // SAFETY: `back` outlives the synchronous read below.
     unsafe { engine.register_memory(back.as_mut_ptr() as u64, 100, "cpu:0").expect("register") };
     engine.transfer_sync_read(&name, back.as_ptr() as u64, target + 8, 100).expect("sync read");
-    assert_eq!(back, memory.source[..100]);
+    assert_eq!(back, memory.source()[..100]);
     let error = engine.transfer_sync_write(&name, memory.source_addr(), target + 4090, 100).expect_err("out of bounds");
     assert!(matches!(error, EngineError::TransferFailed { state: TransferState::Failed, .. }), "{error}");
     let batch = engine
@@ -356,13 +368,13 @@ proptest! {
         let memory = Memory::new(&engine, 512);
         let base = memory.target_addr();
         let inside_one = length > 0 && ((offset + length <= 512) || (offset >= 512 && offset + length <= 1024));
-        let before = memory.target.clone();
+        let before = memory.target().to_vec();
         let batch = engine.allocate_batch(1).expect("batch");
         engine.submit_transfer(batch, &[memory.write(base + offset, length)]).expect("submit");
         let state = engine.wait_batch(batch).expect("wait").state;
         prop_assert_eq!(state == TransferState::Completed, inside_one);
         if !inside_one {
-            prop_assert_eq!(&memory.target, &before);
+            prop_assert_eq!(memory.target(), &before[..]);
         }
     }
 }
