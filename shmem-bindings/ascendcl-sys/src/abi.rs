@@ -282,6 +282,26 @@ pub fn compile_check(
     }
 }
 
+/// Builds a C source file into a shared library with the system C compiler (`$CC`, else `cc`). The binding
+/// tests use it for their fake vendor libraries; `defines` become `-D` flags.
+pub fn compile_shared_library(source: &Path, output: &Path, defines: &[&str]) -> Result<(), CompileFailure> {
+    let compiler = std::env::var("CC").ok().filter(|value| !value.is_empty()).unwrap_or_else(|| "cc".to_string());
+    let fail =
+        |stderr: String| CompileFailure { compiler: compiler.clone(), source_file: source.to_path_buf(), stderr };
+    let mut command = Command::new(&compiler);
+    command.args(["-shared", "-fPIC", "-O0", "-Wall", "-Werror", "-fvisibility=hidden"]);
+    for define in defines {
+        command.arg(format!("-D{define}"));
+    }
+    command.arg("-o").arg(output).arg(source);
+    let result = command.output().map_err(|error| fail(format!("cannot run {compiler}: {error}")))?;
+    if result.status.success() {
+        Ok(())
+    } else {
+        Err(fail(String::from_utf8_lossy(&result.stderr).into_owned()))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
