@@ -94,7 +94,8 @@ pub mod stream {
         check("aclrtSynchronizeStream", unsafe { (api.aclrtSynchronizeStream)(stream) })
     }
 
-    /// `aclrtSynchronizeStreamWithTimeout`: `timeout_ms` of -1 waits forever (ACL's convention).
+    /// `aclrtSynchronizeStreamWithTimeout`: per the header, `timeout_ms` -1 waits indefinitely and 0 only checks
+    /// whether the stream has completed.
     ///
     /// # Safety
     /// `stream` must be a live stream of the current context.
@@ -148,7 +149,8 @@ pub mod notify {
         check("aclrtRecordNotify", unsafe { record(notify, stream) })
     }
 
-    /// `aclrtWaitAndResetNotify`: `timeout_ms` 0 waits forever (ACL's convention), so pass a bound.
+    /// `aclrtWaitAndResetNotify`: `timeout_ms` in milliseconds (the header states only the unit, not what 0 means,
+    /// so pass a real bound).
     ///
     /// # Safety
     /// `notify` and `stream` must be live.
