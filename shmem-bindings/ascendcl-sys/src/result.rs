@@ -34,7 +34,7 @@ pub mod runtime {
 pub mod device {
     use super::*;
 
-    /// `aclrtSetDevice`: binds the calling thread to `device_id` (creating its default context).
+    /// `aclrtSetDevice`: selects `device_id` for the calling process and thread.
     pub fn set(api: &AclApi, device_id: i32) -> Result<(), Error> {
         // SAFETY: value argument only.
         check("aclrtSetDevice", unsafe { (api.aclrtSetDevice)(device_id) })
@@ -455,7 +455,7 @@ pub mod vmm {
 pub mod ipc {
     use super::*;
 
-    /// The key buffer size used for exports; Mooncake's keys are 65 bytes including the NUL.
+    /// The key buffer size passed to exports (HARDWARE.md section 7 notes Mooncake's 65-byte IPC keys).
     pub const KEY_CAPACITY: usize = 128;
 
     /// `aclrtIpcMemGetExportKey`: the key as bytes up to (not including) its NUL.
@@ -502,7 +502,11 @@ pub mod kernel {
     use super::*;
 
     /// `aclrtBinaryLoadFromData`: loads a device object from memory.
-    pub fn load_from_data(
+    ///
+    /// # Safety
+    /// The header does not say whether the runtime copies `data` or keeps pointing at it, so `data` must stay
+    /// alive and unchanged until the binary is unloaded; `options` must describe valid options.
+    pub unsafe fn load_from_data(
         api: &AclApi,
         data: &[u8],
         options: Option<&aclrtBinaryLoadOptions>,
@@ -510,7 +514,7 @@ pub mod kernel {
         let load = optional_symbol!(api, aclrtBinaryLoadFromData)?;
         let options = options.map_or(ptr::null(), |options| options as *const aclrtBinaryLoadOptions);
         let mut handle = ptr::null_mut();
-        // SAFETY: `data` and `options` are live for the call (the runtime copies what it keeps); out-pointer live.
+        // SAFETY: `data` and `options` are live for the call (and, per the caller, `data` until the unload); out-pointer live.
         check("aclrtBinaryLoadFromData", unsafe { load(data.as_ptr().cast(), data.len(), options, &mut handle) })?;
         Ok(handle)
     }
@@ -545,10 +549,11 @@ pub mod kernel {
         check("aclrtLaunchKernel", unsafe { launch(function, num_blocks, args, args_size, stream) })
     }
 
-    /// `aclrtLaunchKernelWithHostArgs`: the runtime copies `host_args` for the launch.
+    /// `aclrtLaunchKernelWithHostArgs`: the kernel arguments are passed from host memory.
     ///
     /// # Safety
-    /// As [`launch`]; `config` attributes must be valid for the kernel.
+    /// As [`launch`]; `config` attributes must be valid for the kernel. The header does not say when the runtime
+    /// has finished reading `host_args`, so keep it unchanged until the stream has passed the launch.
     pub unsafe fn launch_with_host_args(
         api: &AclApi,
         function: aclrtFuncHandle,
