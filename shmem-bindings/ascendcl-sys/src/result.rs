@@ -514,7 +514,8 @@ pub mod kernel {
         let load = optional_symbol!(api, aclrtBinaryLoadFromData)?;
         let options = options.map_or(ptr::null(), |options| options as *const aclrtBinaryLoadOptions);
         let mut handle = ptr::null_mut();
-        // SAFETY: `data` and `options` are live for the call (and, per the caller, `data` until the unload); out-pointer live.
+        // SAFETY: `data` and `options` are live for the call (and, per the caller, `data` until the unload); the
+        // out-pointer is a live local.
         check("aclrtBinaryLoadFromData", unsafe { load(data.as_ptr().cast(), data.len(), options, &mut handle) })?;
         Ok(handle)
     }
