@@ -584,7 +584,13 @@ crate::dynamic_library! {
         fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) -> aclError;
         fn aclrtFreeHost(host_ptr: *mut c_void) -> aclError;
         fn aclrtMemset(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize) -> aclError;
-        fn aclrtMemcpy(dst: *mut c_void, dest_max: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind) -> aclError;
+        fn aclrtMemcpy(
+            dst: *mut c_void,
+            dest_max: usize,
+            src: *const c_void,
+            count: usize,
+            kind: aclrtMemcpyKind,
+        ) -> aclError;
         fn aclrtMemcpyAsync(
             dst: *mut c_void,
             dest_max: usize,
@@ -616,9 +622,20 @@ crate::dynamic_library! {
             flags: u64,
         ) -> aclError;
         fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) -> aclError;
-        fn aclrtMapMem(vir_ptr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) -> aclError;
+        fn aclrtMapMem(
+            vir_ptr: *mut c_void,
+            size: usize,
+            offset: usize,
+            handle: aclrtDrvMemHandle,
+            flags: u64,
+        ) -> aclError;
         fn aclrtUnmapMem(vir_ptr: *mut c_void) -> aclError;
-        fn aclrtMemSetAccess(vir_ptr: *mut c_void, size: usize, desc: *mut aclrtMemAccessDesc, count: usize) -> aclError;
+        fn aclrtMemSetAccess(
+            vir_ptr: *mut c_void,
+            size: usize,
+            desc: *mut aclrtMemAccessDesc,
+            count: usize,
+        ) -> aclError;
         fn aclrtMemGetAllocationGranularity(
             prop: *mut aclrtPhysicalMemProp,
             option: aclrtMemGranularityOptions,
@@ -636,14 +653,24 @@ crate::dynamic_library! {
             share_type: aclrtMemSharedHandleType,
             shareable_handle: *mut c_void,
         ) -> aclError;
-        fn aclrtMemImportFromShareableHandle(shareable_handle: u64, device_id: i32, handle: *mut aclrtDrvMemHandle) -> aclError;
+        fn aclrtMemImportFromShareableHandle(
+            shareable_handle: u64,
+            device_id: i32,
+            handle: *mut aclrtDrvMemHandle,
+        ) -> aclError;
         fn aclrtMemImportFromShareableHandleV2(
             shareable_handle: *mut c_void,
             share_type: aclrtMemSharedHandleType,
             flags: u64,
             handle: *mut aclrtDrvMemHandle,
         ) -> aclError;
-        fn aclrtIpcMemGetExportKey(dev_ptr: *mut c_void, size: usize, key: *mut c_char, len: usize, flags: u64) -> aclError;
+        fn aclrtIpcMemGetExportKey(
+            dev_ptr: *mut c_void,
+            size: usize,
+            key: *mut c_char,
+            len: usize,
+            flags: u64,
+        ) -> aclError;
         fn aclrtIpcMemImportByKey(dev_ptr: *mut *mut c_void, key: *const c_char, flags: u64) -> aclError;
         fn aclrtIpcMemClose(key: *const c_char) -> aclError;
         fn aclrtBinaryLoadFromData(
@@ -652,7 +679,11 @@ crate::dynamic_library! {
             options: *const aclrtBinaryLoadOptions,
             bin_handle: *mut aclrtBinHandle,
         ) -> aclError;
-        fn aclrtBinaryGetFunction(bin_handle: aclrtBinHandle, kernel_name: *const c_char, func_handle: *mut aclrtFuncHandle) -> aclError;
+        fn aclrtBinaryGetFunction(
+            bin_handle: aclrtBinHandle,
+            kernel_name: *const c_char,
+            func_handle: *mut aclrtFuncHandle,
+        ) -> aclError;
         fn aclrtLaunchKernel(
             func_handle: aclrtFuncHandle,
             num_blocks: u32,
@@ -672,7 +703,12 @@ crate::dynamic_library! {
         ) -> aclError;
         fn aclrtBinaryUnLoad(bin_handle: aclrtBinHandle) -> aclError;
         fn aclsysGetCANNVersion(name: aclCANNPackageName, version: *mut aclCANNPackageVersion) -> aclError;
-        fn aclrtHostRegister(ptr: *mut c_void, size: u64, kind: aclrtHostRegisterType, dev_ptr: *mut *mut c_void) -> aclError;
+        fn aclrtHostRegister(
+            ptr: *mut c_void,
+            size: u64,
+            kind: aclrtHostRegisterType,
+            dev_ptr: *mut *mut c_void,
+        ) -> aclError;
         fn aclrtHostUnregister(ptr: *mut c_void) -> aclError;
     }
 }

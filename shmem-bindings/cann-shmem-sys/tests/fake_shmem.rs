@@ -128,8 +128,10 @@ fn failures_map_to_named_errors() {
     );
     assert_eq!(format!("{:?}", ShmemError(-55)), "ShmemError(-55 undocumented)");
     // An optional symbol the fake lacks.
+    let status = result::bootstrap::init_status(&api);
     assert!(
-        matches!(result::bootstrap::init_status(&api), Err(Error::MissingSymbol(missing)) if missing.symbol == "aclshmemx_init_status")
+        matches!(&status, Err(Error::MissingSymbol(missing)) if missing.symbol == "aclshmemx_init_status"),
+        "{status:?}"
     );
 }
 

@@ -79,7 +79,12 @@ ascendcl_sys::dynamic_library! {
     pub struct HcclApi;
     required {
         fn HcclGetRootInfo(root_info: *mut HcclRootInfo) -> HcclResult;
-        fn HcclCommInitRootInfo(n_ranks: u32, root_info: *const HcclRootInfo, rank: u32, comm: *mut HcclComm) -> HcclResult;
+        fn HcclCommInitRootInfo(
+            n_ranks: u32,
+            root_info: *const HcclRootInfo,
+            rank: u32,
+            comm: *mut HcclComm,
+        ) -> HcclResult;
         fn HcclCommDestroy(comm: HcclComm) -> HcclResult;
         fn HcclGetRankId(comm: HcclComm, rank: *mut u32) -> HcclResult;
         fn HcclGetRankSize(comm: HcclComm, rank_size: *mut u32) -> HcclResult;
