@@ -21,12 +21,35 @@ AIV_TEST_ETCD="$(bash tests/support/etcd.sh start | tail -n 1)"
 export AIV_TEST_ETCD
 echo "etcd at $AIV_TEST_ETCD"
 
+# ABI conformance: the -sys crates' declarations compiled against the real CANN ACL/HCCL headers, taken from the
+# torch-npu wheel (tests/abi_headers.sh downloads it with pip into the ignored .aiv-cache). Fails when the headers
+# cannot be had; a developer without registry access may set AIV_SKIP_ABI=1, which CI refuses.
+step "vendor headers for the ABI check (torch-npu wheel)"
+check_abi=1
+if [[ "${AIV_SKIP_ABI:-}" == 1 ]]; then
+    if [[ "${CI:-}" == true ]]; then
+        echo "AIV_SKIP_ABI=1 is not accepted in CI" >&2
+        exit 1
+    fi
+    echo "SKIPPED by AIV_SKIP_ABI=1: the bindings will NOT be checked against the vendor headers"
+    check_abi=0
+else
+    AIV_CANN_INCLUDE="$(bash tests/abi_headers.sh)"
+    export AIV_CANN_INCLUDE
+fi
+
 step "tests"
 log=$(mktemp)
 trap 'rm -f "$log"; bash tests/support/etcd.sh stop >/dev/null 2>&1 || true' EXIT
 set +e
 cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+if [[ "$check_abi" == 1 ]]; then
+    printf '\n== ABI conformance against the vendor headers\n'
+    cargo test -p ascendcl-sys -p hccl-sys --test abi -- --ignored 2>&1 | tee -a "$log"
+    abi_status=${PIPESTATUS[0]}
+    [[ "$status" == 0 ]] && status=$abi_status
+fi
 set -e
 # One closing line for the whole run: cargo prints a summary per test binary, the last of which is often an empty
 # doc-test binary.

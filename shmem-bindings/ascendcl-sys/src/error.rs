@@ -1,0 +1,87 @@
+//! Errors of the ACL bindings: the raw code newtype and the crate's error enum.
+
+use std::fmt;
+
+use crate::loader::{LoadError, MissingSymbol};
+use crate::sys::{aclError, ACL_ERROR_CODES};
+
+/// A raw ACL return code other than success. `Debug` and `Display` name documented codes, e.g.
+/// `AclError(207001 ACL_ERROR_RT_MEMORY_ALLOCATION)`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct AclError(pub aclError);
+
+impl AclError {
+    /// The C name of a documented code.
+    pub fn name(self) -> Option<&'static str> {
+        ACL_ERROR_CODES.iter().find(|(_, value)| *value == self.0).map(|(name, _)| *name)
+    }
+
+    /// `Ok(())` for success, else the code.
+    pub fn check(code: aclError) -> Result<(), AclError> {
+        if code == crate::sys::ACL_SUCCESS {
+            Ok(())
+        } else {
+            Err(AclError(code))
+        }
+    }
+}
+
+impl fmt::Debug for AclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(name) => write!(f, "AclError({} {name})", self.0),
+            None => write!(f, "AclError({} undocumented)", self.0),
+        }
+    }
+}
+
+impl fmt::Display for AclError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for AclError {}
+
+/// An ACL operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `libascendcl.so` could not be loaded (every candidate is listed).
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The loaded runtime lacks a function only newer CANN versions have.
+    #[error(transparent)]
+    MissingSymbol(#[from] MissingSymbol),
+    /// A call returned an error code.
+    #[error("{function} failed: {code}")]
+    Call {
+        /// The C function that failed.
+        function: &'static str,
+        /// Its return code.
+        code: AclError,
+    },
+    /// An argument cannot be passed to C (e.g. a string with an interior NUL, a key longer than the buffer).
+    #[error("{function}: {reason}")]
+    InvalidArgument {
+        /// The C function that was not called.
+        function: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl Error {
+    /// The ACL code, when a call failed.
+    pub fn code(&self) -> Option<AclError> {
+        match self {
+            Error::Call { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Maps a return code of `function` to `Result`.
+pub fn check(function: &'static str, code: aclError) -> Result<(), Error> {
+    AclError::check(code).map_err(|code| Error::Call { function, code })
+}

@@ -1,0 +1,275 @@
+//! Declaration macros shared by the CANN `-sys` crates. Each takes one declaration written once and generates
+//! both the Rust item (function table, newtype enum, `#[repr(C)]` struct, constants) and its entry in the
+//! [`AbiManifest`](crate::abi::AbiManifest), so the ABI check cannot drift from the code that calls the library.
+
+/// The return type of a declaration: `()` when none is written.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __return_type {
+    () => {
+        ()
+    };
+    ($ret:ty) => {
+        $ret
+    };
+}
+
+/// A table of function pointers resolved from one shared library.
+///
+/// `required` symbols must all resolve or loading fails with
+/// [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); `optional` ones (only newer CANN versions export
+/// them) become `Option` fields, read through [`optional_symbol!`](crate::optional_symbol).
+#[macro_export]
+macro_rules! dynamic_library {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident;
+        required {
+            $( $(#[$fmeta:meta])* fn $fname:ident( $($pname:ident : $pty:ty),* $(,)? ) $(-> $ret:ty)?; )*
+        }
+        optional {
+            $( $(#[$ometa:meta])* fn $oname:ident( $($opname:ident : $opty:ty),* $(,)? ) $(-> $oret:ty)?; )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_snake_case)]
+        $vis struct $name {
+            path: ::std::path::PathBuf,
+            // Kept so that every pointer below stays valid for the table's lifetime.
+            _library: $crate::__private::libloading::Library,
+            $( $(#[$fmeta])* pub $fname: unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?), )*
+            $( $(#[$ometa])* pub $oname: ::core::option::Option<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>, )*
+        }
+
+        impl ::core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(stringify!($name)).field("path", &self.path).finish_non_exhaustive()
+            }
+        }
+
+        #[allow(non_snake_case)]
+        impl $name {
+            /// Resolves every symbol of an opened library.
+            ///
+            /// # Safety
+            ///
+            /// `library` must be the vendor library these declarations describe: the pointers are typed from the
+            /// declarations (checked against the vendor headers by the ABI test), not from the library itself.
+            pub unsafe fn from_library(
+                library: $crate::__private::libloading::Library,
+                path: ::std::path::PathBuf,
+            ) -> ::core::result::Result<Self, $crate::loader::LoadError> {
+                $(
+                    // SAFETY: the caller guarantees the library is the one whose `$fname` has this prototype.
+                    let $fname = match unsafe {
+                        library.get::<unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?)>(
+                            concat!(stringify!($fname), "\0").as_bytes(),
+                        )
+                    } {
+                        Ok(symbol) => *symbol,
+                        Err(error) => {
+                            return Err($crate::loader::LoadError::MissingRequiredSymbol {
+                                path,
+                                symbol: stringify!($fname),
+                                reason: error.to_string(),
+                            })
+                        }
+                    };
+                )*
+                $(
+                    // SAFETY: as above, for the optional `$oname`.
+                    let $oname = unsafe {
+                        library.get::<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>(
+                            concat!(stringify!($oname), "\0").as_bytes(),
+                        )
+                    }
+                    .ok()
+                    .map(|symbol| *symbol);
+                )*
+                Ok(Self { path, _library: library, $($fname,)* $($oname,)* })
+            }
+
+            /// Opens the first candidate that loads and resolves the table from it.
+            pub fn load(
+                spec: &$crate::loader::LibrarySpec,
+                candidates: &[$crate::loader::Candidate],
+            ) -> ::core::result::Result<Self, $crate::loader::LoadError> {
+                let (library, path) = spec.open(candidates)?;
+                // SAFETY: the candidates name this vendor library (an explicit override, an install root or the
+                // loader's resolution of its file name), whose prototypes the declarations mirror.
+                unsafe { Self::from_library(library, path) }
+            }
+
+            /// The file the table was resolved from.
+            pub fn path(&self) -> &::std::path::Path {
+                &self.path
+            }
+
+            /// Every declared function, for the ABI check.
+            pub fn function_decls() -> ::std::vec::Vec<$crate::abi::FunctionDecl> {
+                use $crate::abi::CType as _;
+                ::std::vec![
+                    $($crate::abi::FunctionDecl {
+                        name: stringify!($fname),
+                        ret: <$crate::__return_type!($($ret)?)>::c_type(),
+                        params: ::std::vec![$(<$pty>::c_type()),*],
+                        optional: false,
+                    },)*
+                    $($crate::abi::FunctionDecl {
+                        name: stringify!($oname),
+                        ret: <$crate::__return_type!($($oret)?)>::c_type(),
+                        params: ::std::vec![$(<$opty>::c_type()),*],
+                        optional: true,
+                    },)*
+                ]
+            }
+        }
+    };
+}
+
+/// Reads an optional symbol of a table, or returns [`MissingSymbol`](crate::loader::MissingSymbol) naming it.
+#[macro_export]
+macro_rules! optional_symbol {
+    ($table:expr, $name:ident) => {
+        $table.$name.ok_or_else(|| $crate::loader::MissingSymbol {
+            symbol: stringify!($name),
+            path: $table.path().to_path_buf(),
+        })
+    };
+}
+
+/// A C enum as a `#[repr(transparent)]` newtype with one constant per enumerator (exact C names). Foreign code may
+/// hand back any value, so the type is never a Rust `enum`; `name()` is a total decode.
+#[macro_export]
+macro_rules! c_enum {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $name:ident : $repr:ty {
+            $( $(#[$vmeta:meta])* $variant:ident = $value:expr ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_camel_case_types)]
+        #[repr(transparent)]
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+        $vis struct $name(pub $repr);
+
+        $( $(#[$vmeta])* $vis const $variant: $name = $name($value); )*
+
+        impl $name {
+            /// The C enumerator name of this value, if it has one.
+            pub fn name(self) -> ::core::option::Option<&'static str> {
+                $( if self.0 == $value { return Some(stringify!($variant)); } )*
+                None
+            }
+
+            /// This enum's entry in the ABI manifest.
+            pub fn abi_decl() -> $crate::abi::EnumDecl {
+                $crate::abi::EnumDecl {
+                    name: stringify!($name),
+                    repr: <$repr as $crate::abi::CType>::c_type(),
+                    values: ::std::vec![$((stringify!($variant), ($value) as i128)),*],
+                }
+            }
+        }
+
+        impl ::core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                match self.name() {
+                    Some(name) => write!(f, "{name}"),
+                    None => write!(f, "{}({})", stringify!($name), self.0),
+                }
+            }
+        }
+
+        impl $crate::abi::CType for $name {
+            fn c_type() -> ::std::string::String {
+                stringify!($name).to_string()
+            }
+        }
+    };
+}
+
+/// A `#[repr(C)]` struct (or, with `union`, a union) whose C name, size, alignment, field offsets and field types
+/// are recorded for the ABI check.
+#[macro_export]
+macro_rules! c_struct {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            $( $(#[$fmeta:meta])* $fvis:vis $field:ident : $fty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_camel_case_types, non_snake_case)]
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug)]
+        $vis struct $name {
+            $( $(#[$fmeta])* $fvis $field: $fty, )*
+        }
+        $crate::__c_aggregate_impls!($name; $($field : $fty),*);
+    };
+    (
+        $(#[$meta:meta])*
+        $vis:vis union $name:ident {
+            $( $(#[$fmeta:meta])* $fvis:vis $field:ident : $fty:ty ),* $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_camel_case_types, non_snake_case)]
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        $vis union $name {
+            $( $(#[$fmeta])* $fvis $field: $fty, )*
+        }
+        impl ::core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::core::fmt::Formatter<'_>) -> ::core::fmt::Result {
+                f.debug_struct(stringify!($name)).finish_non_exhaustive()
+            }
+        }
+        $crate::__c_aggregate_impls!($name; $($field : $fty),*);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __c_aggregate_impls {
+    ($name:ident; $($field:ident : $fty:ty),*) => {
+        impl $name {
+            /// This type's entry in the ABI manifest.
+            pub fn abi_decl() -> $crate::abi::StructDecl {
+                $crate::abi::StructDecl {
+                    name: stringify!($name),
+                    size: ::core::mem::size_of::<$name>(),
+                    align: ::core::mem::align_of::<$name>(),
+                    fields: ::std::vec![$($crate::abi::FieldDecl {
+                        name: $crate::abi::c_name(stringify!($field)),
+                        offset: ::core::mem::offset_of!($name, $field),
+                        c_type: <$fty as $crate::abi::CType>::c_type(),
+                    }),*],
+                }
+            }
+        }
+
+        impl $crate::abi::CType for $name {
+            fn c_type() -> ::std::string::String {
+                stringify!($name).to_string()
+            }
+        }
+    };
+}
+
+/// Named integer constants (exact C names), with a table of them for lookups and the ABI check.
+#[macro_export]
+macro_rules! c_consts {
+    (
+        $(#[$meta:meta])*
+        $vis:vis table $table:ident : $ty:ty;
+        $( $(#[$cmeta:meta])* $name:ident = $value:expr; )*
+    ) => {
+        $( $(#[$cmeta])* $vis const $name: $ty = $value; )*
+
+        $(#[$meta])*
+        $vis const $table: &[(&str, $ty)] = &[$((stringify!($name), $name)),*];
+    };
+}

@@ -1,0 +1,82 @@
+//! Errors of the SHMEM bindings.
+
+use std::fmt;
+
+use ascendcl_sys::loader::{LoadError, MissingSymbol};
+
+use crate::sys::ACLSHMEM_ERROR_CODES;
+
+/// A raw SHMEM return code other than success, e.g. `ShmemError(-6 ACLSHMEM_BOOTSTRAP_ERROR)`.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ShmemError(pub i32);
+
+impl ShmemError {
+    /// The C name of a documented code.
+    pub fn name(self) -> Option<&'static str> {
+        ACLSHMEM_ERROR_CODES.iter().find(|(_, value)| *value == self.0).map(|(name, _)| *name)
+    }
+}
+
+impl fmt::Debug for ShmemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name() {
+            Some(name) => write!(f, "ShmemError({} {name})", self.0),
+            None => write!(f, "ShmemError({} undocumented)", self.0),
+        }
+    }
+}
+
+impl fmt::Display for ShmemError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+impl std::error::Error for ShmemError {}
+
+/// A SHMEM operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// `libshmem.so` could not be loaded (every candidate is listed).
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// The loaded library lacks a function only newer SHMEM versions have.
+    #[error(transparent)]
+    MissingSymbol(#[from] MissingSymbol),
+    /// A call returned an error code.
+    #[error("{function} failed: {code}")]
+    Call {
+        /// The C function that failed.
+        function: &'static str,
+        /// Its return code.
+        code: ShmemError,
+    },
+    /// An allocation returned NULL (SHMEM reports no code for it).
+    #[error("{function} returned NULL for {size} bytes")]
+    AllocationFailed {
+        /// The C function that failed.
+        function: &'static str,
+        /// The bytes asked for.
+        size: usize,
+    },
+}
+
+impl Error {
+    /// The SHMEM code, when a call failed.
+    pub fn code(&self) -> Option<ShmemError> {
+        match self {
+            Error::Call { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Maps a return code of `function` to `Result`.
+pub fn check(function: &'static str, code: i32) -> Result<(), Error> {
+    if code == crate::sys::ACLSHMEM_SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::Call { function, code: ShmemError(code) })
+    }
+}

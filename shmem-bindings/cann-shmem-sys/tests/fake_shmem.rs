@@ -1,0 +1,170 @@
+//! The SHMEM bindings against a fake `libshmem.so` (`tests/fake/fake_shmem.c`) built by each test: the unique-id
+//! bootstrap sequence, the attributes the library receives, heap calls and error mapping. The fake models no
+//! device or peer; these tests check the bindings, not SHMEM.
+
+use std::ffi::{c_char, CStr};
+use std::path::{Path, PathBuf};
+
+use ascendcl_sys::abi::compile_shared_library;
+use ascendcl_sys::loader::Candidate;
+use cann_shmem_sys::sys::{self, ShmemApi, SHMEM_LIBRARY};
+use cann_shmem_sys::{result, safe, Error, ShmemError};
+
+struct Fake {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    control: libloading::Library,
+}
+
+impl Fake {
+    fn build() -> Fake {
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let path = dir.path().join("libshmem.so");
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_shmem.c");
+        if let Err(failure) = compile_shared_library(&source, &path, &[]) {
+            panic!("{failure}");
+        }
+        // SAFETY: the fake's initialisers do nothing.
+        let control = unsafe { libloading::Library::new(&path) }.expect("load the fake");
+        Fake { _dir: dir, path, control }
+    }
+
+    fn api(&self) -> ShmemApi {
+        let path = self.path.clone().into_os_string();
+        let env = move |name: &str| (name == "AIV_SHMEM_LIB").then(|| path.clone());
+        ShmemApi::load(&SHMEM_LIBRARY, &SHMEM_LIBRARY.candidates(&env)).expect("the fake loads")
+    }
+
+    fn set_result(&self, function: &str, code: i32) {
+        let name = std::ffi::CString::new(function).expect("no NUL");
+        // SAFETY: the fake exports `int fake_set_result(const char *, int)`.
+        let set = unsafe { self.control.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
+            .expect("control symbol");
+        // SAFETY: `name` is NUL-terminated and outlives the call.
+        assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
+    }
+
+    fn take_log(&self) -> Vec<String> {
+        // SAFETY: the fake exports `size_t fake_take_log(char *, size_t)`.
+        let take = unsafe { self.control.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
+            .expect("control symbol");
+        let mut buffer = vec![0 as c_char; 1 << 16];
+        // SAFETY: the buffer is live and as long as the capacity passed.
+        unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
+        // SAFETY: the fake NUL-terminates what it copies.
+        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
+        text.lines().map(str::to_owned).collect()
+    }
+}
+
+#[test]
+fn the_unique_id_bootstrap_passes_the_header_defaults_and_reaches_the_heap() {
+    let fake = Fake::build();
+    let api = fake.api();
+
+    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    assert_eq!(uid.version, sys::ACLSHMEM_UNIQUEID_VERSION, "sent with the initializer's version");
+    // The id crosses the wire as 136 bytes and comes back intact.
+    let received = sys::aclshmemx_uniqueid_t::from_bytes(&uid.to_bytes());
+    assert_eq!(received.to_bytes(), uid.to_bytes());
+
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &received).expect("attr");
+    assert_eq!((attr.my_pe, attr.n_pes, attr.local_mem_size), (1, 2, 1 << 20));
+    assert!(!attr.comm_args.is_null(), "the library filled comm_args");
+    result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
+    assert_eq!(result::heap::my_pe(&api), 1);
+    assert_eq!(result::heap::n_pes(&api), 2);
+
+    let buffer = result::heap::malloc(&api, 4096).expect("malloc");
+    // SAFETY: `buffer` is inside the heap.
+    unsafe {
+        let peer = result::heap::ptr(&api, buffer, 0).expect("pe 0 reachable in the fake");
+        assert_ne!(peer, buffer);
+        assert_eq!(result::heap::ptr(&api, buffer, 1), Some(buffer), "my own PE maps to itself");
+        assert_eq!(result::heap::ptr(&api, buffer, 5), None, "no such PE");
+        result::heap::free(&api, buffer);
+    }
+    result::bootstrap::finalize(&api).expect("finalize");
+
+    let log = fake.take_log();
+    assert_eq!(log[0], format!("aclshmemx_get_uniqueid version={}", 65_672));
+    assert_eq!(
+        log[1],
+        "aclshmemx_set_attr_uniqueid_args pe=1 n_pes=2 size=1048576 uid=fake-uid attr_version=65560 engine=1 \
+         timeouts=120,120,120 comm_args=null instance=0"
+    );
+    assert_eq!(log[2], "aclshmemx_init_attr flags=8 pe=1 n_pes=2 size=1048576 comm_args=uid");
+    assert_eq!(
+        &log[3..],
+        [
+            "aclshmem_malloc size=4096",
+            "aclshmem_ptr offset=0 pe=0",
+            "aclshmem_ptr offset=0 pe=1",
+            "aclshmem_ptr offset=0 pe=5",
+            "aclshmem_free offset=0",
+            "aclshmem_finalize"
+        ]
+    );
+}
+
+#[test]
+fn failures_map_to_named_errors() {
+    let fake = Fake::build();
+    let api = fake.api();
+    assert_eq!(
+        result::heap::malloc(&api, 64).expect_err("not initialised"),
+        Error::AllocationFailed { function: "aclshmem_malloc", size: 64 }
+    );
+    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let error = result::bootstrap::set_attr_uniqueid_args(&api, 2, 2, 1 << 20, &uid).expect_err("pe out of range");
+    assert_eq!(error, Error::Call { function: "aclshmemx_set_attr_uniqueid_args", code: ShmemError(-2) });
+    assert_eq!(format!("{:?}", ShmemError(-2)), "ShmemError(-2 ACLSHMEM_INVALID_VALUE)");
+    fake.set_result("aclshmemx_init_attr", -6);
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 2, 1 << 20, &uid).expect("attr");
+    let error = result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect_err("injected");
+    assert!(
+        error.to_string().contains("aclshmemx_init_attr failed: ShmemError(-6 ACLSHMEM_BOOTSTRAP_ERROR)"),
+        "{error}"
+    );
+    assert_eq!(format!("{:?}", ShmemError(-55)), "ShmemError(-55 undocumented)");
+    // An optional symbol the fake lacks.
+    let status = result::bootstrap::init_status(&api);
+    assert!(
+        matches!(&status, Err(Error::MissingSymbol(missing)) if missing.symbol == "aclshmemx_init_status"),
+        "{status:?}"
+    );
+}
+
+#[test]
+fn symmetric_allocations_free_on_drop() {
+    let fake = Fake::build();
+    let api = fake.api();
+    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 1, 1 << 20, &uid).expect("attr");
+    result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
+    fake.take_log();
+    {
+        let allocation = safe::SymmetricAllocation::allocate(&api, 4096, 100).expect("align");
+        assert_eq!(allocation.as_ptr() as usize % 4096, 0);
+        assert_eq!(allocation.peer_ptr(0), Some(allocation.as_ptr()));
+    }
+    assert_eq!(
+        fake.take_log(),
+        ["aclshmem_align alignment=4096 size=100", "aclshmem_ptr offset=0 pe=0", "aclshmem_free offset=0"]
+    );
+}
+
+#[test]
+fn a_missing_library_lists_the_shmem_install_locations() {
+    let root = tempfile::tempdir().expect("temporary directory");
+    let env = |name: &str| (name == "SHMEM_HOME_PATH").then(|| root.path().as_os_str().to_owned());
+    let candidates = SHMEM_LIBRARY.candidates(&env);
+    assert_eq!(
+        candidates[0],
+        Candidate { path: root.path().join("shmem/lib/libshmem.so"), origin: "SHMEM_HOME_PATH/shmem/lib".into() }
+    );
+    let error = ShmemApi::load(&SHMEM_LIBRARY, &candidates).expect_err("nothing there");
+    let text = error.to_string();
+    assert!(text.contains("libshmem.so could not be loaded"), "{text}");
+    assert!(text.contains(&root.path().join("lib/libshmem.so").display().to_string()), "{text}");
+}
