@@ -3,6 +3,8 @@
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use ascendcl_sys::loader::{LibrarySpec, LoadError};
+
 /// One thing the doctor looked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Probe {
@@ -67,26 +69,40 @@ pub fn diagnose() -> DoctorReport {
             None => "environment variable (not set)".into(),
         }],
     }];
-    probes.push(find_library("libascendcl.so", home.as_deref()));
-    probes.push(find_library("libshmem.so", home.as_deref()));
+    probes.push(find_library(&ascendcl_sys::sys::ASCENDCL_LIBRARY));
+    probes.push(find_library(&cann_shmem_sys::sys::SHMEM_LIBRARY));
+    probes.push(find_library(&hccl_sys::sys::HCCL_LIBRARY));
     probes.push(find_compiler(home.as_deref()));
     DoctorReport { twin_usable: true, cann_feature: cfg!(feature = "cann"), cann_probes: probes }
 }
 
-fn find_library(name: &str, home: Option<&Path>) -> Probe {
-    let mut dirs: Vec<PathBuf> = Vec::new();
-    if let Some(home) = home {
-        dirs.push(home.join("lib64"));
-        dirs.push(home.join("runtime/lib64"));
-        dirs.push(home.join("aarch64-linux/lib64"));
-        dirs.push(home.join("x86_64-linux/lib64"));
-        dirs.push(home.join("shmem/lib"));
+/// Looks for a vendor library exactly as its `-sys` crate's loader will at run time (override variable, install
+/// roots, then the dynamic loader), by trying to open it.
+fn find_library(spec: &LibrarySpec) -> Probe {
+    let candidates = spec.candidates_from_process_env();
+    match spec.open(&candidates) {
+        Ok((_library, path)) => {
+            Probe { what: spec.file_name.into(), found: Some(path.display().to_string()), tried: Vec::new() }
+        }
+        Err(LoadError::NotFound { attempts, .. }) => {
+            let mut tried: Vec<String> = attempts
+                .iter()
+                .map(|attempt| {
+                    format!(
+                        "{} (from {}: {})",
+                        attempt.candidate.path.display(),
+                        attempt.candidate.origin,
+                        attempt.reason
+                    )
+                })
+                .collect();
+            if std::env::var_os(spec.override_var).is_none() {
+                tried.push(format!("{} not set (a full path there overrides the search)", spec.override_var));
+            }
+            Probe { what: spec.file_name.into(), found: None, tried }
+        }
+        Err(other) => Probe { what: spec.file_name.into(), found: None, tried: vec![other.to_string()] },
     }
-    if let Some(paths) = std::env::var_os("LD_LIBRARY_PATH") {
-        dirs.extend(std::env::split_paths(&paths));
-    }
-    dirs.extend(["/usr/local/lib", "/usr/lib", "/usr/lib64"].map(PathBuf::from));
-    probe_files(name, dirs.into_iter().map(|dir| dir.join(name)))
 }
 
 fn find_compiler(home: Option<&Path>) -> Probe {
