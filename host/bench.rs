@@ -397,3 +397,36 @@ pub fn run_loopback(engine: &TransferEngine, params: &BenchParams) -> Result<Loo
     let memcpy_bytes_per_second = memcpy_reference(&local, &mut target, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }
+
+/// Runs initiator and target as two engines of this process: `target` serves a buffer of `buffer_size` bytes,
+/// `initiator` opens `target`'s segment by name and moves the workload to it through its transport for
+/// `params.protocol` (for `tcp`: over loopback sockets, every byte through the wire). Then the memcpy reference
+/// over the same two buffers.
+pub fn run_two_engines(
+    initiator: &TransferEngine,
+    target: &TransferEngine,
+    params: &BenchParams,
+) -> Result<LoopbackReport> {
+    params.validate()?;
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    let mut local = vec![0xA5u8; size];
+    let mut remote = vec![0x5Au8; size];
+    let local_addr = local.as_mut_ptr() as u64;
+    let remote_addr = remote.as_mut_ptr() as u64;
+    // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
+    // waits for each batch) and after both registrations are withdrawn below.
+    unsafe {
+        initiator.register_memory(local_addr, params.buffer_size, "cpu:0")?;
+        target.register_memory(remote_addr, params.buffer_size, "cpu:0")?;
+    }
+    let outcome = initiator
+        .open_segment(target.name())
+        .and_then(|segment| run_initiator(initiator, params, segment, local_addr, remote_addr));
+    initiator.unregister_memory(local_addr)?;
+    target.unregister_memory(remote_addr)?;
+    let outcome = outcome?;
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(&local, &mut remote, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}

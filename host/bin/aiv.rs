@@ -62,7 +62,8 @@ struct BenchArgs {
     /// This engine's name (default: the config's local_hostname, else 127.0.0.1:12345)
     #[arg(long = "local_server_name")]
     local_server_name: Option<String>,
-    /// Segment to transfer with (default: this engine's own segment)
+    /// Segment to transfer with (default: this engine's own segment; for tcp, a second engine of this process
+    /// reached over loopback sockets)
     #[arg(long = "segment_id")]
     segment_id: Option<String>,
     /// NIC list, kept for compatibility
@@ -153,7 +154,18 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         report_unit: args.report_unit,
         report_precision: args.report_precision,
     };
-    let engine = TransferEngine::new(config).map_err(|e| e.to_string())?;
+    if protocol == Protocol::Tcp {
+        config.protocol = Protocol::Tcp;
+    }
+    let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
+    // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
+    let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() {
+        let mut target_config = config;
+        target_config.local_hostname = sibling_name(engine.name());
+        Some(TransferEngine::new(target_config).map_err(|e| format!("starting the target engine: {e}"))?)
+    } else {
+        None
+    };
     if let Some(segment) = &args.segment_id {
         if segment != engine.name() {
             return Err(format!(
@@ -162,14 +174,22 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
             ));
         }
     }
-    let report = bench::run_loopback(&engine, &params).map_err(|e| e.to_string())?;
+    let report = match &wire_target {
+        Some(target) => bench::run_two_engines(&engine, target, &params),
+        None => bench::run_loopback(&engine, &params),
+    }
+    .map_err(|e| e.to_string())?;
     let outcome = &report.outcome;
     println!(
-        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), in-process target",
+        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), {}",
         params.operation.as_str(),
         params.batch_size,
         params.block_size,
-        params.threads
+        params.threads,
+        match &wire_target {
+            Some(target) => format!("target engine {:?} of this process over loopback tcp", target.name()),
+            None => "in-process target (this engine's own segment)".to_string(),
+        }
     );
     if let Some(sample) = &outcome.evidence.sample {
         println!(
@@ -207,6 +227,16 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         return Err("every batch failed".into());
     }
     Ok(())
+}
+
+/// A name for a second engine next to `name`: the same host with the next port (`host:port` names), else a suffix.
+fn sibling_name(name: &str) -> String {
+    if let Some((host, port)) = name.rsplit_once(':') {
+        if let Ok(port) = port.parse::<u16>() {
+            return format!("{host}:{}", port.wrapping_add(1).max(1));
+        }
+    }
+    format!("{name}-target")
 }
 
 fn yes_no(flag: bool) -> &'static str {
