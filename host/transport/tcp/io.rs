@@ -15,6 +15,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub(crate) struct Patience<'a> {
     limit: Duration,
+    /// The limit that replaces `limit` once the first byte has moved (idle wait, then an in-request budget).
+    after_first_byte: Option<Duration>,
     last_progress: Instant,
     stop: Option<&'a AtomicBool>,
     what: &'static str,
@@ -23,18 +25,28 @@ pub(crate) struct Patience<'a> {
 impl<'a> Patience<'a> {
     /// Gives up after `limit` without progress, or as soon as `stop` is set.
     pub(crate) fn new(what: &'static str, limit: Duration, stop: Option<&'a AtomicBool>) -> Self {
-        Patience { limit, last_progress: Instant::now(), stop, what }
+        Patience { limit, after_first_byte: None, last_progress: Instant::now(), stop, what }
     }
 
     /// Changes the limit, counting from now.
     pub(crate) fn restart(&mut self, what: &'static str, limit: Duration) {
         self.what = what;
         self.limit = limit;
+        self.after_first_byte = None;
         self.last_progress = Instant::now();
+    }
+
+    /// Waits up to `idle` for the first byte, then allows `busy` between bytes.
+    pub(crate) fn restart_idle(&mut self, what: &'static str, idle: Duration, busy: Duration) {
+        self.restart(what, idle);
+        self.after_first_byte = Some(busy);
     }
 
     fn progressed(&mut self) {
         self.last_progress = Instant::now();
+        if let Some(busy) = self.after_first_byte.take() {
+            self.limit = busy;
+        }
     }
 
     /// Called after a tick without progress: Ok to keep waiting, or the error that ends the wait.

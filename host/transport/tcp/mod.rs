@@ -213,6 +213,53 @@ impl Transport for TcpTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{BufferSet, CompletionSignal, Opcode, RegisteredBuffer, Segment, SegmentId, TaskSlot};
+    use crate::metadata::BufferDescriptor;
+    use std::sync::{Arc, RwLock};
+    use std::time::Instant;
+
+    #[test]
+    fn the_client_checks_both_ranges_before_sending_anything() {
+        let mut memory = vec![0u8; 8192];
+        let base = memory.as_mut_ptr() as u64;
+        let mut set = BufferSet::new();
+        set.insert(RegisteredBuffer { addr: base, length: 4096, location: "cpu:0".into() }).expect("insert");
+        set.insert(RegisteredBuffer { addr: base + 4096, length: 4096, location: "cpu:0".into() }).expect("insert");
+        let shared = Arc::new(RwLock::new(set));
+        let config = EngineConfig::new("127.0.0.1:1");
+        let none = |_: &str| None::<String>;
+        let options = TcpOptions::from_config_and_env(&config, &none).expect("options");
+        let transport = TcpTransport::start(options, shared).expect("start");
+        // A descriptor that lists the same two buffers (the target is this very server), as a peer would publish.
+        let mut descriptor = SegmentDescriptor::new("127.0.0.1:1", vec!["tcp".into()]);
+        transport.describe(&mut descriptor);
+        descriptor.buffers = vec![
+            BufferDescriptor { name: "b0".into(), addr: base, length: 4096 },
+            BufferDescriptor { name: "b1".into(), addr: base + 4096, length: 4096 },
+        ];
+        let segment = Arc::new(Segment::from_descriptor(SegmentId(1), descriptor).expect("segment"));
+        let signal = Arc::new(CompletionSignal::default());
+        let bad = [
+            (base, base + 4000, 200u64), // remote range spans two adjacent buffers
+            (base + 4000, base, 200),    // local range spans two adjacent buffers
+            (base + 9000, base, 8),      // local range not registered
+            (base, base + 8192, 1),      // remote range past every buffer
+            (base, base, 0),             // zero length
+        ];
+        let mut slots = Vec::new();
+        for (local_addr, remote_addr, length) in bad {
+            let slot = Arc::new(TaskSlot::new(Instant::now() + std::time::Duration::from_secs(5), signal.clone()));
+            slots.push(slot.clone());
+            let transfer =
+                Transfer { opcode: Opcode::Write, local_addr, remote_addr, length, target: segment.clone(), slot };
+            transport.submit(vec![transfer]);
+        }
+        for slot in &slots {
+            assert_eq!(slot.state(), TransferState::Failed, "{:?}", slot.reason());
+        }
+        assert_eq!(transport.server().connections(), 0, "no connection was even opened");
+        assert_eq!(transport.server().served(), 0);
+    }
 
     #[test]
     fn segment_name_hosts() {

@@ -276,8 +276,11 @@ fn serve_connection(stream: &TcpStream, shared: &Shared) -> io::Result<()> {
             patience.restart("write replies", shared.limits.io_timeout);
             outbound.flush(fd, &mut patience)?;
         }
-        let limit = if inbound.buffered() == 0 { shared.limits.idle_timeout } else { shared.limits.io_timeout };
-        patience.restart("read request header", limit);
+        if inbound.buffered() == 0 {
+            patience.restart_idle("read request header", shared.limits.idle_timeout, shared.limits.io_timeout);
+        } else {
+            patience.restart("read request header", shared.limits.io_timeout);
+        }
         let Some(bytes) = inbound.frame::<HEADER_LEN>(&mut patience)? else {
             return Ok(());
         };
