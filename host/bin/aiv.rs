@@ -44,10 +44,11 @@ enum Operation {
     Write,
 }
 
-/// Flags and defaults follow transfer_engine_bench; initiator and target run in this process for now.
+/// Flags and defaults follow transfer_engine_bench. For tcp without --segment_id, a second engine of this process
+/// is the target (over loopback sockets); --mode target serves a buffer to another process.
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
-    /// Role of this process (only the in-process initiator is available in this build)
+    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes for --duration seconds)
     #[arg(long, value_enum, default_value = "initiator")]
     mode: Mode,
     /// Transfer direction
@@ -132,11 +133,6 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
     };
-    if matches!(args.mode, Mode::Target) {
-        return Err("--mode target: serving memory to another process is not available in this build yet; \
-                    run without --mode to benchmark initiator and target in one process"
-            .into());
-    }
     if !(args.duration.is_finite() && args.duration > 0.0) {
         return Err(format!("--duration: expected a positive number of seconds, found {}", args.duration));
     }
@@ -159,24 +155,33 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     }
     let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
     // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
-    let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() {
+    let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator)
+    {
         let mut target_config = config;
         target_config.local_hostname = sibling_name(engine.name());
         Some(TransferEngine::new(target_config).map_err(|e| format!("starting the target engine: {e}"))?)
     } else {
         None
     };
-    if let Some(segment) = &args.segment_id {
-        if segment != engine.name() {
-            return Err(format!(
-                "--segment_id {segment:?}: only this engine's own segment ({:?}) is reachable in this build",
-                engine.name()
-            ));
-        }
+    if matches!(args.mode, Mode::Target) {
+        let port = engine.local_descriptor().tcp_data_port.unwrap_or(0);
+        return bench::serve_target(&engine, &params, |addr| {
+            println!(
+                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, for {:.0} s",
+                engine.name(),
+                params.buffer_size,
+                params.duration.as_secs_f64()
+            );
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+        })
+        .map_err(|e| e.to_string());
     }
-    let report = match &wire_target {
-        Some(target) => bench::run_two_engines(&engine, target, &params),
-        None => bench::run_loopback(&engine, &params),
+    let remote_segment = args.segment_id.as_deref().filter(|segment| *segment != engine.name());
+    let report = match (&wire_target, remote_segment) {
+        (Some(target), _) => bench::run_two_engines(&engine, target, &params),
+        (None, Some(segment)) => bench::run_against_segment(&engine, &params, segment),
+        (None, None) => bench::run_loopback(&engine, &params),
     }
     .map_err(|e| e.to_string())?;
     let outcome = &report.outcome;
@@ -186,9 +191,10 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         params.batch_size,
         params.block_size,
         params.threads,
-        match &wire_target {
-            Some(target) => format!("target engine {:?} of this process over loopback tcp", target.name()),
-            None => "in-process target (this engine's own segment)".to_string(),
+        match (&wire_target, remote_segment) {
+            (Some(target), _) => format!("target engine {:?} of this process over loopback tcp", target.name()),
+            (None, Some(segment)) => format!("target segment {segment:?} of another process"),
+            (None, None) => "in-process target (this engine's own segment)".to_string(),
         }
     );
     if let Some(sample) = &outcome.evidence.sample {

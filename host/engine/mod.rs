@@ -57,6 +57,13 @@ impl TransferEngine {
     pub fn new(config: EngineConfig) -> Result<Self> {
         let metadata: Arc<dyn MetadataBackend> = if config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
             Arc::new(InProcessDirectory::global())
+        } else if config.metadata_server.starts_with("http://") {
+            // INTERIM (tcp interop tests): replaced by the shared HTTP backend of `crate::metadata` when it lands.
+            let cluster = std::env::var("MC_METADATA_CLUSTER_ID").unwrap_or_default();
+            Arc::new(crate::transport::tcp::interim_http_metadata::InterimHttpMetadata::new(
+                &config.metadata_server,
+                &cluster,
+            )?)
         } else {
             return Err(EngineError::Metadata {
                 operation: "connect",

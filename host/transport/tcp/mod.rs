@@ -11,6 +11,7 @@
 //! `MC_TCP_PROTO=1` makes this side speak and advertise v1; `AIV_TCP_LANES` sets connections per peer.
 
 pub mod client;
+pub mod interim_http_metadata;
 mod io;
 pub mod server;
 pub mod wire;
