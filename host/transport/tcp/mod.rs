@@ -262,6 +262,62 @@ mod tests {
         assert_eq!(transport.server().served(), 0);
     }
 
+    /// Many transfers in several submissions reuse the same `lanes` connections (persistent, pipelined).
+    #[test]
+    fn lanes_are_persistent_connections() {
+        let mut a_memory = vec![1u8; 1 << 16];
+        let mut b_memory = vec![2u8; 1 << 16];
+        let share = |memory: &mut Vec<u8>| {
+            let mut set = BufferSet::new();
+            let buffer = RegisteredBuffer {
+                addr: memory.as_mut_ptr() as u64,
+                length: memory.len() as u64,
+                location: "cpu:0".into(),
+            };
+            set.insert(buffer).expect("insert");
+            Arc::new(RwLock::new(set))
+        };
+        let config = EngineConfig::new("127.0.0.1:1");
+        let none = |_: &str| None::<String>;
+        let options = TcpOptions::from_config_and_env(&config, &none).expect("options");
+        let lanes = options.client.lanes;
+        let a = TcpTransport::start(options.clone(), share(&mut a_memory)).expect("a");
+        let b = TcpTransport::start(options, share(&mut b_memory)).expect("b");
+        let mut descriptor = SegmentDescriptor::new("127.0.0.1:2", vec!["tcp".into()]);
+        b.describe(&mut descriptor);
+        let b_base = b_memory.as_ptr() as u64;
+        descriptor.buffers = vec![BufferDescriptor { name: "b".into(), addr: b_base, length: b_memory.len() as u64 }];
+        let segment = Arc::new(Segment::from_descriptor(SegmentId(1), descriptor).expect("segment"));
+        let signal = Arc::new(CompletionSignal::default());
+        let a_base = a_memory.as_ptr() as u64;
+        let mut slots = Vec::new();
+        for round in 0..5u64 {
+            let transfers: Vec<Transfer> = (0..20u64)
+                .map(|i| {
+                    let slot =
+                        Arc::new(TaskSlot::new(Instant::now() + std::time::Duration::from_secs(10), signal.clone()));
+                    slots.push(slot.clone());
+                    let offset = (round * 20 + i) * 256;
+                    Transfer {
+                        opcode: Opcode::Write,
+                        local_addr: a_base + offset,
+                        remote_addr: b_base + offset,
+                        length: 256,
+                        target: segment.clone(),
+                        slot,
+                    }
+                })
+                .collect();
+            a.submit(transfers);
+            signal.wait_for(slots.len(), Instant::now() + std::time::Duration::from_secs(10));
+        }
+        assert!(slots.iter().all(|slot| slot.state() == TransferState::Completed));
+        assert_eq!(b.server().served(), 100);
+        assert_eq!(b.server().connections(), lanes, "100 requests over {lanes} persistent connections");
+        assert_eq!(b_memory[..100 * 256], a_memory[..100 * 256]);
+        drop((a, b));
+    }
+
     #[test]
     fn segment_name_hosts() {
         assert_eq!(host_of_segment_name("127.0.0.1:12501"), "127.0.0.1");
