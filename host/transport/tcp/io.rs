@@ -1,8 +1,8 @@
 //! Raw socket I/O shared by the data server and the client lanes.
 //!
-//! Bytes move between sockets and registered memory through `read(2)`/`writev(2)` on raw addresses, never through
-//! Rust references to that memory: the memory belongs to the user (or to a peer's request), other threads may touch
-//! it, and a range unmapped behind our back makes the kernel answer EFAULT instead of crashing the process.
+//! Bytes move between sockets and registered memory through `read(2)` and vectored `sendmsg(2)` on raw addresses,
+//! never through Rust references to that memory: the memory belongs to the user (or to a peer's request), other
+//! threads may touch it, and a range unmapped behind our back makes the kernel answer EFAULT instead of crashing the process.
 //! Sockets carry a short receive/send timeout (the "tick"); each blocking call is retried tick by tick while a
 //! [`Patience`] allows it, so every wait is bounded and a stop request is noticed within one tick.
 
@@ -123,7 +123,7 @@ pub(crate) unsafe fn read_exact_raw(
 /// The most iovecs handed to one `writev(2)` (Linux's IOV_MAX is 1024).
 pub(crate) const MAX_IOVECS: usize = 1024;
 
-/// Writes every byte the iovecs describe, retrying partial writes, EINTR and ticks while `patience` allows. The
+/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while `patience` allows. The
 /// vector is consumed (left empty on success, in an unspecified state on error).
 ///
 /// # Safety
@@ -140,9 +140,16 @@ pub(crate) unsafe fn write_all_vectored(
             continue;
         }
         let count = (iovecs.len() - first).min(MAX_IOVECS);
-        // SAFETY: the caller guarantees every iovec's memory; writev(2) only reads it. `first + count` is within
-        // the vector.
-        let wrote = unsafe { libc::writev(fd, iovecs.as_ptr().add(first), count as libc::c_int) };
+        // sendmsg(2) is writev(2) with flags: MSG_NOSIGNAL turns a peer's reset into EPIPE instead of SIGPIPE,
+        // which would kill a host process that has not ignored the signal (Python, C++).
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); the iovec pointer and count describe
+        // `iovecs[first..first + count]`, which stays alive and unchanged during the call.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        // SAFETY: `first < iovecs.len()`, so the pointer is inside the vector.
+        message.msg_iov = unsafe { iovecs.as_mut_ptr().add(first) };
+        message.msg_iovlen = count as _;
+        // SAFETY: the caller guarantees every iovec's memory; sendmsg(2) only reads it.
+        let wrote = unsafe { libc::sendmsg(fd, &message, libc::MSG_NOSIGNAL) };
         if wrote < 0 {
             let error = io::Error::last_os_error();
             if error.kind() == io::ErrorKind::Interrupted {
