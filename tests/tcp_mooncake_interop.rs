@@ -16,12 +16,15 @@ use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use aiv_transport::bench::{self, BenchParams};
 use aiv_transport::config::EngineConfig;
-use aiv_transport::transport::tcp::{TcpOptions, WireVersion};
+use aiv_transport::engine::{BufferSet, RegisteredBuffer};
+use aiv_transport::metadata::{BufferDescriptor, MetadataBackend, SegmentDescriptor};
+use aiv_transport::transport::tcp::interim_http_metadata::InterimHttpMetadata;
+use aiv_transport::transport::tcp::{ServerLimits, TcpDataServer, TcpOptions, WireVersion};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
 
 /// One Mooncake scenario at a time: they are heavy for a 2-core machine.
@@ -309,9 +312,65 @@ fn aiv_v1_initiator_against_mooncake_python_target_http() {
     aiv_initiator_against_python_target("aiv_v1_initiator_against_mooncake_python_target_http", WireVersion::V1, false);
 }
 
+/// Mooncake's Python initiator against a bare aiv data server whose descriptor is published by hand: the server's
+/// per-framing counters show which framing Mooncake really spoke (v1 with `MC_TCP_PROTO=1`, else v2).
+fn python_initiator_framing(test: &str, mooncake_v1: bool) {
+    let Some(venv) = venv(test) else { return };
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let metadata = Metadata::start(&venv);
+    let size = 1usize << 20;
+    let mut region = pattern(5, size);
+    let addr = region.as_mut_ptr() as u64;
+    let mut buffers = BufferSet::new();
+    buffers.insert(RegisteredBuffer { addr, length: size as u64, location: "cpu:0".into() }).expect("insert");
+    let memory = Arc::new(RwLock::new(buffers));
+    let server =
+        TcpDataServer::start("127.0.0.1:0".parse().expect("address"), memory, ServerLimits::default()).expect("server");
+    let name = format!("127.0.0.1:{}", free_port());
+    let mut descriptor = SegmentDescriptor::new(name.clone(), vec!["tcp".into()]);
+    descriptor.tcp_data_port = Some(server.address().port());
+    descriptor.tcp_proto_version = Some(2);
+    descriptor.tcp_data_host = Some("127.0.0.1".into());
+    descriptor.buffers = vec![BufferDescriptor { name: name.clone(), addr, length: size as u64 }];
+    let publisher = InterimHttpMetadata::new(&metadata.url, "").expect("metadata client");
+    publisher.publish(&descriptor).expect("publish");
+    let mut command = Command::new(venv.join("bin/python"));
+    command.arg(peer_script()).args(["initiator", "--metadata", &metadata.url, "--target", &name]);
+    command.args([
+        "--name",
+        &format!("127.0.0.1:{}", free_port()),
+        "--size",
+        &size.to_string(),
+        "--expect",
+        "5",
+        "--write",
+        "11",
+    ]);
+    if mooncake_v1 {
+        command.env("MC_TCP_PROTO", "1");
+    }
+    let (ok, lines) = Process::spawn("mooncake-py", command).finish(Duration::from_secs(60));
+    assert!(ok && lines.iter().any(|l| l == "INITIATOR ok"), "Mooncake's initiator reported failure");
+    let (v1, v2) = (server.served_with(WireVersion::V1), server.served_with(WireVersion::V2));
+    eprintln!("{test}: served {v1} v1 and {v2} v2 requests");
+    if mooncake_v1 {
+        assert!(v1 > 0 && v2 == 0, "MC_TCP_PROTO=1: expected only v1 requests, got {v1} v1 / {v2} v2");
+    } else {
+        assert!(v2 > 0 && v1 == 0, "expected only v2 requests, got {v1} v1 / {v2} v2");
+    }
+    publisher.remove(&name).expect("withdraw");
+    drop(server);
+    assert_eq!(region, pattern(11, size), "the server's memory holds what Mooncake wrote");
+}
+
 #[test]
-fn aiv_initiator_against_mooncake_v1_python_target_http() {
-    aiv_initiator_against_python_target("aiv_initiator_against_mooncake_v1_python_target_http", WireVersion::V2, true);
+fn mooncake_python_initiator_speaks_v2_to_an_aiv_server() {
+    python_initiator_framing("mooncake_python_initiator_speaks_v2_to_an_aiv_server", false);
+}
+
+#[test]
+fn mooncake_python_initiator_speaks_v1_to_an_aiv_server_when_told() {
+    python_initiator_framing("mooncake_python_initiator_speaks_v1_to_an_aiv_server_when_told", true);
 }
 
 fn bench_result(lines: &[String]) -> Option<(u64, f64)> {

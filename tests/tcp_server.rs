@@ -90,7 +90,7 @@ fn v2_write_then_read_on_one_persistent_connection() {
     let mut back = vec![0u8; 1000];
     stream.read_exact(&mut back).expect("data");
     assert_eq!(back, payload);
-    assert_eq!(fixture.server.served(), 2);
+    assert_eq!((fixture.server.served(), fixture.server.served_with(WireVersion::V2)), (2, 2));
 }
 
 #[test]
@@ -105,6 +105,7 @@ fn v1_has_no_status_frames() {
     let mut back = vec![0u8; 300];
     stream.read_exact(&mut back).expect("data");
     assert_eq!(back, payload);
+    assert_eq!((fixture.server.served_with(WireVersion::V1), fixture.server.served_with(WireVersion::V2)), (2, 0));
 }
 
 #[test]

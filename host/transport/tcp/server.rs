@@ -77,8 +77,8 @@ struct Shared {
     connections: Mutex<HashMap<u64, TcpStream>>,
     drained: Condvar,
     next_connection: AtomicU64,
-    /// Requests served and rejected, for tests and logs.
-    served: AtomicU64,
+    /// Requests served per framing (v1, v2) and rejected, for tests and logs.
+    served: [AtomicU64; 2],
     rejected: AtomicU64,
 }
 
@@ -103,7 +103,7 @@ impl TcpDataServer {
             connections: Mutex::new(HashMap::new()),
             drained: Condvar::new(),
             next_connection: AtomicU64::new(1),
-            served: AtomicU64::new(0),
+            served: [AtomicU64::new(0), AtomicU64::new(0)],
             rejected: AtomicU64::new(0),
         });
         let listener_fd = listener.as_raw_fd();
@@ -125,7 +125,12 @@ impl TcpDataServer {
 
     /// Requests served so far.
     pub fn served(&self) -> u64 {
-        self.shared.served.load(Ordering::Relaxed)
+        self.shared.served.iter().map(|count| count.load(Ordering::Relaxed)).sum()
+    }
+
+    /// Requests served so far that used the framing `version`.
+    pub fn served_with(&self, version: WireVersion) -> u64 {
+        self.shared.served[version_index(version)].load(Ordering::Relaxed)
     }
 
     /// Requests rejected so far (bounds), each of which closed its connection.
@@ -329,7 +334,14 @@ fn serve_connection(stream: &TcpStream, shared: &Shared) -> io::Result<()> {
                 outbound.push_memory(addr, length);
             }
         }
-        shared.served.fetch_add(1, Ordering::Relaxed);
+        shared.served[version_index(header.version)].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn version_index(version: WireVersion) -> usize {
+    match version {
+        WireVersion::V1 => 0,
+        WireVersion::V2 => 1,
     }
 }
 
