@@ -4,6 +4,8 @@
 #
 #   benches/tcp_vs_mooncake.sh                       # in-process aiv (two engines), Mooncake over P2PHANDSHAKE
 #   AIV_BENCH_MODE=http benches/tcp_vs_mooncake.sh   # both sides as two processes over Mooncake's HTTP metadata
+#   AIV_BENCH_MODE=p2p benches/tcp_vs_mooncake.sh    # both sides as two processes over P2PHANDSHAKE (needs the
+#                                                    # metadata layer's cross-process handshake in aiv)
 #
 # Knobs (environment): DURATION (s, default 5), BLOCKS ("4096 65536 1048576"), OPERATIONS ("write read"),
 # THREADS (2), BATCH (32), BUFFER (1073741824), MOONCAKE_ENV (extra VAR=value for the Mooncake processes, e.g.
@@ -21,6 +23,7 @@ batch="${BATCH:-32}"
 buffer="${BUFFER:-1073741824}"
 mode="${AIV_BENCH_MODE:-inproc}"
 mooncake_env=(MC_TCP_BIND_ADDRESS=127.0.0.1 ${MOONCAKE_ENV:-})
+case "$mode" in inproc | http | p2p) ;; *) echo "AIV_BENCH_MODE must be inproc, http or p2p" >&2; exit 2 ;; esac
 
 venv="$("$repo/tests/support/mooncake.sh")"
 package="$("$venv/bin/python" -c 'import mooncake, os; print(os.path.dirname(mooncake.__file__))')"
@@ -74,14 +77,14 @@ else
     mc_name="$(wait_line "$work/mc-target.log" "listening on 127\.0\.0\.1:[0-9]+" | grep -oE "127\.0\.0\.1:[0-9]+$")"
 fi
 
-# aiv's target (http mode only; in-process mode runs both engines inside `aiv bench`).
+# aiv's target as its own process (http, p2p); in-process mode runs both engines inside `aiv bench`.
 aiv_segment=()
-if [[ "$mode" == http ]]; then
-    aiv_name="127.0.0.1:$(free_port)"
-    "$aiv" bench --mode target --protocol tcp --metadata_server "$metadata" --local_server_name "$aiv_name" \
-        --buffer_size "$buffer" --duration 3600 >"$work/aiv-target.log" 2>&1 &
+if [[ "$mode" == http || "$mode" == p2p ]]; then
+    "$aiv" bench --mode target --protocol tcp --metadata_server "$metadata" \
+        --local_server_name "127.0.0.1:$(free_port)" --buffer_size "$buffer" --duration 3600 >"$work/aiv-target.log" 2>&1 &
     pids+=($!)
-    wait_line "$work/aiv-target.log" "aiv bench target: segment" >/dev/null
+    # The name peers open, as the target prints it (under P2PHANDSHAKE it may differ from the one given).
+    aiv_name="$(wait_line "$work/aiv-target.log" "aiv bench target: segment" | awk '{print $5}')"
     aiv_segment=(--metadata_server "$metadata" --segment_id "$aiv_name" --local_server_name "127.0.0.1:$(free_port)")
 fi
 

@@ -6,7 +6,8 @@
         (one whole-range write, then a batch of 4 KiB writes over the first 64 KiB), reads it back and checks.
         Exit 0 only if every transfer returned 0 and every byte matched.
     mooncake_peer.py target --metadata URL --name HOST:PORT --size N --fill SEED
-        Registers N bytes holding pattern(--fill), prints "READY <segment> <addr> <size>", then waits for one line
+        Registers N bytes holding pattern(--fill), prints "READY <segment> <addr> <size>" (under P2PHANDSHAKE the
+        segment is host:<actual RPC port>), then waits for one line
         on stdin: "verify SEED" checks the buffer holds pattern(SEED) and prints "VERIFY ok" or "VERIFY bad <index>".
 
 pattern(seed)[i] = ((i % 251) + seed) % 256, the same on the Rust side. Talks only to the addresses it is given
@@ -39,6 +40,14 @@ def start_engine(args) -> TransferEngine:
         print(f"initialize failed: {rc}", flush=True)
         sys.exit(2)
     return engine
+
+
+def segment_name(engine: TransferEngine, args) -> str:
+    """The name peers open: under P2PHANDSHAKE Mooncake renames the segment host:<actual RPC port>."""
+    if args.metadata.upper() == "P2PHANDSHAKE":
+        host = args.name.rsplit(":", 1)[0]
+        return f"{host}:{engine.get_rpc_port()}"
+    return args.name
 
 
 def initiator(args) -> int:
@@ -88,7 +97,7 @@ def target(args) -> int:
     if engine.register_memory(base, size) != 0:
         print("register_memory failed", flush=True)
         return 2
-    print(f"READY {args.name} {base} {size}", flush=True)
+    print(f"READY {segment_name(engine, args)} {base} {size}", flush=True)
     ready, _, _ = select.select([sys.stdin], [], [], args.timeout)
     line = sys.stdin.readline().split() if ready else []
     if len(line) == 2 and line[0] == "verify":
