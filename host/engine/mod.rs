@@ -110,9 +110,8 @@ impl TransferEngine {
         if self.has_transport(Protocol::Tcp) {
             return Ok(());
         }
-        let start_error = tcp_start_error;
         let transport =
-            crate::transport::tcp::TcpTransport::start(options, self.memory.clone()).map_err(start_error)?;
+            crate::transport::tcp::TcpTransport::start(options, self.memory.clone()).map_err(tcp_start_error)?;
         {
             let mut local = write(&self.local_segment);
             let mut descriptor = local.descriptor.clone();
