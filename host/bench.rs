@@ -397,3 +397,76 @@ pub fn run_loopback(engine: &TransferEngine, params: &BenchParams) -> Result<Loo
     let memcpy_bytes_per_second = memcpy_reference(&local, &mut target, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }
+
+/// Runs initiator and target as two engines of this process: `target` serves a buffer of `buffer_size` bytes,
+/// `initiator` opens `target`'s segment by name and moves the workload to it through its transport for
+/// `params.protocol` (for `tcp`: over loopback sockets, every byte through the wire). Then the memcpy reference
+/// over the same two buffers.
+pub fn run_two_engines(
+    initiator: &TransferEngine,
+    target: &TransferEngine,
+    params: &BenchParams,
+) -> Result<LoopbackReport> {
+    params.validate()?;
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    let mut local = vec![0xA5u8; size];
+    let mut remote = vec![0x5Au8; size];
+    let local_addr = local.as_mut_ptr() as u64;
+    let remote_addr = remote.as_mut_ptr() as u64;
+    // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
+    // waits for each batch) and after both registrations are withdrawn below.
+    unsafe {
+        initiator.register_memory(local_addr, params.buffer_size, "cpu:0")?;
+        target.register_memory(remote_addr, params.buffer_size, "cpu:0")?;
+    }
+    let outcome = initiator
+        .open_segment(target.name())
+        .and_then(|segment| run_initiator(initiator, params, segment, local_addr, remote_addr));
+    initiator.unregister_memory(local_addr)?;
+    target.unregister_memory(remote_addr)?;
+    let outcome = outcome?;
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(&local, &mut remote, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}
+
+/// Runs the initiator against `segment`, a segment of another process found through `engine`'s metadata: a local
+/// buffer of `buffer_size` bytes is registered, the workload targets the segment's first buffer. Then the memcpy
+/// reference over the local buffer and a scratch buffer of the same size.
+pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segment: &str) -> Result<LoopbackReport> {
+    params.validate()?;
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    let target = engine.open_segment(segment)?;
+    let target_base = engine.get_first_buffer_address(segment)?;
+    let mut local = vec![0xA5u8; size];
+    let local_addr = local.as_mut_ptr() as u64;
+    // SAFETY: the vector lives until the end of this function, after every batch has finished (run_initiator waits
+    // for each batch) and after the registration is withdrawn below.
+    unsafe { engine.register_memory(local_addr, params.buffer_size, "cpu:0")? };
+    let outcome = run_initiator(engine, params, target, local_addr, target_base);
+    engine.unregister_memory(local_addr)?;
+    let outcome = outcome?;
+    let mut scratch = vec![0x5Au8; size];
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(&local, &mut scratch, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}
+
+/// The target side for another process's initiator: registers a buffer of `buffer_size` bytes with `engine`
+/// (published through its metadata), calls `ready` with its address, serves for `params.duration`, then withdraws it.
+pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    let mut buffer = vec![0x5Au8; size];
+    let addr = buffer.as_mut_ptr() as u64;
+    // SAFETY: the vector outlives the registration, withdrawn below before it is dropped; peers only reach it
+    // through the engine's transports while it is registered.
+    unsafe { engine.register_memory(addr, params.buffer_size, "cpu:0")? };
+    ready(addr);
+    std::thread::sleep(params.duration);
+    engine.unregister_memory(addr)?;
+    drop(buffer);
+    Ok(())
+}

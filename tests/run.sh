@@ -21,6 +21,11 @@ AIV_TEST_ETCD="$(bash tests/support/etcd.sh start | tail -n 1)"
 export AIV_TEST_ETCD
 echo "etcd at $AIV_TEST_ETCD"
 
+step "the real Mooncake wheel for interop tests (virtualenv; Debian's libibverbs1 and libnuma1 if missing)"
+AIV_TEST_MOONCAKE_VENV="$(bash tests/support/mooncake.sh | tail -n 1)"
+export AIV_TEST_MOONCAKE_VENV
+echo "Mooncake virtualenv at $AIV_TEST_MOONCAKE_VENV"
+
 # ABI conformance: the -sys crates' declarations compiled against the real CANN ACL/HCCL headers, taken from the
 # torch-npu wheel (tests/abi_headers.sh downloads it with pip into the ignored .aiv-cache). Fails when the headers
 # cannot be had; a developer without registry access may set AIV_SKIP_ABI=1, which CI refuses.

@@ -58,10 +58,11 @@ enum Operation {
     Write,
 }
 
-/// Flags and defaults follow transfer_engine_bench; initiator and target run in this process for now.
+/// Flags and defaults follow transfer_engine_bench. For tcp without --segment_id, a second engine of this process
+/// is the target (over loopback sockets); --mode target serves a buffer to another process.
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
-    /// Role of this process (only the in-process initiator is available in this build)
+    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes for --duration seconds)
     #[arg(long, value_enum, default_value = "initiator")]
     mode: Mode,
     /// Transfer direction
@@ -76,7 +77,8 @@ struct BenchArgs {
     /// This engine's name (default: the config's local_hostname, else 127.0.0.1:12345)
     #[arg(long = "local_server_name")]
     local_server_name: Option<String>,
-    /// Segment to transfer with (default: this engine's own segment)
+    /// Segment to transfer with (default: this engine's own segment; for tcp, a second engine of this process
+    /// reached over loopback sockets)
     #[arg(long = "segment_id")]
     segment_id: Option<String>,
     /// NIC list, kept for compatibility
@@ -154,11 +156,6 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
     };
-    if matches!(args.mode, Mode::Target) {
-        return Err("--mode target: serving memory to another process is not available in this build yet; \
-                    run without --mode to benchmark initiator and target in one process"
-            .into());
-    }
     if !(args.duration.is_finite() && args.duration > 0.0) {
         return Err(format!("--duration: expected a positive number of seconds, found {}", args.duration));
     }
@@ -176,23 +173,52 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         report_unit: args.report_unit,
         report_precision: args.report_precision,
     };
-    let engine = TransferEngine::new(config).map_err(|e| e.to_string())?;
-    if let Some(segment) = &args.segment_id {
-        if segment != engine.name() {
-            return Err(format!(
-                "--segment_id {segment:?}: only this engine's own segment ({:?}) is reachable in this build",
-                engine.name()
-            ));
-        }
+    if protocol == Protocol::Tcp {
+        config.protocol = Protocol::Tcp;
     }
-    let report = bench::run_loopback(&engine, &params).map_err(|e| e.to_string())?;
+    let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
+    // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
+    let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator)
+    {
+        let mut target_config = config;
+        target_config.local_hostname = sibling_name(engine.name());
+        Some(TransferEngine::new(target_config).map_err(|e| format!("starting the target engine: {e}"))?)
+    } else {
+        None
+    };
+    if matches!(args.mode, Mode::Target) {
+        let port = engine.local_descriptor().tcp_data_port.unwrap_or(0);
+        return bench::serve_target(&engine, &params, |addr| {
+            println!(
+                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, for {:.0} s",
+                engine.name(),
+                params.buffer_size,
+                params.duration.as_secs_f64()
+            );
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+        })
+        .map_err(|e| e.to_string());
+    }
+    let remote_segment = args.segment_id.as_deref().filter(|segment| *segment != engine.name());
+    let report = match (&wire_target, remote_segment) {
+        (Some(target), _) => bench::run_two_engines(&engine, target, &params),
+        (None, Some(segment)) => bench::run_against_segment(&engine, &params, segment),
+        (None, None) => bench::run_loopback(&engine, &params),
+    }
+    .map_err(|e| e.to_string())?;
     let outcome = &report.outcome;
     println!(
-        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), in-process target",
+        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), {}",
         params.operation.as_str(),
         params.batch_size,
         params.block_size,
-        params.threads
+        params.threads,
+        match (&wire_target, remote_segment) {
+            (Some(target), _) => format!("target engine {:?} of this process over loopback tcp", target.name()),
+            (None, Some(segment)) => format!("target segment {segment:?} of another process"),
+            (None, None) => "in-process target (this engine's own segment)".to_string(),
+        }
     );
     if let Some(sample) = &outcome.evidence.sample {
         println!(
@@ -230,6 +256,16 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         return Err("every batch failed".into());
     }
     Ok(())
+}
+
+/// A name for a second engine next to `name`: the same host with the next port (`host:port` names), else a suffix.
+fn sibling_name(name: &str) -> String {
+    if let Some((host, port)) = name.rsplit_once(':') {
+        if let Ok(port) = port.parse::<u16>() {
+            return format!("{host}:{}", port.wrapping_add(1).max(1));
+        }
+    }
+    format!("{name}-target")
 }
 
 fn yes_no(flag: bool) -> &'static str {

@@ -37,7 +37,8 @@ use crate::transport::{Protocol, Transfer, Transport};
 pub struct TransferEngine {
     config: EngineConfig,
     name: String,
-    memory: RwLock<BufferSet>,
+    /// Shared with the tcp data server, which checks every peer request against it.
+    memory: Arc<RwLock<BufferSet>>,
     /// The engine's own segment, rebuilt whenever local registration changes.
     local_segment: RwLock<Arc<Segment>>,
     segments: RwLock<SegmentTable>,
@@ -70,10 +71,10 @@ impl TransferEngine {
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
         metadata.publish(&local_segment.descriptor)?;
         tracing::info!(name = %name, protocol = %config.protocol, metadata = %config.metadata_server, "engine started");
-        Ok(TransferEngine {
+        let engine = TransferEngine {
             config,
             name,
-            memory: RwLock::new(BufferSet::new()),
+            memory: Arc::new(RwLock::new(BufferSet::new())),
             local_segment: RwLock::new(Arc::new(local_segment)),
             segments: RwLock::new(SegmentTable::default()),
             batches: Mutex::new(HashMap::new()),
@@ -81,7 +82,44 @@ impl TransferEngine {
             local_transport: Arc::new(LocalTransport),
             transports: RwLock::new(HashMap::new()),
             metadata,
-        })
+        };
+        if engine.config.protocol == Protocol::Tcp {
+            engine.enable_tcp_transport()?;
+        }
+        Ok(engine)
+    }
+
+    /// Starts the `tcp` transport (data server and client lanes), publishes its port, version and host in this
+    /// engine's descriptor, and installs it. Done by [`Self::new`] when the configured protocol is `tcp`; other
+    /// engines may call it to serve and reach Mooncake's TCP peers too. Calling it again changes nothing.
+    pub fn enable_tcp_transport(&self) -> Result<()> {
+        let options = crate::transport::tcp::TcpOptions::from_config(&self.config).map_err(tcp_start_error)?;
+        self.enable_tcp_transport_with(options)
+    }
+
+    /// [`Self::enable_tcp_transport`] with explicit options (bind address, wire version, lanes, timeouts).
+    pub fn enable_tcp_transport_with(&self, options: crate::transport::tcp::TcpOptions) -> Result<()> {
+        if self.has_transport(Protocol::Tcp) {
+            return Ok(());
+        }
+        let transport =
+            crate::transport::tcp::TcpTransport::start(options, self.memory.clone()).map_err(tcp_start_error)?;
+        {
+            let mut local = write(&self.local_segment);
+            let mut descriptor = local.descriptor.clone();
+            transport.describe(&mut descriptor);
+            let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
+                .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
+            *local = Arc::new(segment);
+        }
+        self.install_transport(Protocol::Tcp, Arc::new(transport));
+        self.republish_local_segment()
+    }
+
+    /// The registered local buffers, shared: a server that serves peers' requests checks each one against the
+    /// registrations of that moment.
+    pub fn shared_memory(&self) -> Arc<RwLock<BufferSet>> {
+        self.memory.clone()
     }
 
     /// The engine's segment name: what peers pass to `open_segment` (`host:<rpc port>` with P2P handshake).
@@ -292,12 +330,12 @@ impl TransferEngine {
             .buffers
             .find_containing(request.target_offset, request.length)
             .map_err(|error| format!("target range is not inside one buffer of segment {:?}: {error}", target.name))?;
-        if let Some(transport) = read(&self.transports).get(&protocol) {
-            return Ok((transport.clone(), target));
-        }
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
         if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
             return Ok((self.local_transport.clone(), target));
+        }
+        if let Some(transport) = read(&self.transports).get(&protocol) {
+            return Ok((transport.clone(), target));
         }
         Err(format!("protocol {protocol} has no transport in this engine for segment {:?}", target.name))
     }
@@ -499,6 +537,10 @@ impl Drop for TransferEngine {
         // Removes the descriptor and rpc_meta and stops the handshake server (bounded waits).
         self.metadata.withdraw();
     }
+}
+
+fn tcp_start_error(error: crate::transport::tcp::TcpError) -> EngineError {
+    EngineError::TransportStart { protocol: Protocol::Tcp, reason: error.to_string() }
 }
 
 fn read<T>(lock: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {

@@ -5,6 +5,7 @@
 //! must finish every transfer it accepts within a bounded time: COMPLETED, FAILED or TIMEOUT, never silence.
 
 pub mod local;
+pub mod tcp;
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,531 @@
+//! The TCP data client: carries transfers to peers' data servers over persistent, pipelined lanes.
+//!
+//! Owns the per-peer lanes and their connections; it never touches memory other than the ranges of the transfers
+//! it was handed. A peer is a data address (host, port) plus the wire version its descriptor asks for. Each peer
+//! has `lanes` lanes; each lane has one persistent connection, a writer thread that sends every queued request in
+//! one `writev` (headers and WRITE payloads straight from registered memory), and a reader thread per connection
+//! that takes the replies in order (statuses, READ payloads straight into registered memory). Writer and reader
+//! are separate so a lane never waits for a reply before sending the next request, and so mixed READ/WRITE
+//! pipelines cannot deadlock on full socket buffers.
+//!
+//! Isolation: `submit` only queues; connecting, sending and receiving happen on the peer's own threads, so a slow
+//! or dead peer delays only its own transfers, which fail with the reason after `io_timeout` without progress.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use super::io::{iovec, thread_cpu_ns, write_all_vectored, Inbound, Patience, MAX_IOVECS};
+use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
+use crate::engine::{Opcode, TransferState};
+use crate::evidence::{Actor, TransferEvidence};
+use crate::transport::Transfer;
+
+/// Tunables of the client.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// Connections (lanes) per peer.
+    pub lanes: usize,
+    /// A transfer that makes no progress for this long fails (and its connection is closed).
+    pub io_timeout: Duration,
+    /// Budget for establishing a connection.
+    pub connect_timeout: Duration,
+    /// A lane idle this long closes its connection.
+    pub idle_close: Duration,
+    /// Socket timeout between checks of deadlines and the stop flag.
+    pub tick: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            lanes: 2,
+            io_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(5),
+            idle_close: Duration::from_secs(60),
+            tick: Duration::from_millis(200),
+        }
+    }
+}
+
+/// Where a peer's data server is, and how to talk to it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PeerKey {
+    /// Host name or address (`tcp_data_host`, else the host of the segment name).
+    pub host: String,
+    /// `tcp_data_port`.
+    pub port: u16,
+    /// Framing: v2 iff the peer's descriptor says `tcp_proto_version >= 2` and this side allows v2.
+    pub version: WireVersion,
+}
+
+/// One transfer on its way through a lane.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) transfer: Transfer,
+}
+
+impl Job {
+    fn header(&self, version: WireVersion) -> RequestHeader {
+        RequestHeader {
+            size: self.transfer.length,
+            addr: self.transfer.remote_addr,
+            opcode: match self.transfer.opcode {
+                Opcode::Read => WireOpcode::Read,
+                Opcode::Write => WireOpcode::Write,
+            },
+            version,
+        }
+    }
+
+    fn finished(&self) -> bool {
+        self.transfer.slot.state().is_terminal()
+    }
+
+    fn complete(self, cpu_ns: u64) {
+        let evidence = TransferEvidence {
+            path: "tcp",
+            descriptor_builder: Actor::HostThread,
+            doorbell_ringer: Actor::HostRuntime,
+            completion_observer: Actor::HostThread,
+            host_device_api_calls: 0,
+            descriptors: 1,
+            doorbells: 1,
+            host_cpu_ns: cpu_ns,
+        };
+        self.transfer.slot.complete(self.transfer.length, evidence);
+    }
+
+    fn fail(self, state: TransferState, reason: String) {
+        self.transfer.slot.finish(state, 0, reason);
+    }
+}
+
+fn failure_state(error: &io::Error) -> TransferState {
+    if error.kind() == io::ErrorKind::TimedOut {
+        TransferState::Timeout
+    } else {
+        TransferState::Failed
+    }
+}
+
+#[derive(Debug)]
+struct ClientShared {
+    options: ClientOptions,
+    stopping: AtomicBool,
+}
+
+/// The client side of the tcp transport.
+#[derive(Debug)]
+pub struct TcpClient {
+    shared: Arc<ClientShared>,
+    peers: Mutex<HashMap<PeerKey, Arc<Peer>>>,
+}
+
+#[derive(Debug)]
+struct Peer {
+    lanes: Vec<Arc<Lane>>,
+    next: AtomicUsize,
+}
+
+#[derive(Debug)]
+struct Lane {
+    key: PeerKey,
+    index: usize,
+    queue: Mutex<VecDeque<Job>>,
+    ready: Condvar,
+}
+
+impl TcpClient {
+    /// A client with no peer yet.
+    pub fn new(options: ClientOptions) -> Self {
+        let options = ClientOptions { lanes: options.lanes.max(1), ..options };
+        TcpClient {
+            shared: Arc::new(ClientShared { options, stopping: AtomicBool::new(false) }),
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The options in force.
+    pub fn options(&self) -> &ClientOptions {
+        &self.shared.options
+    }
+
+    /// Queues jobs for one peer, spread over its lanes. Never blocks on the network.
+    pub(crate) fn submit(&self, key: PeerKey, jobs: Vec<Job>) {
+        if jobs.is_empty() {
+            return;
+        }
+        let peer = match self.peer(&key) {
+            Ok(peer) => peer,
+            Err(error) => {
+                for job in jobs {
+                    job.fail(
+                        TransferState::Failed,
+                        format!("tcp: cannot start lanes to {}:{}: {error}", key.host, key.port),
+                    );
+                }
+                return;
+            }
+        };
+        let lanes = peer.lanes.len();
+        let first = peer.next.fetch_add(1, Ordering::Relaxed);
+        // Contiguous shares: lane k gets jobs [k*n/lanes, (k+1)*n/lanes), starting at a rotating lane so that
+        // single-transfer submissions from several threads still spread.
+        let count = jobs.len();
+        let mut jobs = jobs.into_iter();
+        for share in 0..lanes {
+            let take = (share + 1) * count / lanes - share * count / lanes;
+            if take == 0 {
+                continue;
+            }
+            let lane = &peer.lanes[(first + share) % lanes];
+            let mut queue = lock(&lane.queue);
+            queue.extend(jobs.by_ref().take(take));
+            drop(queue);
+            lane.ready.notify_one();
+        }
+    }
+
+    fn peer(&self, key: &PeerKey) -> io::Result<Arc<Peer>> {
+        let mut peers = lock(&self.peers);
+        if let Some(peer) = peers.get(key) {
+            return Ok(peer.clone());
+        }
+        let mut lanes = Vec::with_capacity(self.shared.options.lanes);
+        for index in 0..self.shared.options.lanes {
+            let lane =
+                Arc::new(Lane { key: key.clone(), index, queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+            let shared = self.shared.clone();
+            let worker = lane.clone();
+            std::thread::Builder::new().name(format!("tcp-lane-{index}")).spawn(move || lane_writer(worker, shared))?;
+            lanes.push(lane);
+        }
+        let peer = Arc::new(Peer { lanes, next: AtomicUsize::new(0) });
+        peers.insert(key.clone(), peer.clone());
+        tracing::debug!(host = %key.host, port = key.port, version = ?key.version, lanes = peer.lanes.len(), "tcp peer opened");
+        Ok(peer)
+    }
+}
+
+impl Drop for TcpClient {
+    fn drop(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        for peer in lock(&self.peers).values() {
+            for lane in &peer.lanes {
+                // Take the queue lock so a writer between its check and its wait cannot miss the wake-up.
+                let _queue = lock(&lane.queue);
+                lane.ready.notify_all();
+            }
+        }
+    }
+}
+
+/// A reply the reader must take, in order.
+#[derive(Debug)]
+struct Expected {
+    job: Job,
+    version: WireVersion,
+    /// CPU nanoseconds the writer spent per job of the group this job was sent in (filled after the send).
+    writer_cpu_share: Arc<AtomicU64>,
+}
+
+/// One connection of a lane, as the writer holds it.
+#[derive(Debug)]
+struct Connection {
+    stream: TcpStream,
+    address: SocketAddr,
+    version: WireVersion,
+    expect: mpsc::Sender<Expected>,
+    broken: Arc<AtomicBool>,
+    outstanding: Arc<AtomicUsize>,
+    last_used: Instant,
+}
+
+impl Drop for Connection {
+    fn drop(&mut self) {
+        // Wakes the reader if it is blocked on the socket; it then fails whatever it still expected.
+        let _ = self.stream.shutdown(Shutdown::Both);
+    }
+}
+
+fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
+    let key = &lane.key;
+    let mut last_error = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
+    for address in (key.host.as_str(), key.port).to_socket_addrs()? {
+        match TcpStream::connect_timeout(&address, options.connect_timeout) {
+            Ok(stream) => {
+                stream.set_nodelay(true)?;
+                stream.set_read_timeout(Some(options.tick))?;
+                stream.set_write_timeout(Some(options.tick))?;
+                let reader_stream = stream.try_clone()?;
+                let (expect, expectations) = mpsc::channel();
+                let broken = Arc::new(AtomicBool::new(false));
+                let outstanding = Arc::new(AtomicUsize::new(0));
+                let reader = Reader {
+                    stream: reader_stream,
+                    address,
+                    expectations,
+                    broken: broken.clone(),
+                    outstanding: outstanding.clone(),
+                    io_timeout: options.io_timeout,
+                };
+                std::thread::Builder::new().name(format!("tcp-reply-{}", lane.index)).spawn(move || reader.run())?;
+                tracing::debug!(%address, lane = lane.index, "tcp lane connected");
+                return Ok(Connection {
+                    stream,
+                    address,
+                    version: key.version,
+                    expect,
+                    broken,
+                    outstanding,
+                    last_used: Instant::now(),
+                });
+            }
+            Err(error) => last_error = error,
+        }
+    }
+    Err(last_error)
+}
+
+/// Whether an idle connection was closed by the peer (EOF or error pending), checked without blocking.
+fn closed_while_idle(connection: &Connection) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv(2) with MSG_PEEK writes at most one byte into `byte`, which lives on this stack frame.
+    let got = unsafe {
+        libc::recv(connection.stream.as_raw_fd(), (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT)
+    };
+    if got == 0 {
+        return true;
+    }
+    if got < 0 {
+        return io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock;
+    }
+    // Bytes nobody asked for: the stream is out of step.
+    true
+}
+
+fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
+    let options = &shared.options;
+    let mut connection: Option<Connection> = None;
+    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(MAX_IOVECS);
+    let mut headers: Vec<[u8; HEADER_LEN]> = Vec::new();
+    loop {
+        let jobs: Vec<Job> = {
+            let mut queue = lock(&lane.queue);
+            let idle_since = Instant::now();
+            while queue.is_empty() && !shared.stopping.load(Ordering::SeqCst) {
+                let waited = idle_since.elapsed();
+                if connection.is_some() && waited >= options.idle_close {
+                    // Idle: give the peer its connection back.
+                    connection = None;
+                }
+                let wait =
+                    if connection.is_some() { options.idle_close.saturating_sub(waited) } else { options.idle_close };
+                queue = lane
+                    .ready
+                    .wait_timeout(queue, wait.max(Duration::from_millis(1)))
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            queue.drain(..).collect()
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            for job in jobs {
+                job.fail(TransferState::Failed, "tcp: transport stopped".into());
+            }
+            return;
+        }
+        let cpu_start = thread_cpu_ns();
+        let jobs: Vec<Job> = jobs.into_iter().filter(|job| !job.finished()).collect();
+        if jobs.is_empty() {
+            continue;
+        }
+        if let Some(current) = &connection {
+            let idle = current.outstanding.load(Ordering::Acquire) == 0
+                && current.last_used.elapsed() > Duration::from_millis(500);
+            if current.broken.load(Ordering::Acquire) || (idle && closed_while_idle(current)) {
+                connection = None;
+            }
+        }
+        if connection.is_none() {
+            match connect(&lane, options) {
+                Ok(fresh) => connection = Some(fresh),
+                Err(error) => {
+                    tracing::warn!(host = %lane.key.host, port = lane.key.port, %error, "tcp: connect failed");
+                    let reason = format!("tcp: connect to {}:{}: {error}", lane.key.host, lane.key.port);
+                    for job in jobs {
+                        job.fail(failure_state(&error), reason.clone());
+                    }
+                    continue;
+                }
+            }
+        }
+        let Some(current) = connection.as_mut() else { continue };
+        if let Err(error) = send_group(current, jobs, &mut iovecs, &mut headers, cpu_start, &shared) {
+            tracing::debug!(address = %current.address, %error, "tcp lane send failed");
+            current.broken.store(true, Ordering::Release);
+            connection = None;
+        }
+    }
+}
+
+/// Sends one group of jobs on `connection` (chunked to the iovec limit). On error the jobs already handed to the
+/// reader are failed by it (the connection is then dropped); the others are failed here.
+fn send_group(
+    connection: &mut Connection,
+    jobs: Vec<Job>,
+    iovecs: &mut Vec<libc::iovec>,
+    headers: &mut Vec<[u8; HEADER_LEN]>,
+    cpu_start: u64,
+    shared: &ClientShared,
+) -> io::Result<()> {
+    let version = connection.version;
+    let fd = connection.stream.as_raw_fd();
+    let mut jobs = jobs.into_iter().peekable();
+    let mut completed_here: Vec<(Job, u64)> = Vec::new();
+    let mut cpu_mark = cpu_start;
+    while jobs.peek().is_some() {
+        // Each job takes two iovecs at most (header, WRITE payload).
+        let chunk: Vec<Job> = jobs.by_ref().take(MAX_IOVECS / 2).collect();
+        headers.clear();
+        let share = Arc::new(AtomicU64::new(0));
+        let mut sent_without_reply: Vec<Job> = Vec::new();
+        for job in &chunk {
+            headers.push(job.header(version).encode());
+        }
+        iovecs.clear();
+        for (job, header) in chunk.iter().zip(headers.iter()) {
+            iovecs.push(iovec(header.as_ptr(), HEADER_LEN));
+            if job.transfer.opcode == Opcode::Write {
+                iovecs.push(iovec(job.transfer.local_addr as *const u8, job.transfer.length as usize));
+            }
+        }
+        // Hand the replies to the reader before sending: it must be draining replies while we may block sending.
+        let count = chunk.len();
+        for job in chunk {
+            let needs_reply = version == WireVersion::V2 || job.transfer.opcode == Opcode::Read;
+            if needs_reply {
+                connection.outstanding.fetch_add(1, Ordering::AcqRel);
+                let expected = Expected { job, version, writer_cpu_share: share.clone() };
+                if let Err(mpsc::SendError(expected)) = connection.expect.send(expected) {
+                    connection.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    expected.job.fail(TransferState::Failed, "tcp: the connection's reply reader has stopped".into());
+                }
+            } else {
+                sent_without_reply.push(job);
+            }
+        }
+        let mut patience = Patience::new("send requests", shared.options.io_timeout, Some(&shared.stopping));
+        // SAFETY: header iovecs point into `headers`, alive and unchanged until this call returns; payload iovecs
+        // are WRITE source ranges the engine checked to lie inside one registered local buffer (and this transport
+        // checked again), kept valid by `register_memory`'s contract until the transfer completes.
+        let sent = unsafe { write_all_vectored(fd, iovecs, &mut patience) };
+        connection.last_used = Instant::now();
+        let now = thread_cpu_ns();
+        share.store(now.saturating_sub(cpu_mark) / count as u64, Ordering::Release);
+        cpu_mark = now;
+        if let Err(error) = sent {
+            let reason = format!("tcp: send to {}: {error}", connection.address);
+            for job in sent_without_reply.into_iter().chain(jobs) {
+                job.fail(failure_state(&error), reason.clone());
+            }
+            for (job, cpu) in completed_here {
+                // v1 WRITEs of earlier chunks did leave this host whole: they are complete.
+                job.complete(cpu);
+            }
+            return Err(error);
+        }
+        let per_job = share.load(Ordering::Acquire);
+        completed_here.extend(sent_without_reply.into_iter().map(|job| (job, per_job)));
+    }
+    // v1 WRITE has no reply: it is complete once its bytes are handed to the socket, as Mooncake's v1 client has it.
+    for (job, cpu) in completed_here {
+        job.complete(cpu);
+    }
+    Ok(())
+}
+
+/// The reply side of one connection.
+struct Reader {
+    stream: TcpStream,
+    address: SocketAddr,
+    expectations: mpsc::Receiver<Expected>,
+    broken: Arc<AtomicBool>,
+    outstanding: Arc<AtomicUsize>,
+    io_timeout: Duration,
+}
+
+impl Reader {
+    fn run(self) {
+        let fd = self.stream.as_raw_fd();
+        let mut inbound = Inbound::new(fd, 256 * 1024);
+        let mut cpu_mark = thread_cpu_ns();
+        while let Ok(expected) = self.expectations.recv() {
+            let Expected { job, version, writer_cpu_share } = expected;
+            let mut patience = Patience::new("receive reply", self.io_timeout, None);
+            match receive(&mut inbound, &job, version, &mut patience) {
+                Ok(()) => {
+                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    let now = thread_cpu_ns();
+                    let cpu = now.saturating_sub(cpu_mark) + writer_cpu_share.load(Ordering::Acquire);
+                    cpu_mark = now;
+                    job.complete(cpu);
+                }
+                Err(error) => {
+                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    self.broken.store(true, Ordering::Release);
+                    let _ = self.stream.shutdown(Shutdown::Both);
+                    tracing::debug!(address = %self.address, %error, "tcp reply failed; closing the connection");
+                    job.fail(failure_state(&error), format!("tcp: reply from {}: {error}", self.address));
+                    // Requests pipelined behind this one share its fate: the stream is out of step or closed.
+                    while let Ok(expected) = self.expectations.recv() {
+                        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                        expected.job.fail(
+                            TransferState::Failed,
+                            format!("tcp: connection to {} closed after an earlier failure: {error}", self.address),
+                        );
+                    }
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mut Patience<'_>) -> io::Result<()> {
+    if version == WireVersion::V2 {
+        let frame = inbound.frame::<STATUS_LEN>(patience)?.ok_or_else(|| {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection before the status")
+        })?;
+        match Status::decode(frame) {
+            Status::OK => {}
+            Status::REJECTED => {
+                return Err(io::Error::new(
+                    io::ErrorKind::PermissionDenied,
+                    format!(
+                        "target rejected [{:#x}, +{}) (not inside one registered buffer)",
+                        job.transfer.remote_addr, job.transfer.length
+                    ),
+                ))
+            }
+            other => return Err(io::Error::new(io::ErrorKind::InvalidData, format!("unknown status frame {other:?}"))),
+        }
+    }
+    if job.transfer.opcode == Opcode::Read {
+        // SAFETY: the engine checked that `[local_addr, local_addr + length)` lies inside one registered local
+        // buffer (and the transport checked again before queuing); `register_memory`'s contract keeps it writable
+        // until the transfer completes.
+        unsafe { inbound.payload(job.transfer.local_addr as *mut u8, job.transfer.length as usize, patience)? };
+    }
+    Ok(())
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

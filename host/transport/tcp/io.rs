@@ -1,0 +1,292 @@
+//! Raw socket I/O shared by the data server and the client lanes.
+//!
+//! Bytes move between sockets and registered memory through `read(2)` and vectored `sendmsg(2)` on raw addresses,
+//! never through Rust references to that memory: the memory belongs to the user (or to a peer's request), other
+//! threads may touch it, and a range unmapped behind our back makes the kernel answer EFAULT instead of crashing the process.
+//! Sockets carry a short receive/send timeout (the "tick"); each blocking call is retried tick by tick while a
+//! [`Patience`] allows it, so every wait is bounded and a stop request is noticed within one tick.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// How long a blocked socket call may keep waiting for progress.
+#[derive(Debug)]
+pub(crate) struct Patience<'a> {
+    limit: Duration,
+    /// The limit that replaces `limit` once the first byte has moved (idle wait, then an in-request budget).
+    after_first_byte: Option<Duration>,
+    last_progress: Instant,
+    stop: Option<&'a AtomicBool>,
+    what: &'static str,
+}
+
+impl<'a> Patience<'a> {
+    /// Gives up after `limit` without progress, or as soon as `stop` is set.
+    pub(crate) fn new(what: &'static str, limit: Duration, stop: Option<&'a AtomicBool>) -> Self {
+        Patience { limit, after_first_byte: None, last_progress: Instant::now(), stop, what }
+    }
+
+    /// Changes the limit, counting from now.
+    pub(crate) fn restart(&mut self, what: &'static str, limit: Duration) {
+        self.what = what;
+        self.limit = limit;
+        self.after_first_byte = None;
+        self.last_progress = Instant::now();
+    }
+
+    /// Waits up to `idle` for the first byte, then allows `busy` between bytes.
+    pub(crate) fn restart_idle(&mut self, what: &'static str, idle: Duration, busy: Duration) {
+        self.restart(what, idle);
+        self.after_first_byte = Some(busy);
+    }
+
+    fn progressed(&mut self) {
+        self.last_progress = Instant::now();
+        if let Some(busy) = self.after_first_byte.take() {
+            self.limit = busy;
+        }
+    }
+
+    /// Called after a tick without progress: Ok to keep waiting, or the error that ends the wait.
+    fn tick(&self) -> io::Result<()> {
+        if self.stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
+            return Err(io::Error::new(io::ErrorKind::Interrupted, "stopping"));
+        }
+        if self.last_progress.elapsed() >= self.limit {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("{}: no progress for {:?}", self.what, self.limit),
+            ));
+        }
+        Ok(())
+    }
+}
+
+fn is_tick(error: &io::Error) -> bool {
+    matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
+}
+
+/// One `read(2)` into raw memory, retried on EINTR and on ticks while `patience` allows. Returns 0 at EOF.
+///
+/// # Safety
+/// `[dst, dst + len)` must be writable memory of this process for the duration of the call (or unmapped, which
+/// the kernel reports as EFAULT).
+pub(crate) unsafe fn read_some(fd: RawFd, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<usize> {
+    loop {
+        // SAFETY: the caller guarantees the destination range; read(2) writes at most `len` bytes there.
+        let got = unsafe { libc::read(fd, dst.cast(), len) };
+        if got >= 0 {
+            if got > 0 {
+                patience.progressed();
+            }
+            return Ok(got as usize);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if is_tick(&error) {
+            patience.tick()?;
+            continue;
+        }
+        return Err(error);
+    }
+}
+
+/// Reads exactly `len` bytes into raw memory; EOF before the end is `UnexpectedEof`.
+///
+/// # Safety
+/// As [`read_some`].
+pub(crate) unsafe fn read_exact_raw(
+    fd: RawFd,
+    dst: *mut u8,
+    len: usize,
+    patience: &mut Patience<'_>,
+) -> io::Result<()> {
+    let mut done = 0;
+    while done < len {
+        // SAFETY: `dst + done .. dst + len` is inside the range the caller vouched for.
+        let got = unsafe { read_some(fd, dst.add(done), len - done, patience)? };
+        if got == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("peer closed the connection {done} of {len} bytes into a transfer"),
+            ));
+        }
+        done += got;
+    }
+    Ok(())
+}
+
+/// The most iovecs handed to one `writev(2)` (Linux's IOV_MAX is 1024).
+pub(crate) const MAX_IOVECS: usize = 1024;
+
+/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while `patience` allows. The
+/// vector is consumed (left empty on success, in an unspecified state on error).
+///
+/// # Safety
+/// Every iovec must describe memory readable for the duration of the call (or unmapped: EFAULT).
+pub(crate) unsafe fn write_all_vectored(
+    fd: RawFd,
+    iovecs: &mut Vec<libc::iovec>,
+    patience: &mut Patience<'_>,
+) -> io::Result<()> {
+    let mut first = 0;
+    while first < iovecs.len() {
+        if iovecs[first].iov_len == 0 {
+            first += 1;
+            continue;
+        }
+        let count = (iovecs.len() - first).min(MAX_IOVECS);
+        // sendmsg(2) is writev(2) with flags: MSG_NOSIGNAL turns a peer's reset into EPIPE instead of SIGPIPE,
+        // which would kill a host process that has not ignored the signal (Python, C++).
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); the iovec pointer and count describe
+        // `iovecs[first..first + count]`, which stays alive and unchanged during the call.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        // SAFETY: `first < iovecs.len()`, so the pointer is inside the vector.
+        message.msg_iov = unsafe { iovecs.as_mut_ptr().add(first) };
+        message.msg_iovlen = count as _;
+        // SAFETY: the caller guarantees every iovec's memory; sendmsg(2) only reads it.
+        let wrote = unsafe { libc::sendmsg(fd, &message, libc::MSG_NOSIGNAL) };
+        if wrote < 0 {
+            let error = io::Error::last_os_error();
+            if error.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            if is_tick(&error) {
+                patience.tick()?;
+                continue;
+            }
+            return Err(error);
+        }
+        if wrote == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"));
+        }
+        patience.progressed();
+        let mut left = wrote as usize;
+        while left > 0 {
+            let iovec = &mut iovecs[first];
+            if left >= iovec.iov_len {
+                left -= iovec.iov_len;
+                iovec.iov_len = 0;
+                first += 1;
+            } else {
+                // SAFETY: advancing within the iovec's own range (`left < iov_len`).
+                iovec.iov_base = unsafe { iovec.iov_base.cast::<u8>().add(left) }.cast();
+                iovec.iov_len -= left;
+                left = 0;
+            }
+        }
+    }
+    iovecs.clear();
+    Ok(())
+}
+
+/// An iovec over `len` bytes at `addr` (memory the caller vouches for when the iovec is written).
+pub(crate) fn iovec(addr: *const u8, len: usize) -> libc::iovec {
+    libc::iovec { iov_base: addr as *mut libc::c_void, iov_len: len }
+}
+
+/// A receive buffer in front of a socket: small frames are read many at a time, large payloads bypass it.
+#[derive(Debug)]
+pub(crate) struct Inbound {
+    fd: RawFd,
+    buffer: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+/// Payloads at least this large (still to be read) go straight from the socket into their destination.
+const DIRECT_READ_MIN: usize = 32 * 1024;
+
+impl Inbound {
+    pub(crate) fn new(fd: RawFd, capacity: usize) -> Self {
+        Inbound { fd, buffer: vec![0u8; capacity].into_boxed_slice(), start: 0, end: 0 }
+    }
+
+    /// Bytes already received and not consumed.
+    pub(crate) fn buffered(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Reads more from the socket (at least one byte unless EOF). Returns the bytes added; 0 at EOF.
+    fn fill(&mut self, patience: &mut Patience<'_>) -> io::Result<usize> {
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.end == self.buffer.len() {
+            self.buffer.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        let room = self.buffer.len() - self.end;
+        // SAFETY: `[end, len)` of our own buffer is writable.
+        let got = unsafe { read_some(self.fd, self.buffer.as_mut_ptr().add(self.end), room, patience)? };
+        self.end += got;
+        Ok(got)
+    }
+
+    /// The next `N` bytes as an array. `Ok(None)` if the peer closed cleanly before the first of them.
+    pub(crate) fn frame<const N: usize>(&mut self, patience: &mut Patience<'_>) -> io::Result<Option<[u8; N]>> {
+        while self.buffered() < N {
+            let had = self.buffered();
+            if self.fill(patience)? == 0 {
+                if had == 0 {
+                    return Ok(None);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("peer closed the connection {had} bytes into a {N}-byte frame"),
+                ));
+            }
+        }
+        let mut frame = [0u8; N];
+        frame.copy_from_slice(&self.buffer[self.start..self.start + N]);
+        self.start += N;
+        Ok(Some(frame))
+    }
+
+    /// Moves the next `len` payload bytes to raw memory at `dst`: what is buffered is copied, a large remainder is
+    /// read directly into place.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` must be writable memory of this process for the duration of the call.
+    pub(crate) unsafe fn payload(&mut self, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<()> {
+        let mut done = 0;
+        while done < len {
+            let take = self.buffered().min(len - done);
+            if take > 0 {
+                // SAFETY: source is inside our buffer's filled part; destination inside the caller's range; a
+                // private buffer never overlaps registered memory.
+                unsafe { std::ptr::copy_nonoverlapping(self.buffer.as_ptr().add(self.start), dst.add(done), take) };
+                self.start += take;
+                done += take;
+                continue;
+            }
+            if len - done >= DIRECT_READ_MIN {
+                // SAFETY: inside the caller's range.
+                return unsafe { read_exact_raw(self.fd, dst.add(done), len - done, patience) };
+            }
+            if self.fill(patience)? == 0 {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("peer closed the connection {done} of {len} bytes into a transfer"),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// CPU time this thread has used, in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
+pub(crate) fn thread_cpu_ns() -> u64 {
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec into `now`, which lives on this stack frame.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
+    if rc != 0 {
+        return 0;
+    }
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
