@@ -37,7 +37,9 @@ mod tests {
     proptest! {
         /// Pieces tile the transfer exactly, none is empty or oversized, only the last may be short.
         #[test]
-        fn pieces_tile_the_transfer(length in 0u64..(64 << 20), max_log in 0u32..21) {
+        fn pieces_tile_the_transfer(
+            (length, max_log) in prop_oneof![(0u64..4096, 0u32..21), (0u64..(64 << 20), 10u32..21)],
+        ) {
             let max = 1u32 << max_log;
             let all: Vec<Piece> = pieces(length, max).collect();
             prop_assert_eq!(all.len() as u64, piece_count(length, max));
@@ -70,5 +72,46 @@ mod tests {
         assert_eq!(piece_count((1 << 20) + 1, 1 << 20), 2);
         assert_eq!(pieces((1 << 20) + 1, 1 << 20).last(), Some(Piece { offset: 1 << 20, length: 1 }));
         assert_eq!(piece_count(u64::MAX, 1), u64::MAX);
+    }
+}
+
+/// The kernel's own chunking (C++, `kernels/include/aiv/transfer_kernel.h`), callable from Rust so tests can hold
+/// the two implementations against each other.
+pub mod kernel {
+    extern "C" {
+        fn aiv_kernel_piece_count(length: u64, max_piece: u32) -> u64;
+        fn aiv_kernel_piece_length(length: u64, max_piece: u32, index: u64) -> u32;
+    }
+
+    /// `aiv::piece_count` of the kernel.
+    pub fn piece_count(length: u64, max_piece: u32) -> u64 {
+        // SAFETY: a pure function of its integer arguments (kernels/twin/entry.cpp).
+        unsafe { aiv_kernel_piece_count(length, max_piece) }
+    }
+
+    /// `aiv::piece_length` of the kernel (for `index < piece_count`).
+    pub fn piece_length(length: u64, max_piece: u32, index: u64) -> u32 {
+        // SAFETY: a pure function of its integer arguments.
+        unsafe { aiv_kernel_piece_length(length, max_piece, index) }
+    }
+}
+
+#[cfg(test)]
+mod kernel_agreement {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The C++ kernel splits every transfer exactly as the Rust rule does.
+        #[test]
+        fn kernel_chunking_matches(length in prop_oneof![0u64..(8 << 20), any::<u64>()], max_log in 0u32..21) {
+            let max = 1u32 << max_log;
+            prop_assert_eq!(kernel::piece_count(length, max), piece_count(length, max));
+            if piece_count(length, max) <= 4096 {
+                for piece in pieces(length, max) {
+                    prop_assert_eq!(kernel::piece_length(length, max, piece.offset / u64::from(max)), piece.length);
+                }
+            }
+        }
     }
 }

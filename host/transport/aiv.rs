@@ -466,12 +466,13 @@ impl Inner {
                 }
             }
         }
+        // Recover first, so that a caller who sees the failure can submit again at once.
+        if group_failed {
+            self.recover(block);
+        }
         let drain_share = (thread_cpu_ns().saturating_sub(cpu_started)) / u64::from(count.max(1));
         for (entry, transfer) in finished {
             self.finish(block, entry, transfer, drain_share, exception.as_ref());
-        }
-        if group_failed {
-            self.recover(block);
         }
         {
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
