@@ -162,10 +162,18 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
             ));
         }
     }
-    let report = bench::run_loopback(&engine, &params).map_err(|e| e.to_string())?;
+    let (report, target_kind) = if protocol == Protocol::Aiv {
+        // Two engines on two devices of this process (the initiator's and the next device id).
+        let config = engine.config().clone();
+        drop(engine);
+        let report = bench::run_aiv_pair(&config, &params).map_err(|e| e.to_string())?;
+        (report, format!("in-process target on {:?} device {}", config.aiv.device_backend, config.aiv.device_id + 1))
+    } else {
+        (bench::run_loopback(&engine, &params).map_err(|e| e.to_string())?, "in-process target".to_owned())
+    };
     let outcome = &report.outcome;
     println!(
-        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), in-process target",
+        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), {target_kind}",
         params.operation.as_str(),
         params.batch_size,
         params.block_size,

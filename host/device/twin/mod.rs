@@ -7,6 +7,7 @@
 //! nothing else in the product calls them.
 
 pub mod cores;
+pub mod kernel_bench;
 pub mod memory;
 pub mod registry;
 pub mod sdma;
