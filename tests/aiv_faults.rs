@@ -134,13 +134,16 @@ fn the_host_watchdog_bounds_a_transfer_when_the_kernel_budget_is_longer() {
     assert_eq!(states, [TransferState::Timeout], "{reasons:?}");
     assert!(reasons[0].as_deref().is_some_and(|r| r.contains("host watchdog")), "{reasons:?}");
     assert!(started.elapsed() < Duration::from_secs(3));
-    // Clean up the kernel's pending wait, then the engine serves again.
+    // The kernel is still waiting (60 s budget): abort it while the engine is still stalled, wait for its (late,
+    // ignored) DCQ entry and the channel reset, then release the engine; the engine serves again.
     a.device.transport().abort();
-    twin.stall_channel(0, false);
-    twin.stall_channel(1, false);
     let deadline = Instant::now() + Duration::from_secs(5);
     while a.device.transport().counters().channel_resets == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(5));
     }
+    let counters = a.device.transport().counters();
+    assert_eq!((counters.completions, counters.channel_resets), (1, 1), "{counters:?}");
+    twin.stall_channel(0, false);
+    twin.stall_channel(1, false);
     assert_serves_normally(&a, &b);
 }

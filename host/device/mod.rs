@@ -8,6 +8,7 @@
 //! `aclrtMalloc`, export/import like VMM or IPC handles, channel records read from SHMEM's SDMA workspace, the kernel
 //! loaded with `aclrtBinaryLoadFromData` and launched with `aclrtLaunchKernel`, the DCQ in Host-registered memory.
 
+pub mod kernel_image;
 pub mod twin;
 
 use std::fmt;

@@ -169,3 +169,39 @@ pub fn npu_required() -> bool {
     println!("cargo:rerun-if-env-changed={REQUIRE_NPU_ENV}");
     env::var(REQUIRE_NPU_ENV).map(|value| value == "1").unwrap_or(false)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A fake `bisheng` under `$AIV_CANN_HOME` records its arguments and writes the object: discovery order and the
+    /// HARDWARE.md section 3 flags are checked without a real toolkit.
+    #[test]
+    fn finds_bisheng_under_the_explicit_root_and_passes_the_documented_flags() {
+        let root = env::temp_dir().join(format!("ascendc-build-test-{}", std::process::id()));
+        let bin = root.join("compiler/ccec_compiler/bin");
+        std::fs::create_dir_all(&bin).expect("temp toolkit");
+        let log = root.join("args.txt");
+        let script = format!(
+            "#!/bin/sh\necho \"$@\" > '{}'\nwhile [ $# -gt 1 ]; do if [ \"$1\" = -o ]; then touch \"$2\"; fi; shift; done\n",
+            log.display()
+        );
+        let compiler = bin.join("bisheng");
+        std::fs::write(&compiler, script).expect("fake compiler");
+        std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // The only test in this crate that touches the environment.
+        env::set_var(CANN_HOME_ENV, &root);
+        let found = find_cann().expect("found under AIV_CANN_HOME");
+        env::remove_var(CANN_HOME_ENV);
+        assert_eq!((found.source, found.is_bisheng), ("AIV_CANN_HOME", true));
+        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
+        let object = build_npu(&kernels, &root, &found).expect("fake build succeeds");
+        assert!(object.is_file());
+        let args = std::fs::read_to_string(&log).expect("arguments recorded");
+        for flag in ["-xasc", "--npu-arch=dav-2201", "--cce-auto-infer-kernel-type=false", "npu/entry.cpp"] {
+            assert!(args.contains(flag), "{flag} missing from {args}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}
