@@ -128,6 +128,7 @@ fn throughput(c: &mut Criterion) {
     };
     src.fill(1);
     dst.fill(2);
+    paired_ratios(&pair, src.as_ptr() as usize, dst.as_mut_ptr() as usize, TOTAL);
     let mut group = c.benchmark_group("throughput");
     group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(TOTAL));
     for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
@@ -138,6 +139,46 @@ fn throughput(c: &mut Criterion) {
         });
     }
     group.finish();
+}
+
+/// The same-window comparison: for each block size, 15 rounds that each time one aiv batch and one memcpy of the
+/// same blocks back to back (order alternating), and the median of the per-round ratios. Robust to the machine's
+/// load changing between criterion's separate aiv and memcpy measurements.
+fn paired_ratios(pair: &Pair, src: usize, dst: usize, total: u64) {
+    eprintln!("paired (same-window) aiv vs memcpy, {} MiB per round, median of 15 rounds:", total >> 20);
+    for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+        let count = total / block;
+        let mut ratios = Vec::new();
+        let (mut aiv_total, mut memcpy_total) = (Duration::ZERO, Duration::ZERO);
+        for round in 0..16 {
+            let time = |f: &dyn Fn()| {
+                let started = std::time::Instant::now();
+                f();
+                started.elapsed()
+            };
+            let aiv = || pair.run(block, count);
+            let memcpy = || memcpy_blocks(src, dst, block as usize, count as usize);
+            let (a, m) = if round % 2 == 0 { (time(&aiv), time(&memcpy)) } else { (time(&memcpy), time(&aiv)) };
+            let (a, m) = if round % 2 == 0 { (a, m) } else { (m, a) };
+            if round == 0 {
+                continue; // warm-up
+            }
+            aiv_total += a;
+            memcpy_total += m;
+            ratios.push(m.as_secs_f64() / a.as_secs_f64());
+        }
+        ratios.sort_by(f64::total_cmp);
+        let gbps = |d: Duration| (total * 15) as f64 / d.as_secs_f64() / 1e9;
+        eprintln!(
+            "  block {:>8} B: aiv {:6.2} GB/s, memcpy {:6.2} GB/s, median ratio aiv/memcpy {:.3} (min {:.3}, max {:.3})",
+            block,
+            gbps(aiv_total),
+            gbps(memcpy_total),
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
 }
 
 /// Copies `count` blocks with plain memcpy on 2 threads (thread t takes blocks t, t + 2, ...), as 2 channels would.

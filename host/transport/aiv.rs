@@ -651,10 +651,14 @@ impl Drop for AivTransport {
             inner.device.notify_block(block.index);
         }
         let launches = std::mem::take(&mut *inner.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut all_returned = true;
         for launch in launches {
-            if !launch.wait(Duration::from_secs(3)) {
-                tracing::error!("a transfer kernel launch did not return within 3 s of stop");
-            }
+            all_returned &= launch.wait(Duration::from_secs(3));
+        }
+        if !all_returned {
+            // A kernel still running uses the rings and control blocks: leak them rather than free them under it.
+            tracing::error!("a transfer kernel launch did not return within 3 s of stop; leaking its rings");
+            std::mem::forget(inner.clone());
         }
         inner.stop.store(true, Ordering::Release);
         if let Some(thread) = self.drain_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -106,7 +106,9 @@ AIV_DEVICE_FN WaitResult drain(Block& b) {
             b.outstanding = 0;
             return WAIT_OK;
         }
+        // The abort flag, and a stop request (shutdown must never wait out a long budget).
         if (aiv_platform::load_u32(&b.control->abort_epoch) != b.abort_epoch) return WAIT_ABORTED;
+        if (aiv_platform::load_u32(&b.control->stop) != 0) return WAIT_ABORTED;
         if (aiv_platform::cycles() - start >= b.args.wait_budget) return WAIT_TIMEOUT;
         aiv_platform::idle(b.args.platform_context, AIV_WAIT_COMPLETION, token, spins);
     }
