@@ -16,7 +16,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -27,8 +27,10 @@ use super::{Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
-use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
-use crate::engine::{Opcode, SegmentId, TaskSlot, TransferState};
+use crate::device::{
+    DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion, ImportedWindow, Launch, SharedMemory,
+};
+use crate::engine::{Opcode, Segment, SegmentId, TaskSlot, TransferState};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
@@ -115,6 +117,16 @@ struct Inner {
     launches: AtomicU64,
     channel_resets: AtomicU64,
     completions: AtomicU64,
+    /// Peer segments' imported windows, by segment name.
+    peers: Mutex<HashMap<String, Arc<Peer>>>,
+}
+
+/// A peer segment's exported regions, imported into this device.
+#[derive(Debug)]
+struct Peer {
+    /// The descriptor version the windows were built from.
+    segment: Weak<Segment>,
+    windows: Vec<(ExportedRegion, ImportedWindow)>,
 }
 
 #[derive(Debug)]
@@ -296,6 +308,7 @@ impl AivTransport {
             launches: AtomicU64::new(0),
             channel_resets: AtomicU64::new(0),
             completions: AtomicU64::new(0),
+            peers: Mutex::new(HashMap::new()),
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
@@ -364,21 +377,11 @@ impl Inner {
             }
             transfer.remote_addr
         } else {
-            let advertisement: DeviceAdvertisement = transfer
-                .target
-                .descriptor
-                .aiv
-                .clone()
-                .ok_or_else(|| format!("aiv: segment {:?} advertises no aiv device", transfer.target.name))
-                .and_then(|value| {
-                    serde_json::from_value(value).map_err(|error| {
-                        format!("aiv: segment {:?} has an unreadable aiv object: {error}", transfer.target.name)
-                    })
-                })?;
-            let region = advertisement
-                .regions
+            let peer = self.peer(&transfer.target)?;
+            let (region, window) = peer
+                .windows
                 .iter()
-                .find(|region| {
+                .find(|(region, _)| {
                     transfer.remote_addr >= region.addr
                         && transfer
                             .remote_addr
@@ -391,17 +394,45 @@ impl Inner {
                         transfer.remote_addr, transfer.target.name
                     )
                 })?;
-            let window = device
-                .import(&advertisement.device, region)
-                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", transfer.target.name))?;
-            device.translate(&window, transfer.remote_addr, length).ok_or_else(|| {
-                format!("aiv: target range [{:#x}, +{length}) does not translate", transfer.remote_addr)
+            device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
+                format!(
+                    "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
+                    transfer.remote_addr, region.export_id
+                )
             })?
         };
         Ok(match transfer.opcode {
             Opcode::Read => (remote, transfer.local_addr),
             Opcode::Write => (transfer.local_addr, remote),
         })
+    }
+
+    /// The imported windows of a peer segment, parsed and imported once per descriptor version.
+    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peer) = peers.get(&segment.name) {
+            if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
+                return Ok(peer.clone());
+            }
+        }
+        let value = segment
+            .descriptor
+            .aiv
+            .clone()
+            .ok_or_else(|| format!("aiv: segment {:?} advertises no aiv device", segment.name))?;
+        let advertisement: DeviceAdvertisement = serde_json::from_value(value)
+            .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
+        let mut windows = Vec::new();
+        for region in advertisement.regions {
+            let window = self
+                .device
+                .import(&advertisement.device, &region)
+                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", segment.name))?;
+            windows.push((region, window));
+        }
+        let peer = Arc::new(Peer { segment: Arc::downgrade(segment), windows });
+        peers.insert(segment.name.clone(), peer.clone());
+        Ok(peer)
     }
 
     fn drain_loop(self: Arc<Self>) {
