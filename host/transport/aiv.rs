@@ -703,3 +703,69 @@ impl Drop for AivTransport {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::CompletionSignal;
+    use std::time::Instant;
+
+    /// Requests the engine would never send (zero length, address overflow, unknown opcode) are refused by the
+    /// kernel itself with a bad-request syndrome, without an SQE; a good request in the same group still completes.
+    #[test]
+    fn the_kernel_rejects_malformed_requests_on_its_own() {
+        let options = AivOptions {
+            aiv_blocks: 1,
+            request_ring_depth: 8,
+            sq_depth: 16,
+            hbm_size: 4 << 20,
+            kernel_wait_budget: Duration::from_millis(500),
+            ..AivOptions::default()
+        };
+        let device = AivDevice::open(&options).expect("twin");
+        let buffer = device.allocate(8192).expect("hbm");
+        let signal = Arc::new(CompletionSignal::default());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let entry = |id: u64, src: u64, length: u64, opcode: u32| RequestEntry {
+            transfer_id: U64::new(id),
+            src_addr: U64::new(src),
+            dst_addr: U64::new(buffer.addr() + 4096),
+            length: U64::new(length),
+            opcode: U32::new(opcode),
+            ..RequestEntry::default()
+        };
+        let cases = [
+            entry(1, buffer.addr(), 0, REQUEST_OPCODE_WRITE),
+            entry(2, u64::MAX - 10, 100, REQUEST_OPCODE_WRITE),
+            entry(3, buffer.addr(), 100, 7),
+            entry(4, buffer.addr(), 100, REQUEST_OPCODE_WRITE),
+        ];
+        let slots: Vec<Arc<TaskSlot>> =
+            cases.iter().map(|_| Arc::new(TaskSlot::new(deadline, signal.clone()))).collect();
+        let inner = &device.transport().inner;
+        let block = &inner.blocks[0];
+        {
+            let mut producer = block.producer.lock().expect("producer");
+            for (entry, slot) in cases.iter().zip(&slots) {
+                let inflight = InFlight {
+                    slot: slot.clone(),
+                    length: entry.length.get(),
+                    submit_cpu_ns: 0,
+                    host_device_api_calls: 0,
+                };
+                producer.backlog.push_back((*entry, inflight));
+            }
+            assert_eq!(block.pump(&mut producer), 4);
+        }
+        inner.device.notify_block(0);
+        signal.wait_for(4, deadline);
+        for slot in &slots[..3] {
+            assert_eq!(slot.state(), TransferState::Failed);
+            let reason = slot.reason().expect("reason");
+            assert!(reason.contains("bad request"), "{reason}");
+            let evidence = slot.evidence().expect("evidence");
+            assert_eq!((evidence.descriptors, evidence.doorbells), (0, 0), "no SQE for a refused request");
+        }
+        assert_eq!(slots[3].state(), TransferState::Completed, "{:?}", slots[3].reason());
+    }
+}
