@@ -1,8 +1,10 @@
 //! Kernel-level microbenchmarks of the aiv path on the CPU twin (numbers in docs/RESULTS.md).
 //!
-//! - `post_cost/doorbell_batch_{1,4,32}`: time per SQE inside the kernel's post path (SQE write + doorbell every N
-//!   SQEs), with the SDMA engine thread running and consuming; flag drains are excluded (CANN SHMEM's
-//!   `postsend_cost` analogue).
+//! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
+//!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine
+//!   thread running and consuming 64-byte copies; flag drains are excluded (CANN SHMEM's `postsend_cost` analogue).
+//!   CPU time rather than wall time, so that preemption by the other threads of a loaded 2-core machine does not
+//!   count as post cost.
 //! - `request_to_dcq/64B`: one 64-byte WRITE between two twin devices through the engine API (submit -> request ring
 //!   -> kernel -> SQE -> doorbell -> SDMA -> flag -> DCQ -> Host drain -> wait_batch returns).
 //! - `throughput/{aiv,memcpy}/<block>`: 32 MiB per iteration moved as 32 MiB / block transfers of one batch over
@@ -47,7 +49,7 @@ fn post_cost(c: &mut Criterion) {
                 let mut left = iters;
                 while left > 0 {
                     let count = left.min(1 << 20) as u32;
-                    posting += post_sqes(device.transport(), 0, src, dst, 64, count).expect("drain").posting;
+                    posting += post_sqes(device.transport(), 0, src, dst, 64, count).expect("drain").posting_cpu;
                     left -= u64::from(count);
                 }
                 posting

@@ -12,15 +12,19 @@ extern "C" {
         dst: u64,
         length: u32,
         count: u32,
-        total_cycles: *mut u64,
-    ) -> u64;
+        posting_wall_ns: *mut u64,
+        posting_cpu_ns: *mut u64,
+        total_ns: *mut u64,
+    ) -> u32;
 }
 
 /// Time spent posting, and the whole time including drains.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PostTiming {
-    /// Cycles (ns on the twin) inside the kernel's post path: SQE writes and doorbells.
+    /// Wall time inside the kernel's post path: SQE writes and doorbells.
     pub posting: Duration,
+    /// CPU time of the emulated core's thread inside the post path (excludes preemption by other threads).
+    pub posting_cpu: Duration,
     /// Everything, including the flag drains that wait for the SDMA engine.
     pub total: Duration,
 }
@@ -42,10 +46,14 @@ pub fn post_sqes(
     if block >= blocks {
         return None;
     }
-    let mut total = 0u64;
+    let (mut wall, mut cpu, mut total) = (0u64, 0u64, 0u64);
     // SAFETY: `args` is the transport's live kernel-argument block; the caller guarantees no kernel launch posts to
-    // this channel concurrently, and the SDMA engine checks src/dst against the device's windows.
-    let posting = unsafe { aiv_twin_bench_post(args, block, src, dst, length, count, &mut total) };
-    (posting != u64::MAX)
-        .then(|| PostTiming { posting: Duration::from_nanos(posting), total: Duration::from_nanos(total) })
+    // this channel concurrently, and the SDMA engine checks src/dst against the device's windows. The out-parameters
+    // are valid locals.
+    let failed = unsafe { aiv_twin_bench_post(args, block, src, dst, length, count, &mut wall, &mut cpu, &mut total) };
+    (failed == 0).then(|| PostTiming {
+        posting: Duration::from_nanos(wall),
+        posting_cpu: Duration::from_nanos(cpu),
+        total: Duration::from_nanos(total),
+    })
 }
