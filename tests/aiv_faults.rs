@@ -147,3 +147,25 @@ fn the_host_watchdog_bounds_a_transfer_when_the_kernel_budget_is_longer() {
     twin.stall_channel(1, false);
     assert_serves_normally(&a, &b);
 }
+
+#[test]
+fn a_stall_with_two_groups_in_flight_fails_both_groups_then_recovers() {
+    // 200 transfers over 2 blocks: 100 each, taken as a group of 64 and a group of 36 that are both posted before
+    // the kernel waits for the first flag (the SQ holds both: 256 entries).
+    let mut opts = options(0, LaunchMode::Persistent, 8);
+    opts.sq_depth = 256;
+    let mut a = node(opts, 4 << 20);
+    let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
+    a.bytes_mut().fill(4);
+    let twin = a.device.twin().expect("twin backend");
+    twin.stall_channel(0, true);
+    twin.stall_channel(1, true);
+    let (states, reasons) = run(&a.engine, &writes(&a, &b, 200, 1000));
+    assert!(states.iter().all(|s| *s == TransferState::Timeout), "{states:?} {:?}", reasons[0]);
+    assert_eq!(a.device.transport().counters().channel_resets, 2, "one reset per halted block");
+    twin.stall_channel(0, false);
+    twin.stall_channel(1, false);
+    assert_serves_normally(&a, &b);
+    let (states, _) = run(&a.engine, &writes(&a, &b, 200, 1000));
+    assert!(states.iter().all(|s| *s == TransferState::Completed));
+}

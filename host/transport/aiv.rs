@@ -590,13 +590,18 @@ impl Inner {
 
     /// After a failed group: reset the channel and let the halted block resume.
     fn recover(&self, block: &HostBlock) {
+        // The kernel incremented halt_count before publishing the failed entries we drained; if the Host already
+        // resumed that halt (entries of one failure seen in two drain passes), the block may be posting again: a
+        // second reset now would drop its new SQEs.
+        let halted = block.halt_word().load(Ordering::Acquire);
+        if halted == block.resume_word().load(Ordering::Acquire) {
+            return;
+        }
         if let Err(error) = self.device.reset_channel(block.index) {
             tracing::error!(block = block.index, %error, "channel reset failed; the block stays halted");
             return;
         }
         self.channel_resets.fetch_add(1, Ordering::Relaxed);
-        // The kernel incremented halt_count before publishing the failed entries we drained.
-        let halted = block.halt_word().load(Ordering::Acquire);
         // Release: the reset above happens before the kernel sees the resume.
         block.resume_word().store(halted, Ordering::Release);
         self.device.notify_block(block.index);

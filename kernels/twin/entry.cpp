@@ -45,7 +45,7 @@ uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t 
     uint64_t wall = 0, cpu = 0;
     uint64_t section_wall = start, section_cpu = thread_cpu_ns();
     for (uint32_t i = 0; i < count; ++i) {
-        if (b.outstanding + 2 > b.sq_depth - 1) {
+        if (aiv::outstanding(b) + 2 > b.sq_depth - 1) {
             aiv::ring(b);
             wall += aiv_platform::cycles() - section_wall;
             cpu += thread_cpu_ns() - section_cpu;
