@@ -443,7 +443,8 @@ impl Inner {
                 progressed |= self.drain_block(block);
             }
             if !progressed {
-                self.device.wait_for_kernel(token, Duration::from_millis(5));
+                // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
+                self.device.wait_for_kernel(token, Duration::from_millis(20));
             }
         }
     }
