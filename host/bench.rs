@@ -470,3 +470,75 @@ pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl F
     drop(buffer);
     Ok(())
 }
+
+/// Runs the workload over the `aiv` transport between two devices of this process: the initiator engine (named
+/// `config.local_hostname`, device `config.aiv.device_id`) and a target engine on the next device id, each with
+/// `buffer_size` bytes of device memory registered; then the memcpy reference over the same two buffers.
+pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) -> Result<LoopbackReport> {
+    params.validate()?;
+    let hbm = config.aiv.hbm_size;
+    if params.buffer_size > hbm {
+        return Err(EngineError::InvalidArgument {
+            operation: "bench",
+            reason: format!(
+                "buffer_size {} does not fit the device memory of {hbm} bytes (aiv.hbm_size): lower --buffer_size or \
+                 raise \"aiv\": {{\"hbm_size\": ...}} in mooncake.json",
+                params.buffer_size
+            ),
+        });
+    }
+    let size = usize::try_from(params.buffer_size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    let initiator = TransferEngine::new(config.clone())?;
+    let mut target_config = config.clone();
+    // With P2P handshake both engines are named after their own RPC port; with a metadata store the name is taken as
+    // given, so the target gets Ascend's per-device form `host:port:npu_N`.
+    if !config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
+        target_config.local_hostname = format!("{}:npu_{}", config.local_hostname, config.aiv.device_id + 1);
+    }
+    target_config.aiv.device_id = config.aiv.device_id + 1;
+    let target = TransferEngine::new(target_config)?;
+    let (initiator_device, target_device) = (initiator.device()?, target.device()?);
+    let allocation_error = |error: crate::device::DeviceError| EngineError::InvalidArgument {
+        operation: "bench",
+        reason: error.to_string(),
+    };
+    let local = initiator_device.allocate(params.buffer_size).map_err(allocation_error)?;
+    let remote = target_device.allocate(params.buffer_size).map_err(allocation_error)?;
+    // Touch the blocks the workload uses so that first-touch page faults are not part of the measurement.
+    let span = (params.batch_size as u64 * params.threads as u64 * params.block_size).min(params.buffer_size) as usize;
+    // SAFETY: both buffers are device memory of this process's twin devices, `size` bytes long, alive until the end
+    // of this function; no transfer runs on them yet.
+    let (local_bytes, remote_bytes) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(local.addr() as *mut u8, size),
+            std::slice::from_raw_parts_mut(remote.addr() as *mut u8, size),
+        )
+    };
+    local_bytes[..span].fill(0xA5);
+    remote_bytes[..span].fill(0x5A);
+    // SAFETY: the buffers outlive every batch (run_initiator waits for each) and both registrations are withdrawn
+    // before they drop.
+    unsafe {
+        initiator.register_memory(local.addr(), local.len(), &initiator_device.location())?;
+        target.register_memory(remote.addr(), remote.len(), &target_device.location())?;
+    }
+    let outcome = target_segment_run(&initiator, target.name(), params, local.addr(), remote.addr());
+    initiator.unregister_memory(local.addr())?;
+    target.unregister_memory(remote.addr())?;
+    let outcome = outcome?;
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(local_bytes, remote_bytes, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}
+
+fn target_segment_run(
+    initiator: &TransferEngine,
+    target_name: &str,
+    params: &BenchParams,
+    local_base: u64,
+    target_base: u64,
+) -> Result<BenchOutcome> {
+    let segment = initiator.open_segment(target_name)?;
+    run_initiator(initiator, params, segment, local_base, target_base)
+}

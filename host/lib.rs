@@ -8,15 +8,19 @@
 //! - [`metadata`]: segment descriptors and where they are published;
 //! - [`evidence`]: what every transfer records about who did the work;
 //! - [`bench`]: the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
-//! - [`doctor`]: what `aiv doctor` probes.
+//! - [`doctor`]: what `aiv doctor` probes;
+//! - [`device`]: the device backends (the CPU twin; CANN later) behind the `aiv` transport;
+//! - [`queue`]: layouts and ring math shared with the AIV transfer kernel (`kernels/`).
 
 pub mod bench;
 pub mod config;
+pub mod device;
 pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod metadata;
+pub mod queue;
 pub mod transport;
 
 pub use config::EngineConfig;

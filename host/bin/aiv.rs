@@ -176,6 +176,13 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     if protocol == Protocol::Tcp {
         config.protocol = Protocol::Tcp;
     }
+    // aiv without --segment_id: two engines on two devices of this process (the configured device id and the next).
+    if protocol == Protocol::Aiv && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator) {
+        let report = bench::run_aiv_pair(&config, &params).map_err(|e| e.to_string())?;
+        let target =
+            format!("in-process target on {:?} device {}", config.aiv.device_backend, config.aiv.device_id + 1);
+        return print_bench_report(&params, &report, &target);
+    }
     let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
     // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
     let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator)
@@ -207,18 +214,24 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         (None, None) => bench::run_loopback(&engine, &params),
     }
     .map_err(|e| e.to_string())?;
+    let target = match (&wire_target, remote_segment) {
+        (Some(target), _) => format!("target engine {:?} of this process over loopback tcp", target.name()),
+        (None, Some(segment)) => format!("target segment {segment:?} of another process"),
+        (None, None) => "in-process target (this engine's own segment)".to_string(),
+    };
+    print_bench_report(&params, &report, &target)
+}
+
+/// Prints what a bench run measured: the workload, the evidence, the memcpy reference, and the result line.
+fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, target: &str) -> Result<(), String> {
     let outcome = &report.outcome;
     println!(
-        "aiv bench: protocol {protocol}, {} {} x {} B per batch, {} thread(s), {}",
+        "aiv bench: protocol {}, {} {} x {} B per batch, {} thread(s), {target}",
+        params.protocol,
         params.operation.as_str(),
         params.batch_size,
         params.block_size,
         params.threads,
-        match (&wire_target, remote_segment) {
-            (Some(target), _) => format!("target engine {:?} of this process over loopback tcp", target.name()),
-            (None, Some(segment)) => format!("target segment {segment:?} of another process"),
-            (None, None) => "in-process target (this engine's own segment)".to_string(),
-        }
     );
     if let Some(sample) = &outcome.evidence.sample {
         println!(
@@ -251,7 +264,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
             outcome.first_failure.as_deref().unwrap_or("none recorded")
         );
     }
-    eprintln!("{}", outcome.result_line(&params));
+    eprintln!("{}", outcome.result_line(params));
     if outcome.failed_batches > 0 && outcome.completed_batches == 0 {
         return Err("every batch failed".into());
     }

@@ -29,6 +29,7 @@ use crate::config::{EngineConfig, ProcessEnvironment};
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
 use crate::metadata::{BufferDescriptor, MetadataOptions, MetadataService, SegmentDescriptor};
+use crate::transport::aiv::AivDevice;
 use crate::transport::local::LocalTransport;
 use crate::transport::{Protocol, Transfer, Transport};
 
@@ -47,6 +48,8 @@ pub struct TransferEngine {
     local_transport: Arc<LocalTransport>,
     transports: RwLock<HashMap<Protocol, Arc<dyn Transport>>>,
     metadata: MetadataService,
+    /// The device behind the `aiv` transport, created on first use by [`Self::device`].
+    device: Mutex<Option<Arc<AivDevice>>>,
 }
 
 impl TransferEngine {
@@ -82,6 +85,7 @@ impl TransferEngine {
             local_transport: Arc::new(LocalTransport),
             transports: RwLock::new(HashMap::new()),
             metadata,
+            device: Mutex::new(None),
         };
         if engine.config.protocol == Protocol::Tcp {
             engine.enable_tcp_transport()?;
@@ -182,6 +186,43 @@ impl TransferEngine {
             .iter()
             .map(|buffer| BufferDescriptor::new(self.name.clone(), buffer.addr, buffer.length))
             .collect();
+        let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
+            .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
+        self.metadata.publish(&segment.descriptor)?;
+        *write(&self.local_segment) = Arc::new(segment);
+        Ok(())
+    }
+
+    // ----- Device memory and the aiv transport (device half; see docs/ARCHITECTURE-device.md). -----
+
+    /// The device of this engine (created on first call from `config.aiv`: the CPU twin by default), with the `aiv`
+    /// transport installed and the device's exported memory advertised in this engine's descriptor.
+    ///
+    /// Allocate device memory with `device.allocate(len)`, then `register_memory(buf.addr(), buf.len(),
+    /// &device.location())`.
+    pub fn device(&self) -> Result<Arc<AivDevice>> {
+        let mut slot = lock(&self.device);
+        if let Some(device) = &*slot {
+            return Ok(device.clone());
+        }
+        let start_error = |reason: String| EngineError::TransportStart { protocol: Protocol::Aiv, reason };
+        let device = Arc::new(AivDevice::open(&self.config.aiv).map_err(|error| start_error(error.to_string()))?);
+        let advertisement =
+            serde_json::to_value(device.advertisement()).map_err(|error| start_error(error.to_string()))?;
+        self.set_descriptor_extension(advertisement)?;
+        self.install_transport(Protocol::Aiv, device.transport().clone());
+        *slot = Some(device.clone());
+        Ok(device)
+    }
+
+    /// Sets this project's `aiv` object of the local segment descriptor (and advertises protocol `aiv`), then
+    /// republishes the descriptor.
+    pub fn set_descriptor_extension(&self, aiv: serde_json::Value) -> Result<()> {
+        let mut descriptor = read(&self.local_segment).descriptor.clone();
+        descriptor.aiv = Some(aiv);
+        if !descriptor.protocol.contains(Protocol::Aiv.as_str()) {
+            descriptor.protocol.0.push(Protocol::Aiv.as_str().to_owned());
+        }
         let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
         self.metadata.publish(&segment.descriptor)?;

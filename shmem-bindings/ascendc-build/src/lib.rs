@@ -1,10 +1,207 @@
-//! `ascendc-build`: the build-script helper that compiles this project's AscendC kernels.
+//! `ascendc-build`: the build-script helper that compiles this project's AscendC transfer kernel.
 //!
-//! It will hold, for the root `build.rs`:
-//! - the CPU-twin build: the kernel sources under `kernels/` compiled with the host C++ compiler and the twin
-//!   platform header, into a static library linked into the runtime;
-//! - the NPU build: discovery of the CANN toolkit (an explicit environment variable, then `ASCEND_HOME_PATH`, then
-//!   `PATH`), `bisheng`/`ccec` invocations with the documented AIV flags, the `ld.lld` step, and embedding the
-//!   resulting object so the runtime can load it with `aclrtBinaryLoadFromData`;
-//! - `cargo:rerun-if-*` bookkeeping for every file and variable read, and the single `cargo:warning` printed when
-//!   CANN is absent (a default build never fails for that reason).
+//! Two targets from one source tree (`kernels/`):
+//! - [`build_twin`]: the kernel compiled with the host C++ compiler and the twin platform layer into a static
+//!   library linked into the runtime. Always done.
+//! - [`build_npu`]: the kernel compiled for the AI Vector cores with `bisheng` (or the older `ccec` + `ld.lld`) and
+//!   the flags of HARDWARE.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
+//!   toolkit found by [`find_cann`] (explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`).
+//!
+//! Every file and variable read is announced with `cargo:rerun-if-*`. Without CANN a build prints one
+//! `cargo:warning` and goes on, unless `AIV_REQUIRE_NPU_KERNEL=1` asked for the NPU object (then it fails naming
+//! what is missing). Nothing is decided silently from which files happen to exist: the outcome is printed.
+
+use std::env;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Environment variable naming the CANN toolkit root explicitly (checked before `ASCEND_HOME_PATH`).
+pub const CANN_HOME_ENV: &str = "AIV_CANN_HOME";
+/// Environment variable that turns a missing NPU toolchain into a build error.
+pub const REQUIRE_NPU_ENV: &str = "AIV_REQUIRE_NPU_KERNEL";
+
+/// Source files of the kernel tree, announced to cargo.
+const KERNEL_FILES: &[&str] = &[
+    "include/aiv/layouts.h",
+    "include/aiv/platform.h",
+    "include/aiv/transfer_kernel.h",
+    "platform/twin.h",
+    "platform/npu.h",
+    "twin/entry.cpp",
+    "npu/entry.cpp",
+    "probe/layout_probe.cpp",
+];
+
+/// Announces every kernel source to cargo.
+pub fn rerun_on_kernel_sources(kernels: &Path) {
+    for file in KERNEL_FILES {
+        println!("cargo:rerun-if-changed={}", kernels.join(file).display());
+    }
+}
+
+/// Compiles `kernels/twin/entry.cpp` with the host C++ compiler into the static library `aiv_kernel_twin` and tells
+/// cargo to link it (and the C++ runtime).
+pub fn build_twin(kernels: &Path) {
+    cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .file(kernels.join("twin/entry.cpp"))
+        .include(kernels.join("include"))
+        .include(kernels)
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .flag_if_supported("-fno-exceptions")
+        .flag_if_supported("-fno-rtti")
+        .compile("aiv_kernel_twin");
+}
+
+/// A CANN toolkit compiler, and how it was found.
+#[derive(Clone, Debug)]
+pub struct CannCompiler {
+    /// `bisheng` (CANN >= 8) or `ccec`.
+    pub compiler: PathBuf,
+    /// Whether it is the new `bisheng` driver.
+    pub is_bisheng: bool,
+    /// The toolkit root, when known.
+    pub root: Option<PathBuf>,
+    /// Where it came from (`AIV_CANN_HOME`, `ASCEND_HOME_PATH`, `PATH`).
+    pub source: &'static str,
+}
+
+/// Finds the AscendC compiler: explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`. The error lists every
+/// place that was tried.
+pub fn find_cann() -> Result<CannCompiler, String> {
+    println!("cargo:rerun-if-env-changed={CANN_HOME_ENV}");
+    println!("cargo:rerun-if-env-changed=ASCEND_HOME_PATH");
+    println!("cargo:rerun-if-env-changed=PATH");
+    let mut tried = Vec::new();
+    for (variable, source) in [(CANN_HOME_ENV, "AIV_CANN_HOME"), ("ASCEND_HOME_PATH", "ASCEND_HOME_PATH")] {
+        let Some(root) = env::var_os(variable).map(PathBuf::from) else {
+            tried.push(format!("${variable} (unset)"));
+            continue;
+        };
+        for (relative, is_bisheng) in [
+            ("compiler/ccec_compiler/bin/bisheng", true),
+            ("tools/ccec_compiler/bin/bisheng", true),
+            ("tools/ccec_compiler/bin/ccec", false),
+            ("compiler/ccec_compiler/bin/ccec", false),
+        ] {
+            let candidate = root.join(relative);
+            if candidate.is_file() {
+                return Ok(CannCompiler { compiler: candidate, is_bisheng, root: Some(root), source });
+            }
+            tried.push(candidate.display().to_string());
+        }
+    }
+    if let Some(path) = env::var_os("PATH") {
+        for dir in env::split_paths(&path) {
+            for (name, is_bisheng) in [("bisheng", true), ("ccec", false)] {
+                let candidate = dir.join(name);
+                if candidate.is_file() {
+                    return Ok(CannCompiler { compiler: candidate, is_bisheng, root: None, source: "PATH" });
+                }
+            }
+        }
+        tried.push("bisheng / ccec on $PATH".into());
+    }
+    Err(format!("no AscendC compiler found; tried: {}", tried.join(", ")))
+}
+
+/// Compiles the NPU kernel object into `out_dir/aiv_transfer_kernel.o` with the flags of HARDWARE.md section 3.
+pub fn build_npu(kernels: &Path, out_dir: &Path, cann: &CannCompiler) -> Result<PathBuf, String> {
+    let source = kernels.join("npu/entry.cpp");
+    let object = out_dir.join("aiv_transfer_kernel.o");
+    let mut includes = vec![kernels.join("include"), kernels.to_path_buf()];
+    if let Some(root) = &cann.root {
+        for relative in ["compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface"] {
+            includes.push(root.join(relative));
+        }
+    }
+    let mut command = Command::new(&cann.compiler);
+    if cann.is_bisheng {
+        command.args(["-xasc", "--npu-arch=dav-2201", "--cce-auto-infer-kernel-type=false", "-O2", "-std=c++17", "-c"]);
+    } else {
+        command.args([
+            "-c",
+            "-x",
+            "cce",
+            "-O2",
+            "--cce-aicore-arch=dav-c220-vec",
+            "--cce-aicore-only",
+            "-std=c++17",
+            "-mllvm",
+            "-cce-aicore-stack-size=0x8000",
+            "-mllvm",
+            "-cce-aicore-function-stack-size=0x8000",
+            "-mllvm",
+            "-cce-aicore-addr-transform",
+            "-mllvm",
+            "-cce-aicore-dcci-insert-for-scalar=false",
+        ]);
+    }
+    for include in &includes {
+        command.arg(format!("-I{}", include.display()));
+    }
+    let compiled = if cann.is_bisheng { object.clone() } else { out_dir.join("aiv_transfer_kernel.raw.o") };
+    command.arg(&source).arg("-o").arg(&compiled);
+    run(&mut command)?;
+    if !cann.is_bisheng {
+        let linker = cann.compiler.with_file_name("ld.lld");
+        let mut link = Command::new(&linker);
+        link.args(["-m", "aicorelinux", "-Ttext=0", "-static"]).arg(&compiled).arg("-o").arg(&object);
+        run(&mut link)?;
+    }
+    Ok(object)
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let output = command.output().map_err(|error| format!("could not run {command:?}: {error}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()))
+    }
+}
+
+/// Whether the build asked for the NPU object to be mandatory.
+pub fn npu_required() -> bool {
+    println!("cargo:rerun-if-env-changed={REQUIRE_NPU_ENV}");
+    env::var(REQUIRE_NPU_ENV).map(|value| value == "1").unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A fake `bisheng` under `$AIV_CANN_HOME` records its arguments and writes the object: discovery order and the
+    /// HARDWARE.md section 3 flags are checked without a real toolkit.
+    #[test]
+    fn finds_bisheng_under_the_explicit_root_and_passes_the_documented_flags() {
+        let root = env::temp_dir().join(format!("ascendc-build-test-{}", std::process::id()));
+        let bin = root.join("compiler/ccec_compiler/bin");
+        std::fs::create_dir_all(&bin).expect("temp toolkit");
+        let log = root.join("args.txt");
+        let script = format!(
+            "#!/bin/sh\necho \"$@\" > '{}'\nwhile [ $# -gt 1 ]; do if [ \"$1\" = -o ]; then touch \"$2\"; fi; shift; done\n",
+            log.display()
+        );
+        let compiler = bin.join("bisheng");
+        std::fs::write(&compiler, script).expect("fake compiler");
+        std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        // The only test in this crate that touches the environment.
+        env::set_var(CANN_HOME_ENV, &root);
+        let found = find_cann().expect("found under AIV_CANN_HOME");
+        env::remove_var(CANN_HOME_ENV);
+        assert_eq!((found.source, found.is_bisheng), ("AIV_CANN_HOME", true));
+        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
+        let object = build_npu(&kernels, &root, &found).expect("fake build succeeds");
+        assert!(object.is_file());
+        let args = std::fs::read_to_string(&log).expect("arguments recorded");
+        for flag in ["-xasc", "--npu-arch=dav-2201", "--cce-auto-infer-kernel-type=false", "npu/entry.cpp"] {
+            assert!(args.contains(flag), "{flag} missing from {args}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,208 @@
+//! Kernel-level microbenchmarks of the aiv path on the CPU twin (numbers in docs/RESULTS.md).
+//!
+//! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
+//!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine
+//!   thread running and consuming 64-byte copies; flag drains are excluded (CANN SHMEM's `postsend_cost` analogue).
+//!   CPU time rather than wall time, so that preemption by the other threads of a loaded 2-core machine does not
+//!   count as post cost.
+//! - `request_to_dcq/64B`: one 64-byte WRITE between two twin devices through the engine API (submit -> request ring
+//!   -> kernel -> SQE -> doorbell -> SDMA -> flag -> DCQ -> Host drain -> wait_batch returns).
+//! - `throughput/{aiv,memcpy}/<block>`: 32 MiB per iteration moved as 32 MiB / block transfers of one batch over
+//!   the aiv transport (2 AIV blocks, 2 SDMA channels), next to plain memcpy of the same blocks at the same addresses
+//!   on 2 threads, in the same run.
+//!
+//! Run: `cargo bench --bench kernel`.
+
+use std::time::Duration;
+
+use aiv_transport::config::{AivOptions, LaunchMode};
+use aiv_transport::device::twin::kernel_bench::post_sqes;
+use aiv_transport::device::DeviceBuffer;
+use aiv_transport::transport::aiv::AivDevice;
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+
+fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOptions {
+    AivOptions {
+        device_id,
+        aiv_blocks: 2,
+        doorbell_batch,
+        launch_mode: mode,
+        sq_depth: 4096,
+        request_ring_depth: 1024,
+        hbm_size: 256 << 20,
+        ..AivOptions::default()
+    }
+}
+
+fn post_cost(c: &mut Criterion) {
+    let mut group = c.benchmark_group("post_cost");
+    group.sample_size(20).measurement_time(Duration::from_secs(3));
+    for batch in [1u32, 4, 32] {
+        let device = AivDevice::open(&options(0, LaunchMode::PerBatch, batch)).expect("twin device");
+        let buffer = device.allocate(1 << 20).expect("hbm");
+        let (src, dst) = (buffer.addr(), buffer.addr() + 4096);
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new("doorbell_batch", batch), |b| {
+            b.iter_custom(|iters| {
+                let mut posting = Duration::ZERO;
+                let mut left = iters;
+                while left > 0 {
+                    let count = left.min(1 << 20) as u32;
+                    posting += post_sqes(device.transport(), 0, src, dst, 64, count).expect("drain").posting_cpu;
+                    left -= u64::from(count);
+                }
+                posting
+            })
+        });
+    }
+    group.finish();
+}
+
+struct Pair {
+    initiator: TransferEngine,
+    target: TransferEngine,
+    _devices: (std::sync::Arc<AivDevice>, std::sync::Arc<AivDevice>),
+    local: DeviceBuffer,
+    remote: DeviceBuffer,
+    segment: SegmentId,
+}
+
+fn pair(length: u64) -> Pair {
+    let engine = |id: u32| {
+        let mut config = EngineConfig::new("127.0.0.1");
+        config.protocol = Protocol::Aiv;
+        config.aiv = options(id, LaunchMode::Persistent, 8);
+        TransferEngine::new(config).expect("engine")
+    };
+    let (initiator, target) = (engine(0), engine(1));
+    let (a, b) = (initiator.device().expect("device 0"), target.device().expect("device 1"));
+    let local = a.allocate(length).expect("hbm 0");
+    let remote = b.allocate(length).expect("hbm 1");
+    // SAFETY: both buffers live in the Pair next to the engines; every batch is waited for before they drop.
+    unsafe {
+        initiator.register_memory(local.addr(), local.len(), &a.location()).expect("register 0");
+        target.register_memory(remote.addr(), remote.len(), &b.location()).expect("register 1");
+    }
+    let segment = initiator.open_segment(target.name()).expect("open peer");
+    Pair { initiator, target, _devices: (a, b), local, remote, segment }
+}
+
+impl Pair {
+    fn run(&self, block: u64, count: u64) {
+        let requests: Vec<TransferRequest> = (0..count)
+            .map(|i| TransferRequest {
+                opcode: Opcode::Write,
+                source: self.local.addr() + i * block,
+                target_id: self.segment,
+                target_offset: self.remote.addr() + i * block,
+                length: block,
+                protocol: None,
+            })
+            .collect();
+        let batch = self.initiator.allocate_batch(requests.len()).expect("batch");
+        self.initiator.submit_transfer(batch, &requests).expect("submit");
+        let status = self.initiator.wait_batch(batch).expect("wait");
+        assert_eq!(status.state, TransferState::Completed);
+        self.initiator.free_batch(batch).expect("free");
+    }
+}
+
+fn request_to_dcq(c: &mut Criterion) {
+    let pair = pair(1 << 20);
+    let mut group = c.benchmark_group("request_to_dcq");
+    group.sample_size(50).measurement_time(Duration::from_secs(3));
+    group.bench_function("64B", |b| b.iter(|| pair.run(64, 1)));
+    group.finish();
+    let _ = &pair.target;
+}
+
+fn throughput(c: &mut Criterion) {
+    const TOTAL: u64 = 32 << 20;
+    let pair = pair(TOTAL);
+    // SAFETY: twin HBM of this process, TOTAL bytes each, alive for the whole function; filled to avoid first-touch
+    // faults inside the measurement.
+    let (src, dst) = unsafe {
+        (
+            std::slice::from_raw_parts_mut(pair.local.addr() as *mut u8, TOTAL as usize),
+            std::slice::from_raw_parts_mut(pair.remote.addr() as *mut u8, TOTAL as usize),
+        )
+    };
+    src.fill(1);
+    dst.fill(2);
+    paired_ratios(&pair, src.as_ptr() as usize, dst.as_mut_ptr() as usize, TOTAL);
+    let mut group = c.benchmark_group("throughput");
+    group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(TOTAL));
+    for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+        let count = TOTAL / block;
+        group.bench_function(BenchmarkId::new("aiv", block), |b| b.iter(|| pair.run(block, count)));
+        group.bench_function(BenchmarkId::new("memcpy", block), |b| {
+            b.iter(|| memcpy_blocks(src.as_ptr() as usize, dst.as_mut_ptr() as usize, block as usize, count as usize))
+        });
+    }
+    group.finish();
+}
+
+/// The same-window comparison: for each block size, 31 rounds that each time one aiv batch and one memcpy of the
+/// same blocks back to back (order alternating), and the median of the per-round ratios. Robust to the machine's
+/// load changing between criterion's separate aiv and memcpy measurements.
+fn paired_ratios(pair: &Pair, src: usize, dst: usize, total: u64) {
+    eprintln!("paired (same-window) aiv vs memcpy, {} MiB per round, median of 31 rounds:", total >> 20);
+    for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+        let count = total / block;
+        let mut ratios = Vec::new();
+        let (mut aiv_total, mut memcpy_total) = (Duration::ZERO, Duration::ZERO);
+        for round in 0..32 {
+            let time = |f: &dyn Fn()| {
+                let started = std::time::Instant::now();
+                f();
+                started.elapsed()
+            };
+            let aiv = || pair.run(block, count);
+            let memcpy = || memcpy_blocks(src, dst, block as usize, count as usize);
+            let (a, m) = if round % 2 == 0 { (time(&aiv), time(&memcpy)) } else { (time(&memcpy), time(&aiv)) };
+            let (a, m) = if round % 2 == 0 { (a, m) } else { (m, a) };
+            if round == 0 {
+                continue; // warm-up
+            }
+            aiv_total += a;
+            memcpy_total += m;
+            ratios.push(m.as_secs_f64() / a.as_secs_f64());
+        }
+        ratios.sort_by(f64::total_cmp);
+        let gbps = |d: Duration| (total * 31) as f64 / d.as_secs_f64() / 1e9;
+        eprintln!(
+            "  block {:>8} B: aiv {:6.2} GB/s, memcpy {:6.2} GB/s, median ratio aiv/memcpy {:.3} (min {:.3}, max {:.3})",
+            block,
+            gbps(aiv_total),
+            gbps(memcpy_total),
+            ratios[ratios.len() / 2],
+            ratios[0],
+            ratios[ratios.len() - 1]
+        );
+    }
+}
+
+/// Copies `count` blocks with plain memcpy on 2 threads (thread t takes blocks t, t + 2, ...), as 2 channels would.
+fn memcpy_blocks(src: usize, dst: usize, block: usize, count: usize) {
+    std::thread::scope(|scope| {
+        for thread in 0..2 {
+            scope.spawn(move || {
+                for i in (thread..count).step_by(2) {
+                    // SAFETY: block i lies inside both TOTAL-byte buffers (count * block == TOTAL) and threads copy
+                    // disjoint blocks.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            (src + i * block) as *const u8,
+                            (dst + i * block) as *mut u8,
+                            block,
+                        )
+                    };
+                }
+            });
+        }
+    });
+}
+
+criterion_group!(benches, post_cost, request_to_dcq, throughput);
+criterion_main!(benches);

@@ -1,0 +1,335 @@
+//! Device backends: the seam between the Host runtime and an NPU (or its CPU twin).
+//!
+//! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the
+//! Host/kernel wake-ups of the twin) and the backends behind it ([`twin`] now; `cann` in a later issue). It must not
+//! touch engine state (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
+//!
+//! The shape follows what the CANN backend will do (HARDWARE.md sections 3-4, 6): HBM from the SHMEM heap or
+//! `aclrtMalloc`, export/import like VMM or IPC handles, channel records read from SHMEM's SDMA workspace, the kernel
+//! loaded with `aclrtBinaryLoadFromData` and launched with `aclrtLaunchKernel`, the DCQ in Host-registered memory.
+
+pub mod kernel_image;
+pub mod twin;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::config::{AivOptions, DeviceBackendKind};
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// Device memory is exhausted or the request cannot be met.
+    #[error("device {device}: allocate {length} bytes: {reason}")]
+    OutOfMemory { device: u32, length: u64, reason: String },
+    /// An operating-system call failed.
+    #[error("device {device}: {operation}: {source}")]
+    Os { device: u32, operation: &'static str, source: std::io::Error },
+    /// An argument is invalid whatever the device state.
+    #[error("device {device}: {operation}: {reason}")]
+    Invalid { device: u32, operation: &'static str, reason: String },
+    /// The backend is not available in this build or on this machine.
+    #[error("device backend {backend}: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+    /// The device did not answer within a bounded wait.
+    #[error("device {device}: {operation}: no answer within {waited:?}")]
+    Timeout { device: u32, operation: &'static str, waited: Duration },
+}
+
+/// A device memory region that another device may import (an exported heap, like a VMM/IPC handle).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExportedRegion {
+    /// Device address of the region's first byte, in the exporter's view.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// Handle the importer presents (on the twin: a key of the process-wide export registry).
+    pub export_id: u64,
+}
+
+/// What a device advertises in its segment descriptor's `aiv` object so peers can import its memory.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceAdvertisement {
+    /// Unique identity of the device instance.
+    pub device: String,
+    /// The device id from the configuration.
+    pub device_id: u32,
+    /// The backend (`"twin"`, `"cann"`).
+    pub backend: String,
+    /// Exported regions.
+    pub regions: Vec<ExportedRegion>,
+}
+
+/// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImportedWindow {
+    /// First byte of the window in this device's view.
+    pub local_base: u64,
+    /// First byte in the exporter's view.
+    pub remote_base: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+impl ImportedWindow {
+    /// Relocates `[remote, remote + length)` into this device's view; `None` if it is not inside the window.
+    pub fn translate(&self, remote: u64, length: u64) -> Option<u64> {
+        let offset = remote.checked_sub(self.remote_base)?;
+        (offset.checked_add(length)? <= self.length).then(|| self.local_base + offset)
+    }
+}
+
+/// Memory both the Host and the device access (rings, control words): a Host pointer and the device address of
+/// the same bytes. On the twin they are equal; on the NPU it is Host-registered memory mapped to the device.
+pub struct SharedMemory {
+    host: *mut u8,
+    device_addr: u64,
+    length: usize,
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+// SAFETY: the region is plain memory owned by this value until drop; concurrent access to it is through atomics and
+// the ring protocols of crate::queue, whose users document their own synchronisation.
+unsafe impl Send for SharedMemory {}
+// SAFETY: as above; `&SharedMemory` only hands out raw pointers.
+unsafe impl Sync for SharedMemory {}
+
+impl fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedMemory")
+            .field("device_addr", &format_args!("{:#x}", self.device_addr))
+            .field("length", &self.length)
+            .finish()
+    }
+}
+
+impl SharedMemory {
+    /// # Safety
+    /// `host` must be valid for reads and writes of `length` bytes, zero-initialised, page-aligned and owned by the
+    /// returned value until `release` runs (at drop).
+    pub unsafe fn from_raw(
+        host: *mut u8,
+        device_addr: u64,
+        length: usize,
+        release: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Self {
+        SharedMemory { host, device_addr, length, release: Some(release) }
+    }
+    /// Host pointer to the first byte.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    /// Device address of the first byte.
+    pub fn device_addr(&self) -> u64 {
+        self.device_addr
+    }
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.length
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+/// One SDMA channel as the kernel sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// Channel index (= AIV block index).
+    pub index: u32,
+    /// Device address of the channel record (HARDWARE.md section 4 layout).
+    pub record_addr: u64,
+    /// Device address of the block's flag area (`FlagArea`, device memory).
+    pub flag_area_addr: u64,
+    /// The opaque handle the platform layer receives in `BlockArgs::platform_context` (0 on the NPU).
+    pub platform_context: u64,
+}
+
+/// A structured SDMA exception: the queue context and the raw SQE that stopped the channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelException {
+    /// Channel index.
+    pub channel: u32,
+    /// The record's `sq_id`.
+    pub sq_id: u32,
+    /// SQ head when the SQE was rejected (its index).
+    pub head: u32,
+    /// Doorbell tail seen then.
+    pub tail: u32,
+    /// Why, as an [`SdmaSyndrome`].
+    pub syndrome: SdmaSyndrome,
+    /// The 64 raw bytes of the SQE.
+    pub sqe: [u8; 64],
+}
+
+impl fmt::Display for ChannelException {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SDMA exception on channel {} (sq_id {}, head {}, tail {}): syndrome {:#x} ({}); raw SQE ",
+            self.channel,
+            self.sq_id,
+            self.head,
+            self.tail,
+            self.syndrome.0,
+            self.syndrome.describe()
+        )?;
+        for byte in self.sqe {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the SDMA engine stopped a channel; decoded totally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct SdmaSyndrome(pub u32);
+
+impl SdmaSyndrome {
+    /// SQE type is not SDMA.
+    pub const BAD_TYPE: SdmaSyndrome = SdmaSyndrome(0x10);
+    /// Opcode is not a copy.
+    pub const BAD_OPCODE: SdmaSyndrome = SdmaSyndrome(0x11);
+    /// Length zero or above 1 MiB.
+    pub const BAD_LENGTH: SdmaSyndrome = SdmaSyndrome(0x12);
+    /// Source range outside every mapped window.
+    pub const SRC_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x13);
+    /// Destination range outside every mapped window.
+    pub const DST_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x14);
+    /// The doorbell carried a tail outside the ring.
+    pub const BAD_TAIL: SdmaSyndrome = SdmaSyndrome(0x15);
+
+    /// A readable description.
+    pub fn describe(self) -> String {
+        match self {
+            SdmaSyndrome::BAD_TYPE => "SQE type is not SDMA".into(),
+            SdmaSyndrome::BAD_OPCODE => "opcode is not a copy".into(),
+            SdmaSyndrome::BAD_LENGTH => "length is zero or above 1 MiB".into(),
+            SdmaSyndrome::SRC_OUT_OF_WINDOW => "source range is outside every mapped window".into(),
+            SdmaSyndrome::DST_OUT_OF_WINDOW => "destination range is outside every mapped window".into(),
+            SdmaSyndrome::BAD_TAIL => "doorbell tail is outside the ring".into(),
+            SdmaSyndrome(other) => format!("unknown syndrome {other:#x}"),
+        }
+    }
+}
+
+/// A running kernel launch.
+pub trait Launch: Send + Sync + fmt::Debug {
+    /// Waits until every block has returned; false if `timeout` passed first.
+    fn wait(&self, timeout: Duration) -> bool;
+}
+
+/// What a device offers the Host runtime. Every wait is bounded.
+pub trait DeviceBackend: Send + Sync + fmt::Debug {
+    /// `"twin"` or `"cann"`.
+    fn backend_name(&self) -> &'static str;
+    /// The configured device id.
+    fn device_id(&self) -> u32;
+    /// For backend-specific controls (the twin's fault injection).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    // ---- device memory ----
+    /// Allocates device memory (HBM); freed when the buffer drops.
+    fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError>;
+    /// Whether `[addr, addr + length)` is device memory this device can reach (own memory or an imported window).
+    fn is_mapped(&self, addr: u64, length: u64) -> bool;
+    /// Whether `[addr, addr + length)` is this device's own memory.
+    fn is_own_memory(&self, addr: u64, length: u64) -> bool;
+    /// What the device advertises to peers (its exported regions).
+    fn advertisement(&self) -> DeviceAdvertisement;
+    /// Maps a peer's exported region into this device's view (idempotent per region).
+    fn import(&self, exporter: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
+    /// Relocates a peer address through an imported window (backends may add checks or, on the twin, injected faults).
+    fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
+        window.translate(remote, length)
+    }
+    /// Memory the Host and the kernel share (request rings, DCQs, control blocks, kernel arguments).
+    fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError>;
+
+    // ---- descriptor queues ----
+    /// Sets up one SDMA channel per block with `sq_depth` SQEs each (on CANN: read SHMEM's SDMA workspace).
+    fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError>;
+    /// The exception that stopped a channel, if any.
+    fn channel_exception(&self, channel: u32) -> Option<ChannelException>;
+    /// Drops a channel's pending SQEs and clears its exception, so it can serve again (bounded wait).
+    fn reset_channel(&self, channel: u32) -> Result<(), DeviceError>;
+
+    // ---- kernel ----
+    /// Launches the transfer kernel on `block_dim` blocks with `kernel_args` (device address of `KernelArgs`).
+    fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError>;
+    /// Platform cycles per second (the unit of `BlockArgs::wait_budget`).
+    fn cycles_per_second(&self) -> u64;
+    /// Tells a resident kernel block that the Host published something (twin: wakes the emulated core; NPU: nothing,
+    /// the kernel polls). Not a device-API call.
+    fn notify_block(&self, block: u32);
+    /// A token to pass to [`DeviceBackend::wait_for_kernel`], read before checking the DCQs.
+    fn kernel_event_token(&self) -> u32;
+    /// Sleeps until a kernel published completions after `token` was read, or `timeout` passes.
+    fn wait_for_kernel(&self, token: u32, timeout: Duration);
+}
+
+/// Device memory owned by the caller; freed when dropped.
+pub struct DeviceBuffer {
+    addr: u64,
+    length: u64,
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("length", &self.length)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// A buffer at `addr` whose `release` runs at drop.
+    pub fn new(addr: u64, length: u64, release: Box<dyn FnOnce() + Send + Sync>) -> Self {
+        DeviceBuffer { addr, length, release: Some(release) }
+    }
+    /// Device address of the first byte (on the twin also a valid address of this process).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Bytes.
+    pub fn len(&self) -> u64 {
+        self.length
+    }
+    /// Whether the buffer is empty (never, for a successful allocation).
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+/// Opens the device the options name.
+pub fn open(options: &AivOptions) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
+    match options.device_backend {
+        DeviceBackendKind::Twin => Ok(twin::TwinDevice::open(options)?),
+        DeviceBackendKind::Cann => Err(DeviceError::Unavailable {
+            backend: "cann",
+            reason: "the CANN device backend is not part of this build yet; use \"device_backend\": \"twin\"".into(),
+        }),
+    }
+}

@@ -1,0 +1,433 @@
+//! The CPU twin of an Ascend NPU: memfd-backed HBM, STARS-like SDMA engine threads, emulated AIV cores running the
+//! transfer kernel compiled for the host (kernels/twin/entry.cpp).
+//!
+//! Owns its memory (user HBM heap + a workspace for SQ rings, channel records and flag areas, as SHMEM's SDMA
+//! workspace), its windows (own memory + imported peer heaps; the only addresses an SQE may name), its channels and
+//! cores. Test and fault-injection controls are grouped in [`TwinDevice::faults`] and [`TwinDevice::stall_channel`];
+//! nothing else in the product calls them.
+
+pub mod cores;
+pub mod kernel_bench;
+pub mod memory;
+pub mod registry;
+pub mod sdma;
+pub mod wake;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use self::cores::CorePool;
+use self::memory::{Heap, MemfdRegion};
+use self::sdma::{SdmaChannel, Windows};
+use self::wake::Waiter;
+use crate::config::AivOptions;
+use crate::device::{
+    ChannelException, ChannelInfo, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion,
+    ImportedWindow, Launch, SharedMemory,
+};
+use crate::queue::{ChannelRecord, FlagArea, SQE_BYTES};
+
+/// Bytes of the workspace per channel beyond its SQ ring: the channel record and the flag area, a page each.
+const WORKSPACE_PER_CHANNEL: u64 = 2 * memory::ALLOCATION_ALIGN;
+
+/// What the platform layer's `context` points to: the wake-up words of one block.
+#[derive(Debug)]
+pub struct BlockContext {
+    /// Host -> kernel: request ring published, DCQ drained, resume or stop.
+    host_to_kernel: Waiter,
+    channel: Arc<SdmaChannel>,
+    kernel_to_host: Arc<Waiter>,
+}
+
+/// Test and fault-injection controls of a twin device. Not used by the product path.
+#[derive(Debug, Default)]
+pub struct FaultInjection {
+    corrupt_translations: AtomicU32,
+}
+
+impl FaultInjection {
+    /// The next `count` peer-address translations return an address outside every window (so the SDMA engine
+    /// rejects the SQE that names it).
+    pub fn corrupt_next_translations(&self, count: u32) {
+        self.corrupt_translations.store(count, Ordering::Release);
+    }
+}
+
+/// An address no twin window ever contains (page zero).
+pub const UNMAPPED_ADDRESS: u64 = 0x100;
+
+/// One twin device.
+#[derive(Debug)]
+pub struct TwinDevice {
+    id: u32,
+    identity: String,
+    heap: Arc<Heap>,
+    workspace: Heap,
+    export_id: u64,
+    windows: Windows,
+    imports: Mutex<HashMap<u64, (ImportedWindow, Arc<MemfdRegion>)>>,
+    channels: RwLock<Vec<Arc<SdmaChannel>>>,
+    // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
+    #[allow(clippy::vec_box)]
+    contexts: Mutex<Vec<Box<BlockContext>>>,
+    engine_threads: Mutex<Vec<JoinHandle<()>>>,
+    cores: OnceLock<CorePool>,
+    kernel_to_host: Arc<Waiter>,
+    /// Fault-injection controls (tests only).
+    pub faults: FaultInjection,
+}
+
+impl TwinDevice {
+    /// Creates a twin device with `options.hbm_size` bytes of HBM.
+    pub fn open(options: &AivOptions) -> Result<Arc<TwinDevice>, DeviceError> {
+        static INSTANCE: AtomicU64 = AtomicU64::new(0);
+        let id = options.device_id;
+        let instance = INSTANCE.fetch_add(1, Ordering::Relaxed);
+        let identity = format!("twin-{}-{id}-{instance}", std::process::id());
+        let heap_region = Arc::new(MemfdRegion::create(id, &format!("aiv-twin-hbm-{id}"), options.hbm_size)?);
+        let sq_bytes =
+            (u64::from(options.sq_depth) * SQE_BYTES).div_ceil(memory::ALLOCATION_ALIGN) * memory::ALLOCATION_ALIGN;
+        let workspace_bytes = u64::from(options.aiv_blocks) * (sq_bytes + WORKSPACE_PER_CHANNEL);
+        let workspace_region =
+            Arc::new(MemfdRegion::create(id, &format!("aiv-twin-workspace-{id}"), workspace_bytes.max(4096))?);
+        let windows: Windows = Arc::new(RwLock::new(vec![
+            (heap_region.base(), heap_region.len()),
+            (workspace_region.base(), workspace_region.len()),
+        ]));
+        let export_id = registry::export(registry::ExportRecord {
+            fd: heap_region.fd(),
+            length: heap_region.len(),
+            device: identity.clone(),
+        });
+        tracing::debug!(device = id, identity = %identity, hbm = options.hbm_size, "twin device opened");
+        Ok(Arc::new(TwinDevice {
+            id,
+            identity,
+            heap: Arc::new(Heap::new(heap_region)),
+            workspace: Heap::new(workspace_region),
+            export_id,
+            windows,
+            imports: Mutex::new(HashMap::new()),
+            channels: RwLock::new(Vec::new()),
+            contexts: Mutex::new(Vec::new()),
+            engine_threads: Mutex::new(Vec::new()),
+            cores: OnceLock::new(),
+            kernel_to_host: Arc::new(Waiter::default()),
+            faults: FaultInjection::default(),
+        }))
+    }
+
+    /// The unique identity advertised to peers.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Fault injection: stall (or release) a channel's SDMA engine thread.
+    pub fn stall_channel(&self, channel: u32, stalled: bool) {
+        if let Some(channel) = self.channel(channel) {
+            channel.set_stalled(stalled);
+        }
+    }
+
+    /// SQEs a channel has executed (for tests and tools).
+    pub fn executed_sqes(&self, channel: u32) -> u64 {
+        self.channel(channel).map(|c| c.executed()).unwrap_or(0)
+    }
+
+    fn channel(&self, index: u32) -> Option<Arc<SdmaChannel>> {
+        self.channels.read().unwrap_or_else(|p| p.into_inner()).get(index as usize).cloned()
+    }
+}
+
+impl DeviceBackend for TwinDevice {
+    fn backend_name(&self) -> &'static str {
+        "twin"
+    }
+
+    fn device_id(&self) -> u32 {
+        self.id
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError> {
+        let addr = self.heap.allocate(self.id, length)?;
+        // The buffer keeps the heap (and so the mapping) alive: it may outlive the device handle.
+        let heap = self.heap.clone();
+        Ok(DeviceBuffer::new(
+            addr,
+            length,
+            Box::new(move || {
+                heap.free(addr);
+            }),
+        ))
+    }
+
+    fn is_mapped(&self, addr: u64, length: u64) -> bool {
+        let windows = self.windows.read().unwrap_or_else(|p| p.into_inner());
+        let Some(end) = addr.checked_add(length) else { return false };
+        windows.iter().any(|&(base, len)| addr >= base && end <= base + len)
+    }
+
+    fn is_own_memory(&self, addr: u64, length: u64) -> bool {
+        self.heap.region().contains(addr, length)
+    }
+
+    fn advertisement(&self) -> DeviceAdvertisement {
+        DeviceAdvertisement {
+            device: self.identity.clone(),
+            device_id: self.id,
+            backend: "twin".into(),
+            regions: vec![ExportedRegion {
+                addr: self.heap.region().base(),
+                length: self.heap.region().len(),
+                export_id: self.export_id,
+            }],
+        }
+    }
+
+    fn import(&self, exporter: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+        let mut imports = self.imports.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((window, _)) = imports.get(&region.export_id) {
+            return Ok(*window);
+        }
+        let record = registry::lookup(region.export_id).ok_or_else(|| DeviceError::Invalid {
+            device: self.id,
+            operation: "import",
+            reason: format!("export {} of {exporter:?} is not known in this process", region.export_id),
+        })?;
+        if record.device != exporter || record.length != region.length {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "import",
+                reason: format!(
+                    "export {} belongs to {:?} ({} bytes), not {exporter:?} ({} bytes)",
+                    region.export_id, record.device, record.length, region.length
+                ),
+            });
+        }
+        let mapping = Arc::new(MemfdRegion::map(self.id, record.fd, record.length)?);
+        let window = ImportedWindow { local_base: mapping.base(), remote_base: region.addr, length: region.length };
+        self.windows.write().unwrap_or_else(|p| p.into_inner()).push((mapping.base(), mapping.len()));
+        imports.insert(region.export_id, (window, mapping));
+        tracing::debug!(device = self.id, exporter, local = window.local_base, "peer heap imported");
+        Ok(window)
+    }
+
+    fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
+        let corrupt = self
+            .faults
+            .corrupt_translations
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if corrupt {
+            tracing::warn!(device = self.id, remote, "fault injection: corrupted a translated address");
+            return Some(UNMAPPED_ADDRESS);
+        }
+        window.translate(remote, length)
+    }
+
+    fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError> {
+        let length = length.max(1).div_ceil(4096) * 4096;
+        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                length,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if host == libc::MAP_FAILED {
+            return Err(DeviceError::Os {
+                device: self.id,
+                operation: "map shared memory",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let addr = host as usize;
+        let release = Box::new(move || {
+            // SAFETY: unmaps the mapping created above, once, when its owner drops.
+            unsafe { libc::munmap(addr as *mut libc::c_void, length) };
+        });
+        // SAFETY: anonymous mappings are zeroed and page aligned; the release closure unmaps exactly this mapping.
+        Ok(unsafe { SharedMemory::from_raw(host.cast(), host as u64, length, release) })
+    }
+
+    fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError> {
+        let mut channels = self.channels.write().unwrap_or_else(|p| p.into_inner());
+        if !channels.is_empty() {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "open channels",
+                reason: "channels are already open on this device".into(),
+            });
+        }
+        let cores = CorePool::start(self.id, count).map_err(|source| DeviceError::Os {
+            device: self.id,
+            operation: "start AIV cores",
+            source,
+        })?;
+        let _ = self.cores.set(cores);
+        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
+        let mut infos = Vec::new();
+        for index in 0..count {
+            let sq_base = self.workspace.allocate(self.id, u64::from(sq_depth) * SQE_BYTES)?;
+            let record = self.workspace.allocate(self.id, std::mem::size_of::<ChannelRecord>() as u64)?;
+            let flag_area = self.workspace.allocate(self.id, std::mem::size_of::<FlagArea>() as u64)?;
+            // SAFETY: `record` and `sq_base` are fresh zeroed workspace allocations that live as long as the device,
+            // which joins the engine threads before dropping the workspace.
+            let channel = unsafe {
+                SdmaChannel::new(index, self.id, record as *mut ChannelRecord, sq_base, sq_depth, self.windows.clone())?
+            };
+            let engine = channel.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("aiv-sdma-{}.{index}", self.id))
+                .spawn(move || engine.run())
+                .map_err(|source| DeviceError::Os { device: self.id, operation: "start SDMA engine", source })?;
+            threads.push(thread);
+            let context = Box::new(BlockContext {
+                host_to_kernel: Waiter::default(),
+                channel: channel.clone(),
+                kernel_to_host: self.kernel_to_host.clone(),
+            });
+            let platform_context = &*context as *const BlockContext as u64;
+            contexts.push(context);
+            channels.push(channel);
+            infos.push(ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context });
+        }
+        Ok(infos)
+    }
+
+    fn channel_exception(&self, channel: u32) -> Option<ChannelException> {
+        self.channel(channel)?.exception()
+    }
+
+    fn reset_channel(&self, channel: u32) -> Result<(), DeviceError> {
+        let Some(channel) = self.channel(channel) else {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "reset channel",
+                reason: "no such channel".into(),
+            });
+        };
+        channel.reset(self.id)
+    }
+
+    fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError> {
+        let cores = self.cores.get().ok_or_else(|| DeviceError::Invalid {
+            device: self.id,
+            operation: "launch",
+            reason: "no channels are open (open_channels starts the cores)".into(),
+        })?;
+        if block_dim == 0 || block_dim > cores.len() {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "launch",
+                reason: format!("block_dim {block_dim} is not within 1..={}", cores.len()),
+            });
+        }
+        Ok(cores.launch(kernel_args, block_dim))
+    }
+
+    fn cycles_per_second(&self) -> u64 {
+        1_000_000_000
+    }
+
+    fn notify_block(&self, block: u32) {
+        if let Some(context) = self.contexts.lock().unwrap_or_else(|p| p.into_inner()).get(block as usize) {
+            context.host_to_kernel.notify();
+        }
+    }
+
+    fn kernel_event_token(&self) -> u32 {
+        self.kernel_to_host.token()
+    }
+
+    fn wait_for_kernel(&self, token: u32, timeout: Duration) {
+        self.kernel_to_host.sleep(token, timeout);
+    }
+}
+
+impl Drop for TwinDevice {
+    fn drop(&mut self) {
+        if let Some(cores) = self.cores.get() {
+            cores.shut_down(Duration::from_secs(2));
+        }
+        for channel in self.channels.read().unwrap_or_else(|p| p.into_inner()).iter() {
+            channel.shut_down();
+        }
+        for thread in std::mem::take(&mut *self.engine_threads.lock().unwrap_or_else(|p| p.into_inner())) {
+            let _ = thread.join();
+        }
+        registry::withdraw(self.export_id);
+    }
+}
+
+// ---- The twin platform layer's hooks (declared in kernels/platform/twin.h) ----
+
+/// # Safety
+/// `context` must be a `platform_context` handed out by [`TwinDevice::open_channels`] of a live device.
+unsafe fn block_context<'a>(context: u64) -> &'a BlockContext {
+    // SAFETY: the caller's contract: the context box lives as long as the device, which outlives its launches.
+    unsafe { &*(context as *const BlockContext) }
+}
+
+/// Doorbell hook: the kernel has stored a new tail into the register page; wake the channel's engine.
+///
+/// # Safety
+/// Called by the twin kernel with the `platform_context` of its block.
+#[no_mangle]
+pub unsafe extern "C" fn aiv_twin_doorbell_rung(context: u64, sq_reg_base: u64) {
+    // SAFETY: forwarded contract.
+    let block = unsafe { block_context(context) };
+    debug_assert_eq!(sq_reg_base, block.channel.register_base());
+    block.channel.doorbell.notify();
+}
+
+/// Returns the wake-up token of what the kernel is about to wait for.
+///
+/// # Safety
+/// As [`aiv_twin_doorbell_rung`].
+#[no_mangle]
+pub unsafe extern "C" fn aiv_twin_wait_token(context: u64, kind: u32) -> u32 {
+    // SAFETY: forwarded contract.
+    let block = unsafe { block_context(context) };
+    match kind {
+        1 => block.channel.progress.token(),
+        _ => block.host_to_kernel.token(),
+    }
+}
+
+/// Idle back-off of the kernel: spin, yield, then sleep until woken (bounded).
+///
+/// # Safety
+/// As [`aiv_twin_doorbell_rung`].
+#[no_mangle]
+pub unsafe extern "C" fn aiv_twin_idle(context: u64, kind: u32, token: u32, spins: u32) {
+    // SAFETY: forwarded contract.
+    let block = unsafe { block_context(context) };
+    match kind {
+        1 => block.channel.progress.idle(token, spins, Duration::from_millis(1)),
+        _ => block.host_to_kernel.idle(token, spins, Duration::from_millis(20)),
+    }
+}
+
+/// The kernel published DCQ entries: wake the Host's drain thread.
+///
+/// # Safety
+/// As [`aiv_twin_doorbell_rung`].
+#[no_mangle]
+pub unsafe extern "C" fn aiv_twin_notify_host(context: u64) {
+    // SAFETY: forwarded contract.
+    let block = unsafe { block_context(context) };
+    block.kernel_to_host.notify();
+}

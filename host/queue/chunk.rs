@@ -1,0 +1,117 @@
+//! How a transfer is split into SQEs: pieces of at most `max_piece` bytes (1 MiB on SDMA), the last holding the
+//! remainder; a zero-length transfer has no piece (the kernel reports it FAILED with a bad-request syndrome, the
+//! engine never sends one). The kernel implements the same rule in C++ (`aiv::piece_count`, `aiv::piece_length`);
+//! tests check the two agree.
+
+/// One piece of a transfer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Offset from the transfer's start.
+    pub offset: u64,
+    /// Bytes, from 1 to `max_piece`.
+    pub length: u32,
+}
+
+/// Number of pieces of a `length`-byte transfer (0 for length 0 or `max_piece` 0).
+pub fn piece_count(length: u64, max_piece: u32) -> u64 {
+    if length == 0 || max_piece == 0 {
+        return 0;
+    }
+    length.div_ceil(u64::from(max_piece))
+}
+
+/// The pieces of a transfer, in order.
+pub fn pieces(length: u64, max_piece: u32) -> impl Iterator<Item = Piece> {
+    let max = u64::from(max_piece);
+    (0..piece_count(length, max_piece)).map(move |index| {
+        let offset = index * max;
+        Piece { offset, length: (length - offset).min(max) as u32 }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Pieces tile the transfer exactly, none is empty or oversized, only the last may be short.
+        #[test]
+        fn pieces_tile_the_transfer(
+            (length, max_log) in prop_oneof![(0u64..4096, 0u32..21), (0u64..(64 << 20), 10u32..21)],
+        ) {
+            let max = 1u32 << max_log;
+            let all: Vec<Piece> = pieces(length, max).collect();
+            prop_assert_eq!(all.len() as u64, piece_count(length, max));
+            let mut expected_offset = 0;
+            for (index, piece) in all.iter().enumerate() {
+                prop_assert_eq!(piece.offset, expected_offset);
+                prop_assert!(piece.length >= 1 && piece.length <= max);
+                if index + 1 < all.len() {
+                    prop_assert_eq!(piece.length, max);
+                }
+                expected_offset += u64::from(piece.length);
+            }
+            prop_assert_eq!(expected_offset, length);
+        }
+
+        /// Huge lengths do not overflow the count.
+        #[test]
+        fn counts_do_not_overflow(length in any::<u64>(), max in 1u32..=(1 << 20)) {
+            let count = piece_count(length, max);
+            prop_assert!(count >= length / u64::from(max));
+            prop_assert!(count <= length / u64::from(max) + 1);
+        }
+    }
+
+    #[test]
+    fn edge_cases() {
+        assert_eq!(piece_count(0, 1 << 20), 0);
+        assert_eq!(piece_count(5, 0), 0);
+        assert_eq!(piece_count(1 << 20, 1 << 20), 1);
+        assert_eq!(piece_count((1 << 20) + 1, 1 << 20), 2);
+        assert_eq!(pieces((1 << 20) + 1, 1 << 20).last(), Some(Piece { offset: 1 << 20, length: 1 }));
+        assert_eq!(piece_count(u64::MAX, 1), u64::MAX);
+    }
+}
+
+/// The kernel's own chunking (C++, `kernels/include/aiv/transfer_kernel.h`), callable from Rust so tests can hold
+/// the two implementations against each other.
+pub mod kernel {
+    extern "C" {
+        fn aiv_kernel_piece_count(length: u64, max_piece: u32) -> u64;
+        fn aiv_kernel_piece_length(length: u64, max_piece: u32, index: u64) -> u32;
+    }
+
+    /// `aiv::piece_count` of the kernel.
+    pub fn piece_count(length: u64, max_piece: u32) -> u64 {
+        // SAFETY: a pure function of its integer arguments (kernels/twin/entry.cpp).
+        unsafe { aiv_kernel_piece_count(length, max_piece) }
+    }
+
+    /// `aiv::piece_length` of the kernel (for `index < piece_count`).
+    pub fn piece_length(length: u64, max_piece: u32, index: u64) -> u32 {
+        // SAFETY: a pure function of its integer arguments.
+        unsafe { aiv_kernel_piece_length(length, max_piece, index) }
+    }
+}
+
+#[cfg(test)]
+mod kernel_agreement {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The C++ kernel splits every transfer exactly as the Rust rule does.
+        #[test]
+        fn kernel_chunking_matches(length in prop_oneof![0u64..(8 << 20), any::<u64>()], max_log in 0u32..21) {
+            let max = 1u32 << max_log;
+            prop_assert_eq!(kernel::piece_count(length, max), piece_count(length, max));
+            if piece_count(length, max) <= 4096 {
+                for piece in pieces(length, max) {
+                    prop_assert_eq!(kernel::piece_length(length, max, piece.offset / u64::from(max)), piece.length);
+                }
+            }
+        }
+    }
+}

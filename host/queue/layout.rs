@@ -1,0 +1,422 @@
+//! The Rust mirror of `kernels/include/aiv/layouts.h`, field for field.
+//!
+//! The SDMA SQE and the channel record follow HARDWARE.md section 4 exactly. Descriptor types use explicit
+//! little-endian field types (they are written by one agent and decoded by another); ring headers, the control block
+//! and the flag area hold words accessed atomically by several threads, so they use native integers and the crate
+//! refuses to build for a big-endian target. Values written by the kernel are decoded totally ([`DcqStatus`],
+//! [`Syndrome`] are newtypes, never enums). `tests/layout_probe.rs` compares every size, offset and constant below
+//! with the C header through [`layout_facts`].
+
+use std::mem::{offset_of, size_of};
+
+use zerocopy::little_endian::{U16, U32, U64};
+use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
+
+#[cfg(target_endian = "big")]
+compile_error!("the device layouts are little-endian and ring words are accessed natively");
+
+/// One cache line: ring heads and tails never share one.
+pub const CACHE_LINE: u64 = 64;
+/// Bytes of one SQE.
+pub const SQE_BYTES: u64 = 64;
+/// SQE type of an SDMA copy (HARDWARE.md section 4).
+pub const SQE_TYPE_SDMA: u16 = 11;
+/// Bits of the type field in the first SQE word.
+pub const SQE_TYPE_MASK: u16 = 0x3F;
+/// `kernel_credit` written for SDMA SQEs.
+pub const SQE_KERNEL_CREDIT_SDMA: u8 = 240;
+/// `link_type` written for a copy.
+pub const SQE_LINK_TYPE_NONE: u8 = 255;
+/// At most this many bytes per SQE.
+pub const SDMA_MAX_SQE_BYTES: u32 = 1 << 20;
+/// The doorbell register's offset from `sq_reg_base` on A2/A3 (0x0 on Ascend 950).
+pub const SDMA_DOORBELL_OFFSET: u64 = 0x8;
+/// Copy opcode (bits 7:0 of the word at offset 16).
+pub const SQE_OPCODE_COPY: u32 = 0;
+/// `sssv` bit.
+pub const SQE_BIT_SSSV: u32 = 1 << 9;
+/// `dssv` bit.
+pub const SQE_BIT_DSSV: u32 = 1 << 10;
+/// `sns` bit.
+pub const SQE_BIT_SNS: u32 = 1 << 11;
+/// `dns` bit.
+pub const SQE_BIT_DNS: u32 = 1 << 12;
+/// Shift of the qos field.
+pub const SQE_QOS_SHIFT: u32 = 13;
+/// qos written for a copy.
+pub const SQE_QOS_COPY: u32 = 6;
+/// Bytes of a ring header; entries follow it.
+pub const RING_HEADER_BYTES: u64 = 128;
+/// Request opcode READ (remote -> local).
+pub const REQUEST_OPCODE_READ: u32 = 0;
+/// Request opcode WRITE (local -> remote).
+pub const REQUEST_OPCODE_WRITE: u32 = 1;
+/// Launch mode: one launch per submitted batch.
+pub const LAUNCH_PER_BATCH: u32 = 0;
+/// Launch mode: resident kernel polling its request ring.
+pub const LAUNCH_PERSISTENT: u32 = 1;
+/// Requests a block takes per completion flag.
+pub const GROUP_MAX_TRANSFERS: u32 = 64;
+/// Version stamped into [`KernelArgs`]; the kernel refuses other versions.
+pub const LAYOUT_VERSION: u32 = 1;
+
+/// The SDMA SQE (HARDWARE.md section 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct SdmaSqe {
+    /// Type in bits 0-5.
+    pub type_word: U16,
+    pub block_dim: U16,
+    pub rt_stream_id: U16,
+    /// `sq_tail - sq_head` when written.
+    pub task_id: U16,
+    pub reserved0: U32,
+    pub reserved1: U16,
+    pub kernel_credit: u8,
+    /// Bit 0.
+    pub ptr_mode: u8,
+    /// opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27].
+    pub opcode_word: U32,
+    pub src_stream_id: U16,
+    pub src_sub_stream_id: U16,
+    pub dst_stream_id: U16,
+    pub dst_sub_stream_id: U16,
+    /// Bytes, at most 1 MiB.
+    pub length: U32,
+    pub src_addr_low: U32,
+    pub src_addr_high: U32,
+    pub dst_addr_low: U32,
+    pub dst_addr_high: U32,
+    pub link_type: u8,
+    pub reserved2: [u8; 3],
+    pub reserved3: [U32; 3],
+}
+
+impl SdmaSqe {
+    /// The SQE type (bits 0-5 of the first word).
+    pub fn sqe_type(&self) -> u16 {
+        self.type_word.get() & SQE_TYPE_MASK
+    }
+    /// The copy opcode (bits 7:0 of the word at offset 16).
+    pub fn opcode(&self) -> u32 {
+        self.opcode_word.get() & 0xFF
+    }
+    /// Source address.
+    pub fn src(&self) -> u64 {
+        u64::from(self.src_addr_high.get()) << 32 | u64::from(self.src_addr_low.get())
+    }
+    /// Destination address.
+    pub fn dst(&self) -> u64 {
+        u64::from(self.dst_addr_high.get()) << 32 | u64::from(self.dst_addr_low.get())
+    }
+    /// A copy SQE as the kernel writes it (used by tests and tools; the kernel builds its own).
+    pub fn copy(src: u64, dst: u64, length: u32, stream_id: u16, task_id: u16) -> SdmaSqe {
+        SdmaSqe {
+            type_word: U16::new(SQE_TYPE_SDMA),
+            rt_stream_id: U16::new(stream_id),
+            task_id: U16::new(task_id),
+            kernel_credit: SQE_KERNEL_CREDIT_SDMA,
+            opcode_word: U32::new(
+                SQE_OPCODE_COPY
+                    | SQE_BIT_SSSV
+                    | SQE_BIT_DSSV
+                    | SQE_BIT_SNS
+                    | SQE_BIT_DNS
+                    | SQE_QOS_COPY << SQE_QOS_SHIFT,
+            ),
+            length: U32::new(length),
+            src_addr_low: U32::new(src as u32),
+            src_addr_high: U32::new((src >> 32) as u32),
+            dst_addr_low: U32::new(dst as u32),
+            dst_addr_high: U32::new((dst >> 32) as u32),
+            link_type: SQE_LINK_TYPE_NONE,
+            ..SdmaSqe::default()
+        }
+    }
+}
+
+/// One SDMA channel record of SHMEM's SDMA workspace (HARDWARE.md section 4).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct ChannelRecord {
+    pub sq_head: U32,
+    /// Software copy of the tail kept by the kernel.
+    pub sq_tail: U32,
+    /// Ring of 64-byte SQEs.
+    pub sq_base: U64,
+    /// Doorbell register base.
+    pub sq_reg_base: U64,
+    pub sq_depth: U32,
+    pub sq_id: U32,
+    pub cq_id: U32,
+    pub logic_cq_id: U32,
+    /// Unused by the device path.
+    pub cqe_addr: U64,
+    pub report_cqe_num: U32,
+    pub stream_id: U32,
+    pub dev_id: U32,
+    pub reserved: [u8; 4],
+}
+
+/// Header of a single-producer single-consumer ring: consumer `head` and producer `tail` on separate cache lines.
+/// Both are free-running indices; accessed only through atomics ([`crate::queue::ring`]).
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct RingHeader {
+    pub head: u32,
+    pub pad0: [u8; 60],
+    pub tail: u32,
+    pub pad1: [u8; 60],
+}
+
+/// One transfer request, Host -> kernel; addresses already in the executing device's view.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct RequestEntry {
+    pub transfer_id: U64,
+    pub src_addr: U64,
+    pub dst_addr: U64,
+    pub length: U64,
+    /// [`REQUEST_OPCODE_READ`] or [`REQUEST_OPCODE_WRITE`].
+    pub opcode: U32,
+    pub flags: U32,
+    pub reserved: [U64; 3],
+}
+
+/// One completion, kernel -> Host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct DcqEntry {
+    pub transfer_id: U64,
+    pub bytes: U64,
+    /// Raw [`DcqStatus`].
+    pub status: U32,
+    /// Raw [`Syndrome`].
+    pub syndrome: U32,
+    /// SQEs written for this transfer, its share of the flag SQE included.
+    pub sqes: U32,
+    /// Doorbells that covered its SQEs.
+    pub doorbells: U32,
+}
+
+/// Per-block control words; Host-written and kernel-written words on separate cache lines.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct ControlBlock {
+    /// Host -> kernel: leave the persistent loop.
+    pub stop: u32,
+    /// Host -> kernel: a change aborts the current completion wait.
+    pub abort_epoch: u32,
+    /// Host -> kernel: set to `halt_count` once the channel has been reset.
+    pub resume_count: u32,
+    pub pad0: [u8; 52],
+    /// Kernel -> Host: incremented when a group fails and the block halts.
+    pub halt_count: u32,
+    /// Kernel -> Host: 1 while a launch of this block runs.
+    pub running: u32,
+    /// Kernel -> Host: groups completed.
+    pub groups: u64,
+    pub pad1: [u8; 48],
+}
+
+/// The per-block flag area in device memory: the flag SQE copies `source` to `receive`.
+#[derive(Debug)]
+#[repr(C, align(64))]
+pub struct FlagArea {
+    pub source: u64,
+    pub pad0: [u8; 56],
+    pub receive: u64,
+    pub pad1: [u8; 56],
+}
+
+/// Arguments of one block.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct BlockArgs {
+    pub request_ring: U64,
+    pub dcq: U64,
+    pub channel_record: U64,
+    pub flag_area: U64,
+    pub control: U64,
+    /// Opaque to the kernel: the twin platform layer's handle (0 on the NPU).
+    pub platform_context: U64,
+    /// Completion wait budget in platform cycles.
+    pub wait_budget: U64,
+    pub request_depth: U32,
+    pub dcq_depth: U32,
+    pub doorbell_batch: U32,
+    pub max_sqe_bytes: U32,
+    pub launch_mode: U32,
+    pub group_limit: U32,
+    pub reserved: [U64; 6],
+}
+
+/// The kernel's single argument.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct KernelArgs {
+    /// Address of `BlockArgs[block_count]`.
+    pub blocks: U64,
+    pub block_count: U32,
+    pub layout_version: U32,
+}
+
+/// Status word of a DCQ entry, as the kernel wrote it; decoded totally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct DcqStatus(pub u32);
+
+impl DcqStatus {
+    pub const COMPLETED: DcqStatus = DcqStatus(1);
+    pub const FAILED: DcqStatus = DcqStatus(2);
+    pub const TIMEOUT: DcqStatus = DcqStatus(3);
+    pub const ABORTED: DcqStatus = DcqStatus(4);
+
+    /// A readable name; unknown values are named as such.
+    pub fn name(self) -> String {
+        match self {
+            DcqStatus::COMPLETED => "COMPLETED".into(),
+            DcqStatus::FAILED => "FAILED".into(),
+            DcqStatus::TIMEOUT => "TIMEOUT".into(),
+            DcqStatus::ABORTED => "ABORTED".into(),
+            DcqStatus(other) => format!("unknown status {other}"),
+        }
+    }
+}
+
+/// Why a transfer did not complete, as the kernel wrote it; decoded totally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct Syndrome(pub u32);
+
+impl Syndrome {
+    pub const NONE: Syndrome = Syndrome(0);
+    pub const BAD_REQUEST: Syndrome = Syndrome(1);
+    pub const WAIT_BUDGET: Syndrome = Syndrome(2);
+    pub const ABORTED: Syndrome = Syndrome(3);
+
+    /// A readable description; unknown values are named as such.
+    pub fn describe(self) -> String {
+        match self {
+            Syndrome::NONE => "none".into(),
+            Syndrome::BAD_REQUEST => "bad request (zero length, unknown opcode or address overflow)".into(),
+            Syndrome::WAIT_BUDGET => "completion flag not seen within the kernel wait budget".into(),
+            Syndrome::ABORTED => "the Host raised the abort flag".into(),
+            Syndrome(other) => format!("unknown syndrome {other}"),
+        }
+    }
+}
+
+const _: () = {
+    assert!(size_of::<SdmaSqe>() == 64);
+    assert!(size_of::<ChannelRecord>() == 64);
+    assert!(size_of::<RingHeader>() == RING_HEADER_BYTES as usize);
+    assert!(size_of::<RequestEntry>() == 64);
+    assert!(size_of::<DcqEntry>() == 32);
+    assert!(size_of::<ControlBlock>() == 128);
+    assert!(size_of::<FlagArea>() == 128);
+    assert!(size_of::<BlockArgs>() == 128);
+    assert!(size_of::<KernelArgs>() == 16);
+};
+
+macro_rules! facts {
+    ($out:ident; size $t:ident as $c:literal) => {
+        $out.push((concat!("size.", $c).to_owned(), size_of::<$t>() as u64));
+    };
+    ($out:ident; offsets $t:ident as $c:literal { $($f:ident),* $(,)? }) => {
+        $( $out.push((concat!("offset.", $c, ".", stringify!($f)).to_owned(), offset_of!($t, $f) as u64)); )*
+    };
+}
+
+/// Every size, field offset and constant of the shared layouts, named as `kernels/probe/layout_probe.cpp` prints
+/// them (`size.<C type>`, `offset.<C type>.<field>`, `const.<C macro>`).
+pub fn layout_facts() -> Vec<(String, u64)> {
+    let mut out = Vec::new();
+    facts!(out; size SdmaSqe as "AivSdmaSqe");
+    facts!(out; offsets SdmaSqe as "AivSdmaSqe" { type_word, block_dim, rt_stream_id, task_id, reserved0, reserved1,
+        kernel_credit, ptr_mode, opcode_word, src_stream_id, src_sub_stream_id, dst_stream_id, dst_sub_stream_id,
+        length, src_addr_low, src_addr_high, dst_addr_low, dst_addr_high, link_type, reserved2, reserved3 });
+    facts!(out; size ChannelRecord as "AivChannelRecord");
+    facts!(out; offsets ChannelRecord as "AivChannelRecord" { sq_head, sq_tail, sq_base, sq_reg_base, sq_depth, sq_id,
+        cq_id, logic_cq_id, cqe_addr, report_cqe_num, stream_id, dev_id, reserved });
+    facts!(out; size RingHeader as "AivRingHeader");
+    facts!(out; offsets RingHeader as "AivRingHeader" { head, tail });
+    facts!(out; size RequestEntry as "AivRequestEntry");
+    facts!(out; offsets RequestEntry as "AivRequestEntry" { transfer_id, src_addr, dst_addr, length, opcode, flags,
+        reserved });
+    facts!(out; size DcqEntry as "AivDcqEntry");
+    facts!(out; offsets DcqEntry as "AivDcqEntry" { transfer_id, bytes, status, syndrome, sqes, doorbells });
+    facts!(out; size ControlBlock as "AivControlBlock");
+    facts!(out; offsets ControlBlock as "AivControlBlock" { stop, abort_epoch, resume_count, halt_count, running,
+        groups });
+    facts!(out; size FlagArea as "AivFlagArea");
+    facts!(out; offsets FlagArea as "AivFlagArea" { source, receive });
+    facts!(out; size BlockArgs as "AivBlockArgs");
+    facts!(out; offsets BlockArgs as "AivBlockArgs" { request_ring, dcq, channel_record, flag_area, control,
+        platform_context, wait_budget, request_depth, dcq_depth, doorbell_batch, max_sqe_bytes, launch_mode,
+        group_limit, reserved });
+    facts!(out; size KernelArgs as "AivKernelArgs");
+    facts!(out; offsets KernelArgs as "AivKernelArgs" { blocks, block_count, layout_version });
+    let constants: [(&str, u64); 30] = [
+        ("AIV_CACHE_LINE", CACHE_LINE),
+        ("AIV_SQE_BYTES", SQE_BYTES),
+        ("AIV_SQE_TYPE_SDMA", SQE_TYPE_SDMA.into()),
+        ("AIV_SQE_TYPE_MASK", SQE_TYPE_MASK.into()),
+        ("AIV_SQE_KERNEL_CREDIT_SDMA", SQE_KERNEL_CREDIT_SDMA.into()),
+        ("AIV_SQE_LINK_TYPE_NONE", SQE_LINK_TYPE_NONE.into()),
+        ("AIV_SDMA_MAX_SQE_BYTES", SDMA_MAX_SQE_BYTES.into()),
+        ("AIV_SDMA_DOORBELL_OFFSET", SDMA_DOORBELL_OFFSET),
+        ("AIV_SQE_OPCODE_COPY", SQE_OPCODE_COPY.into()),
+        ("AIV_SQE_BIT_SSSV", SQE_BIT_SSSV.into()),
+        ("AIV_SQE_BIT_DSSV", SQE_BIT_DSSV.into()),
+        ("AIV_SQE_BIT_SNS", SQE_BIT_SNS.into()),
+        ("AIV_SQE_BIT_DNS", SQE_BIT_DNS.into()),
+        ("AIV_SQE_QOS_SHIFT", SQE_QOS_SHIFT.into()),
+        ("AIV_SQE_QOS_COPY", SQE_QOS_COPY.into()),
+        ("AIV_RING_HEADER_BYTES", RING_HEADER_BYTES),
+        ("AIV_REQUEST_OPCODE_READ", REQUEST_OPCODE_READ.into()),
+        ("AIV_REQUEST_OPCODE_WRITE", REQUEST_OPCODE_WRITE.into()),
+        ("AIV_DCQ_STATUS_COMPLETED", DcqStatus::COMPLETED.0.into()),
+        ("AIV_DCQ_STATUS_FAILED", DcqStatus::FAILED.0.into()),
+        ("AIV_DCQ_STATUS_TIMEOUT", DcqStatus::TIMEOUT.0.into()),
+        ("AIV_DCQ_STATUS_ABORTED", DcqStatus::ABORTED.0.into()),
+        ("AIV_SYNDROME_NONE", Syndrome::NONE.0.into()),
+        ("AIV_SYNDROME_BAD_REQUEST", Syndrome::BAD_REQUEST.0.into()),
+        ("AIV_SYNDROME_WAIT_BUDGET", Syndrome::WAIT_BUDGET.0.into()),
+        ("AIV_SYNDROME_ABORTED", Syndrome::ABORTED.0.into()),
+        ("AIV_LAUNCH_PER_BATCH", LAUNCH_PER_BATCH.into()),
+        ("AIV_LAUNCH_PERSISTENT", LAUNCH_PERSISTENT.into()),
+        ("AIV_GROUP_MAX_TRANSFERS", GROUP_MAX_TRANSFERS.into()),
+        ("AIV_LAYOUT_VERSION", LAYOUT_VERSION.into()),
+    ];
+    out.extend(constants.iter().map(|&(name, value)| (format!("const.{name}"), value)));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_sqe_encodes_hardware_fields() {
+        let sqe = SdmaSqe::copy(0x1234_5678_9abc, 0xdead_0000_beef, 4096, 7, 3);
+        let bytes = sqe.as_bytes();
+        assert_eq!(u16::from_le_bytes([bytes[0], bytes[1]]) & 0x3F, 11);
+        assert_eq!(bytes[14], 240);
+        assert_eq!(bytes[48], 255);
+        let word16 = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+        assert_eq!(word16 & 0xFF, 0, "opcode copy");
+        assert_eq!(word16 >> 9 & 0xF, 0xF, "sssv dssv sns dns");
+        assert_eq!(word16 >> 13 & 0xF, 6, "qos");
+        assert_eq!(u32::from_le_bytes([bytes[28], bytes[29], bytes[30], bytes[31]]), 4096);
+        assert_eq!((sqe.src(), sqe.dst()), (0x1234_5678_9abc, 0xdead_0000_beef));
+        assert_eq!(sqe.sqe_type(), SQE_TYPE_SDMA);
+    }
+
+    #[test]
+    fn unknown_status_and_syndrome_values_decode() {
+        assert_eq!(DcqStatus(0).name(), "unknown status 0");
+        assert_eq!(DcqStatus(4).name(), "ABORTED");
+        assert!(Syndrome(99).describe().contains("99"));
+    }
+}

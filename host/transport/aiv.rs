@@ -1,0 +1,777 @@
+//! The `aiv` transport: the Host side of AIV direct-drive.
+//!
+//! Data path of one transfer: the engine's validated [`Transfer`] -> this transport translates both addresses into
+//! the executing device's view (a peer's HBM through an imported window) -> one [`RequestEntry`] in the request ring
+//! of a block (requests are spread round-robin over blocks) -> the transfer kernel on that AIV block builds the SDMA
+//! SQEs, rings the doorbell and watches the completion flag -> one [`DcqEntry`] in the block's device completion queue
+//! -> the drain thread here sets the task's status and evidence.
+//!
+//! Owns: the rings, control blocks and kernel arguments of its device, the drain thread and the recovery after a
+//! failed group (read the channel's exception, reset the channel, resume the block). It must not touch engine state
+//! other than the task slots of the transfers it accepted.
+//!
+//! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the
+//! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
+//! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use zerocopy::little_endian::{U32, U64};
+use zerocopy::{FromBytes, IntoBytes};
+
+use super::{Transfer, Transport};
+use crate::config::{AivOptions, LaunchMode};
+use crate::device::twin::wake::thread_cpu_ns;
+use crate::device::twin::TwinDevice;
+use crate::device::{
+    DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion, ImportedWindow, Launch, SharedMemory,
+};
+use crate::engine::{Opcode, Segment, SegmentId, TaskSlot, TransferState};
+use crate::evidence::{Actor, TransferEvidence};
+use crate::queue::ring::{atomic_word, load_peer, publish};
+use crate::queue::{
+    BlockArgs, ControlBlock, DcqEntry, DcqStatus, KernelArgs, RequestEntry, RingHeader, SpscIndex, Syndrome,
+    GROUP_MAX_TRANSFERS, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION, REQUEST_OPCODE_READ,
+    REQUEST_OPCODE_WRITE, RING_HEADER_BYTES, SDMA_MAX_SQE_BYTES,
+};
+
+/// A device with the aiv transport running on it: what [`crate::TransferEngine::device`] hands out.
+#[derive(Debug)]
+pub struct AivDevice {
+    backend: Arc<dyn DeviceBackend>,
+    transport: Arc<AivTransport>,
+}
+
+impl AivDevice {
+    /// Opens the device the options name and starts the aiv transport on it.
+    pub fn open(options: &AivOptions) -> Result<AivDevice, DeviceError> {
+        let backend = crate::device::open(options)?;
+        let transport = Arc::new(AivTransport::start(backend.clone(), options)?);
+        Ok(AivDevice { backend, transport })
+    }
+
+    /// Allocates `length` bytes of device memory (HBM). Register it with
+    /// `engine.register_memory(buffer.addr(), buffer.len(), &device.location())`.
+    pub fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError> {
+        self.backend.allocate(length)
+    }
+
+    /// Mooncake's location string of this device's memory (`"npu:<id>"`).
+    pub fn location(&self) -> String {
+        format!("npu:{}", self.backend.device_id())
+    }
+
+    /// The device backend.
+    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+        &self.backend
+    }
+
+    /// The aiv transport running on the device.
+    pub fn transport(&self) -> &Arc<AivTransport> {
+        &self.transport
+    }
+
+    /// The twin device, when the backend is the twin (for its test and fault-injection controls).
+    pub fn twin(&self) -> Option<&TwinDevice> {
+        self.backend.as_any().downcast_ref::<TwinDevice>()
+    }
+
+    /// What the device advertises in the segment descriptor's `aiv` object.
+    pub fn advertisement(&self) -> DeviceAdvertisement {
+        self.backend.advertisement()
+    }
+}
+
+/// Counters of the transport as a whole (not per transfer).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AivCounters {
+    /// Kernel launches (per-batch mode: one per submit; plus the persistent launch and relaunches after recovery).
+    pub launches: u64,
+    /// Channel resets after a failed group.
+    pub channel_resets: u64,
+    /// DCQ entries drained.
+    pub completions: u64,
+}
+
+/// The aiv transport.
+#[derive(Debug)]
+pub struct AivTransport {
+    inner: Arc<Inner>,
+    drain_thread: Mutex<Option<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    device: Arc<dyn DeviceBackend>,
+    launch_mode: LaunchMode,
+    blocks: Vec<HostBlock>,
+    kernel_args: SharedMemory,
+    next_block: AtomicUsize,
+    next_transfer_id: AtomicU64,
+    stop: AtomicBool,
+    launches_in_flight: Mutex<Vec<Arc<dyn Launch>>>,
+    launches: AtomicU64,
+    channel_resets: AtomicU64,
+    completions: AtomicU64,
+    /// Peer segments' imported windows, by segment name.
+    peers: Mutex<HashMap<String, Arc<Peer>>>,
+}
+
+/// A peer segment's exported regions, imported into this device.
+#[derive(Debug)]
+struct Peer {
+    /// The descriptor version the windows were built from.
+    segment: Weak<Segment>,
+    windows: Vec<(ExportedRegion, ImportedWindow)>,
+}
+
+#[derive(Debug)]
+struct HostBlock {
+    index: u32,
+    requests: SharedMemory,
+    dcq: SharedMemory,
+    control: SharedMemory,
+    ring: SpscIndex,
+    producer: Mutex<Producer>,
+    inflight: Mutex<HashMap<u64, InFlight>>,
+    /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
+    drained: AtomicU32,
+}
+
+#[derive(Debug, Default)]
+struct Producer {
+    tail: u32,
+    backlog: VecDeque<(RequestEntry, InFlight)>,
+}
+
+#[derive(Debug)]
+struct InFlight {
+    slot: Arc<TaskSlot>,
+    length: u64,
+    submit_cpu_ns: u64,
+    host_device_api_calls: u64,
+}
+
+impl HostBlock {
+    fn header(memory: &SharedMemory) -> *mut RingHeader {
+        memory.host_ptr().cast()
+    }
+    fn request_tail(&self) -> &AtomicU32 {
+        // SAFETY: the ring header is at the start of a page-aligned shared mapping owned by this block; the kernel
+        // accesses the word only atomically.
+        unsafe { atomic_word(std::ptr::addr_of_mut!((*Self::header(&self.requests)).tail)) }
+    }
+    fn request_head(&self) -> &AtomicU32 {
+        // SAFETY: as `request_tail`.
+        unsafe { atomic_word(std::ptr::addr_of_mut!((*Self::header(&self.requests)).head)) }
+    }
+    fn dcq_tail(&self) -> &AtomicU32 {
+        // SAFETY: as `request_tail`, for the DCQ mapping.
+        unsafe { atomic_word(std::ptr::addr_of_mut!((*Self::header(&self.dcq)).tail)) }
+    }
+    fn dcq_head(&self) -> &AtomicU32 {
+        // SAFETY: as `dcq_tail`.
+        unsafe { atomic_word(std::ptr::addr_of_mut!((*Self::header(&self.dcq)).head)) }
+    }
+    fn control_word(&self, offset: usize) -> &AtomicU32 {
+        let word = self.control.host_ptr().wrapping_add(offset).cast::<u32>();
+        // SAFETY: `offset` is a u32 field offset of the ControlBlock at the start of this block's page-aligned shared
+        // mapping (valid while the block lives); the kernel accesses its words only atomically.
+        unsafe { atomic_word(word) }
+    }
+    fn stop_word(&self) -> &AtomicU32 {
+        self.control_word(std::mem::offset_of!(ControlBlock, stop))
+    }
+    fn abort_word(&self) -> &AtomicU32 {
+        self.control_word(std::mem::offset_of!(ControlBlock, abort_epoch))
+    }
+    fn resume_word(&self) -> &AtomicU32 {
+        self.control_word(std::mem::offset_of!(ControlBlock, resume_count))
+    }
+    fn halt_word(&self) -> &AtomicU32 {
+        self.control_word(std::mem::offset_of!(ControlBlock, halt_count))
+    }
+
+    /// Writes backlog entries while the ring (and so the DCQ) has room; returns how many were published.
+    fn pump(&self, producer: &mut Producer) -> usize {
+        let drained = self.drained.load(Ordering::Acquire);
+        let mut published = 0;
+        while self.ring.free(drained, producer.tail) > 0 {
+            let Some((entry, inflight)) = producer.backlog.pop_front() else { break };
+            self.inflight_map().insert(entry.transfer_id.get(), inflight);
+            let slot = self.ring.slot(producer.tail) as usize;
+            // SAFETY: slot < depth, so the entry lies inside the ring mapping (header + depth entries); the kernel
+            // reads it only after acquiring a tail past it, which is published below.
+            unsafe {
+                let entries = self.requests.host_ptr().add(RING_HEADER_BYTES as usize).cast::<RequestEntry>();
+                entries.add(slot).write(entry);
+            }
+            producer.tail = producer.tail.wrapping_add(1);
+            published += 1;
+        }
+        if published > 0 {
+            // Release: the entries written above are visible to a kernel that acquires this tail.
+            publish(self.request_tail(), producer.tail);
+        }
+        published
+    }
+
+    fn inflight_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl AivTransport {
+    /// Sets up rings, channels and kernel arguments on `device` and, in persistent mode, launches the kernel.
+    pub fn start(device: Arc<dyn DeviceBackend>, options: &AivOptions) -> Result<AivTransport, DeviceError> {
+        let invalid =
+            |reason: String| DeviceError::Invalid { device: device.device_id(), operation: "start aiv", reason };
+        let ring = SpscIndex::new(options.request_ring_depth).ok_or_else(|| {
+            invalid(format!("request_ring_depth {} is not a power of two", options.request_ring_depth))
+        })?;
+        if options.aiv_blocks == 0 || options.doorbell_batch == 0 {
+            return Err(invalid("aiv_blocks and doorbell_batch must be positive".into()));
+        }
+        let channels = device.open_channels(options.aiv_blocks, options.sq_depth)?;
+        let depth = options.request_ring_depth as usize;
+        let wait_budget = (options.kernel_wait_budget.as_nanos() * u128::from(device.cycles_per_second())
+            / 1_000_000_000)
+            .min(u128::from(u64::MAX)) as u64;
+        let kernel_args = device.allocate_shared(
+            std::mem::size_of::<KernelArgs>() + 64 + channels.len() * std::mem::size_of::<BlockArgs>(),
+        )?;
+        let mut blocks = Vec::new();
+        let mut block_args = Vec::new();
+        for channel in &channels {
+            let requests = device.allocate_shared(RING_HEADER_BYTES as usize + depth * 64)?;
+            let dcq = device.allocate_shared(RING_HEADER_BYTES as usize + depth * 32)?;
+            let control = device.allocate_shared(std::mem::size_of::<ControlBlock>())?;
+            block_args.push(BlockArgs {
+                request_ring: requests.device_addr().into(),
+                dcq: dcq.device_addr().into(),
+                channel_record: channel.record_addr.into(),
+                flag_area: channel.flag_area_addr.into(),
+                control: control.device_addr().into(),
+                platform_context: channel.platform_context.into(),
+                wait_budget: wait_budget.into(),
+                request_depth: options.request_ring_depth.into(),
+                dcq_depth: options.request_ring_depth.into(),
+                doorbell_batch: options.doorbell_batch.into(),
+                max_sqe_bytes: SDMA_MAX_SQE_BYTES.into(),
+                launch_mode: match options.launch_mode {
+                    LaunchMode::Persistent => LAUNCH_PERSISTENT,
+                    LaunchMode::PerBatch => LAUNCH_PER_BATCH,
+                }
+                .into(),
+                group_limit: GROUP_MAX_TRANSFERS.into(),
+                ..BlockArgs::default()
+            });
+            blocks.push(HostBlock {
+                index: channel.index,
+                requests,
+                dcq,
+                control,
+                ring,
+                producer: Mutex::new(Producer::default()),
+                inflight: Mutex::new(HashMap::new()),
+                drained: AtomicU32::new(0),
+            });
+        }
+        let blocks_offset = 64usize;
+        let header = KernelArgs {
+            blocks: (kernel_args.device_addr() + blocks_offset as u64).into(),
+            block_count: (channels.len() as u32).into(),
+            layout_version: LAYOUT_VERSION.into(),
+        };
+        // SAFETY: the mapping holds the header at 0 and the block array at 64 (sized above); no kernel runs yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), kernel_args.host_ptr(), 16);
+            std::ptr::copy_nonoverlapping(
+                block_args.as_bytes().as_ptr(),
+                kernel_args.host_ptr().add(blocks_offset),
+                block_args.as_bytes().len(),
+            );
+        }
+        let inner = Arc::new(Inner {
+            device,
+            launch_mode: options.launch_mode,
+            blocks,
+            kernel_args,
+            next_block: AtomicUsize::new(0),
+            next_transfer_id: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            launches_in_flight: Mutex::new(Vec::new()),
+            launches: AtomicU64::new(0),
+            channel_resets: AtomicU64::new(0),
+            completions: AtomicU64::new(0),
+            peers: Mutex::new(HashMap::new()),
+        });
+        if inner.launch_mode == LaunchMode::Persistent {
+            inner.launch()?;
+        }
+        let drain_inner = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("aiv-drain-{}", inner.device.device_id()))
+            .spawn(move || drain_inner.drain_loop())
+            .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start drain", source })?;
+        Ok(AivTransport { inner, drain_thread: Mutex::new(Some(thread)) })
+    }
+
+    /// Raises the abort flag of every block: a kernel waiting for a completion flag gives up now; its transfers
+    /// become FAILED ("aborted"), the channel is reset and the block resumes.
+    pub fn abort(&self) {
+        for block in &self.inner.blocks {
+            block.abort_word().fetch_add(1, Ordering::AcqRel);
+            self.inner.device.notify_block(block.index);
+        }
+    }
+
+    /// Transport-wide counters.
+    pub fn counters(&self) -> AivCounters {
+        AivCounters {
+            launches: self.inner.launches.load(Ordering::Relaxed),
+            channel_resets: self.inner.channel_resets.load(Ordering::Relaxed),
+            completions: self.inner.completions.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Device address of the kernel arguments and the block count (for kernel-level benchmarks).
+    pub fn kernel_args(&self) -> (u64, u32) {
+        (self.inner.kernel_args.device_addr(), self.inner.blocks.len() as u32)
+    }
+}
+
+impl Inner {
+    fn launch(&self) -> Result<(), DeviceError> {
+        let launch = self.device.launch(self.kernel_args.device_addr(), self.blocks.len() as u32)?;
+        self.launches.fetch_add(1, Ordering::Relaxed);
+        let mut launches = self.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner());
+        launches.retain(|launch| !launch.wait(Duration::ZERO));
+        launches.push(launch);
+        Ok(())
+    }
+
+    /// Both addresses in the executing device's view, or why not.
+    fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64), String> {
+        let device = &self.device;
+        let length = transfer.length;
+        if !device.is_own_memory(transfer.local_addr, length) {
+            return Err(format!(
+                "aiv: local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
+                 engine.device()?.allocate() and register it)",
+                transfer.local_addr,
+                device.backend_name(),
+                device.device_id()
+            ));
+        }
+        let remote = if transfer.target.id == SegmentId::LOCAL {
+            if !device.is_own_memory(transfer.remote_addr, length) {
+                return Err(format!(
+                    "aiv: target range [{:#x}, +{length}) of this engine's own segment is not device memory",
+                    transfer.remote_addr
+                ));
+            }
+            transfer.remote_addr
+        } else {
+            let peer = self.peer(&transfer.target)?;
+            let (region, window) = peer
+                .windows
+                .iter()
+                .find(|(region, _)| {
+                    transfer.remote_addr >= region.addr
+                        && transfer
+                            .remote_addr
+                            .checked_add(length)
+                            .is_some_and(|end| end <= region.addr + region.length)
+                })
+                .ok_or_else(|| {
+                    format!(
+                        "aiv: target range [{:#x}, +{length}) is in no exported region of segment {:?}",
+                        transfer.remote_addr, transfer.target.name
+                    )
+                })?;
+            device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
+                format!(
+                    "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
+                    transfer.remote_addr, region.export_id
+                )
+            })?
+        };
+        Ok(match transfer.opcode {
+            Opcode::Read => (remote, transfer.local_addr),
+            Opcode::Write => (transfer.local_addr, remote),
+        })
+    }
+
+    /// The imported windows of a peer segment, parsed and imported once per descriptor version.
+    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
+        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(peer) = peers.get(&segment.name) {
+            if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
+                return Ok(peer.clone());
+            }
+        }
+        let value = segment
+            .descriptor
+            .aiv
+            .clone()
+            .ok_or_else(|| format!("aiv: segment {:?} advertises no aiv device", segment.name))?;
+        let advertisement: DeviceAdvertisement = serde_json::from_value(value)
+            .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
+        let mut windows = Vec::new();
+        for region in advertisement.regions {
+            let window = self
+                .device
+                .import(&advertisement.device, &region)
+                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", segment.name))?;
+            windows.push((region, window));
+        }
+        let peer = Arc::new(Peer { segment: Arc::downgrade(segment), windows });
+        peers.insert(segment.name.clone(), peer.clone());
+        Ok(peer)
+    }
+
+    fn drain_loop(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let token = self.device.kernel_event_token();
+            let mut progressed = false;
+            for block in &self.blocks {
+                progressed |= self.drain_block(block);
+            }
+            if !progressed {
+                // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
+                self.device.wait_for_kernel(token, Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Drains one block's DCQ; returns whether anything was drained.
+    fn drain_block(&self, block: &HostBlock) -> bool {
+        let index = block.ring;
+        let head = block.dcq_head().load(Ordering::Relaxed);
+        // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
+        let tail = load_peer(block.dcq_tail());
+        if head == tail {
+            return false;
+        }
+        let cpu_started = thread_cpu_ns();
+        let count = index.len(head, tail).min(index.depth());
+        let mut entries = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            let slot = index.slot(head.wrapping_add(i)) as usize;
+            let mut raw = [0u8; 32];
+            // SAFETY: slot < depth: the entry lies inside the DCQ mapping; it was written before the tail we acquired.
+            unsafe {
+                let entries_base = block.dcq.host_ptr().add(RING_HEADER_BYTES as usize);
+                std::ptr::copy_nonoverlapping(entries_base.add(slot * 32), raw.as_mut_ptr(), 32);
+            }
+            if let Ok(entry) = DcqEntry::read_from_bytes(&raw) {
+                entries.push(entry);
+            }
+        }
+        let new_head = head.wrapping_add(count);
+        // Release: the kernel may reuse these DCQ slots once it acquires the new head.
+        publish(block.dcq_head(), new_head);
+        block.drained.store(new_head, Ordering::Release);
+        self.completions.fetch_add(u64::from(count), Ordering::Relaxed);
+
+        let group_failed = entries
+            .iter()
+            .any(|entry| matches!(DcqStatus(entry.status.get()), DcqStatus::TIMEOUT | DcqStatus::ABORTED));
+        // Read the exception before deciding FAILED vs TIMEOUT, and before the reset clears it.
+        let exception = if group_failed { self.device.channel_exception(block.index) } else { None };
+        let mut finished = Vec::with_capacity(entries.len());
+        {
+            let mut inflight = block.inflight_map();
+            for entry in &entries {
+                match inflight.remove(&entry.transfer_id.get()) {
+                    Some(transfer) => finished.push((entry, transfer)),
+                    None => tracing::warn!(
+                        block = block.index,
+                        transfer_id = entry.transfer_id.get(),
+                        "DCQ entry names no transfer in flight; ignored"
+                    ),
+                }
+            }
+        }
+        // Recover first, so that a caller who sees the failure can submit again at once.
+        if group_failed {
+            self.recover(block);
+        }
+        let drain_share = (thread_cpu_ns().saturating_sub(cpu_started)) / u64::from(count.max(1));
+        for (entry, transfer) in finished {
+            self.finish(block, entry, transfer, drain_share, exception.as_ref());
+        }
+        {
+            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            if block.pump(&mut producer) > 0 && self.launch_mode == LaunchMode::PerBatch {
+                if let Err(error) = self.launch() {
+                    tracing::error!(%error, "relaunch for backlog failed");
+                }
+            }
+        }
+        // The kernel may be waiting for DCQ space or for new requests.
+        self.device.notify_block(block.index);
+        true
+    }
+
+    fn finish(
+        &self,
+        block: &HostBlock,
+        entry: &DcqEntry,
+        transfer: InFlight,
+        drain_share: u64,
+        exception: Option<&crate::device::ChannelException>,
+    ) {
+        let evidence = TransferEvidence {
+            path: "aiv",
+            descriptor_builder: Actor::AivKernel,
+            doorbell_ringer: Actor::AivKernel,
+            completion_observer: Actor::AivKernel,
+            host_device_api_calls: transfer.host_device_api_calls,
+            descriptors: u64::from(entry.sqes.get()),
+            doorbells: u64::from(entry.doorbells.get()),
+            host_cpu_ns: transfer.submit_cpu_ns + drain_share,
+        };
+        let syndrome = Syndrome(entry.syndrome.get());
+        let channel = block.index;
+        match DcqStatus(entry.status.get()) {
+            DcqStatus::COMPLETED if entry.bytes.get() == transfer.length => {
+                transfer.slot.complete(transfer.length, evidence);
+            }
+            DcqStatus::COMPLETED => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: kernel reported {} of {} bytes", entry.bytes.get(), transfer.length),
+                    evidence,
+                );
+            }
+            DcqStatus::FAILED => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: kernel rejected the request on block {channel}: {}", syndrome.describe()),
+                    evidence,
+                );
+            }
+            status @ (DcqStatus::TIMEOUT | DcqStatus::ABORTED) => match exception {
+                Some(exception) => {
+                    transfer.slot.fail_with_evidence(TransferState::Failed, format!("aiv: {exception}"), evidence);
+                }
+                None if status == DcqStatus::TIMEOUT => {
+                    transfer.slot.fail_with_evidence(
+                        TransferState::Timeout,
+                        format!(
+                            "aiv: block {channel}: {} (no SDMA exception recorded on the channel)",
+                            syndrome.describe()
+                        ),
+                        evidence,
+                    );
+                }
+                None => {
+                    transfer.slot.fail_with_evidence(
+                        TransferState::Failed,
+                        format!("aiv: block {channel}: aborted: {}", syndrome.describe()),
+                        evidence,
+                    );
+                }
+            },
+            other => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: block {channel}: device wrote {}", other.name()),
+                    evidence,
+                );
+            }
+        }
+    }
+
+    /// After a failed group: reset the channel and let the halted block resume.
+    fn recover(&self, block: &HostBlock) {
+        // The kernel incremented halt_count before publishing the failed entries we drained; if the Host already
+        // resumed that halt (entries of one failure seen in two drain passes), the block may be posting again: a
+        // second reset now would drop its new SQEs.
+        let halted = block.halt_word().load(Ordering::Acquire);
+        if halted == block.resume_word().load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(error) = self.device.reset_channel(block.index) {
+            tracing::error!(block = block.index, %error, "channel reset failed; the block stays halted");
+            return;
+        }
+        self.channel_resets.fetch_add(1, Ordering::Relaxed);
+        // Release: the reset above happens before the kernel sees the resume.
+        block.resume_word().store(halted, Ordering::Release);
+        self.device.notify_block(block.index);
+        if self.launch_mode == LaunchMode::PerBatch {
+            let pending = load_peer(block.request_tail()) != load_peer(block.request_head());
+            if pending {
+                if let Err(error) = self.launch() {
+                    tracing::error!(%error, "relaunch after recovery failed");
+                }
+            }
+        }
+    }
+}
+
+impl Transport for AivTransport {
+    fn name(&self) -> &'static str {
+        "aiv"
+    }
+
+    fn submit(&self, transfers: Vec<Transfer>) {
+        let inner = &self.inner;
+        let cpu_started = thread_cpu_ns();
+        let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
+        let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
+        let mut accepted = 0u64;
+        let mut resolved = Vec::with_capacity(transfers.len());
+        for transfer in transfers {
+            match inner.resolve(&transfer) {
+                Ok(addresses) => resolved.push((transfer, addresses)),
+                Err(reason) => {
+                    transfer.slot.finish(TransferState::Failed, 0, reason);
+                }
+            }
+        }
+        let count = resolved.len().max(1) as u64;
+        let share = thread_cpu_ns().saturating_sub(cpu_started) / count;
+        for (transfer, (src, dst)) in resolved {
+            let block = inner.next_block.fetch_add(1, Ordering::Relaxed) % inner.blocks.len();
+            let id = inner.next_transfer_id.fetch_add(1, Ordering::Relaxed);
+            let entry = RequestEntry {
+                transfer_id: U64::new(id),
+                src_addr: U64::new(src),
+                dst_addr: U64::new(dst),
+                length: U64::new(transfer.length),
+                opcode: U32::new(match transfer.opcode {
+                    Opcode::Read => REQUEST_OPCODE_READ,
+                    Opcode::Write => REQUEST_OPCODE_WRITE,
+                }),
+                ..RequestEntry::default()
+            };
+            let inflight = InFlight {
+                slot: transfer.slot,
+                length: transfer.length,
+                submit_cpu_ns: share,
+                host_device_api_calls: api_calls,
+            };
+            per_block[block].push((entry, inflight));
+            accepted += 1;
+        }
+        for (block, entries) in inner.blocks.iter().zip(per_block) {
+            if entries.is_empty() {
+                continue;
+            }
+            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            producer.backlog.extend(entries);
+            if block.pump(&mut producer) > 0 {
+                inner.device.notify_block(block.index);
+            }
+        }
+        if accepted > 0 && inner.launch_mode == LaunchMode::PerBatch {
+            if let Err(error) = inner.launch() {
+                tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
+            }
+        }
+    }
+}
+
+impl Drop for AivTransport {
+    fn drop(&mut self) {
+        let inner = &self.inner;
+        for block in &inner.blocks {
+            block.stop_word().store(1, Ordering::Release);
+            inner.device.notify_block(block.index);
+        }
+        let launches = std::mem::take(&mut *inner.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner()));
+        let mut all_returned = true;
+        for launch in launches {
+            all_returned &= launch.wait(Duration::from_secs(3));
+        }
+        if !all_returned {
+            // A kernel still running uses the rings and control blocks: leak them rather than free them under it.
+            tracing::error!("a transfer kernel launch did not return within 3 s of stop; leaking its rings");
+            std::mem::forget(inner.clone());
+        }
+        inner.stop.store(true, Ordering::Release);
+        if let Some(thread) = self.drain_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+        // Transfers still in flight end now rather than at their deadline.
+        for block in &inner.blocks {
+            for (_, transfer) in block.inflight_map().drain() {
+                transfer.slot.finish(TransferState::Failed, 0, "aiv: transport shut down".into());
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::CompletionSignal;
+    use std::time::Instant;
+
+    /// Requests the engine would never send (zero length, address overflow, unknown opcode) are refused by the
+    /// kernel itself with a bad-request syndrome, without an SQE; a good request in the same group still completes.
+    #[test]
+    fn the_kernel_rejects_malformed_requests_on_its_own() {
+        let options = AivOptions {
+            aiv_blocks: 1,
+            request_ring_depth: 8,
+            sq_depth: 16,
+            hbm_size: 4 << 20,
+            kernel_wait_budget: Duration::from_millis(500),
+            ..AivOptions::default()
+        };
+        let device = AivDevice::open(&options).expect("twin");
+        let buffer = device.allocate(8192).expect("hbm");
+        let signal = Arc::new(CompletionSignal::default());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let entry = |id: u64, src: u64, length: u64, opcode: u32| RequestEntry {
+            transfer_id: U64::new(id),
+            src_addr: U64::new(src),
+            dst_addr: U64::new(buffer.addr() + 4096),
+            length: U64::new(length),
+            opcode: U32::new(opcode),
+            ..RequestEntry::default()
+        };
+        let cases = [
+            entry(1, buffer.addr(), 0, REQUEST_OPCODE_WRITE),
+            entry(2, u64::MAX - 10, 100, REQUEST_OPCODE_WRITE),
+            entry(3, buffer.addr(), 100, 7),
+            entry(4, buffer.addr(), 100, REQUEST_OPCODE_WRITE),
+        ];
+        let slots: Vec<Arc<TaskSlot>> =
+            cases.iter().map(|_| Arc::new(TaskSlot::new(deadline, signal.clone()))).collect();
+        let inner = &device.transport().inner;
+        let block = &inner.blocks[0];
+        {
+            let mut producer = block.producer.lock().expect("producer");
+            for (entry, slot) in cases.iter().zip(&slots) {
+                let inflight = InFlight {
+                    slot: slot.clone(),
+                    length: entry.length.get(),
+                    submit_cpu_ns: 0,
+                    host_device_api_calls: 0,
+                };
+                producer.backlog.push_back((*entry, inflight));
+            }
+            assert_eq!(block.pump(&mut producer), 4);
+        }
+        inner.device.notify_block(0);
+        signal.wait_for(4, deadline);
+        for slot in &slots[..3] {
+            assert_eq!(slot.state(), TransferState::Failed);
+            let reason = slot.reason().expect("reason");
+            assert!(reason.contains("bad request"), "{reason}");
+            let evidence = slot.evidence().expect("evidence");
+            assert_eq!((evidence.descriptors, evidence.doorbells), (0, 0), "no SQE for a refused request");
+        }
+        assert_eq!(slots[3].state(), TransferState::Completed, "{:?}", slots[3].reason());
+    }
+}

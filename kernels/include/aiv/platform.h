@@ -1,0 +1,35 @@
+// The platform layer: everything target-specific the portable transfer kernel needs.
+//
+// Exactly one implementation is included before aiv/transfer_kernel.h:
+//   platform/twin.h  CPU twin: host C++ atomics, a doorbell that stores the tail into the twin's register page and
+//                    calls a Host hook to wake the SDMA engine thread, a monotonic-clock cycle counter, and idle hooks
+//                    that back off (spin, yield, park) so emulated cores do not burn the 2-core machine.
+//   platform/npu.h   Ascend AIV (AscendC): GM scalar access with dcci cache maintenance, pipe barriers, the doorbell as
+//                    a UB->GM DMA of the tail to sq_reg_base + 0x8 (HARDWARE.md sections 2-4), the system cycle counter.
+//
+// Each implementation defines:
+//   AIV_GM             pointer qualifier for global (device) memory
+//   AIV_DEVICE_FN      qualifier of every kernel-side function
+//   namespace aiv_platform {
+//     uint32_t load_u32(const AIV_GM uint32_t*)            acquire load of a word another agent writes
+//     uint64_t load_u64(const AIV_GM uint64_t*)
+//     void store_u32(AIV_GM uint32_t*, uint32_t)           release store of a word another agent reads
+//     void store_u64(AIV_GM uint64_t*, uint64_t)
+//     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
+//     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
+//     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines
+//     void ring_doorbell(context, sq_reg_base, tail)       the doorbell write (HARDWARE.md section 4)
+//     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
+//     uint32_t wait_token(context, kind)                   read before checking a condition ...
+//     void idle(context, kind, token, spins)               ... and passed here when it did not hold
+//     void notify_host(context)                            after publishing DCQ entries
+//   }
+#ifndef AIV_PLATFORM_H
+#define AIV_PLATFORM_H
+
+// What an idle wait is waiting for.
+#define AIV_WAIT_REQUEST 0u     // new request-ring entries, or the Host's resume / stop
+#define AIV_WAIT_COMPLETION 1u  // the completion flag written by this block's SDMA channel
+#define AIV_WAIT_DCQ_SPACE 2u   // the Host draining the device completion queue
+
+#endif

@@ -1,0 +1,68 @@
+// The transfer kernel compiled for the CPU twin: entry points called by the twin's emulated AIV cores.
+#include "platform/twin.h"
+#include "aiv/transfer_kernel.h"
+
+extern "C" {
+
+// Runs block `block_idx` of a launch of `block_num` blocks (the emulated core's GetBlockIdx/GetBlockNum).
+void aiv_twin_transfer_kernel(uint64_t kernel_args, uint32_t block_idx, uint32_t block_num) {
+    if (block_idx >= block_num) return;
+    aiv::transfer_block(reinterpret_cast<const AivKernelArgs*>(kernel_args), block_idx);
+}
+
+// The kernel's own chunking, exported so host tests can check it against the Rust mirror.
+uint64_t aiv_kernel_piece_count(uint64_t length, uint32_t max_piece) { return aiv::piece_count(length, max_piece); }
+uint32_t aiv_kernel_piece_length(uint64_t length, uint32_t max_piece, uint64_t index) {
+    return aiv::piece_length(length, max_piece, index);
+}
+
+// Microbenchmark hook (benches/kernel.rs): posts `count` copy SQEs of `length` bytes from `src` to `dst` through the
+// kernel's real post path (SQE write + doorbell every doorbell_batch SQEs), draining with flag SQEs whenever the SQ
+// would fill. Reports, for the post path only (SQE writes and doorbells, drains excluded): *posting_wall_ns (wall
+// clock) and *posting_cpu_ns (CPU time of this emulated core's thread, so preemption by other threads of the 2-core
+// machine is not counted as cost); *total_ns is the wall time of everything. Returns 0, or 1 if a drain failed.
+static uint64_t thread_cpu_ns() {
+    struct timespec now;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+    return static_cast<uint64_t>(now.tv_sec) * 1000000000ull + static_cast<uint64_t>(now.tv_nsec);
+}
+
+uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t src, uint64_t dst, uint32_t length,
+                             uint32_t count, uint64_t* posting_wall_ns, uint64_t* posting_cpu_ns,
+                             uint64_t* total_ns) {
+    const AivKernelArgs* kargs = reinterpret_cast<const AivKernelArgs*>(kernel_args);
+    if (block_idx >= kargs->block_count) return 1;
+    aiv::Block b;
+    b.args = reinterpret_cast<const AivBlockArgs*>(kargs->blocks)[block_idx];
+    b.record = reinterpret_cast<AivChannelRecord*>(b.args.channel_record);
+    b.flag = reinterpret_cast<AivFlagArea*>(b.args.flag_area);
+    b.control = reinterpret_cast<AivControlBlock*>(b.args.control);
+    b.flag_seq = aiv_platform::load_u64(&b.flag->source);
+    aiv::load_channel(b);
+    b.doorbells = 0;
+    b.abort_epoch = aiv_platform::load_u32(&b.control->abort_epoch);
+    const uint64_t start = aiv_platform::cycles();
+    uint64_t wall = 0, cpu = 0;
+    uint64_t section_wall = start, section_cpu = thread_cpu_ns();
+    for (uint32_t i = 0; i < count; ++i) {
+        if (aiv::outstanding(b) + 2 > b.sq_depth - 1) {
+            aiv::ring(b);
+            wall += aiv_platform::cycles() - section_wall;
+            cpu += thread_cpu_ns() - section_cpu;
+            if (aiv::drain(b) != aiv::WAIT_OK) return 1;
+            section_wall = aiv_platform::cycles();
+            section_cpu = thread_cpu_ns();
+        }
+        aiv::post_copy(b, src, dst, length);
+    }
+    aiv::ring(b);
+    wall += aiv_platform::cycles() - section_wall;
+    cpu += thread_cpu_ns() - section_cpu;
+    if (aiv::drain(b) != aiv::WAIT_OK) return 1;
+    *posting_wall_ns = wall;
+    *posting_cpu_ns = cpu;
+    *total_ns = aiv_platform::cycles() - start;
+    return 0;
+}
+
+}

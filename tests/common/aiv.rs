@@ -1,0 +1,61 @@
+//! Helpers shared by the aiv twin end-to-end tests (included with `#[path]`, not a test target of its own).
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use aiv_transport::config::{AivOptions, LaunchMode};
+use aiv_transport::device::DeviceBuffer;
+use aiv_transport::transport::aiv::AivDevice;
+use aiv_transport::{EngineConfig, Protocol, TransferEngine};
+
+/// One engine with its twin device and one registered HBM buffer.
+#[derive(Debug)]
+pub struct Node {
+    pub engine: TransferEngine,
+    pub device: Arc<AivDevice>,
+    pub buffer: DeviceBuffer,
+}
+
+impl Node {
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the buffer is twin HBM mapped in this process for the buffer's lifetime; tests read it only while
+        // no transfer on it is in flight.
+        unsafe { std::slice::from_raw_parts(self.buffer.addr() as *const u8, self.buffer.len() as usize) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as `bytes`, and `&mut self` makes this the only view handed out.
+        unsafe { std::slice::from_raw_parts_mut(self.buffer.addr() as *mut u8, self.buffer.len() as usize) }
+    }
+}
+
+pub fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOptions {
+    AivOptions {
+        device_id,
+        aiv_blocks: 2,
+        doorbell_batch,
+        launch_mode: mode,
+        transfer_timeout: Duration::from_secs(10),
+        kernel_wait_budget: Duration::from_millis(300),
+        request_ring_depth: 128,
+        sq_depth: 64,
+        hbm_size: 64 << 20,
+        ..AivOptions::default()
+    }
+}
+
+/// Starts an engine on a fresh twin device with `buffer_len` bytes of registered HBM.
+pub fn node(options: AivOptions, buffer_len: u64) -> Node {
+    // P2P handshake names the engine `127.0.0.1:<its rpc port>`: unique without help, found through the real handshake.
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.protocol = Protocol::Aiv;
+    config.aiv = options;
+    let engine = TransferEngine::new(config).expect("engine starts");
+    let device = engine.device().expect("twin device opens");
+    let buffer = device.allocate(buffer_len).expect("HBM allocation");
+    // SAFETY: the buffer lives in the returned Node next to the engine; transfers finish before it drops (tests wait
+    // for every batch).
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register HBM");
+    Node { engine, device, buffer }
+}
