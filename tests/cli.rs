@@ -68,3 +68,36 @@ fn config_errors_exit_non_zero_with_the_path_and_key() {
     assert!(!output.status.success());
     assert!(String::from_utf8_lossy(&output.stderr).contains("does not provide"));
 }
+
+#[test]
+fn bench_over_aiv_reports_aiv_direct_evidence() {
+    let output = aiv()
+        .args(["bench", "--protocol", "aiv", "--duration", "0.3", "--buffer_size", "16mb", "--threads", "2"])
+        .args(["--batch_size", "4", "--block_size", "1mb", "--operation", "write"])
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.lines().any(|l| l.starts_with("Test completed: duration ")), "{stderr}");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("path aiv, descriptors by AivKernel, doorbell by AivKernel, completion seen by AivKernel"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("kernel-on-aiv yes / kernel-writes-descriptors yes / kernel-rings-doorbell yes / device-observes-completion yes"), "{stdout}");
+    assert!(
+        stdout.contains("0.00 host device-API calls"),
+        "persistent mode makes no device call per transfer:\n{stdout}"
+    );
+}
+
+#[test]
+fn bench_refuses_a_buffer_larger_than_twin_hbm() {
+    let output = aiv()
+        .args(["bench", "--protocol", "aiv", "--duration", "0.1", "--buffer_size", "4gb", "--threads", "1"])
+        .output()
+        .expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("hbm_size"), "{stderr}");
+}
