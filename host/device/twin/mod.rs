@@ -7,6 +7,7 @@
 //! nothing else in the product calls them.
 
 pub mod cores;
+pub mod export_service;
 pub mod kernel_bench;
 pub mod memory;
 pub mod registry;
@@ -59,6 +60,9 @@ impl FaultInjection {
 /// An address no twin window ever contains (page zero).
 pub const UNMAPPED_ADDRESS: u64 = 0x100;
 
+/// Identifies an imported region: (exporting device identity, export id). Export ids are unique per process only.
+type ImportKey = (String, u64);
+
 /// One twin device.
 #[derive(Debug)]
 pub struct TwinDevice {
@@ -67,8 +71,11 @@ pub struct TwinDevice {
     heap: Arc<Heap>,
     workspace: Heap,
     export_id: u64,
+    /// Hands the heap's memfd to authenticated peer processes.
+    export_service: export_service::ExportService,
     windows: Windows,
-    imports: Mutex<HashMap<u64, (ImportedWindow, Arc<MemfdRegion>)>>,
+    /// Imported peer regions by (exporting device identity, export id).
+    imports: Mutex<HashMap<ImportKey, (ImportedWindow, Arc<MemfdRegion>)>>,
     channels: RwLock<Vec<Arc<SdmaChannel>>>,
     // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
     #[allow(clippy::vec_box)]
@@ -102,6 +109,12 @@ impl TwinDevice {
             length: heap_region.len(),
             device: identity.clone(),
         });
+        let export_service = export_service::ExportService::start(&identity).map_err(|source| DeviceError::Os {
+            device: id,
+            operation: "start the export service",
+            source,
+        })?;
+        export_service.offer(export_id, export_service::Offer { fd: heap_region.fd(), length: heap_region.len() });
         tracing::debug!(device = id, identity = %identity, hbm = options.hbm_size, "twin device opened");
         Ok(Arc::new(TwinDevice {
             id,
@@ -109,6 +122,7 @@ impl TwinDevice {
             heap: Arc::new(Heap::new(heap_region)),
             workspace: Heap::new(workspace_region),
             export_id,
+            export_service,
             windows,
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
@@ -123,6 +137,13 @@ impl TwinDevice {
     /// The unique identity advertised to peers.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Withdraws this device's heap export: new imports (in this process and by peer processes) are refused;
+    /// mappings peers already made stay valid (the memfd keeps its pages alive, as an NPU IPC handle already opened).
+    pub fn withdraw_export(&self) {
+        registry::withdraw(self.export_id);
+        self.export_service.withdraw(self.export_id);
     }
 
     /// Fault injection: stall (or release) a channel's SDMA engine thread.
@@ -188,35 +209,55 @@ impl DeviceBackend for TwinDevice {
                 length: self.heap.region().len(),
                 export_id: self.export_id,
             }],
+            export_endpoint: Some(self.export_service.endpoint().to_owned()),
+            export_secret: Some(self.export_service.secret().to_owned()),
+            process_id: Some(std::process::id()),
         }
     }
 
-    fn import(&self, exporter: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+        let invalid = |reason: String| DeviceError::Invalid { device: self.id, operation: "import", reason };
+        let key = (exporter.device.clone(), region.export_id);
         let mut imports = self.imports.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((window, _)) = imports.get(&region.export_id) {
+        if let Some((window, _)) = imports.get(&key) {
             return Ok(*window);
         }
-        let record = registry::lookup(region.export_id).ok_or_else(|| DeviceError::Invalid {
-            device: self.id,
-            operation: "import",
-            reason: format!("export {} of {exporter:?} is not known in this process", region.export_id),
-        })?;
-        if record.device != exporter || record.length != region.length {
-            return Err(DeviceError::Invalid {
-                device: self.id,
-                operation: "import",
-                reason: format!(
-                    "export {} belongs to {:?} ({} bytes), not {exporter:?} ({} bytes)",
-                    region.export_id, record.device, record.length, region.length
-                ),
-            });
+        // Same process: the registry is a fast path to the same memfd. Another process: its export service.
+        let (fd, length, device) = if exporter.process_id.is_none_or(|pid| pid == std::process::id()) {
+            let record = registry::lookup(region.export_id).ok_or_else(|| {
+                invalid(format!("export {} of {:?} is not known in this process", region.export_id, exporter.device))
+            })?;
+            (record.fd, record.length, record.device)
+        } else {
+            let (Some(endpoint), Some(secret)) = (&exporter.export_endpoint, &exporter.export_secret) else {
+                return Err(invalid(format!(
+                    "{:?} is in another process and advertises no export endpoint and secret",
+                    exporter.device
+                )));
+            };
+            let imported = export_service::import(endpoint, secret, region.export_id).map_err(|source| {
+                DeviceError::Os { device: self.id, operation: "import through the peer's export service", source }
+            })?;
+            (Arc::new(imported.fd), imported.length, imported.device)
+        };
+        if device != exporter.device || length != region.length {
+            return Err(invalid(format!(
+                "export {} belongs to {device:?} ({length} bytes), not {:?} ({} bytes)",
+                region.export_id, exporter.device, region.length
+            )));
         }
-        let mapping = Arc::new(MemfdRegion::map(self.id, record.fd, record.length)?);
+        let mapping = Arc::new(MemfdRegion::map(self.id, fd, length)?);
         let window = ImportedWindow { local_base: mapping.base(), remote_base: region.addr, length: region.length };
+        // The SDMA engine validates every SQE address against these windows.
         self.windows.write().unwrap_or_else(|p| p.into_inner()).push((mapping.base(), mapping.len()));
-        imports.insert(region.export_id, (window, mapping));
-        tracing::debug!(device = self.id, exporter, local = window.local_base, "peer heap imported");
+        imports.insert(key, (window, mapping));
+        tracing::debug!(device = self.id, exporter = %exporter.device, local = window.local_base, "peer heap imported");
         Ok(window)
+    }
+
+    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
+        let (endpoint, secret) = (exporter.export_endpoint.as_ref()?, exporter.export_secret.as_ref()?);
+        Some(export_service::ping(endpoint, secret, &exporter.device))
     }
 
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
