@@ -142,6 +142,12 @@ impl Initiator {
     }
 }
 
+/// The first buffer of an open segment.
+fn initiator_target(initiator: &Initiator, segment: SegmentId) -> u64 {
+    let name = initiator.engine.segment(segment).expect("segment").name.clone();
+    initiator.engine.get_first_buffer_address(&name).expect("a buffer")
+}
+
 fn assert_completed(states: &[(TransferState, Option<String>)]) {
     for (task, (state, reason)) in states.iter().enumerate() {
         assert_eq!(*state, TransferState::Completed, "task {task}: {reason:?}");
@@ -211,6 +217,18 @@ fn aiv_between_processes_under_the_http_metadata_server() {
     assert_eq!(target.name, "127.0.0.1:17611");
     let initiator = Initiator::start("127.0.0.1:17612", &url, None, 16 << 20);
     exchange_and_verify(&initiator, &target);
+
+    // The target dies; its stale descriptor stays in the store (SIGKILL publishes nothing), so a refresh now finds
+    // the dead device: transfers fail, nothing hangs. (A restart under the same name is refused by the store, as by
+    // Mooncake's: "Duplicate rpc_meta key"; the restarted target takes a new name.)
+    drop(target);
+    let segment = initiator.engine.open_segment("127.0.0.1:17611").expect("still open");
+    initiator.engine.refresh_segment(segment).expect("refresh finds the stale descriptor");
+    let remote = initiator_target(&initiator, segment);
+    let states = initiator.run(segment, &[(Opcode::Read, 0, remote, 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
+    let restarted = spawn_target(&url, "127.0.0.1:17613", None);
+    exchange_and_verify(&initiator, &restarted);
 }
 
 #[test]
@@ -303,4 +321,37 @@ fn killing_a_target_fails_its_pending_transfers_and_spares_the_others() {
     let restarted = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
     exchange_and_verify(&initiator, &restarted);
     drop(doomed);
+}
+
+/// Unregistering device memory revokes it for new imports: a peer holding the older descriptor is refused by the
+/// exporter's export service (this goes through the socket although both engines live in this process), while a
+/// region it imported before stays reachable through that older descriptor (documented twin semantics), until the
+/// peer refreshes the segment.
+#[test]
+fn unregistering_device_memory_refuses_new_imports() {
+    let exporter = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let second = exporter.device.allocate(1 << 20).expect("HBM");
+    // SAFETY: `second` outlives its registration (withdrawn below) and every transfer (each batch is waited for).
+    unsafe { exporter.engine.register_memory(second.addr(), second.len(), &exporter.device.location()) }
+        .expect("register");
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
+    let aiv = importer.engine.segment(segment).expect("segment").descriptor.aiv.clone().expect("aiv");
+    assert_eq!(aiv["regions"].as_array().map(Vec::len), Some(2), "each registered range is its own export: {aiv}");
+
+    exporter.engine.unregister_memory(second.addr()).expect("unregister");
+    let states = importer.run(segment, &[(Opcode::Write, 0, second.addr(), 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed);
+    let reason = states[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("withdrawn"), "{reason}");
+    // The other region was imported with the same descriptor version and works.
+    assert_completed(&importer.run(segment, &[(Opcode::Write, 0, exporter.buffer.addr(), 4096)]));
+
+    // An existing mapping survives the exporter's unregistration (new imports only are refused) ...
+    exporter.engine.unregister_memory(exporter.buffer.addr()).expect("unregister");
+    assert_completed(&importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]));
+    // ... until the peer refreshes: the range is then in no buffer of the segment.
+    importer.engine.refresh_segment(segment).expect("refresh");
+    let states = importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
 }

@@ -45,7 +45,7 @@ pub struct ExportedRegion {
     pub addr: u64,
     /// Bytes.
     pub length: u64,
-    /// Handle the importer presents (on the twin: a key of the process-wide export registry).
+    /// Handle the importer presents (on the twin: the key of the exporter's export service).
     pub export_id: u64,
 }
 
@@ -260,6 +260,18 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn advertisement(&self) -> DeviceAdvertisement;
     /// Maps a peer's exported region into this device's view (idempotent per exporter and region).
     fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
+    /// Offers `[addr, addr + length)` of this device's memory to peers (done by the engine when device memory is
+    /// registered); the advertisement lists it from now on.
+    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        let _ = (addr, length);
+        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of registered ranges".into() })
+    }
+    /// Withdraws the export of the range starting at `addr` (done when it is unregistered): new imports are refused,
+    /// mappings made before stay valid. False if nothing was exported there.
+    fn withdraw_range(&self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
     /// Whether the exporter still serves its memory: `None` if the backend has no way to tell, else the outcome of
     /// one bounded probe. The twin asks the exporter's export endpoint (see `twin::export_service`).
     fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {

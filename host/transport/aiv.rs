@@ -143,11 +143,17 @@ struct Peer {
     /// The descriptor version the windows were built from.
     segment: Weak<Segment>,
     advertisement: DeviceAdvertisement,
-    windows: Vec<(ExportedRegion, ImportedWindow)>,
+    /// Each advertised region with its window, or why it could not be imported (e.g. withdrawn since).
+    windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
     /// Why the peer counts as lost, once it does.
     lost: Mutex<Option<String>>,
     /// Failed probes in a row.
     strikes: AtomicU32,
+}
+
+/// Whether a failed probe proves the exporter gone: nobody serves its endpoint, or another device does.
+fn is_gone(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
 }
 
 impl Peer {
@@ -437,6 +443,9 @@ impl Inner {
                         transfer.remote_addr, transfer.target.name
                     )
                 })?;
+            let window = window
+                .as_ref()
+                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", transfer.target.name))?;
             device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
                 format!(
                     "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
@@ -467,10 +476,8 @@ impl Inner {
             .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
         let mut windows = Vec::new();
         for region in &advertisement.regions {
-            let window = self
-                .device
-                .import(&advertisement, region)
-                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", segment.name))?;
+            // A region that cannot be imported fails only the transfers that reach it.
+            let window = self.device.import(&advertisement, region).map_err(|error| error.to_string());
             windows.push((region.clone(), window));
         }
         let peer = Arc::new(Peer {
@@ -481,6 +488,14 @@ impl Inner {
             lost: Mutex::new(None),
             strikes: AtomicU32::new(0),
         });
+        // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
+        // reach orphaned memory: check the exporter once before the first transfer, then the probe thread does.
+        if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
+            if is_gone(&error) {
+                *peer.lost.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("its device {} does not answer: {error}", peer.advertisement.device));
+            }
+        }
         peers.insert(segment.name.clone(), peer.clone());
         Ok(peer)
     }
@@ -504,11 +519,7 @@ impl Inner {
                         // A refused connection means nobody serves the endpoint any more: the exporter is gone.
                         // Anything else (a timeout under load) counts only after a few strikes in a row.
                         let strikes = peer.strikes.fetch_add(1, Ordering::Relaxed) + 1;
-                        let gone = matches!(
-                            error.kind(),
-                            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
-                        );
-                        if gone || strikes >= PEER_PROBE_STRIKES {
+                        if is_gone(&error) || strikes >= PEER_PROBE_STRIKES {
                             self.declare_lost(
                                 &peer,
                                 format!("its device {} stopped answering: {error}", peer.advertisement.device),

@@ -35,11 +35,13 @@ pub const IO_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections served at once; more are refused at once (a slow client cannot starve the others).
 const MAX_CONNECTIONS: usize = 16;
 
-/// One region a device offers: the memfd (the region starts at offset 0) and its length.
+/// One region a device offers: `length` bytes at `offset` of a memfd.
 #[derive(Clone, Debug)]
 pub struct Offer {
-    /// The memfd.
+    /// The memfd (the device's whole heap).
     pub fd: Arc<OwnedFd>,
+    /// Where the region starts in the memfd.
+    pub offset: u64,
     /// Bytes.
     pub length: u64,
 }
@@ -58,6 +60,8 @@ struct Reply {
     ok: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     device: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    offset: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     length: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -218,7 +222,7 @@ impl Shared {
             Ok((reply, fd)) => (reply, fd),
             Err(error) => {
                 tracing::warn!(identity = %self.identity, %error, "export request refused");
-                (Reply { ok: false, device: None, length: None, error: Some(error) }, None)
+                (Reply { ok: false, device: None, offset: None, length: None, error: Some(error) }, None)
             }
         };
         if let Err(error) = send_reply(&stream, &reply, fd.as_deref()) {
@@ -249,7 +253,7 @@ impl Shared {
         }
         let device = Some(self.identity.clone());
         match request.op.as_str() {
-            "ping" => Ok((Reply { ok: true, device, length: None, error: None }, None)),
+            "ping" => Ok((Reply { ok: true, device, offset: None, length: None, error: None }, None)),
             "import" => {
                 let id = request.export_id.ok_or("import request without export_id")?;
                 let offer = self
@@ -260,7 +264,9 @@ impl Shared {
                     .cloned()
                     .ok_or_else(|| format!("export {id} is not offered (never exported or withdrawn)"))?;
                 tracing::info!(identity = %self.identity, peer_pid = pid, export_id = id, "export handed to peer");
-                Ok((Reply { ok: true, device, length: Some(offer.length), error: None }, Some(offer.fd)))
+                let reply =
+                    Reply { ok: true, device, offset: Some(offer.offset), length: Some(offer.length), error: None };
+                Ok((reply, Some(offer.fd)))
             }
             other => Err(format!("unknown op {other:?}")),
         }
@@ -311,6 +317,8 @@ fn send_reply(stream: &UnixStream, reply: &Reply, fd: Option<&OwnedFd>) -> std::
 pub struct Imported {
     /// The exporter's memfd, now also open in this process.
     pub fd: OwnedFd,
+    /// Where the offered region starts in the memfd.
+    pub offset: u64,
     /// Bytes the exporter offers.
     pub length: u64,
     /// The exporting device's identity.
@@ -407,6 +415,7 @@ pub fn import(endpoint: &str, secret: &str, export_id: u64) -> std::io::Result<I
     let invalid = |reason: &str| std::io::Error::new(std::io::ErrorKind::InvalidData, reason.to_owned());
     let fd = fd.ok_or_else(|| invalid("the import reply carried no descriptor"))?;
     let length = reply.length.ok_or_else(|| invalid("the import reply has no length"))?;
+    let offset = reply.offset.ok_or_else(|| invalid("the import reply has no offset"))?;
     // SAFETY: fstat writes into a stat buffer we own, for a descriptor we own.
     let size = unsafe {
         let mut stat: libc::stat = std::mem::zeroed();
@@ -415,10 +424,12 @@ pub fn import(endpoint: &str, secret: &str, export_id: u64) -> std::io::Result<I
         }
         stat.st_size as u64
     };
-    if size < length {
-        return Err(invalid(&format!("the received memfd holds {size} bytes, less than the {length} offered")));
+    if offset.checked_add(length).is_none_or(|end| end > size) {
+        return Err(invalid(&format!(
+            "the received memfd holds {size} bytes, less than the {length} offered at {offset}"
+        )));
     }
-    Ok(Imported { fd, length, device: reply.device.unwrap_or_default() })
+    Ok(Imported { fd, offset, length, device: reply.device.unwrap_or_default() })
 }
 
 /// Asks the service at `endpoint` whether it still serves the device `device`: `Ok` if it answered with that
@@ -456,7 +467,7 @@ mod tests {
         unsafe { (region.base() as *mut u64).write(0xC0FFEE) };
         let service = ExportService::start("unit-test-device").expect("service");
         assert!(service.endpoint().starts_with('@') && service.secret().len() == 64);
-        service.offer(7, Offer { fd: region.fd(), length: region.len() });
+        service.offer(7, Offer { fd: region.fd(), offset: 0, length: region.len() });
 
         let wrong = import(service.endpoint(), &"0".repeat(64), 7).expect_err("wrong secret");
         assert!(wrong.to_string().contains("wrong secret"), "{wrong}");
@@ -464,7 +475,7 @@ mod tests {
         assert!(unknown.to_string().contains("not offered"), "{unknown}");
 
         let imported = import(service.endpoint(), service.secret(), 7).expect("import");
-        assert_eq!((imported.length, imported.device.as_str()), (1 << 16, "unit-test-device"));
+        assert_eq!((imported.offset, imported.length, imported.device.as_str()), (0, 1 << 16, "unit-test-device"));
         let mapping = MemfdRegion::map(0, Arc::new(imported.fd), imported.length).expect("map");
         // SAFETY: the first 8 bytes of a live mapping of the same memfd.
         assert_eq!(unsafe { (mapping.base() as *const u64).read() }, 0xC0FFEE);
