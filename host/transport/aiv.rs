@@ -15,7 +15,7 @@
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
 //!
 //! Peer loss (docs/ARCHITECTURE-xproc.md): a probe thread asks every imported peer's device whether it still serves
-//! its memory ([`DeviceBackend::probe_peer`], every [`PEER_PROBE_INTERVAL`]). A peer found gone is marked lost: its
+//! its memory ([`DeviceBackend::probe_peer`], every `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost: its
 //! pending transfers turn FAILED at once and new ones fail until the segment is refreshed or reopened. On the twin
 //! a dead exporter's pages stay mapped here, so without this check transfers to it would "complete" into orphaned
 //! memory; a real NPU would see a link or HBM error instead.
@@ -128,10 +128,9 @@ struct Inner {
     peers: Mutex<HashMap<String, Arc<Peer>>>,
     /// Wakes the peer probe thread early (at shutdown).
     probe_wake: (Mutex<()>, std::sync::Condvar),
+    probe_interval: Duration,
 }
 
-/// How often the probe thread checks that each imported peer still serves its memory.
-pub const PEER_PROBE_INTERVAL: Duration = Duration::from_millis(50);
 /// Failed probes in a row, other than a refused connection, before a peer counts as lost.
 const PEER_PROBE_STRIKES: u32 = 3;
 
@@ -345,6 +344,7 @@ impl AivTransport {
             completions: AtomicU64::new(0),
             peers: Mutex::new(HashMap::new()),
             probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
+            probe_interval: options.peer_probe_interval,
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
@@ -500,7 +500,7 @@ impl Inner {
         Ok(peer)
     }
 
-    /// Probes every imported peer each [`PEER_PROBE_INTERVAL`] until stop; declares lost the ones that are gone.
+    /// Probes every imported peer each probe interval until stop; declares lost the ones that are gone.
     fn probe_loop(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
             let peers: Vec<Arc<Peer>> = self
@@ -533,7 +533,7 @@ impl Inner {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            let _ = wake.wait_timeout(guard, PEER_PROBE_INTERVAL);
+            let _ = wake.wait_timeout(guard, self.probe_interval);
         }
     }
 
