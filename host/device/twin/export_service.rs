@@ -197,7 +197,11 @@ impl Shared {
             if self.stop.load(Ordering::Acquire) {
                 return;
             }
-            let Ok(stream) = stream else { continue };
+            let Ok(stream) = stream else {
+                // E.g. out of descriptors: do not spin on an error that persists.
+                std::thread::sleep(Duration::from_millis(10));
+                continue;
+            };
             if self.connections.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
                 self.connections.fetch_sub(1, Ordering::AcqRel);
                 tracing::warn!(identity = %self.identity, "export service busy; connection refused");
