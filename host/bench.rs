@@ -542,3 +542,64 @@ fn target_segment_run(
     let segment = initiator.open_segment(target_name)?;
     run_initiator(initiator, params, segment, local_base, target_base)
 }
+
+/// The byte a served aiv target holds at `offset` before any peer writes: lets a peer process check that what it
+/// reads came from the target's device memory.
+pub fn target_pattern(offset: u64) -> u8 {
+    (offset.wrapping_mul(7).wrapping_add(13) % 251) as u8
+}
+
+/// The `aiv` target side for another process's initiator: allocates `buffer_size` bytes of device memory on this
+/// engine's device, fills it with [`target_pattern`], registers it (the descriptor then advertises the device's
+/// export endpoint), calls `ready` with its address, serves for `params.duration` (or until killed), then withdraws it.
+pub fn serve_aiv_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+    let device = engine.device()?;
+    let buffer = device.allocate(params.buffer_size).map_err(|error| EngineError::InvalidArgument {
+        operation: "bench",
+        reason: format!("{error} (lower --buffer_size or raise \"aiv\": {{\"hbm_size\": ...}})"),
+    })?;
+    let size = usize::try_from(buffer.len())
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    // SAFETY: the buffer is device memory of this process's twin device, `size` bytes long and alive until the end of
+    // this function; nothing transfers into it before it is registered below.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(buffer.addr() as *mut u8, size) };
+    for (offset, byte) in bytes.iter_mut().enumerate() {
+        *byte = target_pattern(offset as u64);
+    }
+    // SAFETY: the buffer outlives the registration, withdrawn below before it drops.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location())? };
+    ready(buffer.addr());
+    std::thread::sleep(params.duration);
+    engine.unregister_memory(buffer.addr())?;
+    Ok(())
+}
+
+/// Runs the `aiv` initiator against `segment`, an aiv target of another process: `buffer_size` bytes of this
+/// engine's device memory are registered, the workload targets the segment's first buffer, then the memcpy reference
+/// over the local buffer and a host scratch buffer of the same size.
+pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, segment: &str) -> Result<LoopbackReport> {
+    params.validate()?;
+    let device = engine.device()?;
+    let local = device.allocate(params.buffer_size).map_err(|error| EngineError::InvalidArgument {
+        operation: "bench",
+        reason: format!("{error} (lower --buffer_size or raise \"aiv\": {{\"hbm_size\": ...}})"),
+    })?;
+    let size = usize::try_from(local.len())
+        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
+    // SAFETY: device memory of this process's twin device, `size` bytes, alive until the end of this function.
+    let local_bytes = unsafe { std::slice::from_raw_parts_mut(local.addr() as *mut u8, size) };
+    let span = (params.batch_size as u64 * params.threads as u64 * params.block_size).min(params.buffer_size) as usize;
+    local_bytes[..span].fill(0xA5);
+    let target = engine.open_segment(segment)?;
+    let target_base = engine.get_first_buffer_address(segment)?;
+    // SAFETY: the buffer outlives every batch (run_initiator waits for each) and the registration is withdrawn before
+    // it drops.
+    unsafe { engine.register_memory(local.addr(), local.len(), &device.location())? };
+    let outcome = run_initiator(engine, params, target, local.addr(), target_base);
+    engine.unregister_memory(local.addr())?;
+    let outcome = outcome?;
+    let mut scratch = vec![0x5Au8; size];
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    let memcpy_bytes_per_second = memcpy_reference(local_bytes, &mut scratch, params, reference_time);
+    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}

@@ -75,6 +75,9 @@ pub struct AivOptions {
     pub sq_depth: u32,
     /// `hbm_size`: bytes of twin HBM per device (default 1 GiB; sizes accept suffixes).
     pub hbm_size: u64,
+    /// `peer_probe_interval_ms`: how often the aiv transport checks that each imported peer still serves its memory
+    /// (default 50 ms); a peer found gone fails its pending transfers (docs/ARCHITECTURE-xproc.md).
+    pub peer_probe_interval: Duration,
 }
 
 impl Default for AivOptions {
@@ -90,6 +93,7 @@ impl Default for AivOptions {
             request_ring_depth: 1024,
             sq_depth: 2048,
             hbm_size: 1 << 30,
+            peer_probe_interval: Duration::from_millis(50),
         }
     }
 }
@@ -269,6 +273,9 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(us) = fields.integer("kernel_wait_budget_us", 1, 600_000_000)? {
         aiv.kernel_wait_budget = Duration::from_micros(us);
     }
+    if let Some(ms) = fields.integer("peer_probe_interval_ms", 1, 60_000)? {
+        aiv.peer_probe_interval = Duration::from_millis(ms);
+    }
     if let Some(depth) = fields.power_of_two("request_ring_depth", 2, 1 << 20)? {
         aiv.request_ring_depth = depth;
     }
@@ -431,7 +438,8 @@ mod tests {
     fn aiv_options_are_namespaced_and_checked() {
         let config = parse(
             r#"{"local_hostname": "h", "aiv": {"device_backend": "cann", "aiv_blocks": 8, "doorbell_batch": 32,
-                "launch_mode": "per_batch", "transfer_timeout_ms": 500, "hbm_size": "256mb"}}"#,
+                "launch_mode": "per_batch", "transfer_timeout_ms": 500, "hbm_size": "256mb",
+                "peer_probe_interval_ms": 20}}"#,
         )
         .expect("valid aiv options");
         assert_eq!(config.aiv.device_backend, DeviceBackendKind::Cann);
@@ -439,6 +447,7 @@ mod tests {
         assert_eq!(config.aiv.launch_mode, LaunchMode::PerBatch);
         assert_eq!(config.aiv.transfer_timeout, Duration::from_millis(500));
         assert_eq!(config.aiv.hbm_size, 256 << 20);
+        assert_eq!(config.aiv.peer_probe_interval, Duration::from_millis(20));
 
         let error = parse(r#"{"local_hostname": "h", "aiv": {"aiv_blocks": 64}}"#).expect_err("too many blocks");
         let message = error.to_string();

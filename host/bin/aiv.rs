@@ -193,6 +193,19 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     } else {
         None
     };
+    if matches!(args.mode, Mode::Target) && protocol == Protocol::Aiv {
+        return bench::serve_aiv_target(&engine, &params, |addr| {
+            println!(
+                "aiv bench target: segment {} serving {} bytes of device memory at {addr:#x} over aiv, for {:.0} s",
+                engine.name(),
+                params.buffer_size,
+                params.duration.as_secs_f64()
+            );
+            use std::io::Write as _;
+            let _ = std::io::stdout().flush();
+        })
+        .map_err(|e| e.to_string());
+    }
     if matches!(args.mode, Mode::Target) {
         let port = engine.local_descriptor().tcp_data_port.unwrap_or(0);
         return bench::serve_target(&engine, &params, |addr| {
@@ -210,6 +223,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     let remote_segment = args.segment_id.as_deref().filter(|segment| *segment != engine.name());
     let report = match (&wire_target, remote_segment) {
         (Some(target), _) => bench::run_two_engines(&engine, target, &params),
+        (None, Some(segment)) if protocol == Protocol::Aiv => bench::run_aiv_against_segment(&engine, &params, segment),
         (None, Some(segment)) => bench::run_against_segment(&engine, &params, segment),
         (None, None) => bench::run_loopback(&engine, &params),
     }

@@ -45,7 +45,7 @@ pub struct ExportedRegion {
     pub addr: u64,
     /// Bytes.
     pub length: u64,
-    /// Handle the importer presents (on the twin: a key of the process-wide export registry).
+    /// Handle the importer presents (on the twin: the key of the exporter's export service).
     pub export_id: u64,
 }
 
@@ -60,6 +60,15 @@ pub struct DeviceAdvertisement {
     pub backend: String,
     /// Exported regions.
     pub regions: Vec<ExportedRegion>,
+    /// Where a peer process asks for the exported regions (twin: `@` + an abstract Unix socket name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_endpoint: Option<String>,
+    /// The secret a peer presents to the export endpoint: whoever reads the descriptor holds it (a capability).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_secret: Option<String>,
+    /// The exporting process (an importer in the same process may take the in-process fast path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<u32>,
 }
 
 /// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
@@ -249,8 +258,26 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn is_own_memory(&self, addr: u64, length: u64) -> bool;
     /// What the device advertises to peers (its exported regions).
     fn advertisement(&self) -> DeviceAdvertisement;
-    /// Maps a peer's exported region into this device's view (idempotent per region).
-    fn import(&self, exporter: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
+    /// Maps a peer's exported region into this device's view (idempotent per exporter and region).
+    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
+    /// Offers `[addr, addr + length)` of this device's memory to peers (done by the engine when device memory is
+    /// registered); the advertisement lists it from now on.
+    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        let _ = (addr, length);
+        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of registered ranges".into() })
+    }
+    /// Withdraws the export of the range starting at `addr` (done when it is unregistered): new imports are refused,
+    /// mappings made before stay valid. False if nothing was exported there.
+    fn withdraw_range(&self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
+    /// Whether the exporter still serves its memory: `None` if the backend has no way to tell, else the outcome of
+    /// one bounded probe. The twin asks the exporter's export endpoint (see `twin::export_service`).
+    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
+        let _ = exporter;
+        None
+    }
     /// Relocates a peer address through an imported window (backends may add checks or, on the twin, injected faults).
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
         window.translate(remote, length)

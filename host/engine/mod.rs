@@ -167,6 +167,14 @@ impl TransferEngine {
     pub unsafe fn register_memory(&self, addr: u64, length: u64, location: &str) -> Result<()> {
         let buffer = RegisteredBuffer { addr, length, location: location.to_owned() };
         write(&self.memory).insert(buffer)?;
+        // Device memory is offered to peers' devices (the aiv object lists it) while it stays registered.
+        let device = lock(&self.device).clone();
+        if let Some(device) = device.filter(|device| device.backend().is_own_memory(addr, length)) {
+            if let Err(error) = device.backend().export_range(addr, length) {
+                write(&self.memory).remove(addr);
+                return Err(EngineError::InvalidArgument { operation: "register memory", reason: error.to_string() });
+            }
+        }
         tracing::debug!(addr, length, location, "memory registered");
         self.republish_local_segment()
     }
@@ -176,6 +184,10 @@ impl TransferEngine {
         write(&self.memory)
             .remove(addr)
             .ok_or(EngineError::AddressNotRegistered { operation: "unregister memory", addr })?;
+        // Revokes device memory for new imports by peers (their existing mappings stay valid).
+        if let Some(device) = lock(&self.device).clone() {
+            device.backend().withdraw_range(addr);
+        }
         tracing::debug!(addr, "memory unregistered");
         self.republish_local_segment()
     }
@@ -186,6 +198,13 @@ impl TransferEngine {
             .iter()
             .map(|buffer| BufferDescriptor::new(self.name.clone(), buffer.addr, buffer.length))
             .collect();
+        if let Some(device) = lock(&self.device).clone() {
+            descriptor.aiv =
+                Some(serde_json::to_value(device.advertisement()).map_err(|error| EngineError::Metadata {
+                    operation: "describe device",
+                    reason: error.to_string(),
+                })?);
+        }
         let segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
             .map_err(|reason| EngineError::Metadata { operation: "build local segment", reason })?;
         self.metadata.publish(&segment.descriptor)?;

@@ -13,6 +13,12 @@
 //! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the
 //! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
+//!
+//! Peer loss (docs/ARCHITECTURE-xproc.md): a probe thread asks every imported peer's device whether it still serves
+//! its memory ([`DeviceBackend::probe_peer`], every `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost: its
+//! pending transfers turn FAILED at once and new ones fail until the segment is refreshed or reopened. On the twin
+//! a dead exporter's pages stay mapped here, so without this check transfers to it would "complete" into orphaned
+//! memory; a real NPU would see a link or HBM error instead.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -102,6 +108,7 @@ pub struct AivCounters {
 pub struct AivTransport {
     inner: Arc<Inner>,
     drain_thread: Mutex<Option<JoinHandle<()>>>,
+    probe_thread: Mutex<Option<JoinHandle<()>>>,
 }
 
 #[derive(Debug)]
@@ -119,14 +126,39 @@ struct Inner {
     completions: AtomicU64,
     /// Peer segments' imported windows, by segment name.
     peers: Mutex<HashMap<String, Arc<Peer>>>,
+    /// Wakes the peer probe thread early (at shutdown).
+    probe_wake: (Mutex<()>, std::sync::Condvar),
+    probe_interval: Duration,
 }
+
+/// Failed probes in a row, other than a refused connection, before a peer counts as lost.
+const PEER_PROBE_STRIKES: u32 = 3;
 
 /// A peer segment's exported regions, imported into this device.
 #[derive(Debug)]
 struct Peer {
+    /// The segment name.
+    name: String,
     /// The descriptor version the windows were built from.
     segment: Weak<Segment>,
-    windows: Vec<(ExportedRegion, ImportedWindow)>,
+    advertisement: DeviceAdvertisement,
+    /// Each advertised region with its window, or why it could not be imported (e.g. withdrawn since).
+    windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
+    /// Why the peer counts as lost, once it does.
+    lost: Mutex<Option<String>>,
+    /// Failed probes in a row.
+    strikes: AtomicU32,
+}
+
+/// Whether a failed probe proves the exporter gone: nobody serves its endpoint, or another device does.
+fn is_gone(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
+}
+
+impl Peer {
+    fn lost_reason(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
 }
 
 #[derive(Debug)]
@@ -151,6 +183,8 @@ struct Producer {
 #[derive(Debug)]
 struct InFlight {
     slot: Arc<TaskSlot>,
+    /// The peer the transfer reaches, if not this device's own memory.
+    peer: Option<Arc<Peer>>,
     length: u64,
     submit_cpu_ns: u64,
     host_device_api_calls: u64,
@@ -309,6 +343,8 @@ impl AivTransport {
             channel_resets: AtomicU64::new(0),
             completions: AtomicU64::new(0),
             peers: Mutex::new(HashMap::new()),
+            probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
+            probe_interval: options.peer_probe_interval,
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
@@ -318,7 +354,12 @@ impl AivTransport {
             .name(format!("aiv-drain-{}", inner.device.device_id()))
             .spawn(move || drain_inner.drain_loop())
             .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start drain", source })?;
-        Ok(AivTransport { inner, drain_thread: Mutex::new(Some(thread)) })
+        let probe_inner = inner.clone();
+        let probe = std::thread::Builder::new()
+            .name(format!("aiv-probe-{}", inner.device.device_id()))
+            .spawn(move || probe_inner.probe_loop())
+            .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start probe", source })?;
+        Ok(AivTransport { inner, drain_thread: Mutex::new(Some(thread)), probe_thread: Mutex::new(Some(probe)) })
     }
 
     /// Raises the abort flag of every block: a kernel waiting for a completion flag gives up now; its transfers
@@ -355,8 +396,8 @@ impl Inner {
         Ok(())
     }
 
-    /// Both addresses in the executing device's view, or why not.
-    fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64), String> {
+    /// Both addresses in the executing device's view and the peer reached (if any), or why not.
+    fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64, Option<Arc<Peer>>), String> {
         let device = &self.device;
         let length = transfer.length;
         if !device.is_own_memory(transfer.local_addr, length) {
@@ -368,6 +409,7 @@ impl Inner {
                 device.device_id()
             ));
         }
+        let mut reached = None;
         let remote = if transfer.target.id == SegmentId::LOCAL {
             if !device.is_own_memory(transfer.remote_addr, length) {
                 return Err(format!(
@@ -378,6 +420,13 @@ impl Inner {
             transfer.remote_addr
         } else {
             let peer = self.peer(&transfer.target)?;
+            if let Some(reason) = peer.lost_reason() {
+                return Err(format!(
+                    "aiv: peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
+                    transfer.target.name
+                ));
+            }
+            reached = Some(peer.clone());
             let (region, window) = peer
                 .windows
                 .iter()
@@ -394,6 +443,9 @@ impl Inner {
                         transfer.remote_addr, transfer.target.name
                     )
                 })?;
+            let window = window
+                .as_ref()
+                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", transfer.target.name))?;
             device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
                 format!(
                     "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
@@ -402,8 +454,8 @@ impl Inner {
             })?
         };
         Ok(match transfer.opcode {
-            Opcode::Read => (remote, transfer.local_addr),
-            Opcode::Write => (transfer.local_addr, remote),
+            Opcode::Read => (remote, transfer.local_addr, reached),
+            Opcode::Write => (transfer.local_addr, remote, reached),
         })
     }
 
@@ -423,16 +475,89 @@ impl Inner {
         let advertisement: DeviceAdvertisement = serde_json::from_value(value)
             .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
         let mut windows = Vec::new();
-        for region in advertisement.regions {
-            let window = self
-                .device
-                .import(&advertisement.device, &region)
-                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", segment.name))?;
-            windows.push((region, window));
+        for region in &advertisement.regions {
+            // A region that cannot be imported fails only the transfers that reach it.
+            let window = self.device.import(&advertisement, region).map_err(|error| error.to_string());
+            windows.push((region.clone(), window));
         }
-        let peer = Arc::new(Peer { segment: Arc::downgrade(segment), windows });
+        let peer = Arc::new(Peer {
+            name: segment.name.clone(),
+            segment: Arc::downgrade(segment),
+            advertisement,
+            windows,
+            lost: Mutex::new(None),
+            strikes: AtomicU32::new(0),
+        });
+        // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
+        // reach orphaned memory: check the exporter once before the first transfer, then the probe thread does.
+        if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
+            if is_gone(&error) {
+                *peer.lost.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(format!("its device {} does not answer: {error}", peer.advertisement.device));
+            }
+        }
         peers.insert(segment.name.clone(), peer.clone());
         Ok(peer)
+    }
+
+    /// Probes every imported peer each probe interval until stop; declares lost the ones that are gone.
+    fn probe_loop(self: Arc<Self>) {
+        while !self.stop.load(Ordering::Acquire) {
+            let peers: Vec<Arc<Peer>> = self
+                .peers
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .filter(|peer| peer.lost_reason().is_none())
+                .cloned()
+                .collect();
+            for peer in peers {
+                let Some(outcome) = self.device.probe_peer(&peer.advertisement) else { continue };
+                match outcome {
+                    Ok(()) => peer.strikes.store(0, Ordering::Relaxed),
+                    Err(error) => {
+                        // A refused connection means nobody serves the endpoint any more: the exporter is gone.
+                        // Anything else (a timeout under load) counts only after a few strikes in a row.
+                        let strikes = peer.strikes.fetch_add(1, Ordering::Relaxed) + 1;
+                        if is_gone(&error) || strikes >= PEER_PROBE_STRIKES {
+                            self.declare_lost(
+                                &peer,
+                                format!("its device {} stopped answering: {error}", peer.advertisement.device),
+                            );
+                        }
+                    }
+                }
+            }
+            let (lock, wake) = &self.probe_wake;
+            let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+            if self.stop.load(Ordering::Acquire) {
+                return;
+            }
+            let _ = wake.wait_timeout(guard, self.probe_interval);
+        }
+    }
+
+    /// Marks `peer` lost and fails every transfer to it that is still pending (the DCQ entries that come later find
+    /// their tasks already terminal and change nothing).
+    fn declare_lost(&self, peer: &Arc<Peer>, reason: String) {
+        *peer.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
+        tracing::warn!(segment = %peer.name, %reason, "aiv peer lost");
+        let message = format!("aiv: peer segment {:?} lost while the transfer was pending: {reason}", peer.name);
+        let reaches = |inflight: &InFlight| inflight.peer.as_ref().is_some_and(|p| Arc::ptr_eq(p, peer));
+        let mut failed = 0usize;
+        // Backlog before the in-flight map: an entry moves from the first to the second, so none is missed.
+        for block in &self.blocks {
+            {
+                let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+                for (_, inflight) in producer.backlog.iter().filter(|(_, inflight)| reaches(inflight)) {
+                    failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
+                }
+            }
+            for inflight in block.inflight_map().values().filter(|inflight| reaches(inflight)) {
+                failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
+            }
+        }
+        tracing::warn!(segment = %peer.name, failed, "pending transfers to a lost peer failed");
     }
 
     fn drain_loop(self: Arc<Self>) {
@@ -639,7 +764,7 @@ impl Transport for AivTransport {
         }
         let count = resolved.len().max(1) as u64;
         let share = thread_cpu_ns().saturating_sub(cpu_started) / count;
-        for (transfer, (src, dst)) in resolved {
+        for (transfer, (src, dst, peer)) in resolved {
             let block = inner.next_block.fetch_add(1, Ordering::Relaxed) % inner.blocks.len();
             let id = inner.next_transfer_id.fetch_add(1, Ordering::Relaxed);
             let entry = RequestEntry {
@@ -655,6 +780,7 @@ impl Transport for AivTransport {
             };
             let inflight = InFlight {
                 slot: transfer.slot,
+                peer,
                 length: transfer.length,
                 submit_cpu_ns: share,
                 host_device_api_calls: api_calls,
@@ -698,7 +824,15 @@ impl Drop for AivTransport {
             std::mem::forget(inner.clone());
         }
         inner.stop.store(true, Ordering::Release);
+        {
+            let _guard = inner.probe_wake.0.lock().unwrap_or_else(|p| p.into_inner());
+            inner.probe_wake.1.notify_all();
+        }
         if let Some(thread) = self.drain_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            let _ = thread.join();
+        }
+        // Bounded: one probe is bounded by the export service's I/O timeout.
+        if let Some(thread) = self.probe_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
         // Transfers still in flight end now rather than at their deadline.
@@ -755,6 +889,7 @@ mod tests {
             for (entry, slot) in cases.iter().zip(&slots) {
                 let inflight = InFlight {
                     slot: slot.clone(),
+                    peer: None,
                     length: entry.length.get(),
                     submit_cpu_ns: 0,
                     host_device_api_calls: 0,

@@ -1,8 +1,9 @@
 //! Twin HBM: memfd-backed regions mapped into this process, an allocator over them, and imported windows.
 //!
-//! A device address on the twin is the virtual address of the mapping. Exporting a region hands out its memfd
-//! (through [`registry`](super::registry) inside one process; over a Unix socket in a later issue); importing maps the
-//! same memfd again, at another address, and relocates by offset — like VMM/IPC import on NPUs.
+//! A device address on the twin is the virtual address of the mapping. Exporting a registered range hands out the
+//! heap's memfd with the range's offset (through the device's export service,
+//! [`export_service`](super::export_service)); importing maps that range of the memfd again, at another address, and
+//! relocates by offset — like VMM/IPC import on NPUs.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -58,6 +59,16 @@ impl MemfdRegion {
 
     /// Maps `length` bytes of an existing memfd (an import).
     pub fn map(device: u32, fd: Arc<OwnedFd>, length: u64) -> Result<MemfdRegion, DeviceError> {
+        MemfdRegion::map_at(device, fd, 0, length)
+    }
+
+    /// Maps `length` bytes of an existing memfd from `offset`, a multiple of the page size.
+    pub fn map_at(device: u32, fd: Arc<OwnedFd>, offset: u64, length: u64) -> Result<MemfdRegion, DeviceError> {
+        let offset = libc::off_t::try_from(offset).map_err(|_| DeviceError::Invalid {
+            device,
+            operation: "map memfd",
+            reason: "offset exceeds off_t".into(),
+        })?;
         let length = usize::try_from(length).map_err(|_| DeviceError::Invalid {
             device,
             operation: "map memfd",
@@ -71,7 +82,7 @@ impl MemfdRegion {
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_SHARED,
                 fd.as_raw_fd(),
-                0,
+                offset,
             )
         };
         if base == libc::MAP_FAILED {

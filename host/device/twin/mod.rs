@@ -7,13 +7,13 @@
 //! nothing else in the product calls them.
 
 pub mod cores;
+pub mod export_service;
 pub mod kernel_bench;
 pub mod memory;
-pub mod registry;
 pub mod sdma;
 pub mod wake;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
@@ -59,6 +59,9 @@ impl FaultInjection {
 /// An address no twin window ever contains (page zero).
 pub const UNMAPPED_ADDRESS: u64 = 0x100;
 
+/// Identifies an imported region: (exporting device identity, export id). Export ids are unique per process only.
+type ImportKey = (String, u64);
+
 /// One twin device.
 #[derive(Debug)]
 pub struct TwinDevice {
@@ -66,9 +69,13 @@ pub struct TwinDevice {
     identity: String,
     heap: Arc<Heap>,
     workspace: Heap,
-    export_id: u64,
+    /// Registered ranges offered to peers, by address.
+    exports: Mutex<BTreeMap<u64, ExportedRegion>>,
+    /// Hands exported ranges of the heap's memfd to authenticated peers.
+    export_service: export_service::ExportService,
     windows: Windows,
-    imports: Mutex<HashMap<u64, (ImportedWindow, Arc<MemfdRegion>)>>,
+    /// Imported peer regions by (exporting device identity, export id).
+    imports: Mutex<HashMap<ImportKey, (ImportedWindow, Arc<MemfdRegion>)>>,
     channels: RwLock<Vec<Arc<SdmaChannel>>>,
     // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
     #[allow(clippy::vec_box)]
@@ -97,18 +104,19 @@ impl TwinDevice {
             (heap_region.base(), heap_region.len()),
             (workspace_region.base(), workspace_region.len()),
         ]));
-        let export_id = registry::export(registry::ExportRecord {
-            fd: heap_region.fd(),
-            length: heap_region.len(),
-            device: identity.clone(),
-        });
+        let export_service = export_service::ExportService::start(&identity).map_err(|source| DeviceError::Os {
+            device: id,
+            operation: "start the export service",
+            source,
+        })?;
         tracing::debug!(device = id, identity = %identity, hbm = options.hbm_size, "twin device opened");
         Ok(Arc::new(TwinDevice {
             id,
             identity,
             heap: Arc::new(Heap::new(heap_region)),
             workspace: Heap::new(workspace_region),
-            export_id,
+            exports: Mutex::new(BTreeMap::new()),
+            export_service,
             windows,
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
@@ -183,40 +191,75 @@ impl DeviceBackend for TwinDevice {
             device: self.identity.clone(),
             device_id: self.id,
             backend: "twin".into(),
-            regions: vec![ExportedRegion {
-                addr: self.heap.region().base(),
-                length: self.heap.region().len(),
-                export_id: self.export_id,
-            }],
+            regions: self.exports.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect(),
+            export_endpoint: Some(self.export_service.endpoint().to_owned()),
+            export_secret: Some(self.export_service.secret().to_owned()),
+            process_id: Some(std::process::id()),
         }
     }
 
-    fn import(&self, exporter: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+        let invalid = |reason: String| DeviceError::Invalid { device: self.id, operation: "import", reason };
+        let key = (exporter.device.clone(), region.export_id);
         let mut imports = self.imports.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((window, _)) = imports.get(&region.export_id) {
+        if let Some((window, _)) = imports.get(&key) {
             return Ok(*window);
         }
-        let record = registry::lookup(region.export_id).ok_or_else(|| DeviceError::Invalid {
-            device: self.id,
-            operation: "import",
-            reason: format!("export {} of {exporter:?} is not known in this process", region.export_id),
+        // One path for peers in this process and in others: the exporter's export service.
+        let (Some(endpoint), Some(secret)) = (&exporter.export_endpoint, &exporter.export_secret) else {
+            return Err(invalid(format!("{:?} advertises no export endpoint and secret", exporter.device)));
+        };
+        let imported = export_service::import(endpoint, secret, region.export_id).map_err(|source| {
+            DeviceError::Os { device: self.id, operation: "import through the exporter's export service", source }
         })?;
-        if record.device != exporter || record.length != region.length {
+        if imported.device != exporter.device || imported.length != region.length {
+            return Err(invalid(format!(
+                "export {} belongs to {:?} ({} bytes), not {:?} ({} bytes)",
+                region.export_id, imported.device, imported.length, exporter.device, region.length
+            )));
+        }
+        // mmap needs a page-aligned offset: map from the page holding the region's first byte.
+        let delta = imported.offset % memory::ALLOCATION_ALIGN;
+        let mapping = Arc::new(MemfdRegion::map_at(
+            self.id,
+            Arc::new(imported.fd),
+            imported.offset - delta,
+            imported.length + delta,
+        )?);
+        let local_base = mapping.base() + delta;
+        let window = ImportedWindow { local_base, remote_base: region.addr, length: region.length };
+        // The SDMA engine validates every SQE address against these windows: exactly the exported range.
+        self.windows.write().unwrap_or_else(|p| p.into_inner()).push((local_base, region.length));
+        imports.insert(key, (window, mapping));
+        tracing::debug!(device = self.id, exporter = %exporter.device, local = window.local_base, "peer heap imported");
+        Ok(window)
+    }
+
+    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        if !self.heap.region().contains(addr, length) || length == 0 {
             return Err(DeviceError::Invalid {
                 device: self.id,
-                operation: "import",
-                reason: format!(
-                    "export {} belongs to {:?} ({} bytes), not {exporter:?} ({} bytes)",
-                    region.export_id, record.device, record.length, region.length
-                ),
+                operation: "export",
+                reason: format!("[{addr:#x}, +{length}) is not inside this device's HBM"),
             });
         }
-        let mapping = Arc::new(MemfdRegion::map(self.id, record.fd, record.length)?);
-        let window = ImportedWindow { local_base: mapping.base(), remote_base: region.addr, length: region.length };
-        self.windows.write().unwrap_or_else(|p| p.into_inner()).push((mapping.base(), mapping.len()));
-        imports.insert(region.export_id, (window, mapping));
-        tracing::debug!(device = self.id, exporter, local = window.local_base, "peer heap imported");
-        Ok(window)
+        static NEXT_EXPORT: AtomicU64 = AtomicU64::new(1);
+        let export_id = NEXT_EXPORT.fetch_add(1, Ordering::Relaxed);
+        let offset = addr - self.heap.region().base();
+        self.export_service.offer(export_id, export_service::Offer { fd: self.heap.region().fd(), offset, length });
+        let region = ExportedRegion { addr, length, export_id };
+        self.exports.lock().unwrap_or_else(|p| p.into_inner()).insert(addr, region.clone());
+        Ok(region)
+    }
+
+    fn withdraw_range(&self, addr: u64) -> bool {
+        let Some(region) = self.exports.lock().unwrap_or_else(|p| p.into_inner()).remove(&addr) else { return false };
+        self.export_service.withdraw(region.export_id)
+    }
+
+    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
+        let (endpoint, secret) = (exporter.export_endpoint.as_ref()?, exporter.export_secret.as_ref()?);
+        Some(export_service::ping(endpoint, secret, &exporter.device))
     }
 
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
@@ -368,7 +411,6 @@ impl Drop for TwinDevice {
         for thread in std::mem::take(&mut *self.engine_threads.lock().unwrap_or_else(|p| p.into_inner())) {
             let _ = thread.join();
         }
-        registry::withdraw(self.export_id);
     }
 }
 

@@ -1,0 +1,357 @@
+//! Twin end-to-end tests of aiv transfers between processes: the target is the `aiv` binary (`aiv bench --mode target
+//! --protocol aiv`) in a child process, which fills its device memory with `bench::target_pattern` and exports it
+//! through its twin device's export service; this process imports it (memfd over a Unix socket, authenticated by uid
+//! and the descriptor's secret) and moves data with its own twin device's SDMA engine. Under P2P handshake, the HTTP
+//! metadata server, and etcd (`AIV_TEST_ETCD`, set by tests/run.sh; skipped with a message when unset). Then peer
+//! loss: SIGKILL of a target with transfers pending.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use aiv_transport::bench::target_pattern;
+use aiv_transport::config::AivOptions;
+use aiv_transport::device::DeviceBuffer;
+use aiv_transport::metadata::MetadataOptions;
+use aiv_transport::transport::aiv::AivDevice;
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use rand::RngCore;
+use std::sync::Arc;
+
+const TARGET_BYTES: u64 = 4 << 20;
+
+/// A target process; killed and reaped on drop.
+struct Target {
+    child: Child,
+    name: String,
+    addr: u64,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts `aiv bench --mode target --protocol aiv` and reads its segment name and buffer address (bounded wait).
+fn spawn_target(metadata_server: &str, name: &str, cluster: Option<&str>) -> Target {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
+    command
+        .args(["bench", "--mode", "target", "--protocol", "aiv", "--duration", "60"])
+        .args(["--buffer_size", &TARGET_BYTES.to_string(), "--metadata_server", metadata_server])
+        .args(["--local_server_name", name])
+        .env_remove("MOONCAKE_CONFIG_PATH")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(cluster) = cluster {
+        command.env("MC_METADATA_CLUSTER_ID", cluster);
+    }
+    let mut child = command.spawn().expect("aiv runs");
+    let stdout = child.stdout.take().expect("stdout");
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = send.send(line);
+    });
+    let line = receive.recv_timeout(Duration::from_secs(20)).unwrap_or_default();
+    let mut target = Target { child, name: String::new(), addr: 0 };
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let after = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)).copied();
+    target.name = after("segment").unwrap_or_else(|| panic!("no segment name in {line:?}")).to_owned();
+    let addr = after("at").unwrap_or_else(|| panic!("no address in {line:?}"));
+    target.addr = u64::from_str_radix(addr.trim_start_matches("0x"), 16).expect("hex address");
+    target
+}
+
+fn aiv_options() -> AivOptions {
+    AivOptions {
+        transfer_timeout: Duration::from_secs(20),
+        kernel_wait_budget: Duration::from_secs(15),
+        request_ring_depth: 128,
+        sq_depth: 256,
+        hbm_size: 32 << 20,
+        ..AivOptions::default()
+    }
+}
+
+/// The initiator: an engine of this process with a twin device and `length` bytes of registered HBM.
+struct Initiator {
+    engine: TransferEngine,
+    device: Arc<AivDevice>,
+    buffer: DeviceBuffer,
+}
+
+impl Initiator {
+    fn start(name: &str, metadata_server: &str, cluster: Option<&str>, length: u64) -> Initiator {
+        let mut config = EngineConfig::new(name);
+        config.metadata_server = metadata_server.to_owned();
+        config.protocol = Protocol::Aiv;
+        config.aiv = aiv_options();
+        let options = MetadataOptions { cluster_id: cluster.map(str::to_owned), ..MetadataOptions::default() };
+        let engine = TransferEngine::with_metadata_options(config, &options).expect("engine starts");
+        let device = engine.device().expect("twin device");
+        let buffer = device.allocate(length).expect("HBM");
+        // SAFETY: the buffer lives next to the engine in this struct; every batch is waited for before it drops.
+        unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+        Initiator { engine, device, buffer }
+    }
+
+    /// A copy of `range` of the local buffer.
+    fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end as u64 <= self.buffer.len());
+        // SAFETY: inside twin HBM mapped for the buffer's lifetime; read only while no transfer on it is in flight.
+        unsafe { std::slice::from_raw_parts((self.buffer.addr() as *const u8).add(range.start), range.len()) }.to_vec()
+    }
+
+    /// Writes `data` at `offset` of the local buffer.
+    fn write(&self, offset: usize, data: &[u8]) {
+        assert!((offset + data.len()) as u64 <= self.buffer.len());
+        // SAFETY: inside twin HBM mapped for the buffer's lifetime; written only while no transfer on it is in flight.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.buffer.addr() as *mut u8).add(offset), data.len()) }
+    }
+
+    /// Runs one batch of (opcode, local offset, remote address, length) and returns each task's state and reason.
+    fn run(&self, segment: SegmentId, requests: &[(Opcode, u64, u64, u64)]) -> Vec<(TransferState, Option<String>)> {
+        let requests: Vec<TransferRequest> = requests
+            .iter()
+            .map(|&(opcode, local, remote, length)| TransferRequest {
+                opcode,
+                source: self.buffer.addr() + local,
+                target_id: segment,
+                target_offset: remote,
+                length,
+                protocol: None,
+            })
+            .collect();
+        let batch = self.engine.allocate_batch(requests.len()).expect("batch");
+        self.engine.submit_transfer(batch, &requests).expect("submit");
+        self.engine.wait_batch(batch).expect("wait");
+        let states = (0..requests.len())
+            .map(|task| {
+                (
+                    self.engine.transfer_status(batch, task).expect("status").state,
+                    self.engine.task_reason(batch, task).expect("reason"),
+                )
+            })
+            .collect();
+        self.engine.free_batch(batch).expect("free");
+        states
+    }
+}
+
+/// The first buffer of an open segment.
+fn initiator_target(initiator: &Initiator, segment: SegmentId) -> u64 {
+    let name = initiator.engine.segment(segment).expect("segment").name.clone();
+    initiator.engine.get_first_buffer_address(&name).expect("a buffer")
+}
+
+fn assert_completed(states: &[(TransferState, Option<String>)]) {
+    for (task, (state, reason)) in states.iter().enumerate() {
+        assert_eq!(*state, TransferState::Completed, "task {task}: {reason:?}");
+    }
+}
+
+/// READ the target's pattern (proves the bytes come from the other process's device memory), WRITE random bytes at
+/// unaligned offsets, READ them back into another range and compare.
+fn exchange_and_verify(initiator: &Initiator, target: &Target) {
+    let segment = initiator.engine.open_segment(&target.name).expect("open the target's segment");
+    // The target advertises its export endpoint and secret, and another process: the import goes over the socket.
+    let aiv = initiator.engine.segment(segment).expect("segment").descriptor.aiv.clone().expect("aiv object");
+    assert_eq!(aiv["process_id"].as_u64(), Some(u64::from(target.child.id())), "{aiv}");
+    assert!(aiv["export_endpoint"].as_str().is_some_and(|e| e.starts_with('@')), "{aiv}");
+    assert_eq!(aiv["export_secret"].as_str().map(str::len), Some(64), "{aiv}");
+    let length = 1_500_001u64;
+    let remote = target.addr + 12_345;
+    assert_completed(&initiator.run(segment, &[(Opcode::Read, 0, remote, length)]));
+    let read = initiator.read(0..length as usize);
+    assert!(
+        read.iter().enumerate().all(|(i, &b)| b == target_pattern(12_345 + i as u64)),
+        "READ saw the target's pattern"
+    );
+
+    let mut random = vec![0u8; length as usize];
+    rand::thread_rng().fill_bytes(&mut random);
+    let written_at = 4 << 20;
+    initiator.write(written_at, &random);
+    let remote = target.addr + 777_777;
+    let readback_at = 8 << 20;
+    assert_completed(&initiator.run(segment, &[(Opcode::Write, written_at as u64, remote, length)]));
+    assert_completed(&initiator.run(segment, &[(Opcode::Read, readback_at as u64, remote, length)]));
+    assert!(initiator.read(readback_at..readback_at + length as usize) == random, "WRITE then READ round trip");
+    let evidence = {
+        let batch = initiator.engine.allocate_batch(1).expect("batch");
+        let request = TransferRequest {
+            opcode: Opcode::Read,
+            source: initiator.buffer.addr(),
+            target_id: segment,
+            target_offset: target.addr,
+            length: 4096,
+            protocol: None,
+        };
+        initiator.engine.submit_transfer(batch, &[request]).expect("submit");
+        initiator.engine.wait_batch(batch).expect("wait");
+        initiator.engine.task_evidence(batch, 0).expect("task").expect("evidence")
+    };
+    assert_eq!(evidence.path, "aiv");
+    assert!(evidence.descriptors >= 1 && evidence.doorbells >= 1, "{evidence:?}");
+}
+
+#[test]
+fn aiv_between_processes_under_p2p_handshake() {
+    let target = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    assert!(target.name.starts_with("127.0.0.1:"), "P2P name is host:<rpc port>: {}", target.name);
+    let initiator = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 16 << 20);
+    exchange_and_verify(&initiator, &target);
+}
+
+#[test]
+fn aiv_between_processes_under_the_http_metadata_server() {
+    let server =
+        aiv_transport::metadata::http_server::MetadataHttpServer::start("127.0.0.1:0".parse().expect("address"))
+            .expect("metadata server");
+    let url = format!("http://{}/metadata", server.local_addr());
+    let target = spawn_target(&url, "127.0.0.1:17611", None);
+    assert_eq!(target.name, "127.0.0.1:17611");
+    let initiator = Initiator::start("127.0.0.1:17612", &url, None, 16 << 20);
+    exchange_and_verify(&initiator, &target);
+
+    // The target dies; its stale descriptor stays in the store (SIGKILL publishes nothing), so a refresh now finds
+    // the dead device: transfers fail, nothing hangs. (A restart under the same name is refused by the store, as by
+    // Mooncake's: "Duplicate rpc_meta key"; the restarted target takes a new name.)
+    drop(target);
+    let segment = initiator.engine.open_segment("127.0.0.1:17611").expect("still open");
+    initiator.engine.refresh_segment(segment).expect("refresh finds the stale descriptor");
+    let remote = initiator_target(&initiator, segment);
+    let states = initiator.run(segment, &[(Opcode::Read, 0, remote, 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
+    let restarted = spawn_target(&url, "127.0.0.1:17613", None);
+    exchange_and_verify(&initiator, &restarted);
+}
+
+#[test]
+fn aiv_between_processes_under_etcd() {
+    let Ok(endpoint) = std::env::var("AIV_TEST_ETCD").map(|e| e.trim().to_owned()) else {
+        eprintln!(
+            "skipped aiv_between_processes_under_etcd: AIV_TEST_ETCD is not set (tests/run.sh starts etcd on \
+             loopback and sets it)"
+        );
+        return;
+    };
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
+    let cluster = format!("aiv-xproc-{}-{nanos}", std::process::id());
+    let url = format!("etcd://{endpoint}");
+    let target = spawn_target(&url, "127.0.0.1:17621", Some(&cluster));
+    let initiator = Initiator::start("127.0.0.1:17622", &url, Some(&cluster), 16 << 20);
+    exchange_and_verify(&initiator, &target);
+}
+
+/// SIGKILL of a target with transfers pending: every pending transfer to it ends FAILED or TIMEOUT well inside the
+/// budget (found by the peer probe, not by the watchdog), new transfers to it fail at once, transfers pending to
+/// another live target complete, and a restarted target is reached after reopening.
+#[test]
+fn killing_a_target_fails_its_pending_transfers_and_spares_the_others() {
+    let mut doomed = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    let survivor = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    let initiator = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 16 << 20);
+    let doomed_segment = initiator.engine.open_segment(&doomed.name).expect("open doomed");
+    let survivor_segment = initiator.engine.open_segment(&survivor.name).expect("open survivor");
+    // Imports happen on first use: one small transfer to each.
+    assert_completed(&initiator.run(doomed_segment, &[(Opcode::Read, 0, doomed.addr, 4096)]));
+    assert_completed(&initiator.run(survivor_segment, &[(Opcode::Read, 0, survivor.addr, 4096)]));
+
+    // Hold every SDMA channel of the initiator so the batches stay pending when the target dies.
+    let twin = initiator.device.twin().expect("twin device");
+    twin.stall_channel(0, true);
+    twin.stall_channel(1, true);
+    let submit = |segment: SegmentId, remote: u64, local: u64, count: u64| {
+        let requests: Vec<TransferRequest> = (0..count)
+            .map(|i| TransferRequest {
+                opcode: Opcode::Write,
+                source: initiator.buffer.addr() + local + i * (256 << 10),
+                target_id: segment,
+                target_offset: remote + i * (256 << 10),
+                length: 256 << 10,
+                protocol: None,
+            })
+            .collect();
+        let batch = initiator.engine.allocate_batch(requests.len()).expect("batch");
+        initiator.engine.submit_transfer(batch, &requests).expect("submit");
+        batch
+    };
+    let mut random = vec![0u8; 2 << 20];
+    rand::thread_rng().fill_bytes(&mut random);
+    initiator.write(8 << 20, &random);
+    let doomed_batch = submit(doomed_segment, doomed.addr, 0, 8);
+    let survivor_batch = submit(survivor_segment, survivor.addr, 8 << 20, 8);
+    std::thread::sleep(Duration::from_millis(50));
+    for task in 0..8 {
+        let state = initiator.engine.transfer_status(doomed_batch, task).expect("status").state;
+        assert_eq!(state, TransferState::Pending, "task {task} is pending before the kill");
+    }
+
+    let killed_at = Instant::now();
+    doomed.child.kill().expect("SIGKILL the target");
+    doomed.child.wait().expect("reaped");
+    let status = initiator.engine.wait_batch(doomed_batch).expect("wait doomed");
+    let detected_in = killed_at.elapsed();
+    assert_eq!(status.state, TransferState::Failed);
+    assert!(detected_in < Duration::from_secs(3), "peer loss found in {detected_in:?} (transfer timeout is 20 s)");
+    for task in 0..8 {
+        let state = initiator.engine.transfer_status(doomed_batch, task).expect("status").state;
+        let reason = initiator.engine.task_reason(doomed_batch, task).expect("reason").unwrap_or_default();
+        assert!(matches!(state, TransferState::Failed | TransferState::Timeout), "task {task}: {state:?}");
+        assert!(reason.contains("lost"), "task {task}: {reason}");
+    }
+    // New transfers to the dead target fail at once.
+    let states = initiator.run(doomed_segment, &[(Opcode::Read, 0, doomed.addr, 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
+
+    // The survivor's pending batch completes once the channels run again, with its data.
+    twin.stall_channel(0, false);
+    twin.stall_channel(1, false);
+    let status = initiator.engine.wait_batch(survivor_batch).expect("wait survivor");
+    assert_eq!(status.state, TransferState::Completed);
+    assert_completed(&initiator.run(survivor_segment, &[(Opcode::Read, 12 << 20, survivor.addr, 2 << 20)]));
+    assert!(initiator.read(12 << 20..14 << 20) == random, "survivor data");
+
+    // A restarted target (a new process; P2P names it after its new rpc port) is reached after opening it.
+    let restarted = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    exchange_and_verify(&initiator, &restarted);
+    drop(doomed);
+}
+
+/// Unregistering device memory revokes it for new imports: a peer holding the older descriptor is refused by the
+/// exporter's export service (this goes through the socket although both engines live in this process), while a
+/// region it imported before stays reachable through that older descriptor (documented twin semantics), until the
+/// peer refreshes the segment.
+#[test]
+fn unregistering_device_memory_refuses_new_imports() {
+    let exporter = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let second = exporter.device.allocate(1 << 20).expect("HBM");
+    // SAFETY: `second` outlives its registration (withdrawn below) and every transfer (each batch is waited for).
+    unsafe { exporter.engine.register_memory(second.addr(), second.len(), &exporter.device.location()) }
+        .expect("register");
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
+    let aiv = importer.engine.segment(segment).expect("segment").descriptor.aiv.clone().expect("aiv");
+    assert_eq!(aiv["regions"].as_array().map(Vec::len), Some(2), "each registered range is its own export: {aiv}");
+
+    exporter.engine.unregister_memory(second.addr()).expect("unregister");
+    let states = importer.run(segment, &[(Opcode::Write, 0, second.addr(), 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed);
+    let reason = states[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("withdrawn"), "{reason}");
+    // The other region was imported with the same descriptor version and works.
+    assert_completed(&importer.run(segment, &[(Opcode::Write, 0, exporter.buffer.addr(), 4096)]));
+
+    // An existing mapping survives the exporter's unregistration (new imports only are refused) ...
+    exporter.engine.unregister_memory(exporter.buffer.addr()).expect("unregister");
+    assert_completed(&importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]));
+    // ... until the peer refreshes: the range is then in no buffer of the segment.
+    importer.engine.refresh_segment(segment).expect("refresh");
+    let states = importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]);
+    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
+}
