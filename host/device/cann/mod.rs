@@ -58,6 +58,8 @@ pub const SHMEM_LOCAL_MEM_BYTES: u64 = 32 << 20;
 /// Rate of the AIV system counter, the unit of the kernel's wait budget. *Assumed* 50 MHz (not stated in the
 /// sources HARDWARE.md was written from); override with `AIV_NPU_COUNTER_HZ`.
 pub const DEFAULT_COUNTER_HZ: u64 = 50_000_000;
+/// `aclrtMemExportToShareableHandle` flag: no PID validation on import (HARDWARE.md section 7).
+pub const EXPORT_WITHOUT_PID_CHECK: u64 = 0x1;
 /// How long a non-root PE waits for PE 0's unique id.
 pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -280,8 +282,15 @@ impl CannDevice {
         let heap_mapping = map_physical(acl, id, options.hbm_size, &mut unwind)?;
         let export_handle = heap_mapping.handle;
         // SAFETY: the physical handle was created by map_physical and is live.
+        // Flag 0x1 disables the runtime's PID check on import (HARDWARE.md section 7): the peer engine is another
+        // process whose PID this one does not learn. It widens who may import the heap.
         let export_id = unsafe {
-            acl::vmm::export_to_shareable_handle(acl, export_handle as aclrtDrvMemHandle, ACL_MEM_HANDLE_TYPE_NONE, 0)
+            acl::vmm::export_to_shareable_handle(
+                acl,
+                export_handle as aclrtDrvMemHandle,
+                ACL_MEM_HANDLE_TYPE_NONE,
+                EXPORT_WITHOUT_PID_CHECK,
+            )
         }
         .map_err(runtime(id, "export the HBM heap"))?;
 
@@ -352,6 +361,42 @@ impl CannDevice {
             )
         }
         .map_err(runtime(self.id, step))
+    }
+
+    /// Copies `data` into device memory at `addr` (`aclrtMemcpy` H2D); for tests and tools that fill HBM.
+    pub fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, data.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy to device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", data.len()),
+            });
+        }
+        self.bind()?;
+        // SAFETY: the destination range was checked above to be mapped device memory; `data` is live Host memory.
+        unsafe {
+            acl::memory::memcpy(
+                self.acl,
+                addr as *mut c_void,
+                data.len(),
+                data.as_ptr().cast(),
+                data.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .map_err(runtime(self.id, "copy Host data to the device"))
+    }
+
+    /// Copies device memory at `addr` into `out` (`aclrtMemcpy` D2H).
+    pub fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, out.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy from device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", out.len()),
+            });
+        }
+        self.read_device(addr, out, "copy device data to the Host")
     }
 
     /// The stream error recorded by a launch wait, if any.
@@ -505,16 +550,11 @@ impl DeviceBackend for CannDevice {
 
     fn is_mapped(&self, addr: u64, length: u64) -> bool {
         self.is_own_memory(addr, length)
-            || self
-                .imports
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .any(|(window, _)| {
-                    addr.checked_sub(window.local_base)
-                        .and_then(|offset| offset.checked_add(length))
-                        .is_some_and(|end| end <= window.length)
-                })
+            || self.imports.lock().unwrap_or_else(|p| p.into_inner()).values().any(|(window, _)| {
+                addr.checked_sub(window.local_base)
+                    .and_then(|offset| offset.checked_add(length))
+                    .is_some_and(|end| end <= window.length)
+            })
     }
 
     fn is_own_memory(&self, addr: u64, length: u64) -> bool {
@@ -670,8 +710,13 @@ impl DeviceBackend for CannDevice {
                 )));
             }
             if depth != sq_depth {
-                tracing::info!(device = self.id, channel = index, configured = sq_depth, record = depth,
-                    "SQ depth comes from SHMEM's channel record, not from aiv.sq_depth");
+                tracing::info!(
+                    device = self.id,
+                    channel = index,
+                    configured = sq_depth,
+                    record = depth,
+                    "SQ depth comes from SHMEM's channel record, not from aiv.sq_depth"
+                );
             }
             let flag_area = self.allocate(std::mem::size_of::<FlagArea>() as u64)?;
             self.bind()?;
