@@ -431,3 +431,49 @@ fn a_build_without_the_npu_kernel_object_says_how_to_get_one() {
     let message = error.to_string();
     assert!(message.contains("no NPU kernel object") && message.contains("bisheng or ccec"), "{message}");
 }
+
+#[test]
+fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_transport() {
+    use aiv_transport::{EngineConfig, Protocol, TransferEngine};
+    let _serial = serial();
+    let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-{}.o", std::process::id()));
+    std::fs::write(&object, KERNEL_OBJECT).expect("write the fake object");
+    std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
+    std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{:#x}", fakes().workspace));
+    std::env::set_var("AIV_SHMEM_N_PES", "2");
+    let engine = |device_id: u32| {
+        let mut config = EngineConfig::new("127.0.0.1");
+        config.protocol = Protocol::Aiv;
+        config.aiv = options(device_id);
+        TransferEngine::new(config).expect("engine starts")
+    };
+
+    std::env::set_var("AIV_SHMEM_PE", "0");
+    let root = engine(0);
+    let root_device = root.device().expect("PE 0 device");
+    let root_aiv = root.local_descriptor().aiv.expect("aiv object");
+    assert!(root_aiv.get("shmem_uid").and_then(|uid| uid.as_str()).is_some_and(|uid| !uid.is_empty()), "{root_aiv}");
+    assert_eq!(root_aiv["backend"], "cann");
+
+    std::env::set_var("AIV_SHMEM_PE", "1");
+    std::env::set_var("AIV_SHMEM_ROOT_SEGMENT", root.name());
+    shmem_log();
+    let peer = engine(1);
+    let peer_device = peer.device().expect("PE 1 device, id fetched from PE 0's descriptor");
+    let log = shmem_log();
+    assert!(log[0].starts_with("aclshmemx_set_attr_uniqueid_args pe=1 n_pes=2 size=33554432 uid=fake-uid"), "{log:?}");
+    assert_eq!(peer_device.backend().backend_name(), "cann");
+    peer.open_segment(root.name()).expect("PE 0's segment, with its advertised heap");
+
+    for name in [
+        "AIV_NPU_KERNEL_OBJECT",
+        "AIV_SDMA_WORKSPACE_ADDR",
+        "AIV_SHMEM_N_PES",
+        "AIV_SHMEM_PE",
+        "AIV_SHMEM_ROOT_SEGMENT",
+    ] {
+        std::env::remove_var(name);
+    }
+    drop((peer_device, peer, root_device, root));
+    let _ = std::fs::remove_file(object);
+}

@@ -373,3 +373,19 @@ pub trait UniqueIdExchange: Send + Sync {
     /// PE > 0: the id PE 0 published, waiting at most `timeout`.
     fn fetch(&self, timeout: Duration) -> Result<[u8; 136], String>;
 }
+
+#[cfg(all(test, not(feature = "cann")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choosing_cann_without_the_feature_names_the_feature() {
+        let options = AivOptions { device_backend: DeviceBackendKind::Cann, ..AivOptions::default() };
+        let error = open(&options).expect_err("not built");
+        let message = error.to_string();
+        assert!(
+            message.contains("without the cargo feature `cann`") && message.contains("--features cann"),
+            "{message}"
+        );
+    }
+}

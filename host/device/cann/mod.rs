@@ -72,7 +72,7 @@ pub struct CannSettings {
     pub shmem_pes: i32,
     /// Device address of SHMEM's SDMA workspace (`AIV_SDMA_WORKSPACE_ADDR`, hex with or without `0x`).
     pub workspace_addr: Option<u64>,
-    /// The NPU kernel object (default: the one embedded in this build, if any).
+    /// The NPU kernel object (`AIV_NPU_KERNEL_OBJECT`, a file path; default: the one embedded in this build, if any).
     pub kernel_object: Option<&'static [u8]>,
     /// AIV counter rate (`AIV_NPU_COUNTER_HZ`, default [`DEFAULT_COUNTER_HZ`]).
     pub counter_hz: u64,
@@ -111,11 +111,21 @@ impl CannSettings {
                 ),
             });
         }
+        // A kernel object built separately (e.g. by hand with the flags of HARDWARE.md section 3) replaces the
+        // embedded one; read once and kept for the life of the process, as the runtime may point into it.
+        let kernel_object = match std::env::var_os("AIV_NPU_KERNEL_OBJECT") {
+            Some(path) => Some(&*Box::leak(
+                std::fs::read(&path)
+                    .map_err(|source| DeviceError::Os { device, operation: "read AIV_NPU_KERNEL_OBJECT", source })?
+                    .into_boxed_slice(),
+            )),
+            None => crate::device::kernel_image::NPU_KERNEL_OBJECT,
+        };
         Ok(CannSettings {
             shmem_pe: shmem_pe as i32,
             shmem_pes: shmem_pes as i32,
             workspace_addr,
-            kernel_object: crate::device::kernel_image::NPU_KERNEL_OBJECT,
+            kernel_object,
             counter_hz: counter_hz as u64,
         })
     }
