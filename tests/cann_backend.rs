@@ -477,3 +477,21 @@ fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_trans
     drop((peer_device, peer, root_device, root));
     let _ = std::fs::remove_file(object);
 }
+
+#[test]
+fn doctor_prints_versions_devices_and_shmem_when_the_libraries_load() {
+    let _serial = serial();
+    let report = aiv_transport::doctor::diagnose();
+    let text = report.render();
+    println!("{text}");
+    let runtime = report.runtime.as_ref().expect("libascendcl.so loaded, so the runtime was queried");
+    assert_eq!(runtime.acl_interface, Ok((1, 17, 0)));
+    assert_eq!(runtime.devices, Ok(8));
+    assert!(runtime.packages.iter().any(|(name, version)| *name == "driver" && version.as_deref() == Ok("8.5.0-fake")));
+    for line in ["ACL interface     1.17.0", "driver            8.5.0-fake", "devices           8", "SHMEM engines"] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    assert!(text.contains("aclshmem_info_get_version"), "the fake SHMEM lacks the optional version call:\n{text}");
+    let log = acl_log();
+    assert!(calls(&log).contains(&"aclsysGetCANNVersion") && calls(&log).contains(&"aclrtGetDeviceCount"), "{log:?}");
+}
