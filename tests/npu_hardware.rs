@@ -95,23 +95,28 @@ fn read_device(device: &aiv_transport::transport::aiv::AivDevice, addr: u64, len
 fn npu_peer_process() {
     if std::env::var("AIV_NPU_ROLE").as_deref() != Ok("peer") {
         println!("SKIPPED: the peer half of aiv_read_and_write_between_two_npus (started by it)");
-        return;
+    } else {
+        #[cfg(feature = "cann")]
+        serve_as_peer();
+        #[cfg(not(feature = "cann"))]
+        panic!("the peer process needs feature `cann`");
     }
-    #[cfg(feature = "cann")]
-    {
-        let engine = engine(device_env("AIV_NPU_DEVICE_B", 1));
-        let device = engine.device().expect("PE 1 device");
-        let buffer = device.allocate(BUFFER).expect("HBM");
-        write_device(&device, buffer.addr(), &pattern(2, 0, BUFFER));
-        // SAFETY: the buffer outlives the engine's use of it: this process waits for the parent before dropping.
-        unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
-        println!("PEER_READY {} {} {}", engine.name(), buffer.addr(), buffer.len());
-        std::io::stdout().flush().expect("flush");
-        // Serve until the parent closes stdin.
-        let mut line = String::new();
-        let _ = std::io::stdin().read_line(&mut line);
-        drop((buffer, device, engine));
-    }
+}
+
+#[cfg(feature = "cann")]
+fn serve_as_peer() {
+    let engine = engine(device_env("AIV_NPU_DEVICE_B", 1));
+    let device = engine.device().expect("PE 1 device");
+    let buffer = device.allocate(BUFFER).expect("HBM");
+    write_device(&device, buffer.addr(), &pattern(2, 0, BUFFER));
+    // SAFETY: the buffer outlives the engine's use of it: this process waits for the parent before dropping.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+    println!("PEER_READY {} {} {}", engine.name(), buffer.addr(), buffer.len());
+    std::io::stdout().flush().expect("flush");
+    // Serve until the parent closes stdin.
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
+    drop((buffer, device, engine));
 }
 
 #[test]
