@@ -58,7 +58,8 @@ if [[ "$check_abi" == 1 ]]; then
 fi
 # The cann device backend (feature cann) against the fake CANN libraries its tests build, plus every other test of
 # the root crate rebuilt with the feature. Measured on a shared two-core machine: 49 s with the feature's test
-# binaries still to compile, 15 s once built. The hardware tier (tests/npu_hardware.rs) stays ignored here: it needs two NPUs.
+# binaries still to compile, 15 s once built. The hardware tier (tests/npu_hardware.rs) stays ignored here: it needs
+# two NPUs.
 printf '\n== tests with feature cann (fake CANN libraries; no NPU)\n'
 cargo test -p aiv-transport --features cann 2>&1 | tee -a "$log"
 cann_status=${PIPESTATUS[0]}
