@@ -174,6 +174,9 @@ pub struct CannDevice {
     imports: Mutex<HashMap<u64, (ImportedWindow, Mapping)>>,
     channels: Mutex<Vec<(ChannelInfo, DeviceBuffer)>>,
     stream_error: Mutex<Option<String>>,
+    // Boxed: the runtime may still read an argument after the vector grows, so the bytes must not move.
+    #[allow(clippy::vec_box)]
+    pending_host_args: Mutex<Vec<Box<[u8; 8]>>>,
 }
 
 impl fmt::Debug for CannDevice {
@@ -340,6 +343,7 @@ impl CannDevice {
             imports: Mutex::new(HashMap::new()),
             channels: Mutex::new(Vec::new()),
             stream_error: Mutex::new(None),
+            pending_host_args: Mutex::new(Vec::new()),
         });
         register(&device);
         Ok(device)
@@ -493,9 +497,17 @@ impl Launch for CannLaunch {
             return false;
         }
         let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX).max(1);
+        // Launches queued before the synchronisation starts are the ones it proves passed.
+        let queued = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).len();
         // SAFETY: the stream lives as long as the device, which this launch holds.
         match unsafe { acl::stream::synchronize_with_timeout(device.acl, device.stream as aclrtStream, timeout_ms) } {
-            Ok(()) => true,
+            Ok(()) => {
+                // The launches queued before the synchronisation have passed: their host arguments may go.
+                let mut pending = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner());
+                let passed = queued.min(pending.len()); // another wait may have released some already
+                pending.drain(..passed);
+                true
+            }
             Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => false,
             Err(error) => {
                 // The kernel ended with an exception (HARDWARE.md section 4: errors surface as a stream/task
@@ -516,10 +528,12 @@ impl CannDevice {
             value: aclrtLaunchKernelAttrValue { engineType: ACL_RT_ENGINE_TYPE_AIV },
         };
         let mut config = aclrtLaunchKernelCfg { attrs: &mut engine, numAttrs: 1 };
-        let mut args = kernel_args.to_le_bytes();
+        // The header does not say when the runtime has finished reading host arguments, so the 8 bytes stay alive
+        // (boxed, in `pending_host_args`) until a stream synchronisation has passed every launch queued so far.
+        let mut args = Box::new(kernel_args.to_le_bytes());
         // SAFETY: the function and stream are live for the device's lifetime; the argument is the device address of
         // `KernelArgs`, which the transport keeps (with everything it names) until the launch is waited for; `args`
-        // is read during the call (the runtime copies host arguments into the launch, per the header's contract).
+        // is kept unchanged until the stream has passed the launch (below and in `CannLaunch::wait`).
         unsafe {
             acl::kernel::launch_with_host_args(
                 self.acl,
@@ -527,10 +541,11 @@ impl CannDevice {
                 block_dim,
                 self.stream as aclrtStream,
                 Some(&mut config),
-                &mut args,
+                &mut args[..],
             )
         }
         .map_err(runtime(self.id, "launch aiv_transfer_kernel"))?;
+        self.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).push(args);
         Ok(Arc::new(CannLaunch { device: self.clone() }))
     }
 }
