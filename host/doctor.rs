@@ -25,6 +25,23 @@ pub struct DoctorReport {
     pub cann_feature: bool,
     /// The CANN probes, in order.
     pub cann_probes: Vec<Probe>,
+    /// What the ACL runtime and SHMEM say about themselves, when their libraries load.
+    pub runtime: Option<RuntimeReport>,
+    /// Whether this binary embeds the NPU transfer-kernel object.
+    pub npu_kernel_embedded: bool,
+}
+
+/// Answers of the loaded CANN libraries (each query's own error when it failed).
+#[derive(Clone, Debug)]
+pub struct RuntimeReport {
+    /// `aclrtGetVersion`.
+    pub acl_interface: Result<(i32, i32, i32), String>,
+    /// `aclsysGetCANNVersion` for the CANN, runtime, toolkit and driver packages.
+    pub packages: Vec<(&'static str, Result<String, String>)>,
+    /// `aclrtGetDeviceCount` (after `aclInit`).
+    pub devices: Result<u32, String>,
+    /// `aclshmem_info_get_version`, when libshmem.so loads (`None`: it did not).
+    pub shmem_version: Option<Result<(i32, i32), String>>,
 }
 
 impl DoctorReport {
@@ -54,6 +71,43 @@ impl DoctorReport {
                 }
             }
         }
+        let kernel = if self.npu_kernel_embedded { "embedded" } else { "NOT embedded (no bisheng/ccec at build time)" };
+        let _ = writeln!(out, "    NPU kernel object {kernel}");
+        let show = |result: &Result<String, String>| match result {
+            Ok(value) => value.clone(),
+            Err(error) => format!("unknown ({error})"),
+        };
+        match &self.runtime {
+            None => {
+                let _ = writeln!(out, "  runtime: not queried (libascendcl.so did not load)");
+            }
+            Some(runtime) => {
+                let _ = writeln!(out, "  runtime:");
+                let interface = runtime.acl_interface.clone().map(|(a, b, c)| format!("{a}.{b}.{c}"));
+                let _ = writeln!(out, "    ACL interface     {}", show(&interface));
+                for (package, version) in &runtime.packages {
+                    let _ = writeln!(out, "    {package:<17} {}", show(version));
+                }
+                let _ =
+                    writeln!(out, "    devices           {}", show(&runtime.devices.clone().map(|n| n.to_string())));
+                match &runtime.shmem_version {
+                    None => {
+                        let _ = writeln!(out, "    SHMEM             not loaded");
+                    }
+                    Some(version) => {
+                        let version = version.clone().map(|(major, minor)| format!("{major}.{minor}"));
+                        let _ = writeln!(out, "    SHMEM             {}", show(&version));
+                        // SHMEM has no query for the engines a device supports; they are known only after the
+                        // collective aclshmemx_init_attr, which a diagnostic must not start.
+                        let _ = writeln!(
+                            out,
+                            "    SHMEM engines     MTE, SDMA, ROCE, UDMA defined by the host API; the cann backend \
+                             asks for SDMA (support is known only after initialisation)"
+                        );
+                    }
+                }
+            }
+        }
         out
     }
 }
@@ -73,7 +127,50 @@ pub fn diagnose() -> DoctorReport {
     probes.push(find_library(&cann_shmem_sys::sys::SHMEM_LIBRARY));
     probes.push(find_library(&hccl_sys::sys::HCCL_LIBRARY));
     probes.push(find_compiler(home.as_deref()));
-    DoctorReport { twin_usable: true, cann_feature: cfg!(feature = "cann"), cann_probes: probes }
+    let runtime = probes[1].found.is_some().then(query_runtime).flatten();
+    DoctorReport {
+        twin_usable: true,
+        cann_feature: cfg!(feature = "cann"),
+        cann_probes: probes,
+        runtime,
+        npu_kernel_embedded: crate::device::kernel_image::NPU_KERNEL_OBJECT.is_some(),
+    }
+}
+
+/// Asks the loaded ACL runtime (and SHMEM, if it loads) for versions and the device count.
+fn query_runtime() -> Option<RuntimeReport> {
+    use ascendcl_sys::result::{device, runtime, version};
+    use ascendcl_sys::sys::*;
+    let acl = ascendcl_sys::api().ok()?;
+    let packages = [
+        ("CANN", ACL_PKG_NAME_CANN),
+        ("runtime", ACL_PKG_NAME_RUNTIME),
+        ("toolkit", ACL_PKG_NAME_TOOLKIT),
+        ("driver", ACL_PKG_NAME_DRIVER),
+    ]
+    .into_iter()
+    .map(|(name, package)| (name, version::package(acl, package).map_err(|error| error.to_string())))
+    .collect();
+    let initialised = match runtime::init(acl, None) {
+        Ok(()) => Ok(()),
+        Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_REPEAT_INITIALIZE)) => Ok(()),
+        Err(error) => Err(error.to_string()),
+    };
+    let devices = initialised.and_then(|()| device::count(acl).map_err(|error| error.to_string()));
+    let shmem_version = cann_shmem_sys::api().ok().map(|shmem| {
+        let get =
+            ascendcl_sys::optional_symbol!(shmem, aclshmem_info_get_version).map_err(|error| error.to_string())?;
+        let (mut major, mut minor) = (0, 0);
+        // SAFETY: two live out-pointers, the prototype's only arguments.
+        unsafe { get(&mut major, &mut minor) };
+        Ok((major, minor))
+    });
+    Some(RuntimeReport {
+        acl_interface: version::runtime(acl).map_err(|error| error.to_string()),
+        packages,
+        devices,
+        shmem_version,
+    })
 }
 
 /// Looks for a vendor library exactly as its `-sys` crate's loader will at run time (override variable, install

@@ -27,6 +27,7 @@ fn doctor_reports_the_twin_and_what_cann_lacks() {
     for missing in ["ASCEND_HOME_PATH", "libascendcl.so", "libshmem.so", "bisheng/ccec"] {
         assert!(text.lines().any(|l| l.contains("missing") && l.contains(missing)), "{missing} not reported:\n{text}");
     }
+    assert!(text.contains("runtime: not queried (libascendcl.so did not load)"), "{text}");
 }
 
 #[test]

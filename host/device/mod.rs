@@ -1,13 +1,15 @@
 //! Device backends: the seam between the Host runtime and an NPU (or its CPU twin).
 //!
 //! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the
-//! Host/kernel wake-ups of the twin) and the backends behind it ([`twin`] now; `cann` in a later issue). It must not
+//! Host/kernel wake-ups of the twin) and the backends behind it ([`twin`]; `cann` with feature `cann`). It must not
 //! touch engine state (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
 //!
 //! The shape follows what the CANN backend will do (HARDWARE.md sections 3-4, 6): HBM from the SHMEM heap or
 //! `aclrtMalloc`, export/import like VMM or IPC handles, channel records read from SHMEM's SDMA workspace, the kernel
 //! loaded with `aclrtBinaryLoadFromData` and launched with `aclrtLaunchKernel`, the DCQ in Host-registered memory.
 
+#[cfg(feature = "cann")]
+pub mod cann;
 pub mod kernel_image;
 pub mod twin;
 
@@ -36,6 +38,10 @@ pub enum DeviceError {
     /// The device did not answer within a bounded wait.
     #[error("device {device}: {operation}: no answer within {waited:?}")]
     Timeout { device: u32, operation: &'static str, waited: Duration },
+    /// A vendor runtime call failed (CANN backend): the bring-up or data-path step and the ACL/SHMEM error, which
+    /// names the C function and its code.
+    #[error("device {device}: {step}: {detail}")]
+    Runtime { device: u32, step: &'static str, detail: String },
 }
 
 /// A device memory region that another device may import (an exported heap, like a VMM/IPC handle).
@@ -219,6 +225,9 @@ impl SdmaSyndrome {
     pub const DST_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x14);
     /// The doorbell carried a tail outside the ring.
     pub const BAD_TAIL: SdmaSyndrome = SdmaSyndrome(0x15);
+    /// The CANN runtime reported an exception on the kernel's stream (no per-SQE status exists on the NPU:
+    /// HARDWARE.md section 4); the queue context is read back from the channel record.
+    pub const STREAM_EXCEPTION: SdmaSyndrome = SdmaSyndrome(0x20);
 
     /// A readable description.
     pub fn describe(self) -> String {
@@ -229,6 +238,7 @@ impl SdmaSyndrome {
             SdmaSyndrome::SRC_OUT_OF_WINDOW => "source range is outside every mapped window".into(),
             SdmaSyndrome::DST_OUT_OF_WINDOW => "destination range is outside every mapped window".into(),
             SdmaSyndrome::BAD_TAIL => "doorbell tail is outside the ring".into(),
+            SdmaSyndrome::STREAM_EXCEPTION => "the runtime reported an exception on the kernel's stream".into(),
             SdmaSyndrome(other) => format!("unknown syndrome {other:#x}"),
         }
     }
@@ -350,13 +360,59 @@ impl Drop for DeviceBuffer {
     }
 }
 
-/// Opens the device the options name.
+/// Opens the device the options name. The CANN backend takes its SHMEM bootstrap settings from the environment
+/// (`cann::CannSettings::from_env`) and, for more than one PE, needs the unique-id exchange that
+/// [`crate::TransferEngine::device`] provides: use that, or [`open_with_exchange`].
 pub fn open(options: &AivOptions) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
+    open_with_exchange(options, None)
+}
+
+/// Opens the device the options name; `exchange` carries SHMEM's unique id between PEs (CANN backend only).
+pub fn open_with_exchange(
+    options: &AivOptions,
+    exchange: Option<&dyn UniqueIdExchange>,
+) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
     match options.device_backend {
         DeviceBackendKind::Twin => Ok(twin::TwinDevice::open(options)?),
-        DeviceBackendKind::Cann => Err(DeviceError::Unavailable {
-            backend: "cann",
-            reason: "the CANN device backend is not part of this build yet; use \"device_backend\": \"twin\"".into(),
-        }),
+        #[cfg(feature = "cann")]
+        DeviceBackendKind::Cann => {
+            let settings = cann::CannSettings::from_env(options.device_id)?;
+            Ok(cann::CannDevice::open(options, settings, exchange)?)
+        }
+        #[cfg(not(feature = "cann"))]
+        DeviceBackendKind::Cann => {
+            let _ = exchange;
+            Err(DeviceError::Unavailable {
+                backend: "cann",
+                reason: "this binary was built without the cargo feature `cann`; rebuild with `cargo build --features \
+                         cann` (or use \"device_backend\": \"twin\")"
+                    .into(),
+            })
+        }
+    }
+}
+
+/// Carries SHMEM's 136-byte unique id from PE 0 to the other PEs over the project's metadata channel (the engine
+/// implements it through the segment descriptor's `aiv` object; tests use an in-memory one).
+pub trait UniqueIdExchange: Send + Sync {
+    /// PE 0: make `uid` visible to the other PEs.
+    fn publish(&self, uid: &[u8; 136]) -> Result<(), String>;
+    /// PE > 0: the id PE 0 published, waiting at most `timeout`.
+    fn fetch(&self, timeout: Duration) -> Result<[u8; 136], String>;
+}
+
+#[cfg(all(test, not(feature = "cann")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn choosing_cann_without_the_feature_names_the_feature() {
+        let options = AivOptions { device_backend: DeviceBackendKind::Cann, ..AivOptions::default() };
+        let error = open(&options).expect_err("not built");
+        let message = error.to_string();
+        assert!(
+            message.contains("without the cargo feature `cann`") && message.contains("--features cann"),
+            "{message}"
+        );
     }
 }

@@ -225,13 +225,30 @@ impl TransferEngine {
             return Ok(device.clone());
         }
         let start_error = |reason: String| EngineError::TransportStart { protocol: Protocol::Aiv, reason };
-        let device = Arc::new(AivDevice::open(&self.config.aiv).map_err(|error| start_error(error.to_string()))?);
-        let advertisement =
+        let exchange = DescriptorUidExchange { engine: self };
+        let device = Arc::new(
+            AivDevice::open_with_exchange(&self.config.aiv, Some(&exchange))
+                .map_err(|error| start_error(error.to_string()))?,
+        );
+        let mut advertisement =
             serde_json::to_value(device.advertisement()).map_err(|error| start_error(error.to_string()))?;
+        // Keep a published SHMEM unique id: PEs that join later still find it.
+        let published = self.local_descriptor().aiv.and_then(|aiv| aiv.get("shmem_uid").cloned());
+        if let (Some(uid), Some(object)) = (published, advertisement.as_object_mut()) {
+            object.insert("shmem_uid".into(), uid);
+        }
         self.set_descriptor_extension(advertisement)?;
         self.install_transport(Protocol::Aiv, device.transport().clone());
         *slot = Some(device.clone());
         Ok(device)
+    }
+
+    /// The `shmem_uid` another engine published in its descriptor's `aiv` object (see [`DescriptorUidExchange`]).
+    fn published_shmem_uid(&self, segment: &str) -> Option<[u8; 136]> {
+        use base64::Engine as _;
+        let descriptor = self.metadata.fetch(segment).ok()?;
+        let text = descriptor.aiv.as_ref()?.get("shmem_uid")?.as_str()?;
+        base64::engine::general_purpose::STANDARD.decode(text).ok()?.try_into().ok()
     }
 
     /// Sets this project's `aiv` object of the local segment descriptor (and advertises protocol `aiv`), then
@@ -613,4 +630,37 @@ fn write<T>(lock: &RwLock<T>) -> std::sync::RwLockWriteGuard<'_, T> {
 
 fn lock<T>(lock: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// SHMEM's unique id carried over the metadata channel (CANN backend with more than one PE): PE 0 publishes it as
+/// `"aiv": {"shmem_uid": "<base64 of 136 bytes>"}` in its own segment descriptor before `aclshmemx_init_attr`; the
+/// other PEs poll the descriptor of the segment named by `AIV_SHMEM_ROOT_SEGMENT` until it appears. The `aiv` object
+/// is replaced by the device advertisement once the device is up.
+struct DescriptorUidExchange<'a> {
+    engine: &'a TransferEngine,
+}
+
+impl crate::device::UniqueIdExchange for DescriptorUidExchange<'_> {
+    fn publish(&self, uid: &[u8; 136]) -> std::result::Result<(), String> {
+        use base64::Engine as _;
+        let text = base64::engine::general_purpose::STANDARD.encode(uid);
+        self.engine
+            .set_descriptor_extension(serde_json::json!({ "shmem_uid": text }))
+            .map_err(|error| error.to_string())
+    }
+
+    fn fetch(&self, timeout: std::time::Duration) -> std::result::Result<[u8; 136], String> {
+        let root = std::env::var("AIV_SHMEM_ROOT_SEGMENT")
+            .map_err(|_| "AIV_SHMEM_ROOT_SEGMENT (the segment name of SHMEM PE 0's engine) is not set".to_string())?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(uid) = self.engine.published_shmem_uid(&root) {
+                return Ok(uid);
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("segment {root:?} published no aiv.shmem_uid within {timeout:?}"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
 }

@@ -55,7 +55,15 @@ pub struct AivDevice {
 impl AivDevice {
     /// Opens the device the options name and starts the aiv transport on it.
     pub fn open(options: &AivOptions) -> Result<AivDevice, DeviceError> {
-        let backend = crate::device::open(options)?;
+        Self::open_with_exchange(options, None)
+    }
+
+    /// As [`AivDevice::open`], with the exchange that carries SHMEM's unique id between PEs (CANN backend).
+    pub fn open_with_exchange(
+        options: &AivOptions,
+        exchange: Option<&dyn crate::device::UniqueIdExchange>,
+    ) -> Result<AivDevice, DeviceError> {
+        let backend = crate::device::open_with_exchange(options, exchange)?;
         let transport = Arc::new(AivTransport::start(backend.clone(), options)?);
         Ok(AivDevice { backend, transport })
     }

@@ -93,7 +93,7 @@ fn the_unique_id_bootstrap_passes_the_header_defaults_and_reaches_the_heap() {
         "aclshmemx_set_attr_uniqueid_args pe=1 n_pes=2 size=1048576 uid=fake-uid attr_version=65560 engine=1 \
          timeouts=120,120,120 comm_args=null instance=0"
     );
-    assert_eq!(log[2], "aclshmemx_init_attr flags=8 pe=1 n_pes=2 size=1048576 comm_args=uid");
+    assert_eq!(log[2], "aclshmemx_init_attr flags=8 pe=1 n_pes=2 size=1048576 comm_args=uid engine=1");
     assert_eq!(
         &log[3..],
         [

@@ -126,8 +126,9 @@ EXPORT int aclshmemx_set_attr_uniqueid_args(int pe, int pes, int64_t size, uniqu
 }
 
 EXPORT int aclshmemx_init_attr(unsigned int flags, init_attr *attr) {
-    ENTER("aclshmemx_init_attr flags=%u pe=%d n_pes=%d size=%llu comm_args=%s", flags, attr->my_pe, attr->n_pes,
-          (unsigned long long)attr->local_mem_size, attr->comm_args == &shared_uid ? "uid" : "other");
+    ENTER("aclshmemx_init_attr flags=%u pe=%d n_pes=%d size=%llu comm_args=%s engine=%u", flags, attr->my_pe,
+          attr->n_pes, (unsigned long long)attr->local_mem_size, attr->comm_args == &shared_uid ? "uid" : "other",
+          attr->option_attr.data_op_engine_type);
     if (flags != (1u << 3) || attr->comm_args != &shared_uid) return INVALID_PARAM;
     initialized = 1;
     my_pe = attr->my_pe;

@@ -1,0 +1,877 @@
+//! The CANN device backend (feature `cann`): [`DeviceBackend`] over the runtime-loaded ACL and SHMEM bindings.
+//!
+//! Owns one NPU's runtime state for this process: the ACL device binding, one stream, the SHMEM bootstrap (with the
+//! SDMA data engine, so SHMEM builds its SDMA workspace), a VMM-mapped HBM heap exported to peers, imported peer
+//! heaps, the loaded transfer-kernel binary, Host memory registered for device access. Must not touch engine state.
+//!
+//! Step by step (HARDWARE.md sections 3, 4, 6; docs/ARCHITECTURE-cann-backend.md):
+//! 1. `aclInit` (a repeated initialisation is accepted), `aclrtSetDevice`, `aclrtCreateStreamWithConfig`.
+//! 2. SHMEM: PE 0 `aclshmemx_get_uniqueid` and publishes the 136 bytes through [`UniqueIdExchange`]; other PEs fetch
+//!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
+//! 3. HBM heap: `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess`, exported
+//!    with `aclrtMemExportToShareableHandle` (the handle is the advertised `export_id`).
+//! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`.
+//! 5. Channels: read the SDMA workspace's flag info and per-block channel records with `aclrtMemcpy` D2H. SHMEM has
+//!    no public host call returning the workspace address (it keeps it in its internal device state), so the address
+//!    comes from [`CannSettings::workspace_addr`] (`AIV_SDMA_WORKSPACE_ADDR`); without it `open_channels` fails
+//!    naming this gap. *Inferred*, unverified on hardware.
+//! 6. Launch: `aclrtLaunchKernelWithHostArgs` with ENGINE_TYPE = AIV and the 8-byte kernel argument (device address
+//!    of `KernelArgs`); a launch is waited for with `aclrtSynchronizeStreamWithTimeout`.
+//! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
+//!    `aclshmem_finalize`, `aclrtResetDevice` (never `aclFinalize`: ACL initialisation is process-wide).
+//!
+//! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`).
+
+pub mod heap;
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::result as acl;
+use ascendcl_sys::sys::*;
+use ascendcl_sys::AclApi;
+use cann_shmem_sys::result as shmem;
+use cann_shmem_sys::sys::{aclshmemx_uniqueid_t, ACLSHMEMX_INIT_WITH_UNIQUEID, ACLSHMEM_DATA_OP_SDMA};
+use cann_shmem_sys::ShmemApi;
+use zerocopy::FromBytes;
+
+use self::heap::RangeAllocator;
+use crate::config::AivOptions;
+use crate::device::{
+    ChannelException, ChannelInfo, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion,
+    ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+};
+use crate::queue::{ChannelRecord, FlagArea};
+
+/// Bytes of SHMEM's SDMA workspace (HARDWARE.md section 4).
+pub const SDMA_WORKSPACE_BYTES: usize = 16 << 10;
+/// Offset of the first channel record in the workspace; records are 64 bytes, one per AIV block.
+pub const CHANNEL_RECORDS_OFFSET: u64 = 64;
+/// Most AIV blocks (and channel records) per NPU on A2/A3.
+pub const MAX_CHANNELS: u32 = 48;
+/// SHMEM symmetric-heap size asked for at bootstrap. The data path uses the backend's own VMM heap, so SHMEM's heap
+/// only has to exist; 32 MiB is a guess at a size SHMEM accepts (*unverified on hardware*).
+pub const SHMEM_LOCAL_MEM_BYTES: u64 = 32 << 20;
+/// Rate of the AIV system counter, the unit of the kernel's wait budget. *Assumed* 50 MHz (not stated in the
+/// sources HARDWARE.md was written from); override with `AIV_NPU_COUNTER_HZ`.
+pub const DEFAULT_COUNTER_HZ: u64 = 50_000_000;
+/// `aclrtMemExportToShareableHandle` flag: no PID validation on import (HARDWARE.md section 7).
+pub const EXPORT_WITHOUT_PID_CHECK: u64 = 0x1;
+/// How long a non-root PE waits for PE 0's unique id.
+pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// Bring-up settings of the CANN backend that are not in mooncake.json.
+#[derive(Clone, Debug)]
+pub struct CannSettings {
+    /// This process's SHMEM PE (`AIV_SHMEM_PE`, default 0).
+    pub shmem_pe: i32,
+    /// Number of SHMEM PEs (`AIV_SHMEM_N_PES`, default 1).
+    pub shmem_pes: i32,
+    /// Device address of SHMEM's SDMA workspace (`AIV_SDMA_WORKSPACE_ADDR`, hex with or without `0x`).
+    pub workspace_addr: Option<u64>,
+    /// The NPU kernel object (`AIV_NPU_KERNEL_OBJECT`, a file path; default: the one embedded in this build, if any).
+    pub kernel_object: Option<&'static [u8]>,
+    /// AIV counter rate (`AIV_NPU_COUNTER_HZ`, default [`DEFAULT_COUNTER_HZ`]).
+    pub counter_hz: u64,
+}
+
+impl CannSettings {
+    /// Reads the `AIV_*` variables above; a malformed value is an error naming it.
+    pub fn from_env(device: u32) -> Result<CannSettings, DeviceError> {
+        let invalid = |name: &str, value: &str, expected: &str| DeviceError::Invalid {
+            device,
+            operation: "read CANN settings",
+            reason: format!("{name}={value:?} is not {expected}"),
+        };
+        let integer = |name: &str, default: i64| -> Result<i64, DeviceError> {
+            match std::env::var(name) {
+                Ok(value) => value.trim().parse().map_err(|_| invalid(name, &value, "an integer")),
+                Err(_) => Ok(default),
+            }
+        };
+        let shmem_pe = integer("AIV_SHMEM_PE", 0)?;
+        let shmem_pes = integer("AIV_SHMEM_N_PES", 1)?;
+        let counter_hz = integer("AIV_NPU_COUNTER_HZ", DEFAULT_COUNTER_HZ as i64)?;
+        let workspace_addr = match std::env::var("AIV_SDMA_WORKSPACE_ADDR") {
+            Ok(value) => Some(
+                u64::from_str_radix(value.trim().trim_start_matches("0x"), 16)
+                    .map_err(|_| invalid("AIV_SDMA_WORKSPACE_ADDR", &value, "a hexadecimal address"))?,
+            ),
+            Err(_) => None,
+        };
+        if shmem_pes < 1 || shmem_pe < 0 || shmem_pe >= shmem_pes || counter_hz <= 0 {
+            return Err(DeviceError::Invalid {
+                device,
+                operation: "read CANN settings",
+                reason: format!(
+                    "need 0 <= AIV_SHMEM_PE ({shmem_pe}) < AIV_SHMEM_N_PES ({shmem_pes}) and AIV_NPU_COUNTER_HZ > 0"
+                ),
+            });
+        }
+        // A kernel object built separately (e.g. by hand with the flags of HARDWARE.md section 3) replaces the
+        // embedded one; read once and kept for the life of the process, as the runtime may point into it.
+        let kernel_object = match std::env::var_os("AIV_NPU_KERNEL_OBJECT") {
+            Some(path) => Some(&*Box::leak(
+                std::fs::read(&path)
+                    .map_err(|source| DeviceError::Os { device, operation: "read AIV_NPU_KERNEL_OBJECT", source })?
+                    .into_boxed_slice(),
+            )),
+            None => crate::device::kernel_image::NPU_KERNEL_OBJECT,
+        };
+        Ok(CannSettings {
+            shmem_pe: shmem_pe as i32,
+            shmem_pes: shmem_pes as i32,
+            workspace_addr,
+            kernel_object,
+            counter_hz: counter_hz as u64,
+        })
+    }
+}
+
+fn runtime(device: u32, step: &'static str) -> impl Fn(ascendcl_sys::Error) -> DeviceError {
+    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
+}
+
+fn shmem_error(device: u32, step: &'static str) -> impl Fn(cann_shmem_sys::Error) -> DeviceError {
+    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
+}
+
+thread_local! {
+    /// The device this thread last bound with `aclrtSetDevice` (ACL's current device is per thread).
+    static BOUND_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
+}
+
+/// A physical allocation mapped at a reserved device range.
+#[derive(Debug)]
+struct Mapping {
+    handle: usize,
+    address: u64,
+    length: u64,
+}
+
+/// The loaded transfer kernel.
+#[derive(Debug)]
+struct Kernel {
+    binary: usize,
+    function: usize,
+}
+
+/// One NPU driven through CANN.
+pub struct CannDevice {
+    acl: &'static AclApi,
+    shmem: &'static ShmemApi,
+    id: u32,
+    identity: String,
+    settings: CannSettings,
+    stream: usize,
+    heap_mapping: Mapping,
+    heap: Arc<RangeAllocator>,
+    export_id: u64,
+    kernel: Kernel,
+    imports: Mutex<HashMap<u64, (ImportedWindow, Mapping)>>,
+    channels: Mutex<Vec<(ChannelInfo, DeviceBuffer)>>,
+    stream_error: Mutex<Option<String>>,
+    // Boxed: the runtime may still read an argument after the vector grows, so the bytes must not move.
+    #[allow(clippy::vec_box)]
+    pending_host_args: Mutex<Vec<Box<[u8; 8]>>>,
+}
+
+impl fmt::Debug for CannDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CannDevice")
+            .field("id", &self.id)
+            .field("identity", &self.identity)
+            .field("shmem_pe", &self.settings.shmem_pe)
+            .field("heap", &format_args!("{:#x}+{:#x}", self.heap.base(), self.heap.len()))
+            .finish()
+    }
+}
+
+/// Undoes the steps of a bring-up that failed half-way, in reverse order.
+struct Unwind {
+    steps: Vec<Box<dyn FnOnce()>>,
+}
+
+impl Unwind {
+    fn push(&mut self, step: impl FnOnce() + 'static) {
+        self.steps.push(Box::new(step));
+    }
+    fn disarm(mut self) {
+        self.steps.clear();
+    }
+}
+
+impl Drop for Unwind {
+    fn drop(&mut self) {
+        while let Some(step) = self.steps.pop() {
+            step();
+        }
+    }
+}
+
+impl CannDevice {
+    /// Brings the device up (steps 1-4 of the module doc). Every failure names its step and the ACL/SHMEM code,
+    /// and undoes the steps already done.
+    pub fn open(
+        options: &AivOptions,
+        settings: CannSettings,
+        exchange: Option<&dyn UniqueIdExchange>,
+    ) -> Result<Arc<CannDevice>, DeviceError> {
+        let id = options.device_id;
+        let acl = ascendcl_sys::api().map_err(runtime(id, "load the ACL runtime"))?;
+        let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
+        let kernel_object = settings.kernel_object.ok_or_else(|| DeviceError::Unavailable {
+            backend: "cann",
+            reason: "this build has no NPU kernel object: build with `--features cann` where bisheng or ccec is \
+                     found (AIV_CANN_HOME or ASCEND_HOME_PATH), with AIV_REQUIRE_NPU_KERNEL=1 to make its absence \
+                     a build error"
+                .into(),
+        })?;
+        let device = i32::try_from(id).map_err(|_| DeviceError::Invalid {
+            device: id,
+            operation: "open",
+            reason: "device id does not fit an ACL device id".into(),
+        })?;
+        let mut unwind = Unwind { steps: Vec::new() };
+
+        // 1. ACL.
+        match acl::runtime::init(acl, None) {
+            Ok(()) => {}
+            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_REPEAT_INITIALIZE)) => {}
+            Err(error) => return Err(runtime(id, "aclInit")(error)),
+        }
+        acl::device::set(acl, device).map_err(runtime(id, "set the device"))?;
+        BOUND_DEVICE.with(|bound| bound.set(device));
+        unwind.push(move || {
+            let _ = acl::device::reset(acl, device);
+        });
+        let stream = acl::stream::create_with_config(acl, 0, 0).map_err(runtime(id, "create the kernel stream"))?;
+        let stream_handle = stream as usize;
+        unwind.push(move || {
+            // SAFETY: the stream was created above and nothing else holds it.
+            let _ = unsafe { acl::stream::destroy(acl, stream_handle as aclrtStream) };
+        });
+
+        // 2. SHMEM bootstrap by unique id, with the SDMA data engine.
+        let uid = if settings.shmem_pe == 0 {
+            let uid = shmem::bootstrap::get_uniqueid(shmem_api).map_err(shmem_error(id, "get the SHMEM unique id"))?;
+            if settings.shmem_pes > 1 {
+                let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
+                exchange.publish(&uid.to_bytes()).map_err(|reason| DeviceError::Runtime {
+                    device: id,
+                    step: "publish the SHMEM unique id",
+                    detail: reason,
+                })?;
+            }
+            uid
+        } else {
+            let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
+            let bytes = exchange.fetch(UID_FETCH_TIMEOUT).map_err(|reason| DeviceError::Runtime {
+                device: id,
+                step: "fetch the SHMEM unique id from PE 0",
+                detail: reason,
+            })?;
+            aclshmemx_uniqueid_t::from_bytes(&bytes)
+        };
+        let mut attr = shmem::bootstrap::set_attr_uniqueid_args(
+            shmem_api,
+            settings.shmem_pe,
+            settings.shmem_pes,
+            SHMEM_LOCAL_MEM_BYTES,
+            &uid,
+        )
+        .map_err(shmem_error(id, "set the SHMEM attributes"))?;
+        attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
+        shmem::bootstrap::init_attr(shmem_api, ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
+            .map_err(shmem_error(id, "initialise SHMEM with the SDMA engine"))?;
+        unwind.push(move || {
+            let _ = shmem::bootstrap::finalize(shmem_api);
+        });
+
+        // 3. The HBM heap through VMM, exported for peers.
+        let heap_mapping = map_physical(acl, id, options.hbm_size, &mut unwind)?;
+        let export_handle = heap_mapping.handle;
+        // SAFETY: the physical handle was created by map_physical and is live.
+        // Flag 0x1 disables the runtime's PID check on import (HARDWARE.md section 7): the peer engine is another
+        // process whose PID this one does not learn. It widens who may import the heap.
+        let export_id = unsafe {
+            acl::vmm::export_to_shareable_handle(
+                acl,
+                export_handle as aclrtDrvMemHandle,
+                ACL_MEM_HANDLE_TYPE_NONE,
+                EXPORT_WITHOUT_PID_CHECK,
+            )
+        }
+        .map_err(runtime(id, "export the HBM heap"))?;
+
+        // 4. The transfer kernel.
+        // SAFETY: the object is 'static, so it outlives the binary; no options are passed.
+        let binary = unsafe { acl::kernel::load_from_data(acl, kernel_object, None) }
+            .map_err(runtime(id, "load the kernel binary"))?;
+        let binary_handle = binary as usize;
+        unwind.push(move || {
+            // SAFETY: the binary was loaded above and no kernel of it was launched.
+            let _ = unsafe { acl::kernel::unload(acl, binary_handle as aclrtBinHandle) };
+        });
+        let entry = CString::new(crate::device::kernel_image::NPU_KERNEL_ENTRY).map_err(|_| DeviceError::Invalid {
+            device: id,
+            operation: "open",
+            reason: "kernel entry name has a NUL".into(),
+        })?;
+        // SAFETY: the binary is live.
+        let function = unsafe { acl::kernel::get_function(acl, binary, &entry) }
+            .map_err(runtime(id, "find the kernel entry aiv_transfer_kernel"))?;
+
+        unwind.disarm();
+        let identity = format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe);
+        tracing::info!(device = id, pe = settings.shmem_pe, pes = settings.shmem_pes, "CANN device opened");
+        let heap = Arc::new(RangeAllocator::new(heap_mapping.address, heap_mapping.length));
+        let device = Arc::new(CannDevice {
+            acl,
+            shmem: shmem_api,
+            id,
+            identity,
+            settings,
+            stream: stream_handle,
+            heap_mapping,
+            heap,
+            export_id,
+            kernel: Kernel { binary: binary_handle, function: function as usize },
+            imports: Mutex::new(HashMap::new()),
+            channels: Mutex::new(Vec::new()),
+            stream_error: Mutex::new(None),
+            pending_host_args: Mutex::new(Vec::new()),
+        });
+        register(&device);
+        Ok(device)
+    }
+
+    /// Binds this thread to the device once (ACL's current device is per thread).
+    fn bind(&self) -> Result<(), DeviceError> {
+        let device = self.id as i32;
+        if BOUND_DEVICE.with(|bound| bound.get()) != device {
+            acl::device::set(self.acl, device).map_err(runtime(self.id, "set the device on this thread"))?;
+            BOUND_DEVICE.with(|bound| bound.set(device));
+        }
+        Ok(())
+    }
+
+    /// Copies `out.len()` bytes of device memory at `addr` to the Host.
+    fn read_device(&self, addr: u64, out: &mut [u8], step: &'static str) -> Result<(), DeviceError> {
+        self.bind()?;
+        // SAFETY: `out` is a live Host buffer of the length passed; `addr` names device memory the caller obtained
+        // from the runtime (the workspace or a channel ring) and the runtime checks it.
+        unsafe {
+            acl::memory::memcpy(
+                self.acl,
+                out.as_mut_ptr().cast(),
+                out.len(),
+                addr as *const c_void,
+                out.len(),
+                ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        }
+        .map_err(runtime(self.id, step))
+    }
+
+    /// Copies `data` into device memory at `addr` (`aclrtMemcpy` H2D); for tests and tools that fill HBM.
+    pub fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, data.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy to device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", data.len()),
+            });
+        }
+        self.bind()?;
+        // SAFETY: the destination range was checked above to be mapped device memory; `data` is live Host memory.
+        unsafe {
+            acl::memory::memcpy(
+                self.acl,
+                addr as *mut c_void,
+                data.len(),
+                data.as_ptr().cast(),
+                data.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .map_err(runtime(self.id, "copy Host data to the device"))
+    }
+
+    /// Copies device memory at `addr` into `out` (`aclrtMemcpy` D2H).
+    pub fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, out.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy from device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", out.len()),
+            });
+        }
+        self.read_device(addr, out, "copy device data to the Host")
+    }
+
+    /// The stream error recorded by a launch wait, if any.
+    pub fn stream_error(&self) -> Option<String> {
+        self.stream_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+fn missing_exchange(device: u32) -> DeviceError {
+    DeviceError::Unavailable {
+        backend: "cann",
+        reason: format!(
+            "device {device}: SHMEM with more than one PE needs the unique-id exchange over the metadata channel; \
+             open the device through TransferEngine::device()"
+        ),
+    }
+}
+
+/// `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess` for `length` bytes of
+/// HBM on device `id`; undo steps are pushed onto `unwind`.
+fn map_physical(acl: &'static AclApi, id: u32, length: u64, unwind: &mut Unwind) -> Result<Mapping, DeviceError> {
+    let location = aclrtMemLocation { id, r#type: ACL_MEM_LOCATION_TYPE_DEVICE };
+    let prop = aclrtPhysicalMemProp {
+        handleType: ACL_MEM_HANDLE_TYPE_NONE,
+        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
+        memAttr: ACL_HBM_MEM_HUGE,
+        location,
+        reserve: 0,
+    };
+    let size = usize::try_from(length).map_err(|_| DeviceError::OutOfMemory {
+        device: id,
+        length,
+        reason: "larger than the address space".into(),
+    })?;
+    let handle = acl::vmm::malloc_physical(acl, size, &prop, 0).map_err(runtime(id, "allocate physical HBM"))?;
+    let handle_value = handle as usize;
+    unwind.push(move || {
+        // SAFETY: the handle is live and unmapped by the time this runs (steps undo in reverse).
+        let _ = unsafe { acl::vmm::free_physical(acl, handle_value as aclrtDrvMemHandle) };
+    });
+    let address = acl::vmm::reserve_address(acl, size, 0, 0, 0).map_err(runtime(id, "reserve device addresses"))?;
+    let address_value = address as usize;
+    unwind.push(move || {
+        // SAFETY: the range is reserved and unmapped by the time this runs.
+        let _ = unsafe { acl::vmm::release_address(acl, address_value as *mut c_void) };
+    });
+    // SAFETY: `address` is the range reserved above, `handle` the live physical allocation of the same size.
+    unsafe { acl::vmm::map(acl, address, size, 0, handle, 0) }.map_err(runtime(id, "map HBM"))?;
+    unwind.push(move || {
+        // SAFETY: mapped above, unused once bring-up failed.
+        let _ = unsafe { acl::vmm::unmap(acl, address_value as *mut c_void) };
+    });
+    let access = aclrtMemAccessDesc { flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE, location, rsv: [0; 12] };
+    // SAFETY: `[address, address + size)` was mapped above.
+    unsafe { acl::vmm::set_access(acl, address, size, &[access]) }.map_err(runtime(id, "grant access to HBM"))?;
+    Ok(Mapping { handle: handle_value, address: address as u64, length })
+}
+
+/// Undoes [`map_physical`].
+fn unmap_physical(acl: &AclApi, mapping: &Mapping) {
+    // SAFETY: the mapping is live and, at teardown, no longer used by the Host or a kernel.
+    unsafe {
+        let _ = acl::vmm::unmap(acl, mapping.address as *mut c_void);
+        let _ = acl::vmm::release_address(acl, mapping.address as *mut c_void);
+        let _ = acl::vmm::free_physical(acl, mapping.handle as aclrtDrvMemHandle);
+    }
+}
+
+/// A launch on the backend's stream, waited for with a bounded stream synchronisation.
+struct CannLaunch {
+    device: Arc<CannDevice>,
+}
+
+impl fmt::Debug for CannLaunch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CannLaunch").field("device", &self.device.id).finish()
+    }
+}
+
+impl Launch for CannLaunch {
+    fn wait(&self, timeout: Duration) -> bool {
+        let device = &self.device;
+        if device.bind().is_err() {
+            return false;
+        }
+        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX).max(1);
+        // Launches queued before the synchronisation starts are the ones it proves passed.
+        let queued = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).len();
+        // SAFETY: the stream lives as long as the device, which this launch holds.
+        match unsafe { acl::stream::synchronize_with_timeout(device.acl, device.stream as aclrtStream, timeout_ms) } {
+            Ok(()) => {
+                // The launches queued before the synchronisation have passed: their host arguments may go.
+                let mut pending = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner());
+                let passed = queued.min(pending.len()); // another wait may have released some already
+                pending.drain(..passed);
+                true
+            }
+            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => false,
+            Err(error) => {
+                // The kernel ended with an exception (HARDWARE.md section 4: errors surface as a stream/task
+                // exception on the Host): remember it for channel_exception.
+                tracing::warn!(device = device.id, error = %error, "kernel stream exception");
+                *device.stream_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+                true
+            }
+        }
+    }
+}
+
+impl CannDevice {
+    fn launch_arc(self: &Arc<Self>, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError> {
+        self.bind()?;
+        let mut engine = aclrtLaunchKernelAttr {
+            id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+            value: aclrtLaunchKernelAttrValue { engineType: ACL_RT_ENGINE_TYPE_AIV },
+        };
+        let mut config = aclrtLaunchKernelCfg { attrs: &mut engine, numAttrs: 1 };
+        // The header does not say when the runtime has finished reading host arguments, so the 8 bytes stay alive
+        // (boxed, in `pending_host_args`) until a stream synchronisation has passed every launch queued so far.
+        let mut args = Box::new(kernel_args.to_le_bytes());
+        // SAFETY: the function and stream are live for the device's lifetime; the argument is the device address of
+        // `KernelArgs`, which the transport keeps (with everything it names) until the launch is waited for; `args`
+        // is kept unchanged until the stream has passed the launch (below and in `CannLaunch::wait`).
+        unsafe {
+            acl::kernel::launch_with_host_args(
+                self.acl,
+                self.kernel.function as aclrtFuncHandle,
+                block_dim,
+                self.stream as aclrtStream,
+                Some(&mut config),
+                &mut args[..],
+            )
+        }
+        .map_err(runtime(self.id, "launch aiv_transfer_kernel"))?;
+        self.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).push(args);
+        Ok(Arc::new(CannLaunch { device: self.clone() }))
+    }
+}
+
+impl DeviceBackend for CannDevice {
+    fn backend_name(&self) -> &'static str {
+        "cann"
+    }
+
+    fn device_id(&self) -> u32 {
+        self.id
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError> {
+        let (addr, rounded) = self.heap.allocate(length).ok_or_else(|| DeviceError::OutOfMemory {
+            device: self.id,
+            length,
+            reason: format!("the {} byte HBM heap has no free range that large", self.heap.len()),
+        })?;
+        let heap = self.heap.clone();
+        Ok(DeviceBuffer::new(addr, length, Box::new(move || heap.release(addr, rounded))))
+    }
+
+    fn is_mapped(&self, addr: u64, length: u64) -> bool {
+        self.is_own_memory(addr, length)
+            || self.imports.lock().unwrap_or_else(|p| p.into_inner()).values().any(|(window, _)| {
+                addr.checked_sub(window.local_base)
+                    .and_then(|offset| offset.checked_add(length))
+                    .is_some_and(|end| end <= window.length)
+            })
+    }
+
+    fn is_own_memory(&self, addr: u64, length: u64) -> bool {
+        self.heap.contains(addr, length)
+    }
+
+    fn advertisement(&self) -> DeviceAdvertisement {
+        DeviceAdvertisement {
+            device: self.identity.clone(),
+            device_id: self.id,
+            backend: "cann".into(),
+            regions: vec![ExportedRegion {
+                addr: self.heap_mapping.address,
+                length: self.heap_mapping.length,
+                export_id: self.export_id,
+            }],
+            // The VMM shareable handle is the capability on CANN: no export endpoint or secret of the twin's kind.
+            export_endpoint: None,
+            export_secret: None,
+            process_id: Some(std::process::id()),
+        }
+    }
+
+    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+        if exporter.device == self.identity {
+            return Ok(ImportedWindow { local_base: region.addr, remote_base: region.addr, length: region.length });
+        }
+        let mut imports = self.imports.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((window, _)) = imports.get(&region.export_id) {
+            return Ok(*window);
+        }
+        self.bind()?;
+        let size = usize::try_from(region.length).map_err(|_| DeviceError::Invalid {
+            device: self.id,
+            operation: "import",
+            reason: "region larger than the address space".into(),
+        })?;
+        let acl = self.acl;
+        let id = self.id;
+        let handle = acl::vmm::import_from_shareable_handle(acl, region.export_id, id as i32)
+            .map_err(runtime(id, "import a peer's HBM heap"))?;
+        let handle_value = handle as usize;
+        let mut unwind = Unwind { steps: Vec::new() };
+        unwind.push(move || {
+            // SAFETY: imported above and unmapped by the time this runs.
+            let _ = unsafe { acl::vmm::free_physical(acl, handle_value as aclrtDrvMemHandle) };
+        });
+        let address = acl::vmm::reserve_address(acl, size, 0, 0, 0)
+            .map_err(runtime(id, "reserve device addresses for a peer's heap"))?;
+        let address_value = address as usize;
+        unwind.push(move || {
+            // SAFETY: reserved above, nothing mapped by the time this runs.
+            let _ = unsafe { acl::vmm::release_address(acl, address_value as *mut c_void) };
+        });
+        // SAFETY: `address` is the range reserved above; `handle` the imported allocation of the same size.
+        unsafe { acl::vmm::map(acl, address, size, 0, handle, 0) }.map_err(runtime(id, "map a peer's HBM heap"))?;
+        unwind.disarm();
+        let window = ImportedWindow { local_base: address as u64, remote_base: region.addr, length: region.length };
+        let mapping = Mapping { handle: handle_value, address: address as u64, length: region.length };
+        imports.insert(region.export_id, (window, mapping));
+        Ok(window)
+    }
+
+    fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError> {
+        self.bind()?;
+        let page = 4096usize;
+        let rounded = length.max(1).div_ceil(page) * page;
+        // SAFETY: an anonymous private mapping; the result is checked below.
+        let host = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                rounded,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if host == libc::MAP_FAILED {
+            return Err(DeviceError::Os {
+                device: self.id,
+                operation: "map Host memory for the device",
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        let unmap = move || {
+            // SAFETY: the mapping made above, no longer used.
+            unsafe { libc::munmap(host, rounded) };
+        };
+        // SAFETY: `host` is a live mapping of `rounded` bytes that stays mapped until unregistered (release below).
+        let device_addr = match unsafe { acl::host::register(self.acl, host, rounded as u64, ACL_HOST_REGISTER_MAPPED) }
+        {
+            Ok(device_addr) => device_addr as u64,
+            Err(error) => {
+                unmap();
+                // No fallback to aclrtMallocHost: nothing in the sources says its Host pointer is also the address
+                // a kernel uses, and a wrong DCQ address would fail silently on the device.
+                return Err(runtime(self.id, "register Host memory for the device (DCQ, rings)")(error));
+            }
+        };
+        let acl = self.acl;
+        let host_value = host as usize;
+        let release = Box::new(move || {
+            // SAFETY: registered above; the transport releases shared memory only after its kernel returned.
+            let _ = unsafe { acl::host::unregister(acl, host_value as *mut c_void) };
+            // SAFETY: the mapping made above, unregistered now.
+            unsafe { libc::munmap(host_value as *mut c_void, rounded) };
+        });
+        // SAFETY: a fresh anonymous mapping is zeroed and page-aligned, owned by the value until release.
+        Ok(unsafe { SharedMemory::from_raw(host.cast(), device_addr, rounded, release) })
+    }
+
+    fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError> {
+        let unavailable = |reason: String| DeviceError::Unavailable { backend: "cann", reason };
+        if count == 0 || count > MAX_CHANNELS {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "open channels",
+                reason: format!("{count} channels requested, 1 to {MAX_CHANNELS} exist"),
+            });
+        }
+        let workspace = self.settings.workspace_addr.ok_or_else(|| {
+            unavailable(format!(
+                "device {}: the address of SHMEM's SDMA workspace is unknown: SHMEM keeps it in its internal device \
+                 state and exports no host call returning it; set AIV_SDMA_WORKSPACE_ADDR (hex) to it \
+                 (see docs/HARDWARE_TESTING.md)",
+                self.id
+            ))
+        })?;
+        let mut bytes = vec![0u8; (CHANNEL_RECORDS_OFFSET + u64::from(count) * 64) as usize];
+        self.read_device(workspace, &mut bytes, "read the SDMA workspace")?;
+        let flag = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+        let queues = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
+        if flag == 0 || queues < count {
+            return Err(unavailable(format!(
+                "device {}: SDMA workspace at {workspace:#x} reports flag {flag} and {queues} queues; {count} \
+                 channel records are needed (was SHMEM initialised with the SDMA engine and enough blocks?)",
+                self.id
+            )));
+        }
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.clear();
+        let mut infos = Vec::new();
+        for index in 0..count {
+            let offset = (CHANNEL_RECORDS_OFFSET + u64::from(index) * 64) as usize;
+            let record = ChannelRecord::read_from_bytes(&bytes[offset..offset + 64]).map_err(|_| {
+                DeviceError::Invalid { device: self.id, operation: "open channels", reason: "short record".into() }
+            })?;
+            let depth = record.sq_depth.get();
+            if record.sq_base.get() == 0 || record.sq_reg_base.get() == 0 || depth < 2 {
+                return Err(unavailable(format!(
+                    "device {}: channel record {index} is not usable (sq_base {:#x}, sq_reg_base {:#x}, sq_depth \
+                     {depth})",
+                    self.id,
+                    record.sq_base.get(),
+                    record.sq_reg_base.get()
+                )));
+            }
+            if depth != sq_depth {
+                tracing::info!(
+                    device = self.id,
+                    channel = index,
+                    configured = sq_depth,
+                    record = depth,
+                    "SQ depth comes from SHMEM's channel record, not from aiv.sq_depth"
+                );
+            }
+            let flag_area = self.allocate(std::mem::size_of::<FlagArea>() as u64)?;
+            self.bind()?;
+            // SAFETY: the flag area was just allocated from this device's mapped heap.
+            unsafe {
+                acl::memory::memset(
+                    self.acl,
+                    flag_area.addr() as *mut c_void,
+                    std::mem::size_of::<FlagArea>(),
+                    0,
+                    std::mem::size_of::<FlagArea>(),
+                )
+            }
+            .map_err(runtime(self.id, "clear a flag area"))?;
+            let info = ChannelInfo {
+                index,
+                record_addr: workspace + offset as u64,
+                flag_area_addr: flag_area.addr(),
+                platform_context: 0,
+            };
+            infos.push(info);
+            channels.push((info, flag_area));
+        }
+        Ok(infos)
+    }
+
+    fn channel_exception(&self, channel: u32) -> Option<ChannelException> {
+        let error = self.stream_error()?;
+        let record_addr = {
+            let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+            channels.get(channel as usize)?.0.record_addr
+        };
+        let mut bytes = [0u8; 64];
+        self.read_device(record_addr, &mut bytes, "read a channel record").ok()?;
+        let record = ChannelRecord::read_from_bytes(&bytes).ok()?;
+        let depth = record.sq_depth.get().max(1);
+        let head = record.sq_head.get();
+        let mut sqe = [0u8; 64];
+        let sqe_addr = record.sq_base.get() + u64::from(head % depth) * 64;
+        if self.read_device(sqe_addr, &mut sqe, "read the SQE at the head").is_err() {
+            sqe = [0; 64];
+        }
+        tracing::warn!(device = self.id, channel, error = %error, "channel exception from the kernel stream");
+        Some(ChannelException {
+            channel,
+            sq_id: record.sq_id.get(),
+            head,
+            tail: record.sq_tail.get(),
+            syndrome: SdmaSyndrome::STREAM_EXCEPTION,
+            sqe,
+        })
+    }
+
+    fn reset_channel(&self, channel: u32) -> Result<(), DeviceError> {
+        Err(DeviceError::Unavailable {
+            backend: "cann",
+            reason: format!(
+                "device {}: resetting SDMA channel {channel} after an exception is not implemented on CANN (the \
+                 stream and SHMEM's queues must be recovered by the runtime; no call for it is known)",
+                self.id
+            ),
+        })
+    }
+
+    fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError> {
+        // The trait takes `&self`; the launch must keep the device alive, so find our own Arc in the registry.
+        let me = registry_lookup(self).ok_or_else(|| DeviceError::Invalid {
+            device: self.id,
+            operation: "launch",
+            reason: "device not registered".into(),
+        })?;
+        me.launch_arc(kernel_args, block_dim)
+    }
+
+    fn cycles_per_second(&self) -> u64 {
+        self.settings.counter_hz
+    }
+
+    fn notify_block(&self, _block: u32) {
+        // The NPU kernel polls its request ring; nothing to do (and no device-API call).
+    }
+
+    fn kernel_event_token(&self) -> u32 {
+        0
+    }
+
+    fn wait_for_kernel(&self, _token: u32, timeout: Duration) {
+        // Nothing on the NPU wakes the Host: poll the DCQs again soon.
+        std::thread::sleep(timeout.min(Duration::from_micros(200)));
+    }
+}
+
+// ---- self-references for launches ----
+
+static REGISTRY: Mutex<Vec<std::sync::Weak<CannDevice>>> = Mutex::new(Vec::new());
+
+fn register(device: &Arc<CannDevice>) {
+    let mut registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    registry.retain(|weak| weak.strong_count() > 0);
+    registry.push(Arc::downgrade(device));
+}
+
+fn registry_lookup(device: &CannDevice) -> Option<Arc<CannDevice>> {
+    let registry = REGISTRY.lock().unwrap_or_else(|p| p.into_inner());
+    registry.iter().filter_map(std::sync::Weak::upgrade).find(|candidate| std::ptr::eq(&**candidate, device))
+}
+
+impl Drop for CannDevice {
+    fn drop(&mut self) {
+        let acl = self.acl;
+        let _ = self.bind();
+        let started = Instant::now();
+        // SAFETY: the stream is live; bounded wait so a kernel that never returns cannot hang teardown.
+        let _ = unsafe { acl::stream::synchronize_with_timeout(acl, self.stream as aclrtStream, 1000) };
+        // SAFETY: no launch of this device is waited for any more (launches hold the device).
+        let _ = unsafe { acl::kernel::unload(acl, self.kernel.binary as aclrtBinHandle) };
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        for (_, (_, mapping)) in self.imports.lock().unwrap_or_else(|p| p.into_inner()).drain() {
+            unmap_physical(acl, &mapping);
+        }
+        unmap_physical(acl, &self.heap_mapping);
+        // SAFETY: the stream is live and unused afterwards.
+        let _ = unsafe { acl::stream::destroy(acl, self.stream as aclrtStream) };
+        let _ = shmem::bootstrap::finalize(self.shmem);
+        let _ = acl::device::reset(acl, self.id as i32);
+        BOUND_DEVICE.with(|bound| bound.set(-1));
+        tracing::info!(device = self.id, teardown = ?started.elapsed(), "CANN device closed");
+    }
+}

@@ -1,0 +1,499 @@
+//! The CANN device backend's call sequences against fake CANN libraries (feature `cann`).
+//!
+//! The fakes are `shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c` (built with `FAKE_BACKEND`) and
+//! `shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c`, compiled once per test process and found by the real
+//! loader through `AIV_ASCENDCL_LIB` / `AIV_SHMEM_LIB`. They log every call with its arguments and can make any call
+//! fail. "Device memory" is host memory there, so D2H reads and VMM aliasing are real; kernels are never run, so
+//! nothing here shows the aiv data path works on an NPU (that is `tests/npu_hardware.rs`).
+#![cfg(feature = "cann")]
+
+use std::ffi::{c_char, c_void, CStr, CString};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
+use aiv_transport::device::cann::{CannDevice, CannSettings};
+use aiv_transport::device::{DeviceBackend, DeviceError, SdmaSyndrome, UniqueIdExchange};
+use ascendcl_sys::abi::compile_shared_library;
+
+const BLOCKS: u32 = 2;
+const SQ_DEPTH: u32 = 64;
+const HBM: u64 = 1 << 20;
+const KERNEL_OBJECT: &[u8] = b"not a real kernel object";
+
+/// The two fake libraries, loaded by the backend through the override variables and here for their controls.
+struct Fakes {
+    acl: libloading::Library,
+    shmem: libloading::Library,
+    workspace: u64,
+}
+
+fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cann-fakes-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("fake directory");
+    let path = dir.join(name);
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
+    if let Err(failure) = compile_shared_library(&source, &path, defines) {
+        panic!("{failure}");
+    }
+    path
+}
+
+fn fakes() -> &'static Fakes {
+    static FAKES: OnceLock<Fakes> = OnceLock::new();
+    FAKES.get_or_init(|| {
+        let acl = build("shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
+        let shmem = build("shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
+        // Set once, before the backend's first `api()` call (the tables are loaded once per process).
+        std::env::set_var("AIV_ASCENDCL_LIB", &acl);
+        std::env::set_var("AIV_SHMEM_LIB", &shmem);
+        // SAFETY: the fakes' initialisers do nothing; loading the same paths again shares the loader's copy.
+        let (acl, shmem) = unsafe { (libloading::Library::new(&acl), libloading::Library::new(&shmem)) };
+        let (acl, shmem) = (acl.expect("load fake ACL"), shmem.expect("load fake SHMEM"));
+        // SAFETY: the fake exports `void *fake_sdma_workspace(uint32_t, uint32_t)`.
+        let workspace = unsafe {
+            let make = acl
+                .get::<unsafe extern "C" fn(u32, u32) -> *mut c_void>(b"fake_sdma_workspace\0")
+                .expect("workspace control");
+            make(BLOCKS, SQ_DEPTH) as u64
+        };
+        Fakes { acl, shmem, workspace }
+    })
+}
+
+/// Tests share the fakes' global state: one at a time, logs cleared at the start.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    acl_log();
+    shmem_log();
+    guard
+}
+
+fn take_log(library: &libloading::Library) -> Vec<String> {
+    // SAFETY: both fakes export `size_t fake_take_log(char *, size_t)`.
+    let take = unsafe { library.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
+        .expect("log control");
+    let mut buffer = vec![0 as c_char; 1 << 16];
+    // SAFETY: the buffer is live and as long as the capacity passed.
+    unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
+    // SAFETY: the fake NUL-terminates what it copies.
+    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
+    text.lines().map(str::to_owned).collect()
+}
+
+fn acl_log() -> Vec<String> {
+    take_log(&fakes().acl)
+}
+
+fn shmem_log() -> Vec<String> {
+    take_log(&fakes().shmem)
+}
+
+fn calls(log: &[String]) -> Vec<&str> {
+    log.iter().map(|line| line.split(' ').next().unwrap_or_default()).collect()
+}
+
+fn set_result(library: &libloading::Library, function: &str, code: i32) {
+    let name = CString::new(function).expect("no NUL");
+    // SAFETY: both fakes export `int fake_set_result(const char *, int)`.
+    let set = unsafe { library.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
+        .expect("failure control");
+    // SAFETY: `name` is NUL-terminated and outlives the call.
+    assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
+}
+
+fn options(device_id: u32) -> AivOptions {
+    AivOptions {
+        device_backend: DeviceBackendKind::Cann,
+        device_id,
+        aiv_blocks: BLOCKS,
+        sq_depth: SQ_DEPTH,
+        hbm_size: HBM,
+        launch_mode: LaunchMode::Persistent,
+        ..AivOptions::default()
+    }
+}
+
+fn settings(pe: i32, pes: i32) -> CannSettings {
+    CannSettings {
+        shmem_pe: pe,
+        shmem_pes: pes,
+        workspace_addr: Some(fakes().workspace),
+        kernel_object: Some(KERNEL_OBJECT),
+        counter_hz: 50_000_000,
+    }
+}
+
+fn open(device_id: u32) -> Arc<CannDevice> {
+    CannDevice::open(&options(device_id), settings(0, 1), None).expect("fake device opens")
+}
+
+#[test]
+fn bring_up_and_teardown_make_the_documented_calls_in_order() {
+    let _serial = serial();
+    let device = open(0);
+    let acl = acl_log();
+    let expected = [
+        "aclInit config=null".to_string(),
+        "aclrtSetDevice device=0".into(),
+        "aclrtCreateStreamWithConfig priority=0 flag=0".into(),
+        "aclrtMallocPhysical size=1048576 mem_attr=4 location=0:1 flags=0".into(),
+        "aclrtReserveMemAddress size=1048576 alignment=0 expect=null flags=0".into(),
+        "aclrtMapMem size=1048576 offset=0 flags=0".into(),
+        "aclrtMemSetAccess size=1048576 count=1 flags=3 location=0:1".into(),
+        "aclrtMemExportToShareableHandle type=0 flags=1".into(),
+        format!("aclrtBinaryLoadFromData length={} options=null", KERNEL_OBJECT.len()),
+        "aclrtBinaryGetFunction name=aiv_transfer_kernel".into(),
+    ];
+    // aclInit reports a repeated initialisation after the first test of the process; the backend accepts that.
+    assert_eq!(acl, expected, "ACL bring-up");
+    let shmem = shmem_log();
+    assert_eq!(calls(&shmem), ["aclshmemx_get_uniqueid", "aclshmemx_set_attr_uniqueid_args", "aclshmemx_init_attr"]);
+    assert!(shmem[1].starts_with("aclshmemx_set_attr_uniqueid_args pe=0 n_pes=1 size=33554432 uid=fake-uid"));
+    assert_eq!(shmem[2], "aclshmemx_init_attr flags=8 pe=0 n_pes=1 size=33554432 comm_args=uid engine=2");
+    let advertisement = device.advertisement();
+    assert_eq!((advertisement.backend.as_str(), advertisement.regions.len()), ("cann", 1));
+    assert_eq!(advertisement.regions[0].length, HBM);
+    assert!(device.is_own_memory(advertisement.regions[0].addr, HBM));
+
+    drop(device);
+    let teardown = acl_log();
+    assert_eq!(
+        calls(&teardown),
+        [
+            "aclrtSynchronizeStreamWithTimeout",
+            "aclrtBinaryUnLoad",
+            "aclrtUnmapMem",
+            "aclrtReleaseMemAddress",
+            "aclrtFreePhysical",
+            "aclrtDestroyStream",
+            "aclrtResetDevice",
+        ],
+        "{teardown:?}"
+    );
+    assert_eq!(teardown[0], "aclrtSynchronizeStreamWithTimeout timeout=1000", "teardown waits are bounded");
+    assert_eq!(shmem_log(), ["aclshmem_finalize"]);
+}
+
+#[derive(Default)]
+struct InMemoryExchange {
+    uid: Mutex<Option<[u8; 136]>>,
+}
+
+impl UniqueIdExchange for InMemoryExchange {
+    fn publish(&self, uid: &[u8; 136]) -> Result<(), String> {
+        *self.uid.lock().unwrap_or_else(|p| p.into_inner()) = Some(*uid);
+        Ok(())
+    }
+    fn fetch(&self, _timeout: Duration) -> Result<[u8; 136], String> {
+        self.uid.lock().unwrap_or_else(|p| p.into_inner()).ok_or_else(|| "nothing published".to_string())
+    }
+}
+
+#[test]
+fn shmem_bootstrap_carries_pe0s_unique_id_to_pe1_through_the_exchange() {
+    let _serial = serial();
+    let exchange = InMemoryExchange::default();
+    let error = CannDevice::open(&options(1), settings(1, 2), Some(&exchange)).expect_err("nothing published yet");
+    assert!(error.to_string().contains("fetch the SHMEM unique id from PE 0: nothing published"), "{error}");
+    let error = CannDevice::open(&options(1), settings(1, 2), None).expect_err("no exchange");
+    assert!(error.to_string().contains("unique-id exchange over the metadata channel"), "{error}");
+    shmem_log();
+
+    let pe0 = CannDevice::open(&options(0), settings(0, 2), Some(&exchange)).expect("PE 0");
+    let published = exchange.uid.lock().unwrap_or_else(|p| p.into_inner()).expect("PE 0 published its id");
+    assert_eq!(&published[12..20], b"fake-uid", "the 136 bytes after version, my_pe, n_pes");
+    let log = shmem_log();
+    assert_eq!(calls(&log), ["aclshmemx_get_uniqueid", "aclshmemx_set_attr_uniqueid_args", "aclshmemx_init_attr"]);
+    assert_eq!(log[2], "aclshmemx_init_attr flags=8 pe=0 n_pes=2 size=33554432 comm_args=uid engine=2");
+    drop(pe0);
+    shmem_log();
+
+    let pe1 = CannDevice::open(&options(1), settings(1, 2), Some(&exchange)).expect("PE 1");
+    let log = shmem_log();
+    assert_eq!(calls(&log), ["aclshmemx_set_attr_uniqueid_args", "aclshmemx_init_attr"], "PE 1 creates no id");
+    assert!(log[0].starts_with("aclshmemx_set_attr_uniqueid_args pe=1 n_pes=2 size=33554432 uid=fake-uid"), "{log:?}");
+    assert_eq!(log[1], "aclshmemx_init_attr flags=8 pe=1 n_pes=2 size=33554432 comm_args=uid engine=2");
+    drop(pe1);
+}
+
+#[test]
+fn channels_come_from_the_sdma_workspace_records() {
+    let _serial = serial();
+    let device = open(0);
+    acl_log();
+    let workspace = fakes().workspace;
+    let channels = device.open_channels(BLOCKS, SQ_DEPTH).expect("channels");
+    assert_eq!(channels.len(), 2);
+    for (index, channel) in channels.iter().enumerate() {
+        assert_eq!(channel.index, index as u32);
+        assert_eq!(channel.record_addr, workspace + 64 + 64 * index as u64, "one 64-byte record per block at 64");
+        assert!(device.is_own_memory(channel.flag_area_addr, 128), "flag areas live in the device heap");
+        assert_eq!(channel.platform_context, 0);
+    }
+    assert_eq!(
+        acl_log(),
+        [
+            "aclrtMemcpy dest_max=192 count=192 kind=2",
+            "aclrtMemset max=128 value=0 count=128",
+            "aclrtMemset max=128 value=0 count=128",
+        ],
+        "flag info + two records read D2H in one copy, then the flag areas cleared"
+    );
+
+    let error = device.open_channels(BLOCKS + 1, SQ_DEPTH).expect_err("the workspace has two queues");
+    assert!(error.to_string().contains("reports flag 1 and 2 queues; 3 channel records are needed"), "{error}");
+    set_result(&fakes().acl, "aclrtMemcpy", 507899);
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("injected D2H failure");
+    set_result(&fakes().acl, "aclrtMemcpy", 0);
+    assert!(error.to_string().contains("read the SDMA workspace: aclrtMemcpy failed: AclError(507899"), "{error}");
+
+    let mut unknown = settings(0, 1);
+    unknown.workspace_addr = None;
+    drop(device);
+    let device = CannDevice::open(&options(0), unknown, None).expect("opens without a workspace address");
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("address unknown");
+    assert!(matches!(error, DeviceError::Unavailable { .. }));
+    assert!(error.to_string().contains("AIV_SDMA_WORKSPACE_ADDR"), "{error}");
+}
+
+#[test]
+fn the_kernel_is_launched_on_aiv_with_its_argument_and_waited_for_with_a_bound() {
+    let _serial = serial();
+    let device = open(0);
+    device.open_channels(BLOCKS, SQ_DEPTH).expect("channels");
+    acl_log();
+    let launch = device.launch(0x1234_5000, BLOCKS).expect("launch");
+    // attr0=3: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE, value0=1: ACL_RT_ENGINE_TYPE_AIV.
+    assert_eq!(
+        acl_log(),
+        ["aclrtLaunchKernelWithHostArgs blocks=2 attrs=1 attr0=3 value0=1 args_size=8 arg=kernel_args placeholders=0"]
+    );
+    assert!(launch.wait(Duration::from_millis(250)), "the fake's stream is idle");
+    assert_eq!(acl_log(), ["aclrtSynchronizeStreamWithTimeout timeout=250"]);
+
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 507046);
+    assert!(!launch.wait(Duration::from_millis(5)), "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT is 'not yet'");
+    assert!(device.channel_exception(0).is_none(), "a timeout is no exception");
+
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 507015);
+    assert!(launch.wait(Duration::from_millis(5)), "a stream exception ends the kernel");
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 0);
+    assert!(device.stream_error().expect("recorded").contains("aclrtSynchronizeStreamWithTimeout failed"));
+    acl_log();
+    let exception = device.channel_exception(1).expect("exception reported per channel");
+    assert_eq!((exception.channel, exception.sq_id, exception.head, exception.tail), (1, 33, 0, 0));
+    assert_eq!(exception.syndrome, SdmaSyndrome::STREAM_EXCEPTION);
+    assert_eq!(
+        acl_log(),
+        ["aclrtMemcpy dest_max=64 count=64 kind=2", "aclrtMemcpy dest_max=64 count=64 kind=2"],
+        "the channel record, then the SQE at its head, read back"
+    );
+    let error = device.reset_channel(1).expect_err("no known recovery call");
+    assert!(error.to_string().contains("not implemented on CANN"), "{error}");
+
+    set_result(&fakes().acl, "aclrtLaunchKernelWithHostArgs", 507899);
+    let error = device.launch(0x1234_5000, BLOCKS).expect_err("injected launch failure");
+    set_result(&fakes().acl, "aclrtLaunchKernelWithHostArgs", 0);
+    assert!(error.to_string().contains("launch aiv_transfer_kernel: aclrtLaunchKernelWithHostArgs failed"), "{error}");
+}
+
+#[test]
+fn dcq_and_rings_live_in_host_memory_registered_for_the_device() {
+    let _serial = serial();
+    let device = open(0);
+    acl_log();
+    let shared = device.allocate_shared(100).expect("registered");
+    assert_eq!(acl_log(), ["aclrtHostRegister size=4096 kind=0"]);
+    assert_eq!(shared.len(), 4096);
+    assert_eq!(shared.device_addr(), shared.host_ptr() as u64, "the fake maps Host memory at the same address");
+    drop(shared);
+    assert_eq!(acl_log(), ["aclrtHostUnregister"]);
+
+    set_result(&fakes().acl, "aclrtHostRegister", 107000);
+    let error = device.allocate_shared(100).expect_err("injected");
+    set_result(&fakes().acl, "aclrtHostRegister", 0);
+    assert!(
+        error.to_string().contains("register Host memory for the device (DCQ, rings): aclrtHostRegister failed"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_peer_heap_is_imported_through_vmm_and_aliases_the_exporters_bytes() {
+    let _serial = serial();
+    let device = open(0);
+    let mut exporter = device.advertisement();
+    exporter.device = "another-device".into();
+    let region = exporter.regions[0].clone();
+    let buffer = device.allocate(4096).expect("HBM");
+    device.copy_to_device(buffer.addr(), b"written by the exporter").expect("H2D");
+    acl_log();
+    let window = device.import(&exporter, &region).expect("import");
+    assert_eq!(
+        acl_log(),
+        [
+            "aclrtMemImportFromShareableHandle device=0",
+            "aclrtReserveMemAddress size=1048576 alignment=0 expect=null flags=0",
+            "aclrtMapMem size=1048576 offset=0 flags=0",
+        ]
+    );
+    assert_eq!(device.import(&exporter, &region).expect("again"), window, "imported once per region");
+    assert!(acl_log().is_empty());
+    let local = window.translate(buffer.addr(), 23).expect("inside the window");
+    assert_ne!(local, buffer.addr(), "a second mapping of the same memory");
+    assert!(device.is_mapped(local, 23) && !device.is_own_memory(local, 23));
+    let mut seen = [0u8; 23];
+    device.copy_from_device(local, &mut seen).expect("D2H through the import");
+    assert_eq!(&seen, b"written by the exporter");
+    assert!(device.copy_from_device(8, &mut seen).is_err(), "unmapped addresses are refused before any call");
+
+    drop(buffer);
+    drop(device);
+    let teardown = calls(&acl_log()).join(" ");
+    assert!(
+        teardown.contains(
+            "aclrtUnmapMem aclrtReleaseMemAddress aclrtFreePhysical aclrtUnmapMem aclrtReleaseMemAddress \
+             aclrtFreePhysical aclrtDestroyStream"
+        ),
+        "import unmapped before the own heap: {teardown}"
+    );
+}
+
+#[test]
+fn every_bring_up_failure_names_its_step_and_code_and_undoes_what_was_done() {
+    let _serial = serial();
+    let acl = &fakes().acl;
+    let shmem = &fakes().shmem;
+    let cases: [(&libloading::Library, &str, i32, &str); 12] = [
+        (acl, "aclrtSetDevice", 107001, "set the device"),
+        (acl, "aclrtCreateStreamWithConfig", 207000, "create the kernel stream"),
+        (shmem, "aclshmemx_get_uniqueid", -1, "get the SHMEM unique id"),
+        (shmem, "aclshmemx_set_attr_uniqueid_args", -2, "set the SHMEM attributes"),
+        (shmem, "aclshmemx_init_attr", -1, "initialise SHMEM with the SDMA engine"),
+        (acl, "aclrtMallocPhysical", 207001, "allocate physical HBM"),
+        (acl, "aclrtReserveMemAddress", 207001, "reserve device addresses"),
+        (acl, "aclrtMapMem", 207001, "map HBM"),
+        (acl, "aclrtMemSetAccess", 100000, "grant access to HBM"),
+        (acl, "aclrtMemExportToShareableHandle", 100000, "export the HBM heap"),
+        (acl, "aclrtBinaryLoadFromData", 100000, "load the kernel binary"),
+        (acl, "aclrtBinaryGetFunction", 107000, "find the kernel entry aiv_transfer_kernel"),
+    ];
+    for (library, function, code, step) in cases {
+        acl_log();
+        shmem_log();
+        set_result(library, function, code);
+        let error = CannDevice::open(&options(0), settings(0, 1), None).expect_err(function);
+        set_result(library, function, 0);
+        let message = error.to_string();
+        assert!(matches!(error, DeviceError::Runtime { .. }), "{message}");
+        assert!(
+            message.starts_with(&format!("device 0: {step}: {function} failed: "))
+                && message.contains(&code.to_string()),
+            "{function}: {message}"
+        );
+        let log = acl_log();
+        let undo = calls(&log).into_iter().rev().take_while(|call| *call != function).collect::<Vec<_>>();
+        let expected_last = "aclrtResetDevice";
+        if function != "aclrtSetDevice" {
+            assert_eq!(undo.first(), Some(&expected_last), "{function}: device released last ({undo:?})");
+        }
+    }
+    // The deepest failure undoes everything in reverse order.
+    set_result(acl, "aclrtBinaryGetFunction", 107000);
+    acl_log();
+    shmem_log();
+    CannDevice::open(&options(0), settings(0, 1), None).expect_err("lookup fails");
+    set_result(acl, "aclrtBinaryGetFunction", 0);
+    let log = acl_log();
+    let after =
+        calls(&log).into_iter().skip_while(|call| *call != "aclrtBinaryGetFunction").skip(1).collect::<Vec<_>>();
+    assert_eq!(
+        after,
+        [
+            "aclrtBinaryUnLoad",
+            "aclrtUnmapMem",
+            "aclrtReleaseMemAddress",
+            "aclrtFreePhysical",
+            "aclrtDestroyStream",
+            "aclrtResetDevice"
+        ]
+    );
+    assert_eq!(calls(&shmem_log()).last(), Some(&"aclshmem_finalize"));
+}
+
+#[test]
+fn a_build_without_the_npu_kernel_object_says_how_to_get_one() {
+    let _serial = serial();
+    let mut without = settings(0, 1);
+    without.kernel_object = None;
+    let error = CannDevice::open(&options(0), without, None).expect_err("no object");
+    let message = error.to_string();
+    assert!(message.contains("no NPU kernel object") && message.contains("bisheng or ccec"), "{message}");
+}
+
+#[test]
+fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_transport() {
+    use aiv_transport::{EngineConfig, Protocol, TransferEngine};
+    let _serial = serial();
+    let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-{}.o", std::process::id()));
+    std::fs::write(&object, KERNEL_OBJECT).expect("write the fake object");
+    std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
+    std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{:#x}", fakes().workspace));
+    std::env::set_var("AIV_SHMEM_N_PES", "2");
+    let engine = |device_id: u32| {
+        let mut config = EngineConfig::new("127.0.0.1");
+        config.protocol = Protocol::Aiv;
+        config.aiv = options(device_id);
+        TransferEngine::new(config).expect("engine starts")
+    };
+
+    std::env::set_var("AIV_SHMEM_PE", "0");
+    let root = engine(0);
+    let root_device = root.device().expect("PE 0 device");
+    let root_aiv = root.local_descriptor().aiv.expect("aiv object");
+    assert!(root_aiv.get("shmem_uid").and_then(|uid| uid.as_str()).is_some_and(|uid| !uid.is_empty()), "{root_aiv}");
+    assert_eq!(root_aiv["backend"], "cann");
+
+    std::env::set_var("AIV_SHMEM_PE", "1");
+    std::env::set_var("AIV_SHMEM_ROOT_SEGMENT", root.name());
+    shmem_log();
+    let peer = engine(1);
+    let peer_device = peer.device().expect("PE 1 device, id fetched from PE 0's descriptor");
+    let log = shmem_log();
+    assert!(log[0].starts_with("aclshmemx_set_attr_uniqueid_args pe=1 n_pes=2 size=33554432 uid=fake-uid"), "{log:?}");
+    assert_eq!(peer_device.backend().backend_name(), "cann");
+    peer.open_segment(root.name()).expect("PE 0's segment, with its advertised heap");
+
+    for name in [
+        "AIV_NPU_KERNEL_OBJECT",
+        "AIV_SDMA_WORKSPACE_ADDR",
+        "AIV_SHMEM_N_PES",
+        "AIV_SHMEM_PE",
+        "AIV_SHMEM_ROOT_SEGMENT",
+    ] {
+        std::env::remove_var(name);
+    }
+    drop((peer_device, peer, root_device, root));
+    let _ = std::fs::remove_file(object);
+}
+
+#[test]
+fn doctor_prints_versions_devices_and_shmem_when_the_libraries_load() {
+    let _serial = serial();
+    let report = aiv_transport::doctor::diagnose();
+    let text = report.render();
+    println!("{text}");
+    let runtime = report.runtime.as_ref().expect("libascendcl.so loaded, so the runtime was queried");
+    assert_eq!(runtime.acl_interface, Ok((1, 17, 0)));
+    assert_eq!(runtime.devices, Ok(8));
+    assert!(runtime.packages.iter().any(|(name, version)| *name == "driver" && version.as_deref() == Ok("8.5.0-fake")));
+    for line in ["ACL interface     1.17.0", "driver            8.5.0-fake", "devices           8", "SHMEM engines"] {
+        assert!(text.contains(line), "{line:?} missing:\n{text}");
+    }
+    assert!(text.contains("aclshmem_info_get_version"), "the fake SHMEM lacks the optional version call:\n{text}");
+    let log = acl_log();
+    assert!(calls(&log).contains(&"aclsysGetCANNVersion") && calls(&log).contains(&"aclrtGetDeviceCount"), "{log:?}");
+}
