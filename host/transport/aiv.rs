@@ -16,21 +16,22 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
+use super::adxl::AdxlTransport;
+use super::ubshmem::UbshmemTransport;
+use super::window::PeerWindows;
 use super::{Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
-use crate::device::{
-    DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion, ImportedWindow, Launch, SharedMemory,
-};
-use crate::engine::{Opcode, Segment, SegmentId, TaskSlot, TransferState};
+use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
+use crate::engine::{Opcode, TaskSlot, TransferState};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
@@ -44,6 +45,8 @@ use crate::queue::{
 pub struct AivDevice {
     backend: Arc<dyn DeviceBackend>,
     transport: Arc<AivTransport>,
+    adxl: Arc<AdxlTransport>,
+    ubshmem: Arc<UbshmemTransport>,
 }
 
 impl AivDevice {
@@ -51,7 +54,10 @@ impl AivDevice {
     pub fn open(options: &AivOptions) -> Result<AivDevice, DeviceError> {
         let backend = crate::device::open(options)?;
         let transport = Arc::new(AivTransport::start(backend.clone(), options)?);
-        Ok(AivDevice { backend, transport })
+        // The Host-submitted baselines on the same device and memory; both start their threads on first use.
+        let adxl = Arc::new(AdxlTransport::new(backend.clone(), options));
+        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), options));
+        Ok(AivDevice { backend, transport, adxl, ubshmem })
     }
 
     /// Allocates `length` bytes of device memory (HBM). Register it with
@@ -73,6 +79,16 @@ impl AivDevice {
     /// The aiv transport running on the device.
     pub fn transport(&self) -> &Arc<AivTransport> {
         &self.transport
+    }
+
+    /// The `adxl` baseline transport on the device.
+    pub fn adxl(&self) -> &Arc<AdxlTransport> {
+        &self.adxl
+    }
+
+    /// The `ubshmem` baseline transport on the device.
+    pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
+        &self.ubshmem
     }
 
     /// The twin device, when the backend is the twin (for its test and fault-injection controls).
@@ -117,16 +133,8 @@ struct Inner {
     launches: AtomicU64,
     channel_resets: AtomicU64,
     completions: AtomicU64,
-    /// Peer segments' imported windows, by segment name.
-    peers: Mutex<HashMap<String, Arc<Peer>>>,
-}
-
-/// A peer segment's exported regions, imported into this device.
-#[derive(Debug)]
-struct Peer {
-    /// The descriptor version the windows were built from.
-    segment: Weak<Segment>,
-    windows: Vec<(ExportedRegion, ImportedWindow)>,
+    /// Translation through the peers' imported windows.
+    windows: PeerWindows,
 }
 
 #[derive(Debug)]
@@ -297,6 +305,7 @@ impl AivTransport {
             );
         }
         let inner = Arc::new(Inner {
+            windows: PeerWindows::new(device.clone(), "aiv"),
             device,
             launch_mode: options.launch_mode,
             blocks,
@@ -308,7 +317,6 @@ impl AivTransport {
             launches: AtomicU64::new(0),
             channel_resets: AtomicU64::new(0),
             completions: AtomicU64::new(0),
-            peers: Mutex::new(HashMap::new()),
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
@@ -353,86 +361,6 @@ impl Inner {
         launches.retain(|launch| !launch.wait(Duration::ZERO));
         launches.push(launch);
         Ok(())
-    }
-
-    /// Both addresses in the executing device's view, or why not.
-    fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64), String> {
-        let device = &self.device;
-        let length = transfer.length;
-        if !device.is_own_memory(transfer.local_addr, length) {
-            return Err(format!(
-                "aiv: local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
-                 engine.device()?.allocate() and register it)",
-                transfer.local_addr,
-                device.backend_name(),
-                device.device_id()
-            ));
-        }
-        let remote = if transfer.target.id == SegmentId::LOCAL {
-            if !device.is_own_memory(transfer.remote_addr, length) {
-                return Err(format!(
-                    "aiv: target range [{:#x}, +{length}) of this engine's own segment is not device memory",
-                    transfer.remote_addr
-                ));
-            }
-            transfer.remote_addr
-        } else {
-            let peer = self.peer(&transfer.target)?;
-            let (region, window) = peer
-                .windows
-                .iter()
-                .find(|(region, _)| {
-                    transfer.remote_addr >= region.addr
-                        && transfer
-                            .remote_addr
-                            .checked_add(length)
-                            .is_some_and(|end| end <= region.addr + region.length)
-                })
-                .ok_or_else(|| {
-                    format!(
-                        "aiv: target range [{:#x}, +{length}) is in no exported region of segment {:?}",
-                        transfer.remote_addr, transfer.target.name
-                    )
-                })?;
-            device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
-                format!(
-                    "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
-                    transfer.remote_addr, region.export_id
-                )
-            })?
-        };
-        Ok(match transfer.opcode {
-            Opcode::Read => (remote, transfer.local_addr),
-            Opcode::Write => (transfer.local_addr, remote),
-        })
-    }
-
-    /// The imported windows of a peer segment, parsed and imported once per descriptor version.
-    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(peer) = peers.get(&segment.name) {
-            if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
-                return Ok(peer.clone());
-            }
-        }
-        let value = segment
-            .descriptor
-            .aiv
-            .clone()
-            .ok_or_else(|| format!("aiv: segment {:?} advertises no aiv device", segment.name))?;
-        let advertisement: DeviceAdvertisement = serde_json::from_value(value)
-            .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
-        let mut windows = Vec::new();
-        for region in advertisement.regions {
-            let window = self
-                .device
-                .import(&advertisement.device, &region)
-                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", segment.name))?;
-            windows.push((region, window));
-        }
-        let peer = Arc::new(Peer { segment: Arc::downgrade(segment), windows });
-        peers.insert(segment.name.clone(), peer.clone());
-        Ok(peer)
     }
 
     fn drain_loop(self: Arc<Self>) {
@@ -630,10 +558,10 @@ impl Transport for AivTransport {
         let mut accepted = 0u64;
         let mut resolved = Vec::with_capacity(transfers.len());
         for transfer in transfers {
-            match inner.resolve(&transfer) {
+            match inner.windows.resolve(&transfer) {
                 Ok(addresses) => resolved.push((transfer, addresses)),
-                Err(reason) => {
-                    transfer.slot.finish(TransferState::Failed, 0, reason);
+                Err(error) => {
+                    transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
                 }
             }
         }
