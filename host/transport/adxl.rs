@@ -160,6 +160,9 @@ struct Worker {
     pool: Option<DeviceBuffer>,
     sq: SqIndex,
     sequence: u64,
+    /// Thread CPU time already charged to transfers: all of this thread's time (waits for work included) is charged
+    /// to the next group it carries.
+    cpu_mark: u64,
 }
 
 impl AdxlTransport {
@@ -213,7 +216,7 @@ impl AdxlTransport {
             threshold => Some(shared.device.allocate(threshold * POOL_SLOTS).map_err(|e| e.to_string())?),
         };
         let sq = SqIndex::new(shared.sq_depth).ok_or_else(|| format!("sq_depth {} is below 2", shared.sq_depth))?;
-        let mut worker = Worker { shared: shared.clone(), channel, pool, sq, sequence: 0 };
+        let mut worker = Worker { shared: shared.clone(), channel, pool, sq, sequence: 0, cpu_mark: 0 };
         std::thread::Builder::new()
             .name(format!("adxl-host-{}", shared.device.device_id()))
             .spawn(move || worker.run())
@@ -310,6 +313,7 @@ impl Drop for AdxlTransport {
 
 impl Worker {
     fn run(&mut self) {
+        self.cpu_mark = thread_cpu_time_ns();
         loop {
             let jobs: Vec<Job> = {
                 let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -365,7 +369,6 @@ impl Worker {
 
     /// Builds the group's SQEs, rings the doorbell once, polls the flag, finishes every task.
     fn run_group(&mut self, group: Vec<Job>) {
-        let cpu_started = thread_cpu_time_ns();
         let counters = &self.shared.counters;
         counters.groups.fetch_add(1, Ordering::Relaxed);
         let record = self.record();
@@ -433,7 +436,9 @@ impl Worker {
         if outcome != AdxlStatus::SUCCESS {
             self.recover(exception.is_some());
         }
-        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / group.len() as u64;
+        let now = thread_cpu_time_ns();
+        let share = now.saturating_sub(self.cpu_mark) / group.len() as u64;
+        self.cpu_mark = now;
         for job in group {
             let evidence = TransferEvidence {
                 path: "adxl",

@@ -364,11 +364,14 @@ impl Inner {
     }
 
     fn drain_loop(self: Arc<Self>) {
+        // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the next transfers
+        // it drains, as the baselines charge their Host threads.
+        let mut cpu_mark = thread_cpu_ns();
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
             let mut progressed = false;
             for block in &self.blocks {
-                progressed |= self.drain_block(block);
+                progressed |= self.drain_block(block, &mut cpu_mark);
             }
             if !progressed {
                 // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
@@ -378,7 +381,7 @@ impl Inner {
     }
 
     /// Drains one block's DCQ; returns whether anything was drained.
-    fn drain_block(&self, block: &HostBlock) -> bool {
+    fn drain_block(&self, block: &HostBlock, cpu_mark: &mut u64) -> bool {
         let index = block.ring;
         let head = block.dcq_head().load(Ordering::Relaxed);
         // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
@@ -386,7 +389,6 @@ impl Inner {
         if head == tail {
             return false;
         }
-        let cpu_started = thread_cpu_ns();
         let count = index.len(head, tail).min(index.depth());
         let mut entries = Vec::with_capacity(count as usize);
         for i in 0..count {
@@ -430,7 +432,9 @@ impl Inner {
         if group_failed {
             self.recover(block);
         }
-        let drain_share = (thread_cpu_ns().saturating_sub(cpu_started)) / u64::from(count.max(1));
+        let now = thread_cpu_ns();
+        let drain_share = now.saturating_sub(*cpu_mark) / u64::from(count.max(1));
+        *cpu_mark = now;
         for (entry, transfer) in finished {
             self.finish(block, entry, transfer, drain_share, exception.as_ref());
         }

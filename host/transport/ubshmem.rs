@@ -188,8 +188,12 @@ impl Transport for UbshmemTransport {
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
+        let count = jobs.len();
         shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
-        shared.queued.notify_all();
+        // One worker per job: waking the whole pool for one transfer would charge every worker a wake-up.
+        for _ in 0..count.min(self.workers as usize) {
+            shared.queued.notify_one();
+        }
     }
 }
 
@@ -210,6 +214,8 @@ impl Drop for UbshmemTransport {
 
 impl Shared {
     fn run(&self) {
+        // All of this worker's CPU time (waits for work included) is charged to the next transfer it carries.
+        let mut cpu_mark = thread_cpu_time_ns();
         loop {
             let job = {
                 let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -224,7 +230,7 @@ impl Shared {
                         self.queued.wait_timeout(queue, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
                 }
             };
-            self.carry(job);
+            self.carry(job, &mut cpu_mark);
         }
     }
 
@@ -247,8 +253,8 @@ impl Shared {
         self.stream_returned.notify_all();
     }
 
-    fn carry(&self, job: Job) {
-        let cpu_started = thread_cpu_time_ns();
+    fn carry(&self, job: Job, cpu_mark: &mut u64) {
+        let cpu_started = *cpu_mark;
         let pieces = (job.length.div_ceil(MIN_PIECE_BYTES) as usize).clamp(1, STREAMS_PER_TRANSFER);
         let mut api_calls = 0u64;
         let evidence = |api_calls: u64, cpu: u64| TransferEvidence {
@@ -263,7 +269,8 @@ impl Shared {
         };
         let Some(streams) = self.borrow_streams(pieces, Instant::now() + self.timeout) else {
             self.failures.fetch_add(1, Ordering::Relaxed);
-            let cpu = thread_cpu_time_ns().saturating_sub(cpu_started);
+            *cpu_mark = thread_cpu_time_ns();
+            let cpu = cpu_mark.saturating_sub(cpu_started);
             job.slot.fail_with_evidence(
                 TransferState::Timeout,
                 format!("ubshmem: no {pieces} free streams in the pool within {:?}", self.timeout),
@@ -309,7 +316,8 @@ impl Shared {
         // A stream that timed out still holds its copies; the next synchronisation on it waits for them too.
         self.return_streams(streams);
         self.transfers.fetch_add(1, Ordering::Relaxed);
-        let cpu = thread_cpu_time_ns().saturating_sub(cpu_started);
+        *cpu_mark = thread_cpu_time_ns();
+        let cpu = cpu_mark.saturating_sub(cpu_started);
         match failure {
             None => {
                 job.slot.complete(job.length, evidence(api_calls, cpu));
