@@ -303,3 +303,45 @@ fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
     assert!(reason.contains("outside every mapped window"), "{reason}");
     run_and_check(&a, &b, &[write]);
 }
+
+#[test]
+fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
+    use aiv_transport::transport::adxl::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
+    let (a, b, _) = pair(4 << 20, 131);
+    let client = AdxlClient::new(&a.engine);
+    let op = |offset: u64, len: u64| TransferOpDesc {
+        local_addr: a.buffer.addr() + offset,
+        remote_addr: b.buffer.addr() + offset,
+        len,
+    };
+    let remote = b.engine.name();
+    assert_eq!(
+        client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5)),
+        AdxlStatus::NOT_CONNECTED
+    );
+    assert_eq!(client.connect(remote), AdxlStatus::SUCCESS);
+    assert_eq!(
+        client.transfer_sync(remote, Opcode::Write, &[op(0, 0)], Duration::from_secs(5)),
+        AdxlStatus::PARAM_INVALID
+    );
+    let list = [op(0, 4096), op(1 << 20, 2 << 20)];
+    assert_eq!(client.transfer_sync(remote, Opcode::Write, &list, Duration::from_secs(5)), AdxlStatus::SUCCESS);
+    assert!(a.bytes()[..4096] == b.bytes()[..4096]);
+    assert!(a.bytes()[1 << 20..3 << 20] == b.bytes()[1 << 20..3 << 20]);
+    let request = client.transfer_async(remote, Opcode::Read, &[op(8192, 300_000)]).expect("started");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut status = client.get_transfer_status(&request);
+    while status == AdxlTransferStatus::Waiting && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        status = client.get_transfer_status(&request);
+    }
+    assert_eq!(status, AdxlTransferStatus::Completed);
+    assert!(client.release(&request));
+    // A stalled Host channel: the status is the transport's TIMEOUT code, read back from the task.
+    a.device.twin().expect("twin").stall_channel(2, true);
+    let status = client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5));
+    a.device.twin().expect("twin").stall_channel(2, false);
+    assert_eq!(status, AdxlStatus::TIMEOUT);
+    assert_eq!(client.disconnect(remote), AdxlStatus::SUCCESS);
+    assert_eq!(client.disconnect(remote), AdxlStatus::NOT_CONNECTED);
+}

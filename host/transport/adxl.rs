@@ -508,3 +508,193 @@ impl Worker {
         }
     }
 }
+
+/// One entry of an ADXL transfer list (`adxl::TransferOpDesc`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransferOpDesc {
+    /// Address of registered memory of this engine.
+    pub local_addr: u64,
+    /// Address in the remote engine's view.
+    pub remote_addr: u64,
+    /// Bytes.
+    pub len: u64,
+}
+
+/// A transfer list started by [`AdxlClient::transfer_async`].
+#[derive(Debug)]
+pub struct AdxlRequest {
+    batch: crate::engine::BatchId,
+    tasks: usize,
+}
+
+/// What [`AdxlClient::get_transfer_status`] reports (`adxl::TransferStatus`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdxlTransferStatus {
+    /// Still in flight.
+    Waiting,
+    /// Every entry completed.
+    Completed,
+    /// At least one entry ended with this status.
+    Failed(AdxlStatus),
+}
+
+/// ADXL's client shape over the engine: `Connect` per remote engine, `TransferSync` / `TransferAsync` of a list of
+/// [`TransferOpDesc`], `GetTransferStatus` polling, timeouts; every request goes through the `adxl` transport.
+#[derive(Debug)]
+pub struct AdxlClient<'e> {
+    engine: &'e crate::TransferEngine,
+    connected: Mutex<std::collections::HashMap<String, SegmentId>>,
+}
+
+impl<'e> AdxlClient<'e> {
+    /// A client of `engine` (whose device must be open: [`crate::TransferEngine::device`]).
+    pub fn new(engine: &'e crate::TransferEngine) -> Self {
+        AdxlClient { engine, connected: Mutex::new(std::collections::HashMap::new()) }
+    }
+
+    /// `Connect`: finds the remote engine's segment (bounded by the metadata layer's own timeouts) and checks that
+    /// it advertises device memory; NOT_CONNECTED otherwise.
+    pub fn connect(&self, remote: &str) -> AdxlStatus {
+        let Ok(id) = self.engine.open_segment(remote) else { return AdxlStatus::NOT_CONNECTED };
+        match self.engine.segment(id) {
+            Ok(segment) if segment.descriptor.aiv.is_some() => {
+                self.connected.lock().unwrap_or_else(|p| p.into_inner()).insert(remote.to_owned(), id);
+                AdxlStatus::SUCCESS
+            }
+            _ => AdxlStatus::NOT_CONNECTED,
+        }
+    }
+
+    /// `Disconnect`.
+    pub fn disconnect(&self, remote: &str) -> AdxlStatus {
+        match self.connected.lock().unwrap_or_else(|p| p.into_inner()).remove(remote) {
+            Some(_) => AdxlStatus::SUCCESS,
+            None => AdxlStatus::NOT_CONNECTED,
+        }
+    }
+
+    /// `TransferAsync`: starts the list; poll with [`Self::get_transfer_status`].
+    pub fn transfer_async(
+        &self,
+        remote: &str,
+        operation: crate::Opcode,
+        list: &[TransferOpDesc],
+    ) -> Result<AdxlRequest, AdxlStatus> {
+        let Some(&target) = self.connected.lock().unwrap_or_else(|p| p.into_inner()).get(remote) else {
+            return Err(AdxlStatus::NOT_CONNECTED);
+        };
+        if list.is_empty() || list.iter().any(|op| op.len == 0) {
+            return Err(AdxlStatus::PARAM_INVALID);
+        }
+        let requests: Vec<crate::TransferRequest> = list
+            .iter()
+            .map(|op| crate::TransferRequest {
+                opcode: operation,
+                source: op.local_addr,
+                target_id: target,
+                target_offset: op.remote_addr,
+                length: op.len,
+                protocol: Some(super::Protocol::Adxl),
+            })
+            .collect();
+        let batch = self.engine.allocate_batch(requests.len()).map_err(|_| AdxlStatus::FAILED)?;
+        if self.engine.submit_transfer(batch, &requests).is_err() {
+            let _ = self.engine.free_batch(batch);
+            return Err(AdxlStatus::PARAM_INVALID);
+        }
+        Ok(AdxlRequest { batch, tasks: requests.len() })
+    }
+
+    /// `GetTransferStatus`: Waiting, Completed, or the first failing entry's status.
+    pub fn get_transfer_status(&self, request: &AdxlRequest) -> AdxlTransferStatus {
+        let mut waiting = false;
+        for task in 0..request.tasks {
+            let Ok(status) = self.engine.transfer_status(request.batch, task) else {
+                return AdxlTransferStatus::Failed(AdxlStatus::PARAM_INVALID);
+            };
+            match status.state {
+                TransferState::Completed => {}
+                TransferState::Timeout => return AdxlTransferStatus::Failed(AdxlStatus::TIMEOUT),
+                state if state.is_terminal() => {
+                    let reason = self.engine.task_reason(request.batch, task).ok().flatten().unwrap_or_default();
+                    return AdxlTransferStatus::Failed(AdxlStatus::from_reason(&reason));
+                }
+                _ => waiting = true,
+            }
+        }
+        if waiting {
+            AdxlTransferStatus::Waiting
+        } else {
+            AdxlTransferStatus::Completed
+        }
+    }
+
+    /// Releases a finished request; false while it is still in flight.
+    pub fn release(&self, request: &AdxlRequest) -> bool {
+        self.engine.free_batch(request.batch).is_ok()
+    }
+
+    /// `TransferSync`: starts the list and polls its status until it ends or `timeout` passes (TIMEOUT; the
+    /// transfers still end within the engine's watchdog budget and the request is released then).
+    pub fn transfer_sync(
+        &self,
+        remote: &str,
+        operation: crate::Opcode,
+        list: &[TransferOpDesc],
+        timeout: Duration,
+    ) -> AdxlStatus {
+        let request = match self.transfer_async(remote, operation, list) {
+            Ok(request) => request,
+            Err(status) => return status,
+        };
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.get_transfer_status(&request) {
+                AdxlTransferStatus::Waiting if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_micros(20));
+                }
+                AdxlTransferStatus::Waiting => {
+                    self.engine.wait_batch(request.batch).ok();
+                    self.release(&request);
+                    return AdxlStatus::TIMEOUT;
+                }
+                AdxlTransferStatus::Completed => {
+                    self.release(&request);
+                    return AdxlStatus::SUCCESS;
+                }
+                AdxlTransferStatus::Failed(status) => {
+                    self.engine.wait_batch(request.batch).ok();
+                    self.release(&request);
+                    return status;
+                }
+            }
+        }
+    }
+}
+
+impl AdxlStatus {
+    /// The status a task reason written by this transport carries (`adxl: NAME (code): ...`); FAILED for any other.
+    pub fn from_reason(reason: &str) -> AdxlStatus {
+        reason
+            .strip_prefix("adxl: ")
+            .and_then(|rest| rest.split_once(" (")?.1.split_once(')'))
+            .and_then(|(code, _)| code.parse::<i32>().ok())
+            .map_or(AdxlStatus::FAILED, AdxlStatus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_codes_round_trip_through_task_reasons() {
+        for status in [AdxlStatus::PARAM_INVALID, AdxlStatus::TIMEOUT, AdxlStatus::NOT_CONNECTED, AdxlStatus::FAILED] {
+            assert_eq!(AdxlStatus::from_reason(&status.reason("detail (with parentheses)")), status);
+        }
+        assert_eq!(AdxlStatus::from_reason("tcp: connection refused"), AdxlStatus::FAILED);
+        assert_eq!(AdxlStatus::TIMEOUT.task_state(), TransferState::Timeout);
+        assert_eq!(AdxlStatus::NOT_CONNECTED.task_state(), TransferState::Failed);
+        assert_eq!(AdxlStatus(7).name(), "status 7");
+    }
+}
