@@ -160,12 +160,24 @@ pub struct BenchOutcome {
     pub evidence: EvidenceSummary,
     /// Bytes per completed batch.
     pub bytes_per_batch: u64,
+    /// Wall time of each batch from submit to the end of its wait, sorted (batch size 1: per-transfer latency).
+    pub batch_latencies: Vec<Duration>,
 }
 
 impl BenchOutcome {
     /// Throughput in bytes per second, as `transfer_engine_bench` computes it.
     pub fn bytes_per_second(&self) -> f64 {
         self.completed_batches as f64 * self.bytes_per_batch as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The `q`-quantile (0..=1) of the batch latencies, nearest rank; zero when nothing ran.
+    pub fn latency_quantile(&self, q: f64) -> Duration {
+        let n = self.batch_latencies.len();
+        if n == 0 {
+            return Duration::ZERO;
+        }
+        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
+        self.batch_latencies[rank - 1]
     }
 
     /// `transfer_engine_bench`'s result line, to the letter.
@@ -198,10 +210,11 @@ pub fn run_initiator(
     let totals = Mutex::new(EvidenceTotals::default());
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
+    let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
     std::thread::scope(|scope| {
         for thread in 0..params.threads {
-            let (stop, completed, failed, first_failure, totals, error) =
-                (&stop, &completed, &failed, &first_failure, &totals, &error);
+            let (stop, completed, failed, first_failure, totals, error, latencies) =
+                (&stop, &completed, &failed, &first_failure, &totals, &error, &latencies);
             scope.spawn(move || {
                 let requests: Vec<TransferRequest> = (0..params.batch_size)
                     .map(|i| {
@@ -217,14 +230,17 @@ pub fn run_initiator(
                     })
                     .collect();
                 let mut local_totals = EvidenceTotals::default();
+                let mut local_latencies = Vec::new();
                 while !stop.load(Ordering::Relaxed) {
-                    if let Err(e) =
-                        run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals)
-                    {
-                        *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                        stop.store(true, Ordering::Relaxed);
+                    match run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals) {
+                        Ok(latency) => local_latencies.push(latency),
+                        Err(e) => {
+                            *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                            stop.store(true, Ordering::Relaxed);
+                        }
                     }
                 }
+                latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(local_latencies);
                 let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
                 shared.transfers += local_totals.transfers;
                 shared.host_device_api_calls += local_totals.host_device_api_calls;
@@ -245,7 +261,10 @@ pub fn run_initiator(
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }
+    let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
+    batch_latencies.sort_unstable();
     Ok(BenchOutcome {
+        batch_latencies,
         elapsed,
         completed_batches: completed.into_inner(),
         failed_batches: failed.into_inner(),
@@ -255,6 +274,7 @@ pub fn run_initiator(
     })
 }
 
+/// Runs one batch; returns its latency from submit to the end of the wait (batch allocation excluded).
 fn run_one_batch(
     engine: &TransferEngine,
     requests: &[TransferRequest],
@@ -262,10 +282,12 @@ fn run_one_batch(
     failed: &AtomicU64,
     first_failure: &Mutex<Option<String>>,
     totals: &mut EvidenceTotals,
-) -> Result<()> {
+) -> Result<Duration> {
     let batch = engine.allocate_batch(requests.len())?;
+    let submitted = Instant::now();
     engine.submit_transfer(batch, requests)?;
     let status = engine.wait_batch(batch)?;
+    let latency = submitted.elapsed();
     for task in 0..requests.len() {
         if let Some(evidence) = engine.task_evidence(batch, task)? {
             totals.add(evidence);
@@ -280,7 +302,8 @@ fn run_one_batch(
             *first = (0..requests.len()).find_map(|task| engine.task_reason(batch, task).ok().flatten());
         }
     }
-    engine.free_batch(batch)
+    engine.free_batch(batch)?;
+    Ok(latency)
 }
 
 /// Copies the workload's own blocks with plain `memcpy` on `threads` threads for `duration`: thread `t` copies the
@@ -350,7 +373,10 @@ mod tests {
             first_failure: None,
             evidence: EvidenceSummary::default(),
             bytes_per_batch: 128 * 65536,
+            batch_latencies: (1..=100).map(Duration::from_micros).collect(),
         };
+        assert_eq!(outcome.latency_quantile(0.5), Duration::from_micros(50));
+        assert_eq!(outcome.latency_quantile(0.99), Duration::from_micros(99));
         // 2429 * 128 * 65536 / 3 s = 6.79 GB/s
         assert_eq!(
             outcome.result_line(&params),
@@ -471,7 +497,7 @@ pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl F
     Ok(())
 }
 
-/// Runs the workload over the `aiv` transport between two devices of this process: the initiator engine (named
+/// Runs the workload over a device path (`aiv`, `adxl`, `ubshmem`: `params.protocol`) between two devices of this process: the initiator engine (named
 /// `config.local_hostname`, device `config.aiv.device_id`) and a target engine on the next device id, each with
 /// `buffer_size` bytes of device memory registered; then the memcpy reference over the same two buffers.
 pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) -> Result<LoopbackReport> {

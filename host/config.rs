@@ -78,6 +78,16 @@ pub struct AivOptions {
     /// `peer_probe_interval_ms`: how often the aiv transport checks that each imported peer still serves its memory
     /// (default 50 ms); a peer found gone fails its pending transfers (docs/ARCHITECTURE-xproc.md).
     pub peer_probe_interval: Duration,
+    /// `adxl_pool_threshold`: transfers shorter than this are staged through the adxl buffer pool (default 256 KiB,
+    /// ADXL's; 0 turns the pool off).
+    pub adxl_pool_threshold: u64,
+    /// `baseline_timeout_ms`: how long a baseline Host thread waits for one completion (the adxl flag poll, a
+    /// ubshmem stream synchronisation; default 1 s).
+    pub baseline_timeout: Duration,
+    /// `ubshmem_workers`: Host worker threads of the ubshmem baseline (default 8, Mooncake's).
+    pub ubshmem_workers: u32,
+    /// `ubshmem_streams`: streams in the ubshmem stream pool (default 32, at least 4: a transfer uses 4).
+    pub ubshmem_streams: u32,
 }
 
 impl Default for AivOptions {
@@ -94,6 +104,10 @@ impl Default for AivOptions {
             sq_depth: 2048,
             hbm_size: 1 << 30,
             peer_probe_interval: Duration::from_millis(50),
+            adxl_pool_threshold: 256 << 10,
+            baseline_timeout: Duration::from_secs(1),
+            ubshmem_workers: 8,
+            ubshmem_streams: 32,
         }
     }
 }
@@ -288,6 +302,21 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         }
         aiv.hbm_size = size;
     }
+    if let Some(size) = fields.size("adxl_pool_threshold")? {
+        if size > 1 << 20 {
+            return Err(fields.invalid("adxl_pool_threshold", "at most 1 MiB (one SQE)", &Value::from(size)));
+        }
+        aiv.adxl_pool_threshold = size;
+    }
+    if let Some(ms) = fields.integer("baseline_timeout_ms", 1, 600_000)? {
+        aiv.baseline_timeout = Duration::from_millis(ms);
+    }
+    if let Some(workers) = fields.integer("ubshmem_workers", 1, 256)? {
+        aiv.ubshmem_workers = workers as u32;
+    }
+    if let Some(streams) = fields.integer("ubshmem_streams", 4, 1024)? {
+        aiv.ubshmem_streams = streams as u32;
+    }
     Ok(())
 }
 
@@ -432,6 +461,22 @@ mod tests {
         assert_eq!(config.global_segment_size, Some(4 << 30));
         assert_eq!(config.local_buffer_size, Some(512 << 20));
         assert_eq!(config.aiv, AivOptions::default());
+    }
+
+    #[test]
+    fn baseline_options_are_read_and_checked() {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"adxl_pool_threshold": "64kb", "baseline_timeout_ms": 250,
+                "ubshmem_workers": 2, "ubshmem_streams": 8}}"#,
+        )
+        .expect("valid baseline options");
+        assert_eq!(config.aiv.adxl_pool_threshold, 64 << 10);
+        assert_eq!(config.aiv.baseline_timeout, Duration::from_millis(250));
+        assert_eq!((config.aiv.ubshmem_workers, config.aiv.ubshmem_streams), (2, 8));
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"ubshmem_streams": 3}}"#).expect_err("below 4");
+        assert!(error.to_string().contains("aiv.ubshmem_streams"), "{error}");
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"adxl_pool_threshold": "2mb"}}"#).expect_err("too big");
+        assert!(error.to_string().contains("aiv.adxl_pool_threshold"), "{error}");
     }
 
     #[test]

@@ -176,8 +176,9 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     if protocol == Protocol::Tcp {
         config.protocol = Protocol::Tcp;
     }
-    // aiv without --segment_id: two engines on two devices of this process (the configured device id and the next).
-    if protocol == Protocol::Aiv && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator) {
+    // Device paths (aiv and the baselines adxl, ubshmem) without --segment_id: two engines on two devices of this
+    // process (the configured device id and the next).
+    if protocol.is_device_path() && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator) {
         let report = bench::run_aiv_pair(&config, &params).map_err(|e| e.to_string())?;
         let target =
             format!("in-process target on {:?} device {}", config.aiv.device_backend, config.aiv.device_id + 1);
@@ -265,6 +266,12 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
             yes_no(checks[0]), yes_no(checks[1]), yes_no(checks[2]), yes_no(checks[3])
         );
     }
+    println!(
+        "latency per batch: p50 {:.1} us, p99 {:.1} us over {} batches",
+        outcome.latency_quantile(0.5).as_secs_f64() * 1e6,
+        outcome.latency_quantile(0.99).as_secs_f64() * 1e6,
+        outcome.batch_latencies.len()
+    );
     let throughput = outcome.bytes_per_second();
     println!(
         "reference: memcpy {:.2} GB/s in the same run; this path reached {:.3}x memcpy",

@@ -315,6 +315,37 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn kernel_event_token(&self) -> u32;
     /// Sleeps until a kernel published completions after `token` was read, or `timeout` passes.
     fn wait_for_kernel(&self, token: u32, timeout: Duration);
+
+    // ---- Host-submitted baselines (HARDWARE.md section 7) ----
+    /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);
+    /// not attached to any AIV block. Its index follows the kernel's channels, so `channel_exception` and
+    /// `reset_channel` apply to it.
+    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError>;
+    /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
+    fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
+}
+
+/// An SDMA channel driven by a Host thread: the Host reads the channel record, writes SQEs into `sq_base`, stores the
+/// new tail into the doorbell register (`sq_reg_base + SDMA_DOORBELL_OFFSET`) and polls a completion flag itself.
+pub trait HostChannel: Send + Sync + fmt::Debug {
+    /// Where the record and the flag area are.
+    fn info(&self) -> ChannelInfo;
+    /// Called after the Host stored the tail into the doorbell register (twin: wakes the emulated engine; NPU: the
+    /// MMIO store is the doorbell and this does nothing).
+    fn doorbell_rung(&self);
+    /// A token for [`HostChannel::wait_progress`], read before checking the flag.
+    fn progress_token(&self) -> u32;
+    /// Sleeps until the engine made progress after `token` was read, or `timeout` passes.
+    fn wait_progress(&self, token: u32, timeout: Duration);
+}
+
+/// An in-order copy queue executed by the device (an ACL stream).
+pub trait CopyStream: Send + Sync + fmt::Debug {
+    /// Queues a device-to-device copy of `length` bytes (`aclrtMemcpyAsync`, kind D2D); returns at once.
+    fn memcpy_async(&self, dst: u64, src: u64, length: u64) -> Result<(), DeviceError>;
+    /// Waits until every copy queued so far has executed (`aclrtSynchronizeStreamWithTimeout`). A copy the device
+    /// refused since the last synchronisation is reported here, as ACL reports a stream's task exception.
+    fn synchronize(&self, timeout: Duration) -> Result<(), DeviceError>;
 }
 
 /// Device memory owned by the caller; freed when dropped.

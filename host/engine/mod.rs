@@ -215,7 +215,7 @@ impl TransferEngine {
     // ----- Device memory and the aiv transport (device half; see docs/ARCHITECTURE-device.md). -----
 
     /// The device of this engine (created on first call from `config.aiv`: the CPU twin by default), with the `aiv`
-    /// transport installed and the device's exported memory advertised in this engine's descriptor.
+    /// transport and the Host-submitted baselines `adxl` and `ubshmem` installed and the device's exported memory advertised in this engine's descriptor.
     ///
     /// Allocate device memory with `device.allocate(len)`, then `register_memory(buf.addr(), buf.len(),
     /// &device.location())`.
@@ -239,6 +239,8 @@ impl TransferEngine {
         }
         self.set_descriptor_extension(advertisement)?;
         self.install_transport(Protocol::Aiv, device.transport().clone());
+        self.install_transport(Protocol::Adxl, device.adxl().clone());
+        self.install_transport(Protocol::Ubshmem, device.ubshmem().clone());
         *slot = Some(device.clone());
         Ok(device)
     }

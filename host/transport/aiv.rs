@@ -29,6 +29,8 @@ use std::time::Duration;
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
+use super::adxl::AdxlTransport;
+use super::ubshmem::UbshmemTransport;
 use super::{Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::wake::thread_cpu_ns;
@@ -50,6 +52,8 @@ use crate::queue::{
 pub struct AivDevice {
     backend: Arc<dyn DeviceBackend>,
     transport: Arc<AivTransport>,
+    adxl: Arc<AdxlTransport>,
+    ubshmem: Arc<UbshmemTransport>,
 }
 
 impl AivDevice {
@@ -65,7 +69,10 @@ impl AivDevice {
     ) -> Result<AivDevice, DeviceError> {
         let backend = crate::device::open_with_exchange(options, exchange)?;
         let transport = Arc::new(AivTransport::start(backend.clone(), options)?);
-        Ok(AivDevice { backend, transport })
+        // The Host-submitted baselines on the same device and memory; both start their threads on first use.
+        let adxl = Arc::new(AdxlTransport::new(backend.clone(), options));
+        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), options));
+        Ok(AivDevice { backend, transport, adxl, ubshmem })
     }
 
     /// Allocates `length` bytes of device memory (HBM). Register it with
@@ -87,6 +94,16 @@ impl AivDevice {
     /// The aiv transport running on the device.
     pub fn transport(&self) -> &Arc<AivTransport> {
         &self.transport
+    }
+
+    /// The `adxl` baseline transport on the device.
+    pub fn adxl(&self) -> &Arc<AdxlTransport> {
+        &self.adxl
+    }
+
+    /// The `ubshmem` baseline transport on the device.
+    pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
+        &self.ubshmem
     }
 
     /// The twin device, when the backend is the twin (for its test and fault-injection controls).
@@ -569,11 +586,14 @@ impl Inner {
     }
 
     fn drain_loop(self: Arc<Self>) {
+        // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the next transfers
+        // it drains, as the baselines charge their Host threads.
+        let mut cpu_mark = thread_cpu_ns();
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
             let mut progressed = false;
             for block in &self.blocks {
-                progressed |= self.drain_block(block);
+                progressed |= self.drain_block(block, &mut cpu_mark);
             }
             if !progressed {
                 // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
@@ -583,7 +603,7 @@ impl Inner {
     }
 
     /// Drains one block's DCQ; returns whether anything was drained.
-    fn drain_block(&self, block: &HostBlock) -> bool {
+    fn drain_block(&self, block: &HostBlock, cpu_mark: &mut u64) -> bool {
         let index = block.ring;
         let head = block.dcq_head().load(Ordering::Relaxed);
         // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
@@ -591,7 +611,6 @@ impl Inner {
         if head == tail {
             return false;
         }
-        let cpu_started = thread_cpu_ns();
         let count = index.len(head, tail).min(index.depth());
         let mut entries = Vec::with_capacity(count as usize);
         for i in 0..count {
@@ -635,7 +654,9 @@ impl Inner {
         if group_failed {
             self.recover(block);
         }
-        let drain_share = (thread_cpu_ns().saturating_sub(cpu_started)) / u64::from(count.max(1));
+        let now = thread_cpu_ns();
+        let drain_share = now.saturating_sub(*cpu_mark) / u64::from(count.max(1));
+        *cpu_mark = now;
         for (entry, transfer) in finished {
             self.finish(block, entry, transfer, drain_share, exception.as_ref());
         }

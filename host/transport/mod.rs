@@ -4,9 +4,12 @@
 //! moves bytes and reports the outcome through the transfer's [`TaskSlot`](crate::engine::TaskSlot). A transport
 //! must finish every transfer it accepts within a bounded time: COMPLETED, FAILED or TIMEOUT, never silence.
 
+pub mod adxl;
 pub mod aiv;
 pub mod local;
 pub mod tcp;
+pub mod ubshmem;
+pub mod window;
 
 use std::fmt;
 use std::sync::Arc;

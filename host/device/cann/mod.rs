@@ -41,8 +41,8 @@ use zerocopy::FromBytes;
 use self::heap::RangeAllocator;
 use crate::config::AivOptions;
 use crate::device::{
-    ChannelException, ChannelInfo, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion,
-    ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
+    ExportedRegion, HostChannel, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 use crate::queue::{ChannelRecord, FlagArea};
 
@@ -690,6 +690,25 @@ impl DeviceBackend for CannDevice {
         });
         // SAFETY: a fresh anonymous mapping is zeroed and page-aligned, owned by the value until release.
         Ok(unsafe { SharedMemory::from_raw(host.cast(), device_addr, rounded, release) })
+    }
+
+    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
+        let _ = sq_depth;
+        Err(DeviceError::Unavailable {
+            backend: "cann",
+            reason: "the adxl baseline on CANN (HiXL's client API or an ADXL shim) is not built yet; \
+                     the adxl baseline runs on the twin only"
+                .into(),
+        })
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError> {
+        Err(DeviceError::Unavailable {
+            backend: "cann",
+            reason: "the ubshmem baseline on CANN (aclrtMemcpyAsync on real streams) is not built yet; \
+                     the ubshmem baseline runs on the twin only"
+                .into(),
+        })
     }
 
     fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError> {

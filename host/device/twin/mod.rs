@@ -11,10 +11,11 @@ pub mod export_service;
 pub mod kernel_bench;
 pub mod memory;
 pub mod sdma;
+pub mod stream;
 pub mod wake;
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -25,8 +26,8 @@ use self::sdma::{SdmaChannel, Windows};
 use self::wake::Waiter;
 use crate::config::AivOptions;
 use crate::device::{
-    ChannelException, ChannelInfo, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion,
-    ImportedWindow, Launch, SharedMemory,
+    ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
+    ExportedRegion, HostChannel, ImportedWindow, Launch, SharedMemory,
 };
 use crate::queue::{ChannelRecord, FlagArea, SQE_BYTES};
 
@@ -46,6 +47,7 @@ pub struct BlockContext {
 #[derive(Debug, Default)]
 pub struct FaultInjection {
     corrupt_translations: AtomicU32,
+    stall_streams: Arc<AtomicBool>,
 }
 
 impl FaultInjection {
@@ -53,6 +55,33 @@ impl FaultInjection {
     /// rejects the SQE that names it).
     pub fn corrupt_next_translations(&self, count: u32) {
         self.corrupt_translations.store(count, Ordering::Release);
+    }
+
+    /// Stalls (or releases) every copy stream of the device: queued copies wait, synchronisations time out.
+    pub fn stall_streams(&self, stalled: bool) {
+        self.stall_streams.store(stalled, Ordering::Release);
+    }
+}
+
+/// The Host-owned SDMA channel of the `adxl` baseline.
+#[derive(Debug)]
+struct TwinHostChannel {
+    info: ChannelInfo,
+    channel: Arc<SdmaChannel>,
+}
+
+impl HostChannel for TwinHostChannel {
+    fn info(&self) -> ChannelInfo {
+        self.info
+    }
+    fn doorbell_rung(&self) {
+        self.channel.doorbell.notify();
+    }
+    fn progress_token(&self) -> u32 {
+        self.channel.progress.token()
+    }
+    fn wait_progress(&self, token: u32, timeout: Duration) {
+        self.channel.progress.sleep(token, timeout);
     }
 }
 
@@ -97,7 +126,8 @@ impl TwinDevice {
         let heap_region = Arc::new(MemfdRegion::create(id, &format!("aiv-twin-hbm-{id}"), options.hbm_size)?);
         let sq_bytes =
             (u64::from(options.sq_depth) * SQE_BYTES).div_ceil(memory::ALLOCATION_ALIGN) * memory::ALLOCATION_ALIGN;
-        let workspace_bytes = u64::from(options.aiv_blocks) * (sq_bytes + WORKSPACE_PER_CHANNEL);
+        // One channel per AIV block plus the Host-owned channel of the adxl baseline.
+        let workspace_bytes = (u64::from(options.aiv_blocks) + 1) * (sq_bytes + WORKSPACE_PER_CHANNEL);
         let workspace_region =
             Arc::new(MemfdRegion::create(id, &format!("aiv-twin-workspace-{id}"), workspace_bytes.max(4096))?);
         let windows: Windows = Arc::new(RwLock::new(vec![
@@ -348,6 +378,36 @@ impl DeviceBackend for TwinDevice {
             infos.push(ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context });
         }
         Ok(infos)
+    }
+
+    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
+        let mut channels = self.channels.write().unwrap_or_else(|p| p.into_inner());
+        let index = channels.len() as u32;
+        let sq_base = self.workspace.allocate(self.id, u64::from(sq_depth) * SQE_BYTES)?;
+        let record = self.workspace.allocate(self.id, std::mem::size_of::<ChannelRecord>() as u64)?;
+        let flag_area = self.workspace.allocate(self.id, std::mem::size_of::<FlagArea>() as u64)?;
+        // SAFETY: fresh zeroed workspace allocations that live as long as the device, which joins the engine thread
+        // before dropping the workspace.
+        let channel = unsafe {
+            SdmaChannel::new(index, self.id, record as *mut ChannelRecord, sq_base, sq_depth, self.windows.clone())?
+        };
+        let engine = channel.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("aiv-sdma-{}.host{index}", self.id))
+            .spawn(move || engine.run())
+            .map_err(|source| DeviceError::Os { device: self.id, operation: "start SDMA engine", source })?;
+        self.engine_threads.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
+        channels.push(channel.clone());
+        let info = ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context: 0 };
+        Ok(Arc::new(TwinHostChannel { info, channel }))
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError> {
+        static STREAMS: AtomicU32 = AtomicU32::new(0);
+        let index = STREAMS.fetch_add(1, Ordering::Relaxed);
+        let stream =
+            stream::TwinStream::start(self.id, index, self.windows.clone(), self.faults.stall_streams.clone())?;
+        Ok(Arc::new(stream))
     }
 
     fn channel_exception(&self, channel: u32) -> Option<ChannelException> {

@@ -1,0 +1,331 @@
+//! The `ubshmem` baseline: Mooncake's UBShmem shape (HARDWARE.md section 7) over the same imported windows as `aiv`.
+//!
+//! Data path: the engine's validated [`Transfer`] -> the submitting thread relocates both addresses through the
+//! peer's imported windows ([`PeerWindows`]: export/import with offset relocation) and queues one job per transfer ->
+//! a Host worker of the pool (`ubshmem_workers`, default 8) takes it, borrows up to [`STREAMS_PER_TRANSFER`] streams
+//! from the stream pool (`ubshmem_streams`, default 32), splits the transfer across them, issues one asynchronous
+//! copy per piece ([`CopyStream::memcpy_async`]; the runtime turns it into descriptors and submits them), then
+//! synchronises every stream it used (bounded by `baseline_timeout`) and only then finishes the task. On the twin a
+//! stream is an in-order copy queue run by an emulated copy-engine thread; on an NPU it would be `aclrtMemcpyAsync`
+//! on a real stream (not built here).
+//!
+//! Owns its streams and workers; touches no engine state beyond the task slots of the transfers it accepted.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::window::PeerWindows;
+use super::{Transfer, Transport};
+use crate::config::AivOptions;
+use crate::device::{CopyStream, DeviceBackend, DeviceError};
+use crate::engine::{TaskSlot, TransferState};
+use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+
+/// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
+pub const STREAMS_PER_TRANSFER: usize = 4;
+/// Pieces are at least this long, so a small transfer uses fewer streams.
+pub const MIN_PIECE_BYTES: u64 = 64 << 10;
+
+/// Counters of the ubshmem transport as a whole.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UbshmemCounters {
+    /// Transfers carried.
+    pub transfers: u64,
+    /// `memcpy_async` calls.
+    pub copies: u64,
+    /// Stream synchronisations.
+    pub synchronisations: u64,
+    /// Transfers that failed or timed out.
+    pub failures: u64,
+}
+
+#[derive(Debug)]
+struct Job {
+    slot: Arc<TaskSlot>,
+    src: u64,
+    dst: u64,
+    length: u64,
+    submit_cpu_ns: u64,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    stop: bool,
+}
+
+#[derive(Debug)]
+struct Shared {
+    windows: PeerWindows,
+    timeout: Duration,
+    queue: Mutex<Queue>,
+    queued: Condvar,
+    /// The stream pool: all streams, and the indices of those not lent to a worker.
+    streams: Vec<Arc<dyn CopyStream>>,
+    free_streams: Mutex<Vec<usize>>,
+    stream_returned: Condvar,
+    transfers: AtomicU64,
+    copies: AtomicU64,
+    synchronisations: AtomicU64,
+    failures: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Pool {
+    shared: Arc<Shared>,
+    workers: Vec<JoinHandle<()>>,
+}
+
+/// The ubshmem transport of one device.
+#[derive(Debug)]
+pub struct UbshmemTransport {
+    device: Arc<dyn DeviceBackend>,
+    workers: u32,
+    stream_count: u32,
+    timeout: Duration,
+    /// Streams and workers, started on the first submit (so engines that never use ubshmem pay nothing).
+    pool: Mutex<Option<Result<Pool, String>>>,
+}
+
+impl UbshmemTransport {
+    /// The transport for `device`; its streams and workers start with the first transfer.
+    pub fn new(device: Arc<dyn DeviceBackend>, options: &AivOptions) -> Self {
+        UbshmemTransport {
+            device,
+            workers: options.ubshmem_workers.max(1),
+            stream_count: options.ubshmem_streams.max(STREAMS_PER_TRANSFER as u32),
+            timeout: options.baseline_timeout,
+            pool: Mutex::new(None),
+        }
+    }
+
+    /// Transport-wide counters (zero before the first transfer).
+    pub fn counters(&self) -> UbshmemCounters {
+        let pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+        match pool.as_ref() {
+            Some(Ok(pool)) => {
+                let s = &pool.shared;
+                UbshmemCounters {
+                    transfers: s.transfers.load(Ordering::Relaxed),
+                    copies: s.copies.load(Ordering::Relaxed),
+                    synchronisations: s.synchronisations.load(Ordering::Relaxed),
+                    failures: s.failures.load(Ordering::Relaxed),
+                }
+            }
+            _ => UbshmemCounters::default(),
+        }
+    }
+
+    fn start_pool(&self) -> Result<Pool, String> {
+        let streams = (0..self.stream_count)
+            .map(|_| self.device.create_stream())
+            .collect::<Result<Vec<_>, DeviceError>>()
+            .map_err(|e| e.to_string())?;
+        let shared = Arc::new(Shared {
+            windows: PeerWindows::new(self.device.clone(), "ubshmem"),
+            timeout: self.timeout,
+            queue: Mutex::new(Queue::default()),
+            queued: Condvar::new(),
+            free_streams: Mutex::new((0..streams.len()).collect()),
+            streams,
+            stream_returned: Condvar::new(),
+            transfers: AtomicU64::new(0),
+            copies: AtomicU64::new(0),
+            synchronisations: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+        });
+        let mut workers = Vec::new();
+        for index in 0..self.workers {
+            let worker = shared.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("ubshmem-{}.{index}", self.device.device_id()))
+                .spawn(move || worker.run())
+                .map_err(|e| format!("start ubshmem worker: {e}"))?;
+            workers.push(thread);
+        }
+        Ok(Pool { shared, workers })
+    }
+}
+
+impl Transport for UbshmemTransport {
+    fn name(&self) -> &'static str {
+        "ubshmem"
+    }
+
+    fn submit(&self, transfers: Vec<Transfer>) {
+        let cpu_started = thread_cpu_time_ns();
+        let shared = {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            if pool.is_none() {
+                *pool = Some(self.start_pool());
+            }
+            match pool.as_ref() {
+                Some(Ok(pool)) => pool.shared.clone(),
+                Some(Err(reason)) => {
+                    for transfer in transfers {
+                        transfer.slot.finish(TransferState::Failed, 0, format!("ubshmem: {reason}"));
+                    }
+                    return;
+                }
+                None => return,
+            }
+        };
+        let mut jobs = Vec::with_capacity(transfers.len());
+        for transfer in transfers {
+            match shared.windows.resolve(&transfer) {
+                Ok((src, dst)) => {
+                    jobs.push(Job { slot: transfer.slot, src, dst, length: transfer.length, submit_cpu_ns: 0 })
+                }
+                Err(error) => {
+                    transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
+                }
+            }
+        }
+        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        for job in &mut jobs {
+            job.submit_cpu_ns = share;
+        }
+        let count = jobs.len();
+        shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
+        // One worker per job: waking the whole pool for one transfer would charge every worker a wake-up.
+        for _ in 0..count.min(self.workers as usize) {
+            shared.queued.notify_one();
+        }
+    }
+}
+
+impl Drop for UbshmemTransport {
+    fn drop(&mut self) {
+        let Some(Ok(pool)) = self.pool.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        pool.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+        pool.shared.queued.notify_all();
+        for worker in pool.workers {
+            // Bounded: a worker's longest wait is its stream synchronisations (`baseline_timeout` each).
+            let _ = worker.join();
+        }
+        for job in pool.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
+            job.slot.finish(TransferState::Failed, 0, "ubshmem: transport shut down".into());
+        }
+    }
+}
+
+impl Shared {
+    fn run(&self) {
+        // All of this worker's CPU time (waits for work included) is charged to the next transfer it carries.
+        let mut cpu_mark = thread_cpu_time_ns();
+        loop {
+            let job = {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                loop {
+                    if queue.stop {
+                        return;
+                    }
+                    if let Some(job) = queue.jobs.pop_front() {
+                        break job;
+                    }
+                    queue =
+                        self.queued.wait_timeout(queue, Duration::from_millis(20)).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            };
+            self.carry(job, &mut cpu_mark);
+        }
+    }
+
+    /// Borrows `count` streams, waiting at most until `deadline`.
+    fn borrow_streams(&self, count: usize, deadline: Instant) -> Option<Vec<usize>> {
+        let mut free = self.free_streams.lock().unwrap_or_else(|p| p.into_inner());
+        while free.len() < count {
+            let now = Instant::now();
+            if now >= deadline {
+                return None;
+            }
+            free = self.stream_returned.wait_timeout(free, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let keep = free.len() - count;
+        Some(free.split_off(keep))
+    }
+
+    fn return_streams(&self, streams: Vec<usize>) {
+        self.free_streams.lock().unwrap_or_else(|p| p.into_inner()).extend(streams);
+        self.stream_returned.notify_all();
+    }
+
+    fn carry(&self, job: Job, cpu_mark: &mut u64) {
+        let cpu_started = *cpu_mark;
+        let pieces = (job.length.div_ceil(MIN_PIECE_BYTES) as usize).clamp(1, STREAMS_PER_TRANSFER);
+        let mut api_calls = 0u64;
+        let evidence = |api_calls: u64, cpu: u64| TransferEvidence {
+            path: "ubshmem",
+            descriptor_builder: Actor::HostRuntime,
+            doorbell_ringer: Actor::HostRuntime,
+            completion_observer: Actor::HostThread,
+            host_device_api_calls: api_calls,
+            descriptors: pieces as u64,
+            doorbells: pieces as u64,
+            host_cpu_ns: job.submit_cpu_ns + cpu,
+        };
+        let Some(streams) = self.borrow_streams(pieces, Instant::now() + self.timeout) else {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            *cpu_mark = thread_cpu_time_ns();
+            let cpu = cpu_mark.saturating_sub(cpu_started);
+            job.slot.fail_with_evidence(
+                TransferState::Timeout,
+                format!("ubshmem: no {pieces} free streams in the pool within {:?}", self.timeout),
+                evidence(0, cpu),
+            );
+            return;
+        };
+        let mut failure: Option<(TransferState, String)> = None;
+        let piece_length = job.length.div_ceil(pieces as u64);
+        let mut used = 0;
+        for (i, &stream) in streams.iter().enumerate() {
+            let offset = i as u64 * piece_length;
+            if offset >= job.length {
+                break;
+            }
+            let length = piece_length.min(job.length - offset);
+            api_calls += 1;
+            self.copies.fetch_add(1, Ordering::Relaxed);
+            used += 1;
+            if let Err(error) = self.streams[stream].memcpy_async(job.dst + offset, job.src + offset, length) {
+                failure = Some((TransferState::Failed, format!("ubshmem: memcpy_async: {error}")));
+                break;
+            }
+        }
+        // Completion only after every stream used is synchronised (even after a failed issue: what was queued must
+        // finish before the streams go back to the pool).
+        for &stream in &streams[..used] {
+            api_calls += 1;
+            self.synchronisations.fetch_add(1, Ordering::Relaxed);
+            match self.streams[stream].synchronize(self.timeout) {
+                Ok(()) => {}
+                Err(DeviceError::Timeout { waited, .. }) => {
+                    failure.get_or_insert((
+                        TransferState::Timeout,
+                        format!("ubshmem: stream synchronisation did not finish within {waited:?}"),
+                    ));
+                }
+                Err(error) => {
+                    failure.get_or_insert((TransferState::Failed, format!("ubshmem: {error}")));
+                }
+            }
+        }
+        // A stream that timed out still holds its copies; the next synchronisation on it waits for them too.
+        self.return_streams(streams);
+        self.transfers.fetch_add(1, Ordering::Relaxed);
+        *cpu_mark = thread_cpu_time_ns();
+        let cpu = cpu_mark.saturating_sub(cpu_started);
+        match failure {
+            None => {
+                job.slot.complete(job.length, evidence(api_calls, cpu));
+            }
+            Some((state, reason)) => {
+                self.failures.fetch_add(1, Ordering::Relaxed);
+                job.slot.fail_with_evidence(state, reason, evidence(api_calls, cpu));
+            }
+        }
+    }
+}

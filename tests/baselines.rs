@@ -1,0 +1,347 @@
+//! Twin end-to-end tests of the Host-submitted baselines `adxl` and `ubshmem` (issue 7): random data both ways, one
+//! batch mixing all four protocols, the evidence each path records (only `aiv` is AIV-direct), ADXL's buffer pool
+//! made visible, and failures and timeouts that end FAILED / TIMEOUT with their reasons. Runs on the CPU twin only.
+
+#[path = "common/aiv.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aiv_transport::config::{AivOptions, LaunchMode};
+use aiv_transport::evidence::Actor;
+use aiv_transport::transport::adxl::AdxlStatus;
+use aiv_transport::transport::ubshmem::{MIN_PIECE_BYTES, STREAMS_PER_TRANSFER};
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use common::{node, Node};
+use rand::{Rng, RngCore, SeedableRng};
+
+fn baseline_options(device_id: u32) -> AivOptions {
+    AivOptions {
+        baseline_timeout: Duration::from_millis(300),
+        ubshmem_workers: 2,
+        ubshmem_streams: 8,
+        ..common::options(device_id, LaunchMode::Persistent, 8)
+    }
+}
+
+fn pair(size: u64, seed: u64) -> (Node, Node, SegmentId) {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut a = node(baseline_options(0), size);
+    let mut b = node(baseline_options(1), size);
+    rng.fill_bytes(a.bytes_mut());
+    rng.fill_bytes(b.bytes_mut());
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    (a, b, peer)
+}
+
+struct Outcome {
+    states: Vec<TransferState>,
+    reasons: Vec<Option<String>>,
+    evidence: Vec<Option<aiv_transport::evidence::TransferEvidence>>,
+}
+
+fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> Outcome {
+    let batch = engine.allocate_batch(requests.len()).expect("batch");
+    engine.submit_transfer(batch, requests).expect("submit");
+    engine.wait_batch(batch).expect("wait");
+    let n = requests.len();
+    let outcome = Outcome {
+        states: (0..n).map(|t| engine.transfer_status(batch, t).expect("status").state).collect(),
+        reasons: (0..n).map(|t| engine.task_reason(batch, t).expect("reason")).collect(),
+        evidence: (0..n).map(|t| engine.task_evidence(batch, t).expect("evidence")).collect(),
+    };
+    engine.free_batch(batch).expect("free");
+    outcome
+}
+
+/// Disjoint random requests (lengths 1 B to 2.5 MiB, random offsets and directions) of one protocol.
+fn random_requests(
+    rng: &mut impl Rng,
+    a: &Node,
+    b: &Node,
+    peer: SegmentId,
+    protocols: &[Protocol],
+) -> Vec<TransferRequest> {
+    let size = a.buffer.len();
+    let span = size / protocols.len() as u64;
+    protocols
+        .iter()
+        .enumerate()
+        .map(|(i, &protocol)| {
+            let i = i as u64;
+            let length = rng.gen_range(1..=(span / 2).min(5 << 19));
+            let local = i * span + rng.gen_range(0..span - length);
+            let remote = i * span + rng.gen_range(0..span - length);
+            TransferRequest {
+                opcode: if rng.gen_bool(0.5) { Opcode::Read } else { Opcode::Write },
+                source: a.buffer.addr() + local,
+                target_id: peer,
+                target_offset: b.buffer.addr() + remote,
+                length,
+                protocol: Some(protocol),
+            }
+        })
+        .collect()
+}
+
+/// Runs the requests and checks every byte landed, returning the outcome for evidence checks.
+fn run_and_check(a: &Node, b: &Node, requests: &[TransferRequest]) -> Outcome {
+    let source_bytes = |r: &TransferRequest| {
+        let (node, from) = match r.opcode {
+            Opcode::Read => (b, r.target_offset - b.buffer.addr()),
+            Opcode::Write => (a, r.source - a.buffer.addr()),
+        };
+        node.bytes()[from as usize..(from + r.length) as usize].to_vec()
+    };
+    let expected: Vec<Vec<u8>> = requests.iter().map(source_bytes).collect();
+    let outcome = run(&a.engine, requests);
+    for (task, request) in requests.iter().enumerate() {
+        assert_eq!(outcome.states[task], TransferState::Completed, "task {task}: {:?}", outcome.reasons[task]);
+        let (node, to) = match request.opcode {
+            Opcode::Read => (a, request.source - a.buffer.addr()),
+            Opcode::Write => (b, request.target_offset - b.buffer.addr()),
+        };
+        assert!(
+            node.bytes()[to as usize..(to + request.length) as usize] == expected[task][..],
+            "task {task} ({:?}, {} B): data differs",
+            request.protocol,
+            request.length
+        );
+    }
+    outcome
+}
+
+#[test]
+fn adxl_moves_random_data_and_stages_small_transfers_through_its_pool() {
+    let (a, b, peer) = pair(8 << 20, 71);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(72);
+    let mut pooled_expected = 0;
+    for _ in 0..3 {
+        let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Adxl; 4]);
+        // Always one small (pooled) and one large (direct, several SQEs) transfer.
+        requests[0].length = 4096;
+        requests[1].length = (3 << 20) / 2;
+        let outcome = run_and_check(&a, &b, &requests);
+        for (request, evidence) in requests.iter().zip(&outcome.evidence) {
+            let evidence = evidence.as_ref().expect("evidence");
+            assert_eq!(evidence.path, "adxl");
+            assert!(!evidence.is_aiv_direct(), "{evidence:?}");
+            assert_eq!(
+                (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
+                (Actor::HostThread, Actor::HostThread, Actor::HostThread)
+            );
+            assert!(evidence.host_device_api_calls >= 2, "{evidence:?}");
+            assert!(evidence.host_cpu_ns > 0, "{evidence:?}");
+            let pooled = request.length < 256 << 10;
+            pooled_expected += u64::from(pooled);
+            let data_sqes = if pooled { 2 } else { request.length.div_ceil(1 << 20) };
+            assert_eq!(evidence.descriptors, data_sqes + 1, "data SQEs (pool: one extra copy) + flag: {evidence:?}");
+        }
+    }
+    let counters = a.device.adxl().counters();
+    assert_eq!(counters.pooled_transfers, pooled_expected, "{counters:?}");
+    assert_eq!(counters.connects, 1, "one Connect per remote engine: {counters:?}");
+    assert_eq!((counters.timeouts, counters.failures), (0, 0));
+}
+
+#[test]
+fn ubshmem_moves_random_data_over_the_stream_pool() {
+    let (a, b, peer) = pair(8 << 20, 81);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(82);
+    let mut expected_copies = 0;
+    for _ in 0..3 {
+        let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Ubshmem; 4]);
+        requests[0].length = 100;
+        let outcome = run_and_check(&a, &b, &requests);
+        for (request, evidence) in requests.iter().zip(&outcome.evidence) {
+            let evidence = evidence.as_ref().expect("evidence");
+            assert_eq!(evidence.path, "ubshmem");
+            assert!(!evidence.is_aiv_direct(), "{evidence:?}");
+            assert_eq!(
+                (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
+                (Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread)
+            );
+            let pieces = request.length.div_ceil(MIN_PIECE_BYTES).clamp(1, STREAMS_PER_TRANSFER as u64);
+            expected_copies += pieces;
+            assert_eq!(evidence.host_device_api_calls, 2 * pieces, "a memcpy_async and a sync per piece: {evidence:?}");
+            assert_eq!(evidence.descriptors, pieces);
+        }
+    }
+    let counters = a.device.ubshmem().counters();
+    assert_eq!(counters.copies, expected_copies, "{counters:?}");
+    assert_eq!(counters.synchronisations, expected_copies, "{counters:?}");
+}
+
+#[test]
+fn one_batch_mixes_all_four_protocols_each_through_its_own_path() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(91);
+    let mut a = node(baseline_options(0), 8 << 20);
+    let mut b = node(baseline_options(1), 8 << 20);
+    rng.fill_bytes(a.bytes_mut());
+    rng.fill_bytes(b.bytes_mut());
+    a.engine.enable_tcp_transport().expect("tcp on a");
+    b.engine.enable_tcp_transport().expect("tcp on b");
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let protocols = [Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp];
+    let mut mixed: Vec<Protocol> = protocols.iter().flat_map(|&p| [p, p]).collect();
+    mixed.rotate_left(3);
+    let requests = random_requests(&mut rng, &a, &b, peer, &mixed);
+    let outcome = run_and_check(&a, &b, &requests);
+    for (request, evidence) in requests.iter().zip(&outcome.evidence) {
+        let protocol = request.protocol.expect("protocol named");
+        let evidence = evidence.as_ref().expect("evidence");
+        assert_eq!(evidence.path, protocol.as_str(), "each request went through its own path");
+        assert_eq!(evidence.is_aiv_direct(), protocol == Protocol::Aiv, "{evidence:?}");
+        match protocol {
+            Protocol::Adxl | Protocol::Ubshmem => assert!(evidence.host_device_api_calls > 0, "{evidence:?}"),
+            Protocol::Aiv => assert_eq!(evidence.host_device_api_calls, 0, "persistent kernel: {evidence:?}"),
+            Protocol::Tcp => {}
+        }
+    }
+}
+
+#[test]
+fn adxl_stalled_channel_times_out_with_its_status_and_recovers() {
+    let (a, b, peer) = pair(4 << 20, 101);
+    let write = |length: u64| TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: b.buffer.addr(),
+        length,
+        protocol: Some(Protocol::Adxl),
+    };
+    // Warm up: the Host channel opens on the first transfer; it follows the two kernel channels.
+    assert_eq!(run(&a.engine, &[write(4096)]).states, [TransferState::Completed]);
+    let twin = a.device.twin().expect("twin");
+    twin.stall_channel(2, true);
+    let started = Instant::now();
+    let outcome = run(&a.engine, &[write(4096), write(1 << 20)]);
+    twin.stall_channel(2, false);
+    assert_eq!(outcome.states, [TransferState::Timeout, TransferState::Timeout], "{:?}", outcome.reasons);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.contains(&AdxlStatus::TIMEOUT.0.to_string()) && reason.contains("TIMEOUT"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded by baseline_timeout, not the watchdog");
+    assert!(outcome.evidence[0].is_some(), "a timed-out transfer still records what happened");
+    assert_eq!(a.device.adxl().counters().timeouts, 1);
+    let outcome = run_and_check(&a, &b, &[write(300_000)]);
+    assert_eq!(outcome.states, [TransferState::Completed]);
+}
+
+#[test]
+fn adxl_bad_address_fails_with_the_sdma_exception() {
+    let (a, b, peer) = pair(4 << 20, 111);
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: b.buffer.addr() + 4096,
+        length: 512 << 10,
+        protocol: Some(Protocol::Adxl),
+    };
+    a.device.twin().expect("twin").faults.corrupt_next_translations(1);
+    let outcome = run(&a.engine, std::slice::from_ref(&request));
+    assert_eq!(outcome.states, [TransferState::Failed], "{:?}", outcome.reasons);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.contains("FAILED (503900)") && reason.contains("SDMA exception"), "{reason}");
+    assert_eq!(a.device.adxl().counters().failures, 1);
+    run_and_check(&a, &b, &[request]);
+}
+
+#[test]
+fn adxl_refuses_a_peer_without_device_memory_as_not_connected() {
+    let a = node(baseline_options(0), 1 << 20);
+    // A peer engine with host memory only: nothing to import.
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.protocol = Protocol::Aiv;
+    let host_only = TransferEngine::new(config).expect("engine");
+    let mut memory = vec![0u8; 1 << 16];
+    // SAFETY: the vector outlives the registration, withdrawn below before it drops.
+    unsafe { host_only.register_memory(memory.as_mut_ptr() as u64, 1 << 16, "cpu:0") }.expect("register");
+    let peer = a.engine.open_segment(host_only.name()).expect("segment");
+    let request = |protocol| TransferRequest {
+        opcode: Opcode::Read,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: memory.as_ptr() as u64,
+        length: 4096,
+        protocol: Some(protocol),
+    };
+    let outcome = run(&a.engine, &[request(Protocol::Adxl), request(Protocol::Ubshmem)]);
+    assert_eq!(outcome.states, [TransferState::Failed, TransferState::Failed]);
+    let adxl = outcome.reasons[0].clone().expect("reason");
+    assert!(adxl.contains("NOT_CONNECTED (103902)") && adxl.contains("advertises no aiv device"), "{adxl}");
+    let ubshmem = outcome.reasons[1].clone().expect("reason");
+    assert!(ubshmem.starts_with("ubshmem:") && ubshmem.contains("advertises no aiv device"), "{ubshmem}");
+    host_only.unregister_memory(memory.as_ptr() as u64).expect("unregister");
+}
+
+#[test]
+fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
+    let (a, b, peer) = pair(4 << 20, 121);
+    let write = TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: b.buffer.addr(),
+        length: 1 << 20,
+        protocol: Some(Protocol::Ubshmem),
+    };
+    let twin = a.device.twin().expect("twin");
+    twin.faults.stall_streams(true);
+    let started = Instant::now();
+    let outcome = run(&a.engine, std::slice::from_ref(&write));
+    twin.faults.stall_streams(false);
+    assert_eq!(outcome.states, [TransferState::Timeout], "{:?}", outcome.reasons);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.contains("synchronisation did not finish"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    twin.faults.corrupt_next_translations(1);
+    let outcome = run(&a.engine, std::slice::from_ref(&write));
+    assert_eq!(outcome.states, [TransferState::Failed], "{:?}", outcome.reasons);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.contains("outside every mapped window"), "{reason}");
+    run_and_check(&a, &b, &[write]);
+}
+
+#[test]
+fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
+    use aiv_transport::transport::adxl::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
+    let (a, b, _) = pair(4 << 20, 131);
+    let client = AdxlClient::new(&a.engine);
+    let op = |offset: u64, len: u64| TransferOpDesc {
+        local_addr: a.buffer.addr() + offset,
+        remote_addr: b.buffer.addr() + offset,
+        len,
+    };
+    let remote = b.engine.name();
+    assert_eq!(
+        client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5)),
+        AdxlStatus::NOT_CONNECTED
+    );
+    assert_eq!(client.connect(remote), AdxlStatus::SUCCESS);
+    assert_eq!(
+        client.transfer_sync(remote, Opcode::Write, &[op(0, 0)], Duration::from_secs(5)),
+        AdxlStatus::PARAM_INVALID
+    );
+    let list = [op(0, 4096), op(1 << 20, 2 << 20)];
+    assert_eq!(client.transfer_sync(remote, Opcode::Write, &list, Duration::from_secs(5)), AdxlStatus::SUCCESS);
+    assert!(a.bytes()[..4096] == b.bytes()[..4096]);
+    assert!(a.bytes()[1 << 20..3 << 20] == b.bytes()[1 << 20..3 << 20]);
+    let request = client.transfer_async(remote, Opcode::Read, &[op(8192, 300_000)]).expect("started");
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut status = client.get_transfer_status(&request);
+    while status == AdxlTransferStatus::Waiting && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+        status = client.get_transfer_status(&request);
+    }
+    assert_eq!(status, AdxlTransferStatus::Completed);
+    assert!(client.release(&request));
+    // A stalled Host channel: the status is the transport's TIMEOUT code, read back from the task.
+    a.device.twin().expect("twin").stall_channel(2, true);
+    let status = client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5));
+    a.device.twin().expect("twin").stall_channel(2, false);
+    assert_eq!(status, AdxlStatus::TIMEOUT);
+    assert_eq!(client.disconnect(remote), AdxlStatus::SUCCESS);
+    assert_eq!(client.disconnect(remote), AdxlStatus::NOT_CONNECTED);
+}
