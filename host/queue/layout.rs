@@ -75,7 +75,7 @@ pub struct SdmaSqe {
     pub kernel_credit: u8,
     /// Bit 0.
     pub ptr_mode: u8,
-    /// opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27].
+    /// `opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27]`.
     pub opcode_word: U32,
     pub src_stream_id: U16,
     pub src_sub_stream_id: U16,
