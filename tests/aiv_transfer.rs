@@ -145,3 +145,74 @@ fn a_local_buffer_outside_device_memory_fails_with_the_reason() {
     let reason = a.engine.task_reason(batch, 0).expect("task").expect("reason");
     assert!(reason.contains("not device memory"), "{reason}");
 }
+
+#[test]
+fn transfers_within_one_device_use_the_local_segment() {
+    let mut a = node(options(0, LaunchMode::Persistent, 8), 4 << 20);
+    let half = 2u64 << 20;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    rng.fill_bytes(&mut a.bytes_mut()[..half as usize]);
+    let local = a.engine.open_segment(a.engine.name()).expect("own segment");
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: local,
+        target_offset: a.buffer.addr() + half,
+        length: half - 12_345,
+        protocol: None,
+    };
+    let batch = a.engine.allocate_batch(1).expect("batch");
+    a.engine.submit_transfer(batch, &[request]).expect("submit");
+    let status = a.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    let evidence = a.engine.task_evidence(batch, 0).expect("task").expect("evidence");
+    assert_eq!((evidence.path, evidence.descriptors), ("aiv", 3), "2 data SQEs + flag: {evidence:?}");
+    let bytes = a.bytes();
+    let copied = (half - 12_345) as usize;
+    assert!(bytes[..copied] == bytes[half as usize..half as usize + copied]);
+}
+
+/// Regression: with two groups in flight, the older group's flag SQE must not deliver the newer group's sequence
+/// number (it did when both flags copied from one source word), or the newer group is reported before its data moved.
+#[test]
+fn a_newer_group_is_not_reported_before_its_data_has_moved() {
+    let mut opts = options(0, LaunchMode::Persistent, 8);
+    opts.aiv_blocks = 1;
+    opts.sq_depth = 256;
+    let size = 40u64 << 20;
+    let mut a = node(opts, size);
+    let b = node(options(1, LaunchMode::Persistent, 8), size);
+    for (i, byte) in a.bytes_mut().iter_mut().enumerate() {
+        *byte = (i * 31 + i / 4093) as u8;
+    }
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
+    // One block: a group of 64 small transfers, then a group of 36 x 1 MiB that takes the engine milliseconds; both
+    // are posted while the engine is stalled, so the older flag SQE runs after the newer group's flag was written.
+    let small = 4096u64;
+    let mut requests = Vec::new();
+    let mut offset = 0;
+    for i in 0..100u64 {
+        let length = if i < 64 { small } else { 1 << 20 };
+        requests.push(TransferRequest {
+            opcode: Opcode::Write,
+            source: a.buffer.addr() + offset,
+            target_id: peer,
+            target_offset: b.buffer.addr() + offset,
+            length,
+            protocol: None,
+        });
+        offset += length;
+    }
+    let twin = a.device.twin().expect("twin");
+    twin.stall_channel(0, true);
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    twin.stall_channel(0, false);
+    let status = a.engine.wait_batch(batch).expect("wait");
+    // Read right after the batch completed: 100 data SQEs and 2 flag SQEs must all have executed.
+    let executed = twin.executed_sqes(0);
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    assert_eq!(executed, 102, "a group was reported complete before its SQEs ran");
+    assert!(a.bytes()[..offset as usize] == b.bytes()[..offset as usize]);
+}

@@ -75,7 +75,7 @@ pub struct SdmaSqe {
     pub kernel_credit: u8,
     /// Bit 0.
     pub ptr_mode: u8,
-    /// opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27].
+    /// `opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27]`.
     pub opcode_word: U32,
     pub src_stream_id: U16,
     pub src_sub_stream_id: U16,
@@ -219,12 +219,15 @@ pub struct ControlBlock {
     pub pad1: [u8; 48],
 }
 
-/// The per-block flag area in device memory: the flag SQE copies `source` to `receive`.
+/// Source slots of the flag area: flag `seq` copies `source[seq % FLAG_SOURCE_SLOTS]` (see layouts.h for why).
+pub const FLAG_SOURCE_SLOTS: u32 = 4;
+
+/// The per-block flag area in device memory: flag SQE `seq` copies `source[seq % FLAG_SOURCE_SLOTS]` to `receive`.
 #[derive(Debug)]
 #[repr(C, align(64))]
 pub struct FlagArea {
-    pub source: u64,
-    pub pad0: [u8; 56],
+    pub source: [u64; FLAG_SOURCE_SLOTS as usize],
+    pub pad0: [u8; 32],
     pub receive: u64,
     pub pad1: [u8; 56],
 }
@@ -357,7 +360,7 @@ pub fn layout_facts() -> Vec<(String, u64)> {
         group_limit, reserved });
     facts!(out; size KernelArgs as "AivKernelArgs");
     facts!(out; offsets KernelArgs as "AivKernelArgs" { blocks, block_count, layout_version });
-    let constants: [(&str, u64); 30] = [
+    let constants: [(&str, u64); 31] = [
         ("AIV_CACHE_LINE", CACHE_LINE),
         ("AIV_SQE_BYTES", SQE_BYTES),
         ("AIV_SQE_TYPE_SDMA", SQE_TYPE_SDMA.into()),
@@ -388,6 +391,7 @@ pub fn layout_facts() -> Vec<(String, u64)> {
         ("AIV_LAUNCH_PERSISTENT", LAUNCH_PERSISTENT.into()),
         ("AIV_GROUP_MAX_TRANSFERS", GROUP_MAX_TRANSFERS.into()),
         ("AIV_LAYOUT_VERSION", LAYOUT_VERSION.into()),
+        ("AIV_FLAG_SOURCE_SLOTS", FLAG_SOURCE_SLOTS.into()),
     ];
     out.extend(constants.iter().map(|&(name, value)| (format!("const.{name}"), value)));
     out

@@ -37,7 +37,7 @@ uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t 
     b.record = reinterpret_cast<AivChannelRecord*>(b.args.channel_record);
     b.flag = reinterpret_cast<AivFlagArea*>(b.args.flag_area);
     b.control = reinterpret_cast<AivControlBlock*>(b.args.control);
-    b.flag_seq = aiv_platform::load_u64(&b.flag->source);
+    b.flag_seq = aiv::last_flag_seq(b);
     aiv::load_channel(b);
     b.doorbells = 0;
     b.abort_epoch = aiv_platform::load_u32(&b.control->abort_epoch);

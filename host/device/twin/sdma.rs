@@ -17,6 +17,9 @@ use super::wake::Waiter;
 use crate::device::{ChannelException, DeviceError, SdmaSyndrome};
 use crate::queue::{ChannelRecord, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_TYPE_SDMA};
 
+/// How long an idle engine keeps yielding before it sleeps on the doorbell.
+const ENGINE_YIELD_WINDOW: Duration = Duration::from_micros(50);
+
 /// The channel's doorbell register page (device-owned memory; `sq_reg_base` points here).
 #[derive(Debug)]
 #[repr(C, align(4096))]
@@ -180,6 +183,7 @@ impl SdmaChannel {
         let mut head = self.record_sq_head().load(Ordering::Acquire);
         let mut spins = 0u32;
         let mut caught_up_reported = true;
+        let mut idle_since: Option<Instant> = None;
         while !self.shutdown.load(Ordering::Acquire) {
             let requested = self.reset_requested.load(Ordering::Acquire);
             let token = self.doorbell.token();
@@ -207,11 +211,22 @@ impl SdmaChannel {
                     self.progress.notify();
                     caught_up_reported = true;
                 }
-                self.doorbell.idle(token, spins, Duration::from_millis(20));
+                // Back-off: spin, then yield for up to ENGINE_YIELD_WINDOW after the last SQE, then sleep. A doorbell
+                // costs the kernel a system call only while the engine sleeps, so the engine stays reachable through
+                // the short gaps between doorbells but does not hold a core once the channel has gone quiet.
+                let idle_for = idle_since.get_or_insert_with(Instant::now).elapsed();
+                if spins < 16 {
+                    std::hint::spin_loop();
+                } else if idle_for < ENGINE_YIELD_WINDOW {
+                    std::thread::yield_now();
+                } else {
+                    self.doorbell.sleep(token, Duration::from_millis(20));
+                }
                 spins = spins.saturating_add(1);
                 continue;
             }
             spins = 0;
+            idle_since = None;
             let address = self.sq_base + self.sq.offset(head);
             let mut raw = [0u8; 64];
             // SAFETY: `address` is slot `head` of the SQ ring (constructor contract: depth * 64 valid bytes), written

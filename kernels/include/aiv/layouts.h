@@ -127,10 +127,14 @@ typedef struct AivControlBlock {
     uint8_t pad1[48];
 } AivControlBlock;
 
-// The per-block flag area in device memory: the flag SQE copies `source` into `receive`.
+// The per-block flag area in device memory: flag SQE number `seq` copies `source[seq % AIV_FLAG_SOURCE_SLOTS]` into
+// `receive`. Several source slots, because the kernel writes the next flag's value before the engine has executed
+// the previous flag SQE (two groups in flight): one shared source word would let an older flag SQE deliver a newer
+// sequence number and signal a group that has not executed yet.
+#define AIV_FLAG_SOURCE_SLOTS 4u
 typedef struct AivFlagArea {
-    uint64_t source;           // 0
-    uint8_t pad0[56];
+    uint64_t source[AIV_FLAG_SOURCE_SLOTS];  // 0
+    uint8_t pad0[32];
     uint64_t receive;          // 64
     uint8_t pad1[56];
 } AivFlagArea;

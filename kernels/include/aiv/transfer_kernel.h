@@ -96,11 +96,14 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
 }
 
 // Appends a flag SQE (copy the next sequence number into the receive area) and rings; returns its sequence number.
+// At most two flag SQEs are ever unexecuted (an older group's and the newer group's, or a drain's), so slot
+// `seq % AIV_FLAG_SOURCE_SLOTS` is never rewritten before the flag SQE that reads it has executed.
 AIV_DEVICE_FN uint64_t post_flag(Block& b) {
     b.flag_seq += 1;
-    aiv_platform::store_u64(&b.flag->source, b.flag_seq);
-    aiv_platform::flush_for_device(&b.flag->source, 8);
-    post_copy(b, reinterpret_cast<uint64_t>(&b.flag->source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
+    AIV_GM uint64_t* source = &b.flag->source[b.flag_seq % AIV_FLAG_SOURCE_SLOTS];
+    aiv_platform::store_u64(source, b.flag_seq);
+    aiv_platform::flush_for_device(source, 8);
+    post_copy(b, reinterpret_cast<uint64_t>(source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
     ring(b);
     return b.flag_seq;
 }
@@ -301,6 +304,16 @@ AIV_DEVICE_FN void load_channel(Block& b) {
     b.unrung = 0;
 }
 
+// The last flag sequence number posted on this block (by an earlier launch, too).
+AIV_DEVICE_FN uint64_t last_flag_seq(Block& b) {
+    uint64_t last = 0;
+    for (uint32_t i = 0; i < AIV_FLAG_SOURCE_SLOTS; ++i) {
+        const uint64_t seq = aiv_platform::load_u64(&b.flag->source[i]);
+        if (seq > last) last = seq;
+    }
+    return last;
+}
+
 // Kernel body of block `block_idx`.
 AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint32_t block_idx) {
     AivKernelArgs kargs;
@@ -320,7 +333,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     b.record = reinterpret_cast<AIV_GM AivChannelRecord*>(b.args.channel_record);
     b.flag = reinterpret_cast<AIV_GM AivFlagArea*>(b.args.flag_area);
     b.control = reinterpret_cast<AIV_GM AivControlBlock*>(b.args.control);
-    b.flag_seq = aiv_platform::load_u64(&b.flag->source);
+    b.flag_seq = last_flag_seq(b);
     const bool persistent = b.args.launch_mode == AIV_LAUNCH_PERSISTENT;
 
     aiv_platform::store_u32(&b.control->running, 1);
