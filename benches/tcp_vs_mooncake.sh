@@ -4,8 +4,7 @@
 #
 #   benches/tcp_vs_mooncake.sh                       # in-process aiv (two engines), Mooncake over P2PHANDSHAKE
 #   AIV_BENCH_MODE=http benches/tcp_vs_mooncake.sh   # both sides as two processes over Mooncake's HTTP metadata
-#   AIV_BENCH_MODE=p2p benches/tcp_vs_mooncake.sh    # both sides as two processes over P2PHANDSHAKE (needs the
-#                                                    # metadata layer's cross-process handshake in aiv)
+#   AIV_BENCH_MODE=p2p benches/tcp_vs_mooncake.sh    # both sides as two processes over P2PHANDSHAKE
 #
 # Knobs (environment): DURATION (s, default 5), BLOCKS ("4096 65536 1048576"), OPERATIONS ("write read"),
 # THREADS (2), BATCH (32), BUFFER (1073741824), MOONCAKE_ENV (extra VAR=value for the Mooncake processes, e.g.
