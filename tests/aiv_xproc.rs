@@ -115,6 +115,16 @@ impl Initiator {
 
     /// Runs one batch of (opcode, local offset, remote address, length) and returns each task's state and reason.
     fn run(&self, segment: SegmentId, requests: &[(Opcode, u64, u64, u64)]) -> Vec<(TransferState, Option<String>)> {
+        self.run_on(None, segment, requests)
+    }
+
+    /// As [`Initiator::run`], on `protocol` (the engine's default when `None`).
+    fn run_on(
+        &self,
+        protocol: Option<Protocol>,
+        segment: SegmentId,
+        requests: &[(Opcode, u64, u64, u64)],
+    ) -> Vec<(TransferState, Option<String>)> {
         let requests: Vec<TransferRequest> = requests
             .iter()
             .map(|&(opcode, local, remote, length)| TransferRequest {
@@ -123,7 +133,7 @@ impl Initiator {
                 target_id: segment,
                 target_offset: remote,
                 length,
-                protocol: None,
+                protocol,
             })
             .collect();
         let batch = self.engine.allocate_batch(requests.len()).expect("batch");
@@ -321,6 +331,40 @@ fn killing_a_target_fails_its_pending_transfers_and_spares_the_others() {
     let restarted = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
     exchange_and_verify(&initiator, &restarted);
     drop(doomed);
+}
+
+/// The baselines share the device's peer state with `aiv`: a target reached only over `adxl` and `ubshmem` is
+/// SIGKILLed, the aiv probe thread finds it lost, and new baseline transfers to it fail at once naming the loss
+/// (adxl as NOT_CONNECTED) instead of completing into the dead process's orphaned pages.
+#[test]
+fn baseline_transfers_to_a_peer_found_lost_fail_naming_the_loss() {
+    let mut target = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    let initiator = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 16 << 20);
+    let segment = initiator.engine.open_segment(&target.name).expect("open the target's segment");
+    let read = [(Opcode::Read, 0, target.addr, 4096)];
+    // Imports happen on first use, here by the baselines only.
+    assert_completed(&initiator.run_on(Some(Protocol::Adxl), segment, &read));
+    assert_completed(&initiator.run_on(Some(Protocol::Ubshmem), segment, &read));
+
+    let killed_at = Instant::now();
+    target.child.kill().expect("SIGKILL the target");
+    target.child.wait().expect("reaped");
+    // Until the probe (every 50 ms) finds the loss, a transfer may still complete into the orphaned pages.
+    let adxl = loop {
+        let states = initiator.run_on(Some(Protocol::Adxl), segment, &read);
+        if states[0].0 != TransferState::Completed || killed_at.elapsed() > Duration::from_secs(3) {
+            break states[0].clone();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let detected_in = killed_at.elapsed();
+    assert_eq!(adxl.0, TransferState::Failed, "adxl to the killed target after {detected_in:?}: {:?}", adxl.1);
+    let reason = adxl.1.unwrap_or_default();
+    assert!(reason.contains("NOT_CONNECTED (103902)") && reason.contains("lost"), "{reason}");
+    let ubshmem = initiator.run_on(Some(Protocol::Ubshmem), segment, &read);
+    assert_eq!(ubshmem[0].0, TransferState::Failed, "{:?}", ubshmem[0].1);
+    let reason = ubshmem[0].1.clone().unwrap_or_default();
+    assert!(reason.starts_with("ubshmem:") && reason.contains("lost"), "{reason}");
 }
 
 /// Unregistering device memory revokes it for new imports: a peer holding the older descriptor is refused by the

@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
-use super::window::{PeerWindows, ResolveError};
+use super::window::{PeerWindows, ResolveError, Resolved};
 use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
@@ -134,7 +134,7 @@ struct Counters {
 #[derive(Debug)]
 struct Shared {
     device: Arc<dyn DeviceBackend>,
-    windows: PeerWindows,
+    windows: Arc<PeerWindows>,
     pool_threshold: u64,
     timeout: Duration,
     sq_depth: u32,
@@ -166,10 +166,11 @@ struct Worker {
 }
 
 impl AdxlTransport {
-    /// The transport for `device`; its channel, pool and thread start with the first transfer.
-    pub fn new(device: Arc<dyn DeviceBackend>, options: &AivOptions) -> Self {
+    /// The transport for `device`, relocating through the device's `windows` (shared with its other paths, so a peer
+    /// found lost fails here at once); its channel, pool and thread start with the first transfer.
+    pub fn new(device: Arc<dyn DeviceBackend>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
         let shared = Arc::new(Shared {
-            windows: PeerWindows::new(device.clone(), "adxl"),
+            windows,
             device,
             pool_threshold: options.adxl_pool_threshold,
             timeout: options.baseline_timeout,
@@ -226,8 +227,8 @@ impl AdxlTransport {
     /// Resolves one transfer into a job, or finishes it with the ADXL status that refuses it.
     fn job(&self, transfer: Transfer) -> Option<Job> {
         let shared = &self.shared;
-        match shared.windows.resolve(&transfer) {
-            Ok((src, dst)) => {
+        match shared.windows.resolve("adxl", &transfer) {
+            Ok(Resolved { src, dst, .. }) => {
                 let mut api_calls = 0;
                 if transfer.target.id != SegmentId::LOCAL {
                     let mut connected = shared.connected.lock().unwrap_or_else(|p| p.into_inner());
@@ -262,7 +263,7 @@ impl AdxlTransport {
             Err(error) => {
                 let status = match error {
                     ResolveError::Range(_) => AdxlStatus::PARAM_INVALID,
-                    ResolveError::Import(_) => AdxlStatus::NOT_CONNECTED,
+                    ResolveError::Import(_) | ResolveError::Lost(_) => AdxlStatus::NOT_CONNECTED,
                 };
                 transfer.slot.finish(status.task_state(), 0, status.reason(error.reason()));
                 None

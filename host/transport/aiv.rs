@@ -14,15 +14,16 @@
 //! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
 //!
-//! Peer loss (docs/ARCHITECTURE-xproc.md): a probe thread asks every imported peer's device whether it still serves
-//! its memory ([`DeviceBackend::probe_peer`], every `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost: its
-//! pending transfers turn FAILED at once and new ones fail until the segment is refreshed or reopened. On the twin
-//! a dead exporter's pages stay mapped here, so without this check transfers to it would "complete" into orphaned
-//! memory; a real NPU would see a link or HBM error instead.
+//! Peer loss (docs/ARCHITECTURE.md, "aiv between processes"): a probe thread calls [`PeerWindows::probe_all`], which
+//! asks every imported peer's device whether it still serves its memory ([`DeviceBackend::probe_peer`], every
+//! `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost there: this transport fails its pending
+//! transfers at once, and new ones (on every path of the device, the windows being shared) fail until the segment is
+//! refreshed or reopened. On the twin a dead exporter's pages stay mapped here, so without this check transfers to it
+//! would "complete" into orphaned memory; a real NPU would see a link or HBM error instead.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -31,14 +32,13 @@ use zerocopy::{FromBytes, IntoBytes};
 
 use super::adxl::AdxlTransport;
 use super::ubshmem::UbshmemTransport;
+use super::window::{Peer, PeerWindows, Resolved};
 use super::{Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
-use crate::device::{
-    DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, ExportedRegion, ImportedWindow, Launch, SharedMemory,
-};
-use crate::engine::{Opcode, Segment, SegmentId, TaskSlot, TransferState};
+use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
+use crate::engine::{Opcode, TaskSlot, TransferState};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
@@ -68,10 +68,12 @@ impl AivDevice {
         exchange: Option<&dyn crate::device::UniqueIdExchange>,
     ) -> Result<AivDevice, DeviceError> {
         let backend = crate::device::open_with_exchange(options, exchange)?;
-        let transport = Arc::new(AivTransport::start(backend.clone(), options)?);
+        // One import cache and peer state for the three paths: a loss the aiv probe finds is seen by the baselines.
+        let windows = Arc::new(PeerWindows::new(backend.clone()));
+        let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
         // The Host-submitted baselines on the same device and memory; both start their threads on first use.
-        let adxl = Arc::new(AdxlTransport::new(backend.clone(), options));
-        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), options));
+        let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
+        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
         Ok(AivDevice { backend, transport, adxl, ubshmem })
     }
 
@@ -149,41 +151,11 @@ struct Inner {
     launches: AtomicU64,
     channel_resets: AtomicU64,
     completions: AtomicU64,
-    /// Peer segments' imported windows, by segment name.
-    peers: Mutex<HashMap<String, Arc<Peer>>>,
+    /// Peer segments' imported windows and lost state (shared with the baselines of the device).
+    windows: Arc<PeerWindows>,
     /// Wakes the peer probe thread early (at shutdown).
     probe_wake: (Mutex<()>, std::sync::Condvar),
     probe_interval: Duration,
-}
-
-/// Failed probes in a row, other than a refused connection, before a peer counts as lost.
-const PEER_PROBE_STRIKES: u32 = 3;
-
-/// A peer segment's exported regions, imported into this device.
-#[derive(Debug)]
-struct Peer {
-    /// The segment name.
-    name: String,
-    /// The descriptor version the windows were built from.
-    segment: Weak<Segment>,
-    advertisement: DeviceAdvertisement,
-    /// Each advertised region with its window, or why it could not be imported (e.g. withdrawn since).
-    windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
-    /// Why the peer counts as lost, once it does.
-    lost: Mutex<Option<String>>,
-    /// Failed probes in a row.
-    strikes: AtomicU32,
-}
-
-/// Whether a failed probe proves the exporter gone: nobody serves its endpoint, or another device does.
-fn is_gone(error: &std::io::Error) -> bool {
-    matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
-}
-
-impl Peer {
-    fn lost_reason(&self) -> Option<String> {
-        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
 }
 
 #[derive(Debug)]
@@ -286,7 +258,12 @@ impl HostBlock {
 
 impl AivTransport {
     /// Sets up rings, channels and kernel arguments on `device` and, in persistent mode, launches the kernel.
-    pub fn start(device: Arc<dyn DeviceBackend>, options: &AivOptions) -> Result<AivTransport, DeviceError> {
+    /// `windows` is the device's import cache and peer state; the transport's probe thread keeps its lost state.
+    pub fn start(
+        device: Arc<dyn DeviceBackend>,
+        windows: Arc<PeerWindows>,
+        options: &AivOptions,
+    ) -> Result<AivTransport, DeviceError> {
         let invalid =
             |reason: String| DeviceError::Invalid { device: device.device_id(), operation: "start aiv", reason };
         let ring = SpscIndex::new(options.request_ring_depth).ok_or_else(|| {
@@ -367,7 +344,7 @@ impl AivTransport {
             launches: AtomicU64::new(0),
             channel_resets: AtomicU64::new(0),
             completions: AtomicU64::new(0),
-            peers: Mutex::new(HashMap::new()),
+            windows,
             probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
         });
@@ -421,137 +398,11 @@ impl Inner {
         Ok(())
     }
 
-    /// Both addresses in the executing device's view and the peer reached (if any), or why not.
-    fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64, Option<Arc<Peer>>), String> {
-        let device = &self.device;
-        let length = transfer.length;
-        if !device.is_own_memory(transfer.local_addr, length) {
-            return Err(format!(
-                "aiv: local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
-                 engine.device()?.allocate() and register it)",
-                transfer.local_addr,
-                device.backend_name(),
-                device.device_id()
-            ));
-        }
-        let mut reached = None;
-        let remote = if transfer.target.id == SegmentId::LOCAL {
-            if !device.is_own_memory(transfer.remote_addr, length) {
-                return Err(format!(
-                    "aiv: target range [{:#x}, +{length}) of this engine's own segment is not device memory",
-                    transfer.remote_addr
-                ));
-            }
-            transfer.remote_addr
-        } else {
-            let peer = self.peer(&transfer.target)?;
-            if let Some(reason) = peer.lost_reason() {
-                return Err(format!(
-                    "aiv: peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
-                    transfer.target.name
-                ));
-            }
-            reached = Some(peer.clone());
-            let (region, window) = peer
-                .windows
-                .iter()
-                .find(|(region, _)| {
-                    transfer.remote_addr >= region.addr
-                        && transfer
-                            .remote_addr
-                            .checked_add(length)
-                            .is_some_and(|end| end <= region.addr + region.length)
-                })
-                .ok_or_else(|| {
-                    format!(
-                        "aiv: target range [{:#x}, +{length}) is in no exported region of segment {:?}",
-                        transfer.remote_addr, transfer.target.name
-                    )
-                })?;
-            let window = window
-                .as_ref()
-                .map_err(|error| format!("aiv: import of segment {:?} failed: {error}", transfer.target.name))?;
-            device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
-                format!(
-                    "aiv: target range [{:#x}, +{length}) does not translate through the window of export {}",
-                    transfer.remote_addr, region.export_id
-                )
-            })?
-        };
-        Ok(match transfer.opcode {
-            Opcode::Read => (remote, transfer.local_addr, reached),
-            Opcode::Write => (transfer.local_addr, remote, reached),
-        })
-    }
-
-    /// The imported windows of a peer segment, parsed and imported once per descriptor version.
-    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
-        let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(peer) = peers.get(&segment.name) {
-            if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
-                return Ok(peer.clone());
-            }
-        }
-        let value = segment
-            .descriptor
-            .aiv
-            .clone()
-            .ok_or_else(|| format!("aiv: segment {:?} advertises no aiv device", segment.name))?;
-        let advertisement: DeviceAdvertisement = serde_json::from_value(value)
-            .map_err(|error| format!("aiv: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
-        let mut windows = Vec::new();
-        for region in &advertisement.regions {
-            // A region that cannot be imported fails only the transfers that reach it.
-            let window = self.device.import(&advertisement, region).map_err(|error| error.to_string());
-            windows.push((region.clone(), window));
-        }
-        let peer = Arc::new(Peer {
-            name: segment.name.clone(),
-            segment: Arc::downgrade(segment),
-            advertisement,
-            windows,
-            lost: Mutex::new(None),
-            strikes: AtomicU32::new(0),
-        });
-        // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
-        // reach orphaned memory: check the exporter once before the first transfer, then the probe thread does.
-        if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
-            if is_gone(&error) {
-                *peer.lost.lock().unwrap_or_else(|p| p.into_inner()) =
-                    Some(format!("its device {} does not answer: {error}", peer.advertisement.device));
-            }
-        }
-        peers.insert(segment.name.clone(), peer.clone());
-        Ok(peer)
-    }
-
     /// Probes every imported peer each probe interval until stop; declares lost the ones that are gone.
     fn probe_loop(self: Arc<Self>) {
         while !self.stop.load(Ordering::Acquire) {
-            let peers: Vec<Arc<Peer>> = self
-                .peers
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .values()
-                .filter(|peer| peer.lost_reason().is_none())
-                .cloned()
-                .collect();
-            for peer in peers {
-                let Some(outcome) = self.device.probe_peer(&peer.advertisement) else { continue };
-                match outcome {
-                    Ok(()) => peer.strikes.store(0, Ordering::Relaxed),
-                    Err(error) => {
-                        // A refused connection means nobody serves the endpoint any more: the exporter is gone.
-                        // Anything else (a timeout under load) counts only after a few strikes in a row.
-                        let strikes = peer.strikes.fetch_add(1, Ordering::Relaxed) + 1;
-                        if is_gone(&error) || strikes >= PEER_PROBE_STRIKES {
-                            self.declare_lost(
-                                &peer,
-                                format!("its device {} stopped answering: {error}", peer.advertisement.device),
-                            );
-                        }
-                    }
-                }
+            for peer in self.windows.probe_all() {
+                self.fail_pending_to(&peer);
             }
             let (lock, wake) = &self.probe_wake;
             let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -562,12 +413,12 @@ impl Inner {
         }
     }
 
-    /// Marks `peer` lost and fails every transfer to it that is still pending (the DCQ entries that come later find
-    /// their tasks already terminal and change nothing).
-    fn declare_lost(&self, peer: &Arc<Peer>, reason: String) {
-        *peer.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason.clone());
-        tracing::warn!(segment = %peer.name, %reason, "aiv peer lost");
-        let message = format!("aiv: peer segment {:?} lost while the transfer was pending: {reason}", peer.name);
+    /// Fails every transfer still pending to `peer`, just marked lost (the DCQ entries that come later find their
+    /// tasks already terminal and change nothing).
+    fn fail_pending_to(&self, peer: &Arc<Peer>) {
+        let reason = peer.lost_reason().unwrap_or_default();
+        tracing::warn!(segment = %peer.name(), %reason, "aiv peer lost");
+        let message = format!("aiv: peer segment {:?} lost while the transfer was pending: {reason}", peer.name());
         let reaches = |inflight: &InFlight| inflight.peer.as_ref().is_some_and(|p| Arc::ptr_eq(p, peer));
         let mut failed = 0usize;
         // Backlog before the in-flight map: an entry moves from the first to the second, so none is missed.
@@ -582,7 +433,7 @@ impl Inner {
                 failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
             }
         }
-        tracing::warn!(segment = %peer.name, failed, "pending transfers to a lost peer failed");
+        tracing::warn!(segment = %peer.name(), failed, "pending transfers to a lost peer failed");
     }
 
     fn drain_loop(self: Arc<Self>) {
@@ -784,16 +635,16 @@ impl Transport for AivTransport {
         let mut accepted = 0u64;
         let mut resolved = Vec::with_capacity(transfers.len());
         for transfer in transfers {
-            match inner.resolve(&transfer) {
+            match inner.windows.resolve("aiv", &transfer) {
                 Ok(addresses) => resolved.push((transfer, addresses)),
-                Err(reason) => {
-                    transfer.slot.finish(TransferState::Failed, 0, reason);
+                Err(error) => {
+                    transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
                 }
             }
         }
         let count = resolved.len().max(1) as u64;
         let share = thread_cpu_ns().saturating_sub(cpu_started) / count;
-        for (transfer, (src, dst, peer)) in resolved {
+        for (transfer, Resolved { src, dst, peer }) in resolved {
             let block = inner.next_block.fetch_add(1, Ordering::Relaxed) % inner.blocks.len();
             let id = inner.next_transfer_id.fetch_add(1, Ordering::Relaxed);
             let entry = RequestEntry {

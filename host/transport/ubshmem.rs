@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::window::PeerWindows;
+use super::window::{PeerWindows, Resolved};
 use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
@@ -59,7 +59,7 @@ struct Queue {
 
 #[derive(Debug)]
 struct Shared {
-    windows: PeerWindows,
+    windows: Arc<PeerWindows>,
     timeout: Duration,
     queue: Mutex<Queue>,
     queued: Condvar,
@@ -83,6 +83,8 @@ struct Pool {
 #[derive(Debug)]
 pub struct UbshmemTransport {
     device: Arc<dyn DeviceBackend>,
+    /// The device's import cache and peer state, shared with its other paths.
+    windows: Arc<PeerWindows>,
     workers: u32,
     stream_count: u32,
     timeout: Duration,
@@ -91,10 +93,12 @@ pub struct UbshmemTransport {
 }
 
 impl UbshmemTransport {
-    /// The transport for `device`; its streams and workers start with the first transfer.
-    pub fn new(device: Arc<dyn DeviceBackend>, options: &AivOptions) -> Self {
+    /// The transport for `device`, relocating through the device's `windows` (shared with its other paths, so a peer
+    /// found lost fails here at once); its streams and workers start with the first transfer.
+    pub fn new(device: Arc<dyn DeviceBackend>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
         UbshmemTransport {
             device,
+            windows,
             workers: options.ubshmem_workers.max(1),
             stream_count: options.ubshmem_streams.max(STREAMS_PER_TRANSFER as u32),
             timeout: options.baseline_timeout,
@@ -125,7 +129,7 @@ impl UbshmemTransport {
             .collect::<Result<Vec<_>, DeviceError>>()
             .map_err(|e| e.to_string())?;
         let shared = Arc::new(Shared {
-            windows: PeerWindows::new(self.device.clone(), "ubshmem"),
+            windows: self.windows.clone(),
             timeout: self.timeout,
             queue: Mutex::new(Queue::default()),
             queued: Condvar::new(),
@@ -175,8 +179,8 @@ impl Transport for UbshmemTransport {
         };
         let mut jobs = Vec::with_capacity(transfers.len());
         for transfer in transfers {
-            match shared.windows.resolve(&transfer) {
-                Ok((src, dst)) => {
+            match shared.windows.resolve("ubshmem", &transfer) {
+                Ok(Resolved { src, dst, .. }) => {
                     jobs.push(Job { slot: transfer.slot, src, dst, length: transfer.length, submit_cpu_ns: 0 })
                 }
                 Err(error) => {

@@ -1,23 +1,64 @@
-//! Address translation shared by every device path (`aiv`, `adxl`, `ubshmem`): both ends of a validated transfer in
-//! the executing device's view.
+//! Address translation and peer state shared by every device path (`aiv`, `adxl`, `ubshmem`): both ends of a
+//! validated transfer in the executing device's view, and whether the peer it reaches is still there.
 //!
 //! A peer segment's `aiv` object advertises its exported device regions; they are imported into this device once per
 //! descriptor version and a peer address is relocated by its offset in the region (`local_base + (remote -
-//! remote_base)`), the VMM/IPC import scheme all three paths use. Owns the import cache; touches nothing else.
+//! remote_base)`), the VMM/IPC import scheme all three paths use. A region that cannot be imported fails only the
+//! transfers that reach it.
+//!
+//! Peer loss (docs/ARCHITECTURE.md, "aiv between processes"): a new descriptor version is probed once before its
+//! first transfer ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread)
+//! probes every imported peer; a peer found gone is marked lost and every later transfer to it fails with
+//! [`ResolveError::Lost`] until the segment is refreshed or reopened. One `PeerWindows` per device serves all three
+//! paths, so the baselines see a loss the `aiv` probe found. Owns the import cache and the peers' lost state; failing
+//! transfers already pending to a lost peer is the caller's part.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
 use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
 use crate::engine::{Opcode, Segment, SegmentId};
 
-/// A peer segment's exported regions, imported into this device.
+/// Failed probes in a row, other than a refused connection, before a peer counts as lost.
+pub const PEER_PROBE_STRIKES: u32 = 3;
+
+/// Whether a failed probe proves the exporter gone: nobody serves its endpoint, or another device does.
+fn is_gone(error: &std::io::Error) -> bool {
+    matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
+}
+
+/// A peer segment's exported regions, imported into this device (one descriptor version).
 #[derive(Debug)]
-struct Peer {
+pub struct Peer {
+    /// The segment name.
+    name: String,
     /// The descriptor version the windows were built from.
     segment: Weak<Segment>,
-    windows: Vec<(ExportedRegion, ImportedWindow)>,
+    advertisement: DeviceAdvertisement,
+    /// Each advertised region with its window, or why it could not be imported (e.g. withdrawn since).
+    windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
+    /// Why the peer counts as lost, once it does.
+    lost: Mutex<Option<String>>,
+    /// Failed probes in a row.
+    strikes: AtomicU32,
+}
+
+impl Peer {
+    /// The segment name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Why the peer counts as lost, if it does.
+    pub fn lost_reason(&self) -> Option<String> {
+        self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn mark_lost(&self, reason: String) {
+        *self.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+    }
 }
 
 /// Why a transfer's addresses could not be resolved: the caller maps these onto its own status codes.
@@ -27,36 +68,48 @@ pub enum ResolveError {
     Range(String),
     /// The peer's device memory could not be imported (no connection to it).
     Import(String),
+    /// The peer was found lost (its device stopped answering); no connection to it until a refresh or reopen.
+    Lost(String),
 }
 
 impl ResolveError {
     /// The readable reason.
     pub fn reason(&self) -> &str {
         match self {
-            ResolveError::Range(reason) | ResolveError::Import(reason) => reason,
+            ResolveError::Range(reason) | ResolveError::Import(reason) | ResolveError::Lost(reason) => reason,
         }
     }
 }
 
-/// The import cache and translation of one device, used by one transport.
+/// Both ends of a transfer in the executing device's view, and the peer it reaches.
+#[derive(Debug)]
+pub struct Resolved {
+    /// Source address.
+    pub src: u64,
+    /// Destination address.
+    pub dst: u64,
+    /// The peer reached, if not this device's own memory.
+    pub peer: Option<Arc<Peer>>,
+}
+
+/// The import cache, translation and peer state of one device, shared by its transports.
 #[derive(Debug)]
 pub struct PeerWindows {
     device: Arc<dyn DeviceBackend>,
-    /// Prefix of every reason (the transport's name).
-    path: &'static str,
-    /// Peer segments' imported windows, by segment name.
+    /// Peer segments' imported windows, by segment name (the newest descriptor version seen).
     peers: Mutex<HashMap<String, Arc<Peer>>>,
 }
 
 impl PeerWindows {
-    /// Translation for `device`; reasons start with `path`.
-    pub fn new(device: Arc<dyn DeviceBackend>, path: &'static str) -> Self {
-        PeerWindows { device, path, peers: Mutex::new(HashMap::new()) }
+    /// Translation for `device`.
+    pub fn new(device: Arc<dyn DeviceBackend>) -> Self {
+        PeerWindows { device, peers: Mutex::new(HashMap::new()) }
     }
 
-    /// `(source, destination)` in the executing device's view, or why not.
-    pub fn resolve(&self, transfer: &Transfer) -> Result<(u64, u64), ResolveError> {
-        let (device, path) = (&self.device, self.path);
+    /// Both ends of `transfer` in the executing device's view, or why not; reasons start with `path` (the
+    /// transport's name).
+    pub fn resolve(&self, path: &str, transfer: &Transfer) -> Result<Resolved, ResolveError> {
+        let device = &self.device;
         let length = transfer.length;
         if !device.is_own_memory(transfer.local_addr, length) {
             return Err(ResolveError::Range(format!(
@@ -67,6 +120,7 @@ impl PeerWindows {
                 device.device_id()
             )));
         }
+        let mut reached = None;
         let remote = if transfer.target.id == SegmentId::LOCAL {
             if !device.is_own_memory(transfer.remote_addr, length) {
                 return Err(ResolveError::Range(format!(
@@ -76,7 +130,13 @@ impl PeerWindows {
             }
             transfer.remote_addr
         } else {
-            let peer = self.peer(&transfer.target).map_err(ResolveError::Import)?;
+            let peer = self.peer(path, &transfer.target).map_err(ResolveError::Import)?;
+            if let Some(reason) = peer.lost_reason() {
+                return Err(ResolveError::Lost(format!(
+                    "{path}: peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
+                    transfer.target.name
+                )));
+            }
             let (region, window) = peer
                 .windows
                 .iter()
@@ -93,22 +153,27 @@ impl PeerWindows {
                         transfer.remote_addr, transfer.target.name
                     ))
                 })?;
-            device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
+            let window = window.as_ref().map_err(|error| {
+                ResolveError::Import(format!("{path}: import of segment {:?} failed: {error}", transfer.target.name))
+            })?;
+            let remote = device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
                 ResolveError::Range(format!(
                     "{path}: target range [{:#x}, +{length}) does not translate through the window of export {}",
                     transfer.remote_addr, region.export_id
                 ))
-            })?
+            })?;
+            reached = Some(peer.clone());
+            remote
         };
-        Ok(match transfer.opcode {
+        let (src, dst) = match transfer.opcode {
             Opcode::Read => (remote, transfer.local_addr),
             Opcode::Write => (transfer.local_addr, remote),
-        })
+        };
+        Ok(Resolved { src, dst, peer: reached })
     }
 
     /// The imported windows of a peer segment, parsed and imported once per descriptor version.
-    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
-        let path = self.path;
+    fn peer(&self, path: &str, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(peer) = peers.get(&segment.name) {
             if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
@@ -123,15 +188,58 @@ impl PeerWindows {
         let advertisement: DeviceAdvertisement = serde_json::from_value(value)
             .map_err(|error| format!("{path}: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
         let mut windows = Vec::new();
-        for region in advertisement.regions.clone() {
-            let window = self
-                .device
-                .import(&advertisement, &region)
-                .map_err(|error| format!("{path}: import of segment {:?} failed: {error}", segment.name))?;
-            windows.push((region, window));
+        for region in &advertisement.regions {
+            // A region that cannot be imported fails only the transfers that reach it.
+            let window = self.device.import(&advertisement, region).map_err(|error| error.to_string());
+            windows.push((region.clone(), window));
         }
-        let peer = Arc::new(Peer { segment: Arc::downgrade(segment), windows });
+        let peer = Arc::new(Peer {
+            name: segment.name.clone(),
+            segment: Arc::downgrade(segment),
+            advertisement,
+            windows,
+            lost: Mutex::new(None),
+            strikes: AtomicU32::new(0),
+        });
+        // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
+        // reach orphaned memory: check the exporter once before the first transfer, then `probe_all` does.
+        if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
+            if is_gone(&error) {
+                peer.mark_lost(format!("its device {} does not answer: {error}", peer.advertisement.device));
+            }
+        }
         peers.insert(segment.name.clone(), peer.clone());
         Ok(peer)
+    }
+
+    /// Probes every imported peer not yet lost once; marks lost the ones that are gone (a refused connection at once,
+    /// other failures after [`PEER_PROBE_STRIKES`] in a row) and returns them, so the caller can fail what it still
+    /// has pending to them.
+    pub fn probe_all(&self) -> Vec<Arc<Peer>> {
+        let peers: Vec<Arc<Peer>> = self
+            .peers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .filter(|peer| peer.lost_reason().is_none())
+            .cloned()
+            .collect();
+        let mut lost = Vec::new();
+        for peer in peers {
+            let Some(outcome) = self.device.probe_peer(&peer.advertisement) else { continue };
+            match outcome {
+                Ok(()) => peer.strikes.store(0, Ordering::Relaxed),
+                Err(error) => {
+                    // A refused connection means nobody serves the endpoint any more: the exporter is gone.
+                    // Anything else (a timeout under load) counts only after a few strikes in a row.
+                    let strikes = peer.strikes.fetch_add(1, Ordering::Relaxed) + 1;
+                    if is_gone(&error) || strikes >= PEER_PROBE_STRIKES {
+                        peer.mark_lost(format!("its device {} stopped answering: {error}", peer.advertisement.device));
+                        lost.push(peer);
+                    }
+                }
+            }
+        }
+        lost
     }
 }
