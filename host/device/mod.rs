@@ -158,6 +158,32 @@ impl Drop for SharedMemory {
     }
 }
 
+/// A fresh private anonymous mapping of `length` bytes rounded up to whole pages: zeroed and page aligned, the Host
+/// side of memory a backend shares with its device. Returns the address and the rounded length; the caller owns the
+/// mapping and unmaps it.
+pub(crate) fn map_anonymous_pages(
+    device: u32,
+    length: usize,
+    operation: &'static str,
+) -> Result<(*mut u8, usize), DeviceError> {
+    let rounded = length.max(1).div_ceil(4096) * 4096;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it, and the result is checked below.
+    let host = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            rounded,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if host == libc::MAP_FAILED {
+        return Err(DeviceError::Os { device, operation, source: std::io::Error::last_os_error() });
+    }
+    Ok((host.cast(), rounded))
+}
+
 /// One SDMA channel as the kernel sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ChannelInfo {

@@ -645,26 +645,8 @@ impl DeviceBackend for CannDevice {
 
     fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError> {
         self.bind()?;
-        let page = 4096usize;
-        let rounded = length.max(1).div_ceil(page) * page;
-        // SAFETY: an anonymous private mapping; the result is checked below.
-        let host = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                rounded,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if host == libc::MAP_FAILED {
-            return Err(DeviceError::Os {
-                device: self.id,
-                operation: "map Host memory for the device",
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        let (host, rounded) = crate::device::map_anonymous_pages(self.id, length, "map Host memory for the device")?;
+        let host = host.cast::<c_void>();
         let unmap = move || {
             // SAFETY: the mapping made above, no longer used.
             unsafe { libc::munmap(host, rounded) };

@@ -117,6 +117,33 @@ pub struct TwinDevice {
 }
 
 impl TwinDevice {
+    /// Starts SDMA channel `index`: its SQ ring, channel record and flag area in the workspace, and its engine
+    /// thread (named `aiv-sdma-<device>.<label>`, pushed onto `threads`). Returns the channel and the device
+    /// addresses of its record and flag area.
+    fn start_channel(
+        &self,
+        index: u32,
+        sq_depth: u32,
+        label: String,
+        threads: &mut Vec<std::thread::JoinHandle<()>>,
+    ) -> Result<(Arc<SdmaChannel>, u64, u64), DeviceError> {
+        let sq_base = self.workspace.allocate(self.id, u64::from(sq_depth) * SQE_BYTES)?;
+        let record = self.workspace.allocate(self.id, std::mem::size_of::<ChannelRecord>() as u64)?;
+        let flag_area = self.workspace.allocate(self.id, std::mem::size_of::<FlagArea>() as u64)?;
+        // SAFETY: `record` and `sq_base` are fresh zeroed workspace allocations that live as long as the device,
+        // which joins the engine threads before dropping the workspace.
+        let channel = unsafe {
+            SdmaChannel::new(index, self.id, record as *mut ChannelRecord, sq_base, sq_depth, self.windows.clone())?
+        };
+        let engine = channel.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("aiv-sdma-{}.{label}", self.id))
+            .spawn(move || engine.run())
+            .map_err(|source| DeviceError::Os { device: self.id, operation: "start SDMA engine", source })?;
+        threads.push(thread);
+        Ok((channel, record, flag_area))
+    }
+
     /// Creates a twin device with `options.hbm_size` bytes of HBM.
     pub fn open(options: &AivOptions) -> Result<Arc<TwinDevice>, DeviceError> {
         static INSTANCE: AtomicU64 = AtomicU64::new(0);
@@ -306,25 +333,7 @@ impl DeviceBackend for TwinDevice {
     }
 
     fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError> {
-        let length = length.max(1).div_ceil(4096) * 4096;
-        // SAFETY: a fresh private anonymous mapping; nothing else refers to it.
-        let host = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                length,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        if host == libc::MAP_FAILED {
-            return Err(DeviceError::Os {
-                device: self.id,
-                operation: "map shared memory",
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        let (host, length) = super::map_anonymous_pages(self.id, length, "map shared memory")?;
         let addr = host as usize;
         let release = Box::new(move || {
             // SAFETY: unmaps the mapping created above, once, when its owner drops.
@@ -353,20 +362,7 @@ impl DeviceBackend for TwinDevice {
         let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
         let mut infos = Vec::new();
         for index in 0..count {
-            let sq_base = self.workspace.allocate(self.id, u64::from(sq_depth) * SQE_BYTES)?;
-            let record = self.workspace.allocate(self.id, std::mem::size_of::<ChannelRecord>() as u64)?;
-            let flag_area = self.workspace.allocate(self.id, std::mem::size_of::<FlagArea>() as u64)?;
-            // SAFETY: `record` and `sq_base` are fresh zeroed workspace allocations that live as long as the device,
-            // which joins the engine threads before dropping the workspace.
-            let channel = unsafe {
-                SdmaChannel::new(index, self.id, record as *mut ChannelRecord, sq_base, sq_depth, self.windows.clone())?
-            };
-            let engine = channel.clone();
-            let thread = std::thread::Builder::new()
-                .name(format!("aiv-sdma-{}.{index}", self.id))
-                .spawn(move || engine.run())
-                .map_err(|source| DeviceError::Os { device: self.id, operation: "start SDMA engine", source })?;
-            threads.push(thread);
+            let (channel, record, flag_area) = self.start_channel(index, sq_depth, format!("{index}"), &mut threads)?;
             let context = Box::new(BlockContext {
                 host_to_kernel: Waiter::default(),
                 channel: channel.clone(),
@@ -383,20 +379,9 @@ impl DeviceBackend for TwinDevice {
     fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
         let mut channels = self.channels.write().unwrap_or_else(|p| p.into_inner());
         let index = channels.len() as u32;
-        let sq_base = self.workspace.allocate(self.id, u64::from(sq_depth) * SQE_BYTES)?;
-        let record = self.workspace.allocate(self.id, std::mem::size_of::<ChannelRecord>() as u64)?;
-        let flag_area = self.workspace.allocate(self.id, std::mem::size_of::<FlagArea>() as u64)?;
-        // SAFETY: fresh zeroed workspace allocations that live as long as the device, which joins the engine thread
-        // before dropping the workspace.
-        let channel = unsafe {
-            SdmaChannel::new(index, self.id, record as *mut ChannelRecord, sq_base, sq_depth, self.windows.clone())?
-        };
-        let engine = channel.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("aiv-sdma-{}.host{index}", self.id))
-            .spawn(move || engine.run())
-            .map_err(|source| DeviceError::Os { device: self.id, operation: "start SDMA engine", source })?;
-        self.engine_threads.lock().unwrap_or_else(|p| p.into_inner()).push(thread);
+        let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
+        let (channel, record, flag_area) = self.start_channel(index, sq_depth, format!("host{index}"), &mut threads)?;
+        drop(threads);
         channels.push(channel.clone());
         let info = ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context: 0 };
         Ok(Arc::new(TwinHostChannel { info, channel }))
