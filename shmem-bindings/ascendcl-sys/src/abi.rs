@@ -302,6 +302,72 @@ pub fn compile_shared_library(source: &Path, output: &Path, defines: &[&str]) ->
     }
 }
 
+/// A fake vendor library built for one test: [`compile_shared_library`] into a private temporary directory, loaded
+/// once more so the test can reach the fake's control functions (`fake_take_log`, `fake_set_result`). The directory
+/// is removed when the value drops. The binding tests of every `-sys` crate share it.
+#[derive(Debug)]
+pub struct FakeLibrary {
+    control: libloading::Library,
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl FakeLibrary {
+    /// Compiles `source` into `<temporary directory>/<file_name>` with `defines` and loads it.
+    pub fn build(source: &Path, file_name: &str, defines: &[&str]) -> Result<FakeLibrary, CompileFailure> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let fail = |stderr: String| CompileFailure { compiler: "cc".into(), source_file: source.to_path_buf(), stderr };
+        let dir = std::env::temp_dir().join(format!(
+            "aiv-fake-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).map_err(|error| fail(format!("cannot create {}: {error}", dir.display())))?;
+        let path = dir.join(file_name);
+        compile_shared_library(source, &path, defines)?;
+        // SAFETY: the fakes' initialisers do nothing; the library stays loaded while this value lives.
+        let control = unsafe { libloading::Library::new(&path) }
+            .map_err(|error| fail(format!("cannot load {}: {error}", path.display())))?;
+        Ok(FakeLibrary { control, path, dir })
+    }
+
+    /// The built library's path (what the loader's override variable should name).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The loaded library, for the fake's own control symbols.
+    pub fn control(&self) -> &libloading::Library {
+        &self.control
+    }
+
+    /// The calls the fake recorded since the last read, one per line (`fake_take_log(char *, size_t)`).
+    pub fn take_log(&self) -> Vec<String> {
+        use std::ffi::{c_char, CStr};
+        // SAFETY: every fake exports `size_t fake_take_log(char *, size_t)`.
+        let take = match unsafe {
+            self.control.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0")
+        } {
+            Ok(take) => take,
+            Err(error) => panic!("{} lacks fake_take_log: {error}", self.path.display()),
+        };
+        let mut buffer = vec![0 as c_char; 1 << 16];
+        // SAFETY: the buffer is live and as long as the capacity passed.
+        unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
+        // SAFETY: the fake NUL-terminates what it copies.
+        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
+        text.lines().map(str::to_owned).collect()
+    }
+}
+
+impl Drop for FakeLibrary {
+    fn drop(&mut self) {
+        // Runs before the library is unloaded; unlinking the file of a loaded library is harmless on Linux.
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

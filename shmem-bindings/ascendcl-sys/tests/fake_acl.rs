@@ -3,36 +3,30 @@
 //! host memory; these tests say nothing about how a real NPU runtime behaves, only that the bindings call the
 //! right C functions with the right arguments and map their results correctly.
 
-use std::ffi::{c_char, CStr, OsString};
-use std::path::{Path, PathBuf};
+use std::ffi::{c_char, OsString};
+use std::path::Path;
 
-use ascendcl_sys::abi::compile_shared_library;
+use ascendcl_sys::abi::FakeLibrary;
 use ascendcl_sys::loader::{Candidate, LoadError};
 use ascendcl_sys::sys::{self, AclApi, ASCENDCL_LIBRARY};
 use ascendcl_sys::{result, safe, AclError, Error};
 
 /// A fake library built for one test, with handles to its control functions.
 struct Fake {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    control: libloading::Library,
+    library: FakeLibrary,
 }
 
 impl Fake {
     fn build(defines: &[&str]) -> Fake {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().join("libascendcl.so");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_acl.c");
-        if let Err(failure) = compile_shared_library(&source, &path, defines) {
-            panic!("{failure}");
+        match FakeLibrary::build(&source, "libascendcl.so", defines) {
+            Ok(library) => Fake { library },
+            Err(failure) => panic!("{failure}"),
         }
-        // SAFETY: the fake's initialisers do nothing.
-        let control = unsafe { libloading::Library::new(&path) }.expect("load the fake");
-        Fake { _dir: dir, path, control }
     }
 
     fn api(&self) -> AclApi {
-        let path = self.path.clone().into_os_string();
+        let path = self.library.path().as_os_str().to_owned();
         let env = move |name: &str| (name == "AIV_ASCENDCL_LIB").then(|| path.clone());
         AclApi::load(&ASCENDCL_LIBRARY, &ASCENDCL_LIBRARY.candidates(&env)).expect("the fake loads")
     }
@@ -40,23 +34,17 @@ impl Fake {
     fn set_result(&self, function: &str, code: i32) {
         let name = std::ffi::CString::new(function).expect("no NUL");
         // SAFETY: the fake exports `int fake_set_result(const char *, int)`.
-        let set = unsafe { self.control.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
-            .expect("control symbol");
+        let set = unsafe {
+            self.library.control().get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0")
+        }
+        .expect("control symbol");
         // SAFETY: `name` is NUL-terminated and outlives the call.
         assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
     }
 
     /// The calls made since the last read, one per line, each line starting with the C function name.
     fn take_log(&self) -> Vec<String> {
-        // SAFETY: the fake exports `size_t fake_take_log(char *, size_t)`.
-        let take = unsafe { self.control.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
-            .expect("control symbol");
-        let mut buffer = vec![0 as c_char; 1 << 16];
-        // SAFETY: the buffer is live and as long as the capacity passed.
-        unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
-        // SAFETY: the fake NUL-terminates what it copies.
-        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
-        text.lines().map(str::to_owned).collect()
+        self.library.take_log()
     }
 
     fn calls(&self) -> Vec<String> {
@@ -72,7 +60,7 @@ fn env_from(pairs: Vec<(&'static str, OsString)>) -> impl Fn(&str) -> Option<OsS
 fn loads_through_the_override_path() {
     let fake = Fake::build(&[]);
     let api = fake.api();
-    assert_eq!(api.path(), fake.path);
+    assert_eq!(api.path(), fake.library.path());
     assert!(api.aclrtCreateNotify.is_some(), "an optional symbol the fake exports resolves");
     assert!(api.aclrtHostRegister.is_none(), "an optional symbol the fake lacks stays None");
 }
@@ -83,7 +71,7 @@ fn finds_the_library_under_ascend_home_path() {
     let root = tempfile::tempdir().expect("temporary directory");
     let dir = root.path().join("runtime/lib64");
     std::fs::create_dir_all(&dir).expect("mkdir");
-    std::fs::copy(&fake.path, dir.join("libascendcl.so")).expect("copy");
+    std::fs::copy(fake.library.path(), dir.join("libascendcl.so")).expect("copy");
     let env = env_from(vec![("ASCEND_HOME_PATH", root.path().into())]);
     let candidates = ASCENDCL_LIBRARY.candidates(&env);
     assert_eq!(candidates[0].path, root.path().join("lib64/libascendcl.so"), "lib64 is tried first");
@@ -112,9 +100,9 @@ fn a_missing_library_error_lists_every_path_tried() {
 #[test]
 fn a_broken_override_is_not_silently_replaced() {
     let fake = Fake::build(&[]);
-    let dir = fake.path.parent().expect("parent").to_path_buf();
+    let dir = fake.library.path().parent().expect("parent").to_path_buf();
     std::fs::create_dir_all(dir.join("lib64")).expect("mkdir");
-    std::fs::copy(&fake.path, dir.join("lib64/libascendcl.so")).expect("copy");
+    std::fs::copy(fake.library.path(), dir.join("lib64/libascendcl.so")).expect("copy");
     let env = env_from(vec![
         ("AIV_ASCENDCL_LIB", dir.join("missing.so").into()),
         ("ASCEND_HOME_PATH", dir.clone().into()), // holds a loadable copy under lib64, never looked at
@@ -128,11 +116,11 @@ fn a_broken_override_is_not_silently_replaced() {
 #[test]
 fn a_library_without_a_required_symbol_is_refused() {
     let fake = Fake::build(&["FAKE_OMIT_MALLOC"]);
-    let candidates = [Candidate { path: fake.path.clone(), origin: "test".into() }];
+    let candidates = [Candidate { path: fake.library.path().to_path_buf(), origin: "test".into() }];
     let error = AclApi::load(&ASCENDCL_LIBRARY, &candidates).expect_err("aclrtMalloc is required");
     let LoadError::MissingRequiredSymbol { symbol, path, .. } = &error else { panic!("unexpected {error:?}") };
     assert_eq!(*symbol, "aclrtMalloc");
-    assert_eq!(path, &fake.path);
+    assert_eq!(path, fake.library.path());
 }
 
 #[test]

@@ -1,34 +1,28 @@
 //! The HCCL bindings against a fake `libhccl.so` (`tests/fake/fake_hccl.c`) built by each test: the root-info
 //! bootstrap sequence, the 4108-byte root info reaching C intact, and error mapping. Says nothing about real HCCL.
 
-use std::ffi::{c_char, CStr};
-use std::path::{Path, PathBuf};
+use std::ffi::c_char;
+use std::path::Path;
 
-use ascendcl_sys::abi::compile_shared_library;
+use ascendcl_sys::abi::FakeLibrary;
 use hccl_sys::sys::{self, HcclApi, HCCL_LIBRARY};
 use hccl_sys::{result, safe, Error};
 
 struct Fake {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
-    control: libloading::Library,
+    library: FakeLibrary,
 }
 
 impl Fake {
     fn build() -> Fake {
-        let dir = tempfile::tempdir().expect("temporary directory");
-        let path = dir.path().join("libhccl.so");
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_hccl.c");
-        if let Err(failure) = compile_shared_library(&source, &path, &[]) {
-            panic!("{failure}");
+        match FakeLibrary::build(&source, "libhccl.so", &[]) {
+            Ok(library) => Fake { library },
+            Err(failure) => panic!("{failure}"),
         }
-        // SAFETY: the fake's initialisers do nothing.
-        let control = unsafe { libloading::Library::new(&path) }.expect("load the fake");
-        Fake { _dir: dir, path, control }
     }
 
     fn api(&self) -> HcclApi {
-        let path = self.path.clone().into_os_string();
+        let path = self.library.path().as_os_str().to_owned();
         let env = move |name: &str| (name == "AIV_HCCL_LIB").then(|| path.clone());
         HcclApi::load(&HCCL_LIBRARY, &HCCL_LIBRARY.candidates(&env)).expect("the fake loads")
     }
@@ -36,22 +30,16 @@ impl Fake {
     fn set_result(&self, function: &str, code: u32) {
         let name = std::ffi::CString::new(function).expect("no NUL");
         // SAFETY: the fake exports `int fake_set_result(const char *, unsigned)`.
-        let set = unsafe { self.control.get::<unsafe extern "C" fn(*const c_char, u32) -> i32>(b"fake_set_result\0") }
-            .expect("control symbol");
+        let set = unsafe {
+            self.library.control().get::<unsafe extern "C" fn(*const c_char, u32) -> i32>(b"fake_set_result\0")
+        }
+        .expect("control symbol");
         // SAFETY: `name` is NUL-terminated and outlives the call.
         assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
     }
 
     fn take_log(&self) -> Vec<String> {
-        // SAFETY: the fake exports `size_t fake_take_log(char *, size_t)`.
-        let take = unsafe { self.control.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
-            .expect("control symbol");
-        let mut buffer = vec![0 as c_char; 1 << 14];
-        // SAFETY: the buffer is live and as long as the capacity passed.
-        unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
-        // SAFETY: the fake NUL-terminates what it copies.
-        let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
-        text.lines().map(str::to_owned).collect()
+        self.library.take_log()
     }
 }
 
