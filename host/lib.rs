@@ -4,12 +4,14 @@
 //! - [`config`]: mooncake.json and this project's `"aiv"` options;
 //! - [`error`]: the engine's error enum and Mooncake's numeric codes;
 //! - [`engine`]: [`TransferEngine`], memory registration, segments, batches and request routing;
-//! - [`transport`]: the [`transport::Transport`] trait and the transports behind it;
-//! - [`metadata`]: segment descriptors and where they are published;
+//! - [`transport`]: the [`transport::Transport`] trait and the transports behind it (`aiv`, `adxl`, `ubshmem`, `tcp`,
+//!   and the in-process copy);
+//! - [`metadata`]: segment descriptors and where they are published (P2P handshake, HTTP, etcd);
 //! - [`evidence`]: what every transfer records about who did the work;
-//! - [`bench`]: the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
+//! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
-//! - [`device`]: the device backends (the CPU twin; CANN later) behind the `aiv` transport;
+//! - [`device`]: the device backends behind the device paths (`aiv`, `adxl`, `ubshmem`): the CPU twin, and CANN with
+//!   feature `cann`;
 //! - [`queue`]: layouts and ring math shared with the AIV transfer kernel (`kernels/`).
 
 pub mod bench;

@@ -1,7 +1,7 @@
 //! Transports: the paths a validated transfer can take, behind one trait.
 //!
 //! The engine checks every request (segment, bounds, registration) before a transport sees it, so a transport only
-//! moves bytes and reports the outcome through the transfer's [`TaskSlot`](crate::engine::TaskSlot). A transport
+//! moves bytes and reports the outcome through the transfer's [`TaskSlot`]. A transport
 //! must finish every transfer it accepts within a bounded time: COMPLETED, FAILED or TIMEOUT, never silence.
 
 pub mod adxl;
