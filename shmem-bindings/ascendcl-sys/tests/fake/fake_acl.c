@@ -25,61 +25,7 @@
 #include <unistd.h>
 #endif
 
-#define EXPORT __attribute__((visibility("default")))
-
-static char fake_log_buffer[1 << 16];
-static size_t fake_log_len;
-
-static void fake_log(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int written = vsnprintf(fake_log_buffer + fake_log_len, sizeof fake_log_buffer - fake_log_len, format, args);
-    va_end(args);
-    if (written > 0 && fake_log_len + (size_t)written + 1 < sizeof fake_log_buffer) {
-        fake_log_len += (size_t)written;
-        fake_log_buffer[fake_log_len++] = '\n';
-        fake_log_buffer[fake_log_len] = '\0';
-    }
-}
-
-/* Copies the log (NUL-terminated, truncated to capacity) and clears it; returns the bytes copied. */
-EXPORT size_t fake_take_log(char *out, size_t capacity) {
-    size_t n = fake_log_len < capacity - 1 ? fake_log_len : capacity - 1;
-    memcpy(out, fake_log_buffer, n);
-    out[n] = '\0';
-    fake_log_len = 0;
-    fake_log_buffer[0] = '\0';
-    return n;
-}
-
-#define MAX_OVERRIDES 32
-static struct { char name[64]; int code; } overrides[MAX_OVERRIDES];
-
-/* Makes `function` return `code` from now on (0 restores success). */
-EXPORT int fake_set_result(const char *function, int code) {
-    for (int i = 0; i < MAX_OVERRIDES; i++) {
-        if (overrides[i].name[0] == '\0' || strcmp(overrides[i].name, function) == 0) {
-            snprintf(overrides[i].name, sizeof overrides[i].name, "%s", function);
-            overrides[i].code = code;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int injected(const char *function) {
-    for (int i = 0; i < MAX_OVERRIDES && overrides[i].name[0] != '\0'; i++) {
-        if (strcmp(overrides[i].name, function) == 0) return overrides[i].code;
-    }
-    return 0;
-}
-
-#define ENTER(...)                                  \
-    do {                                            \
-        fake_log(__VA_ARGS__);                      \
-        int code_ = injected(__func__);             \
-        if (code_ != 0) return code_;               \
-    } while (0)
+#include "fake_common.h"
 
 enum { OK = 0, INVALID_PARAM = 100000, CONTEXT_NULL = 107002, BAD_ALLOC = 200000 };
 

@@ -10,8 +10,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
 typedef struct {
     int version;
     uint32_t data_op_engine_type;
@@ -42,56 +40,7 @@ _Static_assert(sizeof(init_attr) == 120, "init_attr layout");
 _Static_assert(offsetof(init_attr, comm_args) == 104, "init_attr layout");
 _Static_assert(sizeof(unique_id) == 136, "unique id layout");
 
-static char log_buffer[1 << 16];
-static size_t log_len;
-
-static void fake_log(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int written = vsnprintf(log_buffer + log_len, sizeof log_buffer - log_len, format, args);
-    va_end(args);
-    if (written > 0 && log_len + (size_t)written + 1 < sizeof log_buffer) {
-        log_len += (size_t)written;
-        log_buffer[log_len++] = '\n';
-        log_buffer[log_len] = '\0';
-    }
-}
-
-EXPORT size_t fake_take_log(char *out, size_t capacity) {
-    size_t n = log_len < capacity - 1 ? log_len : capacity - 1;
-    memcpy(out, log_buffer, n);
-    out[n] = '\0';
-    log_len = 0;
-    log_buffer[0] = '\0';
-    return n;
-}
-
-static struct { char name[64]; int code; } overrides[32];
-
-EXPORT int fake_set_result(const char *function, int code) {
-    for (int i = 0; i < 32; i++) {
-        if (overrides[i].name[0] == '\0' || strcmp(overrides[i].name, function) == 0) {
-            snprintf(overrides[i].name, sizeof overrides[i].name, "%s", function);
-            overrides[i].code = code;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static int injected(const char *function) {
-    for (int i = 0; i < 32 && overrides[i].name[0] != '\0'; i++) {
-        if (strcmp(overrides[i].name, function) == 0) return overrides[i].code;
-    }
-    return 0;
-}
-
-#define ENTER(...)                      \
-    do {                                \
-        fake_log(__VA_ARGS__);          \
-        int code_ = injected(__func__); \
-        if (code_ != 0) return code_;   \
-    } while (0)
+#include "../../../ascendcl-sys/tests/fake/fake_common.h"
 
 enum { SUCCESS = 0, INVALID_PARAM = -1, INVALID_VALUE = -2, NOT_INITED = -5 };
 

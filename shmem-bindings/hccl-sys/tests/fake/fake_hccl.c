@@ -8,57 +8,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#define EXPORT __attribute__((visibility("default")))
-
-static char log_buffer[1 << 14];
-static size_t log_len;
-
-static void fake_log(const char *format, ...) {
-    va_list args;
-    va_start(args, format);
-    int written = vsnprintf(log_buffer + log_len, sizeof log_buffer - log_len, format, args);
-    va_end(args);
-    if (written > 0 && log_len + (size_t)written + 1 < sizeof log_buffer) {
-        log_len += (size_t)written;
-        log_buffer[log_len++] = '\n';
-        log_buffer[log_len] = '\0';
-    }
-}
-
-EXPORT size_t fake_take_log(char *out, size_t capacity) {
-    size_t n = log_len < capacity - 1 ? log_len : capacity - 1;
-    memcpy(out, log_buffer, n);
-    out[n] = '\0';
-    log_len = 0;
-    return n;
-}
-
-static struct { char name[64]; unsigned code; } overrides[16];
-
-EXPORT int fake_set_result(const char *function, unsigned code) {
-    for (int i = 0; i < 16; i++) {
-        if (overrides[i].name[0] == '\0' || strcmp(overrides[i].name, function) == 0) {
-            snprintf(overrides[i].name, sizeof overrides[i].name, "%s", function);
-            overrides[i].code = code;
-            return 0;
-        }
-    }
-    return -1;
-}
-
-static unsigned injected(const char *function) {
-    for (int i = 0; i < 16 && overrides[i].name[0] != '\0'; i++) {
-        if (strcmp(overrides[i].name, function) == 0) return overrides[i].code;
-    }
-    return 0;
-}
-
-#define ENTER(...)                           \
-    do {                                     \
-        fake_log(__VA_ARGS__);               \
-        unsigned code_ = injected(__func__); \
-        if (code_ != 0) return code_;        \
-    } while (0)
+#define FAKE_CODE_TYPE unsigned
+#include "../../../ascendcl-sys/tests/fake/fake_common.h"
 
 typedef struct { char internal[4108]; } root_info;
 typedef struct { uint32_t rank, size; } communicator;
