@@ -1,21 +1,16 @@
 //! Errors of the ACL bindings: the raw code newtype and the crate's error enum.
 
-use std::fmt;
-
 use crate::loader::{LoadError, MissingSymbol};
 use crate::sys::{aclError, ACL_ERROR_CODES};
 
-/// A raw ACL return code other than success. `Debug` and `Display` name documented codes, e.g.
-/// `AclError(207001 ACL_ERROR_RT_MEMORY_ALLOCATION)`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct AclError(pub aclError);
+crate::error_code!(
+    /// A raw ACL return code other than success. `Debug` and `Display` name documented codes, e.g.
+    /// `AclError(207001 ACL_ERROR_RT_MEMORY_ALLOCATION)`.
+    AclError(aclError),
+    ACL_ERROR_CODES
+);
 
 impl AclError {
-    /// The C name of a documented code.
-    pub fn name(self) -> Option<&'static str> {
-        ACL_ERROR_CODES.iter().find(|(_, value)| *value == self.0).map(|(name, _)| *name)
-    }
-
     /// `Ok(())` for success, else the code.
     pub fn check(code: aclError) -> Result<(), AclError> {
         if code == crate::sys::ACL_SUCCESS {
@@ -25,23 +20,6 @@ impl AclError {
         }
     }
 }
-
-impl fmt::Debug for AclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(name) => write!(f, "AclError({} {name})", self.0),
-            None => write!(f, "AclError({} undocumented)", self.0),
-        }
-    }
-}
-
-impl fmt::Display for AclError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::error::Error for AclError {}
 
 /// An ACL operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

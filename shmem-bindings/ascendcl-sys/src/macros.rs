@@ -273,3 +273,39 @@ macro_rules! c_consts {
         $vis const $table: &[(&str, $ty)] = &[$((stringify!($name), $name)),*];
     };
 }
+
+/// Declares a raw vendor return-code newtype (`pub struct $name(pub $repr)`) whose `Debug` and `Display` name the
+/// documented codes of `$table` (a `&[(&str, $repr)]`), e.g. `AclError(207001 ACL_ERROR_RT_MEMORY_ALLOCATION)`, and
+/// which is a `std::error::Error`. Shared by the `-sys` crates.
+#[macro_export]
+macro_rules! error_code {
+    ($(#[$meta:meta])* $name:ident($repr:ty), $table:path) => {
+        $(#[$meta])*
+        #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+        pub struct $name(pub $repr);
+
+        impl $name {
+            /// The C name of a documented code.
+            pub fn name(self) -> Option<&'static str> {
+                $table.iter().find(|(_, value)| *value == self.0).map(|(name, _)| *name)
+            }
+        }
+
+        impl ::std::fmt::Debug for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                match self.name() {
+                    Some(name) => write!(f, "{}({} {name})", stringify!($name), self.0),
+                    None => write!(f, "{}({} undocumented)", stringify!($name), self.0),
+                }
+            }
+        }
+
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                ::std::fmt::Debug::fmt(self, f)
+            }
+        }
+
+        impl ::std::error::Error for $name {}
+    };
+}

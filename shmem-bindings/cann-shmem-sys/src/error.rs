@@ -1,38 +1,14 @@
 //! Errors of the SHMEM bindings.
 
-use std::fmt;
-
 use ascendcl_sys::loader::{LoadError, MissingSymbol};
 
 use crate::sys::ACLSHMEM_ERROR_CODES;
 
-/// A raw SHMEM return code other than success, e.g. `ShmemError(-6 ACLSHMEM_BOOTSTRAP_ERROR)`.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct ShmemError(pub i32);
-
-impl ShmemError {
-    /// The C name of a documented code.
-    pub fn name(self) -> Option<&'static str> {
-        ACLSHMEM_ERROR_CODES.iter().find(|(_, value)| *value == self.0).map(|(name, _)| *name)
-    }
-}
-
-impl fmt::Debug for ShmemError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.name() {
-            Some(name) => write!(f, "ShmemError({} {name})", self.0),
-            None => write!(f, "ShmemError({} undocumented)", self.0),
-        }
-    }
-}
-
-impl fmt::Display for ShmemError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self, f)
-    }
-}
-
-impl std::error::Error for ShmemError {}
+ascendcl_sys::error_code!(
+    /// A raw SHMEM return code other than success, e.g. `ShmemError(-6 ACLSHMEM_BOOTSTRAP_ERROR)`.
+    ShmemError(i32),
+    ACLSHMEM_ERROR_CODES
+);
 
 /// A SHMEM operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
