@@ -170,6 +170,19 @@ impl AbiManifest {
         self.consts.extend(other.consts);
     }
 
+    /// One line saying what was checked, e.g. `ACL: 47 functions, 13 structs, 14 enums, 232 constants checked (480
+    /// assertions)`.
+    pub fn summary(&self, library: &str) -> String {
+        format!(
+            "{library}: {} functions, {} structs, {} enums, {} constants checked ({} assertions)",
+            self.functions.len(),
+            self.structs.len(),
+            self.enums.len(),
+            self.consts.len(),
+            self.assertion_count()
+        )
+    }
+
     /// The number of `static_assert`s [`AbiManifest::to_cpp`] emits.
     pub fn assertion_count(&self) -> usize {
         self.functions.len()
@@ -300,6 +313,23 @@ pub fn compile_shared_library(source: &Path, output: &Path, defines: &[&str]) ->
     } else {
         Err(fail(String::from_utf8_lossy(&result.stderr).into_owned()))
     }
+}
+
+/// The include directories of an unpacked `torch_npu/include` named by `AIV_CANN_INCLUDE` (ACL's `third_party/acl/inc`,
+/// the root, HCCL's `third_party/hccl/inc`), or why they cannot be used. `tests/run.sh` downloads the wheel and sets
+/// the variable; the vendor ABI tests call this.
+pub fn vendor_include_dirs() -> Result<Vec<PathBuf>, String> {
+    let root = std::env::var_os("AIV_CANN_INCLUDE").map(PathBuf::from).ok_or_else(|| {
+        "AIV_CANN_INCLUDE is not set: run `bash tests/run.sh` (it downloads the torch-npu wheel and sets it)"
+            .to_string()
+    })?;
+    let dirs = vec![root.join("third_party/acl/inc"), root.clone(), root.join("third_party/hccl/inc")];
+    for header in [dirs[0].join("acl/acl.h"), dirs[2].join("hccl/hccl.h")] {
+        if !header.is_file() {
+            return Err(format!("{} has no {}", root.display(), header.display()));
+        }
+    }
+    Ok(dirs)
 }
 
 /// A fake vendor library built for one test: [`compile_shared_library`] into a private temporary directory, loaded

@@ -12,14 +12,8 @@ use std::path::PathBuf;
 use ascendcl_sys::abi::{compile_check, AbiManifest, ConstDecl};
 use ascendcl_sys::sys;
 
-/// The include directories of an unpacked `torch_npu/include`, or a panic saying how to get them.
 fn vendor_include_dirs() -> Vec<PathBuf> {
-    let Some(root) = std::env::var_os("AIV_CANN_INCLUDE").map(PathBuf::from) else {
-        panic!("AIV_CANN_INCLUDE is not set: run `bash tests/run.sh` (it downloads the torch-npu wheel and sets it)");
-    };
-    let dirs = vec![root.join("third_party/acl/inc"), root.clone(), root.join("third_party/hccl/inc")];
-    assert!(dirs[0].join("acl/acl.h").is_file(), "{} has no third_party/acl/inc/acl/acl.h", root.display());
-    dirs
+    ascendcl_sys::abi::vendor_include_dirs().unwrap_or_else(|reason| panic!("{reason}"))
 }
 
 #[test]
@@ -31,14 +25,7 @@ fn acl_declarations_match_the_vendor_headers() {
     if let Err(failure) = compile_check(&manifest.to_cpp(), "acl_abi.cpp", &dirs, work.path()) {
         panic!("{failure}");
     }
-    println!(
-        "ACL: {} functions, {} structs, {} enums, {} constants checked ({} assertions)",
-        manifest.functions.len(),
-        manifest.structs.len(),
-        manifest.enums.len(),
-        manifest.consts.len(),
-        manifest.assertion_count()
-    );
+    println!("{}", manifest.summary("ACL"));
 }
 
 #[test]
