@@ -1,11 +1,18 @@
 //! Batches: a capacity, the task slots submitted so far, and a signal that wakes waiters.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::request::{TransferState, TransferStatus};
 use super::task::TaskSlot;
+use crate::transport::CompletionPoller;
+
+/// Longest sleep of a batch wait on one transport's completion events while tasks of other paths are also pending
+/// (their completions arrive through the [`CompletionSignal`], which that sleep does not watch).
+const MIXED_WAIT_SLICE: Duration = Duration::from_millis(1);
+/// Nap of a batch wait while another thread is collecting the same transport's completions.
+const CONTENDED_WAIT_SLICE: Duration = Duration::from_micros(50);
 
 /// One allocated batch.
 #[derive(Debug)]
@@ -14,6 +21,10 @@ pub(crate) struct Batch {
     tasks: Mutex<Vec<Arc<TaskSlot>>>,
     /// Counts terminal transitions so that waiters sleep instead of spinning.
     pub(crate) signal: Arc<CompletionSignal>,
+    /// Transports of this batch's tasks whose completions a waiting thread can collect itself.
+    pollers: Mutex<Vec<Arc<dyn CompletionPoller>>>,
+    /// Whether some task went to a transport without a poller.
+    other_paths: AtomicBool,
 }
 
 /// Wakes threads waiting for tasks of one batch to finish.
@@ -58,6 +69,11 @@ impl CompletionSignal {
         self.wake.notify_all();
     }
 
+    /// Terminal transitions counted so far.
+    pub fn finished(&self) -> usize {
+        self.finished.load(Ordering::SeqCst)
+    }
+
     /// Sleeps until `notify` has been called `target` times in all, or `until` passes.
     pub fn wait_for(&self, target: usize, until: Instant) {
         let mut targets = self.targets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -86,6 +102,32 @@ impl Batch {
             capacity,
             tasks: Mutex::new(Vec::with_capacity(capacity)),
             signal: Arc::new(CompletionSignal::default()),
+            pollers: Mutex::new(Vec::new()),
+            other_paths: AtomicBool::new(false),
+        }
+    }
+
+    /// Records which transport carries tasks of this batch (before they are submitted to it).
+    pub(crate) fn note_transport(&self, poller: Option<Arc<dyn CompletionPoller>>) {
+        match poller {
+            Some(poller) => {
+                let mut pollers = self.pollers.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+                if !pollers.iter().any(|known| Arc::ptr_eq(known, &poller)) {
+                    pollers.push(poller);
+                }
+            }
+            None => self.other_paths.store(true, Ordering::Release),
+        }
+    }
+
+    fn pollers(&self) -> Vec<Arc<dyn CompletionPoller>> {
+        self.pollers.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Lets the batch's pollers collect ready completions (status queries make progress without a drain thread).
+    pub(crate) fn poll(&self) {
+        for poller in self.pollers() {
+            let _ = poller.poll();
         }
     }
 
@@ -124,16 +166,52 @@ impl Batch {
 
     /// Waits until every submitted task is terminal; bounded by the latest task deadline (the watchdog turns
     /// overdue tasks to TIMEOUT when their state is read).
+    ///
+    /// With pollers (aiv), the waiting thread collects the completions itself and sleeps on the device's completion
+    /// events; otherwise it sleeps on the [`CompletionSignal`] until the transports' threads finish the tasks.
     pub(crate) fn wait(&self) -> TransferStatus {
+        let pollers = self.pollers();
+        for poller in &pollers {
+            poller.attach();
+        }
+        let mixed = pollers.len() > 1 || self.other_paths.load(Ordering::Acquire);
         loop {
             let tasks = self.tasks().clone();
             let Some(latest_deadline) = tasks.iter().filter(|t| !t.state().is_terminal()).map(|t| t.deadline()).max()
             else {
-                return self.status();
+                break;
             };
             let finished_needed = tasks.len();
-            self.signal.wait_for(finished_needed, latest_deadline);
+            let Some(first) = pollers.first() else {
+                self.signal.wait_for(finished_needed, latest_deadline);
+                continue;
+            };
+            let token = first.token();
+            let mut contended = false;
+            for poller in &pollers {
+                contended |= poller.poll();
+            }
+            if self.signal.finished() >= finished_needed {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= latest_deadline {
+                // Past every deadline: reading the states above turned the overdue tasks to TIMEOUT.
+                continue;
+            }
+            let slice = if contended {
+                CONTENDED_WAIT_SLICE
+            } else if mixed {
+                MIXED_WAIT_SLICE
+            } else {
+                latest_deadline - now
+            };
+            first.wait(token, slice.min(latest_deadline - now));
         }
+        for poller in &pollers {
+            poller.detach();
+        }
+        self.status()
     }
 }
 

@@ -390,6 +390,7 @@ impl TransferEngine {
             }
         }
         for (_, (transport, transfers)) in by_transport {
+            batch.note_transport(transport.completion_poller());
             for transfer in &transfers {
                 transfer.slot.mark_pending();
             }
@@ -421,6 +422,8 @@ impl TransferEngine {
 
     /// Status of one task (index in submission order).
     pub fn transfer_status(&self, batch_id: BatchId, task: usize) -> Result<TransferStatus> {
+        // Completions a polling caller can collect itself (aiv's DCQ) are collected here, as a waiter would.
+        self.batch("get transfer status", batch_id)?.poll();
         let slot = self.task(batch_id, task)?;
         Ok(TransferStatus { state: slot.state(), transferred_bytes: slot.transferred_bytes() })
     }
@@ -443,7 +446,9 @@ impl TransferEngine {
 
     /// Status of a whole batch: COMPLETED if every task completed, FAILED if any failed or timed out.
     pub fn batch_status(&self, batch_id: BatchId) -> Result<TransferStatus> {
-        Ok(self.batch("get batch status", batch_id)?.status())
+        let batch = self.batch("get batch status", batch_id)?;
+        batch.poll();
+        Ok(batch.status())
     }
 
     /// Blocks until every task of the batch is terminal (bounded by the transfer timeout) and returns its status.

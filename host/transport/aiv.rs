@@ -4,7 +4,8 @@
 //! the executing device's view (a peer's HBM through an imported window) -> one [`RequestEntry`] in the request ring
 //! of a block (requests are spread round-robin over blocks) -> the transfer kernel on that AIV block builds the SDMA
 //! SQEs, rings the doorbell and watches the completion flag -> one [`DcqEntry`] in the block's device completion queue
-//! -> the drain thread here sets the task's status and evidence.
+//! -> the Host collects the entry and sets the task's status and evidence: the thread waiting for the batch does
+//! it itself ([`CompletionPoller`]), else the drain thread here.
 //!
 //! Owns: the rings, control blocks and kernel arguments of its device, the drain thread and the recovery after a
 //! failed group (read the channel's exception, reset the channel, resume the block). It must not touch engine state
@@ -25,7 +26,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
@@ -33,7 +34,7 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::adxl::AdxlTransport;
 use super::ubshmem::UbshmemTransport;
 use super::window::{Peer, PeerWindows, Resolved};
-use super::{Transfer, Transport};
+use super::{CompletionPoller, Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
@@ -130,6 +131,10 @@ pub struct AivCounters {
     pub completions: u64,
 }
 
+/// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
+/// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
+const DRAIN_BACKOFF: Duration = Duration::from_millis(2);
+
 /// The aiv transport.
 #[derive(Debug)]
 pub struct AivTransport {
@@ -156,6 +161,13 @@ struct Inner {
     /// Wakes the peer probe thread early (at shutdown).
     probe_wake: (Mutex<()>, std::sync::Condvar),
     probe_interval: Duration,
+    /// Host CPU spent on completion collection that drained nothing yet (idle checks, wake-ups of the drain thread):
+    /// charged to the next transfers drained, by whichever thread drains them.
+    unattributed_cpu_ns: AtomicU64,
+    /// Threads waiting through the [`CompletionPoller`].
+    attached_waiters: AtomicU32,
+    /// When the last of them detached.
+    last_detach: Mutex<Option<Instant>>,
 }
 
 #[derive(Debug)]
@@ -169,6 +181,8 @@ struct HostBlock {
     inflight: Mutex<HashMap<u64, InFlight>>,
     /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
     drained: AtomicU32,
+    /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
+    drain_lock: Mutex<()>,
 }
 
 #[derive(Debug, Default)]
@@ -315,6 +329,7 @@ impl AivTransport {
                 producer: Mutex::new(Producer::default()),
                 inflight: Mutex::new(HashMap::new()),
                 drained: AtomicU32::new(0),
+                drain_lock: Mutex::new(()),
             });
         }
         let blocks_offset = 64usize;
@@ -347,6 +362,9 @@ impl AivTransport {
             windows,
             probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
+            unattributed_cpu_ns: AtomicU64::new(0),
+            attached_waiters: AtomicU32::new(0),
+            last_detach: Mutex::new(None),
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
@@ -437,23 +455,72 @@ impl Inner {
     }
 
     fn drain_loop(self: Arc<Self>) {
-        // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the next transfers
-        // it drains, as the baselines charge their Host threads.
+        // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
+        // next, as the baselines charge their Host threads.
         let mut cpu_mark = thread_cpu_ns();
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
             let mut progressed = false;
             for block in &self.blocks {
+                let Ok(_draining) = block.drain_lock.try_lock() else { continue };
                 progressed |= self.drain_block(block, &mut cpu_mark);
             }
-            if !progressed {
+            if progressed {
+                continue;
+            }
+            let now = thread_cpu_ns();
+            self.unattributed_cpu_ns.fetch_add(now.saturating_sub(cpu_mark), Ordering::Relaxed);
+            cpu_mark = now;
+            if self.waiters_present() {
+                // A waiting thread collects the completions; look again after a while in case it stops waiting.
+                std::thread::sleep(DRAIN_BACKOFF);
+            } else {
                 // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
                 self.device.wait_for_kernel(token, Duration::from_millis(20));
             }
         }
     }
 
-    /// Drains one block's DCQ; returns whether anything was drained.
+    /// Whether a thread waits through the poller now or did within the last [`DRAIN_BACKOFF`].
+    fn waiters_present(&self) -> bool {
+        if self.attached_waiters.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        let last = *self.last_detach.lock().unwrap_or_else(|p| p.into_inner());
+        last.is_some_and(|at| at.elapsed() < DRAIN_BACKOFF)
+    }
+
+    /// Whether any block's DCQ holds entries not yet drained (a few atomic loads).
+    fn completions_ready(&self) -> bool {
+        self.blocks.iter().any(|block| load_peer(block.dcq_tail()) != block.dcq_head().load(Ordering::Relaxed))
+    }
+
+    /// Drains what is ready on the calling thread (a waiter or a status query); its CPU time is charged to the
+    /// transfers it finishes, or kept for the next ones when it finds nothing. Returns whether another thread was
+    /// draining a block meanwhile (it may be finishing the caller's slots right now, without waking the caller).
+    fn poll_inline(&self) -> bool {
+        let ready = self.completions_ready();
+        let mut cpu_mark = if ready { thread_cpu_ns() } else { 0 };
+        let mut contended = false;
+        for block in &self.blocks {
+            match block.drain_lock.try_lock() {
+                Ok(_draining) => {
+                    if ready {
+                        self.drain_block(block, &mut cpu_mark);
+                    }
+                }
+                Err(_) => contended = true,
+            }
+        }
+        if ready {
+            // What was spent after the last charge (finishing slots, or a pass that found nothing) goes to the pool.
+            self.unattributed_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_mark), Ordering::Relaxed);
+        }
+        contended
+    }
+
+    /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The CPU time
+    /// since `cpu_mark`, plus the pool of unattributed collection time, is shared by the drained transfers.
     fn drain_block(&self, block: &HostBlock, cpu_mark: &mut u64) -> bool {
         let index = block.ring;
         let head = block.dcq_head().load(Ordering::Relaxed);
@@ -506,21 +573,27 @@ impl Inner {
             self.recover(block);
         }
         let now = thread_cpu_ns();
-        let drain_share = now.saturating_sub(*cpu_mark) / u64::from(count.max(1));
+        let spent = now.saturating_sub(*cpu_mark) + self.unattributed_cpu_ns.swap(0, Ordering::Relaxed);
+        let drain_share = spent / u64::from(count.max(1));
         *cpu_mark = now;
         for (entry, transfer) in finished {
             self.finish(block, entry, transfer, drain_share, exception.as_ref());
         }
-        {
+        let pumped = {
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
-            if block.pump(&mut producer) > 0 && self.launch_mode == LaunchMode::PerBatch {
+            let pumped = block.pump(&mut producer);
+            if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
                 if let Err(error) = self.launch() {
                     tracing::error!(%error, "relaunch for backlog failed");
                 }
             }
+            pumped
+        };
+        // The kernel may be waiting for the requests just published. (It never waits for DCQ space: the Host keeps
+        // at most ring-depth requests in flight, so undrained entries always fit the DCQ.)
+        if pumped > 0 {
+            self.device.notify_block(block.index);
         }
-        // The kernel may be waiting for DCQ space or for new requests.
-        self.device.notify_block(block.index);
         true
     }
 
@@ -622,9 +695,37 @@ impl Inner {
     }
 }
 
+impl CompletionPoller for Inner {
+    fn poll(&self) -> bool {
+        self.poll_inline()
+    }
+
+    fn token(&self) -> u32 {
+        self.device.kernel_event_token()
+    }
+
+    fn wait(&self, token: u32, timeout: Duration) {
+        self.device.wait_for_kernel(token, timeout);
+    }
+
+    fn attach(&self) {
+        self.attached_waiters.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn detach(&self) {
+        if self.attached_waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.last_detach.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+}
+
 impl Transport for AivTransport {
     fn name(&self) -> &'static str {
         "aiv"
+    }
+
+    fn completion_poller(&self) -> Option<Arc<dyn CompletionPoller>> {
+        Some(self.inner.clone())
     }
 
     fn submit(&self, transfers: Vec<Transfer>) {
@@ -788,5 +889,58 @@ mod tests {
             assert_eq!((evidence.descriptors, evidence.doorbells), (0, 0), "no SQE for a refused request");
         }
         assert_eq!(slots[3].state(), TransferState::Completed, "{:?}", slots[3].reason());
+    }
+
+    /// A waiting thread collects completions itself, and is told when another thread holds a block's DCQ (that
+    /// thread may finish the waiter's slots without waking it, so the waiter must not sleep long).
+    #[test]
+    fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
+        let options = AivOptions {
+            aiv_blocks: 1,
+            request_ring_depth: 8,
+            sq_depth: 16,
+            hbm_size: 4 << 20,
+            kernel_wait_budget: Duration::from_millis(500),
+            ..AivOptions::default()
+        };
+        let device = AivDevice::open(&options).expect("twin");
+        let buffer = device.allocate(8192).expect("hbm");
+        let signal = Arc::new(CompletionSignal::default());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let slot = Arc::new(TaskSlot::new(deadline, signal.clone()));
+        slot.mark_pending();
+        let inner = &device.transport().inner;
+        let block = &inner.blocks[0];
+        // Stand in for another drainer: neither the drain thread nor the poll may take this block's DCQ.
+        let held = block.drain_lock.lock().expect("drain lock");
+        {
+            let mut producer = block.producer.lock().expect("producer");
+            let entry = RequestEntry {
+                transfer_id: U64::new(77),
+                src_addr: U64::new(buffer.addr()),
+                dst_addr: U64::new(buffer.addr() + 4096),
+                length: U64::new(4096),
+                opcode: U32::new(REQUEST_OPCODE_WRITE),
+                ..RequestEntry::default()
+            };
+            let inflight =
+                InFlight { slot: slot.clone(), peer: None, length: 4096, submit_cpu_ns: 0, host_device_api_calls: 0 };
+            producer.backlog.push_back((entry, inflight));
+            assert_eq!(block.pump(&mut producer), 1);
+        }
+        inner.device.notify_block(0);
+        while !inner.completions_ready() {
+            assert!(Instant::now() < deadline, "the kernel never published the completion");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(inner.poll_inline(), "a poll while another thread holds the DCQ must say so");
+        assert_eq!(slot.state(), TransferState::Pending, "nobody may drain a DCQ another thread holds");
+        drop(held);
+        assert!(!inner.poll_inline(), "no other drainer now");
+        assert_eq!(slot.state(), TransferState::Completed, "{:?}", slot.reason());
+        assert!(!inner.completions_ready());
+        let evidence = slot.evidence().expect("evidence");
+        assert!(evidence.host_cpu_ns > 0, "the polling thread's CPU is charged to the transfer it finished");
+        assert_eq!(signal.finished(), 1);
     }
 }

@@ -13,6 +13,7 @@ pub mod window;
 
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::engine::{Opcode, Segment, TaskSlot};
 
@@ -130,4 +131,31 @@ pub trait Transport: Send + Sync + fmt::Debug {
     /// Accepts transfers. Each transfer's slot must reach a terminal state within the engine's transfer timeout;
     /// the engine's watchdog turns one that does not into TIMEOUT.
     fn submit(&self, transfers: Vec<Transfer>);
+
+    /// How a thread waiting for this transport's transfers can observe their completions itself, if the transport
+    /// allows it (aiv: drain the Device completion queue in the waiting thread instead of being woken by a Host
+    /// drain thread). `None`: the transport finishes its slots from its own threads.
+    fn completion_poller(&self) -> Option<Arc<dyn CompletionPoller>> {
+        None
+    }
+}
+
+/// Completions a waiting thread can collect itself (see [`Transport::completion_poller`]).
+///
+/// The engine's batch wait calls [`CompletionPoller::attach`] once, then loops: `token`, `poll`, check the batch,
+/// `wait(token, ..)`; then `detach`. While a thread is attached the transport's own background completion thread
+/// backs off, so a completion wakes one Host thread, the one that wants it.
+pub trait CompletionPoller: Send + Sync + fmt::Debug {
+    /// Finishes the task slots of every completion ready now; cheap when none is. Returns true when another thread
+    /// was collecting completions at the same time (it may finish the caller's tasks without waking the caller, so
+    /// the caller should only nap before looking again).
+    fn poll(&self) -> bool;
+    /// A token for [`CompletionPoller::wait`], read before `poll`.
+    fn token(&self) -> u32;
+    /// Sleeps until the device reported progress after `token` was read, or `timeout` passes.
+    fn wait(&self, token: u32, timeout: Duration);
+    /// A thread starts waiting through this poller.
+    fn attach(&self);
+    /// That thread stopped waiting.
+    fn detach(&self);
 }

@@ -41,6 +41,19 @@ pub struct BlockContext {
     host_to_kernel: Waiter,
     channel: Arc<SdmaChannel>,
     kernel_to_host: Arc<Waiter>,
+    /// When the block's kernel last started waiting for requests (monotonic ns since `epoch`); used by the core only.
+    idle_since: AtomicU64,
+}
+
+/// How long an emulated core whose kernel waits for requests keeps polling (spinning, then yielding) before it
+/// sleeps. A resident NPU kernel polls its request ring all the time; the twin polls for this window after its last
+/// work, so a Host that publishes requests within it needs no wake-up system call, and then sleeps so that an idle
+/// engine does not hold one of the machine's cores. Device-side CPU, never charged to the Host.
+pub const KERNEL_POLL_WINDOW: Duration = Duration::from_micros(200);
+
+fn monotonic_ns() -> u64 {
+    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
+    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 /// Test and fault-injection controls of a twin device. Not used by the product path.
@@ -367,6 +380,7 @@ impl DeviceBackend for TwinDevice {
                 host_to_kernel: Waiter::default(),
                 channel: channel.clone(),
                 kernel_to_host: self.kernel_to_host.clone(),
+                idle_since: AtomicU64::new(0),
             });
             let platform_context = &*context as *const BlockContext as u64;
             contexts.push(context);
@@ -504,7 +518,21 @@ pub unsafe extern "C" fn aiv_twin_idle(context: u64, kind: u32, token: u32, spin
     let block = unsafe { block_context(context) };
     match kind {
         1 => block.channel.progress.idle(token, spins, Duration::from_millis(1)),
-        _ => block.host_to_kernel.idle(token, spins, Duration::from_millis(20)),
+        _ => {
+            // Waiting for requests (or DCQ space): poll for KERNEL_POLL_WINDOW, then sleep until the Host wakes it.
+            let now = monotonic_ns();
+            if spins == 0 {
+                block.idle_since.store(now, Ordering::Relaxed);
+            }
+            let idle_for = now.saturating_sub(block.idle_since.load(Ordering::Relaxed));
+            if spins < 16 {
+                std::hint::spin_loop();
+            } else if idle_for < KERNEL_POLL_WINDOW.as_nanos() as u64 {
+                std::thread::yield_now();
+            } else {
+                block.host_to_kernel.sleep(token, Duration::from_millis(20));
+            }
+        }
     }
 }
 
