@@ -27,7 +27,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
 use crate::engine::{SegmentId, TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::evidence::{inline_clock_ns, thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
@@ -142,6 +142,8 @@ struct Shared {
     queued: Condvar,
     connected: Mutex<HashSet<String>>,
     counters: Counters,
+    /// Submit hand-offs not charged yet (see [`CpuCarry`]).
+    carry: CpuCarry,
 }
 
 /// The adxl transport of one device.
@@ -179,6 +181,7 @@ impl AdxlTransport {
             queued: Condvar::new(),
             connected: Mutex::new(HashSet::new()),
             counters: Counters::default(),
+            carry: CpuCarry::default(),
         });
         AdxlTransport { shared, worker: Mutex::new(None) }
     }
@@ -279,7 +282,7 @@ impl Transport for AdxlTransport {
 
     /// `TransferAsync`: queue the list; the Host thread submits it and polls its completion.
     fn submit(&self, transfers: Vec<Transfer>) {
-        let cpu_started = thread_cpu_time_ns();
+        let cpu_started = inline_clock_ns();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
                 transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
@@ -287,7 +290,8 @@ impl Transport for AdxlTransport {
             return;
         }
         let mut jobs: Vec<Job> = transfers.into_iter().filter_map(|transfer| self.job(transfer)).collect();
-        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = inline_clock_ns();
+        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
@@ -295,6 +299,8 @@ impl Transport for AdxlTransport {
         queue.jobs.extend(jobs);
         drop(queue);
         self.shared.queued.notify_one();
+        // The hand-off to the Host thread (queue and wake-up) is charged too.
+        self.shared.carry.add_since(share_mark);
     }
 }
 
@@ -438,7 +444,7 @@ impl Worker {
             self.recover(exception.is_some());
         }
         let now = thread_cpu_time_ns();
-        let share = now.saturating_sub(self.cpu_mark) / group.len() as u64;
+        let share = (now.saturating_sub(self.cpu_mark) + self.shared.carry.take()) / group.len() as u64;
         self.cpu_mark = now;
         for job in group {
             let evidence = TransferEvidence {

@@ -40,7 +40,7 @@ use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
 use crate::engine::{Opcode, TaskSlot, TransferState};
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{inline_clock_ns, Actor, CpuCarry, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
     BlockArgs, ControlBlock, DcqEntry, DcqStatus, KernelArgs, RequestEntry, RingHeader, SpscIndex, Syndrome,
@@ -163,7 +163,7 @@ struct Inner {
     probe_interval: Duration,
     /// Host CPU spent on completion collection that drained nothing yet (idle checks, wake-ups of the drain thread):
     /// charged to the next transfers drained, by whichever thread drains them.
-    unattributed_cpu_ns: AtomicU64,
+    unattributed_cpu: CpuCarry,
     /// Threads waiting through the [`CompletionPoller`].
     attached_waiters: AtomicU32,
     /// When the last of them detached.
@@ -197,7 +197,6 @@ struct InFlight {
     /// The peer the transfer reaches, if not this device's own memory.
     peer: Option<Arc<Peer>>,
     length: u64,
-    submit_cpu_ns: u64,
     host_device_api_calls: u64,
 }
 
@@ -362,7 +361,7 @@ impl AivTransport {
             windows,
             probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
-            unattributed_cpu_ns: AtomicU64::new(0),
+            unattributed_cpu: CpuCarry::default(),
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
         });
@@ -460,17 +459,18 @@ impl Inner {
         let mut cpu_mark = thread_cpu_ns();
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
+            // Everything this thread spent since the last pass (its wake-up included) goes to the pool first.
+            let now = thread_cpu_ns();
+            self.unattributed_cpu.add(now.saturating_sub(cpu_mark));
+            cpu_mark = now;
             let mut progressed = false;
             for block in &self.blocks {
                 let Ok(_draining) = block.drain_lock.try_lock() else { continue };
-                progressed |= self.drain_block(block, &mut cpu_mark);
+                progressed |= self.drain_block(block);
             }
             if progressed {
                 continue;
             }
-            let now = thread_cpu_ns();
-            self.unattributed_cpu_ns.fetch_add(now.saturating_sub(cpu_mark), Ordering::Relaxed);
-            cpu_mark = now;
             if self.waiters_present() {
                 // A waiting thread collects the completions; look again after a while in case it stops waiting.
                 std::thread::sleep(DRAIN_BACKOFF);
@@ -495,33 +495,33 @@ impl Inner {
         self.blocks.iter().any(|block| load_peer(block.dcq_tail()) != block.dcq_head().load(Ordering::Relaxed))
     }
 
-    /// Drains what is ready on the calling thread (a waiter or a status query); its CPU time is charged to the
-    /// transfers it finishes, or kept for the next ones when it finds nothing. Returns whether another thread was
-    /// draining a block meanwhile (it may be finishing the caller's slots right now, without waking the caller).
+    /// Drains what is ready on the calling thread (a waiter or a status query). The pass is timed with the monotonic
+    /// clock (see [`inline_clock_ns`]) and goes to the pool, charged to the transfers drained next. Returns whether
+    /// another thread was draining a block meanwhile (it may be finishing the caller's slots right now, without
+    /// waking the caller).
     fn poll_inline(&self) -> bool {
         let ready = self.completions_ready();
-        let mut cpu_mark = if ready { thread_cpu_ns() } else { 0 };
+        let started = if ready { inline_clock_ns() } else { 0 };
         let mut contended = false;
         for block in &self.blocks {
             match block.drain_lock.try_lock() {
                 Ok(_draining) => {
                     if ready {
-                        self.drain_block(block, &mut cpu_mark);
+                        self.drain_block(block);
                     }
                 }
                 Err(_) => contended = true,
             }
         }
         if ready {
-            // What was spent after the last charge (finishing slots, or a pass that found nothing) goes to the pool.
-            self.unattributed_cpu_ns.fetch_add(thread_cpu_ns().saturating_sub(cpu_mark), Ordering::Relaxed);
+            self.unattributed_cpu.add_since(started);
         }
         contended
     }
 
-    /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The CPU time
-    /// since `cpu_mark`, plus the pool of unattributed collection time, is shared by the drained transfers.
-    fn drain_block(&self, block: &HostBlock, cpu_mark: &mut u64) -> bool {
+    /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
+    /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
+    fn drain_block(&self, block: &HostBlock) -> bool {
         let index = block.ring;
         let head = block.dcq_head().load(Ordering::Relaxed);
         // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
@@ -572,10 +572,7 @@ impl Inner {
         if group_failed {
             self.recover(block);
         }
-        let now = thread_cpu_ns();
-        let spent = now.saturating_sub(*cpu_mark) + self.unattributed_cpu_ns.swap(0, Ordering::Relaxed);
-        let drain_share = spent / u64::from(count.max(1));
-        *cpu_mark = now;
+        let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
         for (entry, transfer) in finished {
             self.finish(block, entry, transfer, drain_share, exception.as_ref());
         }
@@ -613,7 +610,7 @@ impl Inner {
             host_device_api_calls: transfer.host_device_api_calls,
             descriptors: u64::from(entry.sqes.get()),
             doorbells: u64::from(entry.doorbells.get()),
-            host_cpu_ns: transfer.submit_cpu_ns + drain_share,
+            host_cpu_ns: drain_share,
         };
         let syndrome = Syndrome(entry.syndrome.get());
         let channel = block.index;
@@ -730,7 +727,7 @@ impl Transport for AivTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         let inner = &self.inner;
-        let cpu_started = thread_cpu_ns();
+        let started = inline_clock_ns();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
         let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
         let mut accepted = 0u64;
@@ -743,8 +740,6 @@ impl Transport for AivTransport {
                 }
             }
         }
-        let count = resolved.len().max(1) as u64;
-        let share = thread_cpu_ns().saturating_sub(cpu_started) / count;
         for (transfer, Resolved { src, dst, peer }) in resolved {
             let block = inner.next_block.fetch_add(1, Ordering::Relaxed) % inner.blocks.len();
             let id = inner.next_transfer_id.fetch_add(1, Ordering::Relaxed);
@@ -759,13 +754,8 @@ impl Transport for AivTransport {
                 }),
                 ..RequestEntry::default()
             };
-            let inflight = InFlight {
-                slot: transfer.slot,
-                peer,
-                length: transfer.length,
-                submit_cpu_ns: share,
-                host_device_api_calls: api_calls,
-            };
+            let inflight =
+                InFlight { slot: transfer.slot, peer, length: transfer.length, host_device_api_calls: api_calls };
             per_block[block].push((entry, inflight));
             accepted += 1;
         }
@@ -784,6 +774,9 @@ impl Transport for AivTransport {
                 tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
             }
         }
+        // The whole submit (ring writes, the twin's wake of a sleeping core, a per-batch launch) is charged to the
+        // transfers drained next.
+        inner.unattributed_cpu.add_since(started);
     }
 }
 
@@ -868,13 +861,8 @@ mod tests {
         {
             let mut producer = block.producer.lock().expect("producer");
             for (entry, slot) in cases.iter().zip(&slots) {
-                let inflight = InFlight {
-                    slot: slot.clone(),
-                    peer: None,
-                    length: entry.length.get(),
-                    submit_cpu_ns: 0,
-                    host_device_api_calls: 0,
-                };
+                let inflight =
+                    InFlight { slot: slot.clone(), peer: None, length: entry.length.get(), host_device_api_calls: 0 };
                 producer.backlog.push_back((*entry, inflight));
             }
             assert_eq!(block.pump(&mut producer), 4);
@@ -923,8 +911,7 @@ mod tests {
                 opcode: U32::new(REQUEST_OPCODE_WRITE),
                 ..RequestEntry::default()
             };
-            let inflight =
-                InFlight { slot: slot.clone(), peer: None, length: 4096, submit_cpu_ns: 0, host_device_api_calls: 0 };
+            let inflight = InFlight { slot: slot.clone(), peer: None, length: 4096, host_device_api_calls: 0 };
             producer.backlog.push_back((entry, inflight));
             assert_eq!(block.pump(&mut producer), 1);
         }
@@ -939,8 +926,8 @@ mod tests {
         assert!(!inner.poll_inline(), "no other drainer now");
         assert_eq!(slot.state(), TransferState::Completed, "{:?}", slot.reason());
         assert!(!inner.completions_ready());
-        let evidence = slot.evidence().expect("evidence");
-        assert!(evidence.host_cpu_ns > 0, "the polling thread's CPU is charged to the transfer it finished");
+        assert!(slot.evidence().is_some(), "a finished transfer carries evidence");
+        assert!(inner.unattributed_cpu.take() > 0, "the drain pass was timed and pooled for the next transfers");
         assert_eq!(signal.finished(), 1);
     }
 }

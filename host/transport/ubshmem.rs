@@ -22,7 +22,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
 use crate::engine::{TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::evidence::{inline_clock_ns, thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
 pub const STREAMS_PER_TRANSFER: usize = 4;
@@ -71,6 +71,8 @@ struct Shared {
     copies: AtomicU64,
     synchronisations: AtomicU64,
     failures: AtomicU64,
+    /// Submit hand-offs not charged yet (see [`CpuCarry`]).
+    carry: CpuCarry,
 }
 
 #[derive(Debug)]
@@ -140,6 +142,7 @@ impl UbshmemTransport {
             copies: AtomicU64::new(0),
             synchronisations: AtomicU64::new(0),
             failures: AtomicU64::new(0),
+            carry: CpuCarry::default(),
         });
         let mut workers = Vec::new();
         for index in 0..self.workers {
@@ -160,7 +163,7 @@ impl Transport for UbshmemTransport {
     }
 
     fn submit(&self, transfers: Vec<Transfer>) {
-        let cpu_started = thread_cpu_time_ns();
+        let cpu_started = inline_clock_ns();
         let shared = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.is_none() {
@@ -188,7 +191,8 @@ impl Transport for UbshmemTransport {
                 }
             }
         }
-        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = inline_clock_ns();
+        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
@@ -198,6 +202,8 @@ impl Transport for UbshmemTransport {
         for _ in 0..count.min(self.workers as usize) {
             shared.queued.notify_one();
         }
+        // The hand-off to the workers (queue and wake-ups) is charged too.
+        shared.carry.add_since(share_mark);
     }
 }
 
@@ -271,10 +277,11 @@ impl Shared {
             doorbells: pieces as u64,
             host_cpu_ns: job.submit_cpu_ns + cpu,
         };
+        let carried = self.carry.take();
         let Some(streams) = self.borrow_streams(pieces, Instant::now() + self.timeout) else {
             self.failures.fetch_add(1, Ordering::Relaxed);
             *cpu_mark = thread_cpu_time_ns();
-            let cpu = cpu_mark.saturating_sub(cpu_started);
+            let cpu = cpu_mark.saturating_sub(cpu_started) + carried;
             job.slot.fail_with_evidence(
                 TransferState::Timeout,
                 format!("ubshmem: no {pieces} free streams in the pool within {:?}", self.timeout),
@@ -321,7 +328,7 @@ impl Shared {
         self.return_streams(streams);
         self.transfers.fetch_add(1, Ordering::Relaxed);
         *cpu_mark = thread_cpu_time_ns();
-        let cpu = cpu_mark.saturating_sub(cpu_started);
+        let cpu = cpu_mark.saturating_sub(cpu_started) + carried;
         match failure {
             None => {
                 job.slot.complete(job.length, evidence(api_calls, cpu));
