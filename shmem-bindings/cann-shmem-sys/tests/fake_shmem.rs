@@ -27,9 +27,13 @@ impl Fake {
         }
     }
 
-    fn control<T: Copy>(&self, name: &str) -> T {
+    /// A control function of fake_shmem.c, typed by the caller.
+    ///
+    /// # Safety
+    /// `T` must be the function pointer type of the fake's `name`.
+    unsafe fn control<T: Copy>(&self, name: &str) -> T {
         let symbol = format!("{name}\0");
-        // SAFETY: each caller names a control function of fake_shmem.c with the prototype `T`.
+        // SAFETY: the caller guarantees the prototype.
         *unsafe { self.library.control().get::<T>(symbol.as_bytes()) }.unwrap_or_else(|error| panic!("{name}: {error}"))
     }
 
@@ -177,9 +181,8 @@ fn the_host_state_is_read_through_the_g_state_data_symbol_after_initialisation()
     assert_eq!(before.header, StateHeader { version: EXPECTED_VERSION, mype: -1, npes: -1 });
     assert_eq!(before.sdma_workspace_addr, 0);
 
-    let set_workspace: unsafe extern "C" fn(u64) = fake.control("fake_set_sdma_workspace");
-    // SAFETY: a value argument only.
-    unsafe { set_workspace(0x1234_5000) };
+    // SAFETY: `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
+    unsafe { fake.control::<unsafe extern "C" fn(u64)>("fake_set_sdma_workspace")(0x1234_5000) };
     let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
     let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &uid).expect("attr");
     attr.option_attr.data_op_engine_type = sys::ACLSHMEM_DATA_OP_SDMA;
@@ -188,9 +191,8 @@ fn the_host_state_is_read_through_the_g_state_data_symbol_after_initialisation()
     assert_eq!(after.header, StateHeader { version: EXPECTED_VERSION, mype: 1, npes: 2 });
     assert_eq!(after.sdma_workspace_addr, 0x1234_5000, "read at the mirrored offset");
 
-    let set_version: unsafe extern "C" fn(i32) = fake.control("fake_set_state_version");
-    // SAFETY: a value argument only.
-    unsafe { set_version((1 << 16) + 40_000) };
+    // SAFETY: `void fake_set_state_version(int)`; a value argument only.
+    unsafe { fake.control::<unsafe extern "C" fn(i32)>("fake_set_state_version")((1 << 16) + 40_000) };
     let error = result::state::host_state(&api).expect_err("foreign layout");
     assert_eq!(
         error.to_string(),
