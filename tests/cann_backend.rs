@@ -26,12 +26,32 @@ const KERNEL_OBJECT: &[u8] = b"not a real kernel object";
 struct Fakes {
     acl: libloading::Library,
     shmem: libloading::Library,
+    /// The SDMA workspace the fake SHMEM publishes in `g_state` when initialised with the SDMA engine (set again
+    /// by every `serial()`).
     workspace: u64,
 }
 
-fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cann-fakes-{}", std::process::id()));
+/// Where this process builds the fakes: `cann-fakes-<pid>` under the target's scratch directory. The libraries stay
+/// loaded (and `aiv doctor` reopens them by path) for the whole run, and a static is never dropped, so the directory
+/// cannot be removed at the end; instead each run first removes the directories of earlier runs whose process is
+/// gone, and at most the live runs' directories remain.
+fn fake_directory() -> PathBuf {
+    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    if let Ok(entries) = std::fs::read_dir(scratch) {
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let pid = name.to_str().and_then(|name| name.strip_prefix("cann-fakes-")).and_then(|pid| pid.parse().ok());
+            if let Some(pid) = pid.filter(|pid: &u32| !Path::new(&format!("/proc/{pid}")).exists()) {
+                let _ = std::fs::remove_dir_all(scratch.join(format!("cann-fakes-{pid}")));
+            }
+        }
+    }
+    let dir = scratch.join(format!("cann-fakes-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("fake directory");
+    dir
+}
+
+fn build(dir: &Path, source: &str, name: &str, defines: &[&str]) -> PathBuf {
     let path = dir.join(name);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
     if let Err(failure) = compile_shared_library(&source, &path, defines) {
@@ -43,29 +63,75 @@ fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
 fn fakes() -> &'static Fakes {
     static FAKES: OnceLock<Fakes> = OnceLock::new();
     FAKES.get_or_init(|| {
-        let acl = build("shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
-        let shmem = build("shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
+        let dir = fake_directory();
+        let acl = build(&dir, "shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
+        let shmem = build(&dir, "shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
         // Set once, before the backend's first `api()` call (the tables are loaded once per process).
         std::env::set_var("AIV_ASCENDCL_LIB", &acl);
         std::env::set_var("AIV_SHMEM_LIB", &shmem);
         // SAFETY: the fakes' initialisers do nothing; loading the same paths again shares the loader's copy.
         let (acl, shmem) = unsafe { (libloading::Library::new(&acl), libloading::Library::new(&shmem)) };
         let (acl, shmem) = (acl.expect("load fake ACL"), shmem.expect("load fake SHMEM"));
-        // SAFETY: the fake exports `void *fake_sdma_workspace(uint32_t, uint32_t)`.
-        let workspace = unsafe {
-            let make = acl
-                .get::<unsafe extern "C" fn(u32, u32) -> *mut c_void>(b"fake_sdma_workspace\0")
-                .expect("workspace control");
-            make(BLOCKS, SQ_DEPTH) as u64
-        };
+        let workspace = new_workspace(&acl);
         Fakes { acl, shmem, workspace }
     })
 }
 
-/// Tests share the fakes' global state: one at a time, logs cleared at the start.
+/// A control function of a fake, typed by the caller.
+///
+/// # Safety
+/// `T` must be the function pointer type of the fake's `name`.
+unsafe fn control<T: Copy>(library: &libloading::Library, name: &str) -> T {
+    let symbol = format!("{name}\0");
+    // SAFETY: the caller guarantees the prototype.
+    *unsafe { library.get::<T>(symbol.as_bytes()) }.unwrap_or_else(|error| panic!("{name}: {error}"))
+}
+
+/// A fresh synthetic SDMA workspace of `BLOCKS` records from the fake ACL (`fake_sdma_workspace`).
+fn new_workspace(acl: &libloading::Library) -> u64 {
+    // SAFETY: the fake's prototype is `void *fake_sdma_workspace(uint32_t, uint32_t)`; value arguments only (it
+    // allocates the workspace and never frees it).
+    unsafe {
+        control::<unsafe extern "C" fn(u32, u32) -> *mut c_void>(acl, "fake_sdma_workspace")(BLOCKS, SQ_DEPTH) as u64
+    }
+}
+
+/// The workspace address the fake SHMEM's next initialisation (with the SDMA engine) stores in `g_state`.
+fn set_published_workspace(address: u64) {
+    // SAFETY: the fake exports `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
+    unsafe { control::<unsafe extern "C" fn(u64)>(&fakes().shmem, "fake_set_sdma_workspace")(address) }
+}
+
+/// Sets the fake SHMEM's `g_state` version word (0 restores the real one; an initialisation does not).
+fn set_host_state_version(version: i32) {
+    // SAFETY: the fake exports `void fake_set_state_version(int)`; a value argument only.
+    unsafe { control::<unsafe extern "C" fn(i32)>(&fakes().shmem, "fake_set_state_version")(version) }
+}
+
+/// Sets the fake SHMEM's `g_state.mype` (the next initialisation sets it again).
+fn set_host_state_mype(mype: i32) {
+    // SAFETY: the fake exports `void fake_set_state_mype(int)`; a value argument only.
+    unsafe { control::<unsafe extern "C" fn(i32)>(&fakes().shmem, "fake_set_state_mype")(mype) }
+}
+
+/// Fills the fake ACL's device copy of SHMEM's state (all zero: never written).
+fn set_device_state(version: i32, mype: i32, npes: i32, workspace: u64) {
+    // SAFETY: the fake exports `void fake_device_state(int32_t, int32_t, int32_t, uint64_t)`.
+    unsafe {
+        control::<unsafe extern "C" fn(i32, i32, i32, u64)>(&fakes().acl, "fake_device_state")(
+            version, mype, npes, workspace,
+        )
+    }
+}
+
+/// Tests share the fakes' global state: one at a time; logs cleared and the state copies reset at the start (the
+/// host state's version real, the device copy never written), so a failed test leaves nothing behind.
 fn serial() -> MutexGuard<'static, ()> {
     static SERIAL: Mutex<()> = Mutex::new(());
     let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    set_host_state_version(0);
+    set_published_workspace(fakes().workspace);
+    set_device_state(0, 0, 0, 0);
     acl_log();
     shmem_log();
     guard
@@ -120,7 +186,7 @@ fn settings(pe: i32, pes: i32) -> CannSettings {
     CannSettings {
         shmem_pe: pe,
         shmem_pes: pes,
-        workspace_addr: Some(fakes().workspace),
+        workspace_addr: None,
         kernel_object: Some(KERNEL_OBJECT),
         counter_hz: 50_000_000,
     }
@@ -244,19 +310,119 @@ fn channels_come_from_the_sdma_workspace_records() {
     );
 
     let error = device.open_channels(BLOCKS + 1, SQ_DEPTH).expect_err("the workspace has two queues");
-    assert!(error.to_string().contains("reports flag 1 and 2 queues; 3 channel records are needed"), "{error}");
+    assert!(
+        error.to_string().contains("(from g_state) reports flag 1 and 2 queues; 3 channel records are needed"),
+        "{error}"
+    );
     set_result(&fakes().acl, "aclrtMemcpy", 507899);
     let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("injected D2H failure");
     set_result(&fakes().acl, "aclrtMemcpy", 0);
     assert!(error.to_string().contains("read the SDMA workspace: aclrtMemcpy failed: AclError(507899"), "{error}");
+}
 
-    let mut unknown = settings(0, 1);
-    unknown.workspace_addr = None;
-    drop(device);
-    let device = CannDevice::open(&options(0), unknown, None).expect("opens without a workspace address");
-    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("address unknown");
-    assert!(matches!(error, DeviceError::Unavailable { .. }));
-    assert!(error.to_string().contains("AIV_SDMA_WORKSPACE_ADDR"), "{error}");
+/// The device copy of SHMEM's state, as the backend reads it: 16 header bytes at 0x17ffbe010000, then the 8-byte
+/// workspace address at offset 32968.
+const DEVICE_STATE_READS: [&str; 2] =
+    ["aclrtMemcpy dest_max=16 count=16 kind=2", "aclrtMemcpy dest_max=8 count=8 kind=2"];
+/// `(1 << 16) + 32992`: the version word of the mirrored state layout.
+const STATE_VERSION: i32 = 0x1_80e0;
+
+#[test]
+fn a_foreign_g_state_layout_falls_back_to_the_device_copy_of_the_state() {
+    let _serial = serial();
+    let device = open(0);
+    let device_copy_workspace = new_workspace(&fakes().acl);
+    assert_ne!(device_copy_workspace, fakes().workspace);
+    set_host_state_version((1 << 16) + 40_000);
+    set_device_state(STATE_VERSION, 0, 1, device_copy_workspace);
+    acl_log();
+    let channels = device.open_channels(BLOCKS, SQ_DEPTH).expect("channels through the device copy");
+    assert_eq!(channels[1].record_addr, device_copy_workspace + 128, "records of the device copy's workspace");
+    let log = acl_log();
+    assert_eq!(log[..2], DEVICE_STATE_READS, "header, then the address word");
+    assert_eq!(log[2], "aclrtMemcpy dest_max=192 count=192 kind=2", "then the workspace itself");
+
+    // The device copy is checked like g_state: another PE's state is refused.
+    set_device_state(STATE_VERSION, 1, 2, device_copy_workspace);
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("state of PE 1 of 2");
+    assert!(
+        error.to_string().contains("device state at 0x17ffbe010000: mype 1 of npes 2 is not this process's PE 0 of 1"),
+        "{error}"
+    );
+}
+
+#[test]
+fn when_every_source_fails_the_error_names_each_and_why() {
+    let _serial = serial();
+    let device = open(0);
+    set_host_state_version((2 << 16) + 32_992);
+    acl_log();
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("no source works");
+    let message = error.to_string();
+    assert!(matches!(error, DeviceError::Unavailable { .. }), "{message}");
+    for part in [
+        "device 0: the address of SHMEM's SDMA workspace was not found; tried ",
+        "AIV_SDMA_WORKSPACE_ADDR: not set; ",
+        "g_state: version 0x280e0 is not layout 1/32992 (it names layout 2/32992); ",
+        "device state at 0x17ffbe010000: version 0x0 is not layout 1/32992 (it names layout 0/0)",
+        "Set AIV_SDMA_WORKSPACE_ADDR (hex)",
+    ] {
+        assert!(message.contains(part), "{part:?} missing: {message}");
+    }
+    assert_eq!(acl_log(), DEVICE_STATE_READS[..1], "the device copy's header only: its version was refused");
+
+    // The right layout but another PE's values, and a failing D2H copy, are named too.
+    set_host_state_version(0);
+    set_host_state_mype(3);
+    set_result(&fakes().acl, "aclrtMemcpy", 507899);
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("no source works");
+    set_result(&fakes().acl, "aclrtMemcpy", 0);
+    let message = error.to_string();
+    for part in [
+        "g_state: mype 3 of npes 1 is not this process's PE 0 of 1",
+        "device state at 0x17ffbe010000: aclrtMemcpy failed: AclError(507899",
+    ] {
+        assert!(message.contains(part), "{part:?} missing: {message}");
+    }
+}
+
+#[test]
+fn a_state_without_a_workspace_address_is_refused() {
+    let _serial = serial();
+    // SHMEM stores the address only once its SDMA transport is set up; here the fake publishes none.
+    set_published_workspace(0);
+    let device = open(0);
+    let error = device.open_channels(BLOCKS, SQ_DEPTH).expect_err("no workspace in g_state");
+    assert!(
+        error.to_string().contains("g_state: sdma_workspace_addr is 0 (SHMEM set up no SDMA transport)"),
+        "{error}"
+    );
+}
+
+#[test]
+fn the_environment_override_wins_over_shmems_state() {
+    let _serial = serial();
+    let override_workspace = new_workspace(&fakes().acl);
+    std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{override_workspace:#x}"));
+    let from_env = CannSettings::from_env(0);
+    std::env::remove_var("AIV_SDMA_WORKSPACE_ADDR");
+    let mut settings = from_env.expect("settings");
+    assert_eq!(settings.workspace_addr, Some(override_workspace));
+    settings.kernel_object = Some(KERNEL_OBJECT);
+    let device = CannDevice::open(&options(0), settings, None).expect("device");
+    set_device_state(STATE_VERSION, 0, 1, fakes().workspace);
+    acl_log();
+    let channels = device.open_channels(BLOCKS, SQ_DEPTH).expect("channels");
+    assert_eq!(channels[0].record_addr, override_workspace + 64, "the override, not g_state's workspace");
+    assert_eq!(acl_log()[0], "aclrtMemcpy dest_max=192 count=192 kind=2", "no state copy was read");
+
+    std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", "0xnot-hex");
+    let error = CannSettings::from_env(0).expect_err("malformed");
+    std::env::remove_var("AIV_SDMA_WORKSPACE_ADDR");
+    assert!(
+        error.to_string().contains("AIV_SDMA_WORKSPACE_ADDR=\"0xnot-hex\" is not a hexadecimal address"),
+        "{error}"
+    );
 }
 
 #[test]
@@ -441,7 +607,6 @@ fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_trans
     let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-{}.o", std::process::id()));
     std::fs::write(&object, KERNEL_OBJECT).expect("write the fake object");
     std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
-    std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{:#x}", fakes().workspace));
     std::env::set_var("AIV_SHMEM_N_PES", "2");
     let engine = |device_id: u32| {
         let mut config = EngineConfig::new("127.0.0.1");
@@ -467,13 +632,7 @@ fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_trans
     assert_eq!(peer_device.backend().backend_name(), "cann");
     peer.open_segment(root.name()).expect("PE 0's segment, with its advertised heap");
 
-    for name in [
-        "AIV_NPU_KERNEL_OBJECT",
-        "AIV_SDMA_WORKSPACE_ADDR",
-        "AIV_SHMEM_N_PES",
-        "AIV_SHMEM_PE",
-        "AIV_SHMEM_ROOT_SEGMENT",
-    ] {
+    for name in ["AIV_NPU_KERNEL_OBJECT", "AIV_SHMEM_N_PES", "AIV_SHMEM_PE", "AIV_SHMEM_ROOT_SEGMENT"] {
         std::env::remove_var(name);
     }
     drop((peer_device, peer, root_device, root));

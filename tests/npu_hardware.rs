@@ -1,7 +1,9 @@
 //! Hardware tier: the aiv path between two NPUs, with data checks. `#[ignore]`d; selected by `AIV_NPU_TESTS=1`.
 //!
 //! Run on an Ascend machine (docs/HARDWARE_TESTING.md):
-//! `AIV_NPU_TESTS=1 AIV_SDMA_WORKSPACE_ADDR=... cargo test --features cann --test npu_hardware -- --ignored --nocapture`
+//! `AIV_NPU_TESTS=1 cargo test --features cann --test npu_hardware -- --ignored --nocapture`
+//! (`AIV_SDMA_WORKSPACE_ADDR=<hex>` optionally overrides the SDMA workspace address each process otherwise finds in
+//! SHMEM's state; that discovery is unverified on hardware, see docs/HARDWARE_TESTING.md).
 //!
 //! SHMEM takes one PE per process, so the test runs two processes: this one (PE 0, NPU `AIV_NPU_DEVICE_A`, default 0)
 //! and a copy of this test binary running `npu_peer_process` (PE 1, NPU `AIV_NPU_DEVICE_B`, default 1). SHMEM's unique

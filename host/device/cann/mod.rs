@@ -12,9 +12,13 @@
 //!    with `aclrtMemExportToShareableHandle` (the handle is the advertised `export_id`).
 //! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`.
 //! 5. Channels: read the SDMA workspace's flag info and per-block channel records with `aclrtMemcpy` D2H. SHMEM has
-//!    no public host call returning the workspace address (it keeps it in its internal device state), so the address
-//!    comes from [`CannSettings::workspace_addr`] (`AIV_SDMA_WORKSPACE_ADDR`); without it `open_channels` fails
-//!    naming this gap. *Inferred*, unverified on hardware.
+//!    no public host call returning the workspace address; it keeps it in field `sdma_workspace_addr` of its internal
+//!    state struct (`cann_shmem_sys::device_state`). `open_channels` takes the first of: the override
+//!    [`CannSettings::workspace_addr`] (`AIV_SDMA_WORKSPACE_ADDR`); the host copy `g_state` exported by
+//!    `libshmem.so`; the device copy at SHMEM's fixed device address, read with `aclrtMemcpy` D2H. A copy counts only
+//!    if its version word names the mirrored layout and its `mype`/`npes` are this process's; the source used is
+//!    logged, and when all fail the error names each source and why. *Inferred* from SHMEM's source, unverified on
+//!    hardware.
 //! 6. Launch: `aclrtLaunchKernelWithHostArgs` with ENGINE_TYPE = AIV and the 8-byte kernel argument (device address
 //!    of `KernelArgs`); a launch is waited for with `aclrtSynchronizeStreamWithTimeout`.
 //! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
@@ -33,6 +37,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::result as acl;
 use ascendcl_sys::sys::*;
 use ascendcl_sys::AclApi;
+use cann_shmem_sys::device_state::{self, StateHeader};
 use cann_shmem_sys::result as shmem;
 use cann_shmem_sys::sys::{aclshmemx_uniqueid_t, ACLSHMEMX_INIT_WITH_UNIQUEID, ACLSHMEM_DATA_OP_SDMA};
 use cann_shmem_sys::ShmemApi;
@@ -70,7 +75,8 @@ pub struct CannSettings {
     pub shmem_pe: i32,
     /// Number of SHMEM PEs (`AIV_SHMEM_N_PES`, default 1).
     pub shmem_pes: i32,
-    /// Device address of SHMEM's SDMA workspace (`AIV_SDMA_WORKSPACE_ADDR`, hex with or without `0x`).
+    /// Device address of SHMEM's SDMA workspace (`AIV_SDMA_WORKSPACE_ADDR`, hex with or without `0x`): an explicit
+    /// override; without it `open_channels` finds the address in SHMEM's state (module doc, step 5).
     pub workspace_addr: Option<u64>,
     /// The NPU kernel object (`AIV_NPU_KERNEL_OBJECT`, a file path; default: the one embedded in this build, if any).
     pub kernel_object: Option<&'static [u8]>,
@@ -375,6 +381,80 @@ impl CannDevice {
             )
         }
         .map_err(runtime(self.id, step))
+    }
+
+    /// Finds the device address of SHMEM's SDMA workspace and names where it came from (module doc, step 5): the
+    /// override, else SHMEM's host state `g_state`, else the device copy of the state. When every source fails, the
+    /// error lists each with its reason. *Unverified on hardware*: the two state sources follow SHMEM's source.
+    fn discover_workspace(&self) -> Result<(u64, &'static str), DeviceError> {
+        let found = |address: u64, source: &'static str| {
+            tracing::info!(device = self.id, source, workspace = %format_args!("{address:#x}"), "SDMA workspace found");
+            Ok((address, source))
+        };
+        if let Some(address) = self.settings.workspace_addr {
+            return found(address, "AIV_SDMA_WORKSPACE_ADDR");
+        }
+        let mut tried = vec!["AIV_SDMA_WORKSPACE_ADDR: not set".to_string()];
+        match self.workspace_from_host_state() {
+            Ok(address) => return found(address, device_state::HOST_STATE_SYMBOL),
+            Err(reason) => tried.push(format!("{}: {reason}", device_state::HOST_STATE_SYMBOL)),
+        }
+        match self.workspace_from_device_state() {
+            Ok(address) => return found(address, "the device state copy"),
+            Err(reason) => tried.push(format!("device state at {:#x}: {reason}", device_state::DEVICE_STATE_ADDR)),
+        }
+        Err(DeviceError::Unavailable {
+            backend: "cann",
+            reason: format!(
+                "device {}: the address of SHMEM's SDMA workspace was not found; tried {}. Set \
+                 AIV_SDMA_WORKSPACE_ADDR (hex) to it (see docs/HARDWARE_TESTING.md)",
+                self.id,
+                tried.join("; ")
+            ),
+        })
+    }
+
+    /// The workspace address in `libshmem.so`'s `g_state`, or why it cannot be used.
+    fn workspace_from_host_state(&self) -> Result<u64, String> {
+        match shmem::state::host_state(self.shmem) {
+            Ok(state) => self.accept_state(state.header, state.sdma_workspace_addr),
+            Err(cann_shmem_sys::Error::MissingSymbol(missing)) => {
+                Err(format!("symbol not exported by {}", missing.path.display()))
+            }
+            Err(cann_shmem_sys::Error::StateLayout { detail, .. }) => Err(detail),
+            Err(other) => Err(other.to_string()),
+        }
+    }
+
+    /// The workspace address in the device copy of SHMEM's state (two `aclrtMemcpy` D2H: the header, then the
+    /// address word once the header is accepted), or why it cannot be used.
+    fn workspace_from_device_state(&self) -> Result<u64, String> {
+        let detail = |error: DeviceError| match error {
+            DeviceError::Runtime { detail, .. } => detail,
+            other => other.to_string(),
+        };
+        let mut header = [0u8; device_state::HEADER_BYTES];
+        self.read_device(device_state::DEVICE_STATE_ADDR, &mut header, "read SHMEM's device state").map_err(detail)?;
+        let header = StateHeader::from_bytes(&header);
+        device_state::check_version(header.version)?;
+        let mut word = [0u8; 8];
+        let address = device_state::DEVICE_STATE_ADDR + device_state::SDMA_WORKSPACE_ADDR_OFFSET as u64;
+        self.read_device(address, &mut word, "read SHMEM's device state").map_err(detail)?;
+        self.accept_state(header, u64::from_ne_bytes(word))
+    }
+
+    /// Checks that a state copy (version already accepted) belongs to this process's PE and has a workspace.
+    fn accept_state(&self, header: StateHeader, workspace: u64) -> Result<u64, String> {
+        if header.mype != self.settings.shmem_pe || header.npes != self.settings.shmem_pes {
+            return Err(format!(
+                "mype {} of npes {} is not this process's PE {} of {}",
+                header.mype, header.npes, self.settings.shmem_pe, self.settings.shmem_pes
+            ));
+        }
+        if workspace == 0 {
+            return Err("sdma_workspace_addr is 0 (SHMEM set up no SDMA transport)".into());
+        }
+        Ok(workspace)
     }
 
     /// Copies `data` into device memory at `addr` (`aclrtMemcpy` H2D); for tests and tools that fill HBM.
@@ -702,22 +782,16 @@ impl DeviceBackend for CannDevice {
                 reason: format!("{count} channels requested, 1 to {MAX_CHANNELS} exist"),
             });
         }
-        let workspace = self.settings.workspace_addr.ok_or_else(|| {
-            unavailable(format!(
-                "device {}: the address of SHMEM's SDMA workspace is unknown: SHMEM keeps it in its internal device \
-                 state and exports no host call returning it; set AIV_SDMA_WORKSPACE_ADDR (hex) to it \
-                 (see docs/HARDWARE_TESTING.md)",
-                self.id
-            ))
-        })?;
+        let (workspace, source) = self.discover_workspace()?;
         let mut bytes = vec![0u8; (CHANNEL_RECORDS_OFFSET + u64::from(count) * 64) as usize];
         self.read_device(workspace, &mut bytes, "read the SDMA workspace")?;
         let flag = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let queues = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
         if flag == 0 || queues < count {
             return Err(unavailable(format!(
-                "device {}: SDMA workspace at {workspace:#x} reports flag {flag} and {queues} queues; {count} \
-                 channel records are needed (was SHMEM initialised with the SDMA engine and enough blocks?)",
+                "device {}: SDMA workspace at {workspace:#x} (from {source}) reports flag {flag} and {queues} \
+                 queues; {count} channel records are needed (was SHMEM initialised with the SDMA engine and enough \
+                 blocks?)",
                 self.id
             )));
         }

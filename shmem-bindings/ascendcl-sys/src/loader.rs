@@ -4,9 +4,10 @@
 //! directories, then the plain file name through the dynamic loader's own path) and the error that lists every
 //! candidate tried and why it failed. It must not resolve symbols: the generated function tables do that.
 
-use std::ffi::OsString;
+use std::ffi::{c_void, OsString};
 use std::fmt;
 use std::path::PathBuf;
+use std::ptr::NonNull;
 
 /// Where one vendor library may be found.
 #[derive(Clone, Copy, Debug)]
@@ -127,14 +128,38 @@ fn render_attempts(attempts: &[Attempt]) -> String {
     out
 }
 
-/// An optional symbol (one only newer CANN versions export) was called but the loaded library lacks it.
+/// An optional symbol (one only some CANN versions export) was used but the loaded library lacks it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{symbol} is not exported by {path}: this CANN version does not provide it")]
 pub struct MissingSymbol {
-    /// The C function.
+    /// The C function or variable.
     pub symbol: &'static str,
     /// The library that was loaded.
     pub path: PathBuf,
+}
+
+/// The address of a data symbol (a global variable, not a function) of a loaded library, as `dlsym` returns it.
+///
+/// Only an address: what lives there, and for how long, is the caller's knowledge. It stays valid while the table
+/// that resolved it keeps the library loaded. Reading through it is `unsafe` and up to the caller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DataSymbol(NonNull<c_void>);
+
+// SAFETY: a plain address; every access through it is an `unsafe` read the caller justifies.
+unsafe impl Send for DataSymbol {}
+// SAFETY: as above.
+unsafe impl Sync for DataSymbol {}
+
+impl DataSymbol {
+    /// The symbol's address, or `None` for a null one.
+    pub fn new(address: *mut c_void) -> Option<DataSymbol> {
+        NonNull::new(address).map(DataSymbol)
+    }
+
+    /// The address of the variable.
+    pub fn as_ptr(self) -> *const u8 {
+        self.0.as_ptr().cast_const().cast()
+    }
 }
 
 impl fmt::Display for Candidate {

@@ -18,7 +18,10 @@ macro_rules! __return_type {
 ///
 /// `required` symbols must all resolve or loading fails with
 /// [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); `optional` ones (only newer CANN versions export
-/// them) become `Option` fields, read through [`optional_symbol!`](crate::optional_symbol).
+/// them) become `Option` fields, read through [`optional_symbol!`](crate::optional_symbol). An `optional_data`
+/// section (may be left out) names global variables: each becomes an `Option<`[`DataSymbol`](crate::loader::DataSymbol)`>`
+/// field holding the variable's address. Data symbols are not part of the ABI manifest (no public header declares
+/// them).
 #[macro_export]
 macro_rules! dynamic_library {
     (
@@ -30,6 +33,9 @@ macro_rules! dynamic_library {
         optional {
             $( $(#[$ometa:meta])* fn $oname:ident( $($opname:ident : $opty:ty),* $(,)? ) $(-> $oret:ty)?; )*
         }
+        $(optional_data {
+            $( $(#[$dmeta:meta])* static $dname:ident; )*
+        })?
     ) => {
         $(#[$meta])*
         #[allow(non_snake_case)]
@@ -39,6 +45,7 @@ macro_rules! dynamic_library {
             _library: $crate::__private::libloading::Library,
             $( $(#[$fmeta])* pub $fname: unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?), )*
             $( $(#[$ometa])* pub $oname: ::core::option::Option<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>, )*
+            $($( $(#[$dmeta])* pub $dname: ::core::option::Option<$crate::loader::DataSymbol>, )*)?
         }
 
         impl ::core::fmt::Debug for $name {
@@ -86,7 +93,16 @@ macro_rules! dynamic_library {
                     .ok()
                     .map(|symbol| *symbol);
                 )*
-                Ok(Self { path, _library: library, $($fname,)* $($oname,)* })
+                $($(
+                    // SAFETY: a data symbol is read as its address only (`dlsym` returns the variable's address);
+                    // nothing is dereferenced here.
+                    let $dname = unsafe {
+                        library.get::<*mut ::core::ffi::c_void>(concat!(stringify!($dname), "\0").as_bytes())
+                    }
+                    .ok()
+                    .and_then(|symbol| $crate::loader::DataSymbol::new(*symbol));
+                )*)?
+                Ok(Self { path, _library: library, $($fname,)* $($oname,)* $($($dname,)*)? })
             }
 
             /// Opens the first candidate that loads and resolves the table from it.

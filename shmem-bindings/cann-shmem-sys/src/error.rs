@@ -28,6 +28,14 @@ pub enum Error {
         /// Its return code.
         code: ShmemError,
     },
+    /// A copy of SHMEM's internal state does not have the layout [`crate::device_state`] mirrors.
+    #[error("{symbol}: {detail}")]
+    StateLayout {
+        /// Which copy was read (the host symbol's C name).
+        symbol: &'static str,
+        /// What was wrong, e.g. the version word and the layout it names.
+        detail: String,
+    },
     /// An allocation returned NULL (SHMEM reports no code for it).
     #[error("{function} returned NULL for {size} bytes")]
     AllocationFailed {

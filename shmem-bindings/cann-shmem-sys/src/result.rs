@@ -130,3 +130,35 @@ pub mod heap {
         unsafe { (api.aclshmem_n_pes)() }
     }
 }
+
+/// SHMEM's internal state (not public API; see [`crate::device_state`]).
+pub mod state {
+    use super::*;
+    use crate::device_state::{self, StateHeader, StateSnapshot, HEADER_BYTES, SDMA_WORKSPACE_ADDR_OFFSET};
+
+    /// Reads the host copy of the state through the optional data symbol `g_state`: the version word first, and
+    /// the rest only if it names the mirrored layout. Fails with [`Error::MissingSymbol`] when the library does not
+    /// export it and [`Error::StateLayout`] when the version differs. Call after `aclshmemx_init_attr` on the thread
+    /// that called it (SHMEM writes the struct without a lock). *Unverified on hardware.*
+    pub fn host_state(api: &ShmemApi) -> Result<StateSnapshot, Error> {
+        let state = ascendcl_sys::optional_symbol!(api, g_state)?;
+        let base = state.as_ptr();
+        let mut version = [0u8; 4];
+        // SAFETY: `g_state` is a global of at least `int version` (every layout starts with it), readable for the
+        // life of the library, which `api` keeps loaded; copied as plain bytes, so alignment does not matter.
+        unsafe { core::ptr::copy_nonoverlapping(base, version.as_mut_ptr(), 4) };
+        device_state::check_version(i32::from_ne_bytes(version))
+            .map_err(|detail| Error::StateLayout { symbol: device_state::HOST_STATE_SYMBOL, detail })?;
+        let mut header = [0u8; HEADER_BYTES];
+        let mut workspace = [0u8; 8];
+        // SAFETY: the version word says the struct is the mirrored one, STATE_SIZE bytes, so both ranges are inside it.
+        unsafe {
+            core::ptr::copy_nonoverlapping(base, header.as_mut_ptr(), HEADER_BYTES);
+            core::ptr::copy_nonoverlapping(base.add(SDMA_WORKSPACE_ADDR_OFFSET), workspace.as_mut_ptr(), 8);
+        }
+        Ok(StateSnapshot {
+            header: StateHeader::from_bytes(&header),
+            sdma_workspace_addr: u64::from_ne_bytes(workspace),
+        })
+    }
+}

@@ -217,6 +217,11 @@ ascendcl_sys::dynamic_library! {
         fn aclshmemx_init_status() -> i32;
         fn aclshmem_info_get_version(major: *mut i32, minor: *mut i32);
     }
+    optional_data {
+        /// SHMEM's host copy of its state (`aclshmem_device_host_state_t g_state`, see [`crate::device_state`]):
+        /// not public API, so a build that hides it (or renames it) simply leaves this `None`.
+        static g_state;
+    }
 }
 
 #[cfg(test)]

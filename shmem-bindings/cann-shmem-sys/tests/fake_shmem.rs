@@ -16,11 +16,25 @@ struct Fake {
 
 impl Fake {
     fn build() -> Fake {
+        Fake::build_with(&[])
+    }
+
+    fn build_with(defines: &[&str]) -> Fake {
         let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/fake_shmem.c");
-        match FakeLibrary::build(&source, "libshmem.so", &[]) {
+        match FakeLibrary::build(&source, "libshmem.so", defines) {
             Ok(library) => Fake { library },
             Err(failure) => panic!("{failure}"),
         }
+    }
+
+    /// A control function of fake_shmem.c, typed by the caller.
+    ///
+    /// # Safety
+    /// `T` must be the function pointer type of the fake's `name`.
+    unsafe fn control<T: Copy>(&self, name: &str) -> T {
+        let symbol = format!("{name}\0");
+        // SAFETY: the caller guarantees the prototype.
+        *unsafe { self.library.control().get::<T>(symbol.as_bytes()) }.unwrap_or_else(|error| panic!("{name}: {error}"))
     }
 
     fn api(&self) -> ShmemApi {
@@ -155,4 +169,45 @@ fn a_missing_library_lists_the_shmem_install_locations() {
     let text = error.to_string();
     assert!(text.contains("libshmem.so could not be loaded"), "{text}");
     assert!(text.contains(&root.path().join("lib/libshmem.so").display().to_string()), "{text}");
+}
+
+#[test]
+fn the_host_state_is_read_through_the_g_state_data_symbol_after_initialisation() {
+    use cann_shmem_sys::device_state::{StateHeader, EXPECTED_VERSION};
+    let fake = Fake::build();
+    let api = fake.api();
+    assert!(api.g_state.is_some(), "the fake exports g_state");
+    let before = result::state::host_state(&api).expect("the initializer's version is the mirrored one");
+    assert_eq!(before.header, StateHeader { version: EXPECTED_VERSION, mype: -1, npes: -1 });
+    assert_eq!(before.sdma_workspace_addr, 0);
+
+    // SAFETY: `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
+    unsafe { fake.control::<unsafe extern "C" fn(u64)>("fake_set_sdma_workspace")(0x1234_5000) };
+    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &uid).expect("attr");
+    attr.option_attr.data_op_engine_type = sys::ACLSHMEM_DATA_OP_SDMA;
+    result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
+    let after = result::state::host_state(&api).expect("state");
+    assert_eq!(after.header, StateHeader { version: EXPECTED_VERSION, mype: 1, npes: 2 });
+    assert_eq!(after.sdma_workspace_addr, 0x1234_5000, "read at the mirrored offset");
+
+    // SAFETY: `void fake_set_state_version(int)`; a value argument only.
+    unsafe { fake.control::<unsafe extern "C" fn(i32)>("fake_set_state_version")((1 << 16) + 40_000) };
+    let error = result::state::host_state(&api).expect_err("foreign layout");
+    assert_eq!(
+        error.to_string(),
+        "g_state: version 0x19c40 is not layout 1/32992 (it names layout 1/40000)",
+        "{error:?}"
+    );
+    assert!(matches!(error, Error::StateLayout { symbol: "g_state", .. }));
+}
+
+#[test]
+fn a_library_without_g_state_leaves_the_data_symbol_empty() {
+    let fake = Fake::build_with(&["FAKE_NO_STATE"]);
+    let api = fake.api();
+    assert!(api.g_state.is_none(), "hidden symbols are not found");
+    let error = result::state::host_state(&api).expect_err("not exported");
+    assert!(matches!(&error, Error::MissingSymbol(missing) if missing.symbol == "g_state"), "{error:?}");
+    assert!(error.to_string().starts_with("g_state is not exported by "), "{error}");
 }

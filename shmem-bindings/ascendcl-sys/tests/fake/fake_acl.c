@@ -9,7 +9,8 @@
  * Built with -DFAKE_BACKEND (the root crate's tests/cann_backend.rs), it also has what the CANN device backend calls:
  * Host registration, binary load and launch (logged, never executed: no kernel runs here), and VMM physical memory
  * as memfds mapped into reserved ranges, so an import really aliases the exporter's bytes; fake_sdma_workspace()
- * builds a synthetic SDMA workspace (HARDWARE.md section 4 layout) in host memory.
+ * builds a synthetic SDMA workspace (HARDWARE.md section 4 layout) in host memory, and fake_device_state() fills the
+ * device copy of SHMEM's state that D2H reads of its fixed device address return.
  */
 #ifdef FAKE_BACKEND
 #define _GNU_SOURCE /* memfd_create */
@@ -144,9 +145,44 @@ EXPORT int aclrtMemset(void *ptr, size_t max_count, int32_t value, size_t count)
     return OK;
 }
 
+#ifdef FAKE_BACKEND
+/* The device copy of SHMEM's state lives at a fixed device address (0x17ffbe010000, one 64 KiB context) that is not
+ * mapped in a test process; D2H reads of that range are served from this buffer, set by fake_device_state(). */
+#define DEVICE_STATE_ADDR 0x17ffbe010000ull
+#define DEVICE_STATE_BYTES 65536u
+static unsigned char device_state[DEVICE_STATE_BYTES];
+
+/* Fills the device state copy: version, mype, npes at 0, 4, 8 and the SDMA workspace address at 32968 (the
+ * offsets of aclshmem_device_host_state_t); everything else zero. All zero: nothing written there yet. */
+EXPORT void fake_device_state(int32_t version, int32_t mype, int32_t npes, uint64_t workspace) {
+    memset(device_state, 0, sizeof device_state);
+    memcpy(device_state, &version, 4);
+    memcpy(device_state + 4, &mype, 4);
+    memcpy(device_state + 8, &npes, 4);
+    memcpy(device_state + 32968, &workspace, 8);
+}
+
+/* Where a D2H copy from `src` really reads: the state buffer for the fixed range, else `src` itself; NULL when the
+ * copy would cross the end of the fixed range. */
+static const void *device_source(const void *src, size_t count, uint32_t kind) {
+    uint64_t address = (uint64_t)(uintptr_t)src;
+    if (kind != 2 || address < DEVICE_STATE_ADDR || address >= DEVICE_STATE_ADDR + DEVICE_STATE_BYTES) return src;
+    if (address - DEVICE_STATE_ADDR + count > DEVICE_STATE_BYTES) return NULL;
+    return device_state + (address - DEVICE_STATE_ADDR);
+}
+#else
+static const void *device_source(const void *src, size_t count, uint32_t kind) {
+    (void)count;
+    (void)kind;
+    return src;
+}
+#endif
+
 EXPORT int aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, uint32_t kind) {
     ENTER("aclrtMemcpy dest_max=%zu count=%zu kind=%u", dest_max, count, kind);
     if (count > dest_max || kind > 7) return INVALID_PARAM;
+    src = device_source(src, count, kind);
+    if (!src) return INVALID_PARAM;
     memmove(dst, src, count);
     return OK;
 }

@@ -1,8 +1,10 @@
 /*
  * A fake libshmem.so for the binding tests: the ACLSHMEM host entry points the project calls, with their C names,
  * over a small host-memory arena standing in for the symmetric heap. Calls are logged (fake_take_log) and any
- * int-returning function can be made to fail (fake_set_result). Written for this project from the layouts the
- * bindings declare; not vendor code, and it simulates no device, network or peer.
+ * int-returning function can be made to fail (fake_set_result). It also exports the host copy of SHMEM's internal
+ * state, g_state, with the real member offsets: an initialisation fills mype, npes and (with the SDMA engine) the
+ * workspace address set by fake_set_sdma_workspace. Written for this project from the layouts the bindings declare;
+ * not vendor code, and it simulates no device, network or peer.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -40,6 +42,38 @@ _Static_assert(sizeof(init_attr) == 120, "init_attr layout");
 _Static_assert(offsetof(init_attr, comm_args) == 104, "init_attr layout");
 _Static_assert(sizeof(unique_id) == 136, "unique id layout");
 
+/* SHMEM's internal state struct with the members' C types (see the bindings' device_state module): the fake exports
+ * its host copy as `g_state`, as libshmem.so does, unless built with -DFAKE_NO_STATE. */
+typedef struct {
+    int64_t ub;
+    uint32_t ub_size;
+    uint32_t sync_id;
+} ub_config;
+
+typedef struct {
+    int version;
+    int mype;
+    int npes;
+    void *heap_base;
+    void *host_heap_base;
+    void **heap_base_arrays[6];
+    uint8_t topo_list[16384];
+    size_t heap_size;
+    void *team_pools[2048];
+    uint64_t sync_words[4];
+    _Bool is_initialized;
+    _Bool is_created;
+    ub_config engine_configs[4];
+    uint64_t qp_info;
+    uint64_t sdma_workspace_addr;
+    void *profs;
+    uint64_t signal_addr;
+} device_host_state;
+
+_Static_assert(sizeof(device_host_state) == 32992, "state layout");
+_Static_assert(offsetof(device_host_state, npes) == 8, "state layout");
+_Static_assert(offsetof(device_host_state, sdma_workspace_addr) == 32968, "state layout");
+
 #include "../../../ascendcl-sys/tests/fake/fake_common.h"
 
 enum { SUCCESS = 0, INVALID_PARAM = -1, INVALID_VALUE = -2, NOT_INITED = -5 };
@@ -50,6 +84,23 @@ static _Alignas(4096) unsigned char arena[ARENA_BYTES];
 static size_t arena_used;
 static int initialized, my_pe = -1, n_pes;
 static unique_id shared_uid;
+
+#define STATE_VERSION ((1 << 16) + (int)sizeof(device_host_state))
+#ifndef FAKE_NO_STATE
+EXPORT
+#endif
+device_host_state g_state = {.version = STATE_VERSION, .mype = -1, .npes = -1};
+static uint64_t sdma_workspace; /* what an init with the SDMA engine publishes in g_state */
+
+/* The workspace address the next initialisation with the SDMA engine stores in g_state.sdma_workspace_addr (the
+ * fake ACL's fake_sdma_workspace builds one). */
+EXPORT void fake_set_sdma_workspace(uint64_t address) { sdma_workspace = address; }
+
+/* Overwrites g_state's version word (0 restores the real one), to make the layout look foreign. */
+EXPORT void fake_set_state_version(int version) { g_state.version = version ? version : STATE_VERSION; }
+
+/* Overwrites g_state's mype, as if the state belonged to another PE. */
+EXPORT void fake_set_state_mype(int mype) { g_state.mype = mype; }
 
 EXPORT int aclshmemx_get_uniqueid(unique_id *uid) {
     ENTER("aclshmemx_get_uniqueid version=%d", uid->version);
@@ -83,6 +134,10 @@ EXPORT int aclshmemx_init_attr(unsigned int flags, init_attr *attr) {
     my_pe = attr->my_pe;
     n_pes = attr->n_pes;
     arena_used = 0;
+    g_state.mype = my_pe;
+    g_state.npes = n_pes;
+    g_state.is_initialized = 1;
+    g_state.sdma_workspace_addr = (attr->option_attr.data_op_engine_type & 0x2) ? sdma_workspace : 0;
     return SUCCESS;
 }
 
@@ -127,5 +182,7 @@ EXPORT int aclshmem_finalize(void) {
     ENTER("aclshmem_finalize");
     if (!initialized) return NOT_INITED;
     initialized = 0;
+    g_state.is_initialized = 0;
+    g_state.sdma_workspace_addr = 0;
     return SUCCESS;
 }
