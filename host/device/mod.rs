@@ -341,6 +341,10 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn kernel_event_token(&self) -> u32;
     /// Sleeps until a kernel published completions after `token` was read, or `timeout` passes.
     fn wait_for_kernel(&self, token: u32, timeout: Duration);
+    /// Wakes the Host threads inside [`DeviceBackend::wait_for_kernel`] as a kernel publication would (used when
+    /// the Host itself finished transfers a waiter may be sleeping for, e.g. after a peer was lost). Backends whose
+    /// wait is a short nap need nothing.
+    fn wake_kernel_waiters(&self) {}
 
     // ---- Host-submitted baselines (HARDWARE.md section 7) ----
     /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);

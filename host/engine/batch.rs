@@ -11,6 +11,9 @@ use crate::transport::CompletionPoller;
 /// Longest sleep of a batch wait on one transport's completion events while tasks of other paths are also pending
 /// (their completions arrive through the [`CompletionSignal`], which that sleep does not watch).
 const MIXED_WAIT_SLICE: Duration = Duration::from_millis(1);
+/// Longest sleep of a batch wait on its transport's completion events otherwise: a safety net for tasks finished
+/// by a thread that does not wake the waiter (transports wake it for the ones they know of: a lost peer, shutdown).
+const POLLER_WAIT_SLICE: Duration = Duration::from_millis(50);
 /// Nap of a batch wait while another thread is collecting the same transport's completions.
 const CONTENDED_WAIT_SLICE: Duration = Duration::from_micros(50);
 
@@ -204,7 +207,7 @@ impl Batch {
             } else if mixed {
                 MIXED_WAIT_SLICE
             } else {
-                latest_deadline - now
+                POLLER_WAIT_SLICE
             };
             first.wait(token, slice.min(latest_deadline - now));
         }

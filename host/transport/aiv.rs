@@ -22,7 +22,7 @@
 //! refreshed or reopened. On the twin a dead exporter's pages stay mapped here, so without this check transfers to it
 //! would "complete" into orphaned memory; a real NPU would see a link or HBM error instead.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -178,11 +178,50 @@ struct HostBlock {
     control: SharedMemory,
     ring: SpscIndex,
     producer: Mutex<Producer>,
-    inflight: Mutex<HashMap<u64, InFlight>>,
+    inflight: Mutex<InFlightTable>,
     /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
     drained: AtomicU32,
     /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
     drain_lock: Mutex<()>,
+}
+
+/// The transfers in flight on one block, by request-ring slot. The kernel completes a block's requests in ring order
+/// (DCQ position p belongs to request position p), so a completion finds its transfer without a search; the
+/// transfer id in the DCQ entry confirms it.
+#[derive(Debug)]
+struct InFlightTable {
+    slots: Vec<Option<(u64, InFlight)>>,
+}
+
+impl InFlightTable {
+    fn new(depth: usize) -> Self {
+        InFlightTable { slots: (0..depth).map(|_| None).collect() }
+    }
+
+    fn insert(&mut self, slot: usize, transfer_id: u64, inflight: InFlight) {
+        if let Some((stale, _)) = self.slots[slot].replace((transfer_id, inflight)) {
+            // Cannot happen while the ring's flow control holds (a slot is reused only after its entry drained).
+            tracing::error!(slot, stale, transfer_id, "request-ring slot reused while its transfer was in flight");
+        }
+    }
+
+    /// The transfer `transfer_id`, expected in `slot`; searched for if a completion ever arrives out of order.
+    fn take(&mut self, slot: usize, transfer_id: u64) -> Option<InFlight> {
+        let position = if self.slots[slot].as_ref().is_some_and(|(id, _)| *id == transfer_id) {
+            slot
+        } else {
+            self.slots.iter().position(|entry| entry.as_ref().is_some_and(|(id, _)| *id == transfer_id))?
+        };
+        self.slots[position].take().map(|(_, inflight)| inflight)
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &InFlight> {
+        self.slots.iter().filter_map(|entry| entry.as_ref().map(|(_, inflight)| inflight))
+    }
+
+    fn drain(&mut self) -> impl Iterator<Item = InFlight> + '_ {
+        self.slots.iter_mut().filter_map(|entry| entry.take().map(|(_, inflight)| inflight))
+    }
 }
 
 #[derive(Debug, Default)]
@@ -246,8 +285,8 @@ impl HostBlock {
         let mut published = 0;
         while self.ring.free(drained, producer.tail) > 0 {
             let Some((entry, inflight)) = producer.backlog.pop_front() else { break };
-            self.inflight_map().insert(entry.transfer_id.get(), inflight);
             let slot = self.ring.slot(producer.tail) as usize;
+            self.inflight_map().insert(slot, entry.transfer_id.get(), inflight);
             // SAFETY: slot < depth, so the entry lies inside the ring mapping (header + depth entries); the kernel
             // reads it only after acquiring a tail past it, which is published below.
             unsafe {
@@ -264,7 +303,7 @@ impl HostBlock {
         published
     }
 
-    fn inflight_map(&self) -> std::sync::MutexGuard<'_, HashMap<u64, InFlight>> {
+    fn inflight_map(&self) -> std::sync::MutexGuard<'_, InFlightTable> {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -326,7 +365,7 @@ impl AivTransport {
                 control,
                 ring,
                 producer: Mutex::new(Producer::default()),
-                inflight: Mutex::new(HashMap::new()),
+                inflight: Mutex::new(InFlightTable::new(depth)),
                 drained: AtomicU32::new(0),
                 drain_lock: Mutex::new(()),
             });
@@ -446,11 +485,13 @@ impl Inner {
                     failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
                 }
             }
-            for inflight in block.inflight_map().values().filter(|inflight| reaches(inflight)) {
+            for inflight in block.inflight_map().iter().filter(|inflight| reaches(inflight)) {
                 failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
             }
         }
         tracing::warn!(segment = %peer.name(), failed, "pending transfers to a lost peer failed");
+        // Threads waiting through the poller sleep on kernel events, which these failures are not.
+        self.device.wake_kernel_waiters();
     }
 
     fn drain_loop(self: Arc<Self>) {
@@ -557,8 +598,8 @@ impl Inner {
         let mut finished = Vec::with_capacity(entries.len());
         {
             let mut inflight = block.inflight_map();
-            for entry in &entries {
-                match inflight.remove(&entry.transfer_id.get()) {
+            for (i, entry) in (0u32..).zip(&entries) {
+                match inflight.take(index.slot(head.wrapping_add(i)) as usize, entry.transfer_id.get()) {
                     Some(transfer) => finished.push((entry, transfer)),
                     None => tracing::warn!(
                         block = block.index,
@@ -811,10 +852,11 @@ impl Drop for AivTransport {
         }
         // Transfers still in flight end now rather than at their deadline.
         for block in &inner.blocks {
-            for (_, transfer) in block.inflight_map().drain() {
+            for transfer in block.inflight_map().drain() {
                 transfer.slot.finish(TransferState::Failed, 0, "aiv: transport shut down".into());
             }
         }
+        inner.device.wake_kernel_waiters();
     }
 }
 

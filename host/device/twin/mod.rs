@@ -457,6 +457,10 @@ impl DeviceBackend for TwinDevice {
     fn wait_for_kernel(&self, token: u32, timeout: Duration) {
         self.kernel_to_host.sleep(token, timeout);
     }
+
+    fn wake_kernel_waiters(&self) {
+        self.kernel_to_host.notify();
+    }
 }
 
 impl Drop for TwinDevice {
