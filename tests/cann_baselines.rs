@@ -6,194 +6,26 @@
 //! memory and whose VMM import really aliases the exporter's bytes, so the bytes a transfer moves can be checked.
 //! The fake copies at once; a synchronisation timeout or a task exception is injected through its result overrides.
 //!
+//! `adxl`: the HiXL client/server API over the fake `libcann_hixl.so` of
+//! `shmem-bindings/ascendcl-sys/tests/fake/fake_hixl.c` (in-process servers, memcpy at submit, injectable statuses
+//! and never-completing batches): server per device, connect per peer, batch put/get with the bytes checked, and
+//! each failure mapped to its ADXL status. A missing HiXL library is `tests/cann_hixl_missing.rs`.
+//!
 //! Nothing here shows how either path behaves on an NPU: unverified on hardware.
 #![cfg(feature = "cann")]
 
-use std::ffi::{c_char, CStr, CString};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
+#[path = "common/cann.rs"]
+mod common;
 
-use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
-use aiv_transport::device::cann::CannDevice;
-use aiv_transport::device::DeviceBuffer;
+use std::time::Duration;
+
 use aiv_transport::evidence::Actor;
-use aiv_transport::transport::aiv::AivDevice;
-use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
-use ascendcl_sys::abi::compile_shared_library;
+use aiv_transport::transport::adxl::AdxlStatus;
+use aiv_transport::{Opcode, Protocol, TransferState};
+use common::*;
 
-const BLOCKS: u32 = 2;
-const SQ_DEPTH: u32 = 64;
-const HBM: u64 = 4 << 20;
-const BUFFER: u64 = 1 << 20;
-const BASELINE_TIMEOUT: Duration = Duration::from_millis(300);
-const KERNEL_OBJECT: &[u8] = b"not a real kernel object";
-
-struct Fakes {
-    acl: libloading::Library,
-}
-
-fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cann-baseline-fakes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("fake directory");
-    let path = dir.join(name);
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
-    if let Err(failure) = compile_shared_library(&source, &path, defines) {
-        panic!("{failure}");
-    }
-    path
-}
-
-/// Builds the fakes once and points the backend's loaders (and its bring-up settings) at them.
-fn fakes() -> &'static Fakes {
-    static FAKES: OnceLock<Fakes> = OnceLock::new();
-    FAKES.get_or_init(|| {
-        let acl = build("shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
-        let shmem = build("shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
-        std::env::set_var("AIV_ASCENDCL_LIB", &acl);
-        std::env::set_var("AIV_SHMEM_LIB", &shmem);
-        // SAFETY: the fake's initialisers do nothing; loading the same path again shares the loader's copy.
-        let acl = unsafe { libloading::Library::new(&acl) }.expect("load fake ACL");
-        // SAFETY: the fake exports `void *fake_sdma_workspace(uint32_t, uint32_t)`.
-        let workspace = unsafe {
-            let make = acl
-                .get::<unsafe extern "C" fn(u32, u32) -> *mut std::ffi::c_void>(b"fake_sdma_workspace\0")
-                .expect("workspace control");
-            make(BLOCKS, SQ_DEPTH) as u64
-        };
-        let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-b-{}.o", std::process::id()));
-        std::fs::write(&object, KERNEL_OBJECT).expect("write the fake kernel object");
-        std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
-        std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{workspace:#x}"));
-        Fakes { acl }
-    })
-}
-
-/// Tests share the fakes' global state (and their unsynchronised call log): one at a time, log cleared first.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let guard = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    acl_log();
-    guard
-}
-
-fn acl_log() -> Vec<String> {
-    let library = &fakes().acl;
-    // SAFETY: the fake exports `size_t fake_take_log(char *, size_t)`.
-    let take = unsafe { library.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
-        .expect("log control");
-    let mut buffer = vec![0 as c_char; 1 << 16];
-    // SAFETY: the buffer is live and as long as the capacity passed.
-    unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
-    // SAFETY: the fake NUL-terminates what it copies.
-    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
-    text.lines().map(str::to_owned).collect()
-}
-
-fn calls(log: &[String]) -> Vec<&str> {
-    log.iter().map(|line| line.split(' ').next().unwrap_or_default()).collect()
-}
-
-fn set_acl_result(function: &str, code: i32) {
-    let name = CString::new(function).expect("no NUL");
-    // SAFETY: the fake exports `int fake_set_result(const char *, int)`.
-    let set = unsafe { fakes().acl.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
-        .expect("failure control");
-    // SAFETY: `name` is NUL-terminated and outlives the call.
-    assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
-}
-
-fn options(device_id: u32) -> AivOptions {
-    AivOptions {
-        device_backend: DeviceBackendKind::Cann,
-        device_id,
-        aiv_blocks: BLOCKS,
-        sq_depth: SQ_DEPTH,
-        hbm_size: HBM,
-        // Per-batch: no kernel is launched unless an aiv transfer is submitted, so the log holds the baselines' calls.
-        launch_mode: LaunchMode::PerBatch,
-        baseline_timeout: BASELINE_TIMEOUT,
-        transfer_timeout: Duration::from_secs(10),
-        // One worker: the fake's call log is not thread-safe, and one worker makes the call order deterministic.
-        ubshmem_workers: 1,
-        ubshmem_streams: 4,
-        ..AivOptions::default()
-    }
-}
-
-/// An engine on a fake CANN device with one registered HBM buffer.
-struct Node {
-    engine: TransferEngine,
-    device: Arc<AivDevice>,
-    buffer: DeviceBuffer,
-}
-
-impl Node {
-    fn cann(&self) -> &CannDevice {
-        self.device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend")
-    }
-    fn write(&self, offset: u64, data: &[u8]) {
-        self.cann().copy_to_device(self.buffer.addr() + offset, data).expect("H2D");
-    }
-    fn read(&self, offset: u64, length: usize) -> Vec<u8> {
-        let mut out = vec![0u8; length];
-        self.cann().copy_from_device(self.buffer.addr() + offset, &mut out).expect("D2H");
-        out
-    }
-}
-
-fn node(device_id: u32) -> Node {
-    fakes();
-    let mut config = EngineConfig::new("127.0.0.1");
-    config.protocol = Protocol::Aiv;
-    config.aiv = options(device_id);
-    let engine = TransferEngine::new(config).expect("engine starts");
-    let device = engine.device().expect("fake CANN device opens");
-    let buffer = device.allocate(BUFFER).expect("HBM");
-    // SAFETY: the buffer lives in the Node next to the engine; every batch is waited for before it drops.
-    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }
-        .expect("registering device memory on cann exports it through the heap's VMM handle");
-    Node { engine, device, buffer }
-}
-
-fn pattern(seed: u8, length: usize) -> Vec<u8> {
-    (0..length).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
-}
-
-struct Outcome {
-    states: Vec<TransferState>,
-    reasons: Vec<Option<String>>,
-    evidence: Vec<Option<aiv_transport::evidence::TransferEvidence>>,
-    elapsed: Duration,
-}
-
-fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> Outcome {
-    let started = Instant::now();
-    let batch = engine.allocate_batch(requests.len()).expect("batch");
-    engine.submit_transfer(batch, requests).expect("submit");
-    engine.wait_batch(batch).expect("wait");
-    let elapsed = started.elapsed();
-    let n = requests.len();
-    let outcome = Outcome {
-        states: (0..n).map(|t| engine.transfer_status(batch, t).expect("status").state).collect(),
-        reasons: (0..n).map(|t| engine.task_reason(batch, t).expect("reason")).collect(),
-        evidence: (0..n).map(|t| engine.task_evidence(batch, t).expect("evidence")).collect(),
-        elapsed,
-    };
-    engine.free_batch(batch).expect("free");
-    outcome
-}
-
-fn request(
-    protocol: Protocol,
-    opcode: Opcode,
-    source: u64,
-    peer: SegmentId,
-    target: u64,
-    length: u64,
-) -> TransferRequest {
-    TransferRequest { opcode, source, target_id: peer, target_offset: target, length, protocol: Some(protocol) }
-}
+/// This binary loads the fake `libcann_hixl.so`.
+const WITH_FAKE_HIXL: bool = true;
 
 #[test]
 fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
@@ -330,5 +162,170 @@ fn ubshmem_on_cann_maps_a_sync_timeout_to_timeout_and_a_task_exception_to_failed
     a.write(0, &data);
     assert_eq!(run(&a.engine, &[write]).states, [TransferState::Completed]);
     assert_eq!(b.read(0, 4096), data);
+    drop((a, b));
+}
+
+fn hixl_server(node: &Node) -> String {
+    let aiv = node.engine.local_descriptor().aiv.expect("aiv object");
+    aiv["hixl_server"].as_str().expect("the cann device advertises its HiXL server").to_owned()
+}
+
+#[test]
+fn adxl_on_cann_connects_through_hixl_and_moves_batches_both_ways() {
+    let _serial = serial();
+    let a = node(0);
+    let b = node(1);
+    // Each device started a HiXL server with its exported heap registered before listening.
+    assert_eq!(
+        calls(&hixl_log()),
+        ["HixlCSServerCreate", "HixlCSServerRegMem", "HixlCSServerListen"].repeat(2),
+        "servers of both engines"
+    );
+    let server = hixl_server(&b);
+    let (host, port) = server.rsplit_once(':').expect("ip:port");
+    assert_eq!(host, "127.0.0.1");
+    assert!(port.parse::<u16>().is_ok_and(|port| port > 0), "{server}");
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+
+    let first = pattern(5, 70_000);
+    let second = pattern(9, 3000);
+    a.write(0, &first);
+    a.write(100_000, &second);
+    let base_a = a.buffer.addr();
+    let base_b = b.buffer.addr();
+    let outcome = run(
+        &a.engine,
+        &[
+            request(Protocol::Adxl, Opcode::Write, base_a, peer, base_b + 4096, 70_000),
+            request(Protocol::Adxl, Opcode::Write, base_a + 100_000, peer, base_b + 200_000, 3000),
+        ],
+    );
+    assert_eq!(outcome.states, [TransferState::Completed; 2], "{:?}", outcome.reasons);
+    let log = hixl_log();
+    assert_eq!(b.read(4096, first.len()), first, "first entry landed in the peer's heap");
+    assert_eq!(b.read(200_000, second.len()), second, "second entry landed");
+    assert_eq!(
+        log,
+        [
+            format!("HixlCSClientCreate ip=127.0.0.1 port={port} local=0 remote=1"),
+            format!("HixlCSClientRegMem tag=aiv-npu0-region0 type=0 size={HBM}"),
+            "HixlCSClientConnect timeout=300".into(),
+            "HixlCSClientBatchPutAsync list_num=2 bytes=73000".into(),
+            "HixlCSClientQueryCompleteStatus status=1".into(),
+        ],
+        "connect once (memory registered first), one batch of both writes, one final status"
+    );
+    let evidence: Vec<_> = outcome.evidence.iter().map(|e| e.clone().expect("evidence")).collect();
+    for e in &evidence {
+        assert_eq!(
+            (e.path, e.descriptor_builder, e.doorbell_ringer, e.completion_observer),
+            ("adxl", Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread),
+            "HiXL builds and submits on the Host; the adxl Host thread observes"
+        );
+    }
+    // Submit + one query = 2 calls shared by 2 transfers; create + 1 registration + connect on the first.
+    assert_eq!((evidence[0].host_device_api_calls, evidence[1].host_device_api_calls), (4, 1));
+
+    // READ back through a get batch; the client is reused.
+    let theirs = pattern(77, 50_000);
+    b.write(600_000, &theirs);
+    hixl_log();
+    let outcome =
+        run(&a.engine, &[request(Protocol::Adxl, Opcode::Read, base_a + 300_000, peer, base_b + 600_000, 50_000)]);
+    assert_eq!(outcome.states, [TransferState::Completed], "{:?}", outcome.reasons);
+    assert_eq!(
+        hixl_log(),
+        ["HixlCSClientBatchGetAsync list_num=1 bytes=50000", "HixlCSClientQueryCompleteStatus status=1"]
+    );
+    assert_eq!(a.read(300_000, theirs.len()), theirs, "the peer's bytes were read");
+    let counters = a.device.adxl().counters();
+    assert_eq!((counters.connects, counters.groups, counters.pooled_transfers), (1, 2, 0));
+
+    // Teardown: the client is unregistered and destroyed, then each server.
+    drop(a);
+    let log = calls(&hixl_log()).join(" ");
+    assert!(
+        log.starts_with("HixlCSClientUnregMem HixlCSClientDestroy HixlCSServerUnregMem HixlCSServerDestroy"),
+        "{log}"
+    );
+    drop(b);
+    assert_eq!(calls(&hixl_log()), ["HixlCSServerUnregMem", "HixlCSServerDestroy"]);
+}
+
+#[test]
+fn adxl_on_cann_maps_hixl_failures_and_timeouts_to_adxl_statuses() {
+    let _serial = serial();
+    let a = node(0);
+    let b = node(1);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let write = request(Protocol::Adxl, Opcode::Write, a.buffer.addr(), peer, b.buffer.addr(), 4096);
+
+    // A connect that fails: NOT_CONNECTED with HiXL's code; the next transfer connects again.
+    set_hixl_result("HixlCSClientConnect", 103_901);
+    let outcome = run(&a.engine, &[write]);
+    set_hixl_result("HixlCSClientConnect", 0);
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(
+        reason.starts_with("adxl: NOT_CONNECTED (103902): connect to the HiXL server")
+            && reason.contains("HixlCSClientConnect failed: HixlError(103901 HIXL_TIMEOUT)"),
+        "{reason}"
+    );
+    assert_eq!(AdxlStatus::from_reason(&reason), AdxlStatus::NOT_CONNECTED);
+    assert_eq!(run(&a.engine, &[write]).states, [TransferState::Completed], "connected on the next transfer");
+
+    // The batch's final status is FAILED: FAILED 503900 naming HiXL's status.
+    set_hixl_completion(3);
+    let outcome = run(&a.engine, &[write]);
+    set_hixl_completion(1);
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert_eq!(reason, "adxl: FAILED (503900): HiXL reported HIXL_COMPLETE_STATUS_FAILED for the batch");
+
+    // The library refuses the batch: its code is the status.
+    set_hixl_result("HixlCSClientBatchPutAsync", 103_900);
+    let outcome = run(&a.engine, &[write]);
+    set_hixl_result("HixlCSClientBatchPutAsync", 0);
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(
+        reason.starts_with("adxl: PARAM_INVALID (103900): HiXL refused the batch")
+            && reason.contains("HixlError(103900 HIXL_PARAM_INVALID)"),
+        "{reason}"
+    );
+
+    // A batch that never completes: TIMEOUT once baseline_timeout (300 ms) has passed, well before the engine's
+    // 10 s watchdog.
+    set_hixl_completion(0);
+    let outcome = run(&a.engine, &[write]);
+    set_hixl_completion(1);
+    assert_eq!(outcome.states, [TransferState::Timeout], "{:?}", outcome.reasons);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert_eq!(reason, "adxl: TIMEOUT (103901): the HiXL batch did not complete within 300ms");
+    assert!(
+        outcome.elapsed >= BASELINE_TIMEOUT && outcome.elapsed < Duration::from_secs(3),
+        "bounded by the baseline timeout: {:?}",
+        outcome.elapsed
+    );
+    assert_eq!(a.device.adxl().counters().timeouts, 1);
+
+    // The path still works, with the data checked.
+    let data = pattern(11, 4096);
+    a.write(0, &data);
+    assert_eq!(run(&a.engine, &[write]).states, [TransferState::Completed]);
+    assert_eq!(b.read(0, 4096), data);
+
+    // A registered local range that is not device memory is PARAM_INVALID before HiXL is called.
+    let host = vec![0u8; 4096];
+    // SAFETY: the vector outlives its registration (unregistered below, after the batch was waited for).
+    unsafe { a.engine.register_memory(host.as_ptr() as u64, 4096, "cpu:0") }.expect("host memory registers");
+    hixl_log();
+    let outcome =
+        run(&a.engine, &[request(Protocol::Adxl, Opcode::Write, host.as_ptr() as u64, peer, b.buffer.addr(), 64)]);
+    a.engine.unregister_memory(host.as_ptr() as u64).expect("unregister");
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.starts_with("adxl: PARAM_INVALID (103900): local range"), "{reason}");
+    assert!(hixl_log().is_empty(), "HiXL was not called");
     drop((a, b));
 }

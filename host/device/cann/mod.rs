@@ -601,7 +601,12 @@ impl DeviceBackend for CannDevice {
             export_endpoint: None,
             export_secret: None,
             process_id: Some(std::process::id()),
+            hixl_server: None,
         }
+    }
+
+    fn bind_thread(&self) -> Result<(), DeviceError> {
+        self.bind()
     }
 
     fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
