@@ -684,8 +684,8 @@ impl DeviceBackend for CannDevice {
         let _ = sq_depth;
         Err(DeviceError::Unavailable {
             backend: "cann",
-            reason: "the adxl baseline on CANN (HiXL's client API or an ADXL shim) is not built yet; \
-                     the adxl baseline runs on the twin only"
+            reason: "no Host-owned SDMA channel on CANN (the Host cannot reach a channel's doorbell register); \
+                     the adxl baseline submits through the HiXL library there instead"
                 .into(),
         })
     }
