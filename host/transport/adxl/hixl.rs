@@ -6,7 +6,7 @@
 //!   `HixlCSServerRegMem` of every region the device exports (on `cann`: its whole VMM heap), then
 //!   `HixlCSServerListen`. Its `"ip:port"` is advertised in the device's `aiv` object (`hixl_server`). A server that
 //!   cannot start is logged and not advertised: peers then fail NOT_CONNECTED naming that.
-//! - **Client** (per remote engine, on the adxl Host thread, cached): `HixlCSClientCreate(this device's endpoint ->
+//! - **Client** (per remote engine and server address, on the adxl Host thread, cached): `HixlCSClientCreate(this device's endpoint ->
 //!   the peer device's endpoint at its advertised server)`, `HixlCSClientRegMem` of this device's exported regions,
 //!   `HixlCSClientConnect(baseline_timeout)`. A failure is NOT_CONNECTED with the HiXL code; the next transfer tries
 //!   again.
@@ -118,6 +118,13 @@ struct Job {
     server: String,
     peer_device: u32,
     submit_cpu_ns: u64,
+}
+
+impl Job {
+    /// Clients are cached per peer segment and server address: a peer that restarted elsewhere gets a new client.
+    fn client_key(&self) -> String {
+        format!("{}@{}", self.peer, self.server)
+    }
 }
 
 #[derive(Debug, Default)]
@@ -275,6 +282,7 @@ struct Worker {
     api: &'static HixlApi,
     state: Arc<State>,
     clients: HashMap<String, Client>,
+    /// (client key, batch handle) of batches abandoned at their deadline.
     abandoned: Vec<(String, usize)>,
 }
 
@@ -310,7 +318,10 @@ impl Worker {
                 let mut group = vec![first];
                 while let Some(next) = jobs.peek() {
                     let head = &group[0];
-                    if group.len() < MAX_BATCH_ENTRIES && next.peer == head.peer && next.opcode == head.opcode {
+                    if group.len() < MAX_BATCH_ENTRIES
+                        && next.client_key() == head.client_key()
+                        && next.opcode == head.opcode
+                    {
                         group.extend(jobs.next());
                     } else {
                         break;
@@ -341,8 +352,9 @@ impl Worker {
 
     /// The client for `job`'s peer: cached, or created, registered and connected now (the API calls it took).
     fn client(&mut self, job: &Job) -> Result<(u64, &Client), String> {
-        if self.clients.contains_key(&job.peer) {
-            return Ok((0, &self.clients[&job.peer]));
+        let key = job.client_key();
+        if self.clients.contains_key(&key) {
+            return Ok((0, &self.clients[&key]));
         }
         let api = self.api();
         let device = &self.state.shared.device;
@@ -371,8 +383,8 @@ impl Worker {
         self.state.shared.counters.connects.fetch_add(1, Ordering::Relaxed);
         // Create, one registration per region, connect.
         let calls = 2 + memory.len() as u64;
-        self.clients.insert(job.peer.clone(), Client { client, _endpoints: endpoints, _ip: ip });
-        Ok((calls, &self.clients[&job.peer]))
+        self.clients.insert(key.clone(), Client { client, _endpoints: endpoints, _ip: ip });
+        Ok((calls, &self.clients[&key]))
     }
 
     /// Submits one batch, polls it to a final state or the deadline, finishes every task.
@@ -481,7 +493,7 @@ impl Worker {
                 }
             }
             if Instant::now() >= deadline {
-                self.abandoned.push((group[0].peer.clone(), handle as usize));
+                self.abandoned.push((group[0].client_key(), handle as usize));
                 break Err((AdxlStatus::TIMEOUT, format!("the HiXL batch did not complete within {timeout:?}")));
             }
             if spins < 64 {
