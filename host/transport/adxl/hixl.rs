@@ -6,10 +6,10 @@
 //!   `HixlCSServerRegMem` of every region the device exports (on `cann`: its whole VMM heap), then
 //!   `HixlCSServerListen`. Its `"ip:port"` is advertised in the device's `aiv` object (`hixl_server`). A server that
 //!   cannot start is logged and not advertised: peers then fail NOT_CONNECTED naming that.
-//! - **Client** (per remote engine and server address, on the adxl Host thread, cached): `HixlCSClientCreate(this device's endpoint ->
-//!   the peer device's endpoint at its advertised server)`, `HixlCSClientRegMem` of this device's exported regions,
-//!   `HixlCSClientConnect(baseline_timeout)`. A failure is NOT_CONNECTED with the HiXL code; the next transfer tries
-//!   again.
+//! - **Client** (per remote engine and server address, on the adxl Host thread, cached): `HixlCSClientCreate(this
+//!   device's endpoint -> the peer device's endpoint at its advertised server)`, `HixlCSClientRegMem` of this device's
+//!   exported regions, `HixlCSClientConnect(baseline_timeout)`. A failure is NOT_CONNECTED with the HiXL code; the
+//!   next transfer tries again.
 //! - **Transfers**: consecutive queued transfers to one peer with one direction become one list of
 //!   `{remote_buf, local_buf, len}` (remote addresses as the peer's engine registered them: HiXL relocates, no
 //!   import here), submitted with `HixlCSClientBatchPutAsync` (WRITE) or `...GetAsync` (READ), then polled with
