@@ -1,4 +1,5 @@
-//! Hardware tier: the aiv path between two NPUs, with data checks. `#[ignore]`d; selected by `AIV_NPU_TESTS=1`.
+//! Hardware tier: the aiv path and the `ubshmem` and `adxl` baselines between two NPUs, with data checks.
+//! `#[ignore]`d; selected by `AIV_NPU_TESTS=1`.
 //!
 //! Run on an Ascend machine (docs/HARDWARE_TESTING.md):
 //! `AIV_NPU_TESTS=1 cargo test --features cann --test npu_hardware -- --ignored --nocapture`
@@ -8,7 +9,7 @@
 //! SHMEM takes one PE per process, so the test runs two processes: this one (PE 0, NPU `AIV_NPU_DEVICE_A`, default 0)
 //! and a copy of this test binary running `npu_peer_process` (PE 1, NPU `AIV_NPU_DEVICE_B`, default 1). SHMEM's unique
 //! id goes from PE 0 to PE 1 through PE 0's segment descriptor (P2P handshake on loopback). PE 0 then moves data with
-//! aiv READ and WRITE requests and checks every byte. Selected on a machine without CANN, the test fails with the
+//! READ and WRITE requests over aiv, ubshmem and adxl (HiXL: `libcann_hixl.so` must load) and checks every byte. Selected on a machine without CANN, the test fails with the
 //! doctor's report. Nothing in this file has been run on an NPU yet.
 // Without feature `cann` only the selection and the doctor check remain (the selected test then fails, as it should).
 #![cfg_attr(not(feature = "cann"), allow(dead_code, unused_imports))]
@@ -134,8 +135,6 @@ fn aiv_read_and_write_between_two_npus() {
 
 #[cfg(feature = "cann")]
 fn two_npus() {
-    use aiv_transport::{Opcode, TransferRequest, TransferState};
-
     std::env::set_var("AIV_SHMEM_PE", "0");
     std::env::set_var("AIV_SHMEM_N_PES", "2");
     let engine = engine(device_env("AIV_NPU_DEVICE_A", 0));
@@ -172,74 +171,15 @@ fn two_npus() {
     let segment = engine.open_segment(&peer_name).expect("peer segment");
     println!("PE 0: peer segment {peer_name}, its buffer at {peer_addr:#x}");
 
-    // (opcode, local offset, remote offset, length): sizes below, at and above one 1 MiB SQE, odd offsets.
-    let cases = [
-        (Opcode::Read, 0u64, 0u64, 1u64),
-        (Opcode::Read, 4096, 8192, 4096),
-        (Opcode::Read, (1 << 20) + 3, 5, (1 << 20) + 17),
-        (Opcode::Read, 4 << 20, 6 << 20, 3 << 20),
-        // WRITE targets stay clear of the READ sources above: the requests of one batch run in no fixed order.
-        (Opcode::Write, 8 << 20, 10 << 20, 777),
-        (Opcode::Write, 9 << 20, 12 << 20, (2 << 20) + 1),
-    ];
-    let requests: Vec<TransferRequest> = cases
-        .iter()
-        .map(|&(opcode, local, remote, length)| TransferRequest {
-            opcode,
-            source: buffer.addr() + local,
-            target_id: segment,
-            target_offset: peer_addr + remote,
-            length,
-            protocol: None,
-        })
-        .collect();
-    let batch = engine.allocate_batch(requests.len()).expect("batch");
-    engine.submit_transfer(batch, &requests).expect("submit");
-    let status = engine.wait_batch(batch).expect("wait");
-    for (task, &(opcode, local, remote, length)) in cases.iter().enumerate() {
-        let state = engine.transfer_status(batch, task).expect("status").state;
-        let reason = engine.task_reason(batch, task).expect("task");
-        assert_eq!(state, TransferState::Completed, "task {task} {opcode:?}: {reason:?}");
-        let evidence = engine.task_evidence(batch, task).expect("task").expect("evidence");
-        println!("CHECK task {task}: {opcode:?} {length} bytes completed; evidence {evidence:?}");
-        assert!(evidence.is_aiv_direct(), "task {task}: {evidence:?}");
-        if opcode == Opcode::Read {
-            let landed = read_device(&device, buffer.addr() + local, length);
-            assert!(landed == pattern(2, remote, length), "task {task}: READ data differs from NPU B's pattern");
-            println!("CHECK task {task}: READ of {length} bytes from NPU B matches byte for byte");
+    // aiv, then the Host-submitted baselines over the same memory (ubshmem: ACL streams; adxl: HiXL). Every path
+    // runs even if an earlier one failed, so one hardware run reports on all three.
+    let mut failures = Vec::new();
+    for (seed, protocol) in [(1u8, None), (3, Some(Protocol::Ubshmem)), (5, Some(Protocol::Adxl))] {
+        if let Err(failure) = read_and_write(&engine, &device, &buffer, segment, peer_addr, protocol, seed) {
+            println!("FAILED {failure}");
+            failures.push(failure);
         }
     }
-    assert_eq!(status.state, TransferState::Completed);
-    engine.free_batch(batch).expect("free");
-
-    // WRITE results are checked by reading them back from NPU B into unused local space.
-    let verify: Vec<TransferRequest> = cases
-        .iter()
-        .filter(|case| case.0 == Opcode::Write)
-        .enumerate()
-        .map(|(i, &(_, _, remote, length))| TransferRequest {
-            opcode: Opcode::Read,
-            source: buffer.addr() + (12 << 20) + (i as u64) * (3 << 20) / 2,
-            target_id: segment,
-            target_offset: peer_addr + remote,
-            length,
-            protocol: None,
-        })
-        .collect();
-    let batch = engine.allocate_batch(verify.len()).expect("batch");
-    engine.submit_transfer(batch, &verify).expect("submit");
-    assert_eq!(
-        engine.wait_batch(batch).expect("wait").state,
-        TransferState::Completed,
-        "{:?}",
-        engine.task_reason(batch, 0)
-    );
-    for (request, &(_, local, _, length)) in verify.iter().zip(cases.iter().filter(|case| case.0 == Opcode::Write)) {
-        let back = read_device(&device, request.source, length);
-        assert!(back == pattern(1, local, length), "WRITE of {length} bytes: NPU B does not hold what NPU A sent");
-        println!("CHECK WRITE of {length} bytes to NPU B read back byte for byte");
-    }
-    engine.free_batch(batch).expect("free");
 
     // Both PEs tear SHMEM down (aclshmem_finalize may wait for the other PE), so drop ours before waiting for the peer.
     drop(peer.stdin.take());
@@ -256,9 +196,108 @@ fn two_npus() {
         std::thread::sleep(Duration::from_millis(100));
     };
     assert!(exit.success(), "peer process failed: {exit}");
+    assert!(failures.is_empty(), "paths that failed: {failures:#?}");
     println!(
-        "NPU HARDWARE TEST PASSED: aiv READ and WRITE between NPU {} and NPU {}",
+        "NPU HARDWARE TEST PASSED: aiv, ubshmem and adxl READ and WRITE between NPU {} and NPU {}",
         device_env("AIV_NPU_DEVICE_A", 0),
         device_env("AIV_NPU_DEVICE_B", 1)
     );
+}
+
+/// READ and WRITE cases over one path (`None` = the configured `aiv`), local bytes of `seed`, every byte checked.
+#[cfg(feature = "cann")]
+fn read_and_write(
+    engine: &TransferEngine,
+    device: &aiv_transport::transport::aiv::AivDevice,
+    buffer: &aiv_transport::device::DeviceBuffer,
+    segment: aiv_transport::SegmentId,
+    peer_addr: u64,
+    protocol: Option<Protocol>,
+    seed: u8,
+) -> Result<(), String> {
+    use aiv_transport::{Opcode, TransferRequest, TransferState};
+    let name = protocol.map_or("aiv", |p| p.as_str());
+    // (opcode, local offset, remote offset, length): sizes below, at and above one 1 MiB SQE, odd offsets.
+    let cases = [
+        (Opcode::Read, 0u64, 0u64, 1u64),
+        (Opcode::Read, 4096, 8192, 4096),
+        (Opcode::Read, (1 << 20) + 3, 5, (1 << 20) + 17),
+        (Opcode::Read, 4 << 20, 6 << 20, 3 << 20),
+        // WRITE targets stay clear of the READ sources above: the requests of one batch run in no fixed order.
+        (Opcode::Write, 8 << 20, 10 << 20, 777),
+        (Opcode::Write, 9 << 20, 12 << 20, (2 << 20) + 1),
+    ];
+    // Fresh local bytes for each path, so a path that moved nothing cannot pass on what an earlier one left.
+    write_device(device, buffer.addr(), &pattern(seed, 0, BUFFER));
+    let requests: Vec<TransferRequest> = cases
+        .iter()
+        .map(|&(opcode, local, remote, length)| TransferRequest {
+            opcode,
+            source: buffer.addr() + local,
+            target_id: segment,
+            target_offset: peer_addr + remote,
+            length,
+            protocol,
+        })
+        .collect();
+    let batch = engine.allocate_batch(requests.len()).expect("batch");
+    engine.submit_transfer(batch, &requests).expect("submit");
+    let status = engine.wait_batch(batch).expect("wait");
+    for (task, &(opcode, local, remote, length)) in cases.iter().enumerate() {
+        let state = engine.transfer_status(batch, task).expect("status").state;
+        let reason = engine.task_reason(batch, task).expect("task");
+        if state != TransferState::Completed {
+            return Err(format!("{name} task {task} {opcode:?} ended {state:?}: {reason:?}"));
+        }
+        let evidence = engine.task_evidence(batch, task).expect("task").expect("evidence");
+        println!("CHECK {name} task {task}: {opcode:?} {length} bytes completed; evidence {evidence:?}");
+        let expected = protocol.map_or("aiv", |p| p.as_str());
+        if evidence.path != expected || (protocol.is_none() && !evidence.is_aiv_direct()) {
+            return Err(format!("{name} task {task}: unexpected evidence {evidence:?}"));
+        }
+        if opcode == Opcode::Read {
+            let landed = read_device(device, buffer.addr() + local, length);
+            if landed != pattern(2, remote, length) {
+                return Err(format!("{name} task {task}: READ data differs from NPU B's pattern"));
+            }
+            println!("CHECK {name} task {task}: READ of {length} bytes from NPU B matches byte for byte");
+        }
+    }
+    engine.free_batch(batch).expect("free");
+    if status.state != TransferState::Completed {
+        return Err(format!("{name}: batch ended {:?}", status.state));
+    }
+
+    // WRITE results are checked by reading them back from NPU B into unused local space.
+    let verify: Vec<TransferRequest> = cases
+        .iter()
+        .filter(|case| case.0 == Opcode::Write)
+        .enumerate()
+        .map(|(i, &(_, _, remote, length))| TransferRequest {
+            opcode: Opcode::Read,
+            source: buffer.addr() + (12 << 20) + (i as u64) * (3 << 20) / 2,
+            target_id: segment,
+            target_offset: peer_addr + remote,
+            length,
+            protocol,
+        })
+        .collect();
+    let batch = engine.allocate_batch(verify.len()).expect("batch");
+    engine.submit_transfer(batch, &verify).expect("submit");
+    let state = engine.wait_batch(batch).expect("wait").state;
+    if state != TransferState::Completed {
+        let reason = engine.task_reason(batch, 0);
+        engine.free_batch(batch).expect("free");
+        return Err(format!("{name}: read-back batch ended {state:?}: {reason:?}"));
+    }
+    for (request, &(_, local, _, length)) in verify.iter().zip(cases.iter().filter(|case| case.0 == Opcode::Write)) {
+        let back = read_device(device, request.source, length);
+        if back != pattern(seed, local, length) {
+            engine.free_batch(batch).expect("free");
+            return Err(format!("{name}: WRITE of {length} bytes: NPU B does not hold what NPU A sent"));
+        }
+        println!("CHECK {name}: WRITE of {length} bytes to NPU B read back byte for byte");
+    }
+    engine.free_batch(batch).expect("free");
+    Ok(())
 }

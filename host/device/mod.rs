@@ -75,6 +75,10 @@ pub struct DeviceAdvertisement {
     /// The exporting process (an importer in the same process may take the in-process fast path).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_id: Option<u32>,
+    /// Where the device's HiXL server listens (`"ip:port"`), for the `adxl` baseline on the `cann` backend: peers'
+    /// HiXL clients connect there. Absent on the twin and when the server could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hixl_server: Option<String>,
 }
 
 /// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
@@ -313,6 +317,11 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
         let _ = exporter;
         None
+    }
+    /// Makes the calling thread able to call the device's runtime (ACL's current device is per thread, and vendor
+    /// libraries such as HiXL need it set); nothing to do on the twin.
+    fn bind_thread(&self) -> Result<(), DeviceError> {
+        Ok(())
     }
     /// Relocates a peer address through an imported window (backends may add checks or, on the twin, injected faults).
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {

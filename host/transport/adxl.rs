@@ -11,8 +11,15 @@
 //! (one extra SDMA copy each, counted in [`AdxlCounters::pooled_transfers`] and in the transfer's descriptors), and
 //! every outcome carries an ADXL status code ([`AdxlStatus`]) in its reason.
 //!
+//! On the `cann` device backend (feature `cann`) the same transport submits through the real HiXL library instead
+//! (`hixl` submodule: a HiXL server per device, a client per remote engine, batch put/get, status polling); the
+//! channel, pool and SQEs below are the twin's path.
+//!
 //! Owns: its Host channel, the pool buffer and the Host thread. Touches no engine state beyond the task slots of the
 //! transfers it accepted. Every wait is bounded: the flag poll by `baseline_timeout`, queue waits by 20 ms.
+
+#[cfg(feature = "cann")]
+mod hixl;
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -150,6 +157,9 @@ struct Shared {
 #[derive(Debug)]
 pub struct AdxlTransport {
     shared: Arc<Shared>,
+    /// On the `cann` backend: the HiXL library submits instead of a Host-owned channel.
+    #[cfg(feature = "cann")]
+    hixl: Option<hixl::HixlPath>,
     /// The Host thread, started on the first submit (so engines that never use adxl pay nothing).
     worker: Mutex<Option<Result<JoinHandle<()>, String>>>,
 }
@@ -183,7 +193,25 @@ impl AdxlTransport {
             counters: Counters::default(),
             carry: CpuCarry::default(),
         });
-        AdxlTransport { shared, worker: Mutex::new(None) }
+        // The submission backend: on the twin a Host-owned SDMA channel; on cann the real HiXL library.
+        #[cfg(feature = "cann")]
+        let hixl = (shared.device.backend_name() == "cann").then(|| hixl::HixlPath::new(shared.clone()));
+        AdxlTransport {
+            shared,
+            #[cfg(feature = "cann")]
+            hixl,
+            worker: Mutex::new(None),
+        }
+    }
+
+    /// Where this device's HiXL server listens (`"ip:port"`), advertised to peers; `None` on the twin or when the
+    /// server could not start.
+    pub fn hixl_server(&self) -> Option<String> {
+        #[cfg(feature = "cann")]
+        if let Some(hixl) = &self.hixl {
+            return hixl.server_address();
+        }
+        None
     }
 
     /// Transport-wide counters.
@@ -282,6 +310,11 @@ impl Transport for AdxlTransport {
 
     /// `TransferAsync`: queue the list; the Host thread submits it and polls its completion.
     fn submit(&self, transfers: Vec<Transfer>) {
+        #[cfg(feature = "cann")]
+        if let Some(hixl) = &self.hixl {
+            hixl.submit(transfers);
+            return;
+        }
         let cpu_started = inline_clock_ns();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
@@ -306,6 +339,8 @@ impl Transport for AdxlTransport {
 
 impl Drop for AdxlTransport {
     fn drop(&mut self) {
+        #[cfg(feature = "cann")]
+        drop(self.hixl.take());
         self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         self.shared.queued.notify_all();
         if let Some(Ok(thread)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {

@@ -116,7 +116,9 @@ impl AivDevice {
 
     /// What the device advertises in the segment descriptor's `aiv` object.
     pub fn advertisement(&self) -> DeviceAdvertisement {
-        self.backend.advertisement()
+        let mut advertisement = self.backend.advertisement();
+        advertisement.hixl_server = self.adxl.hixl_server();
+        advertisement
     }
 }
 

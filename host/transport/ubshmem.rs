@@ -7,7 +7,7 @@
 //! copy per piece ([`CopyStream::memcpy_async`]; the runtime turns it into descriptors and submits them), then
 //! synchronises every stream it used (bounded by `baseline_timeout`) and only then finishes the task. On the twin a
 //! stream is an in-order copy queue run by an emulated copy-engine thread; on an NPU it would be `aclrtMemcpyAsync`
-//! on a real stream (not built here).
+//! on a real stream (the `cann` backend's `CannStream`, unverified on hardware).
 //!
 //! Owns its streams and workers; touches no engine state beyond the task slots of the transfers it accepted.
 
@@ -313,14 +313,20 @@ impl Shared {
             self.synchronisations.fetch_add(1, Ordering::Relaxed);
             match self.streams[stream].synchronize(self.timeout) {
                 Ok(()) => {}
-                Err(DeviceError::Timeout { waited, .. }) => {
+                Err(error @ DeviceError::Timeout { waited, .. }) => {
                     failure.get_or_insert((
                         TransferState::Timeout,
-                        format!("ubshmem: stream synchronisation did not finish within {waited:?}"),
+                        format!(
+                            "ubshmem: stream {stream} of the pool: synchronisation did not finish within {waited:?} \
+                             ({error})"
+                        ),
                     ));
                 }
                 Err(error) => {
-                    failure.get_or_insert((TransferState::Failed, format!("ubshmem: {error}")));
+                    failure.get_or_insert((
+                        TransferState::Failed,
+                        format!("ubshmem: stream {stream} of the pool: {error}"),
+                    ));
                 }
             }
         }

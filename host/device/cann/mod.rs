@@ -27,6 +27,7 @@
 //! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`).
 
 pub mod heap;
+pub mod stream;
 
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
@@ -680,7 +681,12 @@ impl DeviceBackend for CannDevice {
             export_endpoint: None,
             export_secret: None,
             process_id: Some(std::process::id()),
+            hixl_server: None,
         }
+    }
+
+    fn bind_thread(&self) -> Result<(), DeviceError> {
+        self.bind()
     }
 
     fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
@@ -758,18 +764,36 @@ impl DeviceBackend for CannDevice {
         let _ = sq_depth;
         Err(DeviceError::Unavailable {
             backend: "cann",
-            reason: "the adxl baseline on CANN (HiXL's client API or an ADXL shim) is not built yet; \
-                     the adxl baseline runs on the twin only"
+            reason: "no Host-owned SDMA channel on CANN (the Host cannot reach a channel's doorbell register); \
+                     the adxl baseline submits through the HiXL library there instead"
                 .into(),
         })
     }
 
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError> {
-        Err(DeviceError::Unavailable {
-            backend: "cann",
-            reason: "the ubshmem baseline on CANN (aclrtMemcpyAsync on real streams) is not built yet; \
-                     the ubshmem baseline runs on the twin only"
-                .into(),
+        // The stream holds the device, so it is destroyed before the device is reset.
+        let me = registry_lookup(self).ok_or_else(|| DeviceError::Invalid {
+            device: self.id,
+            operation: "create a copy stream",
+            reason: "device not registered".into(),
+        })?;
+        Ok(Arc::new(stream::CannStream::create(me)?))
+    }
+
+    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        // The whole heap was exported at bring-up (one VMM shareable handle); a registered range inside it is
+        // reachable through that export already, and the advertisement keeps listing the heap as one region.
+        if !self.heap.contains(addr, length) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "export a registered range",
+                reason: format!("[{addr:#x}, +{length}) is not inside this device's exported HBM heap"),
+            });
+        }
+        Ok(ExportedRegion {
+            addr: self.heap_mapping.address,
+            length: self.heap_mapping.length,
+            export_id: self.export_id,
         })
     }
 

@@ -265,6 +265,7 @@ impl DeviceBackend for TwinDevice {
             export_endpoint: Some(self.export_service.endpoint().to_owned()),
             export_secret: Some(self.export_service.secret().to_owned()),
             process_id: Some(std::process::id()),
+            hixl_server: None,
         }
     }
 

@@ -1,0 +1,517 @@
+//! The `adxl` baseline's submission backend on the `cann` device backend: the real HiXL library
+//! (`libcann_hixl.so`) through its plain C client/server API ([`ascendcl_sys::hixl`]).
+//!
+//! - **Server** (one per device, started with the transport): `HixlCSServerCreate` with this device's endpoint at
+//!   `AIV_HIXL_HOST` (default `127.0.0.1`) : `AIV_HIXL_PORT` (default: a port the OS reports free), then
+//!   `HixlCSServerRegMem` of every region the device exports (on `cann`: its whole VMM heap), then
+//!   `HixlCSServerListen`. Its `"ip:port"` is advertised in the device's `aiv` object (`hixl_server`). A server that
+//!   cannot start is logged and not advertised: peers then fail NOT_CONNECTED naming that.
+//! - **Client** (per remote engine and server address, on the adxl Host thread, cached): `HixlCSClientCreate(this
+//!   device's endpoint -> the peer device's endpoint at its advertised server)`, `HixlCSClientRegMem` of this device's
+//!   exported regions, `HixlCSClientConnect(baseline_timeout)`. A failure is NOT_CONNECTED with the HiXL code; the
+//!   next transfer tries again.
+//! - **Transfers**: consecutive queued transfers to one peer with one direction become one list of
+//!   `{remote_buf, local_buf, len}` (remote addresses as the peer's engine registered them: HiXL relocates, no
+//!   import here), submitted with `HixlCSClientBatchPutAsync` (WRITE) or `...GetAsync` (READ), then polled with
+//!   `HixlCSClientQueryCompleteStatus` until a final state or `baseline_timeout` (spin briefly, then 50 µs sleeps).
+//!   Statuses: COMPLETED -> COMPLETED; FAILED -> FAILED 503900; TIMEOUT or still WAITING at the deadline -> TIMEOUT
+//!   103901; a call that returns a code -> that code (PARAM_INVALID 103900 and others FAILED, TIMEOUT 103901 TIMEOUT).
+//!   A batch abandoned at its deadline is queried again before later batches, so its handle is released.
+//!
+//! Evidence: the HiXL library builds the descriptors and rings the doorbell on the Host (`HostRuntime`); this
+//! module's Host thread observes completion (`HostThread`). Host device-API calls per transfer: its share (rounded
+//! up) of its batch's submit and status queries, plus the client's create, registrations and connect for the first
+//! transfer to a peer. `descriptors` counts the list entries handed to HiXL (one per transfer), not what HiXL writes.
+//!
+//! Endpoints are [`EndpointDesc::device`] (HCCS, the device id as address and physical id): *unverified on
+//! hardware*, like everything here; checked against the fake `libcann_hixl.so` only.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::CString;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, HixlApi, HixlOneSideOpDesc};
+
+use super::{AdxlStatus, Shared};
+use crate::device::{DeviceAdvertisement, DeviceBackend};
+use crate::engine::{Opcode, TaskSlot, TransferState};
+use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::transport::Transfer;
+
+/// Most entries in one HiXL batch (the library allows 4096 unqueried transfers per client).
+pub const MAX_BATCH_ENTRIES: usize = 1024;
+/// The protocol of the endpoints this backend describes (*assumed*: HCCS between NPUs of one server).
+pub const ENDPOINT_PROTOCOL: hixl::CommProtocol = hixl::COMM_PROTOCOL_HCCS;
+
+fn memory_tag(device: u32, index: usize) -> CString {
+    CString::new(format!("aiv-npu{device}-region{index}")).unwrap_or_default()
+}
+
+/// The regions a device exports, as HiXL memory descriptions.
+fn regions(advertisement: &DeviceAdvertisement) -> Vec<(CString, CommMem)> {
+    advertisement
+        .regions
+        .iter()
+        .enumerate()
+        .map(|(index, region)| {
+            let mem = CommMem { r#type: hixl::COMM_MEM_TYPE_DEVICE, addr: region.addr as *mut _, size: region.length };
+            (memory_tag(advertisement.device_id, index), mem)
+        })
+        .collect()
+}
+
+/// This device's HiXL server.
+struct Server {
+    _server: safe::Server<'static>,
+    address: String,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HixlServer").field("address", &self.address).finish()
+    }
+}
+
+fn start_server(api: &'static HixlApi, device: &dyn DeviceBackend) -> Result<Server, String> {
+    let host = std::env::var("AIV_HIXL_HOST").unwrap_or_else(|_| "127.0.0.1".into());
+    let port = match std::env::var("AIV_HIXL_PORT") {
+        Ok(value) => {
+            value.trim().parse::<u16>().map_err(|_| format!("AIV_HIXL_PORT={value:?} is not a port number"))?
+        }
+        Err(_) => std::net::TcpListener::bind((host.as_str(), 0))
+            .and_then(|listener| listener.local_addr())
+            .map_err(|error| format!("find a free port on {host} for the HiXL server: {error}"))?
+            .port(),
+    };
+    device.bind_thread().map_err(|error| error.to_string())?;
+    let ip = CString::new(host.clone()).map_err(|_| format!("AIV_HIXL_HOST={host:?} has a NUL"))?;
+    let endpoint = EndpointDesc::device(ENDPOINT_PROTOCOL, device.device_id());
+    let memory = regions(&device.advertisement());
+    let borrowed: Vec<(&std::ffi::CStr, CommMem)> = memory.iter().map(|(tag, mem)| (tag.as_c_str(), *mem)).collect();
+    // SAFETY: the regions are the device's exported memory, mapped until the device drops; the transport (which
+    // owns the server) holds the device, and drops the server first.
+    let server = unsafe { safe::Server::start(api, &[endpoint], &ip, u32::from(port), &borrowed, 64) }
+        .map_err(|error| format!("start the HiXL server at {host}:{port}: {error}"))?;
+    Ok(Server { _server: server, address: format!("{host}:{port}") })
+}
+
+/// A connected client to one peer, with what its description points to.
+struct Client {
+    // Dropped first: unregisters and destroys before the data below goes.
+    client: safe::Client<'static>,
+    _endpoints: Box<[EndpointDesc; 2]>,
+    _ip: CString,
+}
+
+#[derive(Debug)]
+struct Job {
+    slot: Arc<TaskSlot>,
+    opcode: Opcode,
+    local: u64,
+    remote: u64,
+    length: u64,
+    /// The peer's segment name and its advertisement's server and device id.
+    peer: String,
+    server: String,
+    peer_device: u32,
+    submit_cpu_ns: u64,
+}
+
+impl Job {
+    /// Clients are cached per peer segment and server address: a peer that restarted elsewhere gets a new client.
+    fn client_key(&self) -> String {
+        format!("{}@{}", self.peer, self.server)
+    }
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    stop: bool,
+}
+
+#[derive(Debug)]
+struct State {
+    shared: Arc<Shared>,
+    api: Result<&'static HixlApi, String>,
+    queue: Mutex<Queue>,
+    queued: Condvar,
+}
+
+/// The HiXL submission backend of one device's adxl transport.
+#[derive(Debug)]
+pub(super) struct HixlPath {
+    state: Arc<State>,
+    server: Mutex<Option<Server>>,
+    worker: Mutex<Option<Result<JoinHandle<()>, String>>>,
+}
+
+impl HixlPath {
+    /// Loads HiXL and starts this device's server; a failure is remembered and reported by every transfer.
+    pub(super) fn new(shared: Arc<Shared>) -> HixlPath {
+        let api = hixl::api().map_err(|error| format!("the HiXL library: {error}"));
+        let server = match &api {
+            Ok(api) => match start_server(api, shared.device.as_ref()) {
+                Ok(server) => Some(server),
+                Err(reason) => {
+                    tracing::warn!(device = shared.device.device_id(), %reason, "adxl: no HiXL server");
+                    None
+                }
+            },
+            Err(reason) => {
+                tracing::info!(device = shared.device.device_id(), %reason, "adxl on cann unavailable");
+                None
+            }
+        };
+        let state = Arc::new(State { shared, api, queue: Mutex::new(Queue::default()), queued: Condvar::new() });
+        HixlPath { state, server: Mutex::new(server), worker: Mutex::new(None) }
+    }
+
+    /// The advertised server address, if the server runs.
+    pub(super) fn server_address(&self) -> Option<String> {
+        self.server.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|server| server.address.clone())
+    }
+
+    fn ensure_worker(&self) -> Result<(), String> {
+        let api = *self.state.api.as_ref().map_err(Clone::clone)?;
+        let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
+        if worker.is_none() {
+            let state = self.state.clone();
+            *worker = Some(
+                std::thread::Builder::new()
+                    .name(format!("adxl-hixl-{}", state.shared.device.device_id()))
+                    .spawn(move || Worker { api, state, clients: HashMap::new(), abandoned: Vec::new() }.run())
+                    .map_err(|e| format!("start the adxl Host thread: {e}")),
+            );
+        }
+        match worker.as_ref() {
+            Some(Ok(_)) => Ok(()),
+            Some(Err(reason)) => Err(reason.clone()),
+            None => Err("adxl Host thread not started".into()),
+        }
+    }
+
+    /// Checks each transfer and queues it for the Host thread.
+    pub(super) fn submit(&self, transfers: Vec<Transfer>) {
+        let cpu_started = thread_cpu_time_ns();
+        if let Err(reason) = self.ensure_worker() {
+            for transfer in transfers {
+                transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
+            }
+            return;
+        }
+        let device = &self.state.shared.device;
+        let mut jobs = Vec::with_capacity(transfers.len());
+        for transfer in transfers {
+            let refuse = |status: AdxlStatus, detail: String| {
+                transfer.slot.finish(status.task_state(), 0, status.reason(&detail));
+            };
+            if !device.is_own_memory(transfer.local_addr, transfer.length) {
+                refuse(
+                    AdxlStatus::PARAM_INVALID,
+                    format!(
+                        "local range [{:#x}, +{}) is not device memory of cann device {}",
+                        transfer.local_addr,
+                        transfer.length,
+                        device.device_id()
+                    ),
+                );
+                continue;
+            }
+            let advertisement = transfer
+                .target
+                .descriptor
+                .aiv
+                .clone()
+                .and_then(|value| serde_json::from_value::<DeviceAdvertisement>(value).ok());
+            let Some((server, peer_device)) =
+                advertisement.and_then(|advertisement| Some((advertisement.hixl_server?, advertisement.device_id)))
+            else {
+                refuse(
+                    AdxlStatus::NOT_CONNECTED,
+                    format!(
+                        "segment {:?} advertises no HiXL server (its device is not on cann, or its server did not \
+                         start: see its log)",
+                        transfer.target.name
+                    ),
+                );
+                continue;
+            };
+            jobs.push(Job {
+                opcode: transfer.opcode,
+                local: transfer.local_addr,
+                remote: transfer.remote_addr,
+                length: transfer.length,
+                peer: transfer.target.name.clone(),
+                server,
+                peer_device,
+                slot: transfer.slot,
+                submit_cpu_ns: 0,
+            });
+        }
+        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        for job in &mut jobs {
+            job.submit_cpu_ns = share;
+        }
+        self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
+        self.state.queued.notify_one();
+    }
+}
+
+impl Drop for HixlPath {
+    fn drop(&mut self) {
+        self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
+        self.state.queued.notify_all();
+        if let Some(Ok(thread)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
+            // Bounded: the thread's longest wait is one connect or one batch poll of `baseline_timeout`.
+            let _ = thread.join();
+        }
+        for job in self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
+            job.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason("transport shut down"));
+        }
+        let _ = self.state.shared.device.bind_thread();
+        drop(self.server.lock().unwrap_or_else(|p| p.into_inner()).take());
+    }
+}
+
+/// What the Host thread owns: the connected clients and the batches abandoned at their deadline.
+struct Worker {
+    api: &'static HixlApi,
+    state: Arc<State>,
+    clients: HashMap<String, Client>,
+    /// (client key, batch handle) of batches abandoned at their deadline.
+    abandoned: Vec<(String, usize)>,
+}
+
+impl Worker {
+    fn api(&self) -> &'static HixlApi {
+        self.api
+    }
+
+    fn run(mut self) {
+        if let Err(error) = self.state.shared.device.bind_thread() {
+            tracing::error!(%error, "adxl: HiXL Host thread cannot bind the device");
+        }
+        let mut cpu_mark = thread_cpu_time_ns();
+        loop {
+            let jobs: Vec<Job> = {
+                let mut queue = self.state.queue.lock().unwrap_or_else(|p| p.into_inner());
+                while queue.jobs.is_empty() && !queue.stop {
+                    queue = self
+                        .state
+                        .queued
+                        .wait_timeout(queue, Duration::from_millis(20))
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+                if queue.stop {
+                    break;
+                }
+                queue.jobs.drain(..).collect()
+            };
+            self.reap_abandoned();
+            let mut jobs = jobs.into_iter().peekable();
+            while let Some(first) = jobs.next() {
+                let mut group = vec![first];
+                while let Some(next) = jobs.peek() {
+                    let head = &group[0];
+                    if group.len() < MAX_BATCH_ENTRIES
+                        && next.client_key() == head.client_key()
+                        && next.opcode == head.opcode
+                    {
+                        group.extend(jobs.next());
+                    } else {
+                        break;
+                    }
+                }
+                self.run_batch(group, &mut cpu_mark);
+            }
+        }
+        // Clients are destroyed here, on the thread bound to the device.
+        self.clients.clear();
+    }
+
+    /// Queries batches abandoned at their deadline once more, so final ones release their handles.
+    fn reap_abandoned(&mut self) {
+        let api = self.api();
+        let abandoned = std::mem::take(&mut self.abandoned);
+        for (peer, handle) in abandoned {
+            let Some(client) = self.clients.get(&peer) else { continue };
+            // SAFETY: the client is live and the handle one of its batches not yet seen final.
+            match unsafe {
+                hixl::result::client_query_complete_status(api, client.client.as_raw(), handle as CompleteHandle)
+            } {
+                Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_WAITING => self.abandoned.push((peer, handle)),
+                _ => {}
+            }
+        }
+    }
+
+    /// The client for `job`'s peer: cached, or created, registered and connected now (the API calls it took).
+    fn client(&mut self, job: &Job) -> Result<(u64, &Client), String> {
+        let key = job.client_key();
+        if self.clients.contains_key(&key) {
+            return Ok((0, &self.clients[&key]));
+        }
+        let api = self.api();
+        let device = &self.state.shared.device;
+        let (host, port) = job
+            .server
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host.to_owned(), port.parse::<u32>().ok()?)))
+            .ok_or_else(|| format!("the advertised HiXL server {:?} is not ip:port", job.server))?;
+        let ip = CString::new(host).map_err(|_| "the advertised HiXL server has a NUL".to_owned())?;
+        let endpoints = Box::new([
+            EndpointDesc::device(ENDPOINT_PROTOCOL, device.device_id()),
+            EndpointDesc::device(ENDPOINT_PROTOCOL, job.peer_device),
+        ]);
+        let memory = regions(&device.advertisement());
+        let borrowed: Vec<(&std::ffi::CStr, CommMem)> =
+            memory.iter().map(|(tag, mem)| (tag.as_c_str(), *mem)).collect();
+        let timeout_ms = u32::try_from(self.state.shared.timeout.as_millis()).unwrap_or(u32::MAX).max(1);
+        // SAFETY: the registered regions are this device's exported memory, mapped while the device lives (the
+        // transport holds it; clients are destroyed before the transport finishes dropping). The endpoints and the
+        // ip are kept with the client.
+        let client =
+            unsafe { safe::Client::connect(api, &endpoints[0], &endpoints[1], &ip, port, &borrowed, timeout_ms) }
+                .map_err(|error| {
+                    format!("connect to the HiXL server {} of segment {:?}: {error}", job.server, job.peer)
+                })?;
+        self.state.shared.counters.connects.fetch_add(1, Ordering::Relaxed);
+        // Create, one registration per region, connect.
+        let calls = 2 + memory.len() as u64;
+        self.clients.insert(key.clone(), Client { client, _endpoints: endpoints, _ip: ip });
+        Ok((calls, &self.clients[&key]))
+    }
+
+    /// Submits one batch, polls it to a final state or the deadline, finishes every task.
+    fn run_batch(&mut self, group: Vec<Job>, cpu_mark: &mut u64) {
+        let shared = self.state.shared.clone();
+        let api = self.api();
+        let timeout = shared.timeout;
+        let evidence = |job: &Job, api_calls: u64, cpu: u64| TransferEvidence {
+            path: "adxl",
+            descriptor_builder: Actor::HostRuntime,
+            doorbell_ringer: Actor::HostRuntime,
+            completion_observer: Actor::HostThread,
+            host_device_api_calls: api_calls,
+            descriptors: 1,
+            doorbells: 1,
+            host_cpu_ns: job.submit_cpu_ns + cpu,
+        };
+        let finish_all = |group: Vec<Job>,
+                          outcome: Result<(), (AdxlStatus, String)>,
+                          calls: u64,
+                          connect_calls: u64,
+                          cpu_mark: &mut u64| {
+            let now = thread_cpu_time_ns();
+            let share = now.saturating_sub(*cpu_mark) / group.len() as u64;
+            *cpu_mark = now;
+            let per_job = calls.div_ceil(group.len() as u64);
+            for (index, job) in group.into_iter().enumerate() {
+                let calls = per_job + if index == 0 { connect_calls } else { 0 };
+                match &outcome {
+                    Ok(()) => {
+                        job.slot.complete(job.length, evidence(&job, calls, share));
+                    }
+                    Err((status, detail)) => {
+                        job.slot.fail_with_evidence(
+                            status.task_state(),
+                            status.reason(detail),
+                            evidence(&job, calls, share),
+                        );
+                    }
+                }
+            }
+        };
+        shared.counters.groups.fetch_add(1, Ordering::Relaxed);
+        let (connect_calls, raw) = match self.client(&group[0]) {
+            Ok((calls, client)) => (calls, client.client.as_raw()),
+            Err(detail) => {
+                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+                finish_all(group, Err((AdxlStatus::NOT_CONNECTED, detail)), 0, 0, cpu_mark);
+                return;
+            }
+        };
+        let list: Vec<HixlOneSideOpDesc> = group
+            .iter()
+            .map(|job| HixlOneSideOpDesc {
+                remote_buf: job.remote as *mut _,
+                local_buf: job.local as *mut _,
+                len: job.length,
+            })
+            .collect();
+        let put = group[0].opcode == Opcode::Write;
+        // SAFETY: the client is connected; local ranges are this device's registered heap (checked at submit),
+        // remote ranges lie in the peer's registered buffers (checked by the engine); HiXL checks both again.
+        let submitted = unsafe {
+            if put {
+                hixl::result::client_batch_put_async(api, raw, &list)
+            } else {
+                hixl::result::client_batch_get_async(api, raw, &list)
+            }
+        };
+        let handle = match submitted {
+            Ok(handle) => handle,
+            Err(error) => {
+                let status = error.code().map_or(AdxlStatus::FAILED, |code| AdxlStatus(code.0 as i32));
+                let status = if status == AdxlStatus::SUCCESS { AdxlStatus::FAILED } else { status };
+                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+                finish_all(
+                    group,
+                    Err((status, format!("HiXL refused the batch: {error}"))),
+                    1,
+                    connect_calls,
+                    cpu_mark,
+                );
+                return;
+            }
+        };
+        // Poll to a final state, bounded by the baseline timeout.
+        let deadline = Instant::now() + timeout;
+        let mut queries = 0u64;
+        let mut spins = 0u32;
+        let outcome = loop {
+            queries += 1;
+            // SAFETY: the client is live and the handle its batch, not yet seen final.
+            match unsafe { hixl::result::client_query_complete_status(api, raw, handle) } {
+                Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_COMPLETED => break Ok(()),
+                Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_FAILED => {
+                    break Err((AdxlStatus::FAILED, "HiXL reported HIXL_COMPLETE_STATUS_FAILED for the batch".into()))
+                }
+                Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_TIMEOUT => {
+                    break Err((AdxlStatus::TIMEOUT, "HiXL reported HIXL_COMPLETE_STATUS_TIMEOUT for the batch".into()))
+                }
+                Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_WAITING => {}
+                Ok(status) => break Err((AdxlStatus::FAILED, format!("HiXL reported an unknown status {status:?}"))),
+                Err(error) => {
+                    let status = error.code().map_or(AdxlStatus::FAILED, |code| AdxlStatus(code.0 as i32));
+                    break Err((status, format!("status query failed: {error}")));
+                }
+            }
+            if Instant::now() >= deadline {
+                self.abandoned.push((group[0].client_key(), handle as usize));
+                break Err((AdxlStatus::TIMEOUT, format!("the HiXL batch did not complete within {timeout:?}")));
+            }
+            if spins < 64 {
+                spins += 1;
+                std::hint::spin_loop();
+            } else {
+                std::thread::sleep(Duration::from_micros(50));
+            }
+        };
+        match &outcome {
+            Ok(()) => {}
+            Err((status, _)) if *status == AdxlStatus::TIMEOUT => {
+                shared.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(_) => {
+                shared.counters.failures.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        finish_all(group, outcome, 1 + queries, connect_calls, cpu_mark);
+    }
+}
