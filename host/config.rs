@@ -88,6 +88,11 @@ pub struct AivOptions {
     pub ubshmem_workers: u32,
     /// `ubshmem_streams`: streams in the ubshmem stream pool (default 32, at least 4: a transfer uses 4).
     pub ubshmem_streams: u32,
+    /// `hixl_host`: the address the adxl baseline's HiXL server listens on and advertises (cann backend only).
+    /// Default: `AIV_HIXL_HOST`, else the host part of `local_hostname` (filled in by the engine).
+    pub hixl_host: Option<String>,
+    /// `hixl_port`: that server's port; 0 (default) means `AIV_HIXL_PORT`, else a port the OS reports free.
+    pub hixl_port: u16,
 }
 
 impl Default for AivOptions {
@@ -108,6 +113,8 @@ impl Default for AivOptions {
             baseline_timeout: Duration::from_secs(1),
             ubshmem_workers: 8,
             ubshmem_streams: 32,
+            hixl_host: None,
+            hixl_port: 0,
         }
     }
 }
@@ -317,6 +324,15 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(streams) = fields.integer("ubshmem_streams", 4, 1024)? {
         aiv.ubshmem_streams = streams as u32;
     }
+    if let Some(host) = fields.string("hixl_host")? {
+        if host.trim().is_empty() || host.contains('\0') {
+            return Err(fields.invalid("hixl_host", "a host name or IP address", &Value::String(host)));
+        }
+        aiv.hixl_host = Some(host.trim().to_owned());
+    }
+    if let Some(port) = fields.integer("hixl_port", 0, u64::from(u16::MAX))? {
+        aiv.hixl_port = port as u16;
+    }
     Ok(())
 }
 
@@ -477,6 +493,13 @@ mod tests {
         assert!(error.to_string().contains("aiv.ubshmem_streams"), "{error}");
         let error = parse(r#"{"local_hostname": "h", "aiv": {"adxl_pool_threshold": "2mb"}}"#).expect_err("too big");
         assert!(error.to_string().contains("aiv.adxl_pool_threshold"), "{error}");
+        let config = parse(r#"{"local_hostname": "h", "aiv": {"hixl_host": "10.0.0.7", "hixl_port": 16000}}"#)
+            .expect("valid HiXL server options");
+        assert_eq!((config.aiv.hixl_host.as_deref(), config.aiv.hixl_port), (Some("10.0.0.7"), 16000));
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"hixl_port": 70000}}"#).expect_err("not a port");
+        assert!(error.to_string().contains("aiv.hixl_port"), "{error}");
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"hixl_host": " "}}"#).expect_err("empty host");
+        assert!(error.to_string().contains("aiv.hixl_host"), "{error}");
     }
 
     #[test]

@@ -226,9 +226,16 @@ impl TransferEngine {
         }
         let start_error = |reason: String| EngineError::TransportStart { protocol: Protocol::Aiv, reason };
         let exchange = DescriptorUidExchange { engine: self };
+        let mut options = self.config.aiv.clone();
+        if options.hixl_host.is_none() {
+            // The adxl baseline's HiXL server (cann) must be reachable where peers reach this engine.
+            options.hixl_host = Some(match std::env::var("AIV_HIXL_HOST") {
+                Ok(host) if !host.trim().is_empty() => host.trim().to_owned(),
+                _ => crate::transport::tcp::host_of_segment_name(&self.config.local_hostname).to_owned(),
+            });
+        }
         let device = Arc::new(
-            AivDevice::open_with_exchange(&self.config.aiv, Some(&exchange))
-                .map_err(|error| start_error(error.to_string()))?,
+            AivDevice::open_with_exchange(&options, Some(&exchange)).map_err(|error| start_error(error.to_string()))?,
         );
         let mut advertisement =
             serde_json::to_value(device.advertisement()).map_err(|error| start_error(error.to_string()))?;

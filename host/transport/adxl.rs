@@ -151,6 +151,11 @@ struct Shared {
     counters: Counters,
     /// Submit hand-offs not charged yet (see [`CpuCarry`]).
     carry: CpuCarry,
+    /// Where the HiXL server listens (cann backend; `aiv.hixl_host` / `aiv.hixl_port`).
+    #[cfg_attr(not(feature = "cann"), allow(dead_code))]
+    hixl_host: Option<String>,
+    #[cfg_attr(not(feature = "cann"), allow(dead_code))]
+    hixl_port: u16,
 }
 
 /// The adxl transport of one device.
@@ -192,6 +197,8 @@ impl AdxlTransport {
             connected: Mutex::new(HashSet::new()),
             counters: Counters::default(),
             carry: CpuCarry::default(),
+            hixl_host: options.hixl_host.clone(),
+            hixl_port: options.hixl_port,
         });
         // The submission backend: on the twin a Host-owned SDMA channel; on cann the real HiXL library.
         #[cfg(feature = "cann")]

@@ -2,7 +2,8 @@
 //! (`libcann_hixl.so`) through its plain C client/server API ([`ascendcl_sys::hixl`]).
 //!
 //! - **Server** (one per device, started with the transport): `HixlCSServerCreate` with this device's endpoint at
-//!   `AIV_HIXL_HOST` (default `127.0.0.1`) : `AIV_HIXL_PORT` (default: a port the OS reports free), then
+//!   `aiv.hixl_host` (default `AIV_HIXL_HOST`, else the host of `local_hostname`; `127.0.0.1` for a device opened
+//!   without an engine) : `aiv.hixl_port` (default `AIV_HIXL_PORT`, else a port the OS reports free), then
 //!   `HixlCSServerRegMem` of every region the device exports (on `cann`: its whole VMM heap), then
 //!   `HixlCSServerListen`. Its `"ip:port"` is advertised in the device's `aiv` object (`hixl_server`). A server that
 //!   cannot start is logged and not advertised: peers then fail NOT_CONNECTED naming that.
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, HixlApi, HixlOneSideOpDesc};
 
 use super::{AdxlStatus, Shared};
-use crate::device::{DeviceAdvertisement, DeviceBackend};
+use crate::device::DeviceAdvertisement;
 use crate::engine::{Opcode, TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
 use crate::transport::Transfer;
@@ -75,13 +76,18 @@ impl std::fmt::Debug for Server {
     }
 }
 
-fn start_server(api: &'static HixlApi, device: &dyn DeviceBackend) -> Result<Server, String> {
-    let host = std::env::var("AIV_HIXL_HOST").unwrap_or_else(|_| "127.0.0.1".into());
-    let port = match std::env::var("AIV_HIXL_PORT") {
-        Ok(value) => {
+fn start_server(api: &'static HixlApi, shared: &Shared) -> Result<Server, String> {
+    let device = shared.device.as_ref();
+    let host = match &shared.hixl_host {
+        Some(host) => host.clone(),
+        None => std::env::var("AIV_HIXL_HOST").unwrap_or_else(|_| "127.0.0.1".into()),
+    };
+    let port = match (shared.hixl_port, std::env::var("AIV_HIXL_PORT")) {
+        (port, _) if port != 0 => port,
+        (_, Ok(value)) => {
             value.trim().parse::<u16>().map_err(|_| format!("AIV_HIXL_PORT={value:?} is not a port number"))?
         }
-        Err(_) => std::net::TcpListener::bind((host.as_str(), 0))
+        (_, Err(_)) => std::net::TcpListener::bind((host.as_str(), 0))
             .and_then(|listener| listener.local_addr())
             .map_err(|error| format!("find a free port on {host} for the HiXL server: {error}"))?
             .port(),
@@ -154,7 +160,7 @@ impl HixlPath {
     pub(super) fn new(shared: Arc<Shared>) -> HixlPath {
         let api = hixl::api().map_err(|error| format!("the HiXL library: {error}"));
         let server = match &api {
-            Ok(api) => match start_server(api, shared.device.as_ref()) {
+            Ok(api) => match start_server(api, &shared) {
                 Ok(server) => Some(server),
                 Err(reason) => {
                     tracing::warn!(device = shared.device.device_id(), %reason, "adxl: no HiXL server");
