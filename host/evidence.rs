@@ -74,9 +74,9 @@ impl TransferEvidence {
 pub struct CpuCarry(std::sync::atomic::AtomicU64);
 
 impl CpuCarry {
-    /// Adds the time since `mark`, an [`inline_clock_ns`] reading.
+    /// Adds the calling thread's CPU time since `mark`, a [`thread_cpu_time_ns`] reading.
     pub fn add_since(&self, mark: u64) {
-        self.0.fetch_add(inline_clock_ns().saturating_sub(mark), std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_add(thread_cpu_time_ns().saturating_sub(mark), std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Adds `ns`.
@@ -88,16 +88,6 @@ impl CpuCarry {
     pub fn take(&self) -> u64 {
         self.0.swap(0, std::sync::atomic::Ordering::Relaxed)
     }
-}
-
-/// Clock of the short Host sections a path runs inline in the caller's thread (a submit, a waiter's drain pass):
-/// monotonic nanoseconds since the first call. For such sections wall time is an upper bound of the thread's CPU
-/// time (preemption counts too, never less), and reading it costs ~25 ns against ~280 ns for the thread CPU clock,
-/// a system call that would otherwise be a large part of what it measures. Threads a path owns (drain thread,
-/// Host worker threads) are charged their whole thread CPU time ([`thread_cpu_time_ns`]).
-pub fn inline_clock_ns() -> u64 {
-    static EPOCH: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 /// CPU time consumed so far by the calling thread, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).

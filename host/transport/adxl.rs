@@ -34,7 +34,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
 use crate::engine::{SegmentId, TaskSlot, TransferState};
-use crate::evidence::{inline_clock_ns, thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
@@ -322,7 +322,7 @@ impl Transport for AdxlTransport {
             hixl.submit(transfers);
             return;
         }
-        let cpu_started = inline_clock_ns();
+        let cpu_started = thread_cpu_time_ns();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
                 transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
@@ -330,7 +330,7 @@ impl Transport for AdxlTransport {
             return;
         }
         let mut jobs: Vec<Job> = transfers.into_iter().filter_map(|transfer| self.job(transfer)).collect();
-        let share_mark = inline_clock_ns();
+        let share_mark = thread_cpu_time_ns();
         let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;

@@ -36,11 +36,10 @@ use super::ubshmem::UbshmemTransport;
 use super::window::{Peer, PeerWindows, Resolved};
 use super::{CompletionPoller, Transfer, Transport};
 use crate::config::{AivOptions, LaunchMode};
-use crate::device::twin::wake::thread_cpu_ns;
 use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
 use crate::engine::{Opcode, TaskSlot, TransferState};
-use crate::evidence::{inline_clock_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
     BlockArgs, ControlBlock, DcqEntry, DcqStatus, KernelArgs, RequestEntry, RingHeader, SpscIndex, Syndrome,
@@ -499,11 +498,11 @@ impl Inner {
     fn drain_loop(self: Arc<Self>) {
         // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
         // next, as the baselines charge their Host threads.
-        let mut cpu_mark = thread_cpu_ns();
+        let mut cpu_mark = thread_cpu_time_ns();
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
             // Everything this thread spent since the last pass (its wake-up included) goes to the pool first.
-            let now = thread_cpu_ns();
+            let now = thread_cpu_time_ns();
             self.unattributed_cpu.add(now.saturating_sub(cpu_mark));
             cpu_mark = now;
             let mut progressed = false;
@@ -538,13 +537,13 @@ impl Inner {
         self.blocks.iter().any(|block| load_peer(block.dcq_tail()) != block.dcq_head().load(Ordering::Relaxed))
     }
 
-    /// Drains what is ready on the calling thread (a waiter or a status query). The pass is timed with the monotonic
-    /// clock (see [`inline_clock_ns`]) and goes to the pool, charged to the transfers drained next. Returns whether
+    /// Drains what is ready on the calling thread (a waiter or a status query). The pass's CPU time goes to the pool,
+    /// charged to the transfers drained next. Returns whether
     /// another thread was draining a block meanwhile (it may be finishing the caller's slots right now, without
     /// waking the caller).
     fn poll_inline(&self) -> bool {
         let ready = self.completions_ready();
-        let started = if ready { inline_clock_ns() } else { 0 };
+        let started = if ready { thread_cpu_time_ns() } else { 0 };
         let mut contended = false;
         for block in &self.blocks {
             match block.drain_lock.try_lock() {
@@ -770,7 +769,7 @@ impl Transport for AivTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         let inner = &self.inner;
-        let started = inline_clock_ns();
+        let started = thread_cpu_time_ns();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
         let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
         let mut accepted = 0u64;

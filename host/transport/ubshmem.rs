@@ -22,7 +22,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
 use crate::engine::{TaskSlot, TransferState};
-use crate::evidence::{inline_clock_ns, thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
 pub const STREAMS_PER_TRANSFER: usize = 4;
@@ -163,7 +163,7 @@ impl Transport for UbshmemTransport {
     }
 
     fn submit(&self, transfers: Vec<Transfer>) {
-        let cpu_started = inline_clock_ns();
+        let cpu_started = thread_cpu_time_ns();
         let shared = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.is_none() {
@@ -191,7 +191,7 @@ impl Transport for UbshmemTransport {
                 }
             }
         }
-        let share_mark = inline_clock_ns();
+        let share_mark = thread_cpu_time_ns();
         let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;

@@ -76,17 +76,6 @@ fn futex_wake(word: &AtomicU32) {
     }
 }
 
-/// CPU time consumed so far by the calling thread, in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
-pub fn thread_cpu_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into the valid, exclusively borrowed `now`.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    if rc != 0 {
-        return 0;
-    }
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

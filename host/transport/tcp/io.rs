@@ -279,14 +279,3 @@ impl Inbound {
         Ok(())
     }
 }
-
-/// CPU time this thread has used, in nanoseconds (CLOCK_THREAD_CPUTIME_ID).
-pub(crate) fn thread_cpu_ns() -> u64 {
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes one timespec into `now`, which lives on this stack frame.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    if rc != 0 {
-        return 0;
-    }
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
-}
