@@ -26,8 +26,8 @@ if [[ ! -x "$aiv" ]]; then
   (cd "$repo" && cargo build --release --bin aiv)
 fi
 
-echo "| run | block | protocol | GB/s | memcpy GB/s | p50 us | p99 us | host CPU ns/transfer | API calls/transfer |"
-echo "|---|---|---|---|---|---|---|---|---|"
+echo "| run | block | protocol | GB/s | memcpy GB/s | p50 us | p99 us | host CPU ns/transfer | clock readings/transfer x ns | API calls/transfer |"
+echo "|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$runs"); do
   for block in $blocks; do
     # Each thread's batch needs its own blocks; keep the buffer at least 64 MiB.
@@ -40,9 +40,10 @@ for run in $(seq 1 "$runs"); do
         /^evidence:/ { for (i = 1; i <= NF; i++) { if ($i == "host" && $(i+1) == "device-API") api = $(i-1);
                                                     if ($i == "ns" && $(i+1) == "host") cpu = $(i-1) } }
         /^latency per batch:/ { p50 = $5; p99 = $8 }
+        /^host CPU accounting:/ { clock = $4 " x " $11 }
         /^reference: memcpy/ { memcpy = $3 }
         /^Test completed:/ { gbps = $(NF-1) }
-        END { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, block, protocol, gbps, memcpy, p50, p99, cpu, api }'
+        END { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, block, protocol, gbps, memcpy, p50, p99, cpu, clock, api }'
     done
   done
 done

@@ -110,6 +110,10 @@ pub struct EvidenceSummary {
     pub doorbells: f64,
     /// Mean Host CPU nanoseconds per transfer.
     pub host_cpu_ns: f64,
+    /// Thread-CPU clock readings made in the process during the run, per transfer (the accounting's own share).
+    pub clock_readings: f64,
+    /// Cost of one such reading, measured just before the run (ns).
+    pub clock_reading_ns: f64,
 }
 
 #[derive(Debug, Default)]
@@ -141,6 +145,8 @@ impl EvidenceTotals {
             descriptors: self.descriptors as f64 / n,
             doorbells: self.doorbells as f64 / n,
             host_cpu_ns: self.host_cpu_ns as f64 / n,
+            clock_readings: 0.0,
+            clock_reading_ns: 0.0,
         }
     }
 }
@@ -208,6 +214,8 @@ pub fn run_initiator(
     let failed = AtomicU64::new(0);
     let first_failure: Mutex<Option<String>> = Mutex::new(None);
     let totals = Mutex::new(EvidenceTotals::default());
+    let clock_reading_ns = crate::evidence::clock_reading_cost_ns();
+    let readings_before = crate::evidence::clock_readings();
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -261,15 +269,19 @@ pub fn run_initiator(
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }
+    let readings = crate::evidence::clock_readings().saturating_sub(readings_before);
     let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
     batch_latencies.sort_unstable();
+    let mut evidence = totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary();
+    evidence.clock_readings = readings as f64 / evidence.transfers.max(1) as f64;
+    evidence.clock_reading_ns = clock_reading_ns;
     Ok(BenchOutcome {
         batch_latencies,
         elapsed,
         completed_batches: completed.into_inner(),
         failed_batches: failed.into_inner(),
         first_failure: first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
-        evidence: totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary(),
+        evidence,
         bytes_per_batch: params.batch_size as u64 * params.block_size,
     })
 }

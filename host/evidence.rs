@@ -90,12 +90,35 @@ impl CpuCarry {
     }
 }
 
+/// Readings of [`thread_cpu_time_ns`] made by this process so far (the accounting's own cost is reported with it).
+static CLOCK_READINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many times this process has read the thread CPU clock for Host time accounting.
+pub fn clock_readings() -> u64 {
+    CLOCK_READINGS.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Mean cost of one [`thread_cpu_time_ns`] reading on this machine now, in nanoseconds (times 20,000 readings).
+/// The readings are part of the Host time they measure; `aiv bench` reports how much.
+pub fn clock_reading_cost_ns() -> f64 {
+    const SAMPLES: u32 = 20_000;
+    let started = std::time::Instant::now();
+    let mut sink = 0u64;
+    for _ in 0..SAMPLES {
+        sink = sink.wrapping_add(thread_cpu_time_ns());
+    }
+    std::hint::black_box(sink);
+    CLOCK_READINGS.fetch_sub(u64::from(SAMPLES), std::sync::atomic::Ordering::Relaxed);
+    started.elapsed().as_nanos() as f64 / f64::from(SAMPLES)
+}
+
 /// CPU time consumed so far by the calling thread, in nanoseconds (`CLOCK_THREAD_CPUTIME_ID`).
 ///
 /// Evidence reports Host CPU time as the difference of two readings on the thread that did the work, so time the
 /// thread spent blocked or descheduled is not counted, and neither is any other thread's (the twin's emulated
 /// device threads included).
 pub fn thread_cpu_time_ns() -> u64 {
+    CLOCK_READINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `now` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on every Linux we build for.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
