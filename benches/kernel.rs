@@ -147,16 +147,23 @@ fn throughput(c: &mut Criterion) {
     group.finish();
 }
 
-/// The same-window comparison: for each block size, 31 rounds that each time one aiv batch and one memcpy of the
-/// same blocks back to back (order alternating), and the median of the per-round ratios. Robust to the machine's
-/// load changing between criterion's separate aiv and memcpy measurements.
+/// Rounds of the paired comparison per block size (after one warm-up round); `AIV_PAIRED_ROUNDS` overrides. A round
+/// of 32 MiB takes ~1.5 ms, so 201 rounds span ~0.6 s per block size: long enough that one descheduling of a thread
+/// moves a few rounds, not the median.
+const PAIRED_ROUNDS: usize = 201;
+
+/// The same-window comparison: for each block size, [`PAIRED_ROUNDS`] rounds that each time one aiv batch and one
+/// memcpy of the same blocks back to back (order alternating), and the median of the per-round ratios. Robust to the
+/// machine's load changing between criterion's separate aiv and memcpy measurements.
 fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: u64) {
-    eprintln!("paired (same-window) aiv vs memcpy, {} MiB per round, median of 31 rounds:", total >> 20);
+    let rounds = std::env::var("AIV_PAIRED_ROUNDS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(PAIRED_ROUNDS);
+    let rounds = rounds.max(1);
+    eprintln!("paired (same-window) aiv vs memcpy, {} MiB per round, median of {rounds} rounds:", total >> 20);
     for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
         let count = total / block;
         let mut ratios = Vec::new();
         let (mut aiv_total, mut memcpy_total) = (Duration::ZERO, Duration::ZERO);
-        for round in 0..32 {
+        for round in 0..=rounds {
             let time = |f: &dyn Fn()| {
                 let started = std::time::Instant::now();
                 f();
@@ -174,7 +181,7 @@ fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: 
             ratios.push(m.as_secs_f64() / a.as_secs_f64());
         }
         ratios.sort_by(f64::total_cmp);
-        let gbps = |d: Duration| (total * 31) as f64 / d.as_secs_f64() / 1e9;
+        let gbps = |d: Duration| (total * rounds as u64) as f64 / d.as_secs_f64() / 1e9;
         eprintln!(
             "  block {:>8} B: aiv {:6.2} GB/s, memcpy {:6.2} GB/s, median ratio aiv/memcpy {:.3} (min {:.3}, max {:.3})",
             block,
