@@ -867,10 +867,8 @@ mod tests {
     use crate::engine::CompletionSignal;
     use std::time::Instant;
 
-    /// Requests the engine would never send (zero length, address overflow, unknown opcode) are refused by the
-    /// kernel itself with a bad-request syndrome, without an SQE; a good request in the same group still completes.
-    #[test]
-    fn the_kernel_rejects_malformed_requests_on_its_own() {
+    /// A twin device with the aiv transport on one block (ring depth 8) and 8 KiB of its HBM.
+    fn one_block_device() -> (AivDevice, DeviceBuffer) {
         let options = AivOptions {
             aiv_blocks: 1,
             request_ring_depth: 8,
@@ -881,6 +879,14 @@ mod tests {
         };
         let device = AivDevice::open(&options).expect("twin");
         let buffer = device.allocate(8192).expect("hbm");
+        (device, buffer)
+    }
+
+    /// Requests the engine would never send (zero length, address overflow, unknown opcode) are refused by the
+    /// kernel itself with a bad-request syndrome, without an SQE; a good request in the same group still completes.
+    #[test]
+    fn the_kernel_rejects_malformed_requests_on_its_own() {
+        let (device, buffer) = one_block_device();
         let signal = Arc::new(CompletionSignal::default());
         let deadline = Instant::now() + Duration::from_secs(10);
         let entry = |id: u64, src: u64, length: u64, opcode: u32| RequestEntry {
@@ -926,16 +932,7 @@ mod tests {
     /// thread may finish the waiter's slots without waking it, so the waiter must not sleep long).
     #[test]
     fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
-        let options = AivOptions {
-            aiv_blocks: 1,
-            request_ring_depth: 8,
-            sq_depth: 16,
-            hbm_size: 4 << 20,
-            kernel_wait_budget: Duration::from_millis(500),
-            ..AivOptions::default()
-        };
-        let device = AivDevice::open(&options).expect("twin");
-        let buffer = device.allocate(8192).expect("hbm");
+        let (device, buffer) = one_block_device();
         let signal = Arc::new(CompletionSignal::default());
         let deadline = Instant::now() + Duration::from_secs(10);
         let slot = Arc::new(TaskSlot::new(deadline, signal.clone()));
