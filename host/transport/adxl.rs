@@ -29,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use zerocopy::IntoBytes;
 
-use super::window::{PeerWindows, ResolveError, Resolved};
+use super::window::{Peer, PeerWindows, ResolveError, Resolved};
 use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
-use crate::engine::{SegmentId, TaskSlot, TransferState};
+use crate::engine::{Segment, SegmentId, TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
 
@@ -263,9 +263,9 @@ impl AdxlTransport {
     }
 
     /// Resolves one transfer into a job, or finishes it with the ADXL status that refuses it.
-    fn job(&self, transfer: Transfer) -> Option<Job> {
+    fn job(&self, transfer: Transfer, last_peer: &mut Option<(Arc<Segment>, Arc<Peer>)>) -> Option<Job> {
         let shared = &self.shared;
-        match shared.windows.resolve("adxl", &transfer) {
+        match shared.windows.resolve_with("adxl", &transfer, last_peer) {
             Ok(Resolved { src, dst, .. }) => {
                 let mut api_calls = 0;
                 if transfer.target.id != SegmentId::LOCAL {
@@ -329,7 +329,9 @@ impl Transport for AdxlTransport {
             }
             return;
         }
-        let mut jobs: Vec<Job> = transfers.into_iter().filter_map(|transfer| self.job(transfer)).collect();
+        let mut last_peer = None;
+        let mut jobs: Vec<Job> =
+            transfers.into_iter().filter_map(|transfer| self.job(transfer, &mut last_peer)).collect();
         let share_mark = thread_cpu_time_ns();
         let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {

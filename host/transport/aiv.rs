@@ -284,10 +284,14 @@ impl HostBlock {
     fn pump(&self, producer: &mut Producer) -> usize {
         let drained = self.drained.load(Ordering::Acquire);
         let mut published = 0;
+        if producer.backlog.is_empty() {
+            return 0;
+        }
+        let mut table = self.inflight_map();
         while self.ring.free(drained, producer.tail) > 0 {
             let Some((entry, inflight)) = producer.backlog.pop_front() else { break };
             let slot = self.ring.slot(producer.tail) as usize;
-            self.inflight_map().insert(slot, entry.transfer_id.get(), inflight);
+            table.insert(slot, entry.transfer_id.get(), inflight);
             // SAFETY: slot < depth, so the entry lies inside the ring mapping (header + depth entries); the kernel
             // reads it only after acquiring a tail past it, which is published below.
             unsafe {
@@ -297,6 +301,7 @@ impl HostBlock {
             producer.tail = producer.tail.wrapping_add(1);
             published += 1;
         }
+        drop(table);
         if published > 0 {
             // Release: the entries written above are visible to a kernel that acquires this tail.
             publish(self.request_tail(), producer.tail);
@@ -774,17 +779,21 @@ impl Transport for AivTransport {
         let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
         let mut accepted = 0u64;
         let mut resolved = Vec::with_capacity(transfers.len());
+        let mut last_peer = None;
         for transfer in transfers {
-            match inner.windows.resolve("aiv", &transfer) {
+            match inner.windows.resolve_with("aiv", &transfer, &mut last_peer) {
                 Ok(addresses) => resolved.push((transfer, addresses)),
                 Err(error) => {
                     transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
                 }
             }
         }
-        for (transfer, Resolved { src, dst, peer }) in resolved {
-            let block = inner.next_block.fetch_add(1, Ordering::Relaxed) % inner.blocks.len();
-            let id = inner.next_transfer_id.fetch_add(1, Ordering::Relaxed);
+        // One reservation of block slots and transfer ids per submit (these counters are shared by every thread).
+        let first_block = inner.next_block.fetch_add(resolved.len(), Ordering::Relaxed);
+        let first_id = inner.next_transfer_id.fetch_add(resolved.len() as u64, Ordering::Relaxed);
+        for (k, (transfer, Resolved { src, dst, peer })) in resolved.into_iter().enumerate() {
+            let block = first_block.wrapping_add(k) % inner.blocks.len();
+            let id = first_id + k as u64;
             let entry = RequestEntry {
                 transfer_id: U64::new(id),
                 src_addr: U64::new(src),

@@ -181,8 +181,9 @@ impl Transport for UbshmemTransport {
             }
         };
         let mut jobs = Vec::with_capacity(transfers.len());
+        let mut last_peer = None;
         for transfer in transfers {
-            match shared.windows.resolve("ubshmem", &transfer) {
+            match shared.windows.resolve_with("ubshmem", &transfer, &mut last_peer) {
                 Ok(Resolved { src, dst, .. }) => {
                     jobs.push(Job { slot: transfer.slot, src, dst, length: transfer.length, submit_cpu_ns: 0 })
                 }

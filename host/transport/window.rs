@@ -109,6 +109,17 @@ impl PeerWindows {
     /// Both ends of `transfer` in the executing device's view, or why not; reasons start with `path` (the
     /// transport's name).
     pub fn resolve(&self, path: &str, transfer: &Transfer) -> Result<Resolved, ResolveError> {
+        self.resolve_with(path, transfer, &mut None)
+    }
+
+    /// As [`PeerWindows::resolve`], remembering the last segment's peer in `last`: the transfers of one submit
+    /// usually target one segment, and the peer table is a lock and a hash lookup per transfer otherwise.
+    pub fn resolve_with(
+        &self,
+        path: &str,
+        transfer: &Transfer,
+        last: &mut Option<(Arc<Segment>, Arc<Peer>)>,
+    ) -> Result<Resolved, ResolveError> {
         let device = &self.device;
         let length = transfer.length;
         if !device.is_own_memory(transfer.local_addr, length) {
@@ -130,7 +141,14 @@ impl PeerWindows {
             }
             transfer.remote_addr
         } else {
-            let peer = self.peer(path, &transfer.target).map_err(ResolveError::Import)?;
+            let peer = match last {
+                Some((segment, peer)) if Arc::ptr_eq(segment, &transfer.target) => peer.clone(),
+                _ => {
+                    let peer = self.peer(path, &transfer.target).map_err(ResolveError::Import)?;
+                    *last = Some((transfer.target.clone(), peer.clone()));
+                    peer
+                }
+            };
             if let Some(reason) = peer.lost_reason() {
                 return Err(ResolveError::Lost(format!(
                     "{path}: peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
