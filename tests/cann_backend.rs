@@ -7,100 +7,25 @@
 //! nothing here shows the aiv data path works on an NPU (that is `tests/npu_hardware.rs`).
 #![cfg(feature = "cann")]
 
-use std::ffi::{c_char, c_void, CStr, CString};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::{CannDevice, CannSettings};
 use aiv_transport::device::{DeviceBackend, DeviceError, SdmaSyndrome, UniqueIdExchange};
-use ascendcl_sys::abi::compile_shared_library;
 
-const BLOCKS: u32 = 2;
-const SQ_DEPTH: u32 = 64;
+#[path = "common/cann.rs"]
+mod common;
+
+use common::{
+    acl_log, calls, control, fake_kernel_object, fakes, new_workspace, set_published_workspace, set_result, shmem_log,
+    BLOCKS, KERNEL_OBJECT, SQ_DEPTH,
+};
+
+/// This binary has no HiXL fake (see `common::fakes`).
+const WITH_FAKE_HIXL: bool = false;
+
 const HBM: u64 = 1 << 20;
-const KERNEL_OBJECT: &[u8] = b"not a real kernel object";
-
-/// The two fake libraries, loaded by the backend through the override variables and here for their controls.
-struct Fakes {
-    acl: libloading::Library,
-    shmem: libloading::Library,
-    /// The SDMA workspace the fake SHMEM publishes in `g_state` when initialised with the SDMA engine (set again
-    /// by every `serial()`).
-    workspace: u64,
-}
-
-/// Where this process builds the fakes: `cann-fakes-<pid>` under the target's scratch directory. The libraries stay
-/// loaded (and `aiv doctor` reopens them by path) for the whole run, and a static is never dropped, so the directory
-/// cannot be removed at the end; instead each run first removes the directories of earlier runs whose process is
-/// gone, and at most the live runs' directories remain.
-fn fake_directory() -> PathBuf {
-    let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    if let Ok(entries) = std::fs::read_dir(scratch) {
-        for entry in entries.flatten() {
-            let name = entry.file_name();
-            let pid = name.to_str().and_then(|name| name.strip_prefix("cann-fakes-")).and_then(|pid| pid.parse().ok());
-            if let Some(pid) = pid.filter(|pid: &u32| !Path::new(&format!("/proc/{pid}")).exists()) {
-                let _ = std::fs::remove_dir_all(scratch.join(format!("cann-fakes-{pid}")));
-            }
-        }
-    }
-    let dir = scratch.join(format!("cann-fakes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("fake directory");
-    dir
-}
-
-fn build(dir: &Path, source: &str, name: &str, defines: &[&str]) -> PathBuf {
-    let path = dir.join(name);
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
-    if let Err(failure) = compile_shared_library(&source, &path, defines) {
-        panic!("{failure}");
-    }
-    path
-}
-
-fn fakes() -> &'static Fakes {
-    static FAKES: OnceLock<Fakes> = OnceLock::new();
-    FAKES.get_or_init(|| {
-        let dir = fake_directory();
-        let acl = build(&dir, "shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
-        let shmem = build(&dir, "shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
-        // Set once, before the backend's first `api()` call (the tables are loaded once per process).
-        std::env::set_var("AIV_ASCENDCL_LIB", &acl);
-        std::env::set_var("AIV_SHMEM_LIB", &shmem);
-        // SAFETY: the fakes' initialisers do nothing; loading the same paths again shares the loader's copy.
-        let (acl, shmem) = unsafe { (libloading::Library::new(&acl), libloading::Library::new(&shmem)) };
-        let (acl, shmem) = (acl.expect("load fake ACL"), shmem.expect("load fake SHMEM"));
-        let workspace = new_workspace(&acl);
-        Fakes { acl, shmem, workspace }
-    })
-}
-
-/// A control function of a fake, typed by the caller.
-///
-/// # Safety
-/// `T` must be the function pointer type of the fake's `name`.
-unsafe fn control<T: Copy>(library: &libloading::Library, name: &str) -> T {
-    let symbol = format!("{name}\0");
-    // SAFETY: the caller guarantees the prototype.
-    *unsafe { library.get::<T>(symbol.as_bytes()) }.unwrap_or_else(|error| panic!("{name}: {error}"))
-}
-
-/// A fresh synthetic SDMA workspace of `BLOCKS` records from the fake ACL (`fake_sdma_workspace`).
-fn new_workspace(acl: &libloading::Library) -> u64 {
-    // SAFETY: the fake's prototype is `void *fake_sdma_workspace(uint32_t, uint32_t)`; value arguments only (it
-    // allocates the workspace and never frees it).
-    unsafe {
-        control::<unsafe extern "C" fn(u32, u32) -> *mut c_void>(acl, "fake_sdma_workspace")(BLOCKS, SQ_DEPTH) as u64
-    }
-}
-
-/// The workspace address the fake SHMEM's next initialisation (with the SDMA engine) stores in `g_state`.
-fn set_published_workspace(address: u64) {
-    // SAFETY: the fake exports `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
-    unsafe { control::<unsafe extern "C" fn(u64)>(&fakes().shmem, "fake_set_sdma_workspace")(address) }
-}
 
 /// Sets the fake SHMEM's `g_state` version word (0 restores the real one; an initialisation does not).
 fn set_host_state_version(version: i32) {
@@ -135,39 +60,6 @@ fn serial() -> MutexGuard<'static, ()> {
     acl_log();
     shmem_log();
     guard
-}
-
-fn take_log(library: &libloading::Library) -> Vec<String> {
-    // SAFETY: both fakes export `size_t fake_take_log(char *, size_t)`.
-    let take = unsafe { library.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
-        .expect("log control");
-    let mut buffer = vec![0 as c_char; 1 << 16];
-    // SAFETY: the buffer is live and as long as the capacity passed.
-    unsafe { take(buffer.as_mut_ptr(), buffer.len()) };
-    // SAFETY: the fake NUL-terminates what it copies.
-    let text = unsafe { CStr::from_ptr(buffer.as_ptr()) }.to_string_lossy().into_owned();
-    text.lines().map(str::to_owned).collect()
-}
-
-fn acl_log() -> Vec<String> {
-    take_log(&fakes().acl)
-}
-
-fn shmem_log() -> Vec<String> {
-    take_log(&fakes().shmem)
-}
-
-fn calls(log: &[String]) -> Vec<&str> {
-    log.iter().map(|line| line.split(' ').next().unwrap_or_default()).collect()
-}
-
-fn set_result(library: &libloading::Library, function: &str, code: i32) {
-    let name = CString::new(function).expect("no NUL");
-    // SAFETY: both fakes export `int fake_set_result(const char *, int)`.
-    let set = unsafe { library.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
-        .expect("failure control");
-    // SAFETY: `name` is NUL-terminated and outlives the call.
-    assert_eq!(unsafe { set(name.as_ptr(), code) }, 0);
 }
 
 fn options(device_id: u32) -> AivOptions {
@@ -604,9 +496,7 @@ fn a_build_without_the_npu_kernel_object_says_how_to_get_one() {
 fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_transport() {
     use aiv_transport::{EngineConfig, Protocol, TransferEngine};
     let _serial = serial();
-    let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-{}.o", std::process::id()));
-    std::fs::write(&object, KERNEL_OBJECT).expect("write the fake object");
-    std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
+    std::env::set_var("AIV_NPU_KERNEL_OBJECT", fake_kernel_object());
     std::env::set_var("AIV_SHMEM_N_PES", "2");
     let engine = |device_id: u32| {
         let mut config = EngineConfig::new("127.0.0.1");
@@ -636,7 +526,6 @@ fn two_engines_bootstrap_shmem_over_the_metadata_channel_and_start_the_aiv_trans
         std::env::remove_var(name);
     }
     drop((peer_device, peer, root_device, root));
-    let _ = std::fs::remove_file(object);
 }
 
 #[test]

@@ -1,8 +1,8 @@
-//! Helpers of the `cann` baseline tests (included with `#[path]` by `tests/cann_baselines.rs` and
+//! Helpers of the `cann` tests (included with `#[path]` by `tests/cann_backend.rs`, `tests/cann_baselines.rs` and
 //! `tests/cann_hixl_missing.rs`): the fake CANN libraries built once per test process and found by the real loaders
 //! through `AIV_ASCENDCL_LIB`, `AIV_SHMEM_LIB` and `AIV_HIXL_LIB` (each binary says with `crate::WITH_FAKE_HIXL`
-//! whether it has the HiXL fake, as the library tables are loaded once per process), engines on fake devices, and
-//! batch runs.
+//! whether it has the HiXL fake, as the library tables are loaded once per process), their controls and call logs,
+//! and for the baselines engines on fake devices and batch runs.
 #![allow(dead_code)]
 
 use std::ffi::{c_char, CStr, CString};
@@ -24,15 +24,47 @@ pub const BUFFER: u64 = 1 << 20;
 pub const BASELINE_TIMEOUT: Duration = Duration::from_millis(300);
 pub const KERNEL_OBJECT: &[u8] = b"not a real kernel object";
 
+/// The fake libraries, loaded by the backend through the override variables and here for their controls.
 pub struct Fakes {
     pub acl: libloading::Library,
+    pub shmem: libloading::Library,
     pub hixl: Option<libloading::Library>,
+    /// The SDMA workspace the fake SHMEM publishes in `g_state` when initialised with the SDMA engine, which is how
+    /// the backend finds it (tests that change what is published set it back).
+    pub workspace: u64,
 }
 
+/// Where this process builds the fakes: `cann-fakes-<pid>` under the target's scratch directory. The libraries stay
+/// loaded (and `aiv doctor` reopens them by path) for the whole run, and a static is never dropped, so the directory
+/// cannot be removed at the end; instead each run first removes the directories of earlier runs whose process is
+/// gone, and at most the live runs' directories remain.
+pub fn fake_directory() -> PathBuf {
+    static DIRECTORY: OnceLock<PathBuf> = OnceLock::new();
+    DIRECTORY
+        .get_or_init(|| {
+            let scratch = Path::new(env!("CARGO_TARGET_TMPDIR"));
+            if let Ok(entries) = std::fs::read_dir(scratch) {
+                for entry in entries.flatten() {
+                    let name = entry.file_name();
+                    let pid = name
+                        .to_str()
+                        .and_then(|name| name.strip_prefix("cann-fakes-"))
+                        .and_then(|pid| pid.parse().ok());
+                    if let Some(pid) = pid.filter(|pid: &u32| !Path::new(&format!("/proc/{pid}")).exists()) {
+                        let _ = std::fs::remove_dir_all(scratch.join(format!("cann-fakes-{pid}")));
+                    }
+                }
+            }
+            let dir = scratch.join(format!("cann-fakes-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("fake directory");
+            dir
+        })
+        .clone()
+}
+
+/// Compiles the fake at `source` (relative to the repository root) into `name` in [`fake_directory`].
 pub fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("cann-baseline-fakes-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("fake directory");
-    let path = dir.join(name);
+    let path = fake_directory().join(name);
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(source);
     if let Err(failure) = compile_shared_library(&source, &path, defines) {
         panic!("{failure}");
@@ -40,28 +72,20 @@ pub fn build(source: &str, name: &str, defines: &[&str]) -> PathBuf {
     path
 }
 
-/// Builds the fakes once and points the backend's loaders (and its bring-up settings) at them.
+/// Builds the fakes once and points the backend's loaders at them (each binary says with `crate::WITH_FAKE_HIXL`
+/// whether it has the HiXL fake: the library tables are loaded once per process).
 pub fn fakes() -> &'static Fakes {
     static FAKES: OnceLock<Fakes> = OnceLock::new();
     FAKES.get_or_init(|| {
         let acl = build("shmem-bindings/ascendcl-sys/tests/fake/fake_acl.c", "libascendcl.so", &["FAKE_BACKEND"]);
         let shmem = build("shmem-bindings/cann-shmem-sys/tests/fake/fake_shmem.c", "libshmem.so", &[]);
+        // Set once, before the backend's first `api()` call.
         std::env::set_var("AIV_ASCENDCL_LIB", &acl);
         std::env::set_var("AIV_SHMEM_LIB", &shmem);
-        // SAFETY: the fake's initialisers do nothing; loading the same path again shares the loader's copy.
-        let acl = unsafe { libloading::Library::new(&acl) }.expect("load fake ACL");
-        // SAFETY: the fake exports `void *fake_sdma_workspace(uint32_t, uint32_t)`.
-        let workspace = unsafe {
-            let make = acl
-                .get::<unsafe extern "C" fn(u32, u32) -> *mut std::ffi::c_void>(b"fake_sdma_workspace\0")
-                .expect("workspace control");
-            make(BLOCKS, SQ_DEPTH) as u64
-        };
-        let object = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-kernel-b-{}.o", std::process::id()));
-        std::fs::write(&object, KERNEL_OBJECT).expect("write the fake kernel object");
-        std::env::set_var("AIV_NPU_KERNEL_OBJECT", &object);
-        std::env::set_var("AIV_SDMA_WORKSPACE_ADDR", format!("{workspace:#x}"));
-        // The HiXL table is loaded once per process too: a binary either has the fake or points at nothing.
+        // SAFETY: the fakes' initialisers do nothing; loading the same paths again shares the loader's copy.
+        let (acl, shmem) = unsafe { (libloading::Library::new(&acl), libloading::Library::new(&shmem)) };
+        let (acl, shmem) = (acl.expect("load fake ACL"), shmem.expect("load fake SHMEM"));
+        let workspace = new_workspace(&acl);
         let hixl = if crate::WITH_FAKE_HIXL {
             let path = build("shmem-bindings/ascendcl-sys/tests/fake/fake_hixl.c", "libcann_hixl.so", &[]);
             std::env::set_var("AIV_HIXL_LIB", &path);
@@ -71,8 +95,48 @@ pub fn fakes() -> &'static Fakes {
             std::env::set_var("AIV_HIXL_LIB", missing_hixl());
             None
         };
-        Fakes { acl, hixl }
+        let fakes = Fakes { acl, shmem, hixl, workspace };
+        publish_workspace(&fakes, workspace);
+        fakes
     })
+}
+
+/// A control function of a fake, typed by the caller.
+///
+/// # Safety
+/// `T` must be the function pointer type of the fake's `name`.
+pub unsafe fn control<T: Copy>(library: &libloading::Library, name: &str) -> T {
+    let symbol = format!("{name}\0");
+    // SAFETY: the caller guarantees the prototype.
+    *unsafe { library.get::<T>(symbol.as_bytes()) }.unwrap_or_else(|error| panic!("{name}: {error}"))
+}
+
+/// A fresh synthetic SDMA workspace of `BLOCKS` records from the fake ACL (`fake_sdma_workspace`).
+pub fn new_workspace(acl: &libloading::Library) -> u64 {
+    // SAFETY: the fake's prototype is `void *fake_sdma_workspace(uint32_t, uint32_t)`; value arguments only (it
+    // allocates the workspace and never frees it).
+    unsafe {
+        control::<unsafe extern "C" fn(u32, u32) -> *mut std::ffi::c_void>(acl, "fake_sdma_workspace")(BLOCKS, SQ_DEPTH)
+            as u64
+    }
+}
+
+fn publish_workspace(fakes: &Fakes, address: u64) {
+    // SAFETY: the fake exports `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
+    unsafe { control::<unsafe extern "C" fn(u64)>(&fakes.shmem, "fake_set_sdma_workspace")(address) }
+}
+
+/// The workspace address the fake SHMEM's next initialisation (with the SDMA engine) stores in `g_state`.
+pub fn set_published_workspace(address: u64) {
+    publish_workspace(fakes(), address)
+}
+
+/// A fake NPU kernel object in [`fake_directory`], for devices opened with their settings from the environment
+/// (`AIV_NPU_KERNEL_OBJECT`).
+pub fn fake_kernel_object() -> PathBuf {
+    let object = fake_directory().join("fake-kernel.o");
+    std::fs::write(&object, KERNEL_OBJECT).expect("write the fake kernel object");
+    object
 }
 
 /// Tests share the fakes' global state (and their unsynchronised call log): one at a time, log cleared first.
@@ -95,11 +159,16 @@ pub fn acl_log() -> Vec<String> {
     take_log(&fakes().acl)
 }
 
+pub fn shmem_log() -> Vec<String> {
+    take_log(&fakes().shmem)
+}
+
 pub fn hixl_log() -> Vec<String> {
     take_log(fakes().hixl.as_ref().expect("this binary has the HiXL fake"))
 }
 
-fn take_log(library: &libloading::Library) -> Vec<String> {
+/// The call log a fake kept since it was last taken, one call per line (`name arg=value ...`).
+pub fn take_log(library: &libloading::Library) -> Vec<String> {
     // SAFETY: the fake exports `size_t fake_take_log(char *, size_t)`.
     let take = unsafe { library.get::<unsafe extern "C" fn(*mut c_char, usize) -> usize>(b"fake_take_log\0") }
         .expect("log control");
@@ -111,6 +180,7 @@ fn take_log(library: &libloading::Library) -> Vec<String> {
     text.lines().map(str::to_owned).collect()
 }
 
+/// The function names of a log's lines.
 pub fn calls(log: &[String]) -> Vec<&str> {
     log.iter().map(|line| line.split(' ').next().unwrap_or_default()).collect()
 }
@@ -132,7 +202,7 @@ pub fn set_hixl_completion(status: u32) {
     unsafe { set(status) };
 }
 
-fn set_result(library: &libloading::Library, function: &str, code: i32) {
+pub fn set_result(library: &libloading::Library, function: &str, code: i32) {
     let name = CString::new(function).expect("no NUL");
     // SAFETY: both fakes export `int fake_set_result(const char *, <32-bit code>)`.
     let set = unsafe { library.get::<unsafe extern "C" fn(*const c_char, i32) -> i32>(b"fake_set_result\0") }
@@ -182,6 +252,8 @@ impl Node {
 
 pub fn node(device_id: u32) -> Node {
     fakes();
+    static KERNEL_OBJECT_ENV: OnceLock<()> = OnceLock::new();
+    KERNEL_OBJECT_ENV.get_or_init(|| std::env::set_var("AIV_NPU_KERNEL_OBJECT", fake_kernel_object()));
     let mut config = EngineConfig::new("127.0.0.1");
     config.protocol = Protocol::Aiv;
     config.aiv = options(device_id);
