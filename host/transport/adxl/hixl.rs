@@ -258,12 +258,15 @@ impl HixlPath {
                 submit_cpu_ns: 0,
             });
         }
-        let share = thread_cpu_time_ns().saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = thread_cpu_time_ns();
+        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
         self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
         self.state.queued.notify_one();
+        // The hand-off to the Host thread is charged too, as on the twin path.
+        self.state.shared.carry.add_since(share_mark);
     }
 }
 
@@ -414,7 +417,7 @@ impl Worker {
                           connect_calls: u64,
                           cpu_mark: &mut u64| {
             let now = thread_cpu_time_ns();
-            let share = now.saturating_sub(*cpu_mark) / group.len() as u64;
+            let share = (now.saturating_sub(*cpu_mark) + shared.carry.take()) / group.len() as u64;
             *cpu_mark = now;
             let per_job = calls.div_ceil(group.len() as u64);
             for (index, job) in group.into_iter().enumerate() {
