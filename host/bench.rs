@@ -114,6 +114,10 @@ pub struct EvidenceSummary {
     pub clock_readings: f64,
     /// Cost of one such reading, measured just before the run (ns).
     pub clock_reading_ns: f64,
+    /// Monotonic-clock readings of never-sleeping sections during the run, per transfer (`SectionClock::Monotonic`).
+    pub monotonic_readings: f64,
+    /// Cost of one such reading, measured just before the run (ns).
+    pub monotonic_reading_ns: f64,
 }
 
 #[derive(Debug, Default)]
@@ -147,6 +151,8 @@ impl EvidenceTotals {
             host_cpu_ns: self.host_cpu_ns as f64 / n,
             clock_readings: 0.0,
             clock_reading_ns: 0.0,
+            monotonic_readings: 0.0,
+            monotonic_reading_ns: 0.0,
         }
     }
 }
@@ -215,7 +221,9 @@ pub fn run_initiator(
     let first_failure: Mutex<Option<String>> = Mutex::new(None);
     let totals = Mutex::new(EvidenceTotals::default());
     let clock_reading_ns = crate::evidence::clock_reading_cost_ns();
+    let monotonic_reading_ns = crate::evidence::monotonic_reading_cost_ns();
     let readings_before = crate::evidence::clock_readings();
+    let monotonic_before = crate::evidence::monotonic_readings();
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -270,11 +278,14 @@ pub fn run_initiator(
         return Err(error);
     }
     let readings = crate::evidence::clock_readings().saturating_sub(readings_before);
+    let monotonic = crate::evidence::monotonic_readings().saturating_sub(monotonic_before);
     let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
     batch_latencies.sort_unstable();
     let mut evidence = totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary();
     evidence.clock_readings = readings as f64 / evidence.transfers.max(1) as f64;
     evidence.clock_reading_ns = clock_reading_ns;
+    evidence.monotonic_readings = monotonic as f64 / evidence.transfers.max(1) as f64;
+    evidence.monotonic_reading_ns = monotonic_reading_ns;
     Ok(BenchOutcome {
         batch_latencies,
         elapsed,

@@ -4,6 +4,8 @@
 //! the AI Vector cores builds the descriptors, rings the doorbell and observes completion on the Device). No path
 //! asserts that by name: each transport fills in what actually happened, counted where it happened.
 
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+
 use serde::Serialize;
 
 /// Who performed one step of a transfer.
@@ -71,44 +73,151 @@ impl TransferEvidence {
 /// transfers the path finishes take it, so every nanosecond is charged once, if not always to the transfer it was
 /// spent for.
 #[derive(Debug, Default)]
-pub struct CpuCarry(std::sync::atomic::AtomicU64);
+pub struct CpuCarry(AtomicU64);
 
 impl CpuCarry {
-    /// Adds the calling thread's CPU time since `mark`, a [`thread_cpu_time_ns`] reading.
-    pub fn add_since(&self, mark: u64) {
-        self.0.fetch_add(thread_cpu_time_ns().saturating_sub(mark), std::sync::atomic::Ordering::Relaxed);
-    }
-
     /// Adds `ns`.
     pub fn add(&self, ns: u64) {
-        self.0.fetch_add(ns, std::sync::atomic::Ordering::Relaxed);
+        self.0.fetch_add(ns, Ordering::Relaxed);
     }
 
     /// Takes everything carried so far.
     pub fn take(&self) -> u64 {
-        self.0.swap(0, std::sync::atomic::Ordering::Relaxed)
+        self.0.swap(0, Ordering::Relaxed)
     }
 }
 
+/// How Host sections that never sleep are timed (every section that may sleep always uses the thread CPU clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SectionClock {
+    /// The monotonic clock (`CLOCK_MONOTONIC`, read without a system call). Over a section that never sleeps, the
+    /// elapsed time bounds the thread's CPU time from above: time the thread was preempted is counted too, so the
+    /// figure can only be too high, never too low. The default.
+    Monotonic,
+    /// The thread CPU clock, as for sections that may sleep: exact, but each reading is a system call that costs
+    /// several hundred nanoseconds on some machines, and part of that cost lands inside the section it measures.
+    Thread,
+}
+
+impl SectionClock {
+    /// The name used on the command line (`aiv bench --section_clock`).
+    pub fn name(self) -> &'static str {
+        match self {
+            SectionClock::Monotonic => "monotonic",
+            SectionClock::Thread => "thread",
+        }
+    }
+}
+
+impl std::str::FromStr for SectionClock {
+    type Err = String;
+    fn from_str(text: &str) -> Result<Self, String> {
+        match text {
+            "monotonic" => Ok(SectionClock::Monotonic),
+            "thread" => Ok(SectionClock::Thread),
+            other => Err(format!("unknown section clock {other:?}: expected \"monotonic\" or \"thread\"")),
+        }
+    }
+}
+
+/// The process-wide [`SectionClock`] (0 = monotonic, 1 = thread).
+static SECTION_CLOCK: AtomicU8 = AtomicU8::new(0);
+
+/// Chooses how sections that never sleep are timed, for the whole process (a benchmark sets it before it starts).
+pub fn set_section_clock(clock: SectionClock) {
+    SECTION_CLOCK.store(matches!(clock, SectionClock::Thread) as u8, Ordering::Relaxed);
+}
+
+/// The [`SectionClock`] in force.
+pub fn section_clock() -> SectionClock {
+    match SECTION_CLOCK.load(Ordering::Relaxed) {
+        0 => SectionClock::Monotonic,
+        _ => SectionClock::Thread,
+    }
+}
+
+/// The Host CPU time of one section that never sleeps by design (a submit that only writes rings and queues, a
+/// pass over completion queues): no blocking call, no wait. Timed with the [`SectionClock`] in force.
+///
+/// A section that may sleep (a worker loop, a stream synchronisation, a socket call) must use
+/// [`thread_cpu_time_ns`] instead: wall time would charge the time it slept.
+#[derive(Clone, Copy, Debug)]
+pub struct Section {
+    started: u64,
+    clock: SectionClock,
+}
+
+impl Section {
+    /// Starts timing the calling thread's section.
+    pub fn start() -> Self {
+        Self::start_with(section_clock())
+    }
+
+    fn start_with(clock: SectionClock) -> Self {
+        Section { started: read_section_clock(clock), clock }
+    }
+
+    /// Nanoseconds since [`Section::start`] (wall or thread CPU, see [`SectionClock`]).
+    pub fn elapsed_ns(&self) -> u64 {
+        read_section_clock(self.clock).saturating_sub(self.started)
+    }
+}
+
+fn read_section_clock(clock: SectionClock) -> u64 {
+    match clock {
+        SectionClock::Monotonic => monotonic_ns(),
+        SectionClock::Thread => thread_cpu_time_ns(),
+    }
+}
+
+/// Nanoseconds of `CLOCK_MONOTONIC` (a vDSO read where the clock source allows it; no system call).
+fn monotonic_ns() -> u64 {
+    MONOTONIC_READINGS.fetch_add(1, Ordering::Relaxed);
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid, writable timespec; CLOCK_MONOTONIC is supported on every Linux we build for.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    if rc != 0 {
+        return 0;
+    }
+    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
 /// Readings of [`thread_cpu_time_ns`] made by this process so far (the accounting's own cost is reported with it).
-static CLOCK_READINGS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+static CLOCK_READINGS: AtomicU64 = AtomicU64::new(0);
+/// Monotonic-clock readings made by [`Section`]s so far.
+static MONOTONIC_READINGS: AtomicU64 = AtomicU64::new(0);
 
 /// How many times this process has read the thread CPU clock for Host time accounting.
 pub fn clock_readings() -> u64 {
-    CLOCK_READINGS.load(std::sync::atomic::Ordering::Relaxed)
+    CLOCK_READINGS.load(Ordering::Relaxed)
+}
+
+/// How many times [`Section`]s of this process have read the monotonic clock.
+pub fn monotonic_readings() -> u64 {
+    MONOTONIC_READINGS.load(Ordering::Relaxed)
 }
 
 /// Mean cost of one [`thread_cpu_time_ns`] reading on this machine now, in nanoseconds (times 20,000 readings).
 /// The readings are part of the Host time they measure; `aiv bench` reports how much.
 pub fn clock_reading_cost_ns() -> f64 {
+    reading_cost_ns(thread_cpu_time_ns, &CLOCK_READINGS)
+}
+
+/// Mean cost of one monotonic-clock reading of a [`Section`], in nanoseconds (times 20,000 readings).
+pub fn monotonic_reading_cost_ns() -> f64 {
+    reading_cost_ns(monotonic_ns, &MONOTONIC_READINGS)
+}
+
+fn reading_cost_ns(read: fn() -> u64, counter: &AtomicU64) -> f64 {
     const SAMPLES: u32 = 20_000;
     let started = std::time::Instant::now();
     let mut sink = 0u64;
     for _ in 0..SAMPLES {
-        sink = sink.wrapping_add(thread_cpu_time_ns());
+        sink = sink.wrapping_add(read());
     }
     std::hint::black_box(sink);
-    CLOCK_READINGS.fetch_sub(u64::from(SAMPLES), std::sync::atomic::Ordering::Relaxed);
+    counter.fetch_sub(u64::from(SAMPLES), Ordering::Relaxed);
     started.elapsed().as_nanos() as f64 / f64::from(SAMPLES)
 }
 
@@ -118,7 +227,7 @@ pub fn clock_reading_cost_ns() -> f64 {
 /// thread spent blocked or descheduled is not counted, and neither is any other thread's (the twin's emulated
 /// device threads included).
 pub fn thread_cpu_time_ns() -> u64 {
-    CLOCK_READINGS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    CLOCK_READINGS.fetch_add(1, Ordering::Relaxed);
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `now` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on every Linux we build for.
     let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
@@ -126,4 +235,58 @@ pub fn thread_cpu_time_ns() -> u64 {
         return 0;
     }
     now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn busy(iterations: u64) -> u64 {
+        (0..iterations).fold(0u64, |sum, i| std::hint::black_box(sum.wrapping_mul(31).wrapping_add(i)))
+    }
+
+    /// The monotonic section clock may only overstate a section's CPU time: over a section of pure computation it
+    /// reads at least what the thread CPU clock reads around it.
+    #[test]
+    fn a_monotonic_section_bounds_the_thread_cpu_time_from_above() {
+        for _ in 0..5 {
+            let cpu_before = thread_cpu_time_ns();
+            let section = Section::start_with(SectionClock::Monotonic);
+            busy(200_000);
+            let wall = section.elapsed_ns();
+            let cpu = thread_cpu_time_ns() - cpu_before;
+            // The thread clock brackets the section, so it includes one extra reading's cost: allow that much.
+            assert!(wall + 50_000 >= cpu, "wall {wall} ns < cpu {cpu} ns");
+            assert!(wall > 0);
+        }
+    }
+
+    /// A section that sleeps is charged its sleep by the monotonic clock and not by the thread clock: which is why
+    /// sections that may sleep must use the thread clock.
+    #[test]
+    fn only_the_thread_clock_leaves_out_a_sleep() {
+        let wall = Section::start_with(SectionClock::Monotonic);
+        let cpu = Section::start_with(SectionClock::Thread);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert!(wall.elapsed_ns() >= 20_000_000);
+        assert!(cpu.elapsed_ns() < 10_000_000, "a sleeping thread used {} ns of CPU", cpu.elapsed_ns());
+    }
+
+    #[test]
+    fn section_clock_names_round_trip_and_a_bad_name_is_refused_by_name() {
+        for clock in [SectionClock::Monotonic, SectionClock::Thread] {
+            assert_eq!(clock.name().parse::<SectionClock>(), Ok(clock));
+        }
+        let error = "wall".parse::<SectionClock>().expect_err("\"wall\" is no section clock");
+        assert!(error.contains("\"wall\"") && error.contains("monotonic") && error.contains("thread"), "{error}");
+    }
+
+    #[test]
+    fn a_carry_hands_out_everything_once() {
+        let carry = CpuCarry::default();
+        carry.add(300);
+        carry.add(45);
+        assert_eq!(carry.take(), 345);
+        assert_eq!(carry.take(), 0);
+    }
 }

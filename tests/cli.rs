@@ -90,6 +90,26 @@ fn bench_over_aiv_reports_aiv_direct_evidence() {
         stdout.contains("0.00 host device-API calls"),
         "persistent mode makes no device call per transfer:\n{stdout}"
     );
+    assert!(stdout.contains("host CPU accounting: sections that never sleep timed by the monotonic clock"), "{stdout}");
+}
+
+#[test]
+fn bench_times_sections_with_the_thread_clock_on_request_and_refuses_an_unknown_clock() {
+    let output = aiv()
+        .args(["bench", "--protocol", "aiv", "--duration", "0.2", "--buffer_size", "16mb", "--threads", "1"])
+        .args(["--batch_size", "4", "--block_size", "64kb", "--operation", "write", "--section_clock", "thread"])
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let accounting = stdout.lines().find(|l| l.starts_with("host CPU accounting:")).expect("accounting line");
+    assert!(accounting.contains("timed by the thread clock"), "{accounting}");
+    assert!(accounting.contains("0.0 monotonic-clock readings"), "no section read the monotonic clock: {accounting}");
+
+    let output = aiv().args(["bench", "--protocol", "aiv", "--section_clock", "wall"]).output().expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("unknown section clock \"wall\""), "{stderr}");
 }
 
 #[test]

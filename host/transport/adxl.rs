@@ -34,7 +34,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
 use crate::engine::{Segment, SegmentId, TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
@@ -322,7 +322,8 @@ impl Transport for AdxlTransport {
             hixl.submit(transfers);
             return;
         }
-        let cpu_started = thread_cpu_time_ns();
+        // A section that never sleeps (see evidence::Section): SQ-list checks, a queue write and a wake-up.
+        let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
                 transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
@@ -332,8 +333,8 @@ impl Transport for AdxlTransport {
         let mut last_peer = None;
         let mut jobs: Vec<Job> =
             transfers.into_iter().filter_map(|transfer| self.job(transfer, &mut last_peer)).collect();
-        let share_mark = thread_cpu_time_ns();
-        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = section.elapsed_ns();
+        let share = share_mark / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
@@ -342,7 +343,7 @@ impl Transport for AdxlTransport {
         drop(queue);
         self.shared.queued.notify_one();
         // The hand-off to the Host thread (queue and wake-up) is charged too.
-        self.shared.carry.add_since(share_mark);
+        self.shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
 }
 

@@ -39,7 +39,7 @@ use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
 use crate::engine::{Opcode, TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
     BlockArgs, ControlBlock, DcqEntry, DcqStatus, KernelArgs, RequestEntry, RingHeader, SpscIndex, Syndrome,
@@ -548,7 +548,8 @@ impl Inner {
     /// waking the caller).
     fn poll_inline(&self) -> bool {
         let ready = self.completions_ready();
-        let started = if ready { thread_cpu_time_ns() } else { 0 };
+        // A section that never sleeps (see evidence::Section): try-locks and DCQ reads only.
+        let section = ready.then(Section::start);
         let mut contended = false;
         for block in &self.blocks {
             match block.drain_lock.try_lock() {
@@ -560,8 +561,8 @@ impl Inner {
                 Err(_) => contended = true,
             }
         }
-        if ready {
-            self.unattributed_cpu.add_since(started);
+        if let Some(section) = section {
+            self.unattributed_cpu.add(section.elapsed_ns());
         }
         contended
     }
@@ -774,7 +775,9 @@ impl Transport for AivTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         let inner = &self.inner;
-        let started = thread_cpu_time_ns();
+        // A section that never sleeps (see evidence::Section): ring writes, on the twin a futex wake of a core, in
+        // per-batch mode an asynchronous launch. A lock held by a draining thread may make it wait: counted too.
+        let section = Section::start();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
         let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
         let mut accepted = 0u64;
@@ -827,7 +830,7 @@ impl Transport for AivTransport {
         }
         // The whole submit (ring writes, the twin's wake of a sleeping core, a per-batch launch) is charged to the
         // transfers drained next.
-        inner.unattributed_cpu.add_since(started);
+        inner.unattributed_cpu.add(section.elapsed_ns());
     }
 }
 

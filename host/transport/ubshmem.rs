@@ -22,7 +22,7 @@ use super::{Transfer, Transport};
 use crate::config::AivOptions;
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
 use crate::engine::{TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
 pub const STREAMS_PER_TRANSFER: usize = 4;
@@ -163,7 +163,8 @@ impl Transport for UbshmemTransport {
     }
 
     fn submit(&self, transfers: Vec<Transfer>) {
-        let cpu_started = thread_cpu_time_ns();
+        // A section that never sleeps (see evidence::Section): queue writes and wake-ups only.
+        let section = Section::start();
         let shared = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.is_none() {
@@ -192,8 +193,8 @@ impl Transport for UbshmemTransport {
                 }
             }
         }
-        let share_mark = thread_cpu_time_ns();
-        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = section.elapsed_ns();
+        let share = share_mark / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
@@ -204,7 +205,7 @@ impl Transport for UbshmemTransport {
             shared.queued.notify_one();
         }
         // The hand-off to the workers (queue and wake-ups) is charged too.
-        shared.carry.add_since(share_mark);
+        shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
 }
 

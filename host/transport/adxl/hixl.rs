@@ -39,7 +39,7 @@ use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, Hixl
 use super::{AdxlStatus, Shared};
 use crate::device::DeviceAdvertisement;
 use crate::engine::{Opcode, TaskSlot, TransferState};
-use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::evidence::{thread_cpu_time_ns, Actor, Section, TransferEvidence};
 use crate::transport::Transfer;
 
 /// Most entries in one HiXL batch (the library allows 4096 unqueried transfers per client).
@@ -202,7 +202,8 @@ impl HixlPath {
 
     /// Checks each transfer and queues it for the Host thread.
     pub(super) fn submit(&self, transfers: Vec<Transfer>) {
-        let cpu_started = thread_cpu_time_ns();
+        // A section that never sleeps (see evidence::Section): checks, a queue write and a wake-up.
+        let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
                 transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
@@ -258,15 +259,15 @@ impl HixlPath {
                 submit_cpu_ns: 0,
             });
         }
-        let share_mark = thread_cpu_time_ns();
-        let share = share_mark.saturating_sub(cpu_started) / jobs.len().max(1) as u64;
+        let share_mark = section.elapsed_ns();
+        let share = share_mark / jobs.len().max(1) as u64;
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
         self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
         self.state.queued.notify_one();
         // The hand-off to the Host thread is charged too, as on the twin path.
-        self.state.shared.carry.add_since(share_mark);
+        self.state.shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
 }
 
