@@ -121,6 +121,10 @@ fn many_small_transfers_spread_over_blocks_and_wrap_the_rings() {
     let counters = a.device.transport().counters();
     assert_eq!(counters.completions, 600);
     assert_eq!(counters.launches, 1, "persistent: one launch at start, none per transfer");
+    // One submit of 600: each block takes an equal contiguous run.
+    let per_block = a.device.transport().completions_per_block();
+    assert!(per_block.len() > 1 && 600 % per_block.len() == 0, "blocks: {per_block:?}");
+    assert!(per_block.iter().all(|&n| n as usize == 600 / per_block.len()), "per block: {per_block:?}");
 }
 
 #[test]

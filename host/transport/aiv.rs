@@ -136,6 +136,11 @@ pub struct AivCounters {
 /// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
 const DRAIN_BACKOFF: Duration = Duration::from_millis(2);
 
+/// The longest nap of the drain thread while threads keep waiting: its naps double from [`DRAIN_BACKOFF`] up to this
+/// while every look finds waiters and nothing to drain (each wake-up is Host CPU charged to aiv). Completions of
+/// transfers that nobody waits for or polls are collected at most this long after the last waiter left.
+const DRAIN_BACKOFF_MAX: Duration = Duration::from_millis(16);
+
 /// The aiv transport.
 #[derive(Debug)]
 pub struct AivTransport {
@@ -159,8 +164,8 @@ struct Inner {
     completions: AtomicU64,
     /// Peer segments' imported windows and lost state (shared with the baselines of the device).
     windows: Arc<PeerWindows>,
-    /// Wakes the peer probe thread early (at shutdown).
-    probe_wake: (Mutex<()>, std::sync::Condvar),
+    /// Wakes the peer probe thread and a napping drain thread early (at shutdown).
+    shutdown_wake: (Mutex<()>, std::sync::Condvar),
     probe_interval: Duration,
     /// Host CPU spent on completion collection that drained nothing yet (idle checks, wake-ups of the drain thread):
     /// charged to the next transfers drained, by whichever thread drains them.
@@ -183,7 +188,7 @@ struct HostBlock {
     /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
     drained: AtomicU32,
     /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
-    drain_lock: Mutex<()>,
+    drain_lock: Mutex<DrainScratch>,
 }
 
 /// The transfers in flight on one block, by request-ring slot. The kernel completes a block's requests in ring order
@@ -225,6 +230,14 @@ impl InFlightTable {
     }
 }
 
+/// Buffers one drain pass of a block uses, kept between passes (a pass allocates nothing once they have grown).
+#[derive(Debug, Default)]
+struct DrainScratch {
+    entries: Vec<DcqEntry>,
+    /// Index into `entries`, and the transfer it completes.
+    finished: Vec<(usize, InFlight)>,
+}
+
 #[derive(Debug, Default)]
 struct Producer {
     tail: u32,
@@ -234,8 +247,8 @@ struct Producer {
 #[derive(Debug)]
 struct InFlight {
     slot: Arc<TaskSlot>,
-    /// The peer the transfer reaches, if not this device's own memory.
-    peer: Option<Arc<Peer>>,
+    /// The [`Peer::id`] of the peer the transfer reaches, if not this device's own memory.
+    peer: Option<u64>,
     length: u64,
     host_device_api_calls: u64,
 }
@@ -312,6 +325,15 @@ impl HostBlock {
     fn inflight_map(&self) -> std::sync::MutexGuard<'_, InFlightTable> {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// The drain lock if no other thread holds it (a pass that panicked does not stop later ones).
+    fn try_drain_lock(&self) -> Option<std::sync::MutexGuard<'_, DrainScratch>> {
+        match self.drain_lock.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }
 
 impl AivTransport {
@@ -373,7 +395,7 @@ impl AivTransport {
                 producer: Mutex::new(Producer::default()),
                 inflight: Mutex::new(InFlightTable::new(depth)),
                 drained: AtomicU32::new(0),
-                drain_lock: Mutex::new(()),
+                drain_lock: Mutex::new(DrainScratch::default()),
             });
         }
         let blocks_offset = 64usize;
@@ -404,7 +426,7 @@ impl AivTransport {
             channel_resets: AtomicU64::new(0),
             completions: AtomicU64::new(0),
             windows,
-            probe_wake: (Mutex::new(()), std::sync::Condvar::new()),
+            shutdown_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
             unattributed_cpu: CpuCarry::default(),
             attached_waiters: AtomicU32::new(0),
@@ -444,6 +466,12 @@ impl AivTransport {
         }
     }
 
+    /// DCQ entries drained so far on each block, in block order (the same count as [`AivCounters::completions`],
+    /// split by block; free-running 32-bit counters).
+    pub fn completions_per_block(&self) -> Vec<u32> {
+        self.inner.blocks.iter().map(|block| block.drained.load(Ordering::Acquire)).collect()
+    }
+
     /// Device address of the kernel arguments and the block count (for kernel-level benchmarks).
     pub fn kernel_args(&self) -> (u64, u32) {
         (self.inner.kernel_args.device_addr(), self.inner.blocks.len() as u32)
@@ -466,13 +494,18 @@ impl Inner {
             for peer in self.windows.probe_all() {
                 self.fail_pending_to(&peer);
             }
-            let (lock, wake) = &self.probe_wake;
-            let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
-            if self.stop.load(Ordering::Acquire) {
-                return;
-            }
-            let _ = wake.wait_timeout(guard, self.probe_interval);
+            self.nap(self.probe_interval);
         }
+    }
+
+    /// Sleeps for `period`, or until shutdown.
+    fn nap(&self, period: Duration) {
+        let (lock, wake) = &self.shutdown_wake;
+        let guard = lock.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let _ = wake.wait_timeout(guard, period);
     }
 
     /// Fails every transfer still pending to `peer`, just marked lost (the DCQ entries that come later find their
@@ -481,7 +514,7 @@ impl Inner {
         let reason = peer.lost_reason().unwrap_or_default();
         tracing::warn!(segment = %peer.name(), %reason, "aiv peer lost");
         let message = format!("aiv: peer segment {:?} lost while the transfer was pending: {reason}", peer.name());
-        let reaches = |inflight: &InFlight| inflight.peer.as_ref().is_some_and(|p| Arc::ptr_eq(p, peer));
+        let reaches = |inflight: &InFlight| inflight.peer == Some(peer.id());
         let mut failed = 0usize;
         // Backlog before the in-flight map: an entry moves from the first to the second, so none is missed.
         for block in &self.blocks {
@@ -504,6 +537,7 @@ impl Inner {
         // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
         // next, as the baselines charge their Host threads.
         let mut cpu_mark = thread_cpu_time_ns();
+        let mut backoff = DRAIN_BACKOFF;
         while !self.stop.load(Ordering::Acquire) {
             let token = self.device.kernel_event_token();
             // Everything this thread spent since the last pass (its wake-up included) goes to the pool first.
@@ -512,16 +546,19 @@ impl Inner {
             cpu_mark = now;
             let mut progressed = false;
             for block in &self.blocks {
-                let Ok(_draining) = block.drain_lock.try_lock() else { continue };
-                progressed |= self.drain_block(block);
+                let Some(mut scratch) = block.try_drain_lock() else { continue };
+                progressed |= self.drain_block(block, &mut scratch);
             }
             if progressed {
+                backoff = DRAIN_BACKOFF;
                 continue;
             }
             if self.waiters_present() {
                 // A waiting thread collects the completions; look again after a while in case it stops waiting.
-                std::thread::sleep(DRAIN_BACKOFF);
+                self.nap(backoff);
+                backoff = (backoff * 2).min(DRAIN_BACKOFF_MAX);
             } else {
+                backoff = DRAIN_BACKOFF;
                 // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
                 self.device.wait_for_kernel(token, Duration::from_millis(20));
             }
@@ -552,13 +589,13 @@ impl Inner {
         let section = ready.then(Section::start);
         let mut contended = false;
         for block in &self.blocks {
-            match block.drain_lock.try_lock() {
-                Ok(_draining) => {
+            match block.try_drain_lock() {
+                Some(mut scratch) => {
                     if ready {
-                        self.drain_block(block);
+                        self.drain_block(block, &mut scratch);
                     }
                 }
-                Err(_) => contended = true,
+                None => contended = true,
             }
         }
         if let Some(section) = section {
@@ -569,7 +606,7 @@ impl Inner {
 
     /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
     /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
-    fn drain_block(&self, block: &HostBlock) -> bool {
+    fn drain_block(&self, block: &HostBlock, scratch: &mut DrainScratch) -> bool {
         let index = block.ring;
         let head = block.dcq_head().load(Ordering::Relaxed);
         // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
@@ -578,7 +615,9 @@ impl Inner {
             return false;
         }
         let count = index.len(head, tail).min(index.depth());
-        let mut entries = Vec::with_capacity(count as usize);
+        let DrainScratch { entries, finished } = scratch;
+        entries.clear();
+        finished.clear();
         for i in 0..count {
             let slot = index.slot(head.wrapping_add(i)) as usize;
             let mut raw = [0u8; 32];
@@ -602,12 +641,11 @@ impl Inner {
             .any(|entry| matches!(DcqStatus(entry.status.get()), DcqStatus::TIMEOUT | DcqStatus::ABORTED));
         // Read the exception before deciding FAILED vs TIMEOUT, and before the reset clears it.
         let exception = if group_failed { self.device.channel_exception(block.index) } else { None };
-        let mut finished = Vec::with_capacity(entries.len());
         {
             let mut inflight = block.inflight_map();
-            for (i, entry) in (0u32..).zip(&entries) {
-                match inflight.take(index.slot(head.wrapping_add(i)) as usize, entry.transfer_id.get()) {
-                    Some(transfer) => finished.push((entry, transfer)),
+            for (i, entry) in entries.iter().enumerate() {
+                match inflight.take(index.slot(head.wrapping_add(i as u32)) as usize, entry.transfer_id.get()) {
+                    Some(transfer) => finished.push((i, transfer)),
                     None => tracing::warn!(
                         block = block.index,
                         transfer_id = entry.transfer_id.get(),
@@ -621,8 +659,8 @@ impl Inner {
             self.recover(block);
         }
         let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
-        for (entry, transfer) in finished {
-            self.finish(block, entry, transfer, drain_share, exception.as_ref());
+        for (i, transfer) in finished.drain(..) {
+            self.finish(block, &entries[i], transfer, drain_share, exception.as_ref());
         }
         let pumped = {
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
@@ -779,47 +817,51 @@ impl Transport for AivTransport {
         // per-batch mode an asynchronous launch. A lock held by a draining thread may make it wait: counted too.
         let section = Section::start();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
-        let mut per_block: Vec<Vec<(RequestEntry, InFlight)>> = inner.blocks.iter().map(|_| Vec::new()).collect();
+        let blocks = inner.blocks.len();
+        // The batch goes to the blocks in equal contiguous runs, starting one block further on each submit; ids and
+        // the starting block are reserved once per submit (these counters are shared by every thread). No staging
+        // copy: each run is resolved straight into its block's backlog and published from there.
+        let run_length = transfers.len().div_ceil(blocks).max(1);
+        let first_block = inner.next_block.fetch_add(1, Ordering::Relaxed);
+        let mut next_id = inner.next_transfer_id.fetch_add(transfers.len() as u64, Ordering::Relaxed);
         let mut accepted = 0u64;
-        let mut resolved = Vec::with_capacity(transfers.len());
         let mut last_peer = None;
-        for transfer in transfers {
-            match inner.windows.resolve_with("aiv", &transfer, &mut last_peer) {
-                Ok(addresses) => resolved.push((transfer, addresses)),
-                Err(error) => {
-                    transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
-                }
+        let mut transfers = transfers.into_iter().peekable();
+        for run in 0..blocks {
+            if transfers.peek().is_none() {
+                break;
             }
-        }
-        // One reservation of block slots and transfer ids per submit (these counters are shared by every thread).
-        let first_block = inner.next_block.fetch_add(resolved.len(), Ordering::Relaxed);
-        let first_id = inner.next_transfer_id.fetch_add(resolved.len() as u64, Ordering::Relaxed);
-        for (k, (transfer, Resolved { src, dst, peer })) in resolved.into_iter().enumerate() {
-            let block = first_block.wrapping_add(k) % inner.blocks.len();
-            let id = first_id + k as u64;
-            let entry = RequestEntry {
-                transfer_id: U64::new(id),
-                src_addr: U64::new(src),
-                dst_addr: U64::new(dst),
-                length: U64::new(transfer.length),
-                opcode: U32::new(match transfer.opcode {
-                    Opcode::Read => REQUEST_OPCODE_READ,
-                    Opcode::Write => REQUEST_OPCODE_WRITE,
-                }),
-                ..RequestEntry::default()
-            };
-            let inflight =
-                InFlight { slot: transfer.slot, peer, length: transfer.length, host_device_api_calls: api_calls };
-            per_block[block].push((entry, inflight));
-            accepted += 1;
-        }
-        for (block, entries) in inner.blocks.iter().zip(per_block) {
-            if entries.is_empty() {
-                continue;
-            }
+            let block = &inner.blocks[first_block.wrapping_add(run) % blocks];
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
-            producer.backlog.extend(entries);
-            if block.pump(&mut producer) > 0 {
+            for transfer in transfers.by_ref().take(run_length) {
+                let id = next_id;
+                next_id += 1;
+                let Resolved { src, dst, peer } = match inner.windows.resolve_with("aiv", &transfer, &mut last_peer) {
+                    Ok(resolved) => resolved,
+                    Err(error) => {
+                        transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
+                        continue;
+                    }
+                };
+                let entry = RequestEntry {
+                    transfer_id: U64::new(id),
+                    src_addr: U64::new(src),
+                    dst_addr: U64::new(dst),
+                    length: U64::new(transfer.length),
+                    opcode: U32::new(match transfer.opcode {
+                        Opcode::Read => REQUEST_OPCODE_READ,
+                        Opcode::Write => REQUEST_OPCODE_WRITE,
+                    }),
+                    ..RequestEntry::default()
+                };
+                let inflight =
+                    InFlight { slot: transfer.slot, peer, length: transfer.length, host_device_api_calls: api_calls };
+                producer.backlog.push_back((entry, inflight));
+                accepted += 1;
+            }
+            let published = block.pump(&mut producer);
+            drop(producer);
+            if published > 0 {
                 inner.device.notify_block(block.index);
             }
         }
@@ -853,8 +895,8 @@ impl Drop for AivTransport {
         }
         inner.stop.store(true, Ordering::Release);
         {
-            let _guard = inner.probe_wake.0.lock().unwrap_or_else(|p| p.into_inner());
-            inner.probe_wake.1.notify_all();
+            let _guard = inner.shutdown_wake.0.lock().unwrap_or_else(|p| p.into_inner());
+            inner.shutdown_wake.1.notify_all();
         }
         if let Some(thread) = self.drain_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();

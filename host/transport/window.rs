@@ -14,12 +14,15 @@
 //! transfers already pending to a lost peer is the caller's part.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
 use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
 use crate::engine::{Opcode, Segment, SegmentId};
+
+/// The next [`Peer::id`].
+static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Failed probes in a row, other than a refused connection, before a peer counts as lost.
 pub const PEER_PROBE_STRIKES: u32 = 3;
@@ -39,6 +42,10 @@ pub struct Peer {
     advertisement: DeviceAdvertisement,
     /// Each advertised region with its window, or why it could not be imported (e.g. withdrawn since).
     windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
+    /// Unique among the peers of this process (what a pending transfer remembers of the peer it reaches).
+    id: u64,
+    /// Whether `lost` holds a reason (read on every transfer without taking the lock).
+    is_lost: AtomicBool,
     /// Why the peer counts as lost, once it does.
     lost: Mutex<Option<String>>,
     /// Failed probes in a row.
@@ -51,13 +58,23 @@ impl Peer {
         &self.name
     }
 
+    /// Unique among the peers of this process.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
     /// Why the peer counts as lost, if it does.
     pub fn lost_reason(&self) -> Option<String> {
+        // Acquire pairs with `mark_lost`: a peer seen lost has its reason stored.
+        if !self.is_lost.load(Ordering::Acquire) {
+            return None;
+        }
         self.lost.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     fn mark_lost(&self, reason: String) {
         *self.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
+        self.is_lost.store(true, Ordering::Release);
     }
 }
 
@@ -88,8 +105,8 @@ pub struct Resolved {
     pub src: u64,
     /// Destination address.
     pub dst: u64,
-    /// The peer reached, if not this device's own memory.
-    pub peer: Option<Arc<Peer>>,
+    /// The [`Peer::id`] of the peer reached, if not this device's own memory.
+    pub peer: Option<u64>,
 }
 
 /// The import cache, translation and peer state of one device, shared by its transports.
@@ -142,11 +159,10 @@ impl PeerWindows {
             transfer.remote_addr
         } else {
             let peer = match last {
-                Some((segment, peer)) if Arc::ptr_eq(segment, &transfer.target) => peer.clone(),
+                Some((segment, peer)) if Arc::ptr_eq(segment, &transfer.target) => peer,
                 _ => {
                     let peer = self.peer(path, &transfer.target).map_err(ResolveError::Import)?;
-                    *last = Some((transfer.target.clone(), peer.clone()));
-                    peer
+                    &last.insert((transfer.target.clone(), peer)).1
                 }
             };
             if let Some(reason) = peer.lost_reason() {
@@ -180,7 +196,7 @@ impl PeerWindows {
                     transfer.remote_addr, region.export_id
                 ))
             })?;
-            reached = Some(peer.clone());
+            reached = Some(peer.id);
             remote
         };
         let (src, dst) = match transfer.opcode {
@@ -194,7 +210,9 @@ impl PeerWindows {
     fn peer(&self, path: &str, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(peer) = peers.get(&segment.name) {
-            if peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment)) {
+            // The weak reference keeps the segment's allocation, so equal addresses mean the same descriptor version
+            // (and comparing them touches no reference count shared with other submitting threads).
+            if std::ptr::eq(peer.segment.as_ptr(), Arc::as_ptr(segment)) {
                 return Ok(peer.clone());
             }
         }
@@ -216,6 +234,8 @@ impl PeerWindows {
             segment: Arc::downgrade(segment),
             advertisement,
             windows,
+            id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
+            is_lost: AtomicBool::new(false),
             lost: Mutex::new(None),
             strikes: AtomicU32::new(0),
         });

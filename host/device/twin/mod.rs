@@ -121,7 +121,8 @@ pub struct TwinDevice {
     channels: RwLock<Vec<Arc<SdmaChannel>>>,
     // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
     #[allow(clippy::vec_box)]
-    contexts: Mutex<Vec<Box<BlockContext>>>,
+    /// Set once, when the channels open (the Host reads it on every submit, so no lock).
+    contexts: OnceLock<Vec<Box<BlockContext>>>,
     engine_threads: Mutex<Vec<JoinHandle<()>>>,
     cores: OnceLock<CorePool>,
     kernel_to_host: Arc<Waiter>,
@@ -190,7 +191,7 @@ impl TwinDevice {
             windows,
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
-            contexts: Mutex::new(Vec::new()),
+            contexts: OnceLock::new(),
             engine_threads: Mutex::new(Vec::new()),
             cores: OnceLock::new(),
             kernel_to_host: Arc::new(Waiter::default()),
@@ -372,7 +373,7 @@ impl DeviceBackend for TwinDevice {
             source,
         })?;
         let _ = self.cores.set(cores);
-        let mut contexts = self.contexts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut contexts = Vec::with_capacity(count as usize);
         let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
         let mut infos = Vec::new();
         for index in 0..count {
@@ -388,6 +389,8 @@ impl DeviceBackend for TwinDevice {
             channels.push(channel);
             infos.push(ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context });
         }
+        // The channels-open check above runs under the channel lock, so this is the only setter.
+        let _ = self.contexts.set(contexts);
         Ok(infos)
     }
 
@@ -446,7 +449,7 @@ impl DeviceBackend for TwinDevice {
     }
 
     fn notify_block(&self, block: u32) {
-        if let Some(context) = self.contexts.lock().unwrap_or_else(|p| p.into_inner()).get(block as usize) {
+        if let Some(context) = self.contexts.get().and_then(|contexts| contexts.get(block as usize)) {
             context.host_to_kernel.notify();
         }
     }
