@@ -140,12 +140,13 @@ impl Batch {
 
     /// Mooncake's batch status: COMPLETED if every task completed, FAILED if any failed or timed out, else PENDING.
     pub(crate) fn status(&self) -> TransferStatus {
-        let tasks = self.tasks().clone();
+        let tasks = self.tasks();
+        let now = Instant::now();
         let mut transferred_bytes = 0;
         let mut all_completed = true;
         let mut any_failed = false;
-        for task in &tasks {
-            let state = task.state();
+        for task in tasks.iter() {
+            let state = task.state_at(now);
             transferred_bytes += task.transferred_bytes();
             all_completed &= state == TransferState::Completed;
             any_failed |= matches!(state, TransferState::Failed | TransferState::Timeout | TransferState::Canceled);
@@ -164,7 +165,8 @@ impl Batch {
 
     /// Tasks not yet terminal.
     pub(crate) fn pending(&self) -> usize {
-        self.tasks().iter().filter(|task| !task.state().is_terminal()).count()
+        let now = Instant::now();
+        self.tasks().iter().filter(|task| !task.state_at(now).is_terminal()).count()
     }
 
     /// Waits until every submitted task is terminal; bounded by the latest task deadline (the watchdog turns
@@ -179,12 +181,16 @@ impl Batch {
         }
         let mixed = pollers.len() > 1 || self.other_paths.load(Ordering::Acquire);
         loop {
-            let tasks = self.tasks().clone();
-            let Some(latest_deadline) = tasks.iter().filter(|t| !t.state().is_terminal()).map(|t| t.deadline()).max()
-            else {
+            // One clock reading and no copy of the task list per pass (this loop runs once per wake-up).
+            let (latest_deadline, finished_needed) = {
+                let tasks = self.tasks();
+                let now = Instant::now();
+                let latest = tasks.iter().filter(|t| !t.state_at(now).is_terminal()).map(|t| t.deadline()).max();
+                (latest, tasks.len())
+            };
+            let Some(latest_deadline) = latest_deadline else {
                 break;
             };
-            let finished_needed = tasks.len();
             let Some(first) = pollers.first() else {
                 self.signal.wait_for(finished_needed, latest_deadline);
                 continue;

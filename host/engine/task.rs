@@ -50,8 +50,13 @@ impl TaskSlot {
 
     /// The current state; a pending task past its deadline is turned to TIMEOUT here (the Host watchdog).
     pub fn state(&self) -> TransferState {
+        self.state_at(Instant::now())
+    }
+
+    /// As [`TaskSlot::state`], with the current time read by the caller (once for many slots).
+    pub fn state_at(&self, now: Instant) -> TransferState {
         let state = TransferState::from_raw(self.state.load(Ordering::Acquire));
-        if !state.is_terminal() && Instant::now() >= self.deadline {
+        if !state.is_terminal() && now >= self.deadline {
             self.finish(TransferState::Timeout, 0, "no completion within the transfer timeout (host watchdog)".into());
             return TransferState::from_raw(self.state.load(Ordering::Acquire));
         }
