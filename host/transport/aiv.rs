@@ -161,7 +161,6 @@ struct Inner {
     launches_in_flight: Mutex<Vec<Arc<dyn Launch>>>,
     launches: AtomicU64,
     channel_resets: AtomicU64,
-    completions: AtomicU64,
     /// Peer segments' imported windows and lost state (shared with the baselines of the device).
     windows: Arc<PeerWindows>,
     /// Wakes the peer probe thread and a napping drain thread early (at shutdown).
@@ -187,6 +186,8 @@ struct HostBlock {
     inflight: Mutex<InFlightTable>,
     /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
     drained: AtomicU32,
+    /// DCQ entries drained so far (the block's share of [`AivCounters::completions`]).
+    completions: AtomicU64,
     /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
     drain_lock: Mutex<DrainScratch>,
 }
@@ -395,6 +396,7 @@ impl AivTransport {
                 producer: Mutex::new(Producer::default()),
                 inflight: Mutex::new(InFlightTable::new(depth)),
                 drained: AtomicU32::new(0),
+                completions: AtomicU64::new(0),
                 drain_lock: Mutex::new(DrainScratch::default()),
             });
         }
@@ -424,7 +426,6 @@ impl AivTransport {
             launches_in_flight: Mutex::new(Vec::new()),
             launches: AtomicU64::new(0),
             channel_resets: AtomicU64::new(0),
-            completions: AtomicU64::new(0),
             windows,
             shutdown_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
@@ -462,7 +463,7 @@ impl AivTransport {
         AivCounters {
             launches: self.inner.launches.load(Ordering::Relaxed),
             channel_resets: self.inner.channel_resets.load(Ordering::Relaxed),
-            completions: self.inner.completions.load(Ordering::Relaxed),
+            completions: self.inner.blocks.iter().map(|block| block.completions.load(Ordering::Relaxed)).sum(),
         }
     }
 
@@ -634,7 +635,8 @@ impl Inner {
         // Release: the kernel may reuse these DCQ slots once it acquires the new head.
         publish(block.dcq_head(), new_head);
         block.drained.store(new_head, Ordering::Release);
-        self.completions.fetch_add(u64::from(count), Ordering::Relaxed);
+        // Per block (its drainer holds the drain lock): no counter shared by every draining thread.
+        block.completions.fetch_add(u64::from(count), Ordering::Relaxed);
 
         let group_failed = entries
             .iter()
