@@ -118,6 +118,10 @@ pub struct EvidenceSummary {
     pub monotonic_readings: f64,
     /// Cost of one such reading, measured just before the run (ns).
     pub monotonic_reading_ns: f64,
+    /// On-CPU time of every Host thread of the process during the run, per transfer (the benchmark loop, the engine
+    /// and the paths' own threads; the twin's device-emulation threads left out), from the kernel's per-thread
+    /// accounting: the figure no attribution can move work out of. `None` where /proc could not be read.
+    pub process_host_cpu_ns: Option<f64>,
 }
 
 #[derive(Debug, Default)]
@@ -153,6 +157,7 @@ impl EvidenceTotals {
             clock_reading_ns: 0.0,
             monotonic_readings: 0.0,
             monotonic_reading_ns: 0.0,
+            process_host_cpu_ns: None,
         }
     }
 }
@@ -224,6 +229,8 @@ pub fn run_initiator(
     let monotonic_reading_ns = crate::evidence::monotonic_reading_cost_ns();
     let readings_before = crate::evidence::clock_readings();
     let monotonic_before = crate::evidence::monotonic_readings();
+    let host_threads_before = host_thread_cpu();
+    let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
@@ -231,7 +238,9 @@ pub fn run_initiator(
         for thread in 0..params.threads {
             let (stop, completed, failed, first_failure, totals, error, latencies) =
                 (&stop, &completed, &failed, &first_failure, &totals, &error, &latencies);
+            let bench_threads_cpu = &bench_threads_cpu;
             scope.spawn(move || {
+                let cpu_started = crate::evidence::thread_cpu_time_ns();
                 let requests: Vec<TransferRequest> = (0..params.batch_size)
                     .map(|i| {
                         let offset = params.block_size * (i * params.threads + thread) as u64;
@@ -257,6 +266,8 @@ pub fn run_initiator(
                     }
                 }
                 latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(local_latencies);
+                let cpu = crate::evidence::thread_cpu_time_ns().saturating_sub(cpu_started);
+                bench_threads_cpu.fetch_add(cpu, Ordering::Relaxed);
                 let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
                 shared.transfers += local_totals.transfers;
                 shared.host_device_api_calls += local_totals.host_device_api_calls;
@@ -274,6 +285,7 @@ pub fn run_initiator(
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed();
+    let host_threads_after = host_thread_cpu();
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }
@@ -286,6 +298,13 @@ pub fn run_initiator(
     evidence.clock_reading_ns = clock_reading_ns;
     evidence.monotonic_readings = monotonic as f64 / evidence.transfers.max(1) as f64;
     evidence.monotonic_reading_ns = monotonic_reading_ns;
+    if let (Some(before), Some(after)) = (host_threads_before, host_threads_after) {
+        // Threads that started during the run (a path's workers) count from zero; the benchmark threads, gone by now,
+        // reported their own time.
+        let others: u64 = after.iter().map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
+        let total = others + bench_threads_cpu.into_inner();
+        evidence.process_host_cpu_ns = Some(total as f64 / evidence.transfers.max(1) as f64);
+    }
     Ok(BenchOutcome {
         batch_latencies,
         elapsed,
@@ -327,6 +346,31 @@ fn run_one_batch(
     }
     engine.free_batch(batch)?;
     Ok(latency)
+}
+
+/// Thread-name prefixes of the CPU twin's device-emulation threads (emulated AIV cores, SDMA engines, copy streams,
+/// the export service standing in for the driver): Device time, never Host time.
+const DEVICE_THREAD_PREFIXES: [&str; 4] = ["aiv-core-", "aiv-sdma-", "aiv-stream-", "aiv-twin-export"];
+
+/// On-CPU nanoseconds so far of each Host thread of this process (device-emulation threads left out), by thread id,
+/// from `/proc/self/task/*/schedstat`; `None` if the task list cannot be read. A thread that exits while it is
+/// read is skipped.
+fn host_thread_cpu() -> Option<std::collections::HashMap<u64, u64>> {
+    let mut threads = std::collections::HashMap::new();
+    for entry in std::fs::read_dir("/proc/self/task").ok()? {
+        let Ok(entry) = entry else { continue };
+        let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u64>().ok()) else { continue };
+        let Ok(name) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
+        if DEVICE_THREAD_PREFIXES.iter().any(|prefix| name.trim_end().starts_with(prefix)) {
+            continue;
+        }
+        let Ok(schedstat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
+        let Some(on_cpu) = schedstat.split_whitespace().next().and_then(|field| field.parse::<u64>().ok()) else {
+            continue;
+        };
+        threads.insert(tid, on_cpu);
+    }
+    Some(threads)
 }
 
 /// Copies the workload's own blocks with plain `memcpy` on `threads` threads for `duration`: thread `t` copies the

@@ -285,6 +285,13 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
             evidence.clock_readings * evidence.clock_reading_ns
                 + evidence.monotonic_readings * evidence.monotonic_reading_ns,
         );
+        if let Some(process) = evidence.process_host_cpu_ns {
+            println!(
+                "host CPU, whole process: {process:.0} ns per transfer on every Host thread (benchmark loop, engine, \
+                 the path's threads; the twin's device threads excluded); the path's own share above is {:.0}%",
+                100.0 * evidence.host_cpu_ns / process.max(1.0),
+            );
+        }
         let checks = sample.aiv_direct_checks();
         println!(
             "aiv-direct checks: kernel-on-aiv {} / kernel-writes-descriptors {} / kernel-rings-doorbell {} / device-observes-completion {}",
