@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Compares the three device paths on the CPU twin (issue 7): aiv (AIV direct-drive) against the Host-submitted
 # baselines adxl and ubshmem, two engines on two twin devices of one process (`aiv bench --protocol P`), and prints
-# one markdown row per run: throughput, the memcpy reference of the same run, p50/p99 batch latency and Host CPU time
-# per transfer from the transfers' evidence.
+# one markdown row per run: throughput, the memcpy reference of the same run, p50/p99 batch latency, Host CPU time
+# per transfer from the transfers' evidence, and the whole process's Host CPU per transfer (every Host thread).
 #
 #   benches/baselines.sh                    # latency mode: batch 1, 1 thread (latency = per-transfer latency)
 #   BATCH=16 THREADS=2 benches/baselines.sh # throughput mode
@@ -28,8 +28,8 @@ if [[ ! -x "$aiv" ]]; then
   (cd "$repo" && cargo build --release --bin aiv)
 fi
 
-echo "| run | block | protocol | GB/s | memcpy GB/s | p50 us | p99 us | host CPU ns/transfer | clock readings/transfer x ns (thread CPU + monotonic) | API calls/transfer |"
-echo "|---|---|---|---|---|---|---|---|---|---|"
+echo "| run | block | protocol | GB/s | memcpy GB/s | p50 us | p99 us | host CPU ns/transfer | whole-process host CPU ns/transfer | clock readings/transfer x ns (thread CPU + monotonic) | API calls/transfer |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for run in $(seq 1 "$runs"); do
   for block in $blocks; do
     # Each thread's batch needs its own blocks; keep the buffer at least 64 MiB.
@@ -45,9 +45,10 @@ for run in $(seq 1 "$runs"); do
         /^host CPU accounting:/ { for (i = 1; i <= NF; i++) { if ($i == "thread-CPU") thread = $(i-1) " x " $(i+4);
                                                               if ($i == "monotonic-clock") mono = $(i-1) " x " $(i+3) }
                                   clock = thread " + " mono }
+        /^host CPU, whole process:/ { process = $5 }
         /^reference: memcpy/ { memcpy = $3 }
         /^Test completed:/ { gbps = $(NF-1) }
-        END { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, block, protocol, gbps, memcpy, p50, p99, cpu, clock, api }'
+        END { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, block, protocol, gbps, memcpy, p50, p99, cpu, process, clock, api }'
     done
   done
 done
