@@ -141,11 +141,31 @@ pub fn section_clock() -> SectionClock {
 /// pass over completion queues): no blocking call, no wait. Timed with the [`SectionClock`] in force.
 ///
 /// A section that may sleep (a worker loop, a stream synchronisation, a socket call) must use
-/// [`thread_cpu_time_ns`] instead: wall time would charge the time it slept.
+/// [`thread_cpu_time_ns`] instead: wall time would charge the time it slept. A rare step inside a section that may
+/// block (a lazy start of worker threads, the first import of a peer's memory) goes through [`may_sleep`], which
+/// replaces its wall time in the section by its CPU time.
 #[derive(Clone, Copy, Debug)]
 pub struct Section {
     started: u64,
     clock: SectionClock,
+    /// The calling thread's [`may_sleep`] excess at the start.
+    excess_at_start: u64,
+}
+
+std::thread_local! {
+    /// Wall time minus CPU time of the [`may_sleep`] steps this thread has run, in total (ns).
+    static SLEEP_EXCESS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Runs `step`, a part of a [`Section`] that may block, so that the section counts its CPU time and not the time it
+/// slept. Costs two thread-CPU and two monotonic clock readings; meant for rare steps, not the hot path.
+pub fn may_sleep<T>(step: impl FnOnce() -> T) -> T {
+    let (wall, cpu) = (monotonic_ns(), thread_cpu_time_ns());
+    let value = step();
+    let wall = monotonic_ns().saturating_sub(wall);
+    let cpu = thread_cpu_time_ns().saturating_sub(cpu);
+    SLEEP_EXCESS.with(|excess| excess.set(excess.get() + wall.saturating_sub(cpu)));
+    value
 }
 
 impl Section {
@@ -155,12 +175,20 @@ impl Section {
     }
 
     fn start_with(clock: SectionClock) -> Self {
-        Section { started: read_section_clock(clock), clock }
+        Section { started: read_section_clock(clock), clock, excess_at_start: SLEEP_EXCESS.with(|excess| excess.get()) }
     }
 
-    /// Nanoseconds since [`Section::start`] (wall or thread CPU, see [`SectionClock`]).
+    /// Nanoseconds since [`Section::start`] (wall or thread CPU, see [`SectionClock`]), less the time
+    /// [`may_sleep`] steps slept meanwhile (on the thread clock there is none to take off).
     pub fn elapsed_ns(&self) -> u64 {
-        read_section_clock(self.clock).saturating_sub(self.started)
+        let elapsed = read_section_clock(self.clock).saturating_sub(self.started);
+        match self.clock {
+            SectionClock::Monotonic => {
+                let slept = SLEEP_EXCESS.with(|excess| excess.get()).saturating_sub(self.excess_at_start);
+                elapsed.saturating_sub(slept)
+            }
+            SectionClock::Thread => elapsed,
+        }
     }
 }
 
@@ -270,6 +298,21 @@ mod tests {
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(wall.elapsed_ns() >= 20_000_000);
         assert!(cpu.elapsed_ns() < 10_000_000, "a sleeping thread used {} ns of CPU", cpu.elapsed_ns());
+    }
+
+    /// A blocking step run through `may_sleep` is charged its CPU time, not its sleep, by a monotonic section.
+    #[test]
+    fn a_monotonic_section_leaves_out_what_may_sleep_slept() {
+        let section = Section::start_with(SectionClock::Monotonic);
+        busy(100_000);
+        may_sleep(|| std::thread::sleep(std::time::Duration::from_millis(30)));
+        let elapsed = section.elapsed_ns();
+        assert!(elapsed < 20_000_000, "the 30 ms sleep was charged: {elapsed} ns");
+        assert!(elapsed > 0);
+        // And a section that started after the step is not reduced by it.
+        let later = Section::start_with(SectionClock::Monotonic);
+        std::thread::sleep(std::time::Duration::from_millis(5));
+        assert!(later.elapsed_ns() >= 5_000_000);
     }
 
     #[test]

@@ -238,7 +238,8 @@ impl AdxlTransport {
     fn ensure_worker(&self) -> Result<(), String> {
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if worker.is_none() {
-            *worker = Some(self.start_worker());
+            // Once: opens a channel and starts a thread (may block; see evidence::may_sleep).
+            *worker = Some(crate::evidence::may_sleep(|| self.start_worker()));
         }
         match worker.as_ref() {
             Some(Ok(_)) => Ok(()),

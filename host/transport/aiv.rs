@@ -668,7 +668,8 @@ impl Inner {
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
             let pumped = block.pump(&mut producer);
             if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
-                if let Err(error) = self.launch() {
+                // A runtime launch call may block (see evidence::may_sleep).
+                if let Err(error) = crate::evidence::may_sleep(|| self.launch()) {
                     tracing::error!(%error, "relaunch for backlog failed");
                 }
             }
@@ -815,8 +816,9 @@ impl Transport for AivTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         let inner = &self.inner;
-        // A section that never sleeps (see evidence::Section): ring writes, on the twin a futex wake of a core, in
-        // per-batch mode an asynchronous launch. A lock held by a draining thread may make it wait: counted too.
+        // A section that never sleeps (see evidence::Section): ring writes, on the twin a futex wake of a core. A
+        // lock held by a draining thread may make it wait: counted too. The first transfer to a peer imports its
+        // memory and a per-batch launch calls the runtime: both may block, and count their CPU time only.
         let section = Section::start();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
         let blocks = inner.blocks.len();
@@ -868,7 +870,8 @@ impl Transport for AivTransport {
             }
         }
         if accepted > 0 && inner.launch_mode == LaunchMode::PerBatch {
-            if let Err(error) = inner.launch() {
+            // A runtime launch call may block (see evidence::may_sleep).
+            if let Err(error) = crate::evidence::may_sleep(|| inner.launch()) {
                 tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
             }
         }

@@ -168,7 +168,8 @@ impl Transport for UbshmemTransport {
         let shared = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.is_none() {
-                *pool = Some(self.start_pool());
+                // Once: starts the workers and the stream pool (may block; see evidence::may_sleep).
+                *pool = Some(crate::evidence::may_sleep(|| self.start_pool()));
             }
             match pool.as_ref() {
                 Some(Ok(pool)) => pool.shared.clone(),

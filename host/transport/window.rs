@@ -216,6 +216,17 @@ impl PeerWindows {
                 return Ok(peer.clone());
             }
         }
+        // Once per descriptor version: imports (socket I/O on the twin) and a probe of the exporter may block.
+        crate::evidence::may_sleep(|| self.import_peer(path, segment, &mut peers))
+    }
+
+    /// Parses a segment's advertisement, imports its regions, probes the exporter, and caches the peer.
+    fn import_peer(
+        &self,
+        path: &str,
+        segment: &Arc<Segment>,
+        peers: &mut HashMap<String, Arc<Peer>>,
+    ) -> Result<Arc<Peer>, String> {
         let value = segment
             .descriptor
             .aiv

@@ -186,12 +186,13 @@ impl HixlPath {
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if worker.is_none() {
             let state = self.state.clone();
-            *worker = Some(
+            // Once: starts a thread (may block; see evidence::may_sleep).
+            *worker = Some(crate::evidence::may_sleep(|| {
                 std::thread::Builder::new()
                     .name(format!("adxl-hixl-{}", state.shared.device.device_id()))
                     .spawn(move || Worker { api, state, clients: HashMap::new(), abandoned: Vec::new() }.run())
-                    .map_err(|e| format!("start the adxl Host thread: {e}")),
-            );
+                    .map_err(|e| format!("start the adxl Host thread: {e}"))
+            }));
         }
         match worker.as_ref() {
             Some(Ok(_)) => Ok(()),
