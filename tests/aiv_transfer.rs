@@ -279,3 +279,41 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
     assert_eq!(status.transferred_bytes, 16_000);
     assert!(a.bytes()[64_000..80_000] == b.bytes()[64_000..80_000]);
 }
+
+/// A thread waiting for a batch sleeps until the kernel has published that batch's own completions (a targeted
+/// wake-up, not one per completion on the device): with both channels stalled the waiter must sleep, and the publish
+/// after the stall ends is what wakes it.
+#[test]
+fn a_batch_waiter_is_woken_by_its_own_completions() {
+    let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
+    let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
+    let twin = a.device.twin().expect("twin");
+    let requests: Vec<TransferRequest> = (0..4u64)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: a.buffer.addr() + i * 4096,
+            target_id: peer,
+            target_offset: b.buffer.addr() + i * 4096,
+            length: 4096,
+            protocol: None,
+        })
+        .collect();
+    let before = twin.dcq_targeted_wakeups();
+    twin.stall_channel(0, true);
+    twin.stall_channel(1, true);
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    let status = std::thread::scope(|scope| {
+        scope.spawn(|| {
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            twin.stall_channel(0, false);
+            twin.stall_channel(1, false);
+        });
+        a.engine.wait_batch(batch).expect("wait")
+    });
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    assert!(started.elapsed() < std::time::Duration::from_secs(5), "waited {:?}", started.elapsed());
+    assert!(twin.dcq_targeted_wakeups() > before, "the waiter was not woken by a publish of its own completions");
+}

@@ -180,13 +180,26 @@ impl Batch {
             poller.attach();
         }
         let mixed = pollers.len() > 1 || self.other_paths.load(Ordering::Acquire);
+        // The completion tickets of the pending tasks, when all are known (one poller carries every task).
+        let mut tickets: Vec<u64> = Vec::new();
         loop {
             // One clock reading and no copy of the task list per pass (this loop runs once per wake-up).
-            let (latest_deadline, finished_needed) = {
+            let (latest_deadline, finished_needed, all_ticketed) = {
                 let tasks = self.tasks();
                 let now = Instant::now();
-                let latest = tasks.iter().filter(|t| !t.state_at(now).is_terminal()).map(|t| t.deadline()).max();
-                (latest, tasks.len())
+                tickets.clear();
+                let mut all_ticketed = !mixed;
+                let mut latest = None;
+                for task in tasks.iter().filter(|t| !t.state_at(now).is_terminal()) {
+                    latest = latest.max(Some(task.deadline()));
+                    if all_ticketed {
+                        match task.ticket() {
+                            0 => all_ticketed = false,
+                            ticket => tickets.push(ticket),
+                        }
+                    }
+                }
+                (latest, tasks.len(), all_ticketed)
             };
             let Some(latest_deadline) = latest_deadline else {
                 break;
@@ -215,7 +228,14 @@ impl Batch {
             } else {
                 POLLER_WAIT_SLICE
             };
-            first.wait(token, slice.min(latest_deadline - now));
+            let slice = slice.min(latest_deadline - now);
+            if all_ticketed && !contended {
+                // Wake only when this batch's own completions are out, not at every completion on the device. The
+                // tickets were read before the poll above, so completions it collected only make the wait shorter.
+                first.wait_for(&tickets, token, slice);
+            } else {
+                first.wait(token, slice);
+            }
         }
         for poller in &pollers {
             poller.detach();

@@ -20,6 +20,9 @@ pub struct TaskSlot {
     outcome: Mutex<Outcome>,
     deadline: Instant,
     signal: Arc<CompletionSignal>,
+    /// Where the carrying transport will report the task's completion, in its own encoding (0: not known). Lets a
+    /// waiting thread sleep until exactly its tasks' completions are out (see `CompletionPoller::wait_for`).
+    ticket: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -38,6 +41,7 @@ impl TaskSlot {
             outcome: Mutex::new(Outcome::default()),
             deadline,
             signal,
+            ticket: AtomicU64::new(0),
         }
     }
 
@@ -81,6 +85,16 @@ impl TaskSlot {
     /// When the watchdog gives up on the task.
     pub fn deadline(&self) -> Instant {
         self.deadline
+    }
+
+    /// Records where the carrying transport will report the completion (its own encoding; never 0).
+    pub fn set_ticket(&self, ticket: u64) {
+        self.ticket.store(ticket, Ordering::Release);
+    }
+
+    /// What [`TaskSlot::set_ticket`] recorded, 0 if nothing.
+    pub fn ticket(&self) -> u64 {
+        self.ticket.load(Ordering::Acquire)
     }
 
     /// Marks the task handed to a transport (WAITING -> PENDING).

@@ -231,6 +231,17 @@ impl InFlightTable {
     }
 }
 
+/// A task's completion ticket: its block and request-ring position (free-running), never 0.
+fn encode_ticket(block: u32, position: u32) -> u64 {
+    ((u64::from(block) + 1) << 32) | u64::from(position)
+}
+
+/// The block and ring position of a ticket of [`encode_ticket`].
+fn decode_ticket(ticket: u64) -> Option<(u32, u32)> {
+    let block = u32::try_from(ticket >> 32).ok()?.checked_sub(1)?;
+    Some((block, ticket as u32))
+}
+
 /// Buffers one drain pass of a block uses, kept between passes (a pass allocates nothing once they have grown).
 #[derive(Debug, Default)]
 struct DrainScratch {
@@ -305,6 +316,7 @@ impl HostBlock {
         while self.ring.free(drained, producer.tail) > 0 {
             let Some((entry, inflight)) = producer.backlog.pop_front() else { break };
             let slot = self.ring.slot(producer.tail) as usize;
+            inflight.slot.set_ticket(encode_ticket(self.index, producer.tail));
             table.insert(slot, entry.transfer_id.get(), inflight);
             // SAFETY: slot < depth, so the entry lies inside the ring mapping (header + depth entries); the kernel
             // reads it only after acquiring a tail past it, which is published below.
@@ -794,6 +806,24 @@ impl CompletionPoller for Inner {
         self.device.wait_for_kernel(token, timeout);
     }
 
+    fn wait_for(&self, tickets: &[u64], token: u32, timeout: Duration) {
+        // Per block, the DCQ tail that covers the last of the tasks there (the kernel completes a block's requests
+        // in ring order, so DCQ position p is request position p).
+        let mut needs: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
+        for &ticket in tickets {
+            let Some((block, position)) = decode_ticket(ticket) else {
+                return self.device.wait_for_kernel(token, timeout);
+            };
+            let tail = position.wrapping_add(1);
+            match needs.iter_mut().find(|(known, _)| *known == block) {
+                Some((_, need)) if tail.wrapping_sub(*need) as i32 > 0 => *need = tail,
+                Some(_) => {}
+                None => needs.push((block, tail)),
+            }
+        }
+        self.device.wait_for_dcq(&needs, token, timeout);
+    }
+
     fn attach(&self) {
         self.attached_waiters.fetch_add(1, Ordering::AcqRel);
     }
@@ -989,6 +1019,17 @@ mod tests {
 
     /// A waiting thread collects completions itself, and is told when another thread holds a block's DCQ (that
     /// thread may finish the waiter's slots without waking it, so the waiter must not sleep long).
+    #[test]
+    fn tickets_round_trip_and_zero_is_no_ticket() {
+        for (block, position) in [(0, 0), (1, 7), (31, u32::MAX)] {
+            let ticket = encode_ticket(block, position);
+            assert_ne!(ticket, 0);
+            assert_eq!(decode_ticket(ticket), Some((block, position)));
+        }
+        assert_eq!(decode_ticket(0), None);
+        assert_eq!(decode_ticket(0x0000_0000_0000_0005), None);
+    }
+
     #[test]
     fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
         let (device, buffer) = one_block_device();

@@ -154,6 +154,13 @@ pub trait CompletionPoller: Send + Sync + fmt::Debug {
     fn token(&self) -> u32;
     /// Sleeps until the device reported progress after `token` was read, or `timeout` passes.
     fn wait(&self, token: u32, timeout: Duration);
+    /// Sleeps until the completions of the tasks with these tickets (`TaskSlot::ticket`, all set by this poller's
+    /// transport) are ready to collect, or `timeout` passes; progress on other tasks wakes nobody. The default waits
+    /// for any progress, as [`CompletionPoller::wait`].
+    fn wait_for(&self, tickets: &[u64], token: u32, timeout: Duration) {
+        let _ = tickets;
+        self.wait(token, timeout);
+    }
     /// A thread starts waiting through this poller.
     fn attach(&self);
     /// That thread stopped waiting.

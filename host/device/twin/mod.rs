@@ -7,6 +7,7 @@
 //! nothing else in the product calls them.
 
 pub mod cores;
+pub mod dcq_events;
 pub mod export_service;
 pub mod kernel_bench;
 pub mod memory;
@@ -21,6 +22,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use self::cores::CorePool;
+use self::dcq_events::DcqEvents;
 use self::memory::{Heap, MemfdRegion};
 use self::sdma::{SdmaChannel, Windows};
 use self::wake::Waiter;
@@ -41,6 +43,9 @@ pub struct BlockContext {
     host_to_kernel: Waiter,
     channel: Arc<SdmaChannel>,
     kernel_to_host: Arc<Waiter>,
+    /// This block's index, and the device's published DCQ tails with the threads waiting for them.
+    index: u32,
+    dcq_events: Arc<DcqEvents>,
     /// When the block's kernel last started waiting for requests (monotonic ns since `epoch`); used by the core only.
     idle_since: AtomicU64,
 }
@@ -122,7 +127,9 @@ pub struct TwinDevice {
     // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
     #[allow(clippy::vec_box)]
     /// Set once, when the channels open (the Host reads it on every submit, so no lock).
-    contexts: OnceLock<Vec<Box<BlockContext>>>,
+    /// Set with the contexts: the blocks' published DCQ tails and the threads waiting for them.
+    dcq_events: OnceLock<Arc<DcqEvents>>,
+    contexts: OnceLock<Vec<BlockContext>>,
     engine_threads: Mutex<Vec<JoinHandle<()>>>,
     cores: OnceLock<CorePool>,
     kernel_to_host: Arc<Waiter>,
@@ -192,6 +199,7 @@ impl TwinDevice {
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
             contexts: OnceLock::new(),
+            dcq_events: OnceLock::new(),
             engine_threads: Mutex::new(Vec::new()),
             cores: OnceLock::new(),
             kernel_to_host: Arc::new(Waiter::default()),
@@ -209,6 +217,11 @@ impl TwinDevice {
         if let Some(channel) = self.channel(channel) {
             channel.set_stalled(stalled);
         }
+    }
+
+    /// Host threads woken because a kernel publish met exactly what they waited for (`wait_for_dcq`), so far.
+    pub fn dcq_targeted_wakeups(&self) -> usize {
+        self.dcq_events.get().map_or(0, |events| events.targeted_wakeups())
     }
 
     /// SQEs a channel has executed (for tests and tools).
@@ -374,24 +387,36 @@ impl DeviceBackend for TwinDevice {
         })?;
         let _ = self.cores.set(cores);
         let mut contexts = Vec::with_capacity(count as usize);
+        let dcq_events = Arc::new(DcqEvents::new(count));
         let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
-        let mut infos = Vec::new();
+        let mut started = Vec::with_capacity(count as usize);
         for index in 0..count {
             let (channel, record, flag_area) = self.start_channel(index, sq_depth, format!("{index}"), &mut threads)?;
-            let context = Box::new(BlockContext {
+            contexts.push(BlockContext {
                 host_to_kernel: Waiter::default(),
                 channel: channel.clone(),
                 kernel_to_host: self.kernel_to_host.clone(),
+                index,
+                dcq_events: dcq_events.clone(),
                 idle_since: AtomicU64::new(0),
             });
-            let platform_context = &*context as *const BlockContext as u64;
-            contexts.push(context);
             channels.push(channel);
-            infos.push(ChannelInfo { index, record_addr: record, flag_area_addr: flag_area, platform_context });
+            started.push((record, flag_area));
         }
-        // The channels-open check above runs under the channel lock, so this is the only setter.
-        let _ = self.contexts.set(contexts);
-        Ok(infos)
+        // The channels-open check above runs under the channel lock, so these are the only setters. The contexts'
+        // addresses, handed to the kernel, are taken where they stay: in the vector owned by the device.
+        let _ = self.dcq_events.set(dcq_events);
+        let contexts = self.contexts.get_or_init(|| contexts);
+        Ok((0..count)
+            .zip(started)
+            .zip(contexts)
+            .map(|((index, (record, flag_area)), context)| ChannelInfo {
+                index,
+                record_addr: record,
+                flag_area_addr: flag_area,
+                platform_context: context as *const BlockContext as u64,
+            })
+            .collect())
     }
 
     fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
@@ -462,8 +487,18 @@ impl DeviceBackend for TwinDevice {
         self.kernel_to_host.sleep(token, timeout);
     }
 
+    fn wait_for_dcq(&self, needs: &[(u32, u32)], token: u32, timeout: Duration) {
+        match self.dcq_events.get() {
+            Some(events) => events.wait(needs, timeout),
+            None => self.wait_for_kernel(token, timeout),
+        }
+    }
+
     fn wake_kernel_waiters(&self) {
         self.kernel_to_host.notify();
+        if let Some(events) = self.dcq_events.get() {
+            events.wake_all();
+        }
     }
 }
 
@@ -544,13 +579,15 @@ pub unsafe extern "C" fn aiv_twin_idle(context: u64, kind: u32, token: u32, spin
     }
 }
 
-/// The kernel published DCQ entries: wake the Host's drain thread.
+/// The kernel published DCQ entries up to `dcq_tail`: wake the Host threads waiting for exactly these (a batch
+/// waiter), and the ones waiting for any completion (the drain thread).
 ///
 /// # Safety
 /// As [`aiv_twin_doorbell_rung`].
 #[no_mangle]
-pub unsafe extern "C" fn aiv_twin_notify_host(context: u64) {
+pub unsafe extern "C" fn aiv_twin_notify_host(context: u64, dcq_tail: u32) {
     // SAFETY: forwarded contract.
     let block = unsafe { block_context(context) };
+    block.dcq_events.published(block.index, dcq_tail);
     block.kernel_to_host.notify();
 }

@@ -50,7 +50,7 @@ impl Waiter {
     }
 }
 
-fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+pub(super) fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let timespec = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
         tv_nsec: timeout.subsec_nanos() as libc::c_long,
@@ -69,7 +69,7 @@ fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     }
 }
 
-fn futex_wake(word: &AtomicU32) {
+pub(super) fn futex_wake(word: &AtomicU32) {
     // SAFETY: FUTEX_WAKE_PRIVATE only uses the address of `word` as a key; it dereferences nothing else.
     unsafe {
         libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG, i32::MAX);
