@@ -30,7 +30,7 @@ pub struct DcqEvents {
 struct DcqWaiter {
     /// (block, DCQ tail to reach).
     needs: Vec<(u32, u32)>,
-    /// 0 while waiting, 1 once woken.
+    /// 0 while registered, 1 once a waker has deregistered and woken it.
     word: AtomicU32,
 }
 
@@ -62,12 +62,26 @@ impl DcqEvents {
         if self.registered.load(Ordering::SeqCst) == 0 {
             return;
         }
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        for waiter in waiters.iter() {
-            if self.met(&waiter.needs) && waiter.word.swap(1, Ordering::SeqCst) == 0 {
-                self.targeted_wakeups.fetch_add(1, Ordering::Relaxed);
-                futex_wake(&waiter.word);
+        let mut woken = Vec::new();
+        {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            let mut i = 0;
+            while i < waiters.len() {
+                if self.met(&waiters[i].needs) {
+                    // Deregistered here, so the woken thread need not take the lock again.
+                    let waiter = waiters.swap_remove(i);
+                    waiter.word.store(1, Ordering::SeqCst);
+                    woken.push(waiter);
+                } else {
+                    i += 1;
+                }
             }
+            self.registered.store(waiters.len(), Ordering::SeqCst);
+        }
+        // The wake-up system calls after the lock: a thread registering meanwhile does not wait for them.
+        for waiter in woken {
+            self.targeted_wakeups.fetch_add(1, Ordering::Relaxed);
+            futex_wake(&waiter.word);
         }
     }
 
@@ -86,6 +100,11 @@ impl DcqEvents {
         if !self.met(needs) {
             futex_wait(&waiter.word, 0, timeout);
         }
+        if waiter.word.load(Ordering::SeqCst) == 1 {
+            // Woken by a publish or `wake_all`, which deregistered the waiter.
+            return;
+        }
+        // Timed out, woken spuriously, or met at the re-check: deregister, unless a waker did meanwhile.
         let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(position) = waiters.iter().position(|known| Arc::ptr_eq(known, &waiter)) {
             waiters.swap_remove(position);
@@ -95,11 +114,13 @@ impl DcqEvents {
 
     /// Wakes every registered waiter (Host-side failures: a lost peer, shutdown).
     pub fn wake_all(&self) {
-        let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        for waiter in waiters.iter() {
-            if waiter.word.swap(1, Ordering::SeqCst) == 0 {
-                futex_wake(&waiter.word);
-            }
+        let woken: Vec<Arc<DcqWaiter>> = {
+            let mut waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            self.registered.store(0, Ordering::SeqCst);
+            waiters.drain(..).inspect(|waiter| waiter.word.store(1, Ordering::SeqCst)).collect()
+        };
+        for waiter in woken {
+            futex_wake(&waiter.word);
         }
     }
 
