@@ -201,10 +201,16 @@ fn read_section_clock(clock: SectionClock) -> u64 {
 
 /// Nanoseconds of `CLOCK_MONOTONIC` (a vDSO read where the clock source allows it; no system call).
 fn monotonic_ns() -> u64 {
-    MONOTONIC_READINGS.fetch_add(1, Ordering::Relaxed);
+    read_clock(libc::CLOCK_MONOTONIC, &MONOTONIC_READINGS)
+}
+
+/// Reads `clock` in nanoseconds (0 if it cannot be read) and counts the reading in `readings`.
+fn read_clock(clock: libc::clockid_t, readings: &AtomicU64) -> u64 {
+    readings.fetch_add(1, Ordering::Relaxed);
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid, writable timespec; CLOCK_MONOTONIC is supported on every Linux we build for.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut now) };
+    // SAFETY: `now` is a valid, writable timespec; both clocks used here (CLOCK_MONOTONIC, CLOCK_THREAD_CPUTIME_ID)
+    // are supported on every Linux we build for.
+    let rc = unsafe { libc::clock_gettime(clock, &mut now) };
     if rc != 0 {
         return 0;
     }
@@ -255,14 +261,7 @@ fn reading_cost_ns(read: fn() -> u64, counter: &AtomicU64) -> f64 {
 /// thread spent blocked or descheduled is not counted, and neither is any other thread's (the twin's emulated
 /// device threads included).
 pub fn thread_cpu_time_ns() -> u64 {
-    CLOCK_READINGS.fetch_add(1, Ordering::Relaxed);
-    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `now` is a valid, writable timespec; CLOCK_THREAD_CPUTIME_ID is supported on every Linux we build for.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut now) };
-    if rc != 0 {
-        return 0;
-    }
-    now.tv_sec as u64 * 1_000_000_000 + now.tv_nsec as u64
+    read_clock(libc::CLOCK_THREAD_CPUTIME_ID, &CLOCK_READINGS)
 }
 
 #[cfg(test)]

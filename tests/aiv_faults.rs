@@ -9,22 +9,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use aiv_transport::config::LaunchMode;
-use aiv_transport::{Opcode, TransferEngine, TransferRequest, TransferState};
-use common::{node, options, Node};
-
-fn writes(a: &Node, b: &Node, count: u64, length: u64) -> Vec<TransferRequest> {
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
-    (0..count)
-        .map(|i| TransferRequest {
-            opcode: Opcode::Write,
-            source: a.buffer.addr() + i * length,
-            target_id: peer,
-            target_offset: b.buffer.addr() + i * length,
-            length,
-            protocol: None,
-        })
-        .collect()
-}
+use aiv_transport::{TransferEngine, TransferRequest, TransferState};
+use common::{node, options, writes, Node};
 
 fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> (Vec<TransferState>, Vec<Option<String>>) {
     let batch = engine.allocate_batch(requests.len()).expect("batch");

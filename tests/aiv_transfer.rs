@@ -7,7 +7,7 @@ mod common;
 use aiv_transport::config::LaunchMode;
 use aiv_transport::evidence::Actor;
 use aiv_transport::{Opcode, TransferRequest, TransferState};
-use common::{node, options};
+use common::{node, options, writes};
 use rand::{Rng, RngCore, SeedableRng};
 
 fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
@@ -101,17 +101,7 @@ fn many_small_transfers_spread_over_blocks_and_wrap_the_rings() {
     for (i, byte) in a.bytes_mut().iter_mut().enumerate() {
         *byte = (i % 251) as u8;
     }
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
-    let requests: Vec<TransferRequest> = (0..600u64)
-        .map(|i| TransferRequest {
-            opcode: Opcode::Write,
-            source: a.buffer.addr() + i * 1000,
-            target_id: peer,
-            target_offset: b.buffer.addr() + i * 1000,
-            length: 1000,
-            protocol: None,
-        })
-        .collect();
+    let requests = writes(&a, &b, 600, 1000);
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
     a.engine.submit_transfer(batch, &requests).expect("submit");
     let status = a.engine.wait_batch(batch).expect("wait");
@@ -287,18 +277,8 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
 fn a_batch_waiter_is_woken_by_its_own_completions() {
     let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
     let twin = a.device.twin().expect("twin");
-    let requests: Vec<TransferRequest> = (0..4u64)
-        .map(|i| TransferRequest {
-            opcode: Opcode::Write,
-            source: a.buffer.addr() + i * 4096,
-            target_id: peer,
-            target_offset: b.buffer.addr() + i * 4096,
-            length: 4096,
-            protocol: None,
-        })
-        .collect();
+    let requests = writes(&a, &b, 4, 4096);
     let before = twin.dcq_targeted_wakeups();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);

@@ -7,7 +7,7 @@ use std::time::Duration;
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::transport::aiv::AivDevice;
-use aiv_transport::{EngineConfig, Protocol, TransferEngine};
+use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine, TransferRequest};
 
 /// One engine with its twin device and one registered HBM buffer.
 #[derive(Debug)]
@@ -58,4 +58,20 @@ pub fn node(options: AivOptions, buffer_len: u64) -> Node {
     // for every batch).
     unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register HBM");
     Node { engine, device, buffer }
+}
+
+/// `count` WRITEs of `length` bytes from `from`'s buffer to the same offsets of `to`'s buffer, one after the other
+/// (opens `to`'s segment on `from`).
+pub fn writes(from: &Node, to: &Node, count: u64, length: u64) -> Vec<TransferRequest> {
+    let peer = from.engine.open_segment(to.engine.name()).expect("peer segment");
+    (0..count)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: from.buffer.addr() + i * length,
+            target_id: peer,
+            target_offset: to.buffer.addr() + i * length,
+            length,
+            protocol: None,
+        })
+        .collect()
 }
