@@ -297,3 +297,36 @@ fn a_batch_waiter_is_woken_by_its_own_completions() {
     assert!(started.elapsed() < std::time::Duration::from_secs(5), "waited {:?}", started.elapsed());
     assert!(twin.dcq_targeted_wakeups() > before, "the waiter was not woken by a publish of its own completions");
 }
+
+/// A thread that waits for each transfer keeps to one block (the other blocks' kernels can idle); a submit made while
+/// that block still has work in flight goes to another block.
+#[test]
+fn a_waiting_thread_keeps_to_its_block_and_a_busy_block_sends_the_next_submit_elsewhere() {
+    let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
+    let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
+    let requests = writes(&a, &b, 8, 4096);
+    let transport = a.device.transport();
+    for request in &requests[..4] {
+        let batch = a.engine.allocate_batch(1).expect("batch");
+        a.engine.submit_transfer(batch, std::slice::from_ref(request)).expect("submit");
+        assert_eq!(a.engine.wait_batch(batch).expect("wait").state, TransferState::Completed);
+        a.engine.free_batch(batch).expect("free");
+    }
+    let per_block = transport.completions_per_block();
+    assert_eq!(per_block.iter().sum::<u32>(), 4);
+    let home = per_block.iter().position(|&n| n == 4).unwrap_or_else(|| panic!("spread over blocks: {per_block:?}"));
+
+    // Two submits back to back while the home block's channel is stalled: the second goes to the other block.
+    let twin = a.device.twin().expect("twin");
+    twin.stall_channel(home as u32, true);
+    let first = a.engine.allocate_batch(1).expect("batch");
+    a.engine.submit_transfer(first, &requests[4..5]).expect("submit");
+    let second = a.engine.allocate_batch(1).expect("batch");
+    a.engine.submit_transfer(second, &requests[5..6]).expect("submit");
+    assert_eq!(a.engine.wait_batch(second).expect("wait").state, TransferState::Completed);
+    twin.stall_channel(home as u32, false);
+    assert_eq!(a.engine.wait_batch(first).expect("wait").state, TransferState::Completed);
+    let after = transport.completions_per_block();
+    assert_eq!(after[home], 5, "the first submit stayed home: {after:?}");
+    assert_eq!(after.iter().sum::<u32>(), 6, "{after:?}");
+}

@@ -156,6 +156,8 @@ struct Inner {
     blocks: Vec<HostBlock>,
     kernel_args: SharedMemory,
     next_block: AtomicUsize,
+    /// The next submitting thread's home block (see `home_block`).
+    next_home: AtomicUsize,
     next_transfer_id: AtomicU64,
     stop: AtomicBool,
     launches_in_flight: Mutex<Vec<Arc<dyn Launch>>>,
@@ -229,6 +231,23 @@ impl InFlightTable {
     fn drain(&mut self) -> impl Iterator<Item = InFlight> + '_ {
         self.slots.iter_mut().filter_map(|entry| entry.take().map(|(_, inflight)| inflight))
     }
+}
+
+/// The calling thread's home block (before taking it modulo the block count): assigned round-robin from `next` the
+/// first time the thread submits, then kept. Per thread, not per transport: with several aiv transports in one
+/// process a thread has the same index on each.
+fn home_block(next: &AtomicUsize) -> usize {
+    std::thread_local! {
+        static HOME: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+    HOME.with(|home| match home.get() {
+        Some(block) => block,
+        None => {
+            let block = next.fetch_add(1, Ordering::Relaxed);
+            home.set(Some(block));
+            block
+        }
+    })
 }
 
 /// A task's completion ticket: its block and request-ring position (free-running), never 0.
@@ -335,6 +354,12 @@ impl HostBlock {
         published
     }
 
+    /// Whether no request of this block is in flight (every published request's completion has been drained). A
+    /// hint: a submit may publish right after.
+    fn is_idle(&self) -> bool {
+        self.request_tail().load(Ordering::Acquire) == self.drained.load(Ordering::Acquire)
+    }
+
     fn inflight_map(&self) -> std::sync::MutexGuard<'_, InFlightTable> {
         self.inflight.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -433,6 +458,7 @@ impl AivTransport {
             blocks,
             kernel_args,
             next_block: AtomicUsize::new(0),
+            next_home: AtomicUsize::new(0),
             next_transfer_id: AtomicU64::new(1),
             stop: AtomicBool::new(false),
             launches_in_flight: Mutex::new(Vec::new()),
@@ -852,11 +878,18 @@ impl Transport for AivTransport {
         let section = Section::start();
         let api_calls = u64::from(inner.launch_mode == LaunchMode::PerBatch);
         let blocks = inner.blocks.len();
-        // The batch goes to the blocks in equal contiguous runs, starting one block further on each submit; ids and
-        // the starting block are reserved once per submit (these counters are shared by every thread). No staging
-        // copy: each run is resolved straight into its block's backlog and published from there.
+        // The batch goes to the blocks in equal contiguous runs. The first run goes to the calling thread's home
+        // block when nothing is in flight there (a thread that waits for each transfer keeps to one block, and the
+        // other blocks' kernels can go idle), else to the other blocks in turn (so back-to-back submits spread over
+        // the blocks). Ids are reserved once per submit (the counter is shared by every thread). No staging copy:
+        // each run is resolved straight into its block's backlog and published from there.
         let run_length = transfers.len().div_ceil(blocks).max(1);
-        let first_block = inner.next_block.fetch_add(1, Ordering::Relaxed);
+        let home = home_block(&inner.next_home) % blocks;
+        let first_block = if blocks == 1 || inner.blocks[home].is_idle() {
+            home
+        } else {
+            home + 1 + inner.next_block.fetch_add(1, Ordering::Relaxed) % (blocks - 1)
+        };
         let mut next_id = inner.next_transfer_id.fetch_add(transfers.len() as u64, Ordering::Relaxed);
         let mut accepted = 0u64;
         let mut last_peer = None;
