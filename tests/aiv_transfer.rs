@@ -313,7 +313,7 @@ fn a_waiting_thread_keeps_to_its_block_and_a_busy_block_sends_the_next_submit_el
         a.engine.free_batch(batch).expect("free");
     }
     let per_block = transport.completions_per_block();
-    assert_eq!(per_block.iter().sum::<u32>(), 4);
+    assert_eq!(per_block.iter().sum::<u64>(), 4);
     let home = per_block.iter().position(|&n| n == 4).unwrap_or_else(|| panic!("spread over blocks: {per_block:?}"));
 
     // Two submits back to back while the home block's channel is stalled: the second goes to the other block.
@@ -328,5 +328,5 @@ fn a_waiting_thread_keeps_to_its_block_and_a_busy_block_sends_the_next_submit_el
     assert_eq!(a.engine.wait_batch(first).expect("wait").state, TransferState::Completed);
     let after = transport.completions_per_block();
     assert_eq!(after[home], 5, "the first submit stayed home: {after:?}");
-    assert_eq!(after.iter().sum::<u32>(), 6, "{after:?}");
+    assert_eq!(after.iter().sum::<u64>(), 6, "{after:?}");
 }

@@ -155,6 +155,7 @@ struct Inner {
     launch_mode: LaunchMode,
     blocks: Vec<HostBlock>,
     kernel_args: SharedMemory,
+    /// Turns among the non-home blocks for submits whose home block is busy.
     next_block: AtomicUsize,
     /// The next submitting thread's home block (see `home_block`).
     next_home: AtomicUsize,
@@ -501,14 +502,13 @@ impl AivTransport {
         AivCounters {
             launches: self.inner.launches.load(Ordering::Relaxed),
             channel_resets: self.inner.channel_resets.load(Ordering::Relaxed),
-            completions: self.inner.blocks.iter().map(|block| block.completions.load(Ordering::Relaxed)).sum(),
+            completions: self.completions_per_block().iter().sum(),
         }
     }
 
-    /// DCQ entries drained so far on each block, in block order (the same count as [`AivCounters::completions`],
-    /// split by block; free-running 32-bit counters).
-    pub fn completions_per_block(&self) -> Vec<u32> {
-        self.inner.blocks.iter().map(|block| block.drained.load(Ordering::Acquire)).collect()
+    /// DCQ entries drained so far on each block, in block order ([`AivCounters::completions`] split by block).
+    pub fn completions_per_block(&self) -> Vec<u64> {
+        self.inner.blocks.iter().map(|block| block.completions.load(Ordering::Relaxed)).collect()
     }
 
     /// Device address of the kernel arguments and the block count (for kernel-level benchmarks).
