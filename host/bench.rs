@@ -348,10 +348,6 @@ fn run_one_batch(
     Ok(latency)
 }
 
-/// Thread-name prefixes of the CPU twin's device-emulation threads (emulated AIV cores, SDMA engines, copy streams,
-/// the export service standing in for the driver): Device time, never Host time.
-const DEVICE_THREAD_PREFIXES: [&str; 4] = ["aiv-core-", "aiv-sdma-", "aiv-stream-", "aiv-twin-export"];
-
 /// On-CPU nanoseconds so far of each Host thread of this process (device-emulation threads left out), by thread id,
 /// from `/proc/self/task/*/schedstat`; `None` if the task list cannot be read. A thread that exits while it is
 /// read is skipped.
@@ -361,7 +357,7 @@ fn host_thread_cpu() -> Option<std::collections::HashMap<u64, u64>> {
         let Ok(entry) = entry else { continue };
         let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u64>().ok()) else { continue };
         let Ok(name) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
-        if DEVICE_THREAD_PREFIXES.iter().any(|prefix| name.trim_end().starts_with(prefix)) {
+        if crate::device::twin::DEVICE_THREAD_PREFIXES.iter().any(|prefix| name.trim_end().starts_with(prefix)) {
             continue;
         }
         let Ok(schedstat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };

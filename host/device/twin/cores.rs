@@ -69,7 +69,7 @@ impl CorePool {
             let queue = Arc::new(CoreQueue::default());
             let (queue_for_thread, shutdown_for_thread) = (queue.clone(), shutdown.clone());
             let thread = std::thread::Builder::new()
-                .name(format!("aiv-core-{device}.{index}"))
+                .name(format!("{}{device}.{index}", super::CORE_THREAD_PREFIX))
                 .spawn(move || run_core(index, &queue_for_thread, &shutdown_for_thread))?;
             queues.push(queue);
             threads.push(thread);

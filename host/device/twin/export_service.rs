@@ -151,8 +151,9 @@ impl ExportService {
             connections: AtomicUsize::new(0),
         });
         let serving = shared.clone();
-        let thread =
-            std::thread::Builder::new().name("aiv-twin-export".into()).spawn(move || serving.accept_loop(listener))?;
+        let thread = std::thread::Builder::new()
+            .name(super::EXPORT_THREAD_PREFIX.into())
+            .spawn(move || serving.accept_loop(listener))?;
         tracing::debug!(identity, endpoint = %endpoint, "twin export service listening");
         Ok(ExportService { endpoint, secret, shared, thread: Mutex::new(Some(thread)) })
     }
@@ -208,10 +209,11 @@ impl Shared {
                 continue;
             }
             let shared = self.clone();
-            let spawned = std::thread::Builder::new().name("aiv-twin-export-conn".into()).spawn(move || {
-                shared.serve(stream);
-                shared.connections.fetch_sub(1, Ordering::AcqRel);
-            });
+            let spawned =
+                std::thread::Builder::new().name(format!("{}-conn", super::EXPORT_THREAD_PREFIX)).spawn(move || {
+                    shared.serve(stream);
+                    shared.connections.fetch_sub(1, Ordering::AcqRel);
+                });
             if spawned.is_err() {
                 self.connections.fetch_sub(1, Ordering::AcqRel);
             }

@@ -55,7 +55,7 @@ impl TwinStream {
         });
         let engine_state = state.clone();
         let engine = std::thread::Builder::new()
-            .name(format!("aiv-stream-{device}.{index}"))
+            .name(format!("{}{device}.{index}", super::STREAM_THREAD_PREFIX))
             .spawn(move || engine_state.run())
             .map_err(|source| DeviceError::Os { device, operation: "start copy stream", source })?;
         Ok(TwinStream { state, engine: Mutex::new(Some(engine)) })
