@@ -9,10 +9,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Opcode, SegmentId, TransferEngine, TransferRequest, TransferState};
+use crate::engine::TransferEngine;
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
-use crate::transport::Protocol;
+use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 
 /// Units `--report_unit` accepts, with their size in bytes (b suffix = bits).
 #[derive(Clone, Copy, Debug, PartialEq)]

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use crate::transport::Protocol;
+use crate::transfer::Protocol;
 
 /// Environment variable naming the config file.
 pub const CONFIG_PATH_ENV: &str = "MOONCAKE_CONFIG_PATH";

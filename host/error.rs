@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use crate::transport::Protocol;
+use crate::transfer::{Protocol, TransferState};
 
 /// Result alias used across the runtime.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
@@ -67,13 +67,7 @@ pub enum EngineError {
 
     /// A transfer finished in a state other than COMPLETED (for the synchronous helpers).
     #[error("transfer {operation} to segment {segment:?}: {state:?} after {transferred} bytes: {reason}")]
-    TransferFailed {
-        operation: &'static str,
-        segment: String,
-        state: crate::engine::TransferState,
-        transferred: u64,
-        reason: String,
-    },
+    TransferFailed { operation: &'static str, segment: String, state: TransferState, transferred: u64, reason: String },
 
     /// A transport could not start (listener bind, device open, ...).
     #[error("start transport {protocol}: {reason}")]

@@ -23,9 +23,10 @@ pub mod error;
 pub mod evidence;
 pub mod metadata;
 pub mod queue;
+pub mod transfer;
 pub mod transport;
 
 pub use config::EngineConfig;
-pub use engine::{BatchId, Opcode, SegmentId, TransferEngine, TransferRequest, TransferState, TransferStatus};
+pub use engine::TransferEngine;
 pub use error::{EngineError, Result};
-pub use transport::Protocol;
+pub use transfer::{BatchId, Opcode, Protocol, SegmentId, TransferRequest, TransferState, TransferStatus};

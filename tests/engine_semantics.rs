@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aiv_transport::engine::TaskSlot;
 use aiv_transport::evidence::{Actor, TransferEvidence};
-use aiv_transport::transport::{Transfer, Transport};
+use aiv_transport::transfer::{TaskSlot, Transfer};
+use aiv_transport::transport::Transport;
 use aiv_transport::{
     EngineConfig, EngineError, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState,
 };

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aiv_transport::config::EngineConfig;
-use aiv_transport::engine::SegmentId;
+use aiv_transport::transfer::SegmentId;
 use std::sync::Arc;
 
 use aiv_transport::metadata::handshake::{HandshakeServer, HandshakeState};

@@ -21,10 +21,10 @@ use std::time::{Duration, Instant};
 
 use aiv_transport::bench::{self, BenchParams};
 use aiv_transport::config::EngineConfig;
-use aiv_transport::engine::{BufferSet, RegisteredBuffer};
 use aiv_transport::metadata::http::HttpStore;
 use aiv_transport::metadata::store::{KeyLayout, StoreBackend};
 use aiv_transport::metadata::{BufferDescriptor, MetadataBackend, SegmentDescriptor};
+use aiv_transport::transfer::{BufferSet, RegisteredBuffer};
 use aiv_transport::transport::tcp::{ServerLimits, TcpDataServer, TcpOptions, WireVersion};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
 

@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use aiv_transport::engine::{BufferSet, RegisteredBuffer};
+use aiv_transport::transfer::{BufferSet, RegisteredBuffer};
 use aiv_transport::transport::tcp::wire::{RequestHeader, Status, WireOpcode, WireVersion};
 use aiv_transport::transport::tcp::{ServerLimits, SharedMemory, TcpDataServer};
 

@@ -1,12 +1,10 @@
 //! Batches: a capacity, the task slots submitted so far, and a signal that wakes waiters.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::request::{TransferState, TransferStatus};
-use super::task::TaskSlot;
-use crate::transport::CompletionPoller;
+use crate::transfer::{CompletionPoller, CompletionSignal, TaskSlot, TransferState, TransferStatus};
 
 /// Longest sleep of a batch wait on one transport's completion events while tasks of other paths are also pending
 /// (their completions arrive through the [`CompletionSignal`], which that sleep does not watch).
@@ -28,75 +26,6 @@ pub(crate) struct Batch {
     pollers: Mutex<Vec<Arc<dyn CompletionPoller>>>,
     /// Whether some task went to a transport without a poller.
     other_paths: AtomicBool,
-}
-
-/// Wakes threads waiting for tasks of one batch to finish.
-///
-/// A waiter sleeps until the batch's count of finished tasks reaches its target, and is woken once, when it does:
-/// not once per finished task. (Waking it per task cost a context switch per transfer, taken from the threads that
-/// move the data.)
-#[derive(Debug)]
-pub struct CompletionSignal {
-    finished: AtomicUsize,
-    /// The smallest target of the threads inside `wait_for`, `usize::MAX` when none waits: a notification below it
-    /// skips the lock and the wake-up system call.
-    wake_at: AtomicUsize,
-    /// Targets of the threads inside `wait_for`.
-    targets: Mutex<Vec<usize>>,
-    wake: Condvar,
-}
-
-impl Default for CompletionSignal {
-    fn default() -> Self {
-        CompletionSignal {
-            finished: AtomicUsize::new(0),
-            wake_at: AtomicUsize::new(usize::MAX),
-            targets: Mutex::new(Vec::new()),
-            wake: Condvar::new(),
-        }
-    }
-}
-
-impl CompletionSignal {
-    /// Called once per task that reaches a terminal state.
-    pub fn notify(&self) {
-        // SeqCst pairs with `wait_for`: the waiter publishes its target and then reads `finished`, the notifier
-        // publishes `finished` and then reads `wake_at`; in a single total order at least one of them sees the
-        // other, so a waiter never sleeps through the notification that reaches its target.
-        let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
-        if finished < self.wake_at.load(Ordering::SeqCst) {
-            return;
-        }
-        // Taking the lock orders this wake-up after a waiter's check-then-wait.
-        let _targets = self.targets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        self.wake.notify_all();
-    }
-
-    /// Terminal transitions counted so far.
-    pub fn finished(&self) -> usize {
-        self.finished.load(Ordering::SeqCst)
-    }
-
-    /// Sleeps until `notify` has been called `target` times in all, or `until` passes.
-    pub fn wait_for(&self, target: usize, until: Instant) {
-        let mut targets = self.targets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        targets.push(target);
-        self.wake_at.store(targets.iter().copied().min().unwrap_or(usize::MAX), Ordering::SeqCst);
-        while self.finished.load(Ordering::SeqCst) < target {
-            let now = Instant::now();
-            if now >= until {
-                break;
-            }
-            targets = match self.wake.wait_timeout(targets, until - now) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
-        if let Some(position) = targets.iter().position(|&t| t == target) {
-            targets.swap_remove(position);
-        }
-        self.wake_at.store(targets.iter().copied().min().unwrap_or(usize::MAX), Ordering::SeqCst);
-    }
 }
 
 impl Batch {
@@ -241,41 +170,5 @@ impl Batch {
             poller.detach();
         }
         self.status()
-    }
-}
-
-#[cfg(test)]
-mod signal_tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn a_waiter_wakes_when_its_target_is_reached_and_not_before() {
-        let signal = Arc::new(CompletionSignal::default());
-        let waiter = {
-            let signal = signal.clone();
-            std::thread::spawn(move || {
-                let started = Instant::now();
-                signal.wait_for(3, started + Duration::from_secs(10));
-                (signal.finished.load(Ordering::SeqCst), started.elapsed())
-            })
-        };
-        for _ in 0..3 {
-            std::thread::sleep(Duration::from_millis(20));
-            signal.notify();
-        }
-        let (finished, waited) = waiter.join().expect("waiter thread");
-        assert_eq!(finished, 3, "woke before its target");
-        assert!(waited < Duration::from_secs(5), "slept through the notification that reached its target: {waited:?}");
-        assert_eq!(signal.wake_at.load(Ordering::SeqCst), usize::MAX, "no waiter left registered");
-    }
-
-    #[test]
-    fn a_waiter_gives_up_at_its_deadline() {
-        let signal = CompletionSignal::default();
-        let started = Instant::now();
-        signal.wait_for(1, started + Duration::from_millis(30));
-        assert!(started.elapsed() >= Duration::from_millis(30));
-        assert_eq!(signal.finished.load(Ordering::SeqCst), 0);
     }
 }

@@ -6,21 +6,12 @@
 //! transports behind [`Transport`] do.
 
 mod batch;
-pub mod memory;
-mod request;
 mod segment;
-mod task;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
-
-pub use batch::CompletionSignal;
-pub use memory::{BufferSet, RangeError, RegisteredBuffer};
-pub use request::{BatchId, Opcode, SegmentId, TransferRequest, TransferState, TransferStatus};
-pub use segment::Segment;
-pub use task::TaskSlot;
 
 use batch::Batch;
 use segment::SegmentTable;
@@ -29,9 +20,13 @@ use crate::config::{EngineConfig, ProcessEnvironment};
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
 use crate::metadata::{BufferDescriptor, MetadataOptions, MetadataService, SegmentDescriptor};
+use crate::transfer::{
+    BatchId, BufferSet, Opcode, Protocol, RegisteredBuffer, Segment, SegmentId, TaskSlot, Transfer, TransferRequest,
+    TransferState, TransferStatus,
+};
 use crate::transport::aiv::AivDevice;
 use crate::transport::local::LocalTransport;
-use crate::transport::{Protocol, Transfer, Transport};
+use crate::transport::Transport;
 
 /// A Mooncake-compatible transfer engine.
 #[derive(Debug)]

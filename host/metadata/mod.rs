@@ -6,7 +6,6 @@
 //! metadata server, and [`MetadataService`], which ties them together for one engine. It never touches registered
 //! memory and never moves bytes.
 
-pub mod descriptor;
 pub mod etcd;
 pub mod handshake;
 pub mod http;
@@ -20,7 +19,7 @@ pub mod store;
 use std::fmt;
 use std::ops::RangeInclusive;
 
-pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
+pub use crate::transfer::descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use name::{SegmentName, SegmentNameError};
 pub use service::MetadataService;
 pub use store::{KeyLayout, RpcMeta};

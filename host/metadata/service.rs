@@ -94,7 +94,7 @@ impl MetadataService {
     /// Publishes the engine's descriptor (stamped with the current time) to the backend and the handshake server.
     pub fn publish(&self, descriptor: &SegmentDescriptor) -> Result<()> {
         let mut stamped = descriptor.clone();
-        stamped.timestamp = super::descriptor::timestamp_now();
+        stamped.timestamp = crate::transfer::descriptor::timestamp_now();
         self.handshake.state().set_descriptor(Some(stamped.clone()));
         self.backend.publish(&stamped)
     }

@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 use zerocopy::IntoBytes;
 
 use super::window::{Peer, PeerWindows, ResolveError, Resolved};
-use super::{Transfer, Transport};
+use super::Transport;
 use crate::config::AivOptions;
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
-use crate::engine::{Segment, SegmentId, TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
+use crate::transfer::{Segment, SegmentId, TaskSlot, Transfer, TransferState};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -576,7 +576,7 @@ pub struct TransferOpDesc {
 /// A transfer list started by [`AdxlClient::transfer_async`].
 #[derive(Debug)]
 pub struct AdxlRequest {
-    batch: crate::engine::BatchId,
+    batch: crate::transfer::BatchId,
     tasks: usize,
 }
 
@@ -647,7 +647,7 @@ impl<'e> AdxlClient<'e> {
                 target_id: target,
                 target_offset: op.remote_addr,
                 length: op.len,
-                protocol: Some(super::Protocol::Adxl),
+                protocol: Some(crate::transfer::Protocol::Adxl),
             })
             .collect();
         let batch = self.engine.allocate_batch(requests.len()).map_err(|_| AdxlStatus::FAILED)?;

@@ -34,11 +34,10 @@ use zerocopy::{FromBytes, IntoBytes};
 use super::adxl::AdxlTransport;
 use super::ubshmem::UbshmemTransport;
 use super::window::{Peer, PeerWindows, Resolved};
-use super::{CompletionPoller, Transfer, Transport};
+use super::Transport;
 use crate::config::{AivOptions, LaunchMode};
 use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
-use crate::engine::{Opcode, TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
@@ -46,6 +45,7 @@ use crate::queue::{
     GROUP_MAX_TRANSFERS, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION, REQUEST_OPCODE_READ,
     REQUEST_OPCODE_WRITE, RING_HEADER_BYTES, SDMA_MAX_SQE_BYTES,
 };
+use crate::transfer::{CompletionPoller, Opcode, TaskSlot, Transfer, TransferState};
 
 /// A device with the aiv transport running on it: what [`crate::TransferEngine::device`] hands out.
 #[derive(Debug)]
@@ -986,7 +986,7 @@ impl Drop for AivTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::CompletionSignal;
+    use crate::transfer::CompletionSignal;
     use std::time::Instant;
 
     /// A twin device with the aiv transport on one block (ring depth 8) and 8 KiB of its HBM.

@@ -3,9 +3,9 @@
 //! A `tcp` transfer into one's own memory needs no socket, so it is copied in place by the submitting thread. The
 //! evidence says exactly that: no descriptor, no doorbell, completion seen by a Host thread.
 
-use super::{Transfer, Transport};
-use crate::engine::Opcode;
+use super::Transport;
 use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::transfer::{Opcode, Transfer};
 
 /// Copies validated transfers within this process.
 #[derive(Debug, Default)]

@@ -18,11 +18,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::window::{PeerWindows, Resolved};
-use super::{Transfer, Transport};
+use super::Transport;
 use crate::config::AivOptions;
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
-use crate::engine::{TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
+use crate::transfer::{TaskSlot, Transfer, TransferState};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
 pub const STREAMS_PER_TRANSFER: usize = 4;

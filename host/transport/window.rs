@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
 use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
-use crate::engine::{Opcode, Segment, SegmentId};
+use crate::transfer::{Opcode, Segment, SegmentId};
 
 /// The next [`Peer::id`].
 static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);

@@ -38,8 +38,8 @@ use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, Hixl
 
 use super::{AdxlStatus, Shared};
 use crate::device::DeviceAdvertisement;
-use crate::engine::{Opcode, TaskSlot, TransferState};
 use crate::evidence::{thread_cpu_time_ns, Actor, Section, TransferEvidence};
+use crate::transfer::{Opcode, TaskSlot, TransferState};
 use crate::transport::Transfer;
 
 /// Most entries in one HiXL batch (the library allows 4096 unqueried transfers per client).

@@ -22,10 +22,10 @@ pub use client::{ClientOptions, PeerKey, TcpClient};
 pub use server::{ServerError, ServerLimits, SharedMemory, TcpDataServer};
 pub use wire::WireVersion;
 
-use super::{Transfer, Transport};
+use super::Transport;
 use crate::config::{EngineConfig, Environment, ProcessEnvironment};
-use crate::engine::TransferState;
 use crate::metadata::SegmentDescriptor;
+use crate::transfer::{Transfer, TransferState};
 
 /// How the tcp transport is set up.
 #[derive(Clone, Debug)]
@@ -213,8 +213,8 @@ impl Transport for TcpTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{BufferSet, CompletionSignal, Opcode, RegisteredBuffer, Segment, SegmentId, TaskSlot};
     use crate::metadata::BufferDescriptor;
+    use crate::transfer::{BufferSet, CompletionSignal, Opcode, RegisteredBuffer, Segment, SegmentId, TaskSlot};
     use std::sync::{Arc, RwLock};
     use std::time::Instant;
 

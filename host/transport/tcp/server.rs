@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
-use crate::engine::BufferSet;
+use crate::transfer::BufferSet;
 
 /// The engine's registered memory, shared with the server.
 pub type SharedMemory = Arc<RwLock<BufferSet>>;

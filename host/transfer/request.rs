@@ -1,6 +1,6 @@
 //! Requests and statuses with Mooncake's numeric values (MOONCAKE_COMPAT.md section 5).
 
-use crate::transport::Protocol;
+use super::protocol::Protocol;
 
 /// Mooncake's segment handle. [`SegmentId::LOCAL`] (0) is the engine's own segment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

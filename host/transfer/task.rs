@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use super::batch::CompletionSignal;
+use super::completion::CompletionSignal;
 use super::request::TransferState;
 use crate::evidence::TransferEvidence;
 
