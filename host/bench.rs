@@ -225,11 +225,11 @@ pub fn run_initiator(
     let failed = AtomicU64::new(0);
     let first_failure: Mutex<Option<String>> = Mutex::new(None);
     let totals = Mutex::new(EvidenceTotals::default());
-    let clock_reading_ns = crate::evidence::clock_reading_cost_ns();
-    let monotonic_reading_ns = crate::evidence::monotonic_reading_cost_ns();
-    let readings_before = crate::evidence::clock_readings();
-    let monotonic_before = crate::evidence::monotonic_readings();
-    let host_threads_before = host_thread_cpu();
+    let clock_reading_ns = crate::cpu_time::clock_reading_cost_ns();
+    let monotonic_reading_ns = crate::cpu_time::monotonic_reading_cost_ns();
+    let readings_before = crate::cpu_time::clock_readings();
+    let monotonic_before = crate::cpu_time::monotonic_readings();
+    let host_threads_before = crate::cpu_time::process_thread_cpu(&crate::device::twin::DEVICE_THREAD_PREFIXES);
     let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
@@ -240,7 +240,7 @@ pub fn run_initiator(
                 (&stop, &completed, &failed, &first_failure, &totals, &error, &latencies);
             let bench_threads_cpu = &bench_threads_cpu;
             scope.spawn(move || {
-                let cpu_started = crate::evidence::thread_cpu_time_ns();
+                let cpu_started = crate::cpu_time::thread_cpu_time_ns();
                 let requests: Vec<TransferRequest> = (0..params.batch_size)
                     .map(|i| {
                         let offset = params.block_size * (i * params.threads + thread) as u64;
@@ -266,7 +266,7 @@ pub fn run_initiator(
                     }
                 }
                 latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(local_latencies);
-                let cpu = crate::evidence::thread_cpu_time_ns().saturating_sub(cpu_started);
+                let cpu = crate::cpu_time::thread_cpu_time_ns().saturating_sub(cpu_started);
                 bench_threads_cpu.fetch_add(cpu, Ordering::Relaxed);
                 let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
                 shared.transfers += local_totals.transfers;
@@ -285,12 +285,12 @@ pub fn run_initiator(
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed();
-    let host_threads_after = host_thread_cpu();
+    let host_threads_after = crate::cpu_time::process_thread_cpu(&crate::device::twin::DEVICE_THREAD_PREFIXES);
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }
-    let readings = crate::evidence::clock_readings().saturating_sub(readings_before);
-    let monotonic = crate::evidence::monotonic_readings().saturating_sub(monotonic_before);
+    let readings = crate::cpu_time::clock_readings().saturating_sub(readings_before);
+    let monotonic = crate::cpu_time::monotonic_readings().saturating_sub(monotonic_before);
     let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
     batch_latencies.sort_unstable();
     let mut evidence = totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary();
@@ -346,27 +346,6 @@ fn run_one_batch(
     }
     engine.free_batch(batch)?;
     Ok(latency)
-}
-
-/// On-CPU nanoseconds so far of each Host thread of this process (device-emulation threads left out), by thread id,
-/// from `/proc/self/task/*/schedstat`; `None` if the task list cannot be read. A thread that exits while it is
-/// read is skipped.
-fn host_thread_cpu() -> Option<std::collections::HashMap<u64, u64>> {
-    let mut threads = std::collections::HashMap::new();
-    for entry in std::fs::read_dir("/proc/self/task").ok()? {
-        let Ok(entry) = entry else { continue };
-        let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u64>().ok()) else { continue };
-        let Ok(name) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
-        if crate::device::twin::DEVICE_THREAD_PREFIXES.iter().any(|prefix| name.trim_end().starts_with(prefix)) {
-            continue;
-        }
-        let Ok(schedstat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
-        let Some(on_cpu) = schedstat.split_whitespace().next().and_then(|field| field.parse::<u64>().ok()) else {
-            continue;
-        };
-        threads.insert(tid, on_cpu);
-    }
-    Some(threads)
 }
 
 /// Copies the workload's own blocks with plain `memcpy` on `threads` threads for `duration`: thread `t` copies the

@@ -8,6 +8,7 @@
 //!   and the in-process copy);
 //! - [`metadata`]: segment descriptors and where they are published (P2P handshake, HTTP, etcd);
 //! - [`evidence`]: what every transfer records about who did the work;
+//! - [`cpu_time`]: Host CPU accounting (section clocks, the thread CPU clock, the carry of uncharged time);
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
 //! - [`device`]: the device backends behind the device paths (`aiv`, `adxl`, `ubshmem`): the CPU twin, and CANN with
@@ -16,6 +17,7 @@
 
 pub mod bench;
 pub mod config;
+pub mod cpu_time;
 pub mod device;
 pub mod doctor;
 pub mod engine;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aiv_transport::bench::{self, BenchParams, ReportUnit};
 use aiv_transport::config::parse_size;
-use aiv_transport::evidence::SectionClock;
+use aiv_transport::cpu_time::SectionClock;
 use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine};
 use clap::{Parser, Subcommand, ValueEnum};
 
@@ -168,7 +168,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     if !(args.duration.is_finite() && args.duration > 0.0) {
         return Err(format!("--duration: expected a positive number of seconds, found {}", args.duration));
     }
-    aiv_transport::evidence::set_section_clock(args.section_clock);
+    aiv_transport::cpu_time::set_section_clock(args.section_clock);
     let params = BenchParams {
         operation: match args.operation {
             Operation::Read => Opcode::Read,
@@ -277,7 +277,7 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
             "host CPU accounting: sections that never sleep timed by the {} clock; per transfer {:.1} thread-CPU \
              clock readings at {:.0} ns each and {:.1} monotonic-clock readings at {:.0} ns each (up to {:.0} ns of \
              the host CPU above is the measurement itself)",
-            aiv_transport::evidence::section_clock().name(),
+            aiv_transport::cpu_time::section_clock().name(),
             evidence.clock_readings,
             evidence.clock_reading_ns,
             evidence.monotonic_readings,

@@ -32,8 +32,9 @@ use zerocopy::IntoBytes;
 use super::window::{Peer, PeerWindows, ResolveError, Resolved};
 use super::Transport;
 use crate::config::AivOptions;
+use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
+use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
 use crate::transfer::{Segment, SegmentId, TaskSlot, Transfer, TransferState};
 
@@ -238,8 +239,8 @@ impl AdxlTransport {
     fn ensure_worker(&self) -> Result<(), String> {
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if worker.is_none() {
-            // Once: opens a channel and starts a thread (may block; see evidence::may_sleep).
-            *worker = Some(crate::evidence::may_sleep(|| self.start_worker()));
+            // Once: opens a channel and starts a thread (may block; see cpu_time::may_sleep).
+            *worker = Some(crate::cpu_time::may_sleep(|| self.start_worker()));
         }
         match worker.as_ref() {
             Some(Ok(_)) => Ok(()),
@@ -323,7 +324,7 @@ impl Transport for AdxlTransport {
             hixl.submit(transfers);
             return;
         }
-        // A section that never sleeps (see evidence::Section): SQ-list checks, a queue write and a wake-up.
+        // A section that never sleeps (see cpu_time::Section): SQ-list checks, a queue write and a wake-up.
         let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {

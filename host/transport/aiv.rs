@@ -36,9 +36,10 @@ use super::ubshmem::UbshmemTransport;
 use super::window::{Peer, PeerWindows, Resolved};
 use super::Transport;
 use crate::config::{AivOptions, LaunchMode};
+use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
+use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
     BlockArgs, ControlBlock, DcqEntry, DcqStatus, KernelArgs, RequestEntry, RingHeader, SpscIndex, Syndrome,
@@ -624,7 +625,7 @@ impl Inner {
     /// waking the caller).
     fn poll_inline(&self) -> bool {
         let ready = self.completions_ready();
-        // A section that never sleeps (see evidence::Section): try-locks and DCQ reads only.
+        // A section that never sleeps (see cpu_time::Section): try-locks and DCQ reads only.
         let section = ready.then(Section::start);
         let mut contended = false;
         for block in &self.blocks {
@@ -706,8 +707,8 @@ impl Inner {
             let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
             let pumped = block.pump(&mut producer);
             if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
-                // A runtime launch call may block (see evidence::may_sleep).
-                if let Err(error) = crate::evidence::may_sleep(|| self.launch()) {
+                // A runtime launch call may block (see cpu_time::may_sleep).
+                if let Err(error) = crate::cpu_time::may_sleep(|| self.launch()) {
                     tracing::error!(%error, "relaunch for backlog failed");
                 }
             }
@@ -872,7 +873,7 @@ impl Transport for AivTransport {
 
     fn submit(&self, transfers: Vec<Transfer>) {
         let inner = &self.inner;
-        // A section that never sleeps (see evidence::Section): ring writes, on the twin a futex wake of a core. A
+        // A section that never sleeps (see cpu_time::Section): ring writes, on the twin a futex wake of a core. A
         // lock held by a draining thread may make it wait: counted too. The first transfer to a peer imports its
         // memory and a per-batch launch calls the runtime: both may block, and count their CPU time only.
         let section = Section::start();
@@ -933,8 +934,8 @@ impl Transport for AivTransport {
             }
         }
         if accepted > 0 && inner.launch_mode == LaunchMode::PerBatch {
-            // A runtime launch call may block (see evidence::may_sleep).
-            if let Err(error) = crate::evidence::may_sleep(|| inner.launch()) {
+            // A runtime launch call may block (see cpu_time::may_sleep).
+            if let Err(error) = crate::cpu_time::may_sleep(|| inner.launch()) {
                 tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
             }
         }

@@ -4,7 +4,8 @@
 //! evidence says exactly that: no descriptor, no doorbell, completion seen by a Host thread.
 
 use super::Transport;
-use crate::evidence::{thread_cpu_time_ns, Actor, TransferEvidence};
+use crate::cpu_time::thread_cpu_time_ns;
+use crate::evidence::{Actor, TransferEvidence};
 use crate::transfer::{Opcode, Transfer};
 
 /// Copies validated transfers within this process.

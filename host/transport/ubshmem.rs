@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use super::window::{PeerWindows, Resolved};
 use super::Transport;
 use crate::config::AivOptions;
+use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
-use crate::evidence::{thread_cpu_time_ns, Actor, CpuCarry, Section, TransferEvidence};
+use crate::evidence::{Actor, TransferEvidence};
 use crate::transfer::{TaskSlot, Transfer, TransferState};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
@@ -163,13 +164,13 @@ impl Transport for UbshmemTransport {
     }
 
     fn submit(&self, transfers: Vec<Transfer>) {
-        // A section that never sleeps (see evidence::Section): queue writes and wake-ups only.
+        // A section that never sleeps (see cpu_time::Section): queue writes and wake-ups only.
         let section = Section::start();
         let shared = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             if pool.is_none() {
-                // Once: starts the workers and the stream pool (may block; see evidence::may_sleep).
-                *pool = Some(crate::evidence::may_sleep(|| self.start_pool()));
+                // Once: starts the workers and the stream pool (may block; see cpu_time::may_sleep).
+                *pool = Some(crate::cpu_time::may_sleep(|| self.start_pool()));
             }
             match pool.as_ref() {
                 Some(Ok(pool)) => pool.shared.clone(),

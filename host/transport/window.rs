@@ -217,7 +217,7 @@ impl PeerWindows {
             }
         }
         // Once per descriptor version: imports (socket I/O on the twin) and a probe of the exporter may block.
-        crate::evidence::may_sleep(|| self.import_peer(path, segment, &mut peers))
+        crate::cpu_time::may_sleep(|| self.import_peer(path, segment, &mut peers))
     }
 
     /// Parses a segment's advertisement, imports its regions, probes the exporter, and caches the peer.

@@ -37,8 +37,9 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, HixlApi, HixlOneSideOpDesc};
 
 use super::{AdxlStatus, Shared};
+use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::device::DeviceAdvertisement;
-use crate::evidence::{thread_cpu_time_ns, Actor, Section, TransferEvidence};
+use crate::evidence::{Actor, TransferEvidence};
 use crate::transfer::{Opcode, TaskSlot, TransferState};
 use crate::transport::Transfer;
 
@@ -186,8 +187,8 @@ impl HixlPath {
         let mut worker = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if worker.is_none() {
             let state = self.state.clone();
-            // Once: starts a thread (may block; see evidence::may_sleep).
-            *worker = Some(crate::evidence::may_sleep(|| {
+            // Once: starts a thread (may block; see cpu_time::may_sleep).
+            *worker = Some(crate::cpu_time::may_sleep(|| {
                 std::thread::Builder::new()
                     .name(format!("adxl-hixl-{}", state.shared.device.device_id()))
                     .spawn(move || Worker { api, state, clients: HashMap::new(), abandoned: Vec::new() }.run())
@@ -203,7 +204,7 @@ impl HixlPath {
 
     /// Checks each transfer and queues it for the Host thread.
     pub(super) fn submit(&self, transfers: Vec<Transfer>) {
-        // A section that never sleeps (see evidence::Section): checks, a queue write and a wake-up.
+        // A section that never sleeps (see cpu_time::Section): checks, a queue write and a wake-up.
         let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {

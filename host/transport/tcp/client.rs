@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
-use crate::evidence::thread_cpu_time_ns as thread_cpu_ns;
+use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
 use crate::evidence::{Actor, TransferEvidence};
 use crate::transfer::{Opcode, TransferState};
 use crate::transport::Transfer;
