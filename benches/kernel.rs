@@ -18,7 +18,7 @@ use std::time::Duration;
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::twin::kernel_bench::post_sqes;
 use aiv_transport::device::DeviceBuffer;
-use aiv_transport::transport::aiv::AivDevice;
+use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -52,7 +52,8 @@ fn post_cost(c: &mut Criterion) {
                 let mut left = iters;
                 while left > 0 {
                     let count = left.min(1 << 20) as u32;
-                    posting += post_sqes(device.transport(), 0, src, dst, 64, count).expect("drain").posting_cpu;
+                    posting +=
+                        post_sqes(device.transport().kernel_args(), 0, src, dst, 64, count).expect("drain").posting_cpu;
                     left -= u64::from(count);
                 }
                 posting

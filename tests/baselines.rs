@@ -306,7 +306,7 @@ fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
 
 #[test]
 fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
-    use aiv_transport::transport::adxl::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
+    use aiv_transport::engine::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
     let (a, b, _) = pair(4 << 20, 131);
     let client = AdxlClient::new(&a.engine);
     let op = |offset: u64, len: u64| TransferOpDesc {

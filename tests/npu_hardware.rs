@@ -76,17 +76,17 @@ fn require_cann() {
 }
 
 #[cfg(feature = "cann")]
-fn cann(device: &aiv_transport::transport::aiv::AivDevice) -> &aiv_transport::device::cann::CannDevice {
+fn cann(device: &aiv_transport::engine::AivDevice) -> &aiv_transport::device::cann::CannDevice {
     device.backend().as_any().downcast_ref().expect("the cann backend")
 }
 
 #[cfg(feature = "cann")]
-fn write_device(device: &aiv_transport::transport::aiv::AivDevice, addr: u64, data: &[u8]) {
+fn write_device(device: &aiv_transport::engine::AivDevice, addr: u64, data: &[u8]) {
     cann(device).copy_to_device(addr, data).expect("H2D copy");
 }
 
 #[cfg(feature = "cann")]
-fn read_device(device: &aiv_transport::transport::aiv::AivDevice, addr: u64, length: u64) -> Vec<u8> {
+fn read_device(device: &aiv_transport::engine::AivDevice, addr: u64, length: u64) -> Vec<u8> {
     let mut out = vec![0u8; length as usize];
     cann(device).copy_from_device(addr, &mut out).expect("D2H copy");
     out
@@ -208,7 +208,7 @@ fn two_npus() {
 #[cfg(feature = "cann")]
 fn read_and_write(
     engine: &TransferEngine,
-    device: &aiv_transport::transport::aiv::AivDevice,
+    device: &aiv_transport::engine::AivDevice,
     buffer: &aiv_transport::device::DeviceBuffer,
     segment: aiv_transport::SegmentId,
     peer_addr: u64,

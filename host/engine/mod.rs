@@ -5,8 +5,13 @@
 //! local buffer and its target range inside one buffer of the target segment. It never moves bytes itself; the
 //! transports behind [`Transport`] do.
 
+mod adxl_client;
 mod batch;
+mod device;
 mod segment;
+
+pub use adxl_client::{AdxlClient, AdxlRequest, AdxlTransferStatus, TransferOpDesc};
+pub use device::AivDevice;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -24,7 +29,6 @@ use crate::transfer::{
     BatchId, BufferSet, Opcode, Protocol, RegisteredBuffer, Segment, SegmentId, TaskSlot, Transfer, TransferRequest,
     TransferState, TransferStatus,
 };
-use crate::transport::aiv::AivDevice;
 use crate::transport::local::LocalTransport;
 use crate::transport::Transport;
 
@@ -223,11 +227,8 @@ impl TransferEngine {
         let exchange = DescriptorUidExchange { engine: self };
         let mut options = self.config.aiv.clone();
         if options.hixl_host.is_none() {
-            // The adxl baseline's HiXL server (cann) must be reachable where peers reach this engine.
-            options.hixl_host = Some(match std::env::var("AIV_HIXL_HOST") {
-                Ok(host) if !host.trim().is_empty() => host.trim().to_owned(),
-                _ => crate::transport::tcp::host_of_segment_name(&self.config.local_hostname).to_owned(),
-            });
+            options.hixl_host =
+                Some(crate::transport::adxl::default_hixl_host(&ProcessEnvironment, &self.config.local_hostname));
         }
         let device = Arc::new(
             AivDevice::open_with_exchange(&options, Some(&exchange)).map_err(|error| start_error(error.to_string()))?,

@@ -31,14 +31,11 @@ use std::time::{Duration, Instant};
 use zerocopy::little_endian::{U32, U64};
 use zerocopy::{FromBytes, IntoBytes};
 
-use super::adxl::AdxlTransport;
-use super::ubshmem::UbshmemTransport;
 use super::window::{Peer, PeerWindows, Resolved};
 use super::Transport;
 use crate::config::{AivOptions, LaunchMode};
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
-use crate::device::twin::TwinDevice;
-use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError, Launch, SharedMemory};
+use crate::device::{DeviceBackend, DeviceError, Launch, SharedMemory};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::queue::ring::{atomic_word, load_peer, publish};
 use crate::queue::{
@@ -47,80 +44,6 @@ use crate::queue::{
     REQUEST_OPCODE_WRITE, RING_HEADER_BYTES, SDMA_MAX_SQE_BYTES,
 };
 use crate::transfer::{CompletionPoller, Opcode, TaskSlot, Transfer, TransferState};
-
-/// A device with the aiv transport running on it: what [`crate::TransferEngine::device`] hands out.
-#[derive(Debug)]
-pub struct AivDevice {
-    backend: Arc<dyn DeviceBackend>,
-    transport: Arc<AivTransport>,
-    adxl: Arc<AdxlTransport>,
-    ubshmem: Arc<UbshmemTransport>,
-}
-
-impl AivDevice {
-    /// Opens the device the options name and starts the aiv transport on it.
-    pub fn open(options: &AivOptions) -> Result<AivDevice, DeviceError> {
-        Self::open_with_exchange(options, None)
-    }
-
-    /// As [`AivDevice::open`], with the exchange that carries SHMEM's unique id between PEs (CANN backend).
-    pub fn open_with_exchange(
-        options: &AivOptions,
-        exchange: Option<&dyn crate::device::UniqueIdExchange>,
-    ) -> Result<AivDevice, DeviceError> {
-        let backend = crate::device::open_with_exchange(options, exchange)?;
-        // One import cache and peer state for the three paths: a loss the aiv probe finds is seen by the baselines.
-        let windows = Arc::new(PeerWindows::new(backend.clone()));
-        let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
-        // The Host-submitted baselines on the same device and memory; both start their threads on first use.
-        let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
-        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
-        Ok(AivDevice { backend, transport, adxl, ubshmem })
-    }
-
-    /// Allocates `length` bytes of device memory (HBM). Register it with
-    /// `engine.register_memory(buffer.addr(), buffer.len(), &device.location())`.
-    pub fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError> {
-        self.backend.allocate(length)
-    }
-
-    /// Mooncake's location string of this device's memory (`"npu:<id>"`).
-    pub fn location(&self) -> String {
-        format!("npu:{}", self.backend.device_id())
-    }
-
-    /// The device backend.
-    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
-        &self.backend
-    }
-
-    /// The aiv transport running on the device.
-    pub fn transport(&self) -> &Arc<AivTransport> {
-        &self.transport
-    }
-
-    /// The `adxl` baseline transport on the device.
-    pub fn adxl(&self) -> &Arc<AdxlTransport> {
-        &self.adxl
-    }
-
-    /// The `ubshmem` baseline transport on the device.
-    pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
-        &self.ubshmem
-    }
-
-    /// The twin device, when the backend is the twin (for its test and fault-injection controls).
-    pub fn twin(&self) -> Option<&TwinDevice> {
-        self.backend.as_any().downcast_ref::<TwinDevice>()
-    }
-
-    /// What the device advertises in the segment descriptor's `aiv` object.
-    pub fn advertisement(&self) -> DeviceAdvertisement {
-        let mut advertisement = self.backend.advertisement();
-        advertisement.hixl_server = self.adxl.hixl_server();
-        advertisement
-    }
-}
 
 /// Counters of the transport as a whole (not per transfer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -987,6 +910,9 @@ impl Drop for AivTransport {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::device::DeviceBuffer;
+    // Test-only: the engine's device facade opens a twin device with the transport on it.
+    use crate::engine::AivDevice;
     use crate::transfer::CompletionSignal;
     use std::time::Instant;
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::DeviceBuffer;
-use aiv_transport::transport::aiv::AivDevice;
+use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine, TransferRequest};
 
 /// One engine with its twin device and one registered HBM buffer.

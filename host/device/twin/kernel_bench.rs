@@ -2,8 +2,6 @@
 
 use std::time::Duration;
 
-use crate::transport::aiv::AivTransport;
-
 extern "C" {
     fn aiv_twin_bench_post(
         kernel_args: u64,
@@ -30,19 +28,21 @@ pub struct PostTiming {
 }
 
 /// Posts `count` copy SQEs of `length` bytes from `src` to `dst` on block `block` through the kernel's real post path
-/// (the block's configured doorbell batch applies), with the channel's SDMA engine running. `None` if a drain failed.
+/// (the block's configured doorbell batch applies), with the channel's SDMA engine running. `None` if a drain failed
+/// or `block` is not below `blocks`.
 ///
-/// The transport must run in per-batch mode with no launch in flight (nothing else may post to the channel), and
-/// `src`/`dst` must be device memory of its device.
+/// `kernel_args` and `blocks` are an aiv transport's kernel arguments (`AivTransport::kernel_args`). The transport
+/// must run in per-batch mode with no launch in flight (nothing else may post to the channel), and `src`/`dst` must
+/// be device memory of its device.
 pub fn post_sqes(
-    transport: &AivTransport,
+    (kernel_args, blocks): (u64, u32),
     block: u32,
     src: u64,
     dst: u64,
     length: u32,
     count: u32,
 ) -> Option<PostTiming> {
-    let (args, blocks) = transport.kernel_args();
+    let args = kernel_args;
     if block >= blocks {
         return None;
     }

@@ -1,0 +1,88 @@
+//! The device facade an engine hands out: one device backend with the `aiv` transport and the Host-submitted
+//! baselines `adxl` and `ubshmem` started on it, sharing one import cache and peer state.
+//!
+//! Owns: the start order of the three paths on a device. It must not move bytes: the transports do.
+
+use std::sync::Arc;
+
+use crate::config::AivOptions;
+use crate::device::twin::TwinDevice;
+use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError};
+use crate::transport::adxl::AdxlTransport;
+use crate::transport::aiv::AivTransport;
+use crate::transport::ubshmem::UbshmemTransport;
+use crate::transport::window::PeerWindows;
+
+/// A device with the aiv transport running on it: what [`super::TransferEngine::device`] hands out.
+#[derive(Debug)]
+pub struct AivDevice {
+    backend: Arc<dyn DeviceBackend>,
+    transport: Arc<AivTransport>,
+    adxl: Arc<AdxlTransport>,
+    ubshmem: Arc<UbshmemTransport>,
+}
+
+impl AivDevice {
+    /// Opens the device the options name and starts the aiv transport on it.
+    pub fn open(options: &AivOptions) -> Result<AivDevice, DeviceError> {
+        Self::open_with_exchange(options, None)
+    }
+
+    /// As [`AivDevice::open`], with the exchange that carries SHMEM's unique id between PEs (CANN backend).
+    pub fn open_with_exchange(
+        options: &AivOptions,
+        exchange: Option<&dyn crate::device::UniqueIdExchange>,
+    ) -> Result<AivDevice, DeviceError> {
+        let backend = crate::device::open_with_exchange(options, exchange)?;
+        // One import cache and peer state for the three paths: a loss the aiv probe finds is seen by the baselines.
+        let windows = Arc::new(PeerWindows::new(backend.clone()));
+        let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
+        // The Host-submitted baselines on the same device and memory; both start their threads on first use.
+        let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
+        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
+        Ok(AivDevice { backend, transport, adxl, ubshmem })
+    }
+
+    /// Allocates `length` bytes of device memory (HBM). Register it with
+    /// `engine.register_memory(buffer.addr(), buffer.len(), &device.location())`.
+    pub fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError> {
+        self.backend.allocate(length)
+    }
+
+    /// Mooncake's location string of this device's memory (`"npu:<id>"`).
+    pub fn location(&self) -> String {
+        format!("npu:{}", self.backend.device_id())
+    }
+
+    /// The device backend.
+    pub fn backend(&self) -> &Arc<dyn DeviceBackend> {
+        &self.backend
+    }
+
+    /// The aiv transport running on the device.
+    pub fn transport(&self) -> &Arc<AivTransport> {
+        &self.transport
+    }
+
+    /// The `adxl` baseline transport on the device.
+    pub fn adxl(&self) -> &Arc<AdxlTransport> {
+        &self.adxl
+    }
+
+    /// The `ubshmem` baseline transport on the device.
+    pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
+        &self.ubshmem
+    }
+
+    /// The twin device, when the backend is the twin (for its test and fault-injection controls).
+    pub fn twin(&self) -> Option<&TwinDevice> {
+        self.backend.as_any().downcast_ref::<TwinDevice>()
+    }
+
+    /// What the device advertises in the segment descriptor's `aiv` object.
+    pub fn advertisement(&self) -> DeviceAdvertisement {
+        let mut advertisement = self.backend.advertisement();
+        advertisement.hixl_server = self.adxl.hixl_server();
+        advertisement
+    }
+}
