@@ -1,4 +1,5 @@
-//! Errors of the ACL bindings: the raw code newtype and the crate's error enum.
+//! Errors of the CANN bindings: the one error enum every `-sys` crate uses, generic over the library's raw
+//! return-code type, and ACL's code newtype.
 
 use crate::loader::{LoadError, MissingSymbol};
 use crate::sys::{aclError, ACL_ERROR_CODES};
@@ -21,14 +22,20 @@ impl AclError {
     }
 }
 
-/// An ACL operation failed.
+/// An operation of a runtime-loaded CANN library failed. `C` is that library's raw return-code type: [`AclError`]
+/// (the default, so `ascendcl_sys::Error` is ACL's error), [`HixlError`](crate::hixl::HixlError),
+/// `cann_shmem_sys::ShmemError`, `hccl_sys::sys::HcclResult`. Each crate names its instance `Error`.
+///
+/// Every library can fail to load, lack an optional symbol, return a code or be handed an argument C cannot take;
+/// [`AllocationFailed`](Error::AllocationFailed) and [`StateLayout`](Error::StateLayout) are for libraries that
+/// allocate without a code or whose internal data symbols are read (today SHMEM's).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
-pub enum Error {
-    /// `libascendcl.so` could not be loaded (every candidate is listed).
+pub enum Error<C = AclError> {
+    /// The library could not be loaded (every candidate is listed).
     #[error(transparent)]
     Load(#[from] LoadError),
-    /// The loaded runtime lacks a function only newer CANN versions have.
+    /// The loaded library lacks a function (or data symbol) only newer versions have.
     #[error(transparent)]
     MissingSymbol(#[from] MissingSymbol),
     /// A call returned an error code.
@@ -37,7 +44,7 @@ pub enum Error {
         /// The C function that failed.
         function: &'static str,
         /// Its return code.
-        code: AclError,
+        code: C,
     },
     /// An argument cannot be passed to C (e.g. a string with an interior NUL, a key longer than the buffer).
     #[error("{function}: {reason}")]
@@ -47,11 +54,28 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// An allocation returned NULL (the library reports no code for it).
+    #[error("{function} returned NULL for {size} bytes")]
+    AllocationFailed {
+        /// The C function that failed.
+        function: &'static str,
+        /// The bytes asked for.
+        size: usize,
+    },
+    /// A copy of a library's internal state (read through a data symbol) does not have the layout the bindings
+    /// mirror.
+    #[error("{symbol}: {detail}")]
+    StateLayout {
+        /// Which copy was read (the host symbol's C name).
+        symbol: &'static str,
+        /// What was wrong, e.g. the version word and the layout it names.
+        detail: String,
+    },
 }
 
-impl Error {
-    /// The ACL code, when a call failed.
-    pub fn code(&self) -> Option<AclError> {
+impl<C: Copy> Error<C> {
+    /// The library's code, when a call failed.
+    pub fn code(&self) -> Option<C> {
         match self {
             Error::Call { code, .. } => Some(*code),
             _ => None,
@@ -59,7 +83,37 @@ impl Error {
     }
 }
 
-/// Maps a return code of `function` to `Result`.
+/// Maps an ACL return code of `function` to `Result`.
 pub fn check(function: &'static str, code: aclError) -> Result<(), Error> {
     AclError::check(code).map_err(|code| Error::Call { function, code })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hixl::{HixlError, HIXL_TIMEOUT};
+
+    #[test]
+    fn a_call_error_names_the_function_and_the_code_of_any_library() {
+        let acl: Error = check("aclrtMalloc", 207_001).expect_err("not success");
+        assert_eq!(acl.to_string(), "aclrtMalloc failed: AclError(207001 ACL_ERROR_RT_MEMORY_ALLOCATION)");
+        assert_eq!(acl.code(), Some(AclError(207_001)));
+        assert_eq!(check("aclrtMalloc", crate::sys::ACL_SUCCESS), Ok(()));
+
+        let hixl = Error::Call { function: "HixlCSClientConnect", code: HixlError(HIXL_TIMEOUT) };
+        assert_eq!(hixl.to_string(), "HixlCSClientConnect failed: HixlError(103901 HIXL_TIMEOUT)");
+        assert_eq!(hixl.code(), Some(HixlError(103_901)));
+    }
+
+    #[test]
+    fn errors_without_a_code_keep_their_messages() {
+        let invalid: Error = Error::InvalidArgument { function: "aclrtIpcMemGetExportKey", reason: "too long".into() };
+        assert_eq!(invalid.to_string(), "aclrtIpcMemGetExportKey: too long");
+        assert_eq!(invalid.code(), None);
+        let allocation: Error = Error::AllocationFailed { function: "aclshmem_malloc", size: 64 };
+        assert_eq!(allocation.to_string(), "aclshmem_malloc returned NULL for 64 bytes");
+        let layout: Error = Error::StateLayout { symbol: "g_state", detail: "version 0".into() };
+        assert_eq!(layout.to_string(), "g_state: version 0");
+        assert_eq!(layout.code(), None);
+    }
 }

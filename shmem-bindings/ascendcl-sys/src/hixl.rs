@@ -36,7 +36,7 @@ use core::ffi::{c_char, c_void};
 use core::mem::{align_of, offset_of, size_of};
 use std::sync::OnceLock;
 
-use crate::loader::{LibrarySpec, LoadError, MissingSymbol, ASCEND_HOME_LIBRARY_DIRS};
+use crate::loader::{LibrarySpec, LoadError, ASCEND_HOME_LIBRARY_DIRS};
 
 /// `typedef uint32_t HixlStatus`.
 pub type HixlStatus = u32;
@@ -356,43 +356,8 @@ crate::error_code!(
     HIXL_STATUS_CODES
 );
 
-/// A HiXL operation failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// `libcann_hixl.so` could not be loaded (every candidate is listed).
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// The loaded library lacks an optional function.
-    #[error(transparent)]
-    MissingSymbol(#[from] MissingSymbol),
-    /// A call returned a status other than `HIXL_SUCCESS`.
-    #[error("{function} failed: {code}")]
-    Call {
-        /// The C function that failed.
-        function: &'static str,
-        /// Its status.
-        code: HixlError,
-    },
-    /// An argument cannot be passed to C.
-    #[error("{function}: {reason}")]
-    InvalidArgument {
-        /// The C function that was not called.
-        function: &'static str,
-        /// Why.
-        reason: String,
-    },
-}
-
-impl Error {
-    /// The HiXL status, when a call failed.
-    pub fn code(&self) -> Option<HixlError> {
-        match self {
-            Error::Call { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-}
+/// A HiXL operation failed: the crate's [`Error`](crate::Error) over [`HixlError`].
+pub type Error = crate::Error<HixlError>;
 
 fn check(function: &'static str, status: HixlStatus) -> Result<(), Error> {
     if status == HIXL_SUCCESS {

@@ -1,11 +1,12 @@
 //! `ascendcl-sys`: runtime-loaded bindings to the Ascend Computing Language runtime (`libascendcl.so`), plus the
-//! loader and ABI-check machinery the other CANN `-sys` crates (`cann-shmem-sys`, `hccl-sys`) share.
+//! loader, error enum and ABI-check machinery the other CANN `-sys` crates (`cann-shmem-sys`, `hccl-sys`) share.
 //!
 //! Three layers, as in `cudarc`:
 //! - [`sys`]: the raw declarations with exact C names and [`sys::AclApi`], one table of function pointers per
 //!   loaded library. Symbols only newer CANN versions export are `Option` fields.
 //! - [`result`]: one function per call, grouped by domain (`result::stream::create`), returning
-//!   `Result<_, `[`Error`]`>` that names the failed C function and its [`AclError`] code.
+//!   `Result<_, `[`Error`]`>` that names the failed C function and its [`AclError`] code. [`Error`] is generic over
+//!   the raw code type (ACL's by default); HiXL and the other crates use it with their own codes.
 //! - [`safe`]: owners that release on drop ([`safe::Stream`], [`safe::DeviceMemory`], [`safe::HostMemory`]).
 //!
 //! Nothing links against CANN at build time. [`api()`] loads `libascendcl.so` once per process from, in order,

@@ -1,7 +1,5 @@
 //! Errors of the SHMEM bindings.
 
-use ascendcl_sys::loader::{LoadError, MissingSymbol};
-
 use crate::sys::ACLSHMEM_ERROR_CODES;
 
 ascendcl_sys::error_code!(
@@ -10,51 +8,11 @@ ascendcl_sys::error_code!(
     ACLSHMEM_ERROR_CODES
 );
 
-/// A SHMEM operation failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// `libshmem.so` could not be loaded (every candidate is listed).
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// The loaded library lacks a function only newer SHMEM versions have.
-    #[error(transparent)]
-    MissingSymbol(#[from] MissingSymbol),
-    /// A call returned an error code.
-    #[error("{function} failed: {code}")]
-    Call {
-        /// The C function that failed.
-        function: &'static str,
-        /// Its return code.
-        code: ShmemError,
-    },
-    /// A copy of SHMEM's internal state does not have the layout [`crate::device_state`] mirrors.
-    #[error("{symbol}: {detail}")]
-    StateLayout {
-        /// Which copy was read (the host symbol's C name).
-        symbol: &'static str,
-        /// What was wrong, e.g. the version word and the layout it names.
-        detail: String,
-    },
-    /// An allocation returned NULL (SHMEM reports no code for it).
-    #[error("{function} returned NULL for {size} bytes")]
-    AllocationFailed {
-        /// The C function that failed.
-        function: &'static str,
-        /// The bytes asked for.
-        size: usize,
-    },
-}
-
-impl Error {
-    /// The SHMEM code, when a call failed.
-    pub fn code(&self) -> Option<ShmemError> {
-        match self {
-            Error::Call { code, .. } => Some(*code),
-            _ => None,
-        }
-    }
-}
+/// A SHMEM operation failed: the shared [`ascendcl_sys::Error`] over [`ShmemError`]. Besides load, missing-symbol
+/// and call failures, SHMEM produces [`AllocationFailed`](ascendcl_sys::Error::AllocationFailed) (a heap call
+/// returned NULL) and [`StateLayout`](ascendcl_sys::Error::StateLayout) (a copy of its internal state does not have
+/// the layout [`crate::device_state`] mirrors).
+pub type Error = ascendcl_sys::Error<ShmemError>;
 
 /// Maps a return code of `function` to `Result`.
 pub fn check(function: &'static str, code: i32) -> Result<(), Error> {

@@ -1,38 +1,19 @@
 //! Errors of the HCCL bindings.
 
-use ascendcl_sys::loader::{LoadError, MissingSymbol};
+use core::fmt;
 
 use crate::sys::{HcclResult, HCCL_SUCCESS};
 
-/// An HCCL operation failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum Error {
-    /// `libhccl.so` could not be loaded (every candidate is listed).
-    #[error(transparent)]
-    Load(#[from] LoadError),
-    /// The loaded library lacks a function only newer HCCL versions have.
-    #[error(transparent)]
-    MissingSymbol(#[from] MissingSymbol),
-    /// A call returned an error code; its `Debug` names documented codes (e.g. `HCCL_E_TIMEOUT`).
-    #[error("{function} failed: {code:?} ({})", code.0)]
-    Call {
-        /// The C function that failed.
-        function: &'static str,
-        /// Its return code.
-        code: HcclResult,
-    },
-}
-
-impl Error {
-    /// The HCCL code, when a call failed.
-    pub fn code(&self) -> Option<HcclResult> {
-        match self {
-            Error::Call { code, .. } => Some(*code),
-            _ => None,
-        }
+/// A failed call's message: the code's `Debug` (which names documented codes, e.g. `HCCL_E_TIMEOUT`) and its number,
+/// e.g. `HCCL_E_PARA (1)`.
+impl fmt::Display for HcclResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?} ({})", self.0)
     }
 }
+
+/// An HCCL operation failed: the shared [`ascendcl_sys::Error`] over [`HcclResult`].
+pub type Error = ascendcl_sys::Error<HcclResult>;
 
 /// Maps a return code of `function` to `Result`.
 pub fn check(function: &'static str, code: HcclResult) -> Result<(), Error> {
