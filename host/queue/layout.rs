@@ -1,13 +1,14 @@
 //! The Rust mirror of `kernels/include/aiv/layouts.h`, field for field.
 //!
 //! The SDMA SQE and the channel record follow HARDWARE.md section 4 exactly. Descriptor types use explicit
-//! little-endian field types (they are written by one agent and decoded by another); ring headers, the control block
-//! and the flag area hold words accessed atomically by several threads, so they use native integers and the crate
-//! refuses to build for a big-endian target. Values written by the kernel are decoded totally ([`DcqStatus`],
+//! little-endian field types (they are written by one agent and decoded by another); ring headers and the control block
+//! hold words accessed atomically by the Host and the kernel, so they are declared as native atomics (the flag area
+//! as native integers) and the crate refuses to build for a big-endian target. Values written by the kernel are decoded totally ([`DcqStatus`],
 //! [`Syndrome`] are newtypes, never enums). `tests/layout_probe.rs` compares every size, offset and constant below
 //! with the C header through [`layout_facts`].
 
 use std::mem::{offset_of, size_of};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use zerocopy::little_endian::{U16, U32, U64};
 use zerocopy::{FromBytes, Immutable, IntoBytes, KnownLayout};
@@ -159,13 +160,14 @@ pub struct ChannelRecord {
 }
 
 /// Header of a single-producer single-consumer ring: consumer `head` and producer `tail` on separate cache lines.
-/// Both are free-running indices; accessed only through atomics ([`crate::queue::ring`]).
-#[derive(Debug)]
+/// Both are free-running indices, shared with the kernel and accessed only atomically (through the views in
+/// [`crate::queue::ring`]).
+#[derive(Debug, FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct RingHeader {
-    pub head: u32,
+    pub head: AtomicU32,
     pub pad0: [u8; 60],
-    pub tail: u32,
+    pub tail: AtomicU32,
     pub pad1: [u8; 60],
 }
 
@@ -199,23 +201,24 @@ pub struct DcqEntry {
     pub doorbells: U32,
 }
 
-/// Per-block control words; Host-written and kernel-written words on separate cache lines.
-#[derive(Debug)]
+/// Per-block control words; Host-written and kernel-written words on separate cache lines. Shared with the kernel
+/// and accessed only atomically.
+#[derive(Debug, FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct ControlBlock {
     /// Host -> kernel: leave the persistent loop.
-    pub stop: u32,
+    pub stop: AtomicU32,
     /// Host -> kernel: a change aborts the current completion wait.
-    pub abort_epoch: u32,
+    pub abort_epoch: AtomicU32,
     /// Host -> kernel: set to `halt_count` once the channel has been reset.
-    pub resume_count: u32,
+    pub resume_count: AtomicU32,
     pub pad0: [u8; 52],
     /// Kernel -> Host: incremented when a group fails and the block halts.
-    pub halt_count: u32,
+    pub halt_count: AtomicU32,
     /// Kernel -> Host: 1 while a launch of this block runs.
-    pub running: u32,
+    pub running: AtomicU32,
     /// Kernel -> Host: groups completed.
-    pub groups: u64,
+    pub groups: AtomicU64,
     pub pad1: [u8; 48],
 }
 
@@ -254,6 +257,31 @@ pub struct BlockArgs {
     pub reserved: [U64; 6],
 }
 
+/// Bytes of one channel record in SHMEM's SDMA workspace.
+pub const CHANNEL_RECORD_BYTES: usize = size_of::<ChannelRecord>();
+/// Bytes of one request-ring entry.
+pub const REQUEST_ENTRY_BYTES: usize = size_of::<RequestEntry>();
+/// Bytes of one DCQ entry.
+pub const DCQ_ENTRY_BYTES: usize = size_of::<DcqEntry>();
+/// Where the `BlockArgs` array starts in the kernel-argument mapping (after [`KernelArgs`], on its own cache line).
+pub const KERNEL_ARGS_BLOCKS_OFFSET: usize = CACHE_LINE as usize;
+
+/// Bytes of a request ring of `depth` entries: the header, then the entries.
+pub const fn request_ring_bytes(depth: u32) -> usize {
+    RING_HEADER_BYTES as usize + depth as usize * REQUEST_ENTRY_BYTES
+}
+
+/// Bytes of a DCQ of `depth` entries: the header, then the entries.
+pub const fn dcq_bytes(depth: u32) -> usize {
+    RING_HEADER_BYTES as usize + depth as usize * DCQ_ENTRY_BYTES
+}
+
+/// Bytes of the kernel-argument mapping for `blocks` blocks: [`KernelArgs`], then `BlockArgs[blocks]` from
+/// [`KERNEL_ARGS_BLOCKS_OFFSET`].
+pub const fn kernel_args_bytes(blocks: usize) -> usize {
+    KERNEL_ARGS_BLOCKS_OFFSET + blocks * size_of::<BlockArgs>()
+}
+
 /// The kernel's single argument.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
@@ -274,6 +302,11 @@ impl DcqStatus {
     pub const FAILED: DcqStatus = DcqStatus(2);
     pub const TIMEOUT: DcqStatus = DcqStatus(3);
     pub const ABORTED: DcqStatus = DcqStatus(4);
+
+    /// Whether the kernel writes this value.
+    pub fn is_known(self) -> bool {
+        matches!(self, DcqStatus::COMPLETED | DcqStatus::FAILED | DcqStatus::TIMEOUT | DcqStatus::ABORTED)
+    }
 
     /// A readable name; unknown values are named as such.
     pub fn name(self) -> String {
@@ -320,6 +353,7 @@ const _: () = {
     assert!(size_of::<FlagArea>() == 128);
     assert!(size_of::<BlockArgs>() == 128);
     assert!(size_of::<KernelArgs>() == 16);
+    assert!(size_of::<KernelArgs>() <= KERNEL_ARGS_BLOCKS_OFFSET);
 };
 
 macro_rules! facts {

@@ -10,4 +10,4 @@ pub mod ring;
 
 pub use chunk::{piece_count, pieces, Piece};
 pub use layout::*;
-pub use ring::{SpscIndex, SqIndex};
+pub use ring::{CompletionRing, Completions, RequestBatch, RequestRing, SpscIndex, SqIndex, UndecodableCompletion};

@@ -50,7 +50,7 @@ use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
     ExportedRegion, HostChannel, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
-use crate::queue::{ChannelRecord, FlagArea};
+use crate::queue::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
 /// Bytes of SHMEM's SDMA workspace (HARDWARE.md section 4).
 pub const SDMA_WORKSPACE_BYTES: usize = 16 << 10;
@@ -807,7 +807,7 @@ impl DeviceBackend for CannDevice {
             });
         }
         let (workspace, source) = self.discover_workspace()?;
-        let mut bytes = vec![0u8; (CHANNEL_RECORDS_OFFSET + u64::from(count) * 64) as usize];
+        let mut bytes = vec![0u8; CHANNEL_RECORDS_OFFSET as usize + count as usize * CHANNEL_RECORD_BYTES];
         self.read_device(workspace, &mut bytes, "read the SDMA workspace")?;
         let flag = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
         let queues = u32::from_le_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]);
@@ -823,10 +823,11 @@ impl DeviceBackend for CannDevice {
         channels.clear();
         let mut infos = Vec::new();
         for index in 0..count {
-            let offset = (CHANNEL_RECORDS_OFFSET + u64::from(index) * 64) as usize;
-            let record = ChannelRecord::read_from_bytes(&bytes[offset..offset + 64]).map_err(|_| {
-                DeviceError::Invalid { device: self.id, operation: "open channels", reason: "short record".into() }
-            })?;
+            let offset = CHANNEL_RECORDS_OFFSET as usize + index as usize * CHANNEL_RECORD_BYTES;
+            let record =
+                ChannelRecord::read_from_bytes(&bytes[offset..offset + CHANNEL_RECORD_BYTES]).map_err(|_| {
+                    DeviceError::Invalid { device: self.id, operation: "open channels", reason: "short record".into() }
+                })?;
             let depth = record.sq_depth.get();
             if record.sq_base.get() == 0 || record.sq_reg_base.get() == 0 || depth < 2 {
                 return Err(unavailable(format!(
@@ -877,15 +878,15 @@ impl DeviceBackend for CannDevice {
             let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
             channels.get(channel as usize)?.0.record_addr
         };
-        let mut bytes = [0u8; 64];
+        let mut bytes = [0u8; CHANNEL_RECORD_BYTES];
         self.read_device(record_addr, &mut bytes, "read a channel record").ok()?;
         let record = ChannelRecord::read_from_bytes(&bytes).ok()?;
         let depth = record.sq_depth.get().max(1);
         let head = record.sq_head.get();
-        let mut sqe = [0u8; 64];
-        let sqe_addr = record.sq_base.get() + u64::from(head % depth) * 64;
+        let mut sqe = [0u8; SQE_BYTES as usize];
+        let sqe_addr = record.sq_base.get() + u64::from(head % depth) * SQE_BYTES;
         if self.read_device(sqe_addr, &mut sqe, "read the SQE at the head").is_err() {
-            sqe = [0; 64];
+            sqe = [0; SQE_BYTES as usize];
         }
         tracing::warn!(device = self.id, channel, error = %error, "channel exception from the kernel stream");
         Some(ChannelException {

@@ -1,7 +1,7 @@
 //! A STARS-like SDMA engine: one thread per channel that executes 64-byte SQEs strictly in order.
 //!
 //! The engine wakes on a doorbell (the kernel's store of the new tail into the channel's register page, followed by
-//! the twin hook that bumps [`SdmaChannel::doorbell`]), reads SQEs from `sq_base + head * 64`, checks each one (type,
+//! the twin hook that bumps [`SdmaChannel::doorbell`]), reads SQEs from `sq_base + head * SQE_BYTES`, checks each one (type,
 //! opcode, length, source and destination inside the device's mapped windows) and copies. A bad SQE stops the channel
 //! and records a [`ChannelException`] with the queue context and the raw SQE; the channel stays stopped until the
 //! Host resets it. After each SQE the engine publishes `sq_head` in the channel record (Release); when it catches up
@@ -15,7 +15,9 @@ use zerocopy::FromBytes;
 
 use super::wake::Waiter;
 use crate::device::{ChannelException, DeviceError, SdmaSyndrome};
-use crate::queue::{ChannelRecord, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_TYPE_SDMA};
+use crate::queue::{
+    ChannelRecord, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES, SQE_TYPE_SDMA,
+};
 
 /// How long an idle engine keeps yielding before it sleeps on the doorbell.
 const ENGINE_YIELD_WINDOW: Duration = Duration::from_micros(50);
@@ -78,7 +80,7 @@ impl SdmaChannel {
     /// A channel whose record lives at `record` and SQ ring at `sq_base` (both in the device workspace).
     ///
     /// # Safety
-    /// `record` must point to a zeroed `ChannelRecord` and `sq_base` to `depth * 64` bytes, both valid until the
+    /// `record` must point to a zeroed `ChannelRecord` and `sq_base` to `depth` SQEs (`depth * SQE_BYTES` bytes), both valid until the
     /// channel's engine thread has been joined.
     pub unsafe fn new(
         index: u32,
@@ -228,10 +230,10 @@ impl SdmaChannel {
             spins = 0;
             idle_since = None;
             let address = self.sq_base + self.sq.offset(head);
-            let mut raw = [0u8; 64];
-            // SAFETY: `address` is slot `head` of the SQ ring (constructor contract: depth * 64 valid bytes), written
-            // by the kernel before its Release store of a tail past it, which we acquired above.
-            unsafe { std::ptr::copy_nonoverlapping(address as *const u8, raw.as_mut_ptr(), 64) };
+            let mut raw = [0u8; SQE_BYTES as usize];
+            // SAFETY: `address` is slot `head` of the SQ ring (constructor contract: depth SQEs of valid bytes),
+            // written by the kernel before its Release store of a tail past it, which we acquired above.
+            unsafe { std::ptr::copy_nonoverlapping(address as *const u8, raw.as_mut_ptr(), raw.len()) };
             let Ok(sqe) = SdmaSqe::read_from_bytes(&raw) else { continue };
             if let Err(syndrome) = self.execute(&sqe) {
                 self.stop(syndrome, head, tail, raw);

@@ -1,0 +1,324 @@
+//! Completion: draining a block's device completion queue, mapping each entry to its task's outcome, recovering a
+//! block after a failed group, and the waiting thread's side of it ([`CompletionPoller`]).
+//!
+//! Owns: the drain thread's loop, the drain pass, outcome mapping and channel recovery. It must not place new
+//! requests on a ring other than through `HostBlock::post_backlog`.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::inflight::InFlight;
+use super::setup::HostBlock;
+use super::submit::decode_ticket;
+use super::Inner;
+use crate::config::LaunchMode;
+use crate::cpu_time::{thread_cpu_time_ns, Section};
+use crate::evidence::{Actor, TransferEvidence};
+use crate::queue::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
+use crate::transfer::{CompletionPoller, TransferState};
+
+/// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
+/// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
+const DRAIN_BACKOFF: Duration = Duration::from_millis(2);
+
+/// The longest nap of the drain thread while threads keep waiting: its naps double from [`DRAIN_BACKOFF`] up to this
+/// while every look finds waiters and nothing to drain (each wake-up is Host CPU charged to aiv). Completions of
+/// transfers that nobody waits for or polls are collected at most this long after the last waiter left.
+const DRAIN_BACKOFF_MAX: Duration = Duration::from_millis(16);
+
+/// Buffers one drain pass of a block uses, kept between passes (a pass allocates nothing once they have grown).
+#[derive(Debug, Default)]
+pub(super) struct DrainScratch {
+    /// Each entry drained, with its free-running DCQ position.
+    entries: Vec<(u32, Result<DcqEntry, UndecodableCompletion>)>,
+    /// Index into `entries`, and the transfer it completes.
+    finished: Vec<(usize, InFlight)>,
+}
+
+impl Inner {
+    pub(super) fn drain_loop(self: std::sync::Arc<Self>) {
+        // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
+        // next, as the baselines charge their Host threads.
+        let mut cpu_mark = thread_cpu_time_ns();
+        let mut backoff = DRAIN_BACKOFF;
+        while !self.stop.load(Ordering::Acquire) {
+            let token = self.device.kernel_event_token();
+            // Everything this thread spent since the last pass (its wake-up included) goes to the pool first.
+            let now = thread_cpu_time_ns();
+            self.unattributed_cpu.add(now.saturating_sub(cpu_mark));
+            cpu_mark = now;
+            let mut progressed = false;
+            for block in &self.blocks {
+                let Some(mut scratch) = block.try_drain_lock() else { continue };
+                progressed |= self.drain_block(block, &mut scratch);
+            }
+            if progressed {
+                backoff = DRAIN_BACKOFF;
+                continue;
+            }
+            if self.waiters_present() {
+                // A waiting thread collects the completions; look again after a while in case it stops waiting.
+                self.nap(backoff);
+                backoff = (backoff * 2).min(DRAIN_BACKOFF_MAX);
+            } else {
+                backoff = DRAIN_BACKOFF;
+                // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
+                self.device.wait_for_kernel(token, Duration::from_millis(20));
+            }
+        }
+    }
+
+    /// Whether a thread waits through the poller now or did within the last [`DRAIN_BACKOFF`].
+    fn waiters_present(&self) -> bool {
+        if self.attached_waiters.load(Ordering::Acquire) > 0 {
+            return true;
+        }
+        let last = *self.last_detach.lock().unwrap_or_else(|p| p.into_inner());
+        last.is_some_and(|at| at.elapsed() < DRAIN_BACKOFF)
+    }
+
+    /// Whether any block's DCQ holds entries not yet drained (a few atomic loads).
+    pub(super) fn completions_ready(&self) -> bool {
+        self.blocks.iter().any(|block| block.completion_ring.is_ready())
+    }
+
+    /// Drains what is ready on the calling thread (a waiter or a status query). The pass's CPU time goes to the pool,
+    /// charged to the transfers drained next. Returns whether another thread was draining a block meanwhile (it may
+    /// be finishing the caller's slots right now, without waking the caller).
+    pub(super) fn poll_inline(&self) -> bool {
+        let ready = self.completions_ready();
+        // A section that never sleeps (see cpu_time::Section): try-locks and DCQ reads only.
+        let section = ready.then(Section::start);
+        let mut contended = false;
+        for block in &self.blocks {
+            match block.try_drain_lock() {
+                Some(mut scratch) => {
+                    if ready {
+                        self.drain_block(block, &mut scratch);
+                    }
+                }
+                None => contended = true,
+            }
+        }
+        if let Some(section) = section {
+            self.unattributed_cpu.add(section.elapsed_ns());
+        }
+        contended
+    }
+
+    /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
+    /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
+    pub(super) fn drain_block(&self, block: &HostBlock, scratch: &mut DrainScratch) -> bool {
+        let DrainScratch { entries, finished } = scratch;
+        entries.clear();
+        finished.clear();
+        let new_head = {
+            let mut completions = block.completion_ring.consume();
+            if completions.remaining() == 0 {
+                return false;
+            }
+            if let Some(tail) = completions.corrupt_tail() {
+                block.corrupt_tails.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(block = block.index, head = completions.head(), tail, "DCQ tail past the ring's depth");
+            }
+            entries.extend(completions.by_ref());
+            completions.head().wrapping_add(entries.len() as u32)
+            // Dropping `completions` publishes the new head: the kernel may reuse the slots.
+        };
+        block.drained.store(new_head, Ordering::Release);
+        let count = entries.len() as u32;
+        // Per block (its drainer holds the drain lock): no counter shared by every draining thread.
+        block.completions.fetch_add(u64::from(count), Ordering::Relaxed);
+
+        let group_failed = entries.iter().any(|(_, entry)| {
+            entry
+                .as_ref()
+                .is_ok_and(|entry| matches!(DcqStatus(entry.status.get()), DcqStatus::TIMEOUT | DcqStatus::ABORTED))
+        });
+        // Read the exception before deciding FAILED vs TIMEOUT, and before the reset clears it.
+        let exception = if group_failed { self.device.channel_exception(block.index) } else { None };
+        {
+            let mut inflight = block.inflight_map();
+            for (i, (position, entry)) in entries.iter().enumerate() {
+                let transfer_id = match entry {
+                    Ok(entry) | Err(UndecodableCompletion { entry }) => entry.transfer_id.get(),
+                };
+                match inflight.take(block.request_ring.index().slot(*position) as usize, transfer_id) {
+                    Some(transfer) => finished.push((i, transfer)),
+                    None => {
+                        block.unmatched.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(block = block.index, transfer_id, "DCQ entry names no transfer in flight");
+                    }
+                }
+            }
+        }
+        // Recover first, so that a caller who sees the failure can submit again at once.
+        if group_failed {
+            self.recover(block);
+        }
+        let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
+        for (i, transfer) in finished.drain(..) {
+            let entry = match &entries[i].1 {
+                Ok(entry) => entry,
+                Err(undecodable) => {
+                    // Counted here and failed by `finish` as a value the device should never write.
+                    block.undecodable.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(block = block.index, %undecodable, "undecodable DCQ entry");
+                    &undecodable.entry
+                }
+            };
+            self.finish(block, entry, transfer, drain_share, exception.as_ref());
+        }
+        let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+        // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
+        // most ring-depth requests in flight, so undrained entries always fit the DCQ.)
+        let pumped = block.post_backlog(producer, &*self.device);
+        if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
+            // A runtime launch call may block (see cpu_time::may_sleep).
+            if let Err(error) = crate::cpu_time::may_sleep(|| self.launch()) {
+                tracing::error!(%error, "relaunch for backlog failed");
+            }
+        }
+        true
+    }
+
+    fn finish(
+        &self,
+        block: &HostBlock,
+        entry: &DcqEntry,
+        transfer: InFlight,
+        drain_share: u64,
+        exception: Option<&crate::device::ChannelException>,
+    ) {
+        let evidence = TransferEvidence {
+            path: "aiv",
+            descriptor_builder: Actor::AivKernel,
+            doorbell_ringer: Actor::AivKernel,
+            completion_observer: Actor::AivKernel,
+            host_device_api_calls: transfer.host_device_api_calls,
+            descriptors: u64::from(entry.sqes.get()),
+            doorbells: u64::from(entry.doorbells.get()),
+            host_cpu_ns: drain_share,
+        };
+        let syndrome = Syndrome(entry.syndrome.get());
+        let channel = block.index;
+        match DcqStatus(entry.status.get()) {
+            DcqStatus::COMPLETED if entry.bytes.get() == transfer.length => {
+                transfer.slot.complete(transfer.length, evidence);
+            }
+            DcqStatus::COMPLETED => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: kernel reported {} of {} bytes", entry.bytes.get(), transfer.length),
+                    evidence,
+                );
+            }
+            DcqStatus::FAILED => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: kernel rejected the request on block {channel}: {}", syndrome.describe()),
+                    evidence,
+                );
+            }
+            status @ (DcqStatus::TIMEOUT | DcqStatus::ABORTED) => match exception {
+                Some(exception) => {
+                    transfer.slot.fail_with_evidence(TransferState::Failed, format!("aiv: {exception}"), evidence);
+                }
+                None if status == DcqStatus::TIMEOUT => {
+                    transfer.slot.fail_with_evidence(
+                        TransferState::Timeout,
+                        format!(
+                            "aiv: block {channel}: {} (no SDMA exception recorded on the channel)",
+                            syndrome.describe()
+                        ),
+                        evidence,
+                    );
+                }
+                None => {
+                    transfer.slot.fail_with_evidence(
+                        TransferState::Failed,
+                        format!("aiv: block {channel}: aborted: {}", syndrome.describe()),
+                        evidence,
+                    );
+                }
+            },
+            other => {
+                transfer.slot.fail_with_evidence(
+                    TransferState::Failed,
+                    format!("aiv: block {channel}: device wrote {}", other.name()),
+                    evidence,
+                );
+            }
+        }
+    }
+
+    /// After a failed group: reset the channel and let the halted block resume.
+    fn recover(&self, block: &HostBlock) {
+        let control = block.control();
+        // The kernel incremented halt_count before publishing the failed entries we drained; if the Host already
+        // resumed that halt (entries of one failure seen in two drain passes), the block may be posting again: a
+        // second reset now would drop its new SQEs.
+        let halted = control.halt_count.load(Ordering::Acquire);
+        if halted == control.resume_count.load(Ordering::Acquire) {
+            return;
+        }
+        if let Err(error) = self.device.reset_channel(block.index) {
+            tracing::error!(block = block.index, %error, "channel reset failed; the block stays halted");
+            return;
+        }
+        self.channel_resets.fetch_add(1, Ordering::Relaxed);
+        // Release: the reset above happens before the kernel sees the resume.
+        control.resume_count.store(halted, Ordering::Release);
+        self.device.notify_block(block.index);
+        if self.launch_mode == LaunchMode::PerBatch {
+            let pending = block.request_ring.published_tail() != block.request_ring.consumer_head();
+            if pending {
+                if let Err(error) = self.launch() {
+                    tracing::error!(%error, "relaunch after recovery failed");
+                }
+            }
+        }
+    }
+}
+
+impl CompletionPoller for Inner {
+    fn poll(&self) -> bool {
+        self.poll_inline()
+    }
+
+    fn token(&self) -> u32 {
+        self.device.kernel_event_token()
+    }
+
+    fn wait(&self, token: u32, timeout: Duration) {
+        self.device.wait_for_kernel(token, timeout);
+    }
+
+    fn wait_for(&self, tickets: &[u64], token: u32, timeout: Duration) {
+        // Per block, the DCQ tail that covers the last of the tasks there (the kernel completes a block's requests
+        // in ring order, so DCQ position p is request position p).
+        let mut needs: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
+        for &ticket in tickets {
+            let Some((block, position)) = decode_ticket(ticket) else {
+                return self.device.wait_for_kernel(token, timeout);
+            };
+            let tail = position.wrapping_add(1);
+            match needs.iter_mut().find(|(known, _)| *known == block) {
+                Some((_, need)) if tail.wrapping_sub(*need) as i32 > 0 => *need = tail,
+                Some(_) => {}
+                None => needs.push((block, tail)),
+            }
+        }
+        self.device.wait_for_dcq(&needs, token, timeout);
+    }
+
+    fn attach(&self) {
+        self.attached_waiters.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn detach(&self) {
+        if self.attached_waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
+            *self.last_detach.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
+        }
+    }
+}

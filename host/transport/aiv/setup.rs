@@ -1,0 +1,201 @@
+//! Setup of a device for the aiv path: each block's request ring, DCQ and control block in shared memory, the
+//! kernel arguments that point the kernel at them, and the transport's threads.
+//!
+//! Owns: [`HostBlock`] (a block's mappings, the typed views built once over them, and the Host's per-block state) and
+//! [`AivTransport::start`]. It must not submit or drain transfers.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::{Arc, Mutex};
+
+use zerocopy::IntoBytes;
+
+use super::drain::DrainScratch;
+use super::inflight::InFlightTable;
+use super::submit::Producer;
+use super::{AivTransport, Inner};
+use crate::config::{AivOptions, LaunchMode};
+use crate::cpu_time::CpuCarry;
+use crate::device::{DeviceBackend, DeviceError, SharedMemory};
+use crate::queue::{
+    dcq_bytes, kernel_args_bytes, request_ring_bytes, BlockArgs, CompletionRing, ControlBlock, KernelArgs, RequestRing,
+    SpscIndex, GROUP_MAX_TRANSFERS, KERNEL_ARGS_BLOCKS_OFFSET, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION,
+    SDMA_MAX_SQE_BYTES,
+};
+use crate::transport::window::PeerWindows;
+
+/// One AIV block as the Host sees it.
+#[derive(Debug)]
+pub(super) struct HostBlock {
+    pub(super) index: u32,
+    /// The producer view of the block's request ring (over `_requests`).
+    pub(super) request_ring: RequestRing,
+    /// The consumer view of the block's DCQ (over `_dcq`).
+    pub(super) completion_ring: CompletionRing,
+    control: SharedMemory,
+    _requests: SharedMemory,
+    _dcq: SharedMemory,
+    pub(super) producer: Mutex<Producer>,
+    pub(super) inflight: Mutex<InFlightTable>,
+    /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
+    pub(super) drained: AtomicU32,
+    /// DCQ entries drained so far (the block's share of `AivCounters::completions`).
+    pub(super) completions: AtomicU64,
+    /// DCQ entries that named no transfer in flight.
+    pub(super) unmatched: AtomicU64,
+    /// DCQ entries whose status word the kernel never writes.
+    pub(super) undecodable: AtomicU64,
+    /// Drain passes that found the kernel's DCQ tail more than a ring's depth past the head.
+    pub(super) corrupt_tails: AtomicU64,
+    /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
+    pub(super) drain_lock: Mutex<DrainScratch>,
+}
+
+impl HostBlock {
+    /// The block's control words.
+    pub(super) fn control(&self) -> &ControlBlock {
+        // SAFETY: the control mapping starts with a ControlBlock (allocated for one in `start`, page-aligned) and
+        // lives as long as the block; its words are atomics, so a shared reference is sound while the kernel writes
+        // them.
+        unsafe { &*self.control.host_ptr().cast::<ControlBlock>() }
+    }
+
+    /// Whether no request of this block is in flight (every published request's completion has been drained). A
+    /// hint: a submit may publish right after.
+    pub(super) fn is_idle(&self) -> bool {
+        self.request_ring.published_tail() == self.drained.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub(super) fn inflight_map(&self) -> std::sync::MutexGuard<'_, InFlightTable> {
+        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The drain lock if no other thread holds it (a pass that panicked does not stop later ones).
+    pub(super) fn try_drain_lock(&self) -> Option<std::sync::MutexGuard<'_, DrainScratch>> {
+        match self.drain_lock.try_lock() {
+            Ok(guard) => Some(guard),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+impl AivTransport {
+    /// Sets up rings, channels and kernel arguments on `device` and, in persistent mode, launches the kernel.
+    /// `windows` is the device's import cache and peer state; the transport's probe thread keeps its lost state.
+    pub fn start(
+        device: Arc<dyn DeviceBackend>,
+        windows: Arc<PeerWindows>,
+        options: &AivOptions,
+    ) -> Result<AivTransport, DeviceError> {
+        let invalid =
+            |reason: String| DeviceError::Invalid { device: device.device_id(), operation: "start aiv", reason };
+        let ring = SpscIndex::new(options.request_ring_depth).ok_or_else(|| {
+            invalid(format!("request_ring_depth {} is not a power of two", options.request_ring_depth))
+        })?;
+        if options.aiv_blocks == 0 || options.doorbell_batch == 0 {
+            return Err(invalid("aiv_blocks and doorbell_batch must be positive".into()));
+        }
+        let channels = device.open_channels(options.aiv_blocks, options.sq_depth)?;
+        let depth = options.request_ring_depth;
+        let wait_budget = (options.kernel_wait_budget.as_nanos() * u128::from(device.cycles_per_second())
+            / 1_000_000_000)
+            .min(u128::from(u64::MAX)) as u64;
+        let kernel_args = device.allocate_shared(kernel_args_bytes(channels.len()))?;
+        let mut blocks = Vec::new();
+        let mut block_args = Vec::new();
+        for channel in &channels {
+            let requests = device.allocate_shared(request_ring_bytes(depth))?;
+            let dcq = device.allocate_shared(dcq_bytes(depth))?;
+            let control = device.allocate_shared(std::mem::size_of::<ControlBlock>())?;
+            block_args.push(BlockArgs {
+                request_ring: requests.device_addr().into(),
+                dcq: dcq.device_addr().into(),
+                channel_record: channel.record_addr.into(),
+                flag_area: channel.flag_area_addr.into(),
+                control: control.device_addr().into(),
+                platform_context: channel.platform_context.into(),
+                wait_budget: wait_budget.into(),
+                request_depth: depth.into(),
+                dcq_depth: depth.into(),
+                doorbell_batch: options.doorbell_batch.into(),
+                max_sqe_bytes: SDMA_MAX_SQE_BYTES.into(),
+                launch_mode: match options.launch_mode {
+                    LaunchMode::Persistent => LAUNCH_PERSISTENT,
+                    LaunchMode::PerBatch => LAUNCH_PER_BATCH,
+                }
+                .into(),
+                group_limit: GROUP_MAX_TRANSFERS.into(),
+                ..BlockArgs::default()
+            });
+            // SAFETY: each mapping was allocated above with the size its view needs, is page-aligned and lives in
+            // the block beside its view; the kernel follows the ring protocol (atomic header words, entries read or
+            // written only on the right side of the tail).
+            let (request_ring, completion_ring) =
+                unsafe { (RequestRing::new(requests.host_ptr(), ring), CompletionRing::new(dcq.host_ptr(), ring)) };
+            blocks.push(HostBlock {
+                index: channel.index,
+                request_ring,
+                completion_ring,
+                control,
+                _requests: requests,
+                _dcq: dcq,
+                producer: Mutex::new(Producer::default()),
+                inflight: Mutex::new(InFlightTable::new(depth as usize)),
+                drained: AtomicU32::new(0),
+                completions: AtomicU64::new(0),
+                unmatched: AtomicU64::new(0),
+                undecodable: AtomicU64::new(0),
+                corrupt_tails: AtomicU64::new(0),
+                drain_lock: Mutex::new(DrainScratch::default()),
+            });
+        }
+        let header = KernelArgs {
+            blocks: (kernel_args.device_addr() + KERNEL_ARGS_BLOCKS_OFFSET as u64).into(),
+            block_count: (channels.len() as u32).into(),
+            layout_version: LAYOUT_VERSION.into(),
+        };
+        // SAFETY: the mapping holds the header at 0 and the block array at KERNEL_ARGS_BLOCKS_OFFSET (sized by
+        // kernel_args_bytes above); no kernel runs yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(header.as_bytes().as_ptr(), kernel_args.host_ptr(), header.as_bytes().len());
+            std::ptr::copy_nonoverlapping(
+                block_args.as_bytes().as_ptr(),
+                kernel_args.host_ptr().add(KERNEL_ARGS_BLOCKS_OFFSET),
+                block_args.as_bytes().len(),
+            );
+        }
+        let inner = Arc::new(Inner {
+            device,
+            launch_mode: options.launch_mode,
+            blocks,
+            kernel_args,
+            next_block: AtomicUsize::new(0),
+            next_home: AtomicUsize::new(0),
+            next_transfer_id: AtomicU64::new(1),
+            stop: AtomicBool::new(false),
+            launches_in_flight: Mutex::new(Vec::new()),
+            launches: AtomicU64::new(0),
+            channel_resets: AtomicU64::new(0),
+            windows,
+            shutdown_wake: (Mutex::new(()), std::sync::Condvar::new()),
+            probe_interval: options.peer_probe_interval,
+            unattributed_cpu: CpuCarry::default(),
+            attached_waiters: AtomicU32::new(0),
+            last_detach: Mutex::new(None),
+        });
+        if inner.launch_mode == LaunchMode::Persistent {
+            inner.launch()?;
+        }
+        let drain_inner = inner.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("aiv-drain-{}", inner.device.device_id()))
+            .spawn(move || drain_inner.drain_loop())
+            .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start drain", source })?;
+        let probe_inner = inner.clone();
+        let probe = std::thread::Builder::new()
+            .name(format!("aiv-probe-{}", inner.device.device_id()))
+            .spawn(move || probe_inner.probe_loop())
+            .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start probe", source })?;
+        Ok(AivTransport { inner, drain_thread: Mutex::new(Some(thread)), probe_thread: Mutex::new(Some(probe)) })
+    }
+}

@@ -1,0 +1,161 @@
+//! Submit: placing a batch on the blocks, and the one sequence that hands requests to a block (write the backlog
+//! into the ring, publish the tail, wake the block).
+//!
+//! Owns: block placement (a thread's home block, contiguous runs), the per-block backlog and the completion tickets.
+//! It must not drain completions.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::MutexGuard;
+
+use zerocopy::little_endian::{U32, U64};
+
+use super::inflight::InFlight;
+use super::setup::HostBlock;
+use super::Inner;
+use crate::config::LaunchMode;
+use crate::cpu_time::Section;
+use crate::device::DeviceBackend;
+use crate::queue::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
+use crate::transfer::{Opcode, Transfer, TransferState};
+use crate::transport::window::Resolved;
+
+/// A block's producer state: its own copy of the request-ring tail, and requests waiting for room in the ring.
+#[derive(Debug, Default)]
+pub(super) struct Producer {
+    pub(super) tail: u32,
+    pub(super) backlog: VecDeque<(RequestEntry, InFlight)>,
+}
+
+/// The calling thread's home block (before taking it modulo the block count): assigned round-robin from `next` the
+/// first time the thread submits, then kept. Per thread, not per transport: with several aiv transports in one
+/// process a thread has the same index on each.
+fn home_block(next: &AtomicUsize) -> usize {
+    std::thread_local! {
+        static HOME: std::cell::Cell<Option<usize>> = const { std::cell::Cell::new(None) };
+    }
+    HOME.with(|home| match home.get() {
+        Some(block) => block,
+        None => {
+            let block = next.fetch_add(1, Ordering::Relaxed);
+            home.set(Some(block));
+            block
+        }
+    })
+}
+
+/// A task's completion ticket: its block and request-ring position (free-running), never 0.
+pub(super) fn encode_ticket(block: u32, position: u32) -> u64 {
+    ((u64::from(block) + 1) << 32) | u64::from(position)
+}
+
+/// The block and ring position of a ticket of [`encode_ticket`].
+pub(super) fn decode_ticket(ticket: u64) -> Option<(u32, u32)> {
+    let block = u32::try_from(ticket >> 32).ok()?.checked_sub(1)?;
+    Some((block, ticket as u32))
+}
+
+impl HostBlock {
+    /// Hands the backlog to the kernel as far as the ring has room: writes the entries, records each transfer in
+    /// flight with its ticket, publishes the tail once, releases the producer lock and wakes the block if anything
+    /// was published. Returns how many requests were published. The only place requests enter a ring.
+    pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>, device: &dyn DeviceBackend) -> u32 {
+        if producer.backlog.is_empty() {
+            return 0;
+        }
+        let Producer { tail, backlog } = &mut *producer;
+        let mut batch = self.request_ring.batch(tail, self.drained.load(Ordering::Acquire));
+        let mut table = self.inflight_map();
+        while let Some((entry, inflight)) = backlog.pop_front() {
+            match batch.push(entry) {
+                Ok(position) => {
+                    inflight.slot.set_ticket(encode_ticket(self.index, position));
+                    table.insert(self.request_ring.index().slot(position) as usize, entry.transfer_id.get(), inflight);
+                }
+                Err(entry) => {
+                    backlog.push_front((entry, inflight));
+                    break;
+                }
+            }
+        }
+        drop(table);
+        let published = batch.commit();
+        drop(producer);
+        if published > 0 {
+            // The kernel may be sleeping on an empty ring (twin) or polling it (NPU).
+            device.notify_block(self.index);
+        }
+        published
+    }
+}
+
+impl Inner {
+    /// Resolves the batch's transfers into request entries, spreads them over the blocks and posts them.
+    pub(super) fn submit(&self, transfers: Vec<Transfer>) {
+        // A section that never sleeps (see cpu_time::Section): ring writes, on the twin a futex wake of a core. A
+        // lock held by a draining thread may make it wait: counted too. The first transfer to a peer imports its
+        // memory and a per-batch launch calls the runtime: both may block, and count their CPU time only.
+        let section = Section::start();
+        let api_calls = u64::from(self.launch_mode == LaunchMode::PerBatch);
+        let blocks = self.blocks.len();
+        // The batch goes to the blocks in equal contiguous runs. The first run goes to the calling thread's home
+        // block when nothing is in flight there (a thread that waits for each transfer keeps to one block, and the
+        // other blocks' kernels can go idle), else to the other blocks in turn (so back-to-back submits spread over
+        // the blocks). Ids are reserved once per submit (the counter is shared by every thread). No staging copy:
+        // each run is resolved straight into its block's backlog and published from there.
+        let run_length = transfers.len().div_ceil(blocks).max(1);
+        let home = home_block(&self.next_home) % blocks;
+        let first_block = if blocks == 1 || self.blocks[home].is_idle() {
+            home
+        } else {
+            home + 1 + self.next_block.fetch_add(1, Ordering::Relaxed) % (blocks - 1)
+        };
+        let mut next_id = self.next_transfer_id.fetch_add(transfers.len() as u64, Ordering::Relaxed);
+        let mut accepted = 0u64;
+        let mut last_peer = None;
+        let mut transfers = transfers.into_iter().peekable();
+        for run in 0..blocks {
+            if transfers.peek().is_none() {
+                break;
+            }
+            let block = &self.blocks[first_block.wrapping_add(run) % blocks];
+            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            for transfer in transfers.by_ref().take(run_length) {
+                let id = next_id;
+                next_id += 1;
+                let Resolved { src, dst, peer } = match self.windows.resolve_with("aiv", &transfer, &mut last_peer) {
+                    Ok(resolved) => resolved,
+                    Err(error) => {
+                        transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
+                        continue;
+                    }
+                };
+                let entry = RequestEntry {
+                    transfer_id: U64::new(id),
+                    src_addr: U64::new(src),
+                    dst_addr: U64::new(dst),
+                    length: U64::new(transfer.length),
+                    opcode: U32::new(match transfer.opcode {
+                        Opcode::Read => REQUEST_OPCODE_READ,
+                        Opcode::Write => REQUEST_OPCODE_WRITE,
+                    }),
+                    ..RequestEntry::default()
+                };
+                let inflight =
+                    InFlight { slot: transfer.slot, peer, length: transfer.length, host_device_api_calls: api_calls };
+                producer.backlog.push_back((entry, inflight));
+                accepted += 1;
+            }
+            block.post_backlog(producer, &*self.device);
+        }
+        if accepted > 0 && self.launch_mode == LaunchMode::PerBatch {
+            // A runtime launch call may block (see cpu_time::may_sleep).
+            if let Err(error) = crate::cpu_time::may_sleep(|| self.launch()) {
+                tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
+            }
+        }
+        // The whole submit (ring writes, the twin's wake of a sleeping core, a per-batch launch) is charged to the
+        // transfers drained next.
+        self.unattributed_cpu.add(section.elapsed_ns());
+    }
+}
