@@ -13,7 +13,8 @@
 //! - [`doctor`]: what `aiv doctor` probes;
 //! - [`device`]: the device backends behind the device paths (`aiv`, `adxl`, `ubshmem`): the CPU twin, and CANN with
 //!   feature `cann`;
-//! - [`queue`]: layouts and ring math shared with the AIV transfer kernel (`kernels/`).
+//! - [`kernel_abi`]: what the Host shares with the AIV transfer kernel (`kernels/`): layouts, ring index rules,
+//!   the typed ring views, the chunking rule.
 
 pub mod bench;
 pub mod config;
@@ -23,8 +24,8 @@ pub mod doctor;
 pub mod engine;
 pub mod error;
 pub mod evidence;
+pub mod kernel_abi;
 pub mod metadata;
-pub mod queue;
 pub mod transfer;
 pub mod transport;
 

@@ -1,6 +1,6 @@
 //! The shared layouts, checked byte for byte: compiles `kernels/probe/layout_probe.cpp` with the host C++ compiler
 //! (`$CXX`, else `c++`), runs it, and compares every size, field offset and constant it prints with the Rust mirror in
-//! `aiv_transport::queue::layout`. Both directions: nothing may be missing on either side.
+//! `aiv_transport::kernel_abi::layout`. Both directions: nothing may be missing on either side.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ fn c_and_rust_layouts_agree_field_by_field() {
             (name.to_owned(), value.parse().unwrap_or_else(|_| panic!("malformed value in {line:?}")))
         })
         .collect();
-    let from_rust: BTreeMap<String, u64> = aiv_transport::queue::layout_facts().into_iter().collect();
+    let from_rust: BTreeMap<String, u64> = aiv_transport::kernel_abi::layout_facts().into_iter().collect();
     let mut mismatches = Vec::new();
     for (name, value) in &from_c {
         match from_rust.get(name) {

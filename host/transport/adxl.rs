@@ -35,7 +35,9 @@ use crate::config::{AivOptions, Environment};
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
 use crate::evidence::{Actor, TransferEvidence};
-use crate::queue::{ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES};
+use crate::kernel_abi::{
+    ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES,
+};
 use crate::transfer::{Segment, SegmentId, TaskSlot, Transfer, TransferState};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.

@@ -50,7 +50,7 @@ use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
     ExportedRegion, HostChannel, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
-use crate::queue::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
+use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
 /// Bytes of SHMEM's SDMA workspace (HARDWARE.md section 4).
 pub const SDMA_WORKSPACE_BYTES: usize = 16 << 10;

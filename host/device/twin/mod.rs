@@ -31,7 +31,7 @@ use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
     ExportedRegion, HostChannel, ImportedWindow, Launch, SharedMemory,
 };
-use crate::queue::{ChannelRecord, FlagArea, SQE_BYTES};
+use crate::kernel_abi::{ChannelRecord, FlagArea, SQE_BYTES};
 
 /// Bytes of the workspace per channel beyond its SQ ring: the channel record and the flag area, a page each.
 const WORKSPACE_PER_CHANNEL: u64 = 2 * memory::ALLOCATION_ALIGN;

@@ -15,7 +15,7 @@ use zerocopy::FromBytes;
 
 use super::wake::Waiter;
 use crate::device::{ChannelException, DeviceError, SdmaSyndrome};
-use crate::queue::{
+use crate::kernel_abi::{
     ChannelRecord, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES, SQE_TYPE_SDMA,
 };
 

@@ -14,7 +14,7 @@ use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Actor, TransferEvidence};
-use crate::queue::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
+use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
 use crate::transfer::{CompletionPoller, TransferState};
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the

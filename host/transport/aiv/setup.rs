@@ -16,7 +16,7 @@ use super::{AivTransport, Inner};
 use crate::config::{AivOptions, LaunchMode};
 use crate::cpu_time::CpuCarry;
 use crate::device::{DeviceBackend, DeviceError, SharedMemory};
-use crate::queue::{
+use crate::kernel_abi::{
     dcq_bytes, kernel_args_bytes, request_ring_bytes, BlockArgs, CompletionRing, ControlBlock, KernelArgs, RequestRing,
     SpscIndex, GROUP_MAX_TRANSFERS, KERNEL_ARGS_BLOCKS_OFFSET, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION,
     SDMA_MAX_SQE_BYTES,

@@ -16,7 +16,7 @@ use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
 use crate::device::DeviceBackend;
-use crate::queue::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
+use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
 use crate::transfer::{Opcode, Transfer, TransferState};
 use crate::transport::window::Resolved;
 

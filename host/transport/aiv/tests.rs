@@ -11,7 +11,7 @@ use crate::config::AivOptions;
 use crate::device::DeviceBuffer;
 // Test-only: the engine's device facade opens a twin device with the transport on it.
 use crate::engine::AivDevice;
-use crate::queue::{RequestEntry, REQUEST_OPCODE_WRITE};
+use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_WRITE};
 use crate::transfer::{CompletionSignal, TaskSlot, TransferState};
 
 /// A twin device with the aiv transport on one block (ring depth 8) and 8 KiB of its HBM.

@@ -1,6 +1,6 @@
 // Device-visible layouts shared by the transfer kernel, the CPU twin and the Host runtime.
 //
-// Defined once here and mirrored field by field in host/queue/ (Rust, zerocopy); tests/layout_probe.rs compiles
+// Defined once here and mirrored field by field in host/kernel_abi/ (Rust, zerocopy); tests/layout_probe.rs compiles
 // kernels/probe/layout_probe.cpp and compares every size, offset and constant with the Rust side.
 // All layouts are little-endian. The SDMA SQE and the channel record follow HARDWARE.md section 4 exactly; the
 // other layouts (request ring, device completion queue, control block, kernel arguments) are this project's own.

@@ -161,7 +161,7 @@ pub struct ChannelRecord {
 
 /// Header of a single-producer single-consumer ring: consumer `head` and producer `tail` on separate cache lines.
 /// Both are free-running indices, shared with the kernel and accessed only atomically (through the views in
-/// [`crate::queue::ring`]).
+/// [`crate::kernel_abi::ring`]).
 #[derive(Debug, FromBytes, KnownLayout)]
 #[repr(C, align(64))]
 pub struct RingHeader {

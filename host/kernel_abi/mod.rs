@@ -1,0 +1,14 @@
+//! The kernel ABI: what the Host shares with the AIV transfer kernel, and the Host's typed views of it.
+//!
+//! Owns: the Rust mirror of `kernels/include/aiv/layouts.h` ([`layout`]), the ring index rules and the typed views
+//! of the request ring and the DCQ ([`ring`]), and the chunking rule that splits a transfer into SQEs ([`chunk`]),
+//! which every path uses. It must not touch device state: the device backends and the transports use these types to
+//! read and write shared memory.
+
+pub mod chunk;
+pub mod layout;
+pub mod ring;
+
+pub use chunk::{piece_count, pieces, Piece};
+pub use layout::*;
+pub use ring::{CompletionRing, Completions, RequestBatch, RequestRing, SpscIndex, SqIndex, UndecodableCompletion};
