@@ -1,7 +1,11 @@
-//! How a transfer is split into SQEs: pieces of at most `max_piece` bytes (1 MiB on SDMA), the last holding the
-//! remainder; a zero-length transfer has no piece (the kernel reports it FAILED with a bad-request syndrome, the
-//! engine never sends one). The kernel implements the same rule in C++ (`aiv::piece_count`, `aiv::piece_length`);
-//! tests check the two agree.
+//! How a transfer is split into pieces, the one place the rules live.
+//!
+//! - SQE pieces ([`pieces`]): at most `max_piece` bytes each (1 MiB on SDMA), the last holding the remainder; a
+//!   zero-length transfer has no piece (the kernel reports it FAILED with a bad-request syndrome, the engine never
+//!   sends one). The kernel implements the same rule in C++ (`aiv::piece_count`, `aiv::piece_length`); tests check
+//!   the two agree. The aiv kernel and the adxl baseline post SQEs by it.
+//! - Stream pieces ([`even_pieces`]): Mooncake's UBShmem transport spreads one transfer over up to N streams in equal
+//!   pieces of at least a minimum size; the ubshmem baseline issues its copies by it.
 
 /// One piece of a transfer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -29,6 +33,24 @@ pub fn pieces(length: u64, max_piece: u32) -> impl Iterator<Item = Piece> {
     })
 }
 
+/// Number of equal pieces a `length`-byte transfer is spread over: one per `min_piece` bytes (rounded up), at least
+/// one and at most `max_pieces`.
+pub fn even_piece_count(length: u64, min_piece: u64, max_pieces: usize) -> usize {
+    let wanted = length.div_ceil(min_piece.max(1));
+    usize::try_from(wanted).unwrap_or(usize::MAX).clamp(1, max_pieces.max(1))
+}
+
+/// The `(offset, length)` of each of the [`even_piece_count`] pieces: all of one length but the last, which holds the
+/// rest; none is empty (for `length > 0`).
+pub fn even_pieces(length: u64, min_piece: u64, max_pieces: usize) -> impl Iterator<Item = (u64, u64)> {
+    let count = even_piece_count(length, min_piece, max_pieces) as u64;
+    let piece = length.div_ceil(count).max(1);
+    (0..count)
+        .map(move |index| index * piece)
+        .take_while(move |&offset| offset < length)
+        .map(move |offset| (offset, piece.min(length - offset)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -51,6 +73,25 @@ mod tests {
                     prop_assert_eq!(piece.length, max);
                 }
                 expected_offset += u64::from(piece.length);
+            }
+            prop_assert_eq!(expected_offset, length);
+        }
+
+        /// Even pieces tile the transfer, number at most `max_pieces`, and are equal but for the last.
+        #[test]
+        fn even_pieces_tile_the_transfer(length in 1u64..(64 << 20), min_log in 10u32..20, max_pieces in 1usize..9) {
+            let min_piece = 1u64 << min_log;
+            let all: Vec<(u64, u64)> = even_pieces(length, min_piece, max_pieces).collect();
+            prop_assert!(!all.is_empty() && all.len() <= max_pieces);
+            prop_assert!(all.len() <= even_piece_count(length, min_piece, max_pieces));
+            let mut expected_offset = 0;
+            for (index, &(offset, piece)) in all.iter().enumerate() {
+                prop_assert_eq!(offset, expected_offset);
+                prop_assert!(piece >= 1);
+                if index + 1 < all.len() {
+                    prop_assert_eq!(piece, all[0].1);
+                }
+                expected_offset += piece;
             }
             prop_assert_eq!(expected_offset, length);
         }

@@ -9,6 +9,6 @@ pub mod chunk;
 pub mod layout;
 pub mod ring;
 
-pub use chunk::{piece_count, pieces, Piece};
+pub use chunk::{even_piece_count, even_pieces, piece_count, pieces, Piece};
 pub use layout::*;
 pub use ring::{CompletionRing, Completions, RequestBatch, RequestRing, SpscIndex, SqIndex, UndecodableCompletion};

@@ -36,7 +36,7 @@ use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{DeviceBackend, DeviceBuffer, HostChannel};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::kernel_abi::{
-    ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES,
+    piece_count, pieces, ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES,
 };
 use crate::transfer::{Segment, SegmentId, TaskSlot, Transfer, TransferState};
 
@@ -120,7 +120,7 @@ impl Job {
         if self.pooled {
             2
         } else {
-            self.length.div_ceil(u64::from(SDMA_MAX_SQE_BYTES))
+            piece_count(self.length, SDMA_MAX_SQE_BYTES)
         }
     }
 }
@@ -457,11 +457,8 @@ impl Worker {
                 counters.pooled_transfers.fetch_add(1, Ordering::Relaxed);
                 counters.staged_bytes.fetch_add(job.length, Ordering::Relaxed);
             } else {
-                let mut offset = 0;
-                while offset < job.length {
-                    let piece = (job.length - offset).min(u64::from(SDMA_MAX_SQE_BYTES));
-                    push(job.src + offset, job.dst + offset, piece);
-                    offset += piece;
+                for piece in pieces(job.length, SDMA_MAX_SQE_BYTES) {
+                    push(job.src + piece.offset, job.dst + piece.offset, u64::from(piece.length));
                 }
             }
         }

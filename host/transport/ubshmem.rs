@@ -23,6 +23,7 @@ use crate::config::AivOptions;
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
 use crate::evidence::{Actor, TransferEvidence};
+use crate::kernel_abi::{even_piece_count, even_pieces};
 use crate::transfer::{TaskSlot, Transfer, TransferState};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
@@ -269,7 +270,7 @@ impl Shared {
 
     fn carry(&self, job: Job, cpu_mark: &mut u64) {
         let cpu_started = *cpu_mark;
-        let pieces = (job.length.div_ceil(MIN_PIECE_BYTES) as usize).clamp(1, STREAMS_PER_TRANSFER);
+        let pieces = even_piece_count(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER);
         let mut api_calls = 0u64;
         let evidence = |api_calls: u64, cpu: u64| TransferEvidence {
             path: "ubshmem",
@@ -294,14 +295,10 @@ impl Shared {
             return;
         };
         let mut failure: Option<(TransferState, String)> = None;
-        let piece_length = job.length.div_ceil(pieces as u64);
         let mut used = 0;
-        for (i, &stream) in streams.iter().enumerate() {
-            let offset = i as u64 * piece_length;
-            if offset >= job.length {
-                break;
-            }
-            let length = piece_length.min(job.length - offset);
+        for (&stream, (offset, length)) in
+            streams.iter().zip(even_pieces(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER))
+        {
             api_calls += 1;
             self.copies.fetch_add(1, Ordering::Relaxed);
             used += 1;
