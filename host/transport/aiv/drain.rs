@@ -7,8 +7,8 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use super::block::{DrainScratch, HostBlock};
 use super::inflight::InFlight;
-use super::setup::HostBlock;
 use super::submit::decode_ticket;
 use super::Inner;
 use crate::config::LaunchMode;
@@ -25,15 +25,6 @@ const DRAIN_BACKOFF: Duration = Duration::from_millis(2);
 /// while every look finds waiters and nothing to drain (each wake-up is Host CPU charged to aiv). Completions of
 /// transfers that nobody waits for or polls are collected at most this long after the last waiter left.
 const DRAIN_BACKOFF_MAX: Duration = Duration::from_millis(16);
-
-/// Buffers one drain pass of a block uses, kept between passes (a pass allocates nothing once they have grown).
-#[derive(Debug, Default)]
-pub(super) struct DrainScratch {
-    /// Each entry drained, with its free-running DCQ position.
-    entries: Vec<(u32, Result<DcqEntry, UndecodableCompletion>)>,
-    /// Index into `entries`, and the transfer it completes.
-    finished: Vec<(usize, InFlight)>,
-}
 
 impl Inner {
     pub(super) fn drain_loop(self: std::sync::Arc<Self>) {

@@ -11,7 +11,8 @@
 //! failed group (read the channel's exception, reset the channel, resume the block). It must not touch engine state
 //! other than the task slots of the transfers it accepted.
 //!
-//! Files, one concern each: [`setup`] (rings, control blocks, kernel arguments, threads), [`submit`] (block placement
+//! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
+//! kernel arguments, threads), [`submit`] (block placement
 //! and the one sequence that posts requests), [`drain`] (DCQ drain, outcome mapping, recovery, the waiting thread's
 //! poller), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
 //! transport's state, its public controls and shutdown.
@@ -27,6 +28,7 @@
 //! refreshed or reopened. On the twin a dead exporter's pages stay mapped here, so without this check transfers to it
 //! would "complete" into orphaned memory; a real NPU would see a link or HBM error instead.
 
+mod block;
 mod drain;
 mod inflight;
 mod probe;
@@ -46,7 +48,7 @@ use crate::config::LaunchMode;
 use crate::cpu_time::CpuCarry;
 use crate::device::{DeviceBackend, DeviceError, Launch, SharedMemory};
 use crate::transfer::{CompletionPoller, Transfer, TransferState};
-use setup::HostBlock;
+use block::HostBlock;
 
 /// Counters of the transport as a whole (not per transfer).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

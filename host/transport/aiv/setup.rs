@@ -1,83 +1,25 @@
 //! Setup of a device for the aiv path: each block's request ring, DCQ and control block in shared memory, the
 //! kernel arguments that point the kernel at them, and the transport's threads.
 //!
-//! Owns: [`HostBlock`] (a block's mappings, the typed views built once over them, and the Host's per-block state) and
-//! [`AivTransport::start`]. It must not submit or drain transfers.
+//! Owns: [`AivTransport::start`]. It must not submit or drain transfers.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 
 use zerocopy::IntoBytes;
 
-use super::drain::DrainScratch;
+use super::block::{DrainScratch, HostBlock, Producer};
 use super::inflight::InFlightTable;
-use super::submit::Producer;
 use super::{AivTransport, Inner};
 use crate::config::{AivOptions, LaunchMode};
 use crate::cpu_time::CpuCarry;
-use crate::device::{DeviceBackend, DeviceError, SharedMemory};
+use crate::device::{DeviceBackend, DeviceError};
 use crate::kernel_abi::{
     dcq_bytes, kernel_args_bytes, request_ring_bytes, BlockArgs, CompletionRing, ControlBlock, KernelArgs, RequestRing,
     SpscIndex, GROUP_MAX_TRANSFERS, KERNEL_ARGS_BLOCKS_OFFSET, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION,
     SDMA_MAX_SQE_BYTES,
 };
 use crate::transport::window::PeerWindows;
-
-/// One AIV block as the Host sees it.
-#[derive(Debug)]
-pub(super) struct HostBlock {
-    pub(super) index: u32,
-    /// The producer view of the block's request ring (over `_requests`).
-    pub(super) request_ring: RequestRing,
-    /// The consumer view of the block's DCQ (over `_dcq`).
-    pub(super) completion_ring: CompletionRing,
-    control: SharedMemory,
-    _requests: SharedMemory,
-    _dcq: SharedMemory,
-    pub(super) producer: Mutex<Producer>,
-    pub(super) inflight: Mutex<InFlightTable>,
-    /// DCQ entries drained so far (free-running); requests in flight = producer tail - drained.
-    pub(super) drained: AtomicU32,
-    /// DCQ entries drained so far (the block's share of `AivCounters::completions`).
-    pub(super) completions: AtomicU64,
-    /// DCQ entries that named no transfer in flight.
-    pub(super) unmatched: AtomicU64,
-    /// DCQ entries whose status word the kernel never writes.
-    pub(super) undecodable: AtomicU64,
-    /// Drain passes that found the kernel's DCQ tail more than a ring's depth past the head.
-    pub(super) corrupt_tails: AtomicU64,
-    /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
-    pub(super) drain_lock: Mutex<DrainScratch>,
-}
-
-impl HostBlock {
-    /// The block's control words.
-    pub(super) fn control(&self) -> &ControlBlock {
-        // SAFETY: the control mapping starts with a ControlBlock (allocated for one in `start`, page-aligned) and
-        // lives as long as the block; its words are atomics, so a shared reference is sound while the kernel writes
-        // them.
-        unsafe { &*self.control.host_ptr().cast::<ControlBlock>() }
-    }
-
-    /// Whether no request of this block is in flight (every published request's completion has been drained). A
-    /// hint: a submit may publish right after.
-    pub(super) fn is_idle(&self) -> bool {
-        self.request_ring.published_tail() == self.drained.load(std::sync::atomic::Ordering::Acquire)
-    }
-
-    pub(super) fn inflight_map(&self) -> std::sync::MutexGuard<'_, InFlightTable> {
-        self.inflight.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// The drain lock if no other thread holds it (a pass that panicked does not stop later ones).
-    pub(super) fn try_drain_lock(&self) -> Option<std::sync::MutexGuard<'_, DrainScratch>> {
-        match self.drain_lock.try_lock() {
-            Ok(guard) => Some(guard),
-            Err(std::sync::TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
-            Err(std::sync::TryLockError::WouldBlock) => None,
-        }
-    }
-}
 
 impl AivTransport {
     /// Sets up rings, channels and kernel arguments on `device` and, in persistent mode, launches the kernel.
@@ -137,8 +79,8 @@ impl AivTransport {
                 request_ring,
                 completion_ring,
                 control,
-                _requests: requests,
-                _dcq: dcq,
+                _request_mapping: requests,
+                _dcq_mapping: dcq,
                 producer: Mutex::new(Producer::default()),
                 inflight: Mutex::new(InFlightTable::new(depth as usize)),
                 drained: AtomicU32::new(0),

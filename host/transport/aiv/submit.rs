@@ -4,14 +4,13 @@
 //! Owns: block placement (a thread's home block, contiguous runs), the per-block backlog and the completion tickets.
 //! It must not drain completions.
 
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::MutexGuard;
 
 use zerocopy::little_endian::{U32, U64};
 
+use super::block::{HostBlock, Producer};
 use super::inflight::InFlight;
-use super::setup::HostBlock;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
@@ -19,13 +18,6 @@ use crate::device::DeviceBackend;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
 use crate::transfer::{Opcode, Transfer, TransferState};
 use crate::transport::window::Resolved;
-
-/// A block's producer state: its own copy of the request-ring tail, and requests waiting for room in the ring.
-#[derive(Debug, Default)]
-pub(super) struct Producer {
-    pub(super) tail: u32,
-    pub(super) backlog: VecDeque<(RequestEntry, InFlight)>,
-}
 
 /// The calling thread's home block (before taking it modulo the block count): assigned round-robin from `next` the
 /// first time the thread submits, then kept. Per thread, not per transport: with several aiv transports in one
