@@ -271,7 +271,7 @@ fn adxl_on_cann_maps_hixl_failures_and_timeouts_to_adxl_statuses() {
             && reason.contains("HixlCSClientConnect failed: HixlError(103901 HIXL_TIMEOUT)"),
         "{reason}"
     );
-    assert_eq!(AdxlStatus::from_reason(&reason), AdxlStatus::NOT_CONNECTED);
+    assert_eq!(AdxlStatus::of_failure(outcome.failures[0].as_ref().expect("failure")), AdxlStatus::NOT_CONNECTED);
     assert_eq!(run(&a.engine, &[write]).states, [TransferState::Completed], "connected on the next transfer");
 
     // The batch's final status is FAILED: FAILED 503900 naming HiXL's status.

@@ -27,7 +27,7 @@ fn adxl_without_the_hixl_library_fails_naming_every_path_tried() {
         run(&a.engine, &[request(Protocol::Adxl, Opcode::Write, a.buffer.addr(), peer, b.buffer.addr(), 4096)]);
     assert_eq!(outcome.states, [TransferState::Failed]);
     let reason = outcome.reasons[0].clone().expect("reason");
-    assert_eq!(AdxlStatus::from_reason(&reason), AdxlStatus::FAILED);
+    assert_eq!(AdxlStatus::of_failure(outcome.failures[0].as_ref().expect("failure")), AdxlStatus::FAILED);
     assert!(
         reason.contains("the HiXL library: libcann_hixl.so could not be loaded; tried")
             && reason.contains(&missing_hixl().display().to_string())

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aiv_transport::evidence::{Actor, TransferEvidence};
-use aiv_transport::transfer::{TaskSlot, Transfer};
+use aiv_transport::transfer::{FailureKind, TaskSlot, Transfer, TransferFailure};
 use aiv_transport::transport::Transport;
 use aiv_transport::{
     EngineConfig, EngineError, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState,
@@ -351,10 +351,11 @@ fn task_slot_first_terminal_write_wins() {
     let slot = TaskSlot::new(Instant::now() + Duration::from_secs(60), Default::default());
     slot.mark_pending();
     assert_eq!(slot.state(), TransferState::Pending);
-    assert!(slot.finish(TransferState::Failed, 0, "first".into()));
-    assert!(!slot.finish(TransferState::Timeout, 0, "second".into()));
+    assert!(slot.fail(TransferFailure::new("test", FailureKind::Device, "first")));
+    assert!(!slot.fail(TransferFailure::new("test", FailureKind::Timeout, "second")));
     assert_eq!(slot.state(), TransferState::Failed);
-    assert_eq!(slot.reason().as_deref(), Some("first"));
+    assert_eq!(slot.reason().as_deref(), Some("test: first"));
+    assert_eq!(slot.failure().map(|failure| failure.kind()), Some(FailureKind::Device));
 }
 
 proptest! {

@@ -118,8 +118,10 @@ impl<'e> AdxlClient<'e> {
                 TransferState::Completed => {}
                 TransferState::Timeout => return AdxlTransferStatus::Failed(AdxlStatus::TIMEOUT),
                 state if state.is_terminal() => {
-                    let reason = self.engine.task_reason(request.batch, task).ok().flatten().unwrap_or_default();
-                    return AdxlTransferStatus::Failed(AdxlStatus::from_reason(&reason));
+                    let failure = self.engine.task_failure(request.batch, task).ok().flatten();
+                    return AdxlTransferStatus::Failed(
+                        failure.as_ref().map_or(AdxlStatus::FAILED, AdxlStatus::of_failure),
+                    );
                 }
                 _ => waiting = true,
             }

@@ -26,11 +26,42 @@ use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
 use crate::metadata::{BufferDescriptor, MetadataOptions, MetadataService, SegmentDescriptor};
 use crate::transfer::{
-    BatchId, BufferSet, Opcode, Protocol, RegisteredBuffer, Segment, SegmentId, TaskSlot, Transfer, TransferRequest,
-    TransferState, TransferStatus,
+    BatchId, BufferSet, FailureKind, Opcode, Protocol, RangeError, RegisteredBuffer, Segment, SegmentId, TaskSlot,
+    Transfer, TransferFailure, TransferRequest, TransferState, TransferStatus,
 };
 use crate::transport::local::LocalTransport;
 use crate::transport::Transport;
+
+/// Why the engine refused a request before any transport saw it.
+#[derive(Debug, thiserror::Error)]
+enum RouteError {
+    /// The target segment id is not open.
+    #[error(transparent)]
+    Segment(EngineError),
+    /// The source range is not inside one registered local buffer.
+    #[error("source range is not inside one registered local buffer: {0}")]
+    Source(RangeError),
+    /// The target range is not inside one buffer of the target segment.
+    #[error("target range is not inside one buffer of segment {segment:?}: {error}")]
+    Target { segment: String, error: RangeError },
+    /// No transport of the request's protocol is installed.
+    #[error("protocol {protocol} has no transport in this engine for segment {segment:?}")]
+    NoTransport { protocol: Protocol, segment: String },
+}
+
+impl RouteError {
+    /// The failure of the rejected task, with Mooncake's code for the refusal.
+    fn failure(&self) -> TransferFailure {
+        let mooncake_code = match self {
+            RouteError::Segment(error) => error.mooncake_code(),
+            // ERR_ADDRESS_NOT_REGISTERED, as Mooncake answers a range outside the registered buffers.
+            RouteError::Source(_) | RouteError::Target { .. } => 3,
+            // ERR_NOT_SUPPORTED_TRANSPORT.
+            RouteError::NoTransport { .. } => 8,
+        };
+        TransferFailure::new("engine", FailureKind::Rejected, self.to_string()).with_mooncake_code(mooncake_code)
+    }
+}
 
 /// A Mooncake-compatible transfer engine.
 #[derive(Debug)]
@@ -385,9 +416,9 @@ impl TransferEngine {
                         let key = Arc::as_ptr(&transport) as *const ();
                         by_transport.entry(key).or_insert_with(|| (transport, Vec::new())).1.push(transfer);
                     }
-                    Err(reason) => {
-                        tracing::warn!(batch = batch_id.0, task = tasks.len(), %reason, "request rejected");
-                        tasks.push(Arc::new(TaskSlot::rejected(reason, batch.signal.clone())));
+                    Err(error) => {
+                        tracing::warn!(batch = batch_id.0, task = tasks.len(), %error, "request rejected");
+                        tasks.push(Arc::new(TaskSlot::rejected(error.failure(), batch.signal.clone())));
                     }
                 }
             }
@@ -402,17 +433,15 @@ impl TransferEngine {
         Ok(())
     }
 
-    /// Checks one request and picks its transport; the error is the task's failure reason.
-    fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), String> {
+    /// Checks one request and picks its transport; the error becomes the task's failure.
+    fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
         let protocol = request.protocol.unwrap_or(self.config.protocol);
-        let target = self.segment(request.target_id).map_err(|error| error.to_string())?;
-        read(&self.memory)
-            .find_containing(request.source, request.length)
-            .map_err(|error| format!("source range is not inside one registered local buffer: {error}"))?;
+        let target = self.segment(request.target_id).map_err(RouteError::Segment)?;
+        read(&self.memory).find_containing(request.source, request.length).map_err(RouteError::Source)?;
         target
             .buffers
             .find_containing(request.target_offset, request.length)
-            .map_err(|error| format!("target range is not inside one buffer of segment {:?}: {error}", target.name))?;
+            .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
         if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
             return Ok((self.local_transport.clone(), target));
@@ -420,7 +449,7 @@ impl TransferEngine {
         if let Some(transport) = read(&self.transports).get(&protocol) {
             return Ok((transport.clone(), target));
         }
-        Err(format!("protocol {protocol} has no transport in this engine for segment {:?}", target.name))
+        Err(RouteError::NoTransport { protocol, segment: target.name.clone() })
     }
 
     /// Status of one task (index in submission order).
@@ -434,6 +463,11 @@ impl TransferEngine {
     /// Why a task failed or timed out, if it did.
     pub fn task_reason(&self, batch_id: BatchId, task: usize) -> Result<Option<String>> {
         Ok(self.task(batch_id, task)?.reason())
+    }
+
+    /// Why a task failed or timed out, as the typed failure its path recorded.
+    pub fn task_failure(&self, batch_id: BatchId, task: usize) -> Result<Option<TransferFailure>> {
+        Ok(self.task(batch_id, task)?.failure())
     }
 
     /// What a finished task recorded about how it was carried.

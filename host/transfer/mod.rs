@@ -10,6 +10,7 @@
 
 pub mod completion;
 pub mod descriptor;
+pub mod failure;
 pub mod memory;
 pub mod protocol;
 pub mod request;
@@ -19,6 +20,7 @@ pub mod validated;
 
 pub use completion::{CompletionPoller, CompletionSignal};
 pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
+pub use failure::{CodeFamily, FailureKind, PathCode, TransferFailure};
 pub use memory::{BufferSet, RangeError, RegisteredBuffer};
 pub use protocol::{Protocol, ProtocolParseError, MOONCAKE_ONLY_PROTOCOLS};
 pub use request::{BatchId, Opcode, SegmentId, TransferRequest, TransferState, TransferStatus};

@@ -5,6 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use super::completion::CompletionSignal;
+use super::failure::TransferFailure;
 use super::request::TransferState;
 use crate::evidence::TransferEvidence;
 
@@ -12,7 +13,7 @@ use crate::evidence::TransferEvidence;
 ///
 /// The state moves once from WAITING/PENDING to a terminal state; the first terminal write wins, so a late
 /// completion after the watchdog declared TIMEOUT changes nothing. Terminal writes take a small lock so the byte
-/// count, reason and evidence are always those of the winning write; readers of the state never take it.
+/// count, failure and evidence are always those of the winning write; readers of the state never take it.
 #[derive(Debug)]
 pub struct TaskSlot {
     state: AtomicU32,
@@ -27,7 +28,7 @@ pub struct TaskSlot {
 
 #[derive(Debug, Default)]
 struct Outcome {
-    reason: Option<String>,
+    failure: Option<TransferFailure>,
     evidence: Option<TransferEvidence>,
 }
 
@@ -45,10 +46,10 @@ impl TaskSlot {
         }
     }
 
-    /// A slot already FAILED with `reason` (a request the engine rejected before any transport saw it).
-    pub fn rejected(reason: String, signal: Arc<CompletionSignal>) -> Self {
+    /// A slot already failed with `failure` (a request the engine rejected before any transport saw it).
+    pub fn rejected(failure: TransferFailure, signal: Arc<CompletionSignal>) -> Self {
         let slot = TaskSlot::new(Instant::now(), signal);
-        slot.finish(TransferState::Failed, 0, reason);
+        slot.fail(failure);
         slot
     }
 
@@ -61,7 +62,7 @@ impl TaskSlot {
     pub fn state_at(&self, now: Instant) -> TransferState {
         let state = TransferState::from_raw(self.state.load(Ordering::Acquire));
         if !state.is_terminal() && now >= self.deadline {
-            self.finish(TransferState::Timeout, 0, "no completion within the transfer timeout (host watchdog)".into());
+            self.fail(TransferFailure::watchdog());
             return TransferState::from_raw(self.state.load(Ordering::Acquire));
         }
         state
@@ -73,8 +74,13 @@ impl TaskSlot {
     }
 
     /// Why the task failed or timed out, if it did.
+    pub fn failure(&self) -> Option<TransferFailure> {
+        self.lock_outcome().failure.clone()
+    }
+
+    /// The failure rendered as text ([`TransferFailure::report`]), if the task failed or timed out.
     pub fn reason(&self) -> Option<String> {
-        self.lock_outcome().reason.clone()
+        self.lock_outcome().failure.as_ref().map(TransferFailure::report)
     }
 
     /// What the transport recorded about how it carried the task.
@@ -112,14 +118,15 @@ impl TaskSlot {
         self.transition(TransferState::Completed, bytes, None, Some(evidence))
     }
 
-    /// Records a failure or timeout with its reason. Returns false if the task was already terminal.
-    pub fn finish(&self, state: TransferState, bytes: u64, reason: String) -> bool {
-        self.transition(state, bytes, Some(reason), None)
+    /// Records a failure or timeout (the state comes from the failure). Returns false if the task was already
+    /// terminal.
+    pub fn fail(&self, failure: TransferFailure) -> bool {
+        self.transition(failure.state(), 0, Some(failure), None)
     }
 
     /// Records a failure or timeout together with what the transport saw on the way.
-    pub fn fail_with_evidence(&self, state: TransferState, reason: String, evidence: TransferEvidence) -> bool {
-        self.transition(state, 0, Some(reason), Some(evidence))
+    pub fn fail_with_evidence(&self, failure: TransferFailure, evidence: TransferEvidence) -> bool {
+        self.transition(failure.state(), 0, Some(failure), Some(evidence))
     }
 
     fn lock_outcome(&self) -> std::sync::MutexGuard<'_, Outcome> {
@@ -130,7 +137,7 @@ impl TaskSlot {
         &self,
         to: TransferState,
         bytes: u64,
-        reason: Option<String>,
+        failure: Option<TransferFailure>,
         evidence: Option<TransferEvidence>,
     ) -> bool {
         debug_assert!(to.is_terminal());
@@ -138,7 +145,7 @@ impl TaskSlot {
         if TransferState::from_raw(self.state.load(Ordering::Acquire)).is_terminal() {
             return false;
         }
-        outcome.reason = reason;
+        outcome.failure = failure;
         outcome.evidence = evidence;
         self.transferred.store(bytes, Ordering::Release);
         // Release: a reader that sees the terminal state also sees the byte count stored above.

@@ -38,7 +38,9 @@ use crate::evidence::{Actor, TransferEvidence};
 use crate::kernel_abi::{
     piece_count, pieces, ChannelRecord, FlagArea, SdmaSqe, SqIndex, SDMA_DOORBELL_OFFSET, SDMA_MAX_SQE_BYTES, SQE_BYTES,
 };
-use crate::transfer::{Segment, SegmentId, TaskSlot, Transfer, TransferState};
+use crate::transfer::{
+    CodeFamily, FailureKind, Segment, SegmentId, TaskSlot, Transfer, TransferFailure, TransferState,
+};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -78,9 +80,28 @@ impl AdxlStatus {
         }
     }
 
-    /// The reason recorded with a task: `adxl: <NAME> (<code>): <detail>`.
-    pub fn reason(self, detail: &str) -> String {
-        format!("adxl: {} ({}): {detail}", self.name(), self.0)
+    /// The task failure of a transfer that ended with this status; renders as `adxl: <NAME> (<code>): <detail>`.
+    pub fn failure(self, detail: impl Into<String>) -> TransferFailure {
+        let kind = match self {
+            AdxlStatus::TIMEOUT => FailureKind::Timeout,
+            AdxlStatus::PARAM_INVALID => FailureKind::InvalidRequest,
+            AdxlStatus::NOT_CONNECTED => FailureKind::Unreachable,
+            _ => FailureKind::Device,
+        };
+        self.failure_of(kind, detail)
+    }
+
+    /// As [`AdxlStatus::failure`], of a kind the status alone does not tell (a shutdown, a lost peer).
+    pub fn failure_of(self, kind: FailureKind, detail: impl Into<String>) -> TransferFailure {
+        TransferFailure::new("adxl", kind, detail).with_code(CodeFamily::Adxl, i64::from(self.0), self.name())
+    }
+
+    /// The status a task failure of this transport carries; FAILED for a failure without an ADXL code.
+    pub fn of_failure(failure: &TransferFailure) -> AdxlStatus {
+        failure
+            .code_of(CodeFamily::Adxl)
+            .and_then(|code| i32::try_from(code).ok())
+            .map_or(AdxlStatus::FAILED, AdxlStatus)
     }
 }
 
@@ -269,7 +290,7 @@ impl AdxlTransport {
     /// Resolves one transfer into a job, or finishes it with the ADXL status that refuses it.
     fn job(&self, transfer: Transfer, last_peer: &mut Option<(Arc<Segment>, Arc<Peer>)>) -> Option<Job> {
         let shared = &self.shared;
-        match shared.windows.resolve_with("adxl", &transfer, last_peer) {
+        match shared.windows.resolve_with(&transfer, last_peer) {
             Ok(Resolved { src, dst, .. }) => {
                 let mut api_calls = 0;
                 if transfer.target.id != SegmentId::LOCAL {
@@ -297,17 +318,20 @@ impl AdxlTransport {
                         job.sqes(),
                         shared.sq_depth
                     );
-                    job.slot.finish(TransferState::Failed, 0, AdxlStatus::PARAM_INVALID.reason(&detail));
+                    job.slot.fail(AdxlStatus::PARAM_INVALID.failure(detail));
                     return None;
                 }
                 Some(job)
             }
             Err(error) => {
-                let status = match error {
-                    ResolveError::Range(_) => AdxlStatus::PARAM_INVALID,
-                    ResolveError::Import(_) | ResolveError::Lost(_) => AdxlStatus::NOT_CONNECTED,
+                let failure = match error {
+                    ResolveError::Range(_) => AdxlStatus::PARAM_INVALID.failure(error.reason()),
+                    ResolveError::Import(_) => AdxlStatus::NOT_CONNECTED.failure(error.reason()),
+                    ResolveError::Lost(_) => {
+                        AdxlStatus::NOT_CONNECTED.failure_of(FailureKind::PeerLost, error.reason())
+                    }
                 };
-                transfer.slot.finish(status.task_state(), 0, status.reason(error.reason()));
+                transfer.slot.fail(failure);
                 None
             }
         }
@@ -330,7 +354,7 @@ impl Transport for AdxlTransport {
         let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
-                transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
+                transfer.slot.fail(AdxlStatus::FAILED.failure(reason.clone()));
             }
             return;
         }
@@ -362,7 +386,7 @@ impl Drop for AdxlTransport {
             let _ = thread.join();
         }
         for job in self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
-            job.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason("transport shut down"));
+            job.slot.fail(AdxlStatus::FAILED.failure_of(FailureKind::Shutdown, "transport shut down"));
         }
     }
 }
@@ -515,7 +539,7 @@ impl Worker {
                         (None, AdxlStatus::FAILED) => "the SDMA channel stopped".to_owned(),
                         _ => format!("completion flag not seen within {:?}", self.shared.timeout),
                     };
-                    job.slot.fail_with_evidence(status.task_state(), status.reason(&detail), evidence);
+                    job.slot.fail_with_evidence(status.failure(detail), evidence);
                 }
             }
         }
@@ -571,27 +595,23 @@ pub fn default_hixl_host(environment: &dyn Environment, local_hostname: &str) ->
     }
 }
 
-impl AdxlStatus {
-    /// The status a task reason written by this transport carries (`adxl: NAME (code): ...`); FAILED for any other.
-    pub fn from_reason(reason: &str) -> AdxlStatus {
-        reason
-            .strip_prefix("adxl: ")
-            .and_then(|rest| rest.split_once(" (")?.1.split_once(')'))
-            .and_then(|(code, _)| code.parse::<i32>().ok())
-            .map_or(AdxlStatus::FAILED, AdxlStatus)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn status_codes_round_trip_through_task_reasons() {
+    fn status_codes_round_trip_through_task_failures() {
         for status in [AdxlStatus::PARAM_INVALID, AdxlStatus::TIMEOUT, AdxlStatus::NOT_CONNECTED, AdxlStatus::FAILED] {
-            assert_eq!(AdxlStatus::from_reason(&status.reason("detail (with parentheses)")), status);
+            let failure = status.failure("detail (with parentheses)");
+            assert_eq!(AdxlStatus::of_failure(&failure), status);
+            assert_eq!(failure.state(), status.task_state());
+            assert_eq!(
+                failure.to_string(),
+                format!("adxl: {} ({}): detail (with parentheses)", status.name(), status.0)
+            );
         }
-        assert_eq!(AdxlStatus::from_reason("tcp: connection refused"), AdxlStatus::FAILED);
+        let tcp = crate::transfer::TransferFailure::new("tcp", crate::transfer::FailureKind::Network, "refused");
+        assert_eq!(AdxlStatus::of_failure(&tcp), AdxlStatus::FAILED, "a failure without an ADXL code is FAILED");
         assert_eq!(AdxlStatus::TIMEOUT.task_state(), TransferState::Timeout);
         assert_eq!(AdxlStatus::NOT_CONNECTED.task_state(), TransferState::Failed);
         assert_eq!(AdxlStatus(7).name(), "status 7");

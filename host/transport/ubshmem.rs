@@ -24,7 +24,7 @@ use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::kernel_abi::{even_piece_count, even_pieces};
-use crate::transfer::{TaskSlot, Transfer, TransferState};
+use crate::transfer::{FailureKind, TaskSlot, Transfer, TransferFailure};
 
 /// Streams one transfer is spread over (Mooncake's UBShmem uses 4).
 pub const STREAMS_PER_TRANSFER: usize = 4;
@@ -177,7 +177,7 @@ impl Transport for UbshmemTransport {
                 Some(Ok(pool)) => pool.shared.clone(),
                 Some(Err(reason)) => {
                     for transfer in transfers {
-                        transfer.slot.finish(TransferState::Failed, 0, format!("ubshmem: {reason}"));
+                        transfer.slot.fail(TransferFailure::new("ubshmem", FailureKind::Device, reason.clone()));
                     }
                     return;
                 }
@@ -187,12 +187,12 @@ impl Transport for UbshmemTransport {
         let mut jobs = Vec::with_capacity(transfers.len());
         let mut last_peer = None;
         for transfer in transfers {
-            match shared.windows.resolve_with("ubshmem", &transfer, &mut last_peer) {
+            match shared.windows.resolve_with(&transfer, &mut last_peer) {
                 Ok(Resolved { src, dst, .. }) => {
                     jobs.push(Job { slot: transfer.slot, src, dst, length: transfer.length, submit_cpu_ns: 0 })
                 }
                 Err(error) => {
-                    transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
+                    transfer.slot.fail(error.failure("ubshmem"));
                 }
             }
         }
@@ -222,7 +222,7 @@ impl Drop for UbshmemTransport {
             let _ = worker.join();
         }
         for job in pool.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
-            job.slot.finish(TransferState::Failed, 0, "ubshmem: transport shut down".into());
+            job.slot.fail(TransferFailure::new("ubshmem", FailureKind::Shutdown, "transport shut down"));
         }
     }
 }
@@ -288,13 +288,16 @@ impl Shared {
             *cpu_mark = thread_cpu_time_ns();
             let cpu = cpu_mark.saturating_sub(cpu_started) + carried;
             job.slot.fail_with_evidence(
-                TransferState::Timeout,
-                format!("ubshmem: no {pieces} free streams in the pool within {:?}", self.timeout),
+                TransferFailure::new(
+                    "ubshmem",
+                    FailureKind::Resources,
+                    format!("no {pieces} free streams in the pool within {:?}", self.timeout),
+                ),
                 evidence(0, cpu),
             );
             return;
         };
-        let mut failure: Option<(TransferState, String)> = None;
+        let mut failure: Option<TransferFailure> = None;
         let mut used = 0;
         for (&stream, (offset, length)) in
             streams.iter().zip(even_pieces(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER))
@@ -303,7 +306,7 @@ impl Shared {
             self.copies.fetch_add(1, Ordering::Relaxed);
             used += 1;
             if let Err(error) = self.streams[stream].memcpy_async(job.dst + offset, job.src + offset, length) {
-                failure = Some((TransferState::Failed, format!("ubshmem: memcpy_async: {error}")));
+                failure = Some(TransferFailure::new("ubshmem", FailureKind::Device, "memcpy_async").with_source(error));
                 break;
             }
         }
@@ -315,19 +318,19 @@ impl Shared {
             match self.streams[stream].synchronize(self.timeout) {
                 Ok(()) => {}
                 Err(error @ DeviceError::Timeout { waited, .. }) => {
-                    failure.get_or_insert((
-                        TransferState::Timeout,
+                    failure.get_or_insert(TransferFailure::new(
+                        "ubshmem",
+                        FailureKind::Timeout,
                         format!(
-                            "ubshmem: stream {stream} of the pool: synchronisation did not finish within {waited:?} \
-                             ({error})"
+                            "stream {stream} of the pool: synchronisation did not finish within {waited:?} ({error})"
                         ),
                     ));
                 }
                 Err(error) => {
-                    failure.get_or_insert((
-                        TransferState::Failed,
-                        format!("ubshmem: stream {stream} of the pool: {error}"),
-                    ));
+                    failure.get_or_insert(
+                        TransferFailure::new("ubshmem", FailureKind::Device, format!("stream {stream} of the pool"))
+                            .with_source(error),
+                    );
                 }
             }
         }
@@ -340,9 +343,9 @@ impl Shared {
             None => {
                 job.slot.complete(job.length, evidence(api_calls, cpu));
             }
-            Some((state, reason)) => {
+            Some(failure) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                job.slot.fail_with_evidence(state, reason, evidence(api_calls, cpu));
+                job.slot.fail_with_evidence(failure, evidence(api_calls, cpu));
             }
         }
     }

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
 use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
-use crate::transfer::{Opcode, Segment, SegmentId};
+use crate::transfer::{FailureKind, Opcode, Segment, SegmentId, TransferFailure};
 
 /// The next [`Peer::id`].
 static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
@@ -96,6 +96,16 @@ impl ResolveError {
             ResolveError::Range(reason) | ResolveError::Import(reason) | ResolveError::Lost(reason) => reason,
         }
     }
+
+    /// The task failure of a transfer that `path` could not resolve.
+    pub fn failure(&self, path: &'static str) -> TransferFailure {
+        let kind = match self {
+            ResolveError::Range(_) => FailureKind::InvalidRequest,
+            ResolveError::Import(_) => FailureKind::Unreachable,
+            ResolveError::Lost(_) => FailureKind::PeerLost,
+        };
+        TransferFailure::new(path, kind, self.reason())
+    }
 }
 
 /// Both ends of a transfer in the executing device's view, and the peer it reaches.
@@ -123,17 +133,15 @@ impl PeerWindows {
         PeerWindows { device, peers: Mutex::new(HashMap::new()) }
     }
 
-    /// Both ends of `transfer` in the executing device's view, or why not; reasons start with `path` (the
-    /// transport's name).
-    pub fn resolve(&self, path: &str, transfer: &Transfer) -> Result<Resolved, ResolveError> {
-        self.resolve_with(path, transfer, &mut None)
+    /// Both ends of `transfer` in the executing device's view, or why not (see [`ResolveError::failure`]).
+    pub fn resolve(&self, transfer: &Transfer) -> Result<Resolved, ResolveError> {
+        self.resolve_with(transfer, &mut None)
     }
 
     /// As [`PeerWindows::resolve`], remembering the last segment's peer in `last`: the transfers of one submit
     /// usually target one segment, and the peer table is a lock and a hash lookup per transfer otherwise.
     pub fn resolve_with(
         &self,
-        path: &str,
         transfer: &Transfer,
         last: &mut Option<(Arc<Segment>, Arc<Peer>)>,
     ) -> Result<Resolved, ResolveError> {
@@ -141,7 +149,7 @@ impl PeerWindows {
         let length = transfer.length;
         if !device.is_own_memory(transfer.local_addr, length) {
             return Err(ResolveError::Range(format!(
-                "{path}: local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
+                "local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
                  engine.device()?.allocate() and register it)",
                 transfer.local_addr,
                 device.backend_name(),
@@ -152,7 +160,7 @@ impl PeerWindows {
         let remote = if transfer.target.id == SegmentId::LOCAL {
             if !device.is_own_memory(transfer.remote_addr, length) {
                 return Err(ResolveError::Range(format!(
-                    "{path}: target range [{:#x}, +{length}) of this engine's own segment is not device memory",
+                    "target range [{:#x}, +{length}) of this engine's own segment is not device memory",
                     transfer.remote_addr
                 )));
             }
@@ -161,13 +169,13 @@ impl PeerWindows {
             let peer = match last {
                 Some((segment, peer)) if Arc::ptr_eq(segment, &transfer.target) => peer,
                 _ => {
-                    let peer = self.peer(path, &transfer.target).map_err(ResolveError::Import)?;
+                    let peer = self.peer(&transfer.target).map_err(ResolveError::Import)?;
                     &last.insert((transfer.target.clone(), peer)).1
                 }
             };
             if let Some(reason) = peer.lost_reason() {
                 return Err(ResolveError::Lost(format!(
-                    "{path}: peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
+                    "peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
                     transfer.target.name
                 )));
             }
@@ -183,16 +191,16 @@ impl PeerWindows {
                 })
                 .ok_or_else(|| {
                     ResolveError::Range(format!(
-                        "{path}: target range [{:#x}, +{length}) is in no exported region of segment {:?}",
+                        "target range [{:#x}, +{length}) is in no exported region of segment {:?}",
                         transfer.remote_addr, transfer.target.name
                     ))
                 })?;
             let window = window.as_ref().map_err(|error| {
-                ResolveError::Import(format!("{path}: import of segment {:?} failed: {error}", transfer.target.name))
+                ResolveError::Import(format!("import of segment {:?} failed: {error}", transfer.target.name))
             })?;
             let remote = device.translate(window, transfer.remote_addr, length).ok_or_else(|| {
                 ResolveError::Range(format!(
-                    "{path}: target range [{:#x}, +{length}) does not translate through the window of export {}",
+                    "target range [{:#x}, +{length}) does not translate through the window of export {}",
                     transfer.remote_addr, region.export_id
                 ))
             })?;
@@ -207,7 +215,7 @@ impl PeerWindows {
     }
 
     /// The imported windows of a peer segment, parsed and imported once per descriptor version.
-    fn peer(&self, path: &str, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
+    fn peer(&self, segment: &Arc<Segment>) -> Result<Arc<Peer>, String> {
         let mut peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(peer) = peers.get(&segment.name) {
             // The weak reference keeps the segment's allocation, so equal addresses mean the same descriptor version
@@ -217,23 +225,18 @@ impl PeerWindows {
             }
         }
         // Once per descriptor version: imports (socket I/O on the twin) and a probe of the exporter may block.
-        crate::cpu_time::may_sleep(|| self.import_peer(path, segment, &mut peers))
+        crate::cpu_time::may_sleep(|| self.import_peer(segment, &mut peers))
     }
 
     /// Parses a segment's advertisement, imports its regions, probes the exporter, and caches the peer.
-    fn import_peer(
-        &self,
-        path: &str,
-        segment: &Arc<Segment>,
-        peers: &mut HashMap<String, Arc<Peer>>,
-    ) -> Result<Arc<Peer>, String> {
+    fn import_peer(&self, segment: &Arc<Segment>, peers: &mut HashMap<String, Arc<Peer>>) -> Result<Arc<Peer>, String> {
         let value = segment
             .descriptor
             .aiv
             .clone()
-            .ok_or_else(|| format!("{path}: segment {:?} advertises no aiv device", segment.name))?;
+            .ok_or_else(|| format!("segment {:?} advertises no aiv device", segment.name))?;
         let advertisement: DeviceAdvertisement = serde_json::from_value(value)
-            .map_err(|error| format!("{path}: segment {:?} has an unreadable aiv object: {error}", segment.name))?;
+            .map_err(|error| format!("segment {:?} has an unreadable aiv object: {error}", segment.name))?;
         let mut windows = Vec::new();
         for region in &advertisement.regions {
             // A region that cannot be imported fails only the transfers that reach it.

@@ -273,6 +273,7 @@ pub fn pattern(seed: u8, length: usize) -> Vec<u8> {
 pub struct Outcome {
     pub states: Vec<TransferState>,
     pub reasons: Vec<Option<String>>,
+    pub failures: Vec<Option<aiv_transport::transfer::TransferFailure>>,
     pub evidence: Vec<Option<aiv_transport::evidence::TransferEvidence>>,
     pub elapsed: Duration,
 }
@@ -287,6 +288,7 @@ pub fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> Outcome {
     let outcome = Outcome {
         states: (0..n).map(|t| engine.transfer_status(batch, t).expect("status").state).collect(),
         reasons: (0..n).map(|t| engine.task_reason(batch, t).expect("reason")).collect(),
+        failures: (0..n).map(|t| engine.task_failure(batch, t).expect("failure")).collect(),
         evidence: (0..n).map(|t| engine.task_evidence(batch, t).expect("evidence")).collect(),
         elapsed,
     };

@@ -40,7 +40,7 @@ use super::{AdxlStatus, Shared};
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::device::DeviceAdvertisement;
 use crate::evidence::{Actor, TransferEvidence};
-use crate::transfer::{Opcode, TaskSlot, TransferState};
+use crate::transfer::{Opcode, TaskSlot};
 use crate::transport::Transfer;
 
 /// Most entries in one HiXL batch (the library allows 4096 unqueried transfers per client).
@@ -208,7 +208,7 @@ impl HixlPath {
         let section = Section::start();
         if let Err(reason) = self.ensure_worker() {
             for transfer in transfers {
-                transfer.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason(&reason));
+                transfer.slot.fail(AdxlStatus::FAILED.failure(reason.clone()));
             }
             return;
         }
@@ -216,7 +216,7 @@ impl HixlPath {
         let mut jobs = Vec::with_capacity(transfers.len());
         for transfer in transfers {
             let refuse = |status: AdxlStatus, detail: String| {
-                transfer.slot.finish(status.task_state(), 0, status.reason(&detail));
+                transfer.slot.fail(status.failure(detail));
             };
             if !device.is_own_memory(transfer.local_addr, transfer.length) {
                 refuse(
@@ -282,7 +282,7 @@ impl Drop for HixlPath {
             let _ = thread.join();
         }
         for job in self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
-            job.slot.finish(TransferState::Failed, 0, AdxlStatus::FAILED.reason("transport shut down"));
+            job.slot.fail(AdxlStatus::FAILED.failure_of(crate::transfer::FailureKind::Shutdown, "transport shut down"));
         }
         let _ = self.state.shared.device.bind_thread();
         drop(self.server.lock().unwrap_or_else(|p| p.into_inner()).take());
@@ -430,11 +430,7 @@ impl Worker {
                         job.slot.complete(job.length, evidence(&job, calls, share));
                     }
                     Err((status, detail)) => {
-                        job.slot.fail_with_evidence(
-                            status.task_state(),
-                            status.reason(detail),
-                            evidence(&job, calls, share),
-                        );
+                        job.slot.fail_with_evidence(status.failure(detail.clone()), evidence(&job, calls, share));
                     }
                 }
             }

@@ -15,7 +15,7 @@ use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
-use crate::transfer::{CompletionPoller, TransferState};
+use crate::transfer::{CodeFamily, CompletionPoller, FailureKind, TransferFailure};
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
 /// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
@@ -192,55 +192,39 @@ impl Inner {
             host_cpu_ns: drain_share,
         };
         let syndrome = Syndrome(entry.syndrome.get());
+        let status = DcqStatus(entry.status.get());
         let channel = block.index;
-        match DcqStatus(entry.status.get()) {
+        let failure = |kind: FailureKind, message: String| {
+            TransferFailure::new("aiv", kind, message).with_code(
+                CodeFamily::DcqStatus,
+                i64::from(status.0),
+                status.name(),
+            )
+        };
+        let failure = match status {
             DcqStatus::COMPLETED if entry.bytes.get() == transfer.length => {
                 transfer.slot.complete(transfer.length, evidence);
+                return;
             }
-            DcqStatus::COMPLETED => {
-                transfer.slot.fail_with_evidence(
-                    TransferState::Failed,
-                    format!("aiv: kernel reported {} of {} bytes", entry.bytes.get(), transfer.length),
-                    evidence,
-                );
-            }
-            DcqStatus::FAILED => {
-                transfer.slot.fail_with_evidence(
-                    TransferState::Failed,
-                    format!("aiv: kernel rejected the request on block {channel}: {}", syndrome.describe()),
-                    evidence,
-                );
-            }
-            status @ (DcqStatus::TIMEOUT | DcqStatus::ABORTED) => match exception {
-                Some(exception) => {
-                    transfer.slot.fail_with_evidence(TransferState::Failed, format!("aiv: {exception}"), evidence);
-                }
-                None if status == DcqStatus::TIMEOUT => {
-                    transfer.slot.fail_with_evidence(
-                        TransferState::Timeout,
-                        format!(
-                            "aiv: block {channel}: {} (no SDMA exception recorded on the channel)",
-                            syndrome.describe()
-                        ),
-                        evidence,
-                    );
-                }
-                None => {
-                    transfer.slot.fail_with_evidence(
-                        TransferState::Failed,
-                        format!("aiv: block {channel}: aborted: {}", syndrome.describe()),
-                        evidence,
-                    );
-                }
+            DcqStatus::COMPLETED => failure(
+                FailureKind::Kernel,
+                format!("kernel reported {} of {} bytes", entry.bytes.get(), transfer.length),
+            ),
+            DcqStatus::FAILED => failure(
+                FailureKind::InvalidRequest,
+                format!("kernel rejected the request on block {channel}: {}", syndrome.describe()),
+            ),
+            DcqStatus::TIMEOUT | DcqStatus::ABORTED => match exception {
+                Some(exception) => failure(FailureKind::Device, exception.to_string()),
+                None if status == DcqStatus::TIMEOUT => failure(
+                    FailureKind::Timeout,
+                    format!("block {channel}: {} (no SDMA exception recorded on the channel)", syndrome.describe()),
+                ),
+                None => failure(FailureKind::Aborted, format!("block {channel}: aborted: {}", syndrome.describe())),
             },
-            other => {
-                transfer.slot.fail_with_evidence(
-                    TransferState::Failed,
-                    format!("aiv: block {channel}: device wrote {}", other.name()),
-                    evidence,
-                );
-            }
-        }
+            other => failure(FailureKind::Kernel, format!("block {channel}: device wrote {}", other.name())),
+        };
+        transfer.slot.fail_with_evidence(failure, evidence);
     }
 
     /// After a failed group: reset the channel and let the halted block resume.

@@ -47,7 +47,7 @@ use super::Transport;
 use crate::config::LaunchMode;
 use crate::cpu_time::CpuCarry;
 use crate::device::{DeviceBackend, DeviceError, Launch, SharedMemory};
-use crate::transfer::{CompletionPoller, Transfer, TransferState};
+use crate::transfer::{CompletionPoller, FailureKind, Transfer, TransferFailure};
 use block::HostBlock;
 
 /// Counters of the transport as a whole (not per transfer).
@@ -208,7 +208,7 @@ impl Drop for AivTransport {
         // Transfers still in flight end now rather than at their deadline.
         for block in &inner.blocks {
             for transfer in block.inflight_map().drain() {
-                transfer.slot.finish(TransferState::Failed, 0, "aiv: transport shut down".into());
+                transfer.slot.fail(TransferFailure::new("aiv", FailureKind::Shutdown, "transport shut down"));
             }
         }
         inner.device.wake_kernel_waiters();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use super::inflight::InFlight;
 use super::Inner;
-use crate::transfer::TransferState;
+use crate::transfer::{FailureKind, TransferFailure};
 use crate::transport::window::Peer;
 
 impl Inner {
@@ -28,7 +28,11 @@ impl Inner {
     fn fail_pending_to(&self, peer: &Arc<Peer>) {
         let reason = peer.lost_reason().unwrap_or_default();
         tracing::warn!(segment = %peer.name(), %reason, "aiv peer lost");
-        let message = format!("aiv: peer segment {:?} lost while the transfer was pending: {reason}", peer.name());
+        let failure = TransferFailure::new(
+            "aiv",
+            FailureKind::PeerLost,
+            format!("peer segment {:?} lost while the transfer was pending: {reason}", peer.name()),
+        );
         let reaches = |inflight: &InFlight| inflight.peer == Some(peer.id());
         let mut failed = 0usize;
         // Backlog before the in-flight map: an entry moves from the first to the second, so none is missed.
@@ -36,11 +40,11 @@ impl Inner {
             {
                 let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
                 for (_, inflight) in producer.backlog.iter().filter(|(_, inflight)| reaches(inflight)) {
-                    failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
+                    failed += usize::from(inflight.slot.fail(failure.clone()));
                 }
             }
             for inflight in block.inflight_map().iter().filter(|inflight| reaches(inflight)) {
-                failed += usize::from(inflight.slot.finish(TransferState::Failed, 0, message.clone()));
+                failed += usize::from(inflight.slot.fail(failure.clone()));
             }
         }
         tracing::warn!(segment = %peer.name(), failed, "pending transfers to a lost peer failed");

@@ -16,7 +16,7 @@ use crate::config::LaunchMode;
 use crate::cpu_time::Section;
 use crate::device::DeviceBackend;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
-use crate::transfer::{Opcode, Transfer, TransferState};
+use crate::transfer::{Opcode, Transfer};
 use crate::transport::window::Resolved;
 
 /// The calling thread's home block (before taking it modulo the block count): assigned round-robin from `next` the
@@ -115,10 +115,10 @@ impl Inner {
             for transfer in transfers.by_ref().take(run_length) {
                 let id = next_id;
                 next_id += 1;
-                let Resolved { src, dst, peer } = match self.windows.resolve_with("aiv", &transfer, &mut last_peer) {
+                let Resolved { src, dst, peer } = match self.windows.resolve_with(&transfer, &mut last_peer) {
                     Ok(resolved) => resolved,
                     Err(error) => {
-                        transfer.slot.finish(TransferState::Failed, 0, error.reason().to_owned());
+                        transfer.slot.fail(error.failure("aiv"));
                         continue;
                     }
                 };

@@ -24,7 +24,7 @@ use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
 use crate::evidence::{Actor, TransferEvidence};
-use crate::transfer::{Opcode, TransferState};
+use crate::transfer::{FailureKind, Opcode, TransferFailure};
 use crate::transport::Transfer;
 
 /// Tunables of the client.
@@ -102,18 +102,20 @@ impl Job {
         self.transfer.slot.complete(self.transfer.length, evidence);
     }
 
-    fn fail(self, state: TransferState, reason: String) {
-        self.transfer.slot.finish(state, 0, reason);
+    fn fail(self, failure: TransferFailure) {
+        self.transfer.slot.fail(failure);
     }
 }
 
-fn failure_state(error: &io::Error) -> TransferState {
-    if error.kind() == io::ErrorKind::TimedOut {
-        TransferState::Timeout
-    } else {
-        TransferState::Failed
-    }
+/// The task failure of a transfer lost to `error` on the wire: a timeout when the I/O timed out, a network failure
+/// otherwise (Mooncake's `ERR_SOCKET`).
+fn network_failure(error: &io::Error, message: String) -> TransferFailure {
+    let kind = if error.kind() == io::ErrorKind::TimedOut { FailureKind::Timeout } else { FailureKind::Network };
+    TransferFailure::new("tcp", kind, message).with_mooncake_code(MOONCAKE_ERR_SOCKET)
 }
+
+/// Mooncake's `ERR_SOCKET` (-102), as a magnitude like [`crate::EngineError::mooncake_code`].
+const MOONCAKE_ERR_SOCKET: i32 = 102;
 
 #[derive(Debug)]
 struct ClientShared {
@@ -167,8 +169,12 @@ impl TcpClient {
             Err(error) => {
                 for job in jobs {
                     job.fail(
-                        TransferState::Failed,
-                        format!("tcp: cannot start lanes to {}:{}: {error}", key.host, key.port),
+                        TransferFailure::new(
+                            "tcp",
+                            FailureKind::Network,
+                            format!("cannot start lanes to {}:{}: {error}", key.host, key.port),
+                        )
+                        .with_mooncake_code(MOONCAKE_ERR_SOCKET),
                     );
                 }
                 return;
@@ -338,7 +344,7 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
         };
         if shared.stopping.load(Ordering::SeqCst) {
             for job in jobs {
-                job.fail(TransferState::Failed, "tcp: transport stopped".into());
+                job.fail(TransferFailure::new("tcp", FailureKind::Shutdown, "transport stopped"));
             }
             return;
         }
@@ -359,9 +365,9 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
                 Ok(fresh) => connection = Some(fresh),
                 Err(error) => {
                     tracing::warn!(host = %lane.key.host, port = lane.key.port, %error, "tcp: connect failed");
-                    let reason = format!("tcp: connect to {}:{}: {error}", lane.key.host, lane.key.port);
+                    let reason = format!("connect to {}:{}: {error}", lane.key.host, lane.key.port);
                     for job in jobs {
-                        job.fail(failure_state(&error), reason.clone());
+                        job.fail(network_failure(&error, reason.clone()));
                     }
                     continue;
                 }
@@ -416,7 +422,11 @@ fn send_group(
                 let expected = Expected { job, version, writer_cpu_share: share.clone() };
                 if let Err(mpsc::SendError(expected)) = connection.expect.send(expected) {
                     connection.outstanding.fetch_sub(1, Ordering::AcqRel);
-                    expected.job.fail(TransferState::Failed, "tcp: the connection's reply reader has stopped".into());
+                    expected.job.fail(TransferFailure::new(
+                        "tcp",
+                        FailureKind::Network,
+                        "the connection's reply reader has stopped",
+                    ));
                 }
             } else {
                 sent_without_reply.push(job);
@@ -432,9 +442,9 @@ fn send_group(
         share.store(now.saturating_sub(cpu_mark) / count as u64, Ordering::Release);
         cpu_mark = now;
         if let Err(error) = sent {
-            let reason = format!("tcp: send to {}: {error}", connection.address);
+            let reason = format!("send to {}: {error}", connection.address);
             for job in sent_without_reply.into_iter().chain(jobs) {
-                job.fail(failure_state(&error), reason.clone());
+                job.fail(network_failure(&error, reason.clone()));
             }
             for (job, cpu) in completed_here {
                 // v1 WRITEs of earlier chunks did leave this host whole: they are complete.
@@ -483,13 +493,17 @@ impl Reader {
                     self.broken.store(true, Ordering::Release);
                     let _ = self.stream.shutdown(Shutdown::Both);
                     tracing::debug!(address = %self.address, %error, "tcp reply failed; closing the connection");
-                    job.fail(failure_state(&error), format!("tcp: reply from {}: {error}", self.address));
+                    job.fail(network_failure(&error, format!("reply from {}: {error}", self.address)));
                     // Requests pipelined behind this one share its fate: the stream is out of step or closed.
                     while let Ok(expected) = self.expectations.recv() {
                         self.outstanding.fetch_sub(1, Ordering::AcqRel);
                         expected.job.fail(
-                            TransferState::Failed,
-                            format!("tcp: connection to {} closed after an earlier failure: {error}", self.address),
+                            TransferFailure::new(
+                                "tcp",
+                                FailureKind::Network,
+                                format!("connection to {} closed after an earlier failure: {error}", self.address),
+                            )
+                            .with_mooncake_code(MOONCAKE_ERR_SOCKET),
                         );
                     }
                     return;

@@ -25,7 +25,7 @@ pub use wire::WireVersion;
 use super::Transport;
 use crate::config::{EngineConfig, Environment, ProcessEnvironment};
 use crate::metadata::SegmentDescriptor;
-use crate::transfer::{Transfer, TransferState};
+use crate::transfer::{FailureKind, Transfer, TransferFailure};
 
 /// How the tcp transport is set up.
 #[derive(Clone, Debug)]
@@ -165,17 +165,18 @@ impl TcpTransport {
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .find_containing(transfer.local_addr, transfer.length)
-            .map_err(|error| format!("tcp: local range is not inside one registered buffer: {error}"))?;
+            .map_err(|error| format!("local range is not inside one registered buffer: {error}"))?;
         let segment = &transfer.target;
-        segment.buffers.find_containing(transfer.remote_addr, transfer.length).map_err(|error| {
-            format!("tcp: remote range is not inside one buffer of segment {:?}: {error}", segment.name)
-        })?;
-        usize::try_from(transfer.length).map_err(|_| "tcp: length exceeds this host's address space".to_string())?;
+        segment
+            .buffers
+            .find_containing(transfer.remote_addr, transfer.length)
+            .map_err(|error| format!("remote range is not inside one buffer of segment {:?}: {error}", segment.name))?;
+        usize::try_from(transfer.length).map_err(|_| "length exceeds this host's address space".to_string())?;
         let descriptor = &segment.descriptor;
         let port = descriptor
             .tcp_data_port
             .filter(|&port| port != 0)
-            .ok_or_else(|| format!("tcp: segment {:?} advertises no tcp_data_port", segment.name))?;
+            .ok_or_else(|| format!("segment {:?} advertises no tcp_data_port", segment.name))?;
         let host = descriptor
             .tcp_data_host
             .as_deref()
@@ -200,7 +201,7 @@ impl Transport for TcpTransport {
                 Ok(key) => by_peer.entry(key).or_default().push(client::Job { transfer }),
                 Err(reason) => {
                     tracing::warn!(segment = %transfer.target.name, %reason, "tcp transfer refused before sending");
-                    transfer.slot.finish(TransferState::Failed, 0, reason);
+                    transfer.slot.fail(TransferFailure::new("tcp", FailureKind::InvalidRequest, reason));
                 }
             }
         }
@@ -214,7 +215,9 @@ impl Transport for TcpTransport {
 mod tests {
     use super::*;
     use crate::metadata::BufferDescriptor;
-    use crate::transfer::{BufferSet, CompletionSignal, Opcode, RegisteredBuffer, Segment, SegmentId, TaskSlot};
+    use crate::transfer::{
+        BufferSet, CompletionSignal, Opcode, RegisteredBuffer, Segment, SegmentId, TaskSlot, TransferState,
+    };
     use std::sync::{Arc, RwLock};
     use std::time::Instant;
 
