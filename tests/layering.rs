@@ -2,11 +2,22 @@
 //!
 //! Every `.rs` file under `host/` is a node (`host/a/b.rs` and `host/a/b/mod.rs` are module `a::b`, `host/lib.rs` is
 //! the crate root, `host/bin/x.rs` is `bin::x`, the binary). There is an arrow A -> B for every path in A's non-test
-//! code that names B: `crate::...` paths (in `use` items, brace groups included, and anywhere in code), `super::` and
-//! `self::` paths, paths through a child module (`child::X`, so `pub use child::X` re-exports count) or through a name
-//! a `use` brought in, and `aiv_transport::...` paths of the binary. A path resolves to the longest prefix that is a
-//! module file; a name the crate root re-exports (`crate::TransferEngine`) resolves to where the root takes it from.
-//! Arrows to the root and to the module itself are dropped; `mod x;` is containment, not an arrow. Test-only code is
+//! code that names something B defines: `crate::...` paths (in `use` items, brace groups included, and anywhere in
+//! code), `super::` and `self::` paths, paths through a child module (`child::X`) or through a name a `use` brought
+//! in, and `aiv_transport::...` paths of the binary.
+//!
+//! Where a path lands: at the longest prefix that is a module (a file or an inline `mod x { ... }`); if the next name
+//! is defined there (a struct, enum, union, trait, type alias, fn, const, static or module), the path names that
+//! module's file. If instead a `use` item of that module brings the name in (a `pub use` / `pub(crate) use`
+//! re-export, or a private `use` a child reaches through `super::`), the path is followed on to where that `use`
+//! takes it from, and again there, through chains of re-exports and through glob `use`s (`pub use self::child::*`)
+//! whose module the test has read, to the module that DEFINES the item. A name that cannot be followed stays with the
+//! longest module prefix's file; a name a `use` takes from another crate (`std`, a dependency) makes no arrow.
+//!
+//! A re-export is a name alias, not code: a `pub use` / `pub(...) use` line itself is no arrow. It is an arrow (at
+//! the first line that writes the name) only when the same file's code writes the name it binds (or, for a glob, one
+//! of the names of the module it takes everything from). A private `use` is an arrow, as the import of code. Arrows
+//! to the root and to the module itself are dropped; `mod x;` is containment, not an arrow. Test-only code is
 //! skipped: an item under `#[cfg(test)]` (or a `cfg` that implies `test`), and files declared by `#[cfg(test)] mod x;`.
 //!
 //! The rules:
@@ -59,6 +70,9 @@ const ITEM_KEYWORDS: &[&str] = &[
     "macro_rules",
 ];
 
+/// Words that define a name at item level (`mod` is handled with inline modules).
+const DEFINING_KEYWORDS: &[&str] = &["struct", "enum", "union", "trait", "type", "fn", "const", "static"];
+
 // ---------------------------------------------------------------------------------------------------------------
 // Tokens: identifiers, `::`, punctuation; comments, whitespace and literals are dropped (literals become one token).
 
@@ -67,7 +81,8 @@ enum Tok {
     Ident(String),
     PathSep,
     Punct(char),
-    Literal,
+    /// A literal; for a string, the names it captures as a format string (`"{name}"`, `"{name:?}"`).
+    Literal(Vec<String>),
 }
 
 #[derive(Clone, Debug)]
@@ -120,16 +135,17 @@ fn lex(source: &str) -> Vec<Token> {
                 }
             }
         } else if c == '"' {
+            let begin = i;
             i = skip_string(&chars, i + 1, &mut line);
-            tokens.push(Token { tok: Tok::Literal, line: start_line });
+            tokens.push(Token { tok: Tok::Literal(format_captures(&chars[begin..i])), line: start_line });
         } else if c == '\'' {
             i = skip_char_or_lifetime(&chars, i);
-            tokens.push(Token { tok: Tok::Literal, line: start_line });
+            tokens.push(Token { tok: Tok::Literal(Vec::new()), line: start_line });
         } else if c.is_ascii_digit() {
             while i < chars.len() && is_ident_char(chars[i]) {
                 i += 1;
             }
-            tokens.push(Token { tok: Tok::Literal, line: start_line });
+            tokens.push(Token { tok: Tok::Literal(Vec::new()), line: start_line });
         } else if is_ident_start(c) || (c == '$' && is_ident_start(at(i + 1))) {
             let begin = i;
             i += 1;
@@ -139,17 +155,18 @@ fn lex(source: &str) -> Vec<Token> {
             let word: String = chars[begin..i].iter().collect();
             let raw_prefix = matches!(word.as_str(), "r" | "br" | "cr");
             if raw_prefix && (at(i) == '"' || (at(i) == '#' && (at(i + 1) == '"' || at(i + 1) == '#'))) {
+                let begin = i;
                 i = skip_raw_string(&chars, i, &mut line);
-                tokens.push(Token { tok: Tok::Literal, line: start_line });
+                tokens.push(Token { tok: Tok::Literal(format_captures(&chars[begin..i])), line: start_line });
             } else if word == "r" && at(i) == '#' && is_ident_start(at(i + 1)) {
                 // A raw identifier, `r#type`: the identifier follows.
                 i += 1;
             } else if matches!(word.as_str(), "b" | "c") && at(i) == '"' {
                 i = skip_string(&chars, i + 1, &mut line);
-                tokens.push(Token { tok: Tok::Literal, line: start_line });
+                tokens.push(Token { tok: Tok::Literal(Vec::new()), line: start_line });
             } else if word == "b" && at(i) == '\'' {
                 i = skip_char_or_lifetime(&chars, i);
-                tokens.push(Token { tok: Tok::Literal, line: start_line });
+                tokens.push(Token { tok: Tok::Literal(Vec::new()), line: start_line });
             } else {
                 tokens.push(Token { tok: Tok::Ident(word), line: start_line });
             }
@@ -162,6 +179,27 @@ fn lex(source: &str) -> Vec<Token> {
         }
     }
     tokens
+}
+
+/// The names a string literal (its text, quotes included) captures if it is a format string: `{name}`, `{name:...}`;
+/// `{{` is an escaped brace.
+fn format_captures(text: &[char]) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut k = 0;
+    while k < text.len() {
+        if text[k] == '{' && text.get(k + 1) == Some(&'{') {
+            k += 2;
+        } else if text[k] == '{' && text.get(k + 1).is_some_and(|&c| is_ident_start(c)) {
+            let end = (k + 1..text.len()).find(|&e| !is_ident_char(text[e])).unwrap_or(text.len());
+            if matches!(text.get(end), Some('}' | ':')) {
+                names.push(text[k + 1..end].iter().collect());
+            }
+            k = end;
+        } else {
+            k += 1;
+        }
+    }
+    names
 }
 
 /// From just after the opening quote of a (non-raw) string to just after its closing quote.
@@ -355,6 +393,10 @@ struct RawRef {
     text: String,
     /// For a `use` leaf: the name it brings into scope.
     binds: Option<String>,
+    /// A leaf of a `pub use` / `pub(...) use` item: a re-export.
+    reexport: bool,
+    /// A glob leaf, `use a::b::*` (`segments` is the module, `a::b`).
+    glob: bool,
 }
 
 #[derive(Debug, Default)]
@@ -366,6 +408,12 @@ struct Scan {
     test_modules: Vec<Vec<String>>,
     /// `#![cfg(test)]` at the top of the file.
     test_only_file: bool,
+    /// The names each module of the file (the file's own, `[]`, and its inline modules) defines: structs, enums,
+    /// unions, traits, type aliases, functions, constants, statics and modules, at that module's item level.
+    defines: BTreeMap<Vec<String>, BTreeSet<String>>,
+    /// Every name the file's code (outside `use` items) writes, as an identifier, a path's first segment or a format
+    /// string's capture (`"{name}"`), with the first line it is written on.
+    written: BTreeMap<String, usize>,
 }
 
 #[derive(Debug)]
@@ -453,6 +501,26 @@ fn skip_statement(tokens: &[Token], mut k: usize) -> usize {
     k
 }
 
+/// Whether the `use` at `k` is `pub use` or `pub(...) use`: a re-export.
+fn is_public(tokens: &[Token], k: usize) -> bool {
+    let Some(mut before) = k.checked_sub(1) else { return false };
+    if is_punct(tokens.get(before), ')') {
+        // `pub(crate)`, `pub(super)`, `pub(in a::b)`: no brackets inside.
+        while before > 0 && !is_punct(tokens.get(before), '(') {
+            before -= 1;
+        }
+        let Some(pub_at) = before.checked_sub(1) else { return false };
+        before = pub_at;
+    }
+    ident(tokens.get(before)) == Some("pub")
+}
+
+/// Whether brace depth `depth` is the item level of the innermost (inline) module: not inside a function, an `impl`,
+/// a trait or a type.
+fn at_item_level(inline: &[(String, usize)], depth: usize) -> bool {
+    depth == inline.last().map_or(0, |(_, inner)| *inner)
+}
+
 fn scan(source: &str) -> Scan {
     let tokens = lex(source);
     let mut scan = Scan::default();
@@ -499,6 +567,9 @@ fn scan(source: &str) -> Scan {
                 i += 1;
             }
             Tok::Ident(word) if word == "mod" => {
+                if let Some(name) = ident(tokens.get(i + 1)).filter(|_| at_item_level(&inline, depth)) {
+                    scan.defines.entry(scope(&inline)).or_default().insert(name.to_owned());
+                }
                 if let (Some(name), true) = (ident(tokens.get(i + 1)), is_punct(tokens.get(i + 2), '{')) {
                     inline.push((name.to_owned(), depth + 1));
                     scan.inline_modules.push(scope(&inline));
@@ -507,7 +578,16 @@ fn scan(source: &str) -> Scan {
                     i += 1;
                 }
             }
+            Tok::Ident(word) if DEFINING_KEYWORDS.contains(&word.as_str()) && at_item_level(&inline, depth) => {
+                if let Some(name) =
+                    ident(tokens.get(i + 1)).filter(|name| *name != "_" && !ITEM_KEYWORDS.contains(name))
+                {
+                    scan.defines.entry(scope(&inline)).or_default().insert(name.to_owned());
+                }
+                i += 1;
+            }
             Tok::Ident(word) if word == "use" && !is_punct(tokens.get(i + 1), '<') => {
+                let reexport = is_public(&tokens, i);
                 let mut leaves = Vec::new();
                 let mut k = i + 1;
                 parse_use_tree(&tokens, &mut k, Vec::new(), &mut leaves);
@@ -524,7 +604,7 @@ fn scan(source: &str) -> Scan {
                         None if glob => None,
                         None => segments.last().cloned(),
                     };
-                    scan.refs.push(RawRef { scope: scope(&inline), segments, line, text, binds });
+                    scan.refs.push(RawRef { scope: scope(&inline), segments, line, text, binds, reexport, glob });
                 }
                 i = skip_statement(&tokens, k);
             }
@@ -540,11 +620,20 @@ fn scan(source: &str) -> Scan {
                         break;
                     }
                 }
+                let name = if segments[0] == "self" && segments.len() > 1 { &segments[1] } else { &segments[0] };
+                scan.written.entry(name.clone()).or_insert(line);
                 if segments.len() > 1 {
                     let text = segments.join("::");
-                    scan.refs.push(RawRef { scope: scope(&inline), segments, line, text, binds: None });
+                    let (binds, reexport, glob) = (None, false, false);
+                    scan.refs.push(RawRef { scope: scope(&inline), segments, line, text, binds, reexport, glob });
                 }
                 i = k + 1;
+            }
+            Tok::Literal(captured) => {
+                for name in captured {
+                    scan.written.entry(name.clone()).or_insert(tokens[i].line);
+                }
+                i += 1;
             }
             _ => i += 1,
         }
@@ -627,9 +716,32 @@ fn module_of(relative: &str) -> Option<Vec<String>> {
 struct Resolver<'a> {
     /// The non-test module files.
     modules: &'a BTreeSet<Vec<String>>,
-    /// What the crate root's `use` items bring in: name -> absolute path.
-    root_names: BTreeMap<String, Vec<String>>,
+    /// Every module, absolute: the files' and the inline ones, with the names each defines and its `use` items bind.
+    namespaces: BTreeMap<Vec<String>, Namespace>,
 }
+
+/// What a `use` leaf binds a name to.
+#[derive(Clone, Debug)]
+enum Binding {
+    /// An absolute path in this crate.
+    Crate(Vec<String>),
+    /// Something outside the crate (`std`, a dependency): no arrow.
+    External,
+}
+
+/// One module's names (a file's module or an inline one), for following a path through it.
+#[derive(Debug, Default)]
+struct Namespace {
+    /// The names the module defines (its items).
+    defines: BTreeSet<String>,
+    /// The names its `use` items bring in (re-exports and private imports alike: the compiler checks visibility).
+    binds: BTreeMap<String, Binding>,
+    /// The modules its glob `use` items bring in everything of.
+    globs: Vec<Vec<String>>,
+}
+
+/// How many `use` bindings a path may go through before the resolver gives up (a loop of re-exports).
+const MAX_HOPS: usize = 16;
 
 /// One file, for resolving its paths.
 struct FileContext {
@@ -679,20 +791,64 @@ impl Resolver<'_> {
         Some((base, through_name))
     }
 
-    /// The longest prefix of `path` that is a module file; through the root's re-exports when that is the root.
-    fn module(&self, path: &[String]) -> Vec<String> {
-        let longest = |path: &[String]| {
-            (0..=path.len()).rev().map(|k| path[..k].to_vec()).find(|p| self.modules.contains(p)).unwrap_or_default()
-        };
-        let found = longest(path);
-        if found.is_empty() {
-            if let Some(reexported) = path.first().and_then(|name| self.root_names.get(name)) {
-                let mut through = reexported.clone();
-                through.extend(path[1..].iter().cloned());
-                return longest(&through);
+    /// The longest prefix of `path` that is a module file.
+    fn file_module(&self, path: &[String]) -> Vec<String> {
+        (0..=path.len()).rev().map(|k| path[..k].to_vec()).find(|p| self.modules.contains(p)).unwrap_or_default()
+    }
+
+    /// The module file that defines what `path` names: the longest module prefix of `path` (file or inline), then,
+    /// while the next name is not defined there but brought in by a `use` (a re-export, a glob), on to where that
+    /// `use` takes it from. A name that cannot be followed stays with the longest module prefix; `None` when the path
+    /// leaves the crate.
+    fn defining_module(&self, path: &[String]) -> Option<Vec<String>> {
+        let mut path = path.to_vec();
+        for _ in 0..MAX_HOPS {
+            let k = (0..=path.len()).rev().find(|&k| self.namespaces.contains_key(&path[..k])).unwrap_or(0);
+            let (scope, rest) = path.split_at(k);
+            let here = self.file_module(scope);
+            let (Some(name), Some(namespace)) = (rest.first(), self.namespaces.get(scope)) else { return Some(here) };
+            if namespace.defines.contains(name) {
+                return Some(here);
+            }
+            let next = match namespace.binds.get(name) {
+                Some(Binding::External) => return None,
+                Some(Binding::Crate(to)) => to.iter().chain(&rest[1..]).cloned().collect(),
+                None => match namespace.globs.iter().find(|glob| self.exports(glob, name, 0)) {
+                    Some(glob) => glob.iter().chain(rest).cloned().collect(),
+                    None => return Some(here),
+                },
+            };
+            path = next;
+        }
+        Some(self.file_module(&path))
+    }
+
+    /// Whether the module `scope` has a name `name` (defined, brought in, or a child module).
+    fn exports(&self, scope: &[String], name: &str, hops: usize) -> bool {
+        let Some(namespace) = self.namespaces.get(scope) else { return false };
+        let child: Vec<String> = scope.iter().cloned().chain([name.to_owned()]).collect();
+        namespace.defines.contains(name)
+            || namespace.binds.contains_key(name)
+            || self.namespaces.contains_key(&child)
+            || (hops < MAX_HOPS && namespace.globs.iter().any(|glob| self.exports(glob, name, hops + 1)))
+    }
+
+    /// Every name the module `scope` has, when it is known: for telling whether a glob re-export is used.
+    fn names_of(&self, scope: &[String]) -> Option<BTreeSet<String>> {
+        let namespace = self.namespaces.get(scope)?;
+        let mut names: BTreeSet<String> = namespace.defines.iter().chain(namespace.binds.keys()).cloned().collect();
+        for glob in &namespace.globs {
+            if glob.as_slice() != scope {
+                names.extend(self.namespaces.get(glob).map(|g| g.defines.clone()).unwrap_or_default());
             }
         }
-        found
+        Some(names)
+    }
+
+    /// The module file a path resolves to (see [`Resolver::defining_module`]); the root (no arrow) when it leaves
+    /// the crate.
+    fn module(&self, path: &[String]) -> Vec<String> {
+        self.defining_module(path).unwrap_or_default()
     }
 }
 
@@ -714,7 +870,7 @@ fn build_graph(sources: &[(String, String)]) -> Graph {
     let is_test = |module: &[String]| test_only.iter().any(|t| module.starts_with(t));
     let scans: Vec<_> = scans.into_iter().filter(|(module, _, _)| !is_test(module)).collect();
     let modules: BTreeSet<Vec<String>> = scans.iter().map(|(module, _, _)| module.clone()).collect();
-    let mut resolver = Resolver { modules: &modules, root_names: BTreeMap::new() };
+    let mut resolver = Resolver { modules: &modules, namespaces: BTreeMap::new() };
 
     // The names each file's `use` items bring in (those not themselves through an imported name).
     let mut contexts = Vec::new();
@@ -733,10 +889,48 @@ fn build_graph(sources: &[(String, String)]) -> Graph {
             }
         }
         file.names = names;
-        if module.is_empty() {
-            resolver.root_names = file.names.clone();
-        }
         contexts.push(file);
+    }
+
+    // Each module's names: what it defines, what its `use` items bind (with the file's names known now) and glob.
+    for (module, _, scan) in &scans {
+        resolver.namespaces.entry(module.clone()).or_default();
+        for (inner, defines) in &scan.defines {
+            let scope: Vec<String> = module.iter().chain(inner).cloned().collect();
+            resolver.namespaces.entry(scope).or_default().defines.extend(defines.iter().cloned());
+        }
+        for inner in &scan.inline_modules {
+            resolver.namespaces.entry(module.iter().chain(inner).cloned().collect()).or_default();
+        }
+    }
+    for ((module, _, scan), file) in scans.iter().zip(&contexts) {
+        for reference in scan.refs.iter().filter(|r| r.glob || r.binds.is_some()) {
+            let scope: Vec<String> = module.iter().chain(&reference.scope).cloned().collect();
+            let path = resolver.absolute(file, &scope, &reference.segments, true).map(|(path, _)| path);
+            if reference.glob {
+                if let Some(path) = path.filter(|p| resolver.namespaces.contains_key(p)) {
+                    resolver.namespaces.entry(scope).or_default().globs.push(path);
+                }
+                continue;
+            }
+            let binding = match path {
+                Some(path) => Binding::Crate(path),
+                None => {
+                    // Not through `crate`, `self`, `super`, a module or an imported name: an item of this module
+                    // (`use Kind::Variant`) or another crate.
+                    let local = reference.segments.first().is_some_and(|first| {
+                        resolver.namespaces.get(&scope).is_some_and(|n| n.defines.contains(first))
+                    });
+                    if local {
+                        Binding::Crate(scope.iter().chain(&reference.segments).cloned().collect())
+                    } else {
+                        Binding::External
+                    }
+                }
+            };
+            let name = reference.binds.clone().expect("a binding use leaf");
+            resolver.namespaces.entry(scope).or_default().binds.insert(name, binding);
+        }
     }
 
     let mut arrows: BTreeMap<(String, String, String), usize> = BTreeMap::new();
@@ -746,6 +940,22 @@ fn build_graph(sources: &[(String, String)]) -> Graph {
             let Some((path, through_name)) = resolver.absolute(file, &scope, &reference.segments, true) else {
                 continue;
             };
+            let mut line = reference.line;
+            if reference.reexport {
+                // A re-export is a name alias, not code: it is an arrow only when this file's code writes the name.
+                let written = if reference.glob {
+                    resolver
+                        .names_of(&path)
+                        .map(|names| names.iter().filter_map(|n| scan.written.get(n)).min().copied())
+                } else {
+                    Some(reference.binds.as_ref().and_then(|name| scan.written.get(name)).copied())
+                };
+                match written {
+                    Some(Some(first)) => line = first,
+                    Some(None) => continue,
+                    None => {} // a glob of a module the test cannot read: an arrow, as any `use`
+                }
+            }
             let target = resolver.module(&path);
             if through_name {
                 // `Name::x` where `use a::b::Name`: the `use` already made the arrow to `a::b`; only a deeper module
@@ -758,9 +968,9 @@ fn build_graph(sources: &[(String, String)]) -> Graph {
             if target.is_empty() || &target == module {
                 continue;
             }
-            let line =
+            let first =
                 arrows.entry((module.join("::"), target.join("::"), reference.text.clone())).or_insert(usize::MAX);
-            *line = (*line).min(reference.line);
+            *first = (*first).min(line);
         }
     }
     Graph {
@@ -1048,7 +1258,7 @@ fn a_three_module_cycle_is_reported_and_a_two_module_one_is_not() {
         ("lib.rs", "pub mod config;\npub mod error;\npub mod evidence;\n"),
         ("config.rs", "use crate::error::EngineError;\n"),
         ("error.rs", "fn f() { crate::evidence::record(); }\n"),
-        ("evidence.rs", "pub use crate::config::Config;\n"),
+        ("evidence.rs", "use crate::config::Config;\n"),
     ]);
     let violations = cycle_violations(&three);
     assert_eq!(violations.len(), 1, "{violations:?}");
@@ -1171,7 +1381,7 @@ fn crate_paths_in_expressions_and_through_imported_names_resolve() {
 fn super_self_and_child_paths_resolve() {
     let graph = graph_of(&[
         ("lib.rs", "pub mod transport;\n"),
-        ("transport/mod.rs", "pub mod aiv;\npub mod tcp;\npub mod window;\npub use self::tcp::TcpTransport;\n"),
+        ("transport/mod.rs", "pub mod aiv;\npub mod tcp;\npub mod window;\nuse self::tcp::TcpTransport;\n"),
         ("transport/aiv.rs", "pub mod ring;\nfn f() { ring::push(); }\n"),
         ("transport/aiv/ring.rs", "use super::super::window::Window;\n"),
         ("transport/window.rs", ""),
@@ -1203,9 +1413,131 @@ fn inline_modules_shift_super_and_the_binary_reaches_the_library_by_name() {
 #[test]
 fn the_graph_prints_one_line_per_module() {
     let graph = graph_of(&[
-        ("lib.rs", "pub mod error;\npub mod config;\npub use error::EngineError;\n"),
+        ("lib.rs", "pub mod error;\npub mod config;\nuse error::EngineError;\n"),
         ("error.rs", ""),
         ("config.rs", "use crate::error::EngineError;\nuse crate::EngineError as E;\n"),
     ]);
     assert_eq!(graph.render(), "crate -> error\nconfig -> error\nerror -> \n");
+}
+
+#[test]
+fn a_reexport_is_an_arrow_only_where_the_file_writes_the_name() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod error;\npub mod metadata;\npub use error::EngineError;\n"),
+        ("error.rs", "pub struct EngineError;\n"),
+        (
+            "metadata/mod.rs",
+            "pub mod name;\npub mod service;\npub mod store;\n\
+             pub use name::SegmentName;\npub(crate) use self::service::*;\npub use store::{KeyLayout, RpcMeta};\n\
+             \n\
+             pub fn rpc_of(name: &str) -> RpcMeta { todo!() }\n\
+             fn label() -> String { format!(\"{SegmentName}-{{MetadataService}}\") }\n",
+        ),
+        ("metadata/name.rs", "pub struct SegmentName;\n"),
+        ("metadata/service.rs", "pub struct MetadataService;\n"),
+        ("metadata/store.rs", "pub struct KeyLayout;\npub struct RpcMeta;\n"),
+    ]);
+    assert_eq!(graph.targets(""), set(&[]), "the root only re-exports: {:?}", graph.arrows);
+    assert_eq!(
+        graph.targets("metadata"),
+        set(&["metadata::store", "metadata::name"]),
+        "a format string's capture writes the name, an escaped brace does not: {:?}",
+        graph.arrows
+    );
+    let arrow = graph.arrows.iter().find(|a| a.to == "metadata::store").expect("the arrow to store");
+    assert_eq!((arrow.line, arrow.path.as_str()), (8, "store::RpcMeta"), "where the code writes the name: {arrow:?}");
+}
+
+#[test]
+fn a_path_through_reexports_resolves_to_the_module_defining_the_item() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod metadata;\npub mod engine;\npub use metadata::MetadataBackend;\n"),
+        (
+            "metadata/mod.rs",
+            "pub mod backend;\npub mod facade;\npub mod store;\npub mod looped;\n\
+             pub use self::facade::*;\npub(crate) use store::KeyLayout as Layout;\npub use std::fmt::Debug;\n\
+             pub use looped::Knot;\npub struct Options;\n",
+        ),
+        ("metadata/facade.rs", "pub use super::backend::{MetadataBackend, RpcMeta};\n"),
+        ("metadata/backend.rs", "pub trait MetadataBackend {}\npub struct RpcMeta;\n"),
+        ("metadata/store.rs", "pub struct KeyLayout;\n"),
+        ("metadata/looped.rs", "pub use super::Knot;\n"),
+        (
+            "engine.rs",
+            "use crate::metadata::MetadataBackend;\n\
+             fn f() {\n    crate::metadata::Layout::new();\n    crate::MetadataBackend::x();\n    \
+             crate::metadata::RpcMeta::y();\n    crate::metadata::Debug::z();\n    crate::metadata::Options::w();\n    \
+             crate::metadata::Unknown::v();\n    crate::metadata::Knot::u();\n}\n",
+        ),
+    ]);
+    let to = |path: &str| graph.arrows.iter().find(|a| a.path == path).map(|a| a.to.as_str());
+    assert_eq!(
+        to("crate::metadata::MetadataBackend"),
+        Some("metadata::backend"),
+        "glob, then a group: {:?}",
+        graph.arrows
+    );
+    assert_eq!(to("crate::metadata::Layout::new"), Some("metadata::store"), "a renamed re-export");
+    assert_eq!(to("crate::MetadataBackend::x"), Some("metadata::backend"), "through the root's re-export");
+    assert_eq!(to("crate::metadata::RpcMeta::y"), Some("metadata::backend"));
+    assert_eq!(to("crate::metadata::Debug::z"), None, "another crate's item: no arrow");
+    assert_eq!(to("crate::metadata::Options::w"), Some("metadata"), "defined in the facade itself");
+    assert_eq!(to("crate::metadata::Unknown::v"), Some("metadata"), "unresolved: the longest module prefix");
+    assert!(to("crate::metadata::Knot::u").is_some(), "a re-export loop ends");
+    assert_eq!(graph.targets("metadata"), set(&[]), "the facade only re-exports: {:?}", graph.arrows);
+}
+
+#[test]
+fn a_facade_reexporting_children_that_use_a_sibling_item_is_no_cycle() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod metadata;\n"),
+        (
+            "metadata/mod.rs",
+            "mod p2p;\nmod service;\nmod backend;\npub use p2p::P2pBackend;\npub use service::MetadataService;\n\
+             pub use self::backend::*;\n",
+        ),
+        ("metadata/p2p.rs", "use super::MetadataBackend;\npub struct P2pBackend;\n"),
+        ("metadata/service.rs", "pub struct MetadataService(Box<dyn crate::metadata::MetadataBackend>);\n"),
+        ("metadata/backend.rs", "pub trait MetadataBackend {}\n"),
+    ]);
+    assert_eq!(graph.targets("metadata"), set(&[]), "{:?}", graph.arrows);
+    assert_eq!(graph.targets("metadata::p2p"), set(&["metadata::backend"]), "{:?}", graph.arrows);
+    assert_eq!(graph.targets("metadata::service"), set(&["metadata::backend"]), "{:?}", graph.arrows);
+    assert!(cycle_violations(&graph).is_empty(), "{:?}", cycle_violations(&graph));
+}
+
+#[test]
+fn a_parent_defining_what_its_child_uses_and_calling_the_child_is_an_allowed_two_file_cycle() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod device;\n"),
+        (
+            "device/mod.rs",
+            "pub mod twin;\npub use twin::TwinDevice;\npub struct DeviceError;\n\
+             pub fn open() -> Result<TwinDevice, DeviceError> { twin::TwinDevice::open() }\n",
+        ),
+        ("device/twin.rs", "use super::DeviceError;\npub struct TwinDevice;\n"),
+    ]);
+    assert_eq!(graph.targets("device"), set(&["device::twin"]), "{:?}", graph.arrows);
+    assert_eq!(graph.targets("device::twin"), set(&["device"]), "{:?}", graph.arrows);
+    let edges = graph.edges();
+    assert!(components(&edges).iter().any(|c| c == &["device", "device::twin"]), "a 2-file cycle: {edges:?}");
+    assert!(cycle_violations(&graph).is_empty(), "{:?}", cycle_violations(&graph));
+}
+
+#[test]
+fn a_definitional_loop_of_three_files_behind_a_facade_is_reported() {
+    let graph = graph_of(&[
+        ("lib.rs", "pub mod metadata;\n"),
+        ("metadata/mod.rs", "mod a;\nmod b;\nmod c;\npub use a::A;\npub use b::B;\npub use c::C;\n"),
+        ("metadata/a.rs", "use super::B;\npub struct A(B);\n"),
+        ("metadata/b.rs", "pub struct B(crate::metadata::C);\n"),
+        ("metadata/c.rs", "pub struct C(Box<super::A>);\n"),
+    ]);
+    let violations = cycle_violations(&graph);
+    assert_eq!(violations.len(), 1, "{violations:?}");
+    assert!(
+        violations[0]
+            .starts_with("import cycle of 3 files: host/metadata/a.rs, host/metadata/b.rs, host/metadata/c.rs\n"),
+        "{violations:?}"
+    );
 }

@@ -13,7 +13,12 @@ pub mod kernel_bench;
 pub mod memory;
 pub mod sdma;
 pub mod stream;
+mod threads;
 pub mod wake;
+
+pub use self::threads::{
+    CORE_THREAD_PREFIX, DEVICE_THREAD_PREFIXES, EXPORT_THREAD_PREFIX, SDMA_THREAD_PREFIX, STREAM_THREAD_PREFIX,
+};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -35,19 +40,6 @@ use crate::kernel_abi::{ChannelRecord, FlagArea, SQE_BYTES};
 
 /// Bytes of the workspace per channel beyond its SQ ring: the channel record and the flag area, a page each.
 const WORKSPACE_PER_CHANNEL: u64 = 2 * memory::ALLOCATION_ALIGN;
-
-/// Name prefixes of the threads the twin runs for the device (emulated AIV cores, SDMA engines, copy streams, the
-/// export service standing in for the driver): Device time, which Host CPU figures leave out by these names.
-pub const CORE_THREAD_PREFIX: &str = "aiv-core-";
-/// See [`CORE_THREAD_PREFIX`].
-pub const SDMA_THREAD_PREFIX: &str = "aiv-sdma-";
-/// See [`CORE_THREAD_PREFIX`].
-pub const STREAM_THREAD_PREFIX: &str = "aiv-stream-";
-/// See [`CORE_THREAD_PREFIX`].
-pub const EXPORT_THREAD_PREFIX: &str = "aiv-twin-export";
-/// Every prefix above.
-pub const DEVICE_THREAD_PREFIXES: [&str; 4] =
-    [CORE_THREAD_PREFIX, SDMA_THREAD_PREFIX, STREAM_THREAD_PREFIX, EXPORT_THREAD_PREFIX];
 
 /// What the platform layer's `context` points to: the wake-up words of one block.
 #[derive(Debug)]

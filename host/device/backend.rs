@@ -1,0 +1,442 @@
+//! The device seam: what a device offers the Host runtime, and the types that cross it.
+//!
+//! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the
+//! Host/kernel wake-ups of the twin), the traits behind its handles ([`Launch`], [`HostChannel`], [`CopyStream`]),
+//! the values it hands out and takes ([`DeviceBuffer`], [`SharedMemory`], [`ExportedRegion`], [`ImportedWindow`],
+//! [`DeviceAdvertisement`], [`ChannelInfo`], [`ChannelException`] with its [`SdmaSyndrome`]), [`DeviceError`], the
+//! [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share Host memory with. Every
+//! backend (`twin`, `cann`) builds on this file. It must not name a backend, choose one (`super::open` does) or touch
+//! engine state (batches, segments, task slots).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why a device operation failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum DeviceError {
+    /// Device memory is exhausted or the request cannot be met.
+    #[error("device {device}: allocate {length} bytes: {reason}")]
+    OutOfMemory { device: u32, length: u64, reason: String },
+    /// An operating-system call failed.
+    #[error("device {device}: {operation}: {source}")]
+    Os { device: u32, operation: &'static str, source: std::io::Error },
+    /// An argument is invalid whatever the device state.
+    #[error("device {device}: {operation}: {reason}")]
+    Invalid { device: u32, operation: &'static str, reason: String },
+    /// The backend is not available in this build or on this machine.
+    #[error("device backend {backend}: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+    /// The device did not answer within a bounded wait.
+    #[error("device {device}: {operation}: no answer within {waited:?}")]
+    Timeout { device: u32, operation: &'static str, waited: Duration },
+    /// A vendor runtime call failed (CANN backend): the bring-up or data-path step and the ACL/SHMEM error, which
+    /// names the C function and its code.
+    #[error("device {device}: {step}: {detail}")]
+    Runtime { device: u32, step: &'static str, detail: String },
+}
+
+/// A device memory region that another device may import (an exported heap, like a VMM/IPC handle).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ExportedRegion {
+    /// Device address of the region's first byte, in the exporter's view.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// Handle the importer presents (on the twin: the key of the exporter's export service).
+    pub export_id: u64,
+}
+
+/// What a device advertises in its segment descriptor's `aiv` object so peers can import its memory.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct DeviceAdvertisement {
+    /// Unique identity of the device instance.
+    pub device: String,
+    /// The device id from the configuration.
+    pub device_id: u32,
+    /// The backend (`"twin"`, `"cann"`).
+    pub backend: String,
+    /// Exported regions.
+    pub regions: Vec<ExportedRegion>,
+    /// Where a peer process asks for the exported regions (twin: `@` + an abstract Unix socket name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_endpoint: Option<String>,
+    /// The secret a peer presents to the export endpoint: whoever reads the descriptor holds it (a capability).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub export_secret: Option<String>,
+    /// The exporting process (an importer in the same process may take the in-process fast path).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub process_id: Option<u32>,
+    /// Where the device's HiXL server listens (`"ip:port"`), for the `adxl` baseline on the `cann` backend: peers'
+    /// HiXL clients connect there. Absent on the twin and when the server could not start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hixl_server: Option<String>,
+}
+
+/// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ImportedWindow {
+    /// First byte of the window in this device's view.
+    pub local_base: u64,
+    /// First byte in the exporter's view.
+    pub remote_base: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+impl ImportedWindow {
+    /// Relocates `[remote, remote + length)` into this device's view; `None` if it is not inside the window.
+    pub fn translate(&self, remote: u64, length: u64) -> Option<u64> {
+        let offset = remote.checked_sub(self.remote_base)?;
+        (offset.checked_add(length)? <= self.length).then(|| self.local_base + offset)
+    }
+}
+
+/// Memory both the Host and the device access (rings, control words): a Host pointer and the device address of
+/// the same bytes. On the twin they are equal; on the NPU it is Host-registered memory mapped to the device.
+pub struct SharedMemory {
+    host: *mut u8,
+    device_addr: u64,
+    length: usize,
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+// SAFETY: the region is plain memory owned by this value until drop; concurrent access to it is through atomics and
+// the ring protocols of crate::queue, whose users document their own synchronisation.
+unsafe impl Send for SharedMemory {}
+// SAFETY: as above; `&SharedMemory` only hands out raw pointers.
+unsafe impl Sync for SharedMemory {}
+
+impl fmt::Debug for SharedMemory {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedMemory")
+            .field("device_addr", &format_args!("{:#x}", self.device_addr))
+            .field("length", &self.length)
+            .finish()
+    }
+}
+
+impl SharedMemory {
+    /// # Safety
+    /// `host` must be valid for reads and writes of `length` bytes, zero-initialised, page-aligned and owned by the
+    /// returned value until `release` runs (at drop).
+    pub unsafe fn from_raw(
+        host: *mut u8,
+        device_addr: u64,
+        length: usize,
+        release: Box<dyn FnOnce() + Send + Sync>,
+    ) -> Self {
+        SharedMemory { host, device_addr, length, release: Some(release) }
+    }
+    /// Host pointer to the first byte.
+    pub fn host_ptr(&self) -> *mut u8 {
+        self.host
+    }
+    /// Device address of the first byte.
+    pub fn device_addr(&self) -> u64 {
+        self.device_addr
+    }
+    /// Bytes.
+    pub fn len(&self) -> usize {
+        self.length
+    }
+    /// Whether the region is empty.
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+impl Drop for SharedMemory {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+/// A fresh private anonymous mapping of `length` bytes rounded up to whole pages: zeroed and page aligned, the Host
+/// side of memory a backend shares with its device. Returns the address and the rounded length; the caller owns the
+/// mapping and unmaps it.
+pub(crate) fn map_anonymous_pages(
+    device: u32,
+    length: usize,
+    operation: &'static str,
+) -> Result<(*mut u8, usize), DeviceError> {
+    let rounded = length.max(1).div_ceil(4096) * 4096;
+    // SAFETY: a fresh private anonymous mapping; nothing else refers to it, and the result is checked below.
+    let host = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            rounded,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if host == libc::MAP_FAILED {
+        return Err(DeviceError::Os { device, operation, source: std::io::Error::last_os_error() });
+    }
+    Ok((host.cast(), rounded))
+}
+
+/// One SDMA channel as the kernel sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChannelInfo {
+    /// Channel index (= AIV block index).
+    pub index: u32,
+    /// Device address of the channel record (HARDWARE.md section 4 layout).
+    pub record_addr: u64,
+    /// Device address of the block's flag area (`FlagArea`, device memory).
+    pub flag_area_addr: u64,
+    /// The opaque handle the platform layer receives in `BlockArgs::platform_context` (0 on the NPU).
+    pub platform_context: u64,
+}
+
+/// A structured SDMA exception: the queue context and the raw SQE that stopped the channel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelException {
+    /// Channel index.
+    pub channel: u32,
+    /// The record's `sq_id`.
+    pub sq_id: u32,
+    /// SQ head when the SQE was rejected (its index).
+    pub head: u32,
+    /// Doorbell tail seen then.
+    pub tail: u32,
+    /// Why, as an [`SdmaSyndrome`].
+    pub syndrome: SdmaSyndrome,
+    /// The 64 raw bytes of the SQE.
+    pub sqe: [u8; 64],
+}
+
+impl fmt::Display for ChannelException {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SDMA exception on channel {} (sq_id {}, head {}, tail {}): syndrome {:#x} ({}); raw SQE ",
+            self.channel,
+            self.sq_id,
+            self.head,
+            self.tail,
+            self.syndrome.0,
+            self.syndrome.describe()
+        )?;
+        for byte in self.sqe {
+            write!(f, "{byte:02x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Why the SDMA engine stopped a channel; decoded totally.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(transparent)]
+pub struct SdmaSyndrome(pub u32);
+
+impl SdmaSyndrome {
+    /// SQE type is not SDMA.
+    pub const BAD_TYPE: SdmaSyndrome = SdmaSyndrome(0x10);
+    /// Opcode is not a copy.
+    pub const BAD_OPCODE: SdmaSyndrome = SdmaSyndrome(0x11);
+    /// Length zero or above 1 MiB.
+    pub const BAD_LENGTH: SdmaSyndrome = SdmaSyndrome(0x12);
+    /// Source range outside every mapped window.
+    pub const SRC_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x13);
+    /// Destination range outside every mapped window.
+    pub const DST_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x14);
+    /// The doorbell carried a tail outside the ring.
+    pub const BAD_TAIL: SdmaSyndrome = SdmaSyndrome(0x15);
+    /// The CANN runtime reported an exception on the kernel's stream (no per-SQE status exists on the NPU:
+    /// HARDWARE.md section 4); the queue context is read back from the channel record.
+    pub const STREAM_EXCEPTION: SdmaSyndrome = SdmaSyndrome(0x20);
+
+    /// A readable description.
+    pub fn describe(self) -> String {
+        match self {
+            SdmaSyndrome::BAD_TYPE => "SQE type is not SDMA".into(),
+            SdmaSyndrome::BAD_OPCODE => "opcode is not a copy".into(),
+            SdmaSyndrome::BAD_LENGTH => "length is zero or above 1 MiB".into(),
+            SdmaSyndrome::SRC_OUT_OF_WINDOW => "source range is outside every mapped window".into(),
+            SdmaSyndrome::DST_OUT_OF_WINDOW => "destination range is outside every mapped window".into(),
+            SdmaSyndrome::BAD_TAIL => "doorbell tail is outside the ring".into(),
+            SdmaSyndrome::STREAM_EXCEPTION => "the runtime reported an exception on the kernel's stream".into(),
+            SdmaSyndrome(other) => format!("unknown syndrome {other:#x}"),
+        }
+    }
+}
+
+/// A running kernel launch.
+pub trait Launch: Send + Sync + fmt::Debug {
+    /// Waits until every block has returned; false if `timeout` passed first.
+    fn wait(&self, timeout: Duration) -> bool;
+}
+
+/// What a device offers the Host runtime. Every wait is bounded.
+pub trait DeviceBackend: Send + Sync + fmt::Debug {
+    /// `"twin"` or `"cann"`.
+    fn backend_name(&self) -> &'static str;
+    /// The configured device id.
+    fn device_id(&self) -> u32;
+    /// For backend-specific controls (the twin's fault injection).
+    fn as_any(&self) -> &dyn std::any::Any;
+
+    // ---- device memory ----
+    /// Allocates device memory (HBM); freed when the buffer drops.
+    fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError>;
+    /// Whether `[addr, addr + length)` is device memory this device can reach (own memory or an imported window).
+    fn is_mapped(&self, addr: u64, length: u64) -> bool;
+    /// Whether `[addr, addr + length)` is this device's own memory.
+    fn is_own_memory(&self, addr: u64, length: u64) -> bool;
+    /// What the device advertises to peers (its exported regions).
+    fn advertisement(&self) -> DeviceAdvertisement;
+    /// Maps a peer's exported region into this device's view (idempotent per exporter and region).
+    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
+    /// Offers `[addr, addr + length)` of this device's memory to peers (done by the engine when device memory is
+    /// registered); the advertisement lists it from now on.
+    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        let _ = (addr, length);
+        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of registered ranges".into() })
+    }
+    /// Withdraws the export of the range starting at `addr` (done when it is unregistered): new imports are refused,
+    /// mappings made before stay valid. False if nothing was exported there.
+    fn withdraw_range(&self, addr: u64) -> bool {
+        let _ = addr;
+        false
+    }
+    /// Whether the exporter still serves its memory: `None` if the backend has no way to tell, else the outcome of
+    /// one bounded probe. The twin asks the exporter's export endpoint (see `twin::export_service`).
+    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
+        let _ = exporter;
+        None
+    }
+    /// Makes the calling thread able to call the device's runtime (ACL's current device is per thread, and vendor
+    /// libraries such as HiXL need it set); nothing to do on the twin.
+    fn bind_thread(&self) -> Result<(), DeviceError> {
+        Ok(())
+    }
+    /// Relocates a peer address through an imported window (backends may add checks or, on the twin, injected faults).
+    fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
+        window.translate(remote, length)
+    }
+    /// Memory the Host and the kernel share (request rings, DCQs, control blocks, kernel arguments).
+    fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError>;
+
+    // ---- descriptor queues ----
+    /// Sets up one SDMA channel per block with `sq_depth` SQEs each (on CANN: read SHMEM's SDMA workspace).
+    fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError>;
+    /// The exception that stopped a channel, if any.
+    fn channel_exception(&self, channel: u32) -> Option<ChannelException>;
+    /// Drops a channel's pending SQEs and clears its exception, so it can serve again (bounded wait).
+    fn reset_channel(&self, channel: u32) -> Result<(), DeviceError>;
+
+    // ---- kernel ----
+    /// Launches the transfer kernel on `block_dim` blocks with `kernel_args` (device address of `KernelArgs`).
+    fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError>;
+    /// Platform cycles per second (the unit of `BlockArgs::wait_budget`).
+    fn cycles_per_second(&self) -> u64;
+    /// Tells a resident kernel block that the Host published something (twin: wakes the emulated core; NPU: nothing,
+    /// the kernel polls). Not a device-API call.
+    fn notify_block(&self, block: u32);
+    /// A token to pass to [`DeviceBackend::wait_for_kernel`], read before checking the DCQs.
+    fn kernel_event_token(&self) -> u32;
+    /// Sleeps until a kernel published completions after `token` was read, or `timeout` passes.
+    fn wait_for_kernel(&self, token: u32, timeout: Duration);
+    /// Sleeps until, for every `(block, tail)` of `needs`, the kernel of that block has published DCQ entries up to
+    /// `tail` (free-running), or `timeout` passes; publishes that do not meet them wake nobody. Backends without
+    /// targeted wake-ups (the default) wait for any publication after `token`, as
+    /// [`DeviceBackend::wait_for_kernel`].
+    fn wait_for_dcq(&self, needs: &[(u32, u32)], token: u32, timeout: Duration) {
+        let _ = needs;
+        self.wait_for_kernel(token, timeout);
+    }
+    /// Wakes the Host threads inside [`DeviceBackend::wait_for_kernel`] and [`DeviceBackend::wait_for_dcq`] as a
+    /// kernel publication would (used when
+    /// the Host itself finished transfers a waiter may be sleeping for, e.g. after a peer was lost). Backends whose
+    /// wait is a short nap need nothing.
+    fn wake_kernel_waiters(&self) {}
+
+    // ---- Host-submitted baselines (HARDWARE.md section 7) ----
+    /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);
+    /// not attached to any AIV block. Its index follows the kernel's channels, so `channel_exception` and
+    /// `reset_channel` apply to it.
+    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError>;
+    /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
+    fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
+}
+
+/// An SDMA channel driven by a Host thread: the Host reads the channel record, writes SQEs into `sq_base`, stores the
+/// new tail into the doorbell register (`sq_reg_base + SDMA_DOORBELL_OFFSET`) and polls a completion flag itself.
+pub trait HostChannel: Send + Sync + fmt::Debug {
+    /// Where the record and the flag area are.
+    fn info(&self) -> ChannelInfo;
+    /// Called after the Host stored the tail into the doorbell register (twin: wakes the emulated engine; NPU: the
+    /// MMIO store is the doorbell and this does nothing).
+    fn doorbell_rung(&self);
+    /// A token for [`HostChannel::wait_progress`], read before checking the flag.
+    fn progress_token(&self) -> u32;
+    /// Sleeps until the engine made progress after `token` was read, or `timeout` passes.
+    fn wait_progress(&self, token: u32, timeout: Duration);
+}
+
+/// An in-order copy queue executed by the device (an ACL stream).
+pub trait CopyStream: Send + Sync + fmt::Debug {
+    /// Queues a device-to-device copy of `length` bytes (`aclrtMemcpyAsync`, kind D2D); returns at once.
+    fn memcpy_async(&self, dst: u64, src: u64, length: u64) -> Result<(), DeviceError>;
+    /// Waits until every copy queued so far has executed (`aclrtSynchronizeStreamWithTimeout`). A copy the device
+    /// refused since the last synchronisation is reported here, as ACL reports a stream's task exception.
+    fn synchronize(&self, timeout: Duration) -> Result<(), DeviceError>;
+}
+
+/// Device memory owned by the caller; freed when dropped.
+pub struct DeviceBuffer {
+    addr: u64,
+    length: u64,
+    release: Option<Box<dyn FnOnce() + Send + Sync>>,
+}
+
+impl fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("length", &self.length)
+            .finish()
+    }
+}
+
+impl DeviceBuffer {
+    /// A buffer at `addr` whose `release` runs at drop.
+    pub fn new(addr: u64, length: u64, release: Box<dyn FnOnce() + Send + Sync>) -> Self {
+        DeviceBuffer { addr, length, release: Some(release) }
+    }
+    /// Device address of the first byte (on the twin also a valid address of this process).
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+    /// Bytes.
+    pub fn len(&self) -> u64 {
+        self.length
+    }
+    /// Whether the buffer is empty (never, for a successful allocation).
+    pub fn is_empty(&self) -> bool {
+        self.length == 0
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        if let Some(release) = self.release.take() {
+            release();
+        }
+    }
+}
+
+/// Carries SHMEM's 136-byte unique id from PE 0 to the other PEs over the project's metadata channel (the engine
+/// implements it through the segment descriptor's `aiv` object; tests use an in-memory one).
+pub trait UniqueIdExchange: Send + Sync {
+    /// PE 0: make `uid` visible to the other PEs.
+    fn publish(&self, uid: &[u8; 136]) -> Result<(), String>;
+    /// PE > 0: the id PE 0 published, waiting at most `timeout`.
+    fn fetch(&self, timeout: Duration) -> Result<[u8; 136], String>;
+}
