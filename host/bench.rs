@@ -1,4 +1,4 @@
-//! `aiv bench`: Mooncake's `transfer_engine_bench` workload (MOONCAKE_COMPAT.md section 6).
+//! `aiv bench`: Mooncake's `transfer_engine_bench` workload (docs/mooncake.md section 6).
 //!
 //! Thread `t`, request `i` of every batch moves `block_size` bytes from `local_base + block_size * (i * threads + t)`
 //! to `target_base + block_size * (i * threads + t)`; each thread submits a batch, waits for it, frees it, and

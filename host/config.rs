@@ -1,6 +1,6 @@
 //! mooncake.json and this project's options.
 //!
-//! Mooncake's fields are read as Mooncake reads them (MOONCAKE_COMPAT.md section 1): `local_hostname` and
+//! Mooncake's fields are read as Mooncake reads them (docs/mooncake.md section 1): `local_hostname` and
 //! `metadata_server` required, `protocol` lower-cased (default `tcp`), sizes with suffixes, unknown keys accepted and
 //! ignored, and the `MOONCAKE_*` environment variables filling what the file leaves out. This project's own options
 //! live in one object, `"aiv": {...}`, which Mooncake ignores. A file that cannot be used fails with its path, the
@@ -76,7 +76,7 @@ pub struct AivOptions {
     /// `hbm_size`: bytes of twin HBM per device (default 1 GiB; sizes accept suffixes).
     pub hbm_size: u64,
     /// `peer_probe_interval_ms`: how often the aiv transport checks that each imported peer still serves its memory
-    /// (default 50 ms); a peer found gone fails its pending transfers (docs/ARCHITECTURE-xproc.md).
+    /// (default 50 ms); a peer found gone fails its pending transfers (docs/ARCHITECTURE.md, "Peer loss").
     pub peer_probe_interval: Duration,
     /// `adxl_pool_threshold`: transfers shorter than this are staged through the adxl buffer pool (default 256 KiB,
     /// ADXL's; 0 turns the pool off).

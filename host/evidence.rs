@@ -1,6 +1,6 @@
 //! What every transfer records about how it was carried out.
 //!
-//! The comparative audit decides which paths are AIV-direct from these records (HARDWARE.md section 1: a kernel on
+//! The comparative audit decides which paths are AIV-direct from these records (docs/hardware.md section 1: a kernel on
 //! the AI Vector cores builds the descriptors, rings the doorbell and observes completion on the Device). No path
 //! asserts that by name: each transport fills in what actually happened, counted where it happened.
 
@@ -50,7 +50,7 @@ pub struct TransferEvidence {
 }
 
 impl TransferEvidence {
-    /// The four AIV-direct checks (HARDWARE.md section 1), derived from what was recorded.
+    /// The four AIV-direct checks (docs/hardware.md section 1), derived from what was recorded.
     pub fn aiv_direct_checks(&self) -> [bool; 4] {
         [
             self.descriptor_builder == Actor::AivKernel || self.doorbell_ringer == Actor::AivKernel,

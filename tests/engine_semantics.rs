@@ -1,4 +1,4 @@
-//! Engine API semantics with Mooncake's rules (MOONCAKE_COMPAT.md section 5), end to end in one process.
+//! Engine API semantics with Mooncake's rules (docs/mooncake.md section 5), end to end in one process.
 //!
 //! Tier: host-only, no device, no network. Transfers into the engine's own segment go through the in-process path;
 //! a test transport that holds transfers until told to finish stands in for slow transports.

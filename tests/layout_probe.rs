@@ -46,7 +46,7 @@ fn c_and_rust_layouts_agree_field_by_field() {
         mismatches.push(format!("{name}: known to Rust, not printed by the C probe"));
     }
     assert!(mismatches.is_empty(), "layout mismatches:\n{}", mismatches.join("\n"));
-    // The hardware layouts are exactly as HARDWARE.md section 4 says (independent of both mirrors).
+    // The hardware layouts are exactly as docs/hardware.md section 4 says (independent of both mirrors).
     for (name, expected) in [
         ("size.AivSdmaSqe", 64),
         ("offset.AivSdmaSqe.kernel_credit", 14),

@@ -81,7 +81,7 @@ fn assert_same(left: &[u8], right: &[u8], what: &str) {
     }
 }
 
-/// v1 WRITE has no acknowledgement (MOONCAKE_COMPAT.md section 4): the initiator's task completes when the bytes
+/// v1 WRITE has no acknowledgement (docs/mooncake.md section 4): the initiator's task completes when the bytes
 /// have left, so a v1 test waits, bounded, for them to land before comparing.
 fn wait_until_same(left: &[u8], right: &[u8], version: WireVersion, what: &str) {
     if version == WireVersion::V1 {

@@ -1,6 +1,6 @@
 //! The tcp data server on the wire, driven by a hand-written client over loopback.
 //!
-//! Speaks raw bytes so every rule of MOONCAKE_COMPAT.md section 4 is checked as a peer sees it: v1 and v2 framing,
+//! Speaks raw bytes so every rule of docs/mooncake.md section 4 is checked as a peer sees it: v1 and v2 framing,
 //! status frames, persistent connections, the one-buffer bounds rule (exact fit, inside, partial overlap,
 //! adjacent buffers, zero size, overflow), rejection without touching memory, and isolation from a stalled client.
 

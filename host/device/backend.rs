@@ -186,7 +186,7 @@ pub(crate) fn map_anonymous_pages(
 pub struct ChannelInfo {
     /// Channel index (= AIV block index).
     pub index: u32,
-    /// Device address of the channel record (HARDWARE.md section 4 layout).
+    /// Device address of the channel record (docs/hardware.md section 4 layout).
     pub record_addr: u64,
     /// Device address of the block's flag area (`FlagArea`, device memory).
     pub flag_area_addr: u64,
@@ -249,7 +249,7 @@ impl SdmaSyndrome {
     /// The doorbell carried a tail outside the ring.
     pub const BAD_TAIL: SdmaSyndrome = SdmaSyndrome(0x15);
     /// The CANN runtime reported an exception on the kernel's stream (no per-SQE status exists on the NPU:
-    /// HARDWARE.md section 4); the queue context is read back from the channel record.
+    /// docs/hardware.md section 4); the queue context is read back from the channel record.
     pub const STREAM_EXCEPTION: SdmaSyndrome = SdmaSyndrome(0x20);
 
     /// A readable description.
@@ -357,7 +357,7 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     /// wait is a short nap need nothing.
     fn wake_kernel_waiters(&self) {}
 
-    // ---- Host-submitted baselines (HARDWARE.md section 7) ----
+    // ---- Host-submitted baselines (docs/hardware.md section 7) ----
     /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);
     /// not attached to any AIV block. Its index follows the kernel's channels, so `channel_exception` and
     /// `reset_channel` apply to it.

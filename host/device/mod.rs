@@ -5,7 +5,7 @@
 //! re-exported here, so `crate::device::DeviceBackend` and the rest keep their paths. It must not touch engine state
 //! (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
 //!
-//! The shape follows what the CANN backend will do (HARDWARE.md sections 3-4, 6): HBM from the SHMEM heap or
+//! The shape follows what the CANN backend will do (docs/hardware.md sections 3-4, 6): HBM from the SHMEM heap or
 //! `aclrtMalloc`, export/import like VMM or IPC handles, channel records read from SHMEM's SDMA workspace, the kernel
 //! loaded with `aclrtBinaryLoadFromData` and launched with `aclrtLaunchKernel`, the DCQ in Host-registered memory.
 

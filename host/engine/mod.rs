@@ -1,5 +1,5 @@
 //! The transfer engine: memory registration, segments, batches and per-request routing, with Mooncake's semantics
-//! (MOONCAKE_COMPAT.md section 5).
+//! (docs/mooncake.md section 5).
 //!
 //! The engine owns validation: no request reaches a transport before its local range lies inside one registered
 //! local buffer and its target range inside one buffer of the target segment. It never moves bytes itself; the
@@ -242,7 +242,7 @@ impl TransferEngine {
         Ok(())
     }
 
-    // ----- Device memory and the aiv transport (device half; see docs/ARCHITECTURE-device.md). -----
+    // ----- Device memory and the aiv transport (see docs/ARCHITECTURE.md). -----
 
     /// The device of this engine (created on first call from `config.aiv`: the CPU twin by default), with the `aiv`
     /// transport and the Host-submitted baselines `adxl` and `ubshmem` installed and the device's exported memory advertised in this engine's descriptor.

@@ -1,6 +1,6 @@
 //! The Rust mirror of `kernels/include/aiv/layouts.h`, field for field.
 //!
-//! The SDMA SQE and the channel record follow HARDWARE.md section 4 exactly. Descriptor types use explicit
+//! The SDMA SQE and the channel record follow docs/hardware.md section 4 exactly. Descriptor types use explicit
 //! little-endian field types (they are written by one agent and decoded by another); ring headers and the control block
 //! hold words accessed atomically by the Host and the kernel, so they are declared as native atomics (the flag area
 //! as native integers) and the crate refuses to build for a big-endian target. Values written by the kernel are decoded totally ([`DcqStatus`],
@@ -20,7 +20,7 @@ compile_error!("the device layouts are little-endian and ring words are accessed
 pub const CACHE_LINE: u64 = 64;
 /// Bytes of one SQE.
 pub const SQE_BYTES: u64 = 64;
-/// SQE type of an SDMA copy (HARDWARE.md section 4).
+/// SQE type of an SDMA copy (docs/hardware.md section 4).
 pub const SQE_TYPE_SDMA: u16 = 11;
 /// Bits of the type field in the first SQE word.
 pub const SQE_TYPE_MASK: u16 = 0x3F;
@@ -61,7 +61,7 @@ pub const GROUP_MAX_TRANSFERS: u32 = 64;
 /// Version stamped into [`KernelArgs`]; the kernel refuses other versions.
 pub const LAYOUT_VERSION: u32 = 1;
 
-/// The SDMA SQE (HARDWARE.md section 4).
+/// The SDMA SQE (docs/hardware.md section 4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub struct SdmaSqe {
@@ -136,7 +136,7 @@ impl SdmaSqe {
     }
 }
 
-/// One SDMA channel record of SHMEM's SDMA workspace (HARDWARE.md section 4).
+/// One SDMA channel record of SHMEM's SDMA workspace (docs/hardware.md section 4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
 #[repr(C)]
 pub struct ChannelRecord {

@@ -3,7 +3,7 @@
 //! Two index conventions, because the hardware dictates one of them:
 //! - [`SpscIndex`]: this project's rings (request ring, DCQ) use free-running `u32` indices, `slot = index & mask`,
 //!   `len = tail - head` (wrapping); full at `depth` entries (io-uring's convention).
-//! - [`SqIndex`]: the SDMA SQ keeps wrapped indices (`tail = (tail + 1) % depth`, HARDWARE.md section 4), so it is
+//! - [`SqIndex`]: the SDMA SQ keeps wrapped indices (`tail = (tail + 1) % depth`, docs/hardware.md section 4), so it is
 //!   full at `depth - 1` entries.
 //!
 //! The views are built once over a ring's shared mapping: [`RequestRing`] for the Host's side as producer of the
@@ -50,7 +50,7 @@ impl SpscIndex {
     }
 }
 
-/// The SDMA SQ's wrapped indices (HARDWARE.md section 4).
+/// The SDMA SQ's wrapped indices (docs/hardware.md section 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SqIndex {
     depth: u32,

@@ -1,5 +1,5 @@
 //! The embedded HTTP metadata server (`aiv metadata-server`), following Mooncake's REST rules exactly
-//! (MOONCAKE_COMPAT.md section 2):
+//! (docs/mooncake.md section 2):
 //!
 //! - `GET /metadata?key=K`: 200 with the stored body, or 404;
 //! - `PUT /metadata?key=K`: stores the raw body, 200; a PUT to an existing key containing `rpc_meta` is refused with

@@ -43,7 +43,7 @@ pub trait MetadataBackend: Send + Sync + fmt::Debug {
     fn remove_rpc_meta(&self, name: &str) -> Result<()>;
 }
 
-/// A metadata connection string, parsed (MOONCAKE_COMPAT.md section 2).
+/// A metadata connection string, parsed (docs/mooncake.md section 2).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetadataConnection {
     /// `P2PHANDSHAKE`: no store; a segment name is the address of its owner's handshake server.

@@ -2,7 +2,7 @@
 //! reads and writes descriptors and `rpc_meta` through any [`KeyValueStore`].
 //!
 //! Keys: `mooncake/[<cluster>/]ram/<segment>` holds the descriptor, `mooncake/[<cluster>/]rpc_meta/<segment>` holds
-//! `{"ip_or_host_name": ..., "rpc_port": ...}` (MOONCAKE_COMPAT.md section 2). This module owns the layout; the
+//! `{"ip_or_host_name": ..., "rpc_port": ...}` (docs/mooncake.md section 2). This module owns the layout; the
 //! stores own their wire.
 
 use std::fmt;

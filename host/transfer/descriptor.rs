@@ -1,4 +1,4 @@
-//! Segment descriptors in Mooncake's JSON form (MOONCAKE_COMPAT.md section 2).
+//! Segment descriptors in Mooncake's JSON form (docs/mooncake.md section 2).
 //!
 //! This module owns the descriptor's shape and its validity rules; it does not know where descriptors are stored.
 //! Readers accept `protocol` as a string or an array, and keep the fields they do not interpret (Mooncake's

@@ -1,4 +1,4 @@
-//! Requests and statuses with Mooncake's numeric values (MOONCAKE_COMPAT.md section 5).
+//! Requests and statuses with Mooncake's numeric values (docs/mooncake.md section 5).
 
 use super::protocol::Protocol;
 

@@ -1,4 +1,4 @@
-//! The `adxl` baseline: Host-submitted one-sided transfers with ADXL's shape (HARDWARE.md section 7).
+//! The `adxl` baseline: Host-submitted one-sided transfers with ADXL's shape (docs/hardware.md section 7).
 //!
 //! Data path on the twin: the engine's validated [`Transfer`] -> the submitting thread translates both addresses
 //! through the same imported windows as `aiv` ([`PeerWindows`]) and queues a job -> the adxl Host thread takes the
@@ -460,7 +460,7 @@ impl Worker {
         let stream_id = self.channel.info().index as u16;
         let mut written = 0u64;
         let mut push = |src: u64, dst: u64, length: u64| {
-            // task_id: the SQE's position in its group (HARDWARE.md section 4 writes sq_tail - sq_head).
+            // task_id: the SQE's position in its group (docs/hardware.md section 4 writes sq_tail - sq_head).
             let sqe = SdmaSqe::copy(src, dst, length as u32, stream_id, written as u16);
             let slot = sq_base + u64::from(tail) * SQE_BYTES;
             // SAFETY: `tail` < depth, so the slot lies inside the channel's SQ ring (depth * 64 bytes of workspace);

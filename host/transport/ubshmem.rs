@@ -1,4 +1,4 @@
-//! The `ubshmem` baseline: Mooncake's UBShmem shape (HARDWARE.md section 7) over the same imported windows as `aiv`.
+//! The `ubshmem` baseline: Mooncake's UBShmem shape (docs/hardware.md section 7) over the same imported windows as `aiv`.
 //!
 //! Data path: the engine's validated [`Transfer`] -> the submitting thread relocates both addresses through the
 //! peer's imported windows ([`PeerWindows`]: export/import with offset relocation) and queues one job per transfer ->

@@ -1,5 +1,5 @@
 // Platform layer for the Ascend AI Vector cores (AscendC, dav-c220-vec / dav-2201). UNVERIFIED ON HARDWARE: this
-// file follows HARDWARE.md sections 2-4 (scalar GM access through the data cache with manual dcci, the doorbell as a
+// file follows docs/hardware.md sections 2-4 (scalar GM access through the data cache with manual dcci, the doorbell as a
 // UB->GM DMA of the tail to sq_reg_base + 0x8, pipe ordering around it) but has not been compiled with bisheng/ccec
 // or run on an NPU by this project yet.
 #ifndef AIV_PLATFORM_NPU_H
@@ -14,7 +14,7 @@
 #define AIV_DEVICE_FN __aicore__ static inline
 #define AIV_PLATFORM_NAME "npu"
 
-// Scratch in the unified buffer for the doorbell DMA, kept below SHMEM's reserved top of UB (HARDWARE.md section 2).
+// Scratch in the unified buffer for the doorbell DMA, kept below SHMEM's reserved top of UB (docs/hardware.md section 2).
 #define AIV_NPU_UB_DOORBELL_OFFSET (180u * 1024u)
 
 namespace aiv_platform {
@@ -56,7 +56,7 @@ AIV_DEVICE_FN void flush_for_device(__gm__ void* p, uint32_t) {
 }
 
 AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail) {
-    // The register write is a UB->GM DMA (MTE3), not a scalar store (HARDWARE.md section 4).
+    // The register write is a UB->GM DMA (MTE3), not a scalar store (docs/hardware.md section 4).
     __ubuf__ uint32_t* ub = reinterpret_cast<__ubuf__ uint32_t*>(static_cast<uintptr_t>(AIV_NPU_UB_DOORBELL_OFFSET));
     *ub = tail;
     AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);

@@ -4,7 +4,7 @@
 //! SDMA data engine, so SHMEM builds its SDMA workspace), a VMM-mapped HBM heap exported to peers, imported peer
 //! heaps, the loaded transfer-kernel binary, Host memory registered for device access. Must not touch engine state.
 //!
-//! Step by step (HARDWARE.md sections 3, 4, 6; docs/ARCHITECTURE-cann-backend.md):
+//! Step by step (docs/hardware.md sections 3, 4, 6; docs/ARCHITECTURE.md):
 //! 1. `aclInit` (a repeated initialisation is accepted), `aclrtSetDevice`, `aclrtCreateStreamWithConfig`.
 //! 2. SHMEM: PE 0 `aclshmemx_get_uniqueid` and publishes the 136 bytes through [`UniqueIdExchange`]; other PEs fetch
 //!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
@@ -52,7 +52,7 @@ use crate::device::{
 };
 use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
-/// Bytes of SHMEM's SDMA workspace (HARDWARE.md section 4).
+/// Bytes of SHMEM's SDMA workspace (docs/hardware.md section 4).
 pub const SDMA_WORKSPACE_BYTES: usize = 16 << 10;
 /// Offset of the first channel record in the workspace; records are 64 bytes, one per AIV block.
 pub const CHANNEL_RECORDS_OFFSET: u64 = 64;
@@ -61,10 +61,11 @@ pub const MAX_CHANNELS: u32 = 48;
 /// SHMEM symmetric-heap size asked for at bootstrap. The data path uses the backend's own VMM heap, so SHMEM's heap
 /// only has to exist; 32 MiB is a guess at a size SHMEM accepts (*unverified on hardware*).
 pub const SHMEM_LOCAL_MEM_BYTES: u64 = 32 << 20;
-/// Rate of the AIV system counter, the unit of the kernel's wait budget. *Assumed* 50 MHz (not stated in the
-/// sources HARDWARE.md was written from); override with `AIV_NPU_COUNTER_HZ`.
+/// Rate of the AIV system counter, the unit of the kernel's wait budget: 50 MHz on Atlas A2/A3 per AscendC's
+/// `GetSystemCycle` documentation (docs/hardware.md section 8; *unverified on hardware*); override with
+/// `AIV_NPU_COUNTER_HZ`.
 pub const DEFAULT_COUNTER_HZ: u64 = 50_000_000;
-/// `aclrtMemExportToShareableHandle` flag: no PID validation on import (HARDWARE.md section 7).
+/// `aclrtMemExportToShareableHandle` flag: no PID validation on import (docs/hardware.md section 7).
 pub const EXPORT_WITHOUT_PID_CHECK: u64 = 0x1;
 /// How long a non-root PE waits for PE 0's unique id.
 pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
@@ -118,7 +119,7 @@ impl CannSettings {
                 ),
             });
         }
-        // A kernel object built separately (e.g. by hand with the flags of HARDWARE.md section 3) replaces the
+        // A kernel object built separately (e.g. by hand with the flags of docs/hardware.md section 3) replaces the
         // embedded one; read once and kept for the life of the process, as the runtime may point into it.
         let kernel_object = match std::env::var_os("AIV_NPU_KERNEL_OBJECT") {
             Some(path) => Some(&*Box::leak(
@@ -302,7 +303,7 @@ impl CannDevice {
         let heap_mapping = map_physical(acl, id, options.hbm_size, &mut unwind)?;
         let export_handle = heap_mapping.handle;
         // SAFETY: the physical handle was created by map_physical and is live.
-        // Flag 0x1 disables the runtime's PID check on import (HARDWARE.md section 7): the peer engine is another
+        // Flag 0x1 disables the runtime's PID check on import (docs/hardware.md section 7): the peer engine is another
         // process whose PID this one does not learn. It widens who may import the heap.
         let export_id = unsafe {
             acl::vmm::export_to_shareable_handle(
@@ -591,7 +592,7 @@ impl Launch for CannLaunch {
             }
             Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => false,
             Err(error) => {
-                // The kernel ended with an exception (HARDWARE.md section 4: errors surface as a stream/task
+                // The kernel ended with an exception (docs/hardware.md section 4: errors surface as a stream/task
                 // exception on the Host): remember it for channel_exception.
                 tracing::warn!(device = device.id, error = %error, "kernel stream exception");
                 *device.stream_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());

@@ -1,6 +1,6 @@
 //! Twin copy streams: in-order copy queues, each executed by its own emulated copy-engine thread (the "device").
 //!
-//! What an ACL stream does for `aclrtMemcpyAsync` (HARDWARE.md section 7): the Host runtime queues a copy task and
+//! What an ACL stream does for `aclrtMemcpyAsync` (docs/hardware.md section 7): the Host runtime queues a copy task and
 //! returns; the device executes the stream's tasks in order; `aclrtSynchronizeStreamWithTimeout` returns when the
 //! stream is empty, or reports the task exception of a refused copy. Copies are checked against the device's windows
 //! exactly as the SDMA engine checks SQEs. Owns only its queue and thread; never touches engine state.

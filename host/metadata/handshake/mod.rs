@@ -1,4 +1,4 @@
-//! Mooncake's P2P handshake on the RPC port (MOONCAKE_COMPAT.md section 3): the frame codec, a blocking client and
+//! Mooncake's P2P handshake on the RPC port (docs/mooncake.md section 3): the frame codec, a blocking client and
 //! the server.
 //!
 //! One request and one reply per TCP connection. A frame is a little-endian `u64` length counting the type byte and

@@ -1,4 +1,4 @@
-//! The `tcp` transport: Mooncake's TCP data wire (MOONCAKE_COMPAT.md section 4), server and client.
+//! The `tcp` transport: Mooncake's TCP data wire (docs/mooncake.md section 4), server and client.
 //!
 //! - [`wire`]: the 24-byte request header and the v2 status frame;
 //! - [`server`]: the data server that serves peers' requests against this engine's registered memory;

@@ -4,7 +4,7 @@
 //! [`BufferSet`] under its lock at the start of every request, so it serves exactly the memory registered at that
 //! moment; it never registers or changes anything.
 //!
-//! Framing (MOONCAKE_COMPAT.md section 4): connections are persistent; a request whose range is not inside one
+//! Framing (docs/mooncake.md section 4): connections are persistent; a request whose range is not inside one
 //! registered buffer (zero size and overflow included) is answered with `REJECTED` in v2 and the connection closed,
 //! in v1 just closed; memory is not touched. Replies are coalesced: the statuses and READ payloads of requests that
 //! arrived together leave in one `writev`, flushed before the server waits for more input.

@@ -1,4 +1,4 @@
-//! Mooncake's TCP data wire: the 24-byte request header and the v2 status frame (MOONCAKE_COMPAT.md section 4).
+//! Mooncake's TCP data wire: the 24-byte request header and the v2 status frame (docs/mooncake.md section 4).
 //!
 //! Owns encoding and decoding only; it never touches memory or sockets. Everything is little-endian.
 //!

@@ -2,7 +2,7 @@
 //
 // Defined once here and mirrored field by field in host/kernel_abi/ (Rust, zerocopy); tests/layout_probe.rs compiles
 // kernels/probe/layout_probe.cpp and compares every size, offset and constant with the Rust side.
-// All layouts are little-endian. The SDMA SQE and the channel record follow HARDWARE.md section 4 exactly; the
+// All layouts are little-endian. The SDMA SQE and the channel record follow docs/hardware.md section 4 exactly; the
 // other layouts (request ring, device completion queue, control block, kernel arguments) are this project's own.
 #ifndef AIV_LAYOUTS_H
 #define AIV_LAYOUTS_H
@@ -11,7 +11,7 @@
 
 #define AIV_CACHE_LINE 64u
 
-// ---- SDMA through STARS SQEs (HARDWARE.md section 4) ----
+// ---- SDMA through STARS SQEs (docs/hardware.md section 4) ----
 #define AIV_SQE_BYTES 64u
 #define AIV_SQE_TYPE_SDMA 11u
 #define AIV_SQE_TYPE_MASK 0x3Fu

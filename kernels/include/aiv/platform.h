@@ -5,7 +5,7 @@
 //                    calls a Host hook to wake the SDMA engine thread, a monotonic-clock cycle counter, and idle hooks
 //                    that back off (spin, yield, park) so emulated cores do not burn the 2-core machine.
 //   platform/npu.h   Ascend AIV (AscendC): GM scalar access with dcci cache maintenance, pipe barriers, the doorbell as
-//                    a UB->GM DMA of the tail to sq_reg_base + 0x8 (HARDWARE.md sections 2-4), the system cycle counter.
+//                    a UB->GM DMA of the tail to sq_reg_base + 0x8 (docs/hardware.md sections 2-4), the system cycle counter.
 //
 // Each implementation defines:
 //   AIV_GM             pointer qualifier for global (device) memory
@@ -18,7 +18,7 @@
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
 //     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
 //     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines
-//     void ring_doorbell(context, sq_reg_base, tail)       the doorbell write (HARDWARE.md section 4)
+//     void ring_doorbell(context, sq_reg_base, tail)       the doorbell write (docs/hardware.md section 4)
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...
 //     void idle(context, kind, token, spins)               ... and passed here when it did not hold

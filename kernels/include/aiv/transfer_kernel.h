@@ -29,7 +29,7 @@ AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t max_piece, uint64_
     return static_cast<uint32_t>(rest < max_piece ? rest : max_piece);
 }
 
-// Next SQ tail with the hardware's wrapped index (HARDWARE.md section 4: tail = (tail + 1) % depth).
+// Next SQ tail with the hardware's wrapped index (docs/hardware.md section 4: tail = (tail + 1) % depth).
 AIV_DEVICE_FN uint32_t sq_next(uint32_t tail, uint32_t depth) { return tail + 1 == depth ? 0 : tail + 1; }
 
 enum WaitResult : uint32_t { WAIT_OK = 0, WAIT_TIMEOUT = 1, WAIT_ABORTED = 2 };
@@ -61,7 +61,7 @@ AIV_DEVICE_FN void ring(Block& b) {
     if (b.unrung == 0) return;
     aiv_platform::flush_for_device(reinterpret_cast<AIV_GM void*>(b.sq_base), b.sq_depth * AIV_SQE_BYTES);
     aiv_platform::ring_doorbell(b.args.platform_context, b.sq_reg_base, b.sq_tail);
-    // The software copy of the tail lives in the channel record (HARDWARE.md section 4, last post step).
+    // The software copy of the tail lives in the channel record (docs/hardware.md section 4, last post step).
     aiv_platform::store_u32(&b.record->sq_tail, b.sq_tail);
     b.doorbells += 1;
     b.unrung = 0;

@@ -4,7 +4,7 @@
 //! - [`build_twin`]: the kernel compiled with the host C++ compiler and the twin platform layer into a static
 //!   library linked into the runtime. Always done.
 //! - [`build_npu`]: the kernel compiled for the AI Vector cores with `bisheng` (or the older `ccec` + `ld.lld`) and
-//!   the flags of HARDWARE.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
+//!   the flags of docs/hardware.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
 //!   toolkit found by [`find_cann`] (explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`).
 //!
 //! Every file and variable read is announced with `cargo:rerun-if-*`. Without CANN a build prints one
@@ -108,7 +108,7 @@ pub fn find_cann() -> Result<CannCompiler, String> {
     Err(format!("no AscendC compiler found; tried: {}", tried.join(", ")))
 }
 
-/// Compiles the NPU kernel object into `out_dir/aiv_transfer_kernel.o` with the flags of HARDWARE.md section 3.
+/// Compiles the NPU kernel object into `out_dir/aiv_transfer_kernel.o` with the flags of docs/hardware.md section 3.
 pub fn build_npu(kernels: &Path, out_dir: &Path, cann: &CannCompiler) -> Result<PathBuf, String> {
     let source = kernels.join("npu/entry.cpp");
     let object = out_dir.join("aiv_transfer_kernel.o");
@@ -176,7 +176,7 @@ mod tests {
     use std::os::unix::fs::PermissionsExt;
 
     /// A fake `bisheng` under `$AIV_CANN_HOME` records its arguments and writes the object: discovery order and the
-    /// HARDWARE.md section 3 flags are checked without a real toolkit.
+    /// docs/hardware.md section 3 flags are checked without a real toolkit.
     #[test]
     fn finds_bisheng_under_the_explicit_root_and_passes_the_documented_flags() {
         let root = env::temp_dir().join(format!("ascendc-build-test-{}", std::process::id()));

@@ -51,7 +51,7 @@ pub type MemHandle = *mut c_void;
 
 crate::c_consts! {
     /// HiXL's status codes (`hixl_cs.h`; `HIXL_RESOURCE_EXHAUSTED` is named by the CS documentation, its value is
-    /// `RESOURCE_EXHAUSTED` of `hixl_types.h`). The first four are ADXL's codes too (HARDWARE.md section 7).
+    /// `RESOURCE_EXHAUSTED` of `hixl_types.h`). The first four are ADXL's codes too (docs/hardware.md section 7).
     pub table HIXL_STATUS_CODES: HixlStatus;
     HIXL_SUCCESS = 0;
     HIXL_PARAM_INVALID = 103_900;

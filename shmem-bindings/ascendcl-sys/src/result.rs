@@ -455,7 +455,7 @@ pub mod vmm {
 pub mod ipc {
     use super::*;
 
-    /// The key buffer size passed to exports (HARDWARE.md section 7 notes Mooncake's 65-byte IPC keys).
+    /// The key buffer size passed to exports (docs/hardware.md section 7 notes Mooncake's 65-byte IPC keys).
     pub const KEY_CAPACITY: usize = 128;
 
     /// `aclrtIpcMemGetExportKey`: the key as bytes up to (not including) its NUL.

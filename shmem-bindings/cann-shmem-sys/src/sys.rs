@@ -4,7 +4,7 @@
 //! Source of the facts: the public SHMEM sources (`include/host/shmem_host_def.h`, `include/host/init/
 //! shmem_host_init.h`, `include/host/mem/shmem_host_heap.h`, `include/host/data_plane/shmem_host_rma.h`,
 //! `include/host/team/shmem_host_team.h`, `include/host_device/shmem_common_types.h`) and the project's
-//! HARDWARE.md section 6. No header package exists to compile against, so the layouts are pinned by compile-time
+//! docs/hardware.md section 6. No header package exists to compile against, so the layouts are pinned by compile-time
 //! assertions below, and the C++ default member initialisers are reproduced by [`aclshmemx_init_attr_t::new`].
 
 #![allow(non_camel_case_types, non_snake_case)]
@@ -50,7 +50,7 @@ ascendcl_sys::c_enum! {
 }
 
 ascendcl_sys::c_enum! {
-    /// The engine SHMEM's device data operations use (HARDWARE.md section 6: MTE 1, SDMA 2, ROCE 4, UDMA 8).
+    /// The engine SHMEM's device data operations use (docs/hardware.md section 6: MTE 1, SDMA 2, ROCE 4, UDMA 8).
     pub enum data_op_engine_type_t: u32 {
         ACLSHMEM_DATA_OP_MTE = 0x01,
         ACLSHMEM_DATA_OP_SDMA = 0x02,
@@ -100,7 +100,7 @@ pub const ACLSHMEM_OPTIONAL_ATTR_VERSION: i32 = (1 << 16) + size_of::<aclshmem_i
 /// `(1 << 16) + sizeof(aclshmemx_uniqueid_t)` (C name `ACLSHMEM_UNIQUEID_VERSION`).
 pub const ACLSHMEM_UNIQUEID_VERSION: i32 = (1 << 16) + size_of::<aclshmemx_uniqueid_t>() as i32;
 
-// The documented layouts (HARDWARE.md section 6, computed from the public header), pinned at compile time.
+// The documented layouts (docs/hardware.md section 6, computed from the public header), pinned at compile time.
 const _: () = {
     assert!(size_of::<aclshmem_init_optional_attr_t>() == 24);
     assert!(offset_of!(aclshmem_init_optional_attr_t, data_op_engine_type) == 4);

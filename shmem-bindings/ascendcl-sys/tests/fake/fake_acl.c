@@ -9,7 +9,7 @@
  * Built with -DFAKE_BACKEND (the root crate's tests/cann_backend.rs), it also has what the CANN device backend calls:
  * Host registration, binary load and launch (logged, never executed: no kernel runs here), and VMM physical memory
  * as memfds mapped into reserved ranges, so an import really aliases the exporter's bytes; fake_sdma_workspace()
- * builds a synthetic SDMA workspace (HARDWARE.md section 4 layout) in host memory, and fake_device_state() fills the
+ * builds a synthetic SDMA workspace (docs/hardware.md section 4 layout) in host memory, and fake_device_state() fills the
  * device copy of SHMEM's state that D2H reads of its fixed device address return.
  */
 #ifdef FAKE_BACKEND
