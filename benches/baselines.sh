@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Compares the three device paths on the CPU twin (issue 7): aiv (AIV direct-drive) against the Host-submitted
+# Compares the three device paths on the CPU twin: aiv (AIV direct-drive) against the Host-submitted
 # baselines adxl and ubshmem, two engines on two twin devices of one process (`aiv bench --protocol P`), and prints
 # one markdown row per run: throughput, the memcpy reference of the same run, p50/p99 batch latency, Host CPU time
 # per transfer from the transfers' evidence, and the whole process's Host CPU per transfer (every Host thread).

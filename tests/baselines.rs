@@ -1,4 +1,4 @@
-//! Twin end-to-end tests of the Host-submitted baselines `adxl` and `ubshmem` (issue 7): random data both ways, one
+//! Twin end-to-end tests of the Host-submitted baselines `adxl` and `ubshmem`: random data both ways, one
 //! batch mixing all four protocols, the evidence each path records (only `aiv` is AIV-direct), ADXL's buffer pool
 //! made visible, and failures and timeouts that end FAILED / TIMEOUT with their reasons. Runs on the CPU twin only.
 

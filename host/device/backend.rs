@@ -65,7 +65,7 @@ pub struct DeviceAdvertisement {
     /// The secret a peer presents to the export endpoint: whoever reads the descriptor holds it (a capability).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub export_secret: Option<String>,
-    /// The exporting process (an importer in the same process may take the in-process fast path).
+    /// The exporting process (informational: logs and diagnostics; every importer goes through the export endpoint).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_id: Option<u32>,
     /// Where the device's HiXL server listens (`"ip:port"`), for the `adxl` baseline on the `cann` backend: peers'

@@ -242,7 +242,7 @@ impl TransferEngine {
         Ok(())
     }
 
-    // ----- Device memory and the aiv transport (see docs/ARCHITECTURE.md). -----
+    // ----- Device memory and the aiv transport (see docs/device.md). -----
 
     /// The device of this engine (created on first call from `config.aiv`: the CPU twin by default), with the `aiv`
     /// transport and the Host-submitted baselines `adxl` and `ubshmem` installed and the device's exported memory advertised in this engine's descriptor.

@@ -84,12 +84,43 @@ impl SqIndex {
     }
 }
 
-/// The Host's producer view of a request ring: the header's words as atomics, the entry array, the index rule.
+/// A ring's shared mapping as the Host views it: the header's words as atomics, the entry array, the index rule.
+#[derive(Debug)]
+struct RingMapping<E> {
+    header: NonNull<RingHeader>,
+    entries: NonNull<E>,
+    index: SpscIndex,
+}
+
+impl<E> RingMapping<E> {
+    /// # Safety
+    /// `mapping` is the cache-line-aligned start of a ring header followed by `index.depth()` entries of `E` in
+    /// shared memory that stays mapped while the view lives; other agents access the header only atomically.
+    unsafe fn new(mapping: *mut u8, index: SpscIndex) -> Self {
+        let header = NonNull::new(mapping.cast::<RingHeader>()).expect("a shared mapping is never at address 0");
+        // SAFETY: entries start RING_HEADER_BYTES into the mapping (the caller's contract sizes it for them).
+        let entries = unsafe { header.cast::<u8>().add(RING_HEADER_BYTES as usize).cast::<E>() };
+        RingMapping { header, entries, index }
+    }
+
+    fn header(&self) -> &RingHeader {
+        // SAFETY: the mapping outlives the view (contract of `new`); RingHeader's words are atomics, so shared
+        // references to it are sound while the kernel writes them.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// The address of the entry in `slot`; inside the mapping's entry array when `slot` < depth, which callers
+    /// ensure by taking slots from the index rule.
+    fn entry(&self, slot: usize) -> *mut E {
+        debug_assert!(slot < self.index.depth() as usize);
+        self.entries.as_ptr().wrapping_add(slot)
+    }
+}
+
+/// The Host's producer view of a request ring.
 #[derive(Debug)]
 pub struct RequestRing {
-    header: NonNull<RingHeader>,
-    entries: NonNull<RequestEntry>,
-    index: SpscIndex,
+    ring: RingMapping<RequestEntry>,
 }
 
 // SAFETY: the view holds pointers into a shared mapping that outlives it (the contract of `RequestRing::new`); the
@@ -107,21 +138,17 @@ impl RequestRing {
     /// stay mapped while the view lives; the kernel accesses the header only atomically and reads an entry only after
     /// acquiring a tail past it; the Host has one producer of this ring.
     pub unsafe fn new(mapping: *mut u8, index: SpscIndex) -> RequestRing {
-        let header = NonNull::new(mapping.cast::<RingHeader>()).expect("a shared mapping is never at address 0");
-        // SAFETY: entries start RING_HEADER_BYTES into the mapping (the caller's contract sizes it for them).
-        let entries = unsafe { header.cast::<u8>().add(RING_HEADER_BYTES as usize).cast::<RequestEntry>() };
-        RequestRing { header, entries, index }
+        // SAFETY: the caller's contract is RingMapping's.
+        RequestRing { ring: unsafe { RingMapping::new(mapping, index) } }
     }
 
     fn header(&self) -> &RingHeader {
-        // SAFETY: the mapping outlives the view (contract of `new`); RingHeader's words are atomics, so shared
-        // references to it are sound while the kernel writes them.
-        unsafe { self.header.as_ref() }
+        self.ring.header()
     }
 
     /// The ring's index rule.
     pub fn index(&self) -> SpscIndex {
-        self.index
+        self.ring.index
     }
 
     /// The tail published so far. Acquire: the Host's own store, read by another Host thread (e.g. to see whether
@@ -139,7 +166,7 @@ impl RequestRing {
     /// Host keeps at most `depth` requests between `retired` (the position whose completions it has drained) and
     /// the tail, so no slot is overwritten before its request completed.
     pub fn batch<'a>(&'a self, tail: &'a mut u32, retired: u32) -> RequestBatch<'a> {
-        let room = self.index.free(retired, *tail);
+        let room = self.ring.index.free(retired, *tail);
         let next = *tail;
         RequestBatch { ring: self, tail, next, room }
     }
@@ -165,11 +192,11 @@ impl RequestBatch<'_> {
             return Err(entry);
         }
         let position = self.next;
-        let slot = self.ring.index.slot(position) as usize;
-        // SAFETY: slot < depth, so the entry lies inside the mapping (contract of `RequestRing::new`); it is past the
-        // published tail, so the kernel does not read it until a later Release of the tail; this batch holds the
-        // producer's tail mutably, so no other Host thread writes slots now.
-        unsafe { self.ring.entries.add(slot).write(entry) };
+        let slot = self.ring.ring.index.slot(position) as usize;
+        // SAFETY: the slot lies inside the mapping (`RingMapping::entry`); it is past the published tail, so the
+        // kernel does not read it until a later Release of the tail; this batch holds the producer's tail mutably, so
+        // no other Host thread writes slots now.
+        unsafe { self.ring.ring.entry(slot).write(entry) };
         self.next = position.wrapping_add(1);
         self.room -= 1;
         Ok(position)
@@ -208,9 +235,7 @@ pub struct UndecodableCompletion {
 /// The Host's consumer view of a block's device completion queue.
 #[derive(Debug)]
 pub struct CompletionRing {
-    header: NonNull<RingHeader>,
-    entries: NonNull<DcqEntry>,
-    index: SpscIndex,
+    ring: RingMapping<DcqEntry>,
 }
 
 // SAFETY: pointers into a shared mapping that outlives the view (contract of `CompletionRing::new`); the header is
@@ -227,15 +252,12 @@ impl CompletionRing {
     /// mapped while the view lives; the kernel accesses the header only atomically and writes an entry only before
     /// releasing a tail past it.
     pub unsafe fn new(mapping: *mut u8, index: SpscIndex) -> CompletionRing {
-        let header = NonNull::new(mapping.cast::<RingHeader>()).expect("a shared mapping is never at address 0");
-        // SAFETY: entries start RING_HEADER_BYTES into the mapping (the caller's contract sizes it for them).
-        let entries = unsafe { header.cast::<u8>().add(RING_HEADER_BYTES as usize).cast::<DcqEntry>() };
-        CompletionRing { header, entries, index }
+        // SAFETY: the caller's contract is RingMapping's.
+        CompletionRing { ring: unsafe { RingMapping::new(mapping, index) } }
     }
 
     fn header(&self) -> &RingHeader {
-        // SAFETY: as `RequestRing::header`.
-        unsafe { self.header.as_ref() }
+        self.ring.header()
     }
 
     /// Whether the kernel published entries not consumed yet (two atomic loads; Acquire on the kernel's tail).
@@ -249,12 +271,10 @@ impl CompletionRing {
         let head = self.header().head.load(Ordering::Relaxed);
         // Acquire pairs with the kernel's release store of the DCQ tail: the entries before it are complete.
         let tail = self.header().tail.load(Ordering::Acquire);
-        let published = self.index.len(head, tail);
-        let (end, corrupt_tail) = if published > self.index.depth() {
-            (head.wrapping_add(self.index.depth()), Some(tail))
-        } else {
-            (tail, None)
-        };
+        let index = self.ring.index;
+        let published = index.len(head, tail);
+        let (end, corrupt_tail) =
+            if published > index.depth() { (head.wrapping_add(index.depth()), Some(tail)) } else { (tail, None) };
         Completions { ring: self, head, next: head, end, corrupt_tail }
     }
 }
@@ -296,11 +316,11 @@ impl Iterator for Completions<'_> {
             return None;
         }
         let position = self.next;
-        let slot = self.ring.index.slot(position) as usize;
-        // SAFETY: slot < depth: the entry lies inside the mapping; the kernel wrote it before the tail acquired in
-        // `consume` and does not reuse the slot before the head published past it. DcqEntry is FromBytes, so any
-        // bytes are a value.
-        let entry = unsafe { self.ring.entries.add(slot).read() };
+        let slot = self.ring.ring.index.slot(position) as usize;
+        // SAFETY: the slot lies inside the mapping (`RingMapping::entry`); the kernel wrote it before the tail
+        // acquired in `consume` and does not reuse the slot before the head published past it. DcqEntry is
+        // FromBytes, so any bytes are a value.
+        let entry = unsafe { self.ring.ring.entry(slot).read() };
         self.next = position.wrapping_add(1);
         let status = DcqStatus(entry.status.get());
         let decoded = if status.is_known() { Ok(entry) } else { Err(UndecodableCompletion { entry }) };

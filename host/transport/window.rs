@@ -6,7 +6,7 @@
 //! remote_base)`), the VMM/IPC import scheme all three paths use. A region that cannot be imported fails only the
 //! transfers that reach it.
 //!
-//! Peer loss (docs/ARCHITECTURE.md, "aiv between processes"): a new descriptor version is probed once before its
+//! Peer loss (docs/device.md, "Peer loss"): a new descriptor version is probed once before its
 //! first transfer ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread)
 //! probes every imported peer; a peer found gone is marked lost and every later transfer to it fails with
 //! [`ResolveError::Lost`] until the segment is refreshed or reopened. One `PeerWindows` per device serves all three

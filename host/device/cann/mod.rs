@@ -4,7 +4,7 @@
 //! SDMA data engine, so SHMEM builds its SDMA workspace), a VMM-mapped HBM heap exported to peers, imported peer
 //! heaps, the loaded transfer-kernel binary, Host memory registered for device access. Must not touch engine state.
 //!
-//! Step by step (docs/hardware.md sections 3, 4, 6; docs/ARCHITECTURE.md):
+//! Step by step (docs/hardware.md sections 3, 4, 6; docs/device.md, "The `cann` device backend"):
 //! 1. `aclInit` (a repeated initialisation is accepted), `aclrtSetDevice`, `aclrtCreateStreamWithConfig`.
 //! 2. SHMEM: PE 0 `aclshmemx_get_uniqueid` and publishes the 136 bytes through [`UniqueIdExchange`]; other PEs fetch
 //!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.

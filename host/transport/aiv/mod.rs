@@ -21,7 +21,7 @@
 //! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
 //!
-//! Peer loss (docs/ARCHITECTURE.md, "aiv between processes"): a probe thread calls [`PeerWindows::probe_all`], which
+//! Peer loss (docs/device.md, "Peer loss"): a probe thread calls [`PeerWindows::probe_all`], which
 //! asks every imported peer's device whether it still serves its memory ([`DeviceBackend::probe_peer`], every
 //! `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost there: this transport fails its pending
 //! transfers at once, and new ones (on every path of the device, the windows being shared) fail until the segment is
