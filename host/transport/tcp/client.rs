@@ -9,7 +9,9 @@
 //! pipelines cannot deadlock on full socket buffers.
 //!
 //! Isolation: `submit` only queues; connecting, sending and receiving happen on the peer's own threads, so a slow
-//! or dead peer delays only its own transfers, which fail with the reason after `io_timeout` without progress.
+//! or dead peer delays only its own transfers, which fail with the reason after `io_timeout` without progress, and
+//! at the latest at their deadline: sends and receives stop at the transfers' deadline however slowly the peer keeps
+//! moving bytes, and one connect (all the addresses a host resolves to) is bounded by `connect_timeout` overall.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -34,7 +36,7 @@ pub struct ClientOptions {
     pub lanes: usize,
     /// A transfer that makes no progress for this long fails (and its connection is closed).
     pub io_timeout: Duration,
-    /// Budget for establishing a connection.
+    /// Budget for establishing a connection, over all the addresses the peer's host resolves to.
     pub connect_timeout: Duration,
     /// A lane idle this long closes its connection.
     pub idle_close: Duration,
@@ -264,8 +266,17 @@ impl Drop for Connection {
 fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
     let key = &lane.key;
     let mut last_error = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
+    let until = Instant::now() + options.connect_timeout;
     for address in (key.host.as_str(), key.port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&address, options.connect_timeout) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            last_error = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within the connect timeout of {:?}", options.connect_timeout),
+            );
+            break;
+        }
+        match TcpStream::connect_timeout(&address, left) {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
                 stream.set_read_timeout(Some(options.tick))?;
@@ -415,6 +426,7 @@ fn send_group(
         }
         // Hand the replies to the reader before sending: it must be draining replies while we may block sending.
         let count = chunk.len();
+        let chunk_deadline = chunk.iter().map(|job| job.transfer.slot.deadline()).max();
         for job in chunk {
             let needs_reply = version == WireVersion::V2 || job.transfer.opcode == Opcode::Read;
             if needs_reply {
@@ -433,6 +445,9 @@ fn send_group(
             }
         }
         let mut patience = Patience::new("send requests", shared.options.io_timeout, Some(&shared.stopping));
+        if let Some(deadline) = chunk_deadline {
+            patience = patience.until(deadline);
+        }
         // SAFETY: header iovecs point into `headers`, alive and unchanged until this call returns; payload iovecs
         // are WRITE source ranges the engine checked to lie inside one registered local buffer (and this transport
         // checked again), kept valid by `register_memory`'s contract until the transfer completes.
@@ -479,7 +494,8 @@ impl Reader {
         let mut cpu_mark = thread_cpu_ns();
         while let Ok(expected) = self.expectations.recv() {
             let Expected { job, version, writer_cpu_share } = expected;
-            let mut patience = Patience::new("receive reply", self.io_timeout, None);
+            let mut patience =
+                Patience::new("receive reply", self.io_timeout, None).until(job.transfer.slot.deadline());
             match receive(&mut inbound, &job, version, &mut patience) {
                 Ok(()) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);

@@ -1,0 +1,205 @@
+//! Hostile-input tier: this engine's clients against peers that misbehave on purpose.
+//!
+//! Every test is bounded in time and talks only to loopback. The peers here are fakes on 127.0.0.1: a "dribbler"
+//! accepts a connection, sends an opening that promises a large answer, then one byte every 200 ms. Each client
+//! operation (a handshake exchange, an HTTP metadata request, an etcd call, a tcp transfer) must end within its one
+//! overall deadline plus a small margin, with an error that names the peer and the deadline.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aiv_transport::config::EngineConfig;
+use aiv_transport::metadata::etcd::EtcdStore;
+use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState};
+use aiv_transport::metadata::http::HttpStore;
+use aiv_transport::metadata::store::KeyValueStore;
+use aiv_transport::metadata::{BufferDescriptor, SegmentDescriptor};
+use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
+
+/// How often the dribbler sends its next byte.
+const DRIBBLE: Duration = Duration::from_millis(200);
+/// Slack allowed past a deadline (thread wake-ups, one tick of a socket timeout).
+const MARGIN: Duration = Duration::from_millis(700);
+
+/// A fake peer on loopback: each connection gets `opening` at once, then one byte of `filler` every [`DRIBBLE`],
+/// until the client closes or the fake is dropped. Records when each connection ended.
+struct Dribbler {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    closed_after: Arc<std::sync::Mutex<Vec<Duration>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dribbler {
+    fn start(opening: Vec<u8>, filler: u8) -> Dribbler {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind dribbler");
+        listener.set_nonblocking(true).expect("nonblocking listener");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let closed_after = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stopping, closed) = (stop.clone(), closed_after.clone());
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !stopping.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let (opening, stopping, closed) = (opening.clone(), stopping.clone(), closed.clone());
+                        workers.push(std::thread::spawn(move || dribble(stream, &opening, filler, &stopping, &closed)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            for worker in workers {
+                let _ = worker.join();
+            }
+        });
+        Dribbler { port, stop, closed_after, thread: Some(thread) }
+    }
+
+    fn closed_after(&self) -> Vec<Duration> {
+        self.closed_after.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for Dribbler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn dribble(
+    mut stream: TcpStream,
+    opening: &[u8],
+    filler: u8,
+    stop: &AtomicBool,
+    closed: &std::sync::Mutex<Vec<Duration>>,
+) {
+    let accepted = Instant::now();
+    // Swallow whatever the client sends, without ever blocking for long.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(5)));
+    let mut sink = [0u8; 4096];
+    if stream.write_all(opening).is_ok() {
+        // Bounded: a dribbler never runs longer than this, whatever the client does.
+        while !stop.load(Ordering::SeqCst) && accepted.elapsed() < Duration::from_secs(15) {
+            match stream.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                }
+                Err(_) => break,
+            }
+            if stream.write_all(&[filler]).is_err() {
+                break;
+            }
+            std::thread::sleep(DRIBBLE);
+        }
+    }
+    closed.lock().expect("lock").push(accepted.elapsed());
+}
+
+fn assert_within(started: Instant, deadline: Duration, what: &str) {
+    let took = started.elapsed();
+    assert!(took <= deadline + MARGIN, "{what}: took {took:?}, the deadline is {deadline:?} (+{MARGIN:?} margin)");
+}
+
+#[test]
+fn a_dribbling_handshake_peer_cannot_outlast_the_exchange_deadline() {
+    // A reply that announces 1 MiB (the largest frame) and then sends it a byte at a time.
+    let peer = Dribbler::start((1u64 << 20).to_le_bytes().to_vec(), b' ');
+    let client = HandshakeClient { connect_timeout: Duration::from_millis(500), deadline: Duration::from_millis(800) };
+    let started = Instant::now();
+    let error = client.exchange("127.0.0.1", peer.port, &Frame::typed(FrameKind::Probe, b"{}".to_vec()));
+    assert_within(started, client.deadline, "handshake exchange");
+    let text = error.expect_err("a dribbled reply never completes").to_string();
+    assert!(text.contains(&format!("127.0.0.1:{}", peer.port)) && text.contains("800ms"), "{text}");
+}
+
+#[test]
+fn a_dribbling_http_metadata_server_cannot_outlast_the_request_deadline() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{".to_vec();
+    let peer = Dribbler::start(answer, b' ');
+    let url = format!("http://127.0.0.1:{}/metadata", peer.port);
+    let deadline = Duration::from_millis(900);
+    let store = HttpStore::with_timeouts(&url, Duration::from_millis(500), deadline);
+    let started = Instant::now();
+    let error = store.get("mooncake/ram/dribble");
+    assert_within(started, deadline, "http metadata get");
+    let text = error.expect_err("a dribbled answer never completes").to_string();
+    assert!(text.contains(&url) && text.contains("900ms"), "{text}");
+}
+
+#[test]
+fn dribbling_etcd_endpoints_share_one_call_deadline() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{".to_vec();
+    let first = Dribbler::start(answer.clone(), b' ');
+    let second = Dribbler::start(answer, b' ');
+    let endpoints = vec![format!("127.0.0.1:{}", first.port), format!("127.0.0.1:{}", second.port)];
+    let deadline = Duration::from_millis(900);
+    let store = EtcdStore::with_timeouts(endpoints.clone(), Duration::from_millis(500), deadline);
+    let started = Instant::now();
+    let error = store.get("mooncake/ram/dribble");
+    // Two endpoints, one deadline: not one deadline each.
+    assert_within(started, deadline, "etcd get over two endpoints");
+    let text = error.expect_err("a dribbled answer never completes").to_string();
+    assert!(text.contains(&endpoints[0]) && text.contains("900ms"), "{text}");
+}
+
+#[test]
+fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_deadline() {
+    let deadline = Duration::from_millis(800);
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.transfer_timeout = deadline;
+    let engine = TransferEngine::new(config).expect("engine with tcp starts");
+    // Answers a READ with an OK status frame, then the 1 MiB payload a byte at a time.
+    let status_ok = [0u8, 0, 0, 0, 0x56, 0x54, 0x43, 0x4D].to_vec();
+    let peer = Dribbler::start(status_ok, 0xAB);
+    let state = Arc::new(HandshakeState::default());
+    let handshake = HandshakeServer::bind("127.0.0.1", 15000..=17000, state.clone()).expect("handshake");
+    let name = format!("127.0.0.1:{}", handshake.local_addr().port());
+    let mut descriptor = SegmentDescriptor::new(name.clone(), vec!["tcp".into()]);
+    descriptor.tcp_data_port = Some(peer.port);
+    descriptor.tcp_proto_version = Some(2);
+    descriptor.buffers = vec![BufferDescriptor::new(name.clone(), 0x10_0000, 1 << 20)];
+    state.set_descriptor(Some(descriptor));
+    let mut local = vec![0u8; 1 << 20];
+    let addr = local.as_mut_ptr() as u64;
+    // SAFETY: `local` outlives the engine (dropped below, before `local`), and is read only after the wait.
+    unsafe { engine.register_memory(addr, local.len() as u64, "cpu:0") }.expect("register");
+    let segment = engine.open_segment(&name).expect("open the dribbler's segment");
+    let request = TransferRequest {
+        opcode: Opcode::Read,
+        source: addr,
+        target_id: segment,
+        target_offset: 0x10_0000,
+        length: 1 << 20,
+        protocol: Some(Protocol::Tcp),
+    };
+    let batch = engine.allocate_batch(1).expect("batch");
+    let started = Instant::now();
+    engine.submit_transfer(batch, &[request]).expect("submit");
+    let _ = engine.wait_batch(batch);
+    assert_within(started, deadline, "tcp READ from a dribbling peer");
+    let status = engine.transfer_status(batch, 0).expect("status");
+    assert!(matches!(status.state, TransferState::Failed | TransferState::Timeout), "{status:?}");
+    // The client gives the connection up at the deadline too, instead of reading on byte by byte.
+    let waited = Instant::now();
+    while peer.closed_after().is_empty() && waited.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let closed = peer.closed_after();
+    assert!(
+        closed.first().is_some_and(|after| *after <= deadline + MARGIN + DRIBBLE),
+        "the dribbler's connection ended after {closed:?}; the deadline is {deadline:?}"
+    );
+    let _ = engine.free_batch(batch);
+    drop(engine);
+    handshake.stop();
+    drop(local);
+}
