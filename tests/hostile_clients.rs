@@ -203,3 +203,87 @@ fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_d
     handshake.stop();
     drop(local);
 }
+
+/// Everything `tracing` prints in this test binary, for counting lines (installed once, as the global subscriber:
+/// the lines come from the client's own threads).
+fn captured_log() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || SharedWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this binary");
+        log
+    })
+    .clone()
+}
+
+struct SharedWriter(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_in_time() {
+    let log = captured_log();
+    let deadline = Duration::from_secs(1);
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.transfer_timeout = deadline;
+    let initiator = TransferEngine::new(config.clone()).expect("initiator starts");
+    let target = TransferEngine::new(config).expect("target starts");
+    let mut local = vec![7u8; 4096];
+    let addr = local.as_mut_ptr() as u64;
+    // SAFETY: `local` outlives the initiator (dropped below, first) and nothing reads it during the test.
+    unsafe { initiator.register_memory(addr, local.len() as u64, "cpu:0") }.expect("register local");
+    let mut remote = vec![0u8; 4096];
+    let remote_addr = remote.as_mut_ptr() as u64;
+    // SAFETY: the target is dropped before `remote`; no transfer reaches it once it is gone.
+    unsafe { target.register_memory(remote_addr, remote.len() as u64, "cpu:0") }.expect("register remote");
+    let segment = initiator.open_segment(target.name()).expect("open target");
+    let port = initiator.segment(segment).expect("segment").descriptor.tcp_data_port.expect("tcp data port");
+    drop(target);
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: addr,
+        target_id: segment,
+        target_offset: remote_addr,
+        length: 4096,
+        protocol: Some(Protocol::Tcp),
+    };
+    let started = Instant::now();
+    let mut transfers = 0u32;
+    while started.elapsed() < Duration::from_secs(2) {
+        let batch = initiator.allocate_batch(1).expect("batch");
+        let submitted = Instant::now();
+        initiator.submit_transfer(batch, &[request]).expect("submit");
+        let _ = initiator.wait_batch(batch);
+        assert_within(submitted, deadline, "a transfer to the dead peer");
+        let status = initiator.transfer_status(batch, 0).expect("status");
+        assert_eq!(status.state, TransferState::Failed, "transfer {transfers} to the dead peer: {status:?}");
+        initiator.free_batch(batch).expect("free");
+        transfers += 1;
+    }
+    drop(initiator);
+    drop(remote);
+    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let peer = port.to_string();
+    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains(&peer)).count();
+    assert!(transfers > 10, "the loop ran {transfers} transfers");
+    assert!(
+        (1..50).contains(&warnings),
+        "{warnings} warnings about port {port} for {transfers} failed transfers in 2 s:\n{}",
+        text.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+}

@@ -9,7 +9,8 @@
 //!
 //! Keys are trimmed of surrounding whitespace and every reply is labelled `application/json`, with the texts of
 //! Mooncake's `http_metadata_server.py`. Values live in memory for the life of the process. Reads of a request are bounded in time and size, so a slow or
-//! broken client cannot hold the server.
+//! broken client cannot hold the server. Refused PUTs are logged as warnings through a rate limiter
+//! ([`crate::log_limit`]): a few lines per second, with the count of the lines left out.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -26,6 +27,10 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::error::{EngineError, Result};
+use crate::log_limit::LogLimiter;
+
+/// Budget of the refusal warnings.
+static REFUSED: LogLimiter = LogLimiter::per_second(5);
 
 /// Largest request body accepted.
 pub const MAX_BODY_BYTES: usize = 16 << 20;
@@ -141,6 +146,20 @@ fn reply(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
     response
 }
 
+/// A refusal of a PUT: logged (rate-limited) and answered with `status` and `body`.
+fn refuse(status: StatusCode, key: &str, body: String) -> Response<Full<Bytes>> {
+    if let Some(suppressed) = REFUSED.admit() {
+        tracing::warn!(
+            status = status.as_u16(),
+            key,
+            reason = %body,
+            suppressed,
+            "HTTP metadata PUT refused ({suppressed} more like this in the last second)"
+        );
+    }
+    reply(status, body)
+}
+
 /// The `key` query parameter, percent-decoded (`+` is a space, as in form encoding); `None` when absent.
 fn key_of(query: Option<&str>) -> Option<String> {
     query?.split('&').find_map(|pair| {
@@ -179,16 +198,18 @@ async fn handle(request: Request<Incoming>, store: &Store) -> Response<Full<Byte
                 Ok(Err(error)) => {
                     let too_large = error.downcast_ref::<http_body_util::LengthLimitError>().is_some();
                     return if too_large {
-                        reply(StatusCode::PAYLOAD_TOO_LARGE, format!("body above {MAX_BODY_BYTES} bytes"))
+                        refuse(StatusCode::PAYLOAD_TOO_LARGE, &key, format!("body above {MAX_BODY_BYTES} bytes"))
                     } else {
-                        reply(StatusCode::BAD_REQUEST, format!("could not read the body: {error}"))
+                        refuse(StatusCode::BAD_REQUEST, &key, format!("could not read the body: {error}"))
                     };
                 }
-                Err(_) => return reply(StatusCode::REQUEST_TIMEOUT, "the body did not arrive in time"),
+                Err(_) => {
+                    return refuse(StatusCode::REQUEST_TIMEOUT, &key, "the body did not arrive in time".to_owned())
+                }
             };
             let mut values = lock();
             if key.contains("rpc_meta") && values.contains_key(&key) {
-                return reply(StatusCode::BAD_REQUEST, "Duplicate rpc_meta key not allowed");
+                return refuse(StatusCode::BAD_REQUEST, &key, "Duplicate rpc_meta key not allowed".to_owned());
             }
             values.insert(key, body);
             reply(StatusCode::OK, "metadata updated")
