@@ -16,6 +16,7 @@ use aiv_transport::config::EngineConfig;
 use aiv_transport::metadata::etcd::EtcdStore;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState};
 use aiv_transport::metadata::http::HttpStore;
+use aiv_transport::metadata::http_server::{MetadataHttpServer, StoreLimits};
 use aiv_transport::metadata::store::KeyValueStore;
 use aiv_transport::metadata::{BufferDescriptor, SegmentDescriptor};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
@@ -286,4 +287,89 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
         "{warnings} warnings about port {port} for {transfers} failed transfers in 2 s:\n{}",
         text.lines().take(20).collect::<Vec<_>>().join("\n")
     );
+}
+
+/// One raw HTTP/1.1 request to `address`; returns (status, body).
+fn http(address: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let head = format!(
+        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn the_http_metadata_store_is_bounded_in_bytes_and_keys_and_says_which_limit() {
+    let log = captured_log();
+    let limits = StoreLimits { max_body_bytes: 1024, max_total_bytes: 2500, max_keys: 3 };
+    let server =
+        MetadataHttpServer::start_with_limits("127.0.0.1:0".parse().expect("address"), limits).expect("server starts");
+    let address = server.local_addr();
+    let put = |key: &str, len: usize| http(address, "PUT", &format!("/metadata?key={key}"), &vec![b'x'; len]);
+    let (status, body) = put("hostile-k0", 1025);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("1024") && body.contains("max_body_bytes"), "{body}");
+    // Each entry counts key (10 bytes) and value: 3 x 810 = 2430 of 2500.
+    for key in ["hostile-k0", "hostile-k1", "hostile-k2"] {
+        assert_eq!(put(key, 800).0, 200, "{key}");
+    }
+    let (status, body) = put("hostile-k3", 1);
+    assert_eq!(status, 507, "a fourth key: {body}");
+    assert!(body.contains("3 keys") && body.contains("max_keys"), "{body}");
+    // Replacing a key counts the difference: 2430 - 810 + 860 = 2480 fits (adding 860 to 2430 would not).
+    assert_eq!(put("hostile-k0", 850).0, 200, "a replacement within the total");
+    let (status, body) = put("hostile-k0", 1000);
+    assert_eq!(status, 507, "a replacement past the total: {body}");
+    assert!(body.contains("2500") && body.contains("max_total_bytes"), "{body}");
+    assert_eq!(http(address, "GET", "/metadata?key=hostile-k0", b"").1.len(), 850, "the refused PUT changed nothing");
+    // A delete gives its bytes and its key back.
+    assert_eq!(http(address, "DELETE", "/metadata?key=hostile-k2", b"").0, 200);
+    assert_eq!(put("hostile-k3", 800).0, 200, "room again after a delete");
+    // A flood of refusals costs a bounded number of warnings.
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(put("hostile-k4", 1).0, 507);
+    }
+    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains("hostile-k")).count();
+    let seconds = started.elapsed().as_secs() + 2;
+    assert!(
+        (1..=5 * seconds as usize + 5).contains(&warnings),
+        "{warnings} refusal warnings for 204 refusals in {:?}",
+        started.elapsed()
+    );
+    server.stop();
+}
+
+#[test]
+fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(["metadata-server", "--port", "0", "--max-keys", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("aiv runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("aiv metadata-server --max-keys 0 kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert!(!status.success(), "{status:?}");
+    assert!(stderr.contains("max_keys = 0") && stderr.contains("1..="), "{stderr}");
 }
