@@ -265,6 +265,8 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
     };
     let started = Instant::now();
     let mut transfers = 0u32;
+    // Transfers that failed at once because the peer was backing off, and those that tried a connect.
+    let (mut backed_off, mut dialled) = (0u32, 0u32);
     while started.elapsed() < Duration::from_secs(2) {
         let batch = initiator.allocate_batch(1).expect("batch");
         let submitted = Instant::now();
@@ -273,6 +275,19 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
         assert_within(submitted, deadline, "a transfer to the dead peer");
         let status = initiator.transfer_status(batch, 0).expect("status");
         assert_eq!(status.state, TransferState::Failed, "transfer {transfers} to the dead peer: {status:?}");
+        let failure = initiator.task_failure(batch, 0).expect("task").expect("a failed task has its failure");
+        if failure.message().contains("reconnect backoff") {
+            backed_off += 1;
+            if backed_off == 1 {
+                let message = failure.message();
+                assert!(
+                    message.contains(&format!("127.0.0.1:{port}")) && message.contains("next attempt in"),
+                    "{message}"
+                );
+            }
+        } else {
+            dialled += 1;
+        }
         initiator.free_batch(batch).expect("free");
         transfers += 1;
     }
@@ -282,6 +297,8 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
     let peer = port.to_string();
     let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains(&peer)).count();
     assert!(transfers > 10, "the loop ran {transfers} transfers");
+    // 10 ms doubling to 1 s: about ten connects per lane in 2 s, not one per transfer.
+    assert!(dialled < 50 && backed_off > 0, "{dialled} transfers dialled the dead peer, {backed_off} backed off");
     assert!(
         (1..50).contains(&warnings),
         "{warnings} warnings about port {port} for {transfers} failed transfers in 2 s:\n{}",
