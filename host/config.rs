@@ -93,6 +93,17 @@ pub struct AivOptions {
     pub hixl_host: Option<String>,
     /// `hixl_port`: that server's port; 0 (default) means `AIV_HIXL_PORT`, else a port the OS reports free.
     pub hixl_port: u16,
+
+    // --- tcp client limits (connect deadline, reconnect backoff); parsed by `read_tcp_client_limits` ---
+    /// `tcp_connect_timeout_ms`: one connect to a peer's data server, over every address its host resolves to
+    /// (default 5000 ms, 1..=600000).
+    pub tcp_connect_timeout: Duration,
+    /// `tcp_reconnect_backoff_ms`: wait before reconnecting to a peer after a failed connect, doubled with each further
+    /// failure (default 10 ms, 1..=60000).
+    pub tcp_reconnect_backoff: Duration,
+    /// `tcp_reconnect_backoff_max_ms`: the cap of that wait (default 1000 ms, 1..=600000, at least
+    /// `tcp_reconnect_backoff_ms`).
+    pub tcp_reconnect_backoff_max: Duration,
 }
 
 impl Default for AivOptions {
@@ -115,6 +126,10 @@ impl Default for AivOptions {
             ubshmem_streams: 32,
             hixl_host: None,
             hixl_port: 0,
+            // tcp client limits
+            tcp_connect_timeout: Duration::from_secs(5),
+            tcp_reconnect_backoff: Duration::from_millis(10),
+            tcp_reconnect_backoff_max: Duration::from_secs(1),
         }
     }
 }
@@ -333,6 +348,25 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(port) = fields.integer("hixl_port", 0, u64::from(u16::MAX))? {
         aiv.hixl_port = port as u16;
     }
+    read_tcp_client_limits(fields, aiv)
+}
+
+/// The tcp client limits of the `"aiv"` object.
+fn read_tcp_client_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
+    if let Some(ms) = fields.integer("tcp_connect_timeout_ms", 1, 600_000)? {
+        aiv.tcp_connect_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = fields.integer("tcp_reconnect_backoff_ms", 1, 60_000)? {
+        aiv.tcp_reconnect_backoff = Duration::from_millis(ms);
+    }
+    if let Some(ms) = fields.integer("tcp_reconnect_backoff_max_ms", 1, 600_000)? {
+        aiv.tcp_reconnect_backoff_max = Duration::from_millis(ms);
+    }
+    if aiv.tcp_reconnect_backoff_max < aiv.tcp_reconnect_backoff {
+        let found = Value::from(aiv.tcp_reconnect_backoff_max.as_millis() as u64);
+        let expected = format!("at least tcp_reconnect_backoff_ms ({})", aiv.tcp_reconnect_backoff.as_millis());
+        return Err(fields.invalid("tcp_reconnect_backoff_max_ms", &expected, &found));
+    }
     Ok(())
 }
 
@@ -500,6 +534,29 @@ mod tests {
         assert!(error.to_string().contains("aiv.hixl_port"), "{error}");
         let error = parse(r#"{"local_hostname": "h", "aiv": {"hixl_host": " "}}"#).expect_err("empty host");
         assert!(error.to_string().contains("aiv.hixl_host"), "{error}");
+    }
+
+    #[test]
+    fn tcp_client_limits_are_read_and_range_checked() {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"tcp_connect_timeout_ms": 250, "tcp_reconnect_backoff_ms": 20,
+                "tcp_reconnect_backoff_max_ms": 400}}"#,
+        )
+        .expect("valid tcp client limits");
+        assert_eq!(config.aiv.tcp_connect_timeout, Duration::from_millis(250));
+        assert_eq!(config.aiv.tcp_reconnect_backoff, Duration::from_millis(20));
+        assert_eq!(config.aiv.tcp_reconnect_backoff_max, Duration::from_millis(400));
+        assert_eq!(AivOptions::default().tcp_reconnect_backoff_max, Duration::from_secs(1));
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"tcp_connect_timeout_ms": 0}}"#).expect_err("zero");
+        assert!(
+            error.to_string().contains("aiv.tcp_connect_timeout_ms") && error.to_string().contains("600000"),
+            "{error}"
+        );
+        let error = parse(
+            r#"{"local_hostname": "h", "aiv": {"tcp_reconnect_backoff_ms": 50, "tcp_reconnect_backoff_max_ms": 10}}"#,
+        )
+        .expect_err("cap below the first wait");
+        assert!(error.to_string().contains("aiv.tcp_reconnect_backoff_max_ms"), "{error}");
     }
 
     #[test]

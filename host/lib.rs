@@ -8,6 +8,7 @@
 //!   and the in-process copy);
 //! - [`metadata`]: segment descriptors and where they are published (P2P handshake, HTTP, etcd);
 //! - [`evidence`]: what every transfer records about who did the work;
+//! - [`log_limit`]: rate-limited, aggregated warnings;
 //! - [`cpu_time`]: Host CPU accounting (section clocks, the thread CPU clock, the carry of uncharged time);
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod error;
 pub mod evidence;
 pub mod kernel_abi;
+pub mod log_limit;
 pub mod metadata;
 pub mod transfer;
 pub mod transport;

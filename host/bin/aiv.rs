@@ -45,6 +45,15 @@ struct MetadataServerArgs {
     /// Address to bind; loopback unless told otherwise
     #[arg(long, default_value = "127.0.0.1")]
     host: std::net::IpAddr,
+    /// Largest body of one PUT, in bytes (above it: HTTP 413)
+    #[arg(long, default_value_t = 16 << 20)]
+    max_body_bytes: usize,
+    /// Largest total of stored keys and values, in bytes (a PUT past it: HTTP 507)
+    #[arg(long, default_value_t = 256 << 20)]
+    max_total_bytes: u64,
+    /// Most keys stored (a PUT of a new key past it: HTTP 507)
+    #[arg(long, default_value_t = 65_536)]
+    max_keys: usize,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -141,7 +150,13 @@ fn main() -> ExitCode {
 
 fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
     let address = std::net::SocketAddr::new(args.host, args.port);
-    let server = aiv_transport::metadata::http_server::MetadataHttpServer::start(address).map_err(|e| e.to_string())?;
+    let limits = aiv_transport::metadata::http_server::StoreLimits {
+        max_body_bytes: args.max_body_bytes,
+        max_total_bytes: args.max_total_bytes,
+        max_keys: args.max_keys,
+    };
+    let server = aiv_transport::metadata::http_server::MetadataHttpServer::start_with_limits(address, limits)
+        .map_err(|e| e.to_string())?;
     println!("aiv metadata-server: serving {} (connection string for engines)", server.url());
     server.wait();
     Ok(())

@@ -4,8 +4,12 @@
 //! Why the gateway and not gRPC: it is part of etcd's v3 API on the client port (etcd 3.4 and later), needs no
 //! protobuf code generation (no system `protoc`) and no gRPC stack, and reuses the blocking HTTP client and bounded
 //! timeouts of the HTTP backend. Keys are the same as Mooncake's, so Mooncake peers on the same etcd see them.
+//!
+//! One call has one overall deadline over all the endpoints it tries (connect, send, the whole answer).
+//!
+//! Owns: the client of an etcd cluster's JSON gateway. It must not retry a call beyond its endpoints once.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
@@ -19,30 +23,48 @@ use crate::error::{EngineError, Result};
 pub struct EtcdStore {
     endpoints: Vec<String>,
     agent: ureq::Agent,
+    deadline: Duration,
 }
 
 impl EtcdStore {
-    /// A client of `endpoints` (`host:port` each) with 1.5 s connect and 3 s request timeouts.
+    /// A client of `endpoints` (`host:port` each) with a 1.5 s connect timeout and a 3 s deadline per call.
     pub fn new(endpoints: Vec<String>) -> EtcdStore {
-        let agent = ureq::AgentBuilder::new()
-            .timeout_connect(Duration::from_millis(1500))
-            .timeout(Duration::from_secs(3))
-            .build();
-        EtcdStore { endpoints, agent }
+        EtcdStore::with_timeouts(endpoints, Duration::from_millis(1500), Duration::from_secs(3))
+    }
+
+    /// A client with explicit timeouts: `connect` per TCP connect, `deadline` per call over all endpoints.
+    pub fn with_timeouts(endpoints: Vec<String>, connect: Duration, deadline: Duration) -> EtcdStore {
+        let agent = ureq::AgentBuilder::new().timeout_connect(connect).timeout(deadline).build();
+        EtcdStore { endpoints, agent, deadline }
     }
 
     /// Calls one gateway method; a transport failure moves on to the next endpoint, an answer from etcd (even an
     /// error) is final.
     fn call(&self, operation: &'static str, method: &str, key: &str, body: &Value) -> Result<Value> {
         let mut unreachable = Vec::new();
+        let until = Instant::now() + self.deadline;
         for endpoint in &self.endpoints {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                unreachable
+                    .push(format!("{endpoint}: not tried, the call's deadline of {:?} has passed", self.deadline));
+                continue;
+            }
             let url = format!("http://{endpoint}/v3/kv/{method}");
-            let response = self.agent.post(&url).set("Content-Type", "application/json").send_string(&body.to_string());
+            let response = self
+                .agent
+                .post(&url)
+                .timeout(left)
+                .set("Content-Type", "application/json")
+                .send_string(&body.to_string());
             let failure = |reason: String| EngineError::Metadata { operation, reason };
             match response {
                 Ok(response) => {
                     let text = response.into_string().map_err(|error| {
-                        failure(format!("reading etcd's answer from {url} for key {key:?}: {error}"))
+                        failure(format!(
+                            "reading etcd's answer from {url} for key {key:?} (deadline {:?}): {error}",
+                            self.deadline
+                        ))
                     })?;
                     return serde_json::from_str(&text)
                         .map_err(|error| failure(format!("etcd at {url} answered non-JSON for key {key:?}: {error}")));
@@ -55,7 +77,9 @@ impl EtcdStore {
                         .unwrap_or(text);
                     return Err(failure(format!("etcd at {url} answered HTTP {code} for key {key:?}: {message}")));
                 }
-                Err(ureq::Error::Transport(transport)) => unreachable.push(format!("{endpoint}: {transport}")),
+                Err(ureq::Error::Transport(transport)) => {
+                    unreachable.push(format!("{endpoint} (deadline {:?}): {transport}", self.deadline))
+                }
             }
         }
         Err(EngineError::Metadata {

@@ -1,5 +1,9 @@
 //! The client of an HTTP metadata server (`http://host:port/metadata`), Mooncake's REST form:
-//! `GET|PUT|DELETE <url>?key=<url-escaped key>`, 3 s per request and 1.5 s per connect, as Mooncake's client.
+//! `GET|PUT|DELETE <url>?key=<url-escaped key>`, by default 1.5 s per connect and 3 s per request, as Mooncake's
+//! client. The request timeout is one overall deadline (connect, send, the whole answer, body included), so a
+//! server that answers a byte at a time cannot hold the caller longer.
+//!
+//! Owns: the HTTP client of one metadata server. It must not retry a request or cache values.
 
 use std::io::Read;
 use std::time::Duration;
@@ -31,7 +35,7 @@ impl HttpStore {
         HttpStore::with_timeouts(url, Duration::from_millis(1500), Duration::from_secs(3))
     }
 
-    /// A client with explicit connect and per-request timeouts.
+    /// A client with explicit connect and per-request timeouts (`total` bounds the whole request).
     pub fn with_timeouts(url: &str, connect: Duration, total: Duration) -> HttpStore {
         let agent = ureq::AgentBuilder::new().timeout_connect(connect).timeout(total).build();
         HttpStore { url: url.trim_end_matches('?').to_owned(), agent, connect_timeout: connect, total_timeout: total }
@@ -71,7 +75,10 @@ impl KeyValueStore for HttpStore {
                 response.into_reader().take(MAX_VALUE_BYTES).read_to_end(&mut value).map_err(|error| {
                     EngineError::Metadata {
                         operation: "http metadata get",
-                        reason: format!("reading the value of key {key:?} from {}: {error}", self.url),
+                        reason: format!(
+                            "reading the value of key {key:?} from {} (deadline {:?}): {error}",
+                            self.url, self.total_timeout
+                        ),
                     }
                 })?;
                 Ok(Some(value))

@@ -18,6 +18,7 @@ pub mod store;
 
 use std::fmt;
 use std::ops::RangeInclusive;
+use std::time::Duration;
 
 pub use crate::transfer::descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use name::{SegmentName, SegmentNameError};
@@ -120,12 +121,40 @@ pub struct MetadataOptions {
     /// `MC_TCP_BIND_ADDRESS`: the address published in `rpc_meta` (and bound) with a metadata store; without it,
     /// the host of `local_hostname`.
     pub rpc_bind_address: Option<String>,
+    /// `AIV_METADATA_CONNECT_TIMEOUT_MS` (1500 ms): bound on one TCP connect of a metadata client (handshake, HTTP,
+    /// etcd); never beyond `client_deadline`.
+    pub client_connect_timeout: Duration,
+    /// `AIV_METADATA_DEADLINE_MS` (3000 ms): one overall deadline per metadata client operation: a handshake
+    /// exchange, an HTTP request, an etcd call over all its endpoints (connect, send, the whole reply).
+    pub client_deadline: Duration,
 }
 
 impl Default for MetadataOptions {
     fn default() -> Self {
-        MetadataOptions { rpc_ports: 15000..=17000, cluster_id: None, rpc_bind_address: None }
+        MetadataOptions {
+            rpc_ports: 15000..=17000,
+            cluster_id: None,
+            rpc_bind_address: None,
+            client_connect_timeout: Duration::from_millis(1500),
+            client_deadline: Duration::from_secs(3),
+        }
     }
+}
+
+/// Accepted range of the metadata client's timeouts, in milliseconds.
+const CLIENT_TIMEOUT_MS: RangeInclusive<u64> = 1..=600_000;
+
+/// Reads one of the metadata client's millisecond timeouts from `env`.
+fn client_timeout(env: &dyn Environment, key: &str, default: Duration) -> std::result::Result<Duration, ConfigError> {
+    let Some(text) = env.var(key) else { return Ok(default) };
+    text.trim().parse::<u64>().ok().filter(|ms| CLIENT_TIMEOUT_MS.contains(ms)).map(Duration::from_millis).ok_or(
+        ConfigError::Invalid {
+            origin: "environment".into(),
+            key: key.into(),
+            expected: format!("milliseconds from {} to {}", CLIENT_TIMEOUT_MS.start(), CLIENT_TIMEOUT_MS.end()),
+            found: format!("{text:?}"),
+        },
+    )
 }
 
 impl MetadataOptions {
@@ -156,6 +185,9 @@ impl MetadataOptions {
         options.rpc_ports = low..=high;
         options.cluster_id = env.var("MC_METADATA_CLUSTER_ID").filter(|id| !id.trim().is_empty());
         options.rpc_bind_address = env.var("MC_TCP_BIND_ADDRESS").filter(|address| !address.trim().is_empty());
+        options.client_connect_timeout =
+            client_timeout(env, "AIV_METADATA_CONNECT_TIMEOUT_MS", options.client_connect_timeout)?;
+        options.client_deadline = client_timeout(env, "AIV_METADATA_DEADLINE_MS", options.client_deadline)?;
         Ok(options)
     }
 }
@@ -221,5 +253,25 @@ mod tests {
         let garbage = |name: &str| (name == "MC_MAX_RPC_PORT").then(|| "lots".to_owned());
         let error = MetadataOptions::from_env(&garbage).expect_err("not a port");
         assert!(error.to_string().contains("MC_MAX_RPC_PORT") && error.to_string().contains("lots"), "{error}");
+    }
+
+    #[test]
+    fn client_deadlines_come_from_the_environment_and_are_range_checked() {
+        let env = |name: &str| match name {
+            "AIV_METADATA_DEADLINE_MS" => Some("250".to_owned()),
+            "AIV_METADATA_CONNECT_TIMEOUT_MS" => Some("100".to_owned()),
+            _ => None,
+        };
+        let options = MetadataOptions::from_env(&env).expect("valid");
+        assert_eq!(options.client_deadline, Duration::from_millis(250));
+        assert_eq!(options.client_connect_timeout, Duration::from_millis(100));
+        assert_eq!(MetadataOptions::default().client_deadline, Duration::from_secs(3));
+        let zero = |name: &str| (name == "AIV_METADATA_DEADLINE_MS").then(|| "0".to_owned());
+        let error = MetadataOptions::from_env(&zero).expect_err("zero deadline");
+        let text = error.to_string();
+        assert!(
+            text.contains("AIV_METADATA_DEADLINE_MS") && text.contains("600000") && text.contains("\"0\""),
+            "{text}"
+        );
     }
 }

@@ -21,6 +21,7 @@ pub struct MetadataService {
     handshake: HandshakeServer,
     segment_name: String,
     rpc_meta: RpcMeta,
+    client: HandshakeClient,
     withdrawn: AtomicBool,
 }
 
@@ -46,17 +47,29 @@ impl MetadataService {
         let rpc_port = handshake.local_addr().port();
         let rpc_meta = RpcMeta { ip_or_host_name: bind_host.clone(), rpc_port };
         let keys = KeyLayout::new(options.cluster_id.as_deref());
+        let client =
+            HandshakeClient { connect_timeout: options.client_connect_timeout, deadline: options.client_deadline };
         let (segment_name, backend): (String, Box<dyn MetadataBackend>) = match &connection {
-            MetadataConnection::P2pHandshake => (
-                SegmentName::with_port(&local.host, rpc_port),
-                Box::new(P2pBackend::new(state, HandshakeClient::default())),
-            ),
-            MetadataConnection::Http { url } => {
-                (config.local_hostname.trim().to_owned(), Box::new(StoreBackend::new(HttpStore::new(url), keys)))
+            MetadataConnection::P2pHandshake => {
+                (SegmentName::with_port(&local.host, rpc_port), Box::new(P2pBackend::new(state, client)))
             }
+            MetadataConnection::Http { url } => (
+                config.local_hostname.trim().to_owned(),
+                Box::new(StoreBackend::new(
+                    HttpStore::with_timeouts(url, options.client_connect_timeout, options.client_deadline),
+                    keys,
+                )),
+            ),
             MetadataConnection::Etcd { endpoints } => (
                 config.local_hostname.trim().to_owned(),
-                Box::new(StoreBackend::new(EtcdStore::new(endpoints.clone()), keys)),
+                Box::new(StoreBackend::new(
+                    EtcdStore::with_timeouts(
+                        endpoints.clone(),
+                        options.client_connect_timeout,
+                        options.client_deadline,
+                    ),
+                    keys,
+                )),
             ),
         };
         backend.publish_rpc_meta(&segment_name, &rpc_meta)?;
@@ -67,6 +80,7 @@ impl MetadataService {
             handshake,
             segment_name,
             rpc_meta,
+            client,
             withdrawn: AtomicBool::new(false),
         })
     }
@@ -120,7 +134,7 @@ impl MetadataService {
         let rpc = self.fetch_rpc_meta(peer)?;
         let payload = serde_json::json!({"name": self.segment_name, "notify_msg": message}).to_string();
         let request = Frame::typed(FrameKind::Notify, payload);
-        let reply = HandshakeClient::default().exchange(&rpc.ip_or_host_name, rpc.rpc_port, &request)?;
+        let reply = self.client.exchange(&rpc.ip_or_host_name, rpc.rpc_port, &request)?;
         let answer: serde_json::Value = serde_json::from_slice(&reply.payload).unwrap_or_default();
         if answer.get("notify_msg").and_then(serde_json::Value::as_str) == Some("success") {
             Ok(())

@@ -1,11 +1,14 @@
 //! The blocking side of the handshake: one request, one reply, then close.
 //!
 //! Blocking on purpose: the engine's API is synchronous and may be called from any thread, including one inside a
-//! tokio runtime, where blocking on a future would panic. Every step is bounded by the client's timeouts.
+//! tokio runtime, where blocking on a future would panic. One exchange (connect, send, receive the whole reply) has
+//! one overall deadline, `deadline`: a peer that sends its reply a byte at a time cannot hold the caller longer.
+//!
+//! Owns: the client side of one exchange and its deadline. It must not cache connections or retry an exchange.
 
-use std::io::Write;
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::{Frame, FrameKind};
 use crate::error::{EngineError, Result};
@@ -13,22 +16,61 @@ use crate::error::{EngineError, Result};
 /// Sends handshake requests with bounded waits.
 #[derive(Clone, Copy, Debug)]
 pub struct HandshakeClient {
-    /// Bound on each TCP connect attempt.
+    /// Bound on each TCP connect attempt (never beyond `deadline`).
     pub connect_timeout: Duration,
-    /// Bound on each read and write.
-    pub io_timeout: Duration,
+    /// Bound on the whole exchange: resolve, connect, send the request and receive the whole reply.
+    pub deadline: Duration,
 }
 
 impl Default for HandshakeClient {
     fn default() -> Self {
-        HandshakeClient { connect_timeout: Duration::from_millis(1500), io_timeout: Duration::from_secs(3) }
+        HandshakeClient { connect_timeout: Duration::from_millis(1500), deadline: Duration::from_secs(3) }
     }
+}
+
+/// A socket whose every read and write waits at most until one instant.
+struct DeadlineStream<'a> {
+    stream: &'a TcpStream,
+    until: Instant,
+}
+
+impl DeadlineStream<'_> {
+    fn remaining(&self) -> io::Result<Duration> {
+        let left = self.until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::new(io::ErrorKind::TimedOut, "deadline passed"));
+        }
+        Ok(left)
+    }
+}
+
+impl Read for DeadlineStream<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> io::Result<usize> {
+        self.stream.set_read_timeout(Some(self.remaining()?))?;
+        (&mut &*self.stream).read(buffer)
+    }
+}
+
+impl Write for DeadlineStream<'_> {
+    fn write(&mut self, buffer: &[u8]) -> io::Result<usize> {
+        self.stream.set_write_timeout(Some(self.remaining()?))?;
+        (&mut &*self.stream).write(buffer)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+fn timed_out(error: &io::Error) -> bool {
+    matches!(error.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut)
 }
 
 impl HandshakeClient {
     /// Sends `request` to the handshake server at `host:port` and returns its reply, which must have the request's
     /// form and type.
     pub fn exchange(&self, host: &str, port: u16, request: &Frame) -> Result<Frame> {
+        let until = Instant::now() + self.deadline;
         let peer = super::super::SegmentName::with_port(host, port);
         let handshake_error =
             |operation: &'static str, reason: String| EngineError::Handshake { peer: peer.clone(), operation, reason };
@@ -39,7 +81,12 @@ impl HandshakeClient {
         let mut last_error = None;
         let mut stream = None;
         for address in &addresses {
-            match TcpStream::connect_timeout(address, self.connect_timeout) {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                last_error = Some(format!("no connection within the deadline of {:?}", self.deadline));
+                break;
+            }
+            match TcpStream::connect_timeout(address, self.connect_timeout.min(left)) {
                 Ok(connected) => {
                     stream = Some(connected);
                     break;
@@ -47,26 +94,26 @@ impl HandshakeClient {
                 Err(error) => last_error = Some(format!("{address}: {error}")),
             }
         }
-        let mut stream = stream.ok_or_else(|| {
+        let stream = stream.ok_or_else(|| {
             handshake_error(
                 "connect to handshake server",
                 last_error.unwrap_or_else(|| "the host resolves to no address".into()),
             )
         })?;
-        let setup = stream
-            .set_read_timeout(Some(self.io_timeout))
-            .and_then(|()| stream.set_write_timeout(Some(self.io_timeout)))
-            .and_then(|()| stream.set_nodelay(true));
-        setup.map_err(|error| handshake_error("configure handshake socket", error.to_string()))?;
-        stream
-            .write_all(&request.encode())
-            .map_err(|error| handshake_error("send handshake request", error.to_string()))?;
-        let reply = Frame::read_from(&mut stream).map_err(|error| {
+        stream.set_nodelay(true).map_err(|error| handshake_error("configure handshake socket", error.to_string()))?;
+        let mut bounded = DeadlineStream { stream: &stream, until };
+        bounded.write_all(&request.encode()).map_err(|error| {
+            let reason = if timed_out(&error) {
+                format!("timed out: request not sent within the deadline of {:?}", self.deadline)
+            } else {
+                error.to_string()
+            };
+            handshake_error("send handshake request", reason)
+        })?;
+        let reply = Frame::read_from(&mut bounded).map_err(|error| {
             let reason = match &error {
-                super::FrameError::Io(io)
-                    if matches!(io.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) =>
-                {
-                    format!("timed out: no complete reply within {:?}", self.io_timeout)
+                super::FrameError::Io(io) if timed_out(io) => {
+                    format!("timed out: no complete reply within the deadline of {:?}", self.deadline)
                 }
                 _ => error.to_string(),
             };

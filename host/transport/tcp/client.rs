@@ -9,7 +9,15 @@
 //! pipelines cannot deadlock on full socket buffers.
 //!
 //! Isolation: `submit` only queues; connecting, sending and receiving happen on the peer's own threads, so a slow
-//! or dead peer delays only its own transfers, which fail with the reason after `io_timeout` without progress.
+//! or dead peer delays only its own transfers, which fail with the reason after `io_timeout` without progress, and
+//! at the latest at their deadline: sends and receives stop at the transfers' deadline however slowly the peer keeps
+//! moving bytes, and one connect (all the addresses a host resolves to) is bounded by `connect_timeout` overall.
+//!
+//! Reconnects back off per peer: after a failed connect the peer's next attempt waits `reconnect_backoff`, doubling
+//! on each further failure up to `reconnect_backoff_max`, and a success resets it. Transfers that reach a lane while
+//! its peer is backing off fail at once (no connect is tried), with a reason naming the peer and the time to the
+//! next attempt. Connect and send failures are logged through rate limiters ([`crate::log_limit`]), so a dead peer
+//! costs a few lines per second, with the count of the lines left out.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -24,6 +32,7 @@ use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
 use crate::evidence::{Actor, TransferEvidence};
+use crate::log_limit::LogLimiter;
 use crate::transfer::{FailureKind, Opcode, TransferFailure};
 use crate::transport::Transfer;
 
@@ -34,12 +43,16 @@ pub struct ClientOptions {
     pub lanes: usize,
     /// A transfer that makes no progress for this long fails (and its connection is closed).
     pub io_timeout: Duration,
-    /// Budget for establishing a connection.
+    /// Budget for establishing a connection, over all the addresses the peer's host resolves to.
     pub connect_timeout: Duration,
     /// A lane idle this long closes its connection.
     pub idle_close: Duration,
     /// Socket timeout between checks of deadlines and the stop flag.
     pub tick: Duration,
+    /// Wait before reconnecting to a peer after its first failed connect; doubles with each further failure.
+    pub reconnect_backoff: Duration,
+    /// The longest wait between reconnect attempts to one peer.
+    pub reconnect_backoff_max: Duration,
 }
 
 impl Default for ClientOptions {
@@ -50,6 +63,8 @@ impl Default for ClientOptions {
             connect_timeout: Duration::from_secs(5),
             idle_close: Duration::from_secs(60),
             tick: Duration::from_millis(200),
+            reconnect_backoff: Duration::from_millis(10),
+            reconnect_backoff_max: Duration::from_secs(1),
         }
     }
 }
@@ -117,6 +132,36 @@ fn network_failure(error: &io::Error, message: String) -> TransferFailure {
 /// Mooncake's `ERR_SOCKET` (-102), as a magnitude like [`crate::EngineError::mooncake_code`].
 const MOONCAKE_ERR_SOCKET: i32 = 102;
 
+/// Budgets of the client's warnings (all peers together).
+static CONNECT_FAILED: LogLimiter = LogLimiter::per_second(5);
+static SEND_FAILED: LogLimiter = LogLimiter::per_second(5);
+
+/// When one peer may be dialled again, shared by its lanes.
+#[derive(Debug, Default)]
+struct Backoff {
+    /// The wait after the last failure (zero: the last connect succeeded, or none was tried).
+    delay: Duration,
+    next_attempt: Option<Instant>,
+}
+
+impl Backoff {
+    /// How long until the next attempt is allowed, if one is not allowed now.
+    fn wait_left(&self, now: Instant) -> Option<Duration> {
+        self.next_attempt.map(|at| at.saturating_duration_since(now)).filter(|left| !left.is_zero())
+    }
+
+    fn failed(&mut self, now: Instant, options: &ClientOptions) -> Duration {
+        self.delay = if self.delay.is_zero() { options.reconnect_backoff } else { self.delay.saturating_mul(2) }
+            .min(options.reconnect_backoff_max);
+        self.next_attempt = Some(now + self.delay);
+        self.delay
+    }
+
+    fn succeeded(&mut self) {
+        *self = Backoff::default();
+    }
+}
+
 #[derive(Debug)]
 struct ClientShared {
     options: ClientOptions,
@@ -140,6 +185,7 @@ struct Peer {
 struct Lane {
     key: PeerKey,
     index: usize,
+    backoff: Arc<Mutex<Backoff>>,
     queue: Mutex<VecDeque<Job>>,
     ready: Condvar,
 }
@@ -205,9 +251,15 @@ impl TcpClient {
             return Ok(peer.clone());
         }
         let mut lanes = Vec::with_capacity(self.shared.options.lanes);
+        let backoff = Arc::new(Mutex::new(Backoff::default()));
         for index in 0..self.shared.options.lanes {
-            let lane =
-                Arc::new(Lane { key: key.clone(), index, queue: Mutex::new(VecDeque::new()), ready: Condvar::new() });
+            let lane = Arc::new(Lane {
+                key: key.clone(),
+                index,
+                backoff: backoff.clone(),
+                queue: Mutex::new(VecDeque::new()),
+                ready: Condvar::new(),
+            });
             let shared = self.shared.clone();
             let worker = lane.clone();
             std::thread::Builder::new().name(format!("tcp-lane-{index}")).spawn(move || lane_writer(worker, shared))?;
@@ -264,8 +316,17 @@ impl Drop for Connection {
 fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
     let key = &lane.key;
     let mut last_error = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
+    let until = Instant::now() + options.connect_timeout;
     for address in (key.host.as_str(), key.port).to_socket_addrs()? {
-        match TcpStream::connect_timeout(&address, options.connect_timeout) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            last_error = io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("no connection within the connect timeout of {:?}", options.connect_timeout),
+            );
+            break;
+        }
+        match TcpStream::connect_timeout(&address, left) {
             Ok(stream) => {
                 stream.set_nodelay(true)?;
                 stream.set_read_timeout(Some(options.tick))?;
@@ -361,10 +422,37 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
             }
         }
         if connection.is_none() {
+            let waiting = lock(&lane.backoff).wait_left(Instant::now());
+            if let Some(left) = waiting {
+                let reason = format!(
+                    "peer {}:{} is in reconnect backoff after a failed connect; next attempt in {left:?}",
+                    lane.key.host, lane.key.port
+                );
+                for job in jobs {
+                    job.fail(
+                        TransferFailure::new("tcp", FailureKind::Network, reason.clone())
+                            .with_mooncake_code(MOONCAKE_ERR_SOCKET),
+                    );
+                }
+                continue;
+            }
             match connect(&lane, options) {
-                Ok(fresh) => connection = Some(fresh),
+                Ok(fresh) => {
+                    lock(&lane.backoff).succeeded();
+                    connection = Some(fresh);
+                }
                 Err(error) => {
-                    tracing::warn!(host = %lane.key.host, port = lane.key.port, %error, "tcp: connect failed");
+                    let delay = lock(&lane.backoff).failed(Instant::now(), options);
+                    if let Some(suppressed) = CONNECT_FAILED.admit() {
+                        tracing::warn!(
+                            host = %lane.key.host,
+                            port = lane.key.port,
+                            %error,
+                            next_attempt_in = ?delay,
+                            suppressed,
+                            "tcp: connect failed ({suppressed} more like this in the last second)"
+                        );
+                    }
                     let reason = format!("connect to {}:{}: {error}", lane.key.host, lane.key.port);
                     for job in jobs {
                         job.fail(network_failure(&error, reason.clone()));
@@ -375,7 +463,14 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
         }
         let Some(current) = connection.as_mut() else { continue };
         if let Err(error) = send_group(current, jobs, &mut iovecs, &mut headers, cpu_start, &shared) {
-            tracing::debug!(address = %current.address, %error, "tcp lane send failed");
+            if let Some(suppressed) = SEND_FAILED.admit() {
+                tracing::warn!(
+                    address = %current.address,
+                    %error,
+                    suppressed,
+                    "tcp: send failed ({suppressed} more like this in the last second)"
+                );
+            }
             current.broken.store(true, Ordering::Release);
             connection = None;
         }
@@ -415,6 +510,7 @@ fn send_group(
         }
         // Hand the replies to the reader before sending: it must be draining replies while we may block sending.
         let count = chunk.len();
+        let chunk_deadline = chunk.iter().map(|job| job.transfer.slot.deadline()).max();
         for job in chunk {
             let needs_reply = version == WireVersion::V2 || job.transfer.opcode == Opcode::Read;
             if needs_reply {
@@ -433,6 +529,9 @@ fn send_group(
             }
         }
         let mut patience = Patience::new("send requests", shared.options.io_timeout, Some(&shared.stopping));
+        if let Some(deadline) = chunk_deadline {
+            patience = patience.until(deadline);
+        }
         // SAFETY: header iovecs point into `headers`, alive and unchanged until this call returns; payload iovecs
         // are WRITE source ranges the engine checked to lie inside one registered local buffer (and this transport
         // checked again), kept valid by `register_memory`'s contract until the transfer completes.
@@ -479,7 +578,8 @@ impl Reader {
         let mut cpu_mark = thread_cpu_ns();
         while let Ok(expected) = self.expectations.recv() {
             let Expected { job, version, writer_cpu_share } = expected;
-            let mut patience = Patience::new("receive reply", self.io_timeout, None);
+            let mut patience =
+                Patience::new("receive reply", self.io_timeout, None).until(job.transfer.slot.deadline());
             match receive(&mut inbound, &job, version, &mut patience) {
                 Ok(()) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);

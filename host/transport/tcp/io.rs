@@ -18,6 +18,8 @@ pub(crate) struct Patience<'a> {
     /// The limit that replaces `limit` once the first byte has moved (idle wait, then an in-request budget).
     after_first_byte: Option<Duration>,
     last_progress: Instant,
+    /// An overall deadline that progress does not move (the deadline of the transfers being carried).
+    until: Option<Instant>,
     stop: Option<&'a AtomicBool>,
     what: &'static str,
 }
@@ -25,7 +27,14 @@ pub(crate) struct Patience<'a> {
 impl<'a> Patience<'a> {
     /// Gives up after `limit` without progress, or as soon as `stop` is set.
     pub(crate) fn new(what: &'static str, limit: Duration, stop: Option<&'a AtomicBool>) -> Self {
-        Patience { limit, after_first_byte: None, last_progress: Instant::now(), stop, what }
+        Patience { limit, after_first_byte: None, last_progress: Instant::now(), until: None, stop, what }
+    }
+
+    /// Also gives up at `until`, however much progress was made: a peer moving a byte at a time cannot hold the
+    /// wait past it.
+    pub(crate) fn until(mut self, until: Instant) -> Self {
+        self.until = Some(until);
+        self
     }
 
     /// Changes the limit, counting from now.
@@ -53,6 +62,14 @@ impl<'a> Patience<'a> {
     fn tick(&self) -> io::Result<()> {
         if self.stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
             return Err(io::Error::new(io::ErrorKind::Interrupted, "stopping"));
+        }
+        if let Some(until) = self.until {
+            if Instant::now() >= until {
+                return Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("{}: the transfers' deadline passed", self.what),
+                ));
+            }
         }
         if self.last_progress.elapsed() >= self.limit {
             return Err(io::Error::new(

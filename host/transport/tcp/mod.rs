@@ -93,7 +93,13 @@ impl TcpOptions {
                 })
             }
         };
-        let mut client = ClientOptions { io_timeout: config.aiv.transfer_timeout, ..ClientOptions::default() };
+        let mut client = ClientOptions {
+            io_timeout: config.aiv.transfer_timeout,
+            connect_timeout: config.aiv.tcp_connect_timeout,
+            reconnect_backoff: config.aiv.tcp_reconnect_backoff,
+            reconnect_backoff_max: config.aiv.tcp_reconnect_backoff_max,
+            ..ClientOptions::default()
+        };
         if let Some(lanes) = env.var("AIV_TCP_LANES") {
             client.lanes = match lanes.trim().parse::<usize>() {
                 Ok(n) if (1..=64).contains(&n) => n,

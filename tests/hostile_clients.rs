@@ -1,0 +1,392 @@
+//! Hostile-input tier: this engine's clients against peers that misbehave on purpose.
+//!
+//! Every test is bounded in time and talks only to loopback. The peers here are fakes on 127.0.0.1: a "dribbler"
+//! accepts a connection, sends an opening that promises a large answer, then one byte every 200 ms. Each client
+//! operation (a handshake exchange, an HTTP metadata request, an etcd call, a tcp transfer) must end within its one
+//! overall deadline plus a small margin, with an error that names the peer and the deadline.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use aiv_transport::config::EngineConfig;
+use aiv_transport::metadata::etcd::EtcdStore;
+use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState};
+use aiv_transport::metadata::http::HttpStore;
+use aiv_transport::metadata::http_server::{MetadataHttpServer, StoreLimits};
+use aiv_transport::metadata::store::KeyValueStore;
+use aiv_transport::metadata::{BufferDescriptor, SegmentDescriptor};
+use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
+
+/// How often the dribbler sends its next byte.
+const DRIBBLE: Duration = Duration::from_millis(200);
+/// Slack allowed past a deadline (thread wake-ups, one tick of a socket timeout).
+const MARGIN: Duration = Duration::from_millis(700);
+
+/// A fake peer on loopback: each connection gets `opening` at once, then one byte of `filler` every [`DRIBBLE`],
+/// until the client closes or the fake is dropped. Records when each connection ended.
+struct Dribbler {
+    port: u16,
+    stop: Arc<AtomicBool>,
+    closed_after: Arc<std::sync::Mutex<Vec<Duration>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Dribbler {
+    fn start(opening: Vec<u8>, filler: u8) -> Dribbler {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind dribbler");
+        listener.set_nonblocking(true).expect("nonblocking listener");
+        let port = listener.local_addr().expect("addr").port();
+        let stop = Arc::new(AtomicBool::new(false));
+        let closed_after = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (stopping, closed) = (stop.clone(), closed_after.clone());
+        let thread = std::thread::spawn(move || {
+            let mut workers = Vec::new();
+            while !stopping.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        let (opening, stopping, closed) = (opening.clone(), stopping.clone(), closed.clone());
+                        workers.push(std::thread::spawn(move || dribble(stream, &opening, filler, &stopping, &closed)));
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(10)),
+                }
+            }
+            for worker in workers {
+                let _ = worker.join();
+            }
+        });
+        Dribbler { port, stop, closed_after, thread: Some(thread) }
+    }
+
+    fn closed_after(&self) -> Vec<Duration> {
+        self.closed_after.lock().expect("lock").clone()
+    }
+}
+
+impl Drop for Dribbler {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn dribble(
+    mut stream: TcpStream,
+    opening: &[u8],
+    filler: u8,
+    stop: &AtomicBool,
+    closed: &std::sync::Mutex<Vec<Duration>>,
+) {
+    let accepted = Instant::now();
+    // Swallow whatever the client sends, without ever blocking for long.
+    let _ = stream.set_read_timeout(Some(Duration::from_millis(5)));
+    let mut sink = [0u8; 4096];
+    if stream.write_all(opening).is_ok() {
+        // Bounded: a dribbler never runs longer than this, whatever the client does.
+        while !stop.load(Ordering::SeqCst) && accepted.elapsed() < Duration::from_secs(15) {
+            match stream.read(&mut sink) {
+                Ok(0) => break,
+                Ok(_) => continue,
+                Err(error) if matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
+                }
+                Err(_) => break,
+            }
+            if stream.write_all(&[filler]).is_err() {
+                break;
+            }
+            std::thread::sleep(DRIBBLE);
+        }
+    }
+    closed.lock().expect("lock").push(accepted.elapsed());
+}
+
+fn assert_within(started: Instant, deadline: Duration, what: &str) {
+    let took = started.elapsed();
+    assert!(took <= deadline + MARGIN, "{what}: took {took:?}, the deadline is {deadline:?} (+{MARGIN:?} margin)");
+}
+
+#[test]
+fn a_dribbling_handshake_peer_cannot_outlast_the_exchange_deadline() {
+    // A reply that announces 1 MiB (the largest frame) and then sends it a byte at a time.
+    let peer = Dribbler::start((1u64 << 20).to_le_bytes().to_vec(), b' ');
+    let client = HandshakeClient { connect_timeout: Duration::from_millis(500), deadline: Duration::from_millis(800) };
+    let started = Instant::now();
+    let error = client.exchange("127.0.0.1", peer.port, &Frame::typed(FrameKind::Probe, b"{}".to_vec()));
+    assert_within(started, client.deadline, "handshake exchange");
+    let text = error.expect_err("a dribbled reply never completes").to_string();
+    assert!(text.contains(&format!("127.0.0.1:{}", peer.port)) && text.contains("800ms"), "{text}");
+}
+
+#[test]
+fn a_dribbling_http_metadata_server_cannot_outlast_the_request_deadline() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{".to_vec();
+    let peer = Dribbler::start(answer, b' ');
+    let url = format!("http://127.0.0.1:{}/metadata", peer.port);
+    let deadline = Duration::from_millis(900);
+    let store = HttpStore::with_timeouts(&url, Duration::from_millis(500), deadline);
+    let started = Instant::now();
+    let error = store.get("mooncake/ram/dribble");
+    assert_within(started, deadline, "http metadata get");
+    let text = error.expect_err("a dribbled answer never completes").to_string();
+    assert!(text.contains(&url) && text.contains("900ms"), "{text}");
+}
+
+#[test]
+fn dribbling_etcd_endpoints_share_one_call_deadline() {
+    let answer = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{".to_vec();
+    let first = Dribbler::start(answer.clone(), b' ');
+    let second = Dribbler::start(answer, b' ');
+    let endpoints = vec![format!("127.0.0.1:{}", first.port), format!("127.0.0.1:{}", second.port)];
+    let deadline = Duration::from_millis(900);
+    let store = EtcdStore::with_timeouts(endpoints.clone(), Duration::from_millis(500), deadline);
+    let started = Instant::now();
+    let error = store.get("mooncake/ram/dribble");
+    // Two endpoints, one deadline: not one deadline each.
+    assert_within(started, deadline, "etcd get over two endpoints");
+    let text = error.expect_err("a dribbled answer never completes").to_string();
+    assert!(text.contains(&endpoints[0]) && text.contains("900ms"), "{text}");
+}
+
+#[test]
+fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_deadline() {
+    let deadline = Duration::from_millis(800);
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.transfer_timeout = deadline;
+    let engine = TransferEngine::new(config).expect("engine with tcp starts");
+    // Answers a READ with an OK status frame, then the 1 MiB payload a byte at a time.
+    let status_ok = [0u8, 0, 0, 0, 0x56, 0x54, 0x43, 0x4D].to_vec();
+    let peer = Dribbler::start(status_ok, 0xAB);
+    let state = Arc::new(HandshakeState::default());
+    let handshake = HandshakeServer::bind("127.0.0.1", 15000..=17000, state.clone()).expect("handshake");
+    let name = format!("127.0.0.1:{}", handshake.local_addr().port());
+    let mut descriptor = SegmentDescriptor::new(name.clone(), vec!["tcp".into()]);
+    descriptor.tcp_data_port = Some(peer.port);
+    descriptor.tcp_proto_version = Some(2);
+    descriptor.buffers = vec![BufferDescriptor::new(name.clone(), 0x10_0000, 1 << 20)];
+    state.set_descriptor(Some(descriptor));
+    let mut local = vec![0u8; 1 << 20];
+    let addr = local.as_mut_ptr() as u64;
+    // SAFETY: `local` outlives the engine (dropped below, before `local`), and is read only after the wait.
+    unsafe { engine.register_memory(addr, local.len() as u64, "cpu:0") }.expect("register");
+    let segment = engine.open_segment(&name).expect("open the dribbler's segment");
+    let request = TransferRequest {
+        opcode: Opcode::Read,
+        source: addr,
+        target_id: segment,
+        target_offset: 0x10_0000,
+        length: 1 << 20,
+        protocol: Some(Protocol::Tcp),
+    };
+    let batch = engine.allocate_batch(1).expect("batch");
+    let started = Instant::now();
+    engine.submit_transfer(batch, &[request]).expect("submit");
+    let _ = engine.wait_batch(batch);
+    assert_within(started, deadline, "tcp READ from a dribbling peer");
+    let status = engine.transfer_status(batch, 0).expect("status");
+    assert!(matches!(status.state, TransferState::Failed | TransferState::Timeout), "{status:?}");
+    // The client gives the connection up at the deadline too, instead of reading on byte by byte.
+    let waited = Instant::now();
+    while peer.closed_after().is_empty() && waited.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let closed = peer.closed_after();
+    assert!(
+        closed.first().is_some_and(|after| *after <= deadline + MARGIN + DRIBBLE),
+        "the dribbler's connection ended after {closed:?}; the deadline is {deadline:?}"
+    );
+    let _ = engine.free_batch(batch);
+    drop(engine);
+    handshake.stop();
+    drop(local);
+}
+
+/// Everything `tracing` prints in this test binary, for counting lines (installed once, as the global subscriber:
+/// the lines come from the client's own threads).
+fn captured_log() -> Arc<std::sync::Mutex<Vec<u8>>> {
+    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
+    LOG.get_or_init(|| {
+        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::WARN)
+            .with_writer(move || SharedWriter(sink.clone()))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this binary");
+        log
+    })
+    .clone()
+}
+
+struct SharedWriter(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Write for SharedWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_in_time() {
+    let log = captured_log();
+    let deadline = Duration::from_secs(1);
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.transfer_timeout = deadline;
+    let initiator = TransferEngine::new(config.clone()).expect("initiator starts");
+    let target = TransferEngine::new(config).expect("target starts");
+    let mut local = vec![7u8; 4096];
+    let addr = local.as_mut_ptr() as u64;
+    // SAFETY: `local` outlives the initiator (dropped below, first) and nothing reads it during the test.
+    unsafe { initiator.register_memory(addr, local.len() as u64, "cpu:0") }.expect("register local");
+    let mut remote = vec![0u8; 4096];
+    let remote_addr = remote.as_mut_ptr() as u64;
+    // SAFETY: the target is dropped before `remote`; no transfer reaches it once it is gone.
+    unsafe { target.register_memory(remote_addr, remote.len() as u64, "cpu:0") }.expect("register remote");
+    let segment = initiator.open_segment(target.name()).expect("open target");
+    let port = initiator.segment(segment).expect("segment").descriptor.tcp_data_port.expect("tcp data port");
+    drop(target);
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: addr,
+        target_id: segment,
+        target_offset: remote_addr,
+        length: 4096,
+        protocol: Some(Protocol::Tcp),
+    };
+    let started = Instant::now();
+    let mut transfers = 0u32;
+    // Transfers that failed at once because the peer was backing off, and those that tried a connect.
+    let (mut backed_off, mut dialled) = (0u32, 0u32);
+    while started.elapsed() < Duration::from_secs(2) {
+        let batch = initiator.allocate_batch(1).expect("batch");
+        let submitted = Instant::now();
+        initiator.submit_transfer(batch, &[request]).expect("submit");
+        let _ = initiator.wait_batch(batch);
+        assert_within(submitted, deadline, "a transfer to the dead peer");
+        let status = initiator.transfer_status(batch, 0).expect("status");
+        assert_eq!(status.state, TransferState::Failed, "transfer {transfers} to the dead peer: {status:?}");
+        let failure = initiator.task_failure(batch, 0).expect("task").expect("a failed task has its failure");
+        if failure.message().contains("reconnect backoff") {
+            backed_off += 1;
+            if backed_off == 1 {
+                let message = failure.message();
+                assert!(
+                    message.contains(&format!("127.0.0.1:{port}")) && message.contains("next attempt in"),
+                    "{message}"
+                );
+            }
+        } else {
+            dialled += 1;
+        }
+        initiator.free_batch(batch).expect("free");
+        transfers += 1;
+    }
+    drop(initiator);
+    drop(remote);
+    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let peer = port.to_string();
+    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains(&peer)).count();
+    assert!(transfers > 10, "the loop ran {transfers} transfers");
+    // 10 ms doubling to 1 s: about ten connects per lane in 2 s, not one per transfer.
+    assert!(dialled < 50 && backed_off > 0, "{dialled} transfers dialled the dead peer, {backed_off} backed off");
+    assert!(
+        (1..50).contains(&warnings),
+        "{warnings} warnings about port {port} for {transfers} failed transfers in 2 s:\n{}",
+        text.lines().take(20).collect::<Vec<_>>().join("\n")
+    );
+}
+
+/// One raw HTTP/1.1 request to `address`; returns (status, body).
+fn http(address: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+    let head = format!(
+        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).expect("send");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
+    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
+    (status, body)
+}
+
+#[test]
+fn the_http_metadata_store_is_bounded_in_bytes_and_keys_and_says_which_limit() {
+    let log = captured_log();
+    let limits = StoreLimits { max_body_bytes: 1024, max_total_bytes: 2500, max_keys: 3 };
+    let server =
+        MetadataHttpServer::start_with_limits("127.0.0.1:0".parse().expect("address"), limits).expect("server starts");
+    let address = server.local_addr();
+    let put = |key: &str, len: usize| http(address, "PUT", &format!("/metadata?key={key}"), &vec![b'x'; len]);
+    let (status, body) = put("hostile-k0", 1025);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("1024") && body.contains("max_body_bytes"), "{body}");
+    // Each entry counts key (10 bytes) and value: 3 x 810 = 2430 of 2500.
+    for key in ["hostile-k0", "hostile-k1", "hostile-k2"] {
+        assert_eq!(put(key, 800).0, 200, "{key}");
+    }
+    let (status, body) = put("hostile-k3", 1);
+    assert_eq!(status, 507, "a fourth key: {body}");
+    assert!(body.contains("3 keys") && body.contains("max_keys"), "{body}");
+    // Replacing a key counts the difference: 2430 - 810 + 860 = 2480 fits (adding 860 to 2430 would not).
+    assert_eq!(put("hostile-k0", 850).0, 200, "a replacement within the total");
+    let (status, body) = put("hostile-k0", 1000);
+    assert_eq!(status, 507, "a replacement past the total: {body}");
+    assert!(body.contains("2500") && body.contains("max_total_bytes"), "{body}");
+    assert_eq!(http(address, "GET", "/metadata?key=hostile-k0", b"").1.len(), 850, "the refused PUT changed nothing");
+    // A delete gives its bytes and its key back.
+    assert_eq!(http(address, "DELETE", "/metadata?key=hostile-k2", b"").0, 200);
+    assert_eq!(put("hostile-k3", 800).0, 200, "room again after a delete");
+    // A flood of refusals costs a bounded number of warnings.
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(put("hostile-k4", 1).0, 507);
+    }
+    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains("hostile-k")).count();
+    let seconds = started.elapsed().as_secs() + 2;
+    assert!(
+        (1..=5 * seconds as usize + 5).contains(&warnings),
+        "{warnings} refusal warnings for 204 refusals in {:?}",
+        started.elapsed()
+    );
+    server.stop();
+}
+
+#[test]
+fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(["metadata-server", "--port", "0", "--max-keys", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("aiv runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("aiv metadata-server --max-keys 0 kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert!(!status.success(), "{status:?}");
+    assert!(stderr.contains("max_keys = 0") && stderr.contains("1..="), "{stderr}");
+}
