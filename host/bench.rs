@@ -51,6 +51,81 @@ impl FromStr for ReportUnit {
     }
 }
 
+/// Longest `--duration`: one year (a target started without `--duration` serves until signalled instead).
+pub const MAX_DURATION_SECS: f64 = 31_536_000.0;
+/// Most `--threads`.
+pub const MAX_THREADS: usize = 1024;
+/// Most `--batch_size`.
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+/// Most `--report_precision` digits (an f64 carries about 16 significant digits).
+pub const MAX_REPORT_PRECISION: usize = 16;
+
+fn out_of_range(flag: &str, text: &str, accepted: &str) -> String {
+    format!("{flag} {text:?}: expected {accepted}")
+}
+
+/// `--duration`: seconds, more than 0 and at most [`MAX_DURATION_SECS`].
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let accepted = format!("a number of seconds more than 0 and at most {MAX_DURATION_SECS}");
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds > 0.0 && seconds <= MAX_DURATION_SECS => Ok(Duration::from_secs_f64(seconds)),
+        _ => Err(out_of_range("--duration", text, &accepted)),
+    }
+}
+
+fn parse_count(flag: &str, text: &str, min: usize, max: usize) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(out_of_range(flag, text, &format!("an integer from {min} to {max}"))),
+    }
+}
+
+/// `--threads`: 1 to [`MAX_THREADS`].
+pub fn parse_threads(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--threads", text, 1, MAX_THREADS)
+}
+
+/// `--batch_size`: 1 to [`MAX_BATCH_SIZE`].
+pub fn parse_batch_size(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--batch_size", text, 1, MAX_BATCH_SIZE)
+}
+
+/// `--report_precision`: 0 to [`MAX_REPORT_PRECISION`].
+pub fn parse_report_precision(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--report_precision", text, 0, MAX_REPORT_PRECISION)
+}
+
+/// Bytes of physical memory on this machine, if the system says.
+pub fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf reads a system constant and has no preconditions.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page_size) = (u64::try_from(pages).ok()?, u64::try_from(page_size).ok()?);
+    pages.checked_mul(page_size)
+}
+
+/// `--buffer_size` (and `--block_size`, with their own flag name): a size with an optional suffix, at least 1 byte
+/// and at most half this machine's physical memory (a run holds two buffers of this size).
+pub fn parse_buffer_size(flag: &str, text: &str) -> std::result::Result<u64, String> {
+    let max = physical_memory().map_or(1 << 40, |bytes| bytes / 2);
+    let accepted = format!("a size from 1 byte to {max} bytes (half this machine's memory), e.g. 64kb or 1gb");
+    match crate::config::parse_size(text) {
+        Ok(bytes) if (1..=max).contains(&bytes) => Ok(bytes),
+        Ok(_) => Err(out_of_range(flag, text, &accepted)),
+        Err(reason) => Err(format!("{} ({reason})", out_of_range(flag, text, &accepted))),
+    }
+}
+
+/// A host buffer of `size` bytes filled with `fill`, or an error (not an abort) where the allocation fails.
+fn host_buffer(size: usize, fill: u8) -> Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(size).map_err(|error| EngineError::InvalidArgument {
+        operation: "bench",
+        reason: format!("cannot allocate a host buffer of {size} bytes ({error}): lower --buffer_size"),
+    })?;
+    buffer.resize(size, fill);
+    Ok(buffer)
+}
+
 /// The workload's parameters, named as `transfer_engine_bench` names them.
 #[derive(Clone, Debug)]
 pub struct BenchParams {
@@ -447,8 +522,8 @@ pub fn run_loopback(engine: &TransferEngine, params: &BenchParams) -> Result<Loo
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     // Filled (not merely zeroed) so that first-touch page faults are not part of the measurement.
-    let mut local = vec![0xA5u8; size];
-    let mut target = vec![0x5Au8; size];
+    let mut local = host_buffer(size, 0xA5)?;
+    let mut target = host_buffer(size, 0x5A)?;
     let local_addr = local.as_mut_ptr() as u64;
     let target_addr = target.as_mut_ptr() as u64;
     // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
@@ -478,8 +553,8 @@ pub fn run_two_engines(
     params.validate()?;
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    let mut local = vec![0xA5u8; size];
-    let mut remote = vec![0x5Au8; size];
+    let mut local = host_buffer(size, 0xA5)?;
+    let mut remote = host_buffer(size, 0x5A)?;
     let local_addr = local.as_mut_ptr() as u64;
     let remote_addr = remote.as_mut_ptr() as u64;
     // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
@@ -508,7 +583,7 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     let target = engine.open_segment(segment)?;
     let target_base = engine.get_first_buffer_address(segment)?;
-    let mut local = vec![0xA5u8; size];
+    let mut local = host_buffer(size, 0xA5)?;
     let local_addr = local.as_mut_ptr() as u64;
     // SAFETY: the vector lives until the end of this function, after every batch has finished (run_initiator waits
     // for each batch) and after the registration is withdrawn below.
@@ -516,7 +591,7 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
     let outcome = run_initiator(engine, params, target, local_addr, target_base);
     engine.unregister_memory(local_addr)?;
     let outcome = outcome?;
-    let mut scratch = vec![0x5Au8; size];
+    let mut scratch = host_buffer(size, 0x5A)?;
     let reference_time = params.duration.min(Duration::from_secs(2));
     let memcpy_bytes_per_second = memcpy_reference(&local, &mut scratch, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
@@ -527,7 +602,7 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
 pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    let mut buffer = vec![0x5Au8; size];
+    let mut buffer = host_buffer(size, 0x5A)?;
     let addr = buffer.as_mut_ptr() as u64;
     // SAFETY: the vector outlives the registration, withdrawn below before it is dropped; peers only reach it
     // through the engine's transports while it is registered.
@@ -666,7 +741,7 @@ pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, se
     let outcome = run_initiator(engine, params, target, local.addr(), target_base);
     engine.unregister_memory(local.addr())?;
     let outcome = outcome?;
-    let mut scratch = vec![0x5Au8; size];
+    let mut scratch = host_buffer(size, 0x5A)?;
     let reference_time = params.duration.min(Duration::from_secs(2));
     let memcpy_bytes_per_second = memcpy_reference(local_bytes, &mut scratch, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })

@@ -235,14 +235,13 @@ impl EngineConfig {
         let device_name = fields.string("device_name")?.or_else(|| env.var("MOONCAKE_DEVICE")).unwrap_or_default();
 
         let mut aiv = AivOptions::default();
-        if let Some(seconds) = env.var("MC_TRANSFER_TIMEOUT") {
-            let seconds = seconds.trim().parse::<u64>().map_err(|_| ConfigError::Invalid {
+        if let Some(text) = env.var("MC_TRANSFER_TIMEOUT") {
+            aiv.transfer_timeout = transfer_timeout_from_env(&text).map_err(|expected| ConfigError::Invalid {
                 origin: "environment".into(),
                 key: "MC_TRANSFER_TIMEOUT".into(),
-                expected: "whole seconds".into(),
-                found: format!("{seconds:?}"),
+                expected,
+                found: format!("{text:?}"),
             })?;
-            aiv.transfer_timeout = Duration::from_secs(seconds);
         }
         match root.get("aiv") {
             None | Some(Value::Null) => {}
@@ -279,7 +278,7 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
             _ => return Err(fields.invalid("launch_mode", "\"persistent\" or \"per_batch\"", &Value::String(name))),
         };
     }
-    if let Some(id) = fields.integer("device_id", 0, u64::from(u32::MAX))? {
+    if let Some(id) = fields.integer("device_id", 0, u64::from(MAX_DEVICE_ID))? {
         aiv.device_id = id as u32;
     }
     if let Some(blocks) = fields.integer("aiv_blocks", 1, 48)? {
@@ -288,7 +287,7 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(batch) = fields.integer("doorbell_batch", 1, 1024)? {
         aiv.doorbell_batch = batch as u32;
     }
-    if let Some(ms) = fields.integer("transfer_timeout_ms", 1, 3_600_000)? {
+    if let Some(ms) = fields.integer("transfer_timeout_ms", 1, MAX_TRANSFER_TIMEOUT_MS)? {
         aiv.transfer_timeout = Duration::from_millis(ms);
     }
     if let Some(us) = fields.integer("kernel_wait_budget_us", 1, 600_000_000)? {
@@ -334,6 +333,23 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.hixl_port = port as u16;
     }
     Ok(())
+}
+
+/// Largest `aiv.device_id`: the in-process bench pair puts its target on `device_id + 1`, which must not wrap.
+pub const MAX_DEVICE_ID: u32 = 65_535;
+
+/// Largest per-transfer watchdog budget, from the file (`transfer_timeout_ms`) or `MC_TRANSFER_TIMEOUT`: one hour.
+pub const MAX_TRANSFER_TIMEOUT_MS: u64 = 3_600_000;
+
+/// The transfer timeout from `MC_TRANSFER_TIMEOUT` (whole seconds, as Mooncake reads it), under the same rule as the
+/// file's `transfer_timeout_ms`: 1 ms to one hour, so at least 1 s here. The error says what is accepted.
+pub fn transfer_timeout_from_env(text: &str) -> Result<Duration, String> {
+    let max_seconds = MAX_TRANSFER_TIMEOUT_MS / 1000;
+    let expected = format!("whole seconds from 1 to {max_seconds}");
+    match text.trim().parse::<u64>() {
+        Ok(seconds) if (1..=max_seconds).contains(&seconds) => Ok(Duration::from_secs(seconds)),
+        _ => Err(expected),
+    }
 }
 
 /// Typed access to the keys of one JSON object, with errors naming origin and key.
@@ -567,6 +583,27 @@ mod tests {
         let config = EngineConfig::from_json(r#"{"local_hostname": "file-host", "protocol": "tcp"}"#, "f", &env)
             .expect("file and env");
         assert_eq!((config.local_hostname.as_str(), config.protocol), ("file-host", Protocol::Tcp));
+    }
+
+    #[test]
+    fn out_of_range_device_ids_and_timeouts_are_refused_with_the_range() {
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"device_id": 4294967295}}"#).expect_err("would wrap");
+        assert!(error.to_string().contains("aiv.device_id") && error.to_string().contains("0 to 65535"), "{error}");
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"transfer_timeout_ms": 0}}"#).expect_err("zero");
+        assert!(error.to_string().contains("1 to 3600000"), "{error}");
+        for bad in ["0", "18446744073709551615", "3601", "-1", "ten"] {
+            let env = |name: &str| match name {
+                "MOONCAKE_LOCAL_HOSTNAME" => Some("h".to_owned()),
+                "MC_TRANSFER_TIMEOUT" => Some(bad.to_owned()),
+                _ => None,
+            };
+            let error = EngineConfig::from_json("{}", "environment", &env).expect_err(bad);
+            let message = error.to_string();
+            assert!(
+                message.contains("MC_TRANSFER_TIMEOUT") && message.contains("from 1 to 3600") && message.contains(bad),
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -122,3 +122,37 @@ fn bench_refuses_a_buffer_larger_than_twin_hbm() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("hbm_size"), "{stderr}");
 }
+
+#[test]
+fn out_of_range_flags_and_environment_are_refused_naming_value_and_range() {
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["--duration", "1e300"], "1e300", "at most 31536000"),
+        (&["--report_precision", "100000"], "100000", "from 0 to 16"),
+        (&["--buffer_size", "1000000tb"], "1000000tb", "half this machine's memory"),
+        (&["--threads", "100000"], "100000", "from 1 to 1024"),
+        (&["--duration", "0"], "\"0\"", "more than 0"),
+    ];
+    for (flags, value, range) in cases {
+        let output = aiv().arg("bench").args(flags).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(value) && stderr.contains(range), "{flags:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    for timeout in ["18446744073709551615", "0"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("mooncake.json");
+        std::fs::write(&path, r#"{"local_hostname": "127.0.0.1:12345"}"#).expect("write");
+        let output = aiv()
+            .arg("--config")
+            .arg(&path)
+            .env("MC_TRANSFER_TIMEOUT", timeout)
+            .args(["bench", "--duration", "0.1", "--buffer_size", "1mb", "--threads", "1", "--batch_size", "1"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
+        assert!(stderr.contains(timeout) && !stderr.contains("panicked"), "{stderr}");
+    }
+}

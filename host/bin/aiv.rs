@@ -5,7 +5,6 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use aiv_transport::bench::{self, BenchParams, ReportUnit};
-use aiv_transport::config::parse_size;
 use aiv_transport::cpu_time::SectionClock;
 use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -85,26 +84,26 @@ struct BenchArgs {
     /// NIC list, kept for compatibility
     #[arg(long = "device_name", default_value = "")]
     device_name: String,
-    /// Bytes of each side's buffer (suffixes allowed: 1gb, 256mb)
-    #[arg(long = "buffer_size", default_value = "1073741824", value_parser = parse_size)]
+    /// Bytes of each side's buffer (suffixes allowed: 1gb, 256mb), at most half this machine's memory
+    #[arg(long = "buffer_size", default_value = "1073741824", value_parser = |t: &str| bench::parse_buffer_size("--buffer_size", t))]
     buffer_size: u64,
-    /// Requests per batch
-    #[arg(long = "batch_size", default_value_t = 128)]
+    /// Requests per batch (1 to 65536)
+    #[arg(long = "batch_size", default_value = "128", value_parser = bench::parse_batch_size)]
     batch_size: usize,
     /// Bytes per request (suffixes allowed)
-    #[arg(long = "block_size", default_value = "65536", value_parser = parse_size)]
+    #[arg(long = "block_size", default_value = "65536", value_parser = |t: &str| bench::parse_buffer_size("--block_size", t))]
     block_size: u64,
-    /// Seconds to run
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Initiator threads
-    #[arg(long, default_value_t = 12)]
+    /// Seconds to run (more than 0, at most one year)
+    #[arg(long, default_value = "10", value_parser = bench::parse_duration)]
+    duration: Duration,
+    /// Initiator threads (1 to 1024)
+    #[arg(long, default_value = "12", value_parser = bench::parse_threads)]
     threads: usize,
     /// Throughput unit: GB GiB Gb MB MiB Mb KB KiB Kb
     #[arg(long = "report_unit", default_value = "GB")]
     report_unit: ReportUnit,
-    /// Digits after the decimal point
-    #[arg(long = "report_precision", default_value_t = 2)]
+    /// Digits after the decimal point (0 to 16)
+    #[arg(long = "report_precision", default_value = "2", value_parser = bench::parse_report_precision)]
     report_precision: usize,
     /// How Host sections that never sleep are timed for the Host CPU figure: monotonic (wall time, an upper bound of
     /// their CPU time, no system call) or thread (the thread CPU clock, a system call per reading)
@@ -165,9 +164,6 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
     };
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        return Err(format!("--duration: expected a positive number of seconds, found {}", args.duration));
-    }
     aiv_transport::cpu_time::set_section_clock(args.section_clock);
     let params = BenchParams {
         operation: match args.operation {
@@ -178,7 +174,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         buffer_size: args.buffer_size,
         batch_size: args.batch_size,
         block_size: args.block_size,
-        duration: Duration::from_secs_f64(args.duration),
+        duration: args.duration,
         threads: args.threads,
         report_unit: args.report_unit,
         report_precision: args.report_precision,
@@ -339,5 +335,106 @@ fn yes_no(flag: bool) -> &'static str {
         "yes"
     } else {
         "no"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FLAGS: [&str; 14] = [
+        "--mode",
+        "--operation",
+        "--protocol",
+        "--metadata_server",
+        "--local_server_name",
+        "--segment_id",
+        "--buffer_size",
+        "--batch_size",
+        "--block_size",
+        "--duration",
+        "--threads",
+        "--report_unit",
+        "--report_precision",
+        "--section_clock",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|x| x.to_string()),
+            Just("18446744073709551615".to_owned()),
+            Just("1e300".to_owned()),
+            Just("-1".to_owned()),
+            Just("1tb".to_owned()),
+            Just("NaN".to_owned()),
+            "[0-9]{1,25}(b|kb|mb|gb|tb|\\.5gb)?",
+            "\\PC{0,12}",
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever the flags say, parsing them and checking the workload they describe returns an answer: it never
+        /// panics, and what it accepts is inside the documented ranges.
+        #[test]
+        fn bench_flags_error_or_run_never_panic(pairs in proptest::collection::vec((0..FLAGS.len(), value()), 0..6)) {
+            let mut argv = vec!["aiv".to_owned(), "bench".to_owned()];
+            for (flag, value) in pairs {
+                argv.push(FLAGS[flag].to_owned());
+                argv.push(value);
+            }
+            if let Ok(Cli { command: Command::Bench(args), .. }) = Cli::try_parse_from(&argv) {
+                prop_assert!(args.duration > Duration::ZERO);
+                prop_assert!(args.duration.as_secs_f64() <= bench::MAX_DURATION_SECS);
+                prop_assert!((1..=bench::MAX_THREADS).contains(&args.threads));
+                prop_assert!((1..=bench::MAX_BATCH_SIZE).contains(&args.batch_size));
+                prop_assert!(args.report_precision <= bench::MAX_REPORT_PRECISION);
+                let params = BenchParams {
+                    operation: Opcode::Read,
+                    protocol: Protocol::Tcp,
+                    buffer_size: args.buffer_size,
+                    batch_size: args.batch_size,
+                    block_size: args.block_size,
+                    duration: args.duration,
+                    threads: args.threads,
+                    report_unit: args.report_unit,
+                    report_precision: args.report_precision,
+                };
+                let _ = params.validate();
+                let outcome = bench::BenchOutcome {
+                    elapsed: args.duration,
+                    completed_batches: u64::MAX,
+                    failed_batches: 0,
+                    first_failure: None,
+                    evidence: Default::default(),
+                    bytes_per_batch: u64::MAX,
+                    batch_latencies: Vec::new(),
+                };
+                let _ = outcome.result_line(&params);
+            }
+        }
+
+        /// The environment variables Mooncake reads: each value is taken or refused, never a panic.
+        #[test]
+        fn environment_error_or_run_never_panic(
+            vars in proptest::collection::vec((0..5usize, value()), 0..5),
+        ) {
+            const NAMES: [&str; 5] = [
+                "MOONCAKE_LOCAL_HOSTNAME",
+                "MOONCAKE_TE_META_DATA_SERVER",
+                "MOONCAKE_PROTOCOL",
+                "MC_TRANSFER_TIMEOUT",
+                "MOONCAKE_DEVICE",
+            ];
+            let env = |name: &str| vars.iter().rev().find(|(i, _)| NAMES[*i] == name).map(|(_, v)| v.clone());
+            if let Ok(config) = EngineConfig::from_json("{}", "environment", &env) {
+                let timeout = config.aiv.transfer_timeout;
+                prop_assert!(timeout >= Duration::from_secs(1));
+                prop_assert!(timeout.as_millis() <= u128::from(aiv_transport::config::MAX_TRANSFER_TIMEOUT_MS));
+            }
+        }
     }
 }
