@@ -64,11 +64,16 @@ fn out_of_range(flag: &str, text: &str, accepted: &str) -> String {
     format!("{flag} {text:?}: expected {accepted}")
 }
 
-/// `--duration`: seconds, more than 0 and at most [`MAX_DURATION_SECS`].
+/// Shortest `--duration`: one microsecond (anything shorter would round to no run at all).
+pub const MIN_DURATION_SECS: f64 = 1e-6;
+
+/// `--duration`: seconds, from [`MIN_DURATION_SECS`] to [`MAX_DURATION_SECS`].
 pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
-    let accepted = format!("a number of seconds more than 0 and at most {MAX_DURATION_SECS}");
+    let accepted = format!("a number of seconds from {MIN_DURATION_SECS:.6} to {MAX_DURATION_SECS}");
     match text.trim().parse::<f64>() {
-        Ok(seconds) if seconds > 0.0 && seconds <= MAX_DURATION_SECS => Ok(Duration::from_secs_f64(seconds)),
+        Ok(seconds) if (MIN_DURATION_SECS..=MAX_DURATION_SECS).contains(&seconds) => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
         _ => Err(out_of_range("--duration", text, &accepted)),
     }
 }

@@ -190,6 +190,20 @@ impl EngineConfig {
         }
     }
 
+    /// [`EngineConfig::load`] with `env` for the environment; without a file, `default_hostname` stands in for
+    /// `MOONCAKE_LOCAL_HOSTNAME` when that is unset (a file must still name its host, as Mooncake requires).
+    pub fn load_with(path: Option<&Path>, env: &dyn Environment, default_hostname: &str) -> Result<Self, ConfigError> {
+        match path.map(Path::to_path_buf).or_else(|| env.var(CONFIG_PATH_ENV).map(PathBuf::from)) {
+            Some(path) => EngineConfig::from_file(&path, env),
+            None => {
+                let with_default = |name: &str| {
+                    env.var(name).or_else(|| (name == "MOONCAKE_LOCAL_HOSTNAME").then(|| default_hostname.to_owned()))
+                };
+                EngineConfig::from_json("{}", "environment", &with_default)
+            }
+        }
+    }
+
     /// Reads a mooncake.json file.
     pub fn from_file(path: &Path, env: &dyn Environment) -> Result<Self, ConfigError> {
         let text =
@@ -224,11 +238,13 @@ impl EngineConfig {
             .string("metadata_server")?
             .or_else(|| env.var("MOONCAKE_TE_META_DATA_SERVER"))
             .unwrap_or_else(|| "P2PHANDSHAKE".into());
-        let protocol_name =
-            fields.string("protocol")?.or_else(|| env.var("MOONCAKE_PROTOCOL")).unwrap_or_else(|| "tcp".into());
+        let (protocol_name, protocol_key) = match fields.string("protocol")? {
+            Some(name) => (name, "protocol"),
+            None => (env.var("MOONCAKE_PROTOCOL").unwrap_or_else(|| "tcp".into()), "MOONCAKE_PROTOCOL"),
+        };
         let protocol = protocol_name.parse::<Protocol>().map_err(|error| ConfigError::Invalid {
             origin: origin.to_owned(),
-            key: "protocol".into(),
+            key: protocol_key.into(),
             expected: "one of aiv, adxl, ubshmem, tcp".into(),
             found: error.to_string(),
         })?;

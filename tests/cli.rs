@@ -5,6 +5,10 @@ use std::process::Command;
 fn aiv() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
     command.env_remove("MOONCAKE_CONFIG_PATH").env_remove("RUST_LOG");
+    for name in ["MOONCAKE_LOCAL_HOSTNAME", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_PROTOCOL", "MOONCAKE_DEVICE"] {
+        command.env_remove(name);
+    }
+    command.env_remove("MC_TRANSFER_TIMEOUT");
     command
 }
 
@@ -126,11 +130,11 @@ fn bench_refuses_a_buffer_larger_than_twin_hbm() {
 #[test]
 fn out_of_range_flags_and_environment_are_refused_naming_value_and_range() {
     let cases: [(&[&str], &str, &str); 5] = [
-        (&["--duration", "1e300"], "1e300", "at most 31536000"),
+        (&["--duration", "1e300"], "1e300", "from 0.000001 to 31536000"),
         (&["--report_precision", "100000"], "100000", "from 0 to 16"),
         (&["--buffer_size", "1000000tb"], "1000000tb", "half this machine's memory"),
         (&["--threads", "100000"], "100000", "from 1 to 1024"),
-        (&["--duration", "0"], "\"0\"", "more than 0"),
+        (&["--duration", "0"], "\"0\"", "from 0.000001 to 31536000"),
     ];
     for (flags, value, range) in cases {
         let output = aiv().arg("bench").args(flags).output().expect("runs");
@@ -155,4 +159,24 @@ fn out_of_range_flags_and_environment_are_refused_naming_value_and_range() {
         assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
         assert!(stderr.contains(timeout) && !stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn without_a_file_the_mooncake_environment_is_honoured() {
+    let small = ["bench", "--duration", "0.2", "--buffer_size", "16mb", "--threads", "1", "--batch_size", "2"];
+    let output = aiv().env("MOONCAKE_PROTOCOL", "aiv").args(small).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.starts_with("aiv bench: protocol aiv,"), "MOONCAKE_PROTOCOL=aiv was not used:\n{stdout}");
+
+    let output = aiv().env("MOONCAKE_PROTOCOL", "rdma").args(small).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "rdma must be refused, not run as tcp: {stderr}");
+    assert!(stderr.contains("MOONCAKE_PROTOCOL") && stderr.contains("\"rdma\""), "{stderr}");
+    assert!(!stderr.contains("Test completed"), "{stderr}");
+
+    let output = aiv().env("MC_TRANSFER_TIMEOUT", "0").args(small).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
 }

@@ -16,7 +16,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "aiv", version, propagate_version = true)]
 struct Cli {
-    /// mooncake.json to read (default: $MOONCAKE_CONFIG_PATH, else the MOONCAKE_* environment variables)
+    /// mooncake.json to read (default: $MOONCAKE_CONFIG_PATH); the MOONCAKE_* and MC_TRANSFER_TIMEOUT environment
+    /// variables fill what it leaves out, or make the whole configuration without a file
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
 
@@ -81,9 +82,9 @@ struct BenchArgs {
     /// reached over loopback sockets)
     #[arg(long = "segment_id")]
     segment_id: Option<String>,
-    /// NIC list, kept for compatibility
-    #[arg(long = "device_name", default_value = "")]
-    device_name: String,
+    /// NIC list, kept for compatibility (default: the config's, else $MOONCAKE_DEVICE)
+    #[arg(long = "device_name")]
+    device_name: Option<String>,
     /// Bytes of each side's buffer (suffixes allowed: 1gb, 256mb), at most half this machine's memory
     #[arg(long = "buffer_size", default_value = "1073741824", value_parser = |t: &str| bench::parse_buffer_size("--buffer_size", t))]
     buffer_size: u64,
@@ -93,7 +94,7 @@ struct BenchArgs {
     /// Bytes per request (suffixes allowed)
     #[arg(long = "block_size", default_value = "65536", value_parser = |t: &str| bench::parse_buffer_size("--block_size", t))]
     block_size: u64,
-    /// Seconds to run (more than 0, at most one year)
+    /// Seconds to run (0.000001 to one year)
     #[arg(long, default_value = "10", value_parser = bench::parse_duration)]
     duration: Duration,
     /// Initiator threads (1 to 1024)
@@ -110,6 +111,9 @@ struct BenchArgs {
     #[arg(long = "section_clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
 }
+
+/// transfer_engine_bench's default `--local_server_name`.
+const DEFAULT_SERVER_NAME: &str = "127.0.0.1:12345";
 
 fn parse_section_clock(text: &str) -> Result<SectionClock, String> {
     text.parse()
@@ -147,19 +151,20 @@ fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
 }
 
 fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String> {
-    let config_given = config_path.is_some() || std::env::var_os(aiv_transport::config::CONFIG_PATH_ENV).is_some();
-    let mut config = if config_given {
-        EngineConfig::load(config_path.as_deref()).map_err(|e| e.to_string())?
-    } else {
-        EngineConfig::new("127.0.0.1:12345")
-    };
+    // With a file or without, the MOONCAKE_* and MC_* variables fill what is left out, as transfer_engine_bench
+    // reads them; without a file and without MOONCAKE_LOCAL_HOSTNAME the name is transfer_engine_bench's default.
+    let env = aiv_transport::config::ProcessEnvironment;
+    let mut config =
+        EngineConfig::load_with(config_path.as_deref(), &env, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
     if let Some(name) = args.local_server_name {
         config.local_hostname = name;
     }
     if let Some(server) = args.metadata_server {
         config.metadata_server = server;
     }
-    config.device_name = args.device_name;
+    if let Some(names) = args.device_name {
+        config.device_name = names;
+    }
     let protocol = match args.protocol {
         Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
