@@ -602,9 +602,26 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }
 
+/// Serves until `stop` is set or `params.duration` has passed, checking `stop` every 20 ms.
+fn serve_until(params: &BenchParams, stop: &AtomicBool) {
+    let started = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let Some(left) = params.duration.checked_sub(started.elapsed()).filter(|left| !left.is_zero()) else {
+            break;
+        };
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
 /// The target side for another process's initiator: registers a buffer of `buffer_size` bytes with `engine`
-/// (published through its metadata), calls `ready` with its address, serves for `params.duration`, then withdraws it.
-pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+/// (published through its metadata), calls `ready` with its address, serves until `stop` is set or
+/// `params.duration` has passed, then withdraws it.
+pub fn serve_target(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    stop: &AtomicBool,
+    ready: impl FnOnce(u64),
+) -> Result<()> {
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     let mut buffer = host_buffer(size, 0x5A)?;
@@ -613,7 +630,7 @@ pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl F
     // through the engine's transports while it is registered.
     unsafe { engine.register_memory(addr, params.buffer_size, "cpu:0")? };
     ready(addr);
-    std::thread::sleep(params.duration);
+    serve_until(params, stop);
     engine.unregister_memory(addr)?;
     drop(buffer);
     Ok(())
@@ -699,8 +716,14 @@ pub fn target_pattern(offset: u64) -> u8 {
 
 /// The `aiv` target side for another process's initiator: allocates `buffer_size` bytes of device memory on this
 /// engine's device, fills it with [`target_pattern`], registers it (the descriptor then advertises the device's
-/// export endpoint), calls `ready` with its address, serves for `params.duration` (or until killed), then withdraws it.
-pub fn serve_aiv_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+/// export endpoint), calls `ready` with its address, serves until `stop` is set or `params.duration` has passed,
+/// then withdraws it.
+pub fn serve_aiv_target(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    stop: &AtomicBool,
+    ready: impl FnOnce(u64),
+) -> Result<()> {
     let device = engine.device()?;
     let buffer = device.allocate(params.buffer_size).map_err(|error| EngineError::InvalidArgument {
         operation: "bench",
@@ -717,7 +740,7 @@ pub fn serve_aiv_target(engine: &TransferEngine, params: &BenchParams, ready: im
     // SAFETY: the buffer outlives the registration, withdrawn below before it drops.
     unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location())? };
     ready(buffer.addr());
-    std::thread::sleep(params.duration);
+    serve_until(params, stop);
     engine.unregister_memory(buffer.addr())?;
     Ok(())
 }

@@ -180,3 +180,89 @@ fn without_a_file_the_mooncake_environment_is_honoured() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
 }
+
+/// A child process killed and reaped on drop, so that a failing test leaves nothing running.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The first line of `child`'s stdout, waited for at most `timeout`.
+fn first_line(child: &mut Child, timeout: std::time::Duration) -> String {
+    use std::io::BufRead as _;
+    let stdout = child.0.stdout.take().expect("piped stdout");
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = send.send(line);
+    });
+    receive.recv_timeout(timeout).unwrap_or_default()
+}
+
+/// Waits at most `timeout` for `child` to exit.
+fn exit_within(child: &mut Child, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_target_serves_until_signalled_then_withdraws_so_a_restart_under_its_name_works() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let mut server = Child(
+        aiv()
+            .args(["metadata-server", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut server, Duration::from_secs(10));
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    // Not a bound port: under a metadata store the name is taken as given.
+    let name = format!("127.0.0.1:{}", 30_000 + std::process::id() % 20_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The second round starts under the same name: the store accepts it only if the first target withdrew its keys.
+    for (round, signal) in [libc::SIGTERM, libc::SIGINT].into_iter().enumerate() {
+        let log = dir.path().join(format!("target-{round}.log"));
+        // No config file: the metadata server and the name come from Mooncake's environment variables.
+        let mut child = Child(
+            aiv()
+                .env("MOONCAKE_TE_META_DATA_SERVER", &url)
+                .env("MOONCAKE_LOCAL_HOSTNAME", &name)
+                .args(["bench", "--mode", "target", "--buffer_size", "1mb"])
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("runs"),
+        );
+        let line = first_line(&mut child, Duration::from_secs(15));
+        let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            line.contains(&format!("segment {name} serving")) && line.contains("until SIGINT or SIGTERM"),
+            "round {round}: {line:?}\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.0.try_wait().expect("try_wait").is_none(), "target exited before any signal: {}", stderr());
+        let pid = libc::pid_t::try_from(child.0.id()).expect("pid");
+        // SAFETY: plain kill(2) on the child this test started and still holds (not yet reaped).
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = exit_within(&mut child, Duration::from_secs(5));
+        let status = status.unwrap_or_else(|| panic!("target still running 5 s after signal {signal}"));
+        assert_eq!(status.code(), Some(0), "signal {signal}: {}", stderr());
+    }
+}

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use aiv_transport::bench::{self, BenchParams, ReportUnit};
@@ -94,9 +95,10 @@ struct BenchArgs {
     /// Bytes per request (suffixes allowed)
     #[arg(long = "block_size", default_value = "65536", value_parser = |t: &str| bench::parse_buffer_size("--block_size", t))]
     block_size: u64,
-    /// Seconds to run (0.000001 to one year)
-    #[arg(long, default_value = "10", value_parser = bench::parse_duration)]
-    duration: Duration,
+    /// Seconds to run (0.000001 to one year; default 10). A target serves until SIGINT or SIGTERM, or for
+    /// --duration seconds when it is given
+    #[arg(long, value_parser = bench::parse_duration)]
+    duration: Option<Duration>,
     /// Initiator threads (1 to 1024)
     #[arg(long, default_value = "12", value_parser = bench::parse_threads)]
     threads: usize,
@@ -110,6 +112,50 @@ struct BenchArgs {
     /// their CPU time, no system call) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section_clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
+}
+
+/// transfer_engine_bench's default `--duration` (for an initiator).
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// Set by SIGINT or SIGTERM: a target stops serving, withdraws its segment and exits 0.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that set [`STOP`].
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    STOP_SIGNAL.store(signal, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Routes SIGINT and SIGTERM to [`STOP`] instead of killing the process.
+fn install_stop_signals() -> Result<(), String> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores atomics; `signal` replaces the disposition of a catchable signal.
+        let previous =
+            unsafe { libc::signal(signal, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        if previous == libc::SIG_ERR {
+            return Err(format!("cannot handle signal {signal}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// How long a target serves, for its ready line.
+fn serving_for(duration: Duration) -> String {
+    if duration == Duration::MAX {
+        "until SIGINT or SIGTERM".to_owned()
+    } else {
+        format!("for {} s (or until SIGINT or SIGTERM)", duration.as_secs_f64())
+    }
+}
+
+/// Says that a target stopped, and why.
+fn target_stopped(name: &str) {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => tracing::info!(segment = name, "target: --duration elapsed; withdrawing the segment"),
+        signal => tracing::info!(segment = name, signal, "target: signal received; withdrawing the segment"),
+    }
 }
 
 /// transfer_engine_bench's default `--local_server_name`.
@@ -179,7 +225,11 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         buffer_size: args.buffer_size,
         batch_size: args.batch_size,
         block_size: args.block_size,
-        duration: args.duration,
+        duration: match (args.duration, args.mode) {
+            (Some(duration), _) => duration,
+            (None, Mode::Initiator) => DEFAULT_DURATION,
+            (None, Mode::Target) => Duration::MAX,
+        },
         threads: args.threads,
         report_unit: args.report_unit,
         report_precision: args.report_precision,
@@ -206,31 +256,40 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         None
     };
     if matches!(args.mode, Mode::Target) && protocol == Protocol::Aiv {
-        return bench::serve_aiv_target(&engine, &params, |addr| {
+        install_stop_signals()?;
+        bench::serve_aiv_target(&engine, &params, &STOP, |addr| {
             println!(
-                "aiv bench target: segment {} serving {} bytes of device memory at {addr:#x} over aiv, for {:.0} s",
+                "aiv bench target: segment {} serving {} bytes of device memory at {addr:#x} over aiv, {}",
                 engine.name(),
                 params.buffer_size,
-                params.duration.as_secs_f64()
+                serving_for(params.duration)
             );
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
         })
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())?;
+        target_stopped(engine.name());
+        // Dropping the engine removes its metadata keys, so a restart under the same name is accepted.
+        drop(engine);
+        return Ok(());
     }
     if matches!(args.mode, Mode::Target) {
+        install_stop_signals()?;
         let port = engine.local_descriptor().tcp_data_port.unwrap_or(0);
-        return bench::serve_target(&engine, &params, |addr| {
+        bench::serve_target(&engine, &params, &STOP, |addr| {
             println!(
-                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, for {:.0} s",
+                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, {}",
                 engine.name(),
                 params.buffer_size,
-                params.duration.as_secs_f64()
+                serving_for(params.duration)
             );
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
         })
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())?;
+        target_stopped(engine.name());
+        drop(engine);
+        return Ok(());
     }
     let remote_segment = args.segment_id.as_deref().filter(|segment| *segment != engine.name());
     let report = match (&wire_target, remote_segment) {
@@ -392,8 +451,9 @@ mod tests {
                 argv.push(value);
             }
             if let Ok(Cli { command: Command::Bench(args), .. }) = Cli::try_parse_from(&argv) {
-                prop_assert!(args.duration > Duration::ZERO);
-                prop_assert!(args.duration.as_secs_f64() <= bench::MAX_DURATION_SECS);
+                let duration = args.duration.unwrap_or(DEFAULT_DURATION);
+                prop_assert!(duration > Duration::ZERO);
+                prop_assert!(duration.as_secs_f64() <= bench::MAX_DURATION_SECS);
                 prop_assert!((1..=bench::MAX_THREADS).contains(&args.threads));
                 prop_assert!((1..=bench::MAX_BATCH_SIZE).contains(&args.batch_size));
                 prop_assert!(args.report_precision <= bench::MAX_REPORT_PRECISION);
@@ -403,14 +463,14 @@ mod tests {
                     buffer_size: args.buffer_size,
                     batch_size: args.batch_size,
                     block_size: args.block_size,
-                    duration: args.duration,
+                    duration,
                     threads: args.threads,
                     report_unit: args.report_unit,
                     report_precision: args.report_precision,
                 };
                 let _ = params.validate();
                 let outcome = bench::BenchOutcome {
-                    elapsed: args.duration,
+                    elapsed: duration,
                     completed_batches: u64::MAX,
                     failed_batches: 0,
                     first_failure: None,
