@@ -266,3 +266,45 @@ fn a_target_serves_until_signalled_then_withdraws_so_a_restart_under_its_name_wo
         assert_eq!(status.code(), Some(0), "signal {signal}: {}", stderr());
     }
 }
+
+#[test]
+fn an_initiator_with_failed_batches_exits_non_zero() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let mut server = Child(
+        aiv()
+            .args(["metadata-server", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut server, Duration::from_secs(10));
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    let name = format!("127.0.0.1:{}", 30_000 + (std::process::id() + 7) % 20_000);
+    let mut target = Child(
+        aiv()
+            .args(["bench", "--mode", "target", "--buffer_size", "1mb", "--duration", "20"])
+            .args(["--metadata_server", &url, "--local_server_name", &name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut target, Duration::from_secs(15));
+    assert!(line.contains("serving"), "{line:?}");
+    // Two threads, one 1 MiB block each: thread 0's block is the target's whole buffer, thread 1's lies past its end,
+    // so about half the batches complete and half fail.
+    let output = aiv()
+        .args(["bench", "--segment_id", &name, "--metadata_server", &url, "--local_server_name", "127.0.0.1:0"])
+        .args(["--buffer_size", "2mb", "--block_size", "1mb", "--batch_size", "1", "--threads", "2"])
+        .args(["--duration", "0.3"])
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let result = stderr.lines().find(|l| l.starts_with("Test completed: ")).expect("result line");
+    assert!(!result.contains("batch count 0,"), "some batches completed: {result}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("batch(es) failed"), "{stderr}");
+}
