@@ -308,3 +308,31 @@ fn an_initiator_with_failed_batches_exits_non_zero() {
     assert_eq!(output.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("batch(es) failed"), "{stderr}");
 }
+
+#[test]
+fn gflags_spellings_and_mooncake_only_flags_run() {
+    let small = ["--buffer_size", "1mb", "--threads", "1", "--batch_size", "1", "--block_size", "4kb"];
+    for duration in [&["-duration=0.1"][..], &["--duration=0.1"], &["--duration", "0.1"], &["-duration", "0.1"]] {
+        let output = aiv().arg("bench").args(duration).args(small).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{duration:?}: {stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("Test completed: duration 0.1")).expect(&stderr);
+        assert!(!line.contains("batch count 0,"), "{line}");
+    }
+    let output = aiv()
+        .args(["bench", "-duration=0.1", "--logtostderr", "--auto_discovery", "--nic_priority_matrix", "m.json"])
+        .args(["--use_vram=false", "--gpu_id", "0", "-init_mem", "--backend=classic"])
+        .args(small)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for flag in ["--logtostderr", "--auto_discovery", "--nic_priority_matrix m.json", "--use_vram=false", "--gpu_id 0"]
+    {
+        let notices = stderr.lines().filter(|l| l.contains(&format!("notice: {flag}:")) && l.contains("no effect"));
+        assert_eq!(notices.count(), 1, "one notice for {flag}:\n{stderr}");
+    }
+    let output = aiv().args(["bench", "--duration=0.1", "--no_such_flag"]).output().expect("runs");
+    assert_eq!(output.status.code(), Some(2), "an unknown flag is still an error");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--no_such_flag"));
+}
