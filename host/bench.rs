@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+
 use crate::engine::TransferEngine;
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
@@ -129,6 +131,14 @@ fn host_buffer(size: usize, fill: u8) -> Result<Vec<u8>> {
     })?;
     buffer.resize(size, fill);
     Ok(buffer)
+}
+
+/// Longest batch latency a histogram tells apart (longer ones count as this): one hour, in nanoseconds.
+const LATENCY_MAX_NS: u64 = 3_600_000_000_000;
+
+/// An empty batch-latency histogram: nanoseconds from 1 to one hour, 3 significant digits (about 250 KiB, fixed).
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_NS, 3).expect("constant bounds are valid")
 }
 
 /// The workload's parameters, named as `transfer_engine_bench` names them.
@@ -257,8 +267,9 @@ pub struct BenchOutcome {
     pub evidence: EvidenceSummary,
     /// Bytes per completed batch.
     pub bytes_per_batch: u64,
-    /// Wall time of each batch from submit to the end of its wait, sorted (batch size 1: per-transfer latency).
-    pub batch_latencies: Vec<Duration>,
+    /// Wall time of each batch from submit to the end of its wait, in nanoseconds (batch size 1: per-transfer
+    /// latency); a histogram of fixed size, so a long run does not grow memory per batch.
+    pub batch_latencies: Histogram<u64>,
 }
 
 impl BenchOutcome {
@@ -267,14 +278,13 @@ impl BenchOutcome {
         self.completed_batches as f64 * self.bytes_per_batch as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// The `q`-quantile (0..=1) of the batch latencies, nearest rank; zero when nothing ran.
+    /// The `q`-quantile (0..=1) of the batch latencies (within 0.1%); zero when nothing ran.
     pub fn latency_quantile(&self, q: f64) -> Duration {
-        let n = self.batch_latencies.len();
-        if n == 0 {
+        if self.batch_latencies.is_empty() {
             return Duration::ZERO;
         }
-        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
-        self.batch_latencies[rank - 1]
+        let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
+        Duration::from_nanos(self.batch_latencies.value_at_quantile(q))
     }
 
     /// `transfer_engine_bench`'s result line, to the letter.
@@ -313,7 +323,7 @@ pub fn run_initiator(
     let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
-    let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    let latencies = Mutex::new(latency_histogram());
     std::thread::scope(|scope| {
         for thread in 0..params.threads {
             let (stop, completed, failed, first_failure, totals, error, latencies) =
@@ -335,17 +345,21 @@ pub fn run_initiator(
                     })
                     .collect();
                 let mut local_totals = EvidenceTotals::default();
-                let mut local_latencies = Vec::new();
+                let mut local_latencies = latency_histogram();
                 while !stop.load(Ordering::Relaxed) {
                     match run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals) {
-                        Ok(latency) => local_latencies.push(latency),
+                        Ok(latency) => {
+                            let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+                            local_latencies.saturating_record(nanos.max(1));
+                        }
                         Err(e) => {
                             *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             stop.store(true, Ordering::Relaxed);
                         }
                     }
                 }
-                latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(local_latencies);
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = latencies.lock().unwrap_or_else(|p| p.into_inner()).add(&local_latencies);
                 let cpu = crate::cpu_time::thread_cpu_time_ns().saturating_sub(cpu_started);
                 bench_threads_cpu.fetch_add(cpu, Ordering::Relaxed);
                 let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
@@ -371,8 +385,7 @@ pub fn run_initiator(
     }
     let readings = crate::cpu_time::clock_readings().saturating_sub(readings_before);
     let monotonic = crate::cpu_time::monotonic_readings().saturating_sub(monotonic_before);
-    let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
-    batch_latencies.sort_unstable();
+    let batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut evidence = totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary();
     evidence.clock_readings = readings as f64 / evidence.transfers.max(1) as f64;
     evidence.clock_reading_ns = clock_reading_ns;
@@ -476,6 +489,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn latencies_take_fixed_memory_however_many_batches_run() {
+        let mut histogram = latency_histogram();
+        let before = histogram.distinct_values();
+        for i in 0..1_000_000u64 {
+            histogram.saturating_record(1 + i % 5_000_000);
+        }
+        // Out-of-range values saturate instead of failing or growing the histogram.
+        histogram.saturating_record(u64::MAX);
+        assert_eq!(histogram.len(), 1_000_001);
+        assert_eq!(histogram.distinct_values(), before, "the counts array never grows");
+        assert!(histogram.max() >= LATENCY_MAX_NS * 999 / 1000);
+    }
+
+    #[test]
     fn result_line_matches_transfer_engine_bench() {
         let params = BenchParams {
             operation: Opcode::Write,
@@ -495,10 +522,18 @@ mod tests {
             first_failure: None,
             evidence: EvidenceSummary::default(),
             bytes_per_batch: 128 * 65536,
-            batch_latencies: (1..=100).map(Duration::from_micros).collect(),
+            batch_latencies: {
+                let mut histogram = latency_histogram();
+                for micros in 1..=100 {
+                    histogram.record(micros * 1000).expect("in range");
+                }
+                histogram
+            },
         };
-        assert_eq!(outcome.latency_quantile(0.5), Duration::from_micros(50));
-        assert_eq!(outcome.latency_quantile(0.99), Duration::from_micros(99));
+        // Within the histogram's 3 significant digits of the nearest-rank values 50 us and 99 us.
+        let near = |got: Duration, micros: f64| (got.as_secs_f64() * 1e6 - micros).abs() <= micros * 1e-3;
+        assert!(near(outcome.latency_quantile(0.5), 50.0), "{:?}", outcome.latency_quantile(0.5));
+        assert!(near(outcome.latency_quantile(0.99), 99.0), "{:?}", outcome.latency_quantile(0.99));
         // 2429 * 128 * 65536 / 3 s = 6.79 GB/s
         assert_eq!(
             outcome.result_line(&params),

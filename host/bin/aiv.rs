@@ -614,7 +614,7 @@ mod tests {
                     first_failure: None,
                     evidence: Default::default(),
                     bytes_per_batch: u64::MAX,
-                    batch_latencies: Vec::new(),
+                    batch_latencies: bench::latency_histogram(),
                 };
                 let _ = outcome.result_line(&params);
             }
