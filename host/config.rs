@@ -303,8 +303,9 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(batch) = fields.integer("doorbell_batch", 1, 1024)? {
         aiv.doorbell_batch = batch as u32;
     }
-    if let Some(ms) = fields.integer("transfer_timeout_ms", 1, MAX_TRANSFER_TIMEOUT_MS)? {
-        aiv.transfer_timeout = Duration::from_millis(ms);
+    if let Some(ms) = fields.integer("transfer_timeout_ms", 0, u64::MAX)? {
+        aiv.transfer_timeout = transfer_timeout_ms(ms)
+            .map_err(|expected| fields.invalid("transfer_timeout_ms", &expected, &Value::from(ms)))?;
     }
     if let Some(us) = fields.integer("kernel_wait_budget_us", 1, 600_000_000)? {
         aiv.kernel_wait_budget = Duration::from_micros(us);
@@ -357,15 +358,22 @@ pub const MAX_DEVICE_ID: u32 = 65_535;
 /// Largest per-transfer watchdog budget, from the file (`transfer_timeout_ms`) or `MC_TRANSFER_TIMEOUT`: one hour.
 pub const MAX_TRANSFER_TIMEOUT_MS: u64 = 3_600_000;
 
-/// The transfer timeout from `MC_TRANSFER_TIMEOUT` (whole seconds, as Mooncake reads it), under the same rule as the
-/// file's `transfer_timeout_ms`: 1 ms to one hour, so at least 1 s here. The error says what is accepted.
-pub fn transfer_timeout_from_env(text: &str) -> Result<Duration, String> {
-    let max_seconds = MAX_TRANSFER_TIMEOUT_MS / 1000;
-    let expected = format!("whole seconds from 1 to {max_seconds}");
-    match text.trim().parse::<u64>() {
-        Ok(seconds) if (1..=max_seconds).contains(&seconds) => Ok(Duration::from_secs(seconds)),
-        _ => Err(expected),
+/// The one rule for the per-transfer watchdog budget, wherever it comes from: 1 ms to one hour. The error says what
+/// is accepted.
+pub fn transfer_timeout_ms(ms: u64) -> Result<Duration, String> {
+    if (1..=MAX_TRANSFER_TIMEOUT_MS).contains(&ms) {
+        Ok(Duration::from_millis(ms))
+    } else {
+        Err(format!("an integer from 1 to {MAX_TRANSFER_TIMEOUT_MS} (milliseconds)"))
     }
+}
+
+/// The transfer timeout from `MC_TRANSFER_TIMEOUT`: whole seconds, as Mooncake reads it, under
+/// [`transfer_timeout_ms`]'s rule (so 1 to 3600 s).
+pub fn transfer_timeout_from_env(text: &str) -> Result<Duration, String> {
+    let expected = || format!("whole seconds from 1 to {}", MAX_TRANSFER_TIMEOUT_MS / 1000);
+    let seconds = text.trim().parse::<u64>().map_err(|_| expected())?;
+    transfer_timeout_ms(seconds.saturating_mul(1000)).map_err(|_| expected())
 }
 
 /// Typed access to the keys of one JSON object, with errors naming origin and key.
