@@ -61,10 +61,11 @@ enum Operation {
 }
 
 /// Flags and defaults follow transfer_engine_bench. For tcp without --segment_id, a second engine of this process
-/// is the target (over loopback sockets); --mode target serves a buffer to another process.
+/// is the target (over loopback sockets); --mode target serves a buffer to another process. gflags spellings
+/// (-flag=value) work, and transfer_engine_bench's flags that mean nothing here are ignored with a notice.
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
-    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes for --duration seconds)
+    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes until SIGINT or SIGTERM)
     #[arg(long, value_enum, default_value = "initiator")]
     mode: Mode,
     /// Transfer direction
