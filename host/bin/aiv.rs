@@ -634,7 +634,8 @@ mod tests {
                 "MOONCAKE_DEVICE",
             ];
             let env = |name: &str| vars.iter().rev().find(|(i, _)| NAMES[*i] == name).map(|(_, v)| v.clone());
-            if let Ok(config) = EngineConfig::from_json("{}", "environment", &env) {
+            // The plumbing `aiv bench` uses without a file (MOONCAKE_CONFIG_PATH is never among these names).
+            if let Ok(config) = EngineConfig::load_with(None, &env, DEFAULT_SERVER_NAME) {
                 let timeout = config.aiv.transfer_timeout;
                 prop_assert!(timeout >= Duration::from_secs(1));
                 prop_assert!(timeout.as_millis() <= u128::from(aiv_transport::config::MAX_TRANSFER_TIMEOUT_MS));
