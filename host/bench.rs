@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use hdrhistogram::Histogram;
+
 use crate::engine::TransferEngine;
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
@@ -49,6 +51,94 @@ impl FromStr for ReportUnit {
             .find(|unit| unit.name == text)
             .ok_or_else(|| format!("unknown report unit {text:?} (one of GB GiB Gb MB MiB Mb KB KiB Kb)"))
     }
+}
+
+/// Longest `--duration`: one year (a target started without `--duration` serves until signalled instead).
+pub const MAX_DURATION_SECS: f64 = 31_536_000.0;
+/// Most `--threads`.
+pub const MAX_THREADS: usize = 1024;
+/// Most `--batch_size`.
+pub const MAX_BATCH_SIZE: usize = 1 << 16;
+/// Most `--report_precision` digits (an f64 carries about 16 significant digits).
+pub const MAX_REPORT_PRECISION: usize = 16;
+
+fn out_of_range(flag: &str, text: &str, accepted: &str) -> String {
+    format!("{flag} {text:?}: expected {accepted}")
+}
+
+/// Shortest `--duration`: one microsecond (anything shorter would round to no run at all).
+pub const MIN_DURATION_SECS: f64 = 1e-6;
+
+/// `--duration`: seconds, from [`MIN_DURATION_SECS`] to [`MAX_DURATION_SECS`].
+pub fn parse_duration(text: &str) -> std::result::Result<Duration, String> {
+    let accepted = format!("a number of seconds from {MIN_DURATION_SECS:.6} to {MAX_DURATION_SECS}");
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if (MIN_DURATION_SECS..=MAX_DURATION_SECS).contains(&seconds) => {
+            Ok(Duration::from_secs_f64(seconds))
+        }
+        _ => Err(out_of_range("--duration", text, &accepted)),
+    }
+}
+
+fn parse_count(flag: &str, text: &str, min: usize, max: usize) -> std::result::Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(out_of_range(flag, text, &format!("an integer from {min} to {max}"))),
+    }
+}
+
+/// `--threads`: 1 to [`MAX_THREADS`].
+pub fn parse_threads(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--threads", text, 1, MAX_THREADS)
+}
+
+/// `--batch_size`: 1 to [`MAX_BATCH_SIZE`].
+pub fn parse_batch_size(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--batch_size", text, 1, MAX_BATCH_SIZE)
+}
+
+/// `--report_precision`: 0 to [`MAX_REPORT_PRECISION`].
+pub fn parse_report_precision(text: &str) -> std::result::Result<usize, String> {
+    parse_count("--report_precision", text, 0, MAX_REPORT_PRECISION)
+}
+
+/// Bytes of physical memory on this machine, if the system says.
+pub fn physical_memory() -> Option<u64> {
+    // SAFETY: sysconf reads a system constant and has no preconditions.
+    let (pages, page_size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let (pages, page_size) = (u64::try_from(pages).ok()?, u64::try_from(page_size).ok()?);
+    pages.checked_mul(page_size)
+}
+
+/// `--buffer_size` (and `--block_size`, with their own flag name): a size with an optional suffix, at least 1 byte
+/// and at most half this machine's physical memory (a run holds two buffers of this size).
+pub fn parse_buffer_size(flag: &str, text: &str) -> std::result::Result<u64, String> {
+    let max = physical_memory().map_or(1 << 40, |bytes| bytes / 2);
+    let accepted = format!("a size from 1 byte to {max} bytes (half this machine's memory), e.g. 64kb or 1gb");
+    match crate::config::parse_size(text) {
+        Ok(bytes) if (1..=max).contains(&bytes) => Ok(bytes),
+        Ok(_) => Err(out_of_range(flag, text, &accepted)),
+        Err(reason) => Err(format!("{} ({reason})", out_of_range(flag, text, &accepted))),
+    }
+}
+
+/// A host buffer of `size` bytes filled with `fill`, or an error (not an abort) where the allocation fails.
+fn host_buffer(size: usize, fill: u8) -> Result<Vec<u8>> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(size).map_err(|error| EngineError::InvalidArgument {
+        operation: "bench",
+        reason: format!("cannot allocate a host buffer of {size} bytes ({error}): lower --buffer_size"),
+    })?;
+    buffer.resize(size, fill);
+    Ok(buffer)
+}
+
+/// Longest batch latency a histogram tells apart (longer ones count as this): one hour, in nanoseconds.
+const LATENCY_MAX_NS: u64 = 3_600_000_000_000;
+
+/// An empty batch-latency histogram: nanoseconds from 1 to one hour, 3 significant digits (about 250 KiB, fixed).
+pub fn latency_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, LATENCY_MAX_NS, 3).expect("constant bounds are valid")
 }
 
 /// The workload's parameters, named as `transfer_engine_bench` names them.
@@ -177,8 +267,9 @@ pub struct BenchOutcome {
     pub evidence: EvidenceSummary,
     /// Bytes per completed batch.
     pub bytes_per_batch: u64,
-    /// Wall time of each batch from submit to the end of its wait, sorted (batch size 1: per-transfer latency).
-    pub batch_latencies: Vec<Duration>,
+    /// Wall time of each batch from submit to the end of its wait, in nanoseconds (batch size 1: per-transfer
+    /// latency); a histogram of fixed size, so a long run does not grow memory per batch.
+    pub batch_latencies: Histogram<u64>,
 }
 
 impl BenchOutcome {
@@ -187,14 +278,13 @@ impl BenchOutcome {
         self.completed_batches as f64 * self.bytes_per_batch as f64 / self.elapsed.as_secs_f64().max(1e-9)
     }
 
-    /// The `q`-quantile (0..=1) of the batch latencies, nearest rank; zero when nothing ran.
+    /// The `q`-quantile (0..=1) of the batch latencies (within 0.1%); zero when nothing ran.
     pub fn latency_quantile(&self, q: f64) -> Duration {
-        let n = self.batch_latencies.len();
-        if n == 0 {
+        if self.batch_latencies.is_empty() {
             return Duration::ZERO;
         }
-        let rank = ((q.clamp(0.0, 1.0) * n as f64).ceil() as usize).clamp(1, n);
-        self.batch_latencies[rank - 1]
+        let q = if q.is_nan() { 0.5 } else { q.clamp(0.0, 1.0) };
+        Duration::from_nanos(self.batch_latencies.value_at_quantile(q))
     }
 
     /// `transfer_engine_bench`'s result line, to the letter.
@@ -233,7 +323,7 @@ pub fn run_initiator(
     let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
-    let latencies: Mutex<Vec<Duration>> = Mutex::new(Vec::new());
+    let latencies = Mutex::new(latency_histogram());
     std::thread::scope(|scope| {
         for thread in 0..params.threads {
             let (stop, completed, failed, first_failure, totals, error, latencies) =
@@ -255,17 +345,21 @@ pub fn run_initiator(
                     })
                     .collect();
                 let mut local_totals = EvidenceTotals::default();
-                let mut local_latencies = Vec::new();
+                let mut local_latencies = latency_histogram();
                 while !stop.load(Ordering::Relaxed) {
                     match run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals) {
-                        Ok(latency) => local_latencies.push(latency),
+                        Ok(latency) => {
+                            let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
+                            local_latencies.saturating_record(nanos.max(1));
+                        }
                         Err(e) => {
                             *error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                             stop.store(true, Ordering::Relaxed);
                         }
                     }
                 }
-                latencies.lock().unwrap_or_else(|p| p.into_inner()).extend(local_latencies);
+                // Same bounds on both sides, so adding cannot fail.
+                let _ = latencies.lock().unwrap_or_else(|p| p.into_inner()).add(&local_latencies);
                 let cpu = crate::cpu_time::thread_cpu_time_ns().saturating_sub(cpu_started);
                 bench_threads_cpu.fetch_add(cpu, Ordering::Relaxed);
                 let mut shared = totals.lock().unwrap_or_else(|p| p.into_inner());
@@ -291,8 +385,7 @@ pub fn run_initiator(
     }
     let readings = crate::cpu_time::clock_readings().saturating_sub(readings_before);
     let monotonic = crate::cpu_time::monotonic_readings().saturating_sub(monotonic_before);
-    let mut batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
-    batch_latencies.sort_unstable();
+    let batch_latencies = latencies.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut evidence = totals.into_inner().unwrap_or_else(|p| p.into_inner()).summary();
     evidence.clock_readings = readings as f64 / evidence.transfers.max(1) as f64;
     evidence.clock_reading_ns = clock_reading_ns;
@@ -396,6 +489,20 @@ mod tests {
     use super::*;
 
     #[test]
+    fn latencies_take_fixed_memory_however_many_batches_run() {
+        let mut histogram = latency_histogram();
+        let before = histogram.distinct_values();
+        for i in 0..1_000_000u64 {
+            histogram.saturating_record(1 + i % 5_000_000);
+        }
+        // Out-of-range values saturate instead of failing or growing the histogram.
+        histogram.saturating_record(u64::MAX);
+        assert_eq!(histogram.len(), 1_000_001);
+        assert_eq!(histogram.distinct_values(), before, "the counts array never grows");
+        assert!(histogram.max() >= LATENCY_MAX_NS * 999 / 1000);
+    }
+
+    #[test]
     fn result_line_matches_transfer_engine_bench() {
         let params = BenchParams {
             operation: Opcode::Write,
@@ -415,10 +522,18 @@ mod tests {
             first_failure: None,
             evidence: EvidenceSummary::default(),
             bytes_per_batch: 128 * 65536,
-            batch_latencies: (1..=100).map(Duration::from_micros).collect(),
+            batch_latencies: {
+                let mut histogram = latency_histogram();
+                for micros in 1..=100 {
+                    histogram.record(micros * 1000).expect("in range");
+                }
+                histogram
+            },
         };
-        assert_eq!(outcome.latency_quantile(0.5), Duration::from_micros(50));
-        assert_eq!(outcome.latency_quantile(0.99), Duration::from_micros(99));
+        // Within the histogram's 3 significant digits of the nearest-rank values 50 us and 99 us.
+        let near = |got: Duration, micros: f64| (got.as_secs_f64() * 1e6 - micros).abs() <= micros * 1e-3;
+        assert!(near(outcome.latency_quantile(0.5), 50.0), "{:?}", outcome.latency_quantile(0.5));
+        assert!(near(outcome.latency_quantile(0.99), 99.0), "{:?}", outcome.latency_quantile(0.99));
         // 2429 * 128 * 65536 / 3 s = 6.79 GB/s
         assert_eq!(
             outcome.result_line(&params),
@@ -447,8 +562,8 @@ pub fn run_loopback(engine: &TransferEngine, params: &BenchParams) -> Result<Loo
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     // Filled (not merely zeroed) so that first-touch page faults are not part of the measurement.
-    let mut local = vec![0xA5u8; size];
-    let mut target = vec![0x5Au8; size];
+    let mut local = host_buffer(size, 0xA5)?;
+    let mut target = host_buffer(size, 0x5A)?;
     let local_addr = local.as_mut_ptr() as u64;
     let target_addr = target.as_mut_ptr() as u64;
     // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
@@ -478,8 +593,8 @@ pub fn run_two_engines(
     params.validate()?;
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    let mut local = vec![0xA5u8; size];
-    let mut remote = vec![0x5Au8; size];
+    let mut local = host_buffer(size, 0xA5)?;
+    let mut remote = host_buffer(size, 0x5A)?;
     let local_addr = local.as_mut_ptr() as u64;
     let remote_addr = remote.as_mut_ptr() as u64;
     // SAFETY: both vectors live until the end of this function, after every batch has finished (run_initiator
@@ -508,7 +623,7 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     let target = engine.open_segment(segment)?;
     let target_base = engine.get_first_buffer_address(segment)?;
-    let mut local = vec![0xA5u8; size];
+    let mut local = host_buffer(size, 0xA5)?;
     let local_addr = local.as_mut_ptr() as u64;
     // SAFETY: the vector lives until the end of this function, after every batch has finished (run_initiator waits
     // for each batch) and after the registration is withdrawn below.
@@ -516,24 +631,41 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
     let outcome = run_initiator(engine, params, target, local_addr, target_base);
     engine.unregister_memory(local_addr)?;
     let outcome = outcome?;
-    let mut scratch = vec![0x5Au8; size];
+    let mut scratch = host_buffer(size, 0x5A)?;
     let reference_time = params.duration.min(Duration::from_secs(2));
     let memcpy_bytes_per_second = memcpy_reference(&local, &mut scratch, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }
 
+/// Serves until `stop` is set or `params.duration` has passed, checking `stop` every 20 ms.
+fn serve_until(params: &BenchParams, stop: &AtomicBool) {
+    let started = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let Some(left) = params.duration.checked_sub(started.elapsed()).filter(|left| !left.is_zero()) else {
+            break;
+        };
+        std::thread::sleep(left.min(Duration::from_millis(20)));
+    }
+}
+
 /// The target side for another process's initiator: registers a buffer of `buffer_size` bytes with `engine`
-/// (published through its metadata), calls `ready` with its address, serves for `params.duration`, then withdraws it.
-pub fn serve_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+/// (published through its metadata), calls `ready` with its address, serves until `stop` is set or
+/// `params.duration` has passed, then withdraws it.
+pub fn serve_target(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    stop: &AtomicBool,
+    ready: impl FnOnce(u64),
+) -> Result<()> {
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    let mut buffer = vec![0x5Au8; size];
+    let mut buffer = host_buffer(size, 0x5A)?;
     let addr = buffer.as_mut_ptr() as u64;
     // SAFETY: the vector outlives the registration, withdrawn below before it is dropped; peers only reach it
     // through the engine's transports while it is registered.
     unsafe { engine.register_memory(addr, params.buffer_size, "cpu:0")? };
     ready(addr);
-    std::thread::sleep(params.duration);
+    serve_until(params, stop);
     engine.unregister_memory(addr)?;
     drop(buffer);
     Ok(())
@@ -619,8 +751,14 @@ pub fn target_pattern(offset: u64) -> u8 {
 
 /// The `aiv` target side for another process's initiator: allocates `buffer_size` bytes of device memory on this
 /// engine's device, fills it with [`target_pattern`], registers it (the descriptor then advertises the device's
-/// export endpoint), calls `ready` with its address, serves for `params.duration` (or until killed), then withdraws it.
-pub fn serve_aiv_target(engine: &TransferEngine, params: &BenchParams, ready: impl FnOnce(u64)) -> Result<()> {
+/// export endpoint), calls `ready` with its address, serves until `stop` is set or `params.duration` has passed,
+/// then withdraws it.
+pub fn serve_aiv_target(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    stop: &AtomicBool,
+    ready: impl FnOnce(u64),
+) -> Result<()> {
     let device = engine.device()?;
     let buffer = device.allocate(params.buffer_size).map_err(|error| EngineError::InvalidArgument {
         operation: "bench",
@@ -637,7 +775,7 @@ pub fn serve_aiv_target(engine: &TransferEngine, params: &BenchParams, ready: im
     // SAFETY: the buffer outlives the registration, withdrawn below before it drops.
     unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location())? };
     ready(buffer.addr());
-    std::thread::sleep(params.duration);
+    serve_until(params, stop);
     engine.unregister_memory(buffer.addr())?;
     Ok(())
 }
@@ -666,7 +804,7 @@ pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, se
     let outcome = run_initiator(engine, params, target, local.addr(), target_base);
     engine.unregister_memory(local.addr())?;
     let outcome = outcome?;
-    let mut scratch = vec![0x5Au8; size];
+    let mut scratch = host_buffer(size, 0x5A)?;
     let reference_time = params.duration.min(Duration::from_secs(2));
     let memcpy_bytes_per_second = memcpy_reference(local_bytes, &mut scratch, params, reference_time);
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })

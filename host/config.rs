@@ -205,6 +205,20 @@ impl EngineConfig {
         }
     }
 
+    /// [`EngineConfig::load`] with `env` for the environment; without a file, `default_hostname` stands in for
+    /// `MOONCAKE_LOCAL_HOSTNAME` when that is unset (a file must still name its host, as Mooncake requires).
+    pub fn load_with(path: Option<&Path>, env: &dyn Environment, default_hostname: &str) -> Result<Self, ConfigError> {
+        match path.map(Path::to_path_buf).or_else(|| env.var(CONFIG_PATH_ENV).map(PathBuf::from)) {
+            Some(path) => EngineConfig::from_file(&path, env),
+            None => {
+                let with_default = |name: &str| {
+                    env.var(name).or_else(|| (name == "MOONCAKE_LOCAL_HOSTNAME").then(|| default_hostname.to_owned()))
+                };
+                EngineConfig::from_json("{}", "environment", &with_default)
+            }
+        }
+    }
+
     /// Reads a mooncake.json file.
     pub fn from_file(path: &Path, env: &dyn Environment) -> Result<Self, ConfigError> {
         let text =
@@ -239,25 +253,26 @@ impl EngineConfig {
             .string("metadata_server")?
             .or_else(|| env.var("MOONCAKE_TE_META_DATA_SERVER"))
             .unwrap_or_else(|| "P2PHANDSHAKE".into());
-        let protocol_name =
-            fields.string("protocol")?.or_else(|| env.var("MOONCAKE_PROTOCOL")).unwrap_or_else(|| "tcp".into());
+        let (protocol_name, protocol_key) = match fields.string("protocol")? {
+            Some(name) => (name, "protocol"),
+            None => (env.var("MOONCAKE_PROTOCOL").unwrap_or_else(|| "tcp".into()), "MOONCAKE_PROTOCOL"),
+        };
         let protocol = protocol_name.parse::<Protocol>().map_err(|error| ConfigError::Invalid {
             origin: origin.to_owned(),
-            key: "protocol".into(),
+            key: protocol_key.into(),
             expected: "one of aiv, adxl, ubshmem, tcp".into(),
             found: error.to_string(),
         })?;
         let device_name = fields.string("device_name")?.or_else(|| env.var("MOONCAKE_DEVICE")).unwrap_or_default();
 
         let mut aiv = AivOptions::default();
-        if let Some(seconds) = env.var("MC_TRANSFER_TIMEOUT") {
-            let seconds = seconds.trim().parse::<u64>().map_err(|_| ConfigError::Invalid {
+        if let Some(text) = env.var("MC_TRANSFER_TIMEOUT") {
+            aiv.transfer_timeout = transfer_timeout_from_env(&text).map_err(|expected| ConfigError::Invalid {
                 origin: "environment".into(),
                 key: "MC_TRANSFER_TIMEOUT".into(),
-                expected: "whole seconds".into(),
-                found: format!("{seconds:?}"),
+                expected,
+                found: format!("{text:?}"),
             })?;
-            aiv.transfer_timeout = Duration::from_secs(seconds);
         }
         match root.get("aiv") {
             None | Some(Value::Null) => {}
@@ -294,7 +309,7 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
             _ => return Err(fields.invalid("launch_mode", "\"persistent\" or \"per_batch\"", &Value::String(name))),
         };
     }
-    if let Some(id) = fields.integer("device_id", 0, u64::from(u32::MAX))? {
+    if let Some(id) = fields.integer("device_id", 0, u64::from(MAX_DEVICE_ID))? {
         aiv.device_id = id as u32;
     }
     if let Some(blocks) = fields.integer("aiv_blocks", 1, 48)? {
@@ -303,8 +318,9 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(batch) = fields.integer("doorbell_batch", 1, 1024)? {
         aiv.doorbell_batch = batch as u32;
     }
-    if let Some(ms) = fields.integer("transfer_timeout_ms", 1, 3_600_000)? {
-        aiv.transfer_timeout = Duration::from_millis(ms);
+    if let Some(ms) = fields.integer("transfer_timeout_ms", 0, u64::MAX)? {
+        aiv.transfer_timeout = transfer_timeout_ms(ms)
+            .map_err(|expected| fields.invalid("transfer_timeout_ms", &expected, &Value::from(ms)))?;
     }
     if let Some(us) = fields.integer("kernel_wait_budget_us", 1, 600_000_000)? {
         aiv.kernel_wait_budget = Duration::from_micros(us);
@@ -368,6 +384,30 @@ fn read_tcp_client_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(
         return Err(fields.invalid("tcp_reconnect_backoff_max_ms", &expected, &found));
     }
     Ok(())
+}
+
+/// Largest `aiv.device_id`: the in-process bench pair puts its target on `device_id + 1`, which must not wrap.
+pub const MAX_DEVICE_ID: u32 = 65_535;
+
+/// Largest per-transfer watchdog budget, from the file (`transfer_timeout_ms`) or `MC_TRANSFER_TIMEOUT`: one hour.
+pub const MAX_TRANSFER_TIMEOUT_MS: u64 = 3_600_000;
+
+/// The one rule for the per-transfer watchdog budget, wherever it comes from: 1 ms to one hour. The error says what
+/// is accepted.
+pub fn transfer_timeout_ms(ms: u64) -> Result<Duration, String> {
+    if (1..=MAX_TRANSFER_TIMEOUT_MS).contains(&ms) {
+        Ok(Duration::from_millis(ms))
+    } else {
+        Err(format!("an integer from 1 to {MAX_TRANSFER_TIMEOUT_MS} (milliseconds)"))
+    }
+}
+
+/// The transfer timeout from `MC_TRANSFER_TIMEOUT`: whole seconds, as Mooncake reads it, under
+/// [`transfer_timeout_ms`]'s rule (so 1 to 3600 s).
+pub fn transfer_timeout_from_env(text: &str) -> Result<Duration, String> {
+    let expected = || format!("whole seconds from 1 to {}", MAX_TRANSFER_TIMEOUT_MS / 1000);
+    let seconds = text.trim().parse::<u64>().map_err(|_| expected())?;
+    transfer_timeout_ms(seconds.saturating_mul(1000)).map_err(|_| expected())
 }
 
 /// Typed access to the keys of one JSON object, with errors naming origin and key.
@@ -624,6 +664,27 @@ mod tests {
         let config = EngineConfig::from_json(r#"{"local_hostname": "file-host", "protocol": "tcp"}"#, "f", &env)
             .expect("file and env");
         assert_eq!((config.local_hostname.as_str(), config.protocol), ("file-host", Protocol::Tcp));
+    }
+
+    #[test]
+    fn out_of_range_device_ids_and_timeouts_are_refused_with_the_range() {
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"device_id": 4294967295}}"#).expect_err("would wrap");
+        assert!(error.to_string().contains("aiv.device_id") && error.to_string().contains("0 to 65535"), "{error}");
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"transfer_timeout_ms": 0}}"#).expect_err("zero");
+        assert!(error.to_string().contains("1 to 3600000"), "{error}");
+        for bad in ["0", "18446744073709551615", "3601", "-1", "ten"] {
+            let env = |name: &str| match name {
+                "MOONCAKE_LOCAL_HOSTNAME" => Some("h".to_owned()),
+                "MC_TRANSFER_TIMEOUT" => Some(bad.to_owned()),
+                _ => None,
+            };
+            let error = EngineConfig::from_json("{}", "environment", &env).expect_err(bad);
+            let message = error.to_string();
+            assert!(
+                message.contains("MC_TRANSFER_TIMEOUT") && message.contains("from 1 to 3600") && message.contains(bad),
+                "{message}"
+            );
+        }
     }
 
     #[test]

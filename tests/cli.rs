@@ -5,6 +5,10 @@ use std::process::Command;
 fn aiv() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
     command.env_remove("MOONCAKE_CONFIG_PATH").env_remove("RUST_LOG");
+    for name in ["MOONCAKE_LOCAL_HOSTNAME", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_PROTOCOL", "MOONCAKE_DEVICE"] {
+        command.env_remove(name);
+    }
+    command.env_remove("MC_TRANSFER_TIMEOUT");
     command
 }
 
@@ -121,4 +125,214 @@ fn bench_refuses_a_buffer_larger_than_twin_hbm() {
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("hbm_size"), "{stderr}");
+}
+
+#[test]
+fn out_of_range_flags_and_environment_are_refused_naming_value_and_range() {
+    let cases: [(&[&str], &str, &str); 5] = [
+        (&["--duration", "1e300"], "1e300", "from 0.000001 to 31536000"),
+        (&["--report_precision", "100000"], "100000", "from 0 to 16"),
+        (&["--buffer_size", "1000000tb"], "1000000tb", "half this machine's memory"),
+        (&["--threads", "100000"], "100000", "from 1 to 1024"),
+        (&["--duration", "0"], "\"0\"", "from 0.000001 to 31536000"),
+    ];
+    for (flags, value, range) in cases {
+        let output = aiv().arg("bench").args(flags).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{flags:?}: {stderr}");
+        assert!(stderr.contains(value) && stderr.contains(range), "{flags:?}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+    for timeout in ["18446744073709551615", "0"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("mooncake.json");
+        std::fs::write(&path, r#"{"local_hostname": "127.0.0.1:12345"}"#).expect("write");
+        let output = aiv()
+            .arg("--config")
+            .arg(&path)
+            .env("MC_TRANSFER_TIMEOUT", timeout)
+            .args(["bench", "--duration", "0.1", "--buffer_size", "1mb", "--threads", "1", "--batch_size", "1"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
+        assert!(stderr.contains(timeout) && !stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn without_a_file_the_mooncake_environment_is_honoured() {
+    let small = ["bench", "--duration", "0.2", "--buffer_size", "16mb", "--threads", "1", "--batch_size", "2"];
+    let output = aiv().env("MOONCAKE_PROTOCOL", "aiv").args(small).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.starts_with("aiv bench: protocol aiv,"), "MOONCAKE_PROTOCOL=aiv was not used:\n{stdout}");
+
+    let output = aiv().env("MOONCAKE_PROTOCOL", "rdma").args(small).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "rdma must be refused, not run as tcp: {stderr}");
+    assert!(stderr.contains("MOONCAKE_PROTOCOL") && stderr.contains("\"rdma\""), "{stderr}");
+    assert!(!stderr.contains("Test completed"), "{stderr}");
+
+    let output = aiv().env("MC_TRANSFER_TIMEOUT", "0").args(small).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("MC_TRANSFER_TIMEOUT") && stderr.contains("from 1 to 3600"), "{stderr}");
+}
+
+/// A child process killed and reaped on drop, so that a failing test leaves nothing running.
+struct Child(std::process::Child);
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The first line of `child`'s stdout, waited for at most `timeout`.
+fn first_line(child: &mut Child, timeout: std::time::Duration) -> String {
+    use std::io::BufRead as _;
+    let stdout = child.0.stdout.take().expect("piped stdout");
+    let (send, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = std::io::BufReader::new(stdout).read_line(&mut line);
+        let _ = send.send(line);
+    });
+    receive.recv_timeout(timeout).unwrap_or_default()
+}
+
+/// Waits at most `timeout` for `child` to exit.
+fn exit_within(child: &mut Child, timeout: std::time::Duration) -> Option<std::process::ExitStatus> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        if let Some(status) = child.0.try_wait().expect("try_wait") {
+            return Some(status);
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_target_serves_until_signalled_then_withdraws_so_a_restart_under_its_name_works() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let mut server = Child(
+        aiv()
+            .args(["metadata-server", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut server, Duration::from_secs(10));
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    // Not a bound port: under a metadata store the name is taken as given.
+    let name = format!("127.0.0.1:{}", 30_000 + std::process::id() % 20_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // The second round starts under the same name: the store accepts it only if the first target withdrew its keys.
+    for (round, signal) in [libc::SIGTERM, libc::SIGINT].into_iter().enumerate() {
+        let log = dir.path().join(format!("target-{round}.log"));
+        // No config file: the metadata server and the name come from Mooncake's environment variables.
+        let mut child = Child(
+            aiv()
+                .env("MOONCAKE_TE_META_DATA_SERVER", &url)
+                .env("MOONCAKE_LOCAL_HOSTNAME", &name)
+                .args(["bench", "--mode", "target", "--buffer_size", "1mb"])
+                .stdout(Stdio::piped())
+                .stderr(std::fs::File::create(&log).expect("log file"))
+                .spawn()
+                .expect("runs"),
+        );
+        let line = first_line(&mut child, Duration::from_secs(15));
+        let stderr = || std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            line.contains(&format!("segment {name} serving")) && line.contains("until SIGINT or SIGTERM"),
+            "round {round}: {line:?}\n{}",
+            stderr()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(child.0.try_wait().expect("try_wait").is_none(), "target exited before any signal: {}", stderr());
+        let pid = libc::pid_t::try_from(child.0.id()).expect("pid");
+        // SAFETY: plain kill(2) on the child this test started and still holds (not yet reaped).
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = exit_within(&mut child, Duration::from_secs(5));
+        let status = status.unwrap_or_else(|| panic!("target still running 5 s after signal {signal}"));
+        assert_eq!(status.code(), Some(0), "signal {signal}: {}", stderr());
+    }
+}
+
+#[test]
+fn an_initiator_with_failed_batches_exits_non_zero() {
+    use std::process::Stdio;
+    use std::time::Duration;
+    let mut server = Child(
+        aiv()
+            .args(["metadata-server", "--port", "0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut server, Duration::from_secs(10));
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    let name = format!("127.0.0.1:{}", 30_000 + (std::process::id() + 7) % 20_000);
+    let mut target = Child(
+        aiv()
+            .args(["bench", "--mode", "target", "--buffer_size", "1mb", "--duration", "20"])
+            .args(["--metadata_server", &url, "--local_server_name", &name])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut target, Duration::from_secs(15));
+    assert!(line.contains("serving"), "{line:?}");
+    // Two threads, one 1 MiB block each: thread 0's block is the target's whole buffer, thread 1's lies past its end,
+    // so about half the batches complete and half fail.
+    let output = aiv()
+        .args(["bench", "--segment_id", &name, "--metadata_server", &url, "--local_server_name", "127.0.0.1:0"])
+        .args(["--buffer_size", "2mb", "--block_size", "1mb", "--batch_size", "1", "--threads", "2"])
+        .args(["--duration", "0.3"])
+        .env("RUST_LOG", "error")
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let result = stderr.lines().find(|l| l.starts_with("Test completed: ")).expect("result line");
+    assert!(!result.contains("batch count 0,"), "some batches completed: {result}");
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("batch(es) failed"), "{stderr}");
+}
+
+#[test]
+fn gflags_spellings_and_mooncake_only_flags_run() {
+    let small = ["--buffer_size", "1mb", "--threads", "1", "--batch_size", "1", "--block_size", "4kb"];
+    for duration in [&["-duration=0.1"][..], &["--duration=0.1"], &["--duration", "0.1"], &["-duration", "0.1"]] {
+        let output = aiv().arg("bench").args(duration).args(small).output().expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{duration:?}: {stderr}");
+        let line = stderr.lines().find(|l| l.starts_with("Test completed: duration 0.1")).expect(&stderr);
+        assert!(!line.contains("batch count 0,"), "{line}");
+    }
+    let output = aiv()
+        .args(["bench", "-duration=0.1", "--logtostderr", "--auto_discovery", "--nic_priority_matrix", "m.json"])
+        .args(["--use_vram=false", "--gpu_id", "0", "-init_mem", "--backend=classic"])
+        .args(small)
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    for flag in ["--logtostderr", "--auto_discovery", "--nic_priority_matrix m.json", "--use_vram=false", "--gpu_id 0"]
+    {
+        let notices = stderr.lines().filter(|l| l.contains(&format!("notice: {flag}:")) && l.contains("no effect"));
+        assert_eq!(notices.count(), 1, "one notice for {flag}:\n{stderr}");
+    }
+    let output = aiv().args(["bench", "--duration=0.1", "--no_such_flag"]).output().expect("runs");
+    assert_eq!(output.status.code(), Some(2), "an unknown flag is still an error");
+    assert!(String::from_utf8_lossy(&output.stderr).contains("--no_such_flag"));
 }

@@ -264,6 +264,17 @@ fn one_failed_task_fails_the_batch_and_others_still_run() {
 }
 
 #[test]
+fn a_timeout_past_what_the_clock_holds_saturates_instead_of_panicking() {
+    // Duration::MAX added to Instant::now() overflows; the engine's deadline saturates and the transfer still runs.
+    let engine = engine_with(Duration::MAX);
+    let memory = Memory::new(&engine, 1024);
+    let batch = engine.allocate_batch(1).expect("batch");
+    engine.submit_transfer(batch, &[memory.write(memory.target_addr(), 64)]).expect("submit does not panic");
+    assert_eq!(engine.wait_batch(batch).expect("wait").state, TransferState::Completed);
+    assert_eq!(&memory.target()[..64], &memory.source()[..64]);
+}
+
+#[test]
 fn watchdog_turns_a_silent_transport_into_timeout() {
     let engine = engine_with(Duration::from_millis(50));
     let memory = Memory::new(&engine, 1024);

@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::time::Duration;
 
 use aiv_transport::bench::{self, BenchParams, ReportUnit};
-use aiv_transport::config::parse_size;
 use aiv_transport::cpu_time::SectionClock;
 use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -17,7 +17,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 #[derive(Debug, Parser)]
 #[command(name = "aiv", version, propagate_version = true)]
 struct Cli {
-    /// mooncake.json to read (default: $MOONCAKE_CONFIG_PATH, else the MOONCAKE_* environment variables)
+    /// mooncake.json to read (default: $MOONCAKE_CONFIG_PATH); the MOONCAKE_* and MC_TRANSFER_TIMEOUT environment
+    /// variables fill what it leaves out, or make the whole configuration without a file
     #[arg(long, global = true, value_name = "PATH")]
     config: Option<PathBuf>,
 
@@ -69,10 +70,11 @@ enum Operation {
 }
 
 /// Flags and defaults follow transfer_engine_bench. For tcp without --segment_id, a second engine of this process
-/// is the target (over loopback sockets); --mode target serves a buffer to another process.
+/// is the target (over loopback sockets); --mode target serves a buffer to another process. gflags spellings
+/// (-flag=value) work, and transfer_engine_bench's flags that mean nothing here are ignored with a notice.
 #[derive(Debug, clap::Args)]
 struct BenchArgs {
-    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes for --duration seconds)
+    /// Role of this process: initiator, or target (serves a buffer of buffer_size bytes until SIGINT or SIGTERM)
     #[arg(long, value_enum, default_value = "initiator")]
     mode: Mode,
     /// Transfer direction
@@ -91,35 +93,175 @@ struct BenchArgs {
     /// reached over loopback sockets)
     #[arg(long = "segment_id")]
     segment_id: Option<String>,
-    /// NIC list, kept for compatibility
-    #[arg(long = "device_name", default_value = "")]
-    device_name: String,
-    /// Bytes of each side's buffer (suffixes allowed: 1gb, 256mb)
-    #[arg(long = "buffer_size", default_value = "1073741824", value_parser = parse_size)]
+    /// NIC list, kept for compatibility (default: the config's, else $MOONCAKE_DEVICE)
+    #[arg(long = "device_name")]
+    device_name: Option<String>,
+    /// Bytes of each side's buffer (suffixes allowed: 1gb, 256mb), at most half this machine's memory
+    #[arg(long = "buffer_size", default_value = "1073741824", value_parser = |t: &str| bench::parse_buffer_size("--buffer_size", t))]
     buffer_size: u64,
-    /// Requests per batch
-    #[arg(long = "batch_size", default_value_t = 128)]
+    /// Requests per batch (1 to 65536)
+    #[arg(long = "batch_size", default_value = "128", value_parser = bench::parse_batch_size)]
     batch_size: usize,
     /// Bytes per request (suffixes allowed)
-    #[arg(long = "block_size", default_value = "65536", value_parser = parse_size)]
+    #[arg(long = "block_size", default_value = "65536", value_parser = |t: &str| bench::parse_buffer_size("--block_size", t))]
     block_size: u64,
-    /// Seconds to run
-    #[arg(long, default_value_t = 10.0)]
-    duration: f64,
-    /// Initiator threads
-    #[arg(long, default_value_t = 12)]
+    /// Seconds to run (0.000001 to one year; default 10). A target serves until SIGINT or SIGTERM, or for
+    /// --duration seconds when it is given
+    #[arg(long, value_parser = bench::parse_duration)]
+    duration: Option<Duration>,
+    /// Initiator threads (1 to 1024)
+    #[arg(long, default_value = "12", value_parser = bench::parse_threads)]
     threads: usize,
     /// Throughput unit: GB GiB Gb MB MiB Mb KB KiB Kb
     #[arg(long = "report_unit", default_value = "GB")]
     report_unit: ReportUnit,
-    /// Digits after the decimal point
-    #[arg(long = "report_precision", default_value_t = 2)]
+    /// Digits after the decimal point (0 to 16)
+    #[arg(long = "report_precision", default_value = "2", value_parser = bench::parse_report_precision)]
     report_precision: usize,
     /// How Host sections that never sleep are timed for the Host CPU figure: monotonic (wall time, an upper bound of
     /// their CPU time, no system call) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section_clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
 }
+
+/// transfer_engine_bench's flags that mean nothing here (`mooncake-transfer-engine/example/transfer_engine_bench.cpp`:
+/// RDMA NIC selection, topology discovery, the TENT backend, GPU memory), and the glog flags it links in. Accepted
+/// and ignored, with a notice, so that scripts written for it run unchanged. `true` marks a boolean flag (gflags
+/// takes its value only as `--flag=value`, or `--noflag`).
+const MOONCAKE_ONLY_FLAGS: [(&str, bool); 19] = [
+    ("nic_priority_matrix", false),
+    ("auto_discovery", true),
+    ("backend", false),
+    ("use_vram", true),
+    ("init_mem", true),
+    ("gpu_id", false),
+    ("logtostderr", true),
+    ("alsologtostderr", true),
+    ("colorlogtostderr", true),
+    ("stderrthreshold", false),
+    ("minloglevel", false),
+    ("log_dir", false),
+    ("log_prefix", true),
+    ("logbuflevel", false),
+    ("logbufsecs", false),
+    ("max_log_size", false),
+    ("stop_logging_if_full_disk", true),
+    ("v", false),
+    ("vmodule", false),
+];
+
+/// Rewrites gflags spellings into what the parser takes: `-flag` and `-flag=value` become `--flag` and
+/// `--flag=value` (single-letter `-h`, `-V` stay short), and [`MOONCAKE_ONLY_FLAGS`] are dropped (with their value
+/// when it is the next argument), each with a notice. Arguments after `--` are left alone.
+fn gflags_argv(argv: Vec<std::ffi::OsString>) -> (Vec<std::ffi::OsString>, Vec<String>) {
+    let mut out = Vec::with_capacity(argv.len());
+    let mut notices = Vec::new();
+    let mut args = argv.into_iter();
+    if let Some(program) = args.next() {
+        out.push(program);
+    }
+    // Whether the previous argument was a `--flag` (no `=`) that takes the next argument as its value.
+    let mut value_next = false;
+    while let Some(arg) = args.next() {
+        let Some(text) = arg.to_str() else {
+            value_next = false;
+            out.push(arg);
+            continue;
+        };
+        if value_next || text == "--" || !text.starts_with('-') {
+            value_next = false;
+            if text == "--" {
+                out.push(arg);
+                out.extend(args);
+                break;
+            }
+            out.push(arg);
+            continue;
+        }
+        let long = match text.strip_prefix("--") {
+            Some(rest) => rest.to_owned(),
+            None => {
+                let rest = &text[1..];
+                let name_len = rest.find('=').unwrap_or(rest.len());
+                let mooncake_short = MOONCAKE_ONLY_FLAGS.iter().any(|(flag, _)| *flag == &rest[..name_len]);
+                if (name_len < 2 && !mooncake_short) || !rest.starts_with(|c: char| c.is_ascii_alphabetic()) {
+                    out.push(arg);
+                    continue;
+                }
+                rest.to_owned()
+            }
+        };
+        let (name, inline_value) = match long.split_once('=') {
+            Some((name, value)) => (name.to_owned(), Some(value.to_owned())),
+            None => (long.clone(), None),
+        };
+        let mooncake_only = MOONCAKE_ONLY_FLAGS
+            .iter()
+            .find(|(flag, boolean)| *flag == name || (*boolean && name.strip_prefix("no") == Some(flag)));
+        if let Some((_, boolean)) = mooncake_only {
+            let mut spelled = format!("--{name}");
+            if let Some(value) = &inline_value {
+                spelled.push_str(&format!("={value}"));
+            } else if !boolean {
+                if let Some(value) = args.next() {
+                    spelled.push_str(&format!(" {}", value.to_string_lossy()));
+                }
+            }
+            notices.push(format!("notice: {spelled}: a transfer_engine_bench flag with no effect here; ignored"));
+            continue;
+        }
+        value_next = inline_value.is_none() && !matches!(name.as_str(), "help" | "version");
+        out.push(format!("--{long}").into());
+    }
+    (out, notices)
+}
+
+/// transfer_engine_bench's default `--duration` (for an initiator).
+const DEFAULT_DURATION: Duration = Duration::from_secs(10);
+
+/// Set by SIGINT or SIGTERM: a target stops serving, withdraws its segment and exits 0.
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The signal that set [`STOP`].
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signal: libc::c_int) {
+    // Only atomic stores: async-signal-safe.
+    STOP_SIGNAL.store(signal, Ordering::SeqCst);
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Routes SIGINT and SIGTERM to [`STOP`] instead of killing the process.
+fn install_stop_signals() -> Result<(), String> {
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores atomics; `signal` replaces the disposition of a catchable signal.
+        let previous =
+            unsafe { libc::signal(signal, on_stop_signal as extern "C" fn(libc::c_int) as libc::sighandler_t) };
+        if previous == libc::SIG_ERR {
+            return Err(format!("cannot handle signal {signal}: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(())
+}
+
+/// How long a target serves, for its ready line.
+fn serving_for(duration: Duration) -> String {
+    if duration == Duration::MAX {
+        "until SIGINT or SIGTERM".to_owned()
+    } else {
+        format!("for {} s (or until SIGINT or SIGTERM)", duration.as_secs_f64())
+    }
+}
+
+/// Says that a target stopped, and why.
+fn target_stopped(name: &str) {
+    match STOP_SIGNAL.load(Ordering::SeqCst) {
+        0 => tracing::info!(segment = name, "target: --duration elapsed; withdrawing the segment"),
+        signal => tracing::info!(segment = name, signal, "target: signal received; withdrawing the segment"),
+    }
+}
+
+/// transfer_engine_bench's default `--local_server_name`.
+const DEFAULT_SERVER_NAME: &str = "127.0.0.1:12345";
 
 fn parse_section_clock(text: &str) -> Result<SectionClock, String> {
     text.parse()
@@ -130,7 +272,11 @@ fn main() -> ExitCode {
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let (argv, notices) = gflags_argv(std::env::args_os().collect());
+    for notice in notices {
+        eprintln!("aiv: {notice}");
+    }
+    let cli = Cli::parse_from(argv);
     let result = match cli.command {
         Command::Doctor => {
             print!("{}", aiv_transport::doctor::diagnose().render());
@@ -163,26 +309,24 @@ fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
 }
 
 fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String> {
-    let config_given = config_path.is_some() || std::env::var_os(aiv_transport::config::CONFIG_PATH_ENV).is_some();
-    let mut config = if config_given {
-        EngineConfig::load(config_path.as_deref()).map_err(|e| e.to_string())?
-    } else {
-        EngineConfig::new("127.0.0.1:12345")
-    };
+    // With a file or without, the MOONCAKE_* and MC_* variables fill what is left out, as transfer_engine_bench
+    // reads them; without a file and without MOONCAKE_LOCAL_HOSTNAME the name is transfer_engine_bench's default.
+    let env = aiv_transport::config::ProcessEnvironment;
+    let mut config =
+        EngineConfig::load_with(config_path.as_deref(), &env, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
     if let Some(name) = args.local_server_name {
         config.local_hostname = name;
     }
     if let Some(server) = args.metadata_server {
         config.metadata_server = server;
     }
-    config.device_name = args.device_name;
+    if let Some(names) = args.device_name {
+        config.device_name = names;
+    }
     let protocol = match args.protocol {
         Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
     };
-    if !(args.duration.is_finite() && args.duration > 0.0) {
-        return Err(format!("--duration: expected a positive number of seconds, found {}", args.duration));
-    }
     aiv_transport::cpu_time::set_section_clock(args.section_clock);
     let params = BenchParams {
         operation: match args.operation {
@@ -193,7 +337,11 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         buffer_size: args.buffer_size,
         batch_size: args.batch_size,
         block_size: args.block_size,
-        duration: Duration::from_secs_f64(args.duration),
+        duration: match (args.duration, args.mode) {
+            (Some(duration), _) => duration,
+            (None, Mode::Initiator) => DEFAULT_DURATION,
+            (None, Mode::Target) => Duration::MAX,
+        },
         threads: args.threads,
         report_unit: args.report_unit,
         report_precision: args.report_precision,
@@ -220,31 +368,40 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         None
     };
     if matches!(args.mode, Mode::Target) && protocol == Protocol::Aiv {
-        return bench::serve_aiv_target(&engine, &params, |addr| {
+        install_stop_signals()?;
+        bench::serve_aiv_target(&engine, &params, &STOP, |addr| {
             println!(
-                "aiv bench target: segment {} serving {} bytes of device memory at {addr:#x} over aiv, for {:.0} s",
+                "aiv bench target: segment {} serving {} bytes of device memory at {addr:#x} over aiv, {}",
                 engine.name(),
                 params.buffer_size,
-                params.duration.as_secs_f64()
+                serving_for(params.duration)
             );
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
         })
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())?;
+        target_stopped(engine.name());
+        // Dropping the engine removes its metadata keys, so a restart under the same name is accepted.
+        drop(engine);
+        return Ok(());
     }
     if matches!(args.mode, Mode::Target) {
+        install_stop_signals()?;
         let port = engine.local_descriptor().tcp_data_port.unwrap_or(0);
-        return bench::serve_target(&engine, &params, |addr| {
+        bench::serve_target(&engine, &params, &STOP, |addr| {
             println!(
-                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, for {:.0} s",
+                "aiv bench target: segment {} serving {} bytes at {addr:#x}, tcp data port {port}, {}",
                 engine.name(),
                 params.buffer_size,
-                params.duration.as_secs_f64()
+                serving_for(params.duration)
             );
             use std::io::Write as _;
             let _ = std::io::stdout().flush();
         })
-        .map_err(|e| e.to_string());
+        .map_err(|e| e.to_string())?;
+        target_stopped(engine.name());
+        drop(engine);
+        return Ok(());
     }
     let remote_segment = args.segment_id.as_deref().filter(|segment| *segment != engine.name());
     let report = match (&wire_target, remote_segment) {
@@ -333,8 +490,13 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
         );
     }
     eprintln!("{}", outcome.result_line(params));
-    if outcome.failed_batches > 0 && outcome.completed_batches == 0 {
-        return Err("every batch failed".into());
+    // transfer_engine_bench users script against the exit code: any failed batch is a failed run.
+    if outcome.failed_batches > 0 {
+        return Err(format!(
+            "{} of {} batch(es) failed",
+            outcome.failed_batches,
+            outcome.failed_batches.saturating_add(outcome.completed_batches)
+        ));
     }
     Ok(())
 }
@@ -354,5 +516,145 @@ fn yes_no(flag: bool) -> &'static str {
         "yes"
     } else {
         "no"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const FLAGS: [&str; 19] = [
+        "-duration",
+        "-threads",
+        "--gpu_id",
+        "--auto_discovery",
+        "-nouse_vram",
+        "--mode",
+        "--operation",
+        "--protocol",
+        "--metadata_server",
+        "--local_server_name",
+        "--segment_id",
+        "--buffer_size",
+        "--batch_size",
+        "--block_size",
+        "--duration",
+        "--threads",
+        "--report_unit",
+        "--report_precision",
+        "--section_clock",
+    ];
+
+    fn value() -> impl Strategy<Value = String> {
+        prop_oneof![
+            any::<u64>().prop_map(|n| n.to_string()),
+            any::<f64>().prop_map(|x| x.to_string()),
+            Just("18446744073709551615".to_owned()),
+            Just("1e300".to_owned()),
+            Just("-1".to_owned()),
+            Just("1tb".to_owned()),
+            Just("NaN".to_owned()),
+            "[0-9]{1,25}(b|kb|mb|gb|tb|\\.5gb)?",
+            "\\PC{0,12}",
+        ]
+    }
+
+    fn rewrite(args: &[&str]) -> (Vec<String>, Vec<String>) {
+        let argv = std::iter::once("aiv").chain(args.iter().copied()).map(Into::into).collect();
+        let (out, notices) = gflags_argv(argv);
+        (out.into_iter().skip(1).map(|a| a.into_string().expect("utf-8")).collect(), notices)
+    }
+
+    #[test]
+    fn gflags_spellings_are_rewritten_and_mooncake_only_flags_dropped_with_a_notice() {
+        let (out, notices) = rewrite(&["bench", "-duration=1", "-threads", "2", "--batch_size=4", "--block_size", "8"]);
+        assert_eq!(out, ["bench", "--duration=1", "--threads", "2", "--batch_size=4", "--block_size", "8"]);
+        assert!(notices.is_empty());
+        let (out, notices) = rewrite(&[
+            "bench",
+            "--logtostderr",
+            "--nic_priority_matrix",
+            "m.json",
+            "-gpu_id=-1",
+            "-nouse_vram",
+            "-v",
+            "2",
+            "--segment_id",
+            "-odd-name",
+            "-h",
+        ]);
+        assert_eq!(out, ["bench", "--segment_id", "-odd-name", "-h"]);
+        assert_eq!(notices.len(), 5, "{notices:?}");
+        assert!(notices[1].contains("--nic_priority_matrix m.json") && notices[1].contains("no effect"), "{notices:?}");
+        let (out, _) = rewrite(&["bench", "--", "-duration=1"]);
+        assert_eq!(out, ["bench", "--", "-duration=1"], "nothing after -- is rewritten");
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+        /// Whatever the flags say, parsing them and checking the workload they describe returns an answer: it never
+        /// panics, and what it accepts is inside the documented ranges.
+        #[test]
+        fn bench_flags_error_or_run_never_panic(pairs in proptest::collection::vec((0..FLAGS.len(), value()), 0..6)) {
+            let mut argv = vec!["aiv".to_owned(), "bench".to_owned()];
+            for (flag, value) in pairs {
+                argv.push(FLAGS[flag].to_owned());
+                argv.push(value);
+            }
+            let (argv, _) = gflags_argv(argv.into_iter().map(Into::into).collect());
+            if let Ok(Cli { command: Command::Bench(args), .. }) = Cli::try_parse_from(&argv) {
+                let duration = args.duration.unwrap_or(DEFAULT_DURATION);
+                prop_assert!(duration > Duration::ZERO);
+                prop_assert!(duration.as_secs_f64() <= bench::MAX_DURATION_SECS);
+                prop_assert!((1..=bench::MAX_THREADS).contains(&args.threads));
+                prop_assert!((1..=bench::MAX_BATCH_SIZE).contains(&args.batch_size));
+                prop_assert!(args.report_precision <= bench::MAX_REPORT_PRECISION);
+                let params = BenchParams {
+                    operation: Opcode::Read,
+                    protocol: Protocol::Tcp,
+                    buffer_size: args.buffer_size,
+                    batch_size: args.batch_size,
+                    block_size: args.block_size,
+                    duration,
+                    threads: args.threads,
+                    report_unit: args.report_unit,
+                    report_precision: args.report_precision,
+                };
+                let _ = params.validate();
+                let outcome = bench::BenchOutcome {
+                    elapsed: duration,
+                    completed_batches: u64::MAX,
+                    failed_batches: 0,
+                    first_failure: None,
+                    evidence: Default::default(),
+                    bytes_per_batch: u64::MAX,
+                    batch_latencies: bench::latency_histogram(),
+                };
+                let _ = outcome.result_line(&params);
+            }
+        }
+
+        /// The environment variables Mooncake reads: each value is taken or refused, never a panic.
+        #[test]
+        fn environment_error_or_run_never_panic(
+            vars in proptest::collection::vec((0..5usize, value()), 0..5),
+        ) {
+            const NAMES: [&str; 5] = [
+                "MOONCAKE_LOCAL_HOSTNAME",
+                "MOONCAKE_TE_META_DATA_SERVER",
+                "MOONCAKE_PROTOCOL",
+                "MC_TRANSFER_TIMEOUT",
+                "MOONCAKE_DEVICE",
+            ];
+            let env = |name: &str| vars.iter().rev().find(|(i, _)| NAMES[*i] == name).map(|(_, v)| v.clone());
+            // The plumbing `aiv bench` uses without a file (MOONCAKE_CONFIG_PATH is never among these names).
+            if let Ok(config) = EngineConfig::load_with(None, &env, DEFAULT_SERVER_NAME) {
+                let timeout = config.aiv.transfer_timeout;
+                prop_assert!(timeout >= Duration::from_secs(1));
+                prop_assert!(timeout.as_millis() <= u128::from(aiv_transport::config::MAX_TRANSFER_TIMEOUT_MS));
+            }
+        }
     }
 }

@@ -151,7 +151,7 @@ impl<'e> AdxlClient<'e> {
             Ok(request) => request,
             Err(status) => return status,
         };
-        let deadline = Instant::now() + timeout;
+        let deadline = super::deadline_after(timeout);
         loop {
             match self.get_transfer_status(&request) {
                 AdxlTransferStatus::Waiting if Instant::now() < deadline => {

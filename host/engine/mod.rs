@@ -16,7 +16,7 @@ pub use device::AivDevice;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use batch::Batch;
 use segment::SegmentTable;
@@ -399,7 +399,7 @@ impl TransferEngine {
                     requested: requests.len(),
                 });
             }
-            let deadline = Instant::now() + self.config.aiv.transfer_timeout;
+            let deadline = deadline_after(self.config.aiv.transfer_timeout);
             for request in requests {
                 match self.route(request) {
                     Ok((transport, target)) => {
@@ -696,7 +696,7 @@ impl crate::device::UniqueIdExchange for DescriptorUidExchange<'_> {
     fn fetch(&self, timeout: std::time::Duration) -> std::result::Result<[u8; 136], String> {
         let root = std::env::var("AIV_SHMEM_ROOT_SEGMENT")
             .map_err(|_| "AIV_SHMEM_ROOT_SEGMENT (the segment name of SHMEM PE 0's engine) is not set".to_string())?;
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             if let Some(uid) = self.engine.published_shmem_uid(&root) {
                 return Ok(uid);
@@ -707,4 +707,11 @@ impl crate::device::UniqueIdExchange for DescriptorUidExchange<'_> {
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
     }
+}
+
+/// `timeout` from now, saturated a century ahead where the clock cannot represent it: a configured budget never
+/// panics the submitting thread.
+pub(crate) fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout).or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600))).unwrap_or(now)
 }
