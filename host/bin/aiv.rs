@@ -523,6 +523,7 @@ fn yes_no(flag: bool) -> &'static str {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+    use proptest::test_runner::FileFailurePersistence;
 
     const FLAGS: [&str; 19] = [
         "-duration",
@@ -592,7 +593,12 @@ mod tests {
     }
 
     proptest! {
-        #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+        // Failure seeds are kept beside this file (host/bin/aiv.proptest-regressions), not in a top-level folder.
+        #![proptest_config(ProptestConfig {
+            cases: 512,
+            failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+            ..ProptestConfig::default()
+        })]
 
         /// Whatever the flags say, parsing them and checking the workload they describe returns an answer: it never
         /// panics, and what it accepts is inside the documented ranges.
