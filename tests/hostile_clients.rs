@@ -5,6 +5,9 @@
 //! operation (a handshake exchange, an HTTP metadata request, an etcd call, a tcp transfer) must end within its one
 //! overall deadline plus a small margin, with an error that names the peer and the deadline.
 
+#[path = "common/http.rs"]
+mod http_support;
+
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -308,18 +311,7 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
 
 /// One raw HTTP/1.1 request to `address`; returns (status, body).
 fn http(address: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(address).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    let head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-    (status, body)
+    http_support::raw_http(address, method, target, body)
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //! etcd: `export AIV_TEST_ETCD="$(tests/support/etcd.sh start | tail -n 1)"`; without it they print why they are
 //! skipped and pass.
 
+#[path = "common/http.rs"]
+mod http_support;
+
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
@@ -237,18 +240,7 @@ fn http_server() -> MetadataHttpServer {
 
 /// One raw HTTP/1.1 request; returns (status, body).
 fn http(server: &MetadataHttpServer, method: &str, target: &str, body: &[u8]) -> (u16, String) {
-    let mut stream = TcpStream::connect(server.local_addr()).expect("connect");
-    stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-    let head = format!(
-        "{method} {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).and_then(|()| stream.write_all(body)).expect("send");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let status = response.split(' ').nth(1).and_then(|code| code.parse().ok()).unwrap_or(0);
-    let body = response.split_once("\r\n\r\n").map(|(_, body)| body.to_owned()).unwrap_or_default();
-    (status, body)
+    http_support::raw_http(server.local_addr(), method, target, body)
 }
 
 #[test]
