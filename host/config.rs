@@ -104,6 +104,17 @@ pub struct AivOptions {
     /// `tcp_reconnect_backoff_max_ms`: the cap of that wait (default 1000 ms, 1..=600000, at least
     /// `tcp_reconnect_backoff_ms`).
     pub tcp_reconnect_backoff_max: Duration,
+
+    // --- admission limits of the export service and the tcp data server; parsed by `read_admission_limits` ---
+    /// The twin export service's admission limits and its clients' deadline (`export_first_request_ms`,
+    /// `export_max_connections`, `export_max_per_uid`, `export_max_per_process`, `export_client_timeout_ms`; see
+    /// `device::twin::export_service`).
+    pub export: ExportLimits,
+    /// The tcp data server's first-request deadline and per-source limit (`tcp_first_request_ms`, default 1 s;
+    /// `tcp_max_connections_per_source`, default 128; see `transport::tcp::server`).
+    pub tcp_first_request_timeout: Duration,
+    /// See [`AivOptions::tcp_first_request_timeout`].
+    pub tcp_max_connections_per_source: usize,
 }
 
 impl Default for AivOptions {
@@ -130,6 +141,41 @@ impl Default for AivOptions {
             tcp_connect_timeout: Duration::from_secs(5),
             tcp_reconnect_backoff: Duration::from_millis(10),
             tcp_reconnect_backoff_max: Duration::from_secs(1),
+            // admission limits
+            export: ExportLimits::default(),
+            tcp_first_request_timeout: Duration::from_secs(1),
+            tcp_max_connections_per_source: 128,
+        }
+    }
+}
+
+/// Limits of the twin export service (server side, `device::twin::export_service`) and the deadline of the client
+/// operations the twin device makes through it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExportLimits {
+    /// An admitted connection must deliver its whole request line within this of being accepted (`aiv` option
+    /// `export_first_request_ms`, default 500 ms).
+    pub first_request_timeout: Duration,
+    /// Admitted connections waiting for their request, at most (`export_max_connections`, default 64).
+    pub max_connections: usize,
+    /// Of those, from one uid (`export_max_per_uid`, default 64). Only this process's uid is admitted (other uids are
+    /// refused before anything is counted), so this bounds that uid's connections.
+    pub max_per_uid: usize,
+    /// Of those, from one process (`export_max_per_process`, default 16).
+    pub max_per_process: usize,
+    /// The whole of one client import or ping: connect, retries, request and reply (`export_client_timeout_ms`,
+    /// default 2 s).
+    pub client_timeout: Duration,
+}
+
+impl Default for ExportLimits {
+    fn default() -> Self {
+        ExportLimits {
+            first_request_timeout: Duration::from_millis(500),
+            max_connections: 64,
+            max_per_uid: 64,
+            max_per_process: 16,
+            client_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -364,7 +410,8 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(port) = fields.integer("hixl_port", 0, u64::from(u16::MAX))? {
         aiv.hixl_port = port as u16;
     }
-    read_tcp_client_limits(fields, aiv)
+    read_tcp_client_limits(fields, aiv)?;
+    read_admission_limits(fields, aiv)
 }
 
 /// The tcp client limits of the `"aiv"` object.
@@ -382,6 +429,32 @@ fn read_tcp_client_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(
         let found = Value::from(aiv.tcp_reconnect_backoff_max.as_millis() as u64);
         let expected = format!("at least tcp_reconnect_backoff_ms ({})", aiv.tcp_reconnect_backoff.as_millis());
         return Err(fields.invalid("tcp_reconnect_backoff_max_ms", &expected, &found));
+    }
+    Ok(())
+}
+
+/// The admission limits of the `"aiv"` object: the twin export service's and the tcp data server's.
+fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
+    if let Some(ms) = fields.integer("export_first_request_ms", 1, 60_000)? {
+        aiv.export.first_request_timeout = Duration::from_millis(ms);
+    }
+    if let Some(count) = fields.integer("export_max_connections", 1, 4096)? {
+        aiv.export.max_connections = count as usize;
+    }
+    if let Some(count) = fields.integer("export_max_per_uid", 1, 4096)? {
+        aiv.export.max_per_uid = count as usize;
+    }
+    if let Some(count) = fields.integer("export_max_per_process", 1, 4096)? {
+        aiv.export.max_per_process = count as usize;
+    }
+    if let Some(ms) = fields.integer("export_client_timeout_ms", 1, 600_000)? {
+        aiv.export.client_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = fields.integer("tcp_first_request_ms", 1, 600_000)? {
+        aiv.tcp_first_request_timeout = Duration::from_millis(ms);
+    }
+    if let Some(count) = fields.integer("tcp_max_connections_per_source", 1, 65_536)? {
+        aiv.tcp_max_connections_per_source = count as usize;
     }
     Ok(())
 }
@@ -597,6 +670,26 @@ mod tests {
         )
         .expect_err("cap below the first wait");
         assert!(error.to_string().contains("aiv.tcp_reconnect_backoff_max_ms"), "{error}");
+    }
+
+    #[test]
+    fn admission_limits_are_read_and_checked() {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"export_first_request_ms": 250, "export_max_connections": 8,
+                "export_max_per_uid": 6, "export_max_per_process": 2, "export_client_timeout_ms": 900,
+                "tcp_first_request_ms": 700, "tcp_max_connections_per_source": 16}}"#,
+        )
+        .expect("valid admission limits");
+        let export = &config.aiv.export;
+        assert_eq!(export.first_request_timeout, Duration::from_millis(250));
+        assert_eq!((export.max_connections, export.max_per_uid, export.max_per_process), (8, 6, 2));
+        assert_eq!(export.client_timeout, Duration::from_millis(900));
+        assert_eq!(config.aiv.tcp_first_request_timeout, Duration::from_millis(700));
+        assert_eq!(config.aiv.tcp_max_connections_per_source, 16);
+        for key in ["export_first_request_ms", "export_max_per_process", "tcp_max_connections_per_source"] {
+            let error = parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": 0}}}}"#)).expect_err("zero");
+            assert!(error.to_string().contains(&format!("aiv.{key}")), "{error}");
+        }
     }
 
     #[test]

@@ -3,7 +3,9 @@
 //! through its twin device's export service; this process imports it (memfd over a Unix socket, authenticated by uid
 //! and the descriptor's secret) and moves data with its own twin device's SDMA engine. Under P2P handshake, the HTTP
 //! metadata server, and etcd (`AIV_TEST_ETCD`, set by tests/run.sh; skipped with a message when unset). Then peer
-//! loss: SIGKILL of a target with transfers pending.
+//! loss: SIGKILL of a target with transfers pending; what is not loss (a stopped target whose probes time out, a
+//! flood of another uid's connections, a process holding idle connections to the export socket); and recovery of a
+//! peer that answers again.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -11,13 +13,16 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use aiv_transport::bench::target_pattern;
-use aiv_transport::config::AivOptions;
+use aiv_transport::config::{AivOptions, ExportLimits};
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::MetadataOptions;
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use rand::RngCore;
 use std::sync::Arc;
+
+#[path = "common/flood.rs"]
+mod flood;
 
 const TARGET_BYTES: u64 = 4 << 20;
 
@@ -86,10 +91,14 @@ struct Initiator {
 
 impl Initiator {
     fn start(name: &str, metadata_server: &str, cluster: Option<&str>, length: u64) -> Initiator {
+        Initiator::start_with(name, metadata_server, cluster, length, aiv_options())
+    }
+
+    fn start_with(name: &str, metadata_server: &str, cluster: Option<&str>, length: u64, aiv: AivOptions) -> Initiator {
         let mut config = EngineConfig::new(name);
         config.metadata_server = metadata_server.to_owned();
         config.protocol = Protocol::Aiv;
-        config.aiv = aiv_options();
+        config.aiv = aiv;
         let options = MetadataOptions { cluster_id: cluster.map(str::to_owned), ..MetadataOptions::default() };
         let engine = TransferEngine::with_metadata_options(config, &options).expect("engine starts");
         let device = engine.device().expect("twin device");
@@ -398,4 +407,175 @@ fn unregistering_device_memory_refuses_new_imports() {
     importer.engine.refresh_segment(segment).expect("refresh");
     let states = importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]);
     assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
+}
+
+/// A WRITE of `length` random bytes to `remote` and a READ of them back: `Ok` if both completed with the data.
+fn round_trip(initiator: &Initiator, segment: SegmentId, remote: u64, length: u64) -> Result<(), String> {
+    let mut random = vec![0u8; length as usize];
+    rand::thread_rng().fill_bytes(&mut random);
+    initiator.write(0, &random);
+    for (opcode, local) in [(Opcode::Write, 0), (Opcode::Read, 1 << 19)] {
+        let (state, reason) = initiator.run(segment, &[(opcode, local, remote, length)]).remove(0);
+        if state != TransferState::Completed {
+            return Err(format!("{opcode:?}: {state:?} {}", reason.unwrap_or_default()));
+        }
+    }
+    if initiator.read(1 << 19..(1 << 19) + length as usize) != random {
+        return Err("the data read back differs".into());
+    }
+    Ok(())
+}
+
+/// Runs `round_trip` until `until` says stop or `within` passes; the last outcome.
+fn round_trip_until(
+    initiator: &Initiator,
+    segment: SegmentId,
+    remote: u64,
+    within: Duration,
+    until: impl Fn(&Result<(), String>) -> bool,
+) -> Result<(), String> {
+    let started = Instant::now();
+    loop {
+        let outcome = round_trip(initiator, segment, remote, 4096);
+        if until(&outcome) || started.elapsed() > within {
+            return outcome;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A peer whose export socket stops listening (connections refused: what a gone process looks like) is marked
+/// lost; once it listens again the probe finds it answering and recovers it: transfers through the same open
+/// segment, neither refreshed nor reopened, complete again with their data.
+#[test]
+fn a_lost_peer_that_answers_again_is_recovered_without_reopening() {
+    let exporter = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
+    let remote = exporter.buffer.addr();
+    round_trip(&importer, segment, remote, 64 << 10).expect("before the loss");
+
+    let twin = exporter.device.twin().expect("twin device");
+    twin.set_export_listening(false).expect("stop listening");
+    let lost = round_trip_until(&importer, segment, remote, Duration::from_secs(3), |outcome| outcome.is_err());
+    let reason = lost.expect_err("transfers fail once the peer is found lost");
+    assert!(reason.contains("lost"), "{reason}");
+
+    twin.set_export_listening(true).expect("listen again");
+    let recovered = round_trip_until(&importer, segment, remote, Duration::from_secs(3), |outcome| outcome.is_ok());
+    recovered.expect("transfers complete again once the peer answers");
+    round_trip(&importer, segment, remote, 256 << 10).expect("and keep completing");
+}
+
+/// A stopped target (SIGSTOP) does not answer its probes, which time out (200 ms here, several times over): that
+/// is no evidence that it is gone, so it is not marked lost, transfers to its mapped memory keep completing, and
+/// after SIGCONT nothing needs reopening.
+#[test]
+fn a_target_whose_probes_time_out_is_not_lost() {
+    let target = spawn_target("P2PHANDSHAKE", "127.0.0.1", None);
+    let options = AivOptions {
+        export: ExportLimits { client_timeout: Duration::from_millis(200), ..ExportLimits::default() },
+        ..aiv_options()
+    };
+    let initiator = Initiator::start_with("127.0.0.1", "P2PHANDSHAKE", None, 2 << 20, options);
+    let segment = initiator.engine.open_segment(&target.name).expect("open the target");
+    round_trip(&initiator, segment, target.addr, 64 << 10).expect("before the stop");
+    let pid = target.child.id() as libc::pid_t;
+    // SAFETY: signals our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let stopped_at = Instant::now();
+    while stopped_at.elapsed() < Duration::from_millis(1500) {
+        let outcome = round_trip(&initiator, segment, target.addr, 4096);
+        if let Err(reason) = outcome {
+            // SAFETY: as above.
+            unsafe { libc::kill(pid, libc::SIGCONT) };
+            panic!("a stopped target was treated as lost after {:?}: {reason}", stopped_at.elapsed());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    round_trip(&initiator, segment, target.addr, 256 << 10).expect("after SIGCONT");
+}
+
+/// Another uid floods the export socket with connections while a peer imports and transfers: they are refused at
+/// accept, before anything is counted (with limits of 4, a counted flood would evict or keep out everything), so
+/// no connection of this uid is evicted, a fresh importer imports, and the live peer is never marked lost.
+#[test]
+fn another_uids_connection_flood_holds_nothing_and_a_live_peer_stays_reachable() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("skipped another_uids_connection_flood...: needs root to fork a flooder that runs as nobody");
+        return;
+    }
+    let tight = ExportLimits {
+        max_connections: 4,
+        max_per_uid: 4,
+        max_per_process: 4,
+        first_request_timeout: Duration::from_secs(10),
+        ..ExportLimits::default()
+    };
+    let exporter = Initiator::start_with(
+        "127.0.0.1",
+        "P2PHANDSHAKE",
+        None,
+        1 << 20,
+        AivOptions { export: tight, ..aiv_options() },
+    );
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
+    let remote = exporter.buffer.addr();
+    round_trip(&importer, segment, remote, 4096).expect("before the flood");
+    let twin = exporter.device.twin().expect("twin device");
+
+    let flood = flood::SocketFlood::start(twin.export_endpoint(), 256, Duration::from_secs(3), true);
+    let started = Instant::now();
+    while twin.export_stats().refused_credentials < 200 && started.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut rounds = 0;
+    while started.elapsed() < Duration::from_millis(2500) {
+        round_trip(&importer, segment, remote, 4096).unwrap_or_else(|reason| panic!("under the flood: {reason}"));
+        rounds += 1;
+    }
+    // An importer that arrives during the flood imports (and probes) for the first time.
+    let late = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let late_segment = late.engine.open_segment(exporter.engine.name()).expect("open");
+    round_trip(&late, late_segment, remote, 4096).expect("a fresh import during the flood");
+    let stats = twin.export_stats();
+    let connections = flood.finish().expect("the flooder ran as nobody");
+    eprintln!("another uid's flood: {connections} connections, {rounds} round trips meanwhile, {stats:?}");
+    assert!(stats.refused_credentials >= 200, "{stats:?}");
+    assert_eq!(stats.evicted, 0, "another uid's connections count against no limit: {stats:?}");
+    round_trip(&importer, segment, remote, 4096).expect("after the flood");
+}
+
+/// A process of this uid holds idle connections to the export socket (more than every limit), and the first-request
+/// deadline is long (30 s), so only the eviction of the oldest waiting connection makes room: imports of another
+/// process still succeed at once.
+#[test]
+fn a_process_holding_idle_export_connections_does_not_make_imports_fail() {
+    let patient = ExportLimits { first_request_timeout: Duration::from_secs(30), ..ExportLimits::default() };
+    let exporter = Initiator::start_with(
+        "127.0.0.1",
+        "P2PHANDSHAKE",
+        None,
+        1 << 20,
+        AivOptions { export: patient, ..aiv_options() },
+    );
+    let twin = exporter.device.twin().expect("twin device");
+    let holder = flood::SocketFlood::start(twin.export_endpoint(), 80, Duration::from_secs(3), false);
+    let started = Instant::now();
+    while twin.export_stats().evicted < 20 && started.elapsed() < Duration::from_secs(3) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
+    let importing = Instant::now();
+    round_trip(&importer, segment, exporter.buffer.addr(), 64 << 10).expect("import despite the idle connections");
+    let took = importing.elapsed();
+    let stats = twin.export_stats();
+    drop(holder);
+    assert!(took < Duration::from_secs(2), "the first transfer (with its import) took {took:?}");
+    assert!(stats.evicted >= 20 && stats.timed_out == 0, "{stats:?}");
 }

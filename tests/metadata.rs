@@ -17,6 +17,9 @@ use aiv_transport::metadata::http_server::MetadataHttpServer;
 use aiv_transport::metadata::{MetadataOptions, SegmentDescriptor};
 use aiv_transport::{EngineConfig, EngineError, TransferEngine};
 
+#[path = "common/flood.rs"]
+mod flood;
+
 /// A registered buffer that outlives the engine using it.
 struct Buffer(Vec<u8>);
 
@@ -230,6 +233,45 @@ fn handshake_server_closes_on_hostile_bytes_and_keeps_serving() {
     let started = Instant::now();
     silent.read_to_end(&mut sink).expect("closed by the server");
     assert!(sink.is_empty() && started.elapsed() < Duration::from_secs(8), "{:?}", started.elapsed());
+}
+
+/// 300 connections to the handshake port that never send a frame and reconnect as soon as the server closes them:
+/// 60 from 127.0.0.1 (the legitimate client's own address, over the per-source limit) and 30 from each of eight
+/// other loopback addresses (together over the total). Every handshake of a legitimate client still succeeds,
+/// promptly, and so does opening the segment from another engine.
+#[test]
+fn a_flood_of_reconnecting_idle_connections_keeps_no_handshake_out() {
+    flood::raise_fd_limit();
+    let target = engine("127.0.0.1", "P2PHANDSHAKE");
+    let _buffer = Buffer::register(&target, 4096);
+    let port = target.rpc_port();
+    let address = SocketAddr::from(([127, 0, 0, 1], port));
+    let own = flood::TcpFlood::start(address, &[flood::loopback_source(0)], 60);
+    let others: Vec<_> = (1..9).map(flood::loopback_source).collect();
+    let others = flood::TcpFlood::start(address, &others, 30);
+    own.wait_for(32, Duration::from_secs(10));
+    others.wait_for(200, Duration::from_secs(10));
+
+    let client = HandshakeClient::default();
+    let ours = SegmentDescriptor::new("127.0.0.1:1", vec!["tcp".into()]).to_json();
+    let started = Instant::now();
+    for round in 0..100 {
+        client.probe("127.0.0.1", port).unwrap_or_else(|error| panic!("probe {round} under the flood: {error}"));
+        let reply = client
+            .exchange("127.0.0.1", port, &Frame::typed(FrameKind::Metadata, ours.clone()))
+            .unwrap_or_else(|error| panic!("metadata {round} under the flood: {error}"));
+        let theirs = SegmentDescriptor::from_json(&reply.payload).expect("the server's descriptor");
+        assert_eq!(theirs.name, target.name());
+    }
+    let took = started.elapsed();
+    let peer = engine("127.0.0.1", "P2PHANDSHAKE");
+    peer.open_segment(target.name()).expect("another engine opens the target under the flood");
+    let closed = own.closed_by_server.load(std::sync::atomic::Ordering::Relaxed)
+        + others.closed_by_server.load(std::sync::atomic::Ordering::Relaxed);
+    drop((own, others));
+    eprintln!("handshake flood: 200 exchanges in {took:?}; the server closed {closed} flood connections");
+    assert!(took < Duration::from_secs(10), "200 handshakes took {took:?}");
+    assert!(closed > 0, "the flood met the server's limits");
 }
 
 // ----- HTTP metadata server and backend -----

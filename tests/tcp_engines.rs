@@ -3,7 +3,8 @@
 //! Each engine's data server listens on 127.0.0.1; engine A opens engine B's segment by name through the
 //! P2P handshake on loopback and every byte crosses the wire. Covers v2 and v1 in both directions (a v1-only
 //! client against a v2 server, a v2 client against a server that advertises v1), data verification, the bounds
-//! rules as seen from a peer, and isolation from a dead peer.
+//! rules as seen from a peer, isolation from a dead peer, and an initiator that keeps working while the target's
+//! data port is flooded with idle connections.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -17,6 +18,9 @@ use aiv_transport::metadata::handshake::{HandshakeServer, HandshakeState};
 use aiv_transport::metadata::{BufferDescriptor, SegmentDescriptor};
 use aiv_transport::transport::tcp::{TcpOptions, WireVersion};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
+
+#[path = "common/flood.rs"]
+mod flood;
 
 fn unique_name() -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -240,4 +244,49 @@ fn a_dead_peer_does_not_stall_transfers_to_others() {
     let _ = a.free_batch(stuck);
     handshake.stop();
     drop(dead);
+}
+
+/// The target's data port under a flood of 1,100 idle connections from ten loopback addresses (127.0.0.1, the
+/// initiator's own, among them), each replaced as soon as the server closes it: the initiator, whose lanes connect
+/// after the flood began, completes every batch, with its data.
+#[test]
+fn a_flood_of_idle_connections_does_not_starve_an_initiator() {
+    let fd_budget = flood::raise_fd_limit();
+    // The flood's descriptors and the server's side of them, with room for the engines.
+    let flood_size = 1100.min(fd_budget.saturating_sub(768) as usize / 2);
+    let a = engine(WireVersion::V2, Duration::from_secs(10));
+    let b = engine(WireVersion::V2, Duration::from_secs(10));
+    let mut local = Region::new(&a, 1 << 20, 5);
+    let remote = Region::new(&b, 1 << 20, 6);
+    let target = a.open_segment(b.name()).expect("A opens B");
+    let port = b.local_descriptor().tcp_data_port.expect("data port");
+    let sources: Vec<_> = (0..10).map(flood::loopback_source).collect();
+    let flood = flood::TcpFlood::start(std::net::SocketAddr::from(([127, 0, 0, 1], port)), &sources, flood_size / 10);
+    flood.wait_for(flood_size.min(1024), Duration::from_secs(10));
+
+    let started = Instant::now();
+    let (block, count) = (32u64 << 10, 16u64);
+    let span = (block * count) as usize;
+    for round in 0..20u8 {
+        for (i, byte) in local.bytes[..span].iter_mut().enumerate() {
+            *byte = (i as u8).wrapping_mul(13).wrapping_add(round);
+        }
+        let writes: Vec<_> = (0..count)
+            .map(|i| request(Opcode::Write, local.addr() + i * block, target, remote.addr() + i * block, block))
+            .collect();
+        let states = run(&a, &writes);
+        assert!(states.iter().all(|&s| s == TransferState::Completed), "round {round} writes: {states:?}");
+        let back = span as u64;
+        let reads: Vec<_> =
+            writes.iter().map(|w| request(Opcode::Read, w.source + back, target, w.target_offset, w.length)).collect();
+        let states = run(&a, &reads);
+        assert!(states.iter().all(|&s| s == TransferState::Completed), "round {round} reads: {states:?}");
+        assert_same(&local.bytes[span..2 * span], &local.bytes[..span], "round trip through B under the flood");
+    }
+    let took = started.elapsed();
+    let closed = flood.closed_by_server.load(Ordering::Relaxed);
+    drop(flood);
+    eprintln!("flood of {flood_size}: 40 batches in {took:?}; the server closed {closed} flood connections");
+    assert!(closed > 0, "the flood met the server's limits");
+    assert!(took < Duration::from_secs(20), "40 batches took {took:?}");
 }

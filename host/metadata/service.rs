@@ -43,7 +43,12 @@ impl MetadataService {
             (_, Some(address)) => address.trim().to_owned(),
         };
         let state = Arc::new(HandshakeState::default());
-        let handshake = HandshakeServer::bind(&bind_host, options.rpc_ports.clone(), state.clone())?;
+        let handshake = HandshakeServer::bind_with(
+            &bind_host,
+            options.rpc_ports.clone(),
+            state.clone(),
+            options.handshake.clone(),
+        )?;
         let rpc_port = handshake.local_addr().port();
         let rpc_meta = RpcMeta { ip_or_host_name: bind_host.clone(), rpc_port };
         let keys = KeyLayout::new(options.cluster_id.as_deref());

@@ -6,15 +6,18 @@
 //! remote_base)`), the VMM/IPC import scheme all three paths use. A region that cannot be imported fails only the
 //! transfers that reach it.
 //!
-//! Peer loss (docs/device.md, "Peer loss"): a new descriptor version is probed once before its
-//! first transfer ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread)
-//! probes every imported peer; a peer found gone is marked lost and every later transfer to it fails with
-//! [`ResolveError::Lost`] until the segment is refreshed or reopened. One `PeerWindows` per device serves all three
-//! paths, so the baselines see a loss the `aiv` probe found. Owns the import cache and the peers' lost state; failing
+//! Peer loss (docs/device.md, "Peer loss"): a new descriptor version is probed once before its first transfer
+//! ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread) probes every
+//! imported peer, lost ones included. A peer is marked lost only on evidence that it is gone ([`is_gone`]: nobody
+//! listens on its endpoint, another device answers there, or its process no longer exists); a probe that times out
+//! or finds the exporter busy proves nothing and changes nothing. While lost, every transfer to the peer fails with
+//! [`ResolveError::Lost`]; a lost peer whose probe succeeds again is recovered, and transfers to it work again with
+//! the same descriptor version (no refresh or reopen needed). One `PeerWindows` per device serves all three paths,
+//! so the baselines see a loss the `aiv` probe found. Owns the import cache and the peers' lost state; failing
 //! transfers already pending to a lost peer is the caller's part.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
@@ -24,11 +27,10 @@ use crate::transfer::{FailureKind, Opcode, Segment, SegmentId, TransferFailure};
 /// The next [`Peer::id`].
 static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Failed probes in a row, other than a refused connection, before a peer counts as lost.
-pub const PEER_PROBE_STRIKES: u32 = 3;
-
-/// Whether a failed probe proves the exporter gone: nobody serves its endpoint, or another device does.
-fn is_gone(error: &std::io::Error) -> bool {
+/// Whether a failed probe proves the exporter gone: nobody serves its endpoint (the connection is refused), or
+/// another device answers there, or its process no longer exists (the twin reports both as `NotFound`). A timeout,
+/// a busy service or any other failure is not evidence: the peer may be slow or flooded.
+pub fn is_gone(error: &std::io::Error) -> bool {
     matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
 }
 
@@ -48,8 +50,6 @@ pub struct Peer {
     is_lost: AtomicBool,
     /// Why the peer counts as lost, once it does.
     lost: Mutex<Option<String>>,
-    /// Failed probes in a row.
-    strikes: AtomicU32,
 }
 
 impl Peer {
@@ -76,6 +76,13 @@ impl Peer {
         *self.lost.lock().unwrap_or_else(|p| p.into_inner()) = Some(reason);
         self.is_lost.store(true, Ordering::Release);
     }
+
+    /// Clears the lost state (the peer answered again). Returns the reason it was lost for.
+    fn recover(&self) -> Option<String> {
+        let mut lost = self.lost.lock().unwrap_or_else(|p| p.into_inner());
+        self.is_lost.store(false, Ordering::Release);
+        lost.take()
+    }
 }
 
 /// Why a transfer's addresses could not be resolved: the caller maps these onto its own status codes.
@@ -85,7 +92,8 @@ pub enum ResolveError {
     Range(String),
     /// The peer's device memory could not be imported (no connection to it).
     Import(String),
-    /// The peer was found lost (its device stopped answering); no connection to it until a refresh or reopen.
+    /// The peer was found lost (its device is gone); no connection to it until it answers a probe again or the
+    /// segment is refreshed or reopened.
     Lost(String),
 }
 
@@ -175,7 +183,8 @@ impl PeerWindows {
             };
             if let Some(reason) = peer.lost_reason() {
                 return Err(ResolveError::Lost(format!(
-                    "peer segment {:?} was lost ({reason}); refresh or reopen the segment once it serves again",
+                    "peer segment {:?} was lost ({reason}); transfers resume once its device answers again (or \
+                     refresh or reopen the segment)",
                     transfer.target.name
                 )));
             }
@@ -251,44 +260,43 @@ impl PeerWindows {
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             is_lost: AtomicBool::new(false),
             lost: Mutex::new(None),
-            strikes: AtomicU32::new(0),
         });
         // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
         // reach orphaned memory: check the exporter once before the first transfer, then `probe_all` does.
         if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
             if is_gone(&error) {
-                peer.mark_lost(format!("its device {} does not answer: {error}", peer.advertisement.device));
+                peer.mark_lost(format!("its device {} is gone: {error}", peer.advertisement.device));
             }
         }
         peers.insert(segment.name.clone(), peer.clone());
         Ok(peer)
     }
 
-    /// Probes every imported peer not yet lost once; marks lost the ones that are gone (a refused connection at once,
-    /// other failures after [`PEER_PROBE_STRIKES`] in a row) and returns them, so the caller can fail what it still
-    /// has pending to them.
+    /// Probes every imported peer once. Marks lost the ones a probe proves gone ([`is_gone`]) and returns them, so
+    /// the caller can fail what it still has pending to them; recovers lost ones that answer again. A probe that
+    /// fails without such evidence (a timeout, a busy exporter) changes nothing.
     pub fn probe_all(&self) -> Vec<Arc<Peer>> {
-        let peers: Vec<Arc<Peer>> = self
-            .peers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .values()
-            .filter(|peer| peer.lost_reason().is_none())
-            .cloned()
-            .collect();
+        let peers: Vec<Arc<Peer>> = self.peers.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut lost = Vec::new();
         for peer in peers {
             let Some(outcome) = self.device.probe_peer(&peer.advertisement) else { continue };
+            let was_lost = peer.lost_reason().is_some();
             match outcome {
-                Ok(()) => peer.strikes.store(0, Ordering::Relaxed),
-                Err(error) => {
-                    // A refused connection means nobody serves the endpoint any more: the exporter is gone.
-                    // Anything else (a timeout under load) counts only after a few strikes in a row.
-                    let strikes = peer.strikes.fetch_add(1, Ordering::Relaxed) + 1;
-                    if is_gone(&error) || strikes >= PEER_PROBE_STRIKES {
-                        peer.mark_lost(format!("its device {} stopped answering: {error}", peer.advertisement.device));
+                Ok(()) if was_lost => {
+                    let reason = peer.recover().unwrap_or_default();
+                    tracing::info!(segment = %peer.name, device = %peer.advertisement.device, was = %reason,
+                        "peer answers again: recovered");
+                }
+                Ok(()) => {}
+                Err(error) if is_gone(&error) => {
+                    if !was_lost {
+                        peer.mark_lost(format!("its device {} is gone: {error}", peer.advertisement.device));
                         lost.push(peer);
                     }
+                }
+                Err(error) => {
+                    tracing::debug!(segment = %peer.name, device = %peer.advertisement.device, %error,
+                        "peer probe failed without evidence of loss (slow or busy); state unchanged");
                 }
             }
         }

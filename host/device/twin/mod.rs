@@ -108,6 +108,14 @@ impl HostChannel for TwinHostChannel {
     }
 }
 
+/// Whether no process `pid` exists (kill(2) with signal 0 says ESRCH; EPERM means it exists under another uid).
+fn process_is_gone(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 sends nothing; kill only checks that the process exists and may be signalled.
+    let result = unsafe { libc::kill(pid, 0) };
+    result != 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH)
+}
+
 /// An address no twin window ever contains (page zero).
 pub const UNMAPPED_ADDRESS: u64 = 0x100;
 
@@ -125,6 +133,11 @@ pub struct TwinDevice {
     exports: Mutex<BTreeMap<u64, ExportedRegion>>,
     /// Hands exported ranges of the heap's memfd to authenticated peers.
     export_service: export_service::ExportService,
+    /// The deadline of each import and ping this device makes through a peer's export service.
+    export_client_timeout: Duration,
+    /// Exporting devices whose advertised `process_id` matched the pid SO_PEERCRED showed at import (so this
+    /// process's pid namespace names the exporter by that pid, and a vanished pid is evidence it is gone).
+    exporter_pids: Mutex<HashMap<String, u32>>,
     windows: Windows,
     /// Imported peer regions by (exporting device identity, export id).
     imports: Mutex<HashMap<ImportKey, (ImportedWindow, Arc<MemfdRegion>)>>,
@@ -187,11 +200,8 @@ impl TwinDevice {
             (heap_region.base(), heap_region.len()),
             (workspace_region.base(), workspace_region.len()),
         ]));
-        let export_service = export_service::ExportService::start(&identity).map_err(|source| DeviceError::Os {
-            device: id,
-            operation: "start the export service",
-            source,
-        })?;
+        let export_service = export_service::ExportService::start_with(&identity, options.export.clone())
+            .map_err(|source| DeviceError::Os { device: id, operation: "start the export service", source })?;
         tracing::debug!(device = id, identity = %identity, hbm = options.hbm_size, "twin device opened");
         Ok(Arc::new(TwinDevice {
             id,
@@ -200,6 +210,8 @@ impl TwinDevice {
             workspace: Heap::new(workspace_region),
             exports: Mutex::new(BTreeMap::new()),
             export_service,
+            export_client_timeout: options.export.client_timeout,
+            exporter_pids: Mutex::new(HashMap::new()),
             windows,
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
@@ -215,6 +227,22 @@ impl TwinDevice {
     /// The unique identity advertised to peers.
     pub fn identity(&self) -> &str {
         &self.identity
+    }
+
+    /// Fault injection: closes this device's export socket (`false`: peers' connections are refused, as when the
+    /// process is gone) or listens on the same name again (`true`).
+    pub fn set_export_listening(&self, listening: bool) -> std::io::Result<()> {
+        self.export_service.set_listening(listening)
+    }
+
+    /// What this device's export service has done so far (admissions, refusals, evictions).
+    pub fn export_stats(&self) -> export_service::ExportStats {
+        self.export_service.stats()
+    }
+
+    /// The name of this device's export socket (`@` + abstract name), as advertised.
+    pub fn export_endpoint(&self) -> &str {
+        self.export_service.endpoint()
     }
 
     /// Fault injection: stall (or release) a channel's SDMA engine thread.
@@ -299,9 +327,13 @@ impl DeviceBackend for TwinDevice {
         let (Some(endpoint), Some(secret)) = (&exporter.export_endpoint, &exporter.export_secret) else {
             return Err(invalid(format!("{:?} advertises no export endpoint and secret", exporter.device)));
         };
-        let imported = export_service::import(endpoint, secret, region.export_id).map_err(|source| {
-            DeviceError::Os { device: self.id, operation: "import through the exporter's export service", source }
-        })?;
+        let imported = export_service::import(endpoint, secret, region.export_id, self.export_client_timeout).map_err(
+            |source| DeviceError::Os {
+                device: self.id,
+                operation: "import through the exporter's export service",
+                source,
+            },
+        )?;
         if imported.device != exporter.device || imported.length != region.length {
             return Err(invalid(format!(
                 "export {} belongs to {:?} ({} bytes), not {:?} ({} bytes)",
@@ -321,6 +353,11 @@ impl DeviceBackend for TwinDevice {
         // The SDMA engine validates every SQE address against these windows: exactly the exported range.
         self.windows.write().unwrap_or_else(|p| p.into_inner()).push((local_base, region.length));
         imports.insert(key, (window, mapping));
+        if exporter.process_id == u32::try_from(imported.server_pid).ok() {
+            if let Some(pid) = exporter.process_id {
+                self.exporter_pids.lock().unwrap_or_else(|p| p.into_inner()).insert(exporter.device.clone(), pid);
+            }
+        }
         tracing::debug!(device = self.id, exporter = %exporter.device, local = window.local_base, "peer heap imported");
         Ok(window)
     }
@@ -349,7 +386,21 @@ impl DeviceBackend for TwinDevice {
 
     fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
         let (endpoint, secret) = (exporter.export_endpoint.as_ref()?, exporter.export_secret.as_ref()?);
-        Some(export_service::ping(endpoint, secret, &exporter.device))
+        let outcome = export_service::ping(endpoint, secret, &exporter.device, self.export_client_timeout);
+        let Err(error) = outcome else { return Some(Ok(())) };
+        // A refused connection or another device answering already proves the exporter gone. A timeout or a busy
+        // service does not; then the exporter's pid, where it is known to name the exporter here, may.
+        if matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound) {
+            return Some(Err(error));
+        }
+        let pid = self.exporter_pids.lock().unwrap_or_else(|p| p.into_inner()).get(&exporter.device).copied();
+        if let Some(pid) = pid.filter(|&pid| process_is_gone(pid)) {
+            return Some(Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("exporter process {pid} no longer exists (probe: {error})"),
+            )));
+        }
+        Some(Err(error))
     }
 
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {

@@ -11,7 +11,7 @@ mod client;
 mod server;
 
 pub use client::HandshakeClient;
-pub use server::{HandshakeServer, HandshakeState, Notification};
+pub use server::{HandshakeLimits, HandshakeServer, HandshakeState, Notification};
 
 use std::io;
 

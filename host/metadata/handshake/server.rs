@@ -4,33 +4,66 @@
 //! same form and type, shuts its write side (`SHUT_WR`) and waits, bounded, for the client to close. Anything that is
 //! not a frame with a JSON payload (an HTTP request, a TLS ClientHello, garbage, an oversize length) is logged with
 //! the reason and the connection is closed without a reply, as Mooncake does; the server keeps serving.
+//!
+//! Admission ([`HandshakeLimits`]): the whole request frame must arrive within `request_timeout` (1 s) of the
+//! accept, slow bytes or not. One source (an IPv4 address, an IPv6 /64) holds at most `max_per_source` (32)
+//! connections and all of them at most `max_connections` (256). A connection over a limit evicts the oldest
+//! connection of its source (over the per-source limit) or of all (over the total) that is not being answered:
+//! still waiting for its request, or answered and waiting for the client's close. A legitimate client sends its
+//! frame as it connects, so it is not the oldest for long; a flood of idle or reconnecting connections evicts its
+//! own. With nothing to evict, the new connection is closed. Each connection is a task, never a thread.
 
-use std::collections::VecDeque;
-use std::net::{SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};
+use std::collections::{HashMap, VecDeque};
+use std::net::{IpAddr, SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};
 use std::ops::RangeInclusive;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
 use super::{Frame, FrameKind};
 use crate::error::{EngineError, Result};
+use crate::log_limit::LogLimiter;
 use crate::metadata::SegmentDescriptor;
 
-/// Bound on reading a request and on writing a reply.
+/// Warnings a flood of connections or of hostile bytes could repeat without end.
+static LIMIT_REFUSED: LogLimiter = LogLimiter::per_second(5);
+static REQUEST_REFUSED: LogLimiter = LogLimiter::per_second(5);
+/// Candidates an eviction considers before giving up (each one skipped has its request waiting).
+const VICTIM_TRIES: usize = 8;
+/// Bound on writing a reply.
 const IO_TIMEOUT: Duration = Duration::from_secs(3);
 /// Bound on waiting for the client to close after the reply.
 const CLOSE_WAIT: Duration = Duration::from_secs(2);
-/// Connections served at once; more are closed on accept.
-const MAX_CONNECTIONS: usize = 256;
+/// The listen backlog asked for (capped by the kernel's somaxconn), so a burst does not drop legitimate SYNs.
+const LISTEN_BACKLOG: libc::c_int = 4096;
 /// Notifications kept until taken; older ones are dropped first.
 const MAX_NOTIFICATIONS: usize = 1024;
 /// Bound on waiting for the accept loop to stop.
 const STOP_WAIT: Duration = Duration::from_secs(2);
+
+/// Admission limits of the handshake server (see the module docs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// The whole request frame must arrive within this of the accept (default 1 s).
+    pub request_timeout: Duration,
+    /// Connections held at once (default 256).
+    pub max_connections: usize,
+    /// Of those, from one source: an IPv4 address or an IPv6 /64 (default 32).
+    pub max_per_source: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits { request_timeout: Duration::from_secs(1), max_connections: 256, max_per_source: 32 }
+    }
+}
 
 /// A Notify message a peer sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -110,11 +143,23 @@ pub struct HandshakeServer {
     stop: watch::Sender<bool>,
     stopped: Mutex<std::sync::mpsc::Receiver<()>>,
     is_stopped: AtomicBool,
+    admission: Arc<Admission>,
 }
 
 impl HandshakeServer {
-    /// Binds `host` on a random free port of `ports` (retrying on bind failure) and starts serving `state`.
+    /// Binds `host` on a random free port of `ports` (retrying on bind failure) and starts serving `state` under the
+    /// default limits.
     pub fn bind(host: &str, ports: RangeInclusive<u16>, state: Arc<HandshakeState>) -> Result<HandshakeServer> {
+        HandshakeServer::bind_with(host, ports, state, HandshakeLimits::default())
+    }
+
+    /// As [`HandshakeServer::bind`], under `limits`.
+    pub fn bind_with(
+        host: &str,
+        ports: RangeInclusive<u16>,
+        state: Arc<HandshakeState>,
+        limits: HandshakeLimits,
+    ) -> Result<HandshakeServer> {
         let start_error = |reason: String| EngineError::Metadata { operation: "start handshake server", reason };
         let ip = (host, 0)
             .to_socket_addrs()
@@ -123,6 +168,10 @@ impl HandshakeServer {
             .ok_or_else(|| start_error(format!("local host {host:?} resolves to no address")))?
             .ip();
         let listener = bind_in_range(ip, &ports).map_err(start_error)?;
+        // SAFETY: listen(2) again on our own listening socket only changes its backlog.
+        if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            return Err(start_error(format!("listen: {}", std::io::Error::last_os_error())));
+        }
         listener
             .set_nonblocking(true)
             .map_err(|error| start_error(format!("make the listener non-blocking: {error}")))?;
@@ -135,8 +184,10 @@ impl HandshakeServer {
         let (stop, stop_requested) = watch::channel(false);
         let (stopped_sender, stopped) = std::sync::mpsc::sync_channel(1);
         let served = state.clone();
+        let admission = Arc::new(Admission::new(limits));
+        let admitting = admission.clone();
         runtime.spawn(async move {
-            accept_loop(listener, served, stop_requested).await;
+            accept_loop(listener, served, admitting, stop_requested).await;
             let _ = stopped_sender.send(());
         });
         tracing::info!(address = %local_addr, "handshake server listening");
@@ -146,7 +197,23 @@ impl HandshakeServer {
             stop,
             stopped: Mutex::new(stopped),
             is_stopped: AtomicBool::new(false),
+            admission,
         })
+    }
+
+    /// Connections held now.
+    pub fn connections(&self) -> usize {
+        self.admission.lock().connections.len()
+    }
+
+    /// Connections evicted so far to make room for newer ones.
+    pub fn evicted(&self) -> u64 {
+        self.admission.evicted.load(Ordering::Relaxed)
+    }
+
+    /// New connections closed at once so far because a limit was reached and nothing could be evicted.
+    pub fn refused(&self) -> u64 {
+        self.admission.refused.load(Ordering::Relaxed)
     }
 
     /// The address the server listens on.
@@ -206,22 +273,214 @@ fn random_u32() -> u32 {
     hasher.finish() as u32
 }
 
-async fn accept_loop(listener: TcpListener, state: Arc<HandshakeState>, mut stop: watch::Receiver<bool>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+/// Where a connection is: evictable while it waits for its request or for the client's close.
+const WAITING: u8 = 0;
+const ANSWERING: u8 = 1;
+const CLOSING: u8 = 2;
+
+/// What the per-source limit counts by: an IPv4 address (IPv4-mapped IPv6 included) or an IPv6 /64.
+fn source_of(address: &SocketAddr) -> u128 {
+    match address.ip() {
+        IpAddr::V4(ip) => u128::from(u32::from(ip)),
+        IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+            Some(ip) => u128::from(u32::from(ip)),
+            None => (u128::from(ip) >> 64) | (1 << 64),
+        },
+    }
+}
+
+#[derive(Debug)]
+struct Connection {
+    source: u128,
+    accepted: Instant,
+    phase: Arc<AtomicU8>,
+    abort: Option<AbortHandle>,
+    /// A duplicate of the connection's descriptor, to look (without reading) whether its request has arrived; it
+    /// lives as long as this entry, so it never names another socket.
+    probe: OwnedFd,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    connections: HashMap<u64, Connection>,
+    per_source: HashMap<u128, usize>,
+}
+
+impl Table {
+    fn remove(&mut self, id: u64) -> Option<Connection> {
+        let connection = self.connections.remove(&id)?;
+        if let Some(count) = self.per_source.get_mut(&connection.source) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_source.remove(&connection.source);
+            }
+        }
+        Some(connection)
+    }
+
+    /// The oldest connection not being answered, of `source` or of all, skipping one still waiting whose request
+    /// has arrived (its task has not read it yet: it is about to be answered, not idle).
+    fn victim(&self, source: Option<u128>) -> Option<u64> {
+        let mut skipped: Vec<u64> = Vec::new();
+        for _ in 0..VICTIM_TRIES {
+            let (id, connection) = self
+                .connections
+                .iter()
+                .filter(|(id, c)| {
+                    source.is_none_or(|s| c.source == s)
+                        && c.phase.load(Ordering::Acquire) != ANSWERING
+                        && !skipped.contains(id)
+                })
+                .min_by_key(|(_, c)| c.accepted)?;
+            if connection.phase.load(Ordering::Acquire) == CLOSING || !has_pending_input(connection.probe.as_raw_fd()) {
+                return Some(*id);
+            }
+            skipped.push(*id);
+        }
+        None
+    }
+}
+
+/// Whether bytes are waiting to be read on `fd` (checked without blocking or consuming them).
+fn has_pending_input(fd: std::os::fd::RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv(2) with MSG_PEEK writes at most one byte into `byte`.
+    unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) > 0 }
+}
+
+/// The connections held, by id, and what admission has done.
+#[derive(Debug)]
+struct Admission {
+    limits: HandshakeLimits,
+    table: Mutex<Table>,
+    next: AtomicU64,
+    evicted: AtomicU64,
+    refused: AtomicU64,
+}
+
+impl Admission {
+    fn new(limits: HandshakeLimits) -> Self {
+        Admission {
+            limits,
+            table: Mutex::new(Table::default()),
+            next: AtomicU64::new(1),
+            evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Admits a connection from `peer` (evicting one if a limit requires); its id and phase, or `None` if refused.
+    fn admit(&self, peer: &SocketAddr, stream: &TcpStream) -> Option<(u64, Arc<AtomicU8>)> {
+        let source = source_of(peer);
+        // SAFETY: F_DUPFD_CLOEXEC duplicates our own open socket; a non-negative result is a descriptor nothing
+        // else owns.
+        let probe = unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+        if probe < 0 {
+            return None;
+        }
+        // SAFETY: as above.
+        let probe = unsafe { OwnedFd::from_raw_fd(probe) };
+        let mut evicted = Vec::new();
+        let admitted = {
+            let mut table = self.lock();
+            let mut admitted = true;
+            for scope in [Some(source), None] {
+                let (held, limit) = match scope {
+                    Some(source) => (table.per_source.get(&source).copied().unwrap_or(0), self.limits.max_per_source),
+                    None => (table.connections.len(), self.limits.max_connections),
+                };
+                if held < limit.max(1) {
+                    continue;
+                }
+                match table.victim(scope).and_then(|victim| table.remove(victim)) {
+                    Some(connection) => evicted.push(connection),
+                    None => {
+                        admitted = false;
+                        break;
+                    }
+                }
+            }
+            admitted.then(|| {
+                let id = self.next.fetch_add(1, Ordering::Relaxed);
+                let phase = Arc::new(AtomicU8::new(WAITING));
+                let connection =
+                    Connection { source, accepted: Instant::now(), phase: phase.clone(), abort: None, probe };
+                table.connections.insert(id, connection);
+                *table.per_source.entry(source).or_insert(0) += 1;
+                (id, phase)
+            })
+        };
+        // Outside the lock: an aborted task's guard takes it as the task ends.
+        self.evicted.fetch_add(evicted.len() as u64, Ordering::Relaxed);
+        for abort in evicted.into_iter().filter_map(|connection| connection.abort) {
+            abort.abort();
+        }
+        admitted
+    }
+
+    fn started(&self, id: u64, abort: AbortHandle) {
+        let registered = match self.lock().connections.get_mut(&id) {
+            Some(connection) => {
+                connection.abort = Some(abort.clone());
+                true
+            }
+            None => false,
+        };
+        if !registered {
+            // Evicted before its task was registered.
+            abort.abort();
+        }
+    }
+
+    fn finished(&self, id: u64) {
+        self.lock().remove(id);
+    }
+}
+
+/// Removes its connection from the table when the connection's task ends, aborted or not.
+struct Admitted {
+    admission: Arc<Admission>,
+    id: u64,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.admission.finished(self.id);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    state: Arc<HandshakeState>,
+    admission: Arc<Admission>,
+    mut stop: watch::Receiver<bool>,
+) {
     loop {
         tokio::select! {
             _ = stop.changed() => break,
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Ok(slot) = slots.clone().try_acquire_owned() else {
-                        tracing::warn!(%peer, limit = MAX_CONNECTIONS, "handshake connection refused: too many open");
+                    let Some((id, phase)) = admission.admit(&peer, &stream) else {
+                        admission.refused.fetch_add(1, Ordering::Relaxed);
+                        if let Some(suppressed) = LIMIT_REFUSED.admit() {
+                            tracing::warn!(%peer, refused = admission.refused.load(Ordering::Relaxed), suppressed,
+                                "handshake connection refused: limits reached and every connection is being \
+                                 answered ({suppressed} more like this in the last second)");
+                        }
                         continue;
                     };
                     let state = state.clone();
-                    tokio::spawn(async move {
-                        serve_connection(stream, peer, &state).await;
-                        drop(slot);
+                    let guard = Admitted { admission: admission.clone(), id };
+                    let timeout = admission.limits.request_timeout;
+                    let task = tokio::spawn(async move {
+                        let _guard = guard;
+                        serve_connection(stream, peer, &state, &phase, timeout).await;
                     });
+                    admission.started(id, task.abort_handle());
                 }
                 Err(error) => {
                     // Out of descriptors and the like: pause instead of spinning.
@@ -234,14 +493,22 @@ async fn accept_loop(listener: TcpListener, state: Arc<HandshakeState>, mut stop
     tracing::debug!("handshake server stopped");
 }
 
-async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: &HandshakeState) {
-    if let Some(reply) = reply_to_request(&mut stream, peer, state).await {
+async fn serve_connection(
+    mut stream: TcpStream,
+    peer: SocketAddr,
+    state: &HandshakeState,
+    phase: &AtomicU8,
+    request_timeout: Duration,
+) {
+    let reply = reply_to_request(&mut stream, peer, state, phase, request_timeout).await;
+    if let Some(reply) = reply {
         match tokio::time::timeout(IO_TIMEOUT, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => tracing::trace!(%peer, kind = ?reply.kind(), "handshake served"),
             Ok(Err(error)) => tracing::warn!(%peer, %error, "handshake reply not sent"),
             Err(_) => tracing::warn!(%peer, "handshake reply not sent in time"),
         }
     }
+    phase.store(CLOSING, Ordering::Release);
     // Half-close, then let the client close first (bounded), as Mooncake's server does. Draining what a refused
     // client still sends makes the close a FIN rather than a reset.
     if let Err(error) = stream.shutdown().await {
@@ -262,31 +529,45 @@ async fn serve_connection(mut stream: TcpStream, peer: SocketAddr, state: &Hands
     .await;
 }
 
-/// Reads one request and builds its reply; `None` (after logging why) when the request is refused.
-async fn reply_to_request(stream: &mut TcpStream, peer: SocketAddr, state: &HandshakeState) -> Option<Frame> {
-    let frame = match tokio::time::timeout(IO_TIMEOUT, Frame::read_from_async(stream)).await {
+/// Reads one request (all of it within `request_timeout`) and builds its reply; `None` (after logging why) when the
+/// request is refused.
+async fn reply_to_request(
+    stream: &mut TcpStream,
+    peer: SocketAddr,
+    state: &HandshakeState,
+    phase: &AtomicU8,
+    request_timeout: Duration,
+) -> Option<Frame> {
+    let frame = match tokio::time::timeout(request_timeout, Frame::read_from_async(stream)).await {
         Ok(Ok(frame)) => frame,
         Ok(Err(error)) => {
-            tracing::warn!(%peer, %error, "handshake request refused");
+            if let Some(suppressed) = REQUEST_REFUSED.admit() {
+                tracing::warn!(%peer, %error, suppressed, "handshake request refused");
+            }
             return None;
         }
         Err(_) => {
-            tracing::warn!(%peer, timeout = ?IO_TIMEOUT, "handshake request refused: no complete frame in time");
+            tracing::debug!(%peer, timeout = ?request_timeout, "handshake request refused: no complete frame in time");
             return None;
         }
     };
+    phase.store(ANSWERING, Ordering::Release);
     let kind = frame.kind();
     let request: Value = match serde_json::from_slice(&frame.payload) {
         Ok(value) => value,
         Err(error) => {
-            tracing::warn!(%peer, ?kind, %error, "handshake request refused: payload is not JSON");
+            if let Some(suppressed) = REQUEST_REFUSED.admit() {
+                tracing::warn!(%peer, ?kind, %error, suppressed, "handshake request refused: payload is not JSON");
+            }
             return None;
         }
     };
     match state.answer(kind, &request) {
         Ok(payload) => Some(frame.reply(payload.to_string().into_bytes())),
         Err(reason) => {
-            tracing::warn!(%peer, ?kind, %reason, "handshake request refused");
+            if let Some(suppressed) = REQUEST_REFUSED.admit() {
+                tracing::warn!(%peer, ?kind, %reason, suppressed, "handshake request refused");
+            }
             None
         }
     }

@@ -21,12 +21,13 @@
 //! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
 //!
-//! Peer loss (docs/device.md, "Peer loss"): a probe thread calls [`PeerWindows::probe_all`], which
-//! asks every imported peer's device whether it still serves its memory ([`DeviceBackend::probe_peer`], every
-//! `peer_probe_interval_ms`, default 50 ms). A peer found gone is marked lost there: this transport fails its pending
-//! transfers at once, and new ones (on every path of the device, the windows being shared) fail until the segment is
-//! refreshed or reopened. On the twin a dead exporter's pages stay mapped here, so without this check transfers to it
-//! would "complete" into orphaned memory; a real NPU would see a link or HBM error instead.
+//! Peer loss (docs/device.md, "Peer loss"): a probe thread calls [`PeerWindows::probe_all`], which asks every
+//! imported peer's device whether it still serves its memory ([`DeviceBackend::probe_peer`], every
+//! `peer_probe_interval_ms`, default 50 ms). A peer proven gone (not merely slow or busy) is marked lost there: this
+//! transport fails its pending transfers at once, and new ones (on every path of the device, the windows being
+//! shared) fail until the peer answers a probe again or the segment is refreshed or reopened. On the twin a dead
+//! exporter's pages stay mapped here, so without this check transfers to it would "complete" into orphaned memory;
+//! a real NPU would see a link or HBM error instead.
 
 mod block;
 mod drain;

@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 #[derive(Debug)]
 pub(crate) struct Patience<'a> {
     limit: Duration,
-    /// The limit that replaces `limit` once the first byte has moved (idle wait, then an in-request budget).
-    after_first_byte: Option<Duration>,
     last_progress: Instant,
     /// An overall deadline that progress does not move (the deadline of the transfers being carried).
     until: Option<Instant>,
@@ -27,7 +25,7 @@ pub(crate) struct Patience<'a> {
 impl<'a> Patience<'a> {
     /// Gives up after `limit` without progress, or as soon as `stop` is set.
     pub(crate) fn new(what: &'static str, limit: Duration, stop: Option<&'a AtomicBool>) -> Self {
-        Patience { limit, after_first_byte: None, last_progress: Instant::now(), until: None, stop, what }
+        Patience { limit, last_progress: Instant::now(), until: None, stop, what }
     }
 
     /// Also gives up at `until`, however much progress was made: a peer moving a byte at a time cannot hold the
@@ -41,21 +39,11 @@ impl<'a> Patience<'a> {
     pub(crate) fn restart(&mut self, what: &'static str, limit: Duration) {
         self.what = what;
         self.limit = limit;
-        self.after_first_byte = None;
         self.last_progress = Instant::now();
-    }
-
-    /// Waits up to `idle` for the first byte, then allows `busy` between bytes.
-    pub(crate) fn restart_idle(&mut self, what: &'static str, idle: Duration, busy: Duration) {
-        self.restart(what, idle);
-        self.after_first_byte = Some(busy);
     }
 
     fn progressed(&mut self) {
         self.last_progress = Instant::now();
-        if let Some(busy) = self.after_first_byte.take() {
-            self.limit = busy;
-        }
     }
 
     /// Called after a tick without progress: Ok to keep waiting, or the error that ends the wait.
@@ -228,8 +216,24 @@ impl Inbound {
         self.end - self.start
     }
 
+    /// Puts `bytes` (already read from the socket elsewhere) in front of what comes next. Only into an empty buffer.
+    pub(crate) fn preload(&mut self, bytes: &[u8]) {
+        debug_assert_eq!(self.buffered(), 0);
+        self.start = 0;
+        self.end = bytes.len().min(self.buffer.len());
+        self.buffer[..self.end].copy_from_slice(&bytes[..self.end]);
+    }
+
+    /// The bytes received and not consumed, taken out of the buffer.
+    pub(crate) fn take_buffered(&mut self) -> Vec<u8> {
+        let bytes = self.buffer[self.start..self.end].to_vec();
+        self.start = 0;
+        self.end = 0;
+        bytes
+    }
+
     /// Reads more from the socket (at least one byte unless EOF). Returns the bytes added; 0 at EOF.
-    fn fill(&mut self, patience: &mut Patience<'_>) -> io::Result<usize> {
+    pub(crate) fn fill(&mut self, patience: &mut Patience<'_>) -> io::Result<usize> {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;

@@ -112,7 +112,12 @@ impl TcpOptions {
                 }
             };
         }
-        let server = ServerLimits { io_timeout: config.aiv.transfer_timeout, ..ServerLimits::default() };
+        let server = ServerLimits {
+            io_timeout: config.aiv.transfer_timeout,
+            first_request_timeout: config.aiv.tcp_first_request_timeout,
+            max_connections_per_source: config.aiv.tcp_max_connections_per_source,
+            ..ServerLimits::default()
+        };
         Ok(TcpOptions { bind: SocketAddr::new(bind_ip, 0), advertised_host, max_version, client, server })
     }
 }

@@ -1,29 +1,46 @@
 //! The TCP data server: serves Mooncake READ/WRITE requests against the engine's registered memory.
 //!
-//! Owns the listener, one thread per connection, and the per-request bounds check. It reads the engine's
-//! [`BufferSet`] under its lock at the start of every request, so it serves exactly the memory registered at that
-//! moment; it never registers or changes anything.
+//! Owns the listener, the poller thread, the pool of serving threads and the per-request bounds check. It reads the
+//! engine's [`BufferSet`] under its lock at the start of every request, so it serves exactly the memory registered
+//! at that moment; it never registers or changes anything.
 //!
 //! Framing (docs/mooncake.md section 4): connections are persistent; a request whose range is not inside one
 //! registered buffer (zero size and overflow included) is answered with `REJECTED` in v2 and the connection closed,
 //! in v1 just closed; memory is not touched. Replies are coalesced: the statuses and READ payloads of requests that
 //! arrived together leave in one `writev`, flushed before the server waits for more input.
 //!
-//! Bounded waits: a connection idle between requests is closed after `idle_timeout`; one that stalls inside a
-//! request (half a header, half a payload, a reader that stops reading) after `io_timeout`. Each connection has its
-//! own thread, so a slow or dead client holds only that thread.
+//! Connections and threads (docs/tcp.md, "Connections"): a connection holds a thread only while it has a request in
+//! hand. The poller (`tcp-accept`, epoll) accepts, and holds every connection that is waiting for a request
+//! ("parked": a descriptor, no thread); it reads a parked connection's next request header itself and hands the
+//! connection to a serving thread (`tcp-serve`, at most [`ServerLimits::max_serving`], started on demand, ended
+//! after a few idle seconds) only once the whole header is in. A serving thread keeps a connection while requests
+//! follow one another (it waits [`ServerLimits::linger`] for the next one, not at all while other connections wait
+//! for a thread), then parks it again. So idle or slow clients hold descriptors, never threads.
+//!
+//! Admission: a new connection must deliver its first whole request header within
+//! [`ServerLimits::first_request_timeout`] of being accepted (slow bytes do not extend it). One source (an IPv4
+//! address, an IPv6 /64) holds at most [`ServerLimits::max_connections_per_source`] connections and all of them at
+//! most [`ServerLimits::max_connections`]; a connection over a limit evicts a parked one of the same source (over
+//! the per-source limit) or of the source holding the most (over the total): one that never sent a request first,
+//! the oldest, else the one idle longest; with none to evict the new one is closed. A legitimate peer sends its
+//! request as it connects and keeps it moving, so it is never the one evicted; a flood of idle connections only
+//! evicts itself.
+//!
+//! Bounded waits: a parked connection with no request for `idle_timeout` is closed; one that stalls inside a request
+//! (half a header after its first request, half a payload, a reader that stops reading) after `io_timeout`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
+use crate::log_limit::LogLimiter;
 use crate::transfer::BufferSet;
 
 /// The engine's registered memory, shared with the server.
@@ -32,17 +49,42 @@ pub type SharedMemory = Arc<RwLock<BufferSet>>;
 static OK_FRAME: [u8; STATUS_LEN] = Status::OK.encode();
 static REJECTED_FRAME: [u8; STATUS_LEN] = Status::REJECTED.encode();
 
+/// Warnings a flood could repeat without end.
+static LIMIT_REFUSED: LogLimiter = LogLimiter::per_second(5);
+static ACCEPT_FAILED: LogLimiter = LogLimiter::per_second(5);
+/// Connections accepted per poller turn, so parked connections are read between bursts of accepts.
+const ACCEPT_BURST: usize = 64;
+/// The listen backlog asked for (capped by the kernel's somaxconn).
+const LISTEN_BACKLOG: libc::c_int = 4096;
+/// Candidates an eviction considers before giving up (each one skipped has input waiting).
+const VICTIM_TRIES: usize = 8;
+/// A serving thread with nothing to do for this long ends.
+const WORKER_KEEPALIVE: Duration = Duration::from_secs(5);
+/// epoll tokens of the listener and of the wake-up eventfd (connection ids start at 1 and never reach these).
+const LISTENER_TOKEN: u64 = u64::MAX;
+const WAKE_TOKEN: u64 = u64::MAX - 1;
+
 /// Limits of the data server.
 #[derive(Clone, Debug)]
 pub struct ServerLimits {
-    /// A connection with no request for this long is closed.
+    /// A connection with no request for this long is closed (it waits parked, holding no thread).
     pub idle_timeout: Duration,
     /// A request that makes no progress for this long closes its connection.
     pub io_timeout: Duration,
-    /// Connections served at once; more are accepted and closed at once.
+    /// Connections held at once (parked or served); see the module docs for what a new one over it does.
     pub max_connections: usize,
     /// Socket timeout between checks of the stop flag.
     pub tick: Duration,
+    /// A new connection must deliver its first whole request header within this of being accepted (`aiv` option
+    /// `tcp_first_request_ms`, default 1 s).
+    pub first_request_timeout: Duration,
+    /// Connections one source (an IPv4 address, an IPv6 /64) holds at once (`tcp_max_connections_per_source`,
+    /// default 128).
+    pub max_connections_per_source: usize,
+    /// Threads serving requests at once (default 64); connections waiting for a request hold none.
+    pub max_serving: usize,
+    /// How long a serving thread waits for a connection's next request before parking it (default 20 ms).
+    pub linger: Duration,
 }
 
 impl Default for ServerLimits {
@@ -52,6 +94,10 @@ impl Default for ServerLimits {
             io_timeout: Duration::from_secs(30),
             max_connections: 1024,
             tick: Duration::from_millis(500),
+            first_request_timeout: Duration::from_secs(1),
+            max_connections_per_source: 128,
+            max_serving: 64,
+            linger: Duration::from_millis(20),
         }
     }
 }
@@ -68,18 +114,134 @@ pub enum ServerError {
     Setup { operation: &'static str, source: io::Error },
 }
 
+/// What the per-source limit counts by: an IPv4 address (IPv4-mapped IPv6 included) or an IPv6 /64.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Source {
+    V4(u32),
+    V6(u64),
+}
+
+impl Source {
+    fn of(address: &SocketAddr) -> Source {
+        match address.ip() {
+            IpAddr::V4(ip) => Source::V4(u32::from(ip)),
+            IpAddr::V6(ip) => match ip.to_ipv4_mapped() {
+                Some(ip) => Source::V4(u32::from(ip)),
+                None => Source::V6((u128::from(ip) >> 64) as u64),
+            },
+        }
+    }
+}
+
+/// A connection as it moves between the poller and the serving threads.
+#[derive(Debug)]
+struct Conn {
+    id: u64,
+    stream: TcpStream,
+    peer: SocketAddr,
+    source: Source,
+    /// Whether it has delivered a whole request header before (a first request is held to a stricter deadline).
+    requested: bool,
+    /// The next request header, as far as it has arrived.
+    header: [u8; HEADER_LEN],
+    have: usize,
+}
+
+/// A connection waiting for a request, held by the poller.
+#[derive(Debug)]
+struct Parked {
+    conn: Conn,
+    /// When it was accepted or last parked (what "oldest" and "idle longest" compare).
+    since: Instant,
+    /// When it is closed unless its header is complete by then.
+    deadline: Instant,
+}
+
+/// Every live connection: its source, and its descriptor while a serving thread has it (for a stop to shut down).
+/// The owner of a connection's stream removes its entry before closing it, so a registered descriptor is open.
+#[derive(Debug, Default)]
+struct Registry {
+    live: HashMap<u64, (Source, RawFd)>,
+    per_source: HashMap<Source, usize>,
+    parked: HashMap<u64, Parked>,
+}
+
+impl Registry {
+    fn forget(&mut self, id: u64) {
+        if let Some((source, _)) = self.live.remove(&id) {
+            if let Some(count) = self.per_source.get_mut(&source) {
+                *count -= 1;
+                if *count == 0 {
+                    self.per_source.remove(&source);
+                }
+            }
+        }
+    }
+
+    /// The parked connection to evict for room in `source` (or anywhere, with `None`): the oldest that never sent a
+    /// request, else the one idle longest; never one whose next request has already arrived (unread yet, because
+    /// the poller accepts before it reads again).
+    fn victim(&self, source: Option<Source>) -> Option<u64> {
+        let mut skipped: Vec<u64> = Vec::new();
+        // A few tries: a candidate with input waiting is skipped and the next oldest considered.
+        for _ in 0..VICTIM_TRIES {
+            let mut never_requested = None::<&Parked>;
+            let mut idle_longest = None::<&Parked>;
+            let candidates = self
+                .parked
+                .values()
+                .filter(|parked| source.is_none_or(|s| parked.conn.source == s) && !skipped.contains(&parked.conn.id));
+            for parked in candidates {
+                let slot = if parked.conn.requested { &mut idle_longest } else { &mut never_requested };
+                if slot.is_none_or(|best| parked.since < best.since) {
+                    *slot = Some(parked);
+                }
+            }
+            let candidate = never_requested.or(idle_longest)?;
+            if !has_pending_input(candidate.conn.stream.as_raw_fd()) {
+                return Some(candidate.conn.id);
+            }
+            skipped.push(candidate.conn.id);
+        }
+        None
+    }
+
+    /// The source holding the most connections.
+    fn largest_source(&self) -> Option<Source> {
+        self.per_source.iter().max_by_key(|(_, count)| **count).map(|(source, _)| *source)
+    }
+}
+
+/// Connections with a whole request header in hand, waiting for a serving thread, and the threads.
+#[derive(Debug, Default)]
+struct Pool {
+    queue: VecDeque<Conn>,
+    workers: usize,
+    idle: usize,
+}
+
 #[derive(Debug)]
 struct Shared {
     memory: SharedMemory,
     limits: ServerLimits,
     stopping: AtomicBool,
-    /// Clones of the live connections, so a stop can shut them down.
-    connections: Mutex<HashMap<u64, TcpStream>>,
+    registry: Mutex<Registry>,
     drained: Condvar,
+    pool: Mutex<Pool>,
+    work: Condvar,
+    /// `pool.queue.len()`, read by serving threads without the lock.
+    queued: AtomicUsize,
+    epoll: OwnedFd,
+    wake: OwnedFd,
     next_connection: AtomicU64,
     /// Requests served per framing (v1, v2) and rejected, for tests and logs.
     served: [AtomicU64; 2],
     rejected: AtomicU64,
+    /// Parked connections evicted for a newer one, new ones refused for want of a connection to evict, and
+    /// connections closed at their first-request or idle deadline.
+    evicted: AtomicU64,
+    refused: AtomicU64,
+    expired: AtomicU64,
 }
 
 /// A running data server; dropping it stops the listener and every connection.
@@ -87,35 +249,73 @@ struct Shared {
 pub struct TcpDataServer {
     address: SocketAddr,
     shared: Arc<Shared>,
-    listener_fd: i32,
-    acceptor: Option<JoinHandle<()>>,
+    poller: Option<JoinHandle<()>>,
+}
+
+fn os_fd(result: libc::c_int) -> io::Result<OwnedFd> {
+    if result < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a non-negative result of epoll_create1/eventfd is a new descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(result) })
+}
+
+fn epoll_control(epoll: &OwnedFd, operation: libc::c_int, fd: RawFd, token: u64) -> io::Result<()> {
+    let mut event = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: token };
+    // SAFETY: `event` is a live epoll_event; the kernel copies it (and ignores it for EPOLL_CTL_DEL).
+    if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), operation, fd, &mut event) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 impl TcpDataServer {
     /// Binds `address` (port 0 picks a free port) and starts serving `memory`.
     pub fn start(address: SocketAddr, memory: SharedMemory, limits: ServerLimits) -> Result<Self, ServerError> {
+        let setup = |operation: &'static str| move |source| ServerError::Setup { operation, source };
         let listener = TcpListener::bind(address).map_err(|source| ServerError::Bind { address, source })?;
-        let address = listener.local_addr().map_err(|source| ServerError::Setup { operation: "local_addr", source })?;
+        let address = listener.local_addr().map_err(setup("local_addr"))?;
+        listener.set_nonblocking(true).map_err(setup("non-blocking listener"))?;
+        // A deep accept queue (the kernel caps it at net.core.somaxconn): under a burst of connections the poller
+        // drains it in turns, and a full queue would drop legitimate SYNs (a retry costs the client a second).
+        // SAFETY: listen(2) again on our own listening socket only changes its backlog.
+        if unsafe { libc::listen(listener.as_raw_fd(), LISTEN_BACKLOG) } != 0 {
+            return Err(setup("listen")(io::Error::last_os_error()));
+        }
+        // SAFETY: epoll_create1 and eventfd have no memory preconditions.
+        let epoll = os_fd(unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) }).map_err(setup("epoll_create1"))?;
+        // SAFETY: as above.
+        let wake =
+            os_fd(unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) }).map_err(setup("eventfd"))?;
+        epoll_control(&epoll, libc::EPOLL_CTL_ADD, listener.as_raw_fd(), LISTENER_TOKEN).map_err(setup("epoll add"))?;
+        epoll_control(&epoll, libc::EPOLL_CTL_ADD, wake.as_raw_fd(), WAKE_TOKEN).map_err(setup("epoll add"))?;
         let shared = Arc::new(Shared {
             memory,
             limits,
             stopping: AtomicBool::new(false),
-            connections: Mutex::new(HashMap::new()),
+            registry: Mutex::new(Registry::default()),
             drained: Condvar::new(),
+            pool: Mutex::new(Pool::default()),
+            work: Condvar::new(),
+            queued: AtomicUsize::new(0),
+            epoll,
+            wake,
             next_connection: AtomicU64::new(1),
             served: [AtomicU64::new(0), AtomicU64::new(0)],
             rejected: AtomicU64::new(0),
+            evicted: AtomicU64::new(0),
+            refused: AtomicU64::new(0),
+            expired: AtomicU64::new(0),
         });
-        let listener_fd = listener.as_raw_fd();
-        let acceptor = std::thread::Builder::new()
+        let poller = std::thread::Builder::new()
             .name("tcp-accept".into())
             .spawn({
                 let shared = shared.clone();
-                move || accept_loop(listener, shared)
+                move || poll_loop(listener, shared)
             })
-            .map_err(|source| ServerError::Setup { operation: "spawn acceptor", source })?;
+            .map_err(setup("spawn acceptor"))?;
         tracing::info!(%address, "tcp data server listening");
-        Ok(TcpDataServer { address, shared, listener_fd, acceptor: Some(acceptor) })
+        Ok(TcpDataServer { address, shared, poller: Some(poller) })
     }
 
     /// The address the listener is bound to (with the actual port).
@@ -138,88 +338,375 @@ impl TcpDataServer {
         self.shared.rejected.load(Ordering::Relaxed)
     }
 
-    /// Connections being served now.
+    /// Connections held now (parked or being served).
     pub fn connections(&self) -> usize {
-        lock(&self.shared.connections).len()
+        lock(&self.shared.registry).live.len()
+    }
+
+    /// Serving threads running now (busy or waiting for work).
+    pub fn serving_threads(&self) -> usize {
+        lock(&self.shared.pool).workers
+    }
+
+    /// Parked connections evicted so far to make room for newer ones (see the module docs).
+    pub fn evicted(&self) -> u64 {
+        self.shared.evicted.load(Ordering::Relaxed)
+    }
+
+    /// New connections closed at once so far because a limit was reached and nothing could be evicted.
+    pub fn refused(&self) -> u64 {
+        self.shared.refused.load(Ordering::Relaxed)
+    }
+
+    /// Connections closed so far at their first-request or idle deadline.
+    pub fn expired(&self) -> u64 {
+        self.shared.expired.load(Ordering::Relaxed)
     }
 }
 
 impl Drop for TcpDataServer {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
-        // SAFETY: `listener_fd` is the listener owned by the acceptor thread, still open (the thread closes it only
-        // after returning, which it does once this shutdown wakes its accept). shutdown(2) on a listening socket
-        // makes a blocked accept(2) return with an error on Linux.
-        unsafe {
-            libc::shutdown(self.listener_fd, libc::SHUT_RDWR);
+        self.shared.wake();
+        // The poller closes the listener and every parked connection as it returns.
+        if let Some(poller) = self.poller.take() {
+            let _ = poller.join();
         }
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
+        let queued: Vec<Conn> = {
+            let mut pool = lock(&self.shared.pool);
+            self.shared.queued.store(0, Ordering::Relaxed);
+            self.shared.work.notify_all();
+            pool.queue.drain(..).collect()
+        };
+        for conn in queued {
+            self.shared.close(conn);
         }
-        let mut connections = lock(&self.shared.connections);
-        for stream in connections.values() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
+        let mut registry = lock(&self.shared.registry);
+        for (_, fd) in registry.live.values().filter(|(_, fd)| *fd >= 0) {
+            // SAFETY: a registered descriptor belongs to a connection a serving thread still owns (it deregisters
+            // under this lock before closing), so `fd` is open and is that connection's socket.
+            unsafe { libc::shutdown(*fd, libc::SHUT_RDWR) };
         }
-        // The connection threads notice within one tick; wait for them so no request touches memory after the
-        // engine that owns it is gone. Bounded: a thread blocked in a copy finishes it in microseconds.
+        // The serving threads notice within one tick; wait for them so no request touches memory after the engine
+        // that owns it is gone. Bounded: a thread blocked in a copy finishes it in microseconds.
         let deadline = Instant::now() + self.shared.limits.tick * 4 + Duration::from_secs(1);
-        while !connections.is_empty() {
+        while !registry.live.is_empty() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
-                tracing::warn!(connections = connections.len(), "tcp data server stopped with connections still open");
+                tracing::warn!(
+                    connections = registry.live.len(),
+                    "tcp data server stopped with connections still open"
+                );
                 break;
             }
-            connections = self.shared.drained.wait_timeout(connections, left).unwrap_or_else(|p| p.into_inner()).0;
+            registry = self.shared.drained.wait_timeout(registry, left).unwrap_or_else(|p| p.into_inner()).0;
         }
     }
 }
 
-fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.stopping.load(Ordering::SeqCst) {
+impl Shared {
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes from a live u64 into the eventfd this struct owns.
+        let _ = unsafe { libc::write(self.wake.as_raw_fd(), std::ptr::addr_of!(one).cast(), 8) };
+    }
+
+    /// Closes a connection this thread owns (parked ones are closed through [`Shared::evict`] or the poller).
+    fn close(&self, conn: Conn) {
+        let mut registry = lock(&self.registry);
+        registry.forget(conn.id);
+        self.drained.notify_all();
+        drop(registry);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Removes a parked connection and closes it. Poller only (it holds `registry`).
+    fn evict(&self, registry: &mut Registry, id: u64) -> Option<Conn> {
+        let parked = registry.parked.remove(&id)?;
+        let _ = epoll_control(&self.epoll, libc::EPOLL_CTL_DEL, parked.conn.stream.as_raw_fd(), 0);
+        registry.forget(id);
+        self.drained.notify_all();
+        Some(parked.conn)
+    }
+
+    /// Hands a connection back to the poller: it waits for its next request holding no thread.
+    fn park(&self, conn: Conn) {
+        let now = Instant::now();
+        // Half a header already in: the rest must come within the in-request bound.
+        let limit = if conn.have > 0 { self.limits.io_timeout } else { self.limits.idle_timeout };
+        let mut registry = lock(&self.registry);
+        // Checked under the lock: the stopping poller closes what is parked under it too, so nothing parks after.
+        if self.stopping.load(Ordering::SeqCst)
+            || conn.stream.set_nonblocking(true).is_err()
+            || epoll_control(&self.epoll, libc::EPOLL_CTL_ADD, conn.stream.as_raw_fd(), conn.id).is_err()
+        {
+            registry.forget(conn.id);
+            self.drained.notify_all();
+            drop(registry);
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
             return;
         }
-        let (stream, peer) = match accepted {
-            Ok(pair) => pair,
-            Err(error) => {
-                tracing::warn!(%error, "tcp data server: accept failed");
-                // Out of descriptors and the like: back off instead of spinning.
-                std::thread::sleep(Duration::from_millis(10));
-                continue;
-            }
-        };
-        let id = shared.next_connection.fetch_add(1, Ordering::Relaxed);
+        if let Some(entry) = registry.live.get_mut(&conn.id) {
+            entry.1 = -1;
+        }
+        registry.parked.insert(conn.id, Parked { conn, since: now, deadline: now + limit });
+    }
+
+    /// Queues a connection whose request header is complete for a serving thread, starting one if none is free.
+    fn dispatch(self: &Arc<Self>, conn: Conn) {
         {
-            let mut connections = lock(&shared.connections);
-            if connections.len() >= shared.limits.max_connections {
-                tracing::warn!(%peer, limit = shared.limits.max_connections, "tcp data server: connection limit reached");
-                continue;
+            let mut registry = lock(&self.registry);
+            if let Some(entry) = registry.live.get_mut(&conn.id) {
+                entry.1 = conn.stream.as_raw_fd();
             }
-            match stream.try_clone() {
-                Ok(clone) => connections.insert(id, clone),
-                Err(error) => {
-                    tracing::warn!(%peer, %error, "tcp data server: cannot track connection");
-                    continue;
+        }
+        let mut pool = lock(&self.pool);
+        pool.queue.push_back(conn);
+        self.queued.store(pool.queue.len(), Ordering::Relaxed);
+        if pool.idle == 0 && pool.workers < self.limits.max_serving.max(1) {
+            pool.workers += 1;
+            let shared = self.clone();
+            let spawned = std::thread::Builder::new().name("tcp-serve".into()).spawn(move || shared.serve_loop());
+            if let Err(error) = spawned {
+                pool.workers -= 1;
+                tracing::warn!(%error, workers = pool.workers, "tcp data server: cannot start a serving thread");
+            }
+        }
+        self.work.notify_one();
+    }
+
+    /// A serving thread: takes connections with a request in hand and serves them until they go quiet.
+    fn serve_loop(self: Arc<Self>) {
+        loop {
+            let conn = {
+                let mut pool = lock(&self.pool);
+                loop {
+                    if self.stopping.load(Ordering::SeqCst) {
+                        pool.workers -= 1;
+                        return;
+                    }
+                    if let Some(conn) = pool.queue.pop_front() {
+                        self.queued.store(pool.queue.len(), Ordering::Relaxed);
+                        break conn;
+                    }
+                    pool.idle += 1;
+                    let (guard, waited) =
+                        self.work.wait_timeout(pool, WORKER_KEEPALIVE).unwrap_or_else(|p| p.into_inner());
+                    pool = guard;
+                    pool.idle -= 1;
+                    if waited.timed_out() && pool.queue.is_empty() {
+                        pool.workers -= 1;
+                        return;
+                    }
                 }
             };
-        }
-        let spawned = std::thread::Builder::new().name("tcp-serve".into()).spawn({
-            let shared = shared.clone();
-            move || {
-                match serve_connection(&stream, &shared) {
-                    Ok(()) => tracing::trace!(%peer, "tcp connection closed by peer"),
-                    Err(error) => tracing::debug!(%peer, %error, "tcp connection ended"),
+            let mut conn = conn;
+            match serve_connection(&mut conn, &self) {
+                Ok(true) => self.park(conn),
+                Ok(false) => {
+                    tracing::trace!(peer = %conn.peer, "tcp connection closed by peer");
+                    self.close(conn);
                 }
-                let _ = stream.shutdown(std::net::Shutdown::Both);
-                let mut connections = lock(&shared.connections);
-                connections.remove(&id);
-                shared.drained.notify_all();
+                Err(error) => {
+                    tracing::debug!(peer = %conn.peer, %error, "tcp connection ended");
+                    self.close(conn);
+                }
             }
-        });
-        if let Err(error) = spawned {
-            tracing::warn!(%peer, %error, "tcp data server: cannot start a connection thread");
-            lock(&shared.connections).remove(&id);
+        }
+    }
+
+    /// Admits a new connection within the limits, evicting a parked one if it must; false if refused.
+    fn admit(&self, registry: &mut Registry, conn: &Conn) -> bool {
+        let limits = &self.limits;
+        let per_source = registry.per_source.get(&conn.source).copied().unwrap_or(0);
+        if per_source >= limits.max_connections_per_source.max(1) {
+            let Some(victim) = registry.victim(Some(conn.source)) else { return false };
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %conn.peer, "tcp data server: per-source limit; evicting a parked connection");
+            drop(self.evict(registry, victim));
+        }
+        if registry.live.len() >= limits.max_connections.max(1) {
+            let victim = registry
+                .victim(None)
+                .filter(|id| !registry.parked[id].conn.requested)
+                .or_else(|| registry.largest_source().and_then(|source| registry.victim(Some(source))));
+            let Some(victim) = victim else { return false };
+            self.evicted.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(peer = %conn.peer, "tcp data server: connection limit; evicting a parked connection");
+            drop(self.evict(registry, victim));
+        }
+        true
+    }
+}
+
+fn poll_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 256];
+    loop {
+        let now = Instant::now();
+        let next_deadline = lock(&shared.registry).parked.values().map(|parked| parked.deadline).min();
+        // Capped at a tick: serving threads park connections (with later deadlines) without waking the poller.
+        let wait =
+            next_deadline.map_or(shared.limits.tick, |d| d.saturating_duration_since(now)).min(shared.limits.tick);
+        let timeout = wait.as_micros().div_ceil(1000) as libc::c_int;
+        // SAFETY: `events` is a live array of `events.len()` epoll_event records the kernel may fill.
+        let ready = unsafe {
+            libc::epoll_wait(shared.epoll.as_raw_fd(), events.as_mut_ptr(), events.len() as libc::c_int, timeout)
+        };
+        if shared.stopping.load(Ordering::SeqCst) {
+            break;
+        }
+        let ready = if ready < 0 { 0 } else { ready as usize };
+        let mut accept_now = false;
+        for event in &events[..ready] {
+            match event.u64 {
+                LISTENER_TOKEN => accept_now = true,
+                WAKE_TOKEN => {
+                    let mut value: u64 = 0;
+                    // SAFETY: reads at most 8 bytes into a live u64 from the non-blocking eventfd.
+                    let _ = unsafe { libc::read(shared.wake.as_raw_fd(), std::ptr::addr_of_mut!(value).cast(), 8) };
+                }
+                id => read_parked(&shared, id),
+            }
+        }
+        expire_parked(&shared);
+        if !accept_now {
+            continue;
+        }
+        // The listener is level-triggered: a backlog left after this burst fires again at once.
+        for _ in 0..ACCEPT_BURST {
+            let (stream, peer) = match listener.accept() {
+                Ok(pair) => pair,
+                Err(error) if error.kind() == io::ErrorKind::WouldBlock => break,
+                Err(error) if error.kind() == io::ErrorKind::Interrupted => continue,
+                Err(error) => {
+                    if let Some(suppressed) = ACCEPT_FAILED.admit() {
+                        tracing::warn!(%error, suppressed, "tcp data server: accept failed");
+                    }
+                    // Out of descriptors and the like: back off instead of spinning.
+                    std::thread::sleep(Duration::from_millis(10));
+                    break;
+                }
+            };
+            let conn = Conn {
+                id: shared.next_connection.fetch_add(1, Ordering::Relaxed),
+                stream,
+                peer,
+                source: Source::of(&peer),
+                requested: false,
+                header: [0; HEADER_LEN],
+                have: 0,
+            };
+            let _ = conn.stream.set_nodelay(true);
+            if conn.stream.set_nonblocking(true).is_err() {
+                continue;
+            }
+            let mut registry = lock(&shared.registry);
+            if !shared.admit(&mut registry, &conn) {
+                shared.refused.fetch_add(1, Ordering::Relaxed);
+                if let Some(suppressed) = LIMIT_REFUSED.admit() {
+                    tracing::warn!(%peer, connections = registry.live.len(), suppressed,
+                        refused = shared.refused.load(Ordering::Relaxed),
+                        "tcp data server: connection limits reached and nothing to evict; connection refused \
+                         ({suppressed} more like this in the last second)");
+                }
+                continue;
+            }
+            if epoll_control(&shared.epoll, libc::EPOLL_CTL_ADD, conn.stream.as_raw_fd(), conn.id).is_err() {
+                continue;
+            }
+            registry.live.insert(conn.id, (conn.source, -1));
+            *registry.per_source.entry(conn.source).or_insert(0) += 1;
+            let now = Instant::now();
+            let deadline = now + shared.limits.first_request_timeout;
+            registry.parked.insert(conn.id, Parked { conn, since: now, deadline });
+        }
+    }
+    // Stopping: close every parked connection (serving threads close theirs; `Drop` waits for them).
+    let mut registry = lock(&shared.registry);
+    let ids: Vec<u64> = registry.parked.keys().copied().collect();
+    for id in ids {
+        if let Some(conn) = shared.evict(&mut registry, id) {
+            let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// Reads what a parked connection has sent of its next request header; hands it to a serving thread once whole,
+/// closes it at EOF or on error.
+fn read_parked(shared: &Arc<Shared>, id: u64) {
+    let mut registry = lock(&shared.registry);
+    let Some(parked) = registry.parked.get_mut(&id) else { return };
+    let conn = &mut parked.conn;
+    let outcome = loop {
+        // SAFETY: reads at most `HEADER_LEN - have` bytes into the rest of the connection's header array.
+        let got = unsafe {
+            libc::recv(
+                conn.stream.as_raw_fd(),
+                conn.header.as_mut_ptr().add(conn.have).cast(),
+                HEADER_LEN - conn.have,
+                libc::MSG_DONTWAIT,
+            )
+        };
+        if got > 0 {
+            conn.have += got as usize;
+            if conn.have < HEADER_LEN {
+                continue;
+            }
+            break Some(true);
+        }
+        if got == 0 {
+            break None;
+        }
+        match io::Error::last_os_error().kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => break Some(false),
+            _ => break None,
+        }
+    };
+    match outcome {
+        // Whole header: off to a serving thread.
+        Some(true) => {
+            if let Some(parked) = registry.parked.remove(&id) {
+                let _ = epoll_control(&shared.epoll, libc::EPOLL_CTL_DEL, parked.conn.stream.as_raw_fd(), 0);
+                drop(registry);
+                let mut conn = parked.conn;
+                conn.requested = true;
+                shared.dispatch(conn);
+            }
+        }
+        // Part of a header: a first request keeps its deadline from accept; a later one must keep moving.
+        Some(false) => {
+            if parked.conn.requested && parked.conn.have > 0 {
+                parked.deadline = Instant::now() + shared.limits.io_timeout;
+            }
+        }
+        None => {
+            if let Some(conn) = shared.evict(&mut registry, id) {
+                if conn.have > 0 {
+                    tracing::debug!(peer = %conn.peer, have = conn.have, "tcp connection closed inside a request header");
+                }
+            }
+        }
+    }
+}
+
+/// Closes parked connections past their deadline (first request, idle, or a stalled header).
+fn expire_parked(shared: &Shared) {
+    let now = Instant::now();
+    let mut registry = lock(&shared.registry);
+    let expired: Vec<u64> =
+        registry.parked.values().filter(|parked| parked.deadline <= now).map(|p| p.conn.id).collect();
+    for id in expired {
+        if let Some(conn) = shared.evict(&mut registry, id) {
+            shared.expired.fetch_add(1, Ordering::Relaxed);
+            let what = if !conn.requested {
+                "no first request in time"
+            } else if conn.have > 0 {
+                "stalled inside a request header"
+            } else {
+                "idle"
+            };
+            tracing::debug!(peer = %conn.peer, what, "tcp connection closed at its deadline");
         }
     }
 }
@@ -267,27 +754,71 @@ impl Outbound {
     }
 }
 
-fn serve_connection(stream: &TcpStream, shared: &Shared) -> io::Result<()> {
-    stream.set_nodelay(true)?;
+/// Whether bytes are waiting to be read on `fd` (checked without blocking or consuming them).
+fn has_pending_input(fd: RawFd) -> bool {
+    let mut byte = 0u8;
+    // SAFETY: recv(2) with MSG_PEEK writes at most one byte into `byte`.
+    unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) > 0 }
+}
+
+/// Whether `fd` has input (or EOF, or an error) within `wait`.
+fn readable_within(fd: RawFd, wait: Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+    let timeout = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+    loop {
+        // SAFETY: one live pollfd.
+        let ready = unsafe { libc::poll(&mut poll, 1, timeout) };
+        if ready >= 0 {
+            return Ok(ready > 0);
+        }
+        let error = io::Error::last_os_error();
+        if error.kind() != io::ErrorKind::Interrupted {
+            return Err(error);
+        }
+    }
+}
+
+/// Serves requests on `conn` while they keep coming. `Ok(true)`: it went quiet, park it (any part of the next
+/// header read so far is back in `conn.header`); `Ok(false)`: the peer closed cleanly; `Err`: the connection ends.
+fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<bool> {
+    let stream = &conn.stream;
+    stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(shared.limits.tick))?;
     stream.set_write_timeout(Some(shared.limits.tick))?;
     let fd = stream.as_raw_fd();
     let mut inbound = Inbound::new(fd, 256 * 1024);
+    inbound.preload(&conn.header[..conn.have]);
+    conn.have = 0;
     let mut outbound = Outbound { iovecs: Vec::with_capacity(MAX_IOVECS), bytes: 0, holds_memory: false };
-    let mut patience = Patience::new("idle", shared.limits.idle_timeout, Some(&shared.stopping));
+    let mut patience = Patience::new("read request header", shared.limits.io_timeout, Some(&shared.stopping));
     loop {
         if inbound.buffered() < HEADER_LEN || outbound.is_full() {
             // About to wait for input (or holding a lot): the peer must see every reply queued so far first.
             patience.restart("write replies", shared.limits.io_timeout);
             outbound.flush(fd, &mut patience)?;
         }
-        if inbound.buffered() == 0 {
-            patience.restart_idle("read request header", shared.limits.idle_timeout, shared.limits.io_timeout);
-        } else {
+        while inbound.buffered() < HEADER_LEN {
+            // Between requests: keep the thread only if the next one is coming now and no other connection waits.
+            let waited = shared.queued.load(Ordering::Relaxed) == 0 && readable_within(fd, shared.limits.linger)?;
+            if !waited || shared.stopping.load(Ordering::Relaxed) {
+                let partial = inbound.take_buffered();
+                conn.header[..partial.len()].copy_from_slice(&partial);
+                conn.have = partial.len();
+                return Ok(true);
+            }
             patience.restart("read request header", shared.limits.io_timeout);
+            if inbound.fill(&mut patience)? == 0 {
+                if inbound.buffered() == 0 {
+                    return Ok(false);
+                }
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("peer closed the connection {} bytes into a request header", inbound.buffered()),
+                ));
+            }
         }
         let Some(bytes) = inbound.frame::<HEADER_LEN>(&mut patience)? else {
-            return Ok(());
+            return Ok(false);
         };
         let header = RequestHeader::decode(&bytes);
         let checked = {
