@@ -218,20 +218,26 @@ fn exit_within(child: &mut Child, timeout: std::time::Duration) -> Option<std::p
     }
 }
 
+/// `aiv metadata-server` on a free loopback port, and its URL (the server stops when the handle drops).
+fn metadata_server() -> (Child, String) {
+    let mut server = Child(
+        aiv()
+            .args(["metadata-server", "--port", "0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("runs"),
+    );
+    let line = first_line(&mut server, std::time::Duration::from_secs(10));
+    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    (server, url)
+}
+
 #[test]
 fn a_target_serves_until_signalled_then_withdraws_so_a_restart_under_its_name_works() {
     use std::process::Stdio;
     use std::time::Duration;
-    let mut server = Child(
-        aiv()
-            .args(["metadata-server", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("runs"),
-    );
-    let line = first_line(&mut server, Duration::from_secs(10));
-    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    let (_server, url) = metadata_server();
     // Not a bound port: under a metadata store the name is taken as given.
     let name = format!("127.0.0.1:{}", 30_000 + std::process::id() % 20_000);
     let dir = tempfile::tempdir().expect("temp dir");
@@ -271,16 +277,7 @@ fn a_target_serves_until_signalled_then_withdraws_so_a_restart_under_its_name_wo
 fn an_initiator_with_failed_batches_exits_non_zero() {
     use std::process::Stdio;
     use std::time::Duration;
-    let mut server = Child(
-        aiv()
-            .args(["metadata-server", "--port", "0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("runs"),
-    );
-    let line = first_line(&mut server, Duration::from_secs(10));
-    let url = line.split_whitespace().find(|w| w.starts_with("http://127.0.0.1:")).expect(&line).to_owned();
+    let (_server, url) = metadata_server();
     let name = format!("127.0.0.1:{}", 30_000 + (std::process::id() + 7) % 20_000);
     let mut target = Child(
         aiv()
