@@ -115,6 +115,9 @@ pub struct AivOptions {
     pub tcp_first_request_timeout: Duration,
     /// See [`AivOptions::tcp_first_request_timeout`].
     pub tcp_max_connections_per_source: usize,
+    /// The handshake server's admission limits (`handshake_first_request_ms`, `handshake_max_connections`,
+    /// `handshake_max_per_source`; see `metadata::handshake::server`).
+    pub handshake: HandshakeLimits,
 }
 
 impl Default for AivOptions {
@@ -145,6 +148,7 @@ impl Default for AivOptions {
             export: ExportLimits::default(),
             tcp_first_request_timeout: Duration::from_secs(1),
             tcp_max_connections_per_source: 128,
+            handshake: HandshakeLimits::default(),
         }
     }
 }
@@ -177,6 +181,24 @@ impl Default for ExportLimits {
             max_per_process: 16,
             client_timeout: Duration::from_secs(2),
         }
+    }
+}
+
+/// Admission limits of the handshake server on the RPC port (`metadata::handshake::server`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HandshakeLimits {
+    /// The whole request frame must arrive within this of the accept (`aiv` option `handshake_first_request_ms`,
+    /// default 1 s).
+    pub request_timeout: Duration,
+    /// Connections held at once (`handshake_max_connections`, default 256).
+    pub max_connections: usize,
+    /// Of those, from one source: an IPv4 address or an IPv6 /64 (`handshake_max_per_source`, default 32).
+    pub max_per_source: usize,
+}
+
+impl Default for HandshakeLimits {
+    fn default() -> Self {
+        HandshakeLimits { request_timeout: Duration::from_secs(1), max_connections: 256, max_per_source: 32 }
     }
 }
 
@@ -381,8 +403,8 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.sq_depth = depth;
     }
     if let Some(size) = fields.size("hbm_size")? {
-        if size < 1 << 20 {
-            return Err(fields.invalid("hbm_size", "at least 1 MiB", &Value::from(size)));
+        if !(1 << 20..=MAX_HBM_SIZE).contains(&size) {
+            return Err(fields.invalid("hbm_size", "from 1 MiB to 64 GiB", &Value::from(size)));
         }
         aiv.hbm_size = size;
     }
@@ -433,7 +455,8 @@ fn read_tcp_client_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(
     Ok(())
 }
 
-/// The admission limits of the `"aiv"` object: the twin export service's and the tcp data server's.
+/// The admission limits of the `"aiv"` object: the twin export service's, the tcp data server's and the handshake
+/// server's.
 fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
     if let Some(ms) = fields.integer("export_first_request_ms", 1, 60_000)? {
         aiv.export.first_request_timeout = Duration::from_millis(ms);
@@ -456,8 +479,26 @@ fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<()
     if let Some(count) = fields.integer("tcp_max_connections_per_source", 1, 65_536)? {
         aiv.tcp_max_connections_per_source = count as usize;
     }
+    if let Some(ms) = fields.integer("handshake_first_request_ms", 1, 60_000)? {
+        aiv.handshake.request_timeout = Duration::from_millis(ms);
+    }
+    if let Some(count) = fields.integer("handshake_max_connections", 1, 65_536)? {
+        aiv.handshake.max_connections = count as usize;
+    }
+    if let Some(count) = fields.integer("handshake_max_per_source", 1, 65_536)? {
+        aiv.handshake.max_per_source = count as usize;
+    }
+    if aiv.handshake.max_per_source > aiv.handshake.max_connections {
+        let found = Value::from(aiv.handshake.max_per_source as u64);
+        let expected = format!("at most handshake_max_connections ({})", aiv.handshake.max_connections);
+        return Err(fields.invalid("handshake_max_per_source", &expected, &found));
+    }
     Ok(())
 }
+
+/// Largest `aiv.hbm_size`: 64 GiB. The twin maps its HBM as one sparse memfd (pages are allocated as they are
+/// touched), so the bound is a guard against typos such as `"1tb"`, not a statement about a device.
+pub const MAX_HBM_SIZE: u64 = 64 << 30;
 
 /// Largest `aiv.device_id`: the in-process bench pair puts its target on `device_id + 1`, which must not wrap.
 pub const MAX_DEVICE_ID: u32 = 65_535;
@@ -686,7 +727,24 @@ mod tests {
         assert_eq!(export.client_timeout, Duration::from_millis(900));
         assert_eq!(config.aiv.tcp_first_request_timeout, Duration::from_millis(700));
         assert_eq!(config.aiv.tcp_max_connections_per_source, 16);
-        for key in ["export_first_request_ms", "export_max_per_process", "tcp_max_connections_per_source"] {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"handshake_first_request_ms": 300, "handshake_max_connections": 40,
+                "handshake_max_per_source": 4}}"#,
+        )
+        .expect("valid handshake limits");
+        let handshake = &config.aiv.handshake;
+        assert_eq!(handshake.request_timeout, Duration::from_millis(300));
+        assert_eq!((handshake.max_connections, handshake.max_per_source), (40, 4));
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"handshake_max_per_source": 300}}"#)
+            .expect_err("more per source than in all (256 by default)");
+        assert!(error.to_string().contains("at most handshake_max_connections (256)"), "{error}");
+        for key in [
+            "export_first_request_ms",
+            "export_max_per_process",
+            "tcp_max_connections_per_source",
+            "handshake_first_request_ms",
+            "handshake_max_connections",
+        ] {
             let error = parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": 0}}}}"#)).expect_err("zero");
             assert!(error.to_string().contains(&format!("aiv.{key}")), "{error}");
         }
@@ -713,6 +771,13 @@ mod tests {
             message.contains("test.json") && message.contains("aiv.aiv_blocks") && message.contains("1 to 48"),
             "{message}"
         );
+        for size in ["\"1tb\"", "\"512kb\"", "18446744073709551615"] {
+            let error = parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"hbm_size": {size}}}}}"#)).expect_err(size);
+            assert!(
+                error.to_string().contains("aiv.hbm_size") && error.to_string().contains("1 MiB to 64 GiB"),
+                "{error}"
+            );
+        }
         let error = parse(r#"{"local_hostname": "h", "aiv": {"sq_depth": 1000}}"#).expect_err("not a power of two");
         assert!(error.to_string().contains("power of two"), "{error}");
     }

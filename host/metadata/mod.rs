@@ -27,7 +27,6 @@ pub use store::{KeyLayout, RpcMeta};
 
 use crate::config::{ConfigError, Environment};
 use crate::error::{EngineError, Result};
-use handshake::HandshakeLimits;
 
 /// Publishes this engine's descriptor and fetches peers'.
 pub trait MetadataBackend: Send + Sync + fmt::Debug {
@@ -128,8 +127,6 @@ pub struct MetadataOptions {
     /// `AIV_METADATA_DEADLINE_MS` (3000 ms): one overall deadline per metadata client operation: a handshake
     /// exchange, an HTTP request, an etcd call over all its endpoints (connect, send, the whole reply).
     pub client_deadline: Duration,
-    /// The handshake server's admission limits (first-request deadline, per-source and total connections).
-    pub handshake: HandshakeLimits,
 }
 
 impl Default for MetadataOptions {
@@ -140,7 +137,6 @@ impl Default for MetadataOptions {
             rpc_bind_address: None,
             client_connect_timeout: Duration::from_millis(1500),
             client_deadline: Duration::from_secs(3),
-            handshake: HandshakeLimits::default(),
         }
     }
 }

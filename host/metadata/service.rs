@@ -47,7 +47,7 @@ impl MetadataService {
             &bind_host,
             options.rpc_ports.clone(),
             state.clone(),
-            options.handshake.clone(),
+            config.aiv.handshake.clone(),
         )?;
         let rpc_port = handshake.local_addr().port();
         let rpc_meta = RpcMeta { ip_or_host_name: bind_host.clone(), rpc_port };

@@ -28,6 +28,7 @@ use tokio::sync::watch;
 use tokio::task::AbortHandle;
 
 use super::{Frame, FrameKind};
+pub use crate::config::HandshakeLimits;
 use crate::error::{EngineError, Result};
 use crate::log_limit::LogLimiter;
 use crate::metadata::SegmentDescriptor;
@@ -47,23 +48,6 @@ const LISTEN_BACKLOG: libc::c_int = 4096;
 const MAX_NOTIFICATIONS: usize = 1024;
 /// Bound on waiting for the accept loop to stop.
 const STOP_WAIT: Duration = Duration::from_secs(2);
-
-/// Admission limits of the handshake server (see the module docs).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct HandshakeLimits {
-    /// The whole request frame must arrive within this of the accept (default 1 s).
-    pub request_timeout: Duration,
-    /// Connections held at once (default 256).
-    pub max_connections: usize,
-    /// Of those, from one source: an IPv4 address or an IPv6 /64 (default 32).
-    pub max_per_source: usize,
-}
-
-impl Default for HandshakeLimits {
-    fn default() -> Self {
-        HandshakeLimits { request_timeout: Duration::from_secs(1), max_connections: 256, max_per_source: 32 }
-    }
-}
 
 /// A Notify message a peer sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -273,10 +257,13 @@ fn random_u32() -> u32 {
     hasher.finish() as u32
 }
 
-/// Where a connection is: evictable while it waits for its request or for the client's close.
+/// Where a connection is: evictable while it waits for its request or for the client's close. A connection leaves
+/// `WAITING` by one compare-and-swap, either its task's (to `ANSWERING`, once the whole request has been read) or an
+/// evictor's (to `EVICTED`): a request read just before an eviction is answered, never aborted half-way.
 const WAITING: u8 = 0;
 const ANSWERING: u8 = 1;
 const CLOSING: u8 = 2;
+const EVICTED: u8 = 3;
 
 /// What the per-source limit counts by: an IPv4 address (IPv4-mapped IPv6 included) or an IPv6 /64.
 fn source_of(address: &SocketAddr) -> u128 {
@@ -332,7 +319,11 @@ impl Table {
                         && !skipped.contains(id)
                 })
                 .min_by_key(|(_, c)| c.accepted)?;
-            if connection.phase.load(Ordering::Acquire) == CLOSING || !has_pending_input(connection.probe.as_raw_fd()) {
+            let phase = &connection.phase;
+            let evictable = phase.load(Ordering::Acquire) == CLOSING
+                || (!has_pending_input(connection.probe.as_raw_fd())
+                    && phase.compare_exchange(WAITING, EVICTED, Ordering::AcqRel, Ordering::Acquire).is_ok());
+            if evictable {
                 return Some(*id);
             }
             skipped.push(*id);
@@ -551,7 +542,10 @@ async fn reply_to_request(
             return None;
         }
     };
-    phase.store(ANSWERING, Ordering::Release);
+    if phase.compare_exchange(WAITING, ANSWERING, Ordering::AcqRel, Ordering::Acquire).is_err() {
+        // Evicted as the last byte arrived: the abort is on its way; answer nothing.
+        return None;
+    }
     let kind = frame.kind();
     let request: Value = match serde_json::from_slice(&frame.payload) {
         Ok(value) => value,
