@@ -2,81 +2,19 @@
 //!
 //! Speaks raw bytes so every rule of docs/mooncake.md section 4 is checked as a peer sees it: v1 and v2 framing,
 //! status frames, persistent connections, the one-buffer bounds rule (exact fit, inside, partial overlap,
-//! adjacent buffers, zero size, overflow), rejection without touching memory, isolation from stalled clients, and a
-//! flood of idle connections that must keep no client out and hold no thread.
+//! adjacent buffers, zero size, overflow), rejection without touching memory, unregistration between requests, and
+//! closing every connection when dropped. Malformed frames, stalled and flooding clients: the hostile tier
+//! (`tests/hostile/tcp_data.rs`).
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use aiv_transport::transfer::{BufferSet, RegisteredBuffer};
-use aiv_transport::transport::tcp::wire::{RequestHeader, Status, WireOpcode, WireVersion};
-use aiv_transport::transport::tcp::{ServerLimits, SharedMemory, TcpDataServer};
+use aiv_transport::transport::tcp::wire::{Status, WireOpcode, WireVersion};
 
-#[path = "common/flood.rs"]
-mod flood;
+#[path = "common/tcp_wire.rs"]
+mod tcp_wire;
 
-/// Two adjacent registered buffers carved out of one allocation, plus an unregistered tail.
-struct Fixture {
-    memory: Box<[u8]>,
-    shared: SharedMemory,
-    server: TcpDataServer,
-}
-
-const BUFFER: u64 = 4096;
-
-impl Fixture {
-    fn new() -> Fixture {
-        Fixture::with_limits(ServerLimits::default())
-    }
-
-    fn with_limits(limits: ServerLimits) -> Fixture {
-        let mut memory: Box<[u8]> = (0..3 * BUFFER as usize).map(|i| (i % 251) as u8).collect();
-        let base = memory.as_mut_ptr() as u64;
-        let mut set = BufferSet::new();
-        for index in 0..2 {
-            let buffer = RegisteredBuffer { addr: base + index * BUFFER, length: BUFFER, location: "cpu:0".into() };
-            set.insert(buffer).expect("adjacent buffers do not overlap");
-        }
-        let shared = Arc::new(RwLock::new(set));
-        let server =
-            TcpDataServer::start("127.0.0.1:0".parse().expect("address"), shared.clone(), limits).expect("server");
-        Fixture { memory, shared, server }
-    }
-
-    fn base(&self) -> u64 {
-        self.memory.as_ptr() as u64
-    }
-
-    fn connect(&self) -> TcpStream {
-        let stream = TcpStream::connect(self.server.address()).expect("connect");
-        stream.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
-        stream
-    }
-
-    /// Reads memory the server may be writing on another thread, without forming a reference across the write.
-    fn snapshot(&self) -> Vec<u8> {
-        // SAFETY: reads within our own allocation; volatile so each call really reads what the server wrote.
-        (0..self.memory.len()).map(|i| unsafe { std::ptr::read_volatile(self.memory.as_ptr().add(i)) }).collect()
-    }
-}
-
-fn header(opcode: WireOpcode, version: WireVersion, addr: u64, size: u64) -> [u8; 24] {
-    RequestHeader { size, addr, opcode, version }.encode()
-}
-
-fn status(stream: &mut TcpStream) -> Status {
-    let mut frame = [0u8; 8];
-    stream.read_exact(&mut frame).expect("status frame");
-    Status::decode(frame)
-}
-
-/// True if the server closed the connection (EOF) with nothing more to say.
-fn closed(stream: &mut TcpStream) -> bool {
-    let mut byte = [0u8; 1];
-    matches!(stream.read(&mut byte), Ok(0))
-}
+use tcp_wire::{closed, header, status, Fixture, BUFFER};
 
 #[test]
 fn v2_write_then_read_on_one_persistent_connection() {
@@ -171,6 +109,7 @@ fn bounds_rules() {
         (base + 2 * BUFFER, 8),
         (base, u64::MAX),
     ];
+    let guard = fixture.unregistered();
     for (addr, size) in rejected {
         for version in [WireVersion::V2, WireVersion::V1] {
             let before = fixture.snapshot();
@@ -183,6 +122,7 @@ fn bounds_rules() {
             }
             assert!(closed(&mut stream), "the server closes after a rejection ({version:?})");
             assert_eq!(fixture.snapshot(), before, "[{addr:#x}, +{size}) touched memory");
+            assert_eq!(fixture.unregistered(), guard, "[{addr:#x}, +{size}) touched unregistered memory");
         }
     }
     assert_eq!(fixture.server.rejected(), 2 * rejected.len() as u64);
@@ -201,123 +141,6 @@ fn only_memory_registered_at_the_time_of_the_request_is_served() {
     stream.write_all(&header(WireOpcode::Read, WireVersion::V2, base + BUFFER, 8)).expect("send");
     assert_eq!(status(&mut stream), Status::REJECTED, "unregistered since the last request");
     assert!(closed(&mut stream));
-}
-
-#[test]
-fn truncated_headers_and_payloads_close_without_touching_memory() {
-    let fixture = Fixture::new();
-    let before = fixture.snapshot();
-    {
-        let mut stream = fixture.connect();
-        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base(), 64)[..13]).expect("half");
-    }
-    {
-        let mut stream = fixture.connect();
-        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base() + 512, 64)).expect("header");
-        stream.write_all(&[0xABu8; 10]).expect("10 of 64 payload bytes");
-        stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
-        assert!(closed(&mut stream), "no OK for an incomplete payload");
-    }
-    let after = fixture.snapshot();
-    // The 10 bytes that did arrive may have landed (they were inside the checked range); nothing else changed.
-    assert_eq!(after[..512], before[..512]);
-    assert_eq!(after[522..], before[522..]);
-}
-
-#[test]
-fn stalled_clients_do_not_stall_others_and_are_dropped_in_bounded_time() {
-    let io_timeout = Duration::from_secs(2);
-    let first_request_timeout = Duration::from_millis(500);
-    let limits =
-        ServerLimits { io_timeout, first_request_timeout, tick: Duration::from_millis(50), ..Default::default() };
-    let fixture = Fixture::with_limits(limits);
-    // Half a first header, then silence: closed at the first-request deadline, counted from the accept.
-    let mut stalled_first = fixture.connect();
-    stalled_first.write_all(&[1, 2, 3]).expect("partial header");
-    let first_at = Instant::now();
-    // One request served, then half a header and silence: closed once the in-request timeout has passed.
-    let mut stalled_later = fixture.connect();
-    stalled_later.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), 64)).expect("send");
-    assert_eq!(status(&mut stalled_later), Status::OK);
-    let mut data = [0u8; 64];
-    stalled_later.read_exact(&mut data).expect("data");
-    stalled_later.write_all(&[1, 2, 3]).expect("partial header");
-    let later_at = Instant::now();
-    // A client that asks for data and never reads it: its socket buffers fill.
-    let mut hog = fixture.connect();
-    for _ in 0..64 {
-        hog.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), BUFFER)).expect("send");
-    }
-    for _ in 0..100 {
-        let mut stream = fixture.connect();
-        stream.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), 64)).expect("send");
-        assert_eq!(status(&mut stream), Status::OK);
-        stream.read_exact(&mut data).expect("data");
-    }
-    // All 100 were served while the stalled connection was still being waited on (it cannot be dropped before
-    // `io_timeout` has passed since its last byte).
-    assert!(later_at.elapsed() < io_timeout, "others served within the stalled client's timeout");
-    stalled_first.set_read_timeout(Some(io_timeout * 3)).expect("timeout");
-    assert!(closed(&mut stalled_first), "stalled first request dropped");
-    let waited = first_at.elapsed();
-    assert!(waited >= first_request_timeout && waited < io_timeout, "first request dropped after {waited:?}");
-    // The stalled connection is closed once the in-request timeout passes, not later than a few ticks after it.
-    stalled_later.set_read_timeout(Some(io_timeout * 3)).expect("timeout");
-    assert!(closed(&mut stalled_later), "stalled client dropped");
-    let waited = later_at.elapsed();
-    assert!(waited >= io_timeout && waited < io_timeout * 2, "dropped after {waited:?}");
-    assert!(fixture.server.expired() >= 2);
-}
-
-/// 1,100 idle connections from ten source addresses (one of them the legitimate client's own, 127.0.0.1), each
-/// replaced as soon as the server closes it: they hold no serving thread, the server holds at most
-/// `max_connections`, and a client that opens a new connection per request (as Mooncake's does) is served every
-/// time, promptly, while the flood goes on.
-#[test]
-fn a_flood_of_idle_connections_holds_no_thread_and_keeps_no_client_out() {
-    let fd_budget = flood::raise_fd_limit();
-    // The flood's descriptors and the server's side of them, with room for the rest of the test process.
-    let flood_size = 1100.min(fd_budget.saturating_sub(512) as usize / 2);
-    let limits = ServerLimits::default();
-    let fixture = Fixture::with_limits(limits.clone());
-    let sources: Vec<_> = (0..10).map(flood::loopback_source).collect();
-    let flood = flood::TcpFlood::start(fixture.server.address(), &sources, flood_size / sources.len());
-    flood.wait_for(flood_size.min(limits.max_connections), Duration::from_secs(10));
-    assert_eq!(fixture.server.serving_threads(), 0, "idle connections hold no thread");
-
-    let started = Instant::now();
-    for round in 0..200u64 {
-        let offset = (round % 32) * 64;
-        let payload: Vec<u8> = (0..64).map(|i| (i as u64 * 7 + round) as u8).collect();
-        let mut stream = fixture.connect();
-        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base() + offset, 64)).expect("header");
-        stream.write_all(&payload).expect("payload");
-        assert_eq!(status(&mut stream), Status::OK, "round {round}");
-        drop(stream);
-        let mut stream = fixture.connect();
-        stream.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base() + offset, 64)).expect("header");
-        assert_eq!(status(&mut stream), Status::OK, "round {round}");
-        let mut data = [0u8; 64];
-        stream.read_exact(&mut data).expect("data");
-        assert_eq!(data[..], payload[..], "round {round}");
-    }
-    let took = started.elapsed();
-    let held = fixture.server.connections();
-    let threads = fixture.server.serving_threads();
-    let (evicted, expired) = (fixture.server.evicted(), fixture.server.expired());
-    let replaced = flood.closed_by_server.load(std::sync::atomic::Ordering::Relaxed);
-    drop(flood);
-    eprintln!(
-        "flood of {flood_size}: 400 requests in {took:?}; server held {held}, {threads} serving threads, {evicted} \
-         evicted, {expired} expired; the flood replaced {replaced}"
-    );
-    assert!(took < Duration::from_secs(10), "400 requests took {took:?} under the flood");
-    assert!(held <= limits.max_connections, "{held} connections held");
-    assert!(
-        threads < 8,
-        "{threads} serving threads (the flood sends nothing; the client uses one connection at a time)"
-    );
-    assert!(evicted + expired > 0 && replaced > 0, "the flood met the limits: {evicted} evicted, {expired} expired");
 }
 
 #[test]

@@ -245,6 +245,18 @@ unsafe fn flood_child(
 ) -> ! {
     // SAFETY: raw system calls on live stack memory and the caller's address, in the only thread of this process.
     unsafe {
+        // Let go of every descriptor inherited from the test process but the report pipe: a copy held here would keep
+        // the other end of another test's connection open (a server's close would not reach its client) for as long
+        // as this child runs.
+        let keep = report as libc::c_uint;
+        for (first, last) in [(3, keep.saturating_sub(1)), (keep + 1, libc::c_uint::MAX)] {
+            if first <= last && libc::syscall(libc::SYS_close_range, first, last, 0 as libc::c_uint) != 0 {
+                // Kernels before 5.9: close them one by one, up to a bound.
+                for fd in first..last.min(65_536) {
+                    libc::close(fd as libc::c_int);
+                }
+            }
+        }
         if as_nobody {
             // Raw system calls: glibc's wrappers would try to synchronise threads this child does not have.
             let nobody = 65534 as libc::c_long;

@@ -1,12 +1,9 @@
-//! Hostile-input tier: this engine's clients against peers that misbehave on purpose.
+//! Our clients against peers that misbehave on purpose.
 //!
 //! Every test is bounded in time and talks only to loopback. The peers here are fakes on 127.0.0.1: a "dribbler"
 //! accepts a connection, sends an opening that promises a large answer, then one byte every 200 ms. Each client
 //! operation (a handshake exchange, an HTTP metadata request, an etcd call, a tcp transfer) must end within its one
 //! overall deadline plus a small margin, with an error that names the peer and the deadline.
-
-#[path = "common/http.rs"]
-mod http_support;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -19,10 +16,11 @@ use aiv_transport::config::EngineConfig;
 use aiv_transport::metadata::etcd::EtcdStore;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState};
 use aiv_transport::metadata::http::HttpStore;
-use aiv_transport::metadata::http_server::{MetadataHttpServer, StoreLimits};
 use aiv_transport::metadata::store::KeyValueStore;
 use aiv_transport::metadata::{BufferDescriptor, SegmentDescriptor};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
+
+use crate::captured_log;
 
 /// How often the dribbler sends its next byte.
 const DRIBBLE: Duration = Duration::from_millis(200);
@@ -208,37 +206,6 @@ fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_d
     drop(local);
 }
 
-/// Everything `tracing` prints in this test binary, for counting lines (installed once, as the global subscriber:
-/// the lines come from the client's own threads).
-fn captured_log() -> Arc<std::sync::Mutex<Vec<u8>>> {
-    static LOG: std::sync::OnceLock<Arc<std::sync::Mutex<Vec<u8>>>> = std::sync::OnceLock::new();
-    LOG.get_or_init(|| {
-        let log = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let sink = log.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .with_max_level(tracing::Level::WARN)
-            .with_writer(move || SharedWriter(sink.clone()))
-            .finish();
-        tracing::subscriber::set_global_default(subscriber).expect("the only global subscriber of this binary");
-        log
-    })
-    .clone()
-}
-
-struct SharedWriter(Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Write for SharedWriter {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
 #[test]
 fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_in_time() {
     let log = captured_log();
@@ -307,78 +274,4 @@ fn a_dead_tcp_peer_costs_a_bounded_number_of_warnings_and_every_transfer_fails_i
         "{warnings} warnings about port {port} for {transfers} failed transfers in 2 s:\n{}",
         text.lines().take(20).collect::<Vec<_>>().join("\n")
     );
-}
-
-/// One raw HTTP/1.1 request to `address`; returns (status, body).
-fn http(address: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> (u16, String) {
-    http_support::raw_http(address, method, target, body)
-}
-
-#[test]
-fn the_http_metadata_store_is_bounded_in_bytes_and_keys_and_says_which_limit() {
-    let log = captured_log();
-    let limits = StoreLimits { max_body_bytes: 1024, max_total_bytes: 2500, max_keys: 3 };
-    let server =
-        MetadataHttpServer::start_with_limits("127.0.0.1:0".parse().expect("address"), limits).expect("server starts");
-    let address = server.local_addr();
-    let put = |key: &str, len: usize| http(address, "PUT", &format!("/metadata?key={key}"), &vec![b'x'; len]);
-    let (status, body) = put("hostile-k0", 1025);
-    assert_eq!(status, 413, "{body}");
-    assert!(body.contains("1024") && body.contains("max_body_bytes"), "{body}");
-    // Each entry counts key (10 bytes) and value: 3 x 810 = 2430 of 2500.
-    for key in ["hostile-k0", "hostile-k1", "hostile-k2"] {
-        assert_eq!(put(key, 800).0, 200, "{key}");
-    }
-    let (status, body) = put("hostile-k3", 1);
-    assert_eq!(status, 507, "a fourth key: {body}");
-    assert!(body.contains("3 keys") && body.contains("max_keys"), "{body}");
-    // Replacing a key counts the difference: 2430 - 810 + 860 = 2480 fits (adding 860 to 2430 would not).
-    assert_eq!(put("hostile-k0", 850).0, 200, "a replacement within the total");
-    let (status, body) = put("hostile-k0", 1000);
-    assert_eq!(status, 507, "a replacement past the total: {body}");
-    assert!(body.contains("2500") && body.contains("max_total_bytes"), "{body}");
-    assert_eq!(http(address, "GET", "/metadata?key=hostile-k0", b"").1.len(), 850, "the refused PUT changed nothing");
-    // A delete gives its bytes and its key back.
-    assert_eq!(http(address, "DELETE", "/metadata?key=hostile-k2", b"").0, 200);
-    assert_eq!(put("hostile-k3", 800).0, 200, "room again after a delete");
-    // A flood of refusals costs a bounded number of warnings.
-    let started = Instant::now();
-    for _ in 0..200 {
-        assert_eq!(put("hostile-k4", 1).0, 507);
-    }
-    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
-    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains("hostile-k")).count();
-    let seconds = started.elapsed().as_secs() + 2;
-    assert!(
-        (1..=5 * seconds as usize + 5).contains(&warnings),
-        "{warnings} refusal warnings for 204 refusals in {:?}",
-        started.elapsed()
-    );
-    server.stop();
-}
-
-#[test]
-fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
-        .args(["metadata-server", "--port", "0", "--max-keys", "0"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("aiv runs");
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if started.elapsed() > Duration::from_secs(10) {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("aiv metadata-server --max-keys 0 kept running");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut stderr = String::new();
-    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
-    assert!(!status.success(), "{status:?}");
-    assert!(stderr.contains("max_keys = 0") && stderr.contains("1..="), "{stderr}");
 }

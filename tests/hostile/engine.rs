@@ -1,0 +1,140 @@
+//! A whole engine under fuzz: random bytes and frames on its RPC (handshake) port and its tcp data port at once,
+//! then a legitimate transfer. Memory next to its registered buffer is checked untouched.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+/// Registered bytes, with an unregistered guard of the same size on each side.
+const REGISTERED: usize = 8192;
+
+struct Target {
+    engine: TransferEngine,
+    memory: Box<[u8]>,
+    data_port: u16,
+}
+
+impl Target {
+    fn registered_addr(&self) -> u64 {
+        self.memory.as_ptr() as u64 + REGISTERED as u64
+    }
+
+    fn guards(&self) -> Vec<u8> {
+        let read = |range: std::ops::Range<usize>| -> Vec<u8> {
+            // SAFETY: reads inside our own allocation; volatile, as the engine's server threads may write nearby.
+            range.map(|i| unsafe { std::ptr::read_volatile(self.memory.as_ptr().add(i)) }).collect()
+        };
+        let mut bytes = read(0..REGISTERED);
+        bytes.extend(read(2 * REGISTERED..3 * REGISTERED));
+        bytes
+    }
+}
+
+fn target() -> &'static Target {
+    static TARGET: std::sync::OnceLock<Target> = std::sync::OnceLock::new();
+    TARGET.get_or_init(|| {
+        let engine = TransferEngine::new(EngineConfig::new("127.0.0.1")).expect("tcp engine starts");
+        let memory: Box<[u8]> = (0..3 * REGISTERED).map(|i| (i % 253) as u8).collect();
+        let addr = memory.as_ptr() as u64 + REGISTERED as u64;
+        // SAFETY: the memory lives in the same static as the engine, for the rest of the process.
+        unsafe { engine.register_memory(addr, REGISTERED as u64, "cpu:0") }.expect("register");
+        let data_port =
+            engine.segment(SegmentId::LOCAL).expect("local").descriptor.tcp_data_port.expect("tcp data port");
+        Target { engine, memory, data_port }
+    })
+}
+
+fn send(port: u16, bytes: &[u8]) {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else { return };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(3)));
+    let _ = stream.write_all(bytes);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut sink = [0u8; 16 << 10];
+    let started = Instant::now();
+    while matches!(stream.read(&mut sink), Ok(n) if n > 0) && started.elapsed() < Duration::from_secs(5) {}
+}
+
+/// Bytes for either port: a header-shaped prefix (a size, then an address in the guard before the buffer or in the
+/// buffer itself, an opcode byte, padding) and a payload; or noise.
+fn hostile_bytes(guard_addr: u64) -> impl Strategy<Value = Vec<u8>> {
+    let aimed = (0u64..2 * REGISTERED as u64, 1u64..4096, any::<u8>(), prop::collection::vec(any::<u8>(), 0..512))
+        .prop_map(move |(offset, size, opcode, payload)| {
+            let mut out = size.to_le_bytes().to_vec();
+            out.extend_from_slice(&(guard_addr + offset).to_le_bytes());
+            out.push(opcode);
+            out.extend_from_slice(&[0; 7]);
+            out.extend_from_slice(&payload);
+            out
+        });
+    // Across the buffer's start or end, with the whole payload the header promises.
+    let r = REGISTERED as u64;
+    let across =
+        (prop_oneof![Just(r), Just(2 * r)], 0u64..128, 0u64..96, prop_oneof![Just(0x01u8), Just(0x81), any::<u8>()])
+            .prop_map(move |(edge, before, over, opcode)| {
+                let size = before + over;
+                let mut out = size.to_le_bytes().to_vec();
+                out.extend_from_slice(&(guard_addr + edge - before).to_le_bytes());
+                out.push(opcode);
+                out.extend_from_slice(&[0; 7]);
+                out.extend(std::iter::repeat_n(0xEE, size as usize));
+                out
+            });
+    prop_oneof![2 => aimed, 2 => across, 1 => prop::collection::vec(any::<u8>(), 0..256)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 96,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    /// The same hostile bytes on the RPC port and the data port, concurrently: the guards around the registered
+    /// buffer never change, and another engine's write and read through the tcp transport still complete.
+    #[test]
+    fn an_engine_under_fuzz_on_both_ports_keeps_its_neighbours_and_serves(
+        aimed in hostile_bytes(target().memory.as_ptr() as u64),
+    ) {
+        let target = target();
+        let guard = target.guards();
+        let rpc_port = target.engine.rpc_port();
+        let data_port = target.data_port;
+        let other = aimed.clone();
+        let rpc = std::thread::spawn(move || send(rpc_port, &other));
+        send(data_port, &aimed);
+        rpc.join().expect("rpc sender");
+        prop_assert!(target.guards() == guard, "memory next to the registered buffer changed");
+    }
+}
+
+#[test]
+fn after_the_fuzz_a_real_transfer_completes() {
+    let target = target();
+    let guard = target.guards();
+    let initiator = TransferEngine::new(EngineConfig::new("127.0.0.1")).expect("initiator");
+    let mut local = vec![0x5Au8; 4096];
+    let addr = local.as_mut_ptr() as u64;
+    // SAFETY: `local` outlives the initiator (dropped first below).
+    unsafe { initiator.register_memory(addr, 4096, "cpu:0") }.expect("register");
+    let segment = initiator.open_segment(target.engine.name()).expect("open the fuzzed engine");
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: addr,
+        target_id: segment,
+        target_offset: target.registered_addr() + 1024,
+        length: 4096,
+        protocol: Some(Protocol::Tcp),
+    };
+    let batch = initiator.allocate_batch(1).expect("batch");
+    initiator.submit_transfer(batch, &[request]).expect("submit");
+    let _ = initiator.wait_batch(batch);
+    assert_eq!(initiator.transfer_status(batch, 0).expect("status").state, TransferState::Completed);
+    initiator.free_batch(batch).expect("free");
+    drop(initiator);
+    drop(local);
+    assert_eq!(target.guards(), guard);
+}

@@ -1,0 +1,305 @@
+//! The HTTP metadata server against random and oversized requests, and the HTTP store client against random
+//! answers.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use aiv_transport::metadata::http::HttpStore;
+use aiv_transport::metadata::http_server::{MetadataHttpServer, StoreLimits};
+use aiv_transport::metadata::store::KeyValueStore;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+use crate::{captured_log, http_support};
+
+/// One raw HTTP/1.1 request to `address`; returns (status, body).
+fn http(address: std::net::SocketAddr, method: &str, target: &str, body: &[u8]) -> (u16, String) {
+    http_support::raw_http(address, method, target, body)
+}
+
+#[test]
+fn the_http_metadata_store_is_bounded_in_bytes_and_keys_and_says_which_limit() {
+    let log = captured_log();
+    let limits = StoreLimits { max_body_bytes: 1024, max_total_bytes: 2500, max_keys: 3 };
+    let server =
+        MetadataHttpServer::start_with_limits("127.0.0.1:0".parse().expect("address"), limits).expect("server starts");
+    let address = server.local_addr();
+    let put = |key: &str, len: usize| http(address, "PUT", &format!("/metadata?key={key}"), &vec![b'x'; len]);
+    let (status, body) = put("hostile-k0", 1025);
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("1024") && body.contains("max_body_bytes"), "{body}");
+    // Each entry counts key (10 bytes) and value: 3 x 810 = 2430 of 2500.
+    for key in ["hostile-k0", "hostile-k1", "hostile-k2"] {
+        assert_eq!(put(key, 800).0, 200, "{key}");
+    }
+    let (status, body) = put("hostile-k3", 1);
+    assert_eq!(status, 507, "a fourth key: {body}");
+    assert!(body.contains("3 keys") && body.contains("max_keys"), "{body}");
+    // Replacing a key counts the difference: 2430 - 810 + 860 = 2480 fits (adding 860 to 2430 would not).
+    assert_eq!(put("hostile-k0", 850).0, 200, "a replacement within the total");
+    let (status, body) = put("hostile-k0", 1000);
+    assert_eq!(status, 507, "a replacement past the total: {body}");
+    assert!(body.contains("2500") && body.contains("max_total_bytes"), "{body}");
+    assert_eq!(http(address, "GET", "/metadata?key=hostile-k0", b"").1.len(), 850, "the refused PUT changed nothing");
+    // A delete gives its bytes and its key back.
+    assert_eq!(http(address, "DELETE", "/metadata?key=hostile-k2", b"").0, 200);
+    assert_eq!(put("hostile-k3", 800).0, 200, "room again after a delete");
+    // A flood of refusals costs a bounded number of warnings.
+    let started = Instant::now();
+    for _ in 0..200 {
+        assert_eq!(put("hostile-k4", 1).0, 507);
+    }
+    let text = String::from_utf8_lossy(&log.lock().expect("log")).into_owned();
+    let warnings = text.lines().filter(|line| line.contains("WARN") && line.contains("hostile-k")).count();
+    let seconds = started.elapsed().as_secs() + 2;
+    assert!(
+        (1..=5 * seconds as usize + 5).contains(&warnings),
+        "{warnings} refusal warnings for 204 refusals in {:?}",
+        started.elapsed()
+    );
+    server.stop();
+}
+
+#[test]
+fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(["metadata-server", "--port", "0", "--max-keys", "0"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("aiv runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("aiv metadata-server --max-keys 0 kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert!(!status.success(), "{status:?}");
+    assert!(stderr.contains("max_keys = 0") && stderr.contains("1..="), "{stderr}");
+}
+
+/// One request as a fuzzer builds it: a method, a target, a version, headers and a body, any of them malformed; or
+/// raw bytes.
+#[derive(Clone, Debug)]
+enum HttpInput {
+    Request { method: String, target: String, version: String, headers: Vec<(String, String)>, body: Vec<u8> },
+    Raw(Vec<u8>),
+}
+
+impl HttpInput {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            HttpInput::Raw(bytes) => bytes.clone(),
+            HttpInput::Request { method, target, version, headers, body } => {
+                let mut out = format!("{method} {target} {version}\r\n").into_bytes();
+                for (name, value) in headers {
+                    out.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+                }
+                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(body);
+                out
+            }
+        }
+    }
+}
+
+/// Keys a fuzzed request may name: never [`GUARD_KEY`] (upper case), so what is stored under it must survive.
+fn fuzz_key() -> impl Strategy<Value = String> {
+    prop_oneof![
+        "[a-z0-9]{0,12}",
+        Just(String::new()),
+        Just("%20%20".to_owned()),
+        Just("k%00ey".to_owned()),
+        Just("%zz".to_owned()),
+        "[a-z]{1,4}".prop_map(|key| format!("  {key}  ")),
+        Just("x".repeat(9000)),
+    ]
+}
+
+fn http_input() -> impl Strategy<Value = HttpInput> {
+    let method =
+        prop_oneof![Just("GET"), Just("PUT"), Just("DELETE"), Just("POST"), Just("HEAD"), Just("get"), Just("BREW")];
+    let target = prop_oneof![
+        fuzz_key().prop_map(|key| format!("/metadata?key={key}")),
+        fuzz_key().prop_map(|key| format!("/metadata?other=1&key={key}&key=second")),
+        Just("/metadata".to_owned()),
+        Just("/".to_owned()),
+        Just("*".to_owned()),
+        "[ -~]{0,40}",
+    ];
+    let version = prop_oneof![Just("HTTP/1.1"), Just("HTTP/1.0"), Just("HTTP/2.0"), Just("HTTP/9"), Just("")];
+    let header = prop_oneof![
+        (0u64..5000).prop_map(|n| ("Content-Length".to_owned(), n.to_string())),
+        Just(("Content-Length".to_owned(), "18446744073709551616".to_owned())),
+        Just(("Content-Length".to_owned(), "-1".to_owned())),
+        Just(("Transfer-Encoding".to_owned(), "chunked".to_owned())),
+        Just(("Expect".to_owned(), "100-continue".to_owned())),
+        Just(("Host".to_owned(), "127.0.0.1".to_owned())),
+        ("[A-Za-z-]{1,12}", "[ -~]{0,30}"),
+    ];
+    let request =
+        (method, target, version, prop::collection::vec(header, 0..5), prop::collection::vec(any::<u8>(), 0..1500))
+            .prop_map(|(method, target, version, headers, body)| HttpInput::Request {
+                method: method.to_owned(),
+                target,
+                version: version.to_owned(),
+                headers,
+                body,
+            });
+    prop_oneof![4 => request, 1 => prop::collection::vec(any::<u8>(), 0..600).prop_map(HttpInput::Raw)]
+}
+
+/// Stored before the fuzz and never named by it.
+const GUARD_KEY: &str = "GUARD-KEY";
+
+/// Sends `bytes` on a fresh connection, half-closes, and returns whatever comes back before the server closes.
+fn exchange(address: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(address).expect("connect");
+    stream.set_read_timeout(Some(Duration::from_secs(3))).expect("timeout");
+    // The server may close before it has read everything (a refused header): writing then fails, which is fine.
+    let _ = stream.write_all(bytes);
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let mut reply = Vec::new();
+    let started = Instant::now();
+    let mut chunk = [0u8; 4096];
+    loop {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+        }
+        assert!(started.elapsed() < Duration::from_secs(5), "the server kept the connection open past 5 s");
+    }
+    reply
+}
+
+fn fuzzed_server() -> &'static MetadataHttpServer {
+    static SERVER: std::sync::OnceLock<MetadataHttpServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| {
+        let limits = StoreLimits { max_body_bytes: 4096, max_total_bytes: 64 << 10, max_keys: 64 };
+        let server = MetadataHttpServer::start_with_limits("127.0.0.1:0".parse().expect("address"), limits)
+            .expect("server starts");
+        let (status, _) =
+            http_support::raw_http(server.local_addr(), "PUT", &format!("/metadata?key={GUARD_KEY}"), b"kept");
+        assert_eq!(status, 200);
+        server
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 300,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Whatever arrives, the server answers with an HTTP status line or closes, within a bounded time; what it stores
+    /// stays within its limits and the guard key keeps its value (checked after every case).
+    #[test]
+    fn the_http_metadata_server_answers_every_input_or_closes(input in http_input()) {
+        let server = fuzzed_server();
+        let reply = exchange(server.local_addr(), &input.bytes());
+        if !reply.is_empty() {
+            let text = String::from_utf8_lossy(&reply);
+            let status: Option<u16> = text.strip_prefix("HTTP/1.").and_then(|rest| rest.get(2..5)).and_then(|code| code.parse().ok());
+            prop_assert!(status.is_some_and(|code| (100..600).contains(&code)), "not an HTTP answer: {:?}", &text[..text.len().min(120)]);
+        }
+        let (status, body) = http_support::raw_http(server.local_addr(), "GET", &format!("/metadata?key={GUARD_KEY}"), b"");
+        prop_assert_eq!((status, body.as_str()), (200, "kept"));
+    }
+}
+
+/// A fake HTTP server that answers every connection with `answer(n)` for the n-th connection, after reading what the
+/// client sent (bounded); stops on drop.
+struct FakeHttp {
+    address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeHttp {
+    fn start(answers: Vec<Vec<u8>>) -> FakeHttp {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let address = listener.local_addr().expect("address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let answers = Arc::new(Mutex::new(answers.into_iter()));
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(Ordering::SeqCst) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                let answer = answers.lock().expect("answers").next().unwrap_or_default();
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(&answer);
+            }
+        });
+        FakeHttp { address, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for FakeHttp {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn http_answer() -> impl Strategy<Value = Vec<u8>> {
+    let status = prop_oneof![Just(200u16), Just(404), Just(400), Just(500), 0u16..1000];
+    let length = prop_oneof![Just(None), (0u64..10_000).prop_map(Some), Just(Some(u64::MAX))];
+    let structured = (status, length, any::<bool>(), prop::collection::vec(any::<u8>(), 0..300)).prop_map(
+        |(status, length, chunked, body)| {
+            let mut out = format!("HTTP/1.1 {status} Whatever\r\n").into_bytes();
+            if let Some(length) = length {
+                out.extend_from_slice(format!("Content-Length: {length}\r\n").as_bytes());
+            }
+            if chunked {
+                out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+            }
+            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(&body);
+            out
+        },
+    );
+    prop_oneof![3 => structured, 1 => prop::collection::vec(any::<u8>(), 0..300)]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 48,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    /// The HTTP store client, against a server answering anything: each of get, put and delete returns (a value or
+    /// an error) within its one deadline, and never panics.
+    #[test]
+    fn the_http_store_client_survives_any_answer(answers in prop::collection::vec(http_answer(), 3)) {
+        let fake = FakeHttp::start(answers);
+        let deadline = Duration::from_millis(400);
+        let store = HttpStore::with_timeouts(&format!("http://{}/metadata", fake.address), deadline, deadline);
+        let started = Instant::now();
+        let _ = store.get("k");
+        let _ = store.put("k", b"value");
+        let _ = store.delete("k");
+        prop_assert!(started.elapsed() < 3 * deadline + Duration::from_millis(900), "three calls took {:?}", started.elapsed());
+    }
+}

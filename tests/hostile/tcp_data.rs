@@ -1,0 +1,242 @@
+//! The tcp data port (Mooncake's TCP wire) against random frames and bytes, truncation, stalled clients and a flood
+//! of idle connections; memory outside the registered buffers is checked untouched.
+
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use aiv_transport::transport::tcp::wire::{Status, WireOpcode, WireVersion};
+use aiv_transport::transport::tcp::ServerLimits;
+use proptest::prelude::*;
+use proptest::test_runner::FileFailurePersistence;
+
+use crate::flood;
+use crate::tcp_wire::{closed, header, status, Fixture, BUFFER};
+
+#[test]
+fn truncated_headers_and_payloads_close_without_touching_memory() {
+    let fixture = Fixture::new();
+    let before = fixture.snapshot();
+    {
+        let mut stream = fixture.connect();
+        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base(), 64)[..13]).expect("half");
+    }
+    {
+        let mut stream = fixture.connect();
+        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base() + 512, 64)).expect("header");
+        stream.write_all(&[0xABu8; 10]).expect("10 of 64 payload bytes");
+        stream.shutdown(std::net::Shutdown::Write).expect("shutdown");
+        assert!(closed(&mut stream), "no OK for an incomplete payload");
+    }
+    let after = fixture.snapshot();
+    // The 10 bytes that did arrive may have landed (they were inside the checked range); nothing else changed.
+    assert_eq!(after[..512], before[..512]);
+    assert_eq!(after[522..], before[522..]);
+}
+
+#[test]
+fn stalled_clients_do_not_stall_others_and_are_dropped_in_bounded_time() {
+    let io_timeout = Duration::from_secs(2);
+    let first_request_timeout = Duration::from_millis(500);
+    let limits =
+        ServerLimits { io_timeout, first_request_timeout, tick: Duration::from_millis(50), ..Default::default() };
+    let fixture = Fixture::with_limits(limits);
+    // Half a first header, then silence: closed at the first-request deadline, counted from the accept.
+    let mut stalled_first = fixture.connect();
+    stalled_first.write_all(&[1, 2, 3]).expect("partial header");
+    let first_at = Instant::now();
+    // One request served, then half a header and silence: closed once the in-request timeout has passed.
+    let mut stalled_later = fixture.connect();
+    stalled_later.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), 64)).expect("send");
+    assert_eq!(status(&mut stalled_later), Status::OK);
+    let mut data = [0u8; 64];
+    stalled_later.read_exact(&mut data).expect("data");
+    stalled_later.write_all(&[1, 2, 3]).expect("partial header");
+    let later_at = Instant::now();
+    // A client that asks for data and never reads it: its socket buffers fill.
+    let mut hog = fixture.connect();
+    for _ in 0..64 {
+        hog.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), BUFFER)).expect("send");
+    }
+    for _ in 0..100 {
+        let mut stream = fixture.connect();
+        stream.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), 64)).expect("send");
+        assert_eq!(status(&mut stream), Status::OK);
+        stream.read_exact(&mut data).expect("data");
+    }
+    // All 100 were served while the stalled connection was still being waited on (it cannot be dropped before
+    // `io_timeout` has passed since its last byte).
+    assert!(later_at.elapsed() < io_timeout, "others served within the stalled client's timeout");
+    stalled_first.set_read_timeout(Some(io_timeout * 3)).expect("timeout");
+    assert!(closed(&mut stalled_first), "stalled first request dropped");
+    let waited = first_at.elapsed();
+    assert!(waited >= first_request_timeout && waited < io_timeout, "first request dropped after {waited:?}");
+    // The stalled connection is closed once the in-request timeout passes, not later than a few ticks after it.
+    stalled_later.set_read_timeout(Some(io_timeout * 3)).expect("timeout");
+    assert!(closed(&mut stalled_later), "stalled client dropped");
+    let waited = later_at.elapsed();
+    assert!(waited >= io_timeout && waited < io_timeout * 2, "dropped after {waited:?}");
+    assert!(fixture.server.expired() >= 2);
+}
+
+/// 1,100 idle connections from ten source addresses (one of them the legitimate client's own, 127.0.0.1), each
+/// replaced as soon as the server closes it: they hold no serving thread, the server holds at most
+/// `max_connections`, and a client that opens a new connection per request (as Mooncake's does) is served every
+/// time, promptly, while the flood goes on.
+#[test]
+fn a_flood_of_idle_connections_holds_no_thread_and_keeps_no_client_out() {
+    let fd_budget = flood::raise_fd_limit();
+    // The flood's descriptors and the server's side of them, with room for the rest of the test process.
+    let flood_size = 1100.min(fd_budget.saturating_sub(512) as usize / 2);
+    let limits = ServerLimits::default();
+    let fixture = Fixture::with_limits(limits.clone());
+    let sources: Vec<_> = (0..10).map(flood::loopback_source).collect();
+    let flood = flood::TcpFlood::start(fixture.server.address(), &sources, flood_size / sources.len());
+    flood.wait_for(flood_size.min(limits.max_connections), Duration::from_secs(10));
+    assert_eq!(fixture.server.serving_threads(), 0, "idle connections hold no thread");
+
+    let started = Instant::now();
+    for round in 0..200u64 {
+        let offset = (round % 32) * 64;
+        let payload: Vec<u8> = (0..64).map(|i| (i as u64 * 7 + round) as u8).collect();
+        let mut stream = fixture.connect();
+        stream.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base() + offset, 64)).expect("header");
+        stream.write_all(&payload).expect("payload");
+        assert_eq!(status(&mut stream), Status::OK, "round {round}");
+        drop(stream);
+        let mut stream = fixture.connect();
+        stream.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base() + offset, 64)).expect("header");
+        assert_eq!(status(&mut stream), Status::OK, "round {round}");
+        let mut data = [0u8; 64];
+        stream.read_exact(&mut data).expect("data");
+        assert_eq!(data[..], payload[..], "round {round}");
+    }
+    let took = started.elapsed();
+    let held = fixture.server.connections();
+    let threads = fixture.server.serving_threads();
+    let (evicted, expired) = (fixture.server.evicted(), fixture.server.expired());
+    let replaced = flood.closed_by_server.load(std::sync::atomic::Ordering::Relaxed);
+    drop(flood);
+    eprintln!(
+        "flood of {flood_size}: 400 requests in {took:?}; server held {held}, {threads} serving threads, {evicted} \
+         evicted, {expired} expired; the flood replaced {replaced}"
+    );
+    assert!(took < Duration::from_secs(10), "400 requests took {took:?} under the flood");
+    assert!(held <= limits.max_connections, "{held} connections held");
+    assert!(
+        threads < 8,
+        "{threads} serving threads (the flood sends nothing; the client uses one connection at a time)"
+    );
+    assert!(evicted + expired > 0 && replaced > 0, "the flood met the limits: {evicted} evicted, {expired} expired");
+}
+
+/// One frame as a fuzzer builds it: a 24-byte header with any size, any address (near the registered buffers or
+/// anywhere), any opcode/version byte and any padding, then up to 2 KiB of payload, whatever the header promised.
+#[derive(Clone, Debug)]
+struct FuzzFrame {
+    size: u64,
+    /// Offset from the fixture's first buffer (negative: into the guard before it), or an absolute address.
+    addr: Result<i64, u64>,
+    opcode_byte: u8,
+    padding: [u8; 7],
+    payload: Vec<u8>,
+}
+
+fn fuzz_frame() -> impl Strategy<Value = FuzzFrame> {
+    let b = BUFFER as i64;
+    let opcode_byte = || prop_oneof![Just(0x00u8), Just(0x01), Just(0x80), Just(0x81), any::<u8>()];
+    // Anywhere near the buffers, or anywhere at all.
+    let addr = prop_oneof![
+        4 => (-b - 64..3 * b + 64).prop_map(Ok),
+        1 => any::<u64>().prop_map(Err),
+    ];
+    let size = prop_oneof![4 => 0u64..=2 * BUFFER + 16, 1 => Just(u64::MAX), 1 => any::<u64>()];
+    let anywhere = (size, addr, opcode_byte(), any::<[u8; 7]>(), prop::collection::vec(any::<u8>(), 0..2048)).prop_map(
+        |(size, addr, opcode_byte, padding, payload)| FuzzFrame { size, addr, opcode_byte, padding, payload },
+    );
+    // Across an edge of a buffer (its start, the boundary between the two, the end of the second): `before` bytes
+    // before the edge, `size` within a few bytes of reaching it, with the whole payload the header promises.
+    let edge = prop_oneof![Just(0i64), Just(b), Just(2 * b)];
+    let across = (edge, 0i64..128, -16i64..80, opcode_byte(), any::<u8>()).prop_map(
+        |(edge, before, over, opcode_byte, fill)| {
+            let size = (before + over).max(0) as u64;
+            FuzzFrame {
+                size,
+                addr: Ok(edge - before),
+                opcode_byte,
+                padding: [0; 7],
+                payload: vec![fill; size as usize],
+            }
+        },
+    );
+    prop_oneof![1 => anywhere, 1 => across]
+}
+
+impl FuzzFrame {
+    fn bytes(&self, base: u64) -> Vec<u8> {
+        let addr = match self.addr {
+            Ok(offset) => base.wrapping_add_signed(offset),
+            Err(absolute) => absolute,
+        };
+        let mut out = Vec::with_capacity(24 + self.payload.len());
+        out.extend_from_slice(&self.size.to_le_bytes());
+        out.extend_from_slice(&addr.to_le_bytes());
+        out.push(self.opcode_byte);
+        out.extend_from_slice(&self.padding);
+        out.extend_from_slice(&self.payload);
+        out
+    }
+}
+
+fn fuzzed_fixture() -> &'static Fixture {
+    static FIXTURE: std::sync::OnceLock<Fixture> = std::sync::OnceLock::new();
+    // A short in-request deadline: a frame that promises more payload than it sends is dropped in 300 ms.
+    FIXTURE.get_or_init(|| {
+        Fixture::with_limits(ServerLimits { io_timeout: Duration::from_millis(300), ..ServerLimits::default() })
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: 256,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    })]
+
+    /// Up to four fuzzed frames on one connection, optionally followed by raw garbage: the server serves, rejects or
+    /// closes, within a bounded time; the guard before the buffers and the tail after them are untouched; a
+    /// legitimate write and read on a new connection still succeed.
+    #[test]
+    fn fuzzed_frames_never_touch_unregistered_memory(
+        frames in prop::collection::vec(fuzz_frame(), 1..5),
+        garbage in prop::collection::vec(any::<u8>(), 0..40),
+    ) {
+        let fixture = fuzzed_fixture();
+        let guard = fixture.unregistered();
+        let mut bytes: Vec<u8> = frames.iter().flat_map(|frame| frame.bytes(fixture.base())).collect();
+        bytes.extend_from_slice(&garbage);
+        let mut stream = fixture.connect();
+        let _ = stream.write_all(&bytes);
+        let _ = stream.shutdown(std::net::Shutdown::Write);
+        let started = Instant::now();
+        let mut sink = vec![0u8; 64 << 10];
+        loop {
+            match stream.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => prop_assert!(started.elapsed() < Duration::from_secs(5), "still open after 5 s"),
+            }
+        }
+        prop_assert!(started.elapsed() < Duration::from_secs(5), "closed after {:?}", started.elapsed());
+        prop_assert!(fixture.unregistered() == guard, "memory outside the registered buffers changed");
+
+        let payload: Vec<u8> = (0..64u8).collect();
+        let mut legit = fixture.connect();
+        legit.write_all(&header(WireOpcode::Write, WireVersion::V2, fixture.base() + 256, 64)).expect("header");
+        legit.write_all(&payload).expect("payload");
+        prop_assert_eq!(status(&mut legit), Status::OK);
+        legit.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base() + 256, 64)).expect("header");
+        prop_assert_eq!(status(&mut legit), Status::OK);
+        let mut back = [0u8; 64];
+        legit.read_exact(&mut back).expect("data");
+        prop_assert_eq!(&back[..], &payload[..]);
+    }
+}
