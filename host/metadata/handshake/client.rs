@@ -4,7 +4,12 @@
 //! tokio runtime, where blocking on a future would panic. One exchange (connect, send, receive the whole reply) has
 //! one overall deadline, `deadline`: a peer that sends its reply a byte at a time cannot hold the caller longer.
 //!
-//! Owns: the client side of one exchange and its deadline. It must not cache connections or retry an exchange.
+//! Retries: a server that is shedding load (the handshake server's admission evicts the oldest waiting connection of
+//! a source, docs/metadata.md) closes a connection before it answers a single byte. Such an exchange is tried again,
+//! within the same deadline, after 10 ms doubling to 80 ms, at most [`MAX_RETRIES`] times, but only for the requests
+//! that read and change nothing (Probe, Metadata); Notify and Connection are never sent twice.
+//!
+//! Owns: the client side of one exchange and its deadline. It must not cache connections.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -12,6 +17,17 @@ use std::time::{Duration, Instant};
 
 use super::{Frame, FrameKind};
 use crate::error::{EngineError, Result};
+
+/// Extra attempts of an idempotent exchange whose connection was closed before any byte of a reply.
+pub const MAX_RETRIES: u32 = 3;
+
+/// Why one attempt failed, and whether it may be tried again.
+enum AttemptError {
+    /// Closed (or reset) by the server before any byte of the reply.
+    ClosedUnanswered(EngineError),
+    /// Anything else.
+    Final(EngineError),
+}
 
 /// Sends handshake requests with bounded waits.
 #[derive(Clone, Copy, Debug)]
@@ -71,12 +87,40 @@ impl HandshakeClient {
     /// form and type.
     pub fn exchange(&self, host: &str, port: u16, request: &Frame) -> Result<Frame> {
         let until = Instant::now() + self.deadline;
+        let idempotent = matches!(request.kind(), FrameKind::Probe | FrameKind::Metadata);
+        let mut pause = Duration::from_millis(10);
+        let mut retries = 0;
+        loop {
+            match self.attempt(host, port, request, until) {
+                Ok(reply) => return Ok(reply),
+                Err(AttemptError::Final(error)) => return Err(error),
+                Err(AttemptError::ClosedUnanswered(error)) => {
+                    let left = until.saturating_duration_since(Instant::now());
+                    if !idempotent || retries == MAX_RETRIES || left <= pause {
+                        return Err(error);
+                    }
+                    tracing::debug!(host, port, retries, %error, "handshake closed unanswered; trying again");
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(80));
+                    retries += 1;
+                }
+            }
+        }
+    }
+
+    fn attempt(
+        &self,
+        host: &str,
+        port: u16,
+        request: &Frame,
+        until: Instant,
+    ) -> std::result::Result<Frame, AttemptError> {
         let peer = super::super::SegmentName::with_port(host, port);
         let handshake_error =
             |operation: &'static str, reason: String| EngineError::Handshake { peer: peer.clone(), operation, reason };
         let addresses: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()
-            .map_err(|error| handshake_error("resolve handshake peer", error.to_string()))?
+            .map_err(|error| AttemptError::Final(handshake_error("resolve handshake peer", error.to_string())))?
             .collect();
         let mut last_error = None;
         let mut stream = None;
@@ -95,12 +139,14 @@ impl HandshakeClient {
             }
         }
         let stream = stream.ok_or_else(|| {
-            handshake_error(
+            AttemptError::Final(handshake_error(
                 "connect to handshake server",
                 last_error.unwrap_or_else(|| "the host resolves to no address".into()),
-            )
+            ))
         })?;
-        stream.set_nodelay(true).map_err(|error| handshake_error("configure handshake socket", error.to_string()))?;
+        stream
+            .set_nodelay(true)
+            .map_err(|error| AttemptError::Final(handshake_error("configure handshake socket", error.to_string())))?;
         let mut bounded = DeadlineStream { stream: &stream, until };
         bounded.write_all(&request.encode()).map_err(|error| {
             let reason = if timed_out(&error) {
@@ -108,22 +154,32 @@ impl HandshakeClient {
             } else {
                 error.to_string()
             };
-            handshake_error("send handshake request", reason)
+            AttemptError::Final(handshake_error("send handshake request", reason))
         })?;
         let reply = Frame::read_from(&mut bounded).map_err(|error| {
+            let unanswered = match &error {
+                super::FrameError::Truncated { received: 0, part, .. } => *part == "length field",
+                super::FrameError::Io(io) => io.kind() == io::ErrorKind::ConnectionReset,
+                _ => false,
+            };
             let reason = match &error {
                 super::FrameError::Io(io) if timed_out(io) => {
                     format!("timed out: no complete reply within the deadline of {:?}", self.deadline)
                 }
                 _ => error.to_string(),
             };
-            handshake_error("receive handshake reply", reason)
+            let error = handshake_error("receive handshake reply", reason);
+            if unanswered {
+                AttemptError::ClosedUnanswered(error)
+            } else {
+                AttemptError::Final(error)
+            }
         })?;
         if reply.form != request.form {
-            return Err(handshake_error(
+            return Err(AttemptError::Final(handshake_error(
                 "receive handshake reply",
                 format!("sent a {:?} frame, the reply is a {:?} frame", request.form, reply.form),
-            ));
+            )));
         }
         tracing::debug!(peer = %peer, kind = ?request.kind(), bytes = reply.payload.len(), "handshake exchanged");
         Ok(reply)
