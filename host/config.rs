@@ -115,6 +115,21 @@ pub struct AivOptions {
     pub tcp_first_request_timeout: Duration,
     /// See [`AivOptions::tcp_first_request_timeout`].
     pub tcp_max_connections_per_source: usize,
+    /// `tcp_max_connections`: connections the tcp data server holds at once, from all sources (default 1024,
+    /// 1..=65536, at least `tcp_max_connections_per_source`).
+    pub tcp_max_connections: usize,
+    /// `tcp_max_serving_threads`: threads serving tcp requests at once; waiting connections hold none (default 64,
+    /// 1..=1024).
+    pub tcp_max_serving_threads: usize,
+    /// `tcp_idle_timeout_ms`: a tcp data connection with no request for this long is closed (default 300000,
+    /// 1..=3600000).
+    pub tcp_idle_timeout: Duration,
+    /// `metadata_connect_timeout_ms`: one TCP connect of a metadata client (handshake, HTTP, etcd); when set, wins
+    /// over `AIV_METADATA_CONNECT_TIMEOUT_MS` (default: that variable, else 1500 ms; 1..=600000).
+    pub metadata_connect_timeout: Option<Duration>,
+    /// `metadata_deadline_ms`: one whole metadata client operation (default: `AIV_METADATA_DEADLINE_MS`, else
+    /// 3000 ms; 1..=600000).
+    pub metadata_deadline: Option<Duration>,
     /// The handshake server's admission limits (`handshake_first_request_ms`, `handshake_max_connections`,
     /// `handshake_max_per_source`; see `metadata::handshake::server`).
     pub handshake: HandshakeLimits,
@@ -148,6 +163,11 @@ impl Default for AivOptions {
             export: ExportLimits::default(),
             tcp_first_request_timeout: Duration::from_secs(1),
             tcp_max_connections_per_source: 128,
+            tcp_max_connections: 1024,
+            tcp_max_serving_threads: 64,
+            tcp_idle_timeout: Duration::from_secs(300),
+            metadata_connect_timeout: None,
+            metadata_deadline: None,
             handshake: HandshakeLimits::default(),
         }
     }
@@ -479,6 +499,26 @@ fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<()
     if let Some(count) = fields.integer("tcp_max_connections_per_source", 1, 65_536)? {
         aiv.tcp_max_connections_per_source = count as usize;
     }
+    if let Some(count) = fields.integer("tcp_max_connections", 1, 65_536)? {
+        aiv.tcp_max_connections = count as usize;
+    }
+    if aiv.tcp_max_connections_per_source > aiv.tcp_max_connections {
+        let found = Value::from(aiv.tcp_max_connections_per_source as u64);
+        let expected = format!("at most tcp_max_connections ({})", aiv.tcp_max_connections);
+        return Err(fields.invalid("tcp_max_connections_per_source", &expected, &found));
+    }
+    if let Some(count) = fields.integer("tcp_max_serving_threads", 1, 1024)? {
+        aiv.tcp_max_serving_threads = count as usize;
+    }
+    if let Some(ms) = fields.integer("tcp_idle_timeout_ms", 1, 3_600_000)? {
+        aiv.tcp_idle_timeout = Duration::from_millis(ms);
+    }
+    if let Some(ms) = fields.integer("metadata_connect_timeout_ms", 1, 600_000)? {
+        aiv.metadata_connect_timeout = Some(Duration::from_millis(ms));
+    }
+    if let Some(ms) = fields.integer("metadata_deadline_ms", 1, 600_000)? {
+        aiv.metadata_deadline = Some(Duration::from_millis(ms));
+    }
     if let Some(ms) = fields.integer("handshake_first_request_ms", 1, 60_000)? {
         aiv.handshake.request_timeout = Duration::from_millis(ms);
     }
@@ -735,6 +775,18 @@ mod tests {
         let handshake = &config.aiv.handshake;
         assert_eq!(handshake.request_timeout, Duration::from_millis(300));
         assert_eq!((handshake.max_connections, handshake.max_per_source), (40, 4));
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"tcp_max_connections": 200, "tcp_max_serving_threads": 8,
+                "tcp_idle_timeout_ms": 5000, "metadata_connect_timeout_ms": 250, "metadata_deadline_ms": 900}}"#,
+        )
+        .expect("valid tcp and metadata limits");
+        assert_eq!((config.aiv.tcp_max_connections, config.aiv.tcp_max_serving_threads), (200, 8));
+        assert_eq!(config.aiv.tcp_idle_timeout, Duration::from_secs(5));
+        assert_eq!(config.aiv.metadata_connect_timeout, Some(Duration::from_millis(250)));
+        assert_eq!(config.aiv.metadata_deadline, Some(Duration::from_millis(900)));
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"tcp_max_connections": 100}}"#)
+            .expect_err("fewer in all than per source (128 by default)");
+        assert!(error.to_string().contains("at most tcp_max_connections (100)"), "{error}");
         let error = parse(r#"{"local_hostname": "h", "aiv": {"handshake_max_per_source": 300}}"#)
             .expect_err("more per source than in all (256 by default)");
         assert!(error.to_string().contains("at most handshake_max_connections (256)"), "{error}");

@@ -52,27 +52,22 @@ impl MetadataService {
         let rpc_port = handshake.local_addr().port();
         let rpc_meta = RpcMeta { ip_or_host_name: bind_host.clone(), rpc_port };
         let keys = KeyLayout::new(options.cluster_id.as_deref());
-        let client =
-            HandshakeClient { connect_timeout: options.client_connect_timeout, deadline: options.client_deadline };
+        // The file's values win over the environment's (MetadataOptions::from_env).
+        let connect_timeout = config.aiv.metadata_connect_timeout.unwrap_or(options.client_connect_timeout);
+        let deadline = config.aiv.metadata_deadline.unwrap_or(options.client_deadline);
+        let client = HandshakeClient { connect_timeout, deadline };
         let (segment_name, backend): (String, Box<dyn MetadataBackend>) = match &connection {
             MetadataConnection::P2pHandshake => {
                 (SegmentName::with_port(&local.host, rpc_port), Box::new(P2pBackend::new(state, client)))
             }
             MetadataConnection::Http { url } => (
                 config.local_hostname.trim().to_owned(),
-                Box::new(StoreBackend::new(
-                    HttpStore::with_timeouts(url, options.client_connect_timeout, options.client_deadline),
-                    keys,
-                )),
+                Box::new(StoreBackend::new(HttpStore::with_timeouts(url, connect_timeout, deadline), keys)),
             ),
             MetadataConnection::Etcd { endpoints } => (
                 config.local_hostname.trim().to_owned(),
                 Box::new(StoreBackend::new(
-                    EtcdStore::with_timeouts(
-                        endpoints.clone(),
-                        options.client_connect_timeout,
-                        options.client_deadline,
-                    ),
+                    EtcdStore::with_timeouts(endpoints.clone(), connect_timeout, deadline),
                     keys,
                 )),
             ),

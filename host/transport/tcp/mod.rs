@@ -116,6 +116,9 @@ impl TcpOptions {
             io_timeout: config.aiv.transfer_timeout,
             first_request_timeout: config.aiv.tcp_first_request_timeout,
             max_connections_per_source: config.aiv.tcp_max_connections_per_source,
+            max_connections: config.aiv.tcp_max_connections,
+            max_serving: config.aiv.tcp_max_serving_threads,
+            idle_timeout: config.aiv.tcp_idle_timeout,
             ..ServerLimits::default()
         };
         Ok(TcpOptions { bind: SocketAddr::new(bind_ip, 0), advertised_host, max_version, client, server })
