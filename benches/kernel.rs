@@ -66,7 +66,7 @@ fn post_cost(c: &mut Criterion) {
 struct Pair {
     initiator: TransferEngine,
     target: TransferEngine,
-    _devices: (std::sync::Arc<AivDevice>, std::sync::Arc<AivDevice>),
+    devices: (std::sync::Arc<AivDevice>, std::sync::Arc<AivDevice>),
     local: DeviceBuffer,
     remote: DeviceBuffer,
     segment: SegmentId,
@@ -89,7 +89,7 @@ fn pair(length: u64) -> Pair {
         target.register_memory(remote.addr(), remote.len(), &b.location()).expect("register 1");
     }
     let segment = initiator.open_segment(target.name()).expect("open peer");
-    Pair { initiator, target, _devices: (a, b), local, remote, segment }
+    Pair { initiator, target, devices: (a, b), local, remote, segment }
 }
 
 impl Pair {
@@ -124,16 +124,12 @@ fn request_to_dcq(c: &mut Criterion) {
 fn throughput(c: &mut Criterion) {
     const TOTAL: u64 = 32 << 20;
     let pair = pair(TOTAL);
-    // SAFETY: twin HBM of this process, TOTAL bytes each, alive for the whole function; filled to avoid first-touch
-    // faults inside the measurement.
-    let (src, dst) = unsafe {
-        (
-            std::slice::from_raw_parts_mut(pair.local.addr() as *mut u8, TOTAL as usize),
-            std::slice::from_raw_parts_mut(pair.remote.addr() as *mut u8, TOTAL as usize),
-        )
-    };
-    src.fill(1);
-    dst.fill(2);
+    // Device memory is filled through the device's copy path (first touch outside the measurement); the memcpy
+    // reference copies the same sizes between two Host buffers, as device memory is not the Host's to memcpy.
+    pair.devices.0.write(pair.local.addr(), &vec![1u8; TOTAL as usize]).expect("fill local HBM");
+    pair.devices.1.write(pair.remote.addr(), &vec![2u8; TOTAL as usize]).expect("fill remote HBM");
+    let src = vec![1u8; TOTAL as usize];
+    let mut dst = vec![2u8; TOTAL as usize];
     let pool = MemcpyPool::new();
     paired_ratios(&pair, &pool, src.as_ptr() as usize, dst.as_mut_ptr() as usize, TOTAL);
     let mut group = c.benchmark_group("throughput");

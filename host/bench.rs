@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 
-use crate::engine::TransferEngine;
+use crate::engine::{AivDevice, TransferEngine};
 use crate::error::{EngineError, Result};
 use crate::evidence::TransferEvidence;
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
@@ -687,8 +687,6 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
             ),
         });
     }
-    let size = usize::try_from(params.buffer_size)
-        .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
     let initiator = TransferEngine::new(config.clone())?;
     let mut target_config = config.clone();
     // With P2P handshake both engines are named after their own RPC port; with a metadata store the name is taken as
@@ -705,18 +703,15 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
     };
     let local = initiator_device.allocate(params.buffer_size).map_err(allocation_error)?;
     let remote = target_device.allocate(params.buffer_size).map_err(allocation_error)?;
-    // Touch the blocks the workload uses so that first-touch page faults are not part of the measurement.
+    // Touch the blocks the workload uses so that first-touch page faults are not part of the measurement. Device
+    // memory is written through the device's copy path: the Host never dereferences a device address.
     let span = (params.batch_size as u64 * params.threads as u64 * params.block_size).min(params.buffer_size) as usize;
-    // SAFETY: both buffers are device memory of this process's twin devices, `size` bytes long, alive until the end
-    // of this function; no transfer runs on them yet.
-    let (local_bytes, remote_bytes) = unsafe {
-        (
-            std::slice::from_raw_parts_mut(local.addr() as *mut u8, size),
-            std::slice::from_raw_parts_mut(remote.addr() as *mut u8, size),
-        )
+    let device_error = |error: crate::device::DeviceError| EngineError::InvalidArgument {
+        operation: "bench: fill device memory",
+        reason: error.to_string(),
     };
-    local_bytes[..span].fill(0xA5);
-    remote_bytes[..span].fill(0x5A);
+    fill_device(&initiator_device, local.addr(), span, |_| 0xA5).map_err(device_error)?;
+    fill_device(&target_device, remote.addr(), span, |_| 0x5A).map_err(device_error)?;
     // SAFETY: the buffers outlive every batch (run_initiator waits for each) and both registrations are withdrawn
     // before they drop.
     unsafe {
@@ -727,8 +722,7 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
     initiator.unregister_memory(local.addr())?;
     target.unregister_memory(remote.addr())?;
     let outcome = outcome?;
-    let reference_time = params.duration.min(Duration::from_secs(2));
-    let memcpy_bytes_per_second = memcpy_reference(local_bytes, remote_bytes, params, reference_time);
+    let memcpy_bytes_per_second = memcpy_reference_on_host(span, params)?;
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }
 
@@ -741,6 +735,36 @@ fn target_segment_run(
 ) -> Result<BenchOutcome> {
     let segment = initiator.open_segment(target_name)?;
     run_initiator(initiator, params, segment, local_base, target_base)
+}
+
+/// Writes `length` bytes of `byte(offset)` to device memory at `addr`, 4 MiB at a time, through the device's
+/// copy path (H2D).
+fn fill_device(
+    device: &AivDevice,
+    addr: u64,
+    length: usize,
+    byte: impl Fn(usize) -> u8,
+) -> std::result::Result<(), crate::device::DeviceError> {
+    const CHUNK: usize = 4 << 20;
+    let mut chunk = Vec::with_capacity(CHUNK.min(length));
+    let mut offset = 0;
+    while offset < length {
+        let n = CHUNK.min(length - offset);
+        chunk.clear();
+        chunk.extend((offset..offset + n).map(&byte));
+        device.write(addr + offset as u64, &chunk)?;
+        offset += n;
+    }
+    Ok(())
+}
+
+/// The memcpy reference of a run: the same blocks copied between two Host buffers of `span` bytes (device memory is
+/// not the Host's to copy with memcpy), for at most two seconds.
+fn memcpy_reference_on_host(span: usize, params: &BenchParams) -> Result<f64> {
+    let source = host_buffer(span, 0xA5)?;
+    let mut destination = host_buffer(span, 0x5A)?;
+    let reference_time = params.duration.min(Duration::from_secs(2));
+    Ok(memcpy_reference(&source, &mut destination, params, reference_time))
 }
 
 /// The byte a served aiv target holds at `offset` before any peer writes: lets a peer process check that what it
@@ -766,12 +790,9 @@ pub fn serve_aiv_target(
     })?;
     let size = usize::try_from(buffer.len())
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    // SAFETY: the buffer is device memory of this process's twin device, `size` bytes long and alive until the end of
-    // this function; nothing transfers into it before it is registered below.
-    let bytes = unsafe { std::slice::from_raw_parts_mut(buffer.addr() as *mut u8, size) };
-    for (offset, byte) in bytes.iter_mut().enumerate() {
-        *byte = target_pattern(offset as u64);
-    }
+    fill_device(&device, buffer.addr(), size, |offset| target_pattern(offset as u64)).map_err(|error| {
+        EngineError::InvalidArgument { operation: "bench: fill device memory", reason: error.to_string() }
+    })?;
     // SAFETY: the buffer outlives the registration, withdrawn below before it drops.
     unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location())? };
     ready(buffer.addr());
@@ -792,10 +813,11 @@ pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, se
     })?;
     let size = usize::try_from(local.len())
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    // SAFETY: device memory of this process's twin device, `size` bytes, alive until the end of this function.
-    let local_bytes = unsafe { std::slice::from_raw_parts_mut(local.addr() as *mut u8, size) };
     let span = (params.batch_size as u64 * params.threads as u64 * params.block_size).min(params.buffer_size) as usize;
-    local_bytes[..span].fill(0xA5);
+    fill_device(&device, local.addr(), span, |_| 0xA5).map_err(|error| EngineError::InvalidArgument {
+        operation: "bench: fill device memory",
+        reason: error.to_string(),
+    })?;
     let target = engine.open_segment(segment)?;
     let target_base = engine.get_first_buffer_address(segment)?;
     // SAFETY: the buffer outlives every batch (run_initiator waits for each) and the registration is withdrawn before
@@ -804,8 +826,6 @@ pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, se
     let outcome = run_initiator(engine, params, target, local.addr(), target_base);
     engine.unregister_memory(local.addr())?;
     let outcome = outcome?;
-    let mut scratch = host_buffer(size, 0x5A)?;
-    let reference_time = params.duration.min(Duration::from_secs(2));
-    let memcpy_bytes_per_second = memcpy_reference(local_bytes, &mut scratch, params, reference_time);
+    let memcpy_bytes_per_second = memcpy_reference_on_host(span.min(size), params)?;
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
 }

@@ -25,13 +25,13 @@ fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> (Vec<TransferSt
 fn assert_serves_normally(a: &Node, b: &Node) {
     let (states, reasons) = run(&a.engine, &writes(a, b, 4, 300_000));
     assert!(states.iter().all(|s| *s == TransferState::Completed), "{states:?} {reasons:?}");
-    assert!(a.bytes()[..1_200_000] == b.bytes()[..1_200_000]);
+    assert!(a.read(0..1_200_000) == b.read(0..1_200_000));
 }
 
 fn bad_address_fails_with_the_exception(mode: LaunchMode) {
     let mut a = node(options(0, mode, 8), 4 << 20);
     let b = node(options(1, mode, 8), 4 << 20);
-    a.bytes_mut().fill(7);
+    a.modify(|bytes| bytes.fill(7));
     let twin = a.device.twin().expect("twin backend");
     twin.faults.corrupt_next_translations(1);
     let started = Instant::now();
@@ -60,7 +60,7 @@ fn bad_address_in_per_batch_mode_also_recovers() {
 fn a_stalled_engine_times_out_within_the_kernel_budget_then_recovers() {
     let mut a = node(options(0, LaunchMode::Persistent, 8), 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
-    a.bytes_mut().fill(3);
+    a.modify(|bytes| bytes.fill(3));
     let twin = a.device.twin().expect("twin backend");
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
@@ -84,7 +84,7 @@ fn the_abort_flag_ends_a_long_wait_early() {
     opts.transfer_timeout = Duration::from_secs(60);
     let mut a = node(opts.clone(), 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
-    a.bytes_mut().fill(5);
+    a.modify(|bytes| bytes.fill(5));
     let twin = a.device.twin().expect("twin backend");
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
@@ -111,7 +111,7 @@ fn the_host_watchdog_bounds_a_transfer_when_the_kernel_budget_is_longer() {
     opts.transfer_timeout = Duration::from_millis(400);
     let mut a = node(opts, 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
-    a.bytes_mut().fill(9);
+    a.modify(|bytes| bytes.fill(9));
     let twin = a.device.twin().expect("twin backend");
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
@@ -142,7 +142,7 @@ fn a_stall_with_two_groups_in_flight_fails_both_groups_then_recovers() {
     opts.sq_depth = 256;
     let mut a = node(opts, 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
-    a.bytes_mut().fill(4);
+    a.modify(|bytes| bytes.fill(4));
     let twin = a.device.twin().expect("twin backend");
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);

@@ -15,8 +15,8 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
     let size = 8u64 << 20;
     let mut a = node(options(0, mode, doorbell_batch), size);
     let mut b = node(options(1, mode, doorbell_batch), size);
-    rng.fill_bytes(a.bytes_mut());
-    rng.fill_bytes(b.bytes_mut());
+    a.modify(|bytes| rng.fill_bytes(bytes));
+    b.modify(|bytes| rng.fill_bytes(bytes));
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
     for round in 0..4 {
         // Disjoint random ranges: lengths from 1 byte to 2.5 MiB (not multiples of 1 MiB), random offsets.
@@ -44,7 +44,7 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
                     Opcode::Read => (&b, r.target_offset - b.buffer.addr()),
                     Opcode::Write => (&a, r.source - a.buffer.addr()),
                 };
-                from_node.bytes()[from as usize..(from + r.length) as usize].to_vec()
+                from_node.read(from as usize..(from + r.length) as usize)
             })
             .collect();
         let batch = a.engine.allocate_batch(requests.len()).expect("batch");
@@ -62,7 +62,7 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
                 Opcode::Write => (&b, request.target_offset - b.buffer.addr()),
             };
             assert!(
-                to_node.bytes()[to as usize..(to + request.length) as usize] == expected[task][..],
+                to_node.read(to as usize..(to + request.length) as usize) == expected[task][..],
                 "round {round} task {task}: data differs"
             );
             let evidence = a.engine.task_evidence(batch, task).expect("task").expect("evidence recorded");
@@ -98,16 +98,18 @@ fn many_small_transfers_spread_over_blocks_and_wrap_the_rings() {
     // 128-entry request rings and 64-entry SQs: 600 transfers wrap both several times.
     let mut a = node(options(0, LaunchMode::Persistent, 4), 1 << 20);
     let b = node(options(1, LaunchMode::Persistent, 4), 1 << 20);
-    for (i, byte) in a.bytes_mut().iter_mut().enumerate() {
-        *byte = (i % 251) as u8;
-    }
+    a.modify(|bytes| {
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = (i % 251) as u8;
+        }
+    });
     let requests = writes(&a, &b, 600, 1000);
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
     a.engine.submit_transfer(batch, &requests).expect("submit");
     let status = a.engine.wait_batch(batch).expect("wait");
     assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
     assert_eq!(status.transferred_bytes, 600_000);
-    assert!(a.bytes()[..600_000] == b.bytes()[..600_000]);
+    assert!(a.read(0..600_000) == b.read(0..600_000));
     let counters = a.device.transport().counters();
     assert_eq!(counters.completions, 600);
     assert_eq!(counters.launches, 1, "persistent: one launch at start, none per transfer");
@@ -145,7 +147,7 @@ fn transfers_within_one_device_use_the_local_segment() {
     let mut a = node(options(0, LaunchMode::Persistent, 8), 4 << 20);
     let half = 2u64 << 20;
     let mut rng = rand::rngs::StdRng::seed_from_u64(3);
-    rng.fill_bytes(&mut a.bytes_mut()[..half as usize]);
+    a.modify(|bytes| rng.fill_bytes(&mut bytes[..half as usize]));
     let local = a.engine.open_segment(a.engine.name()).expect("own segment");
     let request = TransferRequest {
         opcode: Opcode::Write,
@@ -176,9 +178,11 @@ fn a_newer_group_is_not_reported_before_its_data_has_moved() {
     let size = 40u64 << 20;
     let mut a = node(opts, size);
     let b = node(options(1, LaunchMode::Persistent, 8), size);
-    for (i, byte) in a.bytes_mut().iter_mut().enumerate() {
-        *byte = (i * 31 + i / 4093) as u8;
-    }
+    a.modify(|bytes| {
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = (i * 31 + i / 4093) as u8;
+        }
+    });
     let peer = a.engine.open_segment(b.engine.name()).expect("peer");
     // One block: a group of 64 small transfers, then a group of 36 x 1 MiB that takes the engine milliseconds; both
     // are posted while the engine is stalled, so the older flag SQE runs after the newer group's flag was written.
@@ -208,7 +212,7 @@ fn a_newer_group_is_not_reported_before_its_data_has_moved() {
     let executed = twin.executed_sqes(0);
     assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
     assert_eq!(executed, 102, "a group was reported complete before its SQEs ran");
-    assert!(a.bytes()[..offset as usize] == b.bytes()[..offset as usize]);
+    assert!(a.read(0..offset as usize) == b.read(0..offset as usize));
 }
 
 /// Completions reach every kind of caller: threads waiting on their own batches at the same time (they collect the
@@ -217,9 +221,11 @@ fn a_newer_group_is_not_reported_before_its_data_has_moved() {
 fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
     let mut a = node(options(0, LaunchMode::Persistent, 4), 1 << 20);
     let b = node(options(1, LaunchMode::Persistent, 4), 1 << 20);
-    for (i, byte) in a.bytes_mut().iter_mut().enumerate() {
-        *byte = (i % 241) as u8;
-    }
+    a.modify(|bytes| {
+        for (i, byte) in bytes.iter_mut().enumerate() {
+            *byte = (i % 241) as u8;
+        }
+    });
     let peer = a.engine.open_segment(b.engine.name()).expect("peer");
     // Thread t writes 8 x 2000 B into its own 16000-byte stripe, 40 batches in a row.
     let write = |thread: u64, i: u64| TransferRequest {
@@ -250,7 +256,7 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
             });
         }
     });
-    assert!(a.bytes()[..64_000] == b.bytes()[..64_000], "every stripe arrived");
+    assert!(a.read(0..64_000) == b.read(0..64_000), "every stripe arrived");
 
     // A caller that never waits: polling the batch status alone brings the completions in.
     let requests: Vec<TransferRequest> = (0..8).map(|i| write(4, i)).collect();
@@ -267,7 +273,7 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
     };
     assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
     assert_eq!(status.transferred_bytes, 16_000);
-    assert!(a.bytes()[64_000..80_000] == b.bytes()[64_000..80_000]);
+    assert!(a.read(64_000..80_000) == b.read(64_000..80_000));
 }
 
 /// A thread waiting for a batch sleeps until the kernel has published that batch's own completions (a targeted

@@ -110,15 +110,15 @@ impl Initiator {
     /// A copy of `range` of the local buffer.
     fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
         assert!(range.end as u64 <= self.buffer.len());
-        // SAFETY: inside twin HBM mapped for the buffer's lifetime; read only while no transfer on it is in flight.
-        unsafe { std::slice::from_raw_parts((self.buffer.addr() as *const u8).add(range.start), range.len()) }.to_vec()
+        let mut out = vec![0u8; range.len()];
+        self.device.read(self.buffer.addr() + range.start as u64, &mut out).expect("D2H copy");
+        out
     }
 
     /// Writes `data` at `offset` of the local buffer.
     fn write(&self, offset: usize, data: &[u8]) {
         assert!((offset + data.len()) as u64 <= self.buffer.len());
-        // SAFETY: inside twin HBM mapped for the buffer's lifetime; written only while no transfer on it is in flight.
-        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), (self.buffer.addr() as *mut u8).add(offset), data.len()) }
+        self.device.write(self.buffer.addr() + offset as u64, data).expect("H2D copy");
     }
 
     /// Runs one batch of (opcode, local offset, remote address, length) and returns each task's state and reason.

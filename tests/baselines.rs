@@ -28,8 +28,8 @@ fn pair(size: u64, seed: u64) -> (Node, Node, SegmentId) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     let mut a = node(baseline_options(0), size);
     let mut b = node(baseline_options(1), size);
-    rng.fill_bytes(a.bytes_mut());
-    rng.fill_bytes(b.bytes_mut());
+    a.modify(|bytes| rng.fill_bytes(bytes));
+    b.modify(|bytes| rng.fill_bytes(bytes));
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
     (a, b, peer)
 }
@@ -91,7 +91,7 @@ fn run_and_check(a: &Node, b: &Node, requests: &[TransferRequest]) -> Outcome {
             Opcode::Read => (b, r.target_offset - b.buffer.addr()),
             Opcode::Write => (a, r.source - a.buffer.addr()),
         };
-        node.bytes()[from as usize..(from + r.length) as usize].to_vec()
+        node.read(from as usize..(from + r.length) as usize)
     };
     let expected: Vec<Vec<u8>> = requests.iter().map(source_bytes).collect();
     let outcome = run(&a.engine, requests);
@@ -102,7 +102,7 @@ fn run_and_check(a: &Node, b: &Node, requests: &[TransferRequest]) -> Outcome {
             Opcode::Write => (b, request.target_offset - b.buffer.addr()),
         };
         assert!(
-            node.bytes()[to as usize..(to + request.length) as usize] == expected[task][..],
+            node.read(to as usize..(to + request.length) as usize) == expected[task][..],
             "task {task} ({:?}, {} B): data differs",
             request.protocol,
             request.length
@@ -177,8 +177,8 @@ fn one_batch_mixes_all_four_protocols_each_through_its_own_path() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(91);
     let mut a = node(baseline_options(0), 8 << 20);
     let mut b = node(baseline_options(1), 8 << 20);
-    rng.fill_bytes(a.bytes_mut());
-    rng.fill_bytes(b.bytes_mut());
+    a.modify(|bytes| rng.fill_bytes(bytes));
+    b.modify(|bytes| rng.fill_bytes(bytes));
     a.engine.enable_tcp_transport().expect("tcp on a");
     b.engine.enable_tcp_transport().expect("tcp on b");
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
@@ -326,8 +326,8 @@ fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
     );
     let list = [op(0, 4096), op(1 << 20, 2 << 20)];
     assert_eq!(client.transfer_sync(remote, Opcode::Write, &list, Duration::from_secs(5)), AdxlStatus::SUCCESS);
-    assert!(a.bytes()[..4096] == b.bytes()[..4096]);
-    assert!(a.bytes()[1 << 20..3 << 20] == b.bytes()[1 << 20..3 << 20]);
+    assert!(a.read(0..4096) == b.read(0..4096));
+    assert!(a.read(1 << 20..3 << 20) == b.read(1 << 20..3 << 20));
     let request = client.transfer_async(remote, Opcode::Read, &[op(8192, 300_000)]).expect("started");
     let deadline = Instant::now() + Duration::from_secs(5);
     let mut status = client.get_transfer_status(&request);

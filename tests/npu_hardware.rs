@@ -76,19 +76,14 @@ fn require_cann() {
 }
 
 #[cfg(feature = "cann")]
-fn cann(device: &aiv_transport::engine::AivDevice) -> &aiv_transport::device::cann::CannDevice {
-    device.backend().as_any().downcast_ref().expect("the cann backend")
-}
-
-#[cfg(feature = "cann")]
 fn write_device(device: &aiv_transport::engine::AivDevice, addr: u64, data: &[u8]) {
-    cann(device).copy_to_device(addr, data).expect("H2D copy");
+    device.write(addr, data).expect("H2D copy");
 }
 
 #[cfg(feature = "cann")]
 fn read_device(device: &aiv_transport::engine::AivDevice, addr: u64, length: u64) -> Vec<u8> {
     let mut out = vec![0u8; length as usize];
-    cann(device).copy_from_device(addr, &mut out).expect("D2H copy");
+    device.read(addr, &mut out).expect("D2H copy");
     out
 }
 

@@ -289,6 +289,12 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn is_mapped(&self, addr: u64, length: u64) -> bool;
     /// Whether `[addr, addr + length)` is this device's own memory.
     fn is_own_memory(&self, addr: u64, length: u64) -> bool;
+    /// Copies `data` into device memory at `addr` (H2D, synchronous): the only way Host code writes device memory
+    /// (a Host store through a device address is not allowed; on an NPU it faults). `[addr, +len)` must be mapped
+    /// ([`Self::is_mapped`]), else `Invalid` before anything is copied.
+    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError>;
+    /// Copies device memory at `addr` into `out` (D2H, synchronous); the same rules.
+    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError>;
     /// What the device advertises to peers (its exported regions).
     fn advertisement(&self) -> DeviceAdvertisement;
     /// Maps a peer's exported region into this device's view (idempotent per exporter and region).

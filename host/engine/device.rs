@@ -49,6 +49,17 @@ impl AivDevice {
         self.backend.allocate(length)
     }
 
+    /// Copies `data` into this device's memory (or an imported window) at `addr`: the Host's only way to write
+    /// device memory.
+    pub fn write(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.backend.copy_to_device(addr, data)
+    }
+
+    /// Copies `out.len()` bytes of device memory at `addr` into `out`.
+    pub fn read(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        self.backend.copy_from_device(addr, out)
+    }
+
     /// Mooncake's location string of this device's memory (`"npu:<id>"`).
     pub fn location(&self) -> String {
         format!("npu:{}", self.backend.device_id())

@@ -18,15 +18,30 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the buffer is twin HBM mapped in this process for the buffer's lifetime; tests read it only while
-        // no transfer on it is in flight.
-        unsafe { std::slice::from_raw_parts(self.buffer.addr() as *const u8, self.buffer.len() as usize) }
+    /// A copy of `range` of the buffer, read through the device (D2H): tests never dereference device memory.
+    pub fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
+        assert!(range.end as u64 <= self.buffer.len(), "{range:?} is outside the buffer");
+        let mut out = vec![0u8; range.len()];
+        self.device.read(self.buffer.addr() + range.start as u64, &mut out).expect("D2H copy");
+        out
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as `bytes`, and `&mut self` makes this the only view handed out.
-        unsafe { std::slice::from_raw_parts_mut(self.buffer.addr() as *mut u8, self.buffer.len() as usize) }
+    /// A copy of the whole buffer.
+    pub fn bytes(&self) -> Vec<u8> {
+        self.read(0..self.buffer.len() as usize)
+    }
+
+    /// Writes `data` at `offset` of the buffer through the device (H2D).
+    pub fn write(&self, offset: usize, data: &[u8]) {
+        self.device.write(self.buffer.addr() + offset as u64, data).expect("H2D copy");
+    }
+
+    /// Reads the whole buffer, lets `change` edit the copy, and writes it back (only while no transfer on the buffer
+    /// is in flight).
+    pub fn modify(&mut self, change: impl FnOnce(&mut [u8])) {
+        let mut bytes = self.bytes();
+        change(&mut bytes);
+        self.write(0, &bytes);
     }
 }
 

@@ -241,10 +241,10 @@ fn a_silent_or_slow_export_client_is_closed_at_the_first_request_deadline() {
 }
 
 /// A round trip between two nodes: random bytes written to `remote`, read back to another offset, compared.
-fn round_trip(initiator: &mut Node, segment: SegmentId, remote: u64, length: u64) -> Result<(), String> {
+fn round_trip(initiator: &Node, segment: SegmentId, remote: u64, length: u64) -> Result<(), String> {
     let mut random = vec![0u8; length as usize];
     rand::thread_rng().fill_bytes(&mut random);
-    initiator.bytes_mut()[..length as usize].copy_from_slice(&random);
+    initiator.write(0, &random);
     let local = initiator.buffer.addr();
     for (opcode, source) in [(Opcode::Write, local), (Opcode::Read, local + (1 << 19))] {
         let request =
@@ -259,7 +259,7 @@ fn round_trip(initiator: &mut Node, segment: SegmentId, remote: u64, length: u64
             return Err(format!("{opcode:?}: {:?} {}", status.state, reason.unwrap_or_default()));
         }
     }
-    if initiator.bytes()[1 << 19..(1 << 19) + length as usize] != random[..] {
+    if initiator.read(1 << 19..(1 << 19) + length as usize) != random {
         return Err("the data read back differs".into());
     }
     Ok(())
@@ -292,10 +292,10 @@ fn another_uids_connection_flood_holds_nothing_and_a_live_peer_stays_reachable()
         ..ExportLimits::default()
     };
     let exporter = node(export_options(0, tight), 1 << 20);
-    let mut importer = node(export_options(1, ExportLimits::default()), 1 << 20);
+    let importer = node(export_options(1, ExportLimits::default()), 1 << 20);
     let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
     let remote = exporter.buffer.addr();
-    round_trip(&mut importer, segment, remote, 4096).expect("before the flood");
+    round_trip(&importer, segment, remote, 4096).expect("before the flood");
     let twin = exporter.device.twin().expect("twin device");
 
     let flood = flood::SocketFlood::start(twin.export_endpoint(), 256, Duration::from_secs(3), true);
@@ -305,19 +305,19 @@ fn another_uids_connection_flood_holds_nothing_and_a_live_peer_stays_reachable()
     }
     let mut rounds = 0;
     while started.elapsed() < Duration::from_millis(2500) {
-        round_trip(&mut importer, segment, remote, 4096).unwrap_or_else(|reason| panic!("under the flood: {reason}"));
+        round_trip(&importer, segment, remote, 4096).unwrap_or_else(|reason| panic!("under the flood: {reason}"));
         rounds += 1;
     }
     // An importer that arrives during the flood imports (and probes) for the first time.
-    let mut late = node(export_options(2, ExportLimits::default()), 1 << 20);
+    let late = node(export_options(2, ExportLimits::default()), 1 << 20);
     let late_segment = late.engine.open_segment(exporter.engine.name()).expect("open");
-    round_trip(&mut late, late_segment, remote, 4096).expect("a fresh import during the flood");
+    round_trip(&late, late_segment, remote, 4096).expect("a fresh import during the flood");
     let stats = twin.export_stats();
     let connections = flood.finish().expect("the flooder ran as nobody");
     eprintln!("another uid's flood: {connections} connections, {rounds} round trips meanwhile, {stats:?}");
     assert!(stats.refused_credentials >= 200, "{stats:?}");
     assert_eq!(stats.evicted, 0, "another uid's connections count against no limit: {stats:?}");
-    round_trip(&mut importer, segment, remote, 4096).expect("after the flood");
+    round_trip(&importer, segment, remote, 4096).expect("after the flood");
 }
 
 /// A process of this uid holds idle connections to the export socket (more than every limit), and the first-request
@@ -333,10 +333,10 @@ fn a_process_holding_idle_export_connections_does_not_make_imports_fail() {
     while twin.export_stats().evicted < 20 && started.elapsed() < Duration::from_secs(3) {
         std::thread::sleep(Duration::from_millis(5));
     }
-    let mut importer = node(export_options(1, ExportLimits::default()), 1 << 20);
+    let importer = node(export_options(1, ExportLimits::default()), 1 << 20);
     let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
     let importing = Instant::now();
-    round_trip(&mut importer, segment, exporter.buffer.addr(), 64 << 10).expect("import despite the idle connections");
+    round_trip(&importer, segment, exporter.buffer.addr(), 64 << 10).expect("import despite the idle connections");
     let took = importing.elapsed();
     let stats = twin.export_stats();
     drop(holder);

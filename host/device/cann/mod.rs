@@ -459,42 +459,6 @@ impl CannDevice {
         Ok(workspace)
     }
 
-    /// Copies `data` into device memory at `addr` (`aclrtMemcpy` H2D); for tests and tools that fill HBM.
-    pub fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
-        if !self.is_mapped(addr, data.len() as u64) {
-            return Err(DeviceError::Invalid {
-                device: self.id,
-                operation: "copy to device",
-                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", data.len()),
-            });
-        }
-        self.bind()?;
-        // SAFETY: the destination range was checked above to be mapped device memory; `data` is live Host memory.
-        unsafe {
-            acl::memory::memcpy(
-                self.acl,
-                addr as *mut c_void,
-                data.len(),
-                data.as_ptr().cast(),
-                data.len(),
-                ACL_MEMCPY_HOST_TO_DEVICE,
-            )
-        }
-        .map_err(runtime(self.id, "copy Host data to the device"))
-    }
-
-    /// Copies device memory at `addr` into `out` (`aclrtMemcpy` D2H).
-    pub fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
-        if !self.is_mapped(addr, out.len() as u64) {
-            return Err(DeviceError::Invalid {
-                device: self.id,
-                operation: "copy from device",
-                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", out.len()),
-            });
-        }
-        self.read_device(addr, out, "copy device data to the Host")
-    }
-
     /// The stream error recorded by a launch wait, if any.
     pub fn stream_error(&self) -> Option<String> {
         self.stream_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
@@ -666,6 +630,42 @@ impl DeviceBackend for CannDevice {
 
     fn is_own_memory(&self, addr: u64, length: u64) -> bool {
         self.heap.contains(addr, length)
+    }
+
+    /// `aclrtMemcpy` H2D.
+    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, data.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy to device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", data.len()),
+            });
+        }
+        self.bind()?;
+        // SAFETY: the destination range was checked above to be mapped device memory; `data` is live Host memory.
+        unsafe {
+            acl::memory::memcpy(
+                self.acl,
+                addr as *mut c_void,
+                data.len(),
+                data.as_ptr().cast(),
+                data.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .map_err(runtime(self.id, "copy Host data to the device"))
+    }
+
+    /// `aclrtMemcpy` D2H.
+    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        if !self.is_mapped(addr, out.len() as u64) {
+            return Err(DeviceError::Invalid {
+                device: self.id,
+                operation: "copy from device",
+                reason: format!("[{addr:#x}, +{}) is not device memory of this backend", out.len()),
+            });
+        }
+        self.read_device(addr, out, "copy device data to the Host")
     }
 
     fn advertisement(&self) -> DeviceAdvertisement {

@@ -156,6 +156,18 @@ pub struct TwinDevice {
 }
 
 impl TwinDevice {
+    /// Refuses a Host copy that does not lie inside memory this device maps.
+    fn check_copy(&self, addr: u64, length: usize, operation: &'static str) -> Result<(), DeviceError> {
+        if self.is_mapped(addr, length as u64) {
+            return Ok(());
+        }
+        Err(DeviceError::Invalid {
+            device: self.id,
+            operation,
+            reason: format!("[{addr:#x}, +{length}) is not device memory of this backend"),
+        })
+    }
+
     /// Starts SDMA channel `index`: its SQ ring, channel record and flag area in the workspace, and its engine
     /// thread (named `aiv-sdma-<device>.<label>`, pushed onto `threads`). Returns the channel and the device
     /// addresses of its record and flag area.
@@ -301,6 +313,22 @@ impl DeviceBackend for TwinDevice {
 
     fn is_own_memory(&self, addr: u64, length: u64) -> bool {
         self.heap.region().contains(addr, length)
+    }
+
+    /// A copy through the twin's HBM mapping (the Host side of the twin's DMA).
+    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError> {
+        self.check_copy(addr, data.len(), "copy to device")?;
+        // SAFETY: `[addr, +len)` lies in a window this device maps (checked above), which stays mapped while the
+        // device lives; `data` is live Host memory that cannot overlap device memory handed out by the twin.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+        Ok(())
+    }
+
+    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError> {
+        self.check_copy(addr, out.len(), "copy from device")?;
+        // SAFETY: as in `copy_to_device`, with the roles swapped.
+        unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), out.len()) };
+        Ok(())
     }
 
     fn advertisement(&self) -> DeviceAdvertisement {
