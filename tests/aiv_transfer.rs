@@ -276,32 +276,36 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
     assert!(a.read(64_000..80_000) == b.read(64_000..80_000));
 }
 
-/// A thread waiting for a batch sleeps until the kernel has published that batch's own completions (a targeted
-/// wake-up, not one per completion on the device): with both channels stalled the waiter must sleep, and the publish
-/// after the stall ends is what wakes it.
+/// A thread waiting for a batch learns of its completions by reading the DCQ tails in Host memory (nothing wakes it,
+/// as nothing could on an NPU): with both channels stalled it keeps polling, and it returns promptly once the stall
+/// ends and the kernel publishes.
 #[test]
-fn a_batch_waiter_is_woken_by_its_own_completions() {
+fn a_batch_waiter_sees_its_completions_by_polling_host_memory() {
     let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
     let twin = a.device.twin().expect("twin");
     let requests = writes(&a, &b, 4, 4096);
-    let before = twin.dcq_targeted_wakeups();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
     a.engine.submit_transfer(batch, &requests).expect("submit");
     let started = std::time::Instant::now();
-    let status = std::thread::scope(|scope| {
-        scope.spawn(|| {
+    let (status, resumed) = std::thread::scope(|scope| {
+        let resumer = scope.spawn(|| {
             std::thread::sleep(std::time::Duration::from_millis(100));
             twin.stall_channel(0, false);
             twin.stall_channel(1, false);
+            std::time::Instant::now()
         });
-        a.engine.wait_batch(batch).expect("wait")
+        let status = a.engine.wait_batch(batch).expect("wait");
+        (status, resumer.join().expect("resumer"))
     });
+    let returned = std::time::Instant::now();
     assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
-    assert!(started.elapsed() < std::time::Duration::from_secs(5), "waited {:?}", started.elapsed());
-    assert!(twin.dcq_targeted_wakeups() > before, "the waiter was not woken by a publish of its own completions");
+    assert!(returned >= resumed, "returned before the stall ended");
+    let after = returned - resumed;
+    assert!(after < std::time::Duration::from_secs(1), "returned {after:?} after the stall ended");
+    eprintln!("waited {:?} in all, {after:?} after the stall ended", started.elapsed());
 }
 
 /// A thread that waits for each transfer keeps to one block (the other blocks' kernels can idle); a submit made while

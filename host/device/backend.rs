@@ -345,23 +345,6 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     /// Tells a resident kernel block that the Host published something (twin: wakes the emulated core; NPU: nothing,
     /// the kernel polls). Not a device-API call.
     fn notify_block(&self, block: u32);
-    /// A token to pass to [`DeviceBackend::wait_for_kernel`], read before checking the DCQs.
-    fn kernel_event_token(&self) -> u32;
-    /// Sleeps until a kernel published completions after `token` was read, or `timeout` passes.
-    fn wait_for_kernel(&self, token: u32, timeout: Duration);
-    /// Sleeps until, for every `(block, tail)` of `needs`, the kernel of that block has published DCQ entries up to
-    /// `tail` (free-running), or `timeout` passes; publishes that do not meet them wake nobody. Backends without
-    /// targeted wake-ups (the default) wait for any publication after `token`, as
-    /// [`DeviceBackend::wait_for_kernel`].
-    fn wait_for_dcq(&self, needs: &[(u32, u32)], token: u32, timeout: Duration) {
-        let _ = needs;
-        self.wait_for_kernel(token, timeout);
-    }
-    /// Wakes the Host threads inside [`DeviceBackend::wait_for_kernel`] and [`DeviceBackend::wait_for_dcq`] as a
-    /// kernel publication would (used when
-    /// the Host itself finished transfers a waiter may be sleeping for, e.g. after a peer was lost). Backends whose
-    /// wait is a short nap need nothing.
-    fn wake_kernel_waiters(&self) {}
 
     // ---- Host-submitted baselines (docs/hardware.md section 7) ----
     /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);

@@ -137,7 +137,6 @@ impl Batch {
                 self.signal.wait_for(finished_needed, latest_deadline);
                 continue;
             };
-            let token = first.token();
             let mut contended = false;
             for poller in &pollers {
                 contended |= poller.poll();
@@ -159,11 +158,11 @@ impl Batch {
             };
             let slice = slice.min(latest_deadline - now);
             if all_ticketed && !contended {
-                // Wake only when this batch's own completions are out, not at every completion on the device. The
+                // Return only when this batch's own completions are out, not at every completion on the device. The
                 // tickets were read before the poll above, so completions it collected only make the wait shorter.
-                first.wait_for(&tickets, token, slice);
+                first.wait_for(&tickets, slice);
             } else {
-                first.wait(token, slice);
+                first.wait(slice);
             }
         }
         for poller in &pollers {

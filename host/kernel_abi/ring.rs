@@ -265,6 +265,11 @@ impl CompletionRing {
         self.header().tail.load(Ordering::Acquire) != self.header().head.load(Ordering::Relaxed)
     }
 
+    /// The tail the kernel published (free-running; Acquire, pairs with the kernel's release store).
+    pub fn published_tail(&self) -> u32 {
+        self.header().tail.load(Ordering::Acquire)
+    }
+
     /// The entries published so far, in ring order. One consumer at a time: the caller holds the block's drain lock.
     pub fn consume(&self) -> Completions<'_> {
         // Relaxed: the head is this consumer's own word.

@@ -77,29 +77,66 @@ impl CompletionSignal {
 
 /// Completions a waiting thread can collect itself (see [`Transport::completion_poller`]).
 ///
-/// The engine's batch wait calls [`CompletionPoller::attach`] once, then loops: `token`, `poll`, check the batch,
-/// `wait(token, ..)`; then `detach`. While a thread is attached the transport's own background completion thread
-/// backs off, so a completion wakes one Host thread, the one that wants it.
+/// The engine's batch wait calls [`CompletionPoller::attach`] once, then loops: `poll`, check the batch, `wait`;
+/// then `detach`. While a thread is attached the transport's own background completion thread backs off, so a
+/// completion is collected by the Host thread that wants it. Nothing wakes a waiter: it looks at Host-visible
+/// memory, as it must on an NPU, with [`poll_until`].
 pub trait CompletionPoller: Send + Sync + fmt::Debug {
     /// Finishes the task slots of every completion ready now; cheap when none is. Returns true when another thread
-    /// was collecting completions at the same time (it may finish the caller's tasks without waking the caller, so
+    /// was collecting completions at the same time (it may finish the caller's tasks without telling the caller, so
     /// the caller should only nap before looking again).
     fn poll(&self) -> bool;
-    /// A token for [`CompletionPoller::wait`], read before `poll`.
-    fn token(&self) -> u32;
-    /// Sleeps until the device reported progress after `token` was read, or `timeout` passes.
-    fn wait(&self, token: u32, timeout: Duration);
-    /// Sleeps until the completions of the tasks with these tickets (`TaskSlot::ticket`, all set by this poller's
-    /// transport) are ready to collect, or `timeout` passes; progress on other tasks wakes nobody. The default waits
-    /// for any progress, as [`CompletionPoller::wait`].
-    fn wait_for(&self, tickets: &[u64], token: u32, timeout: Duration) {
+    /// Returns when completions are ready to collect (or the transport finished tasks itself), or `timeout` passed.
+    fn wait(&self, timeout: Duration);
+    /// Returns when the completions of the tasks with these tickets (`TaskSlot::ticket`, all set by this poller's
+    /// transport) are ready to collect (or the transport finished tasks itself), or `timeout` passed; other tasks'
+    /// completions do not end the wait. The default is [`CompletionPoller::wait`].
+    fn wait_for(&self, tickets: &[u64], timeout: Duration) {
         let _ = tickets;
-        self.wait(token, timeout);
+        self.wait(timeout);
     }
     /// A thread starts waiting through this poller.
     fn attach(&self);
     /// That thread stopped waiting.
     fn detach(&self);
+}
+
+/// How long [`poll_until`] looks without sleeping: spin hints at first, then yields of the CPU.
+pub const POLL_SPIN_WINDOW: Duration = Duration::from_micros(20);
+/// The first nap of [`poll_until`] after its spin window; naps double up to [`POLL_NAP_MAX`].
+pub const POLL_NAP_MIN: Duration = Duration::from_micros(50);
+/// The longest nap of [`poll_until`].
+pub const POLL_NAP_MAX: Duration = Duration::from_micros(200);
+
+/// The one way a Host thread waits for something a device (or a peer) writes into Host-visible memory, on every
+/// device runtime: look with `ready`; for [`POLL_SPIN_WINDOW`] spin and yield between looks, then nap from
+/// [`POLL_NAP_MIN`] doubling to [`POLL_NAP_MAX`]. Returns whether `ready` held before `timeout` passed. Nothing
+/// wakes the thread early: an NPU has no way to, so the twin runtime does not either, and latency figures measured
+/// on the twin include the same polling the NPU path pays.
+pub fn poll_until(mut ready: impl FnMut() -> bool, timeout: Duration) -> bool {
+    let started = Instant::now();
+    let mut spins = 0u32;
+    let mut nap = POLL_NAP_MIN;
+    loop {
+        if ready() {
+            return true;
+        }
+        let elapsed = started.elapsed();
+        if elapsed >= timeout {
+            return false;
+        }
+        if elapsed < POLL_SPIN_WINDOW {
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+            spins += 1;
+        } else {
+            std::thread::sleep(nap.min(timeout - elapsed));
+            nap = (nap * 2).min(POLL_NAP_MAX);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -136,5 +173,27 @@ mod tests {
         signal.wait_for(1, started + Duration::from_millis(30));
         assert!(started.elapsed() >= Duration::from_millis(30));
         assert_eq!(signal.finished.load(Ordering::SeqCst), 0);
+    }
+
+    #[test]
+    fn poll_until_sees_a_write_of_another_thread_and_gives_up_at_its_timeout() {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let writer = {
+            let flag = flag.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(5));
+                flag.store(true, Ordering::Release);
+            })
+        };
+        let started = Instant::now();
+        assert!(poll_until(|| flag.load(Ordering::Acquire), Duration::from_secs(5)));
+        let waited = started.elapsed();
+        writer.join().expect("writer");
+        // Seen within one longest nap (plus scheduling) of the write.
+        assert!(waited >= Duration::from_millis(5) && waited < Duration::from_millis(100), "{waited:?}");
+        let started = Instant::now();
+        assert!(!poll_until(|| false, Duration::from_millis(3)));
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(3) && waited < Duration::from_millis(50), "{waited:?}");
     }
 }

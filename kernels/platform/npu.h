@@ -72,8 +72,6 @@ AIV_DEVICE_FN uint64_t cycles() { return static_cast<uint64_t>(AscendC::GetSyste
 // The NPU core has nothing better to do than poll: waits are plain spins bounded by the caller's budget.
 AIV_DEVICE_FN uint32_t wait_token(uint64_t, uint32_t) { return 0; }
 AIV_DEVICE_FN void idle(uint64_t, uint32_t, uint32_t, uint32_t) {}
-// The Host polls the DCQ in Host-registered memory; nothing to signal.
-AIV_DEVICE_FN void notify_host(uint64_t, uint32_t) {}
 
 AIV_DEVICE_FN uint32_t block_idx() { return static_cast<uint32_t>(AscendC::GetBlockIdx()); }
 AIV_DEVICE_FN uint32_t block_num() { return static_cast<uint32_t>(AscendC::GetBlockNum()); }

@@ -23,7 +23,6 @@ extern "C" {
 void aiv_twin_doorbell_rung(uint64_t context, uint64_t sq_reg_base);
 uint32_t aiv_twin_wait_token(uint64_t context, uint32_t kind);
 void aiv_twin_idle(uint64_t context, uint32_t kind, uint32_t token, uint32_t spins);
-void aiv_twin_notify_host(uint64_t context, uint32_t dcq_tail);
 }
 
 namespace aiv_platform {
@@ -57,7 +56,6 @@ AIV_DEVICE_FN uint32_t wait_token(uint64_t context, uint32_t kind) { return aiv_
 AIV_DEVICE_FN void idle(uint64_t context, uint32_t kind, uint32_t token, uint32_t spins) {
     aiv_twin_idle(context, kind, token, spins);
 }
-AIV_DEVICE_FN void notify_host(uint64_t context, uint32_t dcq_tail) { aiv_twin_notify_host(context, dcq_tail); }
 
 }  // namespace aiv_platform
 

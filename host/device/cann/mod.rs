@@ -928,15 +928,6 @@ impl DeviceBackend for CannDevice {
     fn notify_block(&self, _block: u32) {
         // The NPU kernel polls its request ring; nothing to do (and no device-API call).
     }
-
-    fn kernel_event_token(&self) -> u32 {
-        0
-    }
-
-    fn wait_for_kernel(&self, _token: u32, timeout: Duration) {
-        // Nothing on the NPU wakes the Host: poll the DCQs again soon.
-        std::thread::sleep(timeout.min(Duration::from_micros(200)));
-    }
 }
 
 // ---- self-references for launches ----

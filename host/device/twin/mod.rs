@@ -7,7 +7,6 @@
 //! nothing else in the product calls them.
 
 pub mod cores;
-pub mod dcq_events;
 pub mod export_service;
 pub mod kernel_bench;
 pub mod memory;
@@ -27,7 +26,6 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use self::cores::CorePool;
-use self::dcq_events::DcqEvents;
 use self::memory::{Heap, MemfdRegion};
 use self::sdma::{SdmaChannel, Windows};
 use self::wake::Waiter;
@@ -47,10 +45,6 @@ pub struct BlockContext {
     /// Host -> kernel: request ring published, DCQ drained, resume or stop.
     host_to_kernel: Waiter,
     channel: Arc<SdmaChannel>,
-    kernel_to_host: Arc<Waiter>,
-    /// This block's index, and the device's published DCQ tails with the threads waiting for them.
-    index: u32,
-    dcq_events: Arc<DcqEvents>,
     /// When the block's kernel last started waiting for requests (monotonic ns since `epoch`); used by the core only.
     idle_since: AtomicU64,
 }
@@ -145,12 +139,9 @@ pub struct TwinDevice {
     // Boxed: kernels hold raw pointers to each context, which must not move when the vector grows.
     #[allow(clippy::vec_box)]
     /// Set once, when the channels open (the Host reads it on every submit, so no lock).
-    /// Set with the contexts: the blocks' published DCQ tails and the threads waiting for them.
-    dcq_events: OnceLock<Arc<DcqEvents>>,
     contexts: OnceLock<Vec<BlockContext>>,
     engine_threads: Mutex<Vec<JoinHandle<()>>>,
     cores: OnceLock<CorePool>,
-    kernel_to_host: Arc<Waiter>,
     /// Fault-injection controls (tests only).
     pub faults: FaultInjection,
 }
@@ -228,10 +219,8 @@ impl TwinDevice {
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
             contexts: OnceLock::new(),
-            dcq_events: OnceLock::new(),
             engine_threads: Mutex::new(Vec::new()),
             cores: OnceLock::new(),
-            kernel_to_host: Arc::new(Waiter::default()),
             faults: FaultInjection::default(),
         }))
     }
@@ -262,11 +251,6 @@ impl TwinDevice {
         if let Some(channel) = self.channel(channel) {
             channel.set_stalled(stalled);
         }
-    }
-
-    /// Host threads woken because a kernel publish met exactly what they waited for (`wait_for_dcq`), so far.
-    pub fn dcq_targeted_wakeups(&self) -> usize {
-        self.dcq_events.get().map_or(0, |events| events.targeted_wakeups())
     }
 
     /// SQEs a channel has executed (for tests and tools).
@@ -471,7 +455,6 @@ impl DeviceBackend for TwinDevice {
         })?;
         let _ = self.cores.set(cores);
         let mut contexts = Vec::with_capacity(count as usize);
-        let dcq_events = Arc::new(DcqEvents::new(count));
         let mut threads = self.engine_threads.lock().unwrap_or_else(|p| p.into_inner());
         let mut started = Vec::with_capacity(count as usize);
         for index in 0..count {
@@ -479,9 +462,6 @@ impl DeviceBackend for TwinDevice {
             contexts.push(BlockContext {
                 host_to_kernel: Waiter::default(),
                 channel: channel.clone(),
-                kernel_to_host: self.kernel_to_host.clone(),
-                index,
-                dcq_events: dcq_events.clone(),
                 idle_since: AtomicU64::new(0),
             });
             channels.push(channel);
@@ -489,7 +469,6 @@ impl DeviceBackend for TwinDevice {
         }
         // The channels-open check above runs under the channel lock, so these are the only setters. The contexts'
         // addresses, handed to the kernel, are taken where they stay: in the vector owned by the device.
-        let _ = self.dcq_events.set(dcq_events);
         let contexts = self.contexts.get_or_init(|| contexts);
         Ok((0..count)
             .zip(started)
@@ -560,28 +539,6 @@ impl DeviceBackend for TwinDevice {
     fn notify_block(&self, block: u32) {
         if let Some(context) = self.contexts.get().and_then(|contexts| contexts.get(block as usize)) {
             context.host_to_kernel.notify();
-        }
-    }
-
-    fn kernel_event_token(&self) -> u32 {
-        self.kernel_to_host.token()
-    }
-
-    fn wait_for_kernel(&self, token: u32, timeout: Duration) {
-        self.kernel_to_host.sleep(token, timeout);
-    }
-
-    fn wait_for_dcq(&self, needs: &[(u32, u32)], token: u32, timeout: Duration) {
-        match self.dcq_events.get() {
-            Some(events) => events.wait(needs, timeout),
-            None => self.wait_for_kernel(token, timeout),
-        }
-    }
-
-    fn wake_kernel_waiters(&self) {
-        self.kernel_to_host.notify();
-        if let Some(events) = self.dcq_events.get() {
-            events.wake_all();
         }
     }
 }
@@ -661,17 +618,4 @@ pub unsafe extern "C" fn aiv_twin_idle(context: u64, kind: u32, token: u32, spin
             }
         }
     }
-}
-
-/// The kernel published DCQ entries up to `dcq_tail`: wake the Host threads waiting for exactly these (a batch
-/// waiter), and the ones waiting for any completion (the drain thread).
-///
-/// # Safety
-/// As [`aiv_twin_doorbell_rung`].
-#[no_mangle]
-pub unsafe extern "C" fn aiv_twin_notify_host(context: u64, dcq_tail: u32) {
-    // SAFETY: forwarded contract.
-    let block = unsafe { block_context(context) };
-    block.dcq_events.published(block.index, dcq_tail);
-    block.kernel_to_host.notify();
 }

@@ -15,7 +15,7 @@ use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Actor, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
-use crate::transfer::{CodeFamily, CompletionPoller, FailureKind, TransferFailure};
+use crate::transfer::{poll_until, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
 /// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
@@ -26,6 +26,10 @@ const DRAIN_BACKOFF: Duration = Duration::from_millis(2);
 /// transfers that nobody waits for or polls are collected at most this long after the last waiter left.
 const DRAIN_BACKOFF_MAX: Duration = Duration::from_millis(16);
 
+/// The longest nap of the drain thread while nobody waits: completions of transfers nobody waits for are collected
+/// within this of their publish, or at the next status query.
+const DRAIN_IDLE_MAX: Duration = Duration::from_millis(4);
+
 impl Inner {
     pub(super) fn drain_loop(self: std::sync::Arc<Self>) {
         // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
@@ -33,7 +37,6 @@ impl Inner {
         let mut cpu_mark = thread_cpu_time_ns();
         let mut backoff = DRAIN_BACKOFF;
         while !self.stop.load(Ordering::Acquire) {
-            let token = self.device.kernel_event_token();
             // Everything this thread spent since the last pass (its wake-up included) goes to the pool first.
             let now = thread_cpu_time_ns();
             self.unattributed_cpu.add(now.saturating_sub(cpu_mark));
@@ -47,15 +50,11 @@ impl Inner {
                 backoff = DRAIN_BACKOFF;
                 continue;
             }
-            if self.waiters_present() {
-                // A waiting thread collects the completions; look again after a while in case it stops waiting.
-                self.nap(backoff);
-                backoff = (backoff * 2).min(DRAIN_BACKOFF_MAX);
-            } else {
-                backoff = DRAIN_BACKOFF;
-                // A safety net only: kernels wake this thread when they publish (Waiter never loses a wake).
-                self.device.wait_for_kernel(token, Duration::from_millis(20));
-            }
+            // A waiting thread collects its own completions, and a status query collects what is ready; this thread
+            // is the safety net for transfers nobody waits for. Nothing wakes it (nothing on an NPU could): it looks
+            // again after a nap that doubles while there is nothing to drain.
+            self.nap(backoff);
+            backoff = (backoff * 2).min(if self.waiters_present() { DRAIN_BACKOFF_MAX } else { DRAIN_IDLE_MAX });
         }
     }
 
@@ -261,21 +260,18 @@ impl CompletionPoller for Inner {
         self.poll_inline()
     }
 
-    fn token(&self) -> u32 {
-        self.device.kernel_event_token()
+    fn wait(&self, timeout: Duration) {
+        let finished = self.host_finished.load(Ordering::Acquire);
+        poll_until(|| self.completions_ready() || self.host_finished.load(Ordering::Acquire) != finished, timeout);
     }
 
-    fn wait(&self, token: u32, timeout: Duration) {
-        self.device.wait_for_kernel(token, timeout);
-    }
-
-    fn wait_for(&self, tickets: &[u64], token: u32, timeout: Duration) {
+    fn wait_for(&self, tickets: &[u64], timeout: Duration) {
         // Per block, the DCQ tail that covers the last of the tasks there (the kernel completes a block's requests
         // in ring order, so DCQ position p is request position p).
         let mut needs: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
         for &ticket in tickets {
             let Some((block, position)) = decode_ticket(ticket) else {
-                return self.device.wait_for_kernel(token, timeout);
+                return self.wait(timeout);
             };
             let tail = position.wrapping_add(1);
             match needs.iter_mut().find(|(known, _)| *known == block) {
@@ -284,7 +280,14 @@ impl CompletionPoller for Inner {
                 None => needs.push((block, tail)),
             }
         }
-        self.device.wait_for_dcq(&needs, token, timeout);
+        let finished = self.host_finished.load(Ordering::Acquire);
+        // The DCQ tails live in Host-registered memory: reading them is what the Host can do on an NPU too.
+        let published = |&(block, need): &(u32, u32)| {
+            self.blocks
+                .get(block as usize)
+                .is_none_or(|b| b.completion_ring.published_tail().wrapping_sub(need) as i32 >= 0)
+        };
+        poll_until(|| needs.iter().all(published) || self.host_finished.load(Ordering::Acquire) != finished, timeout);
     }
 
     fn attach(&self) {

@@ -103,6 +103,9 @@ struct Inner {
     attached_waiters: AtomicU32,
     /// When the last of them detached.
     last_detach: Mutex<Option<Instant>>,
+    /// Bumped whenever the Host itself finished transfers (peer loss, shutdown): a waiter polling for DCQ tails looks
+    /// at it too, since those transfers will never appear in a DCQ.
+    host_finished: AtomicU32,
 }
 
 impl AivTransport {
@@ -212,6 +215,6 @@ impl Drop for AivTransport {
                 transfer.slot.fail(TransferFailure::new("aiv", FailureKind::Shutdown, "transport shut down"));
             }
         }
-        inner.device.wake_kernel_waiters();
+        inner.host_finished.fetch_add(1, Ordering::AcqRel);
     }
 }

@@ -48,7 +48,7 @@ impl Inner {
             }
         }
         tracing::warn!(segment = %peer.name(), failed, "pending transfers to a lost peer failed");
-        // Threads waiting through the poller sleep on kernel events, which these failures are not.
-        self.device.wake_kernel_waiters();
+        // Threads polling for DCQ tails learn of these failures from this counter: they never reach a DCQ.
+        self.host_finished.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 }

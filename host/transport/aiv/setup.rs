@@ -124,6 +124,7 @@ impl AivTransport {
             unattributed_cpu: CpuCarry::default(),
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
+            host_finished: AtomicU32::new(0),
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;

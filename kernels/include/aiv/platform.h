@@ -22,7 +22,6 @@
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...
 //     void idle(context, kind, token, spins)               ... and passed here when it did not hold
-//     void notify_host(context, dcq_tail)                  after publishing DCQ entries up to dcq_tail
 //   }
 #ifndef AIV_PLATFORM_H
 #define AIV_PLATFORM_H

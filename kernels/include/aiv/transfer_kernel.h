@@ -273,7 +273,6 @@ AIV_DEVICE_FN void publish_groups(Block& b, const Group& first, const Group* sec
     if (second) tail = write_completions(b, tail, *second);
     // Release: the entries written above are visible to a Host that acquires the new tail.
     aiv_platform::store_u32(&b.dcq->tail, tail);
-    aiv_platform::notify_host(b.args.platform_context, tail);
     const Group& last = second ? *second : first;
     // Release: the Host may reuse the request slots once it sees the new head.
     aiv_platform::store_u32(&b.requests->head, last.head + last.count);
