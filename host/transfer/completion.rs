@@ -102,11 +102,12 @@ pub trait CompletionPoller: Send + Sync + fmt::Debug {
 }
 
 /// How long [`poll_until`] looks without sleeping: spin hints at first, then yields of the CPU.
-pub const POLL_SPIN_WINDOW: Duration = Duration::from_micros(20);
+pub const POLL_SPIN_WINDOW: Duration = Duration::from_micros(10);
 /// The first nap of [`poll_until`] after its spin window; naps double up to [`POLL_NAP_MAX`].
 pub const POLL_NAP_MIN: Duration = Duration::from_micros(50);
-/// The longest nap of [`poll_until`].
-pub const POLL_NAP_MAX: Duration = Duration::from_micros(200);
+/// The longest nap of [`poll_until`]: a wait that has lasted a while is past its typical completion time, and on a
+/// machine whose CPUs also run the twin's device threads each look costs them CPU.
+pub const POLL_NAP_MAX: Duration = Duration::from_millis(1);
 
 /// The one way a Host thread waits for something a device (or a peer) writes into Host-visible memory, on every
 /// device runtime: look with `ready`; for [`POLL_SPIN_WINDOW`] spin and yield between looks, then nap from
