@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use ascendcl_sys::sys::*;
 
-use crate::memory::{Physical, GRANULARITY, GRANULARITY_1G, PAGE};
+use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
 use crate::runtime::{perform_copy, runtime};
 use crate::stream::{Stream, Task};
 
@@ -293,7 +293,8 @@ acl_entry! {
         positive(size)?;
         let mut runtime = runtime();
         runtime.current_device()?;
-        let length = size.checked_add(PAGE - 1).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)? / PAGE * PAGE;
+        let page = page();
+        let length = size.checked_add(page - 1).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)? / page * page;
         // SAFETY: a new private anonymous mapping at an address the kernel picks.
         let address = unsafe {
             libc::mmap(

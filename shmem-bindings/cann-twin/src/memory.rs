@@ -25,8 +25,12 @@ use ascendcl_sys::sys::*;
 
 /// Length of the device virtual address space (and of the heap memfd, which is sparse).
 pub(crate) const SPACE_LEN: usize = 1 << 38;
-/// Host page size assumed for rounding (checked against `sysconf` when the space is made).
-pub(crate) const PAGE: usize = 4096;
+/// The Host page size (4 KiB or 64 KiB on the Host CPUs NPUs are paired with), the unit of every VA rounding.
+pub(crate) fn page() -> usize {
+    static PAGE: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    // SAFETY: `sysconf` has no preconditions.
+    *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096))
+}
 /// The VMM granularity the twin reports and enforces (2 MiB).
 pub(crate) const GRANULARITY: usize = 2 << 20;
 /// The granularity for 1 GiB-page memory attributes.
@@ -173,9 +177,7 @@ impl Drop for Space {
 
 impl Space {
     pub(crate) fn new() -> Result<Space, aclError> {
-        // SAFETY: `sysconf` has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-        if usize::try_from(page).ok() != Some(PAGE) {
+        if GRANULARITY % page() != 0 {
             return Err(ACL_ERROR_RT_INTERNAL_ERROR);
         }
         // SAFETY: a new private, inaccessible, unreserved mapping at an address the kernel picks; nothing is ever
@@ -263,11 +265,12 @@ impl Space {
 
     /// `aclrtMalloc`: `size` bytes of heap for `device`.
     pub(crate) fn malloc(&mut self, size: usize, device: i32) -> Result<usize, aclError> {
-        let span = round_up(size, PAGE).and_then(|s| s.checked_add(PAGE)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
+        let page = page();
+        let span = round_up(size, page).and_then(|s| s.checked_add(page)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
         if span > SPACE_LEN {
             return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
         }
-        let align = if size >= GRANULARITY { GRANULARITY } else { PAGE };
+        let align = if size >= GRANULARITY { GRANULARITY } else { page };
         let address = self.take_va(span, align)?;
         self.heap.insert(address, HeapAllocation { size, span, device });
         Ok(address)
@@ -404,9 +407,10 @@ impl Space {
         if overlaps_before || overlaps_after {
             return Err(ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED);
         }
-        let in_page = host % PAGE;
-        let span = round_up(in_page + size, PAGE).and_then(|s| s.checked_add(PAGE)).ok_or(ACL_ERROR_INVALID_PARAM)?;
-        let window = self.take_va(span, PAGE)?;
+        let page = page();
+        let in_page = host % page;
+        let span = round_up(in_page + size, page).and_then(|s| s.checked_add(page)).ok_or(ACL_ERROR_INVALID_PARAM)?;
+        let window = self.take_va(span, page)?;
         let address = window + in_page;
         self.registered.insert(address, Registered { host, size, window, span, readonly });
         self.registered_by_host.insert(host, address);
