@@ -14,7 +14,8 @@ macro_rules! __return_type {
     };
 }
 
-/// A table of function pointers resolved from one shared library.
+/// A table of function pointers resolved from one shared library, or from an in-process resolver (a runtime
+/// linked into the process, such as the CPU twin) with no library behind it.
 ///
 /// `required` symbols must all resolve or loading fails with
 /// [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); `optional` ones (only newer CANN versions export
@@ -41,8 +42,9 @@ macro_rules! dynamic_library {
         #[allow(non_snake_case)]
         $vis struct $name {
             path: ::std::path::PathBuf,
-            // Kept so that every pointer below stays valid for the table's lifetime.
-            _library: $crate::__private::libloading::Library,
+            // Kept so that every pointer below stays valid for the table's lifetime; `None` for a table filled by an
+            // in-process resolver, whose pointers live as long as the process.
+            _library: ::core::option::Option<$crate::__private::libloading::Library>,
             $( $(#[$fmeta])* pub $fname: unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?), )*
             $( $(#[$ometa])* pub $oname: ::core::option::Option<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>, )*
             $($( $(#[$dmeta])* pub $dname: ::core::option::Option<$crate::loader::DataSymbol>, )*)?
@@ -102,7 +104,59 @@ macro_rules! dynamic_library {
                     .ok()
                     .and_then(|symbol| $crate::loader::DataSymbol::new(*symbol));
                 )*)?
-                Ok(Self { path, _library: library, $($fname,)* $($oname,)* $($($dname,)*)? })
+                Ok(Self { path, _library: Some(library), $($fname,)* $($oname,)* $($($dname,)*)? })
+            }
+
+            /// Fills the table from `resolve`, which maps a C symbol name to its address, with no library behind
+            /// it: for a runtime linked into this process. A required symbol `resolve` returns `None` (or null) for
+            /// fails with [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); an optional one, or a data
+            /// symbol, becomes `None`. `path` is what [`path`](Self::path) reports (a description of the resolver).
+            ///
+            /// # Safety
+            ///
+            /// Every non-null pointer `resolve` returns for a function name must be the address of a function with
+            /// exactly the declared prototype and the C calling convention, callable from any thread for the rest
+            /// of the process's life; for a data-symbol name, the address of that variable. Nothing checks this:
+            /// the pointers are typed from the declarations.
+            pub unsafe fn from_resolver(
+                path: ::std::path::PathBuf,
+                resolve: &dyn Fn(&str) -> ::core::option::Option<*const ::core::ffi::c_void>,
+            ) -> ::core::result::Result<Self, $crate::loader::LoadError> {
+                $(
+                    let $fname = match resolve(stringify!($fname)).filter(|address| !address.is_null()) {
+                        // SAFETY: the caller guarantees a non-null address for this name is a function with the
+                        // declared prototype; a data pointer and a function pointer have the same size here.
+                        Some(address) => unsafe {
+                            ::core::mem::transmute::<
+                                *const ::core::ffi::c_void,
+                                unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?),
+                            >(address)
+                        },
+                        None => {
+                            return Err($crate::loader::LoadError::MissingRequiredSymbol {
+                                path,
+                                symbol: stringify!($fname),
+                                reason: "the in-process resolver does not provide it".into(),
+                            })
+                        }
+                    };
+                )*
+                $(
+                    let $oname = resolve(stringify!($oname)).filter(|address| !address.is_null()).map(|address| {
+                        // SAFETY: as above, for the optional `$oname`.
+                        unsafe {
+                            ::core::mem::transmute::<
+                                *const ::core::ffi::c_void,
+                                unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?),
+                            >(address)
+                        }
+                    });
+                )*
+                $($(
+                    let $dname = resolve(stringify!($dname))
+                        .and_then(|address| $crate::loader::DataSymbol::new(address.cast_mut()));
+                )*)?
+                Ok(Self { path, _library: None, $($fname,)* $($oname,)* $($($dname,)*)? })
             }
 
             /// Opens the first candidate that loads and resolves the table from it.

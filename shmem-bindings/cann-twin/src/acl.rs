@@ -1,0 +1,635 @@
+//! The exported ACL entry points, with the prototypes of `ascendcl_sys::sys::AclApi`. Each validates its arguments
+//! in the vendor's order where it is known (see the crate docs for the sources), runs under the runtime lock, and
+//! catches any panic, returning `ACL_ERROR_RT_INTERNAL_ERROR` instead of unwinding into C.
+
+use core::ffi::{c_char, c_void};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::Duration;
+
+use ascendcl_sys::sys::*;
+
+use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
+use crate::runtime::{perform_copy, runtime};
+use crate::stream::{Stream, Task};
+
+/// The version `aclrtGetVersion` reports: this crate's.
+pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
+/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages.
+pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
+
+fn guard(body: impl FnOnce() -> Result<(), aclError>) -> aclError {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => ACL_SUCCESS,
+        Ok(Err(code)) => code,
+        Err(_) => ACL_ERROR_RT_INTERNAL_ERROR,
+    }
+}
+
+fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
+    if pointer.is_null() {
+        Err(ACL_ERROR_INVALID_PARAM)
+    } else {
+        Ok(())
+    }
+}
+
+fn positive(size: usize) -> Result<(), aclError> {
+    if size == 0 {
+        Err(ACL_ERROR_INVALID_PARAM)
+    } else {
+        Ok(())
+    }
+}
+
+/// Shuts streams down without the runtime lock (their workers take it).
+fn drain(streams: Vec<Arc<Stream>>) {
+    for stream in streams {
+        stream.shut_down();
+    }
+}
+
+macro_rules! acl_entry {
+    ($(#[$meta:meta])* fn $name:ident($($param:ident : $ty:ty),* $(,)?) $body:block) => {
+        $(#[$meta])*
+        ///
+        /// # Safety
+        ///
+        /// The C contract of the ACL function of this name: output pointers are null or writable; Host pointers
+        /// are valid for the bytes the call names. Device addresses are checked by the runtime.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name($($param: $ty),*) -> aclError {
+            guard(move || $body)
+        }
+    };
+}
+
+acl_entry! {
+    /// Initialises the runtime. `config_path` may be null or empty; otherwise the file must exist (its contents
+    /// are not interpreted). A second call before `aclFinalize` returns `ACL_ERROR_REPEAT_INITIALIZE`.
+    fn aclInit(config_path: *const c_char) {
+        if !config_path.is_null() {
+            // SAFETY: a non-null `config_path` is a NUL-terminated string (C contract).
+            let path = unsafe { core::ffi::CStr::from_ptr(config_path) };
+            if !path.is_empty() {
+                use std::os::unix::ffi::OsStrExt;
+                let path = std::path::Path::new(std::ffi::OsStr::from_bytes(path.to_bytes()));
+                if !path.is_file() {
+                    return Err(ACL_ERROR_INVALID_FILE);
+                }
+            }
+        }
+        runtime().init()
+    }
+}
+
+acl_entry! {
+    /// Finalises the runtime: every stream is drained and destroyed, every device reset.
+    fn aclFinalize() {
+        let streams = runtime().finalize()?;
+        drain(streams);
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Makes `device_id` the calling thread's current device (counted: each call needs an `aclrtResetDevice`).
+    fn aclrtSetDevice(device_id: i32) {
+        runtime().set_device(device_id)
+    }
+}
+
+acl_entry! {
+    /// Drops one `aclrtSetDevice` reference; the last releases the device's streams and `aclrtMalloc` memory.
+    fn aclrtResetDevice(device_id: i32) {
+        let streams = runtime().reset_device(device_id)?;
+        drain(streams);
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// The calling thread's current device; `ACL_ERROR_RT_CONTEXT_NULL` when none is set.
+    fn aclrtGetDevice(device_id: *mut i32) {
+        not_null(device_id)?;
+        let device = runtime().current_device()?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { device_id.write(device) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// The number of devices: `AIV_TWIN_DEVICES` (1 to 1024) when set, else 8.
+    fn aclrtGetDeviceCount(count: *mut u32) {
+        not_null(count)?;
+        let runtime = runtime();
+        runtime.ready()?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { count.write(runtime.device_count) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// This runtime's version, [`TWIN_VERSION`]; needs no initialisation.
+    fn aclrtGetVersion(major: *mut i32, minor: *mut i32, patch: *mut i32) {
+        not_null(major)?;
+        not_null(minor)?;
+        not_null(patch)?;
+        // SAFETY: all three checked non-null; writable by the C contract.
+        unsafe {
+            major.write(TWIN_VERSION.0);
+            minor.write(TWIN_VERSION.1);
+            patch.write(TWIN_VERSION.2);
+        }
+        Ok(())
+    }
+}
+
+fn c_text<const N: usize>(text: &str) -> [c_char; N] {
+    let mut out = [0 as c_char; N];
+    for (slot, byte) in out.iter_mut().zip(text.bytes().take(N - 1)) {
+        *slot = byte as c_char;
+    }
+    out
+}
+
+acl_entry! {
+    /// The twin's version for `ACL_PKG_NAME_CANN` and `ACL_PKG_NAME_RUNTIME` ([`TWIN_VERSION_STRING`]);
+    /// `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` for every other package, which the twin does not model.
+    fn aclsysGetCANNVersion(name: aclCANNPackageName, version: *mut aclCANNPackageVersion) {
+        not_null(version)?;
+        if name != ACL_PKG_NAME_CANN && name != ACL_PKG_NAME_RUNTIME {
+            return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        }
+        let (major, minor, patch) = TWIN_VERSION;
+        let filled = aclCANNPackageVersion {
+            version: c_text(TWIN_VERSION_STRING),
+            majorVersion: c_text(&major.to_string()),
+            minorVersion: c_text(&minor.to_string()),
+            releaseVersion: c_text(&patch.to_string()),
+            patchVersion: c_text(""),
+            reserved: c_text(""),
+        };
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { version.write(filled) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// A stream of the current device.
+    fn aclrtCreateStream(stream: *mut aclrtStream) {
+        create_stream(stream, 0, 0)
+    }
+}
+
+acl_entry! {
+    /// A stream of the current device; `flag` must be a combination of the `ACL_STREAM_*` flags (recorded, not
+    /// modelled), `priority` is accepted as is.
+    fn aclrtCreateStreamWithConfig(stream: *mut aclrtStream, priority: u32, flag: u32) {
+        create_stream(stream, priority, flag)
+    }
+}
+
+fn create_stream(stream: *mut aclrtStream, _priority: u32, flag: u32) -> Result<(), aclError> {
+    not_null(stream)?;
+    const KNOWN: u64 = ACL_STREAM_FAST_LAUNCH
+        | ACL_STREAM_FAST_SYNC
+        | ACL_STREAM_PERSISTENT
+        | ACL_STREAM_HUGE
+        | ACL_STREAM_CPU_SCHEDULE
+        | ACL_STREAM_DEVICE_USE_ONLY;
+    if u64::from(flag) & !KNOWN != 0 {
+        return Err(ACL_ERROR_INVALID_PARAM);
+    }
+    let mut runtime = runtime();
+    let device = runtime.current_device()?;
+    let created = Stream::spawn(device, crate::runtime::run_task)?;
+    let handle = Arc::as_ptr(&created) as usize;
+    runtime.streams.insert(handle, created);
+    // SAFETY: checked non-null; writable by the C contract.
+    unsafe { stream.write(handle as aclrtStream) };
+    Ok(())
+}
+
+fn synchronize(stream: aclrtStream, timeout: Option<Duration>) -> Result<(), aclError> {
+    let stream = runtime().stream(stream as usize)?;
+    match stream.synchronize(timeout) {
+        ACL_SUCCESS => Ok(()),
+        code => Err(code),
+    }
+}
+
+acl_entry! {
+    /// Waits for every task submitted to `stream` (null: the current device's default stream) and returns the
+    /// first failure among them.
+    fn aclrtSynchronizeStream(stream: aclrtStream) {
+        synchronize(stream, None)
+    }
+}
+
+acl_entry! {
+    /// As `aclrtSynchronizeStream`, waiting at most `timeout` ms (-1: without limit, 0: only checks);
+    /// `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` when the work is not done in time.
+    fn aclrtSynchronizeStreamWithTimeout(stream: aclrtStream, timeout: i32) {
+        let limit = match timeout {
+            -1 => None,
+            ms if ms >= 0 => Some(Duration::from_millis(ms as u64)),
+            _ => return Err(ACL_ERROR_INVALID_PARAM),
+        };
+        synchronize(stream, limit)
+    }
+}
+
+acl_entry! {
+    /// Destroys a created stream after its queued tasks have run.
+    fn aclrtDestroyStream(stream: aclrtStream) {
+        not_null(stream)?;
+        let removed = {
+            let mut runtime = runtime();
+            runtime.ready()?;
+            runtime.streams.remove(&(stream as usize)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?
+        };
+        removed.shut_down();
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// `size` bytes of device memory (HBM) on the current device, at a device address the Host cannot
+    /// dereference. Contents are unspecified (the twin's are zero; the NPU's need not be).
+    fn aclrtMalloc(dev_ptr: *mut *mut c_void, size: usize, policy: aclrtMemMallocPolicy) {
+        not_null(dev_ptr)?;
+        positive(size)?;
+        let _ = policy;
+        let mut runtime = runtime();
+        let device = runtime.current_device()?;
+        let address = runtime.space_mut()?.malloc(size, device)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { dev_ptr.write(address as *mut c_void) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Frees what `aclrtMalloc` returned (the exact address).
+    fn aclrtFree(dev_ptr: *mut c_void) {
+        not_null(dev_ptr)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        if !runtime.is_device_address(dev_ptr as usize) {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        runtime.space_mut()?.free(dev_ptr as usize)
+    }
+}
+
+acl_entry! {
+    /// `size` bytes of page-aligned Host memory (the NPU's is pinned; the twin's is an ordinary anonymous mapping).
+    fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) {
+        not_null(host_ptr)?;
+        positive(size)?;
+        let mut runtime = runtime();
+        runtime.current_device()?;
+        let page = page();
+        let length = size.checked_add(page - 1).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)? / page * page;
+        // SAFETY: a new private anonymous mapping at an address the kernel picks.
+        let address = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                length,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if address == libc::MAP_FAILED {
+            return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+        }
+        runtime.host.insert(address as usize, length);
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { host_ptr.write(address) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Frees what `aclrtMallocHost` returned (the exact address).
+    fn aclrtFreeHost(host_ptr: *mut c_void) {
+        not_null(host_ptr)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        let length = runtime.host.remove(&(host_ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        // SAFETY: the mapping `aclrtMallocHost` made, of that length, now forgotten by the runtime.
+        unsafe { libc::munmap(host_ptr, length) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Sets `count` bytes of device memory to `value`'s low byte; `count` must not exceed `max_count`.
+    fn aclrtMemset(dev_ptr: *mut c_void, max_count: usize, value: i32, count: usize) {
+        if count == 0 {
+            return Ok(());
+        }
+        not_null(dev_ptr)?;
+        if max_count < count {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        let runtime = runtime();
+        runtime.ready()?;
+        for segment in runtime.device_segments(dev_ptr as usize, count, true)? {
+            // SAFETY: a translated device segment, valid while the runtime lock is held.
+            unsafe { core::ptr::write_bytes(segment.ptr, value as u8, segment.len) };
+        }
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// A synchronous copy; `kind` must match where the pointers are (or be `ACL_MEMCPY_DEFAULT`).
+    fn aclrtMemcpy(dst: *mut c_void, dest_max: usize, src: *const c_void, count: usize, kind: aclrtMemcpyKind) {
+        if count == 0 {
+            return Ok(());
+        }
+        not_null(dst)?;
+        not_null(src)?;
+        let runtime = runtime();
+        runtime.ready()?;
+        let (to, from) = runtime.plan_copy(dst as usize, dest_max, src as usize, count, kind)?;
+        // SAFETY: device segments translated under the lock still held; Host segments valid by the C contract.
+        unsafe { perform_copy(&to, &from) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Enqueues a copy on `stream` (null: the current device's default stream) and returns; the copy is done
+    /// only once the stream is synchronised. Arguments are checked now and again when the copy runs. A
+    /// device-to-device copy needs 64-byte-aligned addresses.
+    fn aclrtMemcpyAsync(
+        dst: *mut c_void,
+        dest_max: usize,
+        src: *const c_void,
+        count: usize,
+        kind: aclrtMemcpyKind,
+        stream: aclrtStream,
+    ) {
+        if count == 0 {
+            return Ok(());
+        }
+        not_null(dst)?;
+        not_null(src)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        runtime.plan_copy(dst as usize, dest_max, src as usize, count, kind)?;
+        let (dst, src) = (dst as usize, src as usize);
+        if runtime.is_device_address(dst) && runtime.is_device_address(src) && (dst % 64 != 0 || src % 64 != 0) {
+            return Err(ACL_ERROR_RT_ADDR_UNALIGNED);
+        }
+        let target = runtime.stream(stream as usize)?;
+        drop(runtime);
+        target.submit(Task::Copy { dst, dest_max, src, count, kind });
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Gives `size` bytes of Host memory at `ptr` a device address (written to `dev_ptr`), distinct from `ptr`,
+    /// through which the device reaches the same pages. `ACL_HOST_REGISTER_READONLY` makes the window read-only
+    /// for the device; `ACL_HOST_REGISTER_IOMEMORY` is not supported.
+    fn aclrtHostRegister(ptr: *mut c_void, size: u64, kind: aclrtHostRegisterType, dev_ptr: *mut *mut c_void) {
+        not_null(ptr)?;
+        not_null(dev_ptr)?;
+        let size = usize::try_from(size).map_err(|_| ACL_ERROR_INVALID_PARAM)?;
+        positive(size)?;
+        let readonly = match kind {
+            ACL_HOST_REGISTER_MAPPED => false,
+            ACL_HOST_REGISTER_READONLY => true,
+            ACL_HOST_REGISTER_IOMEMORY => return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
+            _ => return Err(ACL_ERROR_INVALID_PARAM),
+        };
+        let mut runtime = runtime();
+        runtime.current_device()?;
+        let address = runtime.space_mut()?.register(ptr as usize, size, readonly)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { dev_ptr.write(address as *mut c_void) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Removes the device window of Host memory registered at exactly `ptr`.
+    fn aclrtHostUnregister(ptr: *mut c_void) {
+        not_null(ptr)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        runtime.space_mut()?.unregister(ptr as usize)
+    }
+}
+
+fn granularity_of(prop: &aclrtPhysicalMemProp) -> Result<usize, aclError> {
+    match prop.memAttr {
+        ACL_HBM_MEM_HUGE1G | ACL_HBM_MEM_P2P_HUGE1G | ACL_MEM_HUGE1G | ACL_MEM_P2P_HUGE1G => Ok(GRANULARITY_1G),
+        attr if attr.name().is_some() => Ok(GRANULARITY),
+        _ => Err(ACL_ERROR_INVALID_PARAM),
+    }
+}
+
+fn check_physical_prop(prop: &aclrtPhysicalMemProp) -> Result<(), aclError> {
+    if prop.handleType != ACL_MEM_HANDLE_TYPE_NONE || prop.allocationType != ACL_MEM_ALLOCATION_TYPE_PINNED {
+        return Err(ACL_ERROR_INVALID_PARAM);
+    }
+    match prop.location.r#type {
+        ACL_MEM_LOCATION_TYPE_DEVICE => {}
+        ACL_MEM_LOCATION_TYPE_HOST | ACL_MEM_LOCATION_TYPE_HOST_NUMA => return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
+        _ => return Err(ACL_ERROR_INVALID_PARAM),
+    }
+    let ddr = [ACL_DDR_MEM_HUGE, ACL_DDR_MEM_NORMAL, ACL_DDR_MEM_P2P_HUGE, ACL_DDR_MEM_P2P_NORMAL];
+    if ddr.contains(&prop.memAttr) {
+        return Err(ACL_ERROR_INVALID_PARAM);
+    }
+    granularity_of(prop).map(|_| ())
+}
+
+acl_entry! {
+    /// The allocation granularity for `prop`: 2 MiB, or 1 GiB for the 1 GiB-page attributes.
+    fn aclrtMemGetAllocationGranularity(
+        prop: *mut aclrtPhysicalMemProp,
+        option: aclrtMemGranularityOptions,
+        granularity: *mut usize,
+    ) {
+        not_null(prop)?;
+        not_null(granularity)?;
+        // SAFETY: checked non-null; readable by the C contract.
+        let prop = unsafe { prop.read() };
+        if option != ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM && option != ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        runtime().ready()?;
+        let value = granularity_of(&prop)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { granularity.write(value) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// `size` bytes (a multiple of the granularity) of physical device memory on `prop.location.id`.
+    fn aclrtMallocPhysical(handle: *mut aclrtDrvMemHandle, size: usize, prop: *const aclrtPhysicalMemProp, flags: u64) {
+        not_null(handle)?;
+        not_null(prop)?;
+        positive(size)?;
+        if flags != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        // SAFETY: checked non-null; readable by the C contract.
+        let prop = unsafe { prop.read() };
+        check_physical_prop(&prop)?;
+        if size % granularity_of(&prop)? != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let mut runtime = runtime();
+        runtime.current_device()?;
+        let device = i32::try_from(prop.location.id).map_err(|_| ACL_ERROR_RT_INVALID_DEVICEID)?;
+        runtime.check_device_id(device)?;
+        let physical = Physical::new(size)?;
+        let value = runtime.new_handle();
+        runtime.physical.insert(value, physical);
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { handle.write(value as aclrtDrvMemHandle) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Frees a physical allocation; it must no longer be mapped.
+    fn aclrtFreePhysical(handle: aclrtDrvMemHandle) {
+        not_null(handle)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        let physical = runtime.physical.get(&(handle as usize)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+        if physical.mapped > 0 {
+            return Err(ACL_ERROR_RT_MEMORY_FREE);
+        }
+        runtime.physical.remove(&(handle as usize));
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Reserves `size` bytes (a multiple of 2 MiB) of device addresses; `expect_ptr` must be null, `flags` 0 or 1.
+    fn aclrtReserveMemAddress(vir_ptr: *mut *mut c_void, size: usize, alignment: usize, expect_ptr: *mut c_void, flags: u64) {
+        not_null(vir_ptr)?;
+        positive(size)?;
+        if flags > 1 || !expect_ptr.is_null() || size % GRANULARITY != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let align = match alignment {
+            0 => GRANULARITY,
+            a if a.is_power_of_two() => a.max(GRANULARITY),
+            _ => return Err(ACL_ERROR_INVALID_PARAM),
+        };
+        let mut runtime = runtime();
+        runtime.current_device()?;
+        let address = runtime.space_mut()?.reserve(size, align)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { vir_ptr.write(address as *mut c_void) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Releases a reservation (its start address); nothing may still be mapped in it.
+    fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) {
+        not_null(vir_ptr)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        if !runtime.is_device_address(vir_ptr as usize) {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        runtime.space_mut()?.release(vir_ptr as usize)
+    }
+}
+
+acl_entry! {
+    /// Maps `[offset, offset + size)` of a physical allocation at `vir_ptr` inside a reservation (granularity-aligned,
+    /// not overlapping another mapping). Mapped memory is readable and writable by the device until
+    /// `aclrtMemSetAccess` says otherwise.
+    fn aclrtMapMem(vir_ptr: *mut c_void, size: usize, offset: usize, handle: aclrtDrvMemHandle, flags: u64) {
+        not_null(vir_ptr)?;
+        not_null(handle)?;
+        positive(size)?;
+        if flags != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let mut guard = runtime();
+        let runtime = &mut *guard;
+        runtime.ready()?;
+        if !runtime.is_device_address(vir_ptr as usize) {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        let key = handle as usize;
+        let mut physical = runtime.physical.remove(&key).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+        let mapped = runtime.space_mut().and_then(|space| space.map(vir_ptr as usize, size, offset, key, &mut physical));
+        runtime.physical.insert(key, physical);
+        mapped
+    }
+}
+
+acl_entry! {
+    /// Unmaps the mapping that starts at `vir_ptr`.
+    fn aclrtUnmapMem(vir_ptr: *mut c_void) {
+        not_null(vir_ptr)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        if !runtime.is_device_address(vir_ptr as usize) {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        let handle = runtime.space_mut()?.unmap(vir_ptr as usize)?;
+        if let Some(physical) = runtime.physical.get_mut(&handle) {
+            physical.mapped -= 1;
+        }
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Sets the device's access to `[vir_ptr, vir_ptr + size)`, which must be exactly a run of whole mappings.
+    /// Each descriptor must name a device location with a valid id; the widest access among them applies (the
+    /// twin does not model per-device access).
+    fn aclrtMemSetAccess(vir_ptr: *mut c_void, size: usize, desc: *mut aclrtMemAccessDesc, count: usize) {
+        not_null(vir_ptr)?;
+        not_null(desc)?;
+        positive(size)?;
+        positive(count)?;
+        let mut runtime = runtime();
+        runtime.ready()?;
+        let mut widest = ACL_RT_MEM_ACCESS_FLAGS_NONE;
+        for index in 0..count {
+            // SAFETY: `desc` points to `count` descriptors (C contract); `index < count`.
+            let one = unsafe { desc.add(index).read() };
+            if one.location.r#type != ACL_MEM_LOCATION_TYPE_DEVICE {
+                return Err(ACL_ERROR_INVALID_PARAM);
+            }
+            runtime.check_device_id(i32::try_from(one.location.id).map_err(|_| ACL_ERROR_RT_INVALID_DEVICEID)?)?;
+            match one.flags {
+                ACL_RT_MEM_ACCESS_FLAGS_NONE => {}
+                ACL_RT_MEM_ACCESS_FLAGS_READ => {
+                    if widest == ACL_RT_MEM_ACCESS_FLAGS_NONE {
+                        widest = ACL_RT_MEM_ACCESS_FLAGS_READ;
+                    }
+                }
+                ACL_RT_MEM_ACCESS_FLAGS_READWRITE => widest = ACL_RT_MEM_ACCESS_FLAGS_READWRITE,
+                _ => return Err(ACL_ERROR_INVALID_PARAM),
+            }
+        }
+        if !runtime.is_device_address(vir_ptr as usize) {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        runtime.space_mut()?.set_access(vir_ptr as usize, size, widest)
+    }
+}

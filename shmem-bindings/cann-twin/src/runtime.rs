@@ -1,0 +1,292 @@
+//! The process-wide runtime state behind one mutex, and the rules every entry point shares: initialisation, the
+//! calling thread's current device, copy planning.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use ascendcl_sys::sys::*;
+
+use crate::memory::{Physical, Segment, Space};
+use crate::stream::{Stream, Task};
+
+/// Devices reported when `AIV_TWIN_DEVICES` is unset or not a number in `1..=1024`.
+pub const DEFAULT_DEVICE_COUNT: u32 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Init {
+    Never,
+    Initialized,
+    Finalized,
+}
+
+/// Everything the runtime owns.
+#[derive(Debug)]
+pub(crate) struct Runtime {
+    init: Init,
+    pub device_count: u32,
+    /// `aclrtSetDevice` calls not yet matched by `aclrtResetDevice`, per device.
+    device_refs: Vec<u32>,
+    space: Option<Space>,
+    /// Created streams by handle (the address of the `Stream`).
+    pub streams: HashMap<usize, Arc<Stream>>,
+    /// The default (null) stream of each device, made on first use.
+    default_streams: HashMap<i32, Arc<Stream>>,
+    /// `aclrtMallocHost` mappings: address -> mapped length.
+    pub host: HashMap<usize, usize>,
+    /// `aclrtMallocPhysical` allocations by handle value.
+    pub physical: HashMap<usize, Physical>,
+    next_handle: usize,
+}
+
+thread_local! {
+    /// The device `aclrtSetDevice` last made current on this thread.
+    static CURRENT: Cell<Option<i32>> = const { Cell::new(None) };
+}
+
+fn device_count_from_env() -> u32 {
+    std::env::var("AIV_TWIN_DEVICES")
+        .ok()
+        .and_then(|value| value.trim().parse::<u32>().ok())
+        .filter(|count| (1..=1024).contains(count))
+        .unwrap_or(DEFAULT_DEVICE_COUNT)
+}
+
+static RUNTIME: LazyLock<Mutex<Runtime>> = LazyLock::new(|| {
+    let device_count = device_count_from_env();
+    Mutex::new(Runtime {
+        init: Init::Never,
+        device_count,
+        device_refs: vec![0; device_count as usize],
+        space: None,
+        streams: HashMap::new(),
+        default_streams: HashMap::new(),
+        host: HashMap::new(),
+        physical: HashMap::new(),
+        next_handle: 0,
+    })
+});
+
+/// The runtime, locked. A poisoned lock is recovered: every mutation leaves the state consistent before it can
+/// panic, and no panic crosses the C ABI.
+pub(crate) fn runtime() -> MutexGuard<'static, Runtime> {
+    RUNTIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Runtime {
+    pub fn init(&mut self) -> Result<(), aclError> {
+        if self.init == Init::Initialized {
+            return Err(ACL_ERROR_REPEAT_INITIALIZE);
+        }
+        self.init = Init::Initialized;
+        Ok(())
+    }
+
+    /// Marks the runtime finalised and hands back every stream, for the caller to drain without the lock.
+    pub fn finalize(&mut self) -> Result<Vec<Arc<Stream>>, aclError> {
+        match self.init {
+            Init::Never => return Err(ACL_ERROR_UNINITIALIZE),
+            Init::Finalized => return Err(ACL_ERROR_REPEAT_FINALIZE),
+            Init::Initialized => {}
+        }
+        self.init = Init::Finalized;
+        for device in 0..self.device_count as i32 {
+            if self.device_refs[device as usize] > 0 {
+                if let Some(space) = self.space.as_mut() {
+                    space.free_device(device);
+                }
+            }
+        }
+        self.device_refs.iter_mut().for_each(|refs| *refs = 0);
+        let mut streams: Vec<Arc<Stream>> = self.streams.drain().map(|(_, stream)| stream).collect();
+        streams.extend(self.default_streams.drain().map(|(_, stream)| stream));
+        Ok(streams)
+    }
+
+    /// `ACL_ERROR_UNINITIALIZE` unless `aclInit` has succeeded and `aclFinalize` has not followed.
+    pub fn ready(&self) -> Result<(), aclError> {
+        if self.init == Init::Initialized {
+            Ok(())
+        } else {
+            Err(ACL_ERROR_UNINITIALIZE)
+        }
+    }
+
+    pub fn check_device_id(&self, device: i32) -> Result<usize, aclError> {
+        usize::try_from(device)
+            .ok()
+            .filter(|&index| index < self.device_count as usize)
+            .ok_or(ACL_ERROR_RT_INVALID_DEVICEID)
+    }
+
+    pub fn set_device(&mut self, device: i32) -> Result<(), aclError> {
+        self.ready()?;
+        let index = self.check_device_id(device)?;
+        self.device_refs[index] += 1;
+        CURRENT.with(|current| current.set(Some(device)));
+        Ok(())
+    }
+
+    /// Drops one reference; on the last, hands back the device's streams (for the caller to drain) and frees its
+    /// `aclrtMalloc` memory.
+    pub fn reset_device(&mut self, device: i32) -> Result<Vec<Arc<Stream>>, aclError> {
+        self.ready()?;
+        let index = self.check_device_id(device)?;
+        if self.device_refs[index] == 0 {
+            return Err(ACL_ERROR_RT_CONTEXT_NULL);
+        }
+        self.device_refs[index] -= 1;
+        if self.device_refs[index] > 0 {
+            return Ok(Vec::new());
+        }
+        CURRENT.with(|current| {
+            if current.get() == Some(device) {
+                current.set(None);
+            }
+        });
+        let handles: Vec<usize> =
+            self.streams.iter().filter(|(_, stream)| stream.device == device).map(|(&handle, _)| handle).collect();
+        let mut streams: Vec<Arc<Stream>> = handles.iter().filter_map(|handle| self.streams.remove(handle)).collect();
+        streams.extend(self.default_streams.remove(&device));
+        if let Some(space) = self.space.as_mut() {
+            space.free_device(device);
+        }
+        Ok(streams)
+    }
+
+    /// The calling thread's current device, which must still be set: else `ACL_ERROR_RT_CONTEXT_NULL`.
+    pub fn current_device(&self) -> Result<i32, aclError> {
+        self.ready()?;
+        let device = CURRENT.with(Cell::get).ok_or(ACL_ERROR_RT_CONTEXT_NULL)?;
+        match self.device_refs.get(device as usize) {
+            Some(&refs) if refs > 0 => Ok(device),
+            _ => Err(ACL_ERROR_RT_CONTEXT_NULL),
+        }
+    }
+
+    /// The device address space, made on first use.
+    pub fn space_mut(&mut self) -> Result<&mut Space, aclError> {
+        if self.space.is_none() {
+            self.space = Some(Space::new()?);
+        }
+        self.space.as_mut().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)
+    }
+
+    pub fn is_device_address(&self, address: usize) -> bool {
+        self.space.as_ref().is_some_and(|space| space.contains(address))
+    }
+
+    /// A fresh handle value for a physical allocation (opaque; never an address).
+    pub fn new_handle(&mut self) -> usize {
+        self.next_handle += 1;
+        0x7a1e_0000_0000 + self.next_handle * 16
+    }
+
+    /// The stream a handle names: a created stream, or the current device's default stream for null.
+    pub fn stream(&mut self, handle: usize) -> Result<Arc<Stream>, aclError> {
+        if handle == 0 {
+            let device = self.current_device()?;
+            if let Some(stream) = self.default_streams.get(&device) {
+                return Ok(Arc::clone(stream));
+            }
+            let stream = Stream::spawn(device, run_task)?;
+            self.default_streams.insert(device, Arc::clone(&stream));
+            return Ok(stream);
+        }
+        self.ready()?;
+        self.streams.get(&handle).cloned().ok_or(ACL_ERROR_RT_INVALID_HANDLE)
+    }
+
+    /// Device memory a memset writes.
+    pub fn device_segments(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
+        match self.space.as_ref() {
+            Some(space) if space.contains(address) => space.translate(address, len, write),
+            _ => Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE),
+        }
+    }
+
+    /// Checks a copy as `aclrtMemcpy` does and translates both sides. `count` is non-zero and both pointers
+    /// non-null (checked by the caller, in the vendor's order).
+    pub fn plan_copy(
+        &self,
+        dst: usize,
+        dest_max: usize,
+        src: usize,
+        count: usize,
+        kind: aclrtMemcpyKind,
+    ) -> Result<(Vec<Segment>, Vec<Segment>), aclError> {
+        let dst_device = self.is_device_address(dst);
+        let src_device = self.is_device_address(src);
+        let matches = match kind {
+            ACL_MEMCPY_HOST_TO_HOST => !dst_device && !src_device,
+            ACL_MEMCPY_HOST_TO_DEVICE | ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE => !src_device && dst_device,
+            ACL_MEMCPY_DEVICE_TO_HOST => src_device && !dst_device,
+            ACL_MEMCPY_DEVICE_TO_DEVICE => src_device && dst_device,
+            ACL_MEMCPY_DEFAULT => true,
+            _ => return Err(ACL_ERROR_INVALID_PARAM),
+        };
+        if !matches {
+            return Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE);
+        }
+        if dest_max < count {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        let side = |address: usize, device: bool, write: bool| -> Result<Vec<Segment>, aclError> {
+            if device {
+                self.device_segments(address, count, write)
+            } else {
+                address.checked_add(count).ok_or(ACL_ERROR_INVALID_PARAM)?;
+                if self.space.as_ref().is_some_and(|space| space.contains(address + count - 1)) {
+                    // A Host range running into the device address space.
+                    return Err(ACL_ERROR_RT_PARAM_INVALID);
+                }
+                Ok(vec![Segment { ptr: address as *mut u8, len: count }])
+            }
+        };
+        Ok((side(dst, dst_device, true)?, side(src, src_device, false)?))
+    }
+}
+
+/// Copies `src` onto `dst` (the same total length), segment by segment, as `memmove` would.
+///
+/// # Safety
+///
+/// Every segment is valid memory for its length (device segments come from [`Space::translate`] under the
+/// runtime lock, still held; Host segments are the caller's promise under the C contract).
+pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
+    let (mut d, mut s) = (0, 0);
+    let (mut d_off, mut s_off) = (0, 0);
+    while d < dst.len() && s < src.len() {
+        let take = (dst[d].len - d_off).min(src[s].len - s_off);
+        // SAFETY: both ranges lie inside their segments (see the function's contract); `copy` allows overlap.
+        unsafe { core::ptr::copy(src[s].ptr.add(s_off), dst[d].ptr.add(d_off), take) };
+        d_off += take;
+        s_off += take;
+        if d_off == dst[d].len {
+            d += 1;
+            d_off = 0;
+        }
+        if s_off == src[s].len {
+            s += 1;
+            s_off = 0;
+        }
+    }
+}
+
+/// Runs one stream task on a worker thread.
+pub(crate) fn run_task(task: &Task) -> aclError {
+    match *task {
+        Task::Copy { dst, dest_max, src, count, kind } => {
+            let runtime = runtime();
+            match runtime.plan_copy(dst, dest_max, src, count, kind) {
+                Ok((dst, src)) => {
+                    // SAFETY: the segments were just translated under the lock still held; the Host side is the
+                    // submitter's promise that it stays valid until the stream is synchronised.
+                    unsafe { perform_copy(&dst, &src) };
+                    ACL_SUCCESS
+                }
+                Err(code) => code,
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! Streams: each one a worker thread that runs its tasks in submission order. Submission returns at once; the Host
+//! learns of completion only from a stream synchronisation, which waits for every task submitted before it and
+//! reports the first failure among them.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::sys::*;
+
+/// Work a stream runs.
+pub(crate) enum Task {
+    /// A copy, re-validated when it runs (the memory may have been freed since submission).
+    Copy { dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
+}
+
+#[derive(Default)]
+struct Queue {
+    tasks: VecDeque<Task>,
+    submitted: u64,
+    completed: u64,
+    /// The first failure since the last synchronisation.
+    error: aclError,
+    shutdown: bool,
+}
+
+/// One stream.
+pub(crate) struct Stream {
+    pub device: i32,
+    queue: Mutex<Queue>,
+    changed: Condvar,
+    worker: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stream").field("device", &self.device).finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Stream {
+    /// A stream of `device` whose worker runs tasks with `run`.
+    pub(crate) fn spawn(device: i32, run: fn(&Task) -> aclError) -> Result<Arc<Stream>, aclError> {
+        let stream = Arc::new(Stream {
+            device,
+            queue: Mutex::new(Queue::default()),
+            changed: Condvar::new(),
+            worker: Mutex::new(None),
+        });
+        let worker_stream = Arc::clone(&stream);
+        let handle = std::thread::Builder::new()
+            .name(format!("cann-twin-stream-d{device}"))
+            .spawn(move || worker_stream.work(run))
+            .map_err(|_| ACL_ERROR_RT_NO_STREAM_RESOURCE)?;
+        *lock(&stream.worker) = Some(handle);
+        Ok(stream)
+    }
+
+    fn work(&self, run: fn(&Task) -> aclError) {
+        loop {
+            let task = {
+                let mut queue = lock(&self.queue);
+                loop {
+                    if let Some(task) = queue.tasks.pop_front() {
+                        break task;
+                    }
+                    if queue.shutdown {
+                        return;
+                    }
+                    queue = self.changed.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+                }
+            };
+            let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
+                .unwrap_or(ACL_ERROR_RT_INTERNAL_ERROR);
+            let mut queue = lock(&self.queue);
+            queue.completed += 1;
+            if code != ACL_SUCCESS && queue.error == ACL_SUCCESS {
+                queue.error = code;
+            }
+            self.changed.notify_all();
+        }
+    }
+
+    pub(crate) fn submit(&self, task: Task) {
+        let mut queue = lock(&self.queue);
+        queue.tasks.push_back(task);
+        queue.submitted += 1;
+        self.changed.notify_all();
+    }
+
+    /// Waits until every task submitted so far has run (`None`: without limit), then returns and clears the first
+    /// failure; `ACL_ERROR_RT_STREAM_SYNC_TIMEOUT` when the limit passes first.
+    pub(crate) fn synchronize(&self, timeout: Option<Duration>) -> aclError {
+        let deadline = timeout.map(|timeout| Instant::now() + timeout);
+        let mut queue = lock(&self.queue);
+        let target = queue.submitted;
+        while queue.completed < target {
+            match deadline {
+                None => queue = self.changed.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner()),
+                Some(deadline) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return ACL_ERROR_RT_STREAM_SYNC_TIMEOUT;
+                    }
+                    queue = self
+                        .changed
+                        .wait_timeout(queue, deadline - now)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner())
+                        .0;
+                }
+            }
+        }
+        std::mem::replace(&mut queue.error, ACL_SUCCESS)
+    }
+
+    /// Lets the worker finish every queued task, then joins it.
+    pub(crate) fn shut_down(&self) {
+        lock(&self.queue).shutdown = true;
+        self.changed.notify_all();
+        if let Some(handle) = lock(&self.worker).take() {
+            let _ = handle.join();
+        }
+    }
+}

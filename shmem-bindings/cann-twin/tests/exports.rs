@@ -1,0 +1,110 @@
+//! The table resolves every required symbol to the twin, and the cdylib exports each implemented function under
+//! its unmangled C name.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+#[test]
+fn every_required_symbol_is_implemented() {
+    let required: Vec<_> = ascendcl_sys::AclApi::function_decls()
+        .into_iter()
+        .filter(|decl| !decl.optional)
+        .map(|decl| decl.name)
+        .collect();
+    for name in &required {
+        assert!(cann_twin::EXPORTED.contains(name), "{name} is required but not implemented");
+    }
+    let declared: Vec<_> = ascendcl_sys::AclApi::function_decls().into_iter().map(|decl| decl.name).collect();
+    for name in cann_twin::EXPORTED {
+        assert!(declared.contains(name), "{name} is exported but not declared by ascendcl-sys");
+        assert!(cann_twin::resolve(name).is_some());
+    }
+    assert!(cann_twin::resolve("aclrtCreateNotify").is_none(), "unimplemented optional symbols stay unresolved");
+    let api = cann_twin::acl_api();
+    assert!(api.aclrtMapMem.is_some() && api.aclrtHostRegister.is_some());
+    assert!(api.aclrtLaunchKernel.is_none() && api.aclrtMemExportToShareableHandle.is_none());
+}
+
+/// The cdylib, built fresh (`cargo test` builds the library only as an rlib for its tests), into a target
+/// directory of its own below this test's (the outer `cargo` holds the lock of its own). `None` when `cargo` is not
+/// known to this process.
+fn cdylib() -> Option<PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var_os("CARGO")?;
+            // The test binary lives in <target>/<profile>/deps.
+            let exe = std::env::current_exe().ok()?;
+            let target = exe.parent()?.parent()?.parent()?.join("cann-twin-cdylib");
+            let status = Command::new(cargo)
+                .args(["build", "--quiet", "-p", "cann-twin", "--lib", "--target-dir"])
+                .arg(&target)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo");
+            assert!(status.success(), "building the cdylib failed: {status}");
+            let library = target.join("debug/libcann_twin.so");
+            assert!(library.exists(), "{} was not built", library.display());
+            Some(library)
+        })
+        .clone()
+}
+
+#[test]
+fn the_cdylib_exports_the_functions_unmangled() {
+    let Some(library) = cdylib() else {
+        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        return;
+    };
+    let output = match Command::new("nm").args(["-D", "--defined-only"]).arg(&library).output() {
+        Ok(output) if output.status.success() => output,
+        _ => {
+            eprintln!("skipped: nm is not available");
+            return;
+        }
+    };
+    let symbols = String::from_utf8_lossy(&output.stdout);
+    let exported: Vec<&str> = symbols
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
+            (kind == "T").then_some(name)
+        })
+        .collect();
+    for name in cann_twin::EXPORTED {
+        assert!(exported.contains(name), "{name} is not exported unmangled by {}", library.display());
+    }
+}
+
+#[test]
+fn the_cdylib_loads_as_libascendcl_and_moves_data() {
+    use ascendcl_sys::sys::*;
+    let Some(library) = cdylib() else {
+        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        return;
+    };
+    // The loader's override path, as a user pointing AIV_ASCENDCL_LIB at the twin would. The loaded copy has its
+    // own runtime state, separate from the one linked into this test.
+    let path = library.into_os_string();
+    let env = move |name: &str| (name == "AIV_ASCENDCL_LIB").then(|| path.clone());
+    let candidates = ASCENDCL_LIBRARY.candidates(&env);
+    let api = ascendcl_sys::AclApi::load(&ASCENDCL_LIBRARY, &candidates).expect("the twin loads as libascendcl.so");
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+    let mut back = vec![0u8; data.len()];
+    let mut dev = core::ptr::null_mut();
+    // SAFETY: live locals and Host buffers of the lengths passed; the device address is checked by the twin.
+    unsafe {
+        assert_eq!((api.aclInit)(core::ptr::null()), ACL_SUCCESS);
+        assert_eq!((api.aclrtSetDevice)(0), ACL_SUCCESS);
+        assert_eq!((api.aclrtMalloc)(&mut dev, data.len(), ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+        let len = data.len();
+        assert_eq!((api.aclrtMemcpy)(dev, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+        assert_eq!((api.aclrtMemcpy)(back.as_mut_ptr().cast(), len, dev, len, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+        assert_eq!((api.aclrtFree)(dev), ACL_SUCCESS);
+        assert_eq!((api.aclrtResetDevice)(0), ACL_SUCCESS);
+        assert_eq!((api.aclFinalize)(), ACL_SUCCESS);
+    }
+    assert_eq!(back, data);
+    assert!(api.aclrtMapMem.is_some() && api.aclrtCreateNotify.is_none());
+}
