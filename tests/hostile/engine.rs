@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 /// Registered bytes, with an unregistered guard of the same size on each side.
 const REGISTERED: usize = 8192;
@@ -87,11 +86,7 @@ fn hostile_bytes(guard_addr: u64) -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 96,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(96))]
 
     /// The same hostile bytes on the RPC port and the data port, concurrently: the guards around the registered
     /// buffer never change, and another engine's write and read through the tcp transport still complete.

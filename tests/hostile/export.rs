@@ -12,7 +12,6 @@ use aiv_transport::config::{ExportLimits, LaunchMode};
 use aiv_transport::device::twin::export_service::{self, ExportService, Offer};
 use aiv_transport::{Opcode, SegmentId, TransferRequest, TransferState};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 use rand::RngCore;
 
 use crate::aiv::{node, options, Node};
@@ -166,11 +165,7 @@ fn expected(line: &[u8], secret: &str) -> (Expect, bool) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 200,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(200))]
 
     /// Whatever line arrives, the service answers with one JSON line or closes, promptly; a descriptor comes back
     /// only for an import of the offered id with the right secret; the memfd's bytes are never changed by the

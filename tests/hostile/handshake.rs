@@ -2,16 +2,13 @@
 //! handshake client against random replies.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{Shutdown, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use aiv_transport::metadata::handshake::{Frame, FrameForm, FrameKind, HandshakeClient};
 use aiv_transport::metadata::{MetadataOptions, SegmentDescriptor};
 use aiv_transport::{EngineConfig, TransferEngine};
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 use crate::flood;
 
@@ -161,11 +158,7 @@ fn fuzzed_target() -> &'static (TransferEngine, Buffer) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 200,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(200))]
 
     /// Whatever frame arrives, the server answers with one frame of the request's form or closes without a reply,
     /// promptly; after each case it still answers a probe and still describes the same segment.
@@ -191,66 +184,20 @@ proptest! {
     }
 }
 
-/// A fake handshake server answering the n-th connection with `answers[n]` after reading the request (bounded).
-struct FakeServer {
-    port: u16,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FakeServer {
-    fn start(answers: Vec<Vec<u8>>) -> FakeServer {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let port = listener.local_addr().expect("address").port();
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let answers = Arc::new(Mutex::new(answers.into_iter()));
-        let thread = std::thread::spawn(move || {
-            while !stopping.load(Ordering::SeqCst) {
-                let Ok((mut stream, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let answer = answers.lock().expect("answers").next().unwrap_or_default();
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-                let mut request = [0u8; 4096];
-                let _ = stream.read(&mut request);
-                let _ = stream.write_all(&answer);
-            }
-        });
-        FakeServer { port, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for FakeServer {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
-
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 64,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(64))]
 
     /// The handshake client, against a server replying anything: a probe and a metadata exchange each return within
     /// the client's one deadline (retries included), and a reply that is not one whole frame of the request's form
     /// is an error.
     #[test]
     fn the_handshake_client_survives_any_reply(answers in prop::collection::vec(frame_bytes(), 2)) {
-        let fake = FakeServer::start(answers.clone());
+        let fake = crate::FakeServer::start(answers.clone());
         let deadline = Duration::from_millis(400);
         let client = HandshakeClient { connect_timeout: deadline, deadline };
         let started = Instant::now();
-        let probe = client.probe("127.0.0.1", fake.port);
-        let metadata = client.exchange("127.0.0.1", fake.port, &Frame::typed(FrameKind::Metadata, b"{}".to_vec()));
+        let probe = client.probe("127.0.0.1", fake.address.port());
+        let metadata = client.exchange("127.0.0.1", fake.address.port(), &Frame::typed(FrameKind::Metadata, b"{}".to_vec()));
         prop_assert!(started.elapsed() < 2 * deadline + Duration::from_millis(700), "took {:?}", started.elapsed());
         if let Ok(reply) = metadata {
             prop_assert_eq!(reply.form, FrameForm::Typed(FrameKind::Metadata));
@@ -267,12 +214,13 @@ proptest! {
 #[test]
 fn a_connection_closed_unanswered_is_retried_only_when_the_request_is_idempotent() {
     let probe_reply = Frame::typed(FrameKind::Probe, br#"{"status":"success"}"#.to_vec()).encode();
-    let fake = FakeServer::start(vec![Vec::new(), Vec::new(), probe_reply]);
-    HandshakeClient::default().probe("127.0.0.1", fake.port).expect("a probe survives two unanswered closes");
+    let fake = crate::FakeServer::start(vec![Vec::new(), Vec::new(), probe_reply]);
+    HandshakeClient::default().probe("127.0.0.1", fake.address.port()).expect("a probe survives two unanswered closes");
 
     let notify_reply = Frame::typed(FrameKind::Notify, br#"{"status":"success"}"#.to_vec()).encode();
-    let fake = FakeServer::start(vec![Vec::new(), notify_reply]);
+    let fake = crate::FakeServer::start(vec![Vec::new(), notify_reply]);
     let notify = Frame::typed(FrameKind::Notify, br#"{"local_segment_name":"a","message":"m"}"#.to_vec());
-    let error = HandshakeClient::default().exchange("127.0.0.1", fake.port, &notify).expect_err("not retried");
+    let error =
+        HandshakeClient::default().exchange("127.0.0.1", fake.address.port(), &notify).expect_err("not retried");
     assert!(error.to_string().contains("receive handshake reply"), "{error}");
 }

@@ -2,16 +2,13 @@
 //! answers.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use aiv_transport::metadata::http::HttpStore;
 use aiv_transport::metadata::http_server::{MetadataHttpServer, StoreLimits};
 use aiv_transport::metadata::store::KeyValueStore;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 use crate::{captured_log, http_support};
 
@@ -197,11 +194,7 @@ fn fuzzed_server() -> &'static MetadataHttpServer {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 300,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(300))]
 
     /// Whatever arrives, the server answers with an HTTP status line or closes, within a bounded time; what it stores
     /// stays within its limits and the guard key keeps its value (checked after every case).
@@ -216,49 +209,6 @@ proptest! {
         }
         let (status, body) = http_support::raw_http(server.local_addr(), "GET", &format!("/metadata?key={GUARD_KEY}"), b"");
         prop_assert_eq!((status, body.as_str()), (200, "kept"));
-    }
-}
-
-/// A fake HTTP server that answers every connection with `answer(n)` for the n-th connection, after reading what the
-/// client sent (bounded); stops on drop.
-struct FakeHttp {
-    address: SocketAddr,
-    stop: Arc<AtomicBool>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
-
-impl FakeHttp {
-    fn start(answers: Vec<Vec<u8>>) -> FakeHttp {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-        listener.set_nonblocking(true).expect("nonblocking");
-        let address = listener.local_addr().expect("address");
-        let stop = Arc::new(AtomicBool::new(false));
-        let stopping = stop.clone();
-        let answers = Arc::new(Mutex::new(answers.into_iter()));
-        let thread = std::thread::spawn(move || {
-            while !stopping.load(Ordering::SeqCst) {
-                let Ok((mut stream, _)) = listener.accept() else {
-                    std::thread::sleep(Duration::from_millis(2));
-                    continue;
-                };
-                let answer = answers.lock().expect("answers").next().unwrap_or_default();
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
-                let mut request = [0u8; 8192];
-                let _ = stream.read(&mut request);
-                let _ = stream.write_all(&answer);
-            }
-        });
-        FakeHttp { address, stop, thread: Some(thread) }
-    }
-}
-
-impl Drop for FakeHttp {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::SeqCst);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -283,17 +233,13 @@ fn http_answer() -> impl Strategy<Value = Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 48,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(48))]
 
     /// The HTTP store client, against a server answering anything: each of get, put and delete returns (a value or
     /// an error) within its one deadline, and never panics.
     #[test]
     fn the_http_store_client_survives_any_answer(answers in prop::collection::vec(http_answer(), 3)) {
-        let fake = FakeHttp::start(answers);
+        let fake = crate::FakeServer::start(answers);
         let deadline = Duration::from_millis(400);
         let store = HttpStore::with_timeouts(&format!("http://{}/metadata", fake.address), deadline, deadline);
         let started = Instant::now();

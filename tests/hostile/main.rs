@@ -31,8 +31,67 @@ mod handshake;
 mod http_store;
 mod tcp_data;
 
-use std::io::Write;
-use std::sync::Arc;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use proptest::test_runner::{Config as ProptestConfig, FileFailurePersistence};
+
+/// The proptest configuration of every fuzz test here: `cases` cases; a failing case is shrunk and its seed saved
+/// beside the test's file.
+pub fn fuzz_config(cases: u32) -> ProptestConfig {
+    ProptestConfig {
+        cases,
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
+        ..ProptestConfig::default()
+    }
+}
+
+/// A fake server on loopback answering the n-th connection with `answers[n]` (nothing once they run out) after
+/// reading what the client sent (bounded), then closing; stops on drop. Plays a handshake peer or an HTTP server.
+#[derive(Debug)]
+pub struct FakeServer {
+    pub address: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl FakeServer {
+    pub fn start(answers: Vec<Vec<u8>>) -> FakeServer {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let address = listener.local_addr().expect("address");
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopping = stop.clone();
+        let answers = Arc::new(Mutex::new(answers.into_iter()));
+        let thread = std::thread::spawn(move || {
+            while !stopping.load(Ordering::SeqCst) {
+                let Ok((mut stream, _)) = listener.accept() else {
+                    std::thread::sleep(Duration::from_millis(2));
+                    continue;
+                };
+                let answer = answers.lock().expect("answers").next().unwrap_or_default();
+                let _ = stream.set_nonblocking(false);
+                let _ = stream.set_read_timeout(Some(Duration::from_millis(100)));
+                let mut request = [0u8; 8192];
+                let _ = stream.read(&mut request);
+                let _ = stream.write_all(&answer);
+            }
+        });
+        FakeServer { address, stop, thread: Some(thread) }
+    }
+}
+
+impl Drop for FakeServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
 
 /// Everything `tracing` prints in this test binary, for counting lines (installed once, as the global subscriber:
 /// the lines come from the client's own threads).

@@ -7,7 +7,6 @@ use std::time::{Duration, Instant};
 use aiv_transport::transport::tcp::wire::{Status, WireOpcode, WireVersion};
 use aiv_transport::transport::tcp::ServerLimits;
 use proptest::prelude::*;
-use proptest::test_runner::FileFailurePersistence;
 
 use crate::flood;
 use crate::tcp_wire::{closed, header, status, Fixture, BUFFER};
@@ -120,7 +119,9 @@ fn a_flood_of_idle_connections_holds_no_thread_and_keeps_no_client_out() {
         "flood of {flood_size}: 400 requests in {took:?}; server held {held}, {threads} serving threads, {evicted} \
          evicted, {expired} expired; the flood replaced {replaced}"
     );
-    assert!(took < Duration::from_secs(10), "400 requests took {took:?} under the flood");
+    // Generous for a loaded shared machine (about 2 s when the machine is quiet): the failure this guards against
+    // was refusal (the per-round asserts above), not slowness.
+    assert!(took < Duration::from_secs(30), "400 requests took {took:?} under the flood");
     assert!(held <= limits.max_connections, "{held} connections held");
     assert!(
         threads < 8,
@@ -196,11 +197,7 @@ fn fuzzed_fixture() -> &'static Fixture {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: 256,
-        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource("proptest-regressions"))),
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(crate::fuzz_config(256))]
 
     /// Up to four fuzzed frames on one connection, optionally followed by raw garbage: the server serves, rejects or
     /// closes, within a bounded time; the guard before the buffers and the tail after them are untouched; a

@@ -19,21 +19,9 @@ python="${PYTHON:-python3}"
 
 log() { echo "mooncake.sh: $*" >&2; }
 
-missing=()
-for package in libibverbs1 libnuma1; do
-    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
-        missing+=("$package")
-    fi
-done
-if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-        log "missing Debian packages ${missing[*]} and not root: install them with apt-get and run again"
-        exit 1
-    fi
-    log "installing ${missing[*]}"
-    apt-get update -qq >&2
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >&2
-fi
+# shellcheck source=tests/support/debian.sh
+source "$repo/tests/support/debian.sh"
+ensure_debian_packages mooncake.sh libibverbs1 libnuma1
 
 if [[ ! -x "$venv/bin/python" ]]; then
     log "creating virtualenv $venv"
