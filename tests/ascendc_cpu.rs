@@ -1,8 +1,8 @@
 //! The CPU model of the AscendC subset (`kernels/cpu/`) and the NPU kernel (`kernels/npu/entry.cpp`, i.e.
 //! `transfer_kernel.h` + `platform/npu.h`) compiled with the host C++ compiler against it: builds
 //! `tests/cpp/ascendc_cpu_test.cpp` (`$CXX`, else `c++`) and runs each of its cases. Then the mutation tests: each
-//! removes one cache-maintenance step of the kernel, or restores the 32-byte doorbell, in a copy of `kernels/`, and
-//! shows that the kernel case fails with the expected symptom.
+//! removes one cache-maintenance or pipe-ordering step of the kernel, or restores the 32-byte doorbell, in a copy of
+//! `kernels/`, and shows that the kernel case fails with the expected symptom.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -99,6 +99,11 @@ fn polling_unchanged_memory_hints_idle() {
 }
 
 #[test]
+fn dma_waits_for_its_pipe_flags() {
+    assert_passes("dma_waits_for_its_pipe_flags");
+}
+
+#[test]
 fn npu_kernel_publishes_completions_and_rings_4_byte_doorbells() {
     assert_passes("npu_kernel_publishes_completions_and_rings_4_byte_doorbells");
 }
@@ -116,7 +121,7 @@ fn every_case_is_run() {
     for case in &listed {
         assert!(source.contains(&format!("assert_passes(\"{case}\")")), "case {case} has no #[test] here");
     }
-    assert!(listed.len() >= 9, "only {} cases", listed.len());
+    assert!(listed.len() >= 10, "only {} cases", listed.len());
 }
 
 fn copy_dir(from: &Path, to: &Path) {
@@ -198,5 +203,16 @@ fn sqes_not_cleaned_before_the_doorbell_are_caught() {
         "    aiv_platform::flush_for_device(reinterpret_cast<AIV_GM void*>(b.sq_base), b.sq_depth * AIV_SQE_BYTES);\n",
         "",
         "is not a copy SQE in HBM",
+    );
+}
+
+#[test]
+fn a_doorbell_without_scalar_to_mte3_ordering_is_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);\n    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);\n",
+        "",
+        // AIV_CPU_FAULT_PIPE_ORDER: the DMA reads the UB word before the scalar store of the tail is ordered before it.
+        "fault kind 6",
     );
 }

@@ -31,6 +31,8 @@ extern "C" {
 #define AIV_CPU_FAULT_MISALIGNED 3     /* a documented alignment rule broken (UB operand of a DMA not 32-byte aligned) */
 #define AIV_CPU_FAULT_UB_RANGE 4       /* a unified-buffer access outside the core's UB */
 #define AIV_CPU_FAULT_UNSUPPORTED 5    /* a mode the modelled chip does not support (dcci CACHELINE_ATOMIC on A2/A3) */
+#define AIV_CPU_FAULT_PIPE_ORDER 6     /* a DMA reads UB the scalar unit wrote without a flag or barrier ordering the two,
+                                          a scalar access touches UB a pending DMA uses, or a WaitFlag has no SetFlag */
 
 typedef struct AivCpuCoreOps {
     uint32_t abi_version; /* AIV_CPU_ABI_VERSION */

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include <unordered_map>
+#include <vector>
 
 #include "aiv_cpu_core.h"
 #include "kernel_operator.h"
@@ -24,6 +25,22 @@ struct Line {
     bool has_last_fill;
 };
 
+// A DMA burst issued and not yet known complete (the kernel has not waited for its pipe).
+struct DmaOp {
+    bool out;        // UB -> GM (MTE3), else GM -> UB (MTE2)
+    uint64_t gm;
+    uint64_t ub;
+    uint64_t len;
+    uint64_t seq;
+};
+
+struct Range {
+    uint64_t from;
+    uint64_t len;
+};
+
+constexpr uint32_t kEvents = 8;
+
 struct Core {
     const AivCpuCoreOps* ops = nullptr;
     void* context = nullptr;
@@ -33,6 +50,13 @@ struct Core {
     // Lines dropped by an invalidation keep their last fill here, so a refill can tell whether HBM changed.
     std::unordered_map<uint64_t, Line> history;
     uint32_t unchanged_fills = 0;
+    // Pipe ordering: DMA runs when the kernel waits for it; scalar UB writes reach a DMA only once ordered before it.
+    std::vector<DmaOp> pending;           // issue order
+    uint64_t next_seq = 1;
+    uint64_t out_mark[kEvents] = {};      // SetFlag<MTE3_*>(id): ops up to this seq complete at the WaitFlag
+    uint64_t in_mark[kEvents] = {};       // SetFlag<MTE2_*>(id)
+    bool scalar_set[kEvents] = {};        // SetFlag<S_MTE3/S_MTE2>(id) not yet waited
+    std::vector<Range> unordered_writes;  // scalar UB writes not yet ordered before later DMA
     AivCpuCoreStats stats;
     uint8_t ub[kUbBytes];
 };
@@ -141,29 +165,76 @@ uint8_t* ub_range(Core& c, uint64_t ub_addr, uint64_t len) {
     return c.ub + ub_addr;
 }
 
-// One DMA burst UB -> GM: HBM if translate accepts it, else the runtime's register page.
-void burst_out(Core& c, uint64_t gm, const uint8_t* src, uint64_t len) {
-    c.stats.dma_bursts_out += 1;
-    progress(c);
-    if (void* hbm = c.ops->translate(c.context, gm, len)) {
-        memcpy(hbm, src, len);
+bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
+
+// Runs one burst: UB -> GM to HBM if translate accepts it, else to the runtime's register page; GM -> UB from HBM.
+void execute(Core& c, const DmaOp& op) {
+    uint8_t* local = c.ub + op.ub;
+    if (op.out) {
+        if (void* hbm = c.ops->translate(c.context, op.gm, op.len)) {
+            memcpy(hbm, local, op.len);
+            return;
+        }
+        const int answer = c.ops->register_write
+                               ? c.ops->register_write(c.context, op.gm, local, static_cast<uint32_t>(op.len))
+                               : AIV_CPU_REG_NOT_REGISTER;
+        if (answer == AIV_CPU_REG_NOT_REGISTER) raise(c, AIV_CPU_FAULT_UNMAPPED, op.gm, op.len);
         return;
     }
-    const int answer =
-        c.ops->register_write ? c.ops->register_write(c.context, gm, src, static_cast<uint32_t>(len)) : AIV_CPU_REG_NOT_REGISTER;
-    if (answer == AIV_CPU_REG_NOT_REGISTER) raise(c, AIV_CPU_FAULT_UNMAPPED, gm, len);
+    const void* hbm = c.ops->translate(c.context, op.gm, op.len);
+    if (!hbm) {
+        raise(c, AIV_CPU_FAULT_UNMAPPED, op.gm, op.len);
+        memset(local, 0, op.len);
+        return;
+    }
+    memcpy(local, hbm, op.len);
 }
 
-void burst_in(Core& c, uint8_t* dst, uint64_t gm, uint64_t len) {
-    c.stats.dma_bursts_in += 1;
-    progress(c);
-    const void* hbm = c.ops->translate(c.context, gm, len);
-    if (!hbm) {
-        raise(c, AIV_CPU_FAULT_UNMAPPED, gm, len);
-        memset(dst, 0, len);
-        return;
+// Completes, in issue order, the pending bursts of one direction up to sequence number `upto`.
+void complete(Core& c, bool out, uint64_t upto) {
+    std::vector<DmaOp> rest;
+    for (const DmaOp& op : c.pending) {
+        if (op.out == out && op.seq <= upto) {
+            execute(c, op);
+        } else {
+            rest.push_back(op);
+        }
     }
-    memcpy(dst, hbm, len);
+    c.pending.swap(rest);
+}
+
+void complete_all(Core& c) {
+    for (const DmaOp& op : c.pending) execute(c, op);
+    c.pending.clear();
+}
+
+// Issues one burst. Its UB range must not hold scalar writes not yet ordered before it (SetFlag/WaitFlag<S_MTE3> or
+// <S_MTE2>, or PipeBarrier<PIPE_ALL>).
+void issue(Core& c, bool out, uint64_t gm, uint64_t ub, uint64_t len) {
+    if (!ub_range(c, ub, len)) return;
+    for (const Range& w : c.unordered_writes) {
+        if (overlaps(w.from, w.len, ub, len)) {
+            raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
+            break;
+        }
+    }
+    if (out) {
+        c.stats.dma_bursts_out += 1;
+    } else {
+        c.stats.dma_bursts_in += 1;
+    }
+    progress(c);
+    c.pending.push_back(DmaOp{out, gm, ub, len, c.next_seq++});
+}
+
+// A scalar access of UB: it must not touch what a pending burst reads (UB -> GM, for a write) or writes (GM -> UB).
+void check_scalar_ub(Core& c, uint64_t ub, uint64_t len, bool write) {
+    for (const DmaOp& op : c.pending) {
+        if ((write || !op.out) && overlaps(op.ub, op.len, ub, len)) {
+            raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
+            return;
+        }
+    }
 }
 
 uint64_t addr_of(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
@@ -185,9 +256,7 @@ void copy_out_aligned(void* dst, void* src, uint16_t n_burst, uint32_t len_burst
     const uint64_t ub_step = (uint64_t(len_burst) + kBlock - 1) / kBlock * kBlock + uint64_t(src_gap) * kBlock;
     const uint64_t gm_step = uint64_t(len_burst) + dst_gap;
     for (uint64_t i = 0; i < n_burst; ++i) {
-        const uint8_t* s = ub_range(c, ub + i * ub_step, len_burst);
-        if (!s) return;
-        burst_out(c, gm + i * gm_step, s, len_burst);
+        issue(c, true, gm + i * gm_step, ub + i * ub_step, len_burst);
     }
 }
 
@@ -215,6 +284,7 @@ extern "C" uint32_t aiv_cpu_core_dirty_lines(void) {
 }
 
 extern "C" uint32_t aiv_cpu_core_leave(void) {
+    if (g_core) complete_all(*g_core);  // issued DMA still happens
     const uint32_t dirty = aiv_cpu_core_dirty_lines();
     delete g_core;
     g_core = nullptr;
@@ -274,6 +344,7 @@ void gm_store(uint64_t device_addr, const void* in, uint32_t n) {
 
 void ub_load(uint64_t ub_addr, void* out, uint32_t n) {
     Core& c = *core();
+    check_scalar_ub(c, ub_addr, n, false);
     const uint8_t* p = ub_range(c, ub_addr, n);
     if (p) {
         memcpy(out, p, n);
@@ -284,8 +355,11 @@ void ub_load(uint64_t ub_addr, void* out, uint32_t n) {
 
 void ub_store(uint64_t ub_addr, const void* in, uint32_t n) {
     Core& c = *core();
+    check_scalar_ub(c, ub_addr, n, true);
     uint8_t* p = ub_range(c, ub_addr, n);
-    if (p) memcpy(p, in, n);
+    if (!p) return;
+    memcpy(p, in, n);
+    c.unordered_writes.push_back(Range{ub_addr, n});
 }
 
 }  // namespace aiv_cpu
@@ -320,9 +394,7 @@ void copy_ubuf_to_gm(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t l
     }
     const uint64_t len = uint64_t(len_burst) * kBlock;
     for (uint64_t i = 0; i < n_burst; ++i) {
-        const uint8_t* s = ub_range(c, ub + i * (len + uint64_t(src_gap) * kBlock), len);
-        if (!s) return;
-        burst_out(c, gm + i * (len + uint64_t(dst_gap) * kBlock), s, len);
+        issue(c, true, gm + i * (len + uint64_t(dst_gap) * kBlock), ub + i * (len + uint64_t(src_gap) * kBlock), len);
     }
 }
 
@@ -341,9 +413,7 @@ void copy_gm_to_ubuf(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t l
     }
     const uint64_t len = uint64_t(len_burst) * kBlock;
     for (uint64_t i = 0; i < n_burst; ++i) {
-        uint8_t* d = ub_range(c, ub + i * (len + uint64_t(dst_gap) * kBlock), len);
-        if (!d) return;
-        burst_in(c, d, gm + i * (len + uint64_t(src_gap) * kBlock), len);
+        issue(c, false, gm + i * (len + uint64_t(src_gap) * kBlock), ub + i * (len + uint64_t(dst_gap) * kBlock), len);
     }
 }
 
@@ -360,9 +430,33 @@ void copy_ubuf_to_gm_align_b32(void* dst, void* src, uint8_t, uint16_t n_burst, 
     copy_out_aligned(dst, src, n_burst, len_burst, src_gap, dst_gap, 4);
 }
 
-void set_flag(pipe_t, pipe_t, event_t) { core(); }
-void wait_flag(pipe_t, pipe_t, event_t) { core(); }
-void pipe_barrier(pipe_t) { core(); }
+// Flags between the scalar pipe and the DMA pipes (MTE3 out, MTE2 in). Other pipes have nothing to order here.
+void set_flag(pipe_t pipe, pipe_t tpipe, event_t event) {
+    Core& c = *core();
+    const uint32_t id = static_cast<uint32_t>(event) % kEvents;
+    if (pipe == PIPE_S && (tpipe == PIPE_MTE3 || tpipe == PIPE_MTE2)) c.scalar_set[id] = true;
+    if (pipe == PIPE_MTE3) c.out_mark[id] = c.next_seq - 1;
+    if (pipe == PIPE_MTE2) c.in_mark[id] = c.next_seq - 1;
+}
+
+void wait_flag(pipe_t pipe, pipe_t tpipe, event_t event) {
+    Core& c = *core();
+    const uint32_t id = static_cast<uint32_t>(event) % kEvents;
+    if (pipe == PIPE_S && (tpipe == PIPE_MTE3 || tpipe == PIPE_MTE2)) {
+        if (!c.scalar_set[id]) raise(c, AIV_CPU_FAULT_PIPE_ORDER, 0, 0);  // a wait with no set: hangs on hardware
+        c.scalar_set[id] = false;
+        c.unordered_writes.clear();
+    }
+    if (pipe == PIPE_MTE3) complete(c, true, c.out_mark[id]);
+    if (pipe == PIPE_MTE2) complete(c, false, c.in_mark[id]);
+}
+
+void pipe_barrier(pipe_t pipe) {
+    Core& c = *core();
+    if (pipe != PIPE_ALL) return;
+    complete_all(c);
+    c.unordered_writes.clear();
+}
 
 int64_t get_block_idx() { return core()->block_idx; }
 int64_t get_block_num() { return core()->block_num; }

@@ -50,7 +50,8 @@ void copy_ubuf_to_gm_align_b16(void* dst, void* src, uint8_t sid, uint16_t n_bur
                                uint8_t left_padding, uint8_t right_padding, uint32_t src_gap, uint32_t dst_gap);
 void copy_ubuf_to_gm_align_b32(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint32_t len_burst,
                                uint8_t left_padding, uint8_t right_padding, uint32_t src_gap, uint32_t dst_gap);
-// Pipe synchronisation. The model's DMA completes inside the call, so these only count (see docs/ascendc-cpu.md).
+// Pipe synchronisation: DMA bursts run when their pipe is waited for; scalar UB writes must be ordered before the
+// DMA that reads them (docs/ascendc-cpu.md).
 void set_flag(pipe_t pipe, pipe_t tpipe, event_t event);
 void wait_flag(pipe_t pipe, pipe_t tpipe, event_t event);
 void pipe_barrier(pipe_t pipe);

@@ -182,10 +182,14 @@ void dcci_entire() {
     AscendC::DataCacheCleanAndInvalid<uint8_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(
         tensor<uint8_t>(0));
 }
+// Every pending DMA done, every scalar UB write ordered before later DMA.
+void barrier() { AscendC::PipeBarrier<PIPE_ALL>(); }
+// Scalar writes into UB, then a barrier so that DMA may read them.
 void ub_fill(uint64_t offset, uint8_t byte, uint32_t n) {
     AscendC::LocalTensor<uint8_t> t;
     t.address_.bufferAddr = static_cast<uint32_t>(offset);
     for (uint32_t i = 0; i < n; ++i) t.SetValue(i, static_cast<uint8_t>(byte + i));
+    barrier();
 }
 
 // ---- the model ----
@@ -225,10 +229,12 @@ void dma_bypasses_the_cache() {
     tensor<uint32_t>(x).SetValue(0, 7);  // dirty in the cache
     ub_fill(0, 0x10, 32);
     copy_ubuf_to_gm(gm(x), ub(0), 0, 1, 1, 0, 0);
+    barrier();
     CHECK(rt.read<uint8_t>(x) == 0x10, "DMA out must write HBM");
     CHECK(tensor<uint32_t>(x).GetValue(0) == 7, "DMA out must not update the core's cached line");
     rt.write<uint32_t>(x + 4, 0x55);
     copy_gm_to_ubuf(ub(64), gm(x), 0, 1, 1, 0, 0);
+    barrier();
     AscendC::LocalTensor<uint32_t> in;
     in.address_.bufferAddr = 64;
     CHECK(in.GetValue(0) == 0x13121110u, "DMA in must read HBM, not the dirty line: 0x%x", in.GetValue(0));
@@ -247,17 +253,20 @@ void burst_lengths_count_32_byte_blocks() {
     const uint64_t x = rt.dev + 0x800;
     ub_fill(0, 1, 128);
     copy_ubuf_to_gm(gm(x), ub(0), 0, 1, 1, 0, 0);
+    barrier();
     CHECK(rt.read<uint8_t>(x + 31) == 32, "len_burst 1 writes 32 bytes");
     CHECK(rt.read<uint8_t>(x + 32) == 0, "len_burst 1 writes no more than 32 bytes");
     // Two bursts of one block, one block of gap on each side.
     const uint64_t y = rt.dev + 0x900;
     copy_ubuf_to_gm(gm(y), ub(0), 0, 2, 1, 1, 1);
+    barrier();
     CHECK(rt.read<uint8_t>(y) == 1 && rt.read<uint8_t>(y + 31) == 32, "first burst");
     CHECK(rt.read<uint8_t>(y + 32) == 0 && rt.read<uint8_t>(y + 63) == 0, "the destination gap is skipped");
     CHECK(rt.read<uint8_t>(y + 64) == 65, "second burst starts after a 32-byte source gap: %u", rt.read<uint8_t>(y + 64));
     // The byte-length variant (DataCopyPad) writes exactly len_burst bytes.
     const uint64_t z = rt.dev + 0xa00;
     copy_ubuf_to_gm_align_b32(gm(z), ub(0), 0, 1, 4, 0, 0, 0, 0);
+    barrier();
     CHECK(rt.read<uint32_t>(z) == 0x04030201u && rt.read<uint8_t>(z + 4) == 0, "align_b32 with 4 bytes");
     CHECK(rt.faults.empty(), "%s", rt.faults.empty() ? "" : rt.faults[0].c_str());
     copy_ubuf_to_gm(gm(x), ub(4), 0, 1, 1, 0, 0);
@@ -270,15 +279,19 @@ void wide_dma_onto_a_register_is_refused() {
     AscendC::LocalTensor<uint32_t> t;
     t.address_.bufferAddr = 0;
     t.SetValue(0, 5u);
+    barrier();
     copy_ubuf_to_gm(gm(rt.reg + AIV_SDMA_DOORBELL_OFFSET), ub(0), 0, 1, 1, 0, 0);  // 32 bytes onto a 4-byte register
+    barrier();
     CHECK(rt.reg_writes.size() == 1 && !rt.reg_writes[0].accepted && rt.reg_writes[0].len == 32,
           "the 32-byte doorbell must reach the register page as one refused 32-byte write");
     CHECK(rt.doorbell_value == 0, "a refused write must not ring");
     AscendC::DataCopyPad(tensor<uint32_t>(rt.reg + AIV_SDMA_DOORBELL_OFFSET), t,
                          AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});
+    barrier();
     CHECK(rt.reg_writes.size() == 2 && rt.reg_writes[1].accepted && rt.reg_writes[1].len == 4, "a 4-byte write");
     CHECK(rt.doorbell_value == 5, "doorbell value %u", rt.doorbell_value);
     copy_ubuf_to_gm(gm(rt.reg + kRegBytes * 4), ub(0), 0, 1, 1, 0, 0);
+    barrier();
     CHECK(rt.faults.size() == 1, "a DMA write to neither HBM nor a register must fault");
 }
 
@@ -314,6 +327,36 @@ void polling_unchanged_memory_hints_idle() {
     dcci_single(flag);
     (void)tensor<uint64_t>(flag).GetValue(0);
     CHECK(rt.idle_hints == before, "the count restarts after progress");
+}
+
+void dma_waits_for_its_pipe_flags() {
+    Runtime rt;
+    Core core(rt);
+    const uint64_t x = rt.dev + 0x3000;
+    AscendC::LocalTensor<uint32_t> t;
+    t.address_.bufferAddr = 0;
+    // A DMA reading UB the scalar unit wrote with nothing ordering the two.
+    t.SetValue(0, 1u);
+    copy_ubuf_to_gm(gm(x), ub(0), 0, 1, 1, 0, 0);
+    CHECK(rt.faults.size() == 1, "a DMA of unordered scalar UB writes must fault (%zu faults)", rt.faults.size());
+    barrier();
+    rt.faults.clear();
+    // Ordered by S_MTE3; the copy lands only when the kernel waits for MTE3.
+    t.SetValue(0, 2u);
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+    copy_ubuf_to_gm(gm(x), ub(0), 0, 1, 1, 0, 0);
+    CHECK(rt.faults.empty(), "an ordered DMA must not fault");
+    CHECK(rt.read<uint32_t>(x) == 1, "the DMA is not complete before its pipe is waited for");
+    // Rewriting the UB word while the DMA may still read it.
+    t.SetValue(0, 3u);
+    CHECK(rt.faults.size() == 1, "a scalar write to UB a pending DMA reads must fault");
+    rt.faults.clear();
+    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
+    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
+    CHECK(rt.read<uint32_t>(x) == 3, "the DMA completes at the wait (reading UB then): %u", rt.read<uint32_t>(x));
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+    CHECK(rt.faults.size() == 1, "a wait with no set must fault");
 }
 
 // ---- the NPU kernel on the model ----
@@ -411,6 +454,11 @@ void launch_and_check(Runtime& rt, uint32_t first, uint32_t count, uint64_t leng
     const uint32_t head = rt.read<uint32_t>(rt.dev + kRequests + offsetof(AivRingHeader, head));
     CHECK(head == first + count, "request head %u", head);
     CHECK(rt.read<uint32_t>(rt.dev + kControl + offsetof(AivControlBlock, running)) == 0, "running still set");
+    // The engine publishes its head in the record's first word, on the line of the kernel's sq_tail: the kernel must
+    // never write that line back over it.
+    CHECK(rt.read<uint32_t>(rt.dev + kRecord + offsetof(AivChannelRecord, sq_head)) == rt.engine_head,
+          "record sq_head %u, engine head %u (overwritten by a write-back of the record's line)",
+          rt.read<uint32_t>(rt.dev + kRecord + offsetof(AivChannelRecord, sq_head)), rt.engine_head);
     CHECK(rt.read<uint32_t>(rt.dev + kRecord + offsetof(AivChannelRecord, sq_tail)) == rt.engine_head,
           "record sq_tail %u, engine head %u", rt.read<uint32_t>(rt.dev + kRecord + offsetof(AivChannelRecord, sq_tail)),
           rt.engine_head);
@@ -447,6 +495,7 @@ const Case kCases[] = {
     {"wide_dma_onto_a_register_is_refused", wide_dma_onto_a_register_is_refused},
     {"unaligned_single_line_dcci_covers_only_the_tail", unaligned_single_line_dcci_covers_only_the_tail},
     {"polling_unchanged_memory_hints_idle", polling_unchanged_memory_hints_idle},
+    {"dma_waits_for_its_pipe_flags", dma_waits_for_its_pipe_flags},
     {"npu_kernel_publishes_completions_and_rings_4_byte_doorbells",
      npu_kernel_publishes_completions_and_rings_4_byte_doorbells},
     {"npu_kernel_dcq_wraps", npu_kernel_dcq_wraps},
