@@ -1,7 +1,11 @@
 // Platform layer for the Ascend AI Vector cores (AscendC, dav-c220-vec / dav-2201). UNVERIFIED ON HARDWARE: this
-// file follows docs/hardware.md sections 2-4 (scalar GM access through the data cache with manual dcci, the doorbell as a
-// UB->GM DMA of the tail to sq_reg_base + 0x8, pipe ordering around it) but has not been compiled with bisheng/ccec
-// or run on an NPU by this project yet.
+// file follows docs/hardware.md sections 2-4 and 9 but has not been compiled with bisheng/ccec or run on an NPU by this
+// project yet. The host compiler builds this same file against kernels/cpu/ (the CPU model of the AscendC subset,
+// docs/ascendc-cpu.md), so every GM access here goes through an AscendC API, never a raw pointer dereference:
+//   scalar GM access   GlobalTensor<T>::GetValue / SetValue (through the core's data cache)
+//   cache maintenance  DataCacheCleanAndInvalid<T, CacheLine::..., DcciDst::CACHELINE_OUT> (dcci)
+//   UB scratch         a LocalTensor over a fixed UB offset, filled with SetValue (as SHMEM builds its UB scratch)
+//   register writes    DataCopyPad UB -> GM with a byte length (as SHMEM rings the STARS doorbell)
 #ifndef AIV_PLATFORM_NPU_H
 #define AIV_PLATFORM_NPU_H
 
@@ -14,54 +18,85 @@
 #define AIV_DEVICE_FN __aicore__ static inline
 #define AIV_PLATFORM_NAME "npu"
 
-// Scratch in the unified buffer for the doorbell DMA, kept below SHMEM's reserved top of UB (docs/hardware.md section 2).
+// Scratch in the unified buffer for the doorbell DMA, 32-byte aligned and below SHMEM's reserved top of UB
+// (docs/hardware.md section 2).
 #define AIV_NPU_UB_DOORBELL_OFFSET (180u * 1024u)
 
 namespace aiv_platform {
 
-AIV_DEVICE_FN void invalidate_line(const __gm__ void* p) {
-    dcci(reinterpret_cast<__gm__ uint64_t*>(const_cast<__gm__ void*>(p)), cache_line_t::SINGLE_CACHE_LINE);
+template <typename T>
+AIV_DEVICE_FN AscendC::GlobalTensor<T> gm_tensor(const __gm__ T* p) {
+    AscendC::GlobalTensor<T> tensor;
+    tensor.SetGlobalBuffer(const_cast<__gm__ T*>(p));
+    return tensor;
+}
+
+// Clean and invalidate from `p` to the end of its cache line (SINGLE_CACHE_LINE covers only that part of an unaligned
+// line, docs/hardware.md section 9).
+AIV_DEVICE_FN void dcci_line(const __gm__ void* p) {
+    AscendC::DataCacheCleanAndInvalid<uint8_t, AscendC::CacheLine::SINGLE_CACHE_LINE, AscendC::DcciDst::CACHELINE_OUT>(
+        gm_tensor(reinterpret_cast<const __gm__ uint8_t*>(p)));
+}
+// Every line of [p, p + n), the first from p itself.
+AIV_DEVICE_FN void dcci_range(const __gm__ void* p, uint32_t n) {
+    const uint64_t start = reinterpret_cast<uint64_t>(p);
+    dcci_line(p);
+    for (uint64_t line = (start & ~uint64_t(AIV_CACHE_LINE - 1)) + AIV_CACHE_LINE; line < start + n;
+         line += AIV_CACHE_LINE) {
+        dcci_line(reinterpret_cast<const __gm__ void*>(line));
+    }
 }
 
 AIV_DEVICE_FN uint32_t load_u32(const __gm__ uint32_t* p) {
-    invalidate_line(p);
-    return *reinterpret_cast<const volatile __gm__ uint32_t*>(p);
+    dcci_line(p);
+    return gm_tensor(p).GetValue(0);
 }
 AIV_DEVICE_FN uint64_t load_u64(const __gm__ uint64_t* p) {
-    invalidate_line(p);
-    return *reinterpret_cast<const volatile __gm__ uint64_t*>(p);
+    dcci_line(p);
+    return gm_tensor(p).GetValue(0);
 }
 AIV_DEVICE_FN void store_u32(__gm__ uint32_t* p, uint32_t v) {
-    *reinterpret_cast<volatile __gm__ uint32_t*>(p) = v;
-    dcci(reinterpret_cast<__gm__ uint64_t*>(p), cache_line_t::SINGLE_CACHE_LINE);
+    gm_tensor(p).SetValue(0, v);
+    dcci_line(p);
 }
 AIV_DEVICE_FN void store_u64(__gm__ uint64_t* p, uint64_t v) {
-    *reinterpret_cast<volatile __gm__ uint64_t*>(p) = v;
-    dcci(reinterpret_cast<__gm__ uint64_t*>(p), cache_line_t::SINGLE_CACHE_LINE);
+    gm_tensor(p).SetValue(0, v);
+    dcci_line(p);
 }
 
 AIV_DEVICE_FN void read_bytes(void* dst, const __gm__ void* src, uint32_t n) {
-    const __gm__ uint8_t* s = reinterpret_cast<const __gm__ uint8_t*>(src);
-    for (uint32_t line = 0; line < n; line += AIV_CACHE_LINE) invalidate_line(s + line);
+    dcci_range(src, n);
+    AscendC::GlobalTensor<uint32_t> s = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(src));
     uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-    for (uint32_t i = 0; i < n / 4; ++i) d[i] = reinterpret_cast<const volatile __gm__ uint32_t*>(s)[i];
+    for (uint32_t i = 0; i < n / 4; ++i) d[i] = s.GetValue(i);
 }
+// Stays in the data cache until flush_for_device (or a dcci of its lines).
 AIV_DEVICE_FN void write_bytes(__gm__ void* dst, const void* src, uint32_t n) {
+    AscendC::GlobalTensor<uint32_t> d = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(dst));
     const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
-    for (uint32_t i = 0; i < n / 4; ++i) reinterpret_cast<volatile __gm__ uint32_t*>(dst)[i] = s[i];
+    for (uint32_t i = 0; i < n / 4; ++i) d.SetValue(i, s[i]);
 }
-// SDMA reads HBM, not the AIV data cache: clean what the scalar unit wrote (SHMEM cleans the whole cache).
+// SDMA and the Host read HBM, not the AIV data cache: clean what the scalar unit wrote. SHMEM cleans the whole data
+// cache before ringing (docs/hardware.md section 4, post step 3).
 AIV_DEVICE_FN void flush_for_device(__gm__ void* p, uint32_t) {
-    dcci(reinterpret_cast<__gm__ uint64_t*>(p), cache_line_t::ENTIRE_DATA_CACHE);
+    AscendC::DataCacheCleanAndInvalid<uint8_t, AscendC::CacheLine::ENTIRE_DATA_CACHE, AscendC::DcciDst::CACHELINE_OUT>(
+        gm_tensor(reinterpret_cast<const __gm__ uint8_t*>(p)));
 }
 
+// The doorbell: one 4-byte UB -> GM DMA of the tail to sq_reg_base + 0x8, as SHMEM's aclshmemi_set_value does it
+// (DataCopyPad with DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0}: one burst of 4 BYTES; docs/hardware.md section 9).
 AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail) {
-    // The register write is a UB->GM DMA (MTE3), not a scalar store (docs/hardware.md section 4).
-    __ubuf__ uint32_t* ub = reinterpret_cast<__ubuf__ uint32_t*>(static_cast<uintptr_t>(AIV_NPU_UB_DOORBELL_OFFSET));
-    *ub = tail;
+    AscendC::LocalTensor<uint32_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
+    ub.address_.bufferAddr = AIV_NPU_UB_DOORBELL_OFFSET;
+    ub.address_.dataLen = sizeof(uint32_t);
+    AscendC::GlobalTensor<uint32_t> reg;
+    reg.SetGlobalBuffer(reinterpret_cast<__gm__ uint32_t*>(sq_reg_base + AIV_SDMA_DOORBELL_OFFSET));
+    ub.SetValue(0, tail);
     AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
     AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
-    copy_ubuf_to_gm(reinterpret_cast<__gm__ uint32_t*>(sq_reg_base + AIV_SDMA_DOORBELL_OFFSET), ub, 0, 1, 1, 0, 0);
+    AscendC::DataCopyPad(reg, ub, AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});
+    // The UB word is rewritten by the next doorbell: the copy must have read it first.
     AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
     AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
     AscendC::PipeBarrier<PIPE_ALL>();
@@ -69,7 +104,8 @@ AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail) 
 
 AIV_DEVICE_FN uint64_t cycles() { return static_cast<uint64_t>(AscendC::GetSystemCycle()); }
 
-// The NPU core has nothing better to do than poll: waits are plain spins bounded by the caller's budget.
+// The NPU core has nothing better to do than poll: waits are plain spins bounded by the caller's budget. (On the CPU
+// model the back-off lives in the model: repeated refills of unchanged lines call the runtime's idle hint.)
 AIV_DEVICE_FN uint32_t wait_token(uint64_t, uint32_t) { return 0; }
 AIV_DEVICE_FN void idle(uint64_t, uint32_t, uint32_t, uint32_t) {}
 

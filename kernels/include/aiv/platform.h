@@ -4,8 +4,10 @@
 //   platform/twin.h  CPU twin: host C++ atomics, a doorbell that stores the tail into the twin's register page and
 //                    calls a Host hook to wake the SDMA engine thread, a monotonic-clock cycle counter, and idle hooks
 //                    that back off (spin, yield, park) so emulated cores do not burn the 2-core machine.
-//   platform/npu.h   Ascend AIV (AscendC): GM scalar access with dcci cache maintenance, pipe barriers, the doorbell as
-//                    a UB->GM DMA of the tail to sq_reg_base + 0x8 (docs/hardware.md sections 2-4), the system cycle counter.
+//   platform/npu.h   Ascend AIV (AscendC): GM scalar access through GlobalTensor with dcci cache maintenance, pipe
+//                    flags, the doorbell as one 4-byte UB->GM DataCopyPad of the tail to sq_reg_base + 0x8
+//                    (docs/hardware.md sections 2-4 and 9), the system cycle counter. The host compiler also builds it
+//                    against kernels/cpu/, the strict CPU model of that AscendC subset (docs/ascendc-cpu.md).
 //
 // Each implementation defines:
 //   AIV_GM             pointer qualifier for global (device) memory
@@ -17,7 +19,7 @@
 //     void store_u64(AIV_GM uint64_t*, uint64_t)
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
 //     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
-//     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines
+//     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines and the Host
 //     void ring_doorbell(context, sq_reg_base, tail)       the doorbell write (docs/hardware.md section 4)
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...

@@ -259,6 +259,15 @@ AIV_DEVICE_FN uint32_t write_completions(Block& b, uint32_t dcq_tail, const Grou
     return dcq_tail + g.count;
 }
 
+// Makes the DCQ entries [from, to) visible to the Host (one range, or two when they wrap).
+AIV_DEVICE_FN void flush_completions(Block& b, uint32_t from, uint32_t to) {
+    const uint32_t first = from & (b.args.dcq_depth - 1);
+    const uint32_t count = to - from;
+    const uint32_t run = count < b.args.dcq_depth - first ? count : b.args.dcq_depth - first;
+    if (run > 0) aiv_platform::flush_for_device(&b.dcq_entries[first], run * sizeof(AivDcqEntry));
+    if (count > run) aiv_platform::flush_for_device(&b.dcq_entries[0], (count - run) * sizeof(AivDcqEntry));
+}
+
 // Publishes the completions of one group, or two (the older first), with one DCQ tail store; advances the request
 // head past them. A failed outcome halts the block first, so a Host that sees the entries also sees the halt.
 AIV_DEVICE_FN void publish_groups(Block& b, const Group& first, const Group* second, bool failed) {
@@ -271,6 +280,8 @@ AIV_DEVICE_FN void publish_groups(Block& b, const Group& first, const Group* sec
     }
     uint32_t tail = write_completions(b, dcq_tail, first);
     if (second) tail = write_completions(b, tail, *second);
+    // The entries must reach memory before the tail that covers them (a non-coherent data cache holds them).
+    flush_completions(b, dcq_tail, tail);
     // Release: the entries written above are visible to a Host that acquires the new tail.
     aiv_platform::store_u32(&b.dcq->tail, tail);
     const Group& last = second ? *second : first;
@@ -292,10 +303,11 @@ AIV_DEVICE_FN bool wait_resume(Block& b) {
 }
 
 AIV_DEVICE_FN void load_channel(Block& b) {
-    b.sq_base = b.record->sq_base;
-    b.sq_reg_base = b.record->sq_reg_base;
-    b.sq_depth = b.record->sq_depth;
-    b.stream_id = static_cast<uint16_t>(b.record->stream_id);
+    // Through the platform's loads (never a plain dereference: on the NPU it would read a stale cached record).
+    b.sq_base = aiv_platform::load_u64(&b.record->sq_base);
+    b.sq_reg_base = aiv_platform::load_u64(&b.record->sq_reg_base);
+    b.sq_depth = aiv_platform::load_u32(&b.record->sq_depth);
+    b.stream_id = static_cast<uint16_t>(aiv_platform::load_u32(&b.record->stream_id));
     b.sq_head_seen = aiv_platform::load_u32(&b.record->sq_head);
     b.sq_tail = aiv_platform::load_u32(&b.record->sq_tail);
     b.sqes_posted = 0;

@@ -1,0 +1,230 @@
+// The CPU implementation of the AscendC / CCE subset the NPU platform layer (kernels/platform/npu.h) uses, so that the
+// same npu.h and transfer_kernel.h compile with the host C++ compiler and run on an emulated AI Vector core.
+//
+// Names, parameter order and parameter types follow the public AscendC headers and documentation (docs/hardware.md
+// section 9 lists every source); the behaviour is the strict model of docs/ascendc-cpu.md: a per-core, non-coherent,
+// write-back data cache for scalar GM access; DMA (UB <-> GM) that bypasses it; register writes checked by the
+// runtime. Nothing here has been compared with an NPU.
+//
+// On the Host, a `__gm__ T*` holds a DEVICE address: it is never dereferenced (device memory is not mapped at its
+// device address), only passed to GlobalTensor / the intrinsics below, which reach HBM through the runtime's
+// translate op (kernels/cpu/aiv_cpu_core.h). A `__ubuf__ T*` holds an offset into the core's unified buffer.
+#ifndef AIV_CPU_KERNEL_OPERATOR_H
+#define AIV_CPU_KERNEL_OPERATOR_H
+
+#include <stdint.h>
+#include <string.h>
+
+#include "aiv_cpu_core.h"
+
+// ---- qualifiers and macros (mirror-cann/asc-devkit impl/basic_api/utils/kernel_utils_macros.h) ----
+#define __gm__
+#define __ubuf__
+#define __aicore__
+#define __global__
+#define GM_ADDR __gm__ uint8_t*
+#define KERNEL_TASK_TYPE_DEFAULT(value)
+
+// ---- CCE enumerations ----
+// Pipes, as the CCE builtins name them (the subset PipeBarrier / SetFlag use).
+enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_MTE4, PIPE_MTE5, PIPE_V2, PIPE_FIX };
+enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6, EVENT_ID7 };
+// dcci modes: values as AscendC's CacheLine / DcciDst (impl/basic_api/kernel_reg.h), which it casts to uint64_t.
+enum cache_line_t : uint64_t { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE = 1 };
+enum dcci_dst_t : uint64_t { CACHELINE_ALL = 0, CACHELINE_UB = 1, CACHELINE_OUT = 2, CACHELINE_ATOMIC = 3 };
+
+// ---- CCE intrinsics (implemented by kernels/cpu/aiv_cpu_model.cpp) ----
+// Clean (write back dirty data) and invalidate the data cache: the line holding `dst` from `dst` to the line's end
+// (SINGLE_CACHE_LINE) or the whole cache (ENTIRE_DATA_CACHE, `dst` ignored).
+void dcci(const void* dst, uint64_t entire, uint64_t dst_kind = CACHELINE_ALL);
+// UB <-> GM DMA (MTE3 / MTE2): n_burst bursts of len_burst 32-byte blocks, gaps in 32-byte blocks.
+void copy_ubuf_to_gm(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
+                     uint16_t dst_gap);
+void copy_gm_to_ubuf(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
+                     uint16_t dst_gap);
+// UB -> GM DMA with byte-granular bursts (what DataCopyPad uses): len_burst in BYTES, padding in elements, src_gap in
+// 32-byte blocks, dst_gap in bytes.
+void copy_ubuf_to_gm_align_b8(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint32_t len_burst,
+                              uint8_t left_padding, uint8_t right_padding, uint32_t src_gap, uint32_t dst_gap);
+void copy_ubuf_to_gm_align_b16(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint32_t len_burst,
+                               uint8_t left_padding, uint8_t right_padding, uint32_t src_gap, uint32_t dst_gap);
+void copy_ubuf_to_gm_align_b32(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint32_t len_burst,
+                               uint8_t left_padding, uint8_t right_padding, uint32_t src_gap, uint32_t dst_gap);
+// Pipe synchronisation: DMA bursts run when their pipe is waited for; scalar UB writes must be ordered before the
+// DMA that reads them (docs/ascendc-cpu.md).
+void set_flag(pipe_t pipe, pipe_t tpipe, event_t event);
+void wait_flag(pipe_t pipe, pipe_t tpipe, event_t event);
+void pipe_barrier(pipe_t pipe);
+int64_t get_block_idx();
+int64_t get_block_num();
+int64_t get_sys_cnt();
+
+// Scalar access paths of the model (not CCE names): GM through the core's data cache, UB directly.
+namespace aiv_cpu {
+void gm_load(uint64_t device_addr, void* out, uint32_t n);
+void gm_store(uint64_t device_addr, const void* in, uint32_t n);
+void ub_load(uint64_t ub_addr, void* out, uint32_t n);
+void ub_store(uint64_t ub_addr, const void* in, uint32_t n);
+}  // namespace aiv_cpu
+
+namespace AscendC {
+
+// impl/basic_api/kernel_event.h, same order.
+enum class HardEvent : uint8_t {
+    MTE2_MTE1, MTE1_MTE2, MTE1_M, M_MTE1, MTE2_V, V_MTE2, MTE3_V, V_MTE3, M_V, V_M, V_V, MTE3_MTE1, MTE1_MTE3,
+    MTE1_V, MTE2_M, M_MTE2, V_MTE1, M_FIX, FIX_M, MTE3_MTE2, MTE2_MTE3, S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S,
+    MTE2_FIX, FIX_MTE2, FIX_S, M_S, FIX_MTE3, MTE1_FIX, FIX_MTE1, FIX_FIX, MAX,
+};
+// impl/basic_api/kernel_reg.h.
+enum class CacheLine : uint64_t { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
+enum class DcciDst : uint64_t { CACHELINE_ALL = 0, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
+// impl/basic_api/common_types.h (the prefix the platform layer needs).
+enum class TPosition : uint8_t { GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC };
+
+// The pipes each HardEvent orders (source, destination), for the intrinsic calls below.
+constexpr pipe_t hard_event_src(HardEvent e) {
+    return e == HardEvent::S_MTE3 || e == HardEvent::S_MTE2 || e == HardEvent::S_V ? PIPE_S
+           : e == HardEvent::MTE3_S || e == HardEvent::MTE3_MTE2 || e == HardEvent::MTE3_V ? PIPE_MTE3
+           : e == HardEvent::MTE2_S || e == HardEvent::MTE2_MTE3 || e == HardEvent::MTE2_V ? PIPE_MTE2
+                                                                                           : PIPE_V;
+}
+constexpr pipe_t hard_event_dst(HardEvent e) {
+    return e == HardEvent::MTE3_S || e == HardEvent::MTE2_S || e == HardEvent::V_S ? PIPE_S
+           : e == HardEvent::S_MTE3 || e == HardEvent::MTE2_MTE3 || e == HardEvent::V_MTE3 ? PIPE_MTE3
+           : e == HardEvent::S_MTE2 || e == HardEvent::MTE3_MTE2 || e == HardEvent::V_MTE2 ? PIPE_MTE2
+                                                                                           : PIPE_V;
+}
+
+template <HardEvent event>
+__aicore__ inline void SetFlag(int32_t eventID) {
+    set_flag(hard_event_src(event), hard_event_dst(event), static_cast<event_t>(eventID));
+}
+template <HardEvent event>
+__aicore__ inline void WaitFlag(int32_t eventID) {
+    wait_flag(hard_event_src(event), hard_event_dst(event), static_cast<event_t>(eventID));
+}
+template <pipe_t pipe>
+__aicore__ inline void PipeBarrier() {
+    pipe_barrier(pipe);
+}
+
+__aicore__ inline int64_t GetBlockIdx() { return get_block_idx(); }
+__aicore__ inline int64_t GetBlockNum() { return get_block_num(); }
+__aicore__ inline int64_t GetSystemCycle() { return get_sys_cnt(); }
+
+// include/basic_api/kernel_tensor.h: scalar GM access goes through the core's data cache (GetValue / SetValue).
+template <typename T>
+class GlobalTensor {
+public:
+    using PrimType = T;
+    __aicore__ inline GlobalTensor() {}
+    __aicore__ inline void SetGlobalBuffer(__gm__ PrimType* buffer, uint64_t bufferSize) {
+        address_ = buffer;
+        size_ = bufferSize;
+    }
+    __aicore__ inline void SetGlobalBuffer(__gm__ PrimType* buffer) { SetGlobalBuffer(buffer, 0); }
+    __aicore__ inline const __gm__ PrimType* GetPhyAddr() const { return address_; }
+    __aicore__ inline __gm__ PrimType* GetPhyAddr(const uint64_t offset) const { return address_ + offset; }
+    __aicore__ inline PrimType GetValue(const uint64_t offset) const {
+        PrimType value;
+        aiv_cpu::gm_load(device_addr(offset), &value, sizeof(PrimType));
+        return value;
+    }
+    __aicore__ inline void SetValue(const uint64_t offset, PrimType value) {
+        aiv_cpu::gm_store(device_addr(offset), &value, sizeof(PrimType));
+    }
+    __aicore__ inline uint64_t GetSize() const { return size_; }
+    __aicore__ inline GlobalTensor operator[](const uint64_t offset) const {
+        GlobalTensor t;
+        t.SetGlobalBuffer(address_ + offset, size_ > offset ? size_ - offset : 0);
+        return t;
+    }
+
+private:
+    uint64_t device_addr(uint64_t offset) const {
+        return reinterpret_cast<uintptr_t>(address_) + offset * sizeof(PrimType);
+    }
+    __gm__ PrimType* address_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+// impl/basic_api/kernel_tensor_base.h: a LocalTensor is an address in a local buffer; its `address_` is public and
+// SHMEM fills it directly for UB scratch (hicann/shmem src/device/gm2gm/engine/shmem_device_mte.hpp).
+struct TBuffAddr {
+    uint32_t dataLen;
+    uint32_t bufferAddr;
+    uint64_t bufferHandle;
+    uint8_t logicPos;
+};
+
+template <typename T>
+class LocalTensor {
+public:
+    using PrimType = T;
+    __aicore__ inline LocalTensor() { memset(&address_, 0, sizeof(address_)); }
+    template <typename S>
+    __aicore__ inline void SetValue(const uint32_t index, const S value) const {
+        const PrimType v = static_cast<PrimType>(value);
+        aiv_cpu::ub_store(ub_addr(index), &v, sizeof(PrimType));
+    }
+    __aicore__ inline PrimType GetValue(const uint32_t index) const {
+        PrimType v;
+        aiv_cpu::ub_load(ub_addr(index), &v, sizeof(PrimType));
+        return v;
+    }
+    __aicore__ inline __ubuf__ PrimType* GetPhyAddr() const {
+        return reinterpret_cast<__ubuf__ PrimType*>(static_cast<uintptr_t>(address_.bufferAddr));
+    }
+
+    TBuffAddr address_;
+
+private:
+    uint64_t ub_addr(uint32_t index) const { return uint64_t(address_.bufferAddr) + uint64_t(index) * sizeof(PrimType); }
+};
+
+// include/basic_api/kernel_struct_data_copy.h (A2/A3 field types): lengths and strides in bytes.
+struct DataCopyExtParams {
+    __aicore__ DataCopyExtParams() {}
+    __aicore__ DataCopyExtParams(const uint16_t count, const uint32_t len, const uint32_t srcStrideIn,
+                                 const uint32_t dstStrideIn, const uint32_t rsvIn)
+        : blockCount(count), blockLen(len), srcStride(srcStrideIn), dstStride(dstStrideIn), rsv(rsvIn) {}
+    uint16_t blockCount = 1;
+    uint32_t blockLen = 0;
+    uint32_t srcStride = 0;
+    uint32_t dstStride = 0;
+    uint32_t rsv = 0;
+};
+
+// UB -> GM with a byte length (DataCopyPad; on dav_c220 it issues copy_ubuf_to_gm_align_b8/b16/b32 by element size,
+// impl/basic_api/dav_c220/kernel_operator_data_copy_impl.h).
+template <typename T>
+__aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src,
+                                   const DataCopyExtParams& intriParams) {
+    void* gm = const_cast<void*>(static_cast<const void*>(dst.GetPhyAddr()));
+    void* ub = static_cast<void*>(src.GetPhyAddr());
+    static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "DataCopyPad element size");
+    if (sizeof(T) == 1) {
+        copy_ubuf_to_gm_align_b8(gm, ub, 0, intriParams.blockCount, intriParams.blockLen, 0, 0, intriParams.srcStride,
+                                 intriParams.dstStride);
+    } else if (sizeof(T) == 2) {
+        copy_ubuf_to_gm_align_b16(gm, ub, 0, intriParams.blockCount, intriParams.blockLen, 0, 0, intriParams.srcStride,
+                                  intriParams.dstStride);
+    } else {
+        copy_ubuf_to_gm_align_b32(gm, ub, 0, intriParams.blockCount, intriParams.blockLen, 0, 0, intriParams.srcStride,
+                                  intriParams.dstStride);
+    }
+}
+
+// include/basic_api/kernel_operator_cache_intf.h, DcciGMImpl in impl/basic_api/kernel_reg.h.
+template <typename T, CacheLine entireType, DcciDst dcciDst>
+__aicore__ inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
+    dcci(static_cast<const void*>(dst.GetPhyAddr()), static_cast<uint64_t>(entireType), static_cast<uint64_t>(dcciDst));
+}
+template <typename T, CacheLine entireType>
+__aicore__ inline void DataCacheCleanAndInvalid(const GlobalTensor<T>& dst) {
+    dcci(static_cast<const void*>(dst.GetPhyAddr()), static_cast<uint64_t>(entireType));
+}
+
+}  // namespace AscendC
+
+#endif

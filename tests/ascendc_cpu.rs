@@ -1,0 +1,218 @@
+//! The CPU model of the AscendC subset (`kernels/cpu/`) and the NPU kernel (`kernels/npu/entry.cpp`, i.e.
+//! `transfer_kernel.h` + `platform/npu.h`) compiled with the host C++ compiler against it: builds
+//! `tests/cpp/ascendc_cpu_test.cpp` (`$CXX`, else `c++`) and runs each of its cases. Then the mutation tests: each
+//! removes one cache-maintenance or pipe-ordering step of the kernel, or restores the 32-byte doorbell, in a copy of
+//! `kernels/`, and shows that the kernel case fails with the expected symptom.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Compiles the test program against the kernel sources under `kernels` into `out`.
+fn build(kernels: &Path, out: &Path) -> Result<(), String> {
+    let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let output = Command::new(&compiler)
+        .args(["-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror"])
+        // GCC cannot see that read_bytes fills the structs it reads (a word loop through GlobalTensor::GetValue).
+        .arg("-Wno-maybe-uninitialized")
+        .arg(format!("-I{}", kernels.join("cpu").display()))
+        .arg(format!("-I{}", kernels.join("include").display()))
+        .arg(format!("-I{}", kernels.display()))
+        .arg(kernels.join("npu/entry.cpp"))
+        .arg(kernels.join("cpu/aiv_cpu_model.cpp"))
+        .arg(root().join("tests/cpp/ascendc_cpu_test.cpp"))
+        .arg("-o")
+        .arg(out)
+        .output()
+        .map_err(|error| format!("cannot run the C++ compiler {compiler:?}: {error}"))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(format!("does not compile:\n{}", String::from_utf8_lossy(&output.stderr)))
+    }
+}
+
+/// The test program built from this tree's `kernels/`, once per test process.
+fn program() -> &'static Path {
+    static PROGRAM: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let (_, path) = PROGRAM.get_or_init(|| {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("ascendc_cpu_test");
+        build(&root().join("kernels"), &path).unwrap_or_else(|error| panic!("{error}"));
+        (dir, path)
+    });
+    path
+}
+
+fn run(program: &Path, case: &str) -> Output {
+    Command::new(program).arg(case).output().expect("the test program runs")
+}
+
+fn assert_passes(case: &str) {
+    let output = run(program(), case);
+    assert!(
+        output.status.success(),
+        "{case} failed ({}):\n{}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+#[test]
+fn store_not_cleaned_is_invisible() {
+    assert_passes("store_not_cleaned_is_invisible");
+}
+
+#[test]
+fn load_is_stale_until_invalidated() {
+    assert_passes("load_is_stale_until_invalidated");
+}
+
+#[test]
+fn dma_bypasses_the_cache() {
+    assert_passes("dma_bypasses_the_cache");
+}
+
+#[test]
+fn burst_lengths_count_32_byte_blocks() {
+    assert_passes("burst_lengths_count_32_byte_blocks");
+}
+
+#[test]
+fn wide_dma_onto_a_register_is_refused() {
+    assert_passes("wide_dma_onto_a_register_is_refused");
+}
+
+#[test]
+fn unaligned_single_line_dcci_covers_only_the_tail() {
+    assert_passes("unaligned_single_line_dcci_covers_only_the_tail");
+}
+
+#[test]
+fn polling_unchanged_memory_hints_idle() {
+    assert_passes("polling_unchanged_memory_hints_idle");
+}
+
+#[test]
+fn dma_waits_for_its_pipe_flags() {
+    assert_passes("dma_waits_for_its_pipe_flags");
+}
+
+#[test]
+fn npu_kernel_publishes_completions_and_rings_4_byte_doorbells() {
+    assert_passes("npu_kernel_publishes_completions_and_rings_4_byte_doorbells");
+}
+
+#[test]
+fn npu_kernel_dcq_wraps() {
+    assert_passes("npu_kernel_dcq_wraps");
+}
+
+#[test]
+fn every_case_is_run() {
+    let output = Command::new(program()).arg("--list").output().expect("the test program runs");
+    let listed: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect();
+    let source = std::fs::read_to_string(root().join("tests/ascendc_cpu.rs")).expect("this file");
+    for case in &listed {
+        assert!(source.contains(&format!("assert_passes(\"{case}\")")), "case {case} has no #[test] here");
+    }
+    assert!(listed.len() >= 10, "only {} cases", listed.len());
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read_dir") {
+        let entry = entry.expect("entry");
+        let target = to.join(entry.file_name());
+        if entry.file_type().expect("file type").is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).expect("copy");
+        }
+    }
+}
+
+/// Builds the test program from a copy of `kernels/` with `old` replaced by `new` in `file`, runs the kernel case and
+/// asserts that it fails with `symptom` in its report.
+fn assert_mutation_caught(file: &str, old: &str, new: &str, symptom: &str) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let kernels = dir.path().join("kernels");
+    copy_dir(&root().join("kernels"), &kernels);
+    let path = kernels.join(file);
+    let text = std::fs::read_to_string(&path).expect("kernel source");
+    assert_eq!(text.matches(old).count(), 1, "the mutation's text must occur exactly once in {file}: {old:?}");
+    std::fs::write(&path, text.replace(old, new)).expect("write the mutant");
+    let program = dir.path().join("mutant");
+    build(&kernels, &program).unwrap_or_else(|error| panic!("the mutant {error}"));
+    let output = run(&program, "npu_kernel_publishes_completions_and_rings_4_byte_doorbells");
+    let report = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "the kernel test passed with the mutation in {file}: {old:?} -> {new:?}");
+    assert!(report.contains(symptom), "the mutant failed, but not with {symptom:?}:\n{report}");
+}
+
+#[test]
+fn uncleaned_dcq_entries_are_caught() {
+    assert_mutation_caught(
+        "include/aiv/transfer_kernel.h",
+        "    flush_completions(b, dcq_tail, tail);\n",
+        "",
+        "DCQ entry 0: status 0",
+    );
+}
+
+#[test]
+fn a_32_byte_doorbell_is_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "AscendC::DataCopyPad(reg, ub, AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});",
+        "copy_ubuf_to_gm(reg.GetPhyAddr(0), ub.GetPhyAddr(), 0, 1, 1, 0, 0);",
+        "refused register write at offset 0x8, 32 bytes",
+    );
+}
+
+#[test]
+fn a_load_without_invalidation_is_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "AIV_DEVICE_FN uint64_t load_u64(const __gm__ uint64_t* p) {\n    dcci_line(p);\n",
+        "AIV_DEVICE_FN uint64_t load_u64(const __gm__ uint64_t* p) {\n",
+        // The completion flag is read stale until the wait budget runs out.
+        "status 3",
+    );
+}
+
+#[test]
+fn a_store_without_cleaning_is_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "    gm_tensor(p).SetValue(0, v);\n    dcci_line(p);\n}\nAIV_DEVICE_FN void store_u64",
+        "    gm_tensor(p).SetValue(0, v);\n}\nAIV_DEVICE_FN void store_u64",
+        "dirty lines",
+    );
+}
+
+#[test]
+fn sqes_not_cleaned_before_the_doorbell_are_caught() {
+    assert_mutation_caught(
+        "include/aiv/transfer_kernel.h",
+        "    aiv_platform::flush_for_device(reinterpret_cast<AIV_GM void*>(b.sq_base), b.sq_depth * AIV_SQE_BYTES);\n",
+        "",
+        "is not a copy SQE in HBM",
+    );
+}
+
+#[test]
+fn a_doorbell_without_scalar_to_mte3_ordering_is_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);\n    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);\n",
+        "",
+        // AIV_CPU_FAULT_PIPE_ORDER: the DMA reads the UB word before the scalar store of the tail is ordered before it.
+        "fault kind 6",
+    );
+}
