@@ -52,8 +52,17 @@ fn post_cost(c: &mut Criterion) {
                 let mut left = iters;
                 while left > 0 {
                     let count = left.min(1 << 20) as u32;
-                    posting +=
-                        post_sqes(device.transport().kernel_args(), 0, src, dst, 64, count).expect("drain").posting_cpu;
+                    posting += post_sqes(
+                        device.twin().expect("twin"),
+                        device.transport().kernel_args(),
+                        0,
+                        src,
+                        dst,
+                        64,
+                        count,
+                    )
+                    .expect("drain")
+                    .posting_cpu;
                     left -= u64::from(count);
                 }
                 posting

@@ -207,8 +207,10 @@ pub struct ChannelException {
     pub tail: u32,
     /// Why, as an [`SdmaSyndrome`].
     pub syndrome: SdmaSyndrome,
-    /// The 64 raw bytes of the SQE.
+    /// The 64 raw bytes of the SQE (zero when the exception is not about an SQE).
     pub sqe: [u8; 64],
+    /// What else the device said, e.g. the offset and width of a refused register write.
+    pub detail: Option<String>,
 }
 
 impl fmt::Display for ChannelException {
@@ -223,6 +225,9 @@ impl fmt::Display for ChannelException {
             self.syndrome.0,
             self.syndrome.describe()
         )?;
+        if let Some(detail) = &self.detail {
+            write!(f, "{detail}; ")?;
+        }
         for byte in self.sqe {
             write!(f, "{byte:02x}")?;
         }
@@ -248,6 +253,11 @@ impl SdmaSyndrome {
     pub const DST_OUT_OF_WINDOW: SdmaSyndrome = SdmaSyndrome(0x14);
     /// The doorbell carried a tail outside the ring.
     pub const BAD_TAIL: SdmaSyndrome = SdmaSyndrome(0x15);
+    /// A write to the channel's doorbell register page of another width or at another offset than the doorbell's
+    /// (a u32 at offset 0x8): the register takes nothing and the channel stops.
+    pub const BAD_REGISTER_WRITE: SdmaSyndrome = SdmaSyndrome(0x16);
+    /// The block's AIV core faulted (an access outside device memory, a broken AscendC rule; the detail says which).
+    pub const KERNEL_FAULT: SdmaSyndrome = SdmaSyndrome(0x17);
     /// The CANN runtime reported an exception on the kernel's stream (no per-SQE status exists on the NPU:
     /// docs/hardware.md section 4); the queue context is read back from the channel record.
     pub const STREAM_EXCEPTION: SdmaSyndrome = SdmaSyndrome(0x20);
@@ -261,6 +271,8 @@ impl SdmaSyndrome {
             SdmaSyndrome::SRC_OUT_OF_WINDOW => "source range is outside every mapped window".into(),
             SdmaSyndrome::DST_OUT_OF_WINDOW => "destination range is outside every mapped window".into(),
             SdmaSyndrome::BAD_TAIL => "doorbell tail is outside the ring".into(),
+            SdmaSyndrome::BAD_REGISTER_WRITE => "a doorbell register write of the wrong width or offset".into(),
+            SdmaSyndrome::KERNEL_FAULT => "the block's AIV core faulted".into(),
             SdmaSyndrome::STREAM_EXCEPTION => "the runtime reported an exception on the kernel's stream".into(),
             SdmaSyndrome(other) => format!("unknown syndrome {other:#x}"),
         }

@@ -126,7 +126,7 @@ pub mod kernel {
 
     /// `aiv::piece_count` of the kernel.
     pub fn piece_count(length: u64, max_piece: u32) -> u64 {
-        // SAFETY: a pure function of its integer arguments (kernels/twin/entry.cpp).
+        // SAFETY: a pure function of its integer arguments (kernels/cpu/host_hooks.cpp).
         unsafe { aiv_kernel_piece_count(length, max_piece) }
     }
 

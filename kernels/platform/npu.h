@@ -67,14 +67,24 @@ AIV_DEVICE_FN void store_u64(__gm__ uint64_t* p, uint64_t v) {
 AIV_DEVICE_FN void read_bytes(void* dst, const __gm__ void* src, uint32_t n) {
     dcci_range(src, n);
     AscendC::GlobalTensor<uint32_t> s = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(src));
-    uint32_t* d = reinterpret_cast<uint32_t*>(dst);
-    for (uint32_t i = 0; i < n / 4; ++i) d[i] = s.GetValue(i);
+    // Byte stores (char may alias anything): the words land in the caller's struct without type punning, which an
+    // optimising compiler is free to reorder around the struct's own field accesses.
+    uint8_t* d = reinterpret_cast<uint8_t*>(dst);
+    for (uint32_t i = 0; i < n / 4; ++i) {
+        const uint32_t v = s.GetValue(i);
+        for (uint32_t k = 0; k < 4; ++k) d[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
+    }
 }
 // Stays in the data cache until flush_for_device (or a dcci of its lines).
 AIV_DEVICE_FN void write_bytes(__gm__ void* dst, const void* src, uint32_t n) {
     AscendC::GlobalTensor<uint32_t> d = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(dst));
-    const uint32_t* s = reinterpret_cast<const uint32_t*>(src);
-    for (uint32_t i = 0; i < n / 4; ++i) d.SetValue(i, s[i]);
+    // Byte loads, for the same reason as read_bytes (little-endian words, as the AIV core and the layouts are).
+    const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
+    for (uint32_t i = 0; i < n / 4; ++i) {
+        uint32_t v = 0;
+        for (uint32_t k = 0; k < 4; ++k) v |= static_cast<uint32_t>(s[4 * i + k]) << (8 * k);
+        d.SetValue(i, v);
+    }
 }
 // SDMA and the Host read HBM, not the AIV data cache: clean what the scalar unit wrote. SHMEM cleans the whole data
 // cache before ringing (docs/hardware.md section 4, post step 3).

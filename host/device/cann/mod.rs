@@ -897,6 +897,7 @@ impl DeviceBackend for CannDevice {
             tail: record.sq_tail.get(),
             syndrome: SdmaSyndrome::STREAM_EXCEPTION,
             sqe,
+            detail: Some(format!("stream error: {error}")),
         })
     }
 

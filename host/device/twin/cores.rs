@@ -1,4 +1,6 @@
-//! Emulated AIV cores: one thread per core that runs kernel launches from its queue, in order, with its block index.
+//! Emulated AIV cores: one thread per core that runs kernel launches from its queue, in order. Each run installs the
+//! thread as the block's core of the CPU model of AscendC (`core_ops::on_core`: its own data cache and unified
+//! buffer, its block index) and calls the kernel's NPU entry, compiled for the host from `kernels/npu/entry.cpp`.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -6,11 +8,12 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::core_ops::{on_core, BlockContext};
 use crate::device::Launch;
 
 extern "C" {
-    /// The transfer kernel compiled for the twin (kernels/twin/entry.cpp).
-    fn aiv_twin_transfer_kernel(kernel_args: u64, block_idx: u32, block_num: u32);
+    /// The transfer kernel's entry (`kernels/npu/entry.cpp`, `GM_ADDR` argument), built against `kernels/cpu/`.
+    fn aiv_transfer_kernel(kernel_args: *mut u8);
 }
 
 /// A launch in flight: counts the blocks still running.
@@ -42,6 +45,8 @@ impl Launch for TwinLaunch {
 struct Job {
     kernel_args: u64,
     block_dim: u32,
+    /// The block's context (`BlockContext`), owned by the device, which outlives its launches.
+    context: usize,
     launch: Arc<TwinLaunch>,
 }
 
@@ -87,13 +92,14 @@ impl CorePool {
         self.queues.is_empty()
     }
 
-    /// Queues a launch on cores `0..block_dim` (the caller checked `block_dim <= len`).
-    pub fn launch(&self, kernel_args: u64, block_dim: u32) -> Arc<TwinLaunch> {
+    /// Queues a launch on cores `0..block_dim` (the caller checked `block_dim <= len` and `<= contexts.len()`).
+    pub fn launch(&self, kernel_args: u64, block_dim: u32, contexts: &[BlockContext]) -> Arc<TwinLaunch> {
         let launch = Arc::new(TwinLaunch { remaining: Mutex::new(block_dim), done: Condvar::new() });
-        for queue in &self.queues[..block_dim as usize] {
+        for (queue, context) in self.queues[..block_dim as usize].iter().zip(contexts) {
             queue.jobs.lock().unwrap_or_else(|p| p.into_inner()).push_back(Job {
                 kernel_args,
                 block_dim,
+                context: context as *const BlockContext as usize,
                 launch: launch.clone(),
             });
             queue.wake.notify_one();
@@ -142,10 +148,19 @@ fn run_core(index: u32, queue: &CoreQueue, shutdown: &AtomicBool) {
             }
         };
         let Some(job) = job else { return };
+        // SAFETY: the device owns the contexts and joins its cores before dropping them.
+        let context = unsafe { &*(job.context as *const BlockContext) };
         // SAFETY: `kernel_args` is the device address of a KernelArgs the launcher keeps alive until the launch has
-        // returned (the aiv transport owns it and waits for its launches before freeing); the kernel only touches
-        // memory named by it, which the same owner keeps alive.
-        unsafe { aiv_twin_transfer_kernel(job.kernel_args, index, job.block_dim) };
+        // returned (the aiv transport owns it and waits for its launches before freeing); the kernel reaches memory
+        // only through the core model, which translates every access against the device's ranges.
+        let ran = on_core(context, index, job.block_dim, || unsafe { aiv_transfer_kernel(job.kernel_args as *mut u8) });
+        match ran {
+            Some(((), 0)) => {}
+            Some(((), dirty)) => {
+                tracing::warn!(core = index, dirty, "kernel returned with scalar stores never cleaned to memory")
+            }
+            None => tracing::error!(core = index, "the CPU model of the AIV core refused to install"),
+        }
         let mut remaining = job.launch.remaining.lock().unwrap_or_else(|p| p.into_inner());
         *remaining -= 1;
         job.launch.done.notify_all();

@@ -35,6 +35,7 @@ pub struct PostTiming {
 /// must run in per-batch mode with no launch in flight (nothing else may post to the channel), and `src`/`dst` must
 /// be device memory of its device.
 pub fn post_sqes(
+    device: &super::TwinDevice,
     (kernel_args, blocks): (u64, u32),
     block: u32,
     src: u64,
@@ -46,11 +47,15 @@ pub fn post_sqes(
     if block >= blocks {
         return None;
     }
+    let context = device.block_context(block)?;
     let (mut wall, mut cpu, mut total) = (0u64, 0u64, 0u64);
-    // SAFETY: `args` is the transport's live kernel-argument block; the caller guarantees no kernel launch posts to
-    // this channel concurrently, and the SDMA engine checks src/dst against the device's windows. The out-parameters
-    // are valid locals.
-    let failed = unsafe { aiv_twin_bench_post(args, block, src, dst, length, count, &mut wall, &mut cpu, &mut total) };
+    // The post path runs as the kernel does: on an emulated core of the block, through the CPU model of AscendC.
+    let (failed, _) = super::core_ops::on_core(context, block, blocks, || {
+        // SAFETY: `args` is the transport's live kernel-argument block; the caller guarantees no kernel launch posts
+        // to this channel concurrently, and the SDMA engine checks src/dst against the device's windows. The
+        // out-parameters are valid locals.
+        unsafe { aiv_twin_bench_post(args, block, src, dst, length, count, &mut wall, &mut cpu, &mut total) }
+    })?;
     (failed == 0).then(|| PostTiming {
         posting: Duration::from_nanos(wall),
         posting_cpu: Duration::from_nanos(cpu),

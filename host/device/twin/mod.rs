@@ -1,11 +1,13 @@
 //! The CPU twin of an Ascend NPU: memfd-backed HBM, STARS-like SDMA engine threads, emulated AIV cores running the
-//! transfer kernel compiled for the host (kernels/twin/entry.cpp).
+//! transfer kernel's NPU code (kernels/npu/entry.cpp and platform/npu.h) compiled for the host against the strict
+//! CPU model of AscendC (kernels/cpu; [`core_ops`]).
 //!
 //! Owns its memory (user HBM heap + a workspace for SQ rings, channel records and flag areas, as SHMEM's SDMA
 //! workspace), its windows (own memory + imported peer heaps; the only addresses an SQE may name), its channels and
 //! cores. Test and fault-injection controls are grouped in [`TwinDevice::faults`] and [`TwinDevice::stall_channel`];
 //! nothing else in the product calls them.
 
+pub mod core_ops;
 pub mod cores;
 pub mod export_service;
 pub mod kernel_bench;
@@ -25,10 +27,10 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use self::core_ops::{BlockContext, KernelMemory};
 use self::cores::CorePool;
 use self::memory::{Heap, MemfdRegion};
 use self::sdma::{SdmaChannel, Windows};
-use self::wake::Waiter;
 use crate::config::AivOptions;
 use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
@@ -38,27 +40,6 @@ use crate::kernel_abi::{ChannelRecord, FlagArea, SQE_BYTES};
 
 /// Bytes of the workspace per channel beyond its SQ ring: the channel record and the flag area, a page each.
 const WORKSPACE_PER_CHANNEL: u64 = 2 * memory::ALLOCATION_ALIGN;
-
-/// What the platform layer's `context` points to: the wake-up words of one block.
-#[derive(Debug)]
-pub struct BlockContext {
-    /// Host -> kernel: request ring published, DCQ drained, resume or stop.
-    host_to_kernel: Waiter,
-    channel: Arc<SdmaChannel>,
-    /// When the block's kernel last started waiting for requests (monotonic ns since `epoch`); used by the core only.
-    idle_since: AtomicU64,
-}
-
-/// How long an emulated core whose kernel waits for requests keeps polling (spinning, then yielding) before it
-/// sleeps. A resident NPU kernel polls its request ring all the time; the twin polls for this window after its last
-/// work, so a Host that publishes requests within it needs no wake-up system call, and then sleeps so that an idle
-/// engine does not hold one of the machine's cores. Device-side CPU, never charged to the Host.
-pub const KERNEL_POLL_WINDOW: Duration = Duration::from_micros(200);
-
-fn monotonic_ns() -> u64 {
-    static EPOCH: OnceLock<std::time::Instant> = OnceLock::new();
-    EPOCH.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
-}
 
 /// Test and fault-injection controls of a twin device. Not used by the product path.
 #[derive(Debug, Default)]
@@ -133,6 +114,8 @@ pub struct TwinDevice {
     /// process's pid namespace names the exporter by that pid, and a vanished pid is evidence it is gone).
     exporter_pids: Mutex<HashMap<String, u32>>,
     windows: Windows,
+    /// What the device's cores may reach (`core_ops::translate`).
+    kernel_memory: Arc<KernelMemory>,
     /// Imported peer regions by (exporting device identity, export id).
     imports: Mutex<HashMap<ImportKey, (ImportedWindow, Arc<MemfdRegion>)>>,
     channels: RwLock<Vec<Arc<SdmaChannel>>>,
@@ -147,6 +130,11 @@ pub struct TwinDevice {
 }
 
 impl TwinDevice {
+    /// The context of block `block`'s core, once channels are open.
+    pub(crate) fn block_context(&self, block: u32) -> Option<&BlockContext> {
+        self.contexts.get()?.get(block as usize)
+    }
+
     /// Refuses a Host copy that does not lie inside memory this device maps.
     fn check_copy(&self, addr: u64, length: usize, operation: &'static str) -> Result<(), DeviceError> {
         if self.is_mapped(addr, length as u64) {
@@ -215,6 +203,7 @@ impl TwinDevice {
             export_service,
             export_client_timeout: options.export.client_timeout,
             exporter_pids: Mutex::new(HashMap::new()),
+            kernel_memory: Arc::new(KernelMemory { windows: windows.clone(), shared: RwLock::new(Vec::new()) }),
             windows,
             imports: Mutex::new(HashMap::new()),
             channels: RwLock::new(Vec::new()),
@@ -431,7 +420,11 @@ impl DeviceBackend for TwinDevice {
     fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError> {
         let (host, length) = super::map_anonymous_pages(self.id, length, "map shared memory")?;
         let addr = host as usize;
+        let range = (addr as u64, length as u64);
+        self.kernel_memory.shared.write().unwrap_or_else(|p| p.into_inner()).push(range);
+        let memory = self.kernel_memory.clone();
         let release = Box::new(move || {
+            memory.shared.write().unwrap_or_else(|p| p.into_inner()).retain(|&known| known != range);
             // SAFETY: unmaps the mapping created above, once, when its owner drops.
             unsafe { libc::munmap(addr as *mut libc::c_void, length) };
         });
@@ -459,11 +452,7 @@ impl DeviceBackend for TwinDevice {
         let mut started = Vec::with_capacity(count as usize);
         for index in 0..count {
             let (channel, record, flag_area) = self.start_channel(index, sq_depth, format!("{index}"), &mut threads)?;
-            contexts.push(BlockContext {
-                host_to_kernel: Waiter::default(),
-                channel: channel.clone(),
-                idle_since: AtomicU64::new(0),
-            });
+            contexts.push(BlockContext { channel: channel.clone(), memory: self.kernel_memory.clone() });
             channels.push(channel);
             started.push((record, flag_area));
         }
@@ -529,7 +518,12 @@ impl DeviceBackend for TwinDevice {
                 reason: format!("block_dim {block_dim} is not within 1..={}", cores.len()),
             });
         }
-        Ok(cores.launch(kernel_args, block_dim))
+        let contexts = self.contexts.get().ok_or_else(|| DeviceError::Invalid {
+            device: self.id,
+            operation: "launch",
+            reason: "no channels are open".into(),
+        })?;
+        Ok(cores.launch(kernel_args, block_dim, contexts))
     }
 
     fn cycles_per_second(&self) -> u64 {
@@ -538,7 +532,8 @@ impl DeviceBackend for TwinDevice {
 
     fn notify_block(&self, block: u32) {
         if let Some(context) = self.contexts.get().and_then(|contexts| contexts.get(block as usize)) {
-            context.host_to_kernel.notify();
+            // The core's idle wake word (it polls memory; this only ends a nap early).
+            context.channel.progress.notify();
         }
     }
 }
@@ -553,69 +548,6 @@ impl Drop for TwinDevice {
         }
         for thread in std::mem::take(&mut *self.engine_threads.lock().unwrap_or_else(|p| p.into_inner())) {
             let _ = thread.join();
-        }
-    }
-}
-
-// ---- The twin platform layer's hooks (declared in kernels/platform/twin.h) ----
-
-/// # Safety
-/// `context` must be a `platform_context` handed out by [`TwinDevice::open_channels`] of a live device.
-unsafe fn block_context<'a>(context: u64) -> &'a BlockContext {
-    // SAFETY: the caller's contract: the context box lives as long as the device, which outlives its launches.
-    unsafe { &*(context as *const BlockContext) }
-}
-
-/// Doorbell hook: the kernel has stored a new tail into the register page; wake the channel's engine.
-///
-/// # Safety
-/// Called by the twin kernel with the `platform_context` of its block.
-#[no_mangle]
-pub unsafe extern "C" fn aiv_twin_doorbell_rung(context: u64, sq_reg_base: u64) {
-    // SAFETY: forwarded contract.
-    let block = unsafe { block_context(context) };
-    debug_assert_eq!(sq_reg_base, block.channel.register_base());
-    block.channel.doorbell.notify();
-}
-
-/// Returns the wake-up token of what the kernel is about to wait for.
-///
-/// # Safety
-/// As [`aiv_twin_doorbell_rung`].
-#[no_mangle]
-pub unsafe extern "C" fn aiv_twin_wait_token(context: u64, kind: u32) -> u32 {
-    // SAFETY: forwarded contract.
-    let block = unsafe { block_context(context) };
-    match kind {
-        1 => block.channel.progress.token(),
-        _ => block.host_to_kernel.token(),
-    }
-}
-
-/// Idle back-off of the kernel: spin, yield, then sleep until woken (bounded).
-///
-/// # Safety
-/// As [`aiv_twin_doorbell_rung`].
-#[no_mangle]
-pub unsafe extern "C" fn aiv_twin_idle(context: u64, kind: u32, token: u32, spins: u32) {
-    // SAFETY: forwarded contract.
-    let block = unsafe { block_context(context) };
-    match kind {
-        1 => block.channel.progress.idle(token, spins, Duration::from_millis(1)),
-        _ => {
-            // Waiting for requests (or DCQ space): poll for KERNEL_POLL_WINDOW, then sleep until the Host wakes it.
-            let now = monotonic_ns();
-            if spins == 0 {
-                block.idle_since.store(now, Ordering::Relaxed);
-            }
-            let idle_for = now.saturating_sub(block.idle_since.load(Ordering::Relaxed));
-            if spins < 16 {
-                std::hint::spin_loop();
-            } else if idle_for < KERNEL_POLL_WINDOW.as_nanos() as u64 {
-                std::thread::yield_now();
-            } else {
-                block.host_to_kernel.sleep(token, Duration::from_millis(20));
-            }
         }
     }
 }

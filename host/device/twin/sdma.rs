@@ -1,7 +1,7 @@
 //! A STARS-like SDMA engine: one thread per channel that executes 64-byte SQEs strictly in order.
 //!
-//! The engine wakes on a doorbell (the kernel's store of the new tail into the channel's register page, followed by
-//! the twin hook that bumps [`SdmaChannel::doorbell`]), reads SQEs from `sq_base + head * SQE_BYTES`, checks each one (type,
+//! The engine wakes on a doorbell (the kernel's 4-byte DMA write of the new tail into the channel's register page,
+//! [`SdmaChannel::write_register`], which bumps [`SdmaChannel::doorbell`]; any other write there stops the channel), reads SQEs from `sq_base + head * SQE_BYTES`, checks each one (type,
 //! opcode, length, source and destination inside the device's mapped windows) and copies. A bad SQE stops the channel
 //! and records a [`ChannelException`] with the queue context and the raw SQE; the channel stays stopped until the
 //! Host resets it. After each SQE the engine publishes `sq_head` in the channel record (Release); when it catches up
@@ -68,6 +68,7 @@ pub struct SdmaChannel {
     reset_done: AtomicU32,
     shutdown: AtomicBool,
     executed: AtomicU64,
+    doorbells: AtomicU64,
 }
 
 // SAFETY: `record` points into the device workspace, which outlives the channel (the device owns both and joins
@@ -126,12 +127,58 @@ impl SdmaChannel {
             reset_done: AtomicU32::new(0),
             shutdown: AtomicBool::new(false),
             executed: AtomicU64::new(0),
+            doorbells: AtomicU64::new(0),
         }))
     }
 
     /// The doorbell register base written into the channel record.
     pub fn register_base(&self) -> u64 {
         &*self.registers as *const RegisterPage as u64
+    }
+
+    /// Whether `addr` lies in this channel's register page.
+    pub fn owns_register(&self, addr: u64) -> bool {
+        addr.wrapping_sub(self.register_base()) < std::mem::size_of::<RegisterPage>() as u64
+    }
+
+    /// A device write (a UB -> GM DMA of the kernel) into this channel's register page. The doorbell is a u32 at
+    /// offset 0x8: exactly a 4-byte write there sets the tail and rings; any other width or offset writes nothing,
+    /// stops the channel with [`SdmaSyndrome::BAD_REGISTER_WRITE`] naming offset and width, and returns false.
+    pub fn write_register(&self, addr: u64, data: &[u8]) -> bool {
+        let offset = addr.wrapping_sub(self.register_base());
+        if offset == SDMA_DOORBELL_OFFSET && data.len() == 4 {
+            let tail = u32::from_le_bytes([data[0], data[1], data[2], data[3]]);
+            // Release: the SQEs the kernel wrote (and cleaned) before this doorbell are what the engine reads after
+            // it acquires the tail.
+            self.registers.tail().store(tail, Ordering::Release);
+            self.doorbells.fetch_add(1, Ordering::Relaxed);
+            self.doorbell.notify();
+            return true;
+        }
+        let head = self.record_sq_head().load(Ordering::Acquire);
+        let tail = self.registers.tail().load(Ordering::Acquire);
+        let mut raw = [0u8; 64];
+        let shown = data.len().min(raw.len());
+        raw[..shown].copy_from_slice(&data[..shown]);
+        let detail = format!(
+            "a {}-byte write at offset {offset:#x} of the register page (the doorbell is 4 bytes at offset {:#x});              the written bytes are shown as the raw SQE",
+            data.len(),
+            SDMA_DOORBELL_OFFSET
+        );
+        self.stop_with(SdmaSyndrome::BAD_REGISTER_WRITE, head, tail, raw, Some(detail));
+        false
+    }
+
+    /// A fault of the AIV core that drives this channel: stops the channel so the Host finds the reason.
+    pub fn core_fault(&self, detail: String) {
+        let head = self.record_sq_head().load(Ordering::Acquire);
+        let tail = self.registers.tail().load(Ordering::Acquire);
+        self.stop_with(SdmaSyndrome::KERNEL_FAULT, head, tail, [0; 64], Some(detail));
+    }
+
+    /// Doorbells accepted so far.
+    pub fn doorbells(&self) -> u64 {
+        self.doorbells.load(Ordering::Relaxed)
     }
 
     fn record_sq_head(&self) -> &AtomicU32 {
@@ -253,7 +300,11 @@ impl SdmaChannel {
     }
 
     fn stop(&self, syndrome: SdmaSyndrome, head: u32, tail: u32, sqe: [u8; 64]) {
-        let exception = ChannelException { channel: self.index, sq_id: self.sq_id, head, tail, syndrome, sqe };
+        self.stop_with(syndrome, head, tail, sqe, None);
+    }
+
+    fn stop_with(&self, syndrome: SdmaSyndrome, head: u32, tail: u32, sqe: [u8; 64], detail: Option<String>) {
+        let exception = ChannelException { channel: self.index, sq_id: self.sq_id, head, tail, syndrome, sqe, detail };
         tracing::warn!(channel = self.index, head, tail, syndrome = syndrome.0, "SDMA channel stopped by a bad SQE");
         *self.exception.lock().unwrap_or_else(|p| p.into_inner()) = Some(exception);
         self.faulted.store(true, Ordering::Release);

@@ -1,15 +1,13 @@
 // The platform layer: everything target-specific the portable transfer kernel needs.
 //
-// Exactly one implementation is included before aiv/transfer_kernel.h:
-//   platform/twin.h  CPU twin: host C++ atomics, a doorbell that stores the tail into the twin's register page and
-//                    calls a Host hook to wake the SDMA engine thread, a monotonic-clock cycle counter, and idle hooks
-//                    that back off (spin, yield, park) so emulated cores do not burn the 2-core machine.
+// There is one implementation, included before aiv/transfer_kernel.h, for the NPU and the CPU twin alike:
 //   platform/npu.h   Ascend AIV (AscendC): GM scalar access through GlobalTensor with dcci cache maintenance, pipe
 //                    flags, the doorbell as one 4-byte UB->GM DataCopyPad of the tail to sq_reg_base + 0x8
 //                    (docs/hardware.md sections 2-4 and 9), the system cycle counter. The host compiler also builds it
-//                    against kernels/cpu/, the strict CPU model of that AscendC subset (docs/ascendc-cpu.md).
+//                    against kernels/cpu/, the strict CPU model of that AscendC subset (docs/ascendc-cpu.md): that
+//                    build is what the twin's emulated cores run.
 //
-// Each implementation defines:
+// It defines:
 //   AIV_GM             pointer qualifier for global (device) memory
 //   AIV_DEVICE_FN      qualifier of every kernel-side function
 //   namespace aiv_platform {

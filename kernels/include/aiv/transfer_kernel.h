@@ -1,6 +1,6 @@
 // The AIV transfer kernel: portable logic, one source for the NPU and the CPU twin.
 //
-// Include a platform layer (platform/twin.h or platform/npu.h) first. Per block:
+// Include the platform layer (platform/npu.h) first. Per block:
 //   take the request-ring entries of this block (up to group_limit at a time), split each into pieces of at most
 //   max_sqe_bytes, write one SDMA SQE per piece into this block's channel, ring the doorbell every doorbell_batch
 //   SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive area), ring, and spin on
@@ -72,9 +72,10 @@ AIV_DEVICE_FN uint64_t outstanding(const Block& b) { return b.sqes_posted - b.sq
 
 // Writes one copy SQE at the tail; rings when doorbell_batch SQEs are pending. The caller guarantees space.
 AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t length) {
-    AivSdmaSqe sqe;
-    uint32_t* words = reinterpret_cast<uint32_t*>(&sqe);
-    for (uint32_t i = 0; i < AIV_SQE_BYTES / 4; ++i) words[i] = 0;
+    // Value-initialised (every byte zero) and written field by field; write_bytes copies it out word by word without
+    // type punning (reading the u16 fields back through a uint32_t pointer is undefined, and an optimising compiler
+    // did reorder it: the CPU model caught SQEs whose 16-bit fields reached memory as zeros).
+    AivSdmaSqe sqe = {};
     sqe.type_word = AIV_SQE_TYPE_SDMA;
     sqe.rt_stream_id = b.stream_id;
     sqe.task_id = static_cast<uint16_t>(b.sq_tail - b.sq_head_seen);

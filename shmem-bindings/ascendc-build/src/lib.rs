@@ -1,8 +1,8 @@
 //! `ascendc-build`: the build-script helper that compiles this project's AscendC transfer kernel.
 //!
-//! Two targets from one source tree (`kernels/`):
-//! - [`build_twin`]: the kernel compiled with the host C++ compiler and the twin platform layer into a static
-//!   library linked into the runtime. Always done.
+//! Two targets from one source tree (`kernels/`), one kernel and one platform layer (`platform/npu.h`):
+//! - [`build_twin`]: the kernel compiled with the host C++ compiler against the CPU implementation of the AscendC
+//!   subset (`kernels/cpu/`) into a static library linked into the runtime. Always done.
 //! - [`build_npu`]: the kernel compiled for the AI Vector cores with `bisheng` (or the older `ccec` + `ld.lld`) and
 //!   the flags of docs/hardware.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
 //!   toolkit found by [`find_cann`] (explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`).
@@ -25,10 +25,12 @@ const KERNEL_FILES: &[&str] = &[
     "include/aiv/layouts.h",
     "include/aiv/platform.h",
     "include/aiv/transfer_kernel.h",
-    "platform/twin.h",
     "platform/npu.h",
-    "twin/entry.cpp",
     "npu/entry.cpp",
+    "cpu/kernel_operator.h",
+    "cpu/aiv_cpu_core.h",
+    "cpu/aiv_cpu_model.cpp",
+    "cpu/host_hooks.cpp",
     "probe/layout_probe.cpp",
 ];
 
@@ -39,13 +41,19 @@ pub fn rerun_on_kernel_sources(kernels: &Path) {
     }
 }
 
-/// Compiles `kernels/twin/entry.cpp` with the host C++ compiler into the static library `aiv_kernel_twin` and tells
-/// cargo to link it (and the C++ runtime).
+/// Compiles the transfer kernel for the CPU twin: the NPU entry (`kernels/npu/entry.cpp`, the NPU platform layer and
+/// `transfer_kernel.h`, unchanged) against this project's CPU implementation of the AscendC subset
+/// (`kernels/cpu/`: `kernel_operator.h` and the per-core model), plus the Host-side hooks of `kernels/cpu/host_hooks.cpp`,
+/// with the host C++ compiler, into the static library `aiv_kernel_twin`, and tells cargo to link it (and the C++
+/// runtime).
 pub fn build_twin(kernels: &Path) {
     cc::Build::new()
         .cpp(true)
         .std("c++17")
-        .file(kernels.join("twin/entry.cpp"))
+        .file(kernels.join("npu/entry.cpp"))
+        .file(kernels.join("cpu/aiv_cpu_model.cpp"))
+        .file(kernels.join("cpu/host_hooks.cpp"))
+        .include(kernels.join("cpu"))
         .include(kernels.join("include"))
         .include(kernels)
         .opt_level(2)
@@ -53,6 +61,8 @@ pub fn build_twin(kernels: &Path) {
         .extra_warnings(true)
         .flag_if_supported("-fno-exceptions")
         .flag_if_supported("-fno-rtti")
+        // GCC cannot see that read_bytes' word loop fills the structs it reads (docs/ascendc-cpu.md).
+        .flag_if_supported("-Wno-maybe-uninitialized")
         .compile("aiv_kernel_twin");
 }
 

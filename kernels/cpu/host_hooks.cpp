@@ -1,14 +1,13 @@
-// The transfer kernel compiled for the CPU twin: entry points called by the twin's emulated AIV cores.
-#include "platform/twin.h"
+// Entry points the Host's tests and benchmarks call on an emulated core of the twin (not part of the transfer path and
+// not built for the NPU): the kernel's own chunking, exported so host tests can check it against the Rust mirror, and
+// the post-path microbenchmark. They run the NPU platform layer on the CPU model (kernels/cpu), like the kernel: the
+// caller installs an emulated core on its thread first (aiv_cpu_core_enter).
+#include <time.h>
+
+#include "platform/npu.h"
 #include "aiv/transfer_kernel.h"
 
 extern "C" {
-
-// Runs block `block_idx` of a launch of `block_num` blocks (the emulated core's GetBlockIdx/GetBlockNum).
-void aiv_twin_transfer_kernel(uint64_t kernel_args, uint32_t block_idx, uint32_t block_num) {
-    if (block_idx >= block_num) return;
-    aiv::transfer_block(reinterpret_cast<const AivKernelArgs*>(kernel_args), block_idx);
-}
 
 // The kernel's own chunking, exported so host tests can check it against the Rust mirror.
 uint64_t aiv_kernel_piece_count(uint64_t length, uint32_t max_piece) { return aiv::piece_count(length, max_piece); }
@@ -30,13 +29,16 @@ static uint64_t thread_cpu_ns() {
 uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t src, uint64_t dst, uint32_t length,
                              uint32_t count, uint64_t* posting_wall_ns, uint64_t* posting_cpu_ns,
                              uint64_t* total_ns) {
-    const AivKernelArgs* kargs = reinterpret_cast<const AivKernelArgs*>(kernel_args);
-    if (block_idx >= kargs->block_count) return 1;
+    // Read as the kernel reads them: through the core's platform layer (kernels/cpu), never by dereference.
+    AivKernelArgs kargs;
+    aiv_platform::read_bytes(&kargs, reinterpret_cast<const __gm__ AivKernelArgs*>(kernel_args), sizeof(AivKernelArgs));
+    if (block_idx >= kargs.block_count) return 1;
     aiv::Block b;
-    b.args = reinterpret_cast<const AivBlockArgs*>(kargs->blocks)[block_idx];
-    b.record = reinterpret_cast<AivChannelRecord*>(b.args.channel_record);
-    b.flag = reinterpret_cast<AivFlagArea*>(b.args.flag_area);
-    b.control = reinterpret_cast<AivControlBlock*>(b.args.control);
+    aiv_platform::read_bytes(&b.args, reinterpret_cast<const __gm__ AivBlockArgs*>(kargs.blocks) + block_idx,
+                             sizeof(AivBlockArgs));
+    b.record = reinterpret_cast<__gm__ AivChannelRecord*>(b.args.channel_record);
+    b.flag = reinterpret_cast<__gm__ AivFlagArea*>(b.args.flag_area);
+    b.control = reinterpret_cast<__gm__ AivControlBlock*>(b.args.control);
     b.flag_seq = aiv::last_flag_seq(b);
     aiv::load_channel(b);
     b.doorbells = 0;
