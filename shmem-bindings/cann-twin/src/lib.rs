@@ -83,12 +83,17 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub mod acl;
+pub mod control;
 mod memory;
 mod runtime;
+pub mod sdma;
+pub mod shmem;
 mod stream;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
+pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
+pub use shmem::{resolve_shmem, shmem_api};
 
 /// What [`ascendcl_sys::AclApi::path`] reports for [`acl_api`].
 pub const IN_PROCESS_PATH: &str = "cann-twin (in-process)";
