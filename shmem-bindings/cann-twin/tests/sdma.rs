@@ -382,3 +382,58 @@ fn the_control_api_names_missing_channels() {
     assert_eq!(control::sqes_executed(0, 48), Err(ControlError::NoSuchChannel { device: 0, channel: 48 }));
     assert_eq!(control::reset_channel(3, 0), Err(ControlError::NoSuchChannel { device: 3, channel: 0 }));
 }
+
+/// Not a pass/fail test: engine copy throughput against a Host `memcpy` of the same bytes, printed
+/// (`cargo test -p cann-twin --release --test sdma -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn engine_throughput_against_memcpy() {
+    let channel = 40;
+    workspace();
+    for sqe_bytes in [64 << 10, 256 << 10, 1 << 20] {
+        let total = 64 << 20;
+        let count = (total / sqe_bytes) as u32;
+        let (src, dst) = (malloc(api(), total), malloc(api(), total));
+        upload(api(), src, &pattern(total, 3));
+        let mut engine = Duration::ZERO;
+        // Two rounds: the first touches the pages (memfd page faults), the second is measured.
+        for _ in 0..2 {
+            let record = record(channel);
+            let head = record.head;
+            let entries: Vec<[u8; 64]> = (0..count as usize)
+                .map(|i| {
+                    let at = |base: *mut c_void| (base as usize + i * sqe_bytes) as *mut c_void;
+                    copy_sqe(at(src), at(dst), sqe_bytes as u32)
+                })
+                .collect();
+            post(&record, head, &entries);
+            let started = Instant::now();
+            ring(&record, (head + count) % record.depth);
+            wait_head(channel, (head + count) % record.depth);
+            engine = started.elapsed();
+        }
+        let mut device_copy = Duration::ZERO;
+        for _ in 0..2 {
+            let started = Instant::now();
+            let code = common::memcpy(api(), dst, total, src, total, ACL_MEMCPY_DEVICE_TO_DEVICE);
+            device_copy = started.elapsed();
+            assert_eq!(code, ACL_SUCCESS);
+        }
+        let (a, mut b) = (pattern(total, 3), vec![1u8; total]);
+        let mut host = Duration::ZERO;
+        for _ in 0..2 {
+            let started = Instant::now();
+            b.copy_from_slice(&a);
+            host = started.elapsed();
+            std::hint::black_box(&b);
+        }
+        println!(
+            "{} KiB SQEs: engine {:.2} GB/s, aclrtMemcpy D2D {:.2} GB/s, memcpy {:.2} GB/s, ratio {:.2}",
+            sqe_bytes >> 10,
+            total as f64 / engine.as_secs_f64() / 1e9,
+            total as f64 / device_copy.as_secs_f64() / 1e9,
+            total as f64 / host.as_secs_f64() / 1e9,
+            host.as_secs_f64() / engine.as_secs_f64()
+        );
+    }
+}
