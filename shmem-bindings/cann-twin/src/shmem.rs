@@ -438,7 +438,7 @@ macro_rules! shmem_exports {
 
         /// The address of the SHMEM function or data symbol called `name`, or `None`: the resolver for
         /// [`cann_shmem_sys::ShmemApi::from_resolver`]. Each function has exactly the prototype of
-        /// `cann_shmem_sys::sys`; `g_state` is [`struct@g_state`].
+        /// `cann_shmem_sys::sys`; `g_state` is [`static@g_state`].
         pub fn resolve_shmem(name: &str) -> Option<*const c_void> {
             match name {
                 $(stringify!($name) => Some($name as *const c_void),)*
