@@ -75,7 +75,8 @@
 //! [`control`] is the fault-injection API for tests: a channel's exception, stall/release, reset (head := tail,
 //! exception cleared, bounded wait), SQEs executed, doorbells rung.
 //!
-//! SHMEM return codes (`aclshmem_error_code_t` from `hicann/shmem` `include/host/shmem_host_def.h`; *source*: the
+//! SHMEM return codes (`aclshmem_error_code_t` from `hicann/shmem` `include/host/shmem_host_def.h`, later
+//! `aclshmem_host_def.h`, which adds `ACLSHMEM_NOT_SUPPORTED`; *source*: the
 //! case is handled so in `hicann/shmem` `src/host/init/shmem_init.cpp`; *guess*: the twin's choice):
 //!
 //! | case | code | source |

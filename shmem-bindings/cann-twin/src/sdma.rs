@@ -57,7 +57,8 @@ pub const CHANNEL_RECORD_BYTES: usize = 64;
 pub const WORKSPACE_BYTES: usize = 16 << 10;
 /// Offset of the first channel record in the workspace (after the 64-byte flag info).
 pub const CHANNEL_RECORDS_OFFSET: usize = 64;
-/// Channels SHMEM sets up: one per AIV block, `ACLSHMEM_MAX_AIV_PER_NPU` = 48 on 910B/910_93.
+/// Channels SHMEM sets up: one per AIV block, `ACLSHMEM_MAX_AIV_PER_NPU` = 48 (`hicann/shmem`
+/// `include/host_device/shmem_common_types.h`; used by `device_sdma_transport_manager.cpp`).
 pub const MAX_CHANNELS: u32 = 48;
 /// SQEs per ring. The vendor's depth is filled in by an AICPU operator whose source is not public: a guess (the
 /// project's default `aiv.sq_depth`).
