@@ -1,6 +1,6 @@
 //! The exported ACL entry points, with the prototypes of `ascendcl_sys::sys::AclApi`. Each validates its arguments
-//! in the vendor's order where it is known (see the crate docs for the sources), runs under the runtime lock, and
-//! catches any panic, returning `ACL_ERROR_RT_INTERNAL_ERROR` instead of unwinding into C.
+//! in the vendor's order where it is known (see the crate docs for the sources), runs under the runtime lock (and
+//! the device address space's lock, read for copies, write for allocation and mapping), and catches any panic, returning `ACL_ERROR_RT_INTERNAL_ERROR` instead of unwinding into C.
 
 use core::ffi::{c_char, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -10,7 +10,7 @@ use std::time::Duration;
 use ascendcl_sys::sys::*;
 
 use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
-use crate::runtime::{perform_copy, runtime};
+use crate::runtime::{device_segments, is_device_address, perform_copy, plan_copy, runtime, space, with_space_mut};
 use crate::stream::{Stream, Task};
 
 /// The version `aclrtGetVersion` reports: this crate's.
@@ -264,9 +264,9 @@ acl_entry! {
         not_null(dev_ptr)?;
         positive(size)?;
         let _ = policy;
-        let mut runtime = runtime();
+        let runtime = runtime();
         let device = runtime.current_device()?;
-        let address = runtime.space_mut()?.malloc(size, device)?;
+        let address = with_space_mut(|space| space.malloc(size, device))?;
         // SAFETY: checked non-null; writable by the C contract.
         unsafe { dev_ptr.write(address as *mut c_void) };
         Ok(())
@@ -277,12 +277,12 @@ acl_entry! {
     /// Frees what `aclrtMalloc` returned (the exact address).
     fn aclrtFree(dev_ptr: *mut c_void) {
         not_null(dev_ptr)?;
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.ready()?;
-        if !runtime.is_device_address(dev_ptr as usize) {
+        if !is_device_address(dev_ptr as usize) {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
-        runtime.space_mut()?.free(dev_ptr as usize)
+        with_space_mut(|space| space.free(dev_ptr as usize))
     }
 }
 
@@ -339,10 +339,10 @@ acl_entry! {
         if max_count < count {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
-        let runtime = runtime();
-        runtime.ready()?;
-        for segment in runtime.device_segments(dev_ptr as usize, count, true)? {
-            // SAFETY: a translated device segment, valid while the runtime lock is held.
+        runtime().ready()?;
+        let space = space();
+        for segment in device_segments(space.as_ref(), dev_ptr as usize, count, true)? {
+            // SAFETY: a translated device segment, valid while the space's read lock is held.
             unsafe { core::ptr::write_bytes(segment.ptr, value as u8, segment.len) };
         }
         Ok(())
@@ -357,10 +357,10 @@ acl_entry! {
         }
         not_null(dst)?;
         not_null(src)?;
-        let runtime = runtime();
-        runtime.ready()?;
-        let (to, from) = runtime.plan_copy(dst as usize, dest_max, src as usize, count, kind)?;
-        // SAFETY: device segments translated under the lock still held; Host segments valid by the C contract.
+        runtime().ready()?;
+        let space = space();
+        let (to, from) = plan_copy(space.as_ref(), dst as usize, dest_max, src as usize, count, kind)?;
+        // SAFETY: device segments translated under the read lock still held; Host segments valid by the C contract.
         unsafe { perform_copy(&to, &from) };
         Ok(())
     }
@@ -385,10 +385,15 @@ acl_entry! {
         not_null(src)?;
         let mut runtime = runtime();
         runtime.ready()?;
-        runtime.plan_copy(dst as usize, dest_max, src as usize, count, kind)?;
         let (dst, src) = (dst as usize, src as usize);
-        if runtime.is_device_address(dst) && runtime.is_device_address(src) && (dst % 64 != 0 || src % 64 != 0) {
-            return Err(ACL_ERROR_RT_ADDR_UNALIGNED);
+        {
+            let guard = space();
+            let space = guard.as_ref();
+            plan_copy(space, dst, dest_max, src, count, kind)?;
+            let device = |address: usize| space.is_some_and(|space| space.contains(address));
+            if device(dst) && device(src) && (dst % 64 != 0 || src % 64 != 0) {
+                return Err(ACL_ERROR_RT_ADDR_UNALIGNED);
+            }
         }
         let target = runtime.stream(stream as usize)?;
         drop(runtime);
@@ -412,9 +417,9 @@ acl_entry! {
             ACL_HOST_REGISTER_IOMEMORY => return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT),
             _ => return Err(ACL_ERROR_INVALID_PARAM),
         };
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.current_device()?;
-        let address = runtime.space_mut()?.register(ptr as usize, size, readonly)?;
+        let address = with_space_mut(|space| space.register(ptr as usize, size, readonly))?;
         // SAFETY: checked non-null; writable by the C contract.
         unsafe { dev_ptr.write(address as *mut c_void) };
         Ok(())
@@ -425,9 +430,9 @@ acl_entry! {
     /// Removes the device window of Host memory registered at exactly `ptr`.
     fn aclrtHostUnregister(ptr: *mut c_void) {
         not_null(ptr)?;
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.ready()?;
-        runtime.space_mut()?.unregister(ptr as usize)
+        with_space_mut(|space| space.unregister(ptr as usize))
     }
 }
 
@@ -533,9 +538,9 @@ acl_entry! {
             a if a.is_power_of_two() => a.max(GRANULARITY),
             _ => return Err(ACL_ERROR_INVALID_PARAM),
         };
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.current_device()?;
-        let address = runtime.space_mut()?.reserve(size, align)?;
+        let address = with_space_mut(|space| space.reserve(size, align))?;
         // SAFETY: checked non-null; writable by the C contract.
         unsafe { vir_ptr.write(address as *mut c_void) };
         Ok(())
@@ -546,12 +551,12 @@ acl_entry! {
     /// Releases a reservation (its start address); nothing may still be mapped in it.
     fn aclrtReleaseMemAddress(vir_ptr: *mut c_void) {
         not_null(vir_ptr)?;
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.ready()?;
-        if !runtime.is_device_address(vir_ptr as usize) {
+        if !is_device_address(vir_ptr as usize) {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
-        runtime.space_mut()?.release(vir_ptr as usize)
+        with_space_mut(|space| space.release(vir_ptr as usize))
     }
 }
 
@@ -569,12 +574,12 @@ acl_entry! {
         let mut guard = runtime();
         let runtime = &mut *guard;
         runtime.ready()?;
-        if !runtime.is_device_address(vir_ptr as usize) {
+        if !is_device_address(vir_ptr as usize) {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
         let key = handle as usize;
         let mut physical = runtime.physical.remove(&key).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-        let mapped = runtime.space_mut().and_then(|space| space.map(vir_ptr as usize, size, offset, key, &mut physical));
+        let mapped = with_space_mut(|space| space.map(vir_ptr as usize, size, offset, key, &mut physical));
         runtime.physical.insert(key, physical);
         mapped
     }
@@ -586,10 +591,10 @@ acl_entry! {
         not_null(vir_ptr)?;
         let mut runtime = runtime();
         runtime.ready()?;
-        if !runtime.is_device_address(vir_ptr as usize) {
+        if !is_device_address(vir_ptr as usize) {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
-        let handle = runtime.space_mut()?.unmap(vir_ptr as usize)?;
+        let handle = with_space_mut(|space| space.unmap(vir_ptr as usize))?;
         if let Some(physical) = runtime.physical.get_mut(&handle) {
             physical.mapped -= 1;
         }
@@ -606,7 +611,7 @@ acl_entry! {
         not_null(desc)?;
         positive(size)?;
         positive(count)?;
-        let mut runtime = runtime();
+        let runtime = runtime();
         runtime.ready()?;
         let mut widest = ACL_RT_MEM_ACCESS_FLAGS_NONE;
         for index in 0..count {
@@ -627,9 +632,9 @@ acl_entry! {
                 _ => return Err(ACL_ERROR_INVALID_PARAM),
             }
         }
-        if !runtime.is_device_address(vir_ptr as usize) {
+        if !is_device_address(vir_ptr as usize) {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
-        runtime.space_mut()?.set_access(vir_ptr as usize, size, widest)
+        with_space_mut(|space| space.set_access(vir_ptr as usize, size, widest))
     }
 }

@@ -41,8 +41,67 @@
 //! unallocated addresses. Host-registered memory gets its own device address (never the Host pointer), which
 //! translates to the same Host pages. Copies check that `kind` matches where each pointer lives.
 //!
-//! `aclrtMalloc` memory reads zero on the twin; the NPU gives no such promise. All state sits behind one mutex;
-//! copies run under it (correct, not fast). Stream tasks run in order on one worker thread per stream.
+//! `aclrtMalloc` memory reads zero on the twin; the NPU gives no such promise. The runtime's state sits behind one
+//! mutex; the device address space has a read-write lock of its own: translations and the copies through them
+//! (the Host's and the SDMA engines') run under its read lock, allocation, free, map and unmap under its write
+//! lock, so an engine's 1 MiB copy never holds the runtime mutex. Stream tasks run in order on one worker thread
+//! per stream.
+//!
+//! # The device side: SHMEM, SDMA engines, register pages
+//!
+//! [`shmem`] implements the SHMEM host C ABI (`cann_shmem_sys::ShmemApi`, resolved by [`resolve_shmem`], table
+//! [`shmem_api`]). `aclshmemx_init_attr` with the SDMA engine creates, on the calling thread's current device, the
+//! SDMA workspace as SHMEM lays it out (16 KiB of device memory: `{u32 flag; u32 total_queue_num}`, then 48
+//! channel records of 64 bytes at offset 64) and, per channel, an SQ ring of [`sdma::SQ_DEPTH`] SQEs in device
+//! memory, a doorbell register page at a device address and an engine thread ([`sdma`]). The workspace address is
+//! in the data symbol `g_state`, laid out as `cann_shmem_sys::device_state` reads SHMEM's state.
+//!
+//! Engines wake on a doorbell, execute SQEs strictly in order (validating type, opcode, length and both address
+//! ranges through the translation), copy through the device view, write 8-byte aligned flag copies atomically
+//! with release ordering, publish `sq_head` in the record, and stop on a bad SQE with a
+//! [`control::ChannelException`] (channel, sq id, head, tail, syndrome, raw SQE) until reset.
+//!
+//! The doorbell is rung by [`register_write`] (C: [`aiv_twin_register_write`]), the entry point a CPU AscendC layer
+//! calls from `copy_ubuf_to_gm` when the destination is a register page. Only a 4-byte write at offset 0x8 is
+//! accepted; any other width or offset writes nothing, returns [`RegisterFault::Refused`] and raises a
+//! [`control::Syndrome::REGISTER_ACCESS`] exception naming offset and width. C return values: 0 accepted, -1 not a
+//! register page, -2 refused, -3 null source.
+//!
+//! Syndromes (the twin's own values; no public source gives STARS syndromes; 0x10-0x15 equal the root crate's
+//! `SdmaSyndrome`): 0x10 type not SDMA, 0x11 opcode not copy, 0x12 length 0 or above 1 MiB, 0x13 source does not
+//! translate for reading, 0x14 destination does not translate for writing, 0x15 doorbell tail `>= sq_depth`, 0x16
+//! register access of the wrong width or offset, 0x17 SQ slot or record no longer translates.
+//!
+//! [`control`] is the fault-injection API for tests: a channel's exception, stall/release, reset (head := tail,
+//! exception cleared, bounded wait), SQEs executed, doorbells rung.
+//!
+//! SHMEM return codes (`aclshmem_error_code_t` from `hicann/shmem` `include/host/shmem_host_def.h`, later
+//! `aclshmem_host_def.h`, which adds `ACLSHMEM_NOT_SUPPORTED`; *source*: the
+//! case is handled so in `hicann/shmem` `src/host/init/shmem_init.cpp`; *guess*: the twin's choice):
+//!
+//! | case | code | source |
+//! |---|---|---|
+//! | `init_attr` with null attributes | `ACLSHMEM_INVALID_PARAM` -1 | source |
+//! | `init_attr` while initialised | `ACLSHMEM_INNER_ERROR` -4 | source |
+//! | `my_pe < 0`, `n_pes <= 0` or above 16384, `local_mem_size` 0 or above 40 GiB, a zero timeout, engine type 0 or unknown bits | `ACLSHMEM_INVALID_VALUE` -2 | source (`check_attr`) |
+//! | `my_pe >= n_pes` | `ACLSHMEM_INVALID_PARAM` | source |
+//! | `set_attr_uniqueid_args`: size above 40 GiB, `n_pes` above 16384, `my_pe >= 16384` | `ACLSHMEM_INVALID_VALUE` | source |
+//! | `set_attr_uniqueid_args` or `get_uniqueid` with a null pointer | `ACLSHMEM_INVALID_PARAM` | guess (SHMEM dereferences) |
+//! | bootstrap flags other than `INIT_WITH_UNIQUEID` | `ACLSHMEM_NOT_SUPPORTED` -100 | guess (not modelled) |
+//! | unique id not made by this twin (version or magic) | `ACLSHMEM_BOOTSTRAP_ERROR` -6 | guess |
+//! | no `aclInit` or no current device on the thread | `ACLSHMEM_NOT_INITED` -5 | guess |
+//! | SDMA resources could not be created | `ACLSHMEM_INNER_ERROR` | guess |
+//! | `aclshmem_finalize` when not initialised | success | source |
+//! | `aclshmemx_init_status` | 0 not initialised, 2 initialised (`aclshmemx_init_status_t`) | header |
+//! | `aclshmem_my_pe`/`n_pes` before the first init | -1 (`g_state` initializer) | source |
+//! | `aclshmem_info_get_version` | 1, 1 (`ACLSHMEM_MAJOR_VERSION`/`MINOR`: the interface, not a release); null pointers: nothing written | header, source |
+//! | heap calls when not initialised, size 0, past `local_mem_size`, bad alignment | null | guess |
+//!
+//! Not modelled: cross-process bootstrap (with `n_pes > 1` each process sets up its own PE, with no exchange or
+//! barrier), a symmetric heap (`aclshmem_ptr` is the identity for the own PE, null for others), the notify ids at
+//! workspace offset 14 KiB, SHMEM's device copy of its state at a fixed device address, the 48 ACL streams SHMEM
+//! creates (the records' stream, SQ and CQ ids are the channel index), and the values the AICPU operator writes
+//! (`sq_depth` 2048 and `flag` 1 are guesses).
 //!
 //! # Return codes and their sources
 //!
@@ -83,12 +142,17 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub mod acl;
+pub mod control;
 mod memory;
 mod runtime;
+pub mod sdma;
+pub mod shmem;
 mod stream;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
+pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
+pub use shmem::{resolve_shmem, shmem_api};
 
 /// What [`ascendcl_sys::AclApi::path`] reports for [`acl_api`].
 pub const IN_PROCESS_PATH: &str = "cann-twin (in-process)";

@@ -67,8 +67,9 @@ pub(crate) struct Physical {
 
 impl Drop for Physical {
     fn drop(&mut self) {
-        // SAFETY: `view` is the mapping of `size` bytes made in `Physical::new`, owned by this value; no
-        // translation to it outlives the runtime lock under which this value is dropped.
+        // SAFETY: `view` is the mapping of `size` bytes made in `Physical::new`, owned by this value. It is dropped
+        // only once unmapped (`aclrtFreePhysical` refuses mapped memory), and unmapping takes the space's write
+        // lock, so no translation to the view (used under the read lock) is live.
         unsafe { libc::munmap(self.view as *mut libc::c_void, self.size) };
     }
 }
@@ -125,6 +126,8 @@ pub(crate) struct Space {
     registered: BTreeMap<usize, Registered>,
     /// Host start -> device address.
     registered_by_host: BTreeMap<usize, usize>,
+    /// Device register pages (see `sdma`): addresses only, never translated.
+    register_pages: std::collections::BTreeSet<usize>,
 }
 
 fn memfd(name: &core::ffi::CStr, size: usize) -> Result<OwnedFd, aclError> {
@@ -216,6 +219,7 @@ impl Space {
             reservations: BTreeMap::new(),
             registered: BTreeMap::new(),
             registered_by_host: BTreeMap::new(),
+            register_pages: std::collections::BTreeSet::new(),
         })
     }
 
@@ -265,13 +269,18 @@ impl Space {
 
     /// `aclrtMalloc`: `size` bytes of heap for `device`.
     pub(crate) fn malloc(&mut self, size: usize, device: i32) -> Result<usize, aclError> {
+        let align = if size >= GRANULARITY { GRANULARITY } else { page() };
+        self.malloc_aligned(size, device, align)
+    }
+
+    /// `size` bytes of heap for `device` at an address aligned to `align` (a power of two; at least a page is used).
+    pub(crate) fn malloc_aligned(&mut self, size: usize, device: i32, align: usize) -> Result<usize, aclError> {
         let page = page();
         let span = round_up(size, page).and_then(|s| s.checked_add(page)).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)?;
-        if span > SPACE_LEN {
+        if span > SPACE_LEN || !align.is_power_of_two() {
             return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
         }
-        let align = if size >= GRANULARITY { GRANULARITY } else { page };
-        let address = self.take_va(span, align)?;
+        let address = self.take_va(span, align.max(page))?;
         self.heap.insert(address, HeapAllocation { size, span, device });
         Ok(address)
     }
@@ -286,7 +295,7 @@ impl Space {
     fn release_heap(&mut self, address: usize, span: usize) {
         let offset = address - self.base;
         // SAFETY: punching a hole in the heap memfd over the freed allocation's own pages; no translation to them
-        // is live (translations are used under the runtime lock that is held here).
+        // is live (translations are used under the space's read lock, and this runs under its write lock).
         unsafe {
             libc::fallocate(
                 self.heap_fd.as_raw_fd(),
@@ -305,6 +314,22 @@ impl Space {
         for (address, span) in owned {
             self.heap.remove(&address);
             self.release_heap(address, span);
+        }
+    }
+
+    /// One page of device addresses (plus a guard page) for a device register page: nothing translates there, so
+    /// neither a copy nor an SDMA engine can reach it, and the Host cannot dereference it (it lies in the space).
+    pub(crate) fn take_register_page(&mut self) -> Result<usize, aclError> {
+        let page = page();
+        let address = self.take_va(2 * page, page)?;
+        self.register_pages.insert(address);
+        Ok(address)
+    }
+
+    /// Returns a register page taken by [`Space::take_register_page`].
+    pub(crate) fn give_register_page(&mut self, address: usize) {
+        if self.register_pages.remove(&address) {
+            self.give_va(address, 2 * page());
         }
     }
 

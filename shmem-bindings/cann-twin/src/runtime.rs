@@ -1,9 +1,14 @@
-//! The process-wide runtime state behind one mutex, and the rules every entry point shares: initialisation, the
-//! calling thread's current device, copy planning.
+//! The process-wide runtime state behind one mutex, the device address space behind its own read-write lock, and
+//! the rules every entry point shares: initialisation, the calling thread's current device, copy planning.
+//!
+//! Lock order: the SHMEM state (`shmem`), then the runtime mutex, then the space lock. Translations and the copies
+//! through them run under the space's *read* lock (so the SDMA engines copy without the runtime mutex, in parallel
+//! with each other and with the Host's copies); allocation, free, map and unmap take its *write* lock, so no
+//! translated pointer outlives the memory behind it.
 
 use std::cell::Cell;
 use std::collections::HashMap;
-use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use ascendcl_sys::sys::*;
 
@@ -27,7 +32,6 @@ pub(crate) struct Runtime {
     pub device_count: u32,
     /// `aclrtSetDevice` calls not yet matched by `aclrtResetDevice`, per device.
     device_refs: Vec<u32>,
-    space: Option<Space>,
     /// Created streams by handle (the address of the `Stream`).
     pub streams: HashMap<usize, Arc<Stream>>,
     /// The default (null) stream of each device, made on first use.
@@ -58,7 +62,6 @@ static RUNTIME: LazyLock<Mutex<Runtime>> = LazyLock::new(|| {
         init: Init::Never,
         device_count,
         device_refs: vec![0; device_count as usize],
-        space: None,
         streams: HashMap::new(),
         default_streams: HashMap::new(),
         host: HashMap::new(),
@@ -66,6 +69,39 @@ static RUNTIME: LazyLock<Mutex<Runtime>> = LazyLock::new(|| {
         next_handle: 0,
     })
 });
+
+/// The device address space, made on first mutable use.
+static SPACE: RwLock<Option<Space>> = RwLock::new(None);
+
+/// The device address space, read-locked (`None` until something was allocated). Never take it twice on one thread.
+pub(crate) fn space() -> RwLockReadGuard<'static, Option<Space>> {
+    SPACE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Runs `body` on the device address space, write-locked, creating the space on first use.
+pub(crate) fn with_space_mut<R>(body: impl FnOnce(&mut Space) -> Result<R, aclError>) -> Result<R, aclError> {
+    let mut guard = SPACE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if guard.is_none() {
+        *guard = Some(Space::new()?);
+    }
+    match guard.as_mut() {
+        Some(space) => body(space),
+        None => Err(ACL_ERROR_RT_INTERNAL_ERROR),
+    }
+}
+
+/// Runs `body` on the device address space, write-locked, if it exists.
+fn with_existing_space_mut(body: impl FnOnce(&mut Space)) {
+    let mut guard = SPACE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(space) = guard.as_mut() {
+        body(space);
+    }
+}
+
+/// Whether `address` is a device address (takes the space's read lock: do not call while holding it).
+pub(crate) fn is_device_address(address: usize) -> bool {
+    space().as_ref().is_some_and(|space| space.contains(address))
+}
 
 /// The runtime, locked. A poisoned lock is recovered: every mutation leaves the state consistent before it can
 /// panic, and no panic crosses the C ABI.
@@ -92,9 +128,7 @@ impl Runtime {
         self.init = Init::Finalized;
         for device in 0..self.device_count as i32 {
             if self.device_refs[device as usize] > 0 {
-                if let Some(space) = self.space.as_mut() {
-                    space.free_device(device);
-                }
+                with_existing_space_mut(|space| space.free_device(device));
             }
         }
         self.device_refs.iter_mut().for_each(|refs| *refs = 0);
@@ -148,9 +182,7 @@ impl Runtime {
             self.streams.iter().filter(|(_, stream)| stream.device == device).map(|(&handle, _)| handle).collect();
         let mut streams: Vec<Arc<Stream>> = handles.iter().filter_map(|handle| self.streams.remove(handle)).collect();
         streams.extend(self.default_streams.remove(&device));
-        if let Some(space) = self.space.as_mut() {
-            space.free_device(device);
-        }
+        with_existing_space_mut(|space| space.free_device(device));
         Ok(streams)
     }
 
@@ -162,18 +194,6 @@ impl Runtime {
             Some(&refs) if refs > 0 => Ok(device),
             _ => Err(ACL_ERROR_RT_CONTEXT_NULL),
         }
-    }
-
-    /// The device address space, made on first use.
-    pub fn space_mut(&mut self) -> Result<&mut Space, aclError> {
-        if self.space.is_none() {
-            self.space = Some(Space::new()?);
-        }
-        self.space.as_mut().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)
-    }
-
-    pub fn is_device_address(&self, address: usize) -> bool {
-        self.space.as_ref().is_some_and(|space| space.contains(address))
     }
 
     /// A fresh handle value for a physical allocation (opaque; never an address).
@@ -196,63 +216,70 @@ impl Runtime {
         self.ready()?;
         self.streams.get(&handle).cloned().ok_or(ACL_ERROR_RT_INVALID_HANDLE)
     }
+}
 
-    /// Device memory a memset writes.
-    pub fn device_segments(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
-        match self.space.as_ref() {
-            Some(space) if space.contains(address) => space.translate(address, len, write),
-            _ => Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE),
-        }
+/// Device memory a memset (or the device model) reaches: `[address, address + len)` translated in `space`.
+pub(crate) fn device_segments(
+    space: Option<&Space>,
+    address: usize,
+    len: usize,
+    write: bool,
+) -> Result<Vec<Segment>, aclError> {
+    match space {
+        Some(space) if space.contains(address) => space.translate(address, len, write),
+        _ => Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE),
     }
+}
 
-    /// Checks a copy as `aclrtMemcpy` does and translates both sides. `count` is non-zero and both pointers
-    /// non-null (checked by the caller, in the vendor's order).
-    pub fn plan_copy(
-        &self,
-        dst: usize,
-        dest_max: usize,
-        src: usize,
-        count: usize,
-        kind: aclrtMemcpyKind,
-    ) -> Result<(Vec<Segment>, Vec<Segment>), aclError> {
-        let dst_device = self.is_device_address(dst);
-        let src_device = self.is_device_address(src);
-        let matches = match kind {
-            ACL_MEMCPY_HOST_TO_HOST => !dst_device && !src_device,
-            ACL_MEMCPY_HOST_TO_DEVICE | ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE => !src_device && dst_device,
-            ACL_MEMCPY_DEVICE_TO_HOST => src_device && !dst_device,
-            ACL_MEMCPY_DEVICE_TO_DEVICE => src_device && dst_device,
-            ACL_MEMCPY_DEFAULT => true,
-            _ => return Err(ACL_ERROR_INVALID_PARAM),
-        };
-        if !matches {
-            return Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE);
-        }
-        if dest_max < count {
-            return Err(ACL_ERROR_RT_PARAM_INVALID);
-        }
-        let side = |address: usize, device: bool, write: bool| -> Result<Vec<Segment>, aclError> {
-            if device {
-                self.device_segments(address, count, write)
-            } else {
-                address.checked_add(count).ok_or(ACL_ERROR_INVALID_PARAM)?;
-                if self.space.as_ref().is_some_and(|space| space.contains(address + count - 1)) {
-                    // A Host range running into the device address space.
-                    return Err(ACL_ERROR_RT_PARAM_INVALID);
-                }
-                Ok(vec![Segment { ptr: address as *mut u8, len: count }])
+/// Checks a copy as `aclrtMemcpy` does and translates both sides in `space` (read-locked by the caller, who keeps
+/// the lock while using the segments). `count` is non-zero and both pointers non-null (checked by the caller, in
+/// the vendor's order).
+pub(crate) fn plan_copy(
+    space: Option<&Space>,
+    dst: usize,
+    dest_max: usize,
+    src: usize,
+    count: usize,
+    kind: aclrtMemcpyKind,
+) -> Result<(Vec<Segment>, Vec<Segment>), aclError> {
+    let contains = |address: usize| space.is_some_and(|space| space.contains(address));
+    let dst_device = contains(dst);
+    let src_device = contains(src);
+    let matches = match kind {
+        ACL_MEMCPY_HOST_TO_HOST => !dst_device && !src_device,
+        ACL_MEMCPY_HOST_TO_DEVICE | ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE => !src_device && dst_device,
+        ACL_MEMCPY_DEVICE_TO_HOST => src_device && !dst_device,
+        ACL_MEMCPY_DEVICE_TO_DEVICE => src_device && dst_device,
+        ACL_MEMCPY_DEFAULT => true,
+        _ => return Err(ACL_ERROR_INVALID_PARAM),
+    };
+    if !matches {
+        return Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE);
+    }
+    if dest_max < count {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let side = |address: usize, device: bool, write: bool| -> Result<Vec<Segment>, aclError> {
+        if device {
+            device_segments(space, address, count, write)
+        } else {
+            address.checked_add(count).ok_or(ACL_ERROR_INVALID_PARAM)?;
+            if contains(address + count - 1) {
+                // A Host range running into the device address space.
+                return Err(ACL_ERROR_RT_PARAM_INVALID);
             }
-        };
-        Ok((side(dst, dst_device, true)?, side(src, src_device, false)?))
-    }
+            Ok(vec![Segment { ptr: address as *mut u8, len: count }])
+        }
+    };
+    Ok((side(dst, dst_device, true)?, side(src, src_device, false)?))
 }
 
 /// Copies `src` onto `dst` (the same total length), segment by segment, as `memmove` would.
 ///
 /// # Safety
 ///
-/// Every segment is valid memory for its length (device segments come from [`Space::translate`] under the
-/// runtime lock, still held; Host segments are the caller's promise under the C contract).
+/// Every segment is valid memory for its length (device segments come from [`Space::translate`] under the space's
+/// read lock, still held; Host segments are the caller's promise under the C contract).
 pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
     let (mut d, mut s) = (0, 0);
     let (mut d_off, mut s_off) = (0, 0);
@@ -277,10 +304,10 @@ pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
 pub(crate) fn run_task(task: &Task) -> aclError {
     match *task {
         Task::Copy { dst, dest_max, src, count, kind } => {
-            let runtime = runtime();
-            match runtime.plan_copy(dst, dest_max, src, count, kind) {
+            let space = space();
+            match plan_copy(space.as_ref(), dst, dest_max, src, count, kind) {
                 Ok((dst, src)) => {
-                    // SAFETY: the segments were just translated under the lock still held; the Host side is the
+                    // SAFETY: the segments were just translated under the read lock still held; the Host side is the
                     // submitter's promise that it stays valid until the stream is synchronised.
                     unsafe { perform_copy(&dst, &src) };
                     ACL_SUCCESS

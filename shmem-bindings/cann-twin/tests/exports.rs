@@ -25,6 +25,18 @@ fn every_required_symbol_is_implemented() {
     assert!(api.aclrtLaunchKernel.is_none() && api.aclrtMemExportToShareableHandle.is_none());
 }
 
+#[test]
+fn every_shmem_symbol_is_implemented() {
+    let declared: Vec<_> = cann_shmem_sys::ShmemApi::function_decls().into_iter().map(|decl| decl.name).collect();
+    for name in &declared {
+        assert!(cann_twin::shmem::SHMEM_EXPORTED.contains(name), "{name} is declared but not implemented");
+        assert!(cann_twin::resolve_shmem(name).is_some());
+    }
+    assert_eq!(cann_twin::shmem::SHMEM_EXPORTED.len(), declared.len());
+    let api = cann_twin::shmem_api();
+    assert!(api.g_state.is_some() && api.aclshmemx_init_status.is_some() && api.aclshmem_info_get_version.is_some());
+}
+
 /// The cdylib, built fresh (`cargo test` builds the library only as an rlib for its tests), into a target
 /// directory of its own below this test's (the outer `cargo` holds the lock of its own). `None` when `cargo` is not
 /// known to this process.
@@ -69,10 +81,11 @@ fn the_cdylib_exports_the_functions_unmangled() {
         .filter_map(|line| {
             let mut fields = line.split_whitespace();
             let (_, kind, name) = (fields.next()?, fields.next()?, fields.next()?);
-            (kind == "T").then_some(name)
+            (kind == "T" || kind == "R" || kind == "D" || kind == "B").then_some(name)
         })
         .collect();
-    for name in cann_twin::EXPORTED {
+    let shmem = cann_twin::shmem::SHMEM_EXPORTED.iter();
+    for name in cann_twin::EXPORTED.iter().chain(shmem).chain(&["aiv_twin_register_write", "g_state"]) {
         assert!(exported.contains(name), "{name} is not exported unmangled by {}", library.display());
     }
 }

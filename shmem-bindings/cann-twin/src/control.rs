@@ -1,0 +1,64 @@
+//! Fault injection and observation for tests: the explicit control API issue 14 asks for. Nothing here is part of
+//! the CANN interface, and nothing in the model calls it; a test reaches the device only through it or through the
+//! C ABI.
+//!
+//! Channels are named by `(device, channel)`: the device whose SHMEM initialisation created the SDMA engines and
+//! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
+
+pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
+
+/// Why a control request failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ControlError {
+    /// No engines on that device (SHMEM not initialised with SDMA there), or no such channel.
+    NoSuchChannel { device: i32, channel: u32 },
+    /// The engine did not complete a reset in time (it is in a copy of at most 1 MiB, or wedged).
+    Timeout { device: i32, channel: u32, waited: std::time::Duration },
+}
+
+impl std::fmt::Display for ControlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ControlError::NoSuchChannel { device, channel } => {
+                write!(f, "device {device} has no SDMA channel {channel}")
+            }
+            ControlError::Timeout { device, channel, waited } => {
+                write!(f, "device {device} channel {channel}: the reset was not done after {waited:?}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ControlError {}
+
+fn channel(device: i32, channel: u32) -> Result<std::sync::Arc<crate::sdma::Channel>, ControlError> {
+    crate::sdma::channel(device, channel).ok_or(ControlError::NoSuchChannel { device, channel })
+}
+
+/// The exception that stopped the channel, if it is stopped.
+pub fn channel_exception(device: i32, index: u32) -> Result<Option<ChannelException>, ControlError> {
+    Ok(channel(device, index)?.exception())
+}
+
+/// Stalls (`true`) or releases the channel's engine. A stalled engine finishes the SQE it is executing, then executes
+/// nothing (doorbells still set the tail and are counted) until released; resets and shutdown still work.
+pub fn set_stalled(device: i32, index: u32, stalled: bool) -> Result<(), ControlError> {
+    channel(device, index)?.set_stalled(stalled);
+    Ok(())
+}
+
+/// Resets the channel: drops every pending SQE (head := the doorbell's tail, published in the record) and clears
+/// the exception. Waits for the engine at most [`crate::sdma::RESET_WAIT`]. A stall stays as it was.
+pub fn reset_channel(device: i32, index: u32) -> Result<(), ControlError> {
+    channel(device, index)?.reset().map_err(|waited| ControlError::Timeout { device, channel: index, waited })
+}
+
+/// SQEs the channel has executed (copied) since its creation.
+pub fn sqes_executed(device: i32, index: u32) -> Result<u64, ControlError> {
+    Ok(channel(device, index)?.executed.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Doorbell writes the channel accepted since its creation (refused register writes are not counted).
+pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
+    Ok(channel(device, index)?.doorbells.load(std::sync::atomic::Ordering::Relaxed))
+}

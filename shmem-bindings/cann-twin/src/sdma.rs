@@ -1,0 +1,806 @@
+//! The device's SDMA engines, STARS-like: per device, channels that each own an SQ ring of 64-byte SQEs in device
+//! memory, a 64-byte channel record in the SDMA workspace, and a doorbell register page at a device address.
+//!
+//! The hardware ABI here is the twin's own reading of public sources (docs/hardware.md section 4, from
+//! `hicann/shmem` `src/device/gm2gm/engine/shmemi_device_sdma.h` and `shmem_device_sdma.hpp`); the layouts are
+//! defined in this module and pinned by a unit test, independently of the root crate's `kernel_abi`.
+//!
+//! One engine thread per channel. It sleeps until a doorbell (an accepted [`register_write`] of the tail) or a
+//! control request, then executes the SQEs from its head up to the tail, strictly in order, each one read through
+//! the device address space's translation (never a raw device address):
+//!
+//! 1. validate: type 11 (SDMA), opcode 0 (copy), length in `1..=1 MiB`, source translatable for reading and
+//!    destination for writing (inside one allocation, mapping or registered window each);
+//! 2. copy through the device view; an 8-byte copy between 8-byte aligned addresses (SHMEM's completion flags) is
+//!    one atomic load and one atomic store with release ordering, so a reader that acquires the flag sees every
+//!    earlier copy of the channel;
+//! 3. publish the new `sq_head` in the channel record (an atomic store, release, through the view).
+//!
+//! A bad SQE stops the channel: it records a [`ChannelException`] (channel, sq id, head, tail, [`Syndrome`], the raw
+//! SQE) and executes nothing more until [`crate::control::reset_channel`]. The engine copies under the space's
+//! read lock only, never under the runtime mutex.
+//!
+//! The doorbell register page: the doorbell is the u32 at offset 0x8 (`ACLSHMEM_STARS_SQ_TAIL_OFFSET`). Only a
+//! 4-byte write at exactly that offset is accepted; any other width or offset writes nothing and raises a channel
+//! exception with [`Syndrome::REGISTER_ACCESS`] naming the offset and width (strictness the twin chooses: what the
+//! NPU does with such a write is not publicly documented). The page lies inside the device address space, which is
+//! `PROT_NONE` for the Host and never translated, so neither a Host store nor a copy can ring it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::sys::*;
+
+use crate::memory::{page, Segment, Space};
+use crate::runtime::{perform_copy, space, with_space_mut};
+
+/// Bytes of one SQE.
+pub const SQE_BYTES: usize = 64;
+/// SQE type of an SDMA copy (`ACLSHMEM_SQE_TYPE_SDMA`), bits 0-5 of the first u16.
+pub const SQE_TYPE_SDMA: u16 = 11;
+/// The type bits of the first u16.
+pub const SQE_TYPE_MASK: u16 = 0x3f;
+/// The copy opcode (bits 7:0 of the u32 at offset 16).
+pub const SQE_OPCODE_COPY: u32 = 0;
+/// Largest length of one SQE (SHMEM cuts puts at `1024 * 1024`).
+pub const SQE_MAX_LENGTH: u32 = 1 << 20;
+/// Offset of the doorbell (SQ tail) register in the register page (`ACLSHMEM_STARS_SQ_TAIL_OFFSET`, A2/A3).
+pub const DOORBELL_OFFSET: u64 = 0x8;
+/// Width of the doorbell register, bytes.
+pub const DOORBELL_WIDTH: usize = 4;
+/// Bytes of one channel record (`stars_channel_info_t`).
+pub const CHANNEL_RECORD_BYTES: usize = 64;
+/// Bytes of the SDMA workspace SHMEM allocates (`device_sdma_transport_manager.cpp`: 16 KiB).
+pub const WORKSPACE_BYTES: usize = 16 << 10;
+/// Offset of the first channel record in the workspace (after the 64-byte flag info).
+pub const CHANNEL_RECORDS_OFFSET: usize = 64;
+/// Channels SHMEM sets up: one per AIV block, `ACLSHMEM_MAX_AIV_PER_NPU` = 48 (`hicann/shmem`
+/// `include/host_device/shmem_common_types.h`; used by `device_sdma_transport_manager.cpp`).
+pub const MAX_CHANNELS: u32 = 48;
+/// SQEs per ring. The vendor's depth is filled in by an AICPU operator whose source is not public: a guess (the
+/// project's default `aiv.sq_depth`).
+pub const SQ_DEPTH: u32 = 2048;
+/// The value the twin writes to the workspace's `flag` word once the records are filled (a guess: non-zero means
+/// "filled", which is all the backend checks).
+pub const WORKSPACE_FLAG_FILLED: u32 = 1;
+/// How long [`crate::control::reset_channel`] waits for the engine.
+pub const RESET_WAIT: Duration = Duration::from_secs(2);
+
+/// An SDMA SQE, `stars_sdma_sqe_t` (A2/A3 layout), as the twin reads it: little-endian, 64 bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct SdmaSqe {
+    /// Type in bits 0-5.
+    pub type_word: u16,
+    pub block_dim: u16,
+    pub rt_stream_id: u16,
+    pub task_id: u16,
+    pub reserved0: u32,
+    pub reserved1: u16,
+    pub kernel_credit: u8,
+    /// Bit 0: ptr_mode.
+    pub ptr_mode: u8,
+    /// `opcode[7:0] ie2[8] sssv[9] dssv[10] sns[11] dns[12] qos[16:13] sro[17] dro[18] partid[26:19] mpam[27]`.
+    pub opcode_word: u32,
+    pub src_stream_id: u16,
+    pub src_sub_stream_id: u16,
+    pub dst_stream_id: u16,
+    pub dst_sub_stream_id: u16,
+    /// Bytes.
+    pub length: u32,
+    pub src_addr_low: u32,
+    pub src_addr_high: u32,
+    pub dst_addr_low: u32,
+    pub dst_addr_high: u32,
+    pub link_type: u8,
+    pub reserved2: [u8; 3],
+    pub reserved3: [u32; 3],
+}
+
+struct Le<'a>(&'a [u8]);
+
+impl Le<'_> {
+    fn u16(&self, at: usize) -> u16 {
+        u16::from_le_bytes([self.0[at], self.0[at + 1]])
+    }
+    fn u32(&self, at: usize) -> u32 {
+        u32::from_le_bytes([self.0[at], self.0[at + 1], self.0[at + 2], self.0[at + 3]])
+    }
+}
+
+impl SdmaSqe {
+    /// Decodes 64 little-endian bytes.
+    pub fn from_bytes(raw: &[u8; SQE_BYTES]) -> SdmaSqe {
+        let le = Le(raw);
+        SdmaSqe {
+            type_word: le.u16(0),
+            block_dim: le.u16(2),
+            rt_stream_id: le.u16(4),
+            task_id: le.u16(6),
+            reserved0: le.u32(8),
+            reserved1: le.u16(12),
+            kernel_credit: raw[14],
+            ptr_mode: raw[15],
+            opcode_word: le.u32(16),
+            src_stream_id: le.u16(20),
+            src_sub_stream_id: le.u16(22),
+            dst_stream_id: le.u16(24),
+            dst_sub_stream_id: le.u16(26),
+            length: le.u32(28),
+            src_addr_low: le.u32(32),
+            src_addr_high: le.u32(36),
+            dst_addr_low: le.u32(40),
+            dst_addr_high: le.u32(44),
+            link_type: raw[48],
+            reserved2: [raw[49], raw[50], raw[51]],
+            reserved3: [le.u32(52), le.u32(56), le.u32(60)],
+        }
+    }
+    /// The SQE type (bits 0-5 of the first u16).
+    pub fn sqe_type(&self) -> u16 {
+        self.type_word & SQE_TYPE_MASK
+    }
+    /// The opcode (bits 7:0 of the word at offset 16).
+    pub fn opcode(&self) -> u32 {
+        self.opcode_word & 0xff
+    }
+    /// Source device address.
+    pub fn src(&self) -> u64 {
+        (u64::from(self.src_addr_high) << 32) | u64::from(self.src_addr_low)
+    }
+    /// Destination device address.
+    pub fn dst(&self) -> u64 {
+        (u64::from(self.dst_addr_high) << 32) | u64::from(self.dst_addr_low)
+    }
+}
+
+/// A channel record, `stars_channel_info_t`, 64 bytes, little-endian.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct ChannelRecord {
+    /// Published by the engine after each SQE (atomic, release).
+    pub sq_head: u32,
+    /// The kernel's software copy of the tail (never read by the engine).
+    pub sq_tail: u32,
+    /// Device address of the ring of `sq_depth` SQEs.
+    pub sq_base: u64,
+    /// Device address of the doorbell register page.
+    pub sq_reg_base: u64,
+    pub sq_depth: u32,
+    pub sq_id: u32,
+    pub cq_id: u32,
+    pub logic_cq_id: u32,
+    /// Not used by the device path (0).
+    pub cqe_addr: u64,
+    pub report_cqe_num: u32,
+    pub stream_id: u32,
+    pub dev_id: u32,
+    pub reserved: [u8; 4],
+}
+
+impl ChannelRecord {
+    /// The 64 little-endian bytes of the record.
+    pub fn to_bytes(&self) -> [u8; CHANNEL_RECORD_BYTES] {
+        let mut out = [0u8; CHANNEL_RECORD_BYTES];
+        let mut put = |at: usize, bytes: &[u8]| out[at..at + bytes.len()].copy_from_slice(bytes);
+        put(0, &self.sq_head.to_le_bytes());
+        put(4, &self.sq_tail.to_le_bytes());
+        put(8, &self.sq_base.to_le_bytes());
+        put(16, &self.sq_reg_base.to_le_bytes());
+        put(24, &self.sq_depth.to_le_bytes());
+        put(28, &self.sq_id.to_le_bytes());
+        put(32, &self.cq_id.to_le_bytes());
+        put(36, &self.logic_cq_id.to_le_bytes());
+        put(40, &self.cqe_addr.to_le_bytes());
+        put(48, &self.report_cqe_num.to_le_bytes());
+        put(52, &self.stream_id.to_le_bytes());
+        put(56, &self.dev_id.to_le_bytes());
+        put(60, &self.reserved);
+        out
+    }
+
+    /// Decodes 64 little-endian bytes.
+    pub fn from_bytes(raw: &[u8; CHANNEL_RECORD_BYTES]) -> ChannelRecord {
+        let le = Le(raw);
+        let u64_at = |at: usize| (u64::from(le.u32(at + 4)) << 32) | u64::from(le.u32(at));
+        ChannelRecord {
+            sq_head: le.u32(0),
+            sq_tail: le.u32(4),
+            sq_base: u64_at(8),
+            sq_reg_base: u64_at(16),
+            sq_depth: le.u32(24),
+            sq_id: le.u32(28),
+            cq_id: le.u32(32),
+            logic_cq_id: le.u32(36),
+            cqe_addr: u64_at(40),
+            report_cqe_num: le.u32(48),
+            stream_id: le.u32(52),
+            dev_id: le.u32(56),
+            reserved: [raw[60], raw[61], raw[62], raw[63]],
+        }
+    }
+}
+
+/// Why a channel stopped. The values are the twin's own (no public source gives STARS syndromes); 0x10-0x15 are the
+/// values the root crate's `SdmaSyndrome` uses for the same faults.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Syndrome(pub u32);
+
+impl Syndrome {
+    /// The SQE type is not SDMA (11).
+    pub const BAD_TYPE: Syndrome = Syndrome(0x10);
+    /// The opcode is not a copy (0).
+    pub const BAD_OPCODE: Syndrome = Syndrome(0x11);
+    /// Length 0 or above 1 MiB.
+    pub const BAD_LENGTH: Syndrome = Syndrome(0x12);
+    /// The source range does not translate for reading (unmapped, past its object, or no access).
+    pub const SRC_FAULT: Syndrome = Syndrome(0x13);
+    /// The destination range does not translate for writing.
+    pub const DST_FAULT: Syndrome = Syndrome(0x14);
+    /// The doorbell carried a tail outside the ring (`>= sq_depth`).
+    pub const BAD_TAIL: Syndrome = Syndrome(0x15);
+    /// A register write of the wrong width or at the wrong offset ([`ChannelException::register`] says which).
+    pub const REGISTER_ACCESS: Syndrome = Syndrome(0x16);
+    /// The SQ slot or the channel record no longer translates (the workspace or ring was freed under the engine).
+    pub const QUEUE_FAULT: Syndrome = Syndrome(0x17);
+}
+
+/// A refused register access: where in the page and how wide.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisterAccess {
+    /// Offset of the write in the register page.
+    pub offset: u64,
+    /// Bytes written.
+    pub width: usize,
+}
+
+/// What a stopped channel reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelException {
+    pub device: i32,
+    pub channel: u32,
+    pub sq_id: u32,
+    /// The head when the channel stopped: the slot of the bad SQE.
+    pub head: u32,
+    /// The doorbell's tail when the channel stopped.
+    pub tail: u32,
+    pub syndrome: Syndrome,
+    /// The raw SQE at `head` (zero for faults that are not about an SQE).
+    pub sqe: [u8; SQE_BYTES],
+    /// For [`Syndrome::REGISTER_ACCESS`]: the refused write.
+    pub register: Option<RegisterAccess>,
+}
+
+/// Why [`register_write`] did not ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RegisterFault {
+    /// No register page holds this device address (nothing was written, no exception raised).
+    NotARegister { va: u64 },
+    /// A write of the wrong width or at the wrong offset: refused, nothing written, and the channel raised a
+    /// [`Syndrome::REGISTER_ACCESS`] exception.
+    Refused { device: i32, channel: u32, offset: u64, width: usize },
+}
+
+impl std::fmt::Display for RegisterFault {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RegisterFault::NotARegister { va } => write!(f, "{va:#x} is not in a device register page"),
+            RegisterFault::Refused { device, channel, offset, width } => write!(
+                f,
+                "device {device} channel {channel}: a {width}-byte register write at offset {offset:#x} was refused \
+                 (the doorbell is {DOORBELL_WIDTH} bytes at {DOORBELL_OFFSET:#x})"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RegisterFault {}
+
+#[derive(Debug, Default)]
+struct State {
+    /// The doorbell register's value (the tail the engine runs to).
+    tail: u32,
+    stalled: bool,
+    exception: Option<ChannelException>,
+    reset_requested: u64,
+    reset_done: u64,
+    shutdown: bool,
+}
+
+/// One channel of one device.
+#[derive(Debug)]
+pub(crate) struct Channel {
+    pub device: i32,
+    pub index: u32,
+    pub sq_id: u32,
+    /// Device address of the channel record.
+    pub record: u64,
+    pub sq_base: u64,
+    pub depth: u32,
+    pub reg_base: u64,
+    state: Mutex<State>,
+    /// The engine sleeps on it.
+    wake: Condvar,
+    /// Reset waiters sleep on it.
+    reset: Condvar,
+    /// Set (under `state`) by every request the engine must see between two SQEs.
+    interrupt: AtomicBool,
+    /// The engine's head (a copy of what it publishes in the record), for exceptions raised outside the engine.
+    head: AtomicU32,
+    pub executed: AtomicU64,
+    pub doorbells: AtomicU64,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Copies device segments into a Host buffer.
+fn read_segments(segments: &[Segment], out: &mut [u8]) {
+    let host = [Segment { ptr: out.as_mut_ptr(), len: out.len() }];
+    // SAFETY: `segments` were translated under the space's read lock, which the caller still holds; `out` is a
+    // live buffer of the same total length.
+    unsafe { perform_copy(&host, segments) };
+}
+
+/// An aligned u32 or u64 cell in device memory, or `None` when the range is not one aligned segment.
+fn single_aligned(segments: &[Segment], align: usize) -> Option<*mut u8> {
+    match segments {
+        [one] if one.ptr as usize % align == 0 => Some(one.ptr),
+        _ => None,
+    }
+}
+
+impl Channel {
+    /// Sets the state under the lock and makes the engine look at it.
+    fn request(&self, change: impl FnOnce(&mut State)) -> u64 {
+        let mut state = lock(&self.state);
+        change(&mut state);
+        self.interrupt.store(true, Ordering::Release);
+        self.wake.notify_all();
+        state.reset_requested
+    }
+
+    /// An accepted doorbell write.
+    fn ring(&self, tail: u32) {
+        let mut state = lock(&self.state);
+        state.tail = tail;
+        self.doorbells.fetch_add(1, Ordering::Relaxed);
+        self.wake.notify_all();
+    }
+
+    /// Records the first exception of this stop.
+    fn raise(&self, exception: ChannelException) {
+        let mut state = lock(&self.state);
+        if state.exception.is_none() {
+            state.exception = Some(exception);
+        }
+    }
+
+    pub(crate) fn exception(&self) -> Option<ChannelException> {
+        lock(&self.state).exception.clone()
+    }
+
+    pub(crate) fn set_stalled(&self, stalled: bool) {
+        self.request(|state| state.stalled = stalled);
+    }
+
+    pub(crate) fn shut_down(&self) {
+        self.request(|state| state.shutdown = true);
+    }
+
+    /// Drops the pending SQEs (head := tail) and clears the exception; waits at most [`RESET_WAIT`].
+    pub(crate) fn reset(&self) -> Result<(), Duration> {
+        let wanted = self.request(|state| state.reset_requested += 1);
+        let deadline = Instant::now() + RESET_WAIT;
+        let mut state = lock(&self.state);
+        while state.reset_done < wanted {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(RESET_WAIT);
+            }
+            state = self.reset.wait_timeout(state, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        Ok(())
+    }
+
+    fn exception_at(&self, head: u32, tail: u32, syndrome: Syndrome, sqe: [u8; SQE_BYTES]) -> ChannelException {
+        ChannelException {
+            device: self.device,
+            channel: self.index,
+            sq_id: self.sq_id,
+            head,
+            tail,
+            syndrome,
+            sqe,
+            register: None,
+        }
+    }
+
+    /// Stores `head` into the record's `sq_head` (atomic, release), through the device view.
+    fn publish_head(&self, space: &Space, head: u32) -> Result<(), Syndrome> {
+        let segments = space.translate(self.record as usize, 4, true).map_err(|_| Syndrome::QUEUE_FAULT)?;
+        let cell = single_aligned(&segments, 4).ok_or(Syndrome::QUEUE_FAULT)?;
+        // SAFETY: a 4-byte aligned word of the channel record, translated under the read lock the caller holds
+        // (the memory stays mapped until it is released); other users read it as plain or atomic bytes.
+        unsafe { AtomicU32::from_ptr(cell.cast()) }.store(head, Ordering::Release);
+        Ok(())
+    }
+
+    /// Executes the SQE at `head` and publishes `head + 1`; on a fault returns the syndrome and the raw SQE.
+    fn execute(&self, head: u32) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
+        let guard = space();
+        let Some(space) = guard.as_ref() else { return Err((Syndrome::QUEUE_FAULT, [0; SQE_BYTES])) };
+        let slot = self.sq_base + u64::from(head) * SQE_BYTES as u64;
+        let mut raw = [0u8; SQE_BYTES];
+        let segments = space.translate(slot as usize, SQE_BYTES, false).map_err(|_| (Syndrome::QUEUE_FAULT, raw))?;
+        read_segments(&segments, &mut raw);
+        let sqe = SdmaSqe::from_bytes(&raw);
+        if sqe.sqe_type() != SQE_TYPE_SDMA {
+            return Err((Syndrome::BAD_TYPE, raw));
+        }
+        if sqe.opcode() != SQE_OPCODE_COPY {
+            return Err((Syndrome::BAD_OPCODE, raw));
+        }
+        if sqe.length == 0 || sqe.length > SQE_MAX_LENGTH {
+            return Err((Syndrome::BAD_LENGTH, raw));
+        }
+        let length = sqe.length as usize;
+        let (src, dst) = (sqe.src() as usize, sqe.dst() as usize);
+        let from = space.translate(src, length, false).map_err(|_| (Syndrome::SRC_FAULT, raw))?;
+        let to = space.translate(dst, length, true).map_err(|_| (Syndrome::DST_FAULT, raw))?;
+        match (length, single_aligned(&from, 8), single_aligned(&to, 8)) {
+            (8, Some(from), Some(to)) => {
+                // SAFETY: two 8-byte aligned words of device memory, translated under the read lock held here.
+                // The flag words are accessed atomically by their users; Acquire/Release orders this flag after
+                // every earlier copy of this in-order channel for a reader that acquires it.
+                let value = unsafe { AtomicU64::from_ptr(from.cast()) }.load(Ordering::Acquire);
+                // SAFETY: as above.
+                unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
+            }
+            // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
+            _ => unsafe { perform_copy(&to, &from) },
+        }
+        self.executed.fetch_add(1, Ordering::Relaxed);
+        let next = (head + 1) % self.depth;
+        self.publish_head(space, next).map_err(|syndrome| (syndrome, raw))?;
+        Ok(())
+    }
+
+    /// The engine thread's body.
+    fn run(self: Arc<Self>) {
+        let mut head = 0u32;
+        loop {
+            let tail = {
+                let mut state = lock(&self.state);
+                loop {
+                    self.interrupt.store(false, Ordering::Relaxed);
+                    if state.shutdown {
+                        return;
+                    }
+                    if state.reset_requested != state.reset_done {
+                        let tail = state.tail % self.depth;
+                        state.tail = tail;
+                        head = tail;
+                        self.head.store(head, Ordering::Relaxed);
+                        // A record that no longer translates (the workspace was freed) makes the next SQE fault.
+                        let _ = space().as_ref().map(|space| self.publish_head(space, head));
+                        state.exception = None;
+                        state.reset_done = state.reset_requested;
+                        self.reset.notify_all();
+                        continue;
+                    }
+                    if !state.stalled && state.exception.is_none() && state.tail != head {
+                        break state.tail;
+                    }
+                    state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                }
+            };
+            if tail >= self.depth {
+                self.raise(self.exception_at(head, tail, Syndrome::BAD_TAIL, [0; SQE_BYTES]));
+                continue;
+            }
+            while head != tail && !self.interrupt.load(Ordering::Acquire) {
+                match self.execute(head) {
+                    Ok(()) => {
+                        head = (head + 1) % self.depth;
+                        self.head.store(head, Ordering::Relaxed);
+                    }
+                    Err((syndrome, raw)) => {
+                        self.raise(self.exception_at(head, tail, syndrome, raw));
+                        break;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// The SDMA engines of one device.
+#[derive(Debug)]
+pub(crate) struct Engines {
+    pub channels: Vec<Arc<Channel>>,
+    threads: Vec<JoinHandle<()>>,
+    /// Device allocations to free: the workspace and the rings.
+    allocations: Vec<usize>,
+    register_pages: Vec<usize>,
+}
+
+/// Engines by device.
+static ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Register pages by device address: the channel whose doorbell each holds.
+static REGISTERS: LazyLock<RwLock<HashMap<u64, Arc<Channel>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+
+/// The channel `(device, channel)`, if that device has engines.
+pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
+    lock(&ENGINES).get(&device).and_then(|engines| engines.channels.get(channel as usize).cloned())
+}
+
+/// Writes `bytes` at `address` through the device view (the space read-locked).
+fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
+    let guard = space();
+    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let to = space.translate(address as usize, bytes.len(), true)?;
+    let from = [Segment { ptr: bytes.as_ptr().cast_mut(), len: bytes.len() }];
+    // SAFETY: `to` was translated under the read lock held here; `from` is a live buffer only read.
+    unsafe { perform_copy(&to, &from) };
+    Ok(())
+}
+
+/// Creates the SDMA workspace and `count` channels of `depth` SQEs on `device`, with one engine thread each;
+/// returns the workspace's device address.
+pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclError> {
+    let mut engines = lock(&ENGINES);
+    if engines.contains_key(&device) {
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
+    }
+    let ring_bytes = depth as usize * SQE_BYTES;
+    let mut allocations = Vec::new();
+    let mut register_pages = Vec::new();
+    let made = with_space_mut(|space| {
+        allocations.push(space.malloc(WORKSPACE_BYTES, device)?);
+        for _ in 0..count {
+            allocations.push(space.malloc(ring_bytes, device)?);
+            register_pages.push(space.take_register_page()?);
+        }
+        Ok(())
+    });
+    let undo = |allocations: &[usize], register_pages: &[usize]| {
+        let _ = with_space_mut(|space| {
+            allocations.iter().for_each(|&address| {
+                let _ = space.free(address);
+            });
+            register_pages.iter().for_each(|&address| space.give_register_page(address));
+            Ok(())
+        });
+    };
+    if let Err(code) = made {
+        undo(&allocations, &register_pages);
+        return Err(code);
+    }
+    let workspace = allocations[0] as u64;
+    let mut image = vec![0u8; WORKSPACE_BYTES];
+    image[0..4].copy_from_slice(&WORKSPACE_FLAG_FILLED.to_le_bytes());
+    image[4..8].copy_from_slice(&count.to_le_bytes());
+    let mut channels = Vec::new();
+    for index in 0..count {
+        let record_at = CHANNEL_RECORDS_OFFSET + index as usize * CHANNEL_RECORD_BYTES;
+        let record = ChannelRecord {
+            sq_base: allocations[1 + index as usize] as u64,
+            sq_reg_base: register_pages[index as usize] as u64,
+            sq_depth: depth,
+            sq_id: index,
+            cq_id: index,
+            logic_cq_id: index,
+            stream_id: index,
+            dev_id: device as u32,
+            ..ChannelRecord::default()
+        };
+        image[record_at..record_at + CHANNEL_RECORD_BYTES].copy_from_slice(&record.to_bytes());
+        channels.push(Arc::new(Channel {
+            device,
+            index,
+            sq_id: index,
+            record: workspace + record_at as u64,
+            sq_base: record.sq_base,
+            depth,
+            reg_base: record.sq_reg_base,
+            state: Mutex::new(State::default()),
+            wake: Condvar::new(),
+            reset: Condvar::new(),
+            interrupt: AtomicBool::new(false),
+            head: AtomicU32::new(0),
+            executed: AtomicU64::new(0),
+            doorbells: AtomicU64::new(0),
+        }));
+    }
+    let zero_ring = vec![0u8; ring_bytes];
+    let written = write_device(workspace, &image)
+        .and_then(|()| allocations[1..].iter().try_for_each(|&ring| write_device(ring as u64, &zero_ring)));
+    if let Err(code) = written {
+        undo(&allocations, &register_pages);
+        return Err(code);
+    }
+    let mut threads = Vec::new();
+    for channel in &channels {
+        let engine = Arc::clone(channel);
+        let spawned =
+            std::thread::Builder::new().name(format!("cann-twin-sdma-d{device}c{}", channel.index)).spawn(move || {
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| engine.run()));
+            });
+        match spawned {
+            Ok(handle) => threads.push(handle),
+            Err(_) => {
+                channels.iter().for_each(|channel| channel.shut_down());
+                threads.into_iter().for_each(|handle: JoinHandle<()>| drop(handle.join()));
+                undo(&allocations, &register_pages);
+                return Err(ACL_ERROR_RT_NO_STREAM_RESOURCE);
+            }
+        }
+    }
+    {
+        let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
+        for channel in &channels {
+            registers.insert(channel.reg_base, Arc::clone(channel));
+        }
+    }
+    engines.insert(device, Engines { channels, threads, allocations, register_pages });
+    Ok(workspace)
+}
+
+/// Stops and joins `device`'s engines, then frees its workspace, rings and register pages. Memory the device's
+/// last `aclrtResetDevice` already freed is skipped.
+pub(crate) fn destroy(device: i32) {
+    let Some(engines) = lock(&ENGINES).remove(&device) else { return };
+    {
+        let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
+        for channel in &engines.channels {
+            registers.remove(&channel.reg_base);
+        }
+    }
+    engines.channels.iter().for_each(|channel| channel.shut_down());
+    for handle in engines.threads {
+        let _ = handle.join();
+    }
+    let _ = with_space_mut(|space| {
+        engines.allocations.iter().for_each(|&address| {
+            let _ = space.free(address);
+        });
+        engines.register_pages.iter().for_each(|&address| space.give_register_page(address));
+        Ok(())
+    });
+}
+
+/// A write of `bytes` by the device (an AIV core's `copy_ubuf_to_gm` whose destination is a register page) to
+/// device address `device_va`. The doorbell accepts exactly a 4-byte little-endian write at offset 0x8 of its page:
+/// it sets the SQ tail and wakes the engine. Any other width or offset writes nothing, raises a
+/// [`Syndrome::REGISTER_ACCESS`] exception on the page's channel (which stops it until reset) and returns
+/// [`RegisterFault::Refused`]; an address in no register page returns [`RegisterFault::NotARegister`].
+pub fn register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+    let page = page() as u64;
+    let base = device_va - device_va % page;
+    let channel = REGISTERS
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&base)
+        .cloned()
+        .ok_or(RegisterFault::NotARegister { va: device_va })?;
+    let offset = device_va - base;
+    if offset != DOORBELL_OFFSET || bytes.len() != DOORBELL_WIDTH {
+        let width = bytes.len();
+        let tail = lock(&channel.state).tail;
+        let head = channel.head.load(Ordering::Relaxed);
+        let mut exception = channel.exception_at(head, tail, Syndrome::REGISTER_ACCESS, [0; SQE_BYTES]);
+        exception.register = Some(RegisterAccess { offset, width });
+        channel.raise(exception);
+        return Err(RegisterFault::Refused { device: channel.device, channel: channel.index, offset, width });
+    }
+    channel.ring(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+    Ok(())
+}
+
+/// [`register_write`] for C (the CPU AscendC layer's `copy_ubuf_to_gm` to a register page): 0 when accepted, -1
+/// when `va` is in no register page, -2 when refused (the channel raised a register-access exception), -3 when
+/// `src` is null with `len > 0`.
+///
+/// # Safety
+///
+/// `src` is null or valid for reading `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn aiv_twin_register_write(va: u64, src: *const u8, len: u32) -> i32 {
+    if src.is_null() && len > 0 {
+        return -3;
+    }
+    let bytes = if len == 0 {
+        &[][..]
+    } else {
+        // SAFETY: non-null and valid for `len` bytes (the caller's contract).
+        unsafe { std::slice::from_raw_parts(src, len as usize) }
+    };
+    match std::panic::catch_unwind(|| register_write(va, bytes)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(RegisterFault::NotARegister { .. })) => -1,
+        Ok(Err(RegisterFault::Refused { .. })) => -2,
+        Err(_) => -3,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::mem::{offset_of, size_of};
+
+    #[test]
+    fn the_sqe_and_record_layouts_are_the_documented_ones() {
+        assert_eq!(size_of::<SdmaSqe>(), 64);
+        assert_eq!(offset_of!(SdmaSqe, block_dim), 2);
+        assert_eq!(offset_of!(SdmaSqe, rt_stream_id), 4);
+        assert_eq!(offset_of!(SdmaSqe, task_id), 6);
+        assert_eq!(offset_of!(SdmaSqe, kernel_credit), 14);
+        assert_eq!(offset_of!(SdmaSqe, ptr_mode), 15);
+        assert_eq!(offset_of!(SdmaSqe, opcode_word), 16);
+        assert_eq!(offset_of!(SdmaSqe, src_stream_id), 20);
+        assert_eq!(offset_of!(SdmaSqe, dst_stream_id), 24);
+        assert_eq!(offset_of!(SdmaSqe, length), 28);
+        assert_eq!(offset_of!(SdmaSqe, src_addr_low), 32);
+        assert_eq!(offset_of!(SdmaSqe, src_addr_high), 36);
+        assert_eq!(offset_of!(SdmaSqe, dst_addr_low), 40);
+        assert_eq!(offset_of!(SdmaSqe, dst_addr_high), 44);
+        assert_eq!(offset_of!(SdmaSqe, link_type), 48);
+        assert_eq!(offset_of!(SdmaSqe, reserved3), 52);
+
+        assert_eq!(size_of::<ChannelRecord>(), CHANNEL_RECORD_BYTES);
+        assert_eq!(offset_of!(ChannelRecord, sq_tail), 4);
+        assert_eq!(offset_of!(ChannelRecord, sq_base), 8);
+        assert_eq!(offset_of!(ChannelRecord, sq_reg_base), 16);
+        assert_eq!(offset_of!(ChannelRecord, sq_depth), 24);
+        assert_eq!(offset_of!(ChannelRecord, sq_id), 28);
+        assert_eq!(offset_of!(ChannelRecord, cq_id), 32);
+        assert_eq!(offset_of!(ChannelRecord, logic_cq_id), 36);
+        assert_eq!(offset_of!(ChannelRecord, cqe_addr), 40);
+        assert_eq!(offset_of!(ChannelRecord, report_cqe_num), 48);
+        assert_eq!(offset_of!(ChannelRecord, stream_id), 52);
+        assert_eq!(offset_of!(ChannelRecord, dev_id), 56);
+        assert_eq!(offset_of!(ChannelRecord, reserved), 60);
+        assert_eq!(CHANNEL_RECORDS_OFFSET + MAX_CHANNELS as usize * CHANNEL_RECORD_BYTES, 3136);
+    }
+
+    #[test]
+    fn encodings_round_trip_at_the_documented_offsets() {
+        let record = ChannelRecord {
+            sq_head: 1,
+            sq_tail: 2,
+            sq_base: 0x1122_3344_5566_7788,
+            sq_reg_base: 0x99aa_bbcc_ddee_ff00,
+            sq_depth: 2048,
+            sq_id: 5,
+            cq_id: 6,
+            logic_cq_id: 7,
+            cqe_addr: 8,
+            report_cqe_num: 9,
+            stream_id: 10,
+            dev_id: 11,
+            reserved: [1, 2, 3, 4],
+        };
+        let bytes = record.to_bytes();
+        assert_eq!(&bytes[8..16], &0x1122_3344_5566_7788u64.to_le_bytes());
+        assert_eq!(&bytes[24..28], &2048u32.to_le_bytes());
+        assert_eq!(ChannelRecord::from_bytes(&bytes), record);
+
+        let mut raw = [0u8; SQE_BYTES];
+        raw[0..2].copy_from_slice(&(SQE_TYPE_SDMA | 0x40).to_le_bytes());
+        raw[16..20].copy_from_slice(&(0x600u32 << 4 | 0x3).to_le_bytes());
+        raw[28..32].copy_from_slice(&4096u32.to_le_bytes());
+        raw[32..40].copy_from_slice(&0x0000_0012_3456_7000u64.to_le_bytes());
+        raw[40..48].copy_from_slice(&0x0000_00ab_cdef_0000u64.to_le_bytes());
+        let sqe = SdmaSqe::from_bytes(&raw);
+        assert_eq!(sqe.sqe_type(), SQE_TYPE_SDMA, "bits 6-15 are not the type");
+        assert_eq!(sqe.opcode(), 3);
+        assert_eq!(sqe.length, 4096);
+        assert_eq!(sqe.src(), 0x12_3456_7000);
+        assert_eq!(sqe.dst(), 0xab_cdef_0000);
+    }
+}
