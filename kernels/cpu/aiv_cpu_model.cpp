@@ -25,6 +25,11 @@ struct Line {
     bool has_last_fill;
 };
 
+// What HBM held at the last fill of a line that has since been invalidated (poll detection).
+struct LastFill {
+    uint8_t bytes[kLine];
+};
+
 // A DMA burst issued and not yet known complete (the kernel has not waited for its pipe).
 struct DmaOp {
     bool out;        // UB -> GM (MTE3), else GM -> UB (MTE2)
@@ -48,7 +53,10 @@ struct Core {
     uint32_t block_num = 0;
     std::unordered_map<uint64_t, Line> lines;
     // Lines dropped by an invalidation keep their last fill here, so a refill can tell whether HBM changed.
-    std::unordered_map<uint64_t, Line> history;
+    std::unordered_map<uint64_t, LastFill> history;
+    // The line the last scalar access used (unordered_map nodes stay put until erased; every erase clears this).
+    uint64_t hot_addr = ~uint64_t(0);
+    Line* hot_line = nullptr;
     uint32_t unchanged_fills = 0;
     // Pipe ordering: DMA runs when the kernel waits for it; scalar UB writes reach a DMA only once ordered before it.
     std::vector<DmaOp> pending;           // issue order
@@ -95,8 +103,13 @@ void write_back(Core& c, uint64_t line_addr, Line& line, uint64_t mask) {
 // The line holding `line_addr`, every byte valid: bytes not yet held are read from HBM, bytes held are kept (stale
 // or not). nullptr if the line is not device memory.
 Line* fill(Core& c, uint64_t line_addr) {
+    if (c.hot_line && c.hot_addr == line_addr && c.hot_line->valid == kAllBytes) return c.hot_line;
     auto it = c.lines.find(line_addr);
-    if (it != c.lines.end() && it->second.valid == kAllBytes) return &it->second;
+    if (it != c.lines.end() && it->second.valid == kAllBytes) {
+        c.hot_addr = line_addr;
+        c.hot_line = &it->second;
+        return &it->second;
+    }
     const uint8_t* hbm = static_cast<const uint8_t*>(c.ops->translate(c.context, line_addr, kLine));
     if (!hbm) return nullptr;
     c.stats.line_fills += 1;
@@ -106,8 +119,7 @@ Line* fill(Core& c, uint64_t line_addr) {
         it = c.lines.emplace(line_addr, fresh).first;
         // Poll detection: a refill of a line that was invalidated, with the same HBM content as its last fill.
         auto old = c.history.find(line_addr);
-        if (old != c.history.end() && old->second.has_last_fill &&
-            memcmp(old->second.last_fill, hbm, kLine) == 0) {
+        if (old != c.history.end() && memcmp(old->second.bytes, hbm, kLine) == 0) {
             c.unchanged_fills += 1;
             if (c.unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
                 c.stats.idle_hints += 1;
@@ -124,6 +136,8 @@ Line* fill(Core& c, uint64_t line_addr) {
     memcpy(line.last_fill, hbm, kLine);
     line.has_last_fill = true;
     line.valid = kAllBytes;
+    c.hot_addr = line_addr;
+    c.hot_line = &line;
     return &line;
 }
 
@@ -137,7 +151,8 @@ void dcci_line(Core& c, uint64_t addr) {
     write_back(c, line_addr, it->second, mask);
     it->second.valid &= ~mask;
     if (it->second.valid == 0) {
-        c.history[line_addr] = it->second;
+        if (it->second.has_last_fill) memcpy(c.history[line_addr].bytes, it->second.last_fill, kLine);
+        c.hot_line = nullptr;
         c.lines.erase(it);
     }
 }
@@ -146,8 +161,9 @@ void dcci_all(Core& c) {
     c.stats.dcci_entire += 1;
     for (auto& entry : c.lines) {
         write_back(c, entry.first, entry.second, kAllBytes);
-        c.history[entry.first] = entry.second;
+        if (entry.second.has_last_fill) memcpy(c.history[entry.first].bytes, entry.second.last_fill, kLine);
     }
+    c.hot_line = nullptr;
     c.lines.clear();
 }
 
@@ -273,6 +289,9 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     g_core->block_num = block_num;
     memset(&g_core->stats, 0, sizeof(g_core->stats));
     memset(g_core->ub, 0, sizeof(g_core->ub));
+    // A kernel touches a few hundred lines between full cleans: no rehash on the hot path.
+    g_core->lines.reserve(512);
+    g_core->history.reserve(4096);
     return 0;
 }
 
