@@ -398,11 +398,10 @@ void dcci(const void* dst, uint64_t entire, uint64_t dst_kind) {
     }
 }
 
-void copy_ubuf_to_gm(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
-                     uint16_t dst_gap) {
+// The 32-byte-unit copies between UB and GM: `n_burst` bursts of `len_burst` blocks, gaps in blocks too.
+static void block_copy(bool out, uint64_t gm, uint64_t ub, uint16_t n_burst, uint16_t len_burst, uint16_t gm_gap,
+                       uint16_t ub_gap) {
     Core& c = *core();
-    const uint64_t gm = addr_of(dst);
-    const uint64_t ub = addr_of(src);
     if (n_burst < 1 || n_burst > 4095 || len_burst < 1) {
         raise(c, AIV_CPU_FAULT_BAD_ARGUMENT, gm, len_burst);
         return;
@@ -413,27 +412,18 @@ void copy_ubuf_to_gm(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t l
     }
     const uint64_t len = uint64_t(len_burst) * kBlock;
     for (uint64_t i = 0; i < n_burst; ++i) {
-        issue(c, true, gm + i * (len + uint64_t(dst_gap) * kBlock), ub + i * (len + uint64_t(src_gap) * kBlock), len);
+        issue(c, out, gm + i * (len + uint64_t(gm_gap) * kBlock), ub + i * (len + uint64_t(ub_gap) * kBlock), len);
     }
+}
+
+void copy_ubuf_to_gm(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
+                     uint16_t dst_gap) {
+    block_copy(true, addr_of(dst), addr_of(src), n_burst, len_burst, dst_gap, src_gap);
 }
 
 void copy_gm_to_ubuf(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
                      uint16_t dst_gap) {
-    Core& c = *core();
-    const uint64_t ub = addr_of(dst);
-    const uint64_t gm = addr_of(src);
-    if (n_burst < 1 || n_burst > 4095 || len_burst < 1) {
-        raise(c, AIV_CPU_FAULT_BAD_ARGUMENT, gm, len_burst);
-        return;
-    }
-    if (ub % kBlock != 0) {  // the UB operand must be 32-byte aligned; the GM one need not be
-        raise(c, AIV_CPU_FAULT_MISALIGNED, ub, uint64_t(len_burst) * kBlock);
-        return;
-    }
-    const uint64_t len = uint64_t(len_burst) * kBlock;
-    for (uint64_t i = 0; i < n_burst; ++i) {
-        issue(c, false, gm + i * (len + uint64_t(src_gap) * kBlock), ub + i * (len + uint64_t(dst_gap) * kBlock), len);
-    }
+    block_copy(false, addr_of(src), addr_of(dst), n_burst, len_burst, src_gap, dst_gap);
 }
 
 void copy_ubuf_to_gm_align_b8(void* dst, void* src, uint8_t, uint16_t n_burst, uint32_t len_burst, uint8_t, uint8_t,

@@ -87,25 +87,22 @@ fn shmem_bootstrap_heap_state_and_finalize() {
         assert_eq!(init(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut with_foreign), ACLSHMEM_BOOTSTRAP_ERROR);
 
         // Needs aclInit and a current device on the calling thread.
-        let no_device = std::thread::spawn(|| {
-            let shmem = cann_twin::shmem_api();
-            let mut uid = aclshmemx_uniqueid_t::default();
-            let mut attr = aclshmemx_init_attr_t::new(0, 0, 0);
-            (shmem.aclshmemx_get_uniqueid)(&mut uid);
-            (shmem.aclshmemx_set_attr_uniqueid_args)(0, 1, 1 << 20, &mut uid, &mut attr);
-            (shmem.aclshmemx_init_attr)(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
-        });
-        assert_eq!(no_device.join().expect("thread"), ACLSHMEM_NOT_INITED, "before aclInit");
+        // On a fresh thread: bootstrap and init one PE, returning init's code.
+        let init_on_new_thread = || {
+            std::thread::spawn(|| {
+                let shmem = cann_twin::shmem_api();
+                let mut uid = aclshmemx_uniqueid_t::default();
+                let mut attr = aclshmemx_init_attr_t::new(0, 0, 0);
+                (shmem.aclshmemx_get_uniqueid)(&mut uid);
+                (shmem.aclshmemx_set_attr_uniqueid_args)(0, 1, 1 << 20, &mut uid, &mut attr);
+                (shmem.aclshmemx_init_attr)(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
+            })
+            .join()
+            .expect("thread")
+        };
+        assert_eq!(init_on_new_thread(), ACLSHMEM_NOT_INITED, "before aclInit");
         let acl = api();
-        let no_device = std::thread::spawn(move || {
-            let shmem = cann_twin::shmem_api();
-            let mut uid = aclshmemx_uniqueid_t::default();
-            let mut attr = aclshmemx_init_attr_t::new(0, 0, 0);
-            (shmem.aclshmemx_get_uniqueid)(&mut uid);
-            (shmem.aclshmemx_set_attr_uniqueid_args)(0, 1, 1 << 20, &mut uid, &mut attr);
-            (shmem.aclshmemx_init_attr)(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
-        });
-        assert_eq!(no_device.join().expect("thread"), ACLSHMEM_NOT_INITED, "no device on the thread");
+        assert_eq!(init_on_new_thread(), ACLSHMEM_NOT_INITED, "no device on the thread");
         assert_eq!(init_status(), ACLSHMEM_STATUS_NOT_INITIALIZED);
 
         // PE 1 of 2 with MTE only: no SDMA workspace.
