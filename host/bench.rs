@@ -721,6 +721,10 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
     let outcome = target_segment_run(&initiator, target.name(), params, local.addr(), remote.addr());
     initiator.unregister_memory(local.addr())?;
     target.unregister_memory(remote.addr())?;
+    // The initiator goes first, so that its peer probe never finds the target's device gone (a false "peer lost").
+    drop(local);
+    drop(initiator_device);
+    drop(initiator);
     let outcome = outcome?;
     let memcpy_bytes_per_second = memcpy_reference_on_host(span, params)?;
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
