@@ -62,3 +62,9 @@ pub fn sqes_executed(device: i32, index: u32) -> Result<u64, ControlError> {
 pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
     Ok(channel(device, index)?.doorbells.load(std::sync::atomic::Ordering::Relaxed))
 }
+
+/// Holds every stream's worker before its next task (`true`) or lets them go on (`false`): tasks queued meanwhile
+/// stay queued, so a test can change what they will find (free their memory, say) before they run.
+pub fn hold_streams(held: bool) {
+    crate::stream::HELD.store(held, std::sync::atomic::Ordering::Release);
+}

@@ -10,6 +10,9 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::sys::*;
 
 /// Work a stream runs.
+/// While set, no stream worker starts a task (`control::hold_streams`).
+pub(crate) static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 pub(crate) enum Task {
     /// A copy, re-validated when it runs (the memory may have been freed since submission).
     Copy { dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
@@ -66,13 +69,24 @@ impl Stream {
             let task = {
                 let mut queue = lock(&self.queue);
                 loop {
-                    if let Some(task) = queue.tasks.pop_front() {
-                        break task;
+                    let held = HELD.load(std::sync::atomic::Ordering::Acquire);
+                    if !held {
+                        if let Some(task) = queue.tasks.pop_front() {
+                            break task;
+                        }
                     }
                     if queue.shutdown {
                         return;
                     }
-                    queue = self.changed.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+                    queue = if held {
+                        // Fault injection (`control::hold_streams`): look again soon.
+                        self.changed
+                            .wait_timeout(queue, Duration::from_millis(1))
+                            .unwrap_or_else(|poisoned| poisoned.into_inner())
+                            .0
+                    } else {
+                        self.changed.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner())
+                    };
                 }
             };
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
