@@ -1,5 +1,5 @@
-//! Builds the transfer kernel (see `shmem-bindings/ascendc-build`): always for the CPU twin; also for the NPU when
-//! feature `cann` is on and the CANN toolkit is found.
+//! Builds the transfer kernel (see `shmem-bindings/ascendc-build`): always for the CPU twin (linked in, and as the
+//! kernel object the twin runtime loads); also for the NPU when feature `cann` is on and the CANN toolkit is found.
 
 use std::env;
 use std::path::PathBuf;
@@ -10,6 +10,9 @@ fn main() {
     let kernels = manifest.join("kernels");
     ascendc_build::rerun_on_kernel_sources(&kernels);
     ascendc_build::build_twin(&kernels);
+    let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
+    let twin_object = ascendc_build::build_twin_object(&kernels, &out_dir);
+    println!("cargo:rustc-env=AIV_TWIN_KERNEL_OBJECT={}", twin_object.display());
     println!("cargo:rustc-check-cfg=cfg(aiv_npu_kernel)");
     if env::var_os("CARGO_FEATURE_CANN").is_some() {
         build_npu_kernel(&kernels);

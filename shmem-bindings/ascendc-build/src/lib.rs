@@ -3,6 +3,9 @@
 //! Two targets from one source tree (`kernels/`), one kernel and one platform layer (`platform/npu.h`):
 //! - [`build_twin`]: the kernel compiled with the host C++ compiler against the CPU implementation of the AscendC
 //!   subset (`kernels/cpu/`) into a static library linked into the runtime. Always done.
+//! - [`build_twin_object`]: the same kernel and CPU model, with the twin's launch shim (`kernels/cpu/twin_launch.cpp`),
+//!   linked into a shared object: the kernel binary the twin runtime loads with `aclrtBinaryLoadFromData`, as the NPU
+//!   runtime loads the NPU object. Always done.
 //! - [`build_npu`]: the kernel compiled for the AI Vector cores with `bisheng` (or the older `ccec` + `ld.lld`) and
 //!   the flags of docs/hardware.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
 //!   toolkit found by [`find_cann`] (explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`).
@@ -31,6 +34,7 @@ const KERNEL_FILES: &[&str] = &[
     "cpu/aiv_cpu_core.h",
     "cpu/aiv_cpu_model.cpp",
     "cpu/host_hooks.cpp",
+    "cpu/twin_launch.cpp",
     "probe/layout_probe.cpp",
 ];
 
@@ -64,6 +68,40 @@ pub fn build_twin(kernels: &Path) {
         // GCC cannot see that read_bytes' word loop fills the structs it reads (docs/ascendc-cpu.md).
         .flag_if_supported("-Wno-maybe-uninitialized")
         .compile("aiv_kernel_twin");
+}
+
+/// Compiles the kernel binary of the twin runtime: `kernels/npu/entry.cpp` against the CPU model of AscendC
+/// (`kernels/cpu/kernel_operator.h`, `aiv_cpu_model.cpp`) plus the launch shim `kernels/cpu/twin_launch.cpp`, as
+/// position-independent code linked into one shared object, `OUT_DIR/aiv_transfer_kernel.twin.so`. The twin runtime
+/// receives its bytes through `aclrtBinaryLoadFromData` and finds the kernel entry with `aclrtBinaryGetFunction`;
+/// `-Bsymbolic` binds the object's references to its own definitions, so it never uses another copy of the model
+/// that the loading process may hold. Returns the object's path.
+pub fn build_twin_object(kernels: &Path, out_dir: &Path) -> PathBuf {
+    let objects = cc::Build::new()
+        .cpp(true)
+        .std("c++17")
+        .pic(true)
+        .file(kernels.join("npu/entry.cpp"))
+        .file(kernels.join("cpu/aiv_cpu_model.cpp"))
+        .file(kernels.join("cpu/twin_launch.cpp"))
+        .include(kernels.join("cpu"))
+        .include(kernels.join("include"))
+        .include(kernels)
+        .opt_level(2)
+        .warnings(true)
+        .extra_warnings(true)
+        .flag_if_supported("-fno-exceptions")
+        .flag_if_supported("-fno-rtti")
+        .flag_if_supported("-Wno-maybe-uninitialized")
+        .out_dir(out_dir.join("twin-object"))
+        .compile_intermediates();
+    let object = out_dir.join("aiv_transfer_kernel.twin.so");
+    let compiler = cc::Build::new().cpp(true).get_compiler();
+    let mut command = compiler.to_command();
+    command.args(["-shared", "-Wl,-Bsymbolic", "-Wl,-z,defs", "-o"]).arg(&object).args(&objects);
+    let status = command.status().unwrap_or_else(|error| panic!("cannot run the C++ linker {command:?}: {error}"));
+    assert!(status.success(), "linking the twin kernel object failed: {command:?} exited with {status}");
+    object
 }
 
 /// A CANN toolkit compiler, and how it was found.

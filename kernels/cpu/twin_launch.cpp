@@ -1,0 +1,115 @@
+// The launch shim of the twin kernel object: how the twin runtime (shmem-bindings/cann-twin, module `kernel`) runs
+// one block of a kernel on an emulated AIV core. It is part of the loadable object the runtime receives from
+// aclrtBinaryLoadFromData (kernels/npu/entry.cpp + the CPU model of AscendC + this file), not of the kernel: it holds
+// no kernel logic.
+//
+// An AIV core that raises an exception stops, and the runtime ends the whole launch with an error on its stream (the
+// NPU reports a vector-core exception for the task). The model cannot stop a running C++ function by itself, so this
+// shim wraps the runtime's ops: the first fault of the core, or any op call once the launch has been aborted (another
+// core faulted), returns to the block's start with longjmp, the way a trap ends the core's work. The kernel holds no
+// resources that need unwinding (no allocation, no locks: it is device code), so skipping its frames loses nothing
+// but the interrupted access.
+#include <setjmp.h>
+#include <stdint.h>
+
+#include "aiv_cpu_core.h"
+
+namespace {
+
+struct Trap {
+    const AivCpuCoreOps* ops;
+    void* context;
+    const volatile uint32_t* abort;
+    jmp_buf at_start;
+};
+
+thread_local Trap* g_trap = nullptr;
+
+[[noreturn]] void leave_block() { longjmp(g_trap->at_start, 1); }
+
+void check_abort() {
+    if (*g_trap->abort != 0) leave_block();
+}
+
+void* trap_translate(void*, uint64_t addr, uint64_t len) {
+    check_abort();
+    return g_trap->ops->translate(g_trap->context, addr, len);
+}
+
+int trap_register_write(void*, uint64_t addr, const void* data, uint32_t len) {
+    check_abort();
+    if (!g_trap->ops->register_write) return AIV_CPU_REG_NOT_REGISTER;
+    return g_trap->ops->register_write(g_trap->context, addr, data, len);
+}
+
+uint64_t trap_system_counter(void*) { return g_trap->ops->system_counter(g_trap->context); }
+
+void trap_idle_hint(void*, uint32_t unchanged_fills) {
+    check_abort();
+    if (g_trap->ops->idle_hint) g_trap->ops->idle_hint(g_trap->context, unchanged_fills);
+}
+
+void trap_fault(void*, uint32_t kind, uint64_t addr, uint64_t len) {
+    if (g_trap->ops->fault) g_trap->ops->fault(g_trap->context, kind, addr, len);
+    leave_block();
+}
+
+const AivCpuCoreOps kTrapOps = {
+    AIV_CPU_ABI_VERSION, trap_translate, trap_register_write, trap_system_counter, trap_idle_hint, trap_fault,
+};
+
+typedef void (*Entry1)(uint64_t);
+typedef void (*Entry2)(uint64_t, uint64_t);
+typedef void (*Entry3)(uint64_t, uint64_t, uint64_t);
+typedef void (*Entry4)(uint64_t, uint64_t, uint64_t, uint64_t);
+
+}  // namespace
+
+extern "C" {
+
+// What aiv_twin_run_block returns.
+#define AIV_TWIN_BLOCK_RETURNED 0  // the kernel function returned
+#define AIV_TWIN_BLOCK_TRAPPED 1   // the core faulted, or the launch was aborted: the block stopped where it was
+#define AIV_TWIN_BLOCK_REFUSED -1  // the core could not be installed, or the arguments are not 1 to 4 words
+
+// Runs block `block_idx` of `block_num` of `entry` (a kernel function of this object whose parameters are
+// `nargs` 64-bit words: GM_ADDR pointers) with `args` on the calling thread, installed as an emulated core with
+// `ops`/`context`. `*abort` non-zero stops the block at its next access. `*dirty` receives the number of dirty cache
+// lines the core still held (scalar stores that never reached memory).
+__attribute__((visibility("default"))) int aiv_twin_run_block(const AivCpuCoreOps* ops, void* context,
+                                                              uint32_t block_idx, uint32_t block_num,
+                                                              const volatile uint32_t* abort, void* entry,
+                                                              const uint64_t* args, uint32_t nargs,
+                                                              uint32_t* dirty) {
+    *dirty = 0;
+    if (ops == nullptr || ops->translate == nullptr || ops->system_counter == nullptr || entry == nullptr ||
+        abort == nullptr || nargs < 1 || nargs > 4) {
+        return AIV_TWIN_BLOCK_REFUSED;
+    }
+    // Static storage per thread: setjmp's frame must outlive every longjmp to it, and it does (this function).
+    static thread_local Trap trap;
+    trap.ops = ops;
+    trap.context = context;
+    trap.abort = abort;
+    g_trap = &trap;
+    if (aiv_cpu_core_enter(&kTrapOps, nullptr, block_idx, block_num) != 0) {
+        g_trap = nullptr;
+        return AIV_TWIN_BLOCK_REFUSED;
+    }
+    int outcome = AIV_TWIN_BLOCK_RETURNED;
+    if (setjmp(trap.at_start) == 0) {
+        switch (nargs) {
+            case 1: reinterpret_cast<Entry1>(entry)(args[0]); break;
+            case 2: reinterpret_cast<Entry2>(entry)(args[0], args[1]); break;
+            case 3: reinterpret_cast<Entry3>(entry)(args[0], args[1], args[2]); break;
+            default: reinterpret_cast<Entry4>(entry)(args[0], args[1], args[2], args[3]); break;
+        }
+    } else {
+        outcome = AIV_TWIN_BLOCK_TRAPPED;
+    }
+    *dirty = aiv_cpu_core_leave();
+    g_trap = nullptr;
+    return outcome;
+}
+
+}
