@@ -638,3 +638,106 @@ acl_entry! {
         with_space_mut(|space| space.set_access(vir_ptr as usize, size, widest))
     }
 }
+
+acl_entry! {
+    /// Loads a kernel binary from `length` bytes at `data` (`options` may be null; none is modelled). On the twin
+    /// the binary is a shared object built for the CPU model (`crate::kernel`); anything else is refused.
+    fn aclrtBinaryLoadFromData(
+        data: *const c_void,
+        length: usize,
+        options: *const aclrtBinaryLoadOptions,
+        bin_handle: *mut aclrtBinHandle,
+    ) {
+        let _ = options;
+        not_null(data)?;
+        not_null(bin_handle)?;
+        positive(length)?;
+        runtime().ready()?;
+        // SAFETY: the C contract: `data` holds `length` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) };
+        let handle = crate::kernel::load(bytes)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { bin_handle.write(handle as aclrtBinHandle) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// The kernel function `kernel_name` of a loaded binary.
+    fn aclrtBinaryGetFunction(bin_handle: aclrtBinHandle, kernel_name: *const c_char, func_handle: *mut aclrtFuncHandle) {
+        not_null(func_handle)?;
+        runtime().ready()?;
+        // SAFETY: the C contract: null or NUL-terminated.
+        let name = unsafe { crate::kernel::kernel_name(kernel_name) }?;
+        let handle = crate::kernel::get_function(bin_handle as usize, name)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { func_handle.write(handle as aclrtFuncHandle) };
+        Ok(())
+    }
+}
+
+acl_entry! {
+    /// Unloads a binary (refused while a launch of it is queued or running).
+    fn aclrtBinaryUnLoad(bin_handle: aclrtBinHandle) {
+        runtime().ready()?;
+        crate::kernel::unload(bin_handle as usize)
+    }
+}
+
+fn submit_launch(stream: aclrtStream, launch: crate::kernel::Launch) -> Result<(), aclError> {
+    let mut runtime = runtime();
+    runtime.ready()?;
+    let target = runtime.stream(stream as usize)?;
+    drop(runtime);
+    let device = target.device;
+    target.submit(Task::Kernel { device, launch: Box::new(launch) });
+    Ok(())
+}
+
+acl_entry! {
+    /// Queues `func_handle` on `num_blocks` blocks with its parameters at device address `args_data` (`args_size`
+    /// bytes: 1 to 4 words, read when the launch starts).
+    fn aclrtLaunchKernel(
+        func_handle: aclrtFuncHandle,
+        num_blocks: u32,
+        args_data: *const c_void,
+        args_size: usize,
+        stream: aclrtStream,
+    ) {
+        not_null(args_data)?;
+        if args_size % 8 != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let args = crate::kernel::Args::Device { address: args_data as usize, count: args_size / 8 };
+        let launch = crate::kernel::prepare(func_handle as usize, num_blocks, core::ptr::null(), args)?;
+        submit_launch(stream, launch)
+    }
+}
+
+acl_entry! {
+    /// Queues `func_handle` on `num_blocks` blocks with parameters copied from `host_args` now (`args_size` bytes:
+    /// 1 to 4 words). `cfg` may be null; an engine type other than AIV and placeholders are not supported.
+    fn aclrtLaunchKernelWithHostArgs(
+        func_handle: aclrtFuncHandle,
+        num_blocks: u32,
+        stream: aclrtStream,
+        cfg: *mut aclrtLaunchKernelCfg,
+        host_args: *mut c_void,
+        args_size: usize,
+        place_holder_array: *mut aclrtPlaceHolderInfo,
+        place_holder_num: usize,
+    ) {
+        not_null(host_args)?;
+        if args_size % 8 != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        if place_holder_num > 0 || !place_holder_array.is_null() {
+            return Err(ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        }
+        // SAFETY: the C contract: `host_args` holds `args_size` readable bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(host_args.cast::<u8>(), args_size) };
+        let words = bytes.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or([0; 8]))).collect();
+        let launch = crate::kernel::prepare(func_handle as usize, num_blocks, cfg, crate::kernel::Args::Host(words))?;
+        submit_launch(stream, launch)
+    }
+}

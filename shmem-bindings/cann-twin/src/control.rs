@@ -68,3 +68,9 @@ pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
 pub fn hold_streams(held: bool) {
     crate::stream::HELD.store(held, std::sync::atomic::Ordering::Release);
 }
+
+/// Every fault the emulated AIV cores raised in this process, oldest first (the last 1024): the device, the block,
+/// the kind (`AIV_CPU_FAULT_*`), the address and length.
+pub fn kernel_faults() -> Vec<crate::kernel::KernelFault> {
+    crate::kernel::faults()
+}

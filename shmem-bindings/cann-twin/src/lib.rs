@@ -16,6 +16,7 @@
 //! | init, devices | `aclInit`, `aclFinalize`, `aclrtSetDevice`, `aclrtResetDevice`, `aclrtGetDevice`, `aclrtGetDeviceCount` (`AIV_TWIN_DEVICES`, default 8), `aclrtGetVersion`, `aclsysGetCANNVersion` |
 //! | streams | `aclrtCreateStream`, `aclrtCreateStreamWithConfig`, `aclrtSynchronizeStream`, `aclrtSynchronizeStreamWithTimeout`, `aclrtDestroyStream`, `aclrtMemcpyAsync` |
 //! | memory | `aclrtMalloc`, `aclrtFree`, `aclrtMallocHost`, `aclrtFreeHost`, `aclrtMemset`, `aclrtMemcpy`, `aclrtHostRegister`, `aclrtHostUnregister` |
+//! | binaries, launch | `aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`, `aclrtBinaryUnLoad`, `aclrtLaunchKernel`, `aclrtLaunchKernelWithHostArgs` (module [`kernel`]: the binary is a host shared object built for the CPU model; emulated AIV cores) |
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
 //!
 //! # Not yet implemented
@@ -25,8 +26,7 @@
 //! Notifies (`aclrtCreateNotify`, `aclrtDestroyNotify`, `aclrtRecordNotify`, `aclrtWaitAndResetNotify`,
 //! `aclrtGetNotifyId`); VMM export/import (`aclrtMemExportToShareableHandle`, `…V2`,
 //! `aclrtMemImportFromShareableHandle`, `…V2`); IPC (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`,
-//! `aclrtIpcMemClose`); binaries and launch (`aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`,
-//! `aclrtLaunchKernel`, `aclrtLaunchKernelWithHostArgs`, `aclrtBinaryUnLoad`). Within implemented functions,
+//! `aclrtIpcMemClose`). Within implemented functions,
 //! the paths the twin does not model return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (207000): Host-located physical
 //! memory, `ACL_HOST_REGISTER_IOMEMORY`, version queries of packages other than CANN and the runtime.
 //!
@@ -143,6 +143,7 @@ use std::sync::OnceLock;
 
 pub mod acl;
 pub mod control;
+pub mod kernel;
 mod memory;
 mod runtime;
 pub mod sdma;
@@ -153,6 +154,10 @@ pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
 pub use shmem::{resolve_shmem, shmem_api};
+
+/// The prefix of the name of every thread this runtime starts (emulated cores, SDMA engines, stream workers): device
+/// time, which Host CPU figures leave out.
+pub const THREAD_PREFIX: &str = "cann-twin-";
 
 /// What [`ascendcl_sys::AclApi::path`] reports for [`acl_api`].
 pub const IN_PROCESS_PATH: &str = "cann-twin (in-process)";
@@ -205,6 +210,11 @@ exports! {
     aclrtUnmapMem,
     aclrtMemSetAccess,
     aclrtMemGetAllocationGranularity,
+    aclrtBinaryLoadFromData,
+    aclrtBinaryGetFunction,
+    aclrtBinaryUnLoad,
+    aclrtLaunchKernel,
+    aclrtLaunchKernelWithHostArgs,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.

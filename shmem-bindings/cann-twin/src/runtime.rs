@@ -182,6 +182,13 @@ impl Runtime {
             self.streams.iter().filter(|(_, stream)| stream.device == device).map(|(&handle, _)| handle).collect();
         let mut streams: Vec<Arc<Stream>> = handles.iter().filter_map(|handle| self.streams.remove(handle)).collect();
         streams.extend(self.default_streams.remove(&device));
+        // A kernel still running on the device is aborted (its cores stop at their next access) before its memory
+        // goes; bounded: a core inside one long access finishes it first.
+        crate::kernel::abort_device(device);
+        let deadline = std::time::Instant::now() + crate::kernel::ABORT_WAIT;
+        while crate::kernel::running_on(device) && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         with_existing_space_mut(|space| space.free_device(device));
         Ok(streams)
     }
@@ -315,5 +322,6 @@ pub(crate) fn run_task(task: &Task) -> aclError {
                 Err(code) => code,
             }
         }
+        Task::Kernel { device, ref launch } => crate::kernel::run(device, launch),
     }
 }

@@ -16,6 +16,8 @@ pub(crate) static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::Atomi
 pub(crate) enum Task {
     /// A copy, re-validated when it runs (the memory may have been freed since submission).
     Copy { dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
+    /// A kernel launch on the stream's device (`crate::kernel`).
+    Kernel { device: i32, launch: Box<crate::kernel::Launch> },
 }
 
 #[derive(Default)]
