@@ -41,6 +41,10 @@ pub enum DeviceBackendKind {
     Twin,
     /// Real Ascend NPUs through runtime-loaded CANN libraries (feature `cann`).
     Cann,
+    /// The CANN backend with its ACL and SHMEM tables resolved to the twin runtime (`shmem-bindings/cann-twin`)
+    /// instead of the vendor's libraries: the code that runs on an NPU, on the CPU. One device per process for now
+    /// (SHMEM is process-wide); it becomes what `"twin"` means once every device test runs on it.
+    CannTwin,
 }
 
 /// How the aiv transfer kernel runs.
@@ -55,7 +59,7 @@ pub enum LaunchMode {
 /// This project's options: the `"aiv"` object of mooncake.json.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AivOptions {
-    /// `device_backend`: `"twin"` (default) or `"cann"`.
+    /// `device_backend`: `"twin"` (default), `"cann"` or `"cann-twin"`.
     pub device_backend: DeviceBackendKind,
     /// `device_id`: the NPU this engine drives (default 0).
     pub device_id: u32,
@@ -387,7 +391,14 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.device_backend = match name.to_ascii_lowercase().as_str() {
             "twin" => DeviceBackendKind::Twin,
             "cann" => DeviceBackendKind::Cann,
-            _ => return Err(fields.invalid("device_backend", "\"twin\" or \"cann\"", &Value::String(name))),
+            "cann-twin" => DeviceBackendKind::CannTwin,
+            _ => {
+                return Err(fields.invalid(
+                    "device_backend",
+                    "\"twin\", \"cann\" or \"cann-twin\"",
+                    &Value::String(name),
+                ))
+            }
         };
     }
     if let Some(name) = fields.string("launch_mode")? {

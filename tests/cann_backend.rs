@@ -317,6 +317,23 @@ fn the_environment_override_wins_over_shmems_state() {
     );
 }
 
+/// Persistent mode: nothing waits for the resident kernel's launch, so an exception that ended it must be found when
+/// the transport asks for a channel's exception (it did not: only a launch wait looked at the stream).
+#[test]
+fn a_stream_exception_is_found_without_a_launch_wait() {
+    let _serial = serial();
+    let device = open(0);
+    device.open_channels(BLOCKS, SQ_DEPTH).expect("channels");
+    let _launch = device.launch(0x1234_5000, BLOCKS).expect("launch");
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 507046);
+    assert!(device.channel_exception(0).is_none(), "a kernel still running is no exception");
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 507035);
+    let exception = device.channel_exception(0).expect("the kernel's exception, seen without a launch wait");
+    set_result(&fakes().acl, "aclrtSynchronizeStreamWithTimeout", 0);
+    assert_eq!(exception.syndrome, SdmaSyndrome::STREAM_EXCEPTION);
+    assert!(exception.to_string().contains("507035"), "{exception}");
+}
+
 #[test]
 fn the_kernel_is_launched_on_aiv_with_its_argument_and_waited_for_with_a_bound() {
     let _serial = serial();
@@ -346,8 +363,12 @@ fn the_kernel_is_launched_on_aiv_with_its_argument_and_waited_for_with_a_bound()
     assert_eq!(exception.syndrome, SdmaSyndrome::STREAM_EXCEPTION);
     assert_eq!(
         acl_log(),
-        ["aclrtMemcpy dest_max=64 count=64 kind=2", "aclrtMemcpy dest_max=64 count=64 kind=2"],
-        "the channel record, then the SQE at its head, read back"
+        [
+            "aclrtSynchronizeStreamWithTimeout timeout=1",
+            "aclrtMemcpy dest_max=64 count=64 kind=2",
+            "aclrtMemcpy dest_max=64 count=64 kind=2"
+        ],
+        "a 1 ms look at the stream, then the channel record, then the SQE at its head, read back"
     );
     let error = device.reset_channel(1).expect_err("no known recovery call");
     assert!(error.to_string().contains("not implemented on CANN"), "{error}");

@@ -1,6 +1,7 @@
 //! Device backends: the seam between the Host runtime and an NPU (or its CPU twin).
 //!
-//! Owns: the backends behind [`DeviceBackend`] ([`twin`]; `cann` with feature `cann`) and the choice among them
+//! Owns: the backends behind [`DeviceBackend`] ([`twin`]; [`cann`], on the vendor's CANN libraries with feature
+//! `cann` or on the twin runtime) and the choice among them
 //! ([`open`], [`open_with_exchange`]); the seam itself (the trait and the types that cross it) is `backend.rs`,
 //! re-exported here, so `crate::device::DeviceBackend` and the rest keep their paths. It must not touch engine state
 //! (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
@@ -10,7 +11,6 @@
 //! loaded with `aclrtBinaryLoadFromData` and launched with `aclrtLaunchKernel`, the DCQ in Host-registered memory.
 
 mod backend;
-#[cfg(feature = "cann")]
 pub mod cann;
 pub mod kernel_image;
 pub mod twin;
@@ -39,6 +39,7 @@ pub fn open_with_exchange(
 ) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
     match options.device_backend {
         DeviceBackendKind::Twin => Ok(twin::TwinDevice::open(options)?),
+        DeviceBackendKind::CannTwin => Ok(cann::CannDevice::open_on_twin(options, exchange)?),
         #[cfg(feature = "cann")]
         DeviceBackendKind::Cann => {
             let settings = cann::CannSettings::from_env(options.device_id)?;

@@ -167,8 +167,18 @@ struct Kernel {
     function: usize,
 }
 
+/// Which CANN runtime a device's tables are resolved to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CannRuntime {
+    /// The vendor's libraries (`libascendcl.so`, `libshmem.so`), on an NPU.
+    Vendor,
+    /// The twin runtime (`cann_twin`), in this process.
+    Twin,
+}
+
 /// One NPU driven through CANN.
 pub struct CannDevice {
+    runtime: CannRuntime,
     acl: &'static AclApi,
     shmem: &'static ShmemApi,
     id: u32,
@@ -231,6 +241,33 @@ impl CannDevice {
         let id = options.device_id;
         let acl = ascendcl_sys::api().map_err(runtime(id, "load the ACL runtime"))?;
         let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
+        Self::open_with(options, settings, (CannRuntime::Vendor, acl, shmem_api), exchange)
+    }
+
+    /// Brings the device up on the twin runtime (`cann_twin`): the same steps, with the ACL and SHMEM tables
+    /// resolved to the twin's functions in this process, the twin's kernel object (the kernel built for the CPU model
+    /// of AscendC) and the twin's counter rate. The SHMEM PE settings come from the environment as on an NPU
+    /// ([`CannSettings::from_env`]); SHMEM is process-wide, so one device per process.
+    pub fn open_on_twin(
+        options: &AivOptions,
+        exchange: Option<&dyn UniqueIdExchange>,
+    ) -> Result<Arc<CannDevice>, DeviceError> {
+        let settings = CannSettings {
+            kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
+            counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
+            ..CannSettings::from_env(options.device_id)?
+        };
+        let tables = (CannRuntime::Twin, cann_twin::acl_api(), cann_twin::shmem_api());
+        Self::open_with(options, settings, tables, exchange)
+    }
+
+    fn open_with(
+        options: &AivOptions,
+        settings: CannSettings,
+        (runtime_kind, acl, shmem_api): (CannRuntime, &'static AclApi, &'static ShmemApi),
+        exchange: Option<&dyn UniqueIdExchange>,
+    ) -> Result<Arc<CannDevice>, DeviceError> {
+        let id = options.device_id;
         let kernel_object = settings.kernel_object.ok_or_else(|| DeviceError::Unavailable {
             backend: "cann",
             reason: "this build has no NPU kernel object: build with `--features cann` where bisheng or ccec is \
@@ -334,10 +371,14 @@ impl CannDevice {
             .map_err(runtime(id, "find the kernel entry aiv_transfer_kernel"))?;
 
         unwind.disarm();
-        let identity = format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe);
+        let identity = match runtime_kind {
+            CannRuntime::Vendor => format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe),
+            CannRuntime::Twin => format!("cann-twin-{}-{id}-pe{}", std::process::id(), settings.shmem_pe),
+        };
         tracing::info!(device = id, pe = settings.shmem_pe, pes = settings.shmem_pes, "CANN device opened");
         let heap = Arc::new(RangeAllocator::new(heap_mapping.address, heap_mapping.length));
         let device = Arc::new(CannDevice {
+            runtime: runtime_kind,
             acl,
             shmem: shmem_api,
             id,
@@ -457,6 +498,73 @@ impl CannDevice {
             return Err("sdma_workspace_addr is 0 (SHMEM set up no SDMA transport)".into());
         }
         Ok(workspace)
+    }
+
+    /// Which runtime the device's tables are resolved to.
+    pub fn runtime(&self) -> CannRuntime {
+        self.runtime
+    }
+
+    /// Checks the kernel stream for an exception without waiting for the kernel (at most 1 ms): a launch that ended
+    /// with an error is recorded as the stream error; a kernel still running is not an error.
+    fn poll_stream(&self) {
+        if self.bind().is_err() {
+            return;
+        }
+        // SAFETY: the stream lives as long as the device.
+        match unsafe { acl::stream::synchronize_with_timeout(self.acl, self.stream as aclrtStream, 1) } {
+            Ok(()) => {}
+            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => {}
+            Err(error) => {
+                tracing::warn!(device = self.id, error = %error, "kernel stream exception");
+                *self.stream_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
+            }
+        }
+    }
+
+    /// On the twin runtime, the exception that stopped the channel as its SDMA engine recorded it (the NPU gives the
+    /// Host no per-channel record: docs/hardware.md section 4), with the faults of the block's core.
+    fn twin_channel_exception(&self, channel: u32) -> Option<ChannelException> {
+        let device = self.id as i32;
+        let faults: Vec<String> = cann_twin::control::kernel_faults()
+            .into_iter()
+            .filter(|fault| fault.device == device && fault.block == channel)
+            .map(|fault| fault.to_string())
+            .collect();
+        let exception = cann_twin::control::channel_exception(device, channel).ok().flatten();
+        match exception {
+            Some(exception) => {
+                let mut detail = format!("twin runtime SDMA syndrome {:#x}", exception.syndrome.0);
+                if let Some(access) = exception.register {
+                    detail.push_str(&format!(
+                        "; refused register write of {} bytes at offset {:#x}",
+                        access.width, access.offset
+                    ));
+                }
+                if !faults.is_empty() {
+                    detail.push_str(&format!("; {}", faults.join("; ")));
+                }
+                Some(ChannelException {
+                    channel,
+                    sq_id: exception.sq_id,
+                    head: exception.head,
+                    tail: exception.tail,
+                    syndrome: SdmaSyndrome(exception.syndrome.0),
+                    sqe: exception.sqe,
+                    detail: Some(detail),
+                })
+            }
+            None if !faults.is_empty() => Some(ChannelException {
+                channel,
+                sq_id: channel,
+                head: 0,
+                tail: 0,
+                syndrome: SdmaSyndrome::KERNEL_FAULT,
+                sqe: [0; SQE_BYTES as usize],
+                detail: Some(faults.join("; ")),
+            }),
+            None => None,
+        }
     }
 
     /// The stream error recorded by a launch wait, if any.
@@ -874,6 +982,14 @@ impl DeviceBackend for CannDevice {
     }
 
     fn channel_exception(&self, channel: u32) -> Option<ChannelException> {
+        if self.runtime == CannRuntime::Twin {
+            if let Some(exception) = self.twin_channel_exception(channel) {
+                return Some(exception);
+            }
+        }
+        // In persistent mode nothing waits for the kernel's launch: look at the stream now (bounded, 1 ms), so a
+        // kernel that ended with an exception is seen.
+        self.poll_stream();
         let error = self.stream_error()?;
         let record_addr = {
             let channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
@@ -902,6 +1018,13 @@ impl DeviceBackend for CannDevice {
     }
 
     fn reset_channel(&self, channel: u32) -> Result<(), DeviceError> {
+        if self.runtime == CannRuntime::Twin {
+            return cann_twin::control::reset_channel(self.id as i32, channel).map_err(|error| DeviceError::Runtime {
+                device: self.id,
+                step: "reset an SDMA channel (twin runtime)",
+                detail: error.to_string(),
+            });
+        }
         Err(DeviceError::Unavailable {
             backend: "cann",
             reason: format!(

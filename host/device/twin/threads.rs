@@ -14,6 +14,9 @@ pub const SDMA_THREAD_PREFIX: &str = "aiv-sdma-";
 pub const STREAM_THREAD_PREFIX: &str = "aiv-stream-";
 /// See [`CORE_THREAD_PREFIX`].
 pub const EXPORT_THREAD_PREFIX: &str = "aiv-twin-export";
+/// The prefix of every thread the twin runtime (`cann_twin::THREAD_PREFIX`: its emulated cores, SDMA engines and
+/// stream workers) runs for a device on the `cann-twin` backend; repeated here because this file imports nothing.
+pub const TWIN_RUNTIME_THREAD_PREFIX: &str = "cann-twin-";
 /// Every prefix above.
-pub const DEVICE_THREAD_PREFIXES: [&str; 4] =
-    [CORE_THREAD_PREFIX, SDMA_THREAD_PREFIX, STREAM_THREAD_PREFIX, EXPORT_THREAD_PREFIX];
+pub const DEVICE_THREAD_PREFIXES: [&str; 5] =
+    [CORE_THREAD_PREFIX, SDMA_THREAD_PREFIX, STREAM_THREAD_PREFIX, EXPORT_THREAD_PREFIX, TWIN_RUNTIME_THREAD_PREFIX];
