@@ -1,4 +1,5 @@
-//! `aiv doctor`: which device backends are usable here, and for `cann` exactly what was looked for.
+//! `aiv doctor`: which device backends are usable here, for `cann` exactly what was looked for, and what each CANN
+//! runtime (the twin runtime in this binary, the vendor's when its libraries load) says about itself.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
@@ -29,11 +30,15 @@ pub struct DoctorReport {
     pub runtime: Option<RuntimeReport>,
     /// Whether this binary embeds the NPU transfer-kernel object.
     pub npu_kernel_embedded: bool,
+    /// What the twin runtime (the CANN runtime the `cann-twin` backend resolves its tables to) says about itself.
+    pub twin_runtime: RuntimeReport,
 }
 
 /// Answers of the loaded CANN libraries (each query's own error when it failed).
 #[derive(Clone, Debug)]
 pub struct RuntimeReport {
+    /// Where the ACL table's functions come from (the library's path, or the in-process twin).
+    pub loaded_from: String,
     /// `aclrtGetVersion`.
     pub acl_interface: Result<(i32, i32, i32), String>,
     /// `aclsysGetCANNVersion` for the CANN, runtime, toolkit and driver packages.
@@ -55,6 +60,7 @@ impl DoctorReport {
         let mut out = String::new();
         let _ = writeln!(out, "device backends:");
         let _ = writeln!(out, "  twin  usable   (CPU twin, built in)");
+        let _ = writeln!(out, "  cann-twin usable   (the cann backend on the twin runtime, built in)");
         let cann_state = if self.cann_usable() { "usable" } else { "NOT usable" };
         let _ = writeln!(
             out,
@@ -73,42 +79,48 @@ impl DoctorReport {
         }
         let kernel = if self.npu_kernel_embedded { "embedded" } else { "NOT embedded (no bisheng/ccec at build time)" };
         let _ = writeln!(out, "    NPU kernel object {kernel}");
-        let show = |result: &Result<String, String>| match result {
-            Ok(value) => value.clone(),
-            Err(error) => format!("unknown ({error})"),
-        };
+
+        let _ = writeln!(out, "  twin runtime: loaded from {}", self.twin_runtime.loaded_from);
+        render_runtime(&mut out, &self.twin_runtime);
         match &self.runtime {
             None => {
-                let _ = writeln!(out, "  runtime: not queried (libascendcl.so did not load)");
+                let _ = writeln!(out, "  vendor runtime: not queried (libascendcl.so did not load)");
             }
             Some(runtime) => {
-                let _ = writeln!(out, "  runtime:");
-                let interface = runtime.acl_interface.clone().map(|(a, b, c)| format!("{a}.{b}.{c}"));
-                let _ = writeln!(out, "    ACL interface     {}", show(&interface));
-                for (package, version) in &runtime.packages {
-                    let _ = writeln!(out, "    {package:<17} {}", show(version));
-                }
-                let _ =
-                    writeln!(out, "    devices           {}", show(&runtime.devices.clone().map(|n| n.to_string())));
-                match &runtime.shmem_version {
-                    None => {
-                        let _ = writeln!(out, "    SHMEM             not loaded");
-                    }
-                    Some(version) => {
-                        let version = version.clone().map(|(major, minor)| format!("{major}.{minor}"));
-                        let _ = writeln!(out, "    SHMEM             {}", show(&version));
-                        // SHMEM has no query for the engines a device supports; they are known only after the
-                        // collective aclshmemx_init_attr, which a diagnostic must not start.
-                        let _ = writeln!(
-                            out,
-                            "    SHMEM engines     MTE, SDMA, ROCE, UDMA defined by the host API; the cann backend \
-                             asks for SDMA (support is known only after initialisation)"
-                        );
-                    }
-                }
+                let _ = writeln!(out, "  vendor runtime: loaded from {}", runtime.loaded_from);
+                render_runtime(&mut out, runtime);
             }
         }
         out
+    }
+}
+
+fn render_runtime(out: &mut String, runtime: &RuntimeReport) {
+    let show = |result: &Result<String, String>| match result {
+        Ok(value) => value.clone(),
+        Err(error) => format!("unknown ({error})"),
+    };
+    let interface = runtime.acl_interface.clone().map(|(a, b, c)| format!("{a}.{b}.{c}"));
+    let _ = writeln!(out, "    ACL interface     {}", show(&interface));
+    for (package, version) in &runtime.packages {
+        let _ = writeln!(out, "    {package:<17} {}", show(version));
+    }
+    let _ = writeln!(out, "    devices           {}", show(&runtime.devices.clone().map(|n| n.to_string())));
+    match &runtime.shmem_version {
+        None => {
+            let _ = writeln!(out, "    SHMEM             not loaded");
+        }
+        Some(version) => {
+            let version = version.clone().map(|(major, minor)| format!("{major}.{minor}"));
+            let _ = writeln!(out, "    SHMEM             {}", show(&version));
+            // SHMEM has no query for the engines a device supports; they are known only after the collective
+            // aclshmemx_init_attr, which a diagnostic must not start.
+            let _ = writeln!(
+                out,
+                "    SHMEM engines     MTE, SDMA, ROCE, UDMA defined by the host API; the cann backend asks for SDMA \
+                 (support is known only after initialisation)"
+            );
+        }
     }
 }
 
@@ -127,21 +139,25 @@ pub fn diagnose() -> DoctorReport {
     probes.push(find_library(&cann_shmem_sys::sys::SHMEM_LIBRARY));
     probes.push(find_library(&hccl_sys::sys::HCCL_LIBRARY));
     probes.push(find_compiler(home.as_deref()));
-    let runtime = probes[1].found.is_some().then(query_runtime).flatten();
+    let runtime = probes[1]
+        .found
+        .is_some()
+        .then(|| ascendcl_sys::api().ok().map(|acl| query_runtime(acl, cann_shmem_sys::api().ok())))
+        .flatten();
     DoctorReport {
         twin_usable: true,
         cann_feature: cfg!(feature = "cann"),
         cann_probes: probes,
         runtime,
         npu_kernel_embedded: crate::device::kernel_image::NPU_KERNEL_OBJECT.is_some(),
+        twin_runtime: query_runtime(cann_twin::acl_api(), Some(cann_twin::shmem_api())),
     }
 }
 
 /// Asks the loaded ACL runtime (and SHMEM, if it loads) for versions and the device count.
-fn query_runtime() -> Option<RuntimeReport> {
+fn query_runtime(acl: &ascendcl_sys::AclApi, shmem: Option<&cann_shmem_sys::ShmemApi>) -> RuntimeReport {
     use ascendcl_sys::result::{device, runtime, version};
     use ascendcl_sys::sys::*;
-    let acl = ascendcl_sys::api().ok()?;
     let packages = [
         ("CANN", ACL_PKG_NAME_CANN),
         ("runtime", ACL_PKG_NAME_RUNTIME),
@@ -157,7 +173,7 @@ fn query_runtime() -> Option<RuntimeReport> {
         Err(error) => Err(error.to_string()),
     };
     let devices = initialised.and_then(|()| device::count(acl).map_err(|error| error.to_string()));
-    let shmem_version = cann_shmem_sys::api().ok().map(|shmem| {
+    let shmem_version = shmem.map(|shmem| {
         let get =
             ascendcl_sys::optional_symbol!(shmem, aclshmem_info_get_version).map_err(|error| error.to_string())?;
         let (mut major, mut minor) = (0, 0);
@@ -165,12 +181,13 @@ fn query_runtime() -> Option<RuntimeReport> {
         unsafe { get(&mut major, &mut minor) };
         Ok((major, minor))
     });
-    Some(RuntimeReport {
+    RuntimeReport {
+        loaded_from: acl.path().display().to_string(),
         acl_interface: version::runtime(acl).map_err(|error| error.to_string()),
         packages,
         devices,
         shmem_version,
-    })
+    }
 }
 
 /// Looks for a vendor library exactly as its `-sys` crate's loader will at run time (override variable, install
