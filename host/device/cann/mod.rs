@@ -798,6 +798,33 @@ impl DeviceBackend for CannDevice {
         self.bind()
     }
 
+    /// One bounded probe of a peer: import its heap's shareable handle again and free the new handle at once. An
+    /// exporter that is gone (its process exited, its heap freed) refuses the import; a live one grants it. `None`
+    /// when the runtime has no import call, or for this device's own memory. On the twin runtime the import asks
+    /// the exporter's process with bounded waits; on an NPU it is a driver call (*unverified on hardware* that it
+    /// fails for a vanished exporter).
+    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
+        if exporter.device == self.identity {
+            return None;
+        }
+        let region = exporter.regions.first()?;
+        if self.bind().is_err() {
+            return None;
+        }
+        match acl::vmm::import_from_shareable_handle(self.acl, region.export_id, self.id as i32) {
+            Ok(handle) => {
+                // SAFETY: imported just now, never mapped.
+                let _ = unsafe { acl::vmm::free_physical(self.acl, handle) };
+                Some(Ok(()))
+            }
+            Err(ascendcl_sys::Error::MissingSymbol(_)) => None,
+            Err(error) => Some(Err(std::io::Error::other(format!(
+                "the exporter {} no longer grants its heap (import of shareable handle {:#x}): {error}",
+                exporter.device, region.export_id
+            )))),
+        }
+    }
+
     fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
         if exporter.device == self.identity {
             return Ok(ImportedWindow { local_base: region.addr, remote_base: region.addr, length: region.length });
