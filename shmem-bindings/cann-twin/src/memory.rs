@@ -56,8 +56,8 @@ struct HeapAllocation {
 /// One `aclrtMallocPhysical` allocation.
 #[derive(Debug)]
 pub(crate) struct Physical {
-    /// Keeps the memory alive (and, later, is what an export shares).
-    _fd: OwnedFd,
+    /// Keeps the memory alive; what an export shares (`vmm_share`).
+    fd: OwnedFd,
     pub size: usize,
     /// The device view of the memfd.
     view: usize,
@@ -78,8 +78,18 @@ impl Physical {
     /// A memfd of `size` bytes and its device view.
     pub(crate) fn new(size: usize) -> Result<Physical, aclError> {
         let fd = memfd(c"cann-twin-physical", size)?;
+        Physical::from_fd(fd, size)
+    }
+
+    /// Physical memory backed by an existing memfd of at least `size` bytes (an import: the exporter's pages).
+    pub(crate) fn from_fd(fd: OwnedFd, size: usize) -> Result<Physical, aclError> {
         let view = map_shared(&fd, size)?;
-        Ok(Physical { _fd: fd, size, view, mapped: 0 })
+        Ok(Physical { fd, size, view, mapped: 0 })
+    }
+
+    /// The memfd behind this allocation.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 }
 
