@@ -148,6 +148,7 @@ mod runtime;
 pub mod sdma;
 pub mod shmem;
 mod stream;
+pub mod vmm_share;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
@@ -205,6 +206,10 @@ exports! {
     aclrtUnmapMem,
     aclrtMemSetAccess,
     aclrtMemGetAllocationGranularity,
+    aclrtMemExportToShareableHandle,
+    aclrtMemExportToShareableHandleV2,
+    aclrtMemImportFromShareableHandle,
+    aclrtMemImportFromShareableHandleV2,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.
