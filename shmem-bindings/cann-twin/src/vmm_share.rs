@@ -32,8 +32,10 @@
 //! replies are sent with `MSG_DONTWAIT` (24 bytes into an empty socket buffer) and dropped if they would block.
 //!
 //! Client: one deadline, [`IMPORT_TIMEOUT`] (2 s), bounds the whole import (connect, a full listen backlog, retries
-//! after `Busy`, the request and the reply). Nobody listening on the name (the exporter exited, or exported nothing
-//! any more) fails at once with `ACL_ERROR_RT_IPC_ERROR`: that is the peer-loss signal (see the crate docs).
+//! after `Busy`, the request and the reply). When nobody listens on the name the import fails at once: with
+//! `ACL_ERROR_RT_IPC_ERROR` when the exporting process is gone (no such pid, or a zombie), the peer-loss signal
+//! (see the crate docs); with `ACL_ERROR_RT_INVALID_HANDLE` when it lives but exports nothing any more. A reused
+//! pid reads as a live process with no such export (`ACL_ERROR_RT_INVALID_HANDLE`).
 //!
 //! # Flags
 //!
@@ -322,17 +324,9 @@ impl Service {
     fn start() -> Result<Service, aclError> {
         let address =
             SocketAddr::from_abstract_name(socket_name(own_pid())).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
-        // A service just stopped may still hold the name for a moment (it is closed before its thread ends).
-        let deadline = Instant::now() + Duration::from_secs(1);
-        let listener = loop {
-            match UnixListener::bind_addr(&address) {
-                Ok(listener) => break listener,
-                Err(error) if error.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline => {
-                    std::thread::sleep(RETRY_PAUSE)
-                }
-                Err(_) => return Err(ACL_ERROR_RT_RESOURCE_ALLOC_FAIL),
-            }
-        };
+        // A stopped service's thread has been joined, so its listener is closed and the name free. The name is
+        // taken only when a second copy of this runtime in the process (the cdylib and the rlib) exports too.
+        let listener = UnixListener::bind_addr(&address).map_err(|_| ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
         listener.set_nonblocking(true).map_err(|_| ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
         // SAFETY: eventfd has no memory preconditions.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
@@ -455,8 +449,15 @@ fn serve(listener: UnixListener, stop: &AtomicBool, wake: &OwnedFd) {
         // New connections.
         if fds[1].revents != 0 {
             for _ in 0..ACCEPT_BURST {
-                let Ok((stream, _)) = listener.accept() else { break };
-                admit(&mut waiting, stream, uid);
+                match listener.accept() {
+                    Ok((stream, _)) => admit(&mut waiting, stream, uid),
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        // Out of descriptors, say: do not spin on a listener that stays readable.
+                        std::thread::sleep(Duration::from_millis(10));
+                        break;
+                    }
+                }
             }
         }
     }
@@ -600,11 +601,31 @@ fn connect(pid: u32, deadline: Instant) -> Result<Option<OwnedFd>, aclError> {
         return Ok(Some(fd));
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        // Nobody listens on the name: the exporter has exited (or exports nothing any more).
-        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => Err(ACL_ERROR_RT_IPC_ERROR),
+        // Nobody listens on the name: the exporter has exited, or it lives and exports nothing any more.
+        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
+            Err(if process_alive(pid) { ACL_ERROR_RT_INVALID_HANDLE } else { ACL_ERROR_RT_IPC_ERROR })
+        }
         // A full backlog (the send timeout ran out) or an interruption: try again while time is left.
         Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(None),
         _ => Err(ACL_ERROR_RT_IPC_ERROR),
+    }
+}
+
+/// Whether `pid` names a live process (a zombie, exited but not yet reaped, is gone).
+fn process_alive(pid: u32) -> bool {
+    let Ok(raw) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: signal 0 only checks that the process exists.
+    let exists =
+        unsafe { libc::kill(raw, 0) } == 0 || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
+    if !exists {
+        return false;
+    }
+    // The state is the field after the parenthesised command name: `Z` zombie, `X` dead.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            !matches!(stat.rsplit_once(')').and_then(|(_, rest)| rest.trim_start().chars().next()), Some('Z' | 'X'))
+        }
+        Err(_) => true,
     }
 }
 
@@ -698,6 +719,10 @@ fn attempt(pid: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclEr
     // SAFETY: `stat` is a live local.
     let rc = unsafe { libc::fstat(memfd.as_raw_fd(), &mut stat) };
     if rc != 0 || size == 0 || size % GRANULARITY != 0 || u64::try_from(stat.st_size).ok() != Some(size as u64) {
+        return Err(ACL_ERROR_RT_IPC_ERROR);
+    }
+    // SAFETY: F_GET_SEALS takes no argument; it fails (EINVAL) unless the descriptor is a memfd.
+    if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) } < 0 {
         return Err(ACL_ERROR_RT_IPC_ERROR);
     }
     Ok(Attempt::Done(memfd, size))

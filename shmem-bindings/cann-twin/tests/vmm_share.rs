@@ -437,6 +437,13 @@ fn child_exporter() {
                 println!("{verdict}");
                 let _ = std::io::stdout().flush();
             }
+            ["free"] => {
+                unmap(api, va);
+                free(api, open);
+                free(api, checked);
+                println!("FREED {}", vmm_share::service_running());
+                let _ = std::io::stdout().flush();
+            }
             _ => break,
         }
     }
@@ -539,6 +546,12 @@ fn cross_process_export_import_and_exporter_exit() {
             assert_eq!(import(api, pid_bits | token, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
         }
     }
+
+    // The child frees its exports (its service stops): the live exporter has no such export any more.
+    child.say("free");
+    assert_eq!(child.expect_line("FREED "), "FREED false");
+    assert_eq!(import(api, checked, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    assert_eq!(download(api, va, MIB2), pattern(MIB2, 9), "the import's mapping outlives the exporter's free");
 
     child.finish();
     // The exporter is gone: import fails fast with its own code; the mapping made before keeps the pages.
