@@ -17,14 +17,14 @@
 //! | streams | `aclrtCreateStream`, `aclrtCreateStreamWithConfig`, `aclrtSynchronizeStream`, `aclrtSynchronizeStreamWithTimeout`, `aclrtDestroyStream`, `aclrtMemcpyAsync` |
 //! | memory | `aclrtMalloc`, `aclrtFree`, `aclrtMallocHost`, `aclrtFreeHost`, `aclrtMemset`, `aclrtMemcpy`, `aclrtHostRegister`, `aclrtHostUnregister` |
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
+//! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //!
 //! # Not yet implemented
 //!
 //! These optional symbols are **not resolved**: the table's field is `None`, and `optional_symbol!` reports the
 //! function as not provided by this runtime. Nothing silently succeeds.
 //! Notifies (`aclrtCreateNotify`, `aclrtDestroyNotify`, `aclrtRecordNotify`, `aclrtWaitAndResetNotify`,
-//! `aclrtGetNotifyId`); VMM export/import (`aclrtMemExportToShareableHandle`, `…V2`,
-//! `aclrtMemImportFromShareableHandle`, `…V2`); IPC (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`,
+//! `aclrtGetNotifyId`); IPC (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`,
 //! `aclrtIpcMemClose`); binaries and launch (`aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`,
 //! `aclrtLaunchKernel`, `aclrtLaunchKernelWithHostArgs`, `aclrtBinaryUnLoad`). Within implemented functions,
 //! the paths the twin does not model return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (207000): Host-located physical
@@ -46,6 +46,22 @@
 //! (the Host's and the SDMA engines') run under its read lock, allocation, free, map and unmap under its write
 //! lock, so an engine's 1 MiB copy never holds the runtime mutex. Stream tasks run in order on one worker thread
 //! per stream.
+//!
+//! # VMM export and import
+//!
+//! [`vmm_share`]: an exported physical allocation is imported, in this process or another, as a physical handle on
+//! the *same memfd pages*. The `u64` shareable handle is the exporter's pid (bits 63..42) and 42 random bits (the
+//! capability); the V2 fabric handle carries it in bytes 0..8 with the magic `cann-twin-fabric` in bytes 8..24. A
+//! process with live exports runs one service thread on the abstract socket `cann-twin-vmm-<pid>`, which passes
+//! the memfd by `SCM_RIGHTS` to same-uid peers (`SO_PEERCRED`), with bounded waits and connection limits; it stops
+//! with the last export. Flags 0 (pid whitelist; `aclrtMemSetPidToShareableHandle` is not declared) refuse other
+//! processes; `DISABLE_PID_VALIDATION` admits them. Freeing the exporter's memory withdraws the export; mappings
+//! already made stay valid. Codes: null arguments and a handle type other than NONE `ACL_ERROR_INVALID_PARAM`
+//! (vendor source); unknown, forged or freed handles `ACL_ERROR_RT_INVALID_HANDLE`; a second export or import
+//! `ACL_ERROR_RT_PARAM_INVALID`; flags 0 from another process `ACL_ERROR_RT_NO_PERMISSION`; **the exporting process
+//! gone `ACL_ERROR_RT_IPC_ERROR`, at once** (the peer-loss signal; ACL has no probe); no answer within 2 s
+//! `ACL_ERROR_RT_TIMEOUT` (guesses; docs/twin-runtime.md has the table). Not strict: the vendor documents import and
+//! export in one process as unsupported; the twin allows it (for a second device).
 //!
 //! # The device side: SHMEM, SDMA engines, register pages
 //!

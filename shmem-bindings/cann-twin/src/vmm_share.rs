@@ -43,7 +43,7 @@
 //! vendor require the importer's pid be whitelisted with `aclrtMemSetPidToShareableHandle`, which `ascendcl-sys`
 //! does not declare: so with flags 0 the twin refuses every import from another process (`ACL_ERROR_RT_NO_PERMISSION`).
 //!
-//! Lock order: the runtime mutex, then [`SERVICE`], then [`EXPORTS`]. The service thread takes only `EXPORTS`, so
+//! Lock order: the runtime mutex, then `SERVICE`, then `EXPORTS`. The service thread takes only `EXPORTS`, so
 //! stopping it (joined under `SERVICE`) cannot deadlock.
 
 use std::collections::HashMap;
