@@ -13,8 +13,8 @@ use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
 use crate::runtime::{device_segments, is_device_address, perform_copy, plan_copy, runtime, space, with_space_mut};
 use crate::stream::{Stream, Task};
 pub use crate::vmm_share::{
-    aclrtMemExportToShareableHandle, aclrtMemExportToShareableHandleV2, aclrtMemImportFromShareableHandle,
-    aclrtMemImportFromShareableHandleV2,
+    aclrtIpcMemClose, aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey, aclrtMemExportToShareableHandle,
+    aclrtMemExportToShareableHandleV2, aclrtMemImportFromShareableHandle, aclrtMemImportFromShareableHandleV2,
 };
 
 /// The version `aclrtGetVersion` reports: this crate's.

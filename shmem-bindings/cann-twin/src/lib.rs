@@ -226,6 +226,9 @@ exports! {
     aclrtMemExportToShareableHandleV2,
     aclrtMemImportFromShareableHandle,
     aclrtMemImportFromShareableHandleV2,
+    aclrtIpcMemGetExportKey,
+    aclrtIpcMemImportByKey,
+    aclrtIpcMemClose,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.

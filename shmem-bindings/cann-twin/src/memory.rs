@@ -295,6 +295,17 @@ impl Space {
         Ok(address)
     }
 
+    /// For an IPC export: the heap memfd, the offset of `address` in it, and the start of the `aclrtMalloc`
+    /// allocation `[address, address + size)` lies in (`size > 0`).
+    pub(crate) fn heap_range(&self, address: usize, size: usize) -> Result<(&OwnedFd, usize, usize), aclError> {
+        let end = address.checked_add(size).ok_or(ACL_ERROR_INVALID_PARAM)?;
+        let (&start, allocation) = self.heap.range(..=address).next_back().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        if address - start >= allocation.size || end - start > allocation.size {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        Ok((&self.heap_fd, address - self.base, start))
+    }
+
     /// `aclrtFree`: `address` must be what `malloc` returned.
     pub(crate) fn free(&mut self, address: usize) -> Result<(), aclError> {
         let allocation = self.heap.remove(&address).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
@@ -303,6 +314,8 @@ impl Space {
     }
 
     fn release_heap(&mut self, address: usize, span: usize) {
+        // IPC keys of this allocation stop being served before its pages go.
+        crate::vmm_share::heap_released(address);
         let offset = address - self.base;
         // SAFETY: punching a hole in the heap memfd over the freed allocation's own pages; no translation to them
         // is live (translations are used under the space's read lock, and this runs under its write lock).

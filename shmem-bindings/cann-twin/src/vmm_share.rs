@@ -76,8 +76,14 @@ pub const REPLY_LEN: usize = 24;
 pub const REQUEST_MAGIC: [u8; 4] = *b"CTVQ";
 /// First bytes of a reply.
 pub const REPLY_MAGIC: [u8; 4] = *b"CTVR";
-/// The request's op for an import.
+/// The request's op for a VMM import.
 pub const OP_IMPORT: u32 = 1;
+/// The request's op for an IPC key import.
+pub const OP_IPC_IMPORT: u32 = 2;
+/// The prefix of a twin IPC key; 16 lowercase hex digits of the key value (laid out as a shareable handle) follow.
+pub const IPC_KEY_PREFIX: &str = "cann-twin-ipc-";
+/// The length of a twin IPC key, without its NUL.
+pub const IPC_KEY_LEN: usize = IPC_KEY_PREFIX.len() + 16;
 /// Bytes 8..24 of a twin fabric handle.
 pub const FABRIC_MAGIC: [u8; 16] = *b"cann-twin-fabric";
 /// The whole import's deadline.
@@ -148,12 +154,42 @@ struct Export {
     handle: usize,
 }
 
+/// One live IPC export: `size` bytes at `offset` of the heap memfd.
+#[derive(Debug)]
+struct IpcExport {
+    fd: Arc<OwnedFd>,
+    offset: usize,
+    size: usize,
+    check_pid: bool,
+    /// The `aclrtMalloc` allocation the range lies in (its free withdraws the key).
+    allocation: usize,
+}
+
+/// One IPC import: a shared mapping of the exporter's pages, registered as a device window.
+#[derive(Debug)]
+struct IpcImport {
+    view: usize,
+    map_len: usize,
+    /// The window's Host start (`view` plus the offset inside the first page), its registration key.
+    host: usize,
+}
+
 #[derive(Debug, Default)]
 struct Exports {
     /// By shareable handle.
     live: HashMap<u64, Export>,
     /// Imported physical handle -> the shareable handle it came from (one import per handle in a process).
     imported: HashMap<usize, u64>,
+    /// IPC exports by key value.
+    ipc: HashMap<u64, IpcExport>,
+    /// IPC imports by key value.
+    ipc_imported: HashMap<u64, IpcImport>,
+}
+
+impl Exports {
+    fn is_empty(&self) -> bool {
+        self.live.is_empty() && self.ipc.is_empty()
+    }
 }
 
 #[derive(Debug)]
@@ -256,7 +292,7 @@ pub(crate) fn forget_handle(handle: usize) {
         exports.imported.remove(&handle);
         let before = exports.live.len();
         exports.live.retain(|_, export| export.handle != handle);
-        before != exports.live.len() && exports.live.is_empty()
+        before != exports.live.len() && exports.is_empty()
     });
     if now_empty {
         if let Some(running) = service.take() {
@@ -281,7 +317,8 @@ pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
             Ok((dup(&export.fd)?, export.size))
         })?
     } else {
-        fetch(pid, shareable)?
+        let (fd, size, _) = fetch(pid, OP_IMPORT, shareable)?;
+        (fd, size)
     };
     let physical = Physical::from_fd(fd, size)?;
     let mut runtime = runtime();
@@ -441,7 +478,7 @@ fn serve(listener: UnixListener, stop: &AtomicBool, wake: &OwnedFd) {
         while index < waiting.len() {
             if now.duration_since(waiting[index].accepted) >= REQUEST_DEADLINE {
                 let late = waiting.swap_remove(index);
-                send_reply(&late.stream, Status::Timeout, 0, None);
+                send_reply(&late.stream, Status::Timeout, (0, 0), None);
             } else {
                 index += 1;
             }
@@ -469,13 +506,13 @@ fn admit(waiting: &mut Vec<Waiting>, stream: UnixStream, uid: u32) {
         return;
     }
     if waiting.iter().filter(|w| w.pid == pid).count() >= MAX_PER_PID {
-        send_reply(&stream, Status::Busy, 0, None);
+        send_reply(&stream, Status::Busy, (0, 0), None);
         return;
     }
     if waiting.len() >= MAX_CONNECTIONS {
         if let Some(oldest) = (0..waiting.len()).min_by_key(|&i| waiting[i].accepted) {
             let evicted = waiting.swap_remove(oldest);
-            send_reply(&evicted.stream, Status::Busy, 0, None);
+            send_reply(&evicted.stream, Status::Busy, (0, 0), None);
         }
     }
     waiting.push(Waiting { stream, pid, accepted: Instant::now(), request: [0; REQUEST_LEN], got: 0 });
@@ -484,32 +521,43 @@ fn admit(waiting: &mut Vec<Waiting>, stream: UnixStream, uid: u32) {
 fn answer(connection: &Waiting) {
     let request = &connection.request;
     let op = u32::from_le_bytes([request[4], request[5], request[6], request[7]]);
-    if request[..4] != REQUEST_MAGIC || op != OP_IMPORT {
-        send_reply(&connection.stream, Status::BadRequest, 0, None);
+    if request[..4] != REQUEST_MAGIC || (op != OP_IMPORT && op != OP_IPC_IMPORT) {
+        send_reply(&connection.stream, Status::BadRequest, (0, 0), None);
         return;
     }
     let mut handle = [0u8; 8];
     handle.copy_from_slice(&request[8..16]);
     let handle = u64::from_le_bytes(handle);
     let found = with_exports(|exports| {
-        exports.live.get(&handle).map(|export| (Arc::clone(&export.fd), export.size, export.check_pid))
+        if op == OP_IMPORT {
+            exports.live.get(&handle).map(|export| (Arc::clone(&export.fd), export.size, 0, export.check_pid))
+        } else {
+            exports
+                .ipc
+                .get(&handle)
+                .map(|export| (Arc::clone(&export.fd), export.size, export.offset, export.check_pid))
+        }
     });
     match found {
-        None => send_reply(&connection.stream, Status::Unknown, 0, None),
-        // The whitelist (`aclrtMemSetPidToShareableHandle`) is not declared: only the exporter itself passes it.
-        Some((_, _, true)) if connection.pid != own_pid() as i32 => {
-            send_reply(&connection.stream, Status::NoPermission, 0, None)
+        None => send_reply(&connection.stream, Status::Unknown, (0, 0), None),
+        // The whitelists (`aclrtMemSetPidToShareableHandle`, `aclrtIpcMemSetImportPid`) are not declared: only
+        // the exporter itself passes them.
+        Some((_, _, _, true)) if connection.pid != own_pid() as i32 => {
+            send_reply(&connection.stream, Status::NoPermission, (0, 0), None)
         }
-        Some((fd, size, _)) => send_reply(&connection.stream, Status::Ok, size as u64, Some(&fd)),
+        Some((fd, size, offset, _)) => {
+            send_reply(&connection.stream, Status::Ok, (size as u64, offset as u64), Some(&fd))
+        }
     }
 }
 
 /// Sends one reply without blocking (dropped if the peer's buffer is full) and without SIGPIPE.
-fn send_reply(stream: &UnixStream, status: Status, size: u64, fd: Option<&OwnedFd>) {
+fn send_reply(stream: &UnixStream, status: Status, (size, offset): (u64, u64), fd: Option<&OwnedFd>) {
     let mut reply = [0u8; REPLY_LEN];
     reply[..4].copy_from_slice(&REPLY_MAGIC);
     reply[4..8].copy_from_slice(&(status as u32).to_le_bytes());
     reply[8..16].copy_from_slice(&size.to_le_bytes());
+    reply[16..24].copy_from_slice(&offset.to_le_bytes());
     let mut iov = libc::iovec { iov_base: reply.as_mut_ptr().cast(), iov_len: reply.len() };
     // Room for one descriptor's control message, aligned for cmsghdr.
     let mut control = [0u64; 4];
@@ -572,7 +620,8 @@ fn set_timeout(fd: libc::c_int, option: libc::c_int, left: Duration) -> Result<(
 
 /// What one attempt ended with.
 enum Attempt {
-    Done(OwnedFd, usize),
+    /// The memfd, the size and the offset of the shared range in it.
+    Done(OwnedFd, usize, usize),
     Retry,
 }
 
@@ -629,7 +678,7 @@ fn process_alive(pid: u32) -> bool {
     }
 }
 
-fn attempt(pid: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclError> {
+fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclError> {
     let Some(fd) = connect(pid, deadline)? else { return Ok(Attempt::Retry) };
     // The listener must be the process the handle names (another process of this uid could have bound the name).
     match peer_credentials(fd.as_raw_fd()) {
@@ -638,7 +687,7 @@ fn attempt(pid: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclEr
     }
     let mut request = [0u8; REQUEST_LEN];
     request[..4].copy_from_slice(&REQUEST_MAGIC);
-    request[4..8].copy_from_slice(&OP_IMPORT.to_le_bytes());
+    request[4..8].copy_from_slice(&op.to_le_bytes());
     request[8..].copy_from_slice(&shareable.to_le_bytes());
     set_timeout(fd.as_raw_fd(), libc::SO_SNDTIMEO, left(deadline)?)?;
     // SAFETY: sends from a live local of the length passed.
@@ -704,6 +753,9 @@ fn attempt(pid: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclEr
     let mut size = [0u8; 8];
     size.copy_from_slice(&reply[8..16]);
     let size = u64::from_le_bytes(size);
+    let mut offset = [0u8; 8];
+    offset.copy_from_slice(&reply[16..24]);
+    let offset = u64::from_le_bytes(offset);
     match status {
         Some(Status::Ok) => {}
         Some(Status::Unknown) => return Err(ACL_ERROR_RT_INVALID_HANDLE),
@@ -714,26 +766,35 @@ fn attempt(pid: u32, shareable: u64, deadline: Instant) -> Result<Attempt, aclEr
     }
     let memfd = received.ok_or(ACL_ERROR_RT_IPC_ERROR)?;
     let size = usize::try_from(size).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
+    let offset = usize::try_from(offset).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
     // SAFETY: a zeroed stat is valid; fstat fills it for a descriptor we own.
     let mut stat: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `stat` is a live local.
     let rc = unsafe { libc::fstat(memfd.as_raw_fd(), &mut stat) };
-    if rc != 0 || size == 0 || size % GRANULARITY != 0 || u64::try_from(stat.st_size).ok() != Some(size as u64) {
+    let file_len = u64::try_from(stat.st_size).ok().and_then(|len| usize::try_from(len).ok());
+    let fits = match op {
+        // A VMM export is a whole physical allocation: its own memfd, granularity-sized.
+        OP_IMPORT => offset == 0 && size % GRANULARITY == 0 && file_len == Some(size),
+        // An IPC export is a range of the exporter's heap memfd.
+        _ => offset.checked_add(size).is_some_and(|end| file_len.is_some_and(|len| end <= len)),
+    };
+    if rc != 0 || size == 0 || !fits {
         return Err(ACL_ERROR_RT_IPC_ERROR);
     }
     // SAFETY: F_GET_SEALS takes no argument; it fails (EINVAL) unless the descriptor is a memfd.
     if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) } < 0 {
         return Err(ACL_ERROR_RT_IPC_ERROR);
     }
-    Ok(Attempt::Done(memfd, size))
+    Ok(Attempt::Done(memfd, size, offset))
 }
 
-/// Fetches the memfd of `shareable` from `pid`'s service within [`IMPORT_TIMEOUT`].
-fn fetch(pid: u32, shareable: u64) -> Result<(OwnedFd, usize), aclError> {
+/// Fetches the memfd, size and offset of `shareable` (`op`: VMM or IPC) from `pid`'s service within
+/// [`IMPORT_TIMEOUT`].
+fn fetch(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, usize, usize), aclError> {
     let deadline = Instant::now() + IMPORT_TIMEOUT;
     loop {
-        match attempt(pid, shareable, deadline)? {
-            Attempt::Done(fd, size) => return Ok((fd, size)),
+        match attempt(pid, op, shareable, deadline)? {
+            Attempt::Done(fd, size, offset) => return Ok((fd, size, offset)),
             Attempt::Retry => {
                 std::thread::sleep(RETRY_PAUSE.min(left(deadline)?));
                 left(deadline)?;
@@ -881,5 +942,247 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
             _ => return Err(ACL_ERROR_INVALID_PARAM),
         };
         import_on(shareable, device, handle)
+    })
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// IPC keys: a range of `aclrtMalloc` memory shared on the same mechanism. The key is the text
+// `cann-twin-ipc-<16 hex digits>`, the digits a value laid out as a shareable handle (pid and token); the service
+// passes the exporter's heap memfd with the range's offset and size, and the importer maps that range and gives it
+// a device address of its own (a device window, as for registered Host memory).
+
+fn ipc_key(value: u64) -> String {
+    format!("{IPC_KEY_PREFIX}{value:016x}")
+}
+
+fn parse_ipc_key(key: &[u8]) -> Result<u64, aclError> {
+    let digits = key.strip_prefix(IPC_KEY_PREFIX.as_bytes()).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+    if digits.len() != 16 || !digits.iter().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(b)) {
+        return Err(ACL_ERROR_RT_INVALID_HANDLE);
+    }
+    let text = core::str::from_utf8(digits).map_err(|_| ACL_ERROR_RT_INVALID_HANDLE)?;
+    u64::from_str_radix(text, 16).map_err(|_| ACL_ERROR_RT_INVALID_HANDLE)
+}
+
+/// The `aclrtMalloc` allocation at `allocation` is being freed (under the space's write lock): its IPC keys are
+/// withdrawn. Mappings importers made keep the memfd range, whose pages the free punches out (they read zero, and
+/// a later allocation may reuse them: the vendor calls use after the exporter's free undefined).
+pub(crate) fn heap_released(allocation: usize) {
+    let mut service = lock(&SERVICE);
+    let now_empty = with_exports(|exports| {
+        let before = exports.ipc.len();
+        exports.ipc.retain(|_, export| export.allocation != allocation);
+        before != exports.ipc.len() && exports.is_empty()
+    });
+    if now_empty {
+        if let Some(running) = service.take() {
+            running.stop();
+        }
+    }
+}
+
+fn ipc_export(address: usize, size: usize, flags: u64) -> Result<String, aclError> {
+    let check_pid = check_export_flags(flags)?;
+    let runtime = runtime();
+    runtime.current_device()?;
+    let (fd, offset, allocation) = {
+        let space = crate::runtime::space();
+        let space = space.as_ref().filter(|space| space.contains(address)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        let (fd, offset, allocation) = space.heap_range(address, size)?;
+        (Arc::new(dup(fd)?), offset, allocation)
+    };
+    let pid = u64::from(own_pid());
+    if pid >> PID_BITS != 0 {
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
+    }
+    let mut service = lock(&SERVICE);
+    let value = with_exports(|exports| -> Result<u64, aclError> {
+        let value = loop {
+            let token = random_token()?;
+            let candidate = (pid << TOKEN_BITS) | token;
+            if token != 0 && !exports.ipc.contains_key(&candidate) {
+                break candidate;
+            }
+        };
+        exports.ipc.insert(value, IpcExport { fd, offset, size, check_pid, allocation });
+        Ok(value)
+    })?;
+    if service.is_none() {
+        match Service::start() {
+            Ok(started) => *service = Some(started),
+            Err(code) => {
+                with_exports(|exports| exports.ipc.remove(&value));
+                return Err(code);
+            }
+        }
+    }
+    Ok(ipc_key(value))
+}
+
+fn ipc_import(value: u64) -> Result<usize, aclError> {
+    let pid = handle_pid(value);
+    if pid == 0 || value & TOKEN_MASK == 0 {
+        return Err(ACL_ERROR_RT_INVALID_HANDLE);
+    }
+    runtime().current_device()?;
+    if with_exports(|exports| exports.ipc_imported.contains_key(&value)) {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let (fd, size, offset) = if pid == own_pid() {
+        with_exports(|exports| -> Result<(OwnedFd, usize, usize), aclError> {
+            let export = exports.ipc.get(&value).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+            Ok((dup(&export.fd)?, export.size, export.offset))
+        })?
+    } else {
+        fetch(pid, OP_IPC_IMPORT, value)?
+    };
+    let page = crate::memory::page();
+    let first = offset / page * page;
+    let in_page = offset - first;
+    let map_len = (in_page + size).div_ceil(page) * page;
+    let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
+    // SAFETY: a new shared mapping of a range the exporter's memfd holds (checked by `fetch` or owned here), at an
+    // address the kernel picks.
+    let view = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            fd.as_raw_fd(),
+            file_offset,
+        )
+    };
+    if view == libc::MAP_FAILED {
+        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+    }
+    let view = view as usize;
+    let host = view + in_page;
+    let unmap = || {
+        // SAFETY: the mapping made above, not registered (or no longer).
+        unsafe { libc::munmap(view as *mut libc::c_void, map_len) };
+    };
+    let address = match crate::runtime::with_space_mut(|space| space.register(host, size, false)) {
+        Ok(address) => address,
+        Err(code) => {
+            unmap();
+            return Err(code);
+        }
+    };
+    let recorded = with_exports(|exports| {
+        if exports.ipc_imported.contains_key(&value) {
+            return false;
+        }
+        exports.ipc_imported.insert(value, IpcImport { view, map_len, host });
+        true
+    });
+    if !recorded {
+        let _ = crate::runtime::with_space_mut(|space| space.unregister(host));
+        unmap();
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    Ok(address)
+}
+
+fn ipc_close(value: u64) -> Result<(), aclError> {
+    runtime().ready()?;
+    if let Some(import) = with_exports(|exports| exports.ipc_imported.remove(&value)) {
+        crate::runtime::with_space_mut(|space| space.unregister(import.host))?;
+        // SAFETY: the import's mapping, no longer registered: nothing translates to it any more (unregistering
+        // took the space's write lock).
+        unsafe { libc::munmap(import.view as *mut libc::c_void, import.map_len) };
+        return Ok(());
+    }
+    let mut service = lock(&SERVICE);
+    let (found, now_empty) = with_exports(|exports| {
+        let found = exports.ipc.remove(&value).is_some();
+        (found, found && exports.is_empty())
+    });
+    if now_empty {
+        if let Some(running) = service.take() {
+            running.stop();
+        }
+    }
+    if found {
+        Ok(())
+    } else {
+        Err(ACL_ERROR_RT_INVALID_HANDLE)
+    }
+}
+
+fn key_bytes<'a>(key: *const core::ffi::c_char) -> &'a [u8] {
+    // SAFETY: a non-null key is a NUL-terminated string (C contract); the callers checked non-null.
+    unsafe { core::ffi::CStr::from_ptr(key) }.to_bytes()
+}
+
+/// Shares `[dev_ptr, dev_ptr + size)`, inside one `aclrtMalloc` allocation, under a key written to `key` (the
+/// text `cann-twin-ipc-` and 16 hex digits, NUL-terminated; `len` must hold it: the vendor's is 65). `flags` as
+/// for VMM exports (`ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION` admits other processes; the default
+/// whitelist call is not declared, so 0 refuses them). Freeing the allocation or `aclrtIpcMemClose` withdraws it.
+///
+/// # Safety
+///
+/// `key` is null or writable for `len` bytes (C contract).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtIpcMemGetExportKey(
+    dev_ptr: *mut core::ffi::c_void,
+    size: usize,
+    key: *mut core::ffi::c_char,
+    len: usize,
+    flags: u64,
+) -> aclError {
+    guard(move || {
+        not_null(dev_ptr)?;
+        not_null(key)?;
+        if size == 0 || len <= IPC_KEY_LEN {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let text = ipc_export(dev_ptr as usize, size, flags)?;
+        // SAFETY: `key` is writable for `len > IPC_KEY_LEN` bytes; the text and its NUL fit.
+        unsafe {
+            core::ptr::copy_nonoverlapping(text.as_ptr().cast::<core::ffi::c_char>(), key, text.len());
+            key.add(text.len()).write(0);
+        }
+        Ok(())
+    })
+}
+
+/// Maps the memory an IPC key names (of this or another process) at a new device address of the current
+/// device, written to `dev_ptr`. `flags` 0 or `ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS` (accepted, not
+/// modelled). Codes as for VMM imports; one import of a key per process until `aclrtIpcMemClose`.
+///
+/// # Safety
+///
+/// `dev_ptr` is null or writable; `key` is null or a NUL-terminated string (C contract).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtIpcMemImportByKey(
+    dev_ptr: *mut *mut core::ffi::c_void,
+    key: *const core::ffi::c_char,
+    flags: u64,
+) -> aclError {
+    guard(move || {
+        not_null(dev_ptr)?;
+        not_null(key)?;
+        if flags != ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT && flags != ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let address = ipc_import(parse_ipc_key(key_bytes(key))?)?;
+        // SAFETY: checked non-null; writable by the C contract.
+        unsafe { dev_ptr.write(address as *mut core::ffi::c_void) };
+        Ok(())
+    })
+}
+
+/// Closes a key: in an importer, unmaps its device window; in the exporter, withdraws the key (mappings already
+/// made stay valid while the allocation lives).
+///
+/// # Safety
+///
+/// `key` is null or a NUL-terminated string (C contract).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtIpcMemClose(key: *const core::ffi::c_char) -> aclError {
+    guard(move || {
+        not_null(key)?;
+        ipc_close(parse_ipc_key(key_bytes(key))?)
     })
 }
