@@ -371,7 +371,7 @@ fn hostile_connections_are_bounded() {
 
     // A request of the wrong op or magic; a short request followed by a close; then the real one still works.
     let mut wrong_op = request(shareable);
-    wrong_op[4] = 2;
+    wrong_op[4] = 3;
     assert_eq!(raw_request(&wrong_op).map(|r| r.0), Some(vmm_share::Status::BadRequest as u32));
     assert_eq!(raw_request(b"GET / HTTP/1.0\r\n").map(|r| r.0), Some(vmm_share::Status::BadRequest as u32));
     {
@@ -397,11 +397,116 @@ fn hostile_connections_are_bounded() {
             prop_assert!(reply.2.is_none());
             prop_assert_eq!(import(api, forged, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
         }
+        // The same value as an IPC key is unknown too (the VMM export is not an IPC export).
+        let mut ipc = request(forged);
+        ipc[4..8].copy_from_slice(&vmm_share::OP_IPC_IMPORT.to_le_bytes());
+        let reply = raw_request(&ipc).expect("reply");
+        prop_assert_eq!(reply.0, vmm_share::Status::Unknown as u32);
+        prop_assert!(reply.2.is_none());
     });
     let (status, _, fd) = raw_request(&request(shareable)).expect("the service still serves");
     assert_eq!((status, fd.is_some()), (0, true));
     free(api, exported);
     assert!(!vmm_share::service_running());
+}
+
+fn ipc_key(api: &AclApi, ptr: *mut c_void, size: usize, flags: u64) -> Result<String, aclError> {
+    let mut key = [0 as core::ffi::c_char; 65];
+    // SAFETY: `key` is writable for its length; the twin checks the device range.
+    let code = unsafe { api.aclrtIpcMemGetExportKey.expect("resolved")(ptr, size, key.as_mut_ptr(), key.len(), flags) };
+    if code != ACL_SUCCESS {
+        return Err(code);
+    }
+    let bytes: Vec<u8> = key.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
+    Ok(String::from_utf8(bytes).expect("text"))
+}
+
+fn ipc_import(api: &AclApi, key: &str, flags: u64) -> Result<*mut c_void, aclError> {
+    let key = std::ffi::CString::new(key).expect("key");
+    let mut ptr = core::ptr::null_mut();
+    // SAFETY: live locals.
+    let code = unsafe { api.aclrtIpcMemImportByKey.expect("resolved")(&mut ptr, key.as_ptr(), flags) };
+    if code == ACL_SUCCESS {
+        Ok(ptr)
+    } else {
+        Err(code)
+    }
+}
+
+fn ipc_close(api: &AclApi, key: &str) -> aclError {
+    let key = std::ffi::CString::new(key).expect("key");
+    // SAFETY: a live NUL-terminated string.
+    unsafe { api.aclrtIpcMemClose.expect("resolved")(key.as_ptr()) }
+}
+
+#[test]
+fn ipc_keys_in_process() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let api = api();
+    let size = 1 << 20;
+    let exported = common::malloc(api, size);
+    // SAFETY: null pointers and short buffers the twin checks.
+    unsafe {
+        let get = api.aclrtIpcMemGetExportKey.expect("resolved");
+        let mut short = [0 as core::ffi::c_char; 16];
+        assert_eq!(get(core::ptr::null_mut(), size, short.as_mut_ptr(), 65, 1), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(get(exported, size, core::ptr::null_mut(), 65, 1), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(get(exported, size, short.as_mut_ptr(), short.len(), 1), ACL_ERROR_INVALID_PARAM);
+        let mut out = core::ptr::null_mut();
+        assert_eq!(
+            api.aclrtIpcMemImportByKey.expect("resolved")(&mut out, core::ptr::null(), 0),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(api.aclrtIpcMemClose.expect("resolved")(core::ptr::null()), ACL_ERROR_INVALID_PARAM);
+    }
+    assert_eq!(ipc_key(api, exported, size, 2), Err(ACL_ERROR_INVALID_PARAM));
+    assert_eq!(ipc_key(api, exported, size + 1, 1), Err(ACL_ERROR_RT_PARAM_INVALID), "past the allocation");
+    let whole = ipc_key(api, exported, size, 1).expect("key");
+    assert_eq!(whole.len(), vmm_share::IPC_KEY_LEN);
+    assert!(whole.starts_with(vmm_share::IPC_KEY_PREFIX));
+    // SAFETY: inside the allocation.
+    let inner_ptr = unsafe { exported.cast::<u8>().add(100) }.cast::<c_void>();
+    let inner = ipc_key(api, inner_ptr, 5000, 0).expect("key of a sub-range");
+
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { (api.aclrtSetDevice)(1) }, ACL_SUCCESS);
+    let imported = ipc_import(api, &whole, 0).expect("import");
+    assert_ne!(imported, exported);
+    assert_eq!(ipc_import(api, &whole, 0), Err(ACL_ERROR_RT_PARAM_INVALID), "one import of a key per process");
+    assert_eq!(ipc_import(api, &whole, 2), Err(ACL_ERROR_INVALID_PARAM));
+    assert_eq!(ipc_import(api, "cann-twin-ipc-zz", 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    assert_eq!(ipc_import(api, &whole.replace("cann", "CANN"), 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    let data = pattern(size, 13);
+    upload(api, exported, &data);
+    assert_eq!(download(api, imported, size), data, "written at the exporter's address, read at the importer's");
+    let back = pattern(4096, 17);
+    upload(api, imported, &back);
+    assert_eq!(download(api, exported, 4096), back);
+    // The sub-range starts at byte 100 and is bounded by its 5000 bytes.
+    let sub = ipc_import(api, &inner, 0).expect("import of a sub-range");
+    assert_eq!(download(api, sub, 16), download(api, inner_ptr, 16));
+    let mut past = vec![0u8; 5001];
+    assert_eq!(
+        common::memcpy(api, past.as_mut_ptr().cast(), past.len(), sub, past.len(), ACL_MEMCPY_DEVICE_TO_HOST),
+        ACL_ERROR_RT_PARAM_INVALID
+    );
+    assert_eq!(ipc_close(api, &inner), ACL_SUCCESS, "closes the import");
+    assert_eq!(ipc_close(api, &inner), ACL_SUCCESS, "closes the export");
+    assert_eq!(ipc_close(api, &inner), ACL_ERROR_RT_INVALID_HANDLE);
+    assert_eq!(ipc_close(api, &whole), ACL_SUCCESS, "closes the import");
+    assert!(vmm_share::service_running(), "the whole-allocation key is still exported");
+    // Freeing the allocation withdraws its keys.
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    // SAFETY: what aclrtMalloc returned.
+    assert_eq!(unsafe { (api.aclrtFree)(exported) }, ACL_SUCCESS);
+    assert_eq!(ipc_import(api, &whole, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    assert!(!vmm_share::service_running());
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { (api.aclrtResetDevice)(1) }, ACL_SUCCESS);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -425,7 +530,11 @@ fn child_exporter() {
     upload(api, va, &pattern(MIB2, 7));
     let open_handle = export(api, open, ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION).expect("export");
     let checked_handle = export(api, checked, ACL_RT_VMM_EXPORT_FLAG_DEFAULT).expect("export");
-    println!("READY {open_handle:x} {checked_handle:x}");
+    let heap = common::malloc(api, 1 << 20);
+    upload(api, heap, &pattern(1 << 20, 21));
+    let key = ipc_key(api, heap, 1 << 20, ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION).expect("key");
+    let checked_key = ipc_key(api, heap, 4096, ACL_RT_IPC_MEM_EXPORT_FLAG_DEFAULT).expect("key");
+    println!("READY {open_handle:x} {checked_handle:x} {key} {checked_key}");
     let _ = std::io::stdout().flush();
     for line in std::io::stdin().lock().lines() {
         let Ok(line) = line else { break };
@@ -437,10 +546,18 @@ fn child_exporter() {
                 println!("{verdict}");
                 let _ = std::io::stdout().flush();
             }
+            ["checkipc", seed] => {
+                let seed: u8 = seed.parse().expect("seed");
+                let ok = download(api, heap, 1 << 20) == pattern(1 << 20, seed);
+                println!("{}", if ok { "CHECK MATCH" } else { "CHECK DIFF" });
+                let _ = std::io::stdout().flush();
+            }
             ["free"] => {
                 unmap(api, va);
                 free(api, open);
                 free(api, checked);
+                // SAFETY: what aclrtMalloc returned; its free withdraws its IPC keys.
+                assert_eq!(unsafe { (api.aclrtFree)(heap) }, ACL_SUCCESS);
                 println!("FREED {}", vmm_share::service_running());
                 let _ = std::io::stdout().flush();
             }
@@ -539,6 +656,16 @@ fn cross_process_export_import_and_exporter_exit() {
 
     // Flags 0: another process is never whitelisted (the whitelist call is not declared).
     assert_eq!(import(api, checked, 0), Err(ACL_ERROR_RT_NO_PERMISSION));
+
+    // IPC keys across processes, data both ways.
+    let (key, checked_key) = (words[3], words[4]);
+    let window = ipc_import(api, key, 0).expect("cross-process IPC import");
+    assert_eq!(download(api, window, 1 << 20), pattern(1 << 20, 21));
+    upload(api, window, &pattern(1 << 20, 22));
+    child.say("checkipc 22");
+    assert_eq!(child.expect_line("CHECK "), "CHECK MATCH");
+    assert_eq!(ipc_import(api, checked_key, 0), Err(ACL_ERROR_RT_NO_PERMISSION));
+    assert_eq!(ipc_close(api, key), ACL_SUCCESS);
     // Forged tokens with the child's pid.
     let pid_bits = open & !((1 << vmm_share::TOKEN_BITS) - 1);
     for token in [1u64, 2, 0x3ff_ffff_ffff, (open + 1) & ((1 << vmm_share::TOKEN_BITS) - 1)] {
