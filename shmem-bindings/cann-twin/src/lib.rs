@@ -18,14 +18,14 @@
 //! | memory | `aclrtMalloc`, `aclrtFree`, `aclrtMallocHost`, `aclrtFreeHost`, `aclrtMemset`, `aclrtMemcpy`, `aclrtHostRegister`, `aclrtHostUnregister` |
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
+//! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //!
 //! # Not yet implemented
 //!
 //! These optional symbols are **not resolved**: the table's field is `None`, and `optional_symbol!` reports the
 //! function as not provided by this runtime. Nothing silently succeeds.
 //! Notifies (`aclrtCreateNotify`, `aclrtDestroyNotify`, `aclrtRecordNotify`, `aclrtWaitAndResetNotify`,
-//! `aclrtGetNotifyId`); IPC (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`,
-//! `aclrtIpcMemClose`); binaries and launch (`aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`,
+//! `aclrtGetNotifyId`); binaries and launch (`aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`,
 //! `aclrtLaunchKernel`, `aclrtLaunchKernelWithHostArgs`, `aclrtBinaryUnLoad`). Within implemented functions,
 //! the paths the twin does not model return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (207000): Host-located physical
 //! memory, `ACL_HOST_REGISTER_IOMEMORY`, version queries of packages other than CANN and the runtime.
@@ -62,6 +62,10 @@
 //! gone `ACL_ERROR_RT_IPC_ERROR`, at once** (the peer-loss signal; ACL has no probe); no answer within 2 s
 //! `ACL_ERROR_RT_TIMEOUT` (guesses; docs/twin-runtime.md has the table). Not strict: the vendor documents import and
 //! export in one process as unsupported; the twin allows it (for a second device).
+//!
+//! IPC keys use the same service: the key `cann-twin-ipc-<16 hex digits>` names a range of one `aclrtMalloc`
+//! allocation; the importer maps the exporter's heap memfd range as a device window of its own. `aclrtIpcMemClose`
+//! unmaps (importer) or withdraws (exporter); `aclrtFree` withdraws the allocation's keys.
 //!
 //! # The device side: SHMEM, SDMA engines, register pages
 //!

@@ -1,6 +1,8 @@
 //! VMM export and import across processes: `aclrtMemExportToShareableHandle[V2]` and
 //! `aclrtMemImportFromShareableHandle[V2]`. The importer's physical handle is backed by the *same memfd pages* as
 //! the exporter's `aclrtMallocPhysical` allocation, so what one process's device side writes the other's reads.
+//! IPC keys (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose`) share `aclrtMalloc` ranges
+//! on the same service (see the section at the end of this file and docs/twin-runtime.md).
 //!
 //! # The shareable handle
 //!
@@ -19,9 +21,10 @@
 //! gives and checks with `SO_PEERCRED` that the listener *is* that pid; the service checks that the peer has the
 //! same effective uid (others are closed at once, unanswered).
 //!
-//! Wire: the request is exactly [`REQUEST_LEN`] (16) bytes: [`REQUEST_MAGIC`] (4), op 1 = import (u32 LE), the
-//! shareable handle (u64 LE). The reply is exactly [`REPLY_LEN`] (24) bytes: [`REPLY_MAGIC`] (4), a status (u32 LE,
-//! [`Status`]), the allocation's size (u64 LE), 8 reserved zero bytes; with status OK the memfd is attached
+//! Wire: the request is exactly [`REQUEST_LEN`] (16) bytes: [`REQUEST_MAGIC`] (4), the op (u32 LE: 1 VMM import,
+//! 2 IPC import), the shareable handle or key value (u64 LE). The reply is exactly [`REPLY_LEN`] (24) bytes:
+//! [`REPLY_MAGIC`] (4), a status (u32 LE, [`Status`]), the size (u64 LE), the offset in the memfd (u64 LE; 0 for
+//! VMM); with status OK the memfd is attached
 //! (`SCM_RIGHTS`). A request of the wrong magic, op or length is answered `BadRequest`; a handle not exported
 //! (forged, withdrawn, freed) `Unknown`, whatever export the process has (nothing about other exports is revealed).
 //!
