@@ -54,7 +54,7 @@ use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -140,7 +140,7 @@ pub fn handle_pid(handle: u64) -> u32 {
 
 /// Whether this process's export service is running (for tests: it stops with the last export).
 pub fn service_running() -> bool {
-    lock(&SERVICE).is_some()
+    lock(&SERVICE).as_ref().is_some_and(|running| running.pid == own_pid())
 }
 
 fn own_pid() -> u32 {
@@ -197,9 +197,40 @@ impl Exports {
 
 #[derive(Debug)]
 struct Service {
+    /// The process that started it: after a `fork` the child inherits this record but not the thread.
+    pid: u32,
     stop: Arc<AtomicBool>,
     wake: Arc<OwnedFd>,
     thread: JoinHandle<()>,
+}
+
+/// The running service's listening descriptor, or -1: a `fork` child closes its copy at once (`pthread_atfork`), so
+/// that the parent's name is freed when the parent closes it, and never answered by a child without the thread.
+static LISTENER_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn close_listener_in_child() {
+    let fd = LISTENER_FD.swap(-1, Ordering::AcqRel);
+    if fd >= 0 {
+        // SAFETY: close is async-signal-safe; the descriptor is this child's copy of the listener, used by no
+        // thread here (the serving thread does not exist in the child).
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Drops the record of a service inherited across `fork` (its thread is not in this process), and the exports
+/// of the parent (their handles name the parent's pid).
+fn forget_inherited(service: &mut Option<Service>) {
+    if service.as_ref().is_some_and(|running| running.pid != own_pid()) {
+        if let Some(inherited) = service.take() {
+            // Never joined: the thread does not exist here.
+            core::mem::forget(inherited);
+        }
+    }
+    let pid = own_pid();
+    with_exports(|exports| {
+        exports.live.retain(|&value, _| handle_pid(value) == pid);
+        exports.ipc.retain(|&value, _| handle_pid(value) == pid);
+    });
 }
 
 static SERVICE: Mutex<Option<Service>> = Mutex::new(None);
@@ -254,6 +285,7 @@ pub(crate) fn export(handle: usize, flags: u64) -> Result<u64, aclError> {
         return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let mut service = lock(&SERVICE);
+    forget_inherited(&mut service);
     let shareable = with_exports(|exports| -> Result<u64, aclError> {
         if exports.imported.contains_key(&handle) {
             // Only memory this process allocated is exported (`acl_rt.h`: the handle comes from aclrtMallocPhysical
@@ -366,8 +398,14 @@ impl Service {
             SocketAddr::from_abstract_name(socket_name(own_pid())).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
         // A stopped service's thread has been joined, so its listener is closed and the name free. The name is
         // taken only when a second copy of this runtime in the process (the cdylib and the rlib) exports too.
+        static AT_FORK: std::sync::Once = std::sync::Once::new();
+        AT_FORK.call_once(|| {
+            // SAFETY: registers a child handler that only closes a descriptor (async-signal-safe).
+            unsafe { libc::pthread_atfork(None, None, Some(close_listener_in_child)) };
+        });
         let listener = UnixListener::bind_addr(&address).map_err(|_| ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
         listener.set_nonblocking(true).map_err(|_| ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
+        let listener_fd = listener.as_raw_fd();
         // SAFETY: eventfd has no memory preconditions.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
         if raw < 0 {
@@ -381,10 +419,18 @@ impl Service {
             .name("cann-twin-vmm".into())
             .spawn(move || serve(listener, &thread_stop, &thread_wake))
             .map_err(|_| ACL_ERROR_RT_RESOURCE_ALLOC_FAIL)?;
-        Ok(Service { stop, wake, thread })
+        LISTENER_FD.store(listener_fd, Ordering::Release);
+        Ok(Service { pid: own_pid(), stop, wake, thread })
     }
 
     fn stop(self) {
+        if self.pid != own_pid() {
+            // Inherited across fork: there is no thread to stop or join here.
+            core::mem::forget(self);
+            return;
+        }
+        // The listener closes when the thread ends; a fork from now on has nothing to close.
+        LISTENER_FD.store(-1, Ordering::Release);
         self.stop.store(true, Ordering::Release);
         let one = 1u64.to_ne_bytes();
         // SAFETY: writes 8 bytes from a live local to the eventfd.
@@ -999,6 +1045,7 @@ fn ipc_export(address: usize, size: usize, flags: u64) -> Result<String, aclErro
         return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let mut service = lock(&SERVICE);
+    forget_inherited(&mut service);
     let value = with_exports(|exports| -> Result<u64, aclError> {
         let value = loop {
             let token = random_token()?;

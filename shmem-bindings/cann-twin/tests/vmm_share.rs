@@ -509,6 +509,94 @@ fn ipc_keys_in_process() {
     assert_eq!(unsafe { (api.aclrtResetDevice)(1) }, ACL_SUCCESS);
 }
 
+fn pipe() -> (OwnedFd, OwnedFd) {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` is a live array of two ints.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: two fresh descriptors owned by nobody else.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// Reads exactly `buf.len()` bytes from `fd` within 5 s; false on timeout or end of file.
+fn read_within(fd: &OwnedFd, buf: &mut [u8]) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut got = 0;
+    while got < buf.len() {
+        let left = deadline.saturating_duration_since(Instant::now()).as_millis() as i32;
+        let mut poll = libc::pollfd { fd: fd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+        // SAFETY: one live pollfd; then a read into the rest of a live buffer.
+        unsafe {
+            if left <= 0 || libc::poll(&mut poll, 1, left) <= 0 {
+                return false;
+            }
+            let read = libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), buf.len() - got);
+            if read <= 0 {
+                return false;
+            }
+            got += read as usize;
+        }
+    }
+    true
+}
+
+#[test]
+fn a_forked_child_keeps_neither_the_name_nor_the_service() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let api = api();
+    let parent_export = physical(api, MIB2, 0);
+    let for_child = physical(api, MIB2, 0);
+    export(api, parent_export, 1).expect("export");
+    let (from_child, to_parent) = pipe();
+    let (from_parent, to_child) = pipe();
+    // SAFETY: the child only makes twin calls (the other test threads wait on `SERIAL`, holding no twin lock) and
+    // ends with `_exit`.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0);
+    if child == 0 {
+        drop((from_child, to_child));
+        let mut message = [0u8; 9];
+        if let Ok(handle) = export(api, for_child, 1) {
+            message[0] = u8::from(vmm_share::service_running());
+            message[1..].copy_from_slice(&handle.to_le_bytes());
+        }
+        // SAFETY: writes a live local to a pipe; `_exit` ends the child without running the parent's destructors.
+        unsafe {
+            libc::write(to_parent.as_raw_fd(), message.as_ptr().cast(), message.len());
+            let mut done = [0u8; 1];
+            read_within(&from_parent, &mut done);
+            libc::_exit(0);
+        }
+    }
+    drop((to_parent, from_parent));
+    let mut message = [0u8; 9];
+    assert!(read_within(&from_child, &mut message), "the child answers");
+    assert_eq!(message[0], 1, "the child exports with a service of its own");
+    let child_handle = u64::from_le_bytes(message[1..].try_into().expect("8 bytes"));
+    assert_eq!(vmm_share::handle_pid(child_handle), child as u32);
+    let imported = import(api, child_handle, 0).expect("import from the forked child");
+    free(api, imported);
+    // The parent withdraws its only export: its name is free although the child (alive) inherited the listener.
+    free(api, parent_export);
+    assert!(!vmm_share::service_running());
+    assert!(UnixStream::connect_addr(&own_address()).is_err(), "the child closed its copy of the listener");
+    let again = physical(api, MIB2, 0);
+    export(api, again, 1).expect("the parent's service starts again on its name");
+    free(api, again);
+    drop(to_child);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut status = 0;
+    // SAFETY: waits for our own child without blocking.
+    while unsafe { libc::waitpid(child, &mut status, libc::WNOHANG) } == 0 {
+        assert!(Instant::now() < deadline, "the child did not exit");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0);
+    free(api, for_child);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Across processes: the child exports, the parent imports.
 
