@@ -720,6 +720,23 @@ impl Child {
     }
 }
 
+/// Waits (at most 5 s) until every thread of `pid` is stopped (state `T`).
+fn wait_stopped(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks");
+        let all_stopped = tasks.flatten().all(|task| {
+            let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+            stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T'))
+        });
+        if all_stopped {
+            return;
+        }
+        assert!(Instant::now() < deadline, "the child did not stop");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
 #[test]
 fn cross_process_export_import_and_exporter_exit() {
     if std::env::var_os(ROLE).is_some() {
@@ -762,6 +779,19 @@ fn cross_process_export_import_and_exporter_exit() {
         }
     }
 
+    // A stopped exporter (SIGSTOP): the kernel still queues the connection, nobody answers; the import gives up at
+    // its deadline.
+    // SAFETY: signals to our own child.
+    assert_eq!(unsafe { libc::kill(child_pid as i32, libc::SIGSTOP) }, 0);
+    wait_stopped(child_pid);
+    let started = Instant::now();
+    let result = import(api, pid_bits | 5, 0);
+    let waited = started.elapsed();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(child_pid as i32, libc::SIGCONT) }, 0);
+    assert_eq!(result, Err(ACL_ERROR_RT_TIMEOUT));
+    assert!(waited >= Duration::from_millis(1900) && waited < Duration::from_secs(4), "waited {waited:?}");
+
     // The child frees its exports (its service stops): the live exporter has no such export any more.
     child.say("free");
     assert_eq!(child.expect_line("FREED "), "FREED false");
@@ -776,4 +806,29 @@ fn cross_process_export_import_and_exporter_exit() {
     assert_eq!(download(api, va, MIB2), pattern(MIB2, 9));
     unmap(api, va);
     free(api, imported);
+}
+
+#[test]
+fn a_listener_that_is_not_the_exporter_is_refused() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let api = api();
+    // A live process that exports nothing; this process binds the name its service would have.
+    let mut bystander = Command::new("sleep").arg("30").spawn().expect("spawn sleep");
+    let pid = bystander.id();
+    let name = SocketAddr::from_abstract_name(vmm_share::socket_name(pid)).expect("name");
+    let squatter = std::os::unix::net::UnixListener::bind_addr(&name).expect("bind");
+    let handle = (u64::from(pid) << vmm_share::TOKEN_BITS) | 77;
+    let started = Instant::now();
+    assert_eq!(import(api, handle, 0), Err(ACL_ERROR_RT_IPC_ERROR), "SO_PEERCRED shows another pid");
+    assert!(started.elapsed() < Duration::from_millis(500));
+    drop(squatter);
+    // Nobody listens now, and the process lives: no such export.
+    assert_eq!(import(api, handle, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    let _ = bystander.kill();
+    let _ = bystander.wait();
+    // Gone (reaped): the peer-loss code.
+    assert_eq!(import(api, handle, 0), Err(ACL_ERROR_RT_IPC_ERROR));
 }
