@@ -35,10 +35,12 @@
 //! replies are sent with `MSG_DONTWAIT` (24 bytes into an empty socket buffer) and dropped if they would block.
 //!
 //! Client: one deadline, [`IMPORT_TIMEOUT`] (2 s), bounds the whole import (connect, a full listen backlog, retries
-//! after `Busy`, the request and the reply). When nobody listens on the name the import fails at once: with
-//! `ACL_ERROR_RT_IPC_ERROR` when the exporting process is gone (no such pid, or a zombie), the peer-loss signal
-//! (see the crate docs); with `ACL_ERROR_RT_INVALID_HANDLE` when it lives but exports nothing any more. A reused
-//! pid reads as a live process with no such export (`ACL_ERROR_RT_INVALID_HANDLE`).
+//! after `Busy`, the request and the reply). Any failure of the exchange is reported as `ACL_ERROR_RT_IPC_ERROR`
+//! when the exporting process is gone (no such pid, or a zombie), and only then: the peer-loss signal (see the crate
+//! docs); nobody listening is immediate. A live exporter that does not listen (it exports nothing any more) or
+//! closes without a reply gives `ACL_ERROR_RT_INVALID_HANDLE`; a listener that is not the pid the handle names, or
+//! a reply that breaks the protocol, `ACL_ERROR_RT_INTERNAL_ERROR`. A reused pid reads as a live process with no
+//! such export.
 //!
 //! # Flags
 //!
@@ -699,13 +701,11 @@ fn connect(pid: u32, deadline: Instant) -> Result<Option<OwnedFd>, aclError> {
         return Ok(Some(fd));
     }
     match std::io::Error::last_os_error().raw_os_error() {
-        // Nobody listens on the name: the exporter has exited, or it lives and exports nothing any more.
-        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => {
-            Err(if process_alive(pid) { ACL_ERROR_RT_INVALID_HANDLE } else { ACL_ERROR_RT_IPC_ERROR })
-        }
+        // Nobody listens on the name: the exporter exports nothing any more (or is gone: `fetch` tells).
+        Some(libc::ECONNREFUSED) | Some(libc::ENOENT) => Err(ACL_ERROR_RT_INVALID_HANDLE),
         // A full backlog (the send timeout ran out) or an interruption: try again while time is left.
         Some(libc::EAGAIN) | Some(libc::EINTR) | Some(libc::ETIMEDOUT) => Ok(None),
-        _ => Err(ACL_ERROR_RT_IPC_ERROR),
+        _ => Err(ACL_ERROR_RT_INTERNAL_ERROR),
     }
 }
 
@@ -732,7 +732,7 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
     // The listener must be the process the handle names (another process of this uid could have bound the name).
     match peer_credentials(fd.as_raw_fd()) {
         Some((peer, _)) if peer == pid as i32 => {}
-        _ => return Err(ACL_ERROR_RT_IPC_ERROR),
+        _ => return Err(ACL_ERROR_RT_INTERNAL_ERROR),
     }
     let mut request = [0u8; REQUEST_LEN];
     request[..4].copy_from_slice(&REQUEST_MAGIC);
@@ -742,7 +742,8 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
     // SAFETY: sends from a live local of the length passed.
     let sent = unsafe { libc::send(fd.as_raw_fd(), request.as_ptr().cast(), request.len(), libc::MSG_NOSIGNAL) };
     if sent != REQUEST_LEN as isize {
-        return Err(if Instant::now() >= deadline { ACL_ERROR_RT_TIMEOUT } else { ACL_ERROR_RT_IPC_ERROR });
+        // The service closed the connection (it stops, or refused this uid), unless time ran out.
+        return Err(if Instant::now() >= deadline { ACL_ERROR_RT_TIMEOUT } else { ACL_ERROR_RT_INVALID_HANDLE });
     }
     let mut reply = [0u8; REPLY_LEN];
     let mut got = 0;
@@ -767,7 +768,7 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
             return Err(if matches!(error, Some(libc::EAGAIN)) {
                 ACL_ERROR_RT_TIMEOUT
             } else {
-                ACL_ERROR_RT_IPC_ERROR
+                ACL_ERROR_RT_INVALID_HANDLE
             });
         }
         // Take ownership of every descriptor that arrived, so none leaks; keep the first.
@@ -790,13 +791,13 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
             }
         }
         if read == 0 {
-            // Closed before a whole reply: the service refused the connection (or is going away).
-            return Err(ACL_ERROR_RT_IPC_ERROR);
+            // Closed before a whole reply: the service refused the connection (other uid) or stopped.
+            return Err(ACL_ERROR_RT_INVALID_HANDLE);
         }
         got += read as usize;
     }
     if reply[..4] != REPLY_MAGIC {
-        return Err(ACL_ERROR_RT_IPC_ERROR);
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let status = Status::from_u32(u32::from_le_bytes([reply[4], reply[5], reply[6], reply[7]]));
     let mut size = [0u8; 8];
@@ -811,11 +812,11 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
         Some(Status::NoPermission) => return Err(ACL_ERROR_RT_NO_PERMISSION),
         Some(Status::Busy) => return Ok(Attempt::Retry),
         Some(Status::Timeout) => return Err(ACL_ERROR_RT_TIMEOUT),
-        Some(Status::BadRequest) | None => return Err(ACL_ERROR_RT_IPC_ERROR),
+        Some(Status::BadRequest) | None => return Err(ACL_ERROR_RT_INTERNAL_ERROR),
     }
-    let memfd = received.ok_or(ACL_ERROR_RT_IPC_ERROR)?;
-    let size = usize::try_from(size).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
-    let offset = usize::try_from(offset).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
+    let memfd = received.ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let size = usize::try_from(size).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let offset = usize::try_from(offset).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
     // SAFETY: a zeroed stat is valid; fstat fills it for a descriptor we own.
     let mut stat: libc::stat = unsafe { core::mem::zeroed() };
     // SAFETY: `stat` is a live local.
@@ -828,11 +829,11 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
         _ => offset.checked_add(size).is_some_and(|end| file_len.is_some_and(|len| end <= len)),
     };
     if rc != 0 || size == 0 || !fits {
-        return Err(ACL_ERROR_RT_IPC_ERROR);
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     // SAFETY: F_GET_SEALS takes no argument; it fails (EINVAL) unless the descriptor is a memfd.
     if unsafe { libc::fcntl(memfd.as_raw_fd(), libc::F_GET_SEALS) } < 0 {
-        return Err(ACL_ERROR_RT_IPC_ERROR);
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     Ok(Attempt::Done(memfd, size, offset))
 }
@@ -840,6 +841,11 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
 /// Fetches the memfd, size and offset of `shareable` (`op`: VMM or IPC) from `pid`'s service within
 /// [`IMPORT_TIMEOUT`].
 fn fetch(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, usize, usize), aclError> {
+    // Whatever failed, an exporter that is gone is reported as such: the peer-loss code, and only for that.
+    fetch_from(pid, op, shareable).map_err(|code| if process_alive(pid) { code } else { ACL_ERROR_RT_IPC_ERROR })
+}
+
+fn fetch_from(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, usize, usize), aclError> {
     let deadline = Instant::now() + IMPORT_TIMEOUT;
     loop {
         match attempt(pid, op, shareable, deadline)? {
@@ -1090,7 +1096,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
     let first = offset / page * page;
     let in_page = offset - first;
     let map_len = (in_page + size).div_ceil(page) * page;
-    let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_IPC_ERROR)?;
+    let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
     // SAFETY: a new shared mapping of a range the exporter's memfd holds (checked by `fetch` or owned here), at an
     // address the kernel picks.
     let view = unsafe {

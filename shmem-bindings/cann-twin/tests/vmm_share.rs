@@ -822,7 +822,7 @@ fn a_listener_that_is_not_the_exporter_is_refused() {
     let squatter = std::os::unix::net::UnixListener::bind_addr(&name).expect("bind");
     let handle = (u64::from(pid) << vmm_share::TOKEN_BITS) | 77;
     let started = Instant::now();
-    assert_eq!(import(api, handle, 0), Err(ACL_ERROR_RT_IPC_ERROR), "SO_PEERCRED shows another pid");
+    assert_eq!(import(api, handle, 0), Err(ACL_ERROR_RT_INTERNAL_ERROR), "SO_PEERCRED shows another pid");
     assert!(started.elapsed() < Duration::from_millis(500));
     drop(squatter);
     // Nobody listens now, and the process lives: no such export.
