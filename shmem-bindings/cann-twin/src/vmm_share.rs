@@ -344,10 +344,9 @@ pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
     if pid == 0 || shareable & TOKEN_MASK == 0 {
         return Err(ACL_ERROR_RT_INVALID_HANDLE);
     }
-    if with_exports(|exports| exports.imported.values().any(|&from| from == shareable)) {
-        // One import of a shareable handle per process (vendor documentation); the code is a guess.
-        return Err(ACL_ERROR_RT_PARAM_INVALID);
-    }
+    // One import of a shareable handle per process (vendor documentation; the code is a guess). Checked once the
+    // exporter has answered, so that a gone exporter, a forged or freed handle, or a refusal take precedence: a
+    // second import tells whether the exporter still grants the handle.
     let (fd, size) = if pid == own_pid() {
         with_exports(|exports| -> Result<(OwnedFd, usize), aclError> {
             let export = exports.live.get(&shareable).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
@@ -357,12 +356,16 @@ pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
         let (fd, size, _) = fetch(pid, OP_IMPORT, shareable)?;
         (fd, size)
     };
+    if with_exports(|exports| exports.imported.values().any(|&from| from == shareable)) {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     let physical = Physical::from_fd(fd, size)?;
     let mut runtime = runtime();
     runtime.ready()?;
     let handle = runtime.new_handle();
     with_exports(|exports| {
         if exports.imported.values().any(|&from| from == shareable) {
+            // Nothing was added: `physical` (the second view of the pages) is dropped on return.
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
         exports.imported.insert(handle, shareable);
@@ -1081,9 +1084,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
         return Err(ACL_ERROR_RT_INVALID_HANDLE);
     }
     runtime().current_device()?;
-    if with_exports(|exports| exports.ipc_imported.contains_key(&value)) {
-        return Err(ACL_ERROR_RT_PARAM_INVALID);
-    }
+    // One import of a key per process, checked once the exporter has answered (as for VMM imports).
     let (fd, size, offset) = if pid == own_pid() {
         with_exports(|exports| -> Result<(OwnedFd, usize, usize), aclError> {
             let export = exports.ipc.get(&value).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
@@ -1092,6 +1093,9 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
     } else {
         fetch(pid, OP_IPC_IMPORT, value)?
     };
+    if with_exports(|exports| exports.ipc_imported.contains_key(&value)) {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
     let page = crate::memory::page();
     let first = offset / page * page;
     let in_page = offset - first;

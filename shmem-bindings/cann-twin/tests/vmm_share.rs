@@ -753,6 +753,8 @@ fn cross_process_export_import_and_exporter_exit() {
     assert_eq!(vmm_share::handle_pid(open), child_pid);
 
     let imported = import(api, open, 0).expect("cross-process import");
+    // A second import while the first lives: refused, after the exporter has answered (it still grants it).
+    assert_eq!(import(api, open, 0), Err(ACL_ERROR_RT_PARAM_INVALID));
     let va = map(api, imported, MIB2);
     assert_eq!(download(api, va, MIB2), pattern(MIB2, 7), "the child's data, read in the parent");
     upload(api, va, &pattern(MIB2, 9));
@@ -803,6 +805,8 @@ fn cross_process_export_import_and_exporter_exit() {
     let started = Instant::now();
     assert_eq!(import(api, checked, 0), Err(ACL_ERROR_RT_IPC_ERROR));
     assert!(started.elapsed() < Duration::from_millis(500), "took {:?}", started.elapsed());
+    // Also for the handle imported (and still mapped) here: the gone exporter takes precedence over the duplicate.
+    assert_eq!(import(api, open, 0), Err(ACL_ERROR_RT_IPC_ERROR));
     assert_eq!(download(api, va, MIB2), pattern(MIB2, 9));
     unmap(api, va);
     free(api, imported);
