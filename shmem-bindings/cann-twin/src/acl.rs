@@ -12,6 +12,10 @@ use ascendcl_sys::sys::*;
 use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
 use crate::runtime::{device_segments, is_device_address, perform_copy, plan_copy, runtime, space, with_space_mut};
 use crate::stream::{Stream, Task};
+pub use crate::vmm_share::{
+    aclrtIpcMemClose, aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey, aclrtMemExportToShareableHandle,
+    aclrtMemExportToShareableHandleV2, aclrtMemImportFromShareableHandle, aclrtMemImportFromShareableHandleV2,
+};
 
 /// The version `aclrtGetVersion` reports: this crate's.
 pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
@@ -521,6 +525,7 @@ acl_entry! {
             return Err(ACL_ERROR_RT_MEMORY_FREE);
         }
         runtime.physical.remove(&(handle as usize));
+        crate::vmm_share::forget_handle(handle as usize);
         Ok(())
     }
 }

@@ -18,15 +18,15 @@
 //! | memory | `aclrtMalloc`, `aclrtFree`, `aclrtMallocHost`, `aclrtFreeHost`, `aclrtMemset`, `aclrtMemcpy`, `aclrtHostRegister`, `aclrtHostUnregister` |
 //! | binaries, launch | `aclrtBinaryLoadFromData`, `aclrtBinaryGetFunction`, `aclrtBinaryUnLoad`, `aclrtLaunchKernel`, `aclrtLaunchKernelWithHostArgs` (module [`kernel`]: the binary is a host shared object built for the CPU model; emulated AIV cores) |
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
+//! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
+//! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //!
 //! # Not yet implemented
 //!
 //! These optional symbols are **not resolved**: the table's field is `None`, and `optional_symbol!` reports the
 //! function as not provided by this runtime. Nothing silently succeeds.
 //! Notifies (`aclrtCreateNotify`, `aclrtDestroyNotify`, `aclrtRecordNotify`, `aclrtWaitAndResetNotify`,
-//! `aclrtGetNotifyId`); VMM export/import (`aclrtMemExportToShareableHandle`, `…V2`,
-//! `aclrtMemImportFromShareableHandle`, `…V2`); IPC (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`,
-//! `aclrtIpcMemClose`). Within implemented functions,
+//! `aclrtGetNotifyId`). Within implemented functions,
 //! the paths the twin does not model return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (207000): Host-located physical
 //! memory, `ACL_HOST_REGISTER_IOMEMORY`, version queries of packages other than CANN and the runtime.
 //!
@@ -46,6 +46,26 @@
 //! (the Host's and the SDMA engines') run under its read lock, allocation, free, map and unmap under its write
 //! lock, so an engine's 1 MiB copy never holds the runtime mutex. Stream tasks run in order on one worker thread
 //! per stream.
+//!
+//! # VMM export and import
+//!
+//! [`vmm_share`]: an exported physical allocation is imported, in this process or another, as a physical handle on
+//! the *same memfd pages*. The `u64` shareable handle is the exporter's pid (bits 63..42) and 42 random bits (the
+//! capability); the V2 fabric handle carries it in bytes 0..8 with the magic `cann-twin-fabric` in bytes 8..24. A
+//! process with live exports runs one service thread on the abstract socket `cann-twin-vmm-<pid>`, which passes
+//! the memfd by `SCM_RIGHTS` to same-uid peers (`SO_PEERCRED`), with bounded waits and connection limits; it stops
+//! with the last export. Flags 0 (pid whitelist; `aclrtMemSetPidToShareableHandle` is not declared) refuse other
+//! processes; `DISABLE_PID_VALIDATION` admits them. Freeing the exporter's memory withdraws the export; mappings
+//! already made stay valid. Codes: null arguments and a handle type other than NONE `ACL_ERROR_INVALID_PARAM`
+//! (vendor source); unknown, forged or freed handles `ACL_ERROR_RT_INVALID_HANDLE`; a second export or import
+//! `ACL_ERROR_RT_PARAM_INVALID`; flags 0 from another process `ACL_ERROR_RT_NO_PERMISSION`; **the exporting process
+//! gone `ACL_ERROR_RT_IPC_ERROR`, at once** (the peer-loss signal; ACL has no probe); no answer within 2 s
+//! `ACL_ERROR_RT_TIMEOUT` (guesses; docs/twin-runtime.md has the table). Not strict: the vendor documents import and
+//! export in one process as unsupported; the twin allows it (for a second device).
+//!
+//! IPC keys use the same service: the key `cann-twin-ipc-<16 hex digits>` names a range of one `aclrtMalloc`
+//! allocation; the importer maps the exporter's heap memfd range as a device window of its own. `aclrtIpcMemClose`
+//! unmaps (importer) or withdraws (exporter); `aclrtFree` withdraws the allocation's keys.
 //!
 //! # The device side: SHMEM, SDMA engines, register pages
 //!
@@ -149,6 +169,7 @@ mod runtime;
 pub mod sdma;
 pub mod shmem;
 mod stream;
+pub mod vmm_share;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
@@ -215,6 +236,13 @@ exports! {
     aclrtBinaryUnLoad,
     aclrtLaunchKernel,
     aclrtLaunchKernelWithHostArgs,
+    aclrtMemExportToShareableHandle,
+    aclrtMemExportToShareableHandleV2,
+    aclrtMemImportFromShareableHandle,
+    aclrtMemImportFromShareableHandleV2,
+    aclrtIpcMemGetExportKey,
+    aclrtIpcMemImportByKey,
+    aclrtIpcMemClose,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.

@@ -56,8 +56,8 @@ struct HeapAllocation {
 /// One `aclrtMallocPhysical` allocation.
 #[derive(Debug)]
 pub(crate) struct Physical {
-    /// Keeps the memory alive (and, later, is what an export shares).
-    _fd: OwnedFd,
+    /// Keeps the memory alive; what an export shares (`vmm_share`).
+    fd: OwnedFd,
     pub size: usize,
     /// The device view of the memfd.
     view: usize,
@@ -78,8 +78,18 @@ impl Physical {
     /// A memfd of `size` bytes and its device view.
     pub(crate) fn new(size: usize) -> Result<Physical, aclError> {
         let fd = memfd(c"cann-twin-physical", size)?;
+        Physical::from_fd(fd, size)
+    }
+
+    /// Physical memory backed by an existing memfd of at least `size` bytes (an import: the exporter's pages).
+    pub(crate) fn from_fd(fd: OwnedFd, size: usize) -> Result<Physical, aclError> {
         let view = map_shared(&fd, size)?;
-        Ok(Physical { _fd: fd, size, view, mapped: 0 })
+        Ok(Physical { fd, size, view, mapped: 0 })
+    }
+
+    /// The memfd behind this allocation.
+    pub(crate) fn fd(&self) -> &OwnedFd {
+        &self.fd
     }
 }
 
@@ -285,6 +295,17 @@ impl Space {
         Ok(address)
     }
 
+    /// For an IPC export: the heap memfd, the offset of `address` in it, and the start of the `aclrtMalloc`
+    /// allocation `[address, address + size)` lies in (`size > 0`).
+    pub(crate) fn heap_range(&self, address: usize, size: usize) -> Result<(&OwnedFd, usize, usize), aclError> {
+        let end = address.checked_add(size).ok_or(ACL_ERROR_INVALID_PARAM)?;
+        let (&start, allocation) = self.heap.range(..=address).next_back().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        if address - start >= allocation.size || end - start > allocation.size {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        Ok((&self.heap_fd, address - self.base, start))
+    }
+
     /// `aclrtFree`: `address` must be what `malloc` returned.
     pub(crate) fn free(&mut self, address: usize) -> Result<(), aclError> {
         let allocation = self.heap.remove(&address).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
@@ -293,6 +314,8 @@ impl Space {
     }
 
     fn release_heap(&mut self, address: usize, span: usize) {
+        // IPC keys of this allocation stop being served before its pages go.
+        crate::vmm_share::heap_released(address);
         let offset = address - self.base;
         // SAFETY: punching a hole in the heap memfd over the freed allocation's own pages; no translation to them
         // is live (translations are used under the space's read lock, and this runs under its write lock).
