@@ -1,19 +1,21 @@
-//! Hardware tier: the aiv path and the `ubshmem` and `adxl` baselines between two NPUs, with data checks.
-//! `#[ignore]`d; selected by `AIV_NPU_TESTS=1`.
+//! Hardware tier: the aiv path and the `ubshmem` and `adxl` baselines between two NPUs, with data checks, and the
+//! same test on the twin runtime.
 //!
-//! Run on an Ascend machine (docs/HARDWARE_TESTING.md):
+//! On an Ascend machine (docs/HARDWARE_TESTING.md), against the vendor's CANN runtime, `#[ignore]`d and selected by
+//! `AIV_NPU_TESTS=1`:
 //! `AIV_NPU_TESTS=1 cargo test --features cann --test npu_hardware -- --ignored --nocapture`
 //! (`AIV_SDMA_WORKSPACE_ADDR=<hex>` optionally overrides the SDMA workspace address each process otherwise finds in
 //! SHMEM's state; that discovery is unverified on hardware, see docs/HARDWARE_TESTING.md).
 //!
+//! Everywhere, in the suite: the same two-process test with the same backend, its tables resolved to the twin runtime
+//! (`"device_backend": "cann-twin"`), over aiv and ubshmem (the twin runtime has no HiXL yet, so adxl is left out there
+//! and the test says so).
+//!
 //! SHMEM takes one PE per process, so the test runs two processes: this one (PE 0, NPU `AIV_NPU_DEVICE_A`, default 0)
 //! and a copy of this test binary running `npu_peer_process` (PE 1, NPU `AIV_NPU_DEVICE_B`, default 1). SHMEM's unique
 //! id goes from PE 0 to PE 1 through PE 0's segment descriptor (P2P handshake on loopback). PE 0 then moves data with
-//! READ and WRITE requests over aiv, ubshmem and adxl (HiXL: `libcann_hixl.so` must load) and checks every byte. Selected on a machine without CANN, the test fails with the
+//! READ and WRITE requests and checks every byte. Selected on a machine without CANN, the vendor test fails with the
 //! doctor's report. Nothing in this file has been run on an NPU yet.
-// Without feature `cann` only the selection and the doctor check remain (the selected test then fails, as it should).
-#![cfg_attr(not(feature = "cann"), allow(dead_code, unused_imports))]
-
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -35,11 +37,19 @@ fn device_env(name: &str, default: u32) -> u32 {
     std::env::var(name).ok().and_then(|value| value.parse().ok()).unwrap_or(default)
 }
 
-fn engine(device_id: u32) -> TransferEngine {
+/// The backend the peer process runs (`AIV_NPU_TEST_BACKEND`: `cann`, else `cann-twin`).
+fn backend_from_env() -> DeviceBackendKind {
+    match std::env::var("AIV_NPU_TEST_BACKEND").as_deref() {
+        Ok("cann") => DeviceBackendKind::Cann,
+        _ => DeviceBackendKind::CannTwin,
+    }
+}
+
+fn engine(backend: DeviceBackendKind, device_id: u32) -> TransferEngine {
     let mut config = EngineConfig::new("127.0.0.1");
     config.protocol = Protocol::Aiv;
     config.aiv = AivOptions {
-        device_backend: DeviceBackendKind::Cann,
+        device_backend: backend,
         device_id,
         aiv_blocks: 2,
         doorbell_batch: 8,
@@ -75,12 +85,10 @@ fn require_cann() {
     }
 }
 
-#[cfg(feature = "cann")]
 fn write_device(device: &aiv_transport::engine::AivDevice, addr: u64, data: &[u8]) {
     device.write(addr, data).expect("H2D copy");
 }
 
-#[cfg(feature = "cann")]
 fn read_device(device: &aiv_transport::engine::AivDevice, addr: u64, length: u64) -> Vec<u8> {
     let mut out = vec![0u8; length as usize];
     device.read(addr, &mut out).expect("D2H copy");
@@ -92,18 +100,14 @@ fn read_device(device: &aiv_transport::engine::AivDevice, addr: u64, length: u64
 #[ignore = "hardware: run by npu_hardware's main test as its peer process"]
 fn npu_peer_process() {
     if std::env::var("AIV_NPU_ROLE").as_deref() != Ok("peer") {
-        println!("SKIPPED: the peer half of aiv_read_and_write_between_two_npus (started by it)");
+        println!("SKIPPED: the peer half of the two-process tests (started by them)");
     } else {
-        #[cfg(feature = "cann")]
         serve_as_peer();
-        #[cfg(not(feature = "cann"))]
-        panic!("the peer process needs feature `cann`");
     }
 }
 
-#[cfg(feature = "cann")]
 fn serve_as_peer() {
-    let engine = engine(device_env("AIV_NPU_DEVICE_B", 1));
+    let engine = engine(backend_from_env(), device_env("AIV_NPU_DEVICE_B", 1));
     let device = engine.device().expect("PE 1 device");
     let buffer = device.allocate(BUFFER).expect("HBM");
     write_device(&device, buffer.addr(), &pattern(2, 0, BUFFER));
@@ -124,18 +128,28 @@ fn aiv_read_and_write_between_two_npus() {
         return;
     }
     require_cann();
-    #[cfg(feature = "cann")]
-    two_npus();
+    two_processes(DeviceBackendKind::Cann);
 }
 
-#[cfg(feature = "cann")]
-fn two_npus() {
+/// The same test on the twin runtime: the `cann` backend in two processes, each its own SHMEM PE, VMM export and
+/// import of the heaps between them, aiv and ubshmem with every byte checked; then the peer is killed and its loss
+/// is found by the backend's probe.
+#[test]
+fn aiv_and_ubshmem_read_and_write_between_two_processes_on_the_twin_runtime() {
+    two_processes(DeviceBackendKind::CannTwin);
+}
+
+fn two_processes(backend: DeviceBackendKind) {
+    let on_twin = backend == DeviceBackendKind::CannTwin;
+    // This process is PE 0 of 2: the variables are read when the device opens (set before any engine exists here; a
+    // twin-runtime child of this test binary is a process of its own).
     std::env::set_var("AIV_SHMEM_PE", "0");
     std::env::set_var("AIV_SHMEM_N_PES", "2");
-    let engine = engine(device_env("AIV_NPU_DEVICE_A", 0));
+    let engine = engine(backend, device_env("AIV_NPU_DEVICE_A", 0));
     let mut peer = Command::new(std::env::current_exe().expect("test binary"))
         .args(["npu_peer_process", "--exact", "--ignored", "--nocapture"])
         .env("AIV_NPU_ROLE", "peer")
+        .env("AIV_NPU_TEST_BACKEND", if on_twin { "cann-twin" } else { "cann" })
         .env("AIV_SHMEM_PE", "1")
         .env("AIV_SHMEM_N_PES", "2")
         .env("AIV_SHMEM_ROOT_SEGMENT", engine.name())
@@ -169,11 +183,52 @@ fn two_npus() {
     // aiv, then the Host-submitted baselines over the same memory (ubshmem: ACL streams; adxl: HiXL). Every path
     // runs even if an earlier one failed, so one hardware run reports on all three.
     let mut failures = Vec::new();
-    for (seed, protocol) in [(1u8, None), (3, Some(Protocol::Ubshmem)), (5, Some(Protocol::Adxl))] {
+    let mut paths = vec![(1u8, None), (3, Some(Protocol::Ubshmem))];
+    if on_twin {
+        println!("NOT RUN on the twin runtime: adxl (the twin runtime has no HiXL yet)");
+    } else {
+        paths.push((5, Some(Protocol::Adxl)));
+    }
+    for (seed, protocol) in paths {
         if let Err(failure) = read_and_write(&engine, &device, &buffer, segment, peer_addr, protocol, seed) {
             println!("FAILED {failure}");
             failures.push(failure);
         }
+    }
+
+    if on_twin {
+        // Peer loss: the peer process is killed; the backend's probe (a re-import of the peer's heap handle) finds it
+        // gone, and a new aiv transfer to it fails naming the loss, well before the transfer timeout.
+        peer.kill().expect("kill the peer");
+        let _ = peer.wait();
+        let started = std::time::Instant::now();
+        let lost = loop {
+            use aiv_transport::{Opcode, TransferRequest, TransferState};
+            let request = TransferRequest {
+                opcode: Opcode::Read,
+                source: buffer.addr(),
+                target_id: segment,
+                target_offset: peer_addr,
+                length: 4096,
+                protocol: None,
+            };
+            let batch = engine.allocate_batch(1).expect("batch");
+            engine.submit_transfer(batch, &[request]).expect("submit");
+            let state = engine.wait_batch(batch).expect("wait").state;
+            let reason = engine.task_reason(batch, 0).expect("task");
+            engine.free_batch(batch).expect("free");
+            if state != TransferState::Completed {
+                break reason.unwrap_or_default();
+            }
+            assert!(started.elapsed() < Duration::from_secs(10), "transfers to a killed peer still complete");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        println!("CHECK peer loss: found after {:?}: {lost}", started.elapsed());
+        assert!(lost.contains("no longer grants its heap"), "{lost}");
+        drop((buffer, device, engine));
+        assert!(failures.is_empty(), "paths that failed: {failures:#?}");
+        println!("TWIN RUNTIME TEST PASSED: aiv and ubshmem READ and WRITE between two processes; peer loss found");
+        return;
     }
 
     // Both PEs tear SHMEM down (aclshmem_finalize may wait for the other PE), so drop ours before waiting for the peer.
@@ -200,7 +255,6 @@ fn two_npus() {
 }
 
 /// READ and WRITE cases over one path (`None` = the configured `aiv`), local bytes of `seed`, every byte checked.
-#[cfg(feature = "cann")]
 fn read_and_write(
     engine: &TransferEngine,
     device: &aiv_transport::engine::AivDevice,

@@ -799,7 +799,8 @@ impl DeviceBackend for CannDevice {
     }
 
     /// One bounded probe of a peer: import its heap's shareable handle again and free the new handle at once. An
-    /// exporter that is gone (its process exited, its heap freed) refuses the import; a live one grants it. `None`
+    /// exporter that is gone (its process exited, its heap freed) refuses the import; a live one grants it, or, when
+    /// this process imported the handle already, refuses the duplicate (`ACL_ERROR_RT_PARAM_INVALID`). `None`
     /// when the runtime has no import call, or for this device's own memory. On the twin runtime the import asks
     /// the exporter's process with bounded waits; on an NPU it is a driver call (*unverified on hardware* that it
     /// fails for a vanished exporter).
@@ -818,10 +819,27 @@ impl DeviceBackend for CannDevice {
                 Some(Ok(()))
             }
             Err(ascendcl_sys::Error::MissingSymbol(_)) => None,
-            Err(error) => Some(Err(std::io::Error::other(format!(
-                "the exporter {} no longer grants its heap (import of shareable handle {:#x}): {error}",
-                exporter.device, region.export_id
-            )))),
+            // One import of a handle per process is allowed (the vendor's documentation; the twin enforces it after
+            // asking the exporter): a peer already mapped answers with this refusal while it is alive.
+            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_PARAM_INVALID)) => Some(Ok(())),
+            Err(error) => {
+                // Evidence of loss (what `PeerWindows` acts on): the exporter's process is gone (507022) or it no
+                // longer knows the handle (107017: its heap was freed). Anything else (a timeout, a busy exporter)
+                // proves nothing. The codes are the twin runtime's; which the vendor's runtime returns for a vanished
+                // exporter is *unverified on hardware*.
+                let gone = matches!(
+                    error.code(),
+                    Some(ascendcl_sys::AclError(ACL_ERROR_RT_IPC_ERROR | ACL_ERROR_RT_INVALID_HANDLE))
+                );
+                let kind = if gone { std::io::ErrorKind::NotFound } else { std::io::ErrorKind::Other };
+                Some(Err(std::io::Error::new(
+                    kind,
+                    format!(
+                        "the exporter {} no longer grants its heap (import of shareable handle {:#x}): {error}",
+                        exporter.device, region.export_id
+                    ),
+                )))
+            }
         }
     }
 

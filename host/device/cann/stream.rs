@@ -1,7 +1,10 @@
 //! Copy streams of the CANN backend: the `ubshmem` baseline's [`CopyStream`] over ACL streams.
 //!
 //! One [`CannStream`] is one `aclrtCreateStreamWithConfig(priority 0, flags 0)` stream. `memcpy_async` queues
-//! `aclrtMemcpyAsync(dst, len, src, len, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)`; `synchronize(timeout)` is
+//! `aclrtMemcpyAsync(dst, len, src, len, ACL_MEMCPY_DEVICE_TO_DEVICE, stream)` for the part of the copy whose
+//! addresses are both 64-byte aligned, and copies the bytes before it (or the whole copy, when the two addresses
+//! differ by other than a multiple of 64) with the synchronous `aclrtMemcpy` (the async call's alignment rule,
+//! `acl_rt.h`; the twin runtime enforces it); `synchronize(timeout)` is
 //! `aclrtSynchronizeStreamWithTimeout` (507046 = the bound passed: [`DeviceError::Timeout`]; any other code = a task
 //! exception on the stream: [`DeviceError::Runtime`] naming the device, the stream and the ACL code). Dropping the
 //! stream synchronises it for at most [`STREAM_DROP_SYNC`] and destroys it.
@@ -22,6 +25,9 @@ use ascendcl_sys::sys::{aclrtStream, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, ACL_MEMCP
 
 use super::{runtime, CannDevice};
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
+
+/// The alignment `aclrtMemcpyAsync` requires of both device addresses of a device-to-device copy (`acl_rt.h`).
+pub const ASYNC_ALIGN: u64 = 64;
 
 /// How long dropping a stream waits for its queued copies before destroying it.
 pub const STREAM_DROP_SYNC: Duration = Duration::from_millis(1000);
@@ -82,6 +88,37 @@ impl CopyStream for CannStream {
             reason: format!("{length} bytes do not fit the address space"),
         })?;
         self.device.bind()?;
+        let error = |error: ascendcl_sys::Error| DeviceError::Runtime {
+            device: self.device.id,
+            step: "queue a copy on a stream (ubshmem)",
+            detail: format!("copy stream {}: {error}", self.index),
+        };
+        // aclrtMemcpyAsync takes device-to-device copies between 64-byte aligned addresses only (acl_rt.h). The
+        // bytes before the first aligned pair, or the whole copy when the two addresses can never both be aligned,
+        // go through the synchronous aclrtMemcpy, which has no such rule; the rest is queued.
+        let head = match (dst.wrapping_sub(src) % ASYNC_ALIGN, dst % ASYNC_ALIGN) {
+            (0, 0) => 0,
+            (0, misaligned) => ((ASYNC_ALIGN - misaligned) as usize).min(count),
+            _ => count,
+        };
+        if head > 0 {
+            // SAFETY: as below; the copy is synchronous, so nothing of it outlives the call.
+            unsafe {
+                acl::memory::memcpy(
+                    self.device.acl,
+                    dst as *mut c_void,
+                    head,
+                    src as *const c_void,
+                    head,
+                    ACL_MEMCPY_DEVICE_TO_DEVICE,
+                )
+            }
+            .map_err(error)?;
+        }
+        if head == count {
+            return Ok(());
+        }
+        let (dst, src, count) = (dst + head as u64, src + head as u64, count - head);
         // SAFETY: both ranges were checked above to be device memory this device maps (own heap or an imported
         // window, both kept mapped while the device lives, which this stream holds); the stream is live until drop.
         unsafe {
@@ -95,11 +132,7 @@ impl CopyStream for CannStream {
                 self.stream as aclrtStream,
             )
         }
-        .map_err(|error| DeviceError::Runtime {
-            device: self.device.id,
-            step: "queue a copy on a stream (ubshmem)",
-            detail: format!("copy stream {}: {error}", self.index),
-        })
+        .map_err(error)
     }
 
     fn synchronize(&self, timeout: Duration) -> Result<(), DeviceError> {

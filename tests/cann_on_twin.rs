@@ -1,0 +1,286 @@
+//! The `cann` device backend on the twin runtime (`"device_backend": "cann-twin"`): the bring-up, SHMEM's SDMA
+//! workspace, the VMM heap, the kernel binary loaded with `aclrtBinaryLoadFromData` and launched with
+//! `aclrtLaunchKernelWithHostArgs`, and the aiv transport moving data through them, with every byte checked through
+//! the runtime's copies. SHMEM is process-wide, so each test that opens a device runs in its own process: this
+//! binary re-runs itself with `AIV_CANN_TWIN_CASE` naming the case.
+
+#[path = "common/aiv.rs"]
+mod aiv;
+
+use std::process::Command;
+use std::time::Duration;
+
+use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
+use aiv_transport::device::cann::{CannDevice, CannRuntime};
+use aiv_transport::{Opcode, TransferRequest, TransferState};
+use rand::{RngCore, SeedableRng};
+
+const CASE: &str = "AIV_CANN_TWIN_CASE";
+
+fn options(mode: LaunchMode) -> AivOptions {
+    AivOptions { device_backend: DeviceBackendKind::CannTwin, ..aiv::options(0, mode, 8) }
+}
+
+/// Runs `case` of this binary in a child process and checks it passed.
+fn in_child(case: &str) {
+    let exe = std::env::current_exe().expect("test binary");
+    let output = Command::new(exe)
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(CASE, case)
+        .output()
+        .expect("run the child");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success() && stdout.contains(&format!("case {case} passed")),
+        "case {case} failed ({}):\n{stdout}\n{stderr}",
+        output.status
+    );
+}
+
+/// The child's entry: runs the case `AIV_CANN_TWIN_CASE` names (nothing when run directly).
+#[test]
+fn child() {
+    let Ok(case) = std::env::var(CASE) else { return };
+    match case.as_str() {
+        "local_transfers" => local_transfers(LaunchMode::Persistent),
+        "local_transfers_per_batch" => local_transfers(LaunchMode::PerBatch),
+        "bring_up" => bring_up(),
+        "kernel_api" => kernel_api(),
+        "stall_recovers" => stall_recovers(),
+        other => panic!("unknown case {other}"),
+    }
+    println!("case {case} passed");
+}
+
+#[test]
+fn the_backend_comes_up_on_the_twin_runtime_with_its_kernel_loaded() {
+    in_child("bring_up");
+}
+
+#[test]
+fn kernel_binaries_load_launch_and_a_core_fault_aborts_the_launch_with_a_vector_core_exception() {
+    in_child("kernel_api");
+}
+
+#[test]
+fn a_stalled_sdma_engine_times_out_within_the_kernel_budget_and_the_channels_are_reset_and_serve_again() {
+    in_child("stall_recovers");
+}
+
+#[test]
+fn the_persistent_kernel_moves_random_ranges_within_one_device() {
+    in_child("local_transfers");
+}
+
+#[test]
+fn per_batch_launches_move_random_ranges_within_one_device() {
+    in_child("local_transfers_per_batch");
+}
+
+fn bring_up() {
+    let options = options(LaunchMode::Persistent);
+    let device = CannDevice::open_on_twin(&options, None).expect("the cann backend opens on the twin runtime");
+    assert_eq!(device.runtime(), CannRuntime::Twin);
+    // Device memory is not Host memory: a buffer's address is a device address, reached only through copies.
+    use aiv_transport::device::DeviceBackend;
+    let buffer = device.allocate(1 << 20).expect("HBM");
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    device.copy_to_device(buffer.addr() + 8192, &data).expect("H2D");
+    let mut back = vec![0u8; data.len()];
+    device.copy_from_device(buffer.addr() + 8192, &mut back).expect("D2H");
+    assert_eq!(back, data);
+    let channels = device.open_channels(2, 64).expect("channels from SHMEM's SDMA workspace");
+    assert_eq!(channels.len(), 2);
+    assert!(channels.iter().all(|channel| channel.record_addr != 0 && channel.platform_context == 0));
+}
+
+fn local_transfers(mode: LaunchMode) {
+    let mut node = aiv::node(options(mode), 8 << 20);
+    let half = 4u64 << 20;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+    node.modify(|bytes| rng.fill_bytes(&mut bytes[..half as usize]));
+    let local = node.engine.open_segment(node.engine.name()).expect("own segment");
+    let mut expected = node.bytes();
+    for round in 0..4 {
+        let count = 1 + rng.next_u32() as usize % 16;
+        let mut requests = Vec::new();
+        for _ in 0..count {
+            let length = 1 + u64::from(rng.next_u32()) % (256 << 10);
+            let source = u64::from(rng.next_u32()) % (half - length);
+            let target = half + u64::from(rng.next_u32()) % (half - length);
+            let opcode = if rng.next_u32() % 2 == 0 { Opcode::Write } else { Opcode::Read };
+            // A READ copies from the target segment's range into the local one: swap the ranges for the model.
+            let (from, to) = match opcode {
+                Opcode::Write => (source, target),
+                Opcode::Read => (target, source),
+            };
+            // Keep the ranges of one batch disjoint so the expected image does not depend on their order.
+            if requests.iter().any(|(_, f, t, l): &(Opcode, u64, u64, u64)| {
+                let overlaps = |a: u64, b: u64| a < b + *l && b < a + length;
+                overlaps(from, *f) || overlaps(from, *t) || overlaps(to, *f) || overlaps(to, *t)
+            }) {
+                continue;
+            }
+            requests.push((opcode, from, to, length));
+        }
+        let batch = node.engine.allocate_batch(requests.len()).expect("batch");
+        let submitted: Vec<TransferRequest> = requests
+            .iter()
+            .map(|&(opcode, from, to, length)| match opcode {
+                Opcode::Write => TransferRequest {
+                    opcode,
+                    source: node.buffer.addr() + from,
+                    target_id: local,
+                    target_offset: node.buffer.addr() + to,
+                    length,
+                    protocol: None,
+                },
+                Opcode::Read => TransferRequest {
+                    opcode,
+                    source: node.buffer.addr() + to,
+                    target_id: local,
+                    target_offset: node.buffer.addr() + from,
+                    length,
+                    protocol: None,
+                },
+            })
+            .collect();
+        node.engine.submit_transfer(batch, &submitted).expect("submit");
+        let status = node.engine.wait_batch(batch).expect("wait");
+        assert_eq!(status.state, TransferState::Completed, "round {round}: {:?}", node.engine.task_reason(batch, 0));
+        for &(_, from, to, length) in &requests {
+            let (from, to, length) = (from as usize, to as usize, length as usize);
+            let copied = expected[from..from + length].to_vec();
+            expected[to..to + length].copy_from_slice(&copied);
+        }
+        assert!(node.bytes() == expected, "round {round}: the device memory differs from the model");
+        let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence");
+        assert_eq!(evidence.path, "aiv");
+    }
+    // The SQEs were executed by the twin runtime's SDMA engines after doorbells the kernel rang through the register
+    // pages: the device side did the work, not a Host copy.
+    let executed: u64 = (0..2).map(|channel| cann_twin::control::sqes_executed(0, channel).expect("channel")).sum();
+    let rung: u64 = (0..2).map(|channel| cann_twin::control::doorbells_rung(0, channel).expect("channel")).sum();
+    assert!(executed > 0 && rung > 0, "SQEs executed {executed}, doorbells rung {rung}");
+    assert!(cann_twin::control::kernel_faults().is_empty(), "{:?}", cann_twin::control::kernel_faults());
+    drop(node);
+    let _ = Duration::from_secs(0);
+}
+
+/// The kernel API of the twin runtime on its own: what it refuses, and a launch whose kernel faults.
+fn kernel_api() {
+    use ascendcl_sys::result as acl;
+    use ascendcl_sys::sys::*;
+    use ascendcl_sys::AclError;
+    let api = cann_twin::acl_api();
+    acl::runtime::init(api, None).expect("aclInit");
+    acl::device::set(api, 0).expect("set device 0");
+    let code = |error: ascendcl_sys::Error| error.code().map(|AclError(code)| code);
+    // Not an object for this host (an NPU object or anything else): refused.
+    let npu_like = [0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0x29, 0x10];
+    let mut padded = npu_like.to_vec();
+    padded.resize(128, 0);
+    // SAFETY: the bytes outlive the call; no options.
+    let refused = unsafe { acl::kernel::load_from_data(api, &padded, None) }.expect_err("not a host object");
+    assert_eq!(code(refused), Some(ACL_ERROR_INVALID_PARAM));
+    let object = aiv_transport::device::kernel_image::TWIN_KERNEL_OBJECT;
+    // SAFETY: the object is 'static.
+    let binary = unsafe { acl::kernel::load_from_data(api, object, None) }.expect("the twin kernel object loads");
+    // SAFETY: the binary is live.
+    let missing = unsafe { acl::kernel::get_function(api, binary, c"no_such_kernel") }.expect_err("unknown name");
+    assert_eq!(code(missing), Some(ACL_ERROR_RT_SYMBOL_NOT_FOUND));
+    // SAFETY: the binary is live.
+    let function = unsafe { acl::kernel::get_function(api, binary, c"aiv_transfer_kernel") }.expect("entry");
+    let stream = acl::stream::create_with_config(api, 0, 0).expect("stream");
+    // The kernel's first access reads its KernelArgs at an address that is no device memory: the core faults, the
+    // launch ends, and the stream reports a vector-core exception.
+    let mut engine = aclrtLaunchKernelAttr {
+        id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+        value: aclrtLaunchKernelAttrValue { engineType: ACL_RT_ENGINE_TYPE_AIV },
+    };
+    let mut config = aclrtLaunchKernelCfg { attrs: &mut engine, numAttrs: 1 };
+    let mut args = 0x40u64.to_le_bytes();
+    let faults_before = cann_twin::control::kernel_faults().len();
+    // SAFETY: function and stream are live; the argument is copied at launch.
+    unsafe { acl::kernel::launch_with_host_args(api, function, 3, stream, Some(&mut config), &mut args[..]) }
+        .expect("launch queued");
+    // SAFETY: the stream is live.
+    let ended = unsafe { acl::stream::synchronize_with_timeout(api, stream, 10_000) }.expect_err("the kernel faulted");
+    assert_eq!(code(ended), Some(ACL_ERROR_RT_VECTOR_CORE_EXCEPTION));
+    let faults = cann_twin::control::kernel_faults();
+    assert!(faults.len() > faults_before, "no fault recorded");
+    assert!(faults[faults_before..].iter().all(|fault| fault.device == 0 && fault.kind == 1 && fault.block < 3));
+    // An AIC engine type is not modelled.
+    let mut aic = aclrtLaunchKernelAttr {
+        id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
+        value: aclrtLaunchKernelAttrValue { engineType: ACL_RT_ENGINE_TYPE_AIC },
+    };
+    let mut config = aclrtLaunchKernelCfg { attrs: &mut aic, numAttrs: 1 };
+    // SAFETY: as above.
+    let aic = unsafe { acl::kernel::launch_with_host_args(api, function, 1, stream, Some(&mut config), &mut args[..]) }
+        .expect_err("AIC");
+    assert_eq!(code(aic), Some(ACL_ERROR_RT_FEATURE_NOT_SUPPORT));
+    // SAFETY: no launch of the binary is queued or running any more.
+    unsafe { acl::kernel::unload(api, binary) }.expect("unload");
+    // SAFETY: the handle is gone: refused, not a crash.
+    let gone = unsafe { acl::kernel::get_function(api, binary, c"aiv_transfer_kernel") }.expect_err("unloaded");
+    assert_eq!(code(gone), Some(ACL_ERROR_RT_INVALID_HANDLE));
+}
+
+#[test]
+fn the_runtime_names_its_threads_with_the_prefix_host_cpu_accounting_leaves_out() {
+    assert!(aiv_transport::device::twin::DEVICE_THREAD_PREFIXES.contains(&cann_twin::THREAD_PREFIX));
+    assert!(cann_twin::kernel::CORE_THREAD_PREFIX.starts_with(cann_twin::THREAD_PREFIX));
+}
+
+/// WRITEs of `length` bytes from the first half of the node's buffer to the second, `count` of them.
+fn local_writes(node: &aiv::Node, count: u64, length: u64) -> Vec<TransferRequest> {
+    let local = node.engine.open_segment(node.engine.name()).expect("own segment");
+    let half = node.buffer.len() / 2;
+    (0..count)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: node.buffer.addr() + i * length,
+            target_id: local,
+            target_offset: node.buffer.addr() + half + i * length,
+            length,
+            protocol: None,
+        })
+        .collect()
+}
+
+fn run(node: &aiv::Node, requests: &[TransferRequest]) -> (Vec<TransferState>, Vec<Option<String>>) {
+    let batch = node.engine.allocate_batch(requests.len()).expect("batch");
+    node.engine.submit_transfer(batch, requests).expect("submit");
+    node.engine.wait_batch(batch).expect("wait");
+    let states = (0..requests.len()).map(|t| node.engine.transfer_status(batch, t).expect("status").state).collect();
+    let reasons = (0..requests.len()).map(|t| node.engine.task_reason(batch, t).expect("reason")).collect();
+    node.engine.free_batch(batch).expect("free");
+    (states, reasons)
+}
+
+/// A stalled engine: the kernel's flag waits end at its budget (TIMEOUT), the backend resets both channels through
+/// the runtime, and once the engines run again the device serves new transfers with their data.
+fn stall_recovers() {
+    let mut node = aiv::node(options(LaunchMode::Persistent), 4 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(9));
+    for channel in 0..2 {
+        cann_twin::control::set_stalled(0, channel, true).expect("stall");
+    }
+    let started = std::time::Instant::now();
+    let (states, reasons) = run(&node, &local_writes(&node, 2, 4096));
+    let waited = started.elapsed();
+    assert_eq!(states, [TransferState::Timeout, TransferState::Timeout], "{reasons:?}");
+    let reason = reasons[0].clone().expect("reason");
+    assert!(reason.contains("wait budget"), "{reason}");
+    // Kernel budget 300 ms, transfer timeout 10 s: the kernel's budget decided.
+    assert!(waited >= Duration::from_millis(250) && waited < Duration::from_secs(5), "{waited:?}");
+    assert!(node.device.transport().counters().channel_resets >= 1, "the backend reset no channel");
+    for channel in 0..2 {
+        cann_twin::control::set_stalled(0, channel, false).expect("release");
+    }
+    let (states, reasons) = run(&node, &local_writes(&node, 4, 200_000));
+    assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    assert!(node.read(0..800_000) == node.read(2 << 20..(2 << 20) + 800_000));
+}
