@@ -174,7 +174,7 @@ pub mod vmm_share;
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
-pub use shmem::{resolve_shmem, shmem_api};
+pub use shmem::{resolve_shmem, resolve_shmem_instance, shmem_api, shmem_api_instance, SHMEM_INSTANCES};
 
 /// The prefix of the name of every thread this runtime starts (emulated cores, SDMA engines, stream workers): device
 /// time, which Host CPU figures leave out.
