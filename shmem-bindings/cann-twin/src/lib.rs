@@ -17,6 +17,7 @@
 //! | streams | `aclrtCreateStream`, `aclrtCreateStreamWithConfig`, `aclrtSynchronizeStream`, `aclrtSynchronizeStreamWithTimeout`, `aclrtDestroyStream`, `aclrtMemcpyAsync` |
 //! | memory | `aclrtMalloc`, `aclrtFree`, `aclrtMallocHost`, `aclrtFreeHost`, `aclrtMemset`, `aclrtMemcpy`, `aclrtHostRegister`, `aclrtHostUnregister` |
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
+//! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //!
 //! # Not yet implemented
 //!
@@ -142,6 +143,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub mod acl;
+mod acl_compat;
 pub mod control;
 mod memory;
 mod runtime;
@@ -205,6 +207,17 @@ exports! {
     aclrtUnmapMem,
     aclrtMemSetAccess,
     aclrtMemGetAllocationGranularity,
+    // acl_compat: what Mooncake's Ascend wheel imports besides the above (docs/mooncake-npu-wheel.md section 4).
+    aclGetRecentErrMsg,
+    aclrtGetSocName,
+    aclrtGetPhyDevIdByLogicDevId,
+    aclrtGetLogicDevIdByUserDevId,
+    aclrtGetCurrentContext,
+    aclrtSetCurrentContext,
+    aclrtStreamAbort,
+    aclrtPointerGetAttributes,
+    aclrtMemcpyBatch,
+    aclrtReserveMemAddressNoUCMemory,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.
