@@ -74,13 +74,14 @@ fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
     }
 }
 
-/// The message of the calling thread's most recent failed ACL call, or null when none failed on this thread. The
-/// string stays valid until the thread's next failing ACL call.
+/// The message of the calling thread's most recent failed ACL call, or the empty string when none failed on this
+/// thread; never null (Mooncake's async executor builds a `std::string` from it unchecked: a null crashed it,
+/// *observed*). The string stays valid until the thread's next failing ACL call.
 #[no_mangle]
 pub extern "C" fn aclGetRecentErrMsg() -> *const c_char {
     RECENT
-        .try_with(|recent| recent.borrow().as_ref().map_or(core::ptr::null(), |message| message.as_ptr()))
-        .unwrap_or(core::ptr::null())
+        .try_with(|recent| recent.borrow().as_ref().map_or(c"".as_ptr(), |message| message.as_ptr()))
+        .unwrap_or(c"".as_ptr())
 }
 
 /// The SoC name, [`TWIN_SOC_NAME`] (static; valid for the life of the process, also before `aclInit`).

@@ -116,7 +116,8 @@ fn a_failed_call_leaves_its_message_on_its_thread() {
     std::thread::spawn(move || {
         // SAFETY: no arguments; the returned string is read before any further ACL call on this thread.
         unsafe {
-            assert!(recent().is_null(), "nothing failed on this thread yet");
+            let none = recent();
+            assert!(!none.is_null() && CStr::from_ptr(none).is_empty(), "nothing failed on this thread yet");
             let mut device = 0;
             assert_eq!((api.aclrtGetDevice)(&mut device), ACL_ERROR_RT_CONTEXT_NULL);
             let message = CStr::from_ptr(recent()).to_string_lossy().into_owned();

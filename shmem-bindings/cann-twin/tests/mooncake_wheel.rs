@@ -58,7 +58,7 @@ struct Peer {
 }
 
 impl Peer {
-    fn spawn(name: &'static str, venv: &Path, libs: &Path, args: &[String]) -> Peer {
+    fn spawn(name: &'static str, venv: &Path, libs: &Path, args: &[String], env: &[(&str, &str)]) -> Peer {
         let library_path = match std::env::var_os("LD_LIBRARY_PATH") {
             Some(old) if !old.is_empty() => {
                 let mut path = libs.as_os_str().to_owned();
@@ -75,6 +75,7 @@ impl Peer {
             // Any value of MC_FORCE_TCP makes the wheel skip the Ascend transport.
             .env_remove("MC_FORCE_TCP")
             .env("PYTHONUNBUFFERED", "1")
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -152,22 +153,28 @@ impl Drop for Peer {
     }
 }
 
-#[test]
-fn two_processes_move_verified_data_through_adxl_on_the_twin() {
-    let Some((venv, libs)) = inputs("two_processes_move_verified_data_through_adxl_on_the_twin") else {
+/// The wheel's Ascend transport picks its ADXL port at random in 20000-20099 by binding and closing a socket; pairs
+/// run one at a time so that they do not race each other for one.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Runs the target and the initiator with `env` (the wheel's `ASCEND_*` switches) and checks everything, including
+/// that the initiator's log has `mode_log` (the wheel's own line saying it took the mode `env` asks for).
+fn run_pair(test: &str, env: &[(&str, &str)], mode_log: &str) {
+    let Some((venv, libs)) = inputs(test) else {
         return;
     };
+    let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
     let seed = std::process::id() % 100_000;
-    let mut target = Peer::spawn("target", &venv, &libs, &["target".into(), seed.to_string(), TARGET_SIZE.to_string()]);
+    let target_args = ["target".to_owned(), seed.to_string(), TARGET_SIZE.to_string()];
+    let mut target = Peer::spawn("target", &venv, &libs, &target_args, env);
     let Some(ready) = target.line("READY ", Duration::from_secs(60)) else {
         target.fail("the target did not report READY within 60 s");
     };
     let words: Vec<&str> = ready.split_whitespace().collect();
     assert_eq!(words.len(), 4, "bad READY line {ready:?}");
-    let args = ["initiator", words[1], words[2], words[3]].map(String::from);
-    let mut args = args.to_vec();
+    let mut args = ["initiator", words[1], words[2], words[3]].map(String::from).to_vec();
     args.push(seed.to_string());
-    let initiator = Peer::spawn("initiator", &venv, &libs, &args);
+    let initiator = Peer::spawn("initiator", &venv, &libs, &args, env);
     let expect = initiator.line("EXPECT ", Duration::from_secs(240));
     let (ok, initiator_stderr) = initiator.finish(Duration::from_secs(30));
     let Some(expect) = expect.filter(|_| ok) else {
@@ -185,8 +192,35 @@ fn two_processes_move_verified_data_through_adxl_on_the_twin() {
     for (side, text) in [("initiator", &initiator_stderr), ("target", &stderr)] {
         assert!(!text.contains("Traceback"), "{side} raised\n{text}");
     }
+    assert!(initiator_stderr.contains(mode_log), "the initiator's log lacks {mode_log:?}\n{initiator_stderr}");
     assert!(
         initiator_stderr.contains("refused a range outside its registered memory"),
         "the out-of-bounds transfers were not refused by the peer's ADXL check\n{initiator_stderr}"
+    );
+}
+
+/// The default: synchronous transfers, auto-connect on (what vLLM-Ascend gets).
+#[test]
+fn two_processes_move_verified_data_through_adxl_on_the_twin() {
+    run_pair("two_processes_move_verified_data_through_adxl_on_the_twin", &[], "Set AutoConnect to: 1");
+}
+
+/// `ASCEND_USE_ASYNC_TRANSFER`: `TransferAsync` and `GetTransferStatus` polled by Mooncake's query thread.
+#[test]
+fn async_transfers_move_verified_data_on_the_twin() {
+    run_pair(
+        "async_transfers_move_verified_data_on_the_twin",
+        &[("ASCEND_USE_ASYNC_TRANSFER", "1")],
+        "Use async transfer",
+    );
+}
+
+/// `ASCEND_AUTO_CONNECT=0`: Mooncake calls `Connect` once per peer before transferring.
+#[test]
+fn explicit_connect_moves_verified_data_on_the_twin() {
+    run_pair(
+        "explicit_connect_moves_verified_data_on_the_twin",
+        &[("ASCEND_AUTO_CONNECT", "0")],
+        "Set AutoConnect to: 0",
     );
 }
