@@ -8,7 +8,8 @@
 // AutoConnect=1, by the first transfer. Every local range must lie inside memory this engine registered with
 // RegisterMem and every remote range inside memory the peer registered: the peer checks all ranges of a request
 // before any byte moves; a range outside is refused with PARAM_INVALID. Each socket wait is bounded: a transfer by
-// its timeout (10 s when not positive), the peer's side of a request by 60 s, a connect by its timeout.
+// its timeout (10 s when not positive), the peer's side of a request by 60 s per 1 MiB chunk, a connect by its
+// timeout. No C++ exception leaves the library: a member that meets one (say, out of memory) returns FAILED.
 // TransferAsync runs the transfer before it returns and GetTransferStatus reports the outcome once.
 // ExportToShareableHandle returns UNSUPPORTED.
 //
@@ -32,6 +33,7 @@
 #include <cstring>
 #include <list>
 #include <mutex>
+#include <new>
 #include <set>
 #include <shared_mutex>
 #include <thread>
@@ -244,6 +246,7 @@ private:
                     Clock::time_point deadline);
     void accept_loop();
     void serve(ServerConnection *conn);
+    void serve_connection(int fd);
     Status serve_request(int fd, uint32_t op, uint64_t count);
 
     std::mutex mu_;
@@ -315,7 +318,14 @@ Status AdxlEngineImpl::Initialize(const std::string &local, const std::map<std::
         set_nonblocking(fd);
         listen_fd_ = fd;
         stopping_ = false;
-        acceptor_ = std::thread([this] { accept_loop(); });
+        try {
+            acceptor_ = std::thread([this] { accept_loop(); });
+        } catch (const std::exception &error) {
+            log_error("Initialize", error.what());
+            ::close(fd);
+            listen_fd_ = -1;
+            return FAILED;
+        }
     }
     local_ = local;
     initialized_ = true;
@@ -650,19 +660,35 @@ void AdxlEngineImpl::accept_loop() {
                 ++it;
             }
         }
-        auto server = std::make_unique<ServerConnection>();
-        server->fd = fd;
-        ServerConnection *raw = server.get();
-        server->thread = std::thread([this, raw] { serve(raw); });
-        servers_.push_back(std::move(server));
+        try {
+            auto server = std::make_unique<ServerConnection>();
+            server->fd = fd;
+            ServerConnection *raw = server.get();
+            server->thread = std::thread([this, raw] { serve(raw); });
+            servers_.push_back(std::move(server));
+        } catch (const std::exception &error) {
+            log_error("accept", error.what());
+            ::close(fd);
+        }
     }
 }
 
 void AdxlEngineImpl::serve(ServerConnection *conn) {
+    try {
+        serve_connection(conn->fd);
+    } catch (const std::exception &error) {
+        log_error("serve", error.what());
+    }
+    // The peer sees the end at once; the descriptor itself is closed when the connection is reaped or at Finalize
+    // (closing it here could let Finalize shut down a reused descriptor number).
+    ::shutdown(conn->fd, SHUT_RDWR);
+    conn->done = true;
+}
+
+void AdxlEngineImpl::serve_connection(int fd) {
     if (context_ != nullptr) {
         aclrtSetCurrentContext(context_);
     }
-    const int fd = conn->fd;
     auto deadline = Clock::now() + std::chrono::milliseconds(PEER_REQUEST_TIMEOUT_MS);
     uint32_t hello[2] = {0, 0};
     if (recv_all(fd, hello, sizeof(hello), deadline) == SUCCESS && hello[0] == MAGIC) {
@@ -690,7 +716,6 @@ void AdxlEngineImpl::serve(ServerConnection *conn) {
             }
         }
     }
-    conn->done = true;
 }
 
 // One request after its header; anything but SUCCESS means the connection is out of step and is dropped.
@@ -717,6 +742,8 @@ Status AdxlEngineImpl::serve_request(int fd, uint32_t op, uint64_t count) {
     uint32_t copies = SUCCESS;
     for (const auto &range : ranges) {
         for (uint64_t off = 0; off < range.len; off += CHUNK) {
+            // Each chunk gets its own bound: a large request is limited by progress, not by its total size.
+            deadline = Clock::now() + std::chrono::milliseconds(PEER_REQUEST_TIMEOUT_MS);
             size_t n = static_cast<size_t>(range.len - off < CHUNK ? range.len - off : CHUNK);
             void *addr = reinterpret_cast<void *>(static_cast<uintptr_t>(range.addr + off));
             if (op == WRITE) {
@@ -740,6 +767,7 @@ Status AdxlEngineImpl::serve_request(int fd, uint32_t op, uint64_t count) {
     if (copies != SUCCESS) {
         log_error("serve", "a copy through the local ACL runtime failed");
     }
+    deadline = Clock::now() + std::chrono::milliseconds(PEER_REQUEST_TIMEOUT_MS);
     return send_all(fd, &copies, sizeof(copies), deadline);
 }
 
@@ -747,59 +775,78 @@ namespace {
 std::string text(const ge::AscendString &s) {
     return std::string(s.GetString(), s.GetLength());
 }
+
+// Runs a member's body; a C++ exception (out of memory, no thread) becomes FAILED instead of leaving the library.
+template <typename Body>
+Status guarded(const char *name, Body body) {
+    try {
+        return body();
+    } catch (const std::exception &error) {
+        log_error(name, error.what());
+    } catch (...) {
+        log_error(name, "unknown exception");
+    }
+    return FAILED;
+}
 }  // namespace
 
-AdxlEngine::AdxlEngine() : impl_(new AdxlEngineImpl()) {}
+// A failed allocation leaves impl_ null: every member then returns FAILED.
+AdxlEngine::AdxlEngine() : impl_(new (std::nothrow) AdxlEngineImpl()) {}
 
 AdxlEngine::~AdxlEngine() = default;
 
 Status AdxlEngine::Initialize(const ge::AscendString &local_engine,
                               const std::map<ge::AscendString, ge::AscendString> &options) {
-    if (!impl_) {
-        return FAILED;
-    }
-    std::map<std::string, std::string> plain;
-    for (const auto &option : options) {
-        plain[text(option.first)] = text(option.second);
-    }
-    return impl_->Initialize(text(local_engine), plain);
+    return guarded("Initialize", [&]() -> Status {
+        if (!impl_) {
+            return FAILED;
+        }
+        std::map<std::string, std::string> plain;
+        for (const auto &option : options) {
+            plain[text(option.first)] = text(option.second);
+        }
+        return impl_->Initialize(text(local_engine), plain);
+    });
 }
 
 void AdxlEngine::Finalize() {
-    if (impl_) {
-        impl_->Finalize();
-    }
+    guarded("Finalize", [&]() -> Status {
+        if (impl_) {
+            impl_->Finalize();
+        }
+        return SUCCESS;
+    });
 }
 
 Status AdxlEngine::RegisterMem(const MemDesc &mem, MemType type, MemHandle &mem_handle) {
-    return impl_ ? impl_->RegisterMem(mem, type, mem_handle) : FAILED;
+    return guarded("RegisterMem", [&]() -> Status { return impl_ ? impl_->RegisterMem(mem, type, mem_handle) : FAILED; });
 }
 
 Status AdxlEngine::DeregisterMem(MemHandle mem_handle) {
-    return impl_ ? impl_->DeregisterMem(mem_handle) : FAILED;
+    return guarded("DeregisterMem", [&]() -> Status { return impl_ ? impl_->DeregisterMem(mem_handle) : FAILED; });
 }
 
 Status AdxlEngine::Connect(const ge::AscendString &remote_engine, int32_t timeout_in_millis) {
-    return impl_ ? impl_->Connect(text(remote_engine), timeout_in_millis) : FAILED;
+    return guarded("Connect", [&]() -> Status { return impl_ ? impl_->Connect(text(remote_engine), timeout_in_millis) : FAILED; });
 }
 
 Status AdxlEngine::Disconnect(const ge::AscendString &remote_engine, int32_t timeout_in_millis) {
-    return impl_ ? impl_->Disconnect(text(remote_engine), timeout_in_millis) : FAILED;
+    return guarded("Disconnect", [&]() -> Status { return impl_ ? impl_->Disconnect(text(remote_engine), timeout_in_millis) : FAILED; });
 }
 
 Status AdxlEngine::TransferSync(const ge::AscendString &remote_engine, TransferOp operation,
                                 const std::vector<TransferOpDesc> &op_descs, int32_t timeout_in_millis) {
-    return impl_ ? impl_->Transfer(text(remote_engine), operation, op_descs, timeout_in_millis) : FAILED;
+    return guarded("TransferSync", [&]() -> Status { return impl_ ? impl_->Transfer(text(remote_engine), operation, op_descs, timeout_in_millis) : FAILED; });
 }
 
 Status AdxlEngine::TransferAsync(const ge::AscendString &remote_engine, TransferOp operation,
                                  const std::vector<TransferOpDesc> &op_descs, const TransferArgs &,
                                  TransferReq &req) {
-    return impl_ ? impl_->Submit(text(remote_engine), operation, op_descs, req) : FAILED;
+    return guarded("TransferAsync", [&]() -> Status { return impl_ ? impl_->Submit(text(remote_engine), operation, op_descs, req) : FAILED; });
 }
 
 Status AdxlEngine::GetTransferStatus(const TransferReq &req, TransferStatus &status) {
-    return impl_ ? impl_->Status_(req, status) : FAILED;
+    return guarded("GetTransferStatus", [&]() -> Status { return impl_ ? impl_->Status_(req, status) : FAILED; });
 }
 
 Status AdxlEngine::GetCapability(FeatureType type, int32_t &value) {
@@ -824,8 +871,14 @@ Status AdxlEngine::MallocMem(MemType type, size_t size, void **ptr) {
     if (error != 0) {
         return error == 207001 ? RESOURCE_EXHAUSTED : FAILED;
     }
-    std::lock_guard<std::mutex> lock(g_alloc_mu);
-    g_allocations[out] = type;
+    try {
+        std::lock_guard<std::mutex> lock(g_alloc_mu);
+        g_allocations[out] = type;
+    } catch (const std::exception &error) {
+        log_error("MallocMem", error.what());
+        (type == MEM_DEVICE ? aclrtFree(out) : aclrtFreeHost(out));
+        return FAILED;
+    }
     *ptr = out;
     return SUCCESS;
 }
