@@ -28,6 +28,7 @@ acl = ctypes.CDLL("libascendcl.so")
 acl.aclrtMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 acl.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
 acl.aclrtFree.argtypes = [ctypes.c_void_p]
+acl.aclrtMallocHost.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t]
 
 
 def log(*parts):
@@ -173,6 +174,26 @@ def initiator(name, remote, remote_size, seed):
     if from_device(local, 4096) != before:
         raise SystemExit("a refused read changed local memory")
     log("3 out-of-bounds transfers refused")
+
+    # Host memory (aclrtMallocHost) registered too: the wheel classifies it HOST and ADXL gets MEM_HOST; it moves
+    # to and from the target's device memory like device memory does.
+    host_size = 1 << 20
+    host = ctypes.c_void_p()
+    check(acl.aclrtMallocHost(ctypes.byref(host), ctypes.c_size_t(host_size)), "aclrtMallocHost")
+    check(te.register_memory(host.value, host_size), "register_memory (Host)")
+    data = rng.randbytes(host_size // 2)
+    ctypes.memmove(host.value, data, len(data))
+    roff = rng.randrange(0, remote_size - len(data) + 1)
+    check(te.transfer_sync_write(name, host.value, remote + roff, len(data)), "transfer_sync_write from Host memory")
+    model[roff : roff + len(data)] = data
+    check(
+        te.transfer_sync_read(name, host.value + host_size // 2, remote + roff, len(data)),
+        "transfer_sync_read into Host memory",
+    )
+    if ctypes.string_at(host.value + host_size // 2, len(data)) != data:
+        raise SystemExit("Host memory read back differs")
+    check(te.unregister_memory(host.value), "unregister_memory (Host)")
+    log("a write from and a read into Host memory verified")
 
     # The engine still works after the refusals.
     check(te.transfer_sync_read(name, local, remote, 4096), "transfer_sync_read after refusals")
