@@ -20,6 +20,7 @@
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
+//! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //!
 //! # Not yet implemented
 //!
@@ -162,6 +163,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub mod acl;
+mod acl_compat;
 pub mod control;
 pub mod kernel;
 mod memory;
@@ -243,6 +245,17 @@ exports! {
     aclrtIpcMemGetExportKey,
     aclrtIpcMemImportByKey,
     aclrtIpcMemClose,
+    // acl_compat: what Mooncake's Ascend wheel imports besides the above (docs/mooncake-npu-wheel.md section 4).
+    aclGetRecentErrMsg,
+    aclrtGetSocName,
+    aclrtGetPhyDevIdByLogicDevId,
+    aclrtGetLogicDevIdByUserDevId,
+    aclrtGetCurrentContext,
+    aclrtSetCurrentContext,
+    aclrtStreamAbort,
+    aclrtPointerGetAttributes,
+    aclrtMemcpyBatch,
+    aclrtReserveMemAddressNoUCMemory,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.
