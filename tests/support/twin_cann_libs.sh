@@ -12,8 +12,6 @@
 #                                                            # in DIR imports is defined (nm), and fail otherwise
 #
 # The C++ libraries are compiled with the system's g++ and libstdc++ (the cxx11 string ABI, as the wheel was).
-# ACL functions the wheel needs at load time but cann-twin does not export yet are compiled from
-# cxx/pending_acl.c into libmetadef.so, each returning ACL_ERROR_RT_FEATURE_NOT_SUPPORT, and named on stderr.
 # Everything it prints besides the final path goes to stderr:
 #   export AIV_TEST_TWIN_CANN_LIBS="$(tests/support/twin_cann_libs.sh)"
 set -euo pipefail
@@ -22,11 +20,10 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 out="${AIV_TWIN_CANN_LIBS:-$repo/target/twin-cann-libs}"
 cxx_dir="$repo/shmem-bindings/cann-twin/cxx"
 cxx="${CXX:-g++}"
-cc="${CC:-cc}"
 
 log() { echo "twin_cann_libs.sh: $*" >&2; }
 
-for tool in "$cxx" "$cc" nm cargo python3; do
+for tool in "$cxx" nm cargo python3; do
     if ! command -v "$tool" >/dev/null 2>&1; then
         log "needs $tool on PATH"
         exit 1
@@ -41,27 +38,11 @@ target_dir="$(cd "$repo" && cargo metadata --format-version 1 --no-deps |
 cp -f "$target_dir/debug/libcann_twin.so" "$out/libascendcl.so.tmp"
 mv -f "$out/libascendcl.so.tmp" "$out/libascendcl.so"
 
-# ACL functions the wheel's engine.so path needs at load time (section 4) that another piece of work adds to
-# cann-twin; a stand-in is built for each one the cdylib does not export yet.
-pending=()
-for symbol in aclrtMemImportFromShareableHandleV2; do
-    if ! nm -D --defined-only "$out/libascendcl.so" | awk '{print $3}' | grep -qx "$symbol"; then
-        pending+=("$symbol")
-    fi
-done
-defines=()
-if ((${#pending[@]} > 0)); then
-    log "cann-twin does not export ${pending[*]} yet: libmetadef.so gets stand-ins returning 207000"
-    defines=(-DTWIN_PENDING_IMPORT_V2)
-fi
-
 flags=(-std=c++17 -O2 -g -fPIC -Wall -Wextra -Werror)
 log "compiling libmetadef.so and libllm_datadist.so with $cxx"
-"$cc" -O2 -fPIC -Wall -Wextra -Werror "${defines[@]}" -c "$cxx_dir/pending_acl.c" -o "$out/pending_acl.o"
-"$cxx" "${flags[@]}" -shared -o "$out/libmetadef.so" "$cxx_dir/ascend_string.cpp" "$out/pending_acl.o"
+"$cxx" "${flags[@]}" -shared -o "$out/libmetadef.so" "$cxx_dir/ascend_string.cpp"
 "$cxx" "${flags[@]}" -shared -pthread -o "$out/libllm_datadist.so" "$cxx_dir/adxl_engine.cpp" \
     -L"$out" -lascendcl -lmetadef -Wl,-rpath,'$ORIGIN'
-rm -f "$out/pending_acl.o"
 
 # Optionally: every CANN symbol the installed wheel imports (strong or weak) must be defined by the three files.
 if [[ -n "${AIV_MOONCAKE_NPU_VENV:-}" ]]; then
