@@ -37,14 +37,14 @@ pub enum ConfigError {
 /// Which device implementation backs the device protocols.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum DeviceBackendKind {
-    /// The CPU twin: a CPU model of the NPU side, runs anywhere (default).
+    /// The CPU twin (default, runs anywhere): the CANN backend with its ACL and SHMEM tables resolved to the twin
+    /// runtime (`shmem-bindings/cann-twin`), the CPU model of the NPU, instead of the vendor's libraries.
     Twin,
     /// Real Ascend NPUs through runtime-loaded CANN libraries (feature `cann`).
     Cann,
-    /// The CANN backend with its ACL and SHMEM tables resolved to the twin runtime (`shmem-bindings/cann-twin`)
-    /// instead of the vendor's libraries: the code that runs on an NPU, on the CPU. One device per process for now
-    /// (SHMEM is process-wide); it becomes what `"twin"` means once every device test runs on it.
-    CannTwin,
+    /// The earlier in-process twin backend (`host/device/twin`), kept only while the tests that still use its
+    /// fault-injection controls move to the twin runtime's; it will be removed.
+    TwinLegacy,
 }
 
 /// How the aiv transfer kernel runs.
@@ -59,7 +59,7 @@ pub enum LaunchMode {
 /// This project's options: the `"aiv"` object of mooncake.json.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AivOptions {
-    /// `device_backend`: `"twin"` (default), `"cann"` or `"cann-twin"`.
+    /// `device_backend`: `"twin"` (default), `"cann"` or `"twin-legacy"`.
     pub device_backend: DeviceBackendKind,
     /// `device_id`: the NPU this engine drives (default 0).
     pub device_id: u32,
@@ -391,11 +391,11 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.device_backend = match name.to_ascii_lowercase().as_str() {
             "twin" => DeviceBackendKind::Twin,
             "cann" => DeviceBackendKind::Cann,
-            "cann-twin" => DeviceBackendKind::CannTwin,
+            "twin-legacy" => DeviceBackendKind::TwinLegacy,
             _ => {
                 return Err(fields.invalid(
                     "device_backend",
-                    "\"twin\", \"cann\" or \"cann-twin\"",
+                    "\"twin\", \"cann\" or \"twin-legacy\"",
                     &Value::String(name),
                 ))
             }

@@ -59,8 +59,12 @@ impl DoctorReport {
     pub fn render(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "device backends:");
-        let _ = writeln!(out, "  twin  usable   (CPU twin, built in)");
-        let _ = writeln!(out, "  cann-twin usable   (the cann backend on the twin runtime, built in)");
+        let _ =
+            writeln!(out, "  twin  usable   (the cann backend on the twin runtime, a CPU model of the NPU, built in)");
+        let _ = writeln!(
+            out,
+            "  twin-legacy usable   (the earlier in-process twin backend, kept for a few tests; to be removed)"
+        );
         let cann_state = if self.cann_usable() { "usable" } else { "NOT usable" };
         let _ = writeln!(
             out,

@@ -32,8 +32,8 @@ fn bad_address_fails_with_the_exception(mode: LaunchMode) {
     let mut a = node(options(0, mode, 8), 4 << 20);
     let b = node(options(1, mode, 8), 4 << 20);
     a.modify(|bytes| bytes.fill(7));
-    let twin = a.device.twin().expect("twin backend");
-    twin.faults.corrupt_next_translations(1);
+    let twin = a.twin();
+    twin.fail_next_destinations(1);
     let started = Instant::now();
     let (states, reasons) = run(&a.engine, &writes(&a, &b, 1, 4096));
     assert_eq!(states, [TransferState::Failed], "{reasons:?}");
@@ -61,7 +61,7 @@ fn a_stalled_engine_times_out_within_the_kernel_budget_then_recovers() {
     let mut a = node(options(0, LaunchMode::Persistent, 8), 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
     a.modify(|bytes| bytes.fill(3));
-    let twin = a.device.twin().expect("twin backend");
+    let twin = a.twin();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let started = Instant::now();
@@ -85,7 +85,7 @@ fn the_abort_flag_ends_a_long_wait_early() {
     let mut a = node(opts.clone(), 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
     a.modify(|bytes| bytes.fill(5));
-    let twin = a.device.twin().expect("twin backend");
+    let twin = a.twin();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let transport = a.device.transport().clone();
@@ -112,7 +112,7 @@ fn the_host_watchdog_bounds_a_transfer_when_the_kernel_budget_is_longer() {
     let mut a = node(opts, 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
     a.modify(|bytes| bytes.fill(9));
-    let twin = a.device.twin().expect("twin backend");
+    let twin = a.twin();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let started = Instant::now();
@@ -143,7 +143,7 @@ fn a_stall_with_two_groups_in_flight_fails_both_groups_then_recovers() {
     let mut a = node(opts, 4 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 4 << 20);
     a.modify(|bytes| bytes.fill(4));
-    let twin = a.device.twin().expect("twin backend");
+    let twin = a.twin();
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let (states, reasons) = run(&a.engine, &writes(&a, &b, 200, 1000));

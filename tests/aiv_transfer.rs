@@ -201,7 +201,7 @@ fn a_newer_group_is_not_reported_before_its_data_has_moved() {
         });
         offset += length;
     }
-    let twin = a.device.twin().expect("twin");
+    let twin = a.twin();
     twin.stall_channel(0, true);
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
     a.engine.submit_transfer(batch, &requests).expect("submit");
@@ -283,7 +283,7 @@ fn concurrent_waiters_and_a_status_poller_all_see_their_transfers_complete() {
 fn a_batch_waiter_sees_its_completions_by_polling_host_memory() {
     let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
     let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
-    let twin = a.device.twin().expect("twin");
+    let twin = a.twin();
     let requests = writes(&a, &b, 4, 4096);
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
@@ -327,7 +327,7 @@ fn a_waiting_thread_keeps_to_its_block_and_a_busy_block_sends_the_next_submit_el
     let home = per_block.iter().position(|&n| n == 4).unwrap_or_else(|| panic!("spread over blocks: {per_block:?}"));
 
     // Two submits back to back while the home block's channel is stalled: the second goes to the other block.
-    let twin = a.device.twin().expect("twin");
+    let twin = a.twin();
     twin.stall_channel(home as u32, true);
     let first = a.engine.allocate_batch(1).expect("batch");
     a.engine.submit_transfer(first, &requests[4..5]).expect("submit");

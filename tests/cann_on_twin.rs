@@ -1,4 +1,4 @@
-//! The `cann` device backend on the twin runtime (`"device_backend": "cann-twin"`): the bring-up, SHMEM's SDMA
+//! The `cann` device backend on the twin runtime (`"device_backend": "twin"`): the bring-up, SHMEM's SDMA
 //! workspace, the VMM heap, the kernel binary loaded with `aclrtBinaryLoadFromData` and launched with
 //! `aclrtLaunchKernelWithHostArgs`, and the aiv transport moving data through them, with every byte checked through
 //! the runtime's copies. SHMEM is process-wide, so each test that opens a device runs in its own process: this
@@ -18,7 +18,7 @@ use rand::{RngCore, SeedableRng};
 const CASE: &str = "AIV_CANN_TWIN_CASE";
 
 fn options(mode: LaunchMode) -> AivOptions {
-    AivOptions { device_backend: DeviceBackendKind::CannTwin, ..aiv::options(0, mode, 8) }
+    AivOptions { device_backend: DeviceBackendKind::Twin, ..aiv::options(0, mode, 8) }
 }
 
 /// Runs `case` of this binary in a child process and checks it passed.

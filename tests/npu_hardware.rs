@@ -8,7 +8,7 @@
 //! SHMEM's state; that discovery is unverified on hardware, see docs/HARDWARE_TESTING.md).
 //!
 //! Everywhere, in the suite: the same two-process test with the same backend, its tables resolved to the twin runtime
-//! (`"device_backend": "cann-twin"`), over aiv and ubshmem (the twin runtime has no HiXL yet, so adxl is left out there
+//! (`"device_backend": "twin"`), over aiv and ubshmem (the twin runtime has no HiXL yet, so adxl is left out there
 //! and the test says so).
 //!
 //! SHMEM takes one PE per process, so the test runs two processes: this one (PE 0, NPU `AIV_NPU_DEVICE_A`, default 0)
@@ -41,7 +41,7 @@ fn device_env(name: &str, default: u32) -> u32 {
 fn backend_from_env() -> DeviceBackendKind {
     match std::env::var("AIV_NPU_TEST_BACKEND").as_deref() {
         Ok("cann") => DeviceBackendKind::Cann,
-        _ => DeviceBackendKind::CannTwin,
+        _ => DeviceBackendKind::Twin,
     }
 }
 
@@ -136,11 +136,11 @@ fn aiv_read_and_write_between_two_npus() {
 /// is found by the backend's probe.
 #[test]
 fn aiv_and_ubshmem_read_and_write_between_two_processes_on_the_twin_runtime() {
-    two_processes(DeviceBackendKind::CannTwin);
+    two_processes(DeviceBackendKind::Twin);
 }
 
 fn two_processes(backend: DeviceBackendKind) {
-    let on_twin = backend == DeviceBackendKind::CannTwin;
+    let on_twin = backend == DeviceBackendKind::Twin;
     // This process is PE 0 of 2: the variables are read when the device opens (set before any engine exists here; a
     // twin-runtime child of this test binary is a process of its own).
     std::env::set_var("AIV_SHMEM_PE", "0");
@@ -149,7 +149,7 @@ fn two_processes(backend: DeviceBackendKind) {
     let mut peer = Command::new(std::env::current_exe().expect("test binary"))
         .args(["npu_peer_process", "--exact", "--ignored", "--nocapture"])
         .env("AIV_NPU_ROLE", "peer")
-        .env("AIV_NPU_TEST_BACKEND", if on_twin { "cann-twin" } else { "cann" })
+        .env("AIV_NPU_TEST_BACKEND", if on_twin { "twin" } else { "cann" })
         .env("AIV_SHMEM_PE", "1")
         .env("AIV_SHMEM_N_PES", "2")
         .env("AIV_SHMEM_ROOT_SEGMENT", engine.name())

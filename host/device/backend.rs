@@ -217,7 +217,7 @@ impl fmt::Display for ChannelException {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "SDMA exception on channel {} (sq_id {}, head {}, tail {}): syndrome {:#x} ({}); raw SQE ",
+            "SDMA exception on channel {} (sq_id {}, head {}, tail {}): syndrome {:#x} ({}); ",
             self.channel,
             self.sq_id,
             self.head,
@@ -228,6 +228,7 @@ impl fmt::Display for ChannelException {
         if let Some(detail) = &self.detail {
             write!(f, "{detail}; ")?;
         }
+        write!(f, "raw SQE ")?;
         for byte in self.sqe {
             write!(f, "{byte:02x}")?;
         }

@@ -38,8 +38,8 @@ pub fn open_with_exchange(
     exchange: Option<&dyn UniqueIdExchange>,
 ) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
     match options.device_backend {
-        DeviceBackendKind::Twin => Ok(twin::TwinDevice::open(options)?),
-        DeviceBackendKind::CannTwin => Ok(cann::CannDevice::open_on_twin(options, exchange)?),
+        DeviceBackendKind::Twin => Ok(cann::CannDevice::open_on_twin(options, exchange)?),
+        DeviceBackendKind::TwinLegacy => Ok(twin::TwinDevice::open(options)?),
         #[cfg(feature = "cann")]
         DeviceBackendKind::Cann => {
             let settings = cann::CannSettings::from_env(options.device_id)?;

@@ -9,15 +9,65 @@ use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, TransferEngine, TransferRequest};
 
-/// One engine with its twin device and one registered HBM buffer.
+#[path = "lease.rs"]
+mod lease;
+pub use lease::DeviceLease;
+
+/// One engine with its twin device and one registered HBM buffer. Fields drop in order: the engine and the device
+/// (which releases the twin runtime's device, its SHMEM instance and engines), then the lease on the device id.
 #[derive(Debug)]
 pub struct Node {
     pub engine: TransferEngine,
     pub device: Arc<AivDevice>,
     pub buffer: DeviceBuffer,
+    _lease: DeviceLease,
+}
+
+/// Fault-injection and observation controls of a node's device: the twin runtime's (`cann_twin::control`), or the
+/// legacy in-process backend's for a node opened with `"twin-legacy"`.
+#[derive(Debug)]
+pub struct TwinControls<'a> {
+    device: i32,
+    legacy: Option<&'a aiv_transport::device::twin::TwinDevice>,
+}
+
+impl TwinControls<'_> {
+    /// Stalls (or releases) SDMA channel `channel` of the device.
+    pub fn stall_channel(&self, channel: u32, stalled: bool) {
+        match self.legacy {
+            Some(twin) => twin.stall_channel(channel, stalled),
+            None => cann_twin::control::set_stalled(self.device, channel, stalled).expect("the runtime's channel"),
+        }
+    }
+    /// SQEs channel `channel` executed so far.
+    pub fn executed_sqes(&self, channel: u32) -> u64 {
+        match self.legacy {
+            Some(twin) => twin.executed_sqes(channel),
+            None => cann_twin::control::sqes_executed(self.device, channel).expect("the runtime's channel"),
+        }
+    }
+    /// Stalls (or releases) every copy stream of the device: queued copies wait, synchronisations time out.
+    pub fn stall_streams(&self, stalled: bool) {
+        match self.legacy {
+            Some(twin) => twin.faults.stall_streams(stalled),
+            None => cann_twin::control::hold_device_streams(self.device, stalled),
+        }
+    }
+    /// The next `count` SQEs (or stream copies) of the device fail as if their destination did not translate.
+    pub fn fail_next_destinations(&self, count: u32) {
+        match self.legacy {
+            Some(twin) => twin.faults.corrupt_next_translations(count),
+            None => cann_twin::control::fail_next_destinations(self.device, count),
+        }
+    }
 }
 
 impl Node {
+    /// The controls for this node's device.
+    pub fn twin(&self) -> TwinControls<'_> {
+        TwinControls { device: self._lease.0 as i32, legacy: self.device.twin() }
+    }
+
     /// A copy of `range` of the buffer, read through the device (D2H): tests never dereference device memory.
     pub fn read(&self, range: std::ops::Range<usize>) -> Vec<u8> {
         assert!(range.end as u64 <= self.buffer.len(), "{range:?} is outside the buffer");
@@ -62,17 +112,19 @@ pub fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOpti
 
 /// Starts an engine on a fresh twin device with `buffer_len` bytes of registered HBM.
 pub fn node(options: AivOptions, buffer_len: u64) -> Node {
+    // The device id the test asked for only tells its devices apart; each node takes a free one of this process.
+    let lease = DeviceLease::acquire();
     // P2P handshake names the engine `127.0.0.1:<its rpc port>`: unique without help, found through the real handshake.
     let mut config = EngineConfig::new("127.0.0.1");
     config.protocol = Protocol::Aiv;
-    config.aiv = options;
+    config.aiv = AivOptions { device_id: lease.0, ..options };
     let engine = TransferEngine::new(config).expect("engine starts");
     let device = engine.device().expect("twin device opens");
     let buffer = device.allocate(buffer_len).expect("HBM allocation");
     // SAFETY: the buffer lives in the returned Node next to the engine; transfers finish before it drops (tests wait
     // for every batch).
     unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register HBM");
-    Node { engine, device, buffer }
+    Node { engine, device, buffer, _lease: lease }
 }
 
 /// `count` WRITEs of `length` bytes from `from`'s buffer to the same offsets of `to`'s buffer, one after the other

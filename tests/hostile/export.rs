@@ -260,8 +260,12 @@ fn round_trip(initiator: &Node, segment: SegmentId, remote: u64, length: u64) ->
     Ok(())
 }
 
+/// Nodes on the legacy in-process twin backend, whose export service these tests flood (the twin runtime's own
+/// export service, for VMM shareable handles, has its hostile-input tests in `shmem-bindings/cann-twin/tests/
+/// vmm_share.rs`).
 fn export_options(device_id: u32, export: ExportLimits) -> aiv_transport::config::AivOptions {
     aiv_transport::config::AivOptions {
+        device_backend: aiv_transport::config::DeviceBackendKind::TwinLegacy,
         export,
         transfer_timeout: Duration::from_secs(20),
         kernel_wait_budget: Duration::from_secs(15),

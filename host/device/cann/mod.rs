@@ -925,6 +925,14 @@ impl DeviceBackend for CannDevice {
 
     fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
         let _ = sq_depth;
+        if self.runtime == CannRuntime::Twin {
+            return Err(DeviceError::Unavailable {
+                backend: "twin",
+                reason: "the adxl baseline submits through HiXL on the cann backend, and the twin runtime does not \
+                         offer HiXL yet; run adxl with \"device_backend\": \"twin-legacy\" meanwhile"
+                    .into(),
+            });
+        }
         Err(DeviceError::Unavailable {
             backend: "cann",
             reason: "no Host-owned SDMA channel on CANN (the Host cannot reach a channel's doorbell register); \

@@ -409,7 +409,8 @@ acl_entry! {
         }
         let target = runtime.stream(stream as usize)?;
         drop(runtime);
-        target.submit(Task::Copy { dst, dest_max, src, count, kind });
+        let device = target.device;
+        target.submit(Task::Copy { device, dst, dest_max, src, count, kind });
         Ok(())
     }
 }

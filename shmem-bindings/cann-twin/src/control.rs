@@ -74,3 +74,21 @@ pub fn hold_streams(held: bool) {
 pub fn kernel_faults() -> Vec<crate::kernel::KernelFault> {
     crate::kernel::faults()
 }
+
+/// The next `count` SQEs the SDMA engines of `device` execute, or stream copies of the device, fail as if their
+/// destination range did not translate (an SQE: syndrome 0x14, the channel stops until reset; a stream copy: the
+/// stream reports `ACL_ERROR_RT_PARAM_INVALID` at its synchronisation): a device-side fault for tests, as a bad
+/// address from a buggy relocation would be.
+pub fn fail_next_destinations(device: i32, count: u32) {
+    crate::sdma::inject_destination_faults(device, count);
+}
+
+/// Holds (`true`) or releases the stream workers of `device` only, as [`hold_streams`] does for every stream: a
+/// stalled copy engine, whose queued copies wait and whose synchronisations time out.
+pub fn hold_device_streams(device: i32, held: bool) {
+    let mut devices = crate::stream::HELD_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
+    devices.retain(|&other| other != device);
+    if held {
+        devices.push(device);
+    }
+}

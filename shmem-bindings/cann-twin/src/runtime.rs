@@ -322,7 +322,12 @@ pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
 /// Runs one stream task on a worker thread.
 pub(crate) fn run_task(task: &Task) -> aclError {
     match *task {
-        Task::Copy { dst, dest_max, src, count, kind } => {
+        Task::Copy { device, dst, dest_max, src, count, kind } => {
+            // An injected device fault (`control::fail_next_destinations`): the copy engine finds its destination
+            // unmapped, as a copy to freed memory would.
+            if crate::sdma::take_injected_destination_fault(device) {
+                return ACL_ERROR_RT_PARAM_INVALID;
+            }
             let space = space();
             match plan_copy(space.as_ref(), dst, dest_max, src, count, kind) {
                 Ok((dst, src)) => {

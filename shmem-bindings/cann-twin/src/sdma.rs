@@ -451,6 +451,9 @@ impl Channel {
         let length = sqe.length as usize;
         let (src, dst) = (sqe.src() as usize, sqe.dst() as usize);
         let from = space.translate(src, length, false).map_err(|_| (Syndrome::SRC_FAULT, raw))?;
+        if take_injected_destination_fault(self.device) {
+            return Err((Syndrome::DST_FAULT, raw));
+        }
         let to = space.translate(dst, length, true).map_err(|_| (Syndrome::DST_FAULT, raw))?;
         match (length, single_aligned(&from, 8), single_aligned(&to, 8)) {
             (8, Some(from), Some(to)) => {
@@ -527,6 +530,36 @@ pub(crate) struct Engines {
     /// Device allocations to free: the workspace and the rings.
     allocations: Vec<usize>,
     register_pages: Vec<usize>,
+}
+
+/// Injected destination faults still to raise, by device ([`crate::control::fail_next_destinations`]).
+static INJECTED_DESTINATION_FAULTS: LazyLock<Mutex<HashMap<i32, u32>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Whether any device has injected faults pending (the engines' fast path skips the map otherwise).
+static ANY_INJECTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next `count` SQEs any engine of `device` executes (and stream copies its copy engines run) fail as if
+/// their destination did not translate.
+pub(crate) fn inject_destination_faults(device: i32, count: u32) {
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    faults.insert(device, count);
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+}
+
+/// Consumes one injected destination fault of `device`, if one is pending.
+pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
+    if !ANY_INJECTED.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    let taken = match faults.get_mut(&device) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    };
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+    taken
 }
 
 /// Engines by device.

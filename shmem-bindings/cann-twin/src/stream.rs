@@ -12,10 +12,16 @@ use ascendcl_sys::sys::*;
 /// Work a stream runs.
 /// While set, no stream worker starts a task (`control::hold_streams`).
 pub(crate) static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// Devices whose stream workers are held (`control::hold_device_streams`).
+pub(crate) static HELD_DEVICES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+fn held(device: i32) -> bool {
+    HELD.load(std::sync::atomic::Ordering::Acquire) || lock(&HELD_DEVICES).contains(&device)
+}
 
 pub(crate) enum Task {
     /// A copy, re-validated when it runs (the memory may have been freed since submission).
-    Copy { dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
+    Copy { device: i32, dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
     /// A kernel launch on the stream's device (`crate::kernel`).
     Kernel { device: i32, launch: Box<crate::kernel::Launch> },
 }
@@ -71,7 +77,7 @@ impl Stream {
             let task = {
                 let mut queue = lock(&self.queue);
                 loop {
-                    let held = HELD.load(std::sync::atomic::Ordering::Acquire);
+                    let held = held(self.device);
                     if !held {
                         if let Some(task) = queue.tasks.pop_front() {
                             break task;
