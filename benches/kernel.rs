@@ -1,6 +1,7 @@
 //! Kernel-level microbenchmarks of the aiv path on the CPU twin (numbers in docs/RESULTS.md).
 //!
-//! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
+//! - `post_cost/doorbell_batch/{1,4,32}` (on the legacy in-process twin, whose bench hook drives one block's channel):
+//!   CPU time of the emulated AIV core per SQE inside the kernel's post path
 //!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine
 //!   thread running and consuming 64-byte copies; flag drains are excluded (CANN SHMEM's `postsend_cost` analogue).
 //!   CPU time rather than wall time, so that preemption by the other threads of a loaded 2-core machine does not
@@ -15,7 +16,7 @@
 
 use std::time::Duration;
 
-use aiv_transport::config::{AivOptions, LaunchMode};
+use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::twin::kernel_bench::post_sqes;
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
@@ -42,7 +43,11 @@ fn post_cost(c: &mut Criterion) {
     let mut group = c.benchmark_group("post_cost");
     group.sample_size(20).measurement_time(Duration::from_secs(3));
     for batch in [1u32, 4, 32] {
-        let device = AivDevice::open(&options(0, LaunchMode::PerBatch, batch)).expect("twin device");
+        // The post path runs on an emulated core of the legacy in-process twin, whose hook drives one block's channel
+        // directly (the same kernel code and CPU model the twin runtime runs); the twin runtime has no such hook yet.
+        let legacy =
+            AivOptions { device_backend: DeviceBackendKind::TwinLegacy, ..options(0, LaunchMode::PerBatch, batch) };
+        let device = AivDevice::open(&legacy).expect("twin device");
         let buffer = device.allocate(1 << 20).expect("hbm");
         let (src, dst) = (buffer.addr(), buffer.addr() + 4096);
         group.throughput(Throughput::Elements(1));
