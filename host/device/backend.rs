@@ -366,6 +366,11 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError>;
     /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
+    /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl
+    /// drives a Host-owned channel instead); `Some(Err)` when it should have one but it did not load.
+    fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
+        None
+    }
 }
 
 /// An SDMA channel driven by a Host thread: the Host reads the channel record, writes SQEs into `sq_base`, stores the

@@ -18,7 +18,6 @@
 //! Owns: its Host channel, the pool buffer and the Host thread. Touches no engine state beyond the task slots of the
 //! transfers it accepted. Every wait is bounded: the flag poll by `baseline_timeout`, queue waits by 20 ms.
 
-#[cfg(feature = "cann")]
 mod hixl;
 
 use std::collections::{HashSet, VecDeque};
@@ -176,9 +175,7 @@ struct Shared {
     /// Submit hand-offs not charged yet (see [`CpuCarry`]).
     carry: CpuCarry,
     /// Where the HiXL server listens (cann backend; `aiv.hixl_host` / `aiv.hixl_port`).
-    #[cfg_attr(not(feature = "cann"), allow(dead_code))]
     hixl_host: Option<String>,
-    #[cfg_attr(not(feature = "cann"), allow(dead_code))]
     hixl_port: u16,
 }
 
@@ -187,7 +184,6 @@ struct Shared {
 pub struct AdxlTransport {
     shared: Arc<Shared>,
     /// On the `cann` backend: the HiXL library submits instead of a Host-owned channel.
-    #[cfg(feature = "cann")]
     hixl: Option<hixl::HixlPath>,
     /// The Host thread, started on the first submit (so engines that never use adxl pay nothing).
     worker: Mutex<Option<Result<JoinHandle<()>, String>>>,
@@ -224,12 +220,11 @@ impl AdxlTransport {
             hixl_host: options.hixl_host.clone(),
             hixl_port: options.hixl_port,
         });
-        // The submission backend: on the twin a Host-owned SDMA channel; on cann the real HiXL library.
-        #[cfg(feature = "cann")]
-        let hixl = (shared.device.backend_name() == "cann").then(|| hixl::HixlPath::new(shared.clone()));
+        // The submission backend: the device's HiXL library where it has one (the cann backend, on the vendor's
+        // runtime or the twin's), else a Host-owned SDMA channel (the legacy twin).
+        let hixl = shared.device.hixl().map(|api| hixl::HixlPath::new(shared.clone(), api));
         AdxlTransport {
             shared,
-            #[cfg(feature = "cann")]
             hixl,
             worker: Mutex::new(None),
         }
@@ -238,7 +233,6 @@ impl AdxlTransport {
     /// Where this device's HiXL server listens (`"ip:port"`), advertised to peers; `None` on the twin or when the
     /// server could not start.
     pub fn hixl_server(&self) -> Option<String> {
-        #[cfg(feature = "cann")]
         if let Some(hixl) = &self.hixl {
             return hixl.server_address();
         }
@@ -345,7 +339,6 @@ impl Transport for AdxlTransport {
 
     /// `TransferAsync`: queue the list; the Host thread submits it and polls its completion.
     fn submit(&self, transfers: Vec<Transfer>) {
-        #[cfg(feature = "cann")]
         if let Some(hixl) = &self.hixl {
             hixl.submit(transfers);
             return;
@@ -377,7 +370,6 @@ impl Transport for AdxlTransport {
 
 impl Drop for AdxlTransport {
     fn drop(&mut self) {
-        #[cfg(feature = "cann")]
         drop(self.hixl.take());
         self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         self.shared.queued.notify_all();

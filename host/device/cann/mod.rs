@@ -923,6 +923,16 @@ impl DeviceBackend for CannDevice {
         Ok(unsafe { SharedMemory::from_raw(host.cast(), device_addr, rounded, release) })
     }
 
+    fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
+        match self.runtime {
+            CannRuntime::Vendor => {
+                Some(ascendcl_sys::hixl::api().map_err(|error| format!("the HiXL library: {error}")))
+            }
+            // Not in the twin runtime yet: adxl there reports the Host channel's absence.
+            CannRuntime::Twin => None,
+        }
+    }
+
     fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
         let _ = sq_depth;
         if self.runtime == CannRuntime::Twin {

@@ -158,8 +158,7 @@ pub(super) struct HixlPath {
 
 impl HixlPath {
     /// Loads HiXL and starts this device's server; a failure is remembered and reported by every transfer.
-    pub(super) fn new(shared: Arc<Shared>) -> HixlPath {
-        let api = hixl::api().map_err(|error| format!("the HiXL library: {error}"));
+    pub(super) fn new(shared: Arc<Shared>, api: Result<&'static HixlApi, String>) -> HixlPath {
         let server = match &api {
             Ok(api) => match start_server(api, &shared) {
                 Ok(server) => Some(server),
