@@ -163,6 +163,7 @@ use std::sync::OnceLock;
 
 pub mod acl;
 pub mod control;
+pub mod hixl;
 pub mod kernel;
 mod memory;
 mod runtime;
@@ -172,6 +173,7 @@ mod stream;
 pub mod vmm_share;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
+pub use hixl::{hixl_api, resolve_hixl};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
 pub use shmem::{resolve_shmem, shmem_api};

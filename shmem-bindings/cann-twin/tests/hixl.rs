@@ -1,0 +1,507 @@
+//! HiXL's client/server API on the twin, through `cann_twin::hixl_api()`: a server and a client on two devices of
+//! one process (put and get of random sizes and offsets, verified through `aclrtMemcpy`), a server in a child
+//! process (a re-exec of this binary), out-of-bounds entries, a killed server and hostile bytes on its port.
+
+mod common;
+
+use core::ffi::c_void;
+use std::ffi::CString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::hixl::*;
+use ascendcl_sys::sys::*;
+use ascendcl_sys::AclApi;
+use cann_twin::hixl::{HIXL_EXPORTED, MAGIC, MAX_PENDING, VERSION};
+use common::{api, download, pattern, upload};
+use proptest::prelude::*;
+
+const ROLE: &str = "CANN_TWIN_HIXL_CHILD";
+const MIB: usize = 1 << 20;
+
+fn hixl() -> &'static HixlApi {
+    cann_twin::hixl_api()
+}
+
+/// A port nobody listens on now.
+fn free_port() -> u32 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    u32::from(listener.local_addr().expect("address").port())
+}
+
+/// `aclrtMalloc` of `size` bytes on `device` (the thread is left on device 0).
+fn malloc_on(api: &AclApi, device: i32, size: usize) -> *mut c_void {
+    // SAFETY: plain values.
+    assert_eq!(unsafe { (api.aclrtSetDevice)(device) }, ACL_SUCCESS);
+    let ptr = common::malloc(api, size);
+    // SAFETY: plain values.
+    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    ptr
+}
+
+fn mem(ptr: *mut c_void, size: usize) -> CommMem {
+    CommMem { r#type: COMM_MEM_TYPE_DEVICE, addr: ptr, size: size as u64 }
+}
+
+struct Server {
+    raw: HixlServerHandle,
+    port: u32,
+}
+
+impl Server {
+    fn start(memory: &[CommMem]) -> Server {
+        let port = free_port();
+        let ip = CString::new("127.0.0.1").expect("ip");
+        let endpoint = EndpointDesc::device(COMM_PROTOCOL_HCCS, 0);
+        let desc = HixlServerDesc {
+            endpoint_list: &endpoint,
+            server_ip: ip.as_ptr(),
+            server_port: port,
+            endpoint_list_num: 1,
+            reserved: [0; 104],
+        };
+        let mut raw = core::ptr::null_mut();
+        let tag = CString::new("heap").expect("tag");
+        // SAFETY: live locals; the memory is the tests' device memory, never freed.
+        unsafe {
+            assert_eq!((hixl().HixlCSServerCreate)(&desc, &HixlServerConfig::new(), &mut raw), HIXL_SUCCESS);
+            for m in memory {
+                let mut handle = core::ptr::null_mut();
+                assert_eq!((hixl().HixlCSServerRegMem)(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
+            }
+            assert_eq!((hixl().HixlCSServerListen)(raw, 16), HIXL_SUCCESS);
+        }
+        Server { raw, port }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        // SAFETY: the handle is looked up, never dereferenced.
+        let _ = unsafe { (hixl().HixlCSServerDestroy)(self.raw) };
+    }
+}
+
+struct Client {
+    raw: HixlClientHandle,
+}
+
+impl Client {
+    fn connect(port: u32, memory: &[CommMem]) -> Result<Client, HixlStatus> {
+        let ip = CString::new("127.0.0.1").expect("ip");
+        let (local, remote) =
+            (EndpointDesc::device(COMM_PROTOCOL_HCCS, 1), EndpointDesc::device(COMM_PROTOCOL_HCCS, 0));
+        let desc = HixlClientDesc {
+            local_endpoint: &local,
+            remote_endpoint: &remote,
+            server_ip: ip.as_ptr(),
+            server_port: port,
+            tc: 0,
+            sl: 0,
+            reserved: [0; 98],
+        };
+        let mut raw = core::ptr::null_mut();
+        let tag = CString::new("local").expect("tag");
+        // SAFETY: live locals; the memory is the tests' device memory, never freed.
+        unsafe {
+            assert_eq!((hixl().HixlCSClientCreate)(&desc, &HixlClientConfig::new(), &mut raw), HIXL_SUCCESS);
+            let client = Client { raw };
+            for m in memory {
+                let mut handle = core::ptr::null_mut();
+                assert_eq!((hixl().HixlCSClientRegMem)(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
+            }
+            match (hixl().HixlCSClientConnect)(raw, 2000) {
+                HIXL_SUCCESS => Ok(client),
+                code => Err(code),
+            }
+        }
+    }
+
+    fn submit(&self, put: bool, list: &[HixlOneSideOpDesc]) -> Result<CompleteHandle, HixlStatus> {
+        let mut handle = core::ptr::null_mut();
+        let call = if put { hixl().HixlCSClientBatchPutAsync } else { hixl().HixlCSClientBatchGetAsync };
+        // SAFETY: the list is live for the call; the twin checks every range.
+        match unsafe { call(self.raw, list.len() as u32, list.as_ptr(), &mut handle) } {
+            HIXL_SUCCESS => Ok(handle),
+            code => Err(code),
+        }
+    }
+
+    fn query(&self, handle: CompleteHandle) -> Result<HixlCompleteStatus, HixlStatus> {
+        let mut status = HIXL_COMPLETE_STATUS_WAITING;
+        // SAFETY: live out-pointer; handles are looked up.
+        match unsafe { (hixl().HixlCSClientQueryCompleteStatus)(self.raw, handle, &mut status) } {
+            HIXL_SUCCESS => Ok(status),
+            code => Err(code),
+        }
+    }
+
+    /// Polls `handle` to a final state within `limit`.
+    fn wait(&self, handle: CompleteHandle, limit: Duration) -> HixlCompleteStatus {
+        let deadline = Instant::now() + limit;
+        loop {
+            let status = self.query(handle).expect("query");
+            if status != HIXL_COMPLETE_STATUS_WAITING {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "batch not final within {limit:?}");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    fn run(&self, put: bool, list: &[HixlOneSideOpDesc]) -> HixlCompleteStatus {
+        let handle = self.submit(put, list).expect("submit");
+        self.wait(handle, Duration::from_secs(20))
+    }
+}
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        // SAFETY: looked up, never dereferenced.
+        let _ = unsafe { (hixl().HixlCSClientDestroy)(self.raw) };
+    }
+}
+
+fn op(remote: *mut c_void, remote_off: usize, local: *mut c_void, local_off: usize, len: usize) -> HixlOneSideOpDesc {
+    HixlOneSideOpDesc {
+        remote_buf: (remote as usize + remote_off) as *mut c_void,
+        local_buf: (local as usize + local_off) as *mut c_void,
+        len: len as u64,
+    }
+}
+
+/// A small deterministic generator (xorshift).
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 % n as u64) as usize
+    }
+}
+
+#[test]
+fn the_table_resolves_every_declared_function() {
+    assert_eq!(HIXL_EXPORTED.len(), HixlApi::function_decls().len());
+    let api = hixl();
+    assert!(api.HixlCSClientBatchPutSync.is_some() && api.HixlCSClientBatchGetSync.is_some());
+    assert_eq!(api.path().display().to_string(), cann_twin::hixl::IN_PROCESS_HIXL_PATH);
+}
+
+#[test]
+fn put_and_get_between_two_devices_of_one_process() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let size = 4 * MIB;
+    let remote = malloc_on(api, 0, size);
+    let local = malloc_on(api, 1, size);
+    let server = Server::start(&[mem(remote, size)]);
+    let client = Client::connect(server.port, &[mem(local, size)]).expect("connect");
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..6u8 {
+        // Put: random entries of one batch into disjoint remote slots; every byte checked on the server's side.
+        let source = pattern(size, round);
+        upload(api, local, &source);
+        upload(api, remote, &vec![0u8; size]);
+        let mut list = Vec::new();
+        for slot in 0..4 {
+            let len = 1 + rng.below(MIB + MIB / 3);
+            let local_off = rng.below(size - len);
+            let remote_off = slot * MIB + rng.below(MIB / 8);
+            let len = len.min(size - remote_off);
+            list.push(op(remote, remote_off, local, local_off, len));
+        }
+        assert_eq!(client.run(true, &list), HIXL_COMPLETE_STATUS_COMPLETED, "round {round}");
+        let seen = download(api, remote, size);
+        let mut expected = vec![0u8; size];
+        for e in &list {
+            let (r, l, n) =
+                (e.remote_buf as usize - remote as usize, e.local_buf as usize - local as usize, e.len as usize);
+            expected[r..r + n].copy_from_slice(&source[l..l + n]);
+        }
+        assert!(seen == expected, "put round {round}: server memory differs");
+        // Get: random remote ranges into random local ranges, checked on the client's side.
+        let served = pattern(size, round.wrapping_add(100));
+        upload(api, remote, &served);
+        let len = 1 + rng.below(2 * MIB);
+        let (remote_off, local_off) = (rng.below(size - len), rng.below(size - len));
+        let list = [op(remote, remote_off, local, local_off, len)];
+        assert_eq!(client.run(false, &list), HIXL_COMPLETE_STATUS_COMPLETED);
+        let got = download(api, (local as usize + local_off) as *const c_void, len);
+        assert!(got[..] == served[remote_off..remote_off + len], "get round {round}");
+    }
+    // The Sync calls.
+    upload(api, local, &pattern(MIB, 55));
+    let list = [op(remote, 0, local, 0, MIB)];
+    let put_sync = hixl().HixlCSClientBatchPutSync.expect("resolved");
+    let get_sync = hixl().HixlCSClientBatchGetSync.expect("resolved");
+    // SAFETY: live list; ranges checked by the twin.
+    assert_eq!(unsafe { put_sync(client.raw, 1, list.as_ptr(), 5000) }, HIXL_SUCCESS);
+    assert_eq!(download(api, remote, MIB), pattern(MIB, 55));
+    upload(api, remote, &pattern(MIB, 66));
+    let list = [op(remote, 0, local, MIB, MIB)];
+    // SAFETY: as above.
+    assert_eq!(unsafe { get_sync(client.raw, 1, list.as_ptr(), 5000) }, HIXL_SUCCESS);
+    assert_eq!(download(api, (local as usize + MIB) as *const c_void, MIB), pattern(MIB, 66));
+    // A final state released the handle.
+    let handle = client.submit(true, &[op(remote, 0, local, 0, 64)]).expect("submit");
+    assert_eq!(client.wait(handle, Duration::from_secs(5)), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(client.query(handle), Err(HIXL_PARAM_INVALID));
+}
+
+#[test]
+fn out_of_bounds_entries_and_bad_arguments_are_refused() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let size = MIB;
+    let remote = malloc_on(api, 0, 2 * size);
+    let local = malloc_on(api, 1, 2 * size);
+    // Only the first half of each is registered.
+    let server = Server::start(&[mem(remote, size)]);
+    let client = Client::connect(server.port, &[mem(local, size)]).expect("connect");
+    let refused = [
+        op(remote, size - 10, local, 0, 11),
+        op(remote, 0, local, size - 10, 11),
+        op(remote, size, local, 0, 1),
+        op(remote, 0, local, 0, 0),
+        HixlOneSideOpDesc { remote_buf: usize::MAX as *mut c_void, local_buf: local, len: 2 },
+        HixlOneSideOpDesc { remote_buf: remote, local_buf: core::ptr::null_mut(), len: 2 },
+    ];
+    for entry in refused {
+        for put in [true, false] {
+            // A good entry first: the whole call is refused, nothing submitted.
+            let list = [op(remote, 0, local, 0, 8), entry];
+            assert_eq!(client.submit(put, &list), Err(HIXL_PARAM_INVALID), "{entry:?}");
+        }
+    }
+    let mut handle = core::ptr::null_mut();
+    // SAFETY: null and empty lists, bogus handles: all checked, never dereferenced.
+    unsafe {
+        assert_eq!(
+            (hixl().HixlCSClientBatchPutAsync)(client.raw, 1, core::ptr::null(), &mut handle),
+            HIXL_PARAM_INVALID
+        );
+        let list = [op(remote, 0, local, 0, 8)];
+        assert_eq!((hixl().HixlCSClientBatchPutAsync)(client.raw, 0, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
+        assert_eq!(
+            (hixl().HixlCSClientBatchPutAsync)(0xdead as HixlClientHandle, 1, list.as_ptr(), &mut handle),
+            HIXL_PARAM_INVALID
+        );
+        assert_eq!((hixl().HixlCSClientBatchPutAsync)(server.raw, 1, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
+        assert_eq!((hixl().HixlCSServerListen)(client.raw, 1), HIXL_PARAM_INVALID);
+        assert_eq!((hixl().HixlCSServerListen)(server.raw, 1), HIXL_PARAM_INVALID, "listening twice");
+        assert_eq!((hixl().HixlCSClientCreate)(core::ptr::null(), core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
+    }
+    assert_eq!(client.query(0x77 as CompleteHandle), Err(HIXL_PARAM_INVALID));
+    // Still serving.
+    upload(api, local, &pattern(size, 9));
+    assert_eq!(client.run(true, &[op(remote, 0, local, 0, size)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(download(api, remote, size), pattern(size, 9));
+    // Nobody listening: a clear failure, in bounded time.
+    let started = Instant::now();
+    assert_eq!(Client::connect(free_port(), &[]).err(), Some(HIXL_FAILED));
+    assert!(started.elapsed() < Duration::from_secs(3));
+}
+
+#[test]
+fn at_most_4096_unqueried_transfers() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let remote = malloc_on(api, 0, 4096);
+    let local = malloc_on(api, 1, 4096);
+    let server = Server::start(&[mem(remote, 4096)]);
+    let client = Client::connect(server.port, &[mem(local, 4096)]).expect("connect");
+    let list = [op(remote, 0, local, 0, 8)];
+    let handles: Vec<_> = (0..MAX_PENDING).map(|_| client.submit(true, &list).expect("submit")).collect();
+    assert_eq!(client.submit(true, &list), Err(HIXL_RESOURCE_EXHAUSTED));
+    assert_eq!(client.wait(handles[0], Duration::from_secs(20)), HIXL_COMPLETE_STATUS_COMPLETED);
+    // One queried to its end frees one place.
+    let last = client.submit(false, &list).expect("a place again");
+    for handle in handles.into_iter().skip(1).chain([last]) {
+        assert_eq!(client.wait(handle, Duration::from_secs(20)), HIXL_COMPLETE_STATUS_COMPLETED);
+    }
+}
+
+/// The child's role: a server on 2 MiB of device memory holding `pattern(2 MiB, 42)`; prints `READY port addr`,
+/// serves until stdin closes (or 60 s).
+#[test]
+fn child_server() {
+    if std::env::var(ROLE).as_deref() != Ok("server") {
+        return;
+    }
+    std::thread::spawn(|| {
+        std::thread::sleep(Duration::from_secs(60));
+        std::process::exit(3);
+    });
+    let api = api();
+    let size = 2 * MIB;
+    let remote = malloc_on(api, 0, size);
+    upload(api, remote, &pattern(size, 42));
+    let server = Server::start(&[mem(remote, size)]);
+    println!("READY {} {:x}", server.port, remote as usize);
+    let _ = std::io::stdout().flush();
+    let mut line = String::new();
+    let _ = std::io::stdin().lock().read_line(&mut line);
+    drop(server);
+}
+
+struct Child {
+    child: std::process::Child,
+    port: u32,
+    remote: *mut c_void,
+}
+
+impl Child {
+    fn spawn() -> Child {
+        let mut child = Command::new(std::env::current_exe().expect("test binary"))
+            .args(["--exact", "child_server", "--nocapture", "--test-threads", "1"])
+            .env(ROLE, "server")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the child");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        // Owned first, so a child that never gets ready is still killed and reaped.
+        let mut owned = Child { child, port: 0, remote: core::ptr::null_mut() };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let line = lines.recv_timeout(deadline.saturating_duration_since(Instant::now())).expect("READY line");
+            if let Some(at) = line.find("READY ") {
+                let words: Vec<&str> = line[at..].split_whitespace().collect();
+                owned.port = words[1].parse().expect("port");
+                owned.remote = usize::from_str_radix(words[2], 16).expect("address") as *mut c_void;
+                return owned;
+            }
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn a_server_in_a_child_process() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let size = 2 * MIB;
+    let child = Child::spawn();
+    let local = malloc_on(api, 1, size);
+    let client = Client::connect(child.port, &[mem(local, size)]).expect("connect");
+    // Get the child's pattern, unaligned.
+    assert_eq!(client.run(false, &[op(child.remote, 3, local, 5, size - 8)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(download(api, (local as usize + 5) as *const c_void, size - 8), pattern(size, 42)[3..size - 5]);
+    // Put new bytes, get them back into the other half.
+    upload(api, local, &pattern(MIB, 77));
+    assert_eq!(client.run(true, &[op(child.remote, 100, local, 0, MIB)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(client.run(false, &[op(child.remote, 100, local, MIB, MIB)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(download(api, (local as usize + MIB) as *const c_void, MIB), pattern(MIB, 77));
+    // The child's address space is not this one's: a range outside its registration is refused here.
+    assert_eq!(client.submit(false, &[op(child.remote, size, local, 0, 1)]), Err(HIXL_PARAM_INVALID));
+}
+
+#[test]
+fn a_killed_server_fails_pending_transfers_in_bounded_time() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let size = 2 * MIB;
+    let mut child = Child::spawn();
+    let local = malloc_on(api, 1, size);
+    let client = Client::connect(child.port, &[mem(local, size)]).expect("connect");
+    // Far more than can move before the kill: 4000 gets of 2 MiB.
+    let list = vec![op(child.remote, 0, local, 0, size); 4000];
+    let pending = client.submit(false, &list).expect("submit");
+    let queued = client.submit(true, &list[..1]).expect("submit");
+    std::thread::sleep(Duration::from_millis(50));
+    child.child.kill().expect("kill");
+    let _ = child.child.wait();
+    let killed = Instant::now();
+    assert_eq!(client.wait(pending, Duration::from_secs(3)), HIXL_COMPLETE_STATUS_FAILED);
+    assert_eq!(client.wait(queued, Duration::from_secs(3)), HIXL_COMPLETE_STATUS_FAILED);
+    assert!(killed.elapsed() < Duration::from_secs(3));
+    // The connection is gone: later batches are refused at once.
+    assert_eq!(client.submit(true, &list[..1]), Err(HIXL_FAILED));
+}
+
+/// One shared server for the hostile-bytes cases, with its memory and a client's.
+fn hostile_target() -> &'static (u32, usize, usize) {
+    static TARGET: std::sync::OnceLock<(u32, usize, usize)> = std::sync::OnceLock::new();
+    TARGET.get_or_init(|| {
+        let api = api();
+        let remote = malloc_on(api, 0, MIB);
+        let local = malloc_on(api, 1, MIB);
+        let server = Server::start(&[mem(remote, MIB)]);
+        let port = server.port;
+        std::mem::forget(server);
+        (port, remote as usize, local as usize)
+    })
+}
+
+fn hello_bytes() -> Vec<u8> {
+    let mut hello = MAGIC.to_vec();
+    hello.extend_from_slice(&VERSION.to_le_bytes());
+    hello
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn hostile_bytes_leave_the_server_serving(
+        prefix_hello in any::<bool>(),
+        op_word in prop_oneof![Just(1u32), Just(2u32), any::<u32>()],
+        remote_off in any::<u64>(),
+        len in prop_oneof![Just(8u64), 1u64..4096, any::<u64>()],
+        tail in proptest::collection::vec(any::<u8>(), 0..512),
+    ) {
+        if std::env::var_os(ROLE).is_some() {
+            return Ok(());
+        }
+        let api = api();
+        let &(port, remote, local) = hostile_target();
+        let mut bytes = if prefix_hello { hello_bytes() } else { Vec::new() };
+        bytes.extend_from_slice(&op_word.to_le_bytes());
+        bytes.extend_from_slice(&0u32.to_le_bytes());
+        bytes.extend_from_slice(&(remote as u64).wrapping_add(remote_off % (2 * MIB as u64)).to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+        bytes.extend_from_slice(&tail);
+        let mut stream = TcpStream::connect(("127.0.0.1", port as u16)).expect("connect");
+        stream.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+        let _ = stream.write_all(&bytes);
+        let mut sink = [0u8; 4096];
+        let _ = stream.read(&mut sink);
+        drop(stream);
+        // Still serving a real client.
+        let client = Client::connect(port, &[mem(local as *mut c_void, MIB)]).expect("connect after hostile bytes");
+        let seed = tail.first().copied().unwrap_or(1);
+        upload(api, local as *mut c_void, &pattern(4096, seed));
+        prop_assert_eq!(client.run(true, &[op(remote as *mut c_void, 0, local as *mut c_void, 0, 4096)]), HIXL_COMPLETE_STATUS_COMPLETED);
+        prop_assert_eq!(download(api, remote as *const c_void, 4096), pattern(4096, seed));
+    }
+}
