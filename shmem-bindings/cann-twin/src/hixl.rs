@@ -711,7 +711,15 @@ pub unsafe extern "C" fn HixlCSClientConnect(client_handle: HixlClientHandle, ti
         }
         let mut state = lock(&client.state);
         if state.connection.is_some() {
-            return Err(HIXL_PARAM_INVALID);
+            if !client.broken.load(Ordering::Relaxed) {
+                return Err(HIXL_PARAM_INVALID);
+            }
+            // A connection that failed is replaced: its worker has failed or fails every batch it holds.
+            if let Some(Connection { queue, stream, thread, .. }) = state.connection.take() {
+                let _ = stream.shutdown(Shutdown::Both);
+                drop(queue);
+                let _ = thread.join();
+            }
         }
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
         let (stream, remote) = hello(client.address, deadline, &client.stop)?;

@@ -445,8 +445,54 @@ fn a_killed_server_fails_pending_transfers_in_bounded_time() {
     assert_eq!(client.wait(pending, Duration::from_secs(3)), HIXL_COMPLETE_STATUS_FAILED);
     assert_eq!(client.wait(queued, Duration::from_secs(3)), HIXL_COMPLETE_STATUS_FAILED);
     assert!(killed.elapsed() < Duration::from_secs(3));
-    // The connection is gone: later batches are refused at once.
+    // The connection is gone: later batches are refused at once; a new connect is tried (and fails: nobody there).
     assert_eq!(client.submit(true, &list[..1]), Err(HIXL_FAILED));
+    // SAFETY: looked up, never dereferenced.
+    assert_eq!(unsafe { (hixl().HixlCSClientConnect)(client.raw, 500) }, HIXL_FAILED);
+}
+
+/// A peer that accepts and then says nothing (`answer_hello`: after a valid hello with one region at `remote`).
+fn silent_peer(answer_hello: bool, remote: usize) -> u32 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = u32::from(listener.local_addr().expect("address").port());
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else { return };
+        if answer_hello {
+            let mut hello = [0u8; 12];
+            let _ = stream.read_exact(&mut hello);
+            let mut reply = MAGIC.to_vec();
+            reply.extend_from_slice(&HIXL_SUCCESS.to_le_bytes());
+            reply.extend_from_slice(&1u32.to_le_bytes());
+            reply.extend_from_slice(&(remote as u64).to_le_bytes());
+            reply.extend_from_slice(&(MIB as u64).to_le_bytes());
+            let _ = stream.write_all(&reply);
+        }
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    port
+}
+
+#[test]
+fn a_silent_peer_times_out_within_the_bound() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let local = malloc_on(api, 1, MIB);
+    let port = silent_peer(false, 0);
+    let started = Instant::now();
+    assert_eq!(Client::connect(port, &[]).err(), Some(HIXL_TIMEOUT), "no hello answer within the connect timeout");
+    assert!(started.elapsed() < Duration::from_millis(2800));
+    let remote = 0x1000_0000usize;
+    let client = Client::connect(silent_peer(true, remote), &[mem(local, MIB)]).expect("connect");
+    let list = [op(remote as *mut c_void, 0, local, 0, MIB)];
+    let put_sync = hixl().HixlCSClientBatchPutSync.expect("resolved");
+    let started = Instant::now();
+    // SAFETY: live list; ranges checked by the twin.
+    assert_eq!(unsafe { put_sync(client.raw, 1, list.as_ptr(), 300) }, HIXL_TIMEOUT);
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    // The stream is out of step: later batches are refused.
+    assert_eq!(client.submit(false, &list), Err(HIXL_FAILED));
 }
 
 /// One shared server for the hostile-bytes cases, with its memory and a client's.
