@@ -43,8 +43,8 @@ use ascendcl_sys::sys::{ACL_MEMCPY_DEFAULT, ACL_SUCCESS};
 
 /// What [`HixlApi::path`] reports for [`hixl_api`].
 pub const IN_PROCESS_HIXL_PATH: &str = "cann-twin HiXL (in-process)";
-/// Unqueried transfers (batches not yet seen in a final state) a client may hold (the CS documentation's limit);
-/// one more is `HIXL_RESOURCE_EXHAUSTED`.
+/// Unqueried transfers a client may hold: entries of batches not yet seen in a final state (the CS
+/// documentation's "4K"); a batch that would pass it is `HIXL_RESOURCE_EXHAUSTED`.
 pub const MAX_PENDING: usize = 4096;
 /// The deadline of an Async batch, from its submission.
 pub const ASYNC_TIMEOUT: Duration = Duration::from_secs(10);
@@ -421,7 +421,8 @@ pub unsafe extern "C" fn HixlCSServerCreate(
     guard(|| {
         not_null(server_desc)?;
         not_null(server_handle)?;
-        let _ = config;
+        // The documentation refuses a null config; its JSON (ports, channels, QoS) is not modelled.
+        not_null(config)?;
         // SAFETY: non-null, readable by the C contract.
         let desc = unsafe { server_desc.read() };
         let address = ip_address(desc.server_ip, desc.server_port)?;
@@ -603,7 +604,8 @@ pub unsafe extern "C" fn HixlCSClientCreate(
     guard(|| {
         not_null(client_desc)?;
         not_null(client_handle)?;
-        let _ = config;
+        // The documentation refuses a null config; its JSON (ports, channels, QoS) is not modelled.
+        not_null(config)?;
         // SAFETY: non-null, readable by the C contract.
         let desc = unsafe { client_desc.read() };
         not_null(desc.local_endpoint)?;
@@ -837,7 +839,9 @@ fn submit(
             return Err(HIXL_PARAM_INVALID);
         }
     }
-    if state.pending.len() >= MAX_PENDING {
+    // The limit counts entries (the documentation's "4K transfers"), not batches: the stricter reading.
+    let pending: usize = state.pending.values().map(|batch| batch.entries.len()).sum();
+    if pending + entries.len() > MAX_PENDING {
         return Err(HIXL_RESOURCE_EXHAUSTED);
     }
     let batch = Arc::new(Batch {

@@ -312,7 +312,7 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
 }
 
 #[test]
-fn at_most_4096_unqueried_transfers() {
+fn at_most_4096_unqueried_entries() {
     if std::env::var_os(ROLE).is_some() {
         return;
     }
@@ -322,6 +322,11 @@ fn at_most_4096_unqueried_transfers() {
     let server = Server::start(&[mem(remote, 4096)]);
     let client = Client::connect(server.port, &[mem(local, 4096)]).expect("connect");
     let list = [op(remote, 0, local, 0, 8)];
+    // Entries count, not batches: one batch of 4097 never fits.
+    assert_eq!(client.submit(true, &vec![list[0]; MAX_PENDING + 1]), Err(HIXL_RESOURCE_EXHAUSTED));
+    let big = client.submit(true, &vec![list[0]; MAX_PENDING - 10]).expect("submit");
+    assert_eq!(client.submit(true, &vec![list[0]; 11]), Err(HIXL_RESOURCE_EXHAUSTED));
+    assert_eq!(client.wait(big, Duration::from_secs(20)), HIXL_COMPLETE_STATUS_COMPLETED);
     let handles: Vec<_> = (0..MAX_PENDING).map(|_| client.submit(true, &list).expect("submit")).collect();
     assert_eq!(client.submit(true, &list), Err(HIXL_RESOURCE_EXHAUSTED));
     assert_eq!(client.wait(handles[0], Duration::from_secs(20)), HIXL_COMPLETE_STATUS_COMPLETED);
