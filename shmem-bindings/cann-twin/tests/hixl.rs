@@ -556,3 +556,96 @@ proptest! {
         prop_assert_eq!(download(api, remote as *const c_void, 4096), pattern(4096, seed));
     }
 }
+
+/// The cdylib, built fresh into a target directory of its own below this test's (as `tests/exports.rs` does);
+/// `None` when `cargo` is not known to this process.
+fn cdylib() -> Option<std::path::PathBuf> {
+    let cargo = std::env::var_os("CARGO")?;
+    let exe = std::env::current_exe().ok()?;
+    let target = exe.parent()?.parent()?.parent()?.join("cann-twin-cdylib");
+    let status = Command::new(cargo)
+        .args(["build", "--quiet", "-p", "cann-twin", "--lib", "--target-dir"])
+        .arg(&target)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .status()
+        .expect("run cargo");
+    assert!(status.success(), "building the cdylib failed: {status}");
+    let library = target.join("debug/libcann_twin.so");
+    assert!(library.exists(), "{} was not built", library.display());
+    Some(library)
+}
+
+#[test]
+fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let Some(library) = cdylib() else {
+        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        return;
+    };
+    // Both tables from the one library, as a user pointing AIV_ASCENDCL_LIB and AIV_HIXL_LIB at the twin would: the
+    // loaded copy has its own runtime, separate from the one linked into this test.
+    let path = library.into_os_string();
+    let env = move |name: &str| (name == "AIV_ASCENDCL_LIB" || name == "AIV_HIXL_LIB").then(|| path.clone());
+    let acl = AclApi::load(&ASCENDCL_LIBRARY, &ASCENDCL_LIBRARY.candidates(&env)).expect("loads as libascendcl.so");
+    let hx = HixlApi::load(&HIXL_LIBRARY, &HIXL_LIBRARY.candidates(&env)).expect("loads as libcann_hixl.so");
+    assert!(hx.HixlCSClientBatchPutSync.is_some());
+    let len = 100_000usize;
+    let data = pattern(len, 3);
+    let mut back = vec![0u8; len];
+    let (mut remote, mut local) = (core::ptr::null_mut(), core::ptr::null_mut());
+    let ip = CString::new("127.0.0.1").expect("ip");
+    let port = free_port();
+    let endpoint = EndpointDesc::device(COMM_PROTOCOL_HCCS, 0);
+    let (mut server, mut client, mut mem_handle, mut batch) =
+        (core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut());
+    // SAFETY: live locals and Host buffers of the lengths passed; device addresses and handles are checked by the
+    // loaded twin.
+    unsafe {
+        assert_eq!((acl.aclInit)(core::ptr::null()), ACL_SUCCESS);
+        assert_eq!((acl.aclrtSetDevice)(0), ACL_SUCCESS);
+        assert_eq!((acl.aclrtMalloc)(&mut remote, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+        assert_eq!((acl.aclrtMalloc)(&mut local, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+        assert_eq!((acl.aclrtMemcpy)(local, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+        let sdesc = HixlServerDesc {
+            endpoint_list: &endpoint,
+            server_ip: ip.as_ptr(),
+            server_port: port,
+            endpoint_list_num: 1,
+            reserved: [0; 104],
+        };
+        assert_eq!((hx.HixlCSServerCreate)(&sdesc, &HixlServerConfig::new(), &mut server), HIXL_SUCCESS);
+        assert_eq!((hx.HixlCSServerRegMem)(server, ip.as_ptr(), &mem(remote, len), &mut mem_handle), HIXL_SUCCESS);
+        assert_eq!((hx.HixlCSServerListen)(server, 4), HIXL_SUCCESS);
+        let cdesc = HixlClientDesc {
+            local_endpoint: &endpoint,
+            remote_endpoint: &endpoint,
+            server_ip: ip.as_ptr(),
+            server_port: port,
+            tc: 0,
+            sl: 0,
+            reserved: [0; 98],
+        };
+        assert_eq!((hx.HixlCSClientCreate)(&cdesc, &HixlClientConfig::new(), &mut client), HIXL_SUCCESS);
+        assert_eq!((hx.HixlCSClientRegMem)(client, ip.as_ptr(), &mem(local, len), &mut mem_handle), HIXL_SUCCESS);
+        assert_eq!((hx.HixlCSClientConnect)(client, 2000), HIXL_SUCCESS);
+        let list = [op(remote, 0, local, 0, len)];
+        assert_eq!((hx.HixlCSClientBatchPutAsync)(client, 1, list.as_ptr(), &mut batch), HIXL_SUCCESS);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut status = HIXL_COMPLETE_STATUS_WAITING;
+        while status == HIXL_COMPLETE_STATUS_WAITING && Instant::now() < deadline {
+            assert_eq!((hx.HixlCSClientQueryCompleteStatus)(client, batch, &mut status), HIXL_SUCCESS);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(status, HIXL_COMPLETE_STATUS_COMPLETED);
+        assert_eq!(
+            (acl.aclrtMemcpy)(back.as_mut_ptr().cast(), len, remote, len, ACL_MEMCPY_DEVICE_TO_HOST),
+            ACL_SUCCESS
+        );
+        assert_eq!((hx.HixlCSClientDestroy)(client), HIXL_SUCCESS);
+        assert_eq!((hx.HixlCSServerDestroy)(server), HIXL_SUCCESS);
+        assert_eq!((acl.aclrtResetDevice)(0), ACL_SUCCESS);
+    }
+    assert!(back == data, "the server's memory holds what the client put");
+}
