@@ -1,5 +1,6 @@
 //! HiXL's plain C client/server API (`ascendcl_sys::hixl::HixlApi`), implemented on the twin: resolved in-process
-//! by [`resolve_hixl`] ([`hixl_api`]) and exported under the C names from the cdylib.
+//! by [`resolve_hixl`] ([`hixl_api`]) and exported under the C names from the cdylib, with
+//! [`HixlCSClientGetRemoteMem`], which `hixl_cs.h` declares and `HixlApi` does not.
 //!
 //! Modelled as Host-submitted, as the vendor's library runs on the Host: a server listens on the TCP address of its
 //! [`HixlServerDesc`] (`server_ip`, `server_port`); a client connects to the address of its [`HixlClientDesc`]; a
@@ -14,7 +15,8 @@
 //!
 //! Wire protocol (little-endian; docs/twin-runtime.md has the full table):
 //! - hello, client to server: `HIXLTWN1`, `u32` version 1; the server answers `HIXLTWN1`, `u32` status, `u32` count,
-//!   then `count` times `(u64 addr, u64 size)` of its registrations (at most [`MAX_REGISTRATIONS`]);
+//!   then `count` times `(u64 addr, u64 size, i32 CommMemType, u32 tag length, tag)` of its registrations (at most
+//!   [`MAX_REGISTRATIONS`], tags at most [`MAX_TAG_LEN`] bytes): what [`HixlCSClientGetRemoteMem`] returns;
 //! - request: `u32` op (1 put, 2 get), `u32` 0, `u64` remote address, `u64` length (at most [`MAX_ENTRY_LEN`]);
 //!   a put is followed by `length` bytes, answered by one `u32` status; a get is answered by a `u32` status, and
 //!   when it is 0 by `length` bytes and a second `u32` status (a copy that failed midway still sends the bytes).
@@ -58,6 +60,8 @@ pub const MAX_CONNECTIONS: usize = 64;
 pub const MAX_REGISTRATIONS: usize = 4096;
 /// The longest entry of a batch (4 GiB; a twin limit).
 pub const MAX_ENTRY_LEN: u64 = 1 << 32;
+/// The longest memory tag (bytes; a twin limit).
+pub const MAX_TAG_LEN: usize = 255;
 /// The protocol's magic.
 pub const MAGIC: &[u8; 8] = b"HIXLTWN1";
 /// The protocol's version.
@@ -105,22 +109,33 @@ fn acl_copy(dst: usize, src: usize, len: usize) -> Status {
     }
 }
 
-/// A registered range.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A registered range, its `CommMemType` and its tag.
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Region {
     addr: u64,
     size: u64,
+    kind: i32,
+    tag: Vec<u8>,
 }
 
-fn inside(regions: &[Region], addr: u64, len: u64) -> bool {
+fn inside<'a>(regions: impl IntoIterator<Item = &'a Region>, addr: u64, len: u64) -> bool {
     len > 0
         && addr.checked_add(len).is_some_and(|end| {
-            regions.iter().any(|r| addr >= r.addr && r.addr.checked_add(r.size).is_some_and(|r_end| end <= r_end))
+            regions.into_iter().any(|r| addr >= r.addr && r.addr.checked_add(r.size).is_some_and(|r_end| end <= r_end))
         })
 }
 
-fn region_of(mem: *const CommMem) -> Result<Region, HixlStatus> {
+fn region_of(mem: *const CommMem, tag: *const c_char) -> Result<Region, HixlStatus> {
     not_null(mem)?;
+    let tag = if tag.is_null() {
+        Vec::new()
+    } else {
+        // SAFETY: non-null NUL-terminated string by the C contract.
+        unsafe { CStr::from_ptr(tag) }.to_bytes().to_vec()
+    };
+    if tag.len() > MAX_TAG_LEN {
+        return Err(HIXL_PARAM_INVALID);
+    }
     // SAFETY: non-null; the C contract makes it a readable CommMem.
     let mem = unsafe { mem.read() };
     if mem.r#type != COMM_MEM_TYPE_DEVICE && mem.r#type != COMM_MEM_TYPE_HOST {
@@ -130,7 +145,7 @@ fn region_of(mem: *const CommMem) -> Result<Region, HixlStatus> {
     if addr == 0 || mem.size == 0 || addr.checked_add(mem.size).is_none() {
         return Err(HIXL_PARAM_INVALID);
     }
-    Ok(Region { addr, size: mem.size })
+    Ok(Region { addr, size: mem.size, kind: mem.r#type.0, tag })
 }
 
 /// Handle tables: handles are ids (never 0), never pointers into this process.
@@ -268,7 +283,7 @@ struct Server {
 
 impl Server {
     fn publish(&self, state: &ServerState) {
-        *lock(&self.shared) = state.regions.iter().map(|(_, region)| *region).collect();
+        *lock(&self.shared) = state.regions.iter().map(|(_, region)| region.clone()).collect();
     }
 }
 
@@ -329,6 +344,9 @@ fn serve_connection(mut stream: TcpStream, stop: &AtomicBool, regions: &Mutex<Ve
     for region in &listed {
         reply.extend_from_slice(&region.addr.to_le_bytes());
         reply.extend_from_slice(&region.size.to_le_bytes());
+        reply.extend_from_slice(&region.kind.to_le_bytes());
+        reply.extend_from_slice(&(region.tag.len() as u32).to_le_bytes());
+        reply.extend_from_slice(&region.tag);
     }
     if write_full(&mut stream, &reply, Instant::now() + FRAME_TIMEOUT, stop).is_err() {
         return;
@@ -347,7 +365,7 @@ fn serve_connection(mut stream: TcpStream, stop: &AtomicBool, regions: &Mutex<Ve
         if reserved != 0 || len == 0 || len > MAX_ENTRY_LEN || (op != OP_PUT && op != OP_GET) {
             return;
         }
-        let valid = inside(&lock(regions), remote, len);
+        let valid = inside(lock(regions).iter(), remote, len);
         let served = if op == OP_PUT {
             serve_put(&mut stream, stop, &mut staging, valid, remote, len)
         } else {
@@ -448,8 +466,7 @@ pub unsafe extern "C" fn HixlCSServerRegMem(
     guard(|| {
         let server = server_of(server_handle)?;
         not_null(mem_handle)?;
-        let _ = mem_tag;
-        let region = region_of(mem)?;
+        let region = region_of(mem, mem_tag)?;
         let mut state = lock(&server.state);
         if state.regions.len() >= MAX_REGISTRATIONS {
             return Err(HIXL_RESOURCE_EXHAUSTED);
@@ -571,7 +588,20 @@ struct ClientState {
     /// Batches not yet seen final by a query.
     pending: HashMap<usize, Arc<Batch>>,
     next_batch: usize,
+    /// What the last `HixlCSClientGetRemoteMem` handed out (kept until the next call or destroy).
+    remote_view: Option<RemoteView>,
 }
+
+/// The server's registrations as `HixlCSClientGetRemoteMem` returns them: arrays this module owns.
+#[derive(Debug)]
+struct RemoteView {
+    mems: Vec<CommMem>,
+    _tags: Vec<std::ffi::CString>,
+    tag_ptrs: Vec<*mut c_char>,
+}
+
+// SAFETY: the pointers point into the view's own `_tags` (heap buffers that do not move), read only by the caller.
+unsafe impl Send for RemoteView {}
 
 #[derive(Debug)]
 struct Client {
@@ -638,8 +668,7 @@ pub unsafe extern "C" fn HixlCSClientRegMem(
     guard(|| {
         let client = client_of(client_handle)?;
         not_null(mem_handle)?;
-        let _ = mem_tag;
-        let region = region_of(mem)?;
+        let region = region_of(mem, mem_tag)?;
         let mut state = lock(&client.state);
         if state.local.len() >= MAX_REGISTRATIONS {
             return Err(HIXL_RESOURCE_EXHAUSTED);
@@ -694,9 +723,19 @@ fn hello(address: SocketAddr, deadline: Instant, stop: &AtomicBool) -> Result<(T
     if &head[..8] != MAGIC || u32_at(&head, 8) != HIXL_SUCCESS || count > MAX_REGISTRATIONS {
         return Err(HIXL_FAILED);
     }
-    let mut list = vec![0u8; 16 * count];
-    read_full(&mut stream, &mut list, Some(deadline), stop).map_err(io)?;
-    let remote = list.chunks_exact(16).map(|pair| Region { addr: u64_at(pair, 0), size: u64_at(pair, 8) }).collect();
+    let mut remote = Vec::with_capacity(count);
+    for _ in 0..count {
+        let mut entry = [0u8; 24];
+        read_full(&mut stream, &mut entry, Some(deadline), stop).map_err(io)?;
+        let tag_len = u32_at(&entry, 20) as usize;
+        if tag_len > MAX_TAG_LEN {
+            return Err(HIXL_FAILED);
+        }
+        let mut tag = vec![0u8; tag_len];
+        read_full(&mut stream, &mut tag, Some(deadline), stop).map_err(io)?;
+        let kind = u32_at(&entry, 16) as i32;
+        remote.push(Region { addr: u64_at(&entry, 0), size: u64_at(&entry, 8), kind, tag });
+    }
     Ok((stream, remote))
 }
 
@@ -734,6 +773,52 @@ pub unsafe extern "C" fn HixlCSClientConnect(client_handle: HixlClientHandle, ti
             .spawn(move || run_client(worker_stream, batches, &stop, &broken))
             .map_err(|_| HIXL_FAILED)?;
         state.connection = Some(Connection { remote, queue, stream, thread });
+        Ok(())
+    })
+}
+
+/// `HixlCSClientGetRemoteMem` (in `hixl_cs.h`, not in `HixlApi`): the server's registrations as the connection
+/// received them; the arrays stay valid until the next call or `HixlCSClientDestroy`. `timeout_ms` is not needed:
+/// the list came with the connect.
+///
+/// # Safety
+/// The C contract: the three output pointers are null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn HixlCSClientGetRemoteMem(
+    client_handle: HixlClientHandle,
+    remote_mem_list: *mut *mut CommMem,
+    mem_tag_list: *mut *mut *mut c_char,
+    list_num: *mut u32,
+    timeout_ms: u32,
+) -> HixlStatus {
+    guard(|| {
+        let client = client_of(client_handle)?;
+        not_null(remote_mem_list)?;
+        not_null(mem_tag_list)?;
+        not_null(list_num)?;
+        let _ = timeout_ms;
+        let mut state = lock(&client.state);
+        let Some(connection) = state.connection.as_ref() else { return Err(HIXL_FAILED) };
+        let mems: Vec<CommMem> = connection
+            .remote
+            .iter()
+            .map(|r| CommMem { r#type: CommMemType(r.kind), addr: r.addr as *mut c_void, size: r.size })
+            .collect();
+        let tags: Vec<std::ffi::CString> = connection
+            .remote
+            .iter()
+            .map(|r| std::ffi::CString::new(r.tag.iter().copied().filter(|&b| b != 0).collect::<Vec<u8>>()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| HIXL_FAILED)?;
+        let tag_ptrs: Vec<*mut c_char> = tags.iter().map(|t| t.as_ptr().cast_mut()).collect();
+        let mut view = RemoteView { mems, _tags: tags, tag_ptrs };
+        // SAFETY: all three checked non-null, writable by the C contract; the arrays live in `state` until replaced.
+        unsafe {
+            remote_mem_list.write(view.mems.as_mut_ptr());
+            mem_tag_list.write(view.tag_ptrs.as_mut_ptr());
+            list_num.write(view.mems.len() as u32);
+        }
+        state.remote_view = Some(view);
         Ok(())
     })
 }
@@ -830,10 +915,9 @@ fn submit(
     if client.broken.load(Ordering::Relaxed) {
         return Err(HIXL_FAILED);
     }
-    let local: Vec<Region> = state.local.iter().map(|(_, r)| *r).collect();
     for entry in &entries {
         if entry.len > MAX_ENTRY_LEN
-            || !inside(&local, entry.local_buf as u64, entry.len)
+            || !inside(state.local.iter().map(|(_, r)| r), entry.local_buf as u64, entry.len)
             || !inside(&connection.remote, entry.remote_buf as u64, entry.len)
         {
             return Err(HIXL_PARAM_INVALID);
@@ -1041,6 +1125,7 @@ hixl_exports! {
     HixlCSServerDestroy,
     HixlCSClientCreate,
     HixlCSClientConnect,
+    HixlCSClientGetRemoteMem,
     HixlCSClientRegMem,
     HixlCSClientUnregMem,
     HixlCSClientBatchPutAsync,

@@ -186,7 +186,14 @@ impl Rng {
 
 #[test]
 fn the_table_resolves_every_declared_function() {
-    assert_eq!(HIXL_EXPORTED.len(), HixlApi::function_decls().len());
+    let declared: Vec<_> = HixlApi::function_decls().into_iter().map(|decl| decl.name).collect();
+    for name in &declared {
+        assert!(HIXL_EXPORTED.contains(name), "{name} is declared but not implemented");
+        assert!(cann_twin::resolve_hixl(name).is_some());
+    }
+    // One more than the table: HixlCSClientGetRemoteMem, in hixl_cs.h but not (yet) in HixlApi.
+    assert_eq!(HIXL_EXPORTED.len(), declared.len() + 1);
+    assert!(cann_twin::resolve_hixl("HixlCSClientGetRemoteMem").is_some());
     let api = hixl();
     assert!(api.HixlCSClientBatchPutSync.is_some() && api.HixlCSClientBatchGetSync.is_some());
     assert_eq!(api.path().display().to_string(), cann_twin::hixl::IN_PROCESS_HIXL_PATH);
@@ -203,6 +210,16 @@ fn put_and_get_between_two_devices_of_one_process() {
     let local = malloc_on(api, 1, size);
     let server = Server::start(&[mem(remote, size)]);
     let client = Client::connect(server.port, &[mem(local, size)]).expect("connect");
+    // The server's registrations, as HixlCSClientGetRemoteMem hands them out.
+    let (mut list, mut tags, mut count) = (core::ptr::null_mut(), core::ptr::null_mut(), 0u32);
+    // SAFETY: live out-pointers; the arrays are read before the next call.
+    unsafe {
+        assert_eq!(cann_twin::hixl::HixlCSClientGetRemoteMem(client.raw, &mut list, &mut tags, &mut count, 100), 0);
+        assert_eq!(count, 1);
+        let first: CommMem = *list;
+        assert_eq!((first.r#type, first.addr, first.size), (COMM_MEM_TYPE_DEVICE, remote, size as u64));
+        assert_eq!(std::ffi::CStr::from_ptr(*tags).to_str(), Ok("heap"));
+    }
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for round in 0..6u8 {
         // Put: random entries of one batch into disjoint remote slots; every byte checked on the server's side.
@@ -301,6 +318,20 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
         assert_eq!((hixl().HixlCSClientCreate)(core::ptr::null(), core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
     }
     assert_eq!(client.query(0x77 as CompleteHandle), Err(HIXL_PARAM_INVALID));
+    let long_tag = CString::new(vec![b'x'; 256]).expect("tag");
+    let mut mem_handle = core::ptr::null_mut();
+    let extra = malloc_on(api, 0, 4096);
+    // SAFETY: live locals; a tag above 255 bytes is refused before anything is kept.
+    unsafe {
+        let code = (hixl().HixlCSServerRegMem)(server.raw, long_tag.as_ptr(), &mem(extra, 4096), &mut mem_handle);
+        assert_eq!(code, HIXL_PARAM_INVALID);
+        let code = (hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(remote, 16), &mut mem_handle);
+        assert_eq!(code, HIXL_PARAM_INVALID, "overlapping registration");
+        let code = (hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(extra, 4096), &mut mem_handle);
+        assert_eq!(code, HIXL_SUCCESS, "a null tag is allowed");
+        assert_eq!((hixl().HixlCSServerUnregMem)(server.raw, mem_handle), HIXL_SUCCESS);
+        assert_eq!((hixl().HixlCSServerUnregMem)(server.raw, mem_handle), HIXL_PARAM_INVALID);
+    }
     // Still serving.
     upload(api, local, &pattern(size, 9));
     assert_eq!(client.run(true, &[op(remote, 0, local, 0, size)]), HIXL_COMPLETE_STATUS_COMPLETED);
@@ -470,6 +501,8 @@ fn silent_peer(answer_hello: bool, remote: usize) -> u32 {
             reply.extend_from_slice(&1u32.to_le_bytes());
             reply.extend_from_slice(&(remote as u64).to_le_bytes());
             reply.extend_from_slice(&(MIB as u64).to_le_bytes());
+            reply.extend_from_slice(&COMM_MEM_TYPE_DEVICE.0.to_le_bytes());
+            reply.extend_from_slice(&0u32.to_le_bytes());
             let _ = stream.write_all(&reply);
         }
         std::thread::sleep(Duration::from_secs(5));
