@@ -72,6 +72,8 @@ pub const OP_PUT: u32 = 1;
 pub const OP_GET: u32 = 2;
 
 const CHUNK: usize = 1 << 20;
+/// Entries in flight at once on a connection (see `run_batch`).
+const WINDOW: usize = 256;
 const POLL: Duration = Duration::from_millis(100);
 
 type Status = Result<(), HixlStatus>;
@@ -824,7 +826,7 @@ pub unsafe extern "C" fn HixlCSClientGetRemoteMem(
 }
 
 fn run_client(mut stream: TcpStream, batches: mpsc::Receiver<Arc<Batch>>, stop: &AtomicBool, broken: &AtomicBool) {
-    let mut staging = vec![0u8; CHUNK];
+    let mut staging = Vec::with_capacity(CHUNK + 64);
     while let Ok(batch) = batches.recv() {
         if broken.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
             batch.finish(Outcome::Failed);
@@ -846,40 +848,53 @@ fn run_client(mut stream: TcpStream, batches: mpsc::Receiver<Arc<Batch>>, stop: 
 }
 
 /// Runs every entry; `Ok(false)` when an entry failed but the stream is still in step.
-fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut [u8], stop: &AtomicBool) -> Result<bool, Io> {
+///
+/// Entries are pipelined in windows of [`WINDOW`]: the window's requests (with a put's bytes) are sent, coalesced
+/// into writes of up to 1 MiB, then its answers are read. Neither side can block the other for good: a window's
+/// put answers are `4 * WINDOW` bytes and its get requests `24 * WINDOW`, far below any socket buffer.
+fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut Vec<u8>, stop: &AtomicBool) -> Result<bool, Io> {
     let deadline = batch.deadline;
     let mut all_ok = true;
-    for entry in &batch.entries {
-        let (remote, local, len) = (entry.remote_buf as u64, entry.local_buf as u64, entry.len);
-        let mut header = [0u8; 24];
-        header[..4].copy_from_slice(&(if batch.put { OP_PUT } else { OP_GET }).to_le_bytes());
-        header[8..16].copy_from_slice(&remote.to_le_bytes());
-        header[16..].copy_from_slice(&len.to_le_bytes());
-        write_full(stream, &header, deadline, stop)?;
-        let mut word = [0u8; 4];
-        let mut done = 0u64;
-        if batch.put {
-            let mut ok = true;
-            while done < len {
-                let n = (len - done).min(CHUNK as u64) as usize;
-                if ok && acl_copy(staging.as_mut_ptr() as usize, (local + done) as usize, n).is_err() {
-                    ok = false;
+    for window in batch.entries.chunks(WINDOW) {
+        staging.clear();
+        let mut local_ok = [true; WINDOW];
+        for (index, entry) in window.iter().enumerate() {
+            let (remote, local, len) = (entry.remote_buf as u64, entry.local_buf as u64, entry.len);
+            staging.extend_from_slice(&(if batch.put { OP_PUT } else { OP_GET }).to_le_bytes());
+            staging.extend_from_slice(&0u32.to_le_bytes());
+            staging.extend_from_slice(&remote.to_le_bytes());
+            staging.extend_from_slice(&len.to_le_bytes());
+            let mut done = 0u64;
+            while batch.put && done < len {
+                if staging.len() >= CHUNK {
+                    write_full(stream, staging, deadline, stop)?;
+                    staging.clear();
                 }
-                if !ok {
-                    staging[..n].fill(0);
+                let n = (len - done).min((CHUNK - staging.len()) as u64) as usize;
+                let at = staging.len();
+                staging.resize(at + n, 0);
+                if local_ok[index] && acl_copy(staging[at..].as_mut_ptr() as usize, (local + done) as usize, n).is_err()
+                {
+                    // The bytes must still go (zeros, already there): the stream stays in step.
+                    local_ok[index] = false;
+                    staging[at..].fill(0);
                 }
-                write_full(stream, &staging[..n], deadline, stop)?;
                 done += n as u64;
             }
+        }
+        write_full(stream, staging, deadline, stop)?;
+        staging.clear();
+        let mut word = [0u8; 4];
+        for (index, entry) in window.iter().enumerate() {
             read_full(stream, &mut word, Some(deadline), stop)?;
-            all_ok &= ok && u32::from_le_bytes(word) == HIXL_SUCCESS;
-        } else {
-            read_full(stream, &mut word, Some(deadline), stop)?;
-            if u32::from_le_bytes(word) != HIXL_SUCCESS {
-                all_ok = false;
+            if batch.put || u32::from_le_bytes(word) != HIXL_SUCCESS {
+                all_ok &= local_ok[index] && u32::from_le_bytes(word) == HIXL_SUCCESS;
                 continue;
             }
+            let (local, len) = (entry.local_buf as u64, entry.len);
+            staging.resize(CHUNK, 0);
             let mut ok = true;
+            let mut done = 0u64;
             while done < len {
                 let n = (len - done).min(CHUNK as u64) as usize;
                 read_full(stream, &mut staging[..n], Some(deadline), stop)?;

@@ -343,6 +343,50 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
 }
 
 #[test]
+fn a_range_the_server_withdrew_fails_its_batch_and_the_stream_stays_in_step() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let (a, b) = (malloc_on(api, 0, MIB), malloc_on(api, 0, MIB));
+    let local = malloc_on(api, 1, MIB);
+    let server = Server::start(&[mem(a, MIB)]);
+    let mut b_handle = core::ptr::null_mut();
+    // SAFETY: live locals; the memory is never freed.
+    unsafe {
+        assert_eq!((hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(b, MIB), &mut b_handle), 0);
+    }
+    let client = Client::connect(server.port, &[mem(local, MIB)]).expect("connect");
+    // SAFETY: the handles are looked up.
+    assert_eq!(unsafe { (hixl().HixlCSServerUnregMem)(server.raw, b_handle) }, HIXL_SUCCESS);
+    upload(api, a, &vec![0u8; MIB]);
+    upload(api, local, &pattern(MIB, 12));
+    // The client still lists b (it connected before), the server refuses it: the batch fails, its other entries run.
+    let list = [op(a, 0, local, 0, 4096), op(b, 0, local, 0, 4096), op(a, 8192, local, 8192, 4096)];
+    assert_eq!(client.run(true, &list), HIXL_COMPLETE_STATUS_FAILED);
+    assert_eq!(client.run(false, &[op(b, 0, local, 0, 64)]), HIXL_COMPLETE_STATUS_FAILED);
+    let seen = download(api, a, 3 * 4096);
+    assert!(seen[..4096] == pattern(MIB, 12)[..4096] && seen[8192..] == pattern(MIB, 12)[8192..3 * 4096]);
+    // Many small entries in one batch (pipelined windows), both ways, every byte checked.
+    upload(api, a, &pattern(MIB, 99));
+    let gets: Vec<_> = (0..1000).map(|i| op(a, i * 1000, local, MIB - (i + 1) * 1000, 1000)).collect();
+    assert_eq!(client.run(false, &gets), HIXL_COMPLETE_STATUS_COMPLETED);
+    let got = download(api, local, MIB);
+    let served = pattern(MIB, 99);
+    for i in 0..1000 {
+        assert!(got[MIB - (i + 1) * 1000..MIB - i * 1000] == served[i * 1000..(i + 1) * 1000], "entry {i}");
+    }
+    let puts: Vec<_> = (0..1000).map(|i| op(a, MIB - (i + 1) * 1000, local, i * 1000, 1000)).collect();
+    upload(api, local, &pattern(MIB, 5));
+    assert_eq!(client.run(true, &puts), HIXL_COMPLETE_STATUS_COMPLETED);
+    let seen = download(api, a, MIB);
+    let sent = pattern(MIB, 5);
+    for i in 0..1000 {
+        assert!(seen[MIB - (i + 1) * 1000..MIB - i * 1000] == sent[i * 1000..(i + 1) * 1000], "entry {i}");
+    }
+}
+
+#[test]
 fn at_most_4096_unqueried_entries() {
     if std::env::var_os(ROLE).is_some() {
         return;
