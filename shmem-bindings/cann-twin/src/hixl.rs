@@ -183,6 +183,18 @@ fn next_mem_handle() -> usize {
     NEXT.fetch_add(1, Ordering::Relaxed)
 }
 
+/// Endpoints a server description may list (a twin limit).
+pub const MAX_ENDPOINTS: u32 = 1024;
+
+/// The documentation's rule for a local device endpoint: `aclrtSetDevice` on the calling thread first. Without
+/// one (or before `aclInit`) the call fails with `HIXL_FAILED`.
+fn device_bound_if(endpoints: &[EndpointDesc]) -> Status {
+    if endpoints.iter().any(|endpoint| endpoint.loc.locType == ENDPOINT_LOC_TYPE_DEVICE) {
+        crate::runtime::runtime().current_device().map_err(|_| HIXL_FAILED)?;
+    }
+    Ok(())
+}
+
 fn ip_address(ip: *const c_char, port: u32) -> Result<SocketAddr, HixlStatus> {
     not_null(ip)?;
     let port = u16::try_from(port).map_err(|_| HIXL_PARAM_INVALID)?;
@@ -445,7 +457,14 @@ pub unsafe extern "C" fn HixlCSServerCreate(
         not_null(config)?;
         // SAFETY: non-null, readable by the C contract.
         let desc = unsafe { server_desc.read() };
+        if desc.endpoint_list_num == 0 || desc.endpoint_list_num > MAX_ENDPOINTS {
+            return Err(HIXL_PARAM_INVALID);
+        }
+        not_null(desc.endpoint_list)?;
         let address = ip_address(desc.server_ip, desc.server_port)?;
+        // SAFETY: non-null; the C contract makes it `endpoint_list_num` readable descriptors.
+        let endpoints = unsafe { core::slice::from_raw_parts(desc.endpoint_list, desc.endpoint_list_num as usize) };
+        device_bound_if(endpoints)?;
         let server = Arc::new(Server { address, state: Mutex::default(), shared: Arc::default() });
         let id = servers().insert(server);
         // SAFETY: non-null, writable by the C contract.
@@ -643,6 +662,8 @@ pub unsafe extern "C" fn HixlCSClientCreate(
         not_null(desc.local_endpoint)?;
         not_null(desc.remote_endpoint)?;
         let address = ip_address(desc.server_ip, desc.server_port)?;
+        // SAFETY: non-null, readable by the C contract.
+        device_bound_if(&[unsafe { desc.local_endpoint.read() }])?;
         let client = Arc::new(Client {
             address,
             state: Mutex::default(),

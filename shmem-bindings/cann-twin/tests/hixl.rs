@@ -318,6 +318,26 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
         assert_eq!((hixl().HixlCSClientCreate)(core::ptr::null(), core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
     }
     assert_eq!(client.query(0x77 as CompleteHandle), Err(HIXL_PARAM_INVALID));
+    // A device endpoint needs a device bound on the calling thread (the documentation's rule).
+    let unbound = std::thread::spawn(|| {
+        let ip = CString::new("127.0.0.1").expect("ip");
+        let endpoint = EndpointDesc::device(COMM_PROTOCOL_HCCS, 0);
+        let desc = HixlServerDesc {
+            endpoint_list: &endpoint,
+            server_ip: ip.as_ptr(),
+            server_port: free_port(),
+            endpoint_list_num: 1,
+            reserved: [0; 104],
+        };
+        let mut raw = core::ptr::null_mut();
+        // SAFETY: live locals.
+        let code = unsafe { (hixl().HixlCSServerCreate)(&desc, &HixlServerConfig::new(), &mut raw) };
+        let no_list = HixlServerDesc { endpoint_list_num: 0, ..desc };
+        // SAFETY: live locals.
+        let empty = unsafe { (hixl().HixlCSServerCreate)(&no_list, &HixlServerConfig::new(), &mut raw) };
+        (code, empty)
+    });
+    assert_eq!(unbound.join().expect("thread"), (HIXL_FAILED, HIXL_PARAM_INVALID));
     let long_tag = CString::new(vec![b'x'; 256]).expect("tag");
     let mut mem_handle = core::ptr::null_mut();
     let extra = malloc_on(api, 0, 4096);
