@@ -147,7 +147,7 @@ impl Client {
                 return status;
             }
             assert!(Instant::now() < deadline, "batch not final within {limit:?}");
-            std::thread::sleep(Duration::from_millis(1));
+            std::thread::sleep(Duration::from_micros(20));
         }
     }
 
@@ -745,4 +745,36 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
         assert_eq!((acl.aclrtResetDevice)(0), ACL_SUCCESS);
     }
     assert!(back == data, "the server's memory holds what the client put");
+}
+
+/// Prints put/get throughput and batch latency over loopback
+/// (`cargo test -p cann-twin --release --test hixl -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn throughput() {
+    let api = api();
+    let size = 64 * MIB;
+    let remote = malloc_on(api, 0, size);
+    let local = malloc_on(api, 1, size);
+    let server = Server::start(&[mem(remote, size)]);
+    let client = Client::connect(server.port, &[mem(local, size)]).expect("connect");
+    for (block, batch) in [(4096usize, 16usize), (64 << 10, 16), (MIB, 16), (4 * MIB, 16)] {
+        for put in [true, false] {
+            let list: Vec<_> = (0..batch).map(|i| op(remote, i * block, local, i * block, block)).collect();
+            let started = Instant::now();
+            let mut rounds = 0u32;
+            while started.elapsed() < Duration::from_millis(500) {
+                assert_eq!(client.run(put, &list), HIXL_COMPLETE_STATUS_COMPLETED);
+                rounds += 1;
+            }
+            let seconds = started.elapsed().as_secs_f64();
+            let bytes = (block * batch) as f64 * f64::from(rounds);
+            println!(
+                "{} block {block:>8} x {batch}: {:>8.1} MB/s, {:>8.1} us per batch",
+                if put { "put" } else { "get" },
+                bytes / seconds / 1e6,
+                seconds * 1e6 / f64::from(rounds)
+            );
+        }
+    }
 }
