@@ -48,6 +48,7 @@ fn child() {
         "bring_up" => bring_up(),
         "kernel_api" => kernel_api(),
         "stall_recovers" => stall_recovers(),
+        "two_devices" => two_devices(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -66,6 +67,11 @@ fn kernel_binaries_load_launch_and_a_core_fault_aborts_the_launch_with_a_vector_
 #[test]
 fn a_stalled_sdma_engine_times_out_within_the_kernel_budget_and_the_channels_are_reset_and_serve_again() {
     in_child("stall_recovers");
+}
+
+#[test]
+fn two_devices_of_one_process_each_with_its_shmem_instance_move_data_between_them() {
+    in_child("two_devices");
 }
 
 #[test]
@@ -283,4 +289,21 @@ fn stall_recovers() {
     let (states, reasons) = run(&node, &local_writes(&node, 4, 200_000));
     assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
     assert!(node.read(0..800_000) == node.read(2 << 20..(2 << 20) + 800_000));
+}
+
+/// Two devices in one process, each one PE of its own SHMEM instance: aiv WRITEs and READs between them.
+fn two_devices() {
+    let mut a = aiv::node(AivOptions { device_id: 0, ..options(LaunchMode::Persistent) }, 4 << 20);
+    let mut b = aiv::node(AivOptions { device_id: 1, ..options(LaunchMode::Persistent) }, 4 << 20);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(5);
+    a.modify(|bytes| rng.fill_bytes(bytes));
+    b.modify(|bytes| rng.fill_bytes(bytes));
+    let requests = aiv::writes(&a, &b, 4, 300_000);
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let status = a.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    assert!(a.read(0..1_200_000) == b.read(0..1_200_000), "device 1 does not hold what device 0 wrote");
+    let executed: u64 = (0..2).map(|channel| cann_twin::control::sqes_executed(0, channel).expect("channel")).sum();
+    assert!(executed > 0, "device 0's engines executed nothing");
 }

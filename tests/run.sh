@@ -27,6 +27,13 @@ AIV_TEST_MOONCAKE_VENV="$(bash tests/support/mooncake.sh | tail -n 1)"
 export AIV_TEST_MOONCAKE_VENV
 echo "Mooncake virtualenv at $AIV_TEST_MOONCAKE_VENV"
 
+step "Mooncake's Ascend wheel on the twin runtime (CPython 3.11 virtualenv; the twin's libascendcl.so, libllm_datadist.so, libmetadef.so)"
+AIV_TEST_MOONCAKE_NPU_VENV="$(bash tests/support/mooncake_npu.sh | tail -n 1)"
+export AIV_TEST_MOONCAKE_NPU_VENV
+AIV_TEST_TWIN_CANN_LIBS="$(AIV_MOONCAKE_NPU_VENV="$AIV_TEST_MOONCAKE_NPU_VENV" bash tests/support/twin_cann_libs.sh | tail -n 1)"
+export AIV_TEST_TWIN_CANN_LIBS
+echo "Ascend wheel virtualenv at $AIV_TEST_MOONCAKE_NPU_VENV, twin CANN libraries in $AIV_TEST_TWIN_CANN_LIBS"
+
 # ABI conformance: the -sys crates' declarations compiled against the real CANN ACL/HCCL headers, taken from the
 # torch-npu wheel (tests/abi_headers.sh downloads it with pip into the ignored .aiv-cache). Fails when the headers
 # cannot be had; a developer without registry access may set AIV_SKIP_ABI=1, which CI refuses.

@@ -247,7 +247,7 @@ impl CannDevice {
     /// Brings the device up on the twin runtime (`cann_twin`): the same steps, with the ACL and SHMEM tables
     /// resolved to the twin's functions in this process, the twin's kernel object (the kernel built for the CPU model
     /// of AscendC) and the twin's counter rate. The SHMEM PE settings come from the environment as on an NPU
-    /// ([`CannSettings::from_env`]); SHMEM is process-wide, so one device per process.
+    /// ([`CannSettings::from_env`]); each device id has its own instance of the twin's SHMEM library.
     pub fn open_on_twin(
         options: &AivOptions,
         exchange: Option<&dyn UniqueIdExchange>,
@@ -257,8 +257,17 @@ impl CannDevice {
             counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
             ..CannSettings::from_env(options.device_id)?
         };
-        let tables = (CannRuntime::Twin, cann_twin::acl_api(), cann_twin::shmem_api());
-        Self::open_with(options, settings, tables, exchange)
+        // One SHMEM instance per device of the process (SHMEM itself is one PE per process; the twin loads it once
+        // per device so that a process can hold several devices, each one PE).
+        let shmem = cann_twin::shmem_api_instance(options.device_id as usize).ok_or_else(|| DeviceError::Invalid {
+            device: options.device_id,
+            operation: "open on the twin runtime",
+            reason: format!(
+                "device ids 0 to {} have a SHMEM instance on the twin runtime",
+                cann_twin::SHMEM_INSTANCES - 1
+            ),
+        })?;
+        Self::open_with(options, settings, (CannRuntime::Twin, cann_twin::acl_api(), shmem), exchange)
     }
 
     fn open_with(

@@ -462,6 +462,24 @@ crate::c_struct! {
 }
 
 crate::c_struct! {
+    /// Where a pointer lives, as `aclrtPointerGetAttributes` reports it.
+    pub struct aclrtPtrAttributes {
+        pub location: aclrtMemLocation,
+        pub pageSize: u32,
+        pub rsv: [u32; 4],
+    }
+}
+
+crate::c_struct! {
+    /// The locations of one group of copies of `aclrtMemcpyBatch`.
+    pub struct aclrtMemcpyBatchAttr {
+        pub dstLoc: aclrtMemLocation,
+        pub srcLoc: aclrtMemLocation,
+        pub rsv: [u8; 16],
+    }
+}
+
+crate::c_struct! {
     /// The 128-byte fabric handle of the V2 VMM export.
     pub struct aclrtMemFabricHandle {
         pub data: [u8; 128],
@@ -710,6 +728,32 @@ crate::dynamic_library! {
             dev_ptr: *mut *mut c_void,
         ) -> aclError;
         fn aclrtHostUnregister(ptr: *mut c_void) -> aclError;
+        fn aclGetRecentErrMsg() -> *const c_char;
+        fn aclrtGetSocName() -> *const c_char;
+        fn aclrtGetPhyDevIdByLogicDevId(logic_dev_id: i32, phy_dev_id: *mut i32) -> aclError;
+        fn aclrtGetLogicDevIdByUserDevId(user_dev_id: i32, logic_dev_id: *mut i32) -> aclError;
+        fn aclrtGetCurrentContext(context: *mut aclrtContext) -> aclError;
+        fn aclrtSetCurrentContext(context: aclrtContext) -> aclError;
+        fn aclrtStreamAbort(stream: aclrtStream) -> aclError;
+        fn aclrtPointerGetAttributes(ptr: *const c_void, attributes: *mut aclrtPtrAttributes) -> aclError;
+        fn aclrtMemcpyBatch(
+            dsts: *mut *mut c_void,
+            dest_maxs: *mut usize,
+            srcs: *mut *mut c_void,
+            sizes: *mut usize,
+            num_batches: usize,
+            attrs: *mut aclrtMemcpyBatchAttr,
+            attrs_indexes: *mut usize,
+            num_attrs: usize,
+            fail_index: *mut usize,
+        ) -> aclError;
+        fn aclrtReserveMemAddressNoUCMemory(
+            vir_ptr: *mut *mut c_void,
+            size: usize,
+            alignment: usize,
+            expect_ptr: *mut c_void,
+            flags: u64,
+        ) -> aclError;
     }
 }
 
@@ -740,6 +784,8 @@ pub fn struct_decls() -> Vec<crate::abi::StructDecl> {
         aclrtPhysicalMemProp::abi_decl(),
         aclrtMemAccessDesc::abi_decl(),
         aclrtMemFabricHandle::abi_decl(),
+        aclrtPtrAttributes::abi_decl(),
+        aclrtMemcpyBatchAttr::abi_decl(),
         aclrtBinaryLoadOptionValue::abi_decl(),
         aclrtBinaryLoadOption::abi_decl(),
         aclrtBinaryLoadOptions::abi_decl(),

@@ -22,12 +22,20 @@ pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
 /// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages.
 pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
 
-fn guard(body: impl FnOnce() -> Result<(), aclError>) -> aclError {
-    match catch_unwind(AssertUnwindSafe(body)) {
+pub use crate::acl_compat::*;
+
+/// Runs an entry point's body, turning a panic into `ACL_ERROR_RT_INTERNAL_ERROR`; a failure is recorded for
+/// `aclGetRecentErrMsg` under the function's `name`.
+pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), aclError>) -> aclError {
+    let code = match catch_unwind(AssertUnwindSafe(body)) {
         Ok(Ok(())) => ACL_SUCCESS,
         Ok(Err(code)) => code,
         Err(_) => ACL_ERROR_RT_INTERNAL_ERROR,
+    };
+    if code != ACL_SUCCESS {
+        crate::acl_compat::record_error(name, code);
     }
+    code
 }
 
 fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
@@ -63,7 +71,7 @@ macro_rules! acl_entry {
         /// are valid for the bytes the call names. Device addresses are checked by the runtime.
         #[no_mangle]
         pub unsafe extern "C" fn $name($($param: $ty),*) -> aclError {
-            guard(move || $body)
+            guard(stringify!($name), move || $body)
         }
     };
 }

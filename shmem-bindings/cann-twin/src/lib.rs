@@ -20,6 +20,7 @@
 //! | VMM | `aclrtMallocPhysical`, `aclrtFreePhysical`, `aclrtReserveMemAddress`, `aclrtReleaseMemAddress`, `aclrtMapMem`, `aclrtUnmapMem`, `aclrtMemSetAccess`, `aclrtMemGetAllocationGranularity` |
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
+//! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
 //!
 //! # Not yet implemented
@@ -173,6 +174,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 pub mod acl;
+mod acl_compat;
 pub mod control;
 pub mod hixl;
 pub mod kernel;
@@ -187,7 +189,7 @@ pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
 pub use hixl::{hixl_api, resolve_hixl};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
-pub use shmem::{resolve_shmem, shmem_api};
+pub use shmem::{resolve_shmem, resolve_shmem_instance, shmem_api, shmem_api_instance, SHMEM_INSTANCES};
 
 /// The prefix of the name of every thread this runtime starts (emulated cores, SDMA engines, stream workers): device
 /// time, which Host CPU figures leave out.
@@ -256,6 +258,17 @@ exports! {
     aclrtIpcMemGetExportKey,
     aclrtIpcMemImportByKey,
     aclrtIpcMemClose,
+    // acl_compat: what Mooncake's Ascend wheel imports besides the above (docs/mooncake-npu-wheel.md section 4).
+    aclGetRecentErrMsg,
+    aclrtGetSocName,
+    aclrtGetPhyDevIdByLogicDevId,
+    aclrtGetLogicDevIdByUserDevId,
+    aclrtGetCurrentContext,
+    aclrtSetCurrentContext,
+    aclrtStreamAbort,
+    aclrtPointerGetAttributes,
+    aclrtMemcpyBatch,
+    aclrtReserveMemAddressNoUCMemory,
 }
 
 /// The process-wide ACL table resolved to this runtime, built once.

@@ -203,6 +203,18 @@ impl Runtime {
         }
     }
 
+    /// Makes `device` the calling thread's current device without counting a reference (`aclrtSetCurrentContext`
+    /// of that device's context); the device must be set (by some thread) already.
+    pub fn set_current_without_reference(&self, device: i32) -> Result<(), aclError> {
+        self.ready()?;
+        let index = self.check_device_id(device)?;
+        if self.device_refs[index] == 0 {
+            return Err(ACL_ERROR_RT_CONTEXT_NULL);
+        }
+        CURRENT.with(|current| current.set(Some(device)));
+        Ok(())
+    }
+
     /// A fresh handle value for a physical allocation (opaque; never an address).
     pub fn new_handle(&mut self) -> usize {
         self.next_handle += 1;

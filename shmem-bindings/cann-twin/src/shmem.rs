@@ -82,17 +82,18 @@ const fn initial_state() -> [u8; STATE_SIZE] {
 #[allow(non_upper_case_globals)]
 pub static g_state: HostState = HostState(UnsafeCell::new(initial_state()));
 
-fn state_write(offset: usize, bytes: &[u8]) {
+fn state_write(instance: usize, offset: usize, bytes: &[u8]) {
     debug_assert!(offset + bytes.len() <= STATE_SIZE);
+    let buffer = state(instance).0.get().cast::<u8>();
     // SAFETY: inside the buffer (offsets from `device_state`, checked against STATE_SIZE there); the caller holds
-    // the SHMEM mutex, the only writer.
-    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), g_state.0.get().cast::<u8>().add(offset), bytes.len()) };
+    // the instance's SHMEM mutex, the only writer.
+    unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), buffer.add(offset), bytes.len()) };
 }
 
-fn state_read_i32(offset: usize) -> i32 {
+fn state_read_i32(instance: usize, offset: usize) -> i32 {
     let mut word = [0u8; 4];
     // SAFETY: inside the buffer; a plain byte copy.
-    unsafe { core::ptr::copy_nonoverlapping(g_state.0.get().cast::<u8>().add(offset), word.as_mut_ptr(), 4) };
+    unsafe { core::ptr::copy_nonoverlapping(state(instance).0.get().cast::<u8>().add(offset), word.as_mut_ptr(), 4) };
     i32::from_ne_bytes(word)
 }
 
@@ -109,7 +110,13 @@ struct Shmem {
     uid_counter: u32,
 }
 
-static SHMEM: Mutex<Shmem> = Mutex::new(Shmem {
+/// Instances of the SHMEM library in this process: instance 0 is the one the C names export (with `g_state`);
+/// instance `i` is what [`shmem_api_instance`]`(i)` resolves to, as if `libshmem.so` were loaded once per device into
+/// a namespace of its own. Real SHMEM has one PE per process; the twin gives each device of a process an instance of
+/// its own so that one test process can hold several devices, each one PE.
+pub const SHMEM_INSTANCES: usize = 8;
+
+const EMPTY: Shmem = Shmem {
     initialized: false,
     device: 0,
     mype: -1,
@@ -118,10 +125,23 @@ static SHMEM: Mutex<Shmem> = Mutex::new(Shmem {
     used: 0,
     allocations: BTreeMap::new(),
     uid_counter: 0,
-});
+};
 
-fn shmem() -> MutexGuard<'static, Shmem> {
-    SHMEM.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+static SHMEM: [Mutex<Shmem>; SHMEM_INSTANCES] = [const { Mutex::new(EMPTY) }; SHMEM_INSTANCES];
+/// The state buffers of instances 1 and up (instance 0's is `g_state`).
+static STATES: [HostState; SHMEM_INSTANCES - 1] =
+    [const { HostState(UnsafeCell::new(initial_state())) }; SHMEM_INSTANCES - 1];
+
+fn shmem(instance: usize) -> MutexGuard<'static, Shmem> {
+    SHMEM[instance].lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn state(instance: usize) -> &'static HostState {
+    if instance == 0 {
+        &g_state
+    } else {
+        &STATES[instance - 1]
+    }
 }
 
 fn code(body: impl FnOnce() -> Result<(), i32>) -> i32 {
@@ -145,12 +165,22 @@ fn pointer(body: impl FnOnce() -> Option<usize>) -> *mut c_void {
 /// `uid` is null or writable for 136 bytes.
 #[no_mangle]
 pub unsafe extern "C" fn aclshmemx_get_uniqueid(uid: *mut aclshmemx_uniqueid_t) -> i32 {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { get_uniqueid::<0>(uid) }
+}
+
+/// [`aclshmemx_get_uniqueid`] of instance `I`.
+///
+/// # Safety
+///
+/// As [`aclshmemx_get_uniqueid`].
+unsafe extern "C" fn get_uniqueid<const I: usize>(uid: *mut aclshmemx_uniqueid_t) -> i32 {
     code(|| {
         if uid.is_null() {
             return Err(ACLSHMEM_INVALID_PARAM);
         }
         let counter = {
-            let mut shmem = shmem();
+            let mut shmem = shmem(I);
             shmem.uid_counter = shmem.uid_counter.wrapping_add(1);
             shmem.uid_counter
         };
@@ -244,11 +274,24 @@ pub unsafe extern "C" fn aclshmemx_init_attr(
     bootstrap_flags: aclshmemx_bootstrap_t,
     attributes: *mut aclshmemx_init_attr_t,
 ) -> i32 {
+    // SAFETY: the caller's contract, passed on.
+    unsafe { init_attr::<0>(bootstrap_flags, attributes) }
+}
+
+/// [`aclshmemx_init_attr`] of instance `I`.
+///
+/// # Safety
+///
+/// As [`aclshmemx_init_attr`].
+unsafe extern "C" fn init_attr<const I: usize>(
+    bootstrap_flags: aclshmemx_bootstrap_t,
+    attributes: *mut aclshmemx_init_attr_t,
+) -> i32 {
     code(|| {
         if attributes.is_null() {
             return Err(ACLSHMEM_INVALID_PARAM);
         }
-        let mut shmem = shmem();
+        let mut shmem = shmem(I);
         if shmem.initialized {
             return Err(ACLSHMEM_INNER_ERROR);
         }
@@ -284,9 +327,9 @@ pub unsafe extern "C" fn aclshmemx_init_attr(
             allocations: BTreeMap::new(),
             uid_counter: shmem.uid_counter,
         };
-        state_write(MYPE_OFFSET, &attr.my_pe.to_ne_bytes());
-        state_write(NPES_OFFSET, &attr.n_pes.to_ne_bytes());
-        state_write(SDMA_WORKSPACE_ADDR_OFFSET, &workspace.to_ne_bytes());
+        state_write(I, MYPE_OFFSET, &attr.my_pe.to_ne_bytes());
+        state_write(I, NPES_OFFSET, &attr.n_pes.to_ne_bytes());
+        state_write(I, SDMA_WORKSPACE_ADDR_OFFSET, &workspace.to_ne_bytes());
         Ok(())
     })
 }
@@ -296,8 +339,12 @@ pub unsafe extern "C" fn aclshmemx_init_attr(
 /// (as SHMEM). Finalise before the device's last `aclrtResetDevice`, which frees the memory under the engines.
 #[no_mangle]
 pub extern "C" fn aclshmem_finalize() -> i32 {
+    finalize::<0>()
+}
+
+extern "C" fn finalize<const I: usize>() -> i32 {
     code(|| {
-        let mut shmem = shmem();
+        let mut shmem = shmem(I);
         if !shmem.initialized {
             return Ok(());
         }
@@ -314,7 +361,7 @@ pub extern "C" fn aclshmem_finalize() -> i32 {
         shmem.initialized = false;
         shmem.sdma = false;
         shmem.used = 0;
-        state_write(SDMA_WORKSPACE_ADDR_OFFSET, &0u64.to_ne_bytes());
+        state_write(I, SDMA_WORKSPACE_ADDR_OFFSET, &0u64.to_ne_bytes());
         Ok(())
     })
 }
@@ -323,7 +370,11 @@ pub extern "C" fn aclshmem_finalize() -> i32 {
 /// `ACLSHMEM_STATUS_NOT_INITIALIZED` (0).
 #[no_mangle]
 pub extern "C" fn aclshmemx_init_status() -> i32 {
-    if shmem().initialized {
+    init_status::<0>()
+}
+
+extern "C" fn init_status<const I: usize>() -> i32 {
+    if shmem(I).initialized {
         ACLSHMEM_STATUS_IS_INITIALIZED
     } else {
         ACLSHMEM_STATUS_NOT_INITIALIZED
@@ -333,15 +384,23 @@ pub extern "C" fn aclshmemx_init_status() -> i32 {
 /// `g_state.mype`: -1 before the first initialisation (SHMEM's initializer), then the PE.
 #[no_mangle]
 pub extern "C" fn aclshmem_my_pe() -> i32 {
-    let _shmem = shmem();
-    state_read_i32(MYPE_OFFSET)
+    my_pe::<0>()
+}
+
+extern "C" fn my_pe<const I: usize>() -> i32 {
+    let _shmem = shmem(I);
+    state_read_i32(I, MYPE_OFFSET)
 }
 
 /// `g_state.npes`: -1 before the first initialisation, then the PE count.
 #[no_mangle]
 pub extern "C" fn aclshmem_n_pes() -> i32 {
-    let _shmem = shmem();
-    state_read_i32(NPES_OFFSET)
+    n_pes::<0>()
+}
+
+extern "C" fn n_pes<const I: usize>() -> i32 {
+    let _shmem = shmem(I);
+    state_read_i32(I, NPES_OFFSET)
 }
 
 /// [`SHMEM_INTERFACE_VERSION`]; with a null pointer writes nothing (as SHMEM).
@@ -361,8 +420,8 @@ pub unsafe extern "C" fn aclshmem_info_get_version(major: *mut i32, minor: *mut 
     }
 }
 
-fn heap_alloc(size: usize, align: usize, zero: bool) -> Option<usize> {
-    let mut shmem = shmem();
+fn heap_alloc(instance: usize, size: usize, align: usize, zero: bool) -> Option<usize> {
+    let mut shmem = shmem(instance);
     if !shmem.initialized || size == 0 || !align.is_power_of_two() {
         return None;
     }
@@ -389,26 +448,42 @@ fn heap_alloc(size: usize, align: usize, zero: bool) -> Option<usize> {
 /// or past `local_mem_size` in all.
 #[no_mangle]
 pub extern "C" fn aclshmem_malloc(size: usize) -> *mut c_void {
-    pointer(|| heap_alloc(size, crate::memory::page(), false))
+    malloc::<0>(size)
+}
+
+extern "C" fn malloc<const I: usize>(size: usize) -> *mut c_void {
+    pointer(|| heap_alloc(I, size, crate::memory::page(), false))
 }
 
 /// `nmemb * size` zeroed bytes of the heap; null as [`aclshmem_malloc`], or when the product overflows.
 #[no_mangle]
 pub extern "C" fn aclshmem_calloc(nmemb: usize, size: usize) -> *mut c_void {
-    pointer(|| heap_alloc(nmemb.checked_mul(size)?, crate::memory::page(), true))
+    calloc::<0>(nmemb, size)
+}
+
+extern "C" fn calloc<const I: usize>(nmemb: usize, size: usize) -> *mut c_void {
+    pointer(|| heap_alloc(I, nmemb.checked_mul(size)?, crate::memory::page(), true))
 }
 
 /// `size` bytes of the heap aligned to `alignment` (a power of two; else null).
 #[no_mangle]
 pub extern "C" fn aclshmem_align(alignment: usize, size: usize) -> *mut c_void {
-    pointer(|| heap_alloc(size, alignment, false))
+    align::<0>(alignment, size)
+}
+
+extern "C" fn align<const I: usize>(alignment: usize, size: usize) -> *mut c_void {
+    pointer(|| heap_alloc(I, size, alignment, false))
 }
 
 /// Frees a heap allocation (its exact address); null and unknown addresses are ignored.
 #[no_mangle]
 pub extern "C" fn aclshmem_free(ptr: *mut c_void) {
+    free::<0>(ptr)
+}
+
+extern "C" fn free<const I: usize>(ptr: *mut c_void) {
     let _ = catch_unwind(|| {
-        let mut shmem = shmem();
+        let mut shmem = shmem(I);
         if let Some(size) = shmem.allocations.remove(&(ptr as usize)) {
             shmem.used -= size as u64;
             let _ = with_space_mut(|space| space.free(ptr as usize));
@@ -420,8 +495,12 @@ pub extern "C" fn aclshmem_free(ptr: *mut c_void) {
 /// (other PEs' heaps are not modelled).
 #[no_mangle]
 pub extern "C" fn aclshmem_ptr(ptr: *mut c_void, pe: i32) -> *mut c_void {
+    shmem_ptr::<0>(ptr, pe)
+}
+
+extern "C" fn shmem_ptr<const I: usize>(ptr: *mut c_void, pe: i32) -> *mut c_void {
     pointer(|| {
-        let shmem = shmem();
+        let shmem = shmem(I);
         if !shmem.initialized || pe != shmem.mype {
             return None;
         }
@@ -432,48 +511,96 @@ pub extern "C" fn aclshmem_ptr(ptr: *mut c_void, pe: i32) -> *mut c_void {
 }
 
 macro_rules! shmem_exports {
-    ($($name:ident),* $(,)?) => {
+    ($($name:ident => $generic:ident),* $(,)?) => {
         /// The C names of every SHMEM function this runtime implements and exports.
         pub const SHMEM_EXPORTED: &[&str] = &[$(stringify!($name)),*];
 
         /// The address of the SHMEM function or data symbol called `name`, or `None`: the resolver for
-        /// [`cann_shmem_sys::ShmemApi::from_resolver`]. Each function has exactly the prototype of
-        /// `cann_shmem_sys::sys`; `g_state` is [`static@g_state`].
+        /// [`cann_shmem_sys::ShmemApi::from_resolver`] (instance 0, the exported C names). Each function has exactly
+        /// the prototype of `cann_shmem_sys::sys`; `g_state` is [`static@g_state`].
         pub fn resolve_shmem(name: &str) -> Option<*const c_void> {
+            resolve_shmem_instance(0, name)
+        }
+
+        /// As [`resolve_shmem`], for instance `instance` (below [`SHMEM_INSTANCES`]) of the library.
+        pub fn resolve_shmem_instance(instance: usize, name: &str) -> Option<*const c_void> {
+            macro_rules! pick {
+                ($function:ident) => {
+                    match instance {
+                        0 => $function::<0> as *const c_void,
+                        1 => $function::<1> as *const c_void,
+                        2 => $function::<2> as *const c_void,
+                        3 => $function::<3> as *const c_void,
+                        4 => $function::<4> as *const c_void,
+                        5 => $function::<5> as *const c_void,
+                        6 => $function::<6> as *const c_void,
+                        7 => $function::<7> as *const c_void,
+                        _ => return None,
+                    }
+                };
+            }
+            if instance >= SHMEM_INSTANCES {
+                return None;
+            }
             match name {
-                $(stringify!($name) => Some($name as *const c_void),)*
-                "g_state" => Some(g_state.0.get().cast_const().cast()),
+                $(stringify!($name) => Some(pick!($generic)),)*
+                "g_state" => Some(state(instance).0.get().cast_const().cast()),
                 _ => None,
             }
         }
     };
 }
 
-shmem_exports! {
-    aclshmemx_get_uniqueid,
-    aclshmemx_set_attr_uniqueid_args,
-    aclshmemx_init_attr,
-    aclshmem_malloc,
-    aclshmem_calloc,
-    aclshmem_align,
-    aclshmem_free,
-    aclshmem_ptr,
-    aclshmem_my_pe,
-    aclshmem_n_pes,
-    aclshmem_finalize,
-    aclshmemx_init_status,
-    aclshmem_info_get_version,
+/// Functions without per-instance state, as generic wrappers so every instance resolves them alike.
+extern "C" fn same_set_attr<const I: usize>(
+    my_pe: i32,
+    n_pes: i32,
+    local_mem_size: i64,
+    uid: *mut aclshmemx_uniqueid_t,
+    attr: *mut aclshmemx_init_attr_t,
+) -> i32 {
+    // SAFETY: the C contract of `aclshmemx_set_attr_uniqueid_args`, which the caller of this table entry holds to.
+    unsafe { aclshmemx_set_attr_uniqueid_args(my_pe, n_pes, local_mem_size, uid, attr) }
 }
 
-/// The process-wide SHMEM table resolved to this runtime, built once.
+extern "C" fn same_version<const I: usize>(major: *mut i32, minor: *mut i32) {
+    // SAFETY: the C contract of `aclshmem_info_get_version`, which the caller of this table entry holds to.
+    unsafe { aclshmem_info_get_version(major, minor) }
+}
+
+shmem_exports! {
+    aclshmemx_get_uniqueid => get_uniqueid,
+    aclshmemx_set_attr_uniqueid_args => same_set_attr,
+    aclshmemx_init_attr => init_attr,
+    aclshmem_malloc => malloc,
+    aclshmem_calloc => calloc,
+    aclshmem_align => align,
+    aclshmem_free => free,
+    aclshmem_ptr => shmem_ptr,
+    aclshmem_my_pe => my_pe,
+    aclshmem_n_pes => n_pes,
+    aclshmem_finalize => finalize,
+    aclshmemx_init_status => init_status,
+    aclshmem_info_get_version => same_version,
+}
+
+/// The process-wide SHMEM table resolved to this runtime (instance 0, the exported C names), built once.
 pub fn shmem_api() -> &'static ShmemApi {
-    static API: OnceLock<ShmemApi> = OnceLock::new();
-    API.get_or_init(|| {
-        // SAFETY: `resolve_shmem` returns only functions of this module declared with the prototypes of the
-        // table's fields of the same names, and for `g_state` the address of a process-wide static.
-        match unsafe { ShmemApi::from_resolver(PathBuf::from(IN_PROCESS_SHMEM_PATH), &resolve_shmem) } {
+    shmem_api_instance(0).unwrap_or_else(|| unreachable!("instance 0 exists"))
+}
+
+/// The SHMEM table of instance `instance` of the library (one per device of a process: see [`SHMEM_INSTANCES`]),
+/// built once; `None` past the last instance.
+pub fn shmem_api_instance(instance: usize) -> Option<&'static ShmemApi> {
+    static APIS: [OnceLock<ShmemApi>; SHMEM_INSTANCES] = [const { OnceLock::new() }; SHMEM_INSTANCES];
+    let slot = APIS.get(instance)?;
+    Some(slot.get_or_init(|| {
+        let resolve = |name: &str| resolve_shmem_instance(instance, name);
+        // SAFETY: `resolve_shmem_instance` returns only functions of this module declared with the prototypes of
+        // the table's fields of the same names, and for `g_state` the address of a process-wide static.
+        match unsafe { ShmemApi::from_resolver(PathBuf::from(IN_PROCESS_SHMEM_PATH), &resolve) } {
             Ok(api) => api,
             Err(error) => panic!("cann-twin does not implement a required SHMEM symbol: {error}"),
         }
-    })
+    }))
 }

@@ -134,6 +134,18 @@ impl Stream {
         std::mem::replace(&mut queue.error, ACL_SUCCESS)
     }
 
+    /// `aclrtStreamAbort`: drops every task not yet started (they count as done, without effect) and clears the
+    /// recorded failure; a task already running finishes. Returns how many tasks were dropped.
+    pub(crate) fn abort(&self) -> usize {
+        let mut queue = lock(&self.queue);
+        let dropped = queue.tasks.len();
+        queue.tasks.clear();
+        queue.completed += dropped as u64;
+        queue.error = ACL_SUCCESS;
+        self.changed.notify_all();
+        dropped
+    }
+
     /// Lets the worker finish every queued task, then joins it.
     pub(crate) fn shut_down(&self) {
         lock(&self.queue).shutdown = true;
