@@ -944,6 +944,10 @@ fn submit(
     if list_num == 0 {
         return Err(HIXL_PARAM_INVALID);
     }
+    // A batch above the limit can never be accepted: refused before its list is read.
+    if list_num as usize > MAX_PENDING {
+        return Err(HIXL_RESOURCE_EXHAUSTED);
+    }
     // SAFETY: non-null; the C contract makes it `list_num` readable descriptors.
     let entries = unsafe { core::slice::from_raw_parts(desc_list, list_num as usize) }.to_vec();
     let mut state = lock(&client.state);

@@ -419,6 +419,10 @@ fn at_most_4096_unqueried_entries() {
     let list = [op(remote, 0, local, 0, 8)];
     // Entries count, not batches: one batch of 4097 never fits.
     assert_eq!(client.submit(true, &vec![list[0]; MAX_PENDING + 1]), Err(HIXL_RESOURCE_EXHAUSTED));
+    let mut handle = core::ptr::null_mut();
+    // SAFETY: a count far past the list: refused before the list is read (it would be read past its end).
+    let code = unsafe { (hixl().HixlCSClientBatchGetAsync)(client.raw, u32::MAX, list.as_ptr(), &mut handle) };
+    assert_eq!(code, HIXL_RESOURCE_EXHAUSTED);
     let big = client.submit(true, &vec![list[0]; MAX_PENDING - 10]).expect("submit");
     assert_eq!(client.submit(true, &vec![list[0]; 11]), Err(HIXL_RESOURCE_EXHAUSTED));
     assert_eq!(client.wait(big, Duration::from_secs(20)), HIXL_COMPLETE_STATUS_COMPLETED);
