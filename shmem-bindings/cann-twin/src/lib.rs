@@ -21,6 +21,7 @@
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
+//! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
 //!
 //! # Not yet implemented
 //!
@@ -67,6 +68,16 @@
 //! IPC keys use the same service: the key `cann-twin-ipc-<16 hex digits>` names a range of one `aclrtMalloc`
 //! allocation; the importer maps the exporter's heap memfd range as a device window of its own. `aclrtIpcMemClose`
 //! unmaps (importer) or withdraws (exporter); `aclrtFree` withdraws the allocation's keys.
+//!
+//! # HiXL
+//!
+//! [`hixl`]: HiXL's C client/server API, Host-submitted over TCP: the server listens on its description's
+//! `server_ip:server_port`, a client connects there, and batch put/get move the bytes over that connection, each
+//! side copying its own memory through its own ACL (`aclrtMemcpy`). Local ranges must lie in the client's
+//! registrations and remote ranges in the server's (sent at connect, checked again by the server), else the call is
+//! `HIXL_PARAM_INVALID`; at most 4096 unqueried entries per client (`HIXL_RESOURCE_EXHAUSTED`); Connect and Sync
+//! calls bounded by their `timeout_ms`, Async batches by 10 s; a vanished server fails pending batches at once.
+//! Codes are `hixl_cs.h`'s; which case gets which is documented in docs/twin-runtime.md (mostly guesses).
 //!
 //! # The device side: SHMEM, SDMA engines, register pages
 //!
@@ -165,6 +176,7 @@ use std::sync::OnceLock;
 pub mod acl;
 mod acl_compat;
 pub mod control;
+pub mod hixl;
 pub mod kernel;
 mod memory;
 mod runtime;
@@ -174,6 +186,7 @@ mod stream;
 pub mod vmm_share;
 
 pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
+pub use hixl::{hixl_api, resolve_hixl};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
 pub use shmem::{resolve_shmem, resolve_shmem_instance, shmem_api, shmem_api_instance, SHMEM_INSTANCES};
