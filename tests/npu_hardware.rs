@@ -8,8 +8,7 @@
 //! SHMEM's state; that discovery is unverified on hardware, see docs/HARDWARE_TESTING.md).
 //!
 //! Everywhere, in the suite: the same two-process test with the same backend, its tables resolved to the twin runtime
-//! (`"device_backend": "twin"`), over aiv and ubshmem (the twin runtime has no HiXL yet, so adxl is left out there
-//! and the test says so).
+//! (`"device_backend": "twin"`), over aiv, ubshmem and adxl (HiXL's client/server library of the twin runtime).
 //!
 //! SHMEM takes one PE per process, so the test runs two processes: this one (PE 0, NPU `AIV_NPU_DEVICE_A`, default 0)
 //! and a copy of this test binary running `npu_peer_process` (PE 1, NPU `AIV_NPU_DEVICE_B`, default 1). SHMEM's unique
@@ -132,10 +131,10 @@ fn aiv_read_and_write_between_two_npus() {
 }
 
 /// The same test on the twin runtime: the `cann` backend in two processes, each its own SHMEM PE, VMM export and
-/// import of the heaps between them, aiv and ubshmem with every byte checked; then the peer is killed and its loss
+/// import of the heaps between them, aiv, ubshmem and adxl with every byte checked; then the peer is killed and its loss
 /// is found by the backend's probe.
 #[test]
-fn aiv_and_ubshmem_read_and_write_between_two_processes_on_the_twin_runtime() {
+fn aiv_ubshmem_and_adxl_read_and_write_between_two_processes_on_the_twin_runtime() {
     two_processes(DeviceBackendKind::Twin);
 }
 
@@ -183,13 +182,7 @@ fn two_processes(backend: DeviceBackendKind) {
     // aiv, then the Host-submitted baselines over the same memory (ubshmem: ACL streams; adxl: HiXL). Every path
     // runs even if an earlier one failed, so one hardware run reports on all three.
     let mut failures = Vec::new();
-    let mut paths = vec![(1u8, None), (3, Some(Protocol::Ubshmem))];
-    if on_twin {
-        println!("NOT RUN on the twin runtime: adxl (the twin runtime has no HiXL yet)");
-    } else {
-        paths.push((5, Some(Protocol::Adxl)));
-    }
-    for (seed, protocol) in paths {
+    for (seed, protocol) in [(1u8, None), (3, Some(Protocol::Ubshmem)), (5, Some(Protocol::Adxl))] {
         if let Err(failure) = read_and_write(&engine, &device, &buffer, segment, peer_addr, protocol, seed) {
             println!("FAILED {failure}");
             failures.push(failure);
@@ -227,7 +220,9 @@ fn two_processes(backend: DeviceBackendKind) {
         assert!(lost.contains("no longer grants its heap"), "{lost}");
         drop((buffer, device, engine));
         assert!(failures.is_empty(), "paths that failed: {failures:#?}");
-        println!("TWIN RUNTIME TEST PASSED: aiv and ubshmem READ and WRITE between two processes; peer loss found");
+        println!(
+            "TWIN RUNTIME TEST PASSED: aiv, ubshmem and adxl READ and WRITE between two processes; peer loss found"
+        );
         return;
     }
 

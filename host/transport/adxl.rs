@@ -223,11 +223,7 @@ impl AdxlTransport {
         // The submission backend: the device's HiXL library where it has one (the cann backend, on the vendor's
         // runtime or the twin's), else a Host-owned SDMA channel (the legacy twin).
         let hixl = shared.device.hixl().map(|api| hixl::HixlPath::new(shared.clone(), api));
-        AdxlTransport {
-            shared,
-            hixl,
-            worker: Mutex::new(None),
-        }
+        AdxlTransport { shared, hixl, worker: Mutex::new(None) }
     }
 
     /// Where this device's HiXL server listens (`"ip:port"`), advertised to peers; `None` on the twin or when the

@@ -141,6 +141,22 @@ impl PeerWindows {
         PeerWindows { device, peers: Mutex::new(HashMap::new()) }
     }
 
+    /// Why the peer behind `segment` (this descriptor version) counts as lost, if a path of this device imported it
+    /// and the probe found it gone; `None` otherwise (nothing is imported here). For paths that relocate by
+    /// themselves (adxl through HiXL) but share the device's peer state.
+    pub fn lost_reason_of(&self, segment: &Arc<Segment>) -> Option<String> {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        let peer = peers.get(&segment.name)?;
+        let same_version = peer.segment.upgrade().is_some_and(|known| Arc::ptr_eq(&known, segment));
+        same_version.then(|| peer.lost_reason()).flatten().map(|reason| {
+            format!(
+                "peer segment {:?} was lost ({reason}); transfers resume once its device answers again (or refresh or \
+                 reopen the segment)",
+                segment.name
+            )
+        })
+    }
+
     /// Both ends of `transfer` in the executing device's view, or why not (see [`ResolveError::failure`]).
     pub fn resolve(&self, transfer: &Transfer) -> Result<Resolved, ResolveError> {
         self.resolve_with(transfer, &mut None)

@@ -928,8 +928,7 @@ impl DeviceBackend for CannDevice {
             CannRuntime::Vendor => {
                 Some(ascendcl_sys::hixl::api().map_err(|error| format!("the HiXL library: {error}")))
             }
-            // Not in the twin runtime yet: adxl there reports the Host channel's absence.
-            CannRuntime::Twin => None,
+            CannRuntime::Twin => Some(Ok(cann_twin::hixl_api())),
         }
     }
 

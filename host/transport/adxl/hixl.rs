@@ -1,5 +1,6 @@
 //! The `adxl` baseline's submission backend on the `cann` device backend: the real HiXL library
-//! (`libcann_hixl.so`) through its plain C client/server API ([`ascendcl_sys::hixl`]).
+//! (`libcann_hixl.so`, or the twin runtime's HiXL: [`crate::device::DeviceBackend::hixl`]) through its plain C
+//! client/server API ([`ascendcl_sys::hixl`]).
 //!
 //! - **Server** (one per device, started with the transport): `HixlCSServerCreate` with this device's endpoint at
 //!   `aiv.hixl_host` (default `AIV_HIXL_HOST`, else the host of `local_hostname`; `127.0.0.1` for a device opened
@@ -11,6 +12,8 @@
 //!   device's endpoint -> the peer device's endpoint at its advertised server)`, `HixlCSClientRegMem` of this device's
 //!   exported regions, `HixlCSClientConnect(baseline_timeout)`. A failure is NOT_CONNECTED with the HiXL code; the
 //!   next transfer tries again.
+//! - **Peer loss**: the device's peer state is shared with its other paths ([`crate::transport::window::PeerWindows`]):
+//!   a transfer to a peer their probe found gone fails at once, NOT_CONNECTED naming the loss.
 //! - **Transfers**: consecutive queued transfers to one peer with one direction become one list of
 //!   `{remote_buf, local_buf, len}` (remote addresses as the peer's engine registered them: HiXL relocates, no
 //!   import here), submitted with `HixlCSClientBatchPutAsync` (WRITE) or `...GetAsync` (READ), then polled with
@@ -227,6 +230,14 @@ impl HixlPath {
                         device.device_id()
                     ),
                 );
+                continue;
+            }
+            // The device's peer state is shared with its other paths: a peer their probe found gone is refused here
+            // too, at once, instead of waiting for HiXL's connection to fail.
+            if let Some(reason) = self.state.shared.windows.lost_reason_of(&transfer.target) {
+                transfer
+                    .slot
+                    .fail(AdxlStatus::NOT_CONNECTED.failure_of(crate::transfer::FailureKind::PeerLost, reason));
                 continue;
             }
             let advertisement = transfer
