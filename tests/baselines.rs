@@ -392,3 +392,24 @@ fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
     assert_eq!(client.disconnect(remote), AdxlStatus::SUCCESS);
     assert_eq!(client.disconnect(remote), AdxlStatus::NOT_CONNECTED);
 }
+
+/// tcp moves memory with the Host's reads and writes: between device buffers of the twin runtime (as of an NPU) it
+/// is refused at submission with the reason, instead of failing on the wire.
+#[test]
+fn tcp_between_device_buffers_of_the_twin_runtime_is_refused_with_the_reason() {
+    let (a, b, peer) = pair(1 << 20, 141);
+    a.engine.enable_tcp_transport().expect("tcp on a");
+    b.engine.enable_tcp_transport().expect("tcp on b");
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: b.buffer.addr(),
+        length: 4096,
+        protocol: Some(Protocol::Tcp),
+    };
+    let outcome = run(&a.engine, &[request]);
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(reason.contains("protocol tcp") && reason.contains("device memory (npu:"), "{reason}");
+}

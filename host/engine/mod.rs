@@ -47,6 +47,13 @@ enum RouteError {
     /// No transport of the request's protocol is installed.
     #[error("protocol {protocol} has no transport in this engine for segment {segment:?}")]
     NoTransport { protocol: Protocol, segment: String },
+    /// A tcp request names device memory the Host cannot read or write.
+    #[error(
+        "protocol tcp moves memory with the Host's own reads and writes, and the {side} range is device memory \
+         ({location}) of a cann device, which the Host cannot reach (on the twin runtime as on an NPU); use aiv, \
+         adxl or ubshmem for device memory"
+    )]
+    DeviceMemoryOverTcp { side: &'static str, location: String },
 }
 
 impl RouteError {
@@ -57,7 +64,7 @@ impl RouteError {
             // ERR_ADDRESS_NOT_REGISTERED, as Mooncake answers a range outside the registered buffers.
             RouteError::Source(_) | RouteError::Target { .. } => 3,
             // ERR_NOT_SUPPORTED_TRANSPORT.
-            RouteError::NoTransport { .. } => 8,
+            RouteError::NoTransport { .. } | RouteError::DeviceMemoryOverTcp { .. } => 8,
         };
         TransferFailure::new("engine", FailureKind::Rejected, self.to_string()).with_mooncake_code(mooncake_code)
     }
@@ -437,11 +444,20 @@ impl TransferEngine {
     fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
         let protocol = request.protocol.unwrap_or(self.config.protocol);
         let target = self.segment(request.target_id).map_err(RouteError::Segment)?;
-        read(&self.memory).find_containing(request.source, request.length).map_err(RouteError::Source)?;
-        target
+        let source_location = read(&self.memory)
+            .find_containing(request.source, request.length)
+            .map_err(RouteError::Source)?
+            .location
+            .clone();
+        let target_location = target
             .buffers
             .find_containing(request.target_offset, request.length)
-            .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
+            .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?
+            .location
+            .clone();
+        if protocol == Protocol::Tcp {
+            self.check_host_reachable(&source_location, &target, &target_location)?;
+        }
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
         if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
             return Ok((self.local_transport.clone(), target));
@@ -450,6 +466,27 @@ impl TransferEngine {
             return Ok((transport.clone(), target));
         }
         Err(RouteError::NoTransport { protocol, segment: target.name.clone() })
+    }
+
+    /// Refuses a tcp request whose source or target is device memory of a cann device (the twin runtime's or an
+    /// NPU's), which the Host's reads and writes cannot reach; the legacy twin's device memory is Host memory.
+    fn check_host_reachable(
+        &self,
+        source_location: &str,
+        target: &Segment,
+        target_location: &str,
+    ) -> std::result::Result<(), RouteError> {
+        let is_device = |location: &str| location.starts_with("npu:");
+        let own_is_cann =
+            || lock(&self.device).as_ref().is_some_and(|device| device.backend().backend_name() == "cann");
+        if is_device(source_location) && own_is_cann() {
+            return Err(RouteError::DeviceMemoryOverTcp { side: "source", location: source_location.to_owned() });
+        }
+        let target_is_cann = target.descriptor.aiv.as_ref().is_some_and(|aiv| aiv["backend"] == "cann");
+        if is_device(target_location) && target_is_cann {
+            return Err(RouteError::DeviceMemoryOverTcp { side: "target", location: target_location.to_owned() });
+        }
+        Ok(())
     }
 
     /// Status of one task (index in submission order).
