@@ -247,8 +247,8 @@ fn one_batch_mixes_all_four_protocols_each_through_its_own_path() {
 }
 
 #[test]
-fn adxl_stalled_channel_times_out_with_its_status_and_recovers() {
-    let (a, b, peer) = legacy_pair(4 << 20, 101);
+fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
+    let (a, b, peer) = pair(4 << 20, 101);
     let write = |length: u64| TransferRequest {
         opcode: Opcode::Write,
         source: a.buffer.addr(),
@@ -257,13 +257,13 @@ fn adxl_stalled_channel_times_out_with_its_status_and_recovers() {
         length,
         protocol: Some(Protocol::Adxl),
     };
-    // Warm up: the Host channel opens on the first transfer; it follows the two kernel channels.
+    // Warm up: the first transfer connects a's HiXL client to b's server.
     assert_eq!(run(&a.engine, &[write(4096)]).states, [TransferState::Completed]);
-    let twin = a.twin();
-    twin.stall_channel(2, true);
+    let server = b.device.adxl().hixl_server().expect("b's HiXL server");
+    assert!(cann_twin::control::stall_hixl_server(&server, true));
     let started = Instant::now();
     let outcome = run(&a.engine, &[write(4096), write(1 << 20)]);
-    twin.stall_channel(2, false);
+    cann_twin::control::stall_hixl_server(&server, false);
     assert_eq!(outcome.states, [TransferState::Timeout, TransferState::Timeout], "{:?}", outcome.reasons);
     let reason = outcome.reasons[0].clone().expect("reason");
     assert!(reason.contains(&AdxlStatus::TIMEOUT.0.to_string()) && reason.contains("TIMEOUT"), "{reason}");
@@ -296,7 +296,7 @@ fn adxl_bad_address_fails_with_the_sdma_exception() {
 
 #[test]
 fn adxl_refuses_a_peer_without_device_memory_as_not_connected() {
-    let a = node(legacy_options(0), 1 << 20);
+    let a = node(baseline_options(0), 1 << 20);
     // A peer engine with host memory only: nothing to import.
     let mut config = EngineConfig::new("127.0.0.1");
     config.protocol = Protocol::Aiv;
@@ -316,7 +316,7 @@ fn adxl_refuses_a_peer_without_device_memory_as_not_connected() {
     let outcome = run(&a.engine, &[request(Protocol::Adxl), request(Protocol::Ubshmem)]);
     assert_eq!(outcome.states, [TransferState::Failed, TransferState::Failed]);
     let adxl = outcome.reasons[0].clone().expect("reason");
-    assert!(adxl.contains("NOT_CONNECTED (103902)") && adxl.contains("advertises no aiv device"), "{adxl}");
+    assert!(adxl.contains("NOT_CONNECTED (103902)") && adxl.contains("advertises no HiXL server"), "{adxl}");
     let ubshmem = outcome.reasons[1].clone().expect("reason");
     assert!(ubshmem.starts_with("ubshmem:") && ubshmem.contains("advertises no aiv device"), "{ubshmem}");
     host_only.unregister_memory(memory.as_ptr() as u64).expect("unregister");
@@ -354,7 +354,7 @@ fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
 #[test]
 fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
     use aiv_transport::engine::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
-    let (a, b, _) = legacy_pair(4 << 20, 131);
+    let (a, b, _) = pair(4 << 20, 131);
     let client = AdxlClient::new(&a.engine);
     let op = |offset: u64, len: u64| TransferOpDesc {
         local_addr: a.buffer.addr() + offset,
@@ -384,10 +384,11 @@ fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
     }
     assert_eq!(status, AdxlTransferStatus::Completed);
     assert!(client.release(&request));
-    // A stalled Host channel: the status is the transport's TIMEOUT code, read back from the task.
-    a.twin().stall_channel(2, true);
+    // A stalled peer: the status is the transport's TIMEOUT code, read back from the task.
+    let server = b.device.adxl().hixl_server().expect("b's HiXL server");
+    assert!(cann_twin::control::stall_hixl_server(&server, true));
     let status = client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5));
-    a.twin().stall_channel(2, false);
+    cann_twin::control::stall_hixl_server(&server, false);
     assert_eq!(status, AdxlStatus::TIMEOUT);
     assert_eq!(client.disconnect(remote), AdxlStatus::SUCCESS);
     assert_eq!(client.disconnect(remote), AdxlStatus::NOT_CONNECTED);
@@ -412,4 +413,70 @@ fn tcp_between_device_buffers_of_the_twin_runtime_is_refused_with_the_reason() {
     assert_eq!(outcome.states, [TransferState::Failed]);
     let reason = outcome.reasons[0].clone().expect("reason");
     assert!(reason.contains("protocol tcp") && reason.contains("device memory (npu:"), "{reason}");
+}
+
+/// On the twin runtime, one batch mixes the three device paths over device memory and tcp over Host memory
+/// registered beside it; each request goes through its own path and every byte lands.
+#[test]
+fn one_batch_mixes_the_device_paths_and_tcp_on_host_memory() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(93);
+    let (a, b, peer) = pair(8 << 20, 92);
+    a.engine.enable_tcp_transport().expect("tcp on a");
+    b.engine.enable_tcp_transport().expect("tcp on b");
+    let mut host_a = vec![0u8; 1 << 20];
+    let mut host_b = vec![0u8; 1 << 20];
+    rng.fill_bytes(&mut host_a);
+    rng.fill_bytes(&mut host_b);
+    // SAFETY: both vectors outlive their registrations, withdrawn below before they drop; every batch is waited for.
+    unsafe {
+        a.engine.register_memory(host_a.as_mut_ptr() as u64, 1 << 20, "cpu:0").expect("register a's Host memory");
+        b.engine.register_memory(host_b.as_mut_ptr() as u64, 1 << 20, "cpu:0").expect("register b's Host memory");
+    }
+    // The segment again, now that b's descriptor lists its Host buffer.
+    a.engine.refresh_segment(peer).expect("refresh");
+    let protocols = [Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem];
+    let mut mixed: Vec<Protocol> = protocols.iter().flat_map(|&p| [p, p]).collect();
+    mixed.rotate_left(2);
+    let mut requests = random_requests(&mut rng, &a, &b, peer, &mixed);
+    let expected: Vec<Vec<u8>> = requests
+        .iter()
+        .map(|r| match r.opcode {
+            Opcode::Read => b.read(
+                (r.target_offset - b.buffer.addr()) as usize..(r.target_offset - b.buffer.addr() + r.length) as usize,
+            ),
+            Opcode::Write => {
+                a.read((r.source - a.buffer.addr()) as usize..(r.source - a.buffer.addr() + r.length) as usize)
+            }
+        })
+        .collect();
+    let tcp_write = TransferRequest {
+        opcode: Opcode::Write,
+        source: host_a.as_ptr() as u64,
+        target_id: peer,
+        target_offset: host_b.as_ptr() as u64 + 4096,
+        length: 300_000,
+        protocol: Some(Protocol::Tcp),
+    };
+    let sent = host_a[..300_000].to_vec();
+    requests.insert(3, tcp_write);
+    let outcome = run(&a.engine, &requests);
+    for (task, request) in requests.iter().enumerate() {
+        assert_eq!(outcome.states[task], TransferState::Completed, "task {task}: {:?}", outcome.reasons[task]);
+        let evidence = outcome.evidence[task].as_ref().expect("evidence");
+        let protocol = request.protocol.expect("protocol named");
+        assert_eq!(evidence.path, protocol.as_str(), "each request went through its own path");
+        assert_eq!(evidence.is_aiv_direct(), protocol == Protocol::Aiv, "{evidence:?}");
+    }
+    assert!(host_b[4096..4096 + 300_000] == sent[..], "tcp's bytes landed in b's Host memory");
+    let device_requests: Vec<&TransferRequest> =
+        requests.iter().filter(|r| r.protocol != Some(Protocol::Tcp)).collect();
+    for (request, bytes) in device_requests.into_iter().zip(&expected) {
+        let (node, to) = match request.opcode {
+            Opcode::Read => (&a, request.source - a.buffer.addr()),
+            Opcode::Write => (&b, request.target_offset - b.buffer.addr()),
+        };
+        assert!(node.read(to as usize..(to + request.length) as usize) == bytes[..], "{:?} data", request.protocol);
+    }
+    a.engine.unregister_memory(host_a.as_ptr() as u64).expect("unregister");
+    b.engine.unregister_memory(host_b.as_ptr() as u64).expect("unregister");
 }

@@ -92,3 +92,16 @@ pub fn hold_device_streams(device: i32, held: bool) {
         devices.push(device);
     }
 }
+
+/// Stalls (`true`) or releases the HiXL server listening at `address` (`"ip:port"`, as its endpoint names it): each
+/// request it receives waits unanswered until the release, so clients see their own deadlines pass, as with a
+/// stalled NPU. `false` if `address` is not an `ip:port`.
+pub fn stall_hixl_server(address: &str, stalled: bool) -> bool {
+    match address.parse::<std::net::SocketAddr>() {
+        Ok(address) => {
+            crate::hixl::set_stalled(address, stalled);
+            true
+        }
+        Err(_) => false,
+    }
+}

@@ -305,7 +305,27 @@ fn server_of(handle: HixlServerHandle) -> Result<Arc<Server>, HixlStatus> {
     servers().items.get(&(handle as usize)).cloned().ok_or(HIXL_PARAM_INVALID)
 }
 
+/// Servers whose connections hold every request before serving it (`control::stall_hixl_server`).
+static STALLED: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
+
+/// Stalls (`true`) or releases the server listening at `address`: a request it receives waits, unanswered, until
+/// the release (or the server stops); the clients' own deadlines decide what they see meanwhile.
+pub(crate) fn set_stalled(address: SocketAddr, stalled: bool) {
+    let mut servers = lock(&STALLED);
+    servers.retain(|other| *other != address);
+    if stalled {
+        servers.push(address);
+    }
+}
+
+fn wait_while_stalled(address: SocketAddr, stop: &AtomicBool) {
+    while lock(&STALLED).contains(&address) && !stop.load(Ordering::Relaxed) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<Vec<Region>>>) {
+    let address = listener.local_addr().ok();
     let live = Arc::new(AtomicUsize::new(0));
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
     while !stop.load(Ordering::Relaxed) {
@@ -320,7 +340,7 @@ fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<
                 let (stop, regions, live_done) = (stop.clone(), regions.clone(), live.clone());
                 let spawned =
                     std::thread::Builder::new().name(format!("{}hixl-conn", crate::THREAD_PREFIX)).spawn(move || {
-                        let _ = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &stop, &regions)));
+                        let _ = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &stop, &regions, address)));
                         live_done.fetch_sub(1, Ordering::Relaxed);
                     });
                 match spawned {
@@ -340,7 +360,12 @@ fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<
     }
 }
 
-fn serve_connection(mut stream: TcpStream, stop: &AtomicBool, regions: &Mutex<Vec<Region>>) {
+fn serve_connection(
+    mut stream: TcpStream,
+    stop: &AtomicBool,
+    regions: &Mutex<Vec<Region>>,
+    address: Option<SocketAddr>,
+) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_nonblocking(false);
     let mut hello = [0u8; 12];
@@ -373,6 +398,9 @@ fn serve_connection(mut stream: TcpStream, stop: &AtomicBool, regions: &Mutex<Ve
             || read_full(&mut stream, &mut header[1..], Some(Instant::now() + FRAME_TIMEOUT), stop).is_err()
         {
             return;
+        }
+        if let Some(address) = address {
+            wait_while_stalled(address, stop);
         }
         let (op, reserved, remote, len) =
             (u32_at(&header, 0), u32_at(&header, 4), u64_at(&header, 8), u64_at(&header, 16));
