@@ -488,26 +488,25 @@ fn round_trip_until(
     }
 }
 
-/// A peer whose export socket stops listening (connections refused: what a gone process looks like) is marked
-/// lost; once it listens again the probe finds it answering and recovers it: transfers through the same open
-/// segment, neither refreshed nor reopened, complete again with their data.
+/// A peer whose runtime stops granting its heap (imports answered as of an unknown handle: what a freed heap looks
+/// like) is marked lost; once it grants it again the probe finds it answering and recovers it: transfers through the
+/// same open segment, neither refreshed nor reopened, complete again with their data.
 #[test]
 fn a_lost_peer_that_answers_again_is_recovered_without_reopening() {
-    // The legacy backend's export socket can stop and start listening; the twin runtime's export service has no
-    // such control (a peer that stops answering there is not lost, see the SIGSTOP test).
-    let exporter = Initiator::start_legacy(1 << 20);
-    let importer = Initiator::start_legacy(1 << 20);
+    let exporter = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
+    let importer = Initiator::start("127.0.0.1", "P2PHANDSHAKE", None, 1 << 20);
     let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
     let remote = exporter.buffer.addr();
     round_trip(&importer, segment, remote, 64 << 10).expect("before the loss");
 
-    let twin = exporter.device.twin().expect("twin device");
-    twin.set_export_listening(false).expect("stop listening");
+    // The exporter's runtime answers imports of its heap as of an unknown handle (what a freed heap looks like).
+    let export_id = exporter.device.advertisement().regions[0].export_id;
+    cann_twin::control::withhold_export(export_id, true);
     let lost = round_trip_until(&importer, segment, remote, Duration::from_secs(3), |outcome| outcome.is_err());
     let reason = lost.expect_err("transfers fail once the peer is found lost");
     assert!(reason.contains("lost"), "{reason}");
 
-    twin.set_export_listening(true).expect("listen again");
+    cann_twin::control::withhold_export(export_id, false);
     let recovered = round_trip_until(&importer, segment, remote, Duration::from_secs(3), |outcome| outcome.is_ok());
     recovered.expect("transfers complete again once the peer answers");
     round_trip(&importer, segment, remote, 256 << 10).expect("and keep completing");

@@ -105,3 +105,11 @@ pub fn stall_hixl_server(address: &str, stalled: bool) -> bool {
         Err(_) => false,
     }
 }
+
+/// Withholds (`true`) or grants again an export of this process (its `u64` shareable handle): while withheld, every
+/// import of it, from this process or another, is answered as one of an unknown handle (`ACL_ERROR_RT_INVALID_HANDLE`)
+/// as if the exporter's memory were gone; mappings already made keep working. A fault for tests of peer loss and
+/// recovery.
+pub fn withhold_export(shareable: u64, withheld: bool) {
+    crate::vmm_share::set_withheld(shareable, withheld);
+}

@@ -338,6 +338,23 @@ pub(crate) fn forget_handle(handle: usize) {
     }
 }
 
+/// Exports whose imports are answered as unknown handles for now (`control::withhold_export`).
+static WITHHELD: std::sync::Mutex<Vec<u64>> = std::sync::Mutex::new(Vec::new());
+
+fn is_withheld(shareable: u64) -> bool {
+    WITHHELD.lock().unwrap_or_else(|p| p.into_inner()).contains(&shareable)
+}
+
+/// Withholds (`true`) or grants again an export of this process: while withheld, an import of it is answered as
+/// one of an unknown handle (`ACL_ERROR_RT_INVALID_HANDLE`), as if its memory were gone; mappings already made stay.
+pub(crate) fn set_withheld(shareable: u64, withheld: bool) {
+    let mut handles = WITHHELD.lock().unwrap_or_else(|p| p.into_inner());
+    handles.retain(|&other| other != shareable);
+    if withheld {
+        handles.push(shareable);
+    }
+}
+
 /// Imports `shareable` as a new physical handle (device id checked by the caller under the runtime lock).
 pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
     let pid = handle_pid(shareable);
@@ -349,7 +366,8 @@ pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
     // second import tells whether the exporter still grants the handle.
     let (fd, size) = if pid == own_pid() {
         with_exports(|exports| -> Result<(OwnedFd, usize), aclError> {
-            let export = exports.live.get(&shareable).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+            let export =
+                exports.live.get(&shareable).filter(|_| !is_withheld(shareable)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
             Ok((dup(&export.fd)?, export.size))
         })?
     } else {
@@ -583,7 +601,9 @@ fn answer(connection: &Waiting) {
     handle.copy_from_slice(&request[8..16]);
     let handle = u64::from_le_bytes(handle);
     let found = with_exports(|exports| {
-        if op == OP_IMPORT {
+        if op == OP_IMPORT && is_withheld(handle) {
+            None
+        } else if op == OP_IMPORT {
             exports.live.get(&handle).map(|export| (Arc::clone(&export.fd), export.size, 0, export.check_pid))
         } else {
             exports
