@@ -1,9 +1,9 @@
 //! Kernel-level microbenchmarks of the aiv path on the CPU twin (numbers in docs/RESULTS.md).
 //!
-//! - `post_cost/doorbell_batch/{1,4,32}` (on the legacy in-process twin, whose bench hook drives one block's channel):
-//!   CPU time of the emulated AIV core per SQE inside the kernel's post path
+//! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
 //!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine
-//!   thread running and consuming 64-byte copies; flag drains are excluded (CANN SHMEM's `postsend_cost` analogue).
+//!   thread running and consuming 64-byte copies, run as the kernel `aiv_bench_post_kernel` of the twin runtime's
+//!   kernel object; flag drains are excluded (CANN SHMEM's `postsend_cost` analogue).
 //!   CPU time rather than wall time, so that preemption by the other threads of a loaded 2-core machine does not
 //!   count as post cost.
 //! - `request_to_dcq/64B`: one 64-byte WRITE between two twin devices through the engine API (submit -> request ring
@@ -16,8 +16,8 @@
 
 use std::time::Duration;
 
-use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
-use aiv_transport::device::twin::kernel_bench::post_sqes;
+use aiv_transport::config::{AivOptions, LaunchMode};
+use aiv_transport::device::cann::CannDevice;
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
@@ -39,16 +39,36 @@ fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOptions 
     }
 }
 
+/// One run of `aiv_bench_post_kernel` (kernels/cpu/host_hooks.cpp) on block 0 of the device's transport: `count` copy
+/// SQEs of `length` bytes through the kernel's real post path on an emulated core of the twin runtime; the CPU time of
+/// that core's thread inside the post path.
+fn post_on_runtime(device: &AivDevice, params: &DeviceBuffer, src: u64, dst: u64, length: u32, count: u32) -> Duration {
+    let (kernel_args, _) = device.transport().kernel_args();
+    let mut bytes = [0u8; 64];
+    bytes[0..8].copy_from_slice(&kernel_args.to_le_bytes());
+    bytes[8..16].copy_from_slice(&src.to_le_bytes());
+    bytes[16..24].copy_from_slice(&dst.to_le_bytes());
+    bytes[28..32].copy_from_slice(&length.to_le_bytes());
+    bytes[32..36].copy_from_slice(&count.to_le_bytes());
+    device.write(params.addr(), &bytes).expect("H2D parameters");
+    let cann = device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend");
+    let me = cann.self_arc().expect("the device is registered");
+    let launch = me.launch_function("aiv_bench_post_kernel", params.addr(), 1).expect("launch the bench kernel");
+    assert!(launch.wait(Duration::from_secs(120)), "the bench kernel did not return");
+    device.read(params.addr(), &mut bytes).expect("D2H results");
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    assert_eq!(u32::from_le_bytes(bytes[36..40].try_into().expect("4 bytes")), 0, "a drain failed");
+    Duration::from_nanos(word(48))
+}
+
 fn post_cost(c: &mut Criterion) {
     let mut group = c.benchmark_group("post_cost");
     group.sample_size(20).measurement_time(Duration::from_secs(3));
     for batch in [1u32, 4, 32] {
-        // The post path runs on an emulated core of the legacy in-process twin, whose hook drives one block's channel
-        // directly (the same kernel code and CPU model the twin runtime runs); the twin runtime has no such hook yet.
-        let legacy =
-            AivOptions { device_backend: DeviceBackendKind::TwinLegacy, ..options(0, LaunchMode::PerBatch, batch) };
-        let device = AivDevice::open(&legacy).expect("twin device");
+        // Per-batch mode: no kernel is resident, so the bench kernel has block 0's channel to itself.
+        let device = AivDevice::open(&options(0, LaunchMode::PerBatch, batch)).expect("twin device");
         let buffer = device.allocate(1 << 20).expect("hbm");
+        let params = device.allocate(64).expect("parameters");
         let (src, dst) = (buffer.addr(), buffer.addr() + 4096);
         group.throughput(Throughput::Elements(1));
         group.bench_function(BenchmarkId::new("doorbell_batch", batch), |b| {
@@ -57,17 +77,7 @@ fn post_cost(c: &mut Criterion) {
                 let mut left = iters;
                 while left > 0 {
                     let count = left.min(1 << 20) as u32;
-                    posting += post_sqes(
-                        device.twin().expect("twin"),
-                        device.transport().kernel_args(),
-                        0,
-                        src,
-                        dst,
-                        64,
-                        count,
-                    )
-                    .expect("drain")
-                    .posting_cpu;
+                    posting += post_on_runtime(&device, &params, src, dst, 64, count);
                     left -= u64::from(count);
                 }
                 posting

@@ -68,3 +68,29 @@ uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t 
 }
 
 }
+
+// The post-path microbenchmark as a kernel of the twin runtime's kernel object: the runtime runs it on an emulated
+// core as it runs any launch (benches/kernel.rs launches it by name through the cann backend). Its parameters and
+// results live in device memory, read and written through the platform layer like the kernel's own.
+struct AivBenchPostParams {
+    uint64_t kernel_args;
+    uint64_t src;
+    uint64_t dst;
+    uint32_t block_idx;
+    uint32_t length;
+    uint32_t count;
+    uint32_t status;  // out: 0, or 1 when a drain failed
+    uint64_t posting_wall;  // out: system counter cycles in the post path
+    uint64_t posting_cpu;   // out: CPU ns of the core's thread in the post path
+    uint64_t total;         // out: system counter cycles of the whole run
+};
+static_assert(sizeof(AivBenchPostParams) == 64, "the Rust side writes and reads 64 bytes");
+
+extern "C" __global__ __aicore__ void aiv_bench_post_kernel(GM_ADDR params) {
+    AivBenchPostParams p;
+    aiv_platform::read_bytes(&p, reinterpret_cast<const __gm__ AivBenchPostParams*>(params), sizeof(p));
+    p.status = aiv_twin_bench_post(p.kernel_args, p.block_idx, p.src, p.dst, p.length, p.count, &p.posting_wall,
+                                   &p.posting_cpu, &p.total);
+    aiv_platform::write_bytes(reinterpret_cast<__gm__ AivBenchPostParams*>(params), &p, sizeof(p));
+    aiv_platform::flush_for_device(reinterpret_cast<__gm__ AivBenchPostParams*>(params), sizeof(p));
+}

@@ -509,6 +509,11 @@ impl CannDevice {
         Ok(workspace)
     }
 
+    /// This device as the `Arc` it was opened as (for [`CannDevice::launch_function`] through a `&dyn DeviceBackend`).
+    pub fn self_arc(&self) -> Option<Arc<CannDevice>> {
+        registry_lookup(self)
+    }
+
     /// Which runtime the device's tables are resolved to.
     pub fn runtime(&self) -> CannRuntime {
         self.runtime
@@ -684,7 +689,37 @@ impl Launch for CannLaunch {
 }
 
 impl CannDevice {
+    /// Launches another kernel of the loaded binary by name (`aclrtBinaryGetFunction` on each call) with one 8-byte
+    /// argument on `block_dim` blocks of the kernel stream, after whatever the stream holds: for microbenchmarks and
+    /// tests of the kernel object (on the twin runtime, e.g. `aiv_bench_post_kernel`). Not on the transfer path.
+    pub fn launch_function(
+        self: &Arc<Self>,
+        name: &str,
+        argument: u64,
+        block_dim: u32,
+    ) -> Result<Arc<dyn Launch>, DeviceError> {
+        self.bind()?;
+        let entry = CString::new(name).map_err(|_| DeviceError::Invalid {
+            device: self.id,
+            operation: "launch a kernel by name",
+            reason: format!("{name:?} has a NUL"),
+        })?;
+        // SAFETY: the binary is loaded for the device's lifetime.
+        let function = unsafe { acl::kernel::get_function(self.acl, self.kernel.binary as aclrtBinHandle, &entry) }
+            .map_err(runtime(self.id, "find a kernel of the loaded binary"))?;
+        self.launch_on(function as usize, argument, block_dim)
+    }
+
     fn launch_arc(self: &Arc<Self>, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError> {
+        self.launch_on(self.kernel.function, kernel_args, block_dim)
+    }
+
+    fn launch_on(
+        self: &Arc<Self>,
+        function: usize,
+        kernel_args: u64,
+        block_dim: u32,
+    ) -> Result<Arc<dyn Launch>, DeviceError> {
         self.bind()?;
         let mut engine = aclrtLaunchKernelAttr {
             id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
@@ -700,7 +735,7 @@ impl CannDevice {
         unsafe {
             acl::kernel::launch_with_host_args(
                 self.acl,
-                self.kernel.function as aclrtFuncHandle,
+                function as aclrtFuncHandle,
                 block_dim,
                 self.stream as aclrtStream,
                 Some(&mut config),

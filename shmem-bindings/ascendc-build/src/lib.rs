@@ -71,7 +71,9 @@ pub fn build_twin(kernels: &Path) {
 }
 
 /// Compiles the kernel binary of the twin runtime: `kernels/npu/entry.cpp` against the CPU model of AscendC
-/// (`kernels/cpu/kernel_operator.h`, `aiv_cpu_model.cpp`) plus the launch shim `kernels/cpu/twin_launch.cpp`, as
+/// (`kernels/cpu/kernel_operator.h`, `aiv_cpu_model.cpp`), the test and benchmark hooks of
+/// `kernels/cpu/host_hooks.cpp` (the kernel `aiv_bench_post_kernel` among them) and the launch shim
+/// `kernels/cpu/twin_launch.cpp`, as
 /// position-independent code linked into one shared object, `OUT_DIR/aiv_transfer_kernel.twin.so`. The twin runtime
 /// receives its bytes through `aclrtBinaryLoadFromData` and finds the kernel entry with `aclrtBinaryGetFunction`;
 /// `-Bsymbolic` binds the object's references to its own definitions, so it never uses another copy of the model
@@ -83,6 +85,7 @@ pub fn build_twin_object(kernels: &Path, out_dir: &Path) -> PathBuf {
         .pic(true)
         .file(kernels.join("npu/entry.cpp"))
         .file(kernels.join("cpu/aiv_cpu_model.cpp"))
+        .file(kernels.join("cpu/host_hooks.cpp"))
         .file(kernels.join("cpu/twin_launch.cpp"))
         .include(kernels.join("cpu"))
         .include(kernels.join("include"))
