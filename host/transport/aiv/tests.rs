@@ -14,9 +14,12 @@ use crate::engine::AivDevice;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_WRITE};
 use crate::transfer::{CompletionSignal, TaskSlot, TransferState};
 
-/// A twin device with the aiv transport on one block (ring depth 8) and 8 KiB of its HBM.
-fn one_block_device() -> (AivDevice, DeviceBuffer) {
+/// A twin device with the aiv transport on one block (ring depth 8) and 8 KiB of its HBM. Each test passes its own
+/// `device_id`: a twin-runtime device is opened once at a time per process (one SHMEM PE), and the tests run in
+/// parallel threads.
+fn one_block_device(device_id: u32) -> (AivDevice, DeviceBuffer) {
     let options = AivOptions {
+        device_id,
         aiv_blocks: 1,
         request_ring_depth: 8,
         sq_depth: 16,
@@ -33,7 +36,7 @@ fn one_block_device() -> (AivDevice, DeviceBuffer) {
 /// kernel itself with a bad-request syndrome, without an SQE; a good request in the same group still completes.
 #[test]
 fn the_kernel_rejects_malformed_requests_on_its_own() {
-    let (device, buffer) = one_block_device();
+    let (device, buffer) = one_block_device(0);
     let signal = Arc::new(CompletionSignal::default());
     let deadline = Instant::now() + Duration::from_secs(10);
     let entry = |id: u64, src: u64, length: u64, opcode: u32| RequestEntry {
@@ -88,7 +91,7 @@ fn tickets_round_trip_and_zero_is_no_ticket() {
 
 #[test]
 fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
-    let (device, buffer) = one_block_device();
+    let (device, buffer) = one_block_device(1);
     let signal = Arc::new(CompletionSignal::default());
     let deadline = Instant::now() + Duration::from_secs(10);
     let slot = Arc::new(TaskSlot::new(deadline, signal.clone()));
