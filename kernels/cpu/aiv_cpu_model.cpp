@@ -10,7 +10,7 @@
 #include "kernel_operator.h"
 
 // The inline hit path's state (kernel_operator.h); zero (no hit) on a thread with no core installed.
-__thread aiv_cpu::FastCache aiv_cpu::fast;
+__thread aiv_cpu::FastCache aiv_cpu::fast __attribute__((tls_model("initial-exec")));
 
 namespace {
 
@@ -113,6 +113,7 @@ struct Core {
     bool scalar_set[kEvents] = {};        // SetFlag<S_MTE3/S_MTE2>(id) not yet waited
     std::vector<Range> unordered_writes;  // scalar UB writes not yet ordered before later DMA
     AivCpuCoreStats stats;                // scalar_loads / scalar_stores live in aiv_cpu::fast
+    uint64_t stores_at_fill = 0;          // aiv_cpu::fast.scalar_stores at the last fill that read HBM
     uint8_t ub[kUbBytes];
 };
 
@@ -178,6 +179,11 @@ Line* fill(Core& c, uint64_t line_addr) {
     const uint8_t* hbm = static_cast<const uint8_t*>(c.ops->translate(c.context, line_addr, kLine));
     if (!hbm) return nullptr;
     c.stats.line_fills += 1;
+    // A scalar store since the previous fill (the inline path only counts it) is progress.
+    if (aiv_cpu::fast.scalar_stores != c.stores_at_fill) {
+        c.stores_at_fill = aiv_cpu::fast.scalar_stores;
+        progress(c);
+    }
     uint8_t now[kLine];
     memcpy(now, hbm, kLine);  // one read of HBM: what this fill sees
     if (!line) {

@@ -82,22 +82,26 @@ struct FastCache {
     FastLine* line[kFastSlots];
     uint64_t scalar_loads;       // AivCpuCoreStats counters, kept here so that hits count too
     uint64_t scalar_stores;
-    uint32_t unchanged_fills;    // poll detection: reset by every scalar store (and by progress in the model)
+    uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
 };
-extern __thread FastCache fast;
+// Initial-exec TLS: no __tls_get_addr call (and its clobbered registers) per access. The model is linked into
+// executables (the twin, its tests and benchmarks); a shared object holding it would have to be loaded at start-up.
+extern __thread FastCache fast __attribute__((tls_model("initial-exec")));
 
+// Whether [device_addr, device_addr + n) lies in one line named by the hit table; `slot` is its slot.
 template <uint32_t n>
-inline FastLine* fast_hit(uint64_t device_addr) {
+inline bool fast_hit(uint64_t device_addr, uint32_t& slot) {
     const uint64_t offset = device_addr & (kFastLine - 1);
-    if (offset + n > kFastLine) return nullptr;  // crosses a line: the out-of-line path splits it
+    if (offset + n > kFastLine) return false;  // crosses a line: the out-of-line path splits it
     const uint64_t line = device_addr - offset;
-    const uint32_t slot = static_cast<uint32_t>(line / kFastLine) & (kFastSlots - 1);
-    return fast.tag[slot] == (line | 1) ? fast.line[slot] : nullptr;
+    slot = static_cast<uint32_t>(line / kFastLine) & (kFastSlots - 1);
+    return fast.tag[slot] == (line | 1);
 }
 template <typename T>
 inline void load(uint64_t device_addr, T* out) {
-    if (FastLine* hit = fast_hit<sizeof(T)>(device_addr)) {
-        memcpy(out, hit->data + (device_addr & (kFastLine - 1)), sizeof(T));
+    uint32_t slot;
+    if (fast_hit<sizeof(T)>(device_addr, slot)) {
+        memcpy(out, fast.line[slot]->data + (device_addr & (kFastLine - 1)), sizeof(T));
         fast.scalar_loads += 1;
         return;
     }
@@ -106,12 +110,13 @@ inline void load(uint64_t device_addr, T* out) {
 template <typename T>
 inline void store(uint64_t device_addr, const T& in) {
     if constexpr (sizeof(T) <= 8) {
-        if (FastLine* hit = fast_hit<sizeof(T)>(device_addr)) {
+        uint32_t slot;
+        if (fast_hit<sizeof(T)>(device_addr, slot)) {
             const uint64_t offset = device_addr & (kFastLine - 1);
+            FastLine* hit = fast.line[slot];
             memcpy(hit->data + offset, &in, sizeof(T));
             hit->dirty |= ((uint64_t(1) << sizeof(T)) - 1) << offset;
-            fast.scalar_stores += 1;
-            fast.unchanged_fills = 0;
+            fast.scalar_stores += 1;  // also what tells the model's poll detection that the core made progress
             return;
         }
     }
