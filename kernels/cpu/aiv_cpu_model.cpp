@@ -147,6 +147,21 @@ void fast_remove(const Line& line) {
     if (aiv_cpu::fast.tag[slot] == (line.addr | 1)) aiv_cpu::fast.tag[slot] = 0;
 }
 
+// Copies bytes i of a line for which bit i of `mask` is set, one memcpy per run of set bits.
+void copy_bytes(uint8_t* dst, const uint8_t* src, uint64_t mask) {
+    if (mask == kAllBytes) {
+        memcpy(dst, src, kLine);
+        return;
+    }
+    while (mask != 0) {
+        const unsigned from = static_cast<unsigned>(__builtin_ctzll(mask));
+        const uint64_t rest = ~(mask >> from);  // zero bits here are the run
+        const unsigned run = rest == 0 ? 64 - from : static_cast<unsigned>(__builtin_ctzll(rest));
+        memcpy(dst + from, src + from, run);
+        mask &= ~mask_of(from, from + run);
+    }
+}
+
 // Writes the valid bytes of `mask` of a dirty line back to HBM (the line is the unit of write-back: SetValue's
 // documentation says data goes out in cache lines, so clean bytes a core holds stale are written too).
 void write_back(Core& c, Line& line, uint64_t mask) {
@@ -155,14 +170,7 @@ void write_back(Core& c, Line& line, uint64_t mask) {
     if (!hbm) {
         raise(c, AIV_CPU_FAULT_UNMAPPED, line.addr, kLine);
     } else {
-        const uint64_t out = mask & line.valid;
-        if (out == kAllBytes) {
-            memcpy(hbm, line.head.data, kLine);
-        } else {
-            for (uint64_t i = 0; i < kLine; ++i) {
-                if ((out >> i) & 1) hbm[i] = line.head.data[i];
-            }
-        }
+        copy_bytes(hbm, line.head.data, mask & line.valid);
     }
     line.head.dirty &= ~mask;
     c.stats.line_write_backs += 1;
@@ -203,9 +211,7 @@ Line* fill(Core& c, uint64_t line_addr) {
         }
         memcpy(line->head.data, now, kLine);
     } else {
-        for (uint64_t i = 0; i < kLine; ++i) {
-            if (!((line->valid >> i) & 1)) line->head.data[i] = now[i];
-        }
+        copy_bytes(line->head.data, now, ~line->valid);
     }
     memcpy(line->last_fill, now, kLine);
     line->has_last_fill = true;

@@ -122,6 +122,11 @@ unsafe fn block<'a>(context: *mut c_void) -> &'a BlockContext {
 unsafe extern "C" fn translate(context: *mut c_void, device_addr: u64, len: u64) -> *mut c_void {
     // SAFETY: the model passes back the context on_core installed.
     let block = unsafe { block(context) };
+    // The channel's register page is device-owned memory outside every window and registration (a doorbell's DMA
+    // is refused here and goes to register_write), so it is answered without looking the ranges up.
+    if block.channel.owns_register(device_addr) {
+        return std::ptr::null_mut();
+    }
     if block.memory.contains(device_addr, len) {
         device_addr as *mut c_void
     } else {
