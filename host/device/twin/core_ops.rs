@@ -51,11 +51,16 @@ impl KernelMemory {
         }
         let inside =
             |ranges: &[(u64, u64)]| ranges.iter().copied().find(|&(base, len)| addr >= base && end <= base + len);
+        // The window a core mostly uses (its channel's SQ in the workspace) is remembered above, so what is left is
+        // mostly shared memory (rings, DCQ, control block): look there first, with one lock.
+        if inside(&self.shared.read().unwrap_or_else(|p| p.into_inner())).is_some() {
+            return true;
+        }
         if let Some((base, len)) = inside(&self.windows.read().unwrap_or_else(|p| p.into_inner())) {
             WINDOW_HIT.with(|hit| hit.set((this, base, base + len)));
             return true;
         }
-        inside(&self.shared.read().unwrap_or_else(|p| p.into_inner())).is_some()
+        false
     }
 }
 
