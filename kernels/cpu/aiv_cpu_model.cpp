@@ -3,31 +3,33 @@
 #include <stdint.h>
 #include <string.h>
 
-#include <unordered_map>
+#include <memory>
 #include <vector>
 
 #include "aiv_cpu_core.h"
 #include "kernel_operator.h"
 
+// The inline hit path's state (kernel_operator.h); zero (no hit) on a thread with no core installed.
+__thread aiv_cpu::FastCache aiv_cpu::fast __attribute__((tls_model("initial-exec")));
+
 namespace {
 
-constexpr uint64_t kLine = 64;                 // data cache line (CACHE_LINE_SIZE for dav-2201)
-constexpr uint64_t kAllBytes = ~uint64_t(0);   // a 64-bit byte mask covering a whole line
-constexpr uint64_t kBlock = 32;                // DMA data block
-constexpr uint32_t kUbBytes = 192u * 1024u;    // TOTAL_UB_SIZE for dav-2201
-constexpr uint32_t kPollThreshold = 16;        // unchanged refills before the first idle hint
+constexpr uint64_t kLine = aiv_cpu::kFastLine;  // data cache line (CACHE_LINE_SIZE for dav-2201)
+constexpr uint64_t kAllBytes = ~uint64_t(0);    // a 64-bit byte mask covering a whole line
+constexpr uint64_t kBlock = 32;                 // DMA data block
+constexpr uint32_t kUbBytes = 192u * 1024u;     // TOTAL_UB_SIZE for dav-2201
+constexpr uint32_t kPollThreshold = 16;         // unchanged refills before the first idle hint
+constexpr uint32_t kNotResident = ~uint32_t(0);
 
+// One line of the data cache. A line, once known, is never freed while the core lives: when every byte of it has
+// been invalidated it stays as the record of its last fill (poll detection) and is simply not resident.
 struct Line {
-    uint8_t data[kLine];
-    uint64_t valid;  // bit i: byte i holds a copy taken from HBM (or written by this core)
-    uint64_t dirty;  // bit i: byte i written by this core and not yet cleaned
-    uint8_t last_fill[kLine];  // what HBM held at the last fill of an invalidated line (poll detection)
+    aiv_cpu::FastLine head;    // data and dirty bits (the inline hit path reads and writes these)
+    uint64_t valid;            // bit i: byte i holds a copy taken from HBM (or written by this core)
+    uint64_t addr;             // the line's device address
+    uint32_t resident;         // index in Core::resident while any byte is valid, else kNotResident
     bool has_last_fill;
-};
-
-// What HBM held at the last fill of a line that has since been invalidated (poll detection).
-struct LastFill {
-    uint8_t bytes[kLine];
+    uint8_t last_fill[kLine];  // what HBM held at the line's last fill (poll detection)
 };
 
 // A DMA burst issued and not yet known complete (the kernel has not waited for its pipe).
@@ -46,18 +48,63 @@ struct Range {
 
 constexpr uint32_t kEvents = 8;
 
+// Every line the core has ever cached, by address: open addressing over a power-of-two table of pointers into
+// chunks that never move (lines are never removed, so no tombstones).
+class LineTable {
+public:
+    LineTable() : slots_(1024, nullptr), mask_(1023) {}
+    Line* find(uint64_t addr) const {
+        for (size_t i = hash(addr) & mask_;; i = (i + 1) & mask_) {
+            Line* line = slots_[i];
+            if (!line || line->addr == addr) return line;
+        }
+    }
+    // A new, wholly invalid line (the caller found none at `addr`).
+    Line* insert(uint64_t addr) {
+        if ((count_ + 1) * 2 > slots_.size()) grow();
+        if (chunks_.empty() || used_ == kChunk) {
+            chunks_.emplace_back(new Line[kChunk]);
+            used_ = 0;
+        }
+        Line* line = &chunks_.back()[used_++];
+        memset(line, 0, sizeof(Line));
+        line->addr = addr;
+        line->resident = kNotResident;
+        place(line);
+        count_ += 1;
+        return line;
+    }
+
+private:
+    static constexpr size_t kChunk = 256;
+    static size_t hash(uint64_t addr) { return static_cast<size_t>((addr / kLine) * 0x9E3779B97F4A7C15ull >> 20); }
+    void place(Line* line) {
+        size_t i = hash(line->addr) & mask_;
+        while (slots_[i]) i = (i + 1) & mask_;
+        slots_[i] = line;
+    }
+    void grow() {
+        std::vector<Line*> old(slots_.size() * 2, nullptr);
+        old.swap(slots_);
+        mask_ = slots_.size() - 1;
+        for (Line* line : old) {
+            if (line) place(line);
+        }
+    }
+    std::vector<Line*> slots_;
+    size_t mask_;
+    size_t count_ = 0;
+    std::vector<std::unique_ptr<Line[]>> chunks_;
+    size_t used_ = 0;
+};
+
 struct Core {
     const AivCpuCoreOps* ops = nullptr;
     void* context = nullptr;
     uint32_t block_idx = 0;
     uint32_t block_num = 0;
-    std::unordered_map<uint64_t, Line> lines;
-    // Lines dropped by an invalidation keep their last fill here, so a refill can tell whether HBM changed.
-    std::unordered_map<uint64_t, LastFill> history;
-    // The line the last scalar access used (unordered_map nodes stay put until erased; every erase clears this).
-    uint64_t hot_addr = ~uint64_t(0);
-    Line* hot_line = nullptr;
-    uint32_t unchanged_fills = 0;
+    LineTable lines;
+    std::vector<Line*> resident;  // the lines holding any valid byte (what dcci of the entire cache operates on)
     // Pipe ordering: DMA runs when the kernel waits for it; scalar UB writes reach a DMA only once ordered before it.
     std::vector<DmaOp> pending;           // issue order
     uint64_t next_seq = 1;
@@ -65,7 +112,8 @@ struct Core {
     uint64_t in_mark[kEvents] = {};       // SetFlag<MTE2_*>(id)
     bool scalar_set[kEvents] = {};        // SetFlag<S_MTE3/S_MTE2>(id) not yet waited
     std::vector<Range> unordered_writes;  // scalar UB writes not yet ordered before later DMA
-    AivCpuCoreStats stats;
+    AivCpuCoreStats stats;                // scalar_loads / scalar_stores live in aiv_cpu::fast
+    uint64_t stores_at_fill = 0;          // aiv_cpu::fast.scalar_stores at the last fill that read HBM
     uint8_t ub[kUbBytes];
 };
 
@@ -82,63 +130,107 @@ void raise(Core& c, uint32_t kind, uint64_t addr, uint64_t len) {
     if (c.ops->fault) c.ops->fault(c.context, kind, addr, len);
 }
 
-void progress(Core& c) { c.unchanged_fills = 0; }
+void progress(Core&) { aiv_cpu::fast.unchanged_fills = 0; }
+
+uint32_t fast_slot(uint64_t line_addr) {
+    return static_cast<uint32_t>(line_addr / kLine) & (aiv_cpu::kFastSlots - 1);
+}
+// The inline path may use `line` (every byte valid).
+void fast_install(Line& line) {
+    const uint32_t slot = fast_slot(line.addr);
+    aiv_cpu::fast.tag[slot] = line.addr | 1;
+    aiv_cpu::fast.line[slot] = &line.head;
+}
+// `line` lost a valid byte: the inline path must not use it any more.
+void fast_remove(const Line& line) {
+    const uint32_t slot = fast_slot(line.addr);
+    if (aiv_cpu::fast.tag[slot] == (line.addr | 1)) aiv_cpu::fast.tag[slot] = 0;
+}
+
+// Copies bytes i of a line for which bit i of `mask` is set, one memcpy per run of set bits.
+void copy_bytes(uint8_t* dst, const uint8_t* src, uint64_t mask) {
+    if (mask == kAllBytes) {
+        memcpy(dst, src, kLine);
+        return;
+    }
+    while (mask != 0) {
+        const unsigned from = static_cast<unsigned>(__builtin_ctzll(mask));
+        const uint64_t rest = ~(mask >> from);  // zero bits here are the run
+        const unsigned run = rest == 0 ? 64 - from : static_cast<unsigned>(__builtin_ctzll(rest));
+        memcpy(dst + from, src + from, run);
+        mask &= ~mask_of(from, from + run);
+    }
+}
 
 // Writes the valid bytes of `mask` of a dirty line back to HBM (the line is the unit of write-back: SetValue's
 // documentation says data goes out in cache lines, so clean bytes a core holds stale are written too).
-void write_back(Core& c, uint64_t line_addr, Line& line, uint64_t mask) {
-    if ((line.dirty & mask) == 0) return;
-    uint8_t* hbm = static_cast<uint8_t*>(c.ops->translate(c.context, line_addr, kLine));
+void write_back(Core& c, Line& line, uint64_t mask) {
+    if ((line.head.dirty & mask) == 0) return;
+    uint8_t* hbm = static_cast<uint8_t*>(c.ops->translate(c.context, line.addr, kLine));
     if (!hbm) {
-        raise(c, AIV_CPU_FAULT_UNMAPPED, line_addr, kLine);
+        raise(c, AIV_CPU_FAULT_UNMAPPED, line.addr, kLine);
     } else {
-        for (uint64_t i = 0; i < kLine; ++i) {
-            if ((mask >> i) & 1 && (line.valid >> i) & 1) hbm[i] = line.data[i];
-        }
+        copy_bytes(hbm, line.head.data, mask & line.valid);
     }
-    line.dirty &= ~mask;
+    line.head.dirty &= ~mask;
     c.stats.line_write_backs += 1;
 }
 
 // The line holding `line_addr`, every byte valid: bytes not yet held are read from HBM, bytes held are kept (stale
 // or not). nullptr if the line is not device memory.
 Line* fill(Core& c, uint64_t line_addr) {
-    if (c.hot_line && c.hot_addr == line_addr && c.hot_line->valid == kAllBytes) return c.hot_line;
-    auto it = c.lines.find(line_addr);
-    if (it != c.lines.end() && it->second.valid == kAllBytes) {
-        c.hot_addr = line_addr;
-        c.hot_line = &it->second;
-        return &it->second;
+    Line* line = c.lines.find(line_addr);
+    if (line && line->valid == kAllBytes) {
+        fast_install(*line);
+        return line;
     }
     const uint8_t* hbm = static_cast<const uint8_t*>(c.ops->translate(c.context, line_addr, kLine));
     if (!hbm) return nullptr;
     c.stats.line_fills += 1;
-    if (it == c.lines.end()) {
-        Line fresh;
-        memset(&fresh, 0, sizeof(fresh));
-        it = c.lines.emplace(line_addr, fresh).first;
-        // Poll detection: a refill of a line that was invalidated, with the same HBM content as its last fill.
-        auto old = c.history.find(line_addr);
-        if (old != c.history.end() && memcmp(old->second.bytes, hbm, kLine) == 0) {
-            c.unchanged_fills += 1;
-            if (c.unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
+    // A scalar store since the previous fill (the inline path only counts it) is progress.
+    if (aiv_cpu::fast.scalar_stores != c.stores_at_fill) {
+        c.stores_at_fill = aiv_cpu::fast.scalar_stores;
+        progress(c);
+    }
+    uint8_t now[kLine];
+    memcpy(now, hbm, kLine);  // one read of HBM: what this fill sees
+    if (!line) {
+        line = c.lines.insert(line_addr);
+        progress(c);
+    }
+    if (line->valid == 0) {
+        // Poll detection: a refill of a line that was wholly invalidated, with the same HBM content as its last fill.
+        if (line->has_last_fill && memcmp(line->last_fill, now, kLine) == 0) {
+            aiv_cpu::fast.unchanged_fills += 1;
+            if (aiv_cpu::fast.unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
                 c.stats.idle_hints += 1;
-                c.ops->idle_hint(c.context, c.unchanged_fills);
+                c.ops->idle_hint(c.context, aiv_cpu::fast.unchanged_fills);
             }
-        } else {
+        } else if (line->has_last_fill) {
             progress(c);
         }
+        memcpy(line->head.data, now, kLine);
+    } else {
+        copy_bytes(line->head.data, now, ~line->valid);
     }
-    Line& line = it->second;
-    for (uint64_t i = 0; i < kLine; ++i) {
-        if (!((line.valid >> i) & 1)) line.data[i] = hbm[i];
+    memcpy(line->last_fill, now, kLine);
+    line->has_last_fill = true;
+    line->valid = kAllBytes;
+    if (line->resident == kNotResident) {
+        line->resident = static_cast<uint32_t>(c.resident.size());
+        c.resident.push_back(line);
     }
-    memcpy(line.last_fill, hbm, kLine);
-    line.has_last_fill = true;
-    line.valid = kAllBytes;
-    c.hot_addr = line_addr;
-    c.hot_line = &line;
-    return &line;
+    fast_install(*line);
+    return line;
+}
+
+// `line` holds no valid byte any more: it leaves the resident set (and keeps its last fill).
+void evict_invalid(Core& c, Line& line) {
+    Line* last = c.resident.back();
+    c.resident[line.resident] = last;
+    last->resident = line.resident;
+    c.resident.pop_back();
+    line.resident = kNotResident;
 }
 
 // Cleans and invalidates bytes [from, 64) of one line.
@@ -146,25 +238,23 @@ void dcci_line(Core& c, uint64_t addr) {
     const uint64_t line_addr = addr & ~(kLine - 1);
     const uint64_t mask = mask_of(addr - line_addr, kLine);
     c.stats.dcci_single += 1;
-    auto it = c.lines.find(line_addr);
-    if (it == c.lines.end()) return;
-    write_back(c, line_addr, it->second, mask);
-    it->second.valid &= ~mask;
-    if (it->second.valid == 0) {
-        if (it->second.has_last_fill) memcpy(c.history[line_addr].bytes, it->second.last_fill, kLine);
-        c.hot_line = nullptr;
-        c.lines.erase(it);
-    }
+    Line* line = c.lines.find(line_addr);
+    if (!line || line->valid == 0) return;
+    write_back(c, *line, mask);
+    line->valid &= ~mask;
+    fast_remove(*line);
+    if (line->valid == 0) evict_invalid(c, *line);
 }
 
 void dcci_all(Core& c) {
     c.stats.dcci_entire += 1;
-    for (auto& entry : c.lines) {
-        write_back(c, entry.first, entry.second, kAllBytes);
-        if (entry.second.has_last_fill) memcpy(c.history[entry.first].bytes, entry.second.last_fill, kLine);
+    for (Line* line : c.resident) {
+        write_back(c, *line, kAllBytes);
+        line->valid = 0;
+        line->resident = kNotResident;
+        fast_remove(*line);
     }
-    c.hot_line = nullptr;
-    c.lines.clear();
+    c.resident.clear();
 }
 
 Core* core() {
@@ -208,15 +298,16 @@ void execute(Core& c, const DmaOp& op) {
 
 // Completes, in issue order, the pending bursts of one direction up to sequence number `upto`.
 void complete(Core& c, bool out, uint64_t upto) {
-    std::vector<DmaOp> rest;
-    for (const DmaOp& op : c.pending) {
+    size_t kept = 0;
+    for (size_t i = 0; i < c.pending.size(); ++i) {
+        const DmaOp op = c.pending[i];
         if (op.out == out && op.seq <= upto) {
             execute(c, op);
         } else {
-            rest.push_back(op);
+            c.pending[kept++] = op;
         }
     }
-    c.pending.swap(rest);
+    c.pending.resize(kept);
 }
 
 void complete_all(Core& c) {
@@ -287,18 +378,17 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     g_core->context = context;
     g_core->block_idx = block_idx;
     g_core->block_num = block_num;
-    memset(&g_core->stats, 0, sizeof(g_core->stats));
-    memset(g_core->ub, 0, sizeof(g_core->ub));
-    // A kernel touches a few hundred lines between full cleans: no rehash on the hot path.
-    g_core->lines.reserve(512);
-    g_core->history.reserve(4096);
+    memset(&g_core->stats, 0, sizeof(g_core->stats));  // the unified buffer: zeroed by Core()'s value-initialisation
+    memset(&aiv_cpu::fast, 0, sizeof(aiv_cpu::fast));
+    g_core->resident.reserve(512);
+    g_core->pending.reserve(64);
     return 0;
 }
 
 extern "C" uint32_t aiv_cpu_core_dirty_lines(void) {
     if (!g_core) return 0;
     uint32_t dirty = 0;
-    for (const auto& entry : g_core->lines) dirty += entry.second.dirty != 0 ? 1u : 0u;
+    for (const Line* line : g_core->resident) dirty += line->head.dirty != 0 ? 1u : 0u;
     return dirty;
 }
 
@@ -307,13 +397,18 @@ extern "C" uint32_t aiv_cpu_core_leave(void) {
     const uint32_t dirty = aiv_cpu_core_dirty_lines();
     delete g_core;
     g_core = nullptr;
+    memset(&aiv_cpu::fast, 0, sizeof(aiv_cpu::fast));
     return dirty;
 }
 
 extern "C" AivCpuCoreStats aiv_cpu_core_stats(void) {
     AivCpuCoreStats none;
     memset(&none, 0, sizeof(none));
-    return g_core ? g_core->stats : none;
+    if (!g_core) return none;
+    AivCpuCoreStats stats = g_core->stats;
+    stats.scalar_loads = aiv_cpu::fast.scalar_loads;
+    stats.scalar_stores = aiv_cpu::fast.scalar_stores;
+    return stats;
 }
 
 // ---- scalar paths ----
@@ -321,7 +416,7 @@ namespace aiv_cpu {
 
 void gm_load(uint64_t device_addr, void* out, uint32_t n) {
     Core& c = *core();
-    c.stats.scalar_loads += 1;
+    aiv_cpu::fast.scalar_loads += 1;
     uint8_t* o = static_cast<uint8_t*>(out);
     for (uint32_t done = 0; done < n;) {
         const uint64_t addr = device_addr + done;
@@ -333,7 +428,7 @@ void gm_load(uint64_t device_addr, void* out, uint32_t n) {
             raise(c, AIV_CPU_FAULT_UNMAPPED, addr, chunk);
             memset(o + done, 0, chunk);
         } else {
-            memcpy(o + done, line->data + offset, chunk);
+            memcpy(o + done, line->head.data + offset, chunk);
         }
         done += chunk;
     }
@@ -341,7 +436,7 @@ void gm_load(uint64_t device_addr, void* out, uint32_t n) {
 
 void gm_store(uint64_t device_addr, const void* in, uint32_t n) {
     Core& c = *core();
-    c.stats.scalar_stores += 1;
+    aiv_cpu::fast.scalar_stores += 1;
     progress(c);
     const uint8_t* s = static_cast<const uint8_t*>(in);
     for (uint32_t done = 0; done < n;) {
@@ -354,8 +449,8 @@ void gm_store(uint64_t device_addr, const void* in, uint32_t n) {
         if (!line) {
             raise(c, AIV_CPU_FAULT_UNMAPPED, addr, chunk);
         } else {
-            memcpy(line->data + offset, s + done, chunk);
-            line->dirty |= mask_of(offset, offset + chunk);
+            memcpy(line->head.data + offset, s + done, chunk);
+            line->head.dirty |= mask_of(offset, offset + chunk);
         }
         done += chunk;
     }

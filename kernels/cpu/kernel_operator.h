@@ -65,6 +65,63 @@ void gm_load(uint64_t device_addr, void* out, uint32_t n);
 void gm_store(uint64_t device_addr, const void* in, uint32_t n);
 void ub_load(uint64_t ub_addr, void* out, uint32_t n);
 void ub_store(uint64_t ub_addr, const void* in, uint32_t n);
+
+// The inline hit path of GetValue / SetValue. A scalar access within one line that the core's data cache holds
+// WHOLLY VALID touches nothing but the cached bytes (as the model's out-of-line path does for such a line: no HBM
+// read, no translate), so the header may do it itself. The model keeps `fast` exact: slot (line >> 6) % kFastSlots
+// names a line only while that line is cached with every byte valid; every fill installs it, every dcci that
+// invalidates any byte of it removes it. A line not named here may still be cached: the out-of-line path decides.
+constexpr uint64_t kFastLine = 64;
+constexpr uint32_t kFastSlots = 256;
+struct FastLine {             // the head of the model's cache line
+    uint8_t data[kFastLine];  // what the core holds
+    uint64_t dirty;           // bit i: byte i written by this core and not yet cleaned
+};
+struct FastCache {
+    uint64_t tag[kFastSlots];    // line address | 1 (0: empty; a zeroed thread has no hit)
+    FastLine* line[kFastSlots];
+    uint64_t scalar_loads;       // AivCpuCoreStats counters, kept here so that hits count too
+    uint64_t scalar_stores;
+    uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
+};
+// Initial-exec TLS: no __tls_get_addr call (and its clobbered registers) per access. The model is linked into
+// executables (the twin, its tests and benchmarks); a shared object holding it would have to be loaded at start-up.
+extern __thread FastCache fast __attribute__((tls_model("initial-exec")));
+
+// Whether [device_addr, device_addr + n) lies in one line named by the hit table; `slot` is its slot.
+template <uint32_t n>
+inline bool fast_hit(uint64_t device_addr, uint32_t& slot) {
+    const uint64_t offset = device_addr & (kFastLine - 1);
+    if (offset + n > kFastLine) return false;  // crosses a line: the out-of-line path splits it
+    const uint64_t line = device_addr - offset;
+    slot = static_cast<uint32_t>(line / kFastLine) & (kFastSlots - 1);
+    return fast.tag[slot] == (line | 1);
+}
+template <typename T>
+inline void load(uint64_t device_addr, T* out) {
+    uint32_t slot;
+    if (fast_hit<sizeof(T)>(device_addr, slot)) {
+        memcpy(out, fast.line[slot]->data + (device_addr & (kFastLine - 1)), sizeof(T));
+        fast.scalar_loads += 1;
+        return;
+    }
+    gm_load(device_addr, out, sizeof(T));
+}
+template <typename T>
+inline void store(uint64_t device_addr, const T& in) {
+    if constexpr (sizeof(T) <= 8) {
+        uint32_t slot;
+        if (fast_hit<sizeof(T)>(device_addr, slot)) {
+            const uint64_t offset = device_addr & (kFastLine - 1);
+            FastLine* hit = fast.line[slot];
+            memcpy(hit->data + offset, &in, sizeof(T));
+            hit->dirty |= ((uint64_t(1) << sizeof(T)) - 1) << offset;
+            fast.scalar_stores += 1;  // also what tells the model's poll detection that the core made progress
+            return;
+        }
+    }
+    gm_store(device_addr, &in, sizeof(T));
+}
 }  // namespace aiv_cpu
 
 namespace AscendC {
@@ -127,11 +184,11 @@ public:
     __aicore__ inline __gm__ PrimType* GetPhyAddr(const uint64_t offset) const { return address_ + offset; }
     __aicore__ inline PrimType GetValue(const uint64_t offset) const {
         PrimType value;
-        aiv_cpu::gm_load(device_addr(offset), &value, sizeof(PrimType));
+        aiv_cpu::load(device_addr(offset), &value);
         return value;
     }
     __aicore__ inline void SetValue(const uint64_t offset, PrimType value) {
-        aiv_cpu::gm_store(device_addr(offset), &value, sizeof(PrimType));
+        aiv_cpu::store(device_addr(offset), value);
     }
     __aicore__ inline uint64_t GetSize() const { return size_; }
     __aicore__ inline GlobalTensor operator[](const uint64_t offset) const {

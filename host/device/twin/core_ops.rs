@@ -41,9 +41,26 @@ pub struct KernelMemory {
 impl KernelMemory {
     pub(super) fn contains(&self, addr: u64, length: u64) -> bool {
         let Some(end) = addr.checked_add(length) else { return false };
-        let inside = |ranges: &[(u64, u64)]| ranges.iter().any(|&(base, len)| addr >= base && end <= base + len);
-        inside(&self.windows.read().unwrap_or_else(|p| p.into_inner()))
-            || inside(&self.shared.read().unwrap_or_else(|p| p.into_inner()))
+        // A window, once added, stays for the device's lifetime (windows only grow: imports are mapped until the
+        // device drops), so a range found inside one stays inside it: the core remembers the last window it hit and
+        // takes no lock for ranges inside it. Shared registrations can be withdrawn, so they are looked up each time.
+        let this = self as *const KernelMemory as usize;
+        let (memory, base, limit) = WINDOW_HIT.with(Cell::get);
+        if memory == this && addr >= base && end <= limit {
+            return true;
+        }
+        let inside =
+            |ranges: &[(u64, u64)]| ranges.iter().copied().find(|&(base, len)| addr >= base && end <= base + len);
+        // The window a core mostly uses (its channel's SQ in the workspace) is remembered above, so what is left is
+        // mostly shared memory (rings, DCQ, control block): look there first, with one lock.
+        if inside(&self.shared.read().unwrap_or_else(|p| p.into_inner())).is_some() {
+            return true;
+        }
+        if let Some((base, len)) = inside(&self.windows.read().unwrap_or_else(|p| p.into_inner())) {
+            WINDOW_HIT.with(|hit| hit.set((this, base, base + len)));
+            return true;
+        }
+        false
     }
 }
 
@@ -95,6 +112,9 @@ thread_local! {
     static LAST_TOKEN: Cell<u32> = const { Cell::new(0) };
     /// When this core's current poll began (monotonic ns).
     static POLL_SINCE: Cell<u64> = const { Cell::new(0) };
+    /// The window of the installed core's device that the last translation found (`KernelMemory` address, base,
+    /// end); cleared whenever a core is installed or leaves, so it never outlives the device it names.
+    static WINDOW_HIT: Cell<(usize, u64, u64)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// # Safety
@@ -107,6 +127,11 @@ unsafe fn block<'a>(context: *mut c_void) -> &'a BlockContext {
 unsafe extern "C" fn translate(context: *mut c_void, device_addr: u64, len: u64) -> *mut c_void {
     // SAFETY: the model passes back the context on_core installed.
     let block = unsafe { block(context) };
+    // The channel's register page is device-owned memory outside every window and registration (a doorbell's DMA
+    // is refused here and goes to register_write), so it is answered without looking the ranges up.
+    if block.channel.owns_register(device_addr) {
+        return std::ptr::null_mut();
+    }
     if block.memory.contains(device_addr, len) {
         device_addr as *mut c_void
     } else {
@@ -173,6 +198,7 @@ unsafe extern "C" fn fault(context: *mut c_void, kind: u32, device_addr: u64, le
 /// kernel never cleaned: they never reached memory). `None` if the model refused the installation.
 pub(crate) fn on_core<T>(block: &BlockContext, index: u32, count: u32, work: impl FnOnce() -> T) -> Option<(T, u32)> {
     let context = block as *const BlockContext as *mut c_void;
+    WINDOW_HIT.with(|hit| hit.set((0, 0, 0)));
     // SAFETY: OPS is a static of the layout the model expects; `block` outlives this call, which uninstalls the core
     // before returning.
     if unsafe { aiv_cpu_core_enter(&OPS, context, index, count) } != 0 {
@@ -181,5 +207,6 @@ pub(crate) fn on_core<T>(block: &BlockContext, index: u32, count: u32, work: imp
     let output = work();
     // SAFETY: the core installed above, on this thread.
     let discarded = unsafe { aiv_cpu_core_leave() };
+    WINDOW_HIT.with(|hit| hit.set((0, 0, 0)));
     Some((output, discarded))
 }

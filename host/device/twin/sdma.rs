@@ -42,9 +42,31 @@ impl RegisterPage {
 /// Address windows the engine accepts (own HBM, the workspace, imported peer windows).
 pub type Windows = Arc<RwLock<Vec<(u64, u64)>>>;
 
-fn inside_windows(windows: &[(u64, u64)], addr: u64, length: u64) -> bool {
-    let Some(end) = addr.checked_add(length) else { return false };
-    windows.iter().any(|&(base, len)| addr >= base && end <= base + len)
+/// The window holding `[addr, addr + length)`, as (base, end).
+fn window_of(windows: &[(u64, u64)], addr: u64, length: u64) -> Option<(u64, u64)> {
+    let end = addr.checked_add(length)?;
+    windows.iter().find(|&&(base, len)| addr >= base && end <= base + len).map(|&(base, len)| (base, base + len))
+}
+
+/// The last two windows the engine found an SQE's ranges in. Windows only grow during the device's lifetime (an
+/// import stays mapped until the device drops), so a range inside a remembered window is inside the device's windows
+/// without taking their lock (which the emulated cores' translations also take).
+#[derive(Default)]
+struct WindowHits {
+    hits: [(u64, u64); 2],
+    next: usize,
+}
+
+impl WindowHits {
+    fn holds(&self, addr: u64, length: u64) -> bool {
+        addr.checked_add(length).is_some_and(|end| self.hits.iter().any(|&(base, limit)| addr >= base && end <= limit))
+    }
+    fn remember(&mut self, window: (u64, u64)) {
+        if !self.hits.contains(&window) {
+            self.hits[self.next] = window;
+            self.next ^= 1;
+        }
+    }
 }
 
 /// One SDMA channel of the twin.
@@ -233,6 +255,7 @@ impl SdmaChannel {
         let mut spins = 0u32;
         let mut caught_up_reported = true;
         let mut idle_since: Option<Instant> = None;
+        let mut hits = WindowHits::default();
         while !self.shutdown.load(Ordering::Acquire) {
             let requested = self.reset_requested.load(Ordering::Acquire);
             let token = self.doorbell.token();
@@ -282,7 +305,7 @@ impl SdmaChannel {
             // written by the kernel before its Release store of a tail past it, which we acquired above.
             unsafe { std::ptr::copy_nonoverlapping(address as *const u8, raw.as_mut_ptr(), raw.len()) };
             let Ok(sqe) = SdmaSqe::read_from_bytes(&raw) else { continue };
-            if let Err(syndrome) = self.execute(&sqe) {
+            if let Err(syndrome) = self.execute(&sqe, &mut hits) {
                 self.stop(syndrome, head, tail, raw);
                 continue;
             }
@@ -312,7 +335,7 @@ impl SdmaChannel {
         self.progress.notify();
     }
 
-    fn execute(&self, sqe: &SdmaSqe) -> Result<(), SdmaSyndrome> {
+    fn execute(&self, sqe: &SdmaSqe, hits: &mut WindowHits) -> Result<(), SdmaSyndrome> {
         if sqe.sqe_type() != SQE_TYPE_SDMA {
             return Err(SdmaSyndrome::BAD_TYPE);
         }
@@ -324,14 +347,16 @@ impl SdmaChannel {
             return Err(SdmaSyndrome::BAD_LENGTH);
         }
         let (src, dst, len) = (sqe.src(), sqe.dst(), u64::from(length));
-        {
+        if !(hits.holds(src, len) && hits.holds(dst, len)) {
             let windows = self.windows.read().unwrap_or_else(|p| p.into_inner());
-            if !inside_windows(&windows, src, len) {
+            let Some(src_window) = window_of(&windows, src, len) else {
                 return Err(SdmaSyndrome::SRC_OUT_OF_WINDOW);
-            }
-            if !inside_windows(&windows, dst, len) {
+            };
+            let Some(dst_window) = window_of(&windows, dst, len) else {
                 return Err(SdmaSyndrome::DST_OUT_OF_WINDOW);
-            }
+            };
+            hits.remember(src_window);
+            hits.remember(dst_window);
         }
         if len == 8 && src % 8 == 0 && dst % 8 == 0 {
             // An aligned 8-byte copy is how completion flags are written: store it atomically with Release so a
