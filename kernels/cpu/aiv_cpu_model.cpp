@@ -10,7 +10,14 @@
 #include "kernel_operator.h"
 
 // The inline hit path's state (kernel_operator.h); zero (no hit) on a thread with no core installed.
-__thread aiv_cpu::FastCache aiv_cpu::fast __attribute__((tls_model("initial-exec")));
+// The table is on the heap, not in TLS: a shared object with initial-exec TLS gets its whole TLS block from the
+// static TLS surplus when it is dlopen'ed, which has room for a few pointers, not 4 KiB. Installed by
+// aiv_cpu_core_enter (or by the first access of a thread without a core) and freed by aiv_cpu_core_leave.
+__thread aiv_cpu::FastCache* aiv_cpu::fast_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+aiv_cpu::FastCache& aiv_cpu::fast_install() {
+    if (!fast_cache) fast_cache = new aiv_cpu::FastCache();
+    return *fast_cache;
+}
 
 namespace {
 
@@ -113,7 +120,7 @@ struct Core {
     bool scalar_set[kEvents] = {};        // SetFlag<S_MTE3/S_MTE2>(id) not yet waited
     std::vector<Range> unordered_writes;  // scalar UB writes not yet ordered before later DMA
     AivCpuCoreStats stats;                // scalar_loads / scalar_stores live in aiv_cpu::fast
-    uint64_t stores_at_fill = 0;          // aiv_cpu::fast.scalar_stores at the last fill that read HBM
+    uint64_t stores_at_fill = 0;          // aiv_cpu::fast().scalar_stores at the last fill that read HBM
     uint8_t ub[kUbBytes];
 };
 
@@ -130,7 +137,7 @@ void raise(Core& c, uint32_t kind, uint64_t addr, uint64_t len) {
     if (c.ops->fault) c.ops->fault(c.context, kind, addr, len);
 }
 
-void progress(Core&) { aiv_cpu::fast.unchanged_fills = 0; }
+void progress(Core&) { aiv_cpu::fast().unchanged_fills = 0; }
 
 uint32_t fast_slot(uint64_t line_addr) {
     return static_cast<uint32_t>(line_addr / kLine) & (aiv_cpu::kFastSlots - 1);
@@ -138,13 +145,13 @@ uint32_t fast_slot(uint64_t line_addr) {
 // The inline path may use `line` (every byte valid).
 void fast_install(Line& line) {
     const uint32_t slot = fast_slot(line.addr);
-    aiv_cpu::fast.tag[slot] = line.addr | 1;
-    aiv_cpu::fast.line[slot] = &line.head;
+    aiv_cpu::fast().tag[slot] = line.addr | 1;
+    aiv_cpu::fast().line[slot] = &line.head;
 }
 // `line` lost a valid byte: the inline path must not use it any more.
 void fast_remove(const Line& line) {
     const uint32_t slot = fast_slot(line.addr);
-    if (aiv_cpu::fast.tag[slot] == (line.addr | 1)) aiv_cpu::fast.tag[slot] = 0;
+    if (aiv_cpu::fast().tag[slot] == (line.addr | 1)) aiv_cpu::fast().tag[slot] = 0;
 }
 
 // Copies bytes i of a line for which bit i of `mask` is set, one memcpy per run of set bits.
@@ -188,8 +195,8 @@ Line* fill(Core& c, uint64_t line_addr) {
     if (!hbm) return nullptr;
     c.stats.line_fills += 1;
     // A scalar store since the previous fill (the inline path only counts it) is progress.
-    if (aiv_cpu::fast.scalar_stores != c.stores_at_fill) {
-        c.stores_at_fill = aiv_cpu::fast.scalar_stores;
+    if (aiv_cpu::fast().scalar_stores != c.stores_at_fill) {
+        c.stores_at_fill = aiv_cpu::fast().scalar_stores;
         progress(c);
     }
     uint8_t now[kLine];
@@ -201,10 +208,10 @@ Line* fill(Core& c, uint64_t line_addr) {
     if (line->valid == 0) {
         // Poll detection: a refill of a line that was wholly invalidated, with the same HBM content as its last fill.
         if (line->has_last_fill && memcmp(line->last_fill, now, kLine) == 0) {
-            aiv_cpu::fast.unchanged_fills += 1;
-            if (aiv_cpu::fast.unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
+            aiv_cpu::fast().unchanged_fills += 1;
+            if (aiv_cpu::fast().unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
                 c.stats.idle_hints += 1;
-                c.ops->idle_hint(c.context, aiv_cpu::fast.unchanged_fills);
+                c.ops->idle_hint(c.context, aiv_cpu::fast().unchanged_fills);
             }
         } else if (line->has_last_fill) {
             progress(c);
@@ -379,7 +386,7 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     g_core->block_idx = block_idx;
     g_core->block_num = block_num;
     memset(&g_core->stats, 0, sizeof(g_core->stats));  // the unified buffer: zeroed by Core()'s value-initialisation
-    memset(&aiv_cpu::fast, 0, sizeof(aiv_cpu::fast));
+    memset(&aiv_cpu::fast(), 0, sizeof(aiv_cpu::FastCache));
     g_core->resident.reserve(512);
     g_core->pending.reserve(64);
     return 0;
@@ -397,7 +404,8 @@ extern "C" uint32_t aiv_cpu_core_leave(void) {
     const uint32_t dirty = aiv_cpu_core_dirty_lines();
     delete g_core;
     g_core = nullptr;
-    memset(&aiv_cpu::fast, 0, sizeof(aiv_cpu::fast));
+    delete aiv_cpu::fast_cache;
+    aiv_cpu::fast_cache = nullptr;
     return dirty;
 }
 
@@ -406,8 +414,8 @@ extern "C" AivCpuCoreStats aiv_cpu_core_stats(void) {
     memset(&none, 0, sizeof(none));
     if (!g_core) return none;
     AivCpuCoreStats stats = g_core->stats;
-    stats.scalar_loads = aiv_cpu::fast.scalar_loads;
-    stats.scalar_stores = aiv_cpu::fast.scalar_stores;
+    stats.scalar_loads = aiv_cpu::fast().scalar_loads;
+    stats.scalar_stores = aiv_cpu::fast().scalar_stores;
     return stats;
 }
 
@@ -416,7 +424,7 @@ namespace aiv_cpu {
 
 void gm_load(uint64_t device_addr, void* out, uint32_t n) {
     Core& c = *core();
-    aiv_cpu::fast.scalar_loads += 1;
+    aiv_cpu::fast().scalar_loads += 1;
     uint8_t* o = static_cast<uint8_t*>(out);
     for (uint32_t done = 0; done < n;) {
         const uint64_t addr = device_addr + done;
@@ -436,7 +444,7 @@ void gm_load(uint64_t device_addr, void* out, uint32_t n) {
 
 void gm_store(uint64_t device_addr, const void* in, uint32_t n) {
     Core& c = *core();
-    aiv_cpu::fast.scalar_stores += 1;
+    aiv_cpu::fast().scalar_stores += 1;
     progress(c);
     const uint8_t* s = static_cast<const uint8_t*>(in);
     for (uint32_t done = 0; done < n;) {

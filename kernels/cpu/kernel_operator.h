@@ -84,9 +84,15 @@ struct FastCache {
     uint64_t scalar_stores;
     uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
 };
-// Initial-exec TLS: no __tls_get_addr call (and its clobbered registers) per access. The model is linked into
-// executables (the twin, its tests and benchmarks); a shared object holding it would have to be loaded at start-up.
-extern __thread FastCache fast __attribute__((tls_model("initial-exec")));
+// The calling thread's table, through an initial-exec TLS pointer: no __tls_get_addr call (and its clobbered
+// registers) per access, and only 8 bytes of static TLS, which a shared object loaded later (the twin runtime's
+// kernel object, dlopen'ed) may still claim; the 4 KiB table itself is ordinary thread-local storage.
+extern __thread FastCache* fast_cache __attribute__((tls_model("initial-exec")));
+FastCache& fast_install();  // points fast_cache at this thread's table (out of line; once per thread)
+inline FastCache& fast() {
+    FastCache* cache = fast_cache;
+    return cache ? *cache : fast_install();
+}
 
 // Whether [device_addr, device_addr + n) lies in one line named by the hit table; `slot` is its slot.
 template <uint32_t n>
@@ -95,14 +101,14 @@ inline bool fast_hit(uint64_t device_addr, uint32_t& slot) {
     if (offset + n > kFastLine) return false;  // crosses a line: the out-of-line path splits it
     const uint64_t line = device_addr - offset;
     slot = static_cast<uint32_t>(line / kFastLine) & (kFastSlots - 1);
-    return fast.tag[slot] == (line | 1);
+    return fast().tag[slot] == (line | 1);
 }
 template <typename T>
 inline void load(uint64_t device_addr, T* out) {
     uint32_t slot;
     if (fast_hit<sizeof(T)>(device_addr, slot)) {
-        memcpy(out, fast.line[slot]->data + (device_addr & (kFastLine - 1)), sizeof(T));
-        fast.scalar_loads += 1;
+        memcpy(out, fast().line[slot]->data + (device_addr & (kFastLine - 1)), sizeof(T));
+        fast().scalar_loads += 1;
         return;
     }
     gm_load(device_addr, out, sizeof(T));
@@ -113,10 +119,10 @@ inline void store(uint64_t device_addr, const T& in) {
         uint32_t slot;
         if (fast_hit<sizeof(T)>(device_addr, slot)) {
             const uint64_t offset = device_addr & (kFastLine - 1);
-            FastLine* hit = fast.line[slot];
+            FastLine* hit = fast().line[slot];
             memcpy(hit->data + offset, &in, sizeof(T));
             hit->dirty |= ((uint64_t(1) << sizeof(T)) - 1) << offset;
-            fast.scalar_stores += 1;  // also what tells the model's poll detection that the core made progress
+            fast().scalar_stores += 1;  // also what tells the model's poll detection that the core made progress
             return;
         }
     }

@@ -86,8 +86,8 @@ __attribute__((visibility("default"))) int aiv_twin_run_block(const AivCpuCoreOp
         abort == nullptr || nargs < 1 || nargs > 4) {
         return AIV_TWIN_BLOCK_REFUSED;
     }
-    // Static storage per thread: setjmp's frame must outlive every longjmp to it, and it does (this function).
-    static thread_local Trap trap;
+    // On this frame, which outlives every longjmp to it (they happen inside the call below).
+    Trap trap;
     trap.ops = ops;
     trap.context = context;
     trap.abort = abort;
