@@ -99,6 +99,8 @@ impl Stream {
             };
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
                 .unwrap_or(ACL_ERROR_RT_INTERNAL_ERROR);
+            // What the task holds (a launch holds its binary) is released before a synchronisation can see it done.
+            drop(task);
             let mut queue = lock(&self.queue);
             queue.completed += 1;
             if code != ACL_SUCCESS && queue.error == ACL_SUCCESS {
