@@ -384,6 +384,51 @@ struct CoreContext {
     block: u32,
     /// Where this core's poll began (monotonic ns; 0: not polling).
     poll_since: std::cell::Cell<u64>,
+    /// The device objects this core reached last (first device address, length, Host pointer of that byte), valid
+    /// for the space generation they were read in: most accesses of a kernel hit its rings, records and flags.
+    windows: std::cell::Cell<[(usize, usize, usize); WINDOWS_REMEMBERED]>,
+    windows_generation: std::cell::Cell<u64>,
+    next_window: std::cell::Cell<usize>,
+}
+
+/// Device objects an emulated core remembers.
+const WINDOWS_REMEMBERED: usize = 8;
+
+impl CoreContext {
+    fn new(device: i32, block: u32) -> CoreContext {
+        CoreContext {
+            device,
+            block,
+            poll_since: std::cell::Cell::new(0),
+            windows: std::cell::Cell::new([(0, 0, 0); WINDOWS_REMEMBERED]),
+            windows_generation: std::cell::Cell::new(u64::MAX),
+            next_window: std::cell::Cell::new(0),
+        }
+    }
+
+    /// The Host pointer of `[address, address + len)` if a remembered object of the current space holds it.
+    fn remembered(&self, address: usize, len: usize, generation: u64) -> Option<*mut c_void> {
+        if self.windows_generation.get() != generation {
+            return None;
+        }
+        let end = address.checked_add(len)?;
+        self.windows.get().iter().find_map(|&(start, length, host)| {
+            (length > 0 && address >= start && end <= start + length).then(|| (host + (address - start)) as *mut c_void)
+        })
+    }
+
+    fn remember(&self, window: (usize, usize, usize), generation: u64) {
+        let mut windows = if self.windows_generation.get() == generation {
+            self.windows.get()
+        } else {
+            [(0, 0, 0); WINDOWS_REMEMBERED]
+        };
+        let slot = self.next_window.get() % WINDOWS_REMEMBERED;
+        windows[slot] = window;
+        self.next_window.set(slot + 1);
+        self.windows.set(windows);
+        self.windows_generation.set(generation);
+    }
 }
 
 fn monotonic_ns() -> u64 {
@@ -398,19 +443,32 @@ unsafe fn core<'a>(context: *mut c_void) -> &'a CoreContext {
     unsafe { &*(context as *const CoreContext) }
 }
 
-unsafe extern "C" fn op_translate(_context: *mut c_void, device_addr: u64, len: u64) -> *mut c_void {
-    let guard = space();
-    let Some(space) = guard.as_ref() else { return std::ptr::null_mut() };
+unsafe extern "C" fn op_translate(context: *mut c_void, device_addr: u64, len: u64) -> *mut c_void {
+    // SAFETY: the context run_core installed.
+    let core = unsafe { core(context) };
     let (Ok(address), Ok(len)) = (usize::try_from(device_addr), usize::try_from(len)) else {
         return std::ptr::null_mut();
     };
+    // Read before the space: a change after this read moves the generation, so what is remembered below under it
+    // is looked up again next time.
+    let generation = crate::runtime::space_generation();
+    if let Some(host) = core.remembered(address, len, generation) {
+        return host;
+    }
+    let guard = space();
+    let Some(space) = guard.as_ref() else { return std::ptr::null_mut() };
     if !space.contains(address) {
         return std::ptr::null_mut();
     }
     match space.translate(address, len, false).as_deref() {
         // One segment: the model accesses it as one Host range. It stays mapped while the launch runs: memory a
         // running kernel uses must not be freed (on the NPU that is undefined behaviour too).
-        Ok([one]) => one.ptr.cast(),
+        Ok([one]) => {
+            if let Some((start, length, host)) = space.window_of(address) {
+                core.remember((start, length, host as usize), generation);
+            }
+            one.ptr.cast()
+        }
         _ => std::ptr::null_mut(),
     }
 }
@@ -495,7 +553,7 @@ fn run_core(run: &Run) {
         if block >= run.blocks || run.abort.load(Ordering::Acquire) != 0 {
             return;
         }
-        let context = CoreContext { device: run.device, block, poll_since: std::cell::Cell::new(0) };
+        let context = CoreContext::new(run.device, block);
         let mut dirty = 0u32;
         // SAFETY: `run_block` and `entry` come from a binary that stays loaded while this launch exists (unload is
         // refused meanwhile); OPS and `context` outlive the call; `args` holds `args.len()` words (1 to 4, checked).

@@ -474,6 +474,32 @@ impl Space {
         Ok(())
     }
 
+    /// The one contiguous object holding `address`: its first device address, its length and the Host pointer of
+    /// that first byte (a heap allocation, a registered window, or one mapping of a reservation), if readable. What
+    /// an emulated core may remember until the space next changes (`runtime::space_generation`).
+    pub(crate) fn window_of(&self, address: usize) -> Option<(usize, usize, *mut u8)> {
+        if let Some((&start, allocation)) = self.heap.range(..=address).next_back() {
+            if address - start < allocation.size {
+                return Some((start, allocation.size, (self.heap_view + (start - self.base)) as *mut u8));
+            }
+        }
+        if let Some((&start, window)) = self.registered.range(..=address).next_back() {
+            if address - start < window.size {
+                return Some((start, window.size, window.host as *mut u8));
+            }
+        }
+        let (&start, reservation) = self.reservations.range(..=address).next_back()?;
+        if address - start >= reservation.len {
+            return None;
+        }
+        let (&at, mapping) = reservation.mappings.range(..=address).next_back()?;
+        (address - at < mapping.len && mapping.access != ACL_RT_MEM_ACCESS_FLAGS_NONE).then_some((
+            at,
+            mapping.len,
+            mapping.view as *mut u8,
+        ))
+    }
+
     /// The model-reachable memory behind device range `[address, address + len)` (`len > 0`), for a read or a
     /// write. Errors: the range touches unallocated device addresses, runs past the object it starts in, or is
     /// not writable.

@@ -78,9 +78,20 @@ pub(crate) fn space() -> RwLockReadGuard<'static, Option<Space>> {
     SPACE.read().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Bumped by every change of the device address space: what an emulated core remembers of it is valid only while
+/// this has not moved (`kernel`'s translation cache).
+static SPACE_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The device address space's generation (see [`SPACE_GENERATION`]).
+pub(crate) fn space_generation() -> u64 {
+    SPACE_GENERATION.load(std::sync::atomic::Ordering::Acquire)
+}
+
 /// Runs `body` on the device address space, write-locked, creating the space on first use.
 pub(crate) fn with_space_mut<R>(body: impl FnOnce(&mut Space) -> Result<R, aclError>) -> Result<R, aclError> {
     let mut guard = SPACE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    // Before the change, under the write lock: a core that reads the new generation after this sees the new space.
+    SPACE_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     if guard.is_none() {
         *guard = Some(Space::new()?);
     }
@@ -93,6 +104,7 @@ pub(crate) fn with_space_mut<R>(body: impl FnOnce(&mut Space) -> Result<R, aclEr
 /// Runs `body` on the device address space, write-locked, if it exists.
 fn with_existing_space_mut(body: impl FnOnce(&mut Space)) {
     let mut guard = SPACE.write().unwrap_or_else(|poisoned| poisoned.into_inner());
+    SPACE_GENERATION.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     if let Some(space) = guard.as_mut() {
         body(space);
     }
