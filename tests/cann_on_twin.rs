@@ -133,23 +133,17 @@ fn local_transfers(mode: LaunchMode) {
         let batch = node.engine.allocate_batch(requests.len()).expect("batch");
         let submitted: Vec<TransferRequest> = requests
             .iter()
-            .map(|&(opcode, from, to, length)| match opcode {
-                Opcode::Write => TransferRequest {
+            .map(|&(opcode, from, to, length)| {
+                // The local side is where a READ lands and where a WRITE starts.
+                let (local_at, remote_at) = if opcode == Opcode::Write { (from, to) } else { (to, from) };
+                TransferRequest {
                     opcode,
-                    source: node.buffer.addr() + from,
+                    source: node.buffer.addr() + local_at,
                     target_id: local,
-                    target_offset: node.buffer.addr() + to,
+                    target_offset: node.buffer.addr() + remote_at,
                     length,
                     protocol: None,
-                },
-                Opcode::Read => TransferRequest {
-                    opcode,
-                    source: node.buffer.addr() + to,
-                    target_id: local,
-                    target_offset: node.buffer.addr() + from,
-                    length,
-                    protocol: None,
-                },
+                }
             })
             .collect();
         node.engine.submit_transfer(batch, &submitted).expect("submit");
@@ -171,7 +165,6 @@ fn local_transfers(mode: LaunchMode) {
     assert!(executed > 0 && rung > 0, "SQEs executed {executed}, doorbells rung {rung}");
     assert!(cann_twin::control::kernel_faults().is_empty(), "{:?}", cann_twin::control::kernel_faults());
     drop(node);
-    let _ = Duration::from_secs(0);
 }
 
 /// The kernel API of the twin runtime on its own: what it refuses, and a launch whose kernel faults.

@@ -51,7 +51,14 @@ pub fn rerun_on_kernel_sources(kernels: &Path) {
 /// with the host C++ compiler, into the static library `aiv_kernel_twin`, and tells cargo to link it (and the C++
 /// runtime).
 pub fn build_twin(kernels: &Path) {
-    cc::Build::new()
+    twin_build(kernels).compile("aiv_kernel_twin");
+}
+
+/// The host C++ build of the kernel against the CPU model that both twin targets share: `entry.cpp`, the model and
+/// the hooks, C++17 at `-O3` (the model's speed; the NPU code is the same), exceptions and RTTI off.
+fn twin_build(kernels: &Path) -> cc::Build {
+    let mut build = cc::Build::new();
+    build
         .cpp(true)
         .std("c++17")
         .file(kernels.join("npu/entry.cpp"))
@@ -66,8 +73,8 @@ pub fn build_twin(kernels: &Path) {
         .flag_if_supported("-fno-exceptions")
         .flag_if_supported("-fno-rtti")
         // GCC cannot see that read_bytes' word loop fills the structs it reads (docs/ascendc-cpu.md).
-        .flag_if_supported("-Wno-maybe-uninitialized")
-        .compile("aiv_kernel_twin");
+        .flag_if_supported("-Wno-maybe-uninitialized");
+    build
 }
 
 /// Compiles the kernel binary of the twin runtime: `kernels/npu/entry.cpp` against the CPU model of AscendC
@@ -79,23 +86,9 @@ pub fn build_twin(kernels: &Path) {
 /// `-Bsymbolic` binds the object's references to its own definitions, so it never uses another copy of the model
 /// that the loading process may hold. Returns the object's path.
 pub fn build_twin_object(kernels: &Path, out_dir: &Path) -> PathBuf {
-    let objects = cc::Build::new()
-        .cpp(true)
-        .std("c++17")
+    let objects = twin_build(kernels)
         .pic(true)
-        .file(kernels.join("npu/entry.cpp"))
-        .file(kernels.join("cpu/aiv_cpu_model.cpp"))
-        .file(kernels.join("cpu/host_hooks.cpp"))
         .file(kernels.join("cpu/twin_launch.cpp"))
-        .include(kernels.join("cpu"))
-        .include(kernels.join("include"))
-        .include(kernels)
-        .opt_level(3)
-        .warnings(true)
-        .extra_warnings(true)
-        .flag_if_supported("-fno-exceptions")
-        .flag_if_supported("-fno-rtti")
-        .flag_if_supported("-Wno-maybe-uninitialized")
         .out_dir(out_dir.join("twin-object"))
         .compile_intermediates();
     let object = out_dir.join("aiv_transfer_kernel.twin.so");

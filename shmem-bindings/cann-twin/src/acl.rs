@@ -38,7 +38,7 @@ pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), aclError>) -> 
     code
 }
 
-fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
+pub(crate) fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
     if pointer.is_null() {
         Err(ACL_ERROR_INVALID_PARAM)
     } else {

@@ -66,13 +66,7 @@ macro_rules! compat_entry {
     };
 }
 
-fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
-    if pointer.is_null() {
-        Err(ACL_ERROR_INVALID_PARAM)
-    } else {
-        Ok(())
-    }
-}
+use crate::acl::not_null;
 
 /// The message of the calling thread's most recent failed ACL call, or the empty string when none failed on this
 /// thread; never null (Mooncake's async executor builds a `std::string` from it unchecked: a null crashed it,

@@ -884,21 +884,7 @@ fn fetch_from(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, usize, usiz
 // ---------------------------------------------------------------------------------------------------------------
 // The C entry points (re-exported by `acl`, so the crate's `exports!` list resolves them).
 
-fn guard(body: impl FnOnce() -> Result<(), aclError>) -> aclError {
-    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ACL_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => ACL_ERROR_RT_INTERNAL_ERROR,
-    }
-}
-
-fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
-    if pointer.is_null() {
-        Err(ACL_ERROR_INVALID_PARAM)
-    } else {
-        Ok(())
-    }
-}
+use crate::acl::not_null;
 
 /// Exports a physical allocation of this process as a `u64` shareable handle (layout in the module docs).
 /// `handle_type` must be `ACL_MEM_HANDLE_TYPE_NONE`; `flags` 0 (pid whitelist: cross-process imports refused, the
@@ -914,7 +900,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandle(
     flags: u64,
     shareable_handle: *mut u64,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtMemExportToShareableHandle", move || {
         not_null(handle)?;
         if handle_type != ACL_MEM_HANDLE_TYPE_NONE {
             return Err(ACL_ERROR_INVALID_PARAM);
@@ -940,7 +926,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandleV2(
     share_type: aclrtMemSharedHandleType,
     shareable_handle: *mut core::ffi::c_void,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtMemExportToShareableHandleV2", move || {
         not_null(handle)?;
         not_null(shareable_handle)?;
         if share_type != ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT && share_type != ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
@@ -984,7 +970,7 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandle(
     device_id: i32,
     handle: *mut aclrtDrvMemHandle,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtMemImportFromShareableHandle", move || {
         not_null(handle)?;
         import_on(shareable_handle, device_id, handle)
     })
@@ -1002,7 +988,7 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
     flags: u64,
     handle: *mut aclrtDrvMemHandle,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtMemImportFromShareableHandleV2", move || {
         not_null(shareable_handle)?;
         not_null(handle)?;
         if flags != 0 {
@@ -1211,7 +1197,7 @@ pub unsafe extern "C" fn aclrtIpcMemGetExportKey(
     len: usize,
     flags: u64,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtIpcMemGetExportKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if size == 0 || len <= IPC_KEY_LEN {
@@ -1240,7 +1226,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
     key: *const core::ffi::c_char,
     flags: u64,
 ) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtIpcMemImportByKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if flags != ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT && flags != ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS {
@@ -1261,7 +1247,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
 /// `key` is null or a NUL-terminated string (C contract).
 #[no_mangle]
 pub unsafe extern "C" fn aclrtIpcMemClose(key: *const core::ffi::c_char) -> aclError {
-    guard(move || {
+    crate::acl::guard("aclrtIpcMemClose", move || {
         not_null(key)?;
         ipc_close(parse_ipc_key(key_bytes(key))?)
     })

@@ -1,8 +1,11 @@
 //! The table resolves every required symbol to the twin, and the cdylib exports each implemented function under
 //! its unmangled C name.
 
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
+
+use common::cdylib;
 
 #[test]
 fn every_required_symbol_is_implemented() {
@@ -35,31 +38,6 @@ fn every_shmem_symbol_is_implemented() {
     assert_eq!(cann_twin::shmem::SHMEM_EXPORTED.len(), declared.len());
     let api = cann_twin::shmem_api();
     assert!(api.g_state.is_some() && api.aclshmemx_init_status.is_some() && api.aclshmem_info_get_version.is_some());
-}
-
-/// The cdylib, built fresh (`cargo test` builds the library only as an rlib for its tests), into a target
-/// directory of its own below this test's (the outer `cargo` holds the lock of its own). `None` when `cargo` is not
-/// known to this process.
-fn cdylib() -> Option<PathBuf> {
-    static BUILT: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let cargo = std::env::var_os("CARGO")?;
-            // The test binary lives in <target>/<profile>/deps.
-            let exe = std::env::current_exe().ok()?;
-            let target = exe.parent()?.parent()?.parent()?.join("cann-twin-cdylib");
-            let status = Command::new(cargo)
-                .args(["build", "--quiet", "-p", "cann-twin", "--lib", "--target-dir"])
-                .arg(&target)
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
-                .status()
-                .expect("run cargo");
-            assert!(status.success(), "building the cdylib failed: {status}");
-            let library = target.join("debug/libcann_twin.so");
-            assert!(library.exists(), "{} was not built", library.display());
-            Some(library)
-        })
-        .clone()
 }
 
 #[test]

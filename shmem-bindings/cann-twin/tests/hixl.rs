@@ -15,7 +15,7 @@ use ascendcl_sys::hixl::*;
 use ascendcl_sys::sys::*;
 use ascendcl_sys::AclApi;
 use cann_twin::hixl::{HIXL_EXPORTED, MAGIC, MAX_PENDING, VERSION};
-use common::{api, download, pattern, upload};
+use common::{api, cdylib, download, pattern, upload};
 use proptest::prelude::*;
 
 const ROLE: &str = "CANN_TWIN_HIXL_CHILD";
@@ -656,24 +656,6 @@ proptest! {
         prop_assert_eq!(client.run(true, &[op(remote as *mut c_void, 0, local as *mut c_void, 0, 4096)]), HIXL_COMPLETE_STATUS_COMPLETED);
         prop_assert_eq!(download(api, remote as *const c_void, 4096), pattern(4096, seed));
     }
-}
-
-/// The cdylib, built fresh into a target directory of its own below this test's (as `tests/exports.rs` does);
-/// `None` when `cargo` is not known to this process.
-fn cdylib() -> Option<std::path::PathBuf> {
-    let cargo = std::env::var_os("CARGO")?;
-    let exe = std::env::current_exe().ok()?;
-    let target = exe.parent()?.parent()?.parent()?.join("cann-twin-cdylib");
-    let status = Command::new(cargo)
-        .args(["build", "--quiet", "-p", "cann-twin", "--lib", "--target-dir"])
-        .arg(&target)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "building the cdylib failed: {status}");
-    let library = target.join("debug/libcann_twin.so");
-    assert!(library.exists(), "{} was not built", library.display());
-    Some(library)
 }
 
 #[test]

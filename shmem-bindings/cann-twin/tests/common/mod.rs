@@ -58,3 +58,28 @@ pub fn download(api: &AclApi, dev: *const c_void, len: usize) -> Vec<u8> {
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
+
+/// The cdylib, built fresh (`cargo test` builds the library only as an rlib for its tests), into a target
+/// directory of its own below this test's (the outer `cargo` holds the lock of its own). `None` when `cargo` is not
+/// known to this process.
+pub fn cdylib() -> Option<std::path::PathBuf> {
+    static BUILT: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var_os("CARGO")?;
+            // The test binary lives in <target>/<profile>/deps.
+            let exe = std::env::current_exe().ok()?;
+            let target = exe.parent()?.parent()?.parent()?.join("cann-twin-cdylib");
+            let status = std::process::Command::new(cargo)
+                .args(["build", "--quiet", "-p", "cann-twin", "--lib", "--target-dir"])
+                .arg(&target)
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .status()
+                .expect("run cargo");
+            assert!(status.success(), "building the cdylib failed: {status}");
+            let library = target.join("debug/libcann_twin.so");
+            assert!(library.exists(), "{} was not built", library.display());
+            Some(library)
+        })
+        .clone()
+}
