@@ -252,6 +252,15 @@ impl CannDevice {
         options: &AivOptions,
         exchange: Option<&dyn UniqueIdExchange>,
     ) -> Result<Arc<CannDevice>, DeviceError> {
+        if options.export != crate::config::ExportLimits::default() {
+            // These keys configure the legacy twin's export socket; the twin runtime's export service has fixed
+            // limits (docs/twin-runtime.md, "VMM export and import"). Said once per device, never silently ignored.
+            tracing::warn!(
+                device = options.device_id,
+                "aiv.export_* limits apply to \"device_backend\": \"twin-legacy\" only; the twin runtime's export \
+                 service keeps its own fixed limits"
+            );
+        }
         let settings = CannSettings {
             kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
             counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
