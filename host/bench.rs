@@ -319,7 +319,7 @@ pub fn run_initiator(
     let monotonic_reading_ns = crate::cpu_time::monotonic_reading_cost_ns();
     let readings_before = crate::cpu_time::clock_readings();
     let monotonic_before = crate::cpu_time::monotonic_readings();
-    let host_threads_before = crate::cpu_time::process_thread_cpu(&crate::device::twin::DEVICE_THREAD_PREFIXES);
+    let host_threads_before = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
     let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
@@ -379,7 +379,7 @@ pub fn run_initiator(
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed();
-    let host_threads_after = crate::cpu_time::process_thread_cpu(&crate::device::twin::DEVICE_THREAD_PREFIXES);
+    let host_threads_after = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }

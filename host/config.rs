@@ -42,9 +42,6 @@ pub enum DeviceBackendKind {
     Twin,
     /// Real Ascend NPUs through runtime-loaded CANN libraries (feature `cann`).
     Cann,
-    /// The earlier in-process twin backend (`host/device/twin`), kept only while the tests that still use its
-    /// fault-injection controls move to the twin runtime's; it will be removed.
-    TwinLegacy,
 }
 
 /// How the aiv transfer kernel runs.
@@ -59,7 +56,7 @@ pub enum LaunchMode {
 /// This project's options: the `"aiv"` object of mooncake.json.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AivOptions {
-    /// `device_backend`: `"twin"` (default), `"cann"` or `"twin-legacy"`.
+    /// `device_backend`: `"twin"` (default) or `"cann"`.
     pub device_backend: DeviceBackendKind,
     /// `device_id`: the NPU this engine drives (default 0).
     pub device_id: u32,
@@ -82,10 +79,7 @@ pub struct AivOptions {
     /// `peer_probe_interval_ms`: how often the aiv transport checks that each imported peer still serves its memory
     /// (default 50 ms); a peer found gone fails its pending transfers (docs/ARCHITECTURE.md, "Peer loss").
     pub peer_probe_interval: Duration,
-    /// `adxl_pool_threshold`: transfers shorter than this are staged through the adxl buffer pool (default 256 KiB,
-    /// ADXL's; 0 turns the pool off).
-    pub adxl_pool_threshold: u64,
-    /// `baseline_timeout_ms`: how long a baseline Host thread waits for one completion (the adxl flag poll, a
+    /// `baseline_timeout_ms`: how long a baseline Host thread waits for one completion (an adxl HiXL batch, a
     /// ubshmem stream synchronisation; default 1 s).
     pub baseline_timeout: Duration,
     /// `ubshmem_workers`: Host worker threads of the ubshmem baseline (default 8, Mooncake's).
@@ -109,11 +103,7 @@ pub struct AivOptions {
     /// `tcp_reconnect_backoff_ms`).
     pub tcp_reconnect_backoff_max: Duration,
 
-    // --- admission limits of the export service and the tcp data server; parsed by `read_admission_limits` ---
-    /// The twin export service's admission limits and its clients' deadline (`export_first_request_ms`,
-    /// `export_max_connections`, `export_max_per_uid`, `export_max_per_process`, `export_client_timeout_ms`; see
-    /// `device::twin::export_service`).
-    pub export: ExportLimits,
+    // --- admission limits of the tcp data server; parsed by `read_admission_limits` ---
     /// The tcp data server's first-request deadline and per-source limit (`tcp_first_request_ms`, default 1 s;
     /// `tcp_max_connections_per_source`, default 128; see `transport::tcp::server`).
     pub tcp_first_request_timeout: Duration,
@@ -153,7 +143,6 @@ impl Default for AivOptions {
             sq_depth: 2048,
             hbm_size: 1 << 30,
             peer_probe_interval: Duration::from_millis(50),
-            adxl_pool_threshold: 256 << 10,
             baseline_timeout: Duration::from_secs(1),
             ubshmem_workers: 8,
             ubshmem_streams: 32,
@@ -164,7 +153,6 @@ impl Default for AivOptions {
             tcp_reconnect_backoff: Duration::from_millis(10),
             tcp_reconnect_backoff_max: Duration::from_secs(1),
             // admission limits
-            export: ExportLimits::default(),
             tcp_first_request_timeout: Duration::from_secs(1),
             tcp_max_connections_per_source: 128,
             tcp_max_connections: 1024,
@@ -173,37 +161,6 @@ impl Default for AivOptions {
             metadata_connect_timeout: None,
             metadata_deadline: None,
             handshake: HandshakeLimits::default(),
-        }
-    }
-}
-
-/// Limits of the twin export service (server side, `device::twin::export_service`) and the deadline of the client
-/// operations the twin device makes through it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ExportLimits {
-    /// An admitted connection must deliver its whole request line within this of being accepted (`aiv` option
-    /// `export_first_request_ms`, default 500 ms).
-    pub first_request_timeout: Duration,
-    /// Admitted connections waiting for their request, at most (`export_max_connections`, default 64).
-    pub max_connections: usize,
-    /// Of those, from one uid (`export_max_per_uid`, default 64). Only this process's uid is admitted (other uids are
-    /// refused before anything is counted), so this bounds that uid's connections.
-    pub max_per_uid: usize,
-    /// Of those, from one process (`export_max_per_process`, default 16).
-    pub max_per_process: usize,
-    /// The whole of one client import or ping: connect, retries, request and reply (`export_client_timeout_ms`,
-    /// default 2 s).
-    pub client_timeout: Duration,
-}
-
-impl Default for ExportLimits {
-    fn default() -> Self {
-        ExportLimits {
-            first_request_timeout: Duration::from_millis(500),
-            max_connections: 64,
-            max_per_uid: 64,
-            max_per_process: 16,
-            client_timeout: Duration::from_secs(2),
         }
     }
 }
@@ -391,14 +348,7 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.device_backend = match name.to_ascii_lowercase().as_str() {
             "twin" => DeviceBackendKind::Twin,
             "cann" => DeviceBackendKind::Cann,
-            "twin-legacy" => DeviceBackendKind::TwinLegacy,
-            _ => {
-                return Err(fields.invalid(
-                    "device_backend",
-                    "\"twin\", \"cann\" or \"twin-legacy\"",
-                    &Value::String(name),
-                ))
-            }
+            _ => return Err(fields.invalid("device_backend", "\"twin\" or \"cann\"", &Value::String(name))),
         };
     }
     if let Some(name) = fields.string("launch_mode")? {
@@ -438,12 +388,6 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
             return Err(fields.invalid("hbm_size", "from 1 MiB to 64 GiB", &Value::from(size)));
         }
         aiv.hbm_size = size;
-    }
-    if let Some(size) = fields.size("adxl_pool_threshold")? {
-        if size > 1 << 20 {
-            return Err(fields.invalid("adxl_pool_threshold", "at most 1 MiB (one SQE)", &Value::from(size)));
-        }
-        aiv.adxl_pool_threshold = size;
     }
     if let Some(ms) = fields.integer("baseline_timeout_ms", 1, 600_000)? {
         aiv.baseline_timeout = Duration::from_millis(ms);
@@ -486,24 +430,9 @@ fn read_tcp_client_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(
     Ok(())
 }
 
-/// The admission limits of the `"aiv"` object: the twin export service's, the tcp data server's and the handshake
+/// The admission limits of the `"aiv"` object: the tcp data server's and the handshake
 /// server's.
 fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
-    if let Some(ms) = fields.integer("export_first_request_ms", 1, 60_000)? {
-        aiv.export.first_request_timeout = Duration::from_millis(ms);
-    }
-    if let Some(count) = fields.integer("export_max_connections", 1, 4096)? {
-        aiv.export.max_connections = count as usize;
-    }
-    if let Some(count) = fields.integer("export_max_per_uid", 1, 4096)? {
-        aiv.export.max_per_uid = count as usize;
-    }
-    if let Some(count) = fields.integer("export_max_per_process", 1, 4096)? {
-        aiv.export.max_per_process = count as usize;
-    }
-    if let Some(ms) = fields.integer("export_client_timeout_ms", 1, 600_000)? {
-        aiv.export.client_timeout = Duration::from_millis(ms);
-    }
     if let Some(ms) = fields.integer("tcp_first_request_ms", 1, 600_000)? {
         aiv.tcp_first_request_timeout = Duration::from_millis(ms);
     }
@@ -721,17 +650,13 @@ mod tests {
     #[test]
     fn baseline_options_are_read_and_checked() {
         let config = parse(
-            r#"{"local_hostname": "h", "aiv": {"adxl_pool_threshold": "64kb", "baseline_timeout_ms": 250,
-                "ubshmem_workers": 2, "ubshmem_streams": 8}}"#,
+            r#"{"local_hostname": "h", "aiv": {"baseline_timeout_ms": 250, "ubshmem_workers": 2, "ubshmem_streams": 8}}"#,
         )
         .expect("valid baseline options");
-        assert_eq!(config.aiv.adxl_pool_threshold, 64 << 10);
         assert_eq!(config.aiv.baseline_timeout, Duration::from_millis(250));
         assert_eq!((config.aiv.ubshmem_workers, config.aiv.ubshmem_streams), (2, 8));
         let error = parse(r#"{"local_hostname": "h", "aiv": {"ubshmem_streams": 3}}"#).expect_err("below 4");
         assert!(error.to_string().contains("aiv.ubshmem_streams"), "{error}");
-        let error = parse(r#"{"local_hostname": "h", "aiv": {"adxl_pool_threshold": "2mb"}}"#).expect_err("too big");
-        assert!(error.to_string().contains("aiv.adxl_pool_threshold"), "{error}");
         let config = parse(r#"{"local_hostname": "h", "aiv": {"hixl_host": "10.0.0.7", "hixl_port": 16000}}"#)
             .expect("valid HiXL server options");
         assert_eq!((config.aiv.hixl_host.as_deref(), config.aiv.hixl_port), (Some("10.0.0.7"), 16000));
@@ -767,15 +692,9 @@ mod tests {
     #[test]
     fn admission_limits_are_read_and_checked() {
         let config = parse(
-            r#"{"local_hostname": "h", "aiv": {"export_first_request_ms": 250, "export_max_connections": 8,
-                "export_max_per_uid": 6, "export_max_per_process": 2, "export_client_timeout_ms": 900,
-                "tcp_first_request_ms": 700, "tcp_max_connections_per_source": 16}}"#,
+            r#"{"local_hostname": "h", "aiv": {"tcp_first_request_ms": 700, "tcp_max_connections_per_source": 16}}"#,
         )
         .expect("valid admission limits");
-        let export = &config.aiv.export;
-        assert_eq!(export.first_request_timeout, Duration::from_millis(250));
-        assert_eq!((export.max_connections, export.max_per_uid, export.max_per_process), (8, 6, 2));
-        assert_eq!(export.client_timeout, Duration::from_millis(900));
         assert_eq!(config.aiv.tcp_first_request_timeout, Duration::from_millis(700));
         assert_eq!(config.aiv.tcp_max_connections_per_source, 16);
         let config = parse(
@@ -802,8 +721,7 @@ mod tests {
             .expect_err("more per source than in all (256 by default)");
         assert!(error.to_string().contains("at most handshake_max_connections (256)"), "{error}");
         for key in [
-            "export_first_request_ms",
-            "export_max_per_process",
+            "tcp_first_request_ms",
             "tcp_max_connections_per_source",
             "handshake_first_request_ms",
             "handshake_max_connections",

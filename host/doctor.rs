@@ -61,10 +61,6 @@ impl DoctorReport {
         let _ = writeln!(out, "device backends:");
         let _ =
             writeln!(out, "  twin  usable   (the cann backend on the twin runtime, a CPU model of the NPU, built in)");
-        let _ = writeln!(
-            out,
-            "  twin-legacy usable   (the earlier in-process twin backend, kept for a few tests; to be removed)"
-        );
         let cann_state = if self.cann_usable() { "usable" } else { "NOT usable" };
         let _ = writeln!(
             out,

@@ -1,7 +1,8 @@
 //! Fault tests of the aiv twin: nothing hangs. A bad address stops the SDMA channel with a structured exception
 //! and the transfer FAILS with it; a stalled engine makes transfers TIMEOUT within the kernel wait budget; the abort
 //! flag ends a wait early; the Host watchdog bounds everything; and after each fault the engine serves new batches.
-//! Faults are injected with the twin's fault-injection controls (`TwinDevice::faults`, `TwinDevice::stall_channel`).
+//! Faults are injected through the twin runtime's control API (`cann_twin::control`: `fail_next_destinations`,
+//! `set_stalled`).
 
 #[path = "common/aiv.rs"]
 mod common;

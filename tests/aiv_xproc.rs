@@ -12,7 +12,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use aiv_transport::bench::target_pattern;
-use aiv_transport::config::{AivOptions, DeviceBackendKind};
+use aiv_transport::config::AivOptions;
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::MetadataOptions;
@@ -43,23 +43,7 @@ impl Drop for Target {
 
 /// Starts `aiv bench --mode target --protocol aiv` and reads its segment name and buffer address (bounded wait).
 fn spawn_target(metadata_server: &str, name: &str, cluster: Option<&str>) -> Target {
-    spawn_target_on(DeviceBackendKind::Twin, metadata_server, name, cluster)
-}
-
-/// As [`spawn_target`], with the target's device on `backend` (the twin runtime, or the legacy in-process twin
-/// backend through a mooncake.json that names it).
-fn spawn_target_on(backend: DeviceBackendKind, metadata_server: &str, name: &str, cluster: Option<&str>) -> Target {
     let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
-    // Kept until the target has started (it reads the file at start-up), then removed when it drops.
-    let config = (backend == DeviceBackendKind::TwinLegacy).then(|| {
-        let config = tempfile::NamedTempFile::new().expect("a temporary mooncake.json");
-        std::fs::write(config.path(), r#"{"local_hostname": "127.0.0.1", "aiv": {"device_backend": "twin-legacy"}}"#)
-            .expect("write the target's mooncake.json");
-        config
-    });
-    if let Some(config) = &config {
-        command.arg("--config").arg(config.path());
-    }
     command
         .args(["bench", "--mode", "target", "--protocol", "aiv", "--duration", "60"])
         .args(["--buffer_size", &TARGET_BYTES.to_string(), "--metadata_server", metadata_server])
@@ -113,12 +97,6 @@ impl Initiator {
         Initiator::start_with(name, metadata_server, cluster, length, aiv_options())
     }
 
-    /// An initiator on the legacy in-process twin backend.
-    fn start_legacy(length: u64) -> Initiator {
-        let options = AivOptions { device_backend: DeviceBackendKind::TwinLegacy, ..aiv_options() };
-        Initiator::start_with("127.0.0.1", "P2PHANDSHAKE", None, length, options)
-    }
-
     fn start_with(name: &str, metadata_server: &str, cluster: Option<&str>, length: u64, aiv: AivOptions) -> Initiator {
         let lease = lease::DeviceLease::acquire();
         let mut config = EngineConfig::new(name);
@@ -136,10 +114,7 @@ impl Initiator {
 
     /// Stalls (or releases) SDMA channel `channel` of the initiator's device.
     fn stall_channel(&self, channel: u32, stalled: bool) {
-        match self.device.twin() {
-            Some(twin) => twin.stall_channel(channel, stalled),
-            None => cann_twin::control::set_stalled(self.lease.0 as i32, channel, stalled).expect("the channel"),
-        }
+        cann_twin::control::set_stalled(self.lease.0 as i32, channel, stalled).expect("the channel");
     }
 
     /// A copy of `range` of the local buffer.
@@ -213,16 +188,10 @@ fn exchange_and_verify(initiator: &Initiator, target: &Target) {
     let segment = initiator.engine.open_segment(&target.name).expect("open the target's segment");
     let aiv = initiator.engine.segment(segment).expect("segment").descriptor.aiv.clone().expect("aiv object");
     assert_eq!(aiv["process_id"].as_u64(), Some(u64::from(target.child.id())), "{aiv}");
-    if aiv["backend"] == "cann" {
-        // The twin runtime: the target's heap is one VMM export; its shareable handle is the capability, imported
-        // through the runtime (which asks the exporting process).
-        assert!(aiv["regions"][0]["export_id"].as_u64().is_some_and(|id| id != 0), "{aiv}");
-        assert!(aiv.get("export_endpoint").is_none(), "{aiv}");
-    } else {
-        // The legacy backend advertises its export endpoint and secret: the import goes over its socket.
-        assert!(aiv["export_endpoint"].as_str().is_some_and(|e| e.starts_with('@')), "{aiv}");
-        assert_eq!(aiv["export_secret"].as_str().map(str::len), Some(64), "{aiv}");
-    }
+    // The target's heap is one VMM export; its shareable handle is the capability, imported through the twin
+    // runtime (which asks the exporting process).
+    assert_eq!(aiv["backend"], "cann", "{aiv}");
+    assert!(aiv["regions"][0]["export_id"].as_u64().is_some_and(|id| id != 0), "{aiv}");
     let length = 1_500_001u64;
     let remote = target.addr + 12_345;
     assert_completed(&initiator.run(segment, &[(Opcode::Read, 0, remote, length)]));
@@ -416,41 +385,6 @@ fn baseline_transfers_to_a_peer_found_lost_fail_naming_the_loss() {
     assert_eq!(ubshmem[0].0, TransferState::Failed, "{:?}", ubshmem[0].1);
     let reason = ubshmem[0].1.clone().unwrap_or_default();
     assert!(reason.starts_with("ubshmem:") && reason.contains("lost"), "{reason}");
-}
-
-/// Unregistering device memory revokes it for new imports: a peer holding the older descriptor is refused by the
-/// exporter's export service (this goes through the socket although both engines live in this process), while a
-/// region it imported before stays reachable through that older descriptor (documented twin semantics), until the
-/// peer refreshes the segment.
-#[test]
-fn unregistering_device_memory_refuses_new_imports() {
-    // Per-range exports are the legacy backend's: the cann backend exports its whole heap as one VMM handle, so
-    // unregistering a range does not revoke it there (not yet per-range exports on the twin runtime).
-    let exporter = Initiator::start_legacy(1 << 20);
-    let second = exporter.device.allocate(1 << 20).expect("HBM");
-    // SAFETY: `second` outlives its registration (withdrawn below) and every transfer (each batch is waited for).
-    unsafe { exporter.engine.register_memory(second.addr(), second.len(), &exporter.device.location()) }
-        .expect("register");
-    let importer = Initiator::start_legacy(1 << 20);
-    let segment = importer.engine.open_segment(exporter.engine.name()).expect("open");
-    let aiv = importer.engine.segment(segment).expect("segment").descriptor.aiv.clone().expect("aiv");
-    assert_eq!(aiv["regions"].as_array().map(Vec::len), Some(2), "each registered range is its own export: {aiv}");
-
-    exporter.engine.unregister_memory(second.addr()).expect("unregister");
-    let states = importer.run(segment, &[(Opcode::Write, 0, second.addr(), 4096)]);
-    assert_eq!(states[0].0, TransferState::Failed);
-    let reason = states[0].1.clone().unwrap_or_default();
-    assert!(reason.contains("withdrawn"), "{reason}");
-    // The other region was imported with the same descriptor version and works.
-    assert_completed(&importer.run(segment, &[(Opcode::Write, 0, exporter.buffer.addr(), 4096)]));
-
-    // An existing mapping survives the exporter's unregistration (new imports only are refused) ...
-    exporter.engine.unregister_memory(exporter.buffer.addr()).expect("unregister");
-    assert_completed(&importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]));
-    // ... until the peer refreshes: the range is then in no buffer of the segment.
-    importer.engine.refresh_segment(segment).expect("refresh");
-    let states = importer.run(segment, &[(Opcode::Read, 0, exporter.buffer.addr(), 4096)]);
-    assert_eq!(states[0].0, TransferState::Failed, "{:?}", states[0].1);
 }
 
 /// A WRITE of `length` random bytes to `remote` and a READ of them back: `Ok` if both completed with the data.

@@ -7,7 +7,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
+use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::evidence::Actor;
 use aiv_transport::transport::adxl::AdxlStatus;
 use aiv_transport::transport::ubshmem::{MIN_PIECE_BYTES, STREAMS_PER_TRANSFER};
@@ -15,8 +15,7 @@ use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, T
 use common::{node, Node};
 use rand::{Rng, RngCore, SeedableRng};
 
-/// The options of a node on the twin runtime, where `adxl` goes through HiXL. The tests of the legacy twin's own adxl
-/// model (a Host-owned SDMA channel, a staging pool, channel stalls and SQE exceptions) use `legacy_options`.
+/// The options of a node on the twin runtime, where `adxl` goes through HiXL.
 fn baseline_options(device_id: u32) -> AivOptions {
     AivOptions {
         baseline_timeout: Duration::from_millis(300),
@@ -26,24 +25,11 @@ fn baseline_options(device_id: u32) -> AivOptions {
     }
 }
 
-fn legacy_options(device_id: u32) -> AivOptions {
-    AivOptions { device_backend: DeviceBackendKind::TwinLegacy, ..baseline_options(device_id) }
-}
-
 /// Two nodes on the twin runtime.
 fn pair(size: u64, seed: u64) -> (Node, Node, SegmentId) {
-    pair_with(size, seed, baseline_options)
-}
-
-/// Two nodes on the legacy in-process twin backend (the `adxl` tests).
-fn legacy_pair(size: u64, seed: u64) -> (Node, Node, SegmentId) {
-    pair_with(size, seed, legacy_options)
-}
-
-fn pair_with(size: u64, seed: u64, options: fn(u32) -> AivOptions) -> (Node, Node, SegmentId) {
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
-    let mut a = node(options(0), size);
-    let mut b = node(options(1), size);
+    let mut a = node(baseline_options(0), size);
+    let mut b = node(baseline_options(1), size);
     a.modify(|bytes| rng.fill_bytes(bytes));
     b.modify(|bytes| rng.fill_bytes(bytes));
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
@@ -127,39 +113,6 @@ fn run_and_check(a: &Node, b: &Node, requests: &[TransferRequest]) -> Outcome {
     outcome
 }
 
-#[test]
-fn adxl_moves_random_data_and_stages_small_transfers_through_its_pool() {
-    let (a, b, peer) = legacy_pair(8 << 20, 71);
-    let mut rng = rand::rngs::StdRng::seed_from_u64(72);
-    let mut pooled_expected = 0;
-    for _ in 0..3 {
-        let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Adxl; 4]);
-        // Always one small (pooled) and one large (direct, several SQEs) transfer.
-        requests[0].length = 4096;
-        requests[1].length = (3 << 20) / 2;
-        let outcome = run_and_check(&a, &b, &requests);
-        for (request, evidence) in requests.iter().zip(&outcome.evidence) {
-            let evidence = evidence.as_ref().expect("evidence");
-            assert_eq!(evidence.path, "adxl");
-            assert!(!evidence.is_aiv_direct(), "{evidence:?}");
-            assert_eq!(
-                (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
-                (Actor::HostThread, Actor::HostThread, Actor::HostThread)
-            );
-            assert!(evidence.host_device_api_calls >= 2, "{evidence:?}");
-            assert!(evidence.host_cpu_ns > 0, "{evidence:?}");
-            let pooled = request.length < 256 << 10;
-            pooled_expected += u64::from(pooled);
-            let data_sqes = if pooled { 2 } else { request.length.div_ceil(1 << 20) };
-            assert_eq!(evidence.descriptors, data_sqes + 1, "data SQEs (pool: one extra copy) + flag: {evidence:?}");
-        }
-    }
-    let counters = a.device.adxl().counters();
-    assert_eq!(counters.pooled_transfers, pooled_expected, "{counters:?}");
-    assert_eq!(counters.connects, 1, "one Connect per remote engine: {counters:?}");
-    assert_eq!((counters.timeouts, counters.failures), (0, 0));
-}
-
 /// adxl on the twin runtime: the cann backend's HiXL path (a HiXL server per device, a client per peer, batch
 /// put/get), every byte checked; the HiXL library builds and submits the descriptors on the Host.
 #[test]
@@ -216,37 +169,6 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
 }
 
 #[test]
-fn one_batch_mixes_all_four_protocols_each_through_its_own_path() {
-    // On the legacy twin: tcp moves registered memory with the Host's own reads and writes, which device memory of
-    // the twin runtime refuses (as an NPU's does); tcp between device buffers needs staging through the device's
-    // copies, not implemented yet.
-    let mut rng = rand::rngs::StdRng::seed_from_u64(91);
-    let mut a = node(legacy_options(0), 8 << 20);
-    let mut b = node(legacy_options(1), 8 << 20);
-    a.modify(|bytes| rng.fill_bytes(bytes));
-    b.modify(|bytes| rng.fill_bytes(bytes));
-    a.engine.enable_tcp_transport().expect("tcp on a");
-    b.engine.enable_tcp_transport().expect("tcp on b");
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
-    let protocols = [Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp];
-    let mut mixed: Vec<Protocol> = protocols.iter().flat_map(|&p| [p, p]).collect();
-    mixed.rotate_left(3);
-    let requests = random_requests(&mut rng, &a, &b, peer, &mixed);
-    let outcome = run_and_check(&a, &b, &requests);
-    for (request, evidence) in requests.iter().zip(&outcome.evidence) {
-        let protocol = request.protocol.expect("protocol named");
-        let evidence = evidence.as_ref().expect("evidence");
-        assert_eq!(evidence.path, protocol.as_str(), "each request went through its own path");
-        assert_eq!(evidence.is_aiv_direct(), protocol == Protocol::Aiv, "{evidence:?}");
-        match protocol {
-            Protocol::Adxl | Protocol::Ubshmem => assert!(evidence.host_device_api_calls > 0, "{evidence:?}"),
-            Protocol::Aiv => assert_eq!(evidence.host_device_api_calls, 0, "persistent kernel: {evidence:?}"),
-            Protocol::Tcp => {}
-        }
-    }
-}
-
-#[test]
 fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
     let (a, b, peer) = pair(4 << 20, 101);
     let write = |length: u64| TransferRequest {
@@ -272,26 +194,6 @@ fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
     assert_eq!(a.device.adxl().counters().timeouts, 1);
     let outcome = run_and_check(&a, &b, &[write(300_000)]);
     assert_eq!(outcome.states, [TransferState::Completed]);
-}
-
-#[test]
-fn adxl_bad_address_fails_with_the_sdma_exception() {
-    let (a, b, peer) = legacy_pair(4 << 20, 111);
-    let request = TransferRequest {
-        opcode: Opcode::Write,
-        source: a.buffer.addr(),
-        target_id: peer,
-        target_offset: b.buffer.addr() + 4096,
-        length: 512 << 10,
-        protocol: Some(Protocol::Adxl),
-    };
-    a.twin().fail_next_destinations(1);
-    let outcome = run(&a.engine, std::slice::from_ref(&request));
-    assert_eq!(outcome.states, [TransferState::Failed], "{:?}", outcome.reasons);
-    let reason = outcome.reasons[0].clone().expect("reason");
-    assert!(reason.contains("FAILED (503900)") && reason.contains("SDMA exception"), "{reason}");
-    assert_eq!(a.device.adxl().counters().failures, 1);
-    run_and_check(&a, &b, &[request]);
 }
 
 #[test]

@@ -229,7 +229,7 @@ fn kernel_api() {
 
 #[test]
 fn the_runtime_names_its_threads_with_the_prefix_host_cpu_accounting_leaves_out() {
-    assert!(aiv_transport::device::twin::DEVICE_THREAD_PREFIXES.contains(&cann_twin::THREAD_PREFIX));
+    assert!(aiv_transport::device::DEVICE_THREAD_PREFIXES.contains(&cann_twin::THREAD_PREFIX));
     assert!(cann_twin::kernel::CORE_THREAD_PREFIX.starts_with(cann_twin::THREAD_PREFIX));
 }
 

@@ -4,8 +4,8 @@
 //! Host/kernel wake-ups of the twin), the traits behind its handles ([`Launch`], [`HostChannel`], [`CopyStream`]),
 //! the values it hands out and takes ([`DeviceBuffer`], [`SharedMemory`], [`ExportedRegion`], [`ImportedWindow`],
 //! [`DeviceAdvertisement`], [`ChannelInfo`], [`ChannelException`] with its [`SdmaSyndrome`]), [`DeviceError`], the
-//! [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share Host memory with. Every
-//! backend (`twin`, `cann`) builds on this file. It must not name a backend, choose one (`super::open` does) or touch
+//! [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share Host memory with. The
+//! backend (`cann`, on either runtime) builds on this file. It must not name a backend, choose one (`super::open` does) or touch
 //! engine state (batches, segments, task slots).
 
 use std::fmt;
@@ -355,15 +355,8 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError>;
     /// Platform cycles per second (the unit of `BlockArgs::wait_budget`).
     fn cycles_per_second(&self) -> u64;
-    /// Tells a resident kernel block that the Host published something (twin: wakes the emulated core; NPU: nothing,
-    /// the kernel polls). Not a device-API call.
-    fn notify_block(&self, block: u32);
 
     // ---- Host-submitted baselines (docs/hardware.md section 7) ----
-    /// Opens one more SDMA channel whose SQ the Host writes and whose doorbell the Host rings (the `adxl` baseline);
-    /// not attached to any AIV block. Its index follows the kernel's channels, so `channel_exception` and
-    /// `reset_channel` apply to it.
-    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError>;
     /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
     /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl
@@ -371,20 +364,6 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         None
     }
-}
-
-/// An SDMA channel driven by a Host thread: the Host reads the channel record, writes SQEs into `sq_base`, stores the
-/// new tail into the doorbell register (`sq_reg_base + SDMA_DOORBELL_OFFSET`) and polls a completion flag itself.
-pub trait HostChannel: Send + Sync + fmt::Debug {
-    /// Where the record and the flag area are.
-    fn info(&self) -> ChannelInfo;
-    /// Called after the Host stored the tail into the doorbell register (twin: wakes the emulated engine; NPU: the
-    /// MMIO store is the doorbell and this does nothing).
-    fn doorbell_rung(&self);
-    /// A token for [`HostChannel::wait_progress`], read before checking the flag.
-    fn progress_token(&self) -> u32;
-    /// Sleeps until the engine made progress after `token` was read, or `timeout` passes.
-    fn wait_progress(&self, token: u32, timeout: Duration);
 }
 
 /// An in-order copy queue executed by the device (an ACL stream).

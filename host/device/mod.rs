@@ -1,7 +1,7 @@
 //! Device backends: the seam between the Host runtime and an NPU (or its CPU twin).
 //!
-//! Owns: the backends behind [`DeviceBackend`] ([`twin`]; [`cann`], on the vendor's CANN libraries with feature
-//! `cann` or on the twin runtime) and the choice among them
+//! Owns: the backend behind [`DeviceBackend`] ([`cann`], on the vendor's CANN libraries with feature `cann` or on
+//! the twin runtime, `shmem-bindings/cann-twin`) and the choice among them
 //! ([`open`], [`open_with_exchange`]); the seam itself (the trait and the types that cross it) is `backend.rs`,
 //! re-exported here, so `crate::device::DeviceBackend` and the rest keep their paths. It must not touch engine state
 //! (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
@@ -13,14 +13,18 @@
 mod backend;
 pub mod cann;
 pub mod kernel_image;
-pub mod twin;
 
 use std::sync::Arc;
 
 pub(crate) use backend::map_anonymous_pages;
+
+/// Name prefixes of the threads the device side runs in this process (the twin runtime's emulated cores, SDMA
+/// engines, stream workers and services: `cann_twin::THREAD_PREFIX`): device time, which Host CPU figures leave out
+/// by these names.
+pub const DEVICE_THREAD_PREFIXES: [&str; 1] = [cann_twin::THREAD_PREFIX];
 pub use backend::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
-    ExportedRegion, HostChannel, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 
 use crate::config::{AivOptions, DeviceBackendKind};
@@ -39,7 +43,6 @@ pub fn open_with_exchange(
 ) -> Result<Arc<dyn DeviceBackend>, DeviceError> {
     match options.device_backend {
         DeviceBackendKind::Twin => Ok(cann::CannDevice::open_on_twin(options, exchange)?),
-        DeviceBackendKind::TwinLegacy => Ok(twin::TwinDevice::open(options)?),
         #[cfg(feature = "cann")]
         DeviceBackendKind::Cann => {
             let settings = cann::CannSettings::from_env(options.device_id)?;

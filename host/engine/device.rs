@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use crate::config::AivOptions;
-use crate::device::twin::TwinDevice;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError};
 use crate::transport::adxl::AdxlTransport;
 use crate::transport::aiv::AivTransport;
@@ -83,11 +82,6 @@ impl AivDevice {
     /// The `ubshmem` baseline transport on the device.
     pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
         &self.ubshmem
-    }
-
-    /// The twin device, when the backend is the twin (for its test and fault-injection controls).
-    pub fn twin(&self) -> Option<&TwinDevice> {
-        self.backend.as_any().downcast_ref::<TwinDevice>()
     }
 
     /// What the device advertises in the segment descriptor's `aiv` object.

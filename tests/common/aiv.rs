@@ -23,49 +23,35 @@ pub struct Node {
     _lease: DeviceLease,
 }
 
-/// Fault-injection and observation controls of a node's device: the twin runtime's (`cann_twin::control`), or the
-/// legacy in-process backend's for a node opened with `"twin-legacy"`.
+/// Fault-injection and observation controls of a node's device on the twin runtime (`cann_twin::control`).
 #[derive(Debug)]
-pub struct TwinControls<'a> {
+pub struct TwinControls {
     device: i32,
-    legacy: Option<&'a aiv_transport::device::twin::TwinDevice>,
 }
 
-impl TwinControls<'_> {
+impl TwinControls {
     /// Stalls (or releases) SDMA channel `channel` of the device.
     pub fn stall_channel(&self, channel: u32, stalled: bool) {
-        match self.legacy {
-            Some(twin) => twin.stall_channel(channel, stalled),
-            None => cann_twin::control::set_stalled(self.device, channel, stalled).expect("the runtime's channel"),
-        }
+        cann_twin::control::set_stalled(self.device, channel, stalled).expect("the runtime's channel");
     }
     /// SQEs channel `channel` executed so far.
     pub fn executed_sqes(&self, channel: u32) -> u64 {
-        match self.legacy {
-            Some(twin) => twin.executed_sqes(channel),
-            None => cann_twin::control::sqes_executed(self.device, channel).expect("the runtime's channel"),
-        }
+        cann_twin::control::sqes_executed(self.device, channel).expect("the runtime's channel")
     }
     /// Stalls (or releases) every copy stream of the device: queued copies wait, synchronisations time out.
     pub fn stall_streams(&self, stalled: bool) {
-        match self.legacy {
-            Some(twin) => twin.faults.stall_streams(stalled),
-            None => cann_twin::control::hold_device_streams(self.device, stalled),
-        }
+        cann_twin::control::hold_device_streams(self.device, stalled);
     }
     /// The next `count` SQEs (or stream copies) of the device fail as if their destination did not translate.
     pub fn fail_next_destinations(&self, count: u32) {
-        match self.legacy {
-            Some(twin) => twin.faults.corrupt_next_translations(count),
-            None => cann_twin::control::fail_next_destinations(self.device, count),
-        }
+        cann_twin::control::fail_next_destinations(self.device, count);
     }
 }
 
 impl Node {
     /// The controls for this node's device.
-    pub fn twin(&self) -> TwinControls<'_> {
-        TwinControls { device: self._lease.0 as i32, legacy: self.device.twin() }
+    pub fn twin(&self) -> TwinControls {
+        TwinControls { device: self._lease.0 as i32 }
     }
 
     /// A copy of `range` of the buffer, read through the device (D2H): tests never dereference device memory.

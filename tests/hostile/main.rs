@@ -26,7 +26,6 @@ mod tcp_wire;
 
 mod clients;
 mod engine;
-mod export;
 mod handshake;
 mod http_store;
 mod tcp_data;

@@ -48,7 +48,7 @@ use self::heap::RangeAllocator;
 use crate::config::AivOptions;
 use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
-    ExportedRegion, HostChannel, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
@@ -252,15 +252,6 @@ impl CannDevice {
         options: &AivOptions,
         exchange: Option<&dyn UniqueIdExchange>,
     ) -> Result<Arc<CannDevice>, DeviceError> {
-        if options.export != crate::config::ExportLimits::default() {
-            // These keys configure the legacy twin's export socket; the twin runtime's export service has fixed
-            // limits (docs/twin-runtime.md, "VMM export and import"). Said once per device, never silently ignored.
-            tracing::warn!(
-                device = options.device_id,
-                "aiv.export_* limits apply to \"device_backend\": \"twin-legacy\" only; the twin runtime's export \
-                 service keeps its own fixed limits"
-            );
-        }
         let settings = CannSettings {
             kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
             counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
@@ -976,24 +967,6 @@ impl DeviceBackend for CannDevice {
         }
     }
 
-    fn open_host_channel(&self, sq_depth: u32) -> Result<Arc<dyn HostChannel>, DeviceError> {
-        let _ = sq_depth;
-        if self.runtime == CannRuntime::Twin {
-            return Err(DeviceError::Unavailable {
-                backend: "twin",
-                reason: "the adxl baseline submits through HiXL on the cann backend, and the twin runtime does not \
-                         offer HiXL yet; run adxl with \"device_backend\": \"twin-legacy\" meanwhile"
-                    .into(),
-            });
-        }
-        Err(DeviceError::Unavailable {
-            backend: "cann",
-            reason: "no Host-owned SDMA channel on CANN (the Host cannot reach a channel's doorbell register); \
-                     the adxl baseline submits through the HiXL library there instead"
-                .into(),
-        })
-    }
-
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError> {
         // The stream holds the device, so it is destroyed before the device is reset.
         let me = registry_lookup(self).ok_or_else(|| DeviceError::Invalid {
@@ -1162,10 +1135,6 @@ impl DeviceBackend for CannDevice {
 
     fn cycles_per_second(&self) -> u64 {
         self.settings.counter_hz
-    }
-
-    fn notify_block(&self, _block: u32) {
-        // The NPU kernel polls its request ring; nothing to do (and no device-API call).
     }
 }
 

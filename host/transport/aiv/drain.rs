@@ -162,7 +162,7 @@ impl Inner {
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
         // most ring-depth requests in flight, so undrained entries always fit the DCQ.)
-        let pumped = block.post_backlog(producer, &*self.device);
+        let pumped = block.post_backlog(producer);
         if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
             // A runtime launch call may block (see cpu_time::may_sleep).
             if let Err(error) = crate::cpu_time::may_sleep(|| self.launch()) {
@@ -243,7 +243,6 @@ impl Inner {
         self.channel_resets.fetch_add(1, Ordering::Relaxed);
         // Release: the reset above happens before the kernel sees the resume.
         control.resume_count.store(halted, Ordering::Release);
-        self.device.notify_block(block.index);
         if self.launch_mode == LaunchMode::PerBatch {
             let pending = block.request_ring.published_tail() != block.request_ring.consumer_head();
             if pending {

@@ -114,7 +114,6 @@ impl AivTransport {
     pub fn abort(&self) {
         for block in &self.inner.blocks {
             block.control().abort_epoch.fetch_add(1, Ordering::AcqRel);
-            self.inner.device.notify_block(block.index);
         }
     }
 
@@ -185,7 +184,6 @@ impl Drop for AivTransport {
         let inner = &self.inner;
         for block in &inner.blocks {
             block.control().stop.store(1, Ordering::Release);
-            inner.device.notify_block(block.index);
         }
         let launches = std::mem::take(&mut *inner.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner()));
         let mut all_returned = true;

@@ -14,7 +14,6 @@ use super::inflight::InFlight;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
-use crate::device::DeviceBackend;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
 use crate::transfer::{Opcode, Transfer};
 use crate::transport::window::Resolved;
@@ -51,7 +50,7 @@ impl HostBlock {
     /// Hands the backlog to the kernel as far as the ring has room: writes the entries, records each transfer in
     /// flight with its ticket, publishes the tail once, releases the producer lock and wakes the block if anything
     /// was published. Returns how many requests were published. The only place requests enter a ring.
-    pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>, device: &dyn DeviceBackend) -> u32 {
+    pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>) -> u32 {
         if producer.backlog.is_empty() {
             return 0;
         }
@@ -73,10 +72,7 @@ impl HostBlock {
         drop(table);
         let published = batch.commit();
         drop(producer);
-        if published > 0 {
-            // The kernel may be sleeping on an empty ring (twin) or polling it (NPU).
-            device.notify_block(self.index);
-        }
+        // The kernel polls its ring: publishing is all the Host does.
         published
     }
 }
@@ -138,7 +134,7 @@ impl Inner {
                 producer.backlog.push_back((entry, inflight));
                 accepted += 1;
             }
-            block.post_backlog(producer, &*self.device);
+            block.post_backlog(producer);
         }
         if accepted > 0 && self.launch_mode == LaunchMode::PerBatch {
             // A runtime launch call may block (see cpu_time::may_sleep).

@@ -63,7 +63,7 @@ fn the_kernel_rejects_malformed_requests_on_its_own() {
                 InFlight { slot: slot.clone(), peer: None, length: entry.length.get(), host_device_api_calls: 0 };
             producer.backlog.push_back((*entry, inflight));
         }
-        assert_eq!(block.post_backlog(producer, &*inner.device), 4);
+        assert_eq!(block.post_backlog(producer), 4);
     }
     signal.wait_for(4, deadline);
     for slot in &slots[..3] {
@@ -112,7 +112,7 @@ fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
         };
         let inflight = InFlight { slot: slot.clone(), peer: None, length: 4096, host_device_api_calls: 0 };
         producer.backlog.push_back((entry, inflight));
-        assert_eq!(block.post_backlog(producer, &*inner.device), 1);
+        assert_eq!(block.post_backlog(producer), 1);
     }
     while !inner.completions_ready() {
         assert!(Instant::now() < deadline, "the kernel never published the completion");
