@@ -44,7 +44,7 @@ pub struct ExportedRegion {
     pub addr: u64,
     /// Bytes.
     pub length: u64,
-    /// Handle the importer presents (on the twin: the key of the exporter's export service).
+    /// The shareable handle the importer presents (`aclrtMemExportToShareableHandle`'s `u64`).
     pub export_id: u64,
 }
 
@@ -55,21 +55,15 @@ pub struct DeviceAdvertisement {
     pub device: String,
     /// The device id from the configuration.
     pub device_id: u32,
-    /// The backend (`"twin"`, `"cann"`).
+    /// The backend (`"cann"`, on either runtime).
     pub backend: String,
-    /// Exported regions.
+    /// Exported regions (the heap, one VMM export: its handle is a capability for whoever reads the descriptor).
     pub regions: Vec<ExportedRegion>,
-    /// Where a peer process asks for the exported regions (twin: `@` + an abstract Unix socket name).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub export_endpoint: Option<String>,
-    /// The secret a peer presents to the export endpoint: whoever reads the descriptor holds it (a capability).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub export_secret: Option<String>,
-    /// The exporting process (informational: logs and diagnostics; every importer goes through the export endpoint).
+    /// The exporting process (informational: logs and diagnostics).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub process_id: Option<u32>,
     /// Where the device's HiXL server listens (`"ip:port"`), for the `adxl` baseline on the `cann` backend: peers'
-    /// HiXL clients connect there. Absent on the twin and when the server could not start.
+    /// HiXL clients connect there. Absent when the server could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hixl_server: Option<String>,
 }
@@ -360,7 +354,7 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
     /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl
-    /// drives a Host-owned channel instead); `Some(Err)` when it should have one but it did not load.
+    /// transfers fail saying so); `Some(Err)` when it should have one but it did not load.
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         None
     }

@@ -830,9 +830,7 @@ impl DeviceBackend for CannDevice {
                 length: self.heap_mapping.length,
                 export_id: self.export_id,
             }],
-            // The VMM shareable handle is the capability on CANN: no export endpoint or secret of the twin's kind.
-            export_endpoint: None,
-            export_secret: None,
+            // The VMM shareable handle is the capability.
             process_id: Some(std::process::id()),
             hixl_server: None,
         }

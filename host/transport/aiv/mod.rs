@@ -203,7 +203,7 @@ impl Drop for AivTransport {
         if let Some(thread) = self.drain_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
-        // Bounded: one probe is bounded by the export service's I/O timeout.
+        // Bounded: one probe is bounded by the runtime's import deadline (2 s on the twin runtime).
         if let Some(thread) = self.probe_thread.lock().unwrap_or_else(|p| p.into_inner()).take() {
             let _ = thread.join();
         }
