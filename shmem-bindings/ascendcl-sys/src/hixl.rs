@@ -9,7 +9,7 @@
 //! uses ships ACL and HCCL headers only), so the prototypes, types and status codes were read from the public HiXL
 //! repository `hicann/hixl` at commit `9ed283b27309463ed0faa490b79c0dc9ddef6377`: `include/cs/hixl_cs.h` (the CS API),
 //! `src/hixl/proxy/hcomm/hcomm_res_defs.h` (the copy of hcomm's `EndpointDesc` and `CommMem` that header includes),
-//! `include/hixl/hixl_types.h` (`RESOURCE_EXHAUSTED`) and `docs/zh/api/cpp/HIXL_CS-interface.md` (call order and
+//! `include/hixl/hixl_types.h` (`RESOURCE_EXHAUSTED`) and the HIXL_CS interface chapter of its API documentation (call order and
 //! constraints). The layouts are pinned by compile-time assertions below, computed from those definitions for
 //! LP64 (x86_64 and aarch64 Linux); nothing here was checked against a compiled HiXL.
 //!
