@@ -12,8 +12,8 @@
 //! - [`cpu_time`]: Host CPU accounting (section clocks, the thread CPU clock, the carry of uncharged time);
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
-//! - [`device`]: the device backends behind the device paths (`aiv`, `adxl`, `ubshmem`): the CPU twin, and CANN with
-//!   feature `cann`;
+//! - [`device`]: the device backend behind the device paths (`aiv`, `adxl`, `ubshmem`): CANN, on the twin runtime
+//!   (the default) or the vendor's libraries (feature `cann`);
 //! - [`kernel_abi`]: what the Host shares with the AIV transfer kernel (`kernels/`): layouts, ring index rules,
 //!   the typed ring views, the chunking rule.
 

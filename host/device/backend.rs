@@ -1,7 +1,7 @@
 //! The device seam: what a device offers the Host runtime, and the types that cross it.
 //!
-//! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the
-//! Host/kernel wake-ups of the twin), the traits behind its handles ([`Launch`], [`HostChannel`], [`CopyStream`]),
+//! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the HiXL
+//! table of the `adxl` baseline), the traits behind its handles ([`Launch`], [`CopyStream`]),
 //! the values it hands out and takes ([`DeviceBuffer`], [`SharedMemory`], [`ExportedRegion`], [`ImportedWindow`],
 //! [`DeviceAdvertisement`], [`ChannelInfo`], [`ChannelException`] with its [`SdmaSyndrome`]), [`DeviceError`], the
 //! [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share Host memory with. The
@@ -88,7 +88,8 @@ impl ImportedWindow {
 }
 
 /// Memory both the Host and the device access (rings, control words): a Host pointer and the device address of
-/// the same bytes. On the twin they are equal; on the NPU it is Host-registered memory mapped to the device.
+/// the same bytes: Host memory registered for the device (`aclrtHostRegister`), whose device address differs from the
+/// Host pointer (on the twin runtime as on an NPU).
 pub struct SharedMemory {
     host: *mut u8,
     device_addr: u64,
@@ -282,11 +283,11 @@ pub trait Launch: Send + Sync + fmt::Debug {
 
 /// What a device offers the Host runtime. Every wait is bounded.
 pub trait DeviceBackend: Send + Sync + fmt::Debug {
-    /// `"twin"` or `"cann"`.
+    /// `"cann"` (on either runtime).
     fn backend_name(&self) -> &'static str;
     /// The configured device id.
     fn device_id(&self) -> u32;
-    /// For backend-specific controls (the twin's fault injection).
+    /// For backend-specific calls (e.g. `CannDevice::launch_function` of the benchmarks).
     fn as_any(&self) -> &dyn std::any::Any;
 
     // ---- device memory ----
@@ -319,17 +320,17 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
         false
     }
     /// Whether the exporter still serves its memory: `None` if the backend has no way to tell, else the outcome of
-    /// one bounded probe. The twin asks the exporter's export endpoint (see `twin::export_service`).
+    /// one bounded probe (the `cann` backend re-imports the exporter's heap handle).
     fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
         let _ = exporter;
         None
     }
     /// Makes the calling thread able to call the device's runtime (ACL's current device is per thread, and vendor
-    /// libraries such as HiXL need it set); nothing to do on the twin.
+    /// libraries such as HiXL need it set).
     fn bind_thread(&self) -> Result<(), DeviceError> {
         Ok(())
     }
-    /// Relocates a peer address through an imported window (backends may add checks or, on the twin, injected faults).
+    /// Relocates a peer address through an imported window (a backend may add checks).
     fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
         window.translate(remote, length)
     }
@@ -390,7 +391,7 @@ impl DeviceBuffer {
     pub fn new(addr: u64, length: u64, release: Box<dyn FnOnce() + Send + Sync>) -> Self {
         DeviceBuffer { addr, length, release: Some(release) }
     }
-    /// Device address of the first byte (on the twin also a valid address of this process).
+    /// Device address of the first byte (never a Host address: reach it through the device's copies).
     pub fn addr(&self) -> u64 {
         self.addr
     }

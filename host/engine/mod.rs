@@ -251,7 +251,7 @@ impl TransferEngine {
 
     // ----- Device memory and the aiv transport (see docs/device.md). -----
 
-    /// The device of this engine (created on first call from `config.aiv`: the CPU twin by default), with the `aiv`
+    /// The device of this engine (created on first call from `config.aiv`: the twin runtime by default), with the `aiv`
     /// transport and the Host-submitted baselines `adxl` and `ubshmem` installed and the device's exported memory advertised in this engine's descriptor.
     ///
     /// Allocate device memory with `device.allocate(len)`, then `register_memory(buf.addr(), buf.len(),
@@ -469,7 +469,7 @@ impl TransferEngine {
     }
 
     /// Refuses a tcp request whose source or target is device memory of a cann device (the twin runtime's or an
-    /// NPU's), which the Host's reads and writes cannot reach; the legacy twin's device memory is Host memory.
+    /// NPU's), which the Host's reads and writes cannot reach.
     fn check_host_reachable(
         &self,
         source_location: &str,

@@ -244,7 +244,7 @@ pub struct BlockArgs {
     pub channel_record: U64,
     pub flag_area: U64,
     pub control: U64,
-    /// Opaque to the kernel: the twin platform layer's handle (0 on the NPU).
+    /// Opaque to the kernel: a platform layer's handle (0: the NPU platform layer, on either runtime, takes none).
     pub platform_context: U64,
     /// Completion wait budget in platform cycles.
     pub wait_budget: U64,

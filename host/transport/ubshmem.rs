@@ -5,9 +5,9 @@
 //! a Host worker of the pool (`ubshmem_workers`, default 8) takes it, borrows up to [`STREAMS_PER_TRANSFER`] streams
 //! from the stream pool (`ubshmem_streams`, default 32), splits the transfer across them, issues one asynchronous
 //! copy per piece ([`CopyStream::memcpy_async`]; the runtime turns it into descriptors and submits them), then
-//! synchronises every stream it used (bounded by `baseline_timeout`) and only then finishes the task. On the twin a
-//! stream is an in-order copy queue run by an emulated copy-engine thread; on an NPU it would be `aclrtMemcpyAsync`
-//! on a real stream (the `cann` backend's `CannStream`, unverified on hardware).
+//! synchronises every stream it used (bounded by `baseline_timeout`) and only then finishes the task. It is the `cann`
+//! backend's `CannStream`: `aclrtMemcpyAsync` on an ACL stream (on the twin runtime an in-order queue run by a stream
+//! worker thread; on an NPU unverified on hardware).
 //!
 //! Owns its streams and workers; touches no engine state beyond the task slots of the transfers it accepted.
 

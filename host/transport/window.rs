@@ -27,9 +27,9 @@ use crate::transfer::{FailureKind, Opcode, Segment, SegmentId, TransferFailure};
 /// The next [`Peer::id`].
 static NEXT_PEER_ID: AtomicU64 = AtomicU64::new(1);
 
-/// Whether a failed probe proves the exporter gone: nobody serves its endpoint (the connection is refused), or
-/// another device answers there, or its process no longer exists (the twin reports both as `NotFound`). A timeout,
-/// a busy service or any other failure is not evidence: the peer may be slow or flooded.
+/// Whether a failed probe proves the exporter gone (`ConnectionRefused`, or `NotFound`: the `cann` backend's
+/// re-import was answered that the exporting process or its handle no longer exists). A timeout, a busy service or
+/// any other failure is not evidence: the peer may be slow or flooded.
 pub fn is_gone(error: &std::io::Error) -> bool {
     matches!(error.kind(), std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound)
 }
@@ -249,7 +249,8 @@ impl PeerWindows {
                 return Ok(peer.clone());
             }
         }
-        // Once per descriptor version: imports (socket I/O on the twin) and a probe of the exporter may block.
+        // Once per descriptor version: imports (a request to the exporting process on the twin runtime) and a probe
+        // of the exporter may block.
         crate::cpu_time::may_sleep(|| self.import_peer(segment, &mut peers))
     }
 

@@ -278,7 +278,7 @@ impl HixlPath {
         }
         self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
         self.state.queued.notify_one();
-        // The hand-off to the Host thread is charged too, as on the twin path.
+        // The hand-off to the Host thread is charged too.
         self.state.shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
 }

@@ -80,7 +80,7 @@ impl HostBlock {
 impl Inner {
     /// Resolves the batch's transfers into request entries, spreads them over the blocks and posts them.
     pub(super) fn submit(&self, transfers: Vec<Transfer>) {
-        // A section that never sleeps (see cpu_time::Section): ring writes, on the twin a futex wake of a core. A
+        // A section that never sleeps (see cpu_time::Section): ring writes (the kernel polls them: no wake-up). A
         // lock held by a draining thread may make it wait: counted too. The first transfer to a peer imports its
         // memory and a per-batch launch calls the runtime: both may block, and count their CPU time only.
         let section = Section::start();
@@ -142,7 +142,7 @@ impl Inner {
                 tracing::error!(%error, "kernel launch failed; the watchdog will time the transfers out");
             }
         }
-        // The whole submit (ring writes, the twin's wake of a sleeping core, a per-batch launch) is charged to the
+        // The whole submit (ring writes, a per-batch launch) is charged to the
         // transfers drained next.
         self.unattributed_cpu.add(section.elapsed_ns());
     }

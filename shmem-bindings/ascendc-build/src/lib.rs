@@ -1,8 +1,9 @@
 //! `ascendc-build`: the build-script helper that compiles this project's AscendC transfer kernel.
 //!
-//! Two targets from one source tree (`kernels/`), one kernel and one platform layer (`platform/npu.h`):
+//! Three targets from one source tree (`kernels/`), one kernel and one platform layer (`platform/npu.h`):
 //! - [`build_twin`]: the kernel compiled with the host C++ compiler against the CPU implementation of the AscendC
-//!   subset (`kernels/cpu/`) into a static library linked into the runtime. Always done.
+//!   subset (`kernels/cpu/`) into a static library linked into the root crate, for the Host's checks of the kernel's
+//!   own functions (its chunking, `kernel_abi::chunk::kernel`). Always done.
 //! - [`build_twin_object`]: the same kernel and CPU model, with the twin's launch shim (`kernels/cpu/twin_launch.cpp`),
 //!   linked into a shared object: the kernel binary the twin runtime loads with `aclrtBinaryLoadFromData`, as the NPU
 //!   runtime loads the NPU object. Always done.
@@ -49,7 +50,8 @@ pub fn rerun_on_kernel_sources(kernels: &Path) {
 /// `transfer_kernel.h`, unchanged) against this project's CPU implementation of the AscendC subset
 /// (`kernels/cpu/`: `kernel_operator.h` and the per-core model), plus the Host-side hooks of `kernels/cpu/host_hooks.cpp`,
 /// with the host C++ compiler, into the static library `aiv_kernel_twin`, and tells cargo to link it (and the C++
-/// runtime).
+/// runtime): what the Host calls of the kernel directly (the chunking mirror). Transfers run the kernel object of
+/// [`build_twin_object`] on the twin runtime instead.
 pub fn build_twin(kernels: &Path) {
     twin_build(kernels).compile("aiv_kernel_twin");
 }

@@ -75,6 +75,8 @@ macro_rules! acl_entry {
         }
     };
 }
+/// For the other modules of entry points (`acl_compat`).
+pub(crate) use acl_entry;
 
 acl_entry! {
     /// Initialises the runtime. `config_path` may be null or empty; otherwise the file must exist (its contents

@@ -17,7 +17,7 @@ use std::ffi::CString;
 
 use ascendcl_sys::sys::*;
 
-use crate::acl::guard;
+use crate::acl::{acl_entry, guard};
 use crate::runtime::{is_device_address, runtime};
 
 /// The SoC name `aclrtGetSocName` reports: the twin's own, matching no vendor SoC.
@@ -51,21 +51,6 @@ pub(crate) fn record_error(name: &str, code: aclError) {
     let _ = RECENT.try_with(|recent| *recent.borrow_mut() = Some(message));
 }
 
-macro_rules! compat_entry {
-    ($(#[$meta:meta])* fn $name:ident($($param:ident : $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        ///
-        /// # Safety
-        ///
-        /// The C contract of the ACL function of this name: output pointers are null or writable; Host pointers
-        /// are valid for the bytes the call names. Device addresses are checked by the runtime.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($param: $ty),*) -> aclError {
-            guard(stringify!($name), move || $body)
-        }
-    };
-}
-
 use crate::acl::not_null;
 
 /// The message of the calling thread's most recent failed ACL call, or the empty string when none failed on this
@@ -84,7 +69,7 @@ pub extern "C" fn aclrtGetSocName() -> *const c_char {
     TWIN_SOC_NAME.as_ptr()
 }
 
-compat_entry! {
+acl_entry! {
     /// The physical id of a logical device: the same number (the twin has no device remapping).
     fn aclrtGetPhyDevIdByLogicDevId(logic_dev_id: i32, phy_dev_id: *mut i32) {
         not_null(phy_dev_id)?;
@@ -97,7 +82,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// The logical id of a user device id: the same number (the twin models no `ASCEND_RT_VISIBLE_DEVICES`).
     fn aclrtGetLogicDevIdByUserDevId(user_dev_id: i32, logic_dev_id: *mut i32) {
         not_null(logic_dev_id)?;
@@ -110,7 +95,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// The context of the calling thread's current device; `ACL_ERROR_RT_CONTEXT_NULL` when none is current.
     fn aclrtGetCurrentContext(context: *mut aclrtContext) {
         not_null(context)?;
@@ -121,7 +106,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// Makes the device of `context` (a handle `aclrtGetCurrentContext` gave) current on the calling thread.
     /// Null or a handle the twin did not make: `ACL_ERROR_INVALID_PARAM`; a device no thread has set:
     /// `ACL_ERROR_RT_CONTEXT_NULL`.
@@ -134,7 +119,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// Drops every task of `stream` not yet started (a running copy finishes) and clears its recorded failure; a
     /// later synchronisation returns at once. Null means the current device's default stream.
     fn aclrtStreamAbort(stream: aclrtStream) {
@@ -144,7 +129,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// Where `ptr` lives: a device address of the twin (allocated or not) is `ACL_MEM_LOCATION_TYPE_DEVICE` on the
     /// calling thread's current device (0 when none is current; the twin does not track which device a device
     /// address belongs to here), page size 2 MiB; any other address is `ACL_MEM_LOCATION_TYPE_HOST`, id 0, with the
@@ -176,7 +161,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// Not modelled: `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` (Mooncake's local copy engine then copies slice by slice
     /// with `aclrtMemcpyAsync`). `*fail_index` is set to `SIZE_MAX` (no copy failed; the error is not a copy's).
     fn aclrtMemcpyBatch(
@@ -199,7 +184,7 @@ compat_entry! {
     }
 }
 
-compat_entry! {
+acl_entry! {
     /// Not modelled (an A3-only variant of `aclrtReserveMemAddress`): `ACL_ERROR_RT_FEATURE_NOT_SUPPORT`.
     fn aclrtReserveMemAddressNoUCMemory(
         vir_ptr: *mut *mut c_void,

@@ -558,6 +558,16 @@ pub unsafe extern "C" fn HixlCSServerListen(server_handle: HixlServerHandle, bac
     })
 }
 
+/// Removes the registration `handle` names from `registrations`; `HIXL_PARAM_INVALID` if none does.
+fn remove_registration(registrations: &mut Vec<(usize, Region)>, handle: MemHandle) -> Status {
+    let before = registrations.len();
+    registrations.retain(|(id, _)| *id != handle as usize);
+    if registrations.len() == before {
+        return Err(HIXL_PARAM_INVALID);
+    }
+    Ok(())
+}
+
 /// `HixlCSServerUnregMem`.
 ///
 /// # Safety
@@ -567,11 +577,7 @@ pub unsafe extern "C" fn HixlCSServerUnregMem(server_handle: HixlServerHandle, m
     guard(|| {
         let server = server_of(server_handle)?;
         let mut state = lock(&server.state);
-        let before = state.regions.len();
-        state.regions.retain(|(id, _)| *id != mem_handle as usize);
-        if state.regions.len() == before {
-            return Err(HIXL_PARAM_INVALID);
-        }
+        remove_registration(&mut state.regions, mem_handle)?;
         server.publish(&state);
         Ok(())
     })
@@ -744,11 +750,7 @@ pub unsafe extern "C" fn HixlCSClientUnregMem(client_handle: HixlClientHandle, m
     guard(|| {
         let client = client_of(client_handle)?;
         let mut state = lock(&client.state);
-        let before = state.local.len();
-        state.local.retain(|(id, _)| *id != mem_handle as usize);
-        if state.local.len() == before {
-            return Err(HIXL_PARAM_INVALID);
-        }
+        remove_registration(&mut state.local, mem_handle)?;
         Ok(())
     })
 }
