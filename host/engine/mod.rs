@@ -50,8 +50,8 @@ enum RouteError {
     /// A tcp request names device memory the Host cannot read or write.
     #[error(
         "protocol tcp moves memory with the Host's own reads and writes, and the {side} range is device memory \
-         ({location}) of a cann device, which the Host cannot reach (on the twin runtime as on an NPU); use aiv, \
-         adxl or ubshmem for device memory"
+         ({location}), which the Host cannot reach (on the twin runtime as on an NPU); use aiv, adxl or ubshmem for \
+         device memory"
     )]
     DeviceMemoryOverTcp { side: &'static str, location: String },
 }
@@ -456,7 +456,7 @@ impl TransferEngine {
             .location
             .clone();
         if protocol == Protocol::Tcp {
-            self.check_host_reachable(&source_location, &target, &target_location)?;
+            Self::check_host_reachable(&source_location, &target_location)?;
         }
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
         if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
@@ -468,23 +468,13 @@ impl TransferEngine {
         Err(RouteError::NoTransport { protocol, segment: target.name.clone() })
     }
 
-    /// Refuses a tcp request whose source or target is device memory of a cann device (the twin runtime's or an
-    /// NPU's), which the Host's reads and writes cannot reach.
-    fn check_host_reachable(
-        &self,
-        source_location: &str,
-        target: &Segment,
-        target_location: &str,
-    ) -> std::result::Result<(), RouteError> {
-        let is_device = |location: &str| location.starts_with("npu:");
-        let own_is_cann =
-            || lock(&self.device).as_ref().is_some_and(|device| device.backend().backend_name() == "cann");
-        if is_device(source_location) && own_is_cann() {
-            return Err(RouteError::DeviceMemoryOverTcp { side: "source", location: source_location.to_owned() });
-        }
-        let target_is_cann = target.descriptor.aiv.as_ref().is_some_and(|aiv| aiv["backend"] == "cann");
-        if is_device(target_location) && target_is_cann {
-            return Err(RouteError::DeviceMemoryOverTcp { side: "target", location: target_location.to_owned() });
+    /// Refuses a tcp request whose source or target is device memory (location `npu:<id>`), which the Host's reads
+    /// and writes cannot reach (on the twin runtime as on an NPU).
+    fn check_host_reachable(source_location: &str, target_location: &str) -> std::result::Result<(), RouteError> {
+        for (side, location) in [("source", source_location), ("target", target_location)] {
+            if location.starts_with("npu:") {
+                return Err(RouteError::DeviceMemoryOverTcp { side, location: location.to_owned() });
+            }
         }
         Ok(())
     }
