@@ -55,12 +55,12 @@ pub fn reset_channel(device: i32, index: u32) -> Result<(), ControlError> {
 
 /// SQEs the channel has executed (copied) since its creation.
 pub fn sqes_executed(device: i32, index: u32) -> Result<u64, ControlError> {
-    Ok(channel(device, index)?.executed.load(std::sync::atomic::Ordering::Relaxed))
+    Ok(channel(device, index)?.progress.executed.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Doorbell writes the channel accepted since its creation (refused register writes are not counted).
 pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
-    Ok(channel(device, index)?.doorbells.load(std::sync::atomic::Ordering::Relaxed))
+    Ok(channel(device, index)?.doorbell.count.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Holds every stream's worker before its next task (`true`) or lets them go on (`false`): tasks queued meanwhile

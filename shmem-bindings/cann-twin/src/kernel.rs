@@ -389,6 +389,11 @@ struct CoreContext {
     windows: std::cell::Cell<[(usize, usize, usize); WINDOWS_REMEMBERED]>,
     windows_generation: std::cell::Cell<u64>,
     next_window: std::cell::Cell<usize>,
+    /// The last range translate refused (address, length, space generation): a doorbell register, rung thousands of
+    /// times, is answered without the space's lock.
+    refused: std::cell::Cell<(usize, usize, u64)>,
+    /// The register page this core rang last.
+    registers: crate::sdma::RegisterCache,
 }
 
 /// Device objects an emulated core remembers.
@@ -403,6 +408,8 @@ impl CoreContext {
             windows: std::cell::Cell::new([(0, 0, 0); WINDOWS_REMEMBERED]),
             windows_generation: std::cell::Cell::new(u64::MAX),
             next_window: std::cell::Cell::new(0),
+            refused: std::cell::Cell::new((0, 0, u64::MAX)),
+            registers: crate::sdma::RegisterCache::default(),
         }
     }
 
@@ -412,7 +419,11 @@ impl CoreContext {
             return None;
         }
         let end = address.checked_add(len)?;
-        self.windows.get().iter().find_map(|&(start, length, host)| {
+        // In place: a copy of the whole array per access (Cell::get) costs more than the search.
+        // SAFETY: the array lives as long as `self`; a CoreContext is used by its own core's thread only (Cell makes
+        // it !Sync), and nothing writes `windows` while this shared view is alive.
+        let windows = unsafe { &*self.windows.as_ptr() };
+        windows.iter().find_map(|&(start, length, host)| {
             (length > 0 && address >= start && end <= start + length).then(|| (host + (address - start)) as *mut c_void)
         })
     }
@@ -455,10 +466,17 @@ unsafe extern "C" fn op_translate(context: *mut c_void, device_addr: u64, len: u
     if let Some(host) = core.remembered(address, len, generation) {
         return host;
     }
+    if core.refused.get() == (address, len, generation) {
+        return std::ptr::null_mut();
+    }
+    let refuse = || {
+        core.refused.set((address, len, generation));
+        std::ptr::null_mut()
+    };
     let guard = space();
     let Some(space) = guard.as_ref() else { return std::ptr::null_mut() };
     if !space.contains(address) {
-        return std::ptr::null_mut();
+        return refuse();
     }
     match space.translate(address, len, false).as_deref() {
         // One segment: the model accesses it as one Host range. It stays mapped while the launch runs: memory a
@@ -469,17 +487,19 @@ unsafe extern "C" fn op_translate(context: *mut c_void, device_addr: u64, len: u
             }
             one.ptr.cast()
         }
-        _ => std::ptr::null_mut(),
+        _ => refuse(),
     }
 }
 
-unsafe extern "C" fn op_register_write(_context: *mut c_void, device_addr: u64, data: *const c_void, len: u32) -> i32 {
+unsafe extern "C" fn op_register_write(context: *mut c_void, device_addr: u64, data: *const c_void, len: u32) -> i32 {
     if data.is_null() {
         return REG_NOT_REGISTER;
     }
+    // SAFETY: the context run_core installed.
+    let core = unsafe { core(context) };
     // SAFETY: the model passes `len` readable bytes of its unified buffer.
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
-    match crate::sdma::register_write(device_addr, bytes) {
+    match crate::sdma::register_write_through(&core.registers, device_addr, bytes) {
         Ok(()) => REG_ACCEPTED,
         Err(crate::sdma::RegisterFault::Refused { .. }) => REG_REFUSED,
         Err(crate::sdma::RegisterFault::NotARegister { .. }) => REG_NOT_REGISTER,

@@ -26,6 +26,7 @@
 //! NPU does with such a write is not publicly documented). The page lies inside the device address space, which is
 //! `PROT_NONE` for the Host and never translated, so neither a Host store nor a copy can ring it.
 
+use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, RwLock};
@@ -303,8 +304,6 @@ impl std::error::Error for RegisterFault {}
 
 #[derive(Debug, Default)]
 struct State {
-    /// The doorbell register's value (the tail the engine runs to).
-    tail: u32,
     stalled: bool,
     exception: Option<ChannelException>,
     reset_requested: u64,
@@ -330,10 +329,32 @@ pub(crate) struct Channel {
     reset: Condvar,
     /// Set (under `state`) by every request the engine must see between two SQEs.
     interrupt: AtomicBool,
+    /// What the engine writes per SQE, on its own cache line (the ringing core's thread must not lose its line to
+    /// them).
+    pub progress: CachePadded<Progress>,
+    /// What a doorbell writes, on its own cache line.
+    pub doorbell: CachePadded<Doorbell>,
+}
+
+/// The engine's side of a [`Channel`].
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
     /// The engine's head (a copy of what it publishes in the record), for exceptions raised outside the engine.
-    head: AtomicU32,
+    pub head: AtomicU32,
     pub executed: AtomicU64,
-    pub doorbells: AtomicU64,
+}
+
+/// The doorbell register of a [`Channel`].
+#[derive(Debug, Default)]
+pub(crate) struct Doorbell {
+    /// Accepted doorbell writes.
+    pub count: AtomicU64,
+    /// The register's value (the tail the engine runs to). A doorbell stores it and counts itself without the state
+    /// lock; it takes the lock to notify only when the engine sleeps.
+    pub tail: AtomicU32,
+    /// The engine waits on `wake` (set by it under the state lock before it sleeps, then the tail checked again):
+    /// with the doorbell's store of the tail before its look at this, one of the two sees the other (both SeqCst).
+    pub engine_asleep: AtomicBool,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -368,10 +389,13 @@ impl Channel {
 
     /// An accepted doorbell write.
     fn ring(&self, tail: u32) {
-        let mut state = lock(&self.state);
-        state.tail = tail;
-        self.doorbells.fetch_add(1, Ordering::Relaxed);
-        self.wake.notify_all();
+        self.doorbell.tail.store(tail, Ordering::SeqCst);
+        self.doorbell.count.fetch_add(1, Ordering::SeqCst);
+        if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
+            // The engine holds the lock from its look at the tail until it waits: taking it here means it waits.
+            let _state = lock(&self.state);
+            self.wake.notify_all();
+        }
     }
 
     /// Records the first exception of this stop.
@@ -432,7 +456,7 @@ impl Channel {
         Ok(())
     }
 
-    /// Executes the SQE at `head` and publishes `head + 1`; on a fault returns the syndrome and the raw SQE.
+    /// Executes the SQE at `head`; on a fault returns the syndrome and the raw SQE.
     fn execute(&self, head: u32) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
         let guard = space();
         let Some(space) = guard.as_ref() else { return Err((Syndrome::QUEUE_FAULT, [0; SQE_BYTES])) };
@@ -469,9 +493,7 @@ impl Channel {
             // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
             _ => unsafe { perform_copy(&to, &from) },
         }
-        self.executed.fetch_add(1, Ordering::Relaxed);
-        let next = (head + 1) % self.depth;
-        self.publish_head(space, next).map_err(|syndrome| (syndrome, raw))?;
+        self.progress.executed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
@@ -481,7 +503,7 @@ impl Channel {
     fn poll_briefly(&self, rung: u64) {
         let started = Instant::now();
         let mut spins = 0u32;
-        while self.doorbells.load(Ordering::Acquire) == rung
+        while self.doorbell.count.load(Ordering::Acquire) == rung
             && !self.interrupt.load(Ordering::Acquire)
             && started.elapsed() < ENGINE_POLL_WINDOW
         {
@@ -509,10 +531,10 @@ impl Channel {
                         return;
                     }
                     if state.reset_requested != state.reset_done {
-                        let tail = state.tail % self.depth;
-                        state.tail = tail;
+                        let tail = self.doorbell.tail.load(Ordering::SeqCst) % self.depth;
+                        self.doorbell.tail.store(tail, Ordering::SeqCst);
                         head = tail;
-                        self.head.store(head, Ordering::Relaxed);
+                        self.progress.head.store(head, Ordering::Relaxed);
                         // A record that no longer translates (the workspace was freed) makes the next SQE fault.
                         let _ = space().as_ref().map(|space| self.publish_head(space, head));
                         state.exception = None;
@@ -520,29 +542,52 @@ impl Channel {
                         self.reset.notify_all();
                         continue;
                     }
-                    if !state.stalled && state.exception.is_none() && state.tail != head {
-                        // Rings are counted under this lock: every one up to here is covered by this tail.
-                        seen = self.doorbells.load(Ordering::Acquire);
-                        break state.tail;
+                    // A doorbell stores its tail before it counts itself: every ring counted in `seen` is covered by
+                    // the tail read after it.
+                    let rung = self.doorbell.count.load(Ordering::SeqCst);
+                    let tail = self.doorbell.tail.load(Ordering::SeqCst);
+                    if !state.stalled && state.exception.is_none() && tail != head {
+                        seen = rung;
+                        break tail;
+                    }
+                    self.doorbell.engine_asleep.store(true, Ordering::SeqCst);
+                    if self.doorbell.tail.load(Ordering::SeqCst) != tail {
+                        // Rung between the look above and going to sleep.
+                        self.doorbell.engine_asleep.store(false, Ordering::SeqCst);
+                        continue;
                     }
                     state = self.wake.wait(state).unwrap_or_else(|p| p.into_inner());
+                    self.doorbell.engine_asleep.store(false, Ordering::SeqCst);
                 }
             };
             if tail >= self.depth {
                 self.raise(self.exception_at(head, tail, Syndrome::BAD_TAIL, [0; SQE_BYTES]));
                 continue;
             }
+            // The record's sq_head is published when the run stops (caught up with the tail, interrupted, or at a bad
+            // SQE, before its exception is raised), not per SQE: the kernel stores its software tail into the same
+            // record line at every doorbell, and a store per SQE from here would take that line from the ringing
+            // core each time. Nobody reads the record's head during a run (the kernel at channel load, the Host at
+            // an exception).
+            let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
                 match self.execute(head) {
                     Ok(()) => {
                         head = (head + 1) % self.depth;
-                        self.head.store(head, Ordering::Relaxed);
+                        self.progress.head.store(head, Ordering::Relaxed);
                     }
-                    Err((syndrome, raw)) => {
-                        self.raise(self.exception_at(head, tail, syndrome, raw));
+                    Err(failed) => {
+                        fault = Some(failed);
                         break;
                     }
                 }
+            }
+            let published = space().as_ref().map(|space| self.publish_head(space, head));
+            if let Some((syndrome, raw)) = fault {
+                self.raise(self.exception_at(head, tail, syndrome, raw));
+            } else if let Some(Err(syndrome)) = published {
+                // The record no longer translates (its workspace was freed): as a fault of the SQE at the head.
+                self.raise(self.exception_at(head, tail, syndrome, [0; SQE_BYTES]));
             }
         }
     }
@@ -592,6 +637,13 @@ pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
 static ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 /// Register pages by device address: the channel whose doorbell each holds.
 static REGISTERS: LazyLock<RwLock<HashMap<u64, Arc<Channel>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+/// Bumped, under [`REGISTERS`]' write lock, by every change of it: a [`RegisterCache`] filled before is stale.
+static REGISTERS_GENERATION: AtomicU64 = AtomicU64::new(0);
+
+/// The register page an emulated core rang last, so that its doorbells (one page, thousands of times) skip the
+/// registry: valid while [`REGISTERS_GENERATION`] has not moved.
+#[derive(Debug, Default)]
+pub(crate) struct RegisterCache(std::cell::RefCell<Option<(u64, Arc<Channel>, u64)>>);
 
 /// The channel `(device, channel)`, if that device has engines.
 pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
@@ -671,9 +723,8 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             wake: Condvar::new(),
             reset: Condvar::new(),
             interrupt: AtomicBool::new(false),
-            head: AtomicU32::new(0),
-            executed: AtomicU64::new(0),
-            doorbells: AtomicU64::new(0),
+            progress: CachePadded::new(Progress::default()),
+            doorbell: CachePadded::new(Doorbell::default()),
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];
@@ -705,6 +756,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
         for channel in &channels {
             registers.insert(channel.reg_base, Arc::clone(channel));
         }
+        REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
     engines.insert(device, Engines { channels, threads, allocations, register_pages });
     Ok(workspace)
@@ -719,6 +771,7 @@ pub(crate) fn destroy(device: i32) {
         for channel in &engines.channels {
             registers.remove(&channel.reg_base);
         }
+        REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
     engines.channels.iter().for_each(|channel| channel.shut_down());
     for handle in engines.threads {
@@ -739,19 +792,33 @@ pub(crate) fn destroy(device: i32) {
 /// [`Syndrome::REGISTER_ACCESS`] exception on the page's channel (which stops it until reset) and returns
 /// [`RegisterFault::Refused`]; an address in no register page returns [`RegisterFault::NotARegister`].
 pub fn register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+    register_write_through(&RegisterCache::default(), device_va, bytes)
+}
+
+/// [`register_write`] through a core's [`RegisterCache`].
+pub(crate) fn register_write_through(cache: &RegisterCache, device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
     let page = page() as u64;
     let base = device_va - device_va % page;
-    let channel = REGISTERS
-        .read()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&base)
-        .cloned()
-        .ok_or(RegisterFault::NotARegister { va: device_va })?;
+    // Read before the registry: a change after this read moves the generation, so what is cached under it is
+    // looked up again next time.
+    let generation = REGISTERS_GENERATION.load(Ordering::Acquire);
+    let hit = matches!(&*cache.0.borrow(), Some((cached, _, cached_generation)) if *cached == base && *cached_generation == generation);
+    if !hit {
+        let channel = REGISTERS
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&base)
+            .cloned()
+            .ok_or(RegisterFault::NotARegister { va: device_va })?;
+        *cache.0.borrow_mut() = Some((base, channel, generation));
+    }
+    let cached = cache.0.borrow();
+    let Some((_, channel, _)) = &*cached else { return Err(RegisterFault::NotARegister { va: device_va }) };
     let offset = device_va - base;
     if offset != DOORBELL_OFFSET || bytes.len() != DOORBELL_WIDTH {
         let width = bytes.len();
-        let tail = lock(&channel.state).tail;
-        let head = channel.head.load(Ordering::Relaxed);
+        let tail = channel.doorbell.tail.load(Ordering::SeqCst);
+        let head = channel.progress.head.load(Ordering::Relaxed);
         let mut exception = channel.exception_at(head, tail, Syndrome::REGISTER_ACCESS, [0; SQE_BYTES]);
         exception.register = Some(RegisterAccess { offset, width });
         channel.raise(exception);
