@@ -104,6 +104,11 @@ fn dma_waits_for_its_pipe_flags() {
 }
 
 #[test]
+fn wide_ub_stores_and_completion_order() {
+    assert_passes("wide_ub_stores_and_completion_order");
+}
+
+#[test]
 fn npu_kernel_publishes_completions_and_rings_4_byte_doorbells() {
     assert_passes("npu_kernel_publishes_completions_and_rings_4_byte_doorbells");
 }
@@ -197,12 +202,34 @@ fn a_store_without_cleaning_is_caught() {
 }
 
 #[test]
-fn sqes_not_cleaned_before_the_doorbell_are_caught() {
+fn sqes_not_landed_before_the_doorbell_are_caught() {
+    // The doorbell rings without the kernel having waited for the DMA that lands its SQEs.
+    assert_mutation_caught(
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);\n    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);\n",
+        "",
+        "rang before SQE 0 was in HBM",
+    );
+}
+
+#[test]
+fn sqes_landed_without_scalar_to_mte3_ordering_are_caught() {
+    assert_mutation_caught(
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);\n    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);\n",
+        "",
+        // AIV_CPU_FAULT_PIPE_ORDER: the DMA reads the stage before the scalar stores that built it are ordered.
+        "fault kind 6",
+    );
+}
+
+#[test]
+fn sqes_never_landed_are_caught() {
     assert_mutation_caught(
         "include/aiv/transfer_kernel.h",
-        "    aiv_platform::flush_for_device(reinterpret_cast<AIV_GM void*>(b.sq_base), b.sq_depth * AIV_SQE_BYTES);\n",
-        "",
-        "is not a copy SQE in HBM",
+        "    land(b);\n    // The doorbell",
+        "    // The doorbell",
+        "rang before SQE 0 was in HBM",
     );
 }
 

@@ -24,7 +24,8 @@ namespace {
 constexpr uint64_t kLine = aiv_cpu::kFastLine;  // data cache line (CACHE_LINE_SIZE for dav-2201)
 constexpr uint64_t kAllBytes = ~uint64_t(0);    // a 64-bit byte mask covering a whole line
 constexpr uint64_t kBlock = 32;                 // DMA data block
-constexpr uint32_t kUbBytes = 192u * 1024u;     // TOTAL_UB_SIZE for dav-2201
+constexpr uint32_t kUbBytes = aiv_cpu::kFastUbBytes;
+constexpr uint32_t kGranule = aiv_cpu::kUbGranule;
 constexpr uint32_t kPollThreshold = 16;         // unchanged refills before the first idle hint
 constexpr uint32_t kNotResident = ~uint32_t(0);
 
@@ -46,6 +47,7 @@ struct DmaOp {
     uint64_t ub;
     uint64_t len;
     uint64_t seq;
+    void* hbm;       // at completion: translate's answer for a UB -> GM burst
 };
 
 struct Range {
@@ -122,9 +124,12 @@ struct Core {
     AivCpuCoreStats stats;                // scalar_loads / scalar_stores live in aiv_cpu::fast
     uint64_t stores_at_fill = 0;          // aiv_cpu::fast().scalar_stores at the last fill that read HBM
     uint8_t ub[kUbBytes];
+    uint16_t ub_epoch[kUbBytes / kGranule];  // the inline UB stores' ordering record (kernel_operator.h)
 };
 
-thread_local Core* g_core = nullptr;
+// Initial-exec, like fast_cache: no __tls_get_addr call per intrinsic in the dlopen'ed kernel object (8 bytes of
+// static TLS).
+__thread Core* g_core __attribute__((tls_model("initial-exec"))) = nullptr;
 
 uint64_t mask_of(uint64_t from, uint64_t to) {  // bytes [from, to) of a line
     const uint64_t hi = to >= 64 ? kAllBytes : ((uint64_t(1) << to) - 1);
@@ -280,12 +285,39 @@ uint8_t* ub_range(Core& c, uint64_t ub_addr, uint64_t len) {
 
 bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
-// Runs one burst: UB -> GM to HBM if translate accepts it, else to the runtime's register page; GM -> UB from HBM.
-void execute(Core& c, const DmaOp& op) {
+// Every scalar UB write so far is ordered before DMA issued from now on.
+void order_scalar_ub(Core& c) {
+    c.unordered_writes.clear();
+    aiv_cpu::FastCache& f = aiv_cpu::fast();
+    if (++f.epoch == 0) {  // wrapped: no granule may keep a stale epoch equal to a future one
+        memset(c.ub_epoch, 0, sizeof(c.ub_epoch));
+        f.epoch = 1;
+    }
+}
+
+void pending_changed(Core& c) { aiv_cpu::fast().ub_inline = c.pending.empty(); }
+
+// Asks the CPU for write ownership of the `len` bytes after a UB -> GM burst to `hbm`, where a ring's next burst
+// goes: the lines the SDMA engine's thread read on the ring's last lap then move to this thread while the core
+// builds the next burst, not while the model copies it. Speed only (a prefetch changes no memory and cannot fault).
+void prefetch_next(uint8_t* hbm, uint64_t len) {
+#if defined(__x86_64__)
+    if (len < 256) return;
+    for (uint64_t at = 0; at < len; at += kLine) __asm__ volatile("prefetchw (%0)" : : "r"(hbm + len + at));
+#else
+    (void)hbm;
+    (void)len;
+#endif
+}
+
+// Runs one burst: UB -> GM to `hbm` (translate's answer for it) if not null, else to the runtime's register page;
+// GM -> UB from HBM.
+void execute(Core& c, const DmaOp& op, void* hbm) {
     uint8_t* local = c.ub + op.ub;
     if (op.out) {
-        if (void* hbm = c.ops->translate(c.context, op.gm, op.len)) {
+        if (hbm) {
             memcpy(hbm, local, op.len);
+            prefetch_next(static_cast<uint8_t*>(hbm), op.len);
             return;
         }
         const int answer = c.ops->register_write
@@ -294,7 +326,6 @@ void execute(Core& c, const DmaOp& op) {
         if (answer == AIV_CPU_REG_NOT_REGISTER) raise(c, AIV_CPU_FAULT_UNMAPPED, op.gm, op.len);
         return;
     }
-    const void* hbm = c.ops->translate(c.context, op.gm, op.len);
     if (!hbm) {
         raise(c, AIV_CPU_FAULT_UNMAPPED, op.gm, op.len);
         memset(local, 0, op.len);
@@ -303,42 +334,56 @@ void execute(Core& c, const DmaOp& op) {
     memcpy(local, hbm, op.len);
 }
 
-// Completes, in issue order, the pending bursts of one direction up to sequence number `upto`.
-void complete(Core& c, bool out, uint64_t upto) {
+// Completes the pending bursts of one direction up to sequence number `upto` (every pending burst with `all`).
+// Nothing documents in which order bursts completed by one wait reach their targets, so the model takes the order
+// that exposes a missing wait: UB -> GM bursts to registers land first (a doorbell overtakes the data it announces
+// unless the kernel waited for that data before issuing the doorbell), then the rest in issue order.
+void complete(Core& c, bool out, uint64_t upto, bool all = false) {
+    const auto due = [&](const DmaOp& op) { return all || (op.out == out && op.seq <= upto); };
+    for (DmaOp& op : c.pending) {
+        if (!due(op) || !op.out) continue;
+        op.hbm = c.ops->translate(c.context, op.gm, op.len);
+        if (!op.hbm) execute(c, op, nullptr);
+    }
     size_t kept = 0;
     for (size_t i = 0; i < c.pending.size(); ++i) {
         const DmaOp op = c.pending[i];
-        if (op.out == out && op.seq <= upto) {
-            execute(c, op);
-        } else {
+        if (!due(op)) {
             c.pending[kept++] = op;
+        } else if (!op.out) {
+            execute(c, op, c.ops->translate(c.context, op.gm, op.len));
+        } else if (op.hbm) {
+            execute(c, op, op.hbm);
         }
     }
     c.pending.resize(kept);
+    pending_changed(c);
 }
 
-void complete_all(Core& c) {
-    for (const DmaOp& op : c.pending) execute(c, op);
-    c.pending.clear();
-}
+void complete_all(Core& c) { complete(c, false, 0, true); }
 
 // Issues one burst. Its UB range must not hold scalar writes not yet ordered before it (SetFlag/WaitFlag<S_MTE3> or
 // <S_MTE2>, or PipeBarrier<PIPE_ALL>).
 void issue(Core& c, bool out, uint64_t gm, uint64_t ub, uint64_t len) {
     if (!ub_range(c, ub, len)) return;
-    for (const Range& w : c.unordered_writes) {
-        if (overlaps(w.from, w.len, ub, len)) {
-            raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
-            break;
-        }
+    bool unordered = false;
+    for (const Range& w : c.unordered_writes) unordered = unordered || overlaps(w.from, w.len, ub, len);
+    // No early exit: the loop vectorises (a 2 KiB burst is 512 granules).
+    const uint16_t epoch = aiv_cpu::fast().epoch;
+    uint32_t current = 0;
+    for (uint64_t g = ub / kGranule, last = (ub + len + kGranule - 1) / kGranule; g < last; ++g) {
+        current |= c.ub_epoch[g] == epoch ? 1u : 0u;
     }
+    unordered = unordered || current != 0;
+    if (unordered) raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
     if (out) {
         c.stats.dma_bursts_out += 1;
     } else {
         c.stats.dma_bursts_in += 1;
     }
     progress(c);
-    c.pending.push_back(DmaOp{out, gm, ub, len, c.next_seq++});
+    c.pending.push_back(DmaOp{out, gm, ub, len, c.next_seq++, nullptr});
+    pending_changed(c);
 }
 
 // A scalar access of UB: it must not touch what a pending burst reads (UB -> GM, for a write) or writes (GM -> UB).
@@ -387,6 +432,10 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     g_core->block_num = block_num;
     memset(&g_core->stats, 0, sizeof(g_core->stats));  // the unified buffer: zeroed by Core()'s value-initialisation
     memset(&aiv_cpu::fast(), 0, sizeof(aiv_cpu::FastCache));
+    aiv_cpu::fast().ub = g_core->ub;
+    aiv_cpu::fast().ub_epoch = g_core->ub_epoch;
+    aiv_cpu::fast().epoch = 1;
+    aiv_cpu::fast().ub_inline = true;
     g_core->resident.reserve(512);
     g_core->pending.reserve(64);
     return 0;
@@ -557,7 +606,7 @@ void wait_flag(pipe_t pipe, pipe_t tpipe, event_t event) {
     if (pipe == PIPE_S && (tpipe == PIPE_MTE3 || tpipe == PIPE_MTE2)) {
         if (!c.scalar_set[id]) raise(c, AIV_CPU_FAULT_PIPE_ORDER, 0, 0);  // a wait with no set: hangs on hardware
         c.scalar_set[id] = false;
-        c.unordered_writes.clear();
+        order_scalar_ub(c);
     }
     if (pipe == PIPE_MTE3) complete(c, true, c.out_mark[id]);
     if (pipe == PIPE_MTE2) complete(c, false, c.in_mark[id]);
@@ -567,7 +616,7 @@ void pipe_barrier(pipe_t pipe) {
     Core& c = *core();
     if (pipe != PIPE_ALL) return;
     complete_all(c);
-    c.unordered_writes.clear();
+    order_scalar_ub(c);
 }
 
 int64_t get_block_idx() { return core()->block_idx; }

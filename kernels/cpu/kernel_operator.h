@@ -77,12 +77,26 @@ struct FastLine {             // the head of the model's cache line
     uint8_t data[kFastLine];  // what the core holds
     uint64_t dirty;           // bit i: byte i written by this core and not yet cleaned
 };
+constexpr uint32_t kFastUbBytes = 192u * 1024u;  // TOTAL_UB_SIZE for dav-2201
+constexpr uint32_t kUbGranule = 8;                // the unit in which inline UB stores are ordered (see ub_epoch)
 struct FastCache {
     uint64_t tag[kFastSlots];    // line address | 1 (0: empty; a zeroed thread has no hit)
     FastLine* line[kFastSlots];
     uint64_t scalar_loads;       // AivCpuCoreStats counters, kept here so that hits count too
     uint64_t scalar_stores;
     uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
+    // The inline path of aligned 4- and 8-byte scalar UB stores (LocalTensor::SetValue). It is taken only while no
+    // DMA burst is pending (a pending burst may read or write any UB byte: the model's out-of-line path checks those
+    // accesses), and it records each store for the pipe-order check of later bursts as the out-of-line path does:
+    // ub_epoch[g] = epoch for every 4-byte granule g it wrote, where epoch moves on at every point that orders
+    // earlier scalar UB writes before later DMA (WaitFlag<S_MTE3/S_MTE2>, PipeBarrier<PIPE_ALL>). A burst whose UB
+    // range holds a granule of the current epoch reads a store that nothing ordered before it.
+    // The field types differ from those of the inline path's stores (uint32_t/uint64_t data, uint16_t epochs), so
+    // that the compiler need not reload them after each store.
+    uint8_t* ub;                 // the core's unified buffer (null: no core installed)
+    uint16_t* ub_epoch;          // kFastUbBytes / kUbGranule entries
+    uint16_t epoch;              // >= 1 while a core is installed
+    bool ub_inline;              // a core is installed and no DMA burst is pending
 };
 // The calling thread's table, through an initial-exec TLS pointer: no __tls_get_addr call (and its clobbered
 // registers) per access, and only 8 bytes of static TLS, which a shared object loaded later (the twin runtime's
@@ -112,6 +126,22 @@ inline void load(uint64_t device_addr, T* out) {
         return;
     }
     gm_load(device_addr, out, sizeof(T));
+}
+// A scalar store of `in` at UB offset `ub_addr` (LocalTensor::SetValue).
+template <typename T>
+inline void ub_store_value(uint64_t ub_addr, const T& in) {
+    if constexpr (sizeof(T) == kUbGranule) {
+        FastCache* f = fast_cache;
+        if (f != nullptr && f->ub_inline && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes) {
+            uint64_t word;
+            memcpy(&word, &in, sizeof(T));
+            // A typed store: the unified buffer is only ever read back with byte copies, which may alias it.
+            *reinterpret_cast<uint64_t*>(f->ub + ub_addr) = word;
+            f->ub_epoch[ub_addr / kUbGranule] = f->epoch;
+            return;
+        }
+    }
+    ub_store(ub_addr, &in, sizeof(T));
 }
 template <typename T>
 inline void store(uint64_t device_addr, const T& in) {
@@ -227,8 +257,7 @@ public:
     __aicore__ inline LocalTensor() { memset(&address_, 0, sizeof(address_)); }
     template <typename S>
     __aicore__ inline void SetValue(const uint32_t index, const S value) const {
-        const PrimType v = static_cast<PrimType>(value);
-        aiv_cpu::ub_store(ub_addr(index), &v, sizeof(PrimType));
+        aiv_cpu::ub_store_value(ub_addr(index), static_cast<PrimType>(value));
     }
     __aicore__ inline PrimType GetValue(const uint32_t index) const {
         PrimType v;

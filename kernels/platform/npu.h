@@ -21,6 +21,10 @@
 // Scratch in the unified buffer for the doorbell DMA, 32-byte aligned and below SHMEM's reserved top of UB
 // (docs/hardware.md section 2).
 #define AIV_NPU_UB_DOORBELL_OFFSET (180u * 1024u)
+// The SQE stage: AIV_SQE_STAGE_SLOTS SQEs built in UB and landed in the SQ with one UB -> GM DMA (16 KiB at the bottom
+// of UB, which nothing else of the kernel uses).
+#define AIV_NPU_UB_SQE_STAGE_OFFSET 0u
+#define AIV_SQE_STAGE_SLOTS 256u
 
 namespace aiv_platform {
 
@@ -93,9 +97,67 @@ AIV_DEVICE_FN void flush_for_device(__gm__ void* p, uint32_t) {
         gm_tensor(reinterpret_cast<const __gm__ uint8_t*>(p)));
 }
 
+// Builds SQE `sqe` in slot `slot` (< AIV_SQE_STAGE_SLOTS) of the UB stage with scalar UB stores. The stage must not
+// be rewritten while a land_sqes DMA reads it: land_sqes waits for its DMA before it returns.
+AIV_DEVICE_FN void stage_sqe(uint32_t slot, const AivSdmaSqe& sqe) {
+    AscendC::LocalTensor<uint64_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
+    ub.address_.bufferAddr = AIV_NPU_UB_SQE_STAGE_OFFSET + slot * AIV_SQE_BYTES;
+    ub.address_.dataLen = AIV_SQE_BYTES;
+    // The eight little-endian words of the layout, composed from the fields (the offsets are checked below and by
+    // the layout probe): a word read back from the struct in memory would be type punning, and a byte copy of it
+    // stalls on the narrower stores that built it.
+    const uint64_t words[AIV_SQE_BYTES / 8] = {
+        uint64_t(sqe.type_word) | uint64_t(sqe.block_dim) << 16 | uint64_t(sqe.rt_stream_id) << 32 |
+            uint64_t(sqe.task_id) << 48,
+        uint64_t(sqe.reserved0) | uint64_t(sqe.reserved1) << 32 | uint64_t(sqe.kernel_credit) << 48 |
+            uint64_t(sqe.ptr_mode) << 56,
+        uint64_t(sqe.opcode_word) | uint64_t(sqe.src_stream_id) << 32 | uint64_t(sqe.src_sub_stream_id) << 48,
+        uint64_t(sqe.dst_stream_id) | uint64_t(sqe.dst_sub_stream_id) << 16 | uint64_t(sqe.length) << 32,
+        uint64_t(sqe.src_addr_low) | uint64_t(sqe.src_addr_high) << 32,
+        uint64_t(sqe.dst_addr_low) | uint64_t(sqe.dst_addr_high) << 32,
+        uint64_t(sqe.link_type) | uint64_t(sqe.reserved2[0]) << 8 | uint64_t(sqe.reserved2[1]) << 16 |
+            uint64_t(sqe.reserved2[2]) << 24 | uint64_t(sqe.reserved3[0]) << 32,
+        uint64_t(sqe.reserved3[1]) | uint64_t(sqe.reserved3[2]) << 32,
+    };
+    static_assert(__builtin_offsetof(AivSdmaSqe, task_id) == 6 && __builtin_offsetof(AivSdmaSqe, ptr_mode) == 15 &&
+                      __builtin_offsetof(AivSdmaSqe, src_sub_stream_id) == 22 && __builtin_offsetof(AivSdmaSqe, length) == 28 &&
+                      __builtin_offsetof(AivSdmaSqe, dst_addr_high) == 44 && __builtin_offsetof(AivSdmaSqe, reserved3) == 52 &&
+                      sizeof(AivSdmaSqe) == AIV_SQE_BYTES,
+                  "stage_sqe composes the words of this layout");
+    // Eight statements, not a loop: the words stay in registers.
+    ub.SetValue(0, words[0]);
+    ub.SetValue(1, words[1]);
+    ub.SetValue(2, words[2]);
+    ub.SetValue(3, words[3]);
+    ub.SetValue(4, words[4]);
+    ub.SetValue(5, words[5]);
+    ub.SetValue(6, words[6]);
+    ub.SetValue(7, words[7]);
+}
+
+// Lands stage slots [0, count) in the SQ at `dst` with one UB -> GM DMA, ordered after the scalar stores that built
+// them, and waits for it: the SQEs are in HBM before anything the kernel issues next (the doorbell above all) and the
+// stage may be rebuilt. DMA does not go through the data cache, so no cache maintenance is needed for the SQ.
+AIV_DEVICE_FN void land_sqes(AIV_GM void* dst, uint32_t count) {
+    AscendC::LocalTensor<uint32_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
+    ub.address_.bufferAddr = AIV_NPU_UB_SQE_STAGE_OFFSET;
+    ub.address_.dataLen = count * AIV_SQE_BYTES;
+    AscendC::GlobalTensor<uint32_t> sq;
+    sq.SetGlobalBuffer(reinterpret_cast<__gm__ uint32_t*>(dst));
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID1);
+    AscendC::DataCopyPad(sq, ub, AscendC::DataCopyExtParams{1, count * AIV_SQE_BYTES, 0, 0, 0});
+    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
+    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID1);
+}
+
 // The doorbell: one 4-byte UB -> GM DMA of the tail to sq_reg_base + 0x8, as SHMEM's aclshmemi_set_value does it
 // (DataCopyPad with DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0}: one burst of 4 BYTES; docs/hardware.md section 9).
-AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail) {
+// The same UB word then lands in the channel record's software tail (`record_tail`) with a second 4-byte DMA, so
+// that the record line never enters the data cache dirty.
+AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail, AIV_GM uint32_t* record_tail) {
     AscendC::LocalTensor<uint32_t> ub;
     ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
     ub.address_.bufferAddr = AIV_NPU_UB_DOORBELL_OFFSET;
@@ -106,6 +168,9 @@ AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail) 
     AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
     AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
     AscendC::DataCopyPad(reg, ub, AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});
+    AscendC::GlobalTensor<uint32_t> record;
+    record.SetGlobalBuffer(record_tail);
+    AscendC::DataCopyPad(record, ub, AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});
     // The UB word is rewritten by the next doorbell: the copy must have read it first.
     AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
     AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);

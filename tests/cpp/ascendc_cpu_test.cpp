@@ -61,6 +61,7 @@ struct Runtime {
     uint64_t record = 0;       // device address of the channel record the engine serves
     uint32_t engine_head = 0;
     uint32_t sqes_executed = 0;
+    uint32_t announced = 0;    // the tail of the last doorbell: SQEs before it were checked when it rang
 
     Runtime() {
         hbm = new uint8_t[kHbmBytes]();
@@ -126,6 +127,22 @@ int op_register_write(void* ctx, uint64_t addr, const void* data, uint32_t len) 
     rt.reg_writes.push_back(RegWrite{offset, len, ok});
     if (!ok) return AIV_CPU_REG_REFUSED;
     memcpy(&rt.doorbell_value, data, 4);
+    // The SQEs a doorbell announces must be in HBM when it rings (a kernel that rings before its SQE DMA completed
+    // races the engine), even though this engine acts on them only later.
+    if (rt.engine && rt.record != 0) {
+        const AivChannelRecord rec = rt.read<AivChannelRecord>(rt.record);
+        for (uint32_t slot = rt.announced; rec.sq_depth != 0 && slot != rt.doorbell_value;
+             slot = slot + 1 == rec.sq_depth ? 0 : slot + 1) {
+            AivSdmaSqe sqe;
+            memcpy(&sqe, rt.host(rec.sq_base + uint64_t(slot) * AIV_SQE_BYTES), sizeof(sqe));
+            if ((sqe.type_word & AIV_SQE_TYPE_MASK) != AIV_SQE_TYPE_SDMA || sqe.length == 0) {
+                rt.engine_errors.push_back("the doorbell to tail " + std::to_string(rt.doorbell_value) +
+                                           " rang before SQE " + std::to_string(slot) + " was in HBM");
+                break;
+            }
+        }
+        rt.announced = rt.doorbell_value;
+    }
     // The engine acts a little later, as hardware would: after the kernel has started polling.
     if (rt.engine) {
         rt.engine_pending = true;
@@ -359,6 +376,53 @@ void dma_waits_for_its_pipe_flags() {
     CHECK(rt.faults.size() == 1, "a wait with no set must fault");
 }
 
+// The same rules for 8-byte UB stores (the model's inline path), exact to the byte: a DMA of bytes next to an
+// unordered store is fine. And a wait that completes a data DMA and a register write lands the register first.
+void wide_ub_stores_and_completion_order() {
+    Runtime rt;
+    Core core(rt);
+    const uint64_t x = rt.dev + 0x3000;
+    AscendC::LocalTensor<uint64_t> t;
+    t.address_.bufferAddr = 64;
+    t.SetValue(1, 0x1111111111111111ull);  // UB bytes [72, 80), unordered
+    copy_ubuf_to_gm(gm(x), ub(32), 0, 1, 1, 0, 0);  // UB [32, 64): not the stored bytes
+    CHECK(rt.faults.empty(), "a DMA beside an unordered store must not fault (%zu faults)", rt.faults.size());
+    copy_ubuf_to_gm(gm(x), ub(64), 0, 1, 1, 0, 0);  // UB [64, 96) holds it
+    CHECK(rt.faults.size() == 1, "a DMA of an unordered 8-byte UB store must fault (%zu faults)", rt.faults.size());
+    barrier();
+    rt.faults.clear();
+    t.SetValue(0, 0x2222222222222222ull);
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID0);
+    copy_ubuf_to_gm(gm(x), ub(64), 0, 1, 1, 0, 0);
+    CHECK(rt.faults.empty(), "an ordered DMA must not fault");
+    t.SetValue(0, 0x3333333333333333ull);  // while the DMA may still read it
+    CHECK(rt.faults.size() == 1, "an 8-byte scalar write to UB a pending DMA reads must fault");
+    rt.faults.clear();
+    barrier();
+    CHECK(rt.read<uint64_t>(x) == 0x3333333333333333ull, "the DMA read UB at its wait");
+    // A data DMA, then a 4-byte register write, completed by one wait: the register sees the data not yet landed.
+    rt.engine = true;
+    rt.record = rt.dev + 0x4000;
+    AivChannelRecord rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.sq_base = rt.dev + 0x5000;
+    rec.sq_depth = 4;
+    rt.write(rt.record, rec);
+    AscendC::LocalTensor<uint32_t> sqe;
+    sqe.address_.bufferAddr = 256;
+    sqe.SetValue(0, AIV_SQE_TYPE_SDMA);
+    sqe.SetValue(7, 64u);  // length
+    sqe.SetValue(32, 1u);  // the doorbell's tail, at UB 384
+    barrier();
+    copy_ubuf_to_gm(gm(rec.sq_base), ub(256), 0, 1, 2, 0, 0);
+    copy_ubuf_to_gm_align_b32(gm(rt.reg + AIV_SDMA_DOORBELL_OFFSET), ub(384), 0, 1, 4, 0, 0, 0, 0);
+    barrier();
+    CHECK(rt.engine_errors.size() == 1, "the register write must land before the data (%zu errors)",
+          rt.engine_errors.size());
+    CHECK(rt.read<uint16_t>(rec.sq_base) == AIV_SQE_TYPE_SDMA, "the data DMA landed after it");
+}
+
 // ---- the NPU kernel on the model ----
 
 constexpr uint64_t kArgs = 0x0;
@@ -496,6 +560,7 @@ const Case kCases[] = {
     {"unaligned_single_line_dcci_covers_only_the_tail", unaligned_single_line_dcci_covers_only_the_tail},
     {"polling_unchanged_memory_hints_idle", polling_unchanged_memory_hints_idle},
     {"dma_waits_for_its_pipe_flags", dma_waits_for_its_pipe_flags},
+    {"wide_ub_stores_and_completion_order", wide_ub_stores_and_completion_order},
     {"npu_kernel_publishes_completions_and_rings_4_byte_doorbells",
      npu_kernel_publishes_completions_and_rings_4_byte_doorbells},
     {"npu_kernel_dcq_wraps", npu_kernel_dcq_wraps},

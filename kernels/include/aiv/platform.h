@@ -18,7 +18,12 @@
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
 //     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
 //     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines and the Host
-//     void ring_doorbell(context, sq_reg_base, tail)       the doorbell write (docs/hardware.md section 4)
+//     void stage_sqe(slot, const AivSdmaSqe&)              build an SQE in slot < AIV_SQE_STAGE_SLOTS of the stage
+//     void land_sqes(AIV_GM void* dst, count)              copy stage slots [0, count) to the SQ at dst; on return
+//                                                          they are in HBM and the stage may be rebuilt
+//     void ring_doorbell(context, sq_reg_base, tail,       the doorbell write (docs/hardware.md section 4), and the
+//                        AIV_GM uint32_t* record_tail)     tail into the channel record
+//   AIV_SQE_STAGE_SLOTS                                    SQEs the stage holds
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...
 //     void idle(context, kind, token, spins)               ... and passed here when it did not hold

@@ -51,18 +51,27 @@ struct Block {
     uint64_t sqes_posted;    // SQEs written since the channel was loaded
     uint64_t sqes_retired;   // of those, SQEs known to have executed (up to the last completed flag)
     uint32_t unrung;         // SQEs written since the last doorbell
+    uint32_t staged;         // SQEs built in the UB stage and not yet landed in the SQ (the last `staged` before tail)
     uint32_t doorbells;      // doorbells rung in the current group
     uint16_t stream_id;
     uint64_t flag_seq;       // last flag value posted
     uint32_t abort_epoch;    // abort epoch when the current group started
 };
 
+// Lands the staged SQEs in the SQ (they are contiguous: the stage is landed whenever the tail wraps).
+AIV_DEVICE_FN void land(Block& b) {
+    if (b.staged == 0) return;
+    const uint32_t first = (b.sq_tail == 0 ? b.sq_depth : b.sq_tail) - b.staged;
+    aiv_platform::land_sqes(reinterpret_cast<AIV_GM void*>(b.sq_base + uint64_t(first) * AIV_SQE_BYTES), b.staged);
+    b.staged = 0;
+}
+
 AIV_DEVICE_FN void ring(Block& b) {
     if (b.unrung == 0) return;
-    aiv_platform::flush_for_device(reinterpret_cast<AIV_GM void*>(b.sq_base), b.sq_depth * AIV_SQE_BYTES);
-    aiv_platform::ring_doorbell(b.args.platform_context, b.sq_reg_base, b.sq_tail);
-    // The software copy of the tail lives in the channel record (docs/hardware.md section 4, last post step).
-    aiv_platform::store_u32(&b.record->sq_tail, b.sq_tail);
+    land(b);
+    // The doorbell, and the software copy of the tail in the channel record (docs/hardware.md section 4, last post
+    // step).
+    aiv_platform::ring_doorbell(b.args.platform_context, b.sq_reg_base, b.sq_tail, &b.record->sq_tail);
     b.doorbells += 1;
     b.unrung = 0;
 }
@@ -70,11 +79,12 @@ AIV_DEVICE_FN void ring(Block& b) {
 // SQEs in the ring not yet known to have executed.
 AIV_DEVICE_FN uint64_t outstanding(const Block& b) { return b.sqes_posted - b.sqes_retired; }
 
-// Writes one copy SQE at the tail; rings when doorbell_batch SQEs are pending. The caller guarantees space.
+// Writes one copy SQE at the tail (built in the UB stage, landed in the SQ when the stage fills, the tail wraps or a
+// doorbell is rung); rings when doorbell_batch SQEs are pending. The caller guarantees space.
 AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t length) {
-    // Value-initialised (every byte zero) and written field by field; write_bytes copies it out word by word without
-    // type punning (reading the u16 fields back through a uint32_t pointer is undefined, and an optimising compiler
-    // did reorder it: the CPU model caught SQEs whose 16-bit fields reached memory as zeros).
+    // Value-initialised (every byte zero) and written field by field; stage_sqe copies it out word by word without
+    // type punning (reading the u16 fields back through a wider pointer is undefined, and an optimising compiler
+    // did reorder such a read: the CPU model caught SQEs whose 16-bit fields reached memory as zeros).
     AivSdmaSqe sqe = {};
     sqe.type_word = AIV_SQE_TYPE_SDMA;
     sqe.rt_stream_id = b.stream_id;
@@ -88,11 +98,12 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
     sqe.dst_addr_low = static_cast<uint32_t>(dst);
     sqe.dst_addr_high = static_cast<uint32_t>(dst >> 32);
     sqe.link_type = AIV_SQE_LINK_TYPE_NONE;
-    aiv_platform::write_bytes(reinterpret_cast<AIV_GM void*>(b.sq_base + uint64_t(b.sq_tail) * AIV_SQE_BYTES), &sqe,
-                              AIV_SQE_BYTES);
+    aiv_platform::stage_sqe(b.staged, sqe);
+    b.staged += 1;
     b.sq_tail = sq_next(b.sq_tail, b.sq_depth);
     b.sqes_posted += 1;
     b.unrung += 1;
+    if (b.staged == AIV_SQE_STAGE_SLOTS || b.sq_tail == 0) land(b);
     if (b.unrung >= b.args.doorbell_batch) ring(b);
 }
 
@@ -314,6 +325,7 @@ AIV_DEVICE_FN void load_channel(Block& b) {
     b.sqes_posted = 0;
     b.sqes_retired = 0;
     b.unrung = 0;
+    b.staged = 0;
 }
 
 // The last flag sequence number posted on this block (by an earlier launch, too).
