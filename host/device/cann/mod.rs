@@ -182,6 +182,21 @@ pub enum CannRuntime {
     Twin,
 }
 
+/// Whether two functions lie in one loaded object (the dynamic loader's base address of each, by `dladdr`): one copy
+/// of a library however it was named. When the loader cannot say, they are taken to be.
+fn same_loaded_object(a: *const c_void, b: *const c_void) -> bool {
+    let base = |address: *const c_void| {
+        // SAFETY: all-zero is a valid `Dl_info` (null pointers); dladdr only reads the loader's tables and fills it.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a live out-pointer; any address may be asked about.
+        (unsafe { libc::dladdr(address, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    };
+    match (base(a), base(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
 /// What a loaded ACL library says it is, by the one rule the backend uses to choose its kernel object: the version
 /// string `aclsysGetCANNVersion` reports for the CANN package. Exactly [`cann_twin::TWIN_VERSION_STRING`]: the twin
 /// runtime of this build ([`CannRuntime::LoadedTwin`], which runs the twin kernel object embedded in this binary).
@@ -276,6 +291,21 @@ impl CannDevice {
             detail,
         })?;
         let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
+        if kind == CannRuntime::LoadedTwin
+            && !same_loaded_object(acl.aclInit as *const c_void, shmem_api.aclshmem_my_pe as *const c_void)
+        {
+            return Err(DeviceError::Runtime {
+                device: id,
+                step: "check the SHMEM library",
+                detail: format!(
+                    "the twin runtime's SHMEM works only in the copy of the runtime that holds its ACL state, but \
+                     SHMEM was loaded from {} and ACL from {}, two copies: point AIV_SHMEM_LIB (and AIV_HIXL_LIB) at \
+                     the file AIV_ASCENDCL_LIB names",
+                    shmem_api.path().display(),
+                    acl.path().display()
+                ),
+            });
+        }
         let settings = match kind {
             // The twin runtime cannot run the NPU object; it runs the twin's, at the twin's counter rate.
             CannRuntime::LoadedTwin => {
@@ -1011,9 +1041,27 @@ impl DeviceBackend for CannDevice {
 
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         match self.runtime {
-            CannRuntime::Vendor | CannRuntime::LoadedTwin => {
+            CannRuntime::Vendor => {
                 Some(ascendcl_sys::hixl::api().map_err(|error| format!("the HiXL library: {error}")))
             }
+            CannRuntime::LoadedTwin => Some(match ascendcl_sys::hixl::api() {
+                Err(error) => Err(format!("the HiXL library: {error}")),
+                // The twin's HiXL reads and writes memory through its own copy's ACL: it must be the ACL loaded here.
+                Ok(hixl)
+                    if !same_loaded_object(
+                        self.acl.aclInit as *const c_void,
+                        hixl.HixlCSServerCreate as *const c_void,
+                    ) =>
+                {
+                    Err(format!(
+                        "the HiXL library {} is another copy of the twin runtime than the ACL library {}: point \
+                     AIV_HIXL_LIB at the file AIV_ASCENDCL_LIB names",
+                        hixl.path().display(),
+                        self.acl.path().display()
+                    ))
+                }
+                Ok(hixl) => Ok(hixl),
+            }),
             CannRuntime::Twin => Some(Ok(cann_twin::hixl_api())),
         }
     }
