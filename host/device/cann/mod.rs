@@ -10,7 +10,9 @@
 //!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
 //! 3. HBM heap: `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess`, exported
 //!    with `aclrtMemExportToShareableHandle` (the handle is the advertised `export_id`).
-//! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`.
+//! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`. The NPU
+//!    object on the vendor's runtime, the twin object on the twin runtime, in-process or loaded in the vendor's place
+//!    (which a loaded library is: [`identify_runtime`]).
 //! 5. Channels: read the SDMA workspace's flag info and per-block channel records with `aclrtMemcpy` D2H. SHMEM has
 //!    no public host call returning the workspace address; it keeps it in field `sdma_workspace_addr` of its internal
 //!    state struct (`cann_shmem_sys::device_state`). `open_channels` takes the first of: the override
@@ -24,7 +26,8 @@
 //! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
 //!    `aclshmem_finalize`, `aclrtResetDevice` (never `aclFinalize`: ACL initialisation is process-wide).
 //!
-//! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`).
+//! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
+//! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).
 
 pub mod heap;
 pub mod stream;
