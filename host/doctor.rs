@@ -1,10 +1,14 @@
 //! `aiv doctor`: which device backends are usable here, for `cann` exactly what was looked for, and what each CANN
-//! runtime (the twin runtime in this binary, the vendor's when its libraries load) says about itself.
+//! runtime (the twin runtime in this binary, and the one the loaders find: the vendor's, or the twin runtime's shared
+//! library in its place) says about itself, and which of the two the loaded one is
+//! ([`crate::device::cann::identify_runtime`], the rule that picks the kernel object).
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use ascendcl_sys::loader::{LibrarySpec, LoadError};
+
+use crate::device::cann::CannRuntime;
 
 /// One thing the doctor looked for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -26,7 +30,7 @@ pub struct DoctorReport {
     pub cann_feature: bool,
     /// The CANN probes, in order.
     pub cann_probes: Vec<Probe>,
-    /// What the ACL runtime and SHMEM say about themselves, when their libraries load.
+    /// What the loaded ACL runtime and SHMEM say about themselves, when their libraries load.
     pub runtime: Option<RuntimeReport>,
     /// Whether this binary embeds the NPU transfer-kernel object.
     pub npu_kernel_embedded: bool,
@@ -39,6 +43,9 @@ pub struct DoctorReport {
 pub struct RuntimeReport {
     /// Where the ACL table's functions come from (the library's path, or the in-process twin).
     pub loaded_from: String,
+    /// Which runtime it is: for a loaded library, by [`crate::device::cann::identify_runtime`] (the vendor's, or the
+    /// twin runtime's library); [`CannRuntime::Twin`] for the one in this binary.
+    pub identity: Result<CannRuntime, String>,
     /// `aclrtGetVersion`.
     pub acl_interface: Result<(i32, i32, i32), String>,
     /// `aclsysGetCANNVersion` for the CANN, runtime, toolkit and driver packages.
@@ -50,9 +57,21 @@ pub struct RuntimeReport {
 }
 
 impl DoctorReport {
-    /// Whether everything the `cann` backend needs was found.
+    /// Whether everything the `cann` backend needs was found: on the vendor's runtime every probe but HiXL's (which
+    /// only `adxl` needs); on the twin runtime's library, `libascendcl.so` and `libshmem.so` (the twin kernel object
+    /// is in every build; no toolkit, compiler or HCCL is used).
     pub fn cann_usable(&self) -> bool {
-        self.cann_feature && self.cann_probes.iter().all(|probe| probe.found.is_some())
+        let found = |what: &str| self.cann_probes.iter().any(|probe| probe.what == what && probe.found.is_some());
+        let loaded_twin = self.runtime.as_ref().is_some_and(|runtime| runtime.identity == Ok(CannRuntime::LoadedTwin));
+        self.cann_feature
+            && if loaded_twin {
+                found("libascendcl.so") && found("libshmem.so")
+            } else {
+                self.cann_probes
+                    .iter()
+                    .filter(|probe| probe.what != ascendcl_sys::hixl::HIXL_LIBRARY.file_name)
+                    .all(|probe| probe.found.is_some())
+            }
     }
 
     /// The report as text for the terminal.
@@ -84,10 +103,10 @@ impl DoctorReport {
         render_runtime(&mut out, &self.twin_runtime);
         match &self.runtime {
             None => {
-                let _ = writeln!(out, "  vendor runtime: not queried (libascendcl.so did not load)");
+                let _ = writeln!(out, "  loaded runtime: not queried (libascendcl.so did not load)");
             }
             Some(runtime) => {
-                let _ = writeln!(out, "  vendor runtime: loaded from {}", runtime.loaded_from);
+                let _ = writeln!(out, "  loaded runtime: {}", runtime.loaded_from);
                 render_runtime(&mut out, runtime);
             }
         }
@@ -100,6 +119,16 @@ fn render_runtime(out: &mut String, runtime: &RuntimeReport) {
         Ok(value) => value.clone(),
         Err(error) => format!("unknown ({error})"),
     };
+    let identity = match &runtime.identity {
+        Ok(CannRuntime::Vendor) => "the vendor's runtime (the cann backend loads the NPU kernel object)".to_string(),
+        Ok(CannRuntime::LoadedTwin) => format!(
+            "the twin runtime ({}): the cann backend loads the twin kernel object",
+            cann_twin::TWIN_VERSION_STRING
+        ),
+        Ok(CannRuntime::Twin) => "the twin runtime linked into this binary".to_string(),
+        Err(error) => format!("refused: {error}"),
+    };
+    let _ = writeln!(out, "    identified as     {identity}");
     let interface = runtime.acl_interface.clone().map(|(a, b, c)| format!("{a}.{b}.{c}"));
     let _ = writeln!(out, "    ACL interface     {}", show(&interface));
     for (package, version) in &runtime.packages {
@@ -138,11 +167,17 @@ pub fn diagnose() -> DoctorReport {
     probes.push(find_library(&ascendcl_sys::sys::ASCENDCL_LIBRARY));
     probes.push(find_library(&cann_shmem_sys::sys::SHMEM_LIBRARY));
     probes.push(find_library(&hccl_sys::sys::HCCL_LIBRARY));
+    probes.push(find_library(&ascendcl_sys::hixl::HIXL_LIBRARY));
     probes.push(find_compiler(home.as_deref()));
     let runtime = probes[1]
         .found
         .is_some()
-        .then(|| ascendcl_sys::api().ok().map(|acl| query_runtime(acl, cann_shmem_sys::api().ok())))
+        .then(|| {
+            ascendcl_sys::api().ok().map(|acl| {
+                let identity = crate::device::cann::identify_runtime(acl);
+                query_runtime(acl, identity, cann_shmem_sys::api().ok())
+            })
+        })
         .flatten();
     DoctorReport {
         twin_usable: true,
@@ -150,12 +185,16 @@ pub fn diagnose() -> DoctorReport {
         cann_probes: probes,
         runtime,
         npu_kernel_embedded: crate::device::kernel_image::NPU_KERNEL_OBJECT.is_some(),
-        twin_runtime: query_runtime(cann_twin::acl_api(), Some(cann_twin::shmem_api())),
+        twin_runtime: query_runtime(cann_twin::acl_api(), Ok(CannRuntime::Twin), Some(cann_twin::shmem_api())),
     }
 }
 
 /// Asks the loaded ACL runtime (and SHMEM, if it loads) for versions and the device count.
-fn query_runtime(acl: &ascendcl_sys::AclApi, shmem: Option<&cann_shmem_sys::ShmemApi>) -> RuntimeReport {
+fn query_runtime(
+    acl: &ascendcl_sys::AclApi,
+    identity: Result<CannRuntime, String>,
+    shmem: Option<&cann_shmem_sys::ShmemApi>,
+) -> RuntimeReport {
     use ascendcl_sys::result::{device, runtime, version};
     use ascendcl_sys::sys::*;
     let packages = [
@@ -183,6 +222,7 @@ fn query_runtime(acl: &ascendcl_sys::AclApi, shmem: Option<&cann_shmem_sys::Shme
     });
     RuntimeReport {
         loaded_from: acl.path().display().to_string(),
+        identity,
         acl_interface: version::runtime(acl).map_err(|error| error.to_string()),
         packages,
         devices,

@@ -31,7 +31,7 @@ fn doctor_reports_the_twin_and_what_cann_lacks() {
     for missing in ["ASCEND_HOME_PATH", "libascendcl.so", "libshmem.so", "bisheng/ccec"] {
         assert!(text.lines().any(|l| l.contains("missing") && l.contains(missing)), "{missing} not reported:\n{text}");
     }
-    assert!(text.contains("vendor runtime: not queried (libascendcl.so did not load)"), "{text}");
+    assert!(text.contains("loaded runtime: not queried (libascendcl.so did not load)"), "{text}");
     // The twin runtime is always there, and says which it is and its version (never a CANN release).
     for line in
         ["twin runtime: loaded from cann-twin (in-process)", "CANN              cann-twin 0.1.0", "devices           8"]

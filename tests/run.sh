@@ -63,11 +63,12 @@ if [[ "$check_abi" == 1 ]]; then
     abi_status=${PIPESTATUS[0]}
     [[ "$status" == 0 ]] && status=$abi_status
 fi
-# The cann device backend (feature cann) against the fake CANN libraries its tests build, plus every other test of
-# the root crate rebuilt with the feature. Measured on a shared two-core machine: 49 s with the feature's test
-# binaries still to compile, 15 s once built. The hardware tier (tests/npu_hardware.rs) stays ignored here: it needs
-# two NPUs.
-printf '\n== tests with feature cann (fake CANN libraries; no NPU)\n'
+# The cann device backend (feature cann) against the fake CANN libraries its tests build, and its vendor loader path
+# on the twin runtime's library (tests/cann_vendor_path_on_twin.rs, from AIV_TEST_TWIN_CANN_LIBS above), plus every
+# other test of the root crate rebuilt with the feature. Measured on a shared two-core machine: 49 s with the
+# feature's test binaries still to compile, 15 s once built, plus about 9 s for the vendor path on the twin. The
+# hardware tier (tests/npu_hardware.rs) stays ignored here: it needs two NPUs.
+printf '\n== tests with feature cann (fake CANN libraries, the twin runtime loaded as the vendor libraries; no NPU)\n'
 cargo test -p aiv-transport --features cann 2>&1 | tee -a "$log"
 cann_status=${PIPESTATUS[0]}
 [[ "$status" == 0 ]] && status=$cann_status

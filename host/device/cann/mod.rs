@@ -10,7 +10,9 @@
 //!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
 //! 3. HBM heap: `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess`, exported
 //!    with `aclrtMemExportToShareableHandle` (the handle is the advertised `export_id`).
-//! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`.
+//! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`. The NPU
+//!    object on the vendor's runtime, the twin object on the twin runtime, in-process or loaded in the vendor's place
+//!    (which a loaded library is: [`identify_runtime`]).
 //! 5. Channels: read the SDMA workspace's flag info and per-block channel records with `aclrtMemcpy` D2H. SHMEM has
 //!    no public host call returning the workspace address; it keeps it in field `sdma_workspace_addr` of its internal
 //!    state struct (`cann_shmem_sys::device_state`). `open_channels` takes the first of: the override
@@ -24,7 +26,8 @@
 //! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
 //!    `aclshmem_finalize`, `aclrtResetDevice` (never `aclFinalize`: ACL initialisation is process-wide).
 //!
-//! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`).
+//! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
+//! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).
 
 pub mod heap;
 pub mod stream;
@@ -170,10 +173,55 @@ struct Kernel {
 /// Which CANN runtime a device's tables are resolved to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CannRuntime {
-    /// The vendor's libraries (`libascendcl.so`, `libshmem.so`), on an NPU.
+    /// The vendor's libraries (`libascendcl.so`, `libshmem.so`, `libcann_hixl.so`), loaded by the `-sys` crates'
+    /// loaders, on an NPU.
     Vendor,
-    /// The twin runtime (`cann_twin`), in this process.
+    /// The twin runtime's shared library (the `cann-twin` cdylib) loaded by the same loaders in place of the vendor's,
+    /// identified by what it reports ([`identify_runtime`]). Driven exactly as the vendor's runtime (stream
+    /// exceptions, no channel reset, HiXL from the loaded library) except for the kernel object and counter rate,
+    /// which are the twin's.
+    LoadedTwin,
+    /// The twin runtime (`cann_twin`) linked into this process.
     Twin,
+}
+
+/// Whether two functions lie in one loaded object (the dynamic loader's base address of each, by `dladdr`): one copy
+/// of a library however it was named. When the loader cannot say, they are taken to be.
+fn same_loaded_object(a: *const c_void, b: *const c_void) -> bool {
+    let base = |address: *const c_void| {
+        // SAFETY: all-zero is a valid `Dl_info` (null pointers); dladdr only reads the loader's tables and fills it.
+        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+        // SAFETY: `info` is a live out-pointer; any address may be asked about.
+        (unsafe { libc::dladdr(address, &mut info) } != 0).then_some(info.dli_fbase as usize)
+    };
+    match (base(a), base(b)) {
+        (Some(a), Some(b)) => a == b,
+        _ => true,
+    }
+}
+
+/// What a loaded ACL library says it is, by the one rule the backend uses to choose its kernel object: the version
+/// string `aclsysGetCANNVersion` reports for the CANN package. Exactly [`cann_twin::TWIN_VERSION_STRING`]: the twin
+/// runtime of this build ([`CannRuntime::LoadedTwin`], which runs the twin kernel object embedded in this binary).
+/// Any other answer, or no answer (the call missing or failing): the vendor's runtime ([`CannRuntime::Vendor`],
+/// which runs the NPU kernel object). The twin runtime of another version (`cann-twin <other>`) is refused: the twin
+/// kernel object and the runtime that runs it are built from one tree. File names are never looked at.
+pub fn identify_runtime(acl: &AclApi) -> Result<CannRuntime, String> {
+    let Ok(version) = acl::version::package(acl, ACL_PKG_NAME_CANN) else {
+        return Ok(CannRuntime::Vendor);
+    };
+    if version == cann_twin::TWIN_VERSION_STRING {
+        return Ok(CannRuntime::LoadedTwin);
+    }
+    match version.strip_prefix(cann_twin::RUNTIME_NAME).filter(|rest| rest.is_empty() || rest.starts_with(' ')) {
+        Some(_) => Err(format!(
+            "{} is the twin runtime {version:?}, but this binary's twin kernel object is for {:?}: load the twin \
+             runtime built with this binary (tests/support/twin_cann_libs.sh)",
+            acl.path().display(),
+            cann_twin::TWIN_VERSION_STRING
+        )),
+        None => Ok(CannRuntime::Vendor),
+    }
 }
 
 /// One NPU driven through CANN.
@@ -240,8 +288,44 @@ impl CannDevice {
     ) -> Result<Arc<CannDevice>, DeviceError> {
         let id = options.device_id;
         let acl = ascendcl_sys::api().map_err(runtime(id, "load the ACL runtime"))?;
+        let kind = identify_runtime(acl).map_err(|detail| DeviceError::Runtime {
+            device: id,
+            step: "identify the loaded ACL runtime",
+            detail,
+        })?;
         let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
-        Self::open_with(options, settings, (CannRuntime::Vendor, acl, shmem_api), exchange)
+        if kind == CannRuntime::LoadedTwin
+            && !same_loaded_object(acl.aclInit as *const c_void, shmem_api.aclshmem_my_pe as *const c_void)
+        {
+            return Err(DeviceError::Runtime {
+                device: id,
+                step: "check the SHMEM library",
+                detail: format!(
+                    "the twin runtime's SHMEM works only in the copy of the runtime that holds its ACL state, but \
+                     SHMEM was loaded from {} and ACL from {}, two copies: point AIV_SHMEM_LIB (and AIV_HIXL_LIB) at \
+                     the file AIV_ASCENDCL_LIB names",
+                    shmem_api.path().display(),
+                    acl.path().display()
+                ),
+            });
+        }
+        let settings = match kind {
+            // The twin runtime cannot run the NPU object; it runs the twin's, at the twin's counter rate.
+            CannRuntime::LoadedTwin => {
+                tracing::info!(
+                    device = id,
+                    library = %acl.path().display(),
+                    "the loaded ACL runtime is the twin runtime: loading the twin kernel object"
+                );
+                CannSettings {
+                    kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
+                    counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
+                    ..settings
+                }
+            }
+            _ => settings,
+        };
+        Self::open_with(options, settings, (kind, acl, shmem_api), exchange)
     }
 
     /// Brings the device up on the twin runtime (`cann_twin`): the same steps, with the ACL and SHMEM tables
@@ -381,7 +465,9 @@ impl CannDevice {
 
         unwind.disarm();
         let identity = match runtime_kind {
-            CannRuntime::Vendor => format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe),
+            CannRuntime::Vendor | CannRuntime::LoadedTwin => {
+                format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe)
+            }
             CannRuntime::Twin => format!("cann-twin-{}-{id}-pe{}", std::process::id(), settings.shmem_pe),
         };
         tracing::info!(device = id, pe = settings.shmem_pe, pes = settings.shmem_pes, "CANN device opened");
@@ -961,6 +1047,24 @@ impl DeviceBackend for CannDevice {
             CannRuntime::Vendor => {
                 Some(ascendcl_sys::hixl::api().map_err(|error| format!("the HiXL library: {error}")))
             }
+            CannRuntime::LoadedTwin => Some(match ascendcl_sys::hixl::api() {
+                Err(error) => Err(format!("the HiXL library: {error}")),
+                // The twin's HiXL reads and writes memory through its own copy's ACL: it must be the ACL loaded here.
+                Ok(hixl)
+                    if !same_loaded_object(
+                        self.acl.aclInit as *const c_void,
+                        hixl.HixlCSServerCreate as *const c_void,
+                    ) =>
+                {
+                    Err(format!(
+                        "the HiXL library {} is another copy of the twin runtime than the ACL library {}: point \
+                     AIV_HIXL_LIB at the file AIV_ASCENDCL_LIB names",
+                        hixl.path().display(),
+                        self.acl.path().display()
+                    ))
+                }
+                Ok(hixl) => Ok(hixl),
+            }),
             CannRuntime::Twin => Some(Ok(cann_twin::hixl_api())),
         }
     }
@@ -1171,5 +1275,50 @@ impl Drop for CannDevice {
         let _ = acl::device::reset(acl, self.id as i32);
         BOUND_DEVICE.with(|bound| bound.set(-1));
         tracing::info!(device = self.id, teardown = ?started.elapsed(), "CANN device closed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::c_char;
+
+    /// An `aclsysGetCANNVersion` answering `$text` for every package.
+    macro_rules! version_fn {
+        ($name:ident, $text:expr) => {
+            unsafe extern "C" fn $name(_: aclCANNPackageName, version: *mut aclCANNPackageVersion) -> aclError {
+                // SAFETY: the caller passes a live out-pointer (`acl::version::package` does).
+                let version = unsafe { &mut *version };
+                for (slot, byte) in version.version.iter_mut().zip($text.bytes()) {
+                    *slot = byte as c_char;
+                }
+                ACL_SUCCESS
+            }
+        };
+    }
+    version_fn!(this_twin, cann_twin::TWIN_VERSION_STRING);
+    version_fn!(other_twin, "cann-twin 9.9.9");
+    version_fn!(vendor, "8.0.RC1");
+    version_fn!(named_alike, "cann-twinkle 1.0");
+
+    /// The twin's ACL table with `aclsysGetCANNVersion` replaced (or absent, for `None`).
+    fn table(version: Option<*const c_void>) -> AclApi {
+        let resolve = move |name: &str| match name {
+            "aclsysGetCANNVersion" => version,
+            other => cann_twin::resolve(other),
+        };
+        // SAFETY: the twin's functions, and the version functions above, each with the declared prototype.
+        unsafe { AclApi::from_resolver("libascendcl.so".into(), &resolve) }.expect("every required symbol")
+    }
+
+    #[test]
+    fn the_runtime_is_identified_by_its_cann_version_string_alone() {
+        assert_eq!(identify_runtime(&table(Some(this_twin as *const c_void))), Ok(CannRuntime::LoadedTwin));
+        assert_eq!(identify_runtime(&table(Some(vendor as *const c_void))), Ok(CannRuntime::Vendor));
+        assert_eq!(identify_runtime(&table(Some(named_alike as *const c_void))), Ok(CannRuntime::Vendor));
+        // A runtime without the query (older CANN) is the vendor's.
+        assert_eq!(identify_runtime(&table(None)), Ok(CannRuntime::Vendor));
+        let refused = identify_runtime(&table(Some(other_twin as *const c_void))).expect_err("another twin version");
+        assert!(refused.contains("cann-twin 9.9.9") && refused.contains(cann_twin::TWIN_VERSION_STRING), "{refused}");
     }
 }

@@ -19,7 +19,10 @@ pub use crate::vmm_share::{
 
 /// The version `aclrtGetVersion` reports: this crate's.
 pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
-/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages.
+/// The name this runtime gives itself: the first word of [`TWIN_VERSION_STRING`].
+pub const RUNTIME_NAME: &str = "cann-twin";
+/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages: [`RUNTIME_NAME`], a
+/// space, this runtime's version. A program that loads an ACL library tells the twin runtime by this answer.
 pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
 
 pub use crate::acl_compat::*;

@@ -185,7 +185,7 @@ pub mod shmem;
 mod stream;
 pub mod vmm_share;
 
-pub use acl::{TWIN_VERSION, TWIN_VERSION_STRING};
+pub use acl::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 pub use hixl::{hixl_api, resolve_hixl};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};

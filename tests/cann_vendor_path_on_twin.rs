@@ -1,0 +1,464 @@
+//! `"device_backend": "cann"`, the vendor path, on the twin runtime's shared library: the loaders of the `-sys` crates
+//! open the `cann-twin` cdylib as `libascendcl.so`, `libshmem.so` and `libcann_hixl.so` (the override variables
+//! `AIV_ASCENDCL_LIB`, `AIV_SHMEM_LIB`, `AIV_HIXL_LIB` all naming one file), resolve every ACL, SHMEM and HiXL
+//! symbol and SHMEM's `g_state` from it, identify it as the twin runtime by its answer to `aclsysGetCANNVersion`, and
+//! load the twin kernel object through it. Nothing of the twin runtime linked into this binary is used.
+//!
+//! Runs with feature `cann` when `AIV_TEST_TWIN_CANN_LIBS` names the directory `tests/support/twin_cann_libs.sh`
+//! prints (tests/run.sh sets it; CI refuses to skip):
+//!
+//!     export AIV_TEST_TWIN_CANN_LIBS="$(tests/support/twin_cann_libs.sh | tail -n 1)"
+//!     cargo test --features cann --test cann_vendor_path_on_twin
+//!
+//! SHMEM is one PE per process, and the loaders' tables are process-wide, so every case runs in processes of its own:
+//! this binary re-runs itself with `AIV_VENDOR_TWIN_CASE` naming the case. The data test is two processes, PE 0
+//! (device 0) and PE 1 (device 1), SHMEM's unique id passed through PE 0's segment descriptor as on two NPUs.
+#![cfg(feature = "cann")]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{channel, Receiver};
+use std::time::{Duration, Instant};
+
+use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
+use aiv_transport::device::cann::{CannDevice, CannRuntime};
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use rand::{Rng, SeedableRng};
+
+const CASE: &str = "AIV_VENDOR_TWIN_CASE";
+/// The peer's registered buffer, and PE 0's.
+const BUFFER: u64 = 16 << 20;
+/// Requests of one batch use distinct slots of this size (requests of a batch run in no fixed order).
+const SLOT: u64 = 2 << 20;
+/// Bound on each process of a case.
+const CASE_TIMEOUT: Duration = Duration::from_secs(240);
+
+/// The directory of the twin's CANN libraries, or `None` (skipped, never in CI).
+fn libraries(test: &str) -> Option<PathBuf> {
+    match std::env::var_os("AIV_TEST_TWIN_CANN_LIBS").map(PathBuf::from) {
+        Some(dir) => {
+            for file in ["libascendcl.so", "libmetadef.so"] {
+                assert!(dir.join(file).exists(), "AIV_TEST_TWIN_CANN_LIBS={dir:?} has no {file}");
+            }
+            Some(dir)
+        }
+        None => {
+            let message = format!(
+                "{test}: SKIPPED: set AIV_TEST_TWIN_CANN_LIBS=\"$(tests/support/twin_cann_libs.sh | tail -n 1)\" to \
+                 run the vendor loader path on the twin runtime's library (tests/run.sh does)"
+            );
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}; CI must not skip it");
+            eprintln!("{message}");
+            None
+        }
+    }
+}
+
+/// The loaders' override variables, each naming `library` (the twin is one library: ACL, SHMEM and HiXL must be
+/// the one loaded copy, whose SHMEM workspace lives in that copy's device memory).
+fn loader_env(library: &std::path::Path) -> Vec<(&'static str, std::ffi::OsString)> {
+    ["AIV_ASCENDCL_LIB", "AIV_SHMEM_LIB", "AIV_HIXL_LIB"].into_iter().map(|var| (var, library.into())).collect()
+}
+
+/// A child process of this binary (or of `aiv`) killed when dropped, with its stdout lines on a channel.
+struct Process {
+    child: Child,
+    lines: Receiver<String>,
+    output: Vec<String>,
+    stderr: Option<std::thread::JoinHandle<String>>,
+}
+
+impl Process {
+    fn spawn(mut command: Command) -> Process {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start a child process");
+        let stdout = child.stdout.take().expect("stdout");
+        let (send, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if send.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut stderr = child.stderr.take().expect("stderr");
+        let stderr = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        Process { child, lines, output: Vec::new(), stderr: Some(stderr) }
+    }
+
+    /// This binary, running `case`.
+    fn case(case: &str, env: &[(&str, std::ffi::OsString)]) -> Process {
+        let mut command = Command::new(std::env::current_exe().expect("test binary"));
+        command.args(["--exact", "child", "--ignored", "--nocapture", "--test-threads=1"]).env(CASE, case);
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        Process::spawn(command)
+    }
+
+    /// The first line holding `marker`, from the marker on (the test harness may print before it on the same
+    /// line), waiting until `deadline`.
+    fn line_starting(&mut self, marker: &str, deadline: Instant) -> Option<String> {
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.output.push(line.clone());
+                    if let Some(at) = line.find(marker) {
+                        return Some(line[at..].to_string());
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn stdin(&mut self) -> &mut ChildStdin {
+        self.child.stdin.as_mut().expect("stdin")
+    }
+
+    /// Waits (bounded) for the process to end; its exit status, all of its stdout and its stderr.
+    fn finish(mut self, timeout: Duration) -> (Option<std::process::ExitStatus>, String, String) {
+        drop(self.child.stdin.take());
+        let deadline = Instant::now() + timeout;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+                _ => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    break None;
+                }
+            }
+        };
+        // The process is gone: its pipes close, so the readers end.
+        while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.output.push(line);
+        }
+        let stderr = self.stderr.take().and_then(|handle| handle.join().ok()).unwrap_or_default();
+        (status, self.output.join("\n"), stderr)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs `case` in a child process with the loaders pointed at the twin's library, and checks it passed.
+fn in_child(case: &str, env: &[(&str, std::ffi::OsString)]) {
+    let (status, stdout, stderr) = Process::case(case, env).finish(CASE_TIMEOUT);
+    assert!(
+        status.is_some_and(|status| status.success()) && stdout.contains(&format!("case {case} passed")),
+        "case {case} failed ({status:?}):\n{stdout}\n{stderr}"
+    );
+}
+
+/// The child's entry: runs the case `AIV_VENDOR_TWIN_CASE` names.
+#[test]
+#[ignore = "a case of the other tests of this file, run by them in a child process"]
+fn child() {
+    let Ok(case) = std::env::var(CASE) else {
+        println!("SKIPPED: the child half of this file's tests (started by them with {CASE} set)");
+        return;
+    };
+    match case.as_str() {
+        "pe0" => pe0(),
+        "pe1" => pe1(),
+        "missing_symbol" => missing_symbol(),
+        "two_copies" => two_copies(),
+        other => panic!("unknown case {other}"),
+    }
+    println!("case {case} passed");
+}
+
+#[test]
+fn aiv_ubshmem_and_adxl_move_random_ranges_between_two_processes_on_the_twin_runtime_loaded_as_the_vendor_libraries() {
+    let Some(dir) = libraries("cann_vendor_path_on_twin") else { return };
+    let mut env = loader_env(&dir.join("libascendcl.so"));
+    env.push(("AIV_SHMEM_PE", "0".into()));
+    env.push(("AIV_SHMEM_N_PES", "2".into()));
+    in_child("pe0", &env);
+}
+
+#[test]
+fn a_library_without_a_required_shmem_symbol_fails_the_device_naming_the_symbol_and_the_file() {
+    let Some(dir) = libraries("cann_vendor_path_on_twin") else { return };
+    // libmetadef.so (ge::AscendString only, from the same script) stands in for a libshmem.so without SHMEM.
+    let mut env = loader_env(&dir.join("libascendcl.so"));
+    env.retain(|(name, _)| *name != "AIV_SHMEM_LIB");
+    env.push(("AIV_SHMEM_LIB", dir.join("libmetadef.so").into()));
+    in_child("missing_symbol", &env);
+}
+
+#[test]
+fn a_shmem_library_that_is_another_copy_of_the_twin_runtime_is_refused_naming_both_files() {
+    let Some(dir) = libraries("cann_vendor_path_on_twin") else { return };
+    // A byte-for-byte copy under another name is a second runtime in the process, sharing nothing with the first.
+    let copy_dir = std::env::temp_dir().join(format!("aiv-vendor-twin-copy-{}", std::process::id()));
+    std::fs::create_dir_all(&copy_dir).expect("temporary directory");
+    let copy = copy_dir.join("libshmem.so");
+    std::fs::copy(dir.join("libascendcl.so"), &copy).expect("copy the library");
+    let mut env = loader_env(&dir.join("libascendcl.so"));
+    env.retain(|(name, _)| *name != "AIV_SHMEM_LIB");
+    env.push(("AIV_SHMEM_LIB", copy.clone().into()));
+    let result = std::panic::catch_unwind(|| in_child("two_copies", &env));
+    let _ = std::fs::remove_dir_all(&copy_dir);
+    if let Err(panic) = result {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+#[test]
+fn doctor_names_the_loaded_library_and_identifies_the_twin_runtime() {
+    let Some(dir) = libraries("cann_vendor_path_on_twin") else { return };
+    let library = dir.join("libascendcl.so");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_aiv"));
+    command.arg("doctor").envs(loader_env(&library));
+    let (status, stdout, stderr) = Process::spawn(command).finish(Duration::from_secs(60));
+    assert!(status.is_some_and(|status| status.success()), "aiv doctor failed ({status:?}):\n{stdout}\n{stderr}");
+    let path = library.display().to_string();
+    for line in [
+        format!("found     libascendcl.so   {path}"),
+        format!("found     libshmem.so      {path}"),
+        format!("found     libcann_hixl.so  {path}"),
+        format!("loaded runtime: {path}"),
+        "CANN              cann-twin 0.1.0".to_string(),
+        "runtime           cann-twin 0.1.0".to_string(),
+        format!("identified as     the twin runtime ({})", cann_twin::TWIN_VERSION_STRING),
+        "cann  usable".to_string(),
+        "SHMEM             1.1".to_string(),
+    ] {
+        assert!(stdout.contains(&line), "{line:?} missing from aiv doctor's report:\n{stdout}");
+    }
+}
+
+fn engine(device_id: u32) -> TransferEngine {
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.protocol = Protocol::Aiv;
+    config.aiv = AivOptions {
+        device_backend: DeviceBackendKind::Cann,
+        device_id,
+        aiv_blocks: 2,
+        doorbell_batch: 8,
+        launch_mode: LaunchMode::Persistent,
+        transfer_timeout: Duration::from_secs(30),
+        kernel_wait_budget: Duration::from_millis(500),
+        hbm_size: 64 << 20,
+        ..AivOptions::default()
+    };
+    TransferEngine::new(config).expect("engine starts")
+}
+
+/// The peer's initial bytes.
+fn pattern(offset: u64, length: u64) -> Vec<u8> {
+    (offset..offset + length).map(|i| (i.wrapping_mul(131) as u8) ^ 0x5a ^ ((i >> 12) as u8)).collect()
+}
+
+fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &byte| (hash ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3))
+}
+
+/// The device is the `cann` backend on the loaded twin runtime, not on the one linked into this binary.
+fn check_loaded_twin(device: &aiv_transport::engine::AivDevice) {
+    let cann = device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend");
+    assert_eq!(cann.runtime(), CannRuntime::LoadedTwin, "the loaded library was not identified as the twin");
+    assert_eq!(device.backend().backend_name(), "cann");
+    // Every table came from the one file the override variables name, SHMEM's state symbol included (the workspace
+    // discovery reads it: the twin runtime has no device copy of SHMEM's state, so nothing else could have worked).
+    let library = PathBuf::from(std::env::var_os("AIV_ASCENDCL_LIB").expect("AIV_ASCENDCL_LIB"));
+    assert_eq!(ascendcl_sys::api().expect("ACL table").path(), library);
+    let shmem = cann_shmem_sys::api().expect("SHMEM table");
+    assert_eq!(shmem.path(), library);
+    assert!(shmem.g_state.is_some(), "g_state not resolved from {}", library.display());
+    assert_eq!(ascendcl_sys::hixl::api().expect("HiXL table").path(), library);
+}
+
+/// PE 1 (device 1): fills its buffer with [`pattern`], serves it, and when PE 0 sends `VERIFY <hash>` compares its
+/// whole buffer, read through its own runtime, with PE 0's model of it.
+fn pe1() {
+    let engine = engine(1);
+    let device = engine.device().expect("PE 1 device (SHMEM id fetched from PE 0's descriptor)");
+    check_loaded_twin(&device);
+    let buffer = device.allocate(BUFFER).expect("HBM");
+    device.write(buffer.addr(), &pattern(0, BUFFER)).expect("H2D");
+    // SAFETY: the buffer outlives the engine's use of it: this process waits for PE 0 before dropping it.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+    println!("PEER_READY {} {}", engine.name(), buffer.addr());
+    std::io::stdout().flush().expect("flush");
+    let mut line = String::new();
+    std::io::stdin().read_line(&mut line).expect("PE 0's verdict request");
+    let expected = line.strip_prefix("VERIFY ").map(str::trim).expect("VERIFY <hash>");
+    let mut memory = vec![0u8; BUFFER as usize];
+    device.read(buffer.addr(), &mut memory).expect("D2H");
+    assert_eq!(format!("{:016x}", fnv1a(&memory)), expected, "PE 1's memory is not what PE 0's transfers made it");
+    println!("PEER_VERIFIED {expected}");
+    drop((buffer, device, engine));
+}
+
+/// PE 0 (device 0): starts PE 1, then over each of aiv, ubshmem and adxl runs rounds of random READ and WRITE
+/// batches against PE 1's buffer, every byte a READ brings checked through the runtime's D2H copy against the model
+/// of PE 1's memory that every WRITE updates; at the end PE 1 checks its whole memory against the model.
+fn pe0() {
+    let engine = engine(0);
+    let mut peer = Process::case(
+        "pe1",
+        &[
+            ("AIV_SHMEM_PE", "1".into()),
+            ("AIV_SHMEM_N_PES", "2".into()),
+            ("AIV_SHMEM_ROOT_SEGMENT", engine.name().into()),
+        ],
+    );
+    let device = engine.device().expect("PE 0 device on the loaded twin runtime");
+    check_loaded_twin(&device);
+    let buffer = device.allocate(BUFFER).expect("HBM");
+    // SAFETY: the buffer outlives every batch below, each waited for.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+    let ready = peer.line_starting("PEER_READY", Instant::now() + Duration::from_secs(120));
+    let Some(ready) = ready else {
+        let (status, stdout, stderr) = peer.finish(Duration::from_secs(5));
+        panic!("PE 1 was not ready within 120 s ({status:?}):\n{stdout}\n{stderr}");
+    };
+    let fields: Vec<&str> = ready.split_whitespace().collect();
+    let peer_addr: u64 = fields[2].parse().expect("peer address");
+    let segment = engine.open_segment(fields[1]).expect("PE 1's segment");
+
+    let mut model = pattern(0, BUFFER);
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e57_c0de);
+    for protocol in [Protocol::Aiv, Protocol::Ubshmem, Protocol::Adxl] {
+        let mut moved = 0u64;
+        for _ in 0..4 {
+            for opcode in [Opcode::Write, Opcode::Read] {
+                moved +=
+                    batch(&engine, &device, &buffer, (segment, peer_addr), &mut model, (opcode, protocol), &mut rng);
+            }
+        }
+        println!("CHECK {}: {moved} bytes moved and checked", protocol.as_str());
+    }
+    // Nothing ran on the twin runtime linked into this binary: its device 0 was never opened.
+    assert!(cann_twin::control::sqes_executed(0, 0).is_err(), "the in-process twin runtime executed SQEs");
+
+    peer.stdin().write_all(format!("VERIFY {:016x}\n", fnv1a(&model)).as_bytes()).expect("to PE 1");
+    peer.stdin().flush().expect("flush");
+    let verified = peer.line_starting("PEER_VERIFIED", Instant::now() + Duration::from_secs(60));
+    drop((buffer, device, engine));
+    let (status, stdout, stderr) = peer.finish(Duration::from_secs(60));
+    assert!(
+        verified.is_some() && status.is_some_and(|status| status.success()),
+        "PE 1 did not confirm its memory ({status:?}):\n{stdout}\n{stderr}"
+    );
+}
+
+/// One batch of 1 to 8 requests of `opcode` over `protocol`, each in a slot of its own on both sides, of random
+/// length (1 byte to a slot, across the 1 MiB SQE size) at random offsets. Returns the bytes moved.
+fn batch(
+    engine: &TransferEngine,
+    device: &aiv_transport::engine::AivDevice,
+    buffer: &aiv_transport::device::DeviceBuffer,
+    (segment, peer_addr): (SegmentId, u64),
+    model: &mut [u8],
+    (opcode, protocol): (Opcode, Protocol),
+    rng: &mut impl Rng,
+) -> u64 {
+    let slots = (BUFFER / SLOT) as usize;
+    let count = rng.gen_range(1..=8usize);
+    let mut local_slots: Vec<usize> = (0..slots).collect();
+    let mut remote_slots: Vec<usize> = (0..slots).collect();
+    use rand::seq::SliceRandom;
+    local_slots.shuffle(rng);
+    remote_slots.shuffle(rng);
+    let mut cases = Vec::new();
+    for index in 0..count {
+        let length = if rng.gen_bool(0.25) { rng.gen_range(1..64u64) } else { rng.gen_range(1..SLOT) };
+        let local = local_slots[index] as u64 * SLOT + rng.gen_range(0..=SLOT - length);
+        let remote = remote_slots[index] as u64 * SLOT + rng.gen_range(0..=SLOT - length);
+        cases.push((local, remote, length));
+    }
+    if opcode == Opcode::Write {
+        // Fresh local bytes, so a transfer that moved nothing cannot pass on what is already there.
+        for &(local, _, length) in &cases {
+            let bytes: Vec<u8> = (0..length).map(|_| rng.gen()).collect();
+            device.write(buffer.addr() + local, &bytes).expect("H2D");
+        }
+    } else {
+        // Clear the destinations, for the same reason.
+        for &(local, _, length) in &cases {
+            device.write(buffer.addr() + local, &vec![0u8; length as usize]).expect("H2D");
+        }
+    }
+    let requests: Vec<TransferRequest> = cases
+        .iter()
+        .map(|&(local, remote, length)| TransferRequest {
+            opcode,
+            source: buffer.addr() + local,
+            target_id: segment,
+            target_offset: peer_addr + remote,
+            length,
+            protocol: Some(protocol),
+        })
+        .collect();
+    let id = engine.allocate_batch(requests.len()).expect("batch");
+    engine.submit_transfer(id, &requests).expect("submit");
+    let status = engine.wait_batch(id).expect("wait");
+    let name = protocol.as_str();
+    let mut moved = 0;
+    for (task, &(local, remote, length)) in cases.iter().enumerate() {
+        let state = engine.transfer_status(id, task).expect("status").state;
+        let reason = engine.task_reason(id, task).expect("task");
+        assert_eq!(state, TransferState::Completed, "{name} {opcode:?} task {task} ({length} bytes): {reason:?}");
+        let evidence = engine.task_evidence(id, task).expect("task").expect("evidence");
+        assert_eq!(evidence.path, name, "{evidence:?}");
+        if protocol == Protocol::Aiv {
+            assert!(evidence.is_aiv_direct(), "aiv task {task}: the kernel did not build and submit: {evidence:?}");
+        }
+        let mut landed = vec![0u8; length as usize];
+        device.read(buffer.addr() + local, &mut landed).expect("D2H");
+        let (local, remote, length) = (local as usize, remote as usize, length as usize);
+        match opcode {
+            Opcode::Write => model[remote..remote + length].copy_from_slice(&landed),
+            _ => assert!(
+                landed == model[remote..remote + length],
+                "{name} READ task {task}: {length} bytes from PE 1 at {remote:#x} into {local:#x} differ from the model"
+            ),
+        }
+        moved += length as u64;
+    }
+    assert_eq!(status.state, TransferState::Completed, "{name} {opcode:?} batch");
+    engine.free_batch(id).expect("free");
+    moved
+}
+
+/// With a `libshmem.so` that lacks SHMEM's functions the device does not open, and the error names the first
+/// required symbol and the file.
+fn missing_symbol() {
+    let engine = engine(0);
+    let error = engine.device().expect_err("no SHMEM in the library").to_string();
+    let path = std::env::var("AIV_SHMEM_LIB").expect("AIV_SHMEM_LIB");
+    assert!(error.contains("has no symbol aclshmemx_get_uniqueid") && error.contains(&path), "{error}");
+    println!("the device refused: {error}");
+}
+
+/// With SHMEM loaded from a copy of the file ACL came from, the device does not open, and the error says why and
+/// names both files.
+fn two_copies() {
+    let engine = engine(0);
+    let error = engine.device().expect_err("SHMEM from another copy of the runtime").to_string();
+    let acl = std::env::var("AIV_ASCENDCL_LIB").expect("AIV_ASCENDCL_LIB");
+    let shmem = std::env::var("AIV_SHMEM_LIB").expect("AIV_SHMEM_LIB");
+    assert!(error.contains("two copies") && error.contains(&acl) && error.contains(&shmem), "{error}");
+    println!("the device refused: {error}");
+}
