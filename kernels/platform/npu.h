@@ -6,6 +6,8 @@
 //   cache maintenance  DataCacheCleanAndInvalid<T, CacheLine::..., DcciDst::CACHELINE_OUT> (dcci)
 //   UB scratch         a LocalTensor over a fixed UB offset, filled with SetValue (as SHMEM builds its UB scratch)
 //   register writes    DataCopyPad UB -> GM with a byte length (as SHMEM rings the STARS doorbell)
+//   SQEs               built in a UB stage with scalar UB stores, landed in the SQ with one DataCopyPad per doorbell
+//                      (as SHMEM lands its UDMA WQEs; docs/hardware.md section 4)
 #ifndef AIV_PLATFORM_NPU_H
 #define AIV_PLATFORM_NPU_H
 
