@@ -378,6 +378,52 @@ pub(crate) fn prepare(
     Ok(Launch { function, blocks, args })
 }
 
+/// Device-internal progress of one device: bumped by its SDMA engines when a completion flag lands and when a run
+/// stops, so that an emulated core napping in a poll resumes polling at once, as an NPU core that never stops
+/// polling would see the flag at once. It is the device's own signal (engine to core); nothing here wakes a Host
+/// thread, and the core still learns of the flag only by reading memory.
+#[derive(Debug, Default)]
+pub(crate) struct Activity {
+    seq: std::sync::atomic::AtomicU64,
+    sleepers: AtomicU32,
+    lock: Mutex<()>,
+    wake: std::sync::Condvar,
+}
+
+impl Activity {
+    /// The activity record of `device` (one per device id, for the process's lifetime).
+    pub(crate) fn of(device: i32) -> Arc<Activity> {
+        static ALL: LazyLock<Mutex<HashMap<i32, Arc<Activity>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+        Arc::clone(lock(&ALL).entry(device).or_default())
+    }
+
+    /// Something a core may be polling for has happened on the device.
+    pub(crate) fn progressed(&self) {
+        self.seq.fetch_add(1, Ordering::SeqCst);
+        if self.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = lock(&self.lock);
+            self.wake.notify_all();
+        }
+    }
+
+    /// Naps at most `nap`, less if the device progresses after `seen`; returns the progress count at the end.
+    fn nap(&self, seen: u64, nap: Duration) -> u64 {
+        self.sleepers.fetch_add(1, Ordering::SeqCst);
+        let deadline = Instant::now() + nap;
+        let mut guard = lock(&self.lock);
+        while self.seq.load(Ordering::SeqCst) == seen {
+            let now = Instant::now();
+            if now >= deadline {
+                break;
+            }
+            guard = self.wake.wait_timeout(guard, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        drop(guard);
+        self.sleepers.fetch_sub(1, Ordering::SeqCst);
+        self.seq.load(Ordering::SeqCst)
+    }
+}
+
 /// What one core works with.
 struct CoreContext {
     device: i32,
@@ -394,6 +440,9 @@ struct CoreContext {
     refused: std::cell::Cell<(usize, usize, u64)>,
     /// The register page this core rang last.
     registers: crate::sdma::RegisterCache,
+    /// Its device's progress, and the count this core saw at its last idle hint.
+    activity: Arc<Activity>,
+    activity_seen: std::cell::Cell<u64>,
 }
 
 /// Device objects an emulated core remembers.
@@ -410,6 +459,8 @@ impl CoreContext {
             next_window: std::cell::Cell::new(0),
             refused: std::cell::Cell::new((0, 0, u64::MAX)),
             registers: crate::sdma::RegisterCache::default(),
+            activity: Activity::of(device),
+            activity_seen: std::cell::Cell::new(0),
         }
     }
 
@@ -525,7 +576,13 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
         std::thread::yield_now();
     } else {
         let nap = Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP);
-        std::thread::sleep(nap);
+        // Progress since the last hint (so possibly after the poll that just failed): poll again instead.
+        let now_seen = core.activity.seq.load(Ordering::SeqCst);
+        if now_seen != core.activity_seen.get() {
+            core.activity_seen.set(now_seen);
+            return;
+        }
+        core.activity_seen.set(core.activity.nap(now_seen, nap));
     }
 }
 

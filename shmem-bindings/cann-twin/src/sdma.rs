@@ -334,6 +334,8 @@ pub(crate) struct Channel {
     pub progress: CachePadded<Progress>,
     /// What a doorbell writes, on its own cache line.
     pub doorbell: CachePadded<Doorbell>,
+    /// The device's progress signal for its napping cores (a landed flag, a stopped run).
+    activity: Arc<crate::kernel::Activity>,
 }
 
 /// The engine's side of a [`Channel`].
@@ -489,6 +491,7 @@ impl Channel {
                 let value = unsafe { AtomicU64::from_ptr(from.cast()) }.load(Ordering::Acquire);
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
+                self.activity.progressed();
             }
             // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
             _ => unsafe { perform_copy(&to, &from) },
@@ -583,6 +586,7 @@ impl Channel {
                 }
             }
             let published = space().as_ref().map(|space| self.publish_head(space, head));
+            self.activity.progressed();
             if let Some((syndrome, raw)) = fault {
                 self.raise(self.exception_at(head, tail, syndrome, raw));
             } else if let Some(Err(syndrome)) = published {
@@ -725,6 +729,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             interrupt: AtomicBool::new(false),
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
+            activity: crate::kernel::Activity::of(device),
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];
