@@ -378,10 +378,11 @@ pub(crate) fn prepare(
     Ok(Launch { function, blocks, args })
 }
 
-/// Device-internal progress of one device: bumped by its SDMA engines when a completion flag lands and when a run
-/// stops, so that an emulated core napping in a poll resumes polling at once, as an NPU core that never stops
-/// polling would see the flag at once. It is the device's own signal (engine to core); nothing here wakes a Host
-/// thread, and the core still learns of the flag only by reading memory.
+/// Device-internal progress of one SDMA channel of a device: bumped by its engine when a completion flag lands and
+/// when a run stops, so that the emulated core of the block that drives the channel (block k posts to channel k),
+/// napping in a poll, resumes polling at once, as an NPU core that never stops polling would see the flag at once.
+/// It is the device's own signal (engine to core); nothing here wakes a Host thread, the core still learns of the
+/// flag only by reading memory, and a core whose channel is another one simply naps its nap out.
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
     seq: std::sync::atomic::AtomicU64,
@@ -391,10 +392,11 @@ pub(crate) struct Activity {
 }
 
 impl Activity {
-    /// The activity record of `device` (one per device id, for the process's lifetime).
-    pub(crate) fn of(device: i32) -> Arc<Activity> {
-        static ALL: LazyLock<Mutex<HashMap<i32, Arc<Activity>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-        Arc::clone(lock(&ALL).entry(device).or_default())
+    /// The activity record of channel `index` of `device` (one per pair, for the process's lifetime).
+    pub(crate) fn of(device: i32, index: u32) -> Arc<Activity> {
+        type ByChannel = HashMap<(i32, u32), Arc<Activity>>;
+        static ALL: LazyLock<Mutex<ByChannel>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+        Arc::clone(lock(&ALL).entry((device, index)).or_default())
     }
 
     /// Something a core may be polling for has happened on the device.
@@ -440,7 +442,7 @@ struct CoreContext {
     refused: std::cell::Cell<(usize, usize, u64)>,
     /// The register page this core rang last.
     registers: crate::sdma::RegisterCache,
-    /// Its device's progress, and the count this core saw at its last idle hint.
+    /// The progress of its block's channel, and the count this core saw at its last idle hint.
     activity: Arc<Activity>,
     activity_seen: std::cell::Cell<u64>,
 }
@@ -459,7 +461,7 @@ impl CoreContext {
             next_window: std::cell::Cell::new(0),
             refused: std::cell::Cell::new((0, 0, u64::MAX)),
             registers: crate::sdma::RegisterCache::default(),
-            activity: Activity::of(device),
+            activity: Activity::of(device, block),
             activity_seen: std::cell::Cell::new(0),
         }
     }

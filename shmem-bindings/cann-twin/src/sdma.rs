@@ -334,7 +334,8 @@ pub(crate) struct Channel {
     pub progress: CachePadded<Progress>,
     /// What a doorbell writes, on its own cache line.
     pub doorbell: CachePadded<Doorbell>,
-    /// The device's progress signal for its napping cores (a landed flag, a stopped run).
+    /// The progress signal for the napping core of the block that drives this channel (a landed flag, a stopped
+    /// run).
     activity: Arc<crate::kernel::Activity>,
 }
 
@@ -729,7 +730,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             interrupt: AtomicBool::new(false),
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
-            activity: crate::kernel::Activity::of(device),
+            activity: crate::kernel::Activity::of(device, index),
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];
