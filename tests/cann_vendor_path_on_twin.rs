@@ -15,15 +15,18 @@
 //! (device 0) and PE 1 (device 1), SHMEM's unique id passed through PE 0's segment descriptor as on two NPUs.
 #![cfg(feature = "cann")]
 
+#[path = "common/peer_engine.rs"]
+mod peer_engine;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
-use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
+use aiv_transport::config::DeviceBackendKind;
 use aiv_transport::device::cann::{CannDevice, CannRuntime};
-use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use aiv_transport::{Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use rand::{Rng, SeedableRng};
 
 const CASE: &str = "AIV_VENDOR_TWIN_CASE";
@@ -248,20 +251,7 @@ fn doctor_names_the_loaded_library_and_identifies_the_twin_runtime() {
 }
 
 fn engine(device_id: u32) -> TransferEngine {
-    let mut config = EngineConfig::new("127.0.0.1");
-    config.protocol = Protocol::Aiv;
-    config.aiv = AivOptions {
-        device_backend: DeviceBackendKind::Cann,
-        device_id,
-        aiv_blocks: 2,
-        doorbell_batch: 8,
-        launch_mode: LaunchMode::Persistent,
-        transfer_timeout: Duration::from_secs(30),
-        kernel_wait_budget: Duration::from_millis(500),
-        hbm_size: 64 << 20,
-        ..AivOptions::default()
-    };
-    TransferEngine::new(config).expect("engine starts")
+    peer_engine::engine(DeviceBackendKind::Cann, device_id)
 }
 
 /// The peer's initial bytes.

@@ -15,12 +15,15 @@
 //! id goes from PE 0 to PE 1 through PE 0's segment descriptor (P2P handshake on loopback). PE 0 then moves data with
 //! READ and WRITE requests and checks every byte. Selected on a machine without CANN, the vendor test fails with the
 //! doctor's report. Nothing in this file has been run on an NPU yet.
+#[path = "common/peer_engine.rs"]
+mod peer_engine;
+
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
-use aiv_transport::{EngineConfig, Protocol, TransferEngine};
+use aiv_transport::config::DeviceBackendKind;
+use aiv_transport::{Protocol, TransferEngine};
 
 const BUFFER: u64 = 16 << 20;
 
@@ -44,22 +47,7 @@ fn backend_from_env() -> DeviceBackendKind {
     }
 }
 
-fn engine(backend: DeviceBackendKind, device_id: u32) -> TransferEngine {
-    let mut config = EngineConfig::new("127.0.0.1");
-    config.protocol = Protocol::Aiv;
-    config.aiv = AivOptions {
-        device_backend: backend,
-        device_id,
-        aiv_blocks: 2,
-        doorbell_batch: 8,
-        launch_mode: LaunchMode::Persistent,
-        transfer_timeout: Duration::from_secs(30),
-        kernel_wait_budget: Duration::from_millis(500),
-        hbm_size: 64 << 20,
-        ..AivOptions::default()
-    };
-    TransferEngine::new(config).expect("engine starts")
-}
+use peer_engine::engine;
 
 /// Deterministic bytes of `seed` at `offset`.
 fn pattern(seed: u8, offset: u64, length: u64) -> Vec<u8> {
