@@ -1,5 +1,5 @@
 //! Submit: placing a batch on the blocks, and the one sequence that hands requests to a block (write the backlog
-//! into the ring, publish the tail, wake the block).
+//! into the ring, publish the tail; the kernel polls it).
 //!
 //! Owns: block placement (a thread's home block, contiguous runs), the per-block backlog and the completion tickets.
 //! It must not drain completions.
@@ -48,8 +48,8 @@ pub(super) fn decode_ticket(ticket: u64) -> Option<(u32, u32)> {
 
 impl HostBlock {
     /// Hands the backlog to the kernel as far as the ring has room: writes the entries, records each transfer in
-    /// flight with its ticket, publishes the tail once, releases the producer lock and wakes the block if anything
-    /// was published. Returns how many requests were published. The only place requests enter a ring.
+    /// flight with its ticket, publishes the tail once and releases the producer lock (the kernel polls its ring:
+    /// nothing wakes it). Returns how many requests were published. The only place requests enter a ring.
     pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>) -> u32 {
         if producer.backlog.is_empty() {
             return 0;
