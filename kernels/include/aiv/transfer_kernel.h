@@ -2,7 +2,8 @@
 //
 // Include the platform layer (platform/npu.h) first. Per block:
 //   take the request-ring entries of this block (up to group_limit at a time), split each into pieces of at most
-//   max_sqe_bytes, write one SDMA SQE per piece into this block's channel, ring the doorbell every doorbell_batch
+//   max_sqe_bytes, build one SDMA SQE per piece in the platform's UB stage and land the stage in this block's channel
+//   (before each doorbell, and when the stage fills or the tail wraps), ring the doorbell every doorbell_batch
 //   SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive area), ring, and spin on
 //   the flag within wait_budget (abort flag checked); write one DCQ entry per transfer and publish the DCQ tail.
 // A failed group (budget exhausted or aborted) halts the block until the Host has looked at the channel and reset it
