@@ -184,6 +184,7 @@ fn child() {
         "pe1" => pe1(),
         "missing_symbol" => missing_symbol(),
         "two_copies" => two_copies(),
+        "two_hixl_copies" => two_hixl_copies(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -208,22 +209,32 @@ fn a_library_without_a_required_shmem_symbol_fails_the_device_naming_the_symbol_
     in_child("missing_symbol", &env);
 }
 
-#[test]
-fn a_shmem_library_that_is_another_copy_of_the_twin_runtime_is_refused_naming_both_files() {
+/// Runs `case` with the loader variable `variable` pointing at a byte-for-byte copy of the twin's library (named
+/// `file`), the others at the library itself: a second runtime in the process, sharing nothing with the first.
+fn with_a_copy_as(variable: &str, file: &str, case: &str) {
     let Some(dir) = libraries("cann_vendor_path_on_twin") else { return };
-    // A byte-for-byte copy under another name is a second runtime in the process, sharing nothing with the first.
-    let copy_dir = std::env::temp_dir().join(format!("aiv-vendor-twin-copy-{}", std::process::id()));
+    let copy_dir = std::env::temp_dir().join(format!("aiv-vendor-twin-copy-{case}-{}", std::process::id()));
     std::fs::create_dir_all(&copy_dir).expect("temporary directory");
-    let copy = copy_dir.join("libshmem.so");
+    let copy = copy_dir.join(file);
     std::fs::copy(dir.join("libascendcl.so"), &copy).expect("copy the library");
     let mut env = loader_env(&dir.join("libascendcl.so"));
-    env.retain(|(name, _)| *name != "AIV_SHMEM_LIB");
-    env.push(("AIV_SHMEM_LIB", copy.clone().into()));
-    let result = std::panic::catch_unwind(|| in_child("two_copies", &env));
+    env.retain(|(name, _)| *name != variable);
+    env.push((variable, copy.clone().into()));
+    let result = std::panic::catch_unwind(|| in_child(case, &env));
     let _ = std::fs::remove_dir_all(&copy_dir);
     if let Err(panic) = result {
         std::panic::resume_unwind(panic);
     }
+}
+
+#[test]
+fn a_shmem_library_that_is_another_copy_of_the_twin_runtime_is_refused_naming_both_files() {
+    with_a_copy_as("AIV_SHMEM_LIB", "libshmem.so", "two_copies");
+}
+
+#[test]
+fn a_hixl_library_that_is_another_copy_of_the_twin_runtime_is_refused_naming_both_files() {
+    with_a_copy_as("AIV_HIXL_LIB", "libcann_hixl.so", "two_hixl_copies");
 }
 
 #[test]
@@ -440,6 +451,22 @@ fn missing_symbol() {
     let path = std::env::var("AIV_SHMEM_LIB").expect("AIV_SHMEM_LIB");
     assert!(error.contains("has no symbol aclshmemx_get_uniqueid") && error.contains(&path), "{error}");
     println!("the device refused: {error}");
+}
+
+/// With HiXL loaded from a copy of the file ACL came from, the device opens (ACL and SHMEM are one copy) but its
+/// HiXL table is refused, naming both files: adxl transfers would fail with that reason.
+fn two_hixl_copies() {
+    let engine = engine(0);
+    let device = engine.device().expect("the device opens: ACL and SHMEM are one copy");
+    let error = match device.backend().hixl() {
+        Some(Err(error)) => error,
+        Some(Ok(_)) => panic!("HiXL from another copy of the runtime was accepted"),
+        None => panic!("the cann backend offers no HiXL table"),
+    };
+    let acl = std::env::var("AIV_ASCENDCL_LIB").expect("AIV_ASCENDCL_LIB");
+    let hixl = std::env::var("AIV_HIXL_LIB").expect("AIV_HIXL_LIB");
+    assert!(error.contains("another copy") && error.contains(&acl) && error.contains(&hixl), "{error}");
+    println!("the HiXL table was refused: {error}");
 }
 
 /// With SHMEM loaded from a copy of the file ACL came from, the device does not open, and the error says why and
