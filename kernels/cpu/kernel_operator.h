@@ -85,14 +85,12 @@ struct FastCache {
     uint64_t scalar_loads;       // AivCpuCoreStats counters, kept here so that hits count too
     uint64_t scalar_stores;
     uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
-    // The inline path of aligned 4- and 8-byte scalar UB stores (LocalTensor::SetValue). It is taken only while no
+    // The inline path of 8-byte-aligned 8-byte scalar UB stores (LocalTensor::SetValue). It is taken only while no
     // DMA burst is pending (a pending burst may read or write any UB byte: the model's out-of-line path checks those
     // accesses), and it records each store for the pipe-order check of later bursts as the out-of-line path does:
-    // ub_epoch[g] = epoch for every 4-byte granule g it wrote, where epoch moves on at every point that orders
+    // ub_epoch[g] = epoch for the 8-byte granule g it wrote, where epoch moves on at every point that orders
     // earlier scalar UB writes before later DMA (WaitFlag<S_MTE3/S_MTE2>, PipeBarrier<PIPE_ALL>). A burst whose UB
     // range holds a granule of the current epoch reads a store that nothing ordered before it.
-    // The field types differ from those of the inline path's stores (uint32_t/uint64_t data, uint16_t epochs), so
-    // that the compiler need not reload them after each store.
     uint8_t* ub;                 // the core's unified buffer (null: no core installed)
     uint16_t* ub_epoch;          // kFastUbBytes / kUbGranule entries
     uint16_t epoch;              // >= 1 while a core is installed

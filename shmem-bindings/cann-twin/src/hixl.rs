@@ -517,14 +517,7 @@ pub unsafe extern "C" fn HixlCSServerRegMem(
         not_null(mem_handle)?;
         let region = region_of(mem, mem_tag)?;
         let mut state = lock(&server.state);
-        if state.regions.len() >= MAX_REGISTRATIONS {
-            return Err(HIXL_RESOURCE_EXHAUSTED);
-        }
-        if state.regions.iter().any(|(_, r)| r.addr < region.addr + region.size && region.addr < r.addr + r.size) {
-            return Err(HIXL_PARAM_INVALID);
-        }
-        let id = next_mem_handle();
-        state.regions.push((id, region));
+        let id = add_registration(&mut state.regions, region)?;
         server.publish(&state);
         // SAFETY: non-null, writable by the C contract.
         unsafe { mem_handle.write(id as MemHandle) };
@@ -556,6 +549,20 @@ pub unsafe extern "C" fn HixlCSServerListen(server_handle: HixlServerHandle, bac
         state.listening = Some((stop, thread));
         Ok(())
     })
+}
+
+/// Adds `region` to `registrations` under a new handle: `HIXL_RESOURCE_EXHAUSTED` past [`MAX_REGISTRATIONS`],
+/// `HIXL_PARAM_INVALID` if it overlaps one already there.
+fn add_registration(registrations: &mut Vec<(usize, Region)>, region: Region) -> Result<usize, HixlStatus> {
+    if registrations.len() >= MAX_REGISTRATIONS {
+        return Err(HIXL_RESOURCE_EXHAUSTED);
+    }
+    if registrations.iter().any(|(_, r)| r.addr < region.addr + region.size && region.addr < r.addr + r.size) {
+        return Err(HIXL_PARAM_INVALID);
+    }
+    let id = next_mem_handle();
+    registrations.push((id, region));
+    Ok(id)
 }
 
 /// Removes the registration `handle` names from `registrations`; `HIXL_PARAM_INVALID` if none does.
@@ -727,14 +734,7 @@ pub unsafe extern "C" fn HixlCSClientRegMem(
         not_null(mem_handle)?;
         let region = region_of(mem, mem_tag)?;
         let mut state = lock(&client.state);
-        if state.local.len() >= MAX_REGISTRATIONS {
-            return Err(HIXL_RESOURCE_EXHAUSTED);
-        }
-        if state.local.iter().any(|(_, r)| r.addr < region.addr + region.size && region.addr < r.addr + r.size) {
-            return Err(HIXL_PARAM_INVALID);
-        }
-        let id = next_mem_handle();
-        state.local.push((id, region));
+        let id = add_registration(&mut state.local, region)?;
         // SAFETY: non-null, writable by the C contract.
         unsafe { mem_handle.write(id as MemHandle) };
         Ok(())
