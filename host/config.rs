@@ -16,6 +16,13 @@ use crate::transfer::Protocol;
 /// Environment variable naming the config file.
 pub const CONFIG_PATH_ENV: &str = "MOONCAKE_CONFIG_PATH";
 
+/// The environment variable that picks the path of Mooncake's protocol name `"ascend"` when mooncake.json's
+/// `aiv.ascend_protocol` does not (see [`AivOptions::resolve_protocol`]).
+pub const ASCEND_PROTOCOL_ENV: &str = "AIV_ASCEND_PROTOCOL";
+
+/// Mooncake's name of its Ascend Direct transport, and what vLLM-Ascend passes to `initialize`.
+pub const ASCEND_PROTOCOL_NAME: &str = "ascend";
+
 /// Why a configuration could not be used.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -91,6 +98,10 @@ pub struct AivOptions {
     pub hixl_host: Option<String>,
     /// `hixl_port`: that server's port; 0 (default) means `AIV_HIXL_PORT`, else a port the OS reports free.
     pub hixl_port: u16,
+    /// `ascend_protocol`: the path that Mooncake's protocol name `"ascend"` (what vLLM-Ascend passes to
+    /// `initialize`) runs on here: `aiv` (default), `adxl`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
+    /// `aiv`. See [`AivOptions::resolve_protocol`].
+    pub ascend_protocol: Protocol,
 
     // --- tcp client limits (connect deadline, reconnect backoff); parsed by `read_tcp_client_limits` ---
     /// `tcp_connect_timeout_ms`: one connect to a peer's data server, over every address its host resolves to
@@ -129,6 +140,23 @@ pub struct AivOptions {
     pub handshake: HandshakeLimits,
 }
 
+impl AivOptions {
+    /// The path a protocol name runs on: one of this engine's protocols by its own name (case-insensitive, as
+    /// Mooncake lower-cases it), or Mooncake's `"ascend"`, which runs on [`AivOptions::ascend_protocol`]. Other
+    /// Mooncake protocols (`rdma`, `hccl`, ...) and unknown names are refused, naming them.
+    pub fn resolve_protocol(&self, name: &str) -> Result<Protocol, crate::transfer::ProtocolParseError> {
+        if name.trim().eq_ignore_ascii_case(ASCEND_PROTOCOL_NAME) {
+            return Ok(self.ascend_protocol);
+        }
+        name.parse::<Protocol>()
+    }
+}
+
+/// `ascend_protocol`'s value: a path of this engine (`ascend` itself is not one); the error says what was found.
+fn parse_ascend_protocol(text: &str) -> Result<Protocol, String> {
+    text.parse::<Protocol>().map_err(|error| format!("{text:?} ({error})"))
+}
+
 impl Default for AivOptions {
     fn default() -> Self {
         AivOptions {
@@ -148,6 +176,7 @@ impl Default for AivOptions {
             ubshmem_streams: 32,
             hixl_host: None,
             hixl_port: 0,
+            ascend_protocol: Protocol::Aiv,
             // tcp client limits
             tcp_connect_timeout: Duration::from_secs(5),
             tcp_reconnect_backoff: Duration::from_millis(10),
@@ -306,15 +335,17 @@ impl EngineConfig {
             Some(name) => (name, "protocol"),
             None => (env.var("MOONCAKE_PROTOCOL").unwrap_or_else(|| "tcp".into()), "MOONCAKE_PROTOCOL"),
         };
-        let protocol = protocol_name.parse::<Protocol>().map_err(|error| ConfigError::Invalid {
-            origin: origin.to_owned(),
-            key: protocol_key.into(),
-            expected: "one of aiv, adxl, ubshmem, tcp".into(),
-            found: error.to_string(),
-        })?;
         let device_name = fields.string("device_name")?.or_else(|| env.var("MOONCAKE_DEVICE")).unwrap_or_default();
 
         let mut aiv = AivOptions::default();
+        if let Some(text) = env.var(ASCEND_PROTOCOL_ENV) {
+            aiv.ascend_protocol = parse_ascend_protocol(&text).map_err(|found| ConfigError::Invalid {
+                origin: "environment".into(),
+                key: ASCEND_PROTOCOL_ENV.into(),
+                expected: "one of aiv, adxl, ubshmem, tcp".into(),
+                found,
+            })?;
+        }
         if let Some(text) = env.var("MC_TRANSFER_TIMEOUT") {
             aiv.transfer_timeout = transfer_timeout_from_env(&text).map_err(|expected| ConfigError::Invalid {
                 origin: "environment".into(),
@@ -328,6 +359,13 @@ impl EngineConfig {
             Some(Value::Object(object)) => read_aiv_options(&Fields { origin, object, prefix: "aiv." }, &mut aiv)?,
             Some(other) => return Err(fields.invalid("aiv", "an object", other)),
         }
+        // After the "aiv" object: "ascend" runs on the path its `ascend_protocol` names.
+        let protocol = aiv.resolve_protocol(&protocol_name).map_err(|error| ConfigError::Invalid {
+            origin: origin.to_owned(),
+            key: protocol_key.into(),
+            expected: "one of aiv, adxl, ubshmem, tcp, or ascend (mapped by aiv.ascend_protocol)".into(),
+            found: error.to_string(),
+        })?;
 
         Ok(EngineConfig {
             local_hostname,
@@ -406,6 +444,10 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     }
     if let Some(port) = fields.integer("hixl_port", 0, u64::from(u16::MAX))? {
         aiv.hixl_port = port as u16;
+    }
+    if let Some(name) = fields.string("ascend_protocol")? {
+        aiv.ascend_protocol = parse_ascend_protocol(&name)
+            .map_err(|_| fields.invalid("ascend_protocol", "one of aiv, adxl, ubshmem, tcp", &Value::String(name)))?;
     }
     read_tcp_client_limits(fields, aiv)?;
     read_admission_limits(fields, aiv)
@@ -770,6 +812,42 @@ mod tests {
         assert!(message.contains("\"protocol\"") && message.contains("does not provide"), "{message}");
         let error = parse(r#"{"local_hostname": "h", "protocol": "carrier-pigeon"}"#).expect_err("unknown");
         assert!(error.to_string().contains("unknown protocol"), "{error}");
+    }
+
+    #[test]
+    fn ascend_runs_on_the_path_ascend_protocol_names() {
+        // Default: aiv, from the file's "protocol" and from MOONCAKE_PROTOCOL alike.
+        let config = parse(r#"{"local_hostname": "h", "protocol": "Ascend"}"#).expect("ascend is mapped");
+        assert_eq!(config.protocol, Protocol::Aiv);
+        let config = parse(r#"{"local_hostname": "h", "protocol": "ascend", "aiv": {"ascend_protocol": "adxl"}}"#)
+            .expect("mapped by the file");
+        assert_eq!(config.protocol, Protocol::Adxl);
+        assert_eq!(config.aiv.resolve_protocol("ASCEND"), Ok(Protocol::Adxl));
+        assert_eq!(config.aiv.resolve_protocol("tcp"), Ok(Protocol::Tcp));
+        let env = |name: &str| match name {
+            "MOONCAKE_PROTOCOL" => Some("ascend".to_owned()),
+            ASCEND_PROTOCOL_ENV => Some("ubshmem".to_owned()),
+            _ => None,
+        };
+        let config = EngineConfig::from_json(r#"{"local_hostname": "h"}"#, "test.json", &env).expect("env maps it");
+        assert_eq!(config.protocol, Protocol::Ubshmem);
+        // The file wins over the environment, as for every other key.
+        let config =
+            EngineConfig::from_json(r#"{"local_hostname": "h", "aiv": {"ascend_protocol": "tcp"}}"#, "test.json", &env)
+                .expect("file wins");
+        assert_eq!(config.protocol, Protocol::Tcp);
+        // "ascend" cannot map to itself or to a protocol this engine lacks; the message names the key and value.
+        for bad in ["ascend", "rdma", "pigeon"] {
+            let text = format!(r#"{{"local_hostname": "h", "aiv": {{"ascend_protocol": "{bad}"}}}}"#);
+            let message = parse(&text).expect_err("refused").to_string();
+            assert!(message.contains("aiv.ascend_protocol") && message.contains(bad), "{message}");
+        }
+        let env = |name: &str| (name == ASCEND_PROTOCOL_ENV).then(|| "hccl".to_owned());
+        let message =
+            EngineConfig::from_json(r#"{"local_hostname": "h"}"#, "test.json", &env).expect_err("refused").to_string();
+        assert!(message.contains(ASCEND_PROTOCOL_ENV) && message.contains("hccl"), "{message}");
+        // Other Mooncake protocols stay refused.
+        assert!(parse(r#"{"local_hostname": "h", "protocol": "ascend_direct"}"#).is_err());
     }
 
     #[test]

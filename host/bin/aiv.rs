@@ -80,7 +80,8 @@ struct BenchArgs {
     /// Transfer direction
     #[arg(long, value_enum, default_value = "read")]
     operation: Operation,
-    /// Protocol of every request: aiv, adxl, ubshmem or tcp (default: the config's protocol)
+    /// Protocol of every request: aiv, adxl, ubshmem or tcp, or Mooncake's `ascend`, which runs on
+    /// `aiv.ascend_protocol` (default aiv). Default: the config's protocol
     #[arg(long)]
     protocol: Option<String>,
     /// Metadata connection string (default: the config's, else P2PHANDSHAKE)
@@ -324,7 +325,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         config.device_name = names;
     }
     let protocol = match args.protocol {
-        Some(name) => name.parse::<Protocol>().map_err(|e| format!("--protocol: {e}"))?,
+        Some(name) => config.aiv.resolve_protocol(&name).map_err(|e| format!("--protocol: {e}"))?,
         None => config.protocol,
     };
     aiv_transport::cpu_time::set_section_clock(args.section_clock);
