@@ -142,6 +142,39 @@ fn a_local_buffer_outside_device_memory_fails_with_the_reason() {
     assert!(reason.contains("not device memory"), "{reason}");
 }
 
+/// Mooncake's default location `"*"` finds device memory out: the buffer is registered as `npu:<id>`, so aiv moves it
+/// and a tcp request is refused before any Host code touches it (a Host read of it would fault).
+#[test]
+fn device_memory_registered_with_mooncakes_default_location_is_known_as_device_memory() {
+    let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
+    let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
+    let extra = a.device.allocate(64 << 10).expect("HBM");
+    // SAFETY: `extra` outlives every batch below, each waited for.
+    unsafe { a.engine.register_memory(extra.addr(), extra.len(), "*") }.expect("register with \"*\"");
+    let descriptor = a.engine.local_descriptor();
+    assert!(descriptor.buffers.iter().any(|buffer| buffer.addr == extra.addr()), "{descriptor:?}");
+    let pattern: Vec<u8> = (0..64u32 << 10).map(|i| (i % 253) as u8).collect();
+    a.device.write(extra.addr(), &pattern).expect("fill");
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer");
+    let request = |protocol| TransferRequest {
+        opcode: Opcode::Write,
+        source: extra.addr(),
+        target_id: peer,
+        target_offset: b.buffer.addr(),
+        length: 64 << 10,
+        protocol,
+    };
+    let batch = a.engine.allocate_batch(2).expect("batch");
+    a.engine.submit_transfer(batch, &[request(None), request(Some(aiv_transport::Protocol::Tcp))]).expect("submit");
+    a.engine.wait_batch(batch).expect("wait");
+    let aiv = a.engine.transfer_status(batch, 0).expect("aiv task");
+    assert_eq!(aiv.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    assert_eq!(&b.bytes()[..64 << 10], &pattern[..]);
+    assert_eq!(a.engine.transfer_status(batch, 1).expect("tcp task").state, TransferState::Failed);
+    let reason = a.engine.task_reason(batch, 1).expect("task").expect("reason");
+    assert!(reason.contains("npu:"), "the tcp refusal names the device location: {reason}");
+}
+
 #[test]
 fn transfers_within_one_device_use_the_local_segment() {
     let mut a = node(options(0, LaunchMode::Persistent, 8), 4 << 20);

@@ -196,23 +196,32 @@ impl TransferEngine {
 
     /// Registers `[addr, addr + length)` as a local buffer that transfers may read and write.
     ///
-    /// Rejects length 0, ranges that wrap the address space and overlaps with a registered buffer.
+    /// Rejects length 0, ranges that wrap the address space and overlaps with a registered buffer. `location` `"*"`
+    /// (Mooncake's default) or empty means "find out": memory of this engine's device is registered with the device's
+    /// location (`npu:<id>`), anything else as given.
     ///
     /// # Safety
     /// The range must be memory of this process that stays valid, and that nothing else accesses in a way that
     /// conflicts with transfers, until it is unregistered and every transfer that uses it has finished.
     pub unsafe fn register_memory(&self, addr: u64, length: u64, location: &str) -> Result<()> {
-        let buffer = RegisteredBuffer { addr, length, location: location.to_owned() };
+        let device = lock(&self.device).clone();
+        let own_device = device.filter(|device| device.backend().is_own_memory(addr, length));
+        // Mooncake's "*" (and an empty location) means: find out where the memory is, as Mooncake asks the runtime.
+        // Memory of this engine's device gets the device's location, so Host paths refuse it instead of touching it.
+        let location = match &own_device {
+            Some(device) if location.is_empty() || location == "*" => device.location(),
+            _ => location.to_owned(),
+        };
+        let buffer = RegisteredBuffer { addr, length, location: location.clone() };
         write(&self.memory).insert(buffer)?;
         // Device memory is offered to peers' devices (the aiv object lists it) while it stays registered.
-        let device = lock(&self.device).clone();
-        if let Some(device) = device.filter(|device| device.backend().is_own_memory(addr, length)) {
+        if let Some(device) = own_device {
             if let Err(error) = device.backend().export_range(addr, length) {
                 write(&self.memory).remove(addr);
                 return Err(EngineError::InvalidArgument { operation: "register memory", reason: error.to_string() });
             }
         }
-        tracing::debug!(addr, length, location, "memory registered");
+        tracing::debug!(addr, length, location = %location, "memory registered");
         self.republish_local_segment()
     }
 
