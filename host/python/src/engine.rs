@@ -862,7 +862,8 @@ impl Inner {
             Ok(status) => {
                 Err(format!("{:?} after {} bytes: {}", status.state, status.transferred_bytes, self.reason(batch)))
             }
-            Err(error) => Err(error.to_string()),
+            // Unknown batch: nothing to free.
+            Err(error) => return Err(error.to_string()),
         };
         if let Err(error) = self.engine.free_batch(batch) {
             tracing::warn!(batch = batch.0, %error, "could not free the batch");
