@@ -9,7 +9,7 @@ What it does: it puts a finder first on ``sys.meta_path`` that serves ``mooncake
 is, ``mooncake`` and all its other modules (``mooncake.store``, ...) stay the real ones. Importing ``aiv_transport``
 alone never touches ``sys.modules['mooncake']``.
 
-    python -m aiv_transport.drop_in      # says whether the drop-in is active and what mooncake.engine resolves to
+    python -m aiv_transport      # says whether the drop-in is active and what mooncake.engine resolves to
 """
 
 import importlib.abc
@@ -122,18 +122,6 @@ def install():
     return True
 
 
-def _status():
-    active = any(isinstance(finder, MooncakeEngineFinder) for finder in sys.meta_path)
-    print(f"{ENV}={os.environ.get(ENV, '')!r}: drop-in {'active' if active else 'not active'}")
-    try:
-        import mooncake.engine as engine
-    except ImportError as error:
-        print(f"mooncake.engine: not importable ({error})")
-        return 0
-    served = getattr(engine, "SERVED_BY_AIV_TRANSPORT", False)
-    print(f"mooncake.engine: {'aiv_transport' if served else 'the real Mooncake wheel'} ({engine.TransferEngine!r})")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(_status())
+def active():
+    """Whether the finder is on ``sys.meta_path``."""
+    return any(isinstance(finder, MooncakeEngineFinder) for finder in sys.meta_path)
