@@ -171,12 +171,12 @@ impl TransferEngine {
 
     /// The port of the engine's handshake server (-1 before `initialize`).
     fn get_rpc_port(&self) -> i32 {
-        self.inner().map_or(-1, |inner| i32::from(inner.engine.rpc_port()))
+        self.inner().map_or(-1, |inner| guarded("get_rpc_port", -1, || i32::from(inner.engine.rpc_port())))
     }
 
     /// The engine's segment name, what peers pass as `target_hostname` (extension).
     fn get_segment_name(&self) -> Option<String> {
-        self.inner().map(|inner| inner.engine.name().to_owned())
+        self.inner().and_then(|inner| guarded("get_segment_name", None, || Some(inner.engine.name().to_owned())))
     }
 
     /// Registers `[buffer_addr, buffer_addr + capacity)`. 0, or Mooncake's negated code (-1 invalid, -7 overlap).
