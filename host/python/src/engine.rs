@@ -16,7 +16,7 @@ use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient};
 use aiv_transport::metadata::MetadataOptions;
 use aiv_transport::{BatchId, EngineError, Opcode, Protocol, TransferRequest, TransferState};
-use pyo3::exceptions::{PyNotImplementedError, PyRuntimeError, PyValueError};
+use pyo3::exceptions::{PyMemoryError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
 use pyo3::types::PyBytes;
@@ -542,7 +542,8 @@ impl TransferEngine {
     }
 
     /// `length` bytes at `source_address` (device memory through the device, Host memory directly). Raises
-    /// ValueError for address 0 and RuntimeError when the device refuses the copy.
+    /// ValueError for address 0, MemoryError when `length` bytes cannot be allocated and RuntimeError when the device
+    /// refuses the copy.
     fn read_bytes_from_buffer<'py>(
         &self,
         py: Python<'py>,
@@ -558,6 +559,7 @@ impl TransferEngine {
         match result {
             Ok(data) => Ok(PyBytes::new(py, &data)),
             Err(ReadError::Argument(message)) => Err(PyValueError::new_err(message)),
+            Err(ReadError::Memory(message)) => Err(PyMemoryError::new_err(message)),
             Err(ReadError::Device(message)) => Err(PyRuntimeError::new_err(message)),
         }
     }
@@ -780,16 +782,16 @@ impl Inner {
         Ok(device)
     }
 
-    /// The device whose memory `[addr, addr + length)` is, if it is device memory this process allocated.
-    fn device_memory(&self, addr: u64, length: u64) -> Option<Arc<AivDevice>> {
-        device_memory(Some(self), addr, length)
-    }
-
     fn register(&self, addr: u64, length: u64, location: &str) -> i32 {
         let location = match location.trim() {
-            "*" | "" => match self.device_memory(addr, length.max(1)) {
-                Some(device) => device.location(),
-                None => "*".to_owned(),
+            "*" | "" => match device_memory(Some(self), addr, length.max(1)) {
+                Ok(Some(device)) => device.location(),
+                Ok(None) => "*".to_owned(),
+                // Registered as Host memory it could reach a Host copy (tcp): refused, as Mooncake's InvalidArgument.
+                Err(reason) => {
+                    tracing::warn!(addr, length, %reason, "register_memory refused");
+                    return -1;
+                }
             },
             other => other.to_owned(),
         };
@@ -1060,13 +1062,21 @@ impl Inner {
 }
 
 /// The device whose memory `[addr, addr + length)` is: a buffer the binding allocated (any engine's), or memory of
-/// `inner`'s open device.
-fn device_memory(inner: Option<&Inner>, addr: u64, length: u64) -> Option<Arc<AivDevice>> {
-    if let Some(device) = memory::device_of(addr, length) {
-        return Some(device);
+/// `inner`'s open device at either end of the range (that device refuses what it does not map). A range that runs
+/// over the edge of an allocated device buffer is refused: the Host never copies device memory itself, and a copy
+/// must not run past a buffer.
+fn device_memory(inner: Option<&Inner>, addr: u64, length: u64) -> Result<Option<Arc<AivDevice>>, String> {
+    match memory::device_range(addr, length) {
+        memory::DeviceRange::Inside(device) => return Ok(Some(device)),
+        memory::DeviceRange::Partial { start, length: size } => {
+            return Err(format!("[{addr:#x}, +{length}) runs over the edge of the device buffer [{start:#x}, +{size})"))
+        }
+        memory::DeviceRange::Outside => {}
     }
-    let device = inner.and_then(|inner| lock(&inner.device).clone())?;
-    device.backend().is_own_memory(addr, length).then_some(device)
+    let Some(device) = inner.and_then(|inner| lock(&inner.device).clone()) else { return Ok(None) };
+    let last = addr.saturating_add(length.max(1) - 1);
+    let backend = device.backend();
+    Ok((backend.is_own_memory(addr, 1) || backend.is_own_memory(last, 1)).then_some(device))
 }
 
 fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length: u64) -> i32 {
@@ -1081,7 +1091,14 @@ fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length: u64) -> i3
         tracing::warn!(addr, length, %reason, "write_bytes_to_buffer refused");
         return -1;
     }
-    if let Some(device) = device_memory(inner, addr, length) {
+    let device = match device_memory(inner, addr, length) {
+        Ok(device) => device,
+        Err(reason) => {
+            tracing::warn!(addr, length, %reason, "write_bytes_to_buffer refused");
+            return -1;
+        }
+    };
+    if let Some(device) = device {
         return match device.write(addr, data) {
             Ok(()) => 0,
             Err(error) => {
@@ -1099,6 +1116,7 @@ fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length: u64) -> i3
 /// Why `read_bytes_from_buffer` could not read.
 enum ReadError {
     Argument(String),
+    Memory(String),
     Device(String),
 }
 
@@ -1120,8 +1138,11 @@ fn read_bytes(inner: Option<&Inner>, addr: u64, length: u64) -> Result<Vec<u8>, 
         return Ok(Vec::new());
     }
     memory::check_host_range(addr, length).map_err(ReadError::Argument)?;
-    if let Some(device) = device_memory(inner, addr, length) {
-        let mut out = vec![0u8; size];
+    let mut out = Vec::new();
+    out.try_reserve_exact(size)
+        .map_err(|_| ReadError::Memory(format!("cannot allocate {length} bytes to read into")))?;
+    if let Some(device) = device_memory(inner, addr, length).map_err(ReadError::Argument)? {
+        out.resize(size, 0);
         device
             .read(addr, &mut out)
             .map_err(|error| format!("the device refused to copy [{addr:#x}, +{length}): {error}"))?;
@@ -1129,7 +1150,8 @@ fn read_bytes(inner: Option<&Inner>, addr: u64, length: u64) -> Result<Vec<u8>, 
     }
     // SAFETY: Host memory at an address the caller gave, as Mooncake's read_bytes_from_buffer reads it: the caller
     // guarantees it is readable memory of this process (docs/python.md). Device memory never gets here.
-    Ok(unsafe { memory::read_host(addr, size) })
+    unsafe { memory::read_host(addr, &mut out, size) };
+    Ok(out)
 }
 
 /// The protocol a `transport_hint` names, if it names one of this engine's (`"ascend"` as `initialize` maps it);

@@ -66,13 +66,31 @@ pub fn forget_device_range(addr: u64) {
     ranges().remove(&addr);
 }
 
-/// The device that owns all of `[addr, addr + length)`, if a buffer the binding allocated holds it.
-pub fn device_of(addr: u64, length: u64) -> Option<Arc<AivDevice>> {
+/// Where `[addr, addr + length)` lies with respect to the device buffers the binding allocated.
+#[derive(Debug)]
+pub enum DeviceRange {
+    /// Inside one buffer of this device.
+    Inside(Arc<AivDevice>),
+    /// Partly inside a buffer: refused, neither a device copy past the buffer nor a Host copy of device memory.
+    Partial { start: u64, length: u64 },
+    /// In no buffer the binding allocated.
+    Outside,
+}
+
+/// Where `[addr, addr + length)` lies with respect to the device buffers the binding allocated (any engine's).
+pub fn device_range(addr: u64, length: u64) -> DeviceRange {
+    let end = addr.saturating_add(length.max(1));
     let ranges = ranges();
-    let (&start, (size, device)) = ranges.range(..=addr).next_back()?;
-    let end = start.checked_add(*size)?;
-    let last = addr.checked_add(length)?;
-    (last <= end).then(|| device.upgrade()).flatten()
+    // Buffers do not overlap one another, so only the last one starting before `end` can reach `addr`.
+    let Some((&start, (size, device))) = ranges.range(..end).next_back() else { return DeviceRange::Outside };
+    let buffer_end = start.saturating_add(*size);
+    if buffer_end <= addr {
+        return DeviceRange::Outside;
+    }
+    match device.upgrade() {
+        Some(device) if start <= addr && end <= buffer_end => DeviceRange::Inside(device),
+        _ => DeviceRange::Partial { start, length: *size },
+    }
 }
 
 /// Why a byte copy was refused.
@@ -96,13 +114,16 @@ pub unsafe fn write_host(addr: u64, data: &[u8]) {
     unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
 }
 
-/// Copies `length` bytes of Host memory at `addr`.
+/// Appends `length` bytes of Host memory at `addr` to the empty `out`, whose capacity the caller reserved.
 ///
 /// # Safety
 /// `[addr, addr + length)` must be readable Host memory of this process.
-pub unsafe fn read_host(addr: u64, length: usize) -> Vec<u8> {
-    let mut out = vec![0u8; length];
-    // SAFETY: the caller guarantees the source; `out` is a fresh buffer of `length` bytes.
-    unsafe { std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), length) };
-    out
+pub unsafe fn read_host(addr: u64, out: &mut Vec<u8>, length: usize) {
+    assert!(out.is_empty() && out.capacity() >= length, "read_host: reserve the capacity first");
+    // SAFETY: the caller guarantees the source; `out` has room for `length` bytes, which the copy initialises
+    // before the length is set.
+    unsafe {
+        std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), length);
+        out.set_len(length);
+    }
 }
