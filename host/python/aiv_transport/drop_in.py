@@ -14,6 +14,7 @@ alone never touches ``sys.modules['mooncake']``.
 
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import warnings
@@ -80,9 +81,14 @@ class MooncakeEngineFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname == "mooncake.engine":
-            return importlib.machinery.ModuleSpec(
-                fullname, _EngineLoader(), origin="aiv_transport (drop-in for mooncake.engine)"
+            # The module's origin (and __file__) is the extension that serves it, so that tools which report or hash
+            # "the loaded mooncake.engine" name aiv_transport's file, not Mooncake's.
+            native = importlib.util.find_spec("aiv_transport._native")
+            spec = importlib.machinery.ModuleSpec(
+                fullname, _EngineLoader(), origin=native.origin if native is not None else "aiv_transport"
             )
+            spec.has_location = native is not None and bool(native.origin)
+            return spec
         if fullname == "mooncake" and not self._real_mooncake_exists():
             spec = importlib.machinery.ModuleSpec(
                 fullname, _PackageLoader(), origin="aiv_transport (stand-in for mooncake)", is_package=True

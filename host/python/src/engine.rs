@@ -5,7 +5,7 @@
 //! method's failure value (logged) instead of an exception or an abort. Failures are ints, as Mooncake returns them;
 //! the engine's error text goes to the log (stderr, `RUST_LOG`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
@@ -15,7 +15,7 @@ use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient};
 use aiv_transport::metadata::MetadataOptions;
-use aiv_transport::{BatchId, EngineError, Opcode, Protocol, TransferRequest, TransferState};
+use aiv_transport::{BatchId, Opcode, Protocol, TransferRequest, TransferState};
 use pyo3::exceptions::{PyMemoryError, PyNotImplementedError, PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::pybacked::{PyBackedBytes, PyBackedStr};
@@ -100,8 +100,14 @@ struct Inner {
     engine: aiv_transport::TransferEngine,
 }
 
+/// Device ids that an engine of this process has opened (see [`Inner::open_device`]).
+static DEVICES_IN_USE: Mutex<BTreeSet<u32>> = Mutex::new(BTreeSet::new());
+
 impl Drop for Inner {
     fn drop(&mut self) {
+        if lock(&self.device).is_some() {
+            lock(&DEVICES_IN_USE).remove(&self.engine.config().aiv.device_id);
+        }
         let buffers = std::mem::take(&mut *lock(&self.device_buffers));
         for &addr in buffers.keys() {
             memory::forget_device_range(addr);
@@ -772,14 +778,29 @@ impl Inner {
         Ok(inner)
     }
 
-    fn open_device(&self) -> Result<Arc<AivDevice>, EngineError> {
+    fn open_device(&self) -> Result<Arc<AivDevice>, String> {
         let mut slot = lock(&self.device);
         if let Some(device) = &*slot {
             return Ok(device.clone());
         }
-        let device = self.engine.device()?;
-        *slot = Some(device.clone());
-        Ok(device)
+        let id = self.engine.config().aiv.device_id;
+        // One engine per device in a process: a second one would fail deep in the device's start-up.
+        if !lock(&DEVICES_IN_USE).insert(id) {
+            return Err(format!(
+                "device {id} is already driven by another TransferEngine of this process; give this one another \
+                 device with TransferEngine(device_id=N) (or \"aiv\": {{\"device_id\": N}} in mooncake.json)"
+            ));
+        }
+        match self.engine.device() {
+            Ok(device) => {
+                *slot = Some(device.clone());
+                Ok(device)
+            }
+            Err(error) => {
+                lock(&DEVICES_IN_USE).remove(&id);
+                Err(error.to_string())
+            }
+        }
     }
 
     fn register(&self, addr: u64, length: u64, location: &str) -> i32 {
