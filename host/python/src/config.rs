@@ -10,43 +10,14 @@ use aiv_transport::config::{ProcessEnvironment, CONFIG_PATH_ENV};
 use aiv_transport::EngineConfig;
 use serde_json::{Map, Value};
 
-/// The protocols this engine provides, by name.
-const PROTOCOLS: [&str; 4] = ["aiv", "adxl", "ubshmem", "tcp"];
-
-/// Environment variable that picks what Mooncake's protocol name `"ascend"` means here.
-pub const ASCEND_PROTOCOL_ENV: &str = "AIV_ASCEND_PROTOCOL";
-
-/// The protocol a Mooncake protocol name selects in this engine.
-///
-/// vLLM-Ascend hard-codes `"ascend"`; it means `aiv` unless `AIV_ASCEND_PROTOCOL` names another of aiv, adxl,
-/// ubshmem or tcp. An empty name means `tcp` (mooncake.json's default). Every other name is passed on unchanged, so
-/// that the engine's own parser accepts this engine's protocols and refuses the rest by name.
-///
-/// PROVISIONAL: the engine is getting this mapping itself (`aiv.ascend_protocol` in mooncake.json, environment
-/// `AIV_ASCEND_PROTOCOL`, default `aiv`); once it has it, this function should pass `"ascend"` through and be removed.
-pub fn map_ascend_protocol(protocol: &str, env: &dyn Fn(&str) -> Option<String>) -> Result<String, String> {
-    let name = protocol.trim().to_ascii_lowercase();
-    if name.is_empty() {
-        return Ok("tcp".into());
-    }
-    if name != "ascend" {
-        return Ok(name);
-    }
-    match env(ASCEND_PROTOCOL_ENV) {
-        None => Ok("aiv".into()),
-        Some(choice) => {
-            let choice = choice.trim().to_ascii_lowercase();
-            if choice.is_empty() {
-                Ok("aiv".into())
-            } else if PROTOCOLS.contains(&choice.as_str()) {
-                Ok(choice)
-            } else {
-                Err(format!(
-                    "{ASCEND_PROTOCOL_ENV}={choice:?}: expected one of {} (what protocol \"ascend\" means here)",
-                    PROTOCOLS.join(", ")
-                ))
-            }
-        }
+/// The protocol name `initialize` passes on: an empty name means `tcp` (mooncake.json's default); any other is
+/// passed unchanged, so the engine's configuration maps Mooncake's `"ascend"` (`aiv.ascend_protocol`, else
+/// `AIV_ASCEND_PROTOCOL`, else `aiv`), accepts this engine's protocols and refuses the rest by name.
+fn protocol_name(protocol: &str) -> String {
+    if protocol.trim().is_empty() {
+        "tcp".into()
+    } else {
+        protocol.to_owned()
     }
 }
 
@@ -72,7 +43,7 @@ pub fn engine_config(
     device_id: Option<u32>,
 ) -> Result<EngineConfig, String> {
     let env = |name: &str| std::env::var(name).ok();
-    let protocol = map_ascend_protocol(protocol, &env)?;
+    let protocol = protocol_name(protocol);
     let mut root = Map::new();
     root.insert("local_hostname".into(), Value::String(local_hostname.to_owned()));
     root.insert("metadata_server".into(), Value::String(metadata_server.to_owned()));

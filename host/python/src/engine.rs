@@ -10,7 +10,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-use aiv_transport::config::ProcessEnvironment;
+use aiv_transport::config::{AivOptions, ProcessEnvironment};
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient};
@@ -859,7 +859,7 @@ impl Inner {
             return Err("no transfer given".into());
         }
         let target_id = self.engine.open_segment(target).map_err(|error| error.to_string())?;
-        let protocol = hint_protocol(hint);
+        let protocol = hint_protocol(&self.engine.config().aiv, hint);
         let requests: Vec<TransferRequest> = (0..buffers.len())
             .map(|i| TransferRequest {
                 opcode,
@@ -1175,14 +1175,14 @@ fn read_bytes(inner: Option<&Inner>, addr: u64, length: u64) -> Result<Vec<u8>, 
     Ok(out)
 }
 
-/// The protocol a `transport_hint` names, if it names one of this engine's (`"ascend"` as `initialize` maps it);
-/// other hints are ignored, as Mooncake's builds without its TENT runtime ignore them.
-fn hint_protocol(hint: &str) -> Option<Protocol> {
+/// The protocol a `transport_hint` names, if it names one of this engine's (`"ascend"` as the configuration maps it,
+/// [`AivOptions::resolve_protocol`]); other hints are ignored, as Mooncake's builds without its TENT runtime ignore
+/// them.
+fn hint_protocol(options: &AivOptions, hint: &str) -> Option<Protocol> {
     if hint.trim().is_empty() {
         return None;
     }
-    let env = |name: &str| std::env::var(name).ok();
-    let protocol = config::map_ascend_protocol(hint, &env).ok().and_then(|name| name.parse::<Protocol>().ok());
+    let protocol = options.resolve_protocol(hint).ok();
     if protocol.is_none() {
         tracing::debug!(hint, "transport_hint names no protocol of this engine; ignored");
     }

@@ -35,7 +35,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     {
         m.add(flag, false)?;
     }
-    m.add("ASCEND_PROTOCOL_ENV", config::ASCEND_PROTOCOL_ENV)?;
+    m.add("ASCEND_PROTOCOL_ENV", aiv_transport::config::ASCEND_PROTOCOL_ENV)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
