@@ -286,12 +286,16 @@ class Peer:
         assert match, f"peer answered {answer!r} to {command!r}"
         return int(match.group(1))
 
+    def hang_up(self) -> None:
+        """Close the peer's stdin: it exits (close() waits for that)."""
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+
     def close(self) -> None:
         if self.proc.poll() is None:
-            try:
-                self.proc.stdin.close()
-            except OSError:
-                pass
+            self.hang_up()
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -315,7 +319,14 @@ def peers():
         return peer
 
     yield start
-    for peer in started:
+    close_all(started)
+
+
+def close_all(peers) -> None:
+    """Hang up on every peer first, then wait for each, so their shutdowns overlap."""
+    for peer in peers:
+        peer.hang_up()
+    for peer in peers:
         peer.close()
 
 
