@@ -81,14 +81,14 @@ def pytest_report_header(config):
     return f"engine: {ENGINE}; AIV_PYTEST_SEED={BASE_SEED}; MC_TRANSFER_TIMEOUT={os.environ['MC_TRANSFER_TIMEOUT']}"
 
 
-def test_seed(nodeid: str) -> int:
+def seed_for(nodeid: str) -> int:
     return int.from_bytes(hashlib.sha256(f"{BASE_SEED}/{nodeid}".encode()).digest()[:4], "little")
 
 
 @pytest.fixture
 def rng(request):
     """A random.Random seeded from AIV_PYTEST_SEED and the test id (both printed when the test fails)."""
-    return random.Random(test_seed(request.node.nodeid))
+    return random.Random(seed_for(request.node.nodeid))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -97,7 +97,7 @@ def pytest_runtest_makereport(item, call):
     report = outcome.get_result()
     if report.failed:
         report.sections.append(
-            ("seed", f"AIV_PYTEST_SEED={BASE_SEED} (this test's seed {test_seed(item.nodeid)}) reproduces the data")
+            ("seed", f"AIV_PYTEST_SEED={BASE_SEED} (this test's seed {seed_for(item.nodeid)}) reproduces the data")
         )
 
 
@@ -151,10 +151,6 @@ def new_engine(te, conn: str, protocol: str = "tcp"):
     rc = engine.initialize(local_name(conn), conn, protocol, "")
     assert rc == 0, f"initialize(..., {conn!r}, {protocol!r}, '') returned {rc}"
     return engine
-
-
-def default_protocol() -> str:
-    return "tcp"
 
 
 # ---------------------------------------------------------------------------------------------------------------

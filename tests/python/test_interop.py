@@ -60,7 +60,7 @@ def test_ours_initiates_against_mooncake_target(te, peers, metadata_for, rng, me
 
 
 @pytest.mark.parametrize("metadata", ["p2p", "http"])
-def test_mooncake_initiates_against_our_target(peers, metadata_for, rng, metadata):
+def test_mooncake_initiates_against_our_target(te, peers, metadata_for, rng, metadata):
     conn = metadata_for(metadata)
     target = peers(conn, size=SPAN, fill=21)
     mooncake = peers(conn, size=SPAN, fill=22, python=mooncake_python(), engine="mooncake")
