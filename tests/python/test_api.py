@@ -8,7 +8,7 @@ except where the issue asks for something else (said at the check).
 
 import pytest
 
-from conftest import IS_MOONCAKE, HostArena, new_engine
+from conftest import IS_MOONCAKE, HostArena, Peer, new_engine
 
 CUDA_METHODS = ["transfer_write_on_cuda", "transfer_read_on_cuda", "batch_transfer_write_on_cuda",
                 "batch_transfer_read_on_cuda"]
@@ -17,6 +17,14 @@ CUDA_METHODS = ["transfer_write_on_cuda", "transfer_read_on_cuda", "batch_transf
 @pytest.fixture(scope="module")
 def engine(te):
     return new_engine(te, "P2PHANDSHAKE")
+
+
+@pytest.fixture(scope="module")
+def peer(te):
+    """A target with three registered regions 1 MiB apart."""
+    peer = Peer("P2PHANDSHAKE", size=1 << 16, regions=3, align=1 << 20)
+    yield peer
+    peer.close()
 
 
 def test_opcode_values(te):
@@ -40,8 +48,7 @@ def test_registration_results(engine):
     assert engine.batch_unregister_memory([a]) == -3
 
 
-def test_get_first_buffer_address(engine, peers):
-    peer = peers("P2PHANDSHAKE", size=1 << 16, regions=3, align=1 << 20)
+def test_get_first_buffer_address(engine, peer):
     assert engine.get_first_buffer_address(peer.session) == peer.addr
 
 
@@ -82,3 +89,25 @@ def test_get_engine(engine):
     else:
         with pytest.raises(NotImplementedError, match="Store"):
             engine.get_engine()
+
+
+def test_empty_batches(engine, peer):
+    """Empty lists are no transfer at all: the sync calls return 0; Mooncake's async calls return a batch id
+    (non-zero) whose get_batch_transfer_status is 0, and get_batch_transfer_status([]) is 0."""
+    assert engine.batch_transfer_sync_write(peer.session, [], [], []) == 0
+    assert engine.batch_transfer_sync_read(peer.session, [], [], []) == 0
+    bid = engine.batch_transfer_async_read(peer.session, [], [], [])
+    assert bid != 0, "Mooncake returns a batch id for an empty async batch"
+    assert engine.get_batch_transfer_status([bid]) == 0
+    assert engine.get_batch_transfer_status([]) == 0
+
+
+def test_mismatched_lists(engine, peer):
+    """Lists of different lengths: -1 from the sync batch calls, 0 (no batch) from the async ones."""
+    local = HostArena(4096)
+    assert engine.register_memory(local.addr, 4096) == 0
+    a, r = local.addr, peer.addr
+    assert engine.batch_transfer_sync_read(peer.session, [a], [r, r + 8], [8]) == -1
+    assert engine.batch_transfer_sync_write(peer.session, [a, a + 8], [r], [8, 8]) == -1
+    assert engine.batch_transfer_async_read(peer.session, [a], [r], [8, 8]) == 0
+    assert engine.unregister_memory(local.addr) == 0

@@ -154,3 +154,37 @@ def test_buffer_kind_round_trip(sides, rng, kind):
         buf.release()
     else:
         assert engine.unregister_memory(buf.addr) == 0, f"unregister_memory({kind} buffer)"
+
+
+@pytest.mark.parametrize("choice,memory", [("aiv", "device"), ("adxl", "device"), ("ubshmem", "device"),
+                                           ("tcp", "host")])
+def test_ascend_protocol_choice(te, rng, monkeypatch, choice, memory):
+    """initialize(..., "ascend", ...) as vLLM-Ascend calls it, with AIV_ASCEND_PROTOCOL choosing the data path on both
+    sides: the device paths move twin device memory, tcp moves Host memory; data checked both ways."""
+    ours_only("the 'ascend' protocol mapping (AIV_ASCEND_PROTOCOL) and twin device memory")
+    monkeypatch.setenv("AIV_ASCEND_PROTOCOL", choice)
+    peer = Peer("P2PHANDSHAKE", size=SPAN, memory=memory, protocol="ascend", fill=41)
+    try:
+        engine = new_engine(te, "P2PHANDSHAKE", "ascend")
+        size = 256 << 10
+        if memory == "device":
+            addr = engine.allocate_device_buffer(size)
+            assert addr != 0
+            write = lambda off, data: engine.write_bytes_to_buffer(addr + off, data, len(data))  # noqa: E731
+            read = lambda off, n: bytes(engine.read_bytes_from_buffer(addr + off, n))  # noqa: E731
+        else:
+            host = bytearray(size)
+            addr = ctypes.addressof((ctypes.c_char * size).from_buffer(host))
+            write = lambda off, data: host.__setitem__(slice(off, off + len(data)), data) or 0  # noqa: E731
+            read = lambda off, n: bytes(host[off : off + n])  # noqa: E731
+        assert engine.register_memory(addr, size) == 0
+        n, roff, seed = size - 3, rng.randrange(0, SPAN - size), rng.randrange(1 << 30)
+        assert write(3, pattern(seed, n)) == 0
+        assert engine.transfer_sync_write(peer.session, addr + 3, peer.addr + roff, n) == 0
+        peer.verify(seed, roff, n, f"AIV_ASCEND_PROTOCOL={choice}: written data")
+        roff = rng.randrange(0, SPAN - size)
+        assert engine.batch_transfer_sync_read(peer.session, [addr, addr + n // 2], [peer.addr + roff, peer.addr + roff + n // 2],
+                                               [n // 2, n - n // 2]) == 0
+        assert_bytes(read(0, n), pattern(41, SPAN)[roff : roff + n], f"AIV_ASCEND_PROTOCOL={choice}: read data")
+    finally:
+        peer.close()
