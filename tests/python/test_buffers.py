@@ -186,5 +186,8 @@ def test_ascend_protocol_choice(te, rng, monkeypatch, choice, memory):
         assert engine.batch_transfer_sync_read(peer.session, [addr, addr + n // 2], [peer.addr + roff, peer.addr + roff + n // 2],
                                                [n // 2, n - n // 2]) == 0
         assert_bytes(read(0, n), pattern(41, SPAN)[roff : roff + n], f"AIV_ASCEND_PROTOCOL={choice}: read data")
+        assert engine.unregister_memory(addr) == 0
+        if memory == "device":
+            engine.free_device_buffer(addr)
     finally:
         peer.close()

@@ -8,6 +8,7 @@ Codes encoded here are the real Mooncake wheel's (0.3.13.post1, tcp), measured w
 transfer_sync_*, batch_transfer_sync_* and get_batch_transfer_status return -1; batch_transfer_async_* and
 transfer_submit_write return 0 (no batch) when the segment cannot be opened; transfer_check_status says -1.
 """
+import signal
 import time
 
 import pytest
@@ -128,3 +129,22 @@ def test_dead_peer(ini, peers, rng):
     assert bid != 0, "batch_transfer_async_read to a dead peer: Mooncake submits it on the cached descriptor"
     assert timed(lambda: engine.get_batch_transfer_status([bid])) == -1
     good_transfer(ini, live, rng, "transfers to a dead peer")
+
+
+def test_hung_peer_times_out(ini, peers, rng):
+    """A peer that stops answering (SIGSTOP: its sockets accept, nobody serves) fails the transfer with -1 after
+    the transfer timeout, not before it is reasonably due and not much after."""
+    engine = ini.engine
+    hung = peers("P2PHANDSHAKE", size=SPAN, fill=10)
+    live = peers("P2PHANDSHAKE", size=SPAN, fill=12)
+    good_transfer(ini, hung, rng, "nothing")
+    hung.proc.send_signal(signal.SIGSTOP)
+    try:
+        start = time.monotonic()
+        rc = timed(lambda: engine.transfer_sync_read(hung.session, ini.local.addr, hung.addr, 4096))
+        elapsed = time.monotonic() - start
+    finally:
+        hung.proc.send_signal(signal.SIGCONT)
+    assert rc == -1, f"a read from a stopped peer returned {rc} after {elapsed:.2f} s"
+    assert elapsed >= TRANSFER_TIMEOUT * 0.5, f"-1 after {elapsed:.2f} s: sooner than the transfer timeout allows"
+    good_transfer(ini, live, rng, "a read from a stopped peer")
