@@ -10,7 +10,8 @@ with CI=true, where a missing prerequisite fails):
   - the engine module: `aiv_transport` (the wheel built from this repository with maturin) or, under
     AIV_PYTEST_ENGINE=mooncake, `mooncake.engine` (tests/support/mooncake.sh makes a virtualenv with it);
   - numpy (for the numpy-buffer test), installed in the interpreter running pytest;
-  - AIV_TEST_MOONCAKE_VENV: a virtualenv with the real Mooncake wheel, for the interop tests (tests/support/mooncake.sh);
+  - AIV_TEST_MOONCAKE_VENV: a virtualenv with the real Mooncake wheel, for the interop tests
+    (tests/support/mooncake.sh);
   - AIV_TEST_ETCD: an etcd endpoint host:port, for the etcd metadata tests (tests/support/etcd.sh start);
   - AIV_TEST_AIV_BIN or target/debug/aiv: this project's `aiv` binary, whose `metadata-server` serves the HTTP
     metadata tests (`cargo build --bin aiv`).
@@ -18,6 +19,7 @@ with CI=true, where a missing prerequisite fails):
 Seeds: every random choice comes from random.Random(seed) with seed derived from AIV_PYTEST_SEED (random when unset)
 and the test's id; a failing test's report names both.
 """
+
 import ctypes
 import hashlib
 import mmap
@@ -39,7 +41,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 PEER = HERE / "peer.py"
 sys.path.insert(0, str(HERE))
-from peer import first_difference, pattern  # noqa: E402  (shared with the peer process)
+from peer import first_difference, pattern  # noqa: E402, F401  (shared with the peer process and the tests)
 
 ENGINE = os.environ.get("AIV_PYTEST_ENGINE", "aiv_transport")
 IS_MOONCAKE = ENGINE == "mooncake"
@@ -117,14 +119,18 @@ def load_engine():
         try:
             import mooncake.engine as module
         except ImportError as error:
-            missing(f"the real Mooncake engine (import mooncake.engine: {error})",
-                    "tests/support/mooncake.sh makes a virtualenv with it; run pytest with that virtualenv's python")
+            missing(
+                f"the real Mooncake engine (import mooncake.engine: {error})",
+                "tests/support/mooncake.sh makes a virtualenv with it; run pytest with that virtualenv's python",
+            )
     else:
         try:
             import aiv_transport as module
         except ImportError as error:
-            missing(f"the aiv_transport package (import: {error})",
-                    "build this repository's wheel with maturin and pip-install it into the virtualenv running pytest")
+            missing(
+                f"the aiv_transport package (import: {error})",
+                "build this repository's wheel with maturin and pip-install it into the virtualenv running pytest",
+            )
     opcode = getattr(module, "TransferOpcode", None) or module.TransferEngine.TransferOpcode
     return EngineModule(module, module.TransferEngine, opcode)
 
@@ -214,19 +220,49 @@ def assert_bytes(got: bytes, want: bytes, what: str) -> None:
 class Peer:
     """tests/python/peer.py in a subprocess: a target (and, for interop, an initiator) driven over stdin/stdout."""
 
-    def __init__(self, metadata: str, *, size: int, memory: str = "host", protocol: str = "tcp", regions: int = 1,
-                 align: int = 4096, fill=None, python=None, engine=None, lifetime: float = 120.0):
-        cmd = [python or sys.executable, str(PEER), "--metadata", metadata, "--protocol", protocol, "--host", HOST,
-               "--size", str(size), "--memory", memory, "--regions", str(regions), "--align", str(align),
-               "--timeout", str(lifetime)]
+    def __init__(
+        self,
+        metadata: str,
+        *,
+        size: int,
+        memory: str = "host",
+        protocol: str = "tcp",
+        regions: int = 1,
+        align: int = 4096,
+        fill=None,
+        python=None,
+        engine=None,
+        lifetime: float = 120.0,
+    ):
+        cmd = [
+            python or sys.executable,
+            str(PEER),
+            "--metadata",
+            metadata,
+            "--protocol",
+            protocol,
+            "--host",
+            HOST,
+            "--size",
+            str(size),
+            "--memory",
+            memory,
+            "--regions",
+            str(regions),
+            "--align",
+            str(align),
+            "--timeout",
+            str(lifetime),
+        ]
         if metadata != "P2PHANDSHAKE":
             cmd += ["--name", local_name(metadata)]
         if fill is not None:
             cmd += ["--fill", str(fill)]
         env = dict(os.environ, AIV_PYTEST_ENGINE=engine or ENGINE)
         self.stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr,
-                                     env=env, text=True, bufsize=1)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True, bufsize=1
+        )
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
         line = self._line(PEER_START, "READY")
@@ -340,11 +376,18 @@ def http_metadata():
     """`aiv metadata-server` on a port the OS picks; yields its connection string http://127.0.0.1:PORT/metadata."""
     binary = aiv_binary()
     if binary is None:
-        missing("this project's aiv binary for the HTTP metadata server",
-                "set AIV_TEST_AIV_BIN to it or run `cargo build --bin aiv` (target/debug/aiv)")
+        missing(
+            "this project's aiv binary for the HTTP metadata server",
+            "set AIV_TEST_AIV_BIN to it or run `cargo build --bin aiv` (target/debug/aiv)",
+        )
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen([binary, "metadata-server", "--host", HOST, "--port", "0"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [binary, "metadata-server", "--host", HOST, "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
     lines = queue.Queue()
 
     def pump():
@@ -373,8 +416,11 @@ def http_metadata():
 def etcd_metadata():
     endpoint = os.environ.get("AIV_TEST_ETCD")
     if not endpoint:
-        missing("AIV_TEST_ETCD (an etcd endpoint host:port)",
-                'tests/support/etcd.sh start provides one: export AIV_TEST_ETCD="$(tests/support/etcd.sh start | tail -n 1)"')
+        missing(
+            "AIV_TEST_ETCD (an etcd endpoint host:port)",
+            "tests/support/etcd.sh start provides one: "
+            'export AIV_TEST_ETCD="$(tests/support/etcd.sh start | tail -n 1)"',
+        )
     return f"etcd://{endpoint}"
 
 
@@ -396,9 +442,13 @@ def metadata_for(request):
 def mooncake_python():
     venv = os.environ.get("AIV_TEST_MOONCAKE_VENV")
     if not venv:
-        missing("AIV_TEST_MOONCAKE_VENV (a virtualenv with the real Mooncake wheel)",
-                'tests/support/mooncake.sh provides one: export AIV_TEST_MOONCAKE_VENV="$(tests/support/mooncake.sh)"')
+        missing(
+            "AIV_TEST_MOONCAKE_VENV (a virtualenv with the real Mooncake wheel)",
+            'tests/support/mooncake.sh provides one: export AIV_TEST_MOONCAKE_VENV="$(tests/support/mooncake.sh)"',
+        )
     python = Path(venv) / "bin" / "python"
     if not os.access(python, os.X_OK):
-        missing(f"a python in AIV_TEST_MOONCAKE_VENV ({python} is not executable)", "tests/support/mooncake.sh makes it")
+        missing(
+            f"a python in AIV_TEST_MOONCAKE_VENV ({python} is not executable)", "tests/support/mooncake.sh makes it"
+        )
     return str(python)

@@ -29,6 +29,7 @@ A failure before READY prints `FAILED <what>` and exits 2.
 pattern(seed, n) = random.Random(seed).randbytes(n), the same in every interpreter the tests use (CPython >= 3.9).
 Standard library only: the interop tests run this file under the Mooncake virtualenv's interpreter.
 """
+
 import argparse
 import ctypes
 import mmap
@@ -190,7 +191,10 @@ def main() -> int:
                 seed, offset, length = (int(w) for w in words[1:4])
                 if offset < 0 or length < 0 or offset + length > arena.span:
                     raise ValueError(f"[{offset}, {offset + length}) is outside the span {arena.span}")
-                want = pattern(seed, length) if words[0] == "verify" else cached_pattern(seed, arena.span)[offset : offset + length]
+                if words[0] == "verify":
+                    want = pattern(seed, length)
+                else:
+                    want = cached_pattern(seed, arena.span)[offset : offset + length]
                 diff = first_difference(arena.read(offset, length), want)
                 print("ok" if diff < 0 else f"bad {diff}", flush=True)
             elif words[:1] in (["put"], ["get"], ["bput"], ["bget"]):

@@ -10,8 +10,12 @@ import pytest
 
 from conftest import IS_MOONCAKE, HostArena, Peer, new_engine
 
-CUDA_METHODS = ["transfer_write_on_cuda", "transfer_read_on_cuda", "batch_transfer_write_on_cuda",
-                "batch_transfer_read_on_cuda"]
+CUDA_METHODS = [
+    "transfer_write_on_cuda",
+    "transfer_read_on_cuda",
+    "batch_transfer_write_on_cuda",
+    "batch_transfer_read_on_cuda",
+]
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +81,9 @@ def test_cuda_stream_methods_are_unsupported(te, engine):
             assert not hasattr(engine, name), f"the non-CUDA Mooncake wheel has {name}"
         else:
             with pytest.raises(RuntimeError):
-                getattr(engine, name)("127.0.0.1:1", 0, 0, 8) if "batch" not in name else \
-                    getattr(engine, name)("127.0.0.1:1", [0], [0], [8])
+                getattr(engine, name)("127.0.0.1:1", 0, 0, 8) if "batch" not in name else getattr(engine, name)(
+                    "127.0.0.1:1", [0], [0], [8]
+                )
 
 
 def test_get_engine(engine):

@@ -6,6 +6,7 @@ device memory (allocate_device_buffer, transferred over "ascend" to a peer whose
 registered (managed buffers come registered), written to a P2PHANDSHAKE peer and read back into, data checked through
 the buffer's own interface, then unregistered or freed.
 """
+
 import ctypes
 
 import pytest
@@ -156,8 +157,9 @@ def test_buffer_kind_round_trip(sides, rng, kind):
         assert engine.unregister_memory(buf.addr) == 0, f"unregister_memory({kind} buffer)"
 
 
-@pytest.mark.parametrize("choice,memory", [("aiv", "device"), ("adxl", "device"), ("ubshmem", "device"),
-                                           ("tcp", "host")])
+@pytest.mark.parametrize(
+    "choice,memory", [("aiv", "device"), ("adxl", "device"), ("ubshmem", "device"), ("tcp", "host")]
+)
 def test_ascend_protocol_choice(te, rng, monkeypatch, choice, memory):
     """initialize(..., "ascend", ...) as vLLM-Ascend calls it, with AIV_ASCEND_PROTOCOL choosing the data path on both
     sides: the device paths move twin device memory, tcp moves Host memory; data checked both ways."""
@@ -183,8 +185,12 @@ def test_ascend_protocol_choice(te, rng, monkeypatch, choice, memory):
         assert engine.transfer_sync_write(peer.session, addr + 3, peer.addr + roff, n) == 0
         peer.verify(seed, roff, n, f"AIV_ASCEND_PROTOCOL={choice}: written data")
         roff = rng.randrange(0, SPAN - size)
-        assert engine.batch_transfer_sync_read(peer.session, [addr, addr + n // 2], [peer.addr + roff, peer.addr + roff + n // 2],
-                                               [n // 2, n - n // 2]) == 0
+        assert (
+            engine.batch_transfer_sync_read(
+                peer.session, [addr, addr + n // 2], [peer.addr + roff, peer.addr + roff + n // 2], [n // 2, n - n // 2]
+            )
+            == 0
+        )
         assert_bytes(read(0, n), pattern(41, SPAN)[roff : roff + n], f"AIV_ASCEND_PROTOCOL={choice}: read data")
         assert engine.unregister_memory(addr) == 0
         if memory == "device":

@@ -8,6 +8,7 @@ Codes encoded here are the real Mooncake wheel's (0.3.13.post1, tcp), measured w
 transfer_sync_*, batch_transfer_sync_* and get_batch_transfer_status return -1; batch_transfer_async_* and
 transfer_submit_write return 0 (no batch) when the segment cannot be opened; transfer_check_status says -1.
 """
+
 import signal
 import time
 
@@ -25,7 +26,8 @@ def timed(call):
     result = call()
     elapsed = time.monotonic() - start
     assert elapsed <= TRANSFER_TIMEOUT + SLACK, (
-        f"returned {result} after {elapsed:.2f} s, more than the transfer timeout {TRANSFER_TIMEOUT} s + {SLACK} s")
+        f"returned {result} after {elapsed:.2f} s, more than the transfer timeout {TRANSFER_TIMEOUT} s + {SLACK} s"
+    )
     return result
 
 
@@ -83,7 +85,9 @@ def test_out_of_bounds_peer_address(ini, peers, rng):
     assert timed(lambda: engine.transfer_sync_write(peer.session, a, beyond, 100)) == -1
     good_transfer(ini, peer, rng, "out-of-bounds writes")
     # One bad entry fails the whole batch, sync or async.
-    assert timed(lambda: engine.batch_transfer_sync_read(peer.session, [a, a + 64], [peer.addr, beyond], [64, 64])) == -1
+    assert (
+        timed(lambda: engine.batch_transfer_sync_read(peer.session, [a, a + 64], [peer.addr, beyond], [64, 64])) == -1
+    )
     bid = engine.batch_transfer_async_write(peer.session, [a, a + 64], [peer.addr, beyond], [64, 64])
     assert bid != 0, "batch_transfer_async_write with an out-of-bounds entry: Mooncake submits it (a batch id)"
     assert timed(lambda: engine.get_batch_transfer_status([bid])) == -1
@@ -124,7 +128,9 @@ def test_dead_peer(ini, peers, rng):
     assert timed(lambda: engine.transfer_sync_read(victim.session, a, r, 4096)) == -1
     good_transfer(ini, live, rng, "a read from a dead peer")
     assert timed(lambda: engine.transfer_sync_write(victim.session, a, r, 4096)) == -1
-    assert timed(lambda: engine.batch_transfer_sync_write(victim.session, [a, a + 4096], [r, r + 4096], [4096] * 2)) == -1
+    assert (
+        timed(lambda: engine.batch_transfer_sync_write(victim.session, [a, a + 4096], [r, r + 4096], [4096] * 2)) == -1
+    )
     bid = engine.batch_transfer_async_read(victim.session, [a], [r], [4096])
     assert bid != 0, "batch_transfer_async_read to a dead peer: Mooncake submits it on the cached descriptor"
     assert timed(lambda: engine.get_batch_transfer_status([bid])) == -1

@@ -8,6 +8,7 @@ AIV_PYTEST_ENGINE=mooncake (tests/support/mooncake.sh makes that virtualenv). Th
       on both sides;
     - a Mooncake process initiates (peer.py's put/get/bput/bget), a process of the engine under test is the target.
 """
+
 import pytest
 
 from conftest import HostArena, assert_bytes, mooncake_python, new_engine, pattern
@@ -44,16 +45,24 @@ def test_ours_initiates_against_mooncake_target(te, peers, metadata_for, rng, me
     base = 2 * MiB + 64
     for (off, size), s in zip(pieces, seeds):
         local.write(off, pattern(s, size))
-    rc = engine.batch_transfer_sync_write(target.session, [local.addr + o for o, _ in pieces],
-                                          [target.addr + base + o for o, _ in pieces], [s for _, s in pieces])
+    rc = engine.batch_transfer_sync_write(
+        target.session,
+        [local.addr + o for o, _ in pieces],
+        [target.addr + base + o for o, _ in pieces],
+        [s for _, s in pieces],
+    )
     assert rc == 0
     for (off, size), s in zip(pieces, seeds):
         target.verify(s, base + off, size, f"batch piece at {base + off}")
 
     # And read the pieces back with one batch read into fresh local memory.
     local.write(0, bytes(SPAN))
-    rc = engine.batch_transfer_sync_read(target.session, [local.addr + o for o, _ in pieces],
-                                         [target.addr + base + o for o, _ in pieces], [s for _, s in pieces])
+    rc = engine.batch_transfer_sync_read(
+        target.session,
+        [local.addr + o for o, _ in pieces],
+        [target.addr + base + o for o, _ in pieces],
+        [s for _, s in pieces],
+    )
     assert rc == 0
     for (off, size), s in zip(pieces, seeds):
         assert_bytes(local.read(off, size), pattern(s, size), f"batch read of the piece at {base + off}")

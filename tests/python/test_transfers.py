@@ -5,6 +5,7 @@ sides; every write is checked on the peer (the written range holds the data, the
 fill) and every read locally (the range holds the peer's bytes, the bytes either side are untouched). One target and
 one initiator engine per metadata kind serve all tests of the module.
 """
+
 import time
 
 import pytest
@@ -46,7 +47,7 @@ def random_size(rng, largest=4 * MiB):
 
 
 def cases(rng, count, largest=4 * MiB):
-    """(size, local offset, remote offset) triples: 1 B, `largest` and random sizes at random, mostly unaligned offsets."""
+    """(size, local offset, remote offset) triples: 1 B, `largest` and random sizes, at random unaligned offsets."""
     sizes = [1, largest] + [random_size(rng, largest) for _ in range(count - 2)]
     out = []
     for n in sizes:
@@ -67,7 +68,9 @@ def check_read(link, fill, n, loff, roff, guard_seed):
     assert_bytes(link.local.read(loff, n), want, f"read range local [{loff}, {loff + n}) from remote {roff}")
     guard = pattern(guard_seed, LOCAL)
     assert_bytes(link.local.read(loff - GUARD, GUARD), guard[loff - GUARD : loff], "local bytes before the read range")
-    assert_bytes(link.local.read(loff + n, GUARD), guard[loff + n : loff + n + GUARD], "local bytes after the read range")
+    assert_bytes(
+        link.local.read(loff + n, GUARD), guard[loff + n : loff + n + GUARD], "local bytes after the read range"
+    )
 
 
 def test_transfer_sync_write_then_read(link, rng):
@@ -95,7 +98,9 @@ def test_transfer_sync_with_opcode(link, te, rng):
         fill, seed = rng.randrange(1 << 30), rng.randrange(1 << 30)
         link.peer.fill(fill)
         link.local.write(loff, pattern(seed, n))
-        rc = link.engine.transfer_sync(link.session, link.local.addr + loff, link.remote + roff, n, te.TransferOpcode.Write)
+        rc = link.engine.transfer_sync(
+            link.session, link.local.addr + loff, link.remote + roff, n, te.TransferOpcode.Write
+        )
         assert rc == 0, f"transfer_sync(Write) of {n} B returned {rc}"
         check_write(link, seed, fill, n, roff)
 
@@ -103,7 +108,9 @@ def test_transfer_sync_with_opcode(link, te, rng):
         link.peer.fill(fill)
         guard_seed = rng.randrange(1 << 30)
         link.local.write(0, pattern(guard_seed, LOCAL))
-        rc = link.engine.transfer_sync(link.session, link.local.addr + loff, link.remote + roff, n, te.TransferOpcode.Read)
+        rc = link.engine.transfer_sync(
+            link.session, link.local.addr + loff, link.remote + roff, n, te.TransferOpcode.Read
+        )
         assert rc == 0, f"transfer_sync(Read) of {n} B returned {rc}"
         check_read(link, fill, n, loff, roff, guard_seed)
 
@@ -147,13 +154,18 @@ def batch_write_then_read(link, rng, write, read):
 
 
 def lists(link, pieces):
-    return ([link.local.addr + l for l, _, _ in pieces], [link.remote + r for _, r, _ in pieces], [n for _, _, n in pieces])
+    return (
+        [link.local.addr + lo for lo, _, _ in pieces],
+        [link.remote + r for _, r, _ in pieces],
+        [n for _, _, n in pieces],
+    )
 
 
 def test_batch_transfer_sync_write_read(link, rng):
     e = link.engine
     batch_write_then_read(
-        link, rng,
+        link,
+        rng,
         lambda p: e.batch_transfer_sync_write(link.session, *lists(link, p)),
         lambda p: e.batch_transfer_sync_read(link.session, *lists(link, p)),
     )
@@ -162,7 +174,8 @@ def test_batch_transfer_sync_write_read(link, rng):
 def test_batch_transfer_sync_with_opcode(link, te, rng):
     e, op = link.engine, te.TransferOpcode
     batch_write_then_read(
-        link, rng,
+        link,
+        rng,
         lambda p: e.batch_transfer_sync(link.session, *lists(link, p), op.Write),
         lambda p: e.batch_transfer_sync(link.session, *lists(link, p), op.Read),
     )
@@ -179,7 +192,8 @@ def async_then_wait(submit, link, pieces):
 def test_batch_transfer_async_write_read(link, rng):
     e = link.engine
     batch_write_then_read(
-        link, rng,
+        link,
+        rng,
         lambda p: async_then_wait(lambda *a: e.batch_transfer_async_write(link.session, *a), link, p),
         lambda p: async_then_wait(lambda *a: e.batch_transfer_async_read(link.session, *a), link, p),
     )
@@ -188,7 +202,8 @@ def test_batch_transfer_async_write_read(link, rng):
 def test_batch_transfer_async_with_opcode(link, te, rng):
     e, op = link.engine, te.TransferOpcode
     batch_write_then_read(
-        link, rng,
+        link,
+        rng,
         lambda p: async_then_wait(lambda *a: e.batch_transfer_async(link.session, *a, op.Write), link, p),
         lambda p: async_then_wait(lambda *a: e.batch_transfer_async(link.session, *a, op.Read), link, p),
     )
@@ -202,8 +217,11 @@ def test_get_batch_transfer_status_blocks_until_done(link, rng):
     link.local.write(0, pattern(seed, n))
     piece = n // 8
     bid = link.engine.batch_transfer_async_write(
-        link.session, [link.local.addr + i * piece for i in range(8)], [link.remote + GUARD + i * piece for i in range(8)],
-        [piece] * 8)
+        link.session,
+        [link.local.addr + i * piece for i in range(8)],
+        [link.remote + GUARD + i * piece for i in range(8)],
+        [piece] * 8,
+    )
     assert bid != 0, "batch_transfer_async_write returned 0 (failure)"
     assert link.engine.get_batch_transfer_status([bid]) == 0
     check_write(link, seed, fill, n, GUARD)

@@ -15,6 +15,7 @@ the prefill node (peer.py) is reached by the session id f"{host}:{port}" built f
 Run on Host memory over tcp (both engines) and, for aiv_transport, on twin-runtime device memory over "ascend" (the
 peer allocates its cache with allocate_device_buffer and checks it with read_bytes_from_buffer).
 """
+
 import socket
 
 import pytest
@@ -65,8 +66,9 @@ def test_vllm_ascend_connector_sequences(te, peers, rng, memory, protocol):
         ours_only("twin device memory (allocate_device_buffer) and the 'ascend' protocol")
     # The prefill node: its cache filled with pattern(FILL, span).
     fill = rng.randrange(1 << 30)
-    prefill = peers("P2PHANDSHAKE", size=TENSOR_BYTES, regions=TENSORS, align=TWO_MIB, memory=memory,
-                    protocol=protocol, fill=fill)
+    prefill = peers(
+        "P2PHANDSHAKE", size=TENSOR_BYTES, regions=TENSORS, align=TWO_MIB, memory=memory, protocol=protocol, fill=fill
+    )
     assert prefill.span == SPAN and prefill.addr % TWO_MIB == 0
 
     # The decode node, as vLLM-Ascend's shared engine sets it up.
@@ -102,15 +104,21 @@ def test_vllm_ascend_connector_sequences(te, peers, rng, memory, protocol):
     remote_image = pattern(fill, SPAN)
     local_image = pattern(guard, SPAN)
     for loff, roff in expect:
-        assert_bytes(cache.arena.read(loff, BLOCK_BYTES), remote_image[roff : roff + BLOCK_BYTES],
-                     f"pulled block: local offset {loff} from remote offset {roff}")
+        assert_bytes(
+            cache.arena.read(loff, BLOCK_BYTES),
+            remote_image[roff : roff + BLOCK_BYTES],
+            f"pulled block: local offset {loff} from remote offset {roff}",
+        )
     untouched = [b for b in range(BLOCKS) if b not in local_ids]
     for layer in range(LAYERS):
         for kv in (0, 1):
             for b in untouched[:2]:
                 off = block_offset(layer, kv, b)
-                assert_bytes(cache.arena.read(off, BLOCK_BYTES), local_image[off : off + BLOCK_BYTES],
-                             f"a local block the pull must not touch (layer {layer}, kv {kv}, block {b})")
+                assert_bytes(
+                    cache.arena.read(off, BLOCK_BYTES),
+                    local_image[off : off + BLOCK_BYTES],
+                    f"a local block the pull must not touch (layer {layer}, kv {kv}, block {b})",
+                )
 
     # Layerwise push: every local block gets its own pattern; per layer a 128-byte pre-link write, then the layer.
     def block_seed(layer, kv, block):
@@ -137,12 +145,24 @@ def test_vllm_ascend_connector_sequences(te, peers, rng, memory, protocol):
     for layer in range(LAYERS):
         prelink_seed = block_seed(layer, 1, push_local[0])
         prefill.verify(prelink_seed, block_offset(layer, 0, 0), PRELINK, f"layer {layer}: pre-link bytes")
-        prefill.same(fill, block_offset(layer, 0, 0) + PRELINK, BLOCK_BYTES - PRELINK,
-                     f"layer {layer}: K block 0 after the pre-link bytes")
+        prefill.same(
+            fill,
+            block_offset(layer, 0, 0) + PRELINK,
+            BLOCK_BYTES - PRELINK,
+            f"layer {layer}: K block 0 after the pre-link bytes",
+        )
         for kv in (0, 1):
             for rid, lid in zip(push_remote, push_local):
-                prefill.verify(block_seed(layer, kv, lid), block_offset(layer, kv, rid), BLOCK_BYTES,
-                               f"layer {layer} kv {kv}: pushed local block {lid} into remote block {rid}")
+                prefill.verify(
+                    block_seed(layer, kv, lid),
+                    block_offset(layer, kv, rid),
+                    BLOCK_BYTES,
+                    f"layer {layer} kv {kv}: pushed local block {lid} into remote block {rid}",
+                )
             for b in [b for b in range(1, BLOCKS) if b not in push_remote][:2]:
-                prefill.same(fill, block_offset(layer, kv, b), BLOCK_BYTES,
-                             f"layer {layer} kv {kv}: remote block {b} that no push targets")
+                prefill.same(
+                    fill,
+                    block_offset(layer, kv, b),
+                    BLOCK_BYTES,
+                    f"layer {layer} kv {kv}: remote block {b} that no push targets",
+                )
