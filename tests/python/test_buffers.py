@@ -107,17 +107,26 @@ KINDS = {
 
 
 @pytest.fixture(scope="module")
-def sides(te):
-    """(engine, peer) per memory class, made on first use: 'host' over tcp, 'device' over ascend."""
-    made, peers = {}, []
+def host_side(te):
+    """(engine, peer) over tcp with Host memory, shared by the Host buffer kinds."""
+    peer = Peer("P2PHANDSHAKE", size=SPAN, memory="host", protocol="tcp", fill=31)
+    yield new_engine(te, "P2PHANDSHAKE", "tcp"), peer
+    peer.close()
+
+
+@pytest.fixture
+def sides(request, te):
+    """sides(memory) -> (engine, peer): 'host' the module's tcp pair; 'device' a pair over ascend made for this test
+    alone (aiv_transport opens one device per process: a second live engine on a device protocol fails initialize,
+    so no device engine outlives its test)."""
+    peers = []
 
     def get(memory):
-        if memory not in made:
-            protocol = "tcp" if memory == "host" else "ascend"
-            peer = Peer("P2PHANDSHAKE", size=SPAN, memory=memory, protocol=protocol, fill=31)
-            peers.append(peer)
-            made[memory] = (new_engine(te, "P2PHANDSHAKE", protocol), peer)
-        return made[memory]
+        if memory == "host":
+            return request.getfixturevalue("host_side")
+        peer = Peer("P2PHANDSHAKE", size=SPAN, memory=memory, protocol="ascend", fill=31)
+        peers.append(peer)
+        return new_engine(te, "P2PHANDSHAKE", "ascend"), peer
 
     yield get
     close_all(peers)
@@ -184,6 +193,7 @@ def test_ascend_protocol_choice(te, rng, monkeypatch, choice, memory):
         assert write(3, pattern(seed, n)) == 0
         assert engine.transfer_sync_write(peer.session, addr + 3, peer.addr + roff, n) == 0
         peer.verify(seed, roff, n, f"AIV_ASCEND_PROTOCOL={choice}: written data")
+        peer.fill(41)
         roff = rng.randrange(0, SPAN - size)
         assert (
             engine.batch_transfer_sync_read(

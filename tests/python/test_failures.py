@@ -139,7 +139,12 @@ def test_dead_peer(ini, peers, rng):
 
 def test_hung_peer_times_out(ini, peers, rng):
     """A peer that stops answering (SIGSTOP: its sockets accept, nobody serves) fails the transfer with -1 after
-    the transfer timeout, not before it is reasonably due and not much after."""
+    the transfer timeout, not before it is reasonably due and not much after; the engine then serves the next calls,
+    to another peer and to the woken one.
+
+    Not checked, because the real Mooncake does it too: once woken, the peer answers the abandoned read and its bytes
+    still land in the local buffer after transfer_sync_read returned -1 (measured with both engines). So the test
+    lets that happen (half a second) before it reuses the buffer."""
     engine = ini.engine
     hung = peers("P2PHANDSHAKE", size=SPAN, fill=10)
     live = peers("P2PHANDSHAKE", size=SPAN, fill=12)
@@ -153,4 +158,6 @@ def test_hung_peer_times_out(ini, peers, rng):
         hung.proc.send_signal(signal.SIGCONT)
     assert rc == -1, f"a read from a stopped peer returned {rc} after {elapsed:.2f} s"
     assert elapsed >= TRANSFER_TIMEOUT * 0.5, f"-1 after {elapsed:.2f} s: sooner than the transfer timeout allows"
+    time.sleep(0.5)  # the woken peer answers the abandoned read now; both engines still write it into the buffer
     good_transfer(ini, live, rng, "a read from a stopped peer")
+    good_transfer(ini, hung, rng, "a read from a peer that was stopped")
