@@ -6,9 +6,13 @@ Every expectation below is the real Mooncake wheel's (0.3.13.post1, non-CUDA), m
 except where the issue asks for something else (said at the check).
 """
 
+import os
+import subprocess
+import sys
+
 import pytest
 
-from conftest import IS_MOONCAKE, HostArena, Peer, new_engine
+from conftest import IS_MOONCAKE, HostArena, Peer, new_engine, ours_only
 
 CUDA_METHODS = [
     "transfer_write_on_cuda",
@@ -116,3 +120,25 @@ def test_mismatched_lists(engine, peer):
     assert engine.batch_transfer_sync_write(peer.session, [a, a + 8], [r], [8, 8]) == -1
     assert engine.batch_transfer_async_read(peer.session, [a], [r], [8, 8]) == 0
     assert engine.unregister_memory(local.addr) == 0
+
+
+def test_drop_in_import_resolves_here():
+    """vLLM-Ascend imports `from mooncake.engine import TransferEngine`. With AIV_TRANSPORT_AS_MOONCAKE=1 (issue 17
+    item 3, opt-in) that import gives aiv_transport's engine in a fresh interpreter, which initializes like
+    vLLM-Ascend's shared engine does (host memory: protocol tcp); without the variable it does not."""
+    ours_only("the opt-in drop-in (AIV_TRANSPORT_AS_MOONCAKE=1)")
+    script = (
+        "from mooncake.engine import TransferEngine\n"
+        "import aiv_transport\n"
+        "assert TransferEngine is aiv_transport.TransferEngine, TransferEngine\n"
+        "e = TransferEngine()\n"
+        "print('rc', e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', ''), e.get_rpc_port() > 0)\n"
+    )
+    env = dict(os.environ, AIV_TRANSPORT_AS_MOONCAKE="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0 and run.stdout.split() == ["rc", "0", "True"], (run.stdout, run.stderr[-2000:])
+    env.pop("AIV_TRANSPORT_AS_MOONCAKE")
+    check = "import aiv_transport, sys\ntry:\n    import mooncake.engine as m\nexcept ImportError:\n    sys.exit(0)\n"
+    check += "sys.exit(1 if m.TransferEngine is aiv_transport.TransferEngine else 0)\n"
+    run = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, f"without AIV_TRANSPORT_AS_MOONCAKE the drop-in is active: {run.stderr[-2000:]}"
