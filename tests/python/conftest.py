@@ -21,6 +21,7 @@ and the test's id; a failing test's report names both.
 """
 
 import ctypes
+import faulthandler
 import hashlib
 import mmap
 import os
@@ -55,6 +56,9 @@ TRANSFER_TIMEOUT = max(5.0, float(os.environ["MC_TRANSFER_TIMEOUT"]))
 # PEER_REPLY seconds.
 PEER_START = 20.0
 PEER_REPLY = 20.0
+# No test may take longer than this: past it the process prints every thread's stack and exits (a call stuck in the
+# engine's native code cannot be interrupted any other way). The children die with it (die_with_parent).
+TEST_LIMIT = 90.0
 BASE_SEED = int(os.environ.get("AIV_PYTEST_SEED") or random.SystemRandom().randrange(1 << 32))
 
 if ENGINE not in ("aiv_transport", "mooncake"):
@@ -91,6 +95,19 @@ def seed_for(nodeid: str) -> int:
 def rng(request):
     """A random.Random seeded from AIV_PYTEST_SEED and the test id (both printed when the test fails)."""
     return random.Random(seed_for(request.node.nodeid))
+
+
+@pytest.fixture(autouse=True)
+def bounded_test():
+    faulthandler.dump_traceback_later(TEST_LIMIT, exit=True)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+
+
+def die_with_parent():
+    """preexec_fn for children: Linux sends them SIGKILL when the pytest process dies, however it dies."""
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -261,7 +278,14 @@ class Peer:
         env = dict(os.environ, AIV_PYTEST_ENGINE=engine or ENGINE)
         self.stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, env=env, text=True, bufsize=1
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.stderr,
+            env=env,
+            text=True,
+            bufsize=1,
+            preexec_fn=die_with_parent,
         )
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -380,20 +404,19 @@ def http_metadata():
             "this project's aiv binary for the HTTP metadata server",
             "set AIV_TEST_AIV_BIN to it or run `cargo build --bin aiv` (target/debug/aiv)",
         )
-    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [binary, "metadata-server", "--host", HOST, "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         stdin=subprocess.DEVNULL,
         text=True,
+        preexec_fn=die_with_parent,
     )
     lines = queue.Queue()
 
     def pump():
         for line in proc.stdout:
             lines.put(line)
-            log.write(line.encode())
 
     threading.Thread(target=pump, daemon=True).start()
     url = None

@@ -9,6 +9,7 @@ transfer_sync_*, batch_transfer_sync_* and get_batch_transfer_status return -1; 
 transfer_submit_write return 0 (no batch) when the segment cannot be opened; transfer_check_status says -1.
 """
 
+import os
 import signal
 import time
 
@@ -137,6 +138,20 @@ def test_dead_peer(ini, peers, rng):
     good_transfer(ini, live, rng, "transfers to a dead peer")
 
 
+def wait_stopped(pid: int, limit: float = 5.0) -> None:
+    """Until every thread of `pid` is stopped (SIGSTOP takes effect asynchronously, per thread)."""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                states.append(stat.read().rsplit(")", 1)[1].split()[0])
+        if all(state in ("T", "t") for state in states):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} did not stop within {limit} s (thread states {states})")
+
+
 def test_hung_peer_times_out(ini, peers, rng):
     """A peer that stops answering (SIGSTOP: its sockets accept, nobody serves) fails the transfer with -1 after
     the transfer timeout, not before it is reasonably due and not much after; the engine then serves the next calls,
@@ -151,6 +166,7 @@ def test_hung_peer_times_out(ini, peers, rng):
     good_transfer(ini, hung, rng, "nothing")
     hung.proc.send_signal(signal.SIGSTOP)
     try:
+        wait_stopped(hung.proc.pid)
         start = time.monotonic()
         rc = timed(lambda: engine.transfer_sync_read(hung.session, ini.local.addr, hung.addr, 4096))
         elapsed = time.monotonic() - start

@@ -2,7 +2,8 @@
 
 The Mooncake side is tests/python/peer.py run by the interpreter of AIV_TEST_MOONCAKE_VENV with
 AIV_PYTEST_ENGINE=mooncake (tests/support/mooncake.sh makes that virtualenv). The other side is the engine under test
-(under AIV_PYTEST_ENGINE=mooncake both sides are Mooncake, which checks the harness itself).
+(under AIV_PYTEST_ENGINE=mooncake both sides are Mooncake, which checks the harness itself). Each test runs over
+P2PHANDSHAKE, HTTP and etcd metadata.
 
     - engine under test initiates, the Mooncake process is the target: sync and batch writes and reads, data checked
       on both sides;
@@ -11,13 +12,13 @@ AIV_PYTEST_ENGINE=mooncake (tests/support/mooncake.sh makes that virtualenv). Th
 
 import pytest
 
-from conftest import HostArena, assert_bytes, mooncake_python, new_engine, pattern
+from conftest import METADATA_KINDS, HostArena, assert_bytes, mooncake_python, new_engine, pattern
 
 MiB = 1 << 20
 SPAN = 3 * MiB
 
 
-@pytest.mark.parametrize("metadata", ["p2p", "http"])
+@pytest.mark.parametrize("metadata", METADATA_KINDS)
 def test_ours_initiates_against_mooncake_target(te, peers, metadata_for, rng, metadata):
     conn = metadata_for(metadata)
     target = peers(conn, size=SPAN, fill=11, python=mooncake_python(), engine="mooncake")
@@ -68,7 +69,7 @@ def test_ours_initiates_against_mooncake_target(te, peers, metadata_for, rng, me
         assert_bytes(local.read(off, size), pattern(s, size), f"batch read of the piece at {base + off}")
 
 
-@pytest.mark.parametrize("metadata", ["p2p", "http"])
+@pytest.mark.parametrize("metadata", METADATA_KINDS)
 def test_mooncake_initiates_against_our_target(te, peers, metadata_for, rng, metadata):
     conn = metadata_for(metadata)
     target = peers(conn, size=SPAN, fill=21)
