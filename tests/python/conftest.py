@@ -104,10 +104,13 @@ def bounded_test():
     faulthandler.cancel_dump_traceback_later()
 
 
+_prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the forked child only calls it
+
+
 def die_with_parent():
     """preexec_fn for children: Linux sends them SIGKILL when the pytest process dies, however it dies."""
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
+    _prctl(PR_SET_PDEATHSIG, 9, 0, 0, 0)
 
 
 @pytest.hookimpl(hookwrapper=True)
