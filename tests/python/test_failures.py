@@ -196,3 +196,16 @@ def test_hung_peer_times_out(ini, peers, rng):
     time.sleep(0.5)  # the woken peer answers the abandoned read now; both engines still write it into the buffer
     good_transfer(ini, live, rng, "a read from a stopped peer")
     good_transfer(ini, hung, rng, "a read from a peer that was stopped")
+
+
+@pytest.mark.parametrize("metadata", ["http", "etcd"])
+def test_segment_unknown_to_the_metadata_service(te, metadata_for, rng, metadata):
+    """A name the HTTP / etcd metadata service has no descriptor for: -1 (sync) and 0 (async) within the timeout."""
+    engine = new_engine(te, metadata_for(metadata))
+    local = HostArena(4096)
+    assert engine.register_memory(local.addr, 4096) == 0
+    nobody = f"127.0.0.1:{free_port()}-never-registered-{rng.randrange(1 << 30)}"
+    assert timed(lambda: engine.transfer_sync_write(nobody, local.addr, 1 << 20, 64)) == -1
+    assert timed(lambda: engine.batch_transfer_sync_read(nobody, [local.addr], [1 << 20], [64])) == -1
+    assert timed(lambda: engine.batch_transfer_async_write(nobody, [local.addr], [1 << 20], [64])) == 0
+    assert engine.unregister_memory(local.addr) == 0
