@@ -93,6 +93,9 @@ struct Inner {
     device_buffers: Mutex<BTreeMap<u64, DeviceBuffer>>,
     /// Host buffers of `allocate_managed_buffer`, by address (each one registered on its own).
     managed: Mutex<HashMap<u64, HostAllocation>>,
+    /// Batches started with empty lists: Mooncake gives them an id whose status is success. Each holds an engine
+    /// batch (so ids stay unique) with no task.
+    empty_batches: Mutex<BTreeSet<u64>>,
     /// The engine's device, once this binding opened it (a device protocol, or `allocate_device_buffer`).
     device: Mutex<Option<Arc<AivDevice>>>,
     /// For Notify messages and probes.
@@ -766,6 +769,7 @@ impl Inner {
         let inner = Inner {
             device_buffers: Mutex::new(BTreeMap::new()),
             managed: Mutex::new(HashMap::new()),
+            empty_batches: Mutex::new(BTreeSet::new()),
             device: Mutex::new(None),
             handshake,
             engine,
@@ -856,7 +860,10 @@ impl Inner {
             ));
         }
         if buffers.is_empty() {
-            return Err("no transfer given".into());
+            // Mooncake: an empty batch is a batch, finished at once (its status is success).
+            let batch = self.engine.allocate_batch(1).map_err(|error| error.to_string())?;
+            lock(&self.empty_batches).insert(batch.0);
+            return Ok(batch);
         }
         let target_id = self.engine.open_segment(target).map_err(|error| error.to_string())?;
         let protocol = hint_protocol(&self.engine.config().aiv, hint);
@@ -880,6 +887,9 @@ impl Inner {
 
     /// Waits for a batch (bounded by the transfer timeout), frees it, and says why it did not complete.
     fn finish(&self, batch: BatchId) -> Result<(), String> {
+        if self.take_empty(batch) {
+            return Ok(());
+        }
         let outcome = match self.engine.wait_batch(batch) {
             Ok(status) if status.state == TransferState::Completed => Ok(()),
             Ok(status) => {
@@ -892,6 +902,17 @@ impl Inner {
             tracing::warn!(batch = batch.0, %error, "could not free the batch");
         }
         outcome
+    }
+
+    /// Frees `batch` if it is an empty batch (see [`Inner::empty_batches`]); whether it was.
+    fn take_empty(&self, batch: BatchId) -> bool {
+        if !lock(&self.empty_batches).remove(&batch.0) {
+            return false;
+        }
+        if let Err(error) = self.engine.free_batch(batch) {
+            tracing::warn!(batch = batch.0, %error, "could not free the empty batch");
+        }
+        true
     }
 
     /// The first failure reason a task of the batch recorded.
@@ -971,6 +992,9 @@ impl Inner {
 
     fn check(&self, batch_id: u64) -> i32 {
         let batch = BatchId(batch_id);
+        if self.take_empty(batch) {
+            return 1;
+        }
         match self.engine.transfer_status(batch, 0) {
             Ok(status) => match status.state {
                 TransferState::Completed => {
