@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from conftest import TRANSFER_TIMEOUT, HostArena, assert_bytes, free_port, new_engine, pattern
+from conftest import ENGINE, TRANSFER_TIMEOUT, HostArena, assert_bytes, free_port, new_engine, pattern
 
 SLACK = 2.0
 SPAN = 1 << 20
@@ -103,18 +103,27 @@ def test_out_of_bounds_peer_address(ini, peers, rng):
 
 
 def test_unregistered_local_buffer(ini, peers, rng):
-    """Over tcp the real Mooncake does not check the local buffer: a transfer from unregistered memory succeeds and
-    moves the data. (Issue 17 lists no such failure; where it is silent, the drop-in behaves as Mooncake does.)"""
+    """A local buffer that is not registered. The real Mooncake's tcp transport does not check the local side: the
+    transfer succeeds and moves the data. This engine refuses it (-1, within the timeout, the peer untouched), a
+    deliberate difference documented in docs/python.md: an unchecked local address could crash the process."""
     engine = ini.engine
     peer = peers("P2PHANDSHAKE", size=SPAN, fill=7)
     unregistered = HostArena(64 << 10)
     n, seed = 5000, rng.randrange(1 << 30)
     unregistered.write(0, pattern(seed, n))
-    assert timed(lambda: engine.transfer_sync_write(peer.session, unregistered.addr, peer.addr + 3, n)) == 0
-    peer.verify(seed, 3, n, "data written from an unregistered local buffer")
-    unregistered.write(0, bytes(n))
-    assert timed(lambda: engine.transfer_sync_read(peer.session, unregistered.addr, peer.addr + 3, n)) == 0
-    assert_bytes(unregistered.read(0, n), pattern(seed, n), "data read into an unregistered local buffer")
+    if ENGINE == "mooncake":
+        assert timed(lambda: engine.transfer_sync_write(peer.session, unregistered.addr, peer.addr + 3, n)) == 0
+        peer.verify(seed, 3, n, "data written from an unregistered local buffer")
+        unregistered.write(0, bytes(n))
+        assert timed(lambda: engine.transfer_sync_read(peer.session, unregistered.addr, peer.addr + 3, n)) == 0
+        assert_bytes(unregistered.read(0, n), pattern(seed, n), "data read into an unregistered local buffer")
+    else:
+        assert timed(lambda: engine.transfer_sync_write(peer.session, unregistered.addr, peer.addr + 3, n)) == -1
+        peer.same(7, 0, SPAN, "the peer after a refused write from an unregistered buffer")
+        assert timed(lambda: engine.transfer_sync_read(peer.session, unregistered.addr, peer.addr + 3, n)) == -1
+        assert_bytes(unregistered.read(0, n), pattern(seed, n), "an unregistered buffer after a refused read")
+        bid = engine.batch_transfer_async_write(peer.session, [unregistered.addr], [peer.addr], [n])
+        assert bid != 0 and engine.get_batch_transfer_status([bid]) == -1
     good_transfer(ini, peer, rng, "transfers with an unregistered local buffer")
 
 
