@@ -34,6 +34,11 @@ AIV_TEST_TWIN_CANN_LIBS="$(AIV_MOONCAKE_NPU_VENV="$AIV_TEST_MOONCAKE_NPU_VENV" b
 export AIV_TEST_TWIN_CANN_LIBS
 echo "Ascend wheel virtualenv at $AIV_TEST_MOONCAKE_NPU_VENV, twin CANN libraries in $AIV_TEST_TWIN_CANN_LIBS"
 
+step "the Python package (maturin wheel in a virtualenv, with pytest and numpy) for the pytest suite"
+AIV_TEST_PYTHON_VENV="$(bash tests/support/python.sh | tail -n 1)"
+export AIV_TEST_PYTHON_VENV
+echo "Python virtualenv with aiv_transport at $AIV_TEST_PYTHON_VENV"
+
 # ABI conformance: the -sys crates' declarations compiled against the real CANN ACL/HCCL headers, taken from the
 # torch-npu wheel (tests/abi_headers.sh downloads it with pip into the ignored .aiv-cache). Fails when the headers
 # cannot be had; a developer without registry access may set AIV_SKIP_ABI=1, which CI refuses.
@@ -72,9 +77,17 @@ printf '\n== tests with feature cann (fake CANN libraries, the twin runtime load
 cargo test -p aiv-transport --features cann 2>&1 | tee -a "$log"
 cann_status=${PIPESTATUS[0]}
 [[ "$status" == 0 ]] && status=$cann_status
+# The Python package's pytest suite (tests/python): two Python processes per data test, interop with the real
+# Mooncake wheel, vLLM-Ascend's call sequences.
+printf '\n== Python tests (pytest, tests/python)\n'
+bash tests/python/run.sh 2>&1 | tee -a "$log"
+python_status=${PIPESTATUS[0]}
+[[ "$status" == 0 ]] && status=$python_status
 set -e
 # One closing line for the whole run: cargo prints a summary per test binary, the last of which is often an empty
 # doc-test binary.
+# pytest's closing line ("40 passed, 2 skipped in 31.20s", framed by "=" without -q) is counted the same way.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     /^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[, ].* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i; if ($(i+1) ~ /^skipped/) s += $i } }
      END { printf "\ntests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"
