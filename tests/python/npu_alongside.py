@@ -20,43 +20,21 @@ Both engines then run over one loaded copy of the twin runtime: one device 0, on
       inside the other process are what Mooncake sees), prints "PEER ok". Exit 0 only if every check passed.
 """
 
-import ctypes
 import hashlib
 import os
 import random
 import sys
+from pathlib import Path
 
-acl = ctypes.CDLL("libascendcl.so")
-acl.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
-acl.aclrtMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-ACL_MEMCPY_HOST_TO_DEVICE, ACL_MEMCPY_DEVICE_TO_HOST = 1, 2
+# The device helpers of the two-process test of the wheel (aclInit and aclrtSetDevice as torch_npu does, aclrtMalloc,
+# aclrtMemcpy both ways): the same ctypes calls on the same libascendcl.so.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "support"))
+from mooncake_npu_twin import check, device_alloc, from_device, pattern, setup_device, to_device  # noqa: E402
+from mooncake_npu_twin import engine as mooncake_engine  # noqa: E402  (initialize(..., "ascend", ""), checked)
 
 
 def log(*parts):
     print("npu_alongside.py:", *parts, file=sys.stderr, flush=True)
-
-
-def check(code, what):
-    if code != 0:
-        raise SystemExit(f"{what} failed with {code}")
-
-
-def pattern(seed, size):
-    return random.Random(seed).randbytes(size)
-
-
-def setup_device():
-    # What torch_npu does before Mooncake runs (the wheel needs aclrtGetDevice to succeed).
-    check(acl.aclInit(None), "aclInit")
-    check(acl.aclrtSetDevice(0), "aclrtSetDevice(0)")
-
-
-def mooncake_engine():
-    from mooncake.engine import TransferEngine
-
-    engine = TransferEngine()
-    check(engine.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend", ""), "mooncake initialize")
-    return engine
 
 
 def host(seed, size):
@@ -88,23 +66,6 @@ def host(seed, size):
     for address in (x, y):
         check(mooncake.unregister_memory(address), "mooncake unregister_memory")
         check(ours.unregister_memory(address), "aiv_transport unregister_memory")
-
-
-def device_alloc(size):
-    pointer = ctypes.c_void_p()
-    check(acl.aclrtMalloc(ctypes.byref(pointer), size, 0), "aclrtMalloc")
-    return pointer.value
-
-
-def to_device(address, data):
-    buffer = ctypes.create_string_buffer(bytes(data), len(data))
-    check(acl.aclrtMemcpy(address, len(data), buffer, len(data), ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy H2D")
-
-
-def from_device(address, size):
-    buffer = ctypes.create_string_buffer(size)
-    check(acl.aclrtMemcpy(buffer, size, address, size, ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy D2H")
-    return buffer.raw
 
 
 def peer(name, x, y, size, seed):
