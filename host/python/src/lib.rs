@@ -8,6 +8,7 @@
 
 mod config;
 mod engine;
+mod inner;
 mod memory;
 
 use pyo3::prelude::*;
