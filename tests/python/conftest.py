@@ -253,6 +253,7 @@ class Peer:
         python=None,
         engine=None,
         lifetime: float = 120.0,
+        name=None,
     ):
         cmd = [
             python or sys.executable,
@@ -275,7 +276,7 @@ class Peer:
             str(lifetime),
         ]
         if metadata != "P2PHANDSHAKE":
-            cmd += ["--name", local_name(metadata)]
+            cmd += ["--name", name or local_name(metadata)]
         if fill is not None:
             cmd += ["--fill", str(fill)]
         env = dict(os.environ, AIV_PYTEST_ENGINE=engine or ENGINE)

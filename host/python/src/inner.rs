@@ -4,7 +4,7 @@
 //! `engine.rs` holds the Python class; every method there calls one of these with the GIL released, inside
 //! `guarded`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use aiv_transport::config::{AivOptions, ProcessEnvironment};
@@ -12,7 +12,7 @@ use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient};
 use aiv_transport::metadata::MetadataOptions;
-use aiv_transport::{BatchId, Opcode, Protocol, TransferRequest, TransferState};
+use aiv_transport::{BatchId, Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 
 use crate::config;
 use crate::memory::{self, HostAllocation};
@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     /// Batches started with empty lists: Mooncake gives them an id whose status is success. Each holds an engine
     /// batch (so ids stay unique) with no task.
     empty_batches: Mutex<BTreeSet<u64>>,
+    /// Segments a synchronous transfer to which failed: fetched again before the next submission to them.
+    suspect_segments: Mutex<HashSet<String>>,
     /// The engine's device, once this binding opened it (a device protocol, or `allocate_device_buffer`).
     device: Mutex<Option<Arc<AivDevice>>>,
     /// For Notify messages and probes.
@@ -78,6 +80,7 @@ impl Inner {
             device_buffers: Mutex::new(BTreeMap::new()),
             managed: Mutex::new(HashMap::new()),
             empty_batches: Mutex::new(BTreeSet::new()),
+            suspect_segments: Mutex::new(HashSet::new()),
             device: Mutex::new(None),
             handshake,
             engine,
@@ -174,6 +177,7 @@ impl Inner {
             return Ok(batch);
         }
         let target_id = self.engine.open_segment(target).map_err(|error| error.to_string())?;
+        self.refresh_if_suspect(target, target_id);
         let protocol = hint_protocol(&self.engine.config().aiv, hint);
         let requests: Vec<TransferRequest> = (0..buffers.len())
             .map(|i| TransferRequest {
@@ -254,6 +258,7 @@ impl Inner {
         };
         if let Err(error) = moved {
             tracing::warn!(operation, segment = %target, requests = buffers.len(), %error, "transfer failed");
+            self.suspect_segment(target);
             return -1;
         }
         if let Some((name, message)) = notify {
@@ -263,6 +268,26 @@ impl Inner {
             }
         }
         0
+    }
+
+    /// After a failed synchronous transfer to `target`: the next submission to it fetches its descriptor again
+    /// first ([`Inner::refresh_if_suspect`]), so a peer restarted under the same name (etcd metadata) is found with
+    /// its new buffers. Mooncake's Python engine drops a segment when a submission fails and the segment's status
+    /// check fails too (docs/python.md says where the two differ).
+    fn suspect_segment(&self, target: &str) {
+        lock(&self.suspect_segments).insert(target.to_owned());
+    }
+
+    /// Fetches the descriptor of `target` again if a transfer to it failed since the last fetch. A fetch that fails
+    /// (the peer is gone) keeps the cached descriptor, so calls fail as they would without it.
+    fn refresh_if_suspect(&self, target: &str, id: SegmentId) {
+        if !lock(&self.suspect_segments).remove(target) {
+            return;
+        }
+        match self.engine.refresh_segment(id) {
+            Ok(()) => tracing::debug!(segment = %target, "descriptor fetched again after a failed transfer"),
+            Err(error) => tracing::debug!(segment = %target, %error, "descriptor kept: fetching it again failed"),
+        }
     }
 
     pub(crate) fn start_batch(
