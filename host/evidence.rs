@@ -27,11 +27,68 @@ impl Actor {
     }
 }
 
+/// Which device runtime a record was observed on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeKind {
+    /// No device runtime took part (a Host path: tcp, the in-process copy).
+    None,
+    /// The project's twin runtime, a CPU model of the NPU: what it records is the model's, unverified on hardware.
+    Twin,
+    /// The vendor's CANN runtime on an NPU.
+    Npu,
+}
+
+/// The device runtime a record came from, with the version string that runtime reports (for CANN,
+/// `aclsysGetCANNVersion` of the CANN package; for the twin, `cann-twin <version>`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct RuntimeLabel {
+    /// Twin, NPU, or none.
+    pub kind: RuntimeKind,
+    /// What the runtime reports about itself (`"unknown"` when it reports nothing; empty for [`RuntimeKind::None`]).
+    pub version: &'static str,
+}
+
+impl RuntimeLabel {
+    /// No device runtime (Host paths).
+    pub const NONE: RuntimeLabel = RuntimeLabel { kind: RuntimeKind::None, version: "" };
+
+    /// A label for `kind` with a version string known only at run time; each distinct string is kept once for the
+    /// process's life (a process sees a handful of runtimes at most).
+    pub fn new(kind: RuntimeKind, version: &str) -> RuntimeLabel {
+        use std::collections::HashSet;
+        use std::sync::{Mutex, OnceLock};
+        static VERSIONS: OnceLock<Mutex<HashSet<&'static str>>> = OnceLock::new();
+        let mut versions = VERSIONS.get_or_init(Default::default).lock().unwrap_or_else(|p| p.into_inner());
+        let version = match versions.get(version) {
+            Some(&known) => known,
+            None => {
+                let leaked: &'static str = Box::leak(version.to_owned().into_boxed_str());
+                versions.insert(leaked);
+                leaked
+            }
+        };
+        RuntimeLabel { kind, version }
+    }
+}
+
+impl std::fmt::Display for RuntimeLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.kind {
+            RuntimeKind::None => f.write_str("no device runtime"),
+            RuntimeKind::Twin => write!(f, "twin runtime, {}", self.version),
+            RuntimeKind::Npu => write!(f, "NPU, CANN {}", self.version),
+        }
+    }
+}
+
 /// The record one transfer leaves behind, whichever transport carried it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct TransferEvidence {
     /// The transport that carried the transfer (`"local"`, `"aiv"`, `"tcp"`, ...).
     pub path: &'static str,
+    /// The device runtime the record was observed on: every verdict drawn from it names this.
+    pub runtime: RuntimeLabel,
     /// Who wrote the work descriptors (SQEs, WQEs, request headers).
     pub descriptor_builder: Actor,
     /// Who told the engine that executes them to start (doorbell write, stream submit, socket send).

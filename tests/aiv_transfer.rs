@@ -196,6 +196,10 @@ fn transfers_within_one_device_use_the_local_segment() {
     assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
     let evidence = a.engine.task_evidence(batch, 0).expect("task").expect("evidence");
     assert_eq!((evidence.path, evidence.descriptors), ("aiv", 3), "2 data SQEs + flag: {evidence:?}");
+    // The record names the runtime it was observed on: the twin's, with its version.
+    assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
+    assert_eq!(evidence.runtime.version, cann_twin::TWIN_VERSION_STRING);
+    assert_eq!(evidence.runtime.to_string(), format!("twin runtime, {}", cann_twin::TWIN_VERSION_STRING));
     let bytes = a.bytes();
     let copied = (half - 12_345) as usize;
     assert!(bytes[..copied] == bytes[half as usize..half as usize + copied]);

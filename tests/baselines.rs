@@ -127,6 +127,7 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
         for evidence in &outcome.evidence {
             let evidence = evidence.as_ref().expect("evidence");
             assert_eq!(evidence.path, "adxl");
+            assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
             assert!(!evidence.is_aiv_direct(), "{evidence:?}");
             assert_eq!(
                 (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
@@ -152,6 +153,7 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
         for (request, evidence) in requests.iter().zip(&outcome.evidence) {
             let evidence = evidence.as_ref().expect("evidence");
             assert_eq!(evidence.path, "ubshmem");
+            assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
             assert!(!evidence.is_aiv_direct(), "{evidence:?}");
             assert_eq!(
                 (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),

@@ -109,6 +109,10 @@ fn bring_up_and_teardown_make_the_documented_calls_in_order() {
     ];
     // aclInit reports a repeated initialisation after the first test of the process; the backend accepts that.
     assert_eq!(acl, expected, "ACL bring-up");
+    // Records drawn from this device name the vendor's runtime and the version it reported (asked once, above).
+    let label = aiv_transport::device::DeviceBackend::runtime_label(&*device);
+    assert_eq!((label.kind, label.version), (aiv_transport::evidence::RuntimeKind::Npu, "8.5.0-fake"));
+    assert_eq!(label.to_string(), "NPU, CANN 8.5.0-fake");
     let shmem = shmem_log();
     assert_eq!(calls(&shmem), ["aclshmemx_get_uniqueid", "aclshmemx_set_attr_uniqueid_args", "aclshmemx_init_attr"]);
     assert!(shmem[1].starts_with("aclshmemx_set_attr_uniqueid_args pe=0 n_pes=1 size=33554432 uid=fake-uid"));

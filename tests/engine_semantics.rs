@@ -93,6 +93,7 @@ impl HeldTransport {
         for transfer in transfers {
             let evidence = TransferEvidence {
                 path: "held",
+                runtime: aiv_transport::evidence::RuntimeLabel::NONE,
                 descriptor_builder: Actor::HostThread,
                 doorbell_ringer: Actor::HostThread,
                 completion_observer: Actor::HostThread,

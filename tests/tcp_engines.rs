@@ -169,6 +169,7 @@ fn evidence_of_a_wire_transfer() {
     assert_eq!(a.wait_batch(batch).expect("wait").state, TransferState::Completed);
     let evidence = a.task_evidence(batch, 0).expect("task").expect("evidence recorded");
     assert_eq!(evidence.path, "tcp");
+    assert_eq!(evidence.runtime, aiv_transport::evidence::RuntimeLabel::NONE, "a Host path: no device runtime");
     assert_eq!((evidence.descriptors, evidence.doorbells, evidence.host_device_api_calls), (1, 1, 0));
     assert!(!evidence.is_aiv_direct());
     assert!(evidence.host_cpu_ns > 0, "the lane threads used some CPU");

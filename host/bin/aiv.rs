@@ -466,9 +466,10 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
             );
         }
         let checks = sample.aiv_direct_checks();
+        // Every verdict names the runtime its records came from: on the twin runtime it is the model's, not an NPU's.
         println!(
-            "aiv-direct checks: kernel-on-aiv {} / kernel-writes-descriptors {} / kernel-rings-doorbell {} / device-observes-completion {}",
-            yes_no(checks[0]), yes_no(checks[1]), yes_no(checks[2]), yes_no(checks[3])
+            "aiv-direct checks ({}): kernel-on-aiv {} / kernel-writes-descriptors {} / kernel-rings-doorbell {} / device-observes-completion {}",
+            sample.runtime, yes_no(checks[0]), yes_no(checks[1]), yes_no(checks[2]), yes_no(checks[3])
         );
     }
     println!(

@@ -287,6 +287,8 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn backend_name(&self) -> &'static str;
     /// The configured device id.
     fn device_id(&self) -> u32;
+    /// The runtime the device runs on (twin or NPU, with the version it reports), for every record drawn from it.
+    fn runtime_label(&self) -> crate::evidence::RuntimeLabel;
     /// For backend-specific calls (e.g. `CannDevice::launch_function` of the benchmarks).
     fn as_any(&self) -> &dyn std::any::Any;
 

@@ -40,6 +40,7 @@ impl Transport for LocalTransport {
         for transfer in done {
             let evidence = TransferEvidence {
                 path: "local",
+                runtime: crate::evidence::RuntimeLabel::NONE,
                 descriptor_builder: Actor::Nobody,
                 doorbell_ringer: Actor::Nobody,
                 completion_observer: Actor::HostThread,

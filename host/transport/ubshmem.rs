@@ -61,6 +61,8 @@ struct Queue {
 
 #[derive(Debug)]
 struct Shared {
+    /// The runtime of the device, for the records.
+    runtime: crate::evidence::RuntimeLabel,
     windows: Arc<PeerWindows>,
     timeout: Duration,
     queue: Mutex<Queue>,
@@ -133,6 +135,7 @@ impl UbshmemTransport {
             .collect::<Result<Vec<_>, DeviceError>>()
             .map_err(|e| e.to_string())?;
         let shared = Arc::new(Shared {
+            runtime: self.device.runtime_label(),
             windows: self.windows.clone(),
             timeout: self.timeout,
             queue: Mutex::new(Queue::default()),
@@ -274,6 +277,7 @@ impl Shared {
         let mut api_calls = 0u64;
         let evidence = |api_calls: u64, cpu: u64| TransferEvidence {
             path: "ubshmem",
+            runtime: self.runtime,
             descriptor_builder: Actor::HostRuntime,
             doorbell_ringer: Actor::HostRuntime,
             completion_observer: Actor::HostThread,

@@ -53,6 +53,7 @@ use crate::device::{
     ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
     ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
+use crate::evidence::{RuntimeKind, RuntimeLabel};
 use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
 /// Bytes of SHMEM's SDMA workspace (docs/hardware.md section 4).
@@ -210,6 +211,8 @@ pub fn identify_runtime(acl: &AclApi) -> Result<CannRuntime, String> {
     let Ok(version) = acl::version::package(acl, ACL_PKG_NAME_CANN) else {
         return Ok(CannRuntime::Vendor);
     };
+    // Kept for the records' runtime label (the process loads one vendor ACL): no second call to ask again.
+    let _ = REPORTED_VERSION.set(version.clone());
     if version == cann_twin::TWIN_VERSION_STRING {
         return Ok(CannRuntime::LoadedTwin);
     }
@@ -224,9 +227,27 @@ pub fn identify_runtime(acl: &AclApi) -> Result<CannRuntime, String> {
     }
 }
 
+/// The label of `runtime`: the twin's version string for either twin, or what the vendor's ACL reported for the CANN
+/// package when [`identify_runtime`] asked (`"unknown"` when it reported nothing).
+fn runtime_label(runtime: CannRuntime) -> RuntimeLabel {
+    match runtime {
+        CannRuntime::Twin | CannRuntime::LoadedTwin => {
+            RuntimeLabel::new(RuntimeKind::Twin, cann_twin::TWIN_VERSION_STRING)
+        }
+        CannRuntime::Vendor => {
+            RuntimeLabel::new(RuntimeKind::Npu, REPORTED_VERSION.get().map_or("unknown", String::as_str))
+        }
+    }
+}
+
+/// The CANN package version the loaded ACL reported to [`identify_runtime`].
+static REPORTED_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 /// One NPU driven through CANN.
 pub struct CannDevice {
     runtime: CannRuntime,
+    /// What every record drawn from this device names as its runtime.
+    runtime_label: RuntimeLabel,
     acl: &'static AclApi,
     shmem: &'static ShmemApi,
     id: u32,
@@ -472,8 +493,10 @@ impl CannDevice {
         };
         tracing::info!(device = id, pe = settings.shmem_pe, pes = settings.shmem_pes, "CANN device opened");
         let heap = Arc::new(RangeAllocator::new(heap_mapping.address, heap_mapping.length));
+        let runtime_label = runtime_label(runtime_kind);
         let device = Arc::new(CannDevice {
             runtime: runtime_kind,
+            runtime_label,
             acl,
             shmem: shmem_api,
             id,
@@ -841,6 +864,10 @@ impl DeviceBackend for CannDevice {
 
     fn device_id(&self) -> u32 {
         self.id
+    }
+
+    fn runtime_label(&self) -> RuntimeLabel {
+        self.runtime_label
     }
 
     fn as_any(&self) -> &dyn std::any::Any {

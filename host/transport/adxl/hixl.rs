@@ -416,6 +416,7 @@ impl Worker {
         let timeout = shared.timeout;
         let evidence = |job: &Job, api_calls: u64, cpu: u64| TransferEvidence {
             path: "adxl",
+            runtime: shared.device.runtime_label(),
             descriptor_builder: Actor::HostRuntime,
             doorbell_ringer: Actor::HostRuntime,
             completion_observer: Actor::HostThread,

@@ -182,6 +182,7 @@ impl Inner {
     ) {
         let evidence = TransferEvidence {
             path: "aiv",
+            runtime: self.device.runtime_label(),
             descriptor_builder: Actor::AivKernel,
             doorbell_ringer: Actor::AivKernel,
             completion_observer: Actor::AivKernel,

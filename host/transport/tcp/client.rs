@@ -106,6 +106,7 @@ impl Job {
     fn complete(self, cpu_ns: u64) {
         let evidence = TransferEvidence {
             path: "tcp",
+            runtime: crate::evidence::RuntimeLabel::NONE,
             descriptor_builder: Actor::HostThread,
             doorbell_ringer: Actor::HostRuntime,
             completion_observer: Actor::HostThread,
