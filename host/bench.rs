@@ -546,6 +546,73 @@ mod tests {
     }
 }
 
+/// The version of [`report_json`]'s document; bumped when a field changes meaning or goes away.
+pub const REPORT_SCHEMA: &str = "aiv-bench/1";
+
+/// A run as one JSON document (`aiv bench --json`), for the audit and for scripts: the parameters, the results with
+/// the same-run memcpy reference, batch latency quantiles, and the evidence: the records' runtime, the four
+/// AIV-direct checks of the sample record, the per-transfer means and the sample record itself.
+pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) -> serde_json::Value {
+    let outcome = &report.outcome;
+    let evidence = &outcome.evidence;
+    let quantile = |q: f64| outcome.latency_quantile(q).as_nanos() as u64;
+    let checks = evidence.sample.as_ref().map(|sample| {
+        let [on_aiv, descriptors, doorbell, completion] = sample.aiv_direct_checks();
+        serde_json::json!({
+            "kernel_on_aiv": on_aiv,
+            "kernel_writes_descriptors": descriptors,
+            "kernel_rings_doorbell": doorbell,
+            "device_observes_completion": completion,
+            "aiv_direct": sample.is_aiv_direct(),
+        })
+    });
+    serde_json::json!({
+        "schema": REPORT_SCHEMA,
+        "workload": {
+            "protocol": params.protocol.as_str(),
+            "operation": params.operation.as_str(),
+            "batch_size": params.batch_size,
+            "block_size": params.block_size,
+            "threads": params.threads,
+            "buffer_size": params.buffer_size,
+            "duration_s": params.duration.as_secs_f64(),
+            "target": target,
+        },
+        "result": {
+            "elapsed_s": outcome.elapsed.as_secs_f64(),
+            "completed_batches": outcome.completed_batches,
+            "failed_batches": outcome.failed_batches,
+            "first_failure": outcome.first_failure,
+            "bytes_per_second": outcome.bytes_per_second(),
+            "memcpy_bytes_per_second": report.memcpy_bytes_per_second,
+        },
+        "batch_latency_ns": {
+            "batches": outcome.batch_latencies.len(),
+            "p50": quantile(0.5),
+            "p99": quantile(0.99),
+            "p999": quantile(0.999),
+            "max": outcome.batch_latencies.max(),
+        },
+        "evidence": {
+            "transfers": evidence.transfers,
+            "runtime": evidence.sample.as_ref().map(|sample| sample.runtime),
+            "checks": checks,
+            "per_transfer": {
+                "host_device_api_calls": evidence.host_device_api_calls,
+                "descriptors": evidence.descriptors,
+                "doorbells": evidence.doorbells,
+                "host_cpu_ns": evidence.host_cpu_ns,
+                "process_host_cpu_ns": evidence.process_host_cpu_ns,
+                "clock_readings": evidence.clock_readings,
+                "clock_reading_ns": evidence.clock_reading_ns,
+                "monotonic_readings": evidence.monotonic_readings,
+                "monotonic_reading_ns": evidence.monotonic_reading_ns,
+            },
+            "sample": evidence.sample,
+        },
+    })
+}
+
 /// What an in-process run measured, with its same-run reference.
 #[derive(Clone, Debug)]
 pub struct LoopbackReport {

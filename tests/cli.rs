@@ -96,11 +96,40 @@ fn bench_over_aiv_reports_aiv_direct_evidence() {
         "{stdout}"
     );
     assert!(stdout.contains("kernel-on-aiv yes / kernel-writes-descriptors yes / kernel-rings-doorbell yes / device-observes-completion yes"), "{stdout}");
+    assert!(stdout.contains("aiv-direct checks (twin runtime, cann-twin "), "the verdict names its runtime:\n{stdout}");
     assert!(
         stdout.contains("0.00 host device-API calls"),
         "persistent mode makes no device call per transfer:\n{stdout}"
     );
     assert!(stdout.contains("host CPU accounting: sections that never sleep timed by the monotonic clock"), "{stdout}");
+}
+
+/// `--json`: stdout is one JSON document (the report for people goes to stderr) that names the records' runtime and
+/// carries the checks of the sample record: the twin's for aiv, none for tcp, whose checks are all "no".
+#[test]
+fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
+    for (protocol, runtime, direct) in [("aiv", Some("twin"), true), ("tcp", Some("none"), false)] {
+        let output = aiv()
+            .args(["bench", "--protocol", protocol, "--duration", "0.2", "--buffer_size", "8mb", "--threads", "1"])
+            .args(["--batch_size", "4", "--block_size", "4096", "--json"])
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "{stderr}");
+        assert!(stderr.contains("Test completed: duration ") && stderr.contains("latency per batch"), "{stderr}");
+        let stdout = String::from_utf8(output.stdout).expect("UTF-8");
+        assert_eq!(stdout.lines().count(), 1, "one document, nothing else:\n{stdout}");
+        let document: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
+        assert_eq!(document["schema"], "aiv-bench/1", "{document}");
+        assert_eq!(document["workload"]["protocol"], protocol, "{document}");
+        assert!(document["result"]["completed_batches"].as_u64().is_some_and(|n| n > 0), "{document}");
+        assert!(document["batch_latency_ns"]["p50"].as_u64().is_some_and(|ns| ns > 0), "{document}");
+        let evidence = &document["evidence"];
+        assert_eq!(evidence["runtime"]["kind"].as_str(), runtime, "{document}");
+        assert_eq!(evidence["sample"]["path"], protocol, "{document}");
+        assert_eq!(evidence["checks"]["aiv_direct"], direct, "{document}");
+        assert_eq!(evidence["checks"]["kernel_rings_doorbell"], direct, "{document}");
+    }
 }
 
 #[test]

@@ -123,6 +123,10 @@ struct BenchArgs {
     /// their CPU time, no system call) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section_clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
+    /// Print one JSON document on stdout with the run's parameters, results, latency quantiles and evidence (the
+    /// records' runtime, the four checks, per-transfer counts); the human report then goes to stderr
+    #[arg(long)]
+    json: bool,
 }
 
 /// transfer_engine_bench's flags that mean nothing here (`mooncake-transfer-engine/example/transfer_engine_bench.cpp`:
@@ -356,7 +360,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         let report = bench::run_aiv_pair(&config, &params).map_err(|e| e.to_string())?;
         let target =
             format!("in-process target on {:?} device {}", config.aiv.device_backend, config.aiv.device_id + 1);
-        return print_bench_report(&params, &report, &target);
+        return print_bench_report(&params, &report, &target, args.json);
     }
     let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
     // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
@@ -417,13 +421,23 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         (None, Some(segment)) => format!("target segment {segment:?} of another process"),
         (None, None) => "in-process target (this engine's own segment)".to_string(),
     };
-    print_bench_report(&params, &report, &target)
+    print_bench_report(&params, &report, &target, args.json)
 }
 
 /// Prints what a bench run measured: the workload, the evidence, the memcpy reference, and the result line.
-fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, target: &str) -> Result<(), String> {
+fn print_bench_report(
+    params: &BenchParams,
+    report: &bench::LoopbackReport,
+    target: &str,
+    json: bool,
+) -> Result<(), String> {
+    use std::io::Write as _;
     let outcome = &report.outcome;
-    println!(
+    // With --json, stdout carries only the JSON document; the report for people goes to stderr.
+    let mut out: Box<dyn std::io::Write> =
+        if json { Box::new(std::io::stderr().lock()) } else { Box::new(std::io::stdout().lock()) };
+    let _ = writeln!(
+        out,
         "aiv bench: protocol {}, {} {} x {} B per batch, {} thread(s), {target}",
         params.protocol,
         params.operation.as_str(),
@@ -432,7 +446,8 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
         params.threads,
     );
     if let Some(sample) = &outcome.evidence.sample {
-        println!(
+        let _ = writeln!(
+        out,
             "evidence: path {}, descriptors by {:?}, doorbell by {:?}, completion seen by {:?}; per transfer: {:.2} host device-API calls, {:.2} descriptors, {:.2} doorbells, {:.0} ns host CPU",
             sample.path,
             sample.descriptor_builder,
@@ -446,7 +461,8 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
         // The accounting reads clocks, the thread CPU clock through a system call: say how much of the figure above
         // that is.
         let evidence = &outcome.evidence;
-        println!(
+        let _ = writeln!(
+            out,
             "host CPU accounting: sections that never sleep timed by the {} clock; per transfer {:.1} thread-CPU \
              clock readings at {:.0} ns each and {:.1} monotonic-clock readings at {:.0} ns each (up to {:.0} ns of \
              the host CPU above is the measurement itself)",
@@ -459,7 +475,8 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
                 + evidence.monotonic_readings * evidence.monotonic_reading_ns,
         );
         if let Some(process) = evidence.process_host_cpu_ns {
-            println!(
+            let _ = writeln!(
+                out,
                 "host CPU, whole process: {process:.0} ns per transfer on every Host thread (benchmark loop, engine, \
                  the path's threads; the twin's device threads excluded); the path's own share above is {:.0}%",
                 100.0 * evidence.host_cpu_ns / process.max(1.0),
@@ -467,19 +484,22 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
         }
         let checks = sample.aiv_direct_checks();
         // Every verdict names the runtime its records came from: on the twin runtime it is the model's, not an NPU's.
-        println!(
+        let _ = writeln!(
+        out,
             "aiv-direct checks ({}): kernel-on-aiv {} / kernel-writes-descriptors {} / kernel-rings-doorbell {} / device-observes-completion {}",
             sample.runtime, yes_no(checks[0]), yes_no(checks[1]), yes_no(checks[2]), yes_no(checks[3])
         );
     }
-    println!(
+    let _ = writeln!(
+        out,
         "latency per batch: p50 {:.1} us, p99 {:.1} us over {} batches",
         outcome.latency_quantile(0.5).as_secs_f64() * 1e6,
         outcome.latency_quantile(0.99).as_secs_f64() * 1e6,
         outcome.batch_latencies.len()
     );
     let throughput = outcome.bytes_per_second();
-    println!(
+    let _ = writeln!(
+        out,
         "reference: memcpy {:.2} GB/s in the same run; this path reached {:.3}x memcpy",
         report.memcpy_bytes_per_second / 1e9,
         throughput / report.memcpy_bytes_per_second.max(1.0)
@@ -492,6 +512,14 @@ fn print_bench_report(params: &BenchParams, report: &bench::LoopbackReport, targ
         );
     }
     eprintln!("{}", outcome.result_line(params));
+    if json {
+        drop(out);
+        let document = bench::report_json(params, report, target);
+        let mut stdout = std::io::stdout().lock();
+        writeln!(stdout, "{document}")
+            .and_then(|()| stdout.flush())
+            .map_err(|e| format!("write the JSON report: {e}"))?;
+    }
     // transfer_engine_bench users script against the exit code: any failed batch is a failed run.
     if outcome.failed_batches > 0 {
         return Err(format!(
