@@ -83,7 +83,12 @@ impl std::fmt::Display for RuntimeLabel {
 }
 
 /// The record one transfer leaves behind, whichever transport carried it.
+///
+/// Non-exhaustive: fields will be added (issue 15's observations); code outside the crate builds one with
+/// [`TransferEvidence::new`] and sets the fields it knows. Its serialised form (`serde`, as `aiv bench --json` writes
+/// it) is documented field by field in docs/evidence.md.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[non_exhaustive]
 pub struct TransferEvidence {
     /// The transport that carried the transfer (`"local"`, `"aiv"`, `"tcp"`, ...).
     pub path: &'static str,
@@ -107,6 +112,21 @@ pub struct TransferEvidence {
 }
 
 impl TransferEvidence {
+    /// A record of `path` on `runtime` in which nobody did anything yet: every actor [`Actor::Nobody`], every count 0.
+    pub fn new(path: &'static str, runtime: RuntimeLabel) -> Self {
+        TransferEvidence {
+            path,
+            runtime,
+            descriptor_builder: Actor::Nobody,
+            doorbell_ringer: Actor::Nobody,
+            completion_observer: Actor::Nobody,
+            host_device_api_calls: 0,
+            descriptors: 0,
+            doorbells: 0,
+            host_cpu_ns: 0,
+        }
+    }
+
     /// The four AIV-direct checks (docs/hardware.md section 1), derived from what was recorded.
     pub fn aiv_direct_checks(&self) -> [bool; 4] {
         [

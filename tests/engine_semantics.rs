@@ -91,17 +91,12 @@ impl HeldTransport {
         let transfers = std::mem::take(&mut *self.held.lock().expect("not poisoned"));
         let count = transfers.len();
         for transfer in transfers {
-            let evidence = TransferEvidence {
-                path: "held",
-                runtime: aiv_transport::evidence::RuntimeLabel::NONE,
-                descriptor_builder: Actor::HostThread,
-                doorbell_ringer: Actor::HostThread,
-                completion_observer: Actor::HostThread,
-                host_device_api_calls: 0,
-                descriptors: 1,
-                doorbells: 1,
-                host_cpu_ns: 0,
-            };
+            let mut evidence = TransferEvidence::new("held", aiv_transport::evidence::RuntimeLabel::NONE);
+            evidence.descriptor_builder = Actor::HostThread;
+            evidence.doorbell_ringer = Actor::HostThread;
+            evidence.completion_observer = Actor::HostThread;
+            evidence.descriptors = 1;
+            evidence.doorbells = 1;
             transfer.slot.complete(transfer.length, evidence);
         }
         count
