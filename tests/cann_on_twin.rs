@@ -49,6 +49,9 @@ fn child() {
         "kernel_api" => kernel_api(),
         "stall_recovers" => stall_recovers(),
         "two_devices" => two_devices(),
+        "provenance_aiv" => provenance_aiv(),
+        "provenance_host_rings" => provenance_host_rings(),
+        "provenance_host_reads_flag" => provenance_host_reads_flag(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -299,4 +302,190 @@ fn two_devices() {
     assert!(a.read(0..1_200_000) == b.read(0..1_200_000), "device 1 does not hold what device 0 wrote");
     let executed: u64 = (0..2).map(|channel| cann_twin::control::sqes_executed(0, channel).expect("channel")).sum();
     assert!(executed > 0, "device 0's engines executed nothing");
+}
+
+#[test]
+fn an_aiv_transfer_is_attributed_to_the_aiv_blocks_its_sqes_doorbells_and_flag_reads() {
+    in_child("provenance_aiv");
+}
+
+#[test]
+fn core_written_sqes_rung_by_the_host_turn_only_the_doorbell_tally_to_the_host() {
+    in_child("provenance_host_rings");
+}
+
+#[test]
+fn a_flag_the_host_reads_before_the_kernel_turns_only_the_flag_tally_to_the_host() {
+    in_child("provenance_host_reads_flag");
+}
+
+/// The provenance records of channels 0 and 1 of device 0 (the two blocks' channels), reset first.
+fn provenance_reset() {
+    for channel in 0..2 {
+        cann_twin::control::reset_provenance(0, channel).expect("channel");
+    }
+}
+
+fn provenance_of(channel: u32) -> cann_twin::control::Provenance {
+    cann_twin::control::provenance(0, channel).expect("channel")
+}
+
+fn total(by_block: &[(u32, u64)]) -> u64 {
+    by_block.iter().map(|&(_, count)| count).sum()
+}
+
+/// Executed SQEs and accepted doorbells of both channels.
+fn executed_and_rung() -> (u64, u64) {
+    let executed = (0..2).map(|channel| cann_twin::control::sqes_executed(0, channel).expect("channel")).sum();
+    let rung = (0..2).map(|channel| cann_twin::control::doorbells_rung(0, channel).expect("channel")).sum();
+    (executed, rung)
+}
+
+fn provenance_options() -> AivOptions {
+    // A long kernel budget: the variants below hold the engine or the cores for a few milliseconds.
+    AivOptions { kernel_wait_budget: Duration::from_secs(5), ..options(LaunchMode::Persistent) }
+}
+
+/// A normal aiv transfer: every SQE its engines executed was written by the block of its channel (the channel's
+/// index), every doorbell rung by that block, every flag read first by a core (flags a later flag overwrote before
+/// any read are unseen, never the Host's).
+fn provenance_aiv() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..4 << 20].fill(3));
+    provenance_reset();
+    let (executed_before, rung_before) = executed_and_rung();
+    let (states, reasons) = run(&node, &local_writes(&node, 16, 200_000));
+    assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    let (executed, rung) = executed_and_rung();
+    let (mut sqes, mut doorbells, mut flags) = (0, 0, 0);
+    for channel in 0..2 {
+        let seen = provenance_of(channel);
+        eprintln!("channel {channel}: {seen:?}");
+        assert!(seen.sqes_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
+        assert!(seen.doorbells_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
+        assert_eq!((seen.sqes_by_host, seen.sqes_unknown), (0, 0), "{seen:?}");
+        assert_eq!((seen.doorbells_by_host, seen.doorbells_unknown), (0, 0), "{seen:?}");
+        assert_eq!(seen.flags_seen_by_host, 0, "{seen:?}");
+        assert!(seen.flags_seen_by_core > 0, "{seen:?}");
+        assert_eq!(seen.flags_seen_by_core + seen.flags_unseen, seen.flags_landed, "{seen:?}");
+        sqes += total(&seen.sqes_by_block);
+        doorbells += total(&seen.doorbells_by_block);
+        flags += seen.flags_seen_by_core;
+    }
+    assert_eq!(sqes, executed - executed_before, "every executed SQE is attributed to a block");
+    assert_eq!(doorbells, rung - rung_before, "every accepted doorbell is attributed to a block");
+    assert!(sqes > 16 && flags > 0, "SQEs {sqes}, flags seen by a core {flags}");
+    assert!(node.read(0..3_200_000) == node.read(4 << 20..(4 << 20) + 3_200_000));
+}
+
+/// Variant (b): the kernel's doorbell writes are diverted (test-only) and a Host thread rings them instead. The
+/// SQEs are still the blocks'; the doorbells are all the Host's; the flags are still read by the cores.
+fn provenance_host_rings() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..4 << 20].fill(5));
+    provenance_reset();
+    for channel in 0..2 {
+        cann_twin::control::divert_core_doorbells(0, channel, true).expect("divert");
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forwarder = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut forwarded = [0u32; 2];
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                for channel in 0..2u32 {
+                    let (count, tail) = cann_twin::control::diverted_doorbell(0, channel).expect("channel");
+                    if count != forwarded[channel as usize] {
+                        forwarded[channel as usize] = count;
+                        cann_twin::control::host_ring_doorbell(0, channel, tail).expect("ring");
+                    }
+                }
+                std::thread::yield_now();
+            }
+        })
+    };
+    let (states, reasons) = run(&node, &local_writes(&node, 16, 200_000));
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    forwarder.join().expect("forwarder");
+    assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    let (mut sqes, mut host_doorbells) = (0, 0);
+    for channel in 0..2 {
+        cann_twin::control::divert_core_doorbells(0, channel, false).expect("undivert");
+        let seen = provenance_of(channel);
+        eprintln!("channel {channel}: {seen:?}");
+        assert!(seen.doorbells_by_block.is_empty(), "no core's doorbell reached a register: {seen:?}");
+        assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.flags_seen_by_host), (0, 0, 0), "{seen:?}");
+        assert!(seen.sqes_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
+        assert!(seen.flags_seen_by_core > 0, "the cores still read the flags: {seen:?}");
+        sqes += total(&seen.sqes_by_block);
+        host_doorbells += seen.doorbells_by_host;
+    }
+    assert!(sqes > 16 && host_doorbells > 0, "SQEs by blocks {sqes}, doorbells by the Host {host_doorbells}");
+    assert!(node.read(0..3_200_000) == node.read(4 << 20..(4 << 20) + 3_200_000));
+}
+
+/// Variant (c): the engines are stalled while the kernel posts and rings; once its cores poll they are held
+/// (test-only), the engines run, and the Host reads the landed flag (D2H) before the cores are released. That flag
+/// is the Host's; the SQEs and doorbells stay the block's.
+fn provenance_host_reads_flag() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(6));
+    provenance_reset();
+    for channel in 0..2 {
+        cann_twin::control::set_stalled(0, channel, true).expect("stall");
+    }
+    let requests = local_writes(&node, 1, 4096);
+    let batch = node.engine.allocate_batch(1).expect("batch");
+    let (_, rung_before) = executed_and_rung();
+    node.engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    let waited = |what: &str| assert!(started.elapsed() < Duration::from_secs(4), "waited too long for {what}");
+    // The kernel took the request and rang: its block now polls the flag.
+    let channel = loop {
+        let rung: Vec<u64> = (0..2).map(|c| cann_twin::control::doorbells_rung(0, c).expect("channel")).collect();
+        if rung.iter().sum::<u64>() > rung_before {
+            break if rung[0] > 0 { 0 } else { 1 };
+        }
+        waited("the doorbell");
+        std::thread::yield_now();
+    };
+    cann_twin::control::hold_cores(0, true);
+    while !cann_twin::control::parked_cores(0).contains(&channel) {
+        waited("the polling core to park");
+        std::thread::yield_now();
+    }
+    for c in 0..2 {
+        cann_twin::control::set_stalled(0, c, false).expect("release the engine");
+    }
+    let flag = loop {
+        if let Some(&flag) = cann_twin::control::pending_flags(0, channel).expect("channel").first() {
+            break flag;
+        }
+        waited("the flag to land");
+        std::thread::yield_now();
+    };
+    let mut word = [0u8; 8];
+    // SAFETY: `word` is live for 8 bytes; the device side is checked by the runtime. The twin's own export: the
+    // Host's runtime copy, as any Host path would make it.
+    let code = unsafe {
+        cann_twin::acl::aclrtMemcpy(
+            word.as_mut_ptr().cast(),
+            8,
+            flag as *const core::ffi::c_void,
+            8,
+            ascendcl_sys::sys::ACL_MEMCPY_DEVICE_TO_HOST,
+        )
+    };
+    assert_eq!(code, 0, "the Host reads the flag D2H");
+    cann_twin::control::hold_cores(0, false);
+    let status = node.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    let seen = provenance_of(channel);
+    eprintln!("channel {channel}: {seen:?}");
+    assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (1, 1, 0), "{seen:?}");
+    assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.doorbells_by_host), (0, 0, 0), "{seen:?}");
+    assert_eq!(seen.sqes_by_block, [(channel, 2)], "the data SQE and the flag SQE: {seen:?}");
+    assert!(!seen.doorbells_by_block.is_empty(), "{seen:?}");
+    assert!(seen.doorbells_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
+    assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
 }

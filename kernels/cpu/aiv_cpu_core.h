@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define AIV_CPU_ABI_VERSION 1u
+#define AIV_CPU_ABI_VERSION 2u
 
 /* What register_write answers. */
 #define AIV_CPU_REG_ACCEPTED 0      /* a register took the write */
@@ -49,6 +49,15 @@ typedef struct AivCpuCoreOps {
     void (*idle_hint)(void* context, uint32_t unchanged_fills);
     /* A fault (AIV_CPU_FAULT_*) at device_addr, len bytes. May be NULL. */
     void (*fault)(void* context, uint32_t kind, uint64_t device_addr, uint64_t len);
+    /* (ABI 2) The model wrote [device_addr, device_addr + len) of HBM: a UB -> GM burst landed (when its pipe's wait
+     * completes it) or a dirty cache line was written back (the bytes written, first to last). Called after the
+     * bytes are in HBM and before anything the core does next, so a doorbell rung after it follows it. The twin
+     * records from it who wrote each SQ slot. May be NULL. */
+    void (*gm_written)(void* context, uint64_t device_addr, uint64_t len);
+    /* (ABI 2) The model read `len` bytes of HBM at device_addr, which are now at `data`: a cache-line fill (of a
+     * scalar load, or of a store's write-allocate) or a GM -> UB burst. The twin records from it which core first
+     * read a completion flag. May be NULL. */
+    void (*gm_read)(void* context, uint64_t device_addr, const void* data, uint64_t len);
 } AivCpuCoreOps;
 
 /* Counters of the calling thread's core since aiv_cpu_core_enter. */

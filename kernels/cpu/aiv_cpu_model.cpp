@@ -182,7 +182,13 @@ void write_back(Core& c, Line& line, uint64_t mask) {
     if (!hbm) {
         raise(c, AIV_CPU_FAULT_UNMAPPED, line.addr, kLine);
     } else {
-        copy_bytes(hbm, line.head.data, mask & line.valid);
+        const uint64_t written = mask & line.valid;
+        copy_bytes(hbm, line.head.data, written);
+        if (written != 0 && c.ops->gm_written) {
+            const uint64_t from = static_cast<uint64_t>(__builtin_ctzll(written));
+            const uint64_t to = 64 - static_cast<uint64_t>(__builtin_clzll(written));
+            c.ops->gm_written(c.context, line.addr + from, to - from);
+        }
     }
     line.head.dirty &= ~mask;
     c.stats.line_write_backs += 1;
@@ -206,6 +212,7 @@ Line* fill(Core& c, uint64_t line_addr) {
     }
     uint8_t now[kLine];
     memcpy(now, hbm, kLine);  // one read of HBM: what this fill sees
+    if (c.ops->gm_read) c.ops->gm_read(c.context, line_addr, now, kLine);
     if (!line) {
         line = c.lines.insert(line_addr);
         progress(c);
@@ -317,6 +324,7 @@ void execute(Core& c, const DmaOp& op, void* hbm) {
     if (op.out) {
         if (hbm) {
             memcpy(hbm, local, op.len);
+            if (c.ops->gm_written) c.ops->gm_written(c.context, op.gm, op.len);
             prefetch_next(static_cast<uint8_t*>(hbm), op.len);
             return;
         }
@@ -332,6 +340,7 @@ void execute(Core& c, const DmaOp& op, void* hbm) {
         return;
     }
     memcpy(local, hbm, op.len);
+    if (c.ops->gm_read) c.ops->gm_read(c.context, op.gm, local, op.len);
 }
 
 // Completes the pending bursts of one direction up to sequence number `upto` (every pending burst with `all`).

@@ -54,8 +54,18 @@ void trap_fault(void*, uint32_t kind, uint64_t addr, uint64_t len) {
     leave_block();
 }
 
+// No abort check: the bytes are already in HBM (or the UB), so the record must be made.
+void trap_gm_written(void*, uint64_t addr, uint64_t len) {
+    if (g_trap->ops->gm_written) g_trap->ops->gm_written(g_trap->context, addr, len);
+}
+
+void trap_gm_read(void*, uint64_t addr, const void* data, uint64_t len) {
+    if (g_trap->ops->gm_read) g_trap->ops->gm_read(g_trap->context, addr, data, len);
+}
+
 const AivCpuCoreOps kTrapOps = {
     AIV_CPU_ABI_VERSION, trap_translate, trap_register_write, trap_system_counter, trap_idle_hint, trap_fault,
+    trap_gm_written,     trap_gm_read,
 };
 
 typedef void (*Entry1)(uint64_t);

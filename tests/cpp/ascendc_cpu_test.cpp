@@ -174,7 +174,8 @@ void op_fault(void* ctx, uint32_t kind, uint64_t addr, uint64_t len) {
     static_cast<Runtime*>(ctx)->faults.push_back(text);
 }
 
-const AivCpuCoreOps kOps = {AIV_CPU_ABI_VERSION, op_translate, op_register_write, op_counter, op_idle, op_fault};
+const AivCpuCoreOps kOps = {AIV_CPU_ABI_VERSION, op_translate, op_register_write, op_counter, op_idle, op_fault,
+                           nullptr,             nullptr};
 
 struct Core {
     explicit Core(Runtime& rt, uint32_t idx = 0, uint32_t num = 1) {

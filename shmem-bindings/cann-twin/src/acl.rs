@@ -379,6 +379,8 @@ acl_entry! {
         let (to, from) = plan_copy(space.as_ref(), dst as usize, dest_max, src as usize, count, kind)?;
         // SAFETY: device segments translated under the read lock still held; Host segments valid by the C contract.
         unsafe { perform_copy(&to, &from) };
+        // SAFETY: the copy just wrote `count` bytes at `dst`.
+        unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
         Ok(())
     }
 }

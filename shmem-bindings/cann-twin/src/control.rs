@@ -5,6 +5,7 @@
 //! Channels are named by `(device, channel)`: the device whose SHMEM initialisation created the SDMA engines and
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
 
+pub use crate::sdma::provenance::Provenance;
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -112,4 +113,71 @@ pub fn stall_hixl_server(address: &str, stalled: bool) -> bool {
 /// recovery.
 pub fn withhold_export(shareable: u64, withheld: bool) {
     crate::vmm_share::set_withheld(shareable, withheld);
+}
+
+/// The provenance records of channel `(device, index)` since its creation or its last [`reset_provenance`]: who
+/// wrote each SQE its engine executed, who rang each doorbell it accepted, and who first read each completion flag
+/// it landed, each recorded where the act happened (docs/twin-runtime.md, "Provenance records"):
+///
+/// - `sqes_by_block` / `sqes_by_host` / `sqes_unknown`: per executed SQE, the last writer of its 64-byte slot, as
+///   marked by the write itself (an emulated core's DMA landing or cache-line write-back; a Host-side write through
+///   the device address space: a runtime copy, a memset, any other Host path of the twin). Unknown: the slot was not
+///   written since the channel was created, or an SDMA engine's copy wrote it, or two writers each wrote part of it.
+/// - `doorbells_by_block` / `doorbells_by_host` / `doorbells_unknown`: per accepted doorbell write, the ringing core's
+///   block, the Host's test-only [`host_ring_doorbell`], or [`crate::register_write`] (caller unknown).
+/// - `flags_landed` / `flags_seen_by_core` / `flags_seen_by_host` / `flags_unseen`: per 8-byte flag copy the engine
+///   executed, whether the first read that covered the word and returned the landed value was a core's (line fill or
+///   GM -> UB DMA) or the Host's (a runtime copy into Host memory), or none (overwritten by a later flag first, still
+///   unread, or more than four pending on the channel).
+pub fn provenance(device: i32, index: u32) -> Result<Provenance, ControlError> {
+    Ok(channel(device, index)?.provenance.snapshot())
+}
+
+/// Zeroes the channel's provenance tallies and forgets its pending flags (they count as neither seen nor unseen).
+/// Who wrote each SQ slot last is kept: a slot written before the reset and executed after it is still attributed
+/// to its writer.
+pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
+    channel(device, index)?.provenance.reset();
+    Ok(())
+}
+
+/// **Test-only, deliberately mis-wired**: the Host rings channel `(device, index)`'s doorbell with `tail`, as no
+/// Host can on this runtime (the register page is not Host memory). It exists so that a test can show the doorbell
+/// tally turn to the Host; nothing in the model, the CANN interface or any configuration reaches it. The write is
+/// accepted as a core's would be (a tail outside the ring stops the channel, as then).
+pub fn host_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
+    channel(device, index)?.ring(tail, crate::sdma::provenance::WRITER_HOST);
+    Ok(())
+}
+
+/// **Test-only, deliberately mis-wired**: while `diverted`, an emulated core's accepted doorbell write to channel
+/// `(device, index)` does not reach the register (it is neither rung nor counted); its tail is parked for
+/// [`diverted_doorbell`], so that a test can forward it with [`host_ring_doorbell`]: SQEs a core wrote, rung by the
+/// Host. Nothing in the model or any configuration reaches it.
+pub fn divert_core_doorbells(device: i32, index: u32, diverted: bool) -> Result<(), ControlError> {
+    channel(device, index)?.doorbell.divert.store(diverted, std::sync::atomic::Ordering::Release);
+    Ok(())
+}
+
+/// The doorbell writes diverted so far on the channel and the last diverted tail ([`divert_core_doorbells`]).
+pub fn diverted_doorbell(device: i32, index: u32) -> Result<(u32, u32), ControlError> {
+    let parked = channel(device, index)?.doorbell.diverted.load(std::sync::atomic::Ordering::Acquire);
+    Ok(((parked >> 32) as u32, parked as u32))
+}
+
+/// **Test-only**: holds (`true`) or releases the emulated cores of `device` that poll: a core that reaches an idle
+/// hint (it re-read unchanged memory 16 times in a row) while its device is held parks there, reading nothing,
+/// until the release (or 10 s). A test can so let the Host act on device memory before a polling kernel looks.
+pub fn hold_cores(device: i32, held: bool) {
+    crate::kernel::hold_cores(device, held);
+}
+
+/// The blocks of `device` parked by [`hold_cores`] now.
+pub fn parked_cores(device: i32) -> Vec<u32> {
+    crate::kernel::parked_cores(device)
+}
+
+/// Device addresses of the completion flags channel `(device, index)` landed that no read has claimed yet.
+pub fn pending_flags(device: i32, index: u32) -> Result<Vec<u64>, ControlError> {
+    Ok(channel(device, index)?.provenance.pending_flags())
 }

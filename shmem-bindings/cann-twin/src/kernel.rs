@@ -61,7 +61,7 @@ pub const MAX_NAP: Duration = Duration::from_micros(250);
 pub const ABORT_WAIT: Duration = Duration::from_secs(2);
 
 /// `AIV_CPU_ABI_VERSION` of `kernels/cpu/aiv_cpu_core.h`.
-const ABI_VERSION: u32 = 1;
+const ABI_VERSION: u32 = 2;
 const REG_ACCEPTED: i32 = 0;
 const REG_REFUSED: i32 = 1;
 const REG_NOT_REGISTER: i32 = 2;
@@ -78,6 +78,8 @@ struct CoreOps {
     system_counter: Option<unsafe extern "C" fn(*mut c_void) -> u64>,
     idle_hint: Option<unsafe extern "C" fn(*mut c_void, u32)>,
     fault: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u64)>,
+    gm_written: Option<unsafe extern "C" fn(*mut c_void, u64, u64)>,
+    gm_read: Option<unsafe extern "C" fn(*mut c_void, u64, *const c_void, u64)>,
 }
 
 /// `aiv_twin_run_block` of the loaded object.
@@ -552,7 +554,8 @@ unsafe extern "C" fn op_register_write(context: *mut c_void, device_addr: u64, d
     let core = unsafe { core(context) };
     // SAFETY: the model passes `len` readable bytes of its unified buffer.
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
-    match crate::sdma::register_write_through(&core.registers, device_addr, bytes) {
+    let origin = crate::sdma::provenance::block_writer(core.block);
+    match crate::sdma::register_write_through(&core.registers, device_addr, bytes, origin) {
         Ok(()) => REG_ACCEPTED,
         Err(crate::sdma::RegisterFault::Refused { .. }) => REG_REFUSED,
         Err(crate::sdma::RegisterFault::NotARegister { .. }) => REG_NOT_REGISTER,
@@ -563,9 +566,57 @@ unsafe extern "C" fn op_system_counter(_context: *mut c_void) -> u64 {
     monotonic_ns() / (1_000_000_000 / SYSTEM_COUNTER_HZ)
 }
 
+/// Devices whose cores park at their next idle hint ([`crate::control::hold_cores`]), and the blocks parked now.
+static HELD_CORES: LazyLock<Mutex<HashMap<i32, Vec<u32>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Whether any device's cores are held (the idle hint skips the map otherwise).
+static ANY_HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+/// The longest a held core stays parked.
+const HOLD_LIMIT: Duration = Duration::from_secs(10);
+
+/// Holds (`true`) or releases the polling cores of `device`.
+pub(crate) fn hold_cores(device: i32, held: bool) {
+    let mut holds = lock(&HELD_CORES);
+    if held {
+        holds.entry(device).or_default();
+    } else {
+        holds.remove(&device);
+    }
+    ANY_HELD.store(!holds.is_empty(), Ordering::Release);
+}
+
+/// The blocks of `device` parked by [`hold_cores`] now.
+pub(crate) fn parked_cores(device: i32) -> Vec<u32> {
+    lock(&HELD_CORES).get(&device).cloned().unwrap_or_default()
+}
+
+/// Parks a polling core while its device is held (at most [`HOLD_LIMIT`]): it reads no memory meanwhile.
+fn park_if_held(core: &CoreContext) {
+    if !ANY_HELD.load(Ordering::Acquire) {
+        return;
+    }
+    let started = Instant::now();
+    let mut parked = false;
+    loop {
+        {
+            let mut holds = lock(&HELD_CORES);
+            let Some(blocks) = holds.get_mut(&core.device) else { return };
+            if started.elapsed() > HOLD_LIMIT {
+                blocks.retain(|&block| block != core.block);
+                return;
+            }
+            if !parked {
+                blocks.push(core.block);
+                parked = true;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
     // SAFETY: the context run_core installed.
     let core = unsafe { core(context) };
+    park_if_held(core);
     let now = monotonic_ns();
     // The model calls from its poll threshold (16 unchanged fills) on; the first call starts the poll.
     if unchanged_fills <= 16 || core.poll_since.get() == 0 {
@@ -600,6 +651,25 @@ unsafe extern "C" fn op_fault(context: *mut c_void, kind: u32, device_addr: u64,
     faults.push(fault);
 }
 
+/// The model wrote `[device_addr, device_addr + len)` of HBM (a UB -> GM burst landing, a cache line written
+/// back): the SQ slots it covers are marked as this core's block's.
+unsafe extern "C" fn op_gm_written(context: *mut c_void, device_addr: u64, len: u64) {
+    // SAFETY: the context run_core installed.
+    let core = unsafe { core(context) };
+    crate::sdma::provenance::wrote(crate::sdma::provenance::block_writer(core.block), device_addr, len);
+}
+
+/// The model read `len` bytes of HBM at `device_addr` into `data` (a line fill, a GM -> UB burst): a landed flag
+/// it returned is observed by this core.
+unsafe extern "C" fn op_gm_read(_context: *mut c_void, device_addr: u64, data: *const c_void, len: u64) {
+    if data.is_null() {
+        return;
+    }
+    // SAFETY: the model passes `len` readable bytes it just read.
+    let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
+    crate::sdma::provenance::read(true, device_addr, bytes);
+}
+
 static OPS: CoreOps = CoreOps {
     abi_version: ABI_VERSION,
     translate: Some(op_translate),
@@ -607,6 +677,8 @@ static OPS: CoreOps = CoreOps {
     system_counter: Some(op_system_counter),
     idle_hint: Some(op_idle_hint),
     fault: Some(op_fault),
+    gm_written: Some(op_gm_written),
+    gm_read: Some(op_gm_read),
 };
 
 /// What a launch's cores share.

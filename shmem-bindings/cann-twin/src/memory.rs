@@ -503,7 +503,20 @@ impl Space {
     /// The model-reachable memory behind device range `[address, address + len)` (`len > 0`), for a read or a
     /// write. Errors: the range touches unallocated device addresses, runs past the object it starts in, or is
     /// not writable.
+    ///
+    /// A translation for writing is where every Host-side write into device memory passes (runtime copies and
+    /// memsets, and the other Host paths of the twin): it marks the SQ slots the range covers as the calling
+    /// thread's (the Host's, unless an SDMA engine's thread: see `crate::sdma::provenance`). The emulated cores
+    /// translate through their own op and report their writes themselves.
     pub(crate) fn translate(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
+        let segments = self.translate_range(address, len, write)?;
+        if write {
+            crate::sdma::provenance::thread_wrote(address as u64, len as u64);
+        }
+        Ok(segments)
+    }
+
+    fn translate_range(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
         let end = address.checked_add(len).ok_or(ACL_ERROR_INVALID_PARAM)?;
         if let Some((&start, allocation)) = self.heap.range(..=address).next_back() {
             if address - start < allocation.size {

@@ -331,6 +331,21 @@ pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
     }
 }
 
+/// After a runtime copy of `count` bytes from `src` to `dst`: when it copied device memory into Host memory, the
+/// Host observed what it copied (a landed completion flag among it is recorded as seen by the Host).
+///
+/// # Safety
+///
+/// `dst` is the copy's destination, valid for reading `count` bytes (the copy just wrote them).
+pub(crate) unsafe fn host_observed(space: Option<&Space>, dst: usize, src: usize, count: usize) {
+    let device = |address: usize| space.is_some_and(|space| space.contains(address));
+    if device(src) && !device(dst) {
+        // SAFETY: the caller's contract.
+        let bytes = unsafe { std::slice::from_raw_parts(dst as *const u8, count) };
+        crate::sdma::provenance::read(false, src as u64, bytes);
+    }
+}
+
 /// Runs one stream task on a worker thread.
 pub(crate) fn run_task(task: &Task) -> aclError {
     match *task {
@@ -341,11 +356,14 @@ pub(crate) fn run_task(task: &Task) -> aclError {
                 return ACL_ERROR_RT_PARAM_INVALID;
             }
             let space = space();
+            let (task_dst, task_src) = (dst, src);
             match plan_copy(space.as_ref(), dst, dest_max, src, count, kind) {
                 Ok((dst, src)) => {
                     // SAFETY: the segments were just translated under the read lock still held; the Host side is the
                     // submitter's promise that it stays valid until the stream is synchronised.
                     unsafe { perform_copy(&dst, &src) };
+                    // SAFETY: `dst` was just written `count` bytes (a Host destination is one segment at `dst`).
+                    unsafe { host_observed(space.as_ref(), task_dst, task_src, count) };
                     ACL_SUCCESS
                 }
                 Err(code) => code,

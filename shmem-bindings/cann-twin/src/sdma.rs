@@ -26,6 +26,8 @@
 //! NPU does with such a write is not publicly documented). The page lies inside the device address space, which is
 //! `PROT_NONE` for the Host and never translated, so neither a Host store nor a copy can ring it.
 
+pub(crate) mod provenance;
+
 use crossbeam_utils::CachePadded;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -337,6 +339,8 @@ pub(crate) struct Channel {
     /// The progress signal for the napping core of the block that drives this channel (a landed flag, a stopped
     /// run).
     activity: Arc<crate::kernel::Activity>,
+    /// Who wrote each SQ slot, rang each doorbell and read each landed flag ([`provenance`]).
+    pub provenance: Arc<provenance::ChannelProvenance>,
 }
 
 /// The engine's side of a [`Channel`].
@@ -358,6 +362,11 @@ pub(crate) struct Doorbell {
     /// The engine waits on `wake` (set by it under the state lock before it sleeps, then the tail checked again):
     /// with the doorbell's store of the tail before its look at this, one of the two sees the other (both SeqCst).
     pub engine_asleep: AtomicBool,
+    /// Test-only ([`crate::control::divert_core_doorbells`]): while set, a core's accepted doorbell write does not
+    /// reach the register; its tail is parked in `diverted` for the test to forward.
+    pub divert: AtomicBool,
+    /// `(diverted writes << 32) | last diverted tail`.
+    pub diverted: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -390,8 +399,9 @@ impl Channel {
         state.reset_requested
     }
 
-    /// An accepted doorbell write.
-    fn ring(&self, tail: u32) {
+    /// An accepted doorbell write by `origin` (a `provenance::WRITER_*` id).
+    pub(crate) fn ring(&self, tail: u32, origin: u32) {
+        self.provenance.rung(origin);
         self.doorbell.tail.store(tail, Ordering::SeqCst);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
@@ -467,6 +477,8 @@ impl Channel {
         let mut raw = [0u8; SQE_BYTES];
         let segments = space.translate(slot as usize, SQE_BYTES, false).map_err(|_| (Syndrome::QUEUE_FAULT, raw))?;
         read_segments(&segments, &mut raw);
+        // Who wrote these bytes, read with them (the writer marked its slot before it rang).
+        let writer = self.provenance.writer_of(head);
         let sqe = SdmaSqe::from_bytes(&raw);
         if sqe.sqe_type() != SQE_TYPE_SDMA {
             return Err((Syndrome::BAD_TYPE, raw));
@@ -490,6 +502,8 @@ impl Channel {
                 // The flag words are accessed atomically by their users; Acquire/Release orders this flag after
                 // every earlier copy of this in-order channel for a reader that acquires it.
                 let value = unsafe { AtomicU64::from_ptr(from.cast()) }.load(Ordering::Acquire);
+                // Recorded before the store: a reader that returns the value finds the record.
+                self.provenance.flag_landing(dst as u64, value);
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
                 self.activity.progressed();
@@ -498,6 +512,7 @@ impl Channel {
             _ => unsafe { perform_copy(&to, &from) },
         }
         self.progress.executed.fetch_add(1, Ordering::Relaxed);
+        self.provenance.consumed(writer);
         Ok(())
     }
 
@@ -522,6 +537,7 @@ impl Channel {
 
     /// The engine thread's body.
     fn run(self: Arc<Self>) {
+        provenance::mark_device_thread();
         let mut head = 0u32;
         // Doorbells counted when the engine last took the tail: a later one is new work.
         let mut seen = 0u64;
@@ -731,6 +747,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
             activity: crate::kernel::Activity::of(device, index),
+            provenance: Arc::new(provenance::ChannelProvenance::new(device, record.sq_base, depth)),
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];
@@ -764,6 +781,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
         }
         REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
+    provenance::watch(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
     engines.insert(device, Engines { channels, threads, allocations, register_pages });
     Ok(workspace)
 }
@@ -772,6 +790,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
 /// last `aclrtResetDevice` already freed is skipped.
 pub(crate) fn destroy(device: i32) {
     let Some(engines) = lock(&ENGINES).remove(&device) else { return };
+    provenance::unwatch(device);
     {
         let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
         for channel in &engines.channels {
@@ -797,12 +816,21 @@ pub(crate) fn destroy(device: i32) {
 /// it sets the SQ tail and wakes the engine. Any other width or offset writes nothing, raises a
 /// [`Syndrome::REGISTER_ACCESS`] exception on the page's channel (which stops it until reset) and returns
 /// [`RegisterFault::Refused`]; an address in no register page returns [`RegisterFault::NotARegister`].
+///
+/// The twin cannot tell who calls this (a CPU AscendC layer of its own): the doorbell's origin is recorded as
+/// unknown ([`crate::control::Provenance::doorbells_unknown`]).
 pub fn register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
-    register_write_through(&RegisterCache::default(), device_va, bytes)
+    register_write_through(&RegisterCache::default(), device_va, bytes, provenance::WRITER_OTHER)
 }
 
-/// [`register_write`] through a core's [`RegisterCache`].
-pub(crate) fn register_write_through(cache: &RegisterCache, device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+/// [`register_write`] through a core's [`RegisterCache`], by `origin` (a `provenance::WRITER_*` id: the ringing
+/// core's block).
+pub(crate) fn register_write_through(
+    cache: &RegisterCache,
+    device_va: u64,
+    bytes: &[u8],
+    origin: u32,
+) -> Result<(), RegisterFault> {
     let page = page() as u64;
     let base = device_va - device_va % page;
     // Read before the registry: a change after this read moves the generation, so what is cached under it is
@@ -830,7 +858,14 @@ pub(crate) fn register_write_through(cache: &RegisterCache, device_va: u64, byte
         channel.raise(exception);
         return Err(RegisterFault::Refused { device: channel.device, channel: channel.index, offset, width });
     }
-    channel.ring(u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]));
+    let tail = u32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+    if origin >= provenance::WRITER_BLOCK0 && channel.doorbell.divert.load(Ordering::Acquire) {
+        // The test-only mis-wiring: the core's write is parked, not rung.
+        let count = (channel.doorbell.diverted.load(Ordering::Acquire) >> 32) + 1;
+        channel.doorbell.diverted.store((count << 32) | u64::from(tail), Ordering::Release);
+        return Ok(());
+    }
+    channel.ring(tail, origin);
     Ok(())
 }
 

@@ -1,0 +1,472 @@
+//! Provenance records of the SDMA channels (issue 15): who wrote each SQE an engine consumes, who rang each
+//! doorbell, and who first read each completion flag an engine landed. Every record is made where the act happens:
+//!
+//! - a write into a registered SQ marks the slots it covers in the channel's shadow array of writer ids, from the
+//!   code that performs the write (an emulated core's DMA completion and cache-line write-back, through the
+//!   `gm_written` op of `kernels/cpu/aiv_cpu_core.h`; every Host-side write translated by the device address space
+//!   for writing, from [`crate::memory`]);
+//! - the engine reads the slot's writer when it reads the SQE, and tallies it when the SQE has executed;
+//! - an accepted doorbell write tallies its origin (the ringing core's block, or the Host's test-only path);
+//! - the engine's 8-byte flag copy publishes the flag (address and value) before it stores it; the first read that
+//!   covers the word and returns that value claims it (a core's line fill or GM -> UB DMA through the `gm_read`
+//!   op, or a Host runtime copy to Host memory).
+//!
+//! The hot path: a write or read checks one atomic counter (nothing watched or nothing pending: done), then the
+//! calling thread's cached copy of the watch list (refreshed only when [`WATCH_GENERATION`] moved), a range test
+//! per watched SQ, and for a hit one relaxed store per covered slot. No lock is taken there; the engine takes none
+//! either per SQE for these records (blocks numbered 64 or more are tallied under a mutex of their own, which the
+//! engine takes only for SQEs such a block wrote).
+
+use std::cell::RefCell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
+
+use crossbeam_utils::CachePadded;
+
+/// Writer id of a slot nobody wrote since the channel was created (the twin's zeroing of the ring).
+pub(crate) const WRITER_UNKNOWN: u32 = 0;
+/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory).
+pub(crate) const WRITER_HOST: u32 = 1;
+/// Writer id of a slot written last by a device-side agent that is not a core (an SDMA engine's copy), or partly
+/// by one writer and partly by another: not attributable.
+pub(crate) const WRITER_OTHER: u32 = 2;
+/// Writer id of block `k` is `WRITER_BLOCK0 + k`.
+pub(crate) const WRITER_BLOCK0: u32 = 3;
+/// Blocks tallied in lock-free counters; higher ones go to a map under a mutex.
+const DIRECT_BLOCKS: usize = 64;
+/// Flags of one channel that can wait to be read at a time (the transfer kernel has at most two unexecuted flag
+/// SQEs per channel, landing on one word).
+const FLAG_SLOTS: usize = 4;
+/// Bits of the device address in a flag slot's key; the rest is the landing's sequence number (no ABA between two
+/// landings on the same word).
+const ADDRESS_BITS: u32 = 48;
+
+/// The writer id of block `block`.
+pub(crate) fn block_writer(block: u32) -> u32 {
+    WRITER_BLOCK0.saturating_add(block)
+}
+
+/// Counts per block: the first [`DIRECT_BLOCKS`] lock-free, the rest under a mutex.
+#[derive(Debug)]
+struct PerBlock {
+    direct: Box<[AtomicU64]>,
+    high: Mutex<BTreeMap<u32, u64>>,
+}
+
+impl Default for PerBlock {
+    fn default() -> Self {
+        PerBlock { direct: (0..DIRECT_BLOCKS).map(|_| AtomicU64::new(0)).collect(), high: Mutex::default() }
+    }
+}
+
+impl PerBlock {
+    fn add(&self, block: u32) {
+        match self.direct.get(block as usize) {
+            Some(count) => {
+                count.fetch_add(1, Ordering::Relaxed);
+            }
+            None => *self.high.lock().unwrap_or_else(|p| p.into_inner()).entry(block).or_default() += 1,
+        }
+    }
+    fn snapshot(&self) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = self
+            .direct
+            .iter()
+            .enumerate()
+            .map(|(block, count)| (block as u32, count.load(Ordering::Relaxed)))
+            .filter(|&(_, count)| count > 0)
+            .collect();
+        out.extend(self.high.lock().unwrap_or_else(|p| p.into_inner()).iter().map(|(&b, &c)| (b, c)));
+        out
+    }
+    fn reset(&self) {
+        self.direct.iter().for_each(|count| count.store(0, Ordering::Relaxed));
+        self.high.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+/// One flag landed and not yet claimed by a read.
+#[derive(Debug, Default)]
+struct FlagSlot {
+    /// 0: free; else the flag's device address (low [`ADDRESS_BITS`]) and the landing's sequence number above.
+    key: AtomicU64,
+    /// The value the engine stores.
+    value: AtomicU64,
+}
+
+/// The provenance records of one channel.
+#[derive(Debug)]
+pub(crate) struct ChannelProvenance {
+    pub device: i32,
+    /// Device address of slot 0 and the ring's length in bytes.
+    sq_base: u64,
+    sq_bytes: u64,
+    /// Per slot: the id of its last writer (`WRITER_*`).
+    shadow: Box<[AtomicU32]>,
+    sqes: CachePadded<SqeTally>,
+    doorbells: CachePadded<DoorbellTally>,
+    flags: CachePadded<FlagTally>,
+}
+
+#[derive(Debug, Default)]
+struct SqeTally {
+    by_block: PerBlock,
+    by_host: AtomicU64,
+    unknown: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct DoorbellTally {
+    by_block: PerBlock,
+    by_host: AtomicU64,
+    unknown: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct FlagTally {
+    slots: [FlagSlot; FLAG_SLOTS],
+    /// Slots holding a flag (a reader skips the channel when 0).
+    pending: AtomicU32,
+    landings: AtomicU64,
+    landed: AtomicU64,
+    seen_by_core: AtomicU64,
+    seen_by_host: AtomicU64,
+}
+
+/// What [`crate::control::provenance`] reports for one channel; see its documentation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Provenance {
+    /// SQEs the engine consumed (executed) whose 64 bytes an emulated core of block `k` wrote last: `(k, count)`,
+    /// ascending by block, blocks with no SQE left out.
+    pub sqes_by_block: Vec<(u32, u64)>,
+    /// SQEs consumed whose bytes a Host-side write (a runtime copy or memset into device memory) wrote last.
+    pub sqes_by_host: u64,
+    /// SQEs consumed whose slot nobody wrote since the channel was created, or that an SDMA engine's copy wrote,
+    /// or that two writers each wrote part of: not attributable to one writer.
+    pub sqes_unknown: u64,
+    /// Accepted doorbell writes by an emulated core of block `k`: `(k, count)`.
+    pub doorbells_by_block: Vec<(u32, u64)>,
+    /// Accepted doorbell writes through the Host's test-only path ([`crate::control::host_ring_doorbell`]).
+    pub doorbells_by_host: u64,
+    /// Accepted doorbell writes through [`crate::register_write`] (a caller the twin cannot name).
+    pub doorbells_unknown: u64,
+    /// Completion flags (the engine's 8-byte flag copies) landed on this channel.
+    pub flags_landed: u64,
+    /// Of those, flags whose first read returning the landed value was an emulated core's (a line fill of its
+    /// scalar load, or a GM -> UB DMA, covering the word).
+    pub flags_seen_by_core: u64,
+    /// Flags whose first such read was a Host runtime copy to Host memory (`aclrtMemcpy` D2H, or a stream copy).
+    pub flags_seen_by_host: u64,
+    /// Flags never read with their value: overwritten by a later landing before any read, still pending, or not
+    /// tracked (more than four pending at once). `flags_landed - flags_seen_by_core - flags_seen_by_host`.
+    pub flags_unseen: u64,
+}
+
+impl ChannelProvenance {
+    pub(crate) fn new(device: i32, sq_base: u64, depth: u32) -> ChannelProvenance {
+        ChannelProvenance {
+            device,
+            sq_base,
+            sq_bytes: u64::from(depth) * super::SQE_BYTES as u64,
+            shadow: (0..depth).map(|_| AtomicU32::new(WRITER_UNKNOWN)).collect(),
+            sqes: CachePadded::default(),
+            doorbells: CachePadded::default(),
+            flags: CachePadded::default(),
+        }
+    }
+
+    /// Marks the slots `[address, address + len)` covers as written by `writer`: a slot wholly covered takes the
+    /// writer; a slot partly covered keeps it if it is the same, else becomes [`WRITER_OTHER`].
+    fn mark(&self, writer: u32, address: u64, len: u64) {
+        let end = address.saturating_add(len);
+        let (from, to) = (address.max(self.sq_base), end.min(self.sq_base + self.sq_bytes));
+        if from >= to {
+            return;
+        }
+        let sqe = super::SQE_BYTES as u64;
+        let (first, last) = ((from - self.sq_base) / sqe, (to - self.sq_base).div_ceil(sqe));
+        for slot in first..last {
+            let (start, stop) = (self.sq_base + slot * sqe, self.sq_base + (slot + 1) * sqe);
+            let cell = &self.shadow[slot as usize];
+            if address <= start && end >= stop {
+                cell.store(writer, Ordering::Release);
+            } else if cell.load(Ordering::Relaxed) != writer {
+                cell.store(WRITER_OTHER, Ordering::Release);
+            }
+        }
+    }
+
+    /// The writer of slot `slot`, read by the engine when it reads the SQE.
+    pub(crate) fn writer_of(&self, slot: u32) -> u32 {
+        self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| cell.load(Ordering::Acquire))
+    }
+
+    /// The engine executed an SQE whose writer (read with it) was `writer`.
+    pub(crate) fn consumed(&self, writer: u32) {
+        match writer {
+            WRITER_HOST => {
+                self.sqes.by_host.fetch_add(1, Ordering::Relaxed);
+            }
+            WRITER_UNKNOWN | WRITER_OTHER => {
+                self.sqes.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            block => self.sqes.by_block.add(block - WRITER_BLOCK0),
+        }
+    }
+
+    /// An accepted doorbell write by `origin` (`WRITER_HOST`, `WRITER_OTHER` or a block's id).
+    pub(crate) fn rung(&self, origin: u32) {
+        match origin {
+            WRITER_HOST => {
+                self.doorbells.by_host.fetch_add(1, Ordering::Relaxed);
+            }
+            WRITER_UNKNOWN | WRITER_OTHER => {
+                self.doorbells.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            block => self.doorbells.by_block.add(block - WRITER_BLOCK0),
+        }
+    }
+
+    /// The engine is about to store `value` into the flag word at `address` (called before the store, so a reader
+    /// that sees the value finds the record). A pending flag on the same word is replaced (it was never read).
+    pub(crate) fn flag_landing(&self, address: u64, value: u64) {
+        let flags = &self.flags;
+        flags.landed.fetch_add(1, Ordering::Relaxed);
+        let sequence = flags.landings.fetch_add(1, Ordering::Relaxed) + 1;
+        let key = (address & ((1 << ADDRESS_BITS) - 1)) | (sequence << ADDRESS_BITS);
+        let same = flags.slots.iter().find(|slot| {
+            let held = slot.key.load(Ordering::Acquire);
+            held != 0 && held & ((1 << ADDRESS_BITS) - 1) == address
+        });
+        let slot = match same {
+            Some(slot) => {
+                // Free it first: a reader that claims the old key now credits the old landing, not this one.
+                if slot.key.swap(0, Ordering::AcqRel) != 0 {
+                    flags.pending.fetch_sub(1, Ordering::AcqRel);
+                    PENDING.fetch_sub(1, Ordering::AcqRel);
+                }
+                Some(slot)
+            }
+            None => flags.slots.iter().find(|slot| slot.key.load(Ordering::Acquire) == 0),
+        };
+        // Only the channel's engine thread fills slots, so a free slot stays free until the store below.
+        if let Some(slot) = slot {
+            slot.value.store(value, Ordering::Relaxed);
+            flags.pending.fetch_add(1, Ordering::AcqRel);
+            PENDING.fetch_add(1, Ordering::AcqRel);
+            slot.key.store(key, Ordering::Release);
+        }
+    }
+
+    /// A read of `[address, address + data.len())` that returned `data`: claims every pending flag it covers whose
+    /// landed value it returned.
+    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+        let flags = &self.flags;
+        if flags.pending.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let end = address.saturating_add(data.len() as u64);
+        for slot in &flags.slots {
+            let key = slot.key.load(Ordering::Acquire);
+            if key == 0 {
+                continue;
+            }
+            let at = key & ((1 << ADDRESS_BITS) - 1);
+            if at < address || at + 8 > end {
+                continue;
+            }
+            let offset = (at - address) as usize;
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&data[offset..offset + 8]);
+            if u64::from_le_bytes(word) != slot.value.load(Ordering::Relaxed) {
+                continue;
+            }
+            if slot.key.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                flags.pending.fetch_sub(1, Ordering::AcqRel);
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+                let seen = if by_core { &flags.seen_by_core } else { &flags.seen_by_host };
+                seen.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Device addresses of the flags landed and not yet claimed.
+    pub(crate) fn pending_flags(&self) -> Vec<u64> {
+        let keys = self.flags.slots.iter().map(|slot| slot.key.load(Ordering::Acquire));
+        keys.filter(|&key| key != 0).map(|key| key & ((1 << ADDRESS_BITS) - 1)).collect()
+    }
+
+    pub(crate) fn snapshot(&self) -> Provenance {
+        let flags = &self.flags;
+        let landed = flags.landed.load(Ordering::Relaxed);
+        let seen_by_core = flags.seen_by_core.load(Ordering::Relaxed);
+        let seen_by_host = flags.seen_by_host.load(Ordering::Relaxed);
+        Provenance {
+            sqes_by_block: self.sqes.by_block.snapshot(),
+            sqes_by_host: self.sqes.by_host.load(Ordering::Relaxed),
+            sqes_unknown: self.sqes.unknown.load(Ordering::Relaxed),
+            doorbells_by_block: self.doorbells.by_block.snapshot(),
+            doorbells_by_host: self.doorbells.by_host.load(Ordering::Relaxed),
+            doorbells_unknown: self.doorbells.unknown.load(Ordering::Relaxed),
+            flags_landed: landed,
+            flags_seen_by_core: seen_by_core,
+            flags_seen_by_host: seen_by_host,
+            flags_unseen: landed.saturating_sub(seen_by_core + seen_by_host),
+        }
+    }
+
+    /// Zeroes the tallies and drops pending flags (they count neither way); the shadow array (who wrote each slot
+    /// last) is kept: it is a fact about memory, not a count.
+    pub(crate) fn reset(&self) {
+        self.sqes.by_block.reset();
+        self.sqes.by_host.store(0, Ordering::Relaxed);
+        self.sqes.unknown.store(0, Ordering::Relaxed);
+        self.doorbells.by_block.reset();
+        self.doorbells.by_host.store(0, Ordering::Relaxed);
+        self.doorbells.unknown.store(0, Ordering::Relaxed);
+        for slot in &self.flags.slots {
+            if slot.key.swap(0, Ordering::AcqRel) != 0 {
+                self.flags.pending.fetch_sub(1, Ordering::AcqRel);
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+        self.flags.landed.store(0, Ordering::Relaxed);
+        self.flags.seen_by_core.store(0, Ordering::Relaxed);
+        self.flags.seen_by_host.store(0, Ordering::Relaxed);
+    }
+}
+
+/// Every watched channel (all channels of all devices with engines).
+static WATCHES: LazyLock<RwLock<Arc<Vec<Arc<ChannelProvenance>>>>> = LazyLock::new(RwLock::default);
+/// Bumped under [`WATCHES`]' write lock by every change of it.
+static WATCH_GENERATION: AtomicU64 = AtomicU64::new(1);
+/// Channels watched, process-wide (0: every write is done after one load).
+static WATCHED: AtomicU64 = AtomicU64::new(0);
+/// Flags pending, process-wide (0: every read is done after one load).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's copy of the watch list and the generation it was taken at.
+    static CACHED: RefCell<(u64, Arc<Vec<Arc<ChannelProvenance>>>)> = RefCell::new((0, Arc::default()));
+    /// The writer id of a write this thread makes through the device address space: the Host unless the thread is
+    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]).
+    static THREAD_WRITER: std::cell::Cell<u32> = const { std::cell::Cell::new(WRITER_HOST) };
+}
+
+/// Marks the calling thread as a device-side agent that is not a core (an SDMA engine thread).
+pub(crate) fn mark_device_thread() {
+    THREAD_WRITER.with(|writer| writer.set(WRITER_OTHER));
+}
+
+pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
+    let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
+    let mut next: Vec<_> = watches.iter().cloned().collect();
+    next.extend(channels.iter().cloned());
+    WATCHED.store(next.len() as u64, Ordering::Release);
+    *watches = Arc::new(next);
+    WATCH_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+pub(crate) fn unwatch(device: i32) {
+    let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
+    let next: Vec<_> = watches.iter().filter(|channel| channel.device != device).cloned().collect();
+    WATCHED.store(next.len() as u64, Ordering::Release);
+    *watches = Arc::new(next);
+    WATCH_GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Runs `body` on the calling thread's current copy of the watch list.
+fn with_watches(body: impl FnOnce(&[Arc<ChannelProvenance>])) {
+    let generation = WATCH_GENERATION.load(Ordering::Acquire);
+    CACHED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != generation {
+            *cached = (generation, WATCHES.read().unwrap_or_else(|p| p.into_inner()).clone());
+        }
+        body(&cached.1);
+    });
+}
+
+/// A write of `[address, address + len)` by `writer` (a core's id): marks the SQ slots it covers.
+pub(crate) fn wrote(writer: u32, address: u64, len: u64) {
+    if WATCHED.load(Ordering::Relaxed) == 0 || len == 0 {
+        return;
+    }
+    with_watches(|watches| {
+        for channel in watches {
+            channel.mark(writer, address, len);
+        }
+    });
+}
+
+/// A write through the device address space by the calling thread (the Host unless it marked itself).
+pub(crate) fn thread_wrote(address: u64, len: u64) {
+    if WATCHED.load(Ordering::Relaxed) == 0 || len == 0 {
+        return;
+    }
+    wrote(THREAD_WRITER.with(|writer| writer.get()), address, len);
+}
+
+/// A read of device memory at `address` that returned `data`, by a core (`by_core`) or the Host.
+pub(crate) fn read(by_core: bool, address: u64, data: &[u8]) {
+    if PENDING.load(Ordering::Relaxed) == 0 || data.len() < 8 {
+        return;
+    }
+    with_watches(|watches| {
+        for channel in watches {
+            channel.read(by_core, address, data);
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_take_their_last_whole_writer_and_partial_writes_of_another_make_them_unattributable() {
+        let channel = ChannelProvenance::new(9, 0x1000, 4);
+        channel.mark(block_writer(2), 0x1000, 128);
+        assert_eq!(channel.writer_of(0), block_writer(2));
+        assert_eq!(channel.writer_of(1), block_writer(2));
+        assert_eq!(channel.writer_of(2), WRITER_UNKNOWN);
+        channel.mark(WRITER_HOST, 0x1040 + 8, 8);
+        assert_eq!(channel.writer_of(1), WRITER_OTHER, "a Host write into a core's SQE");
+        channel.mark(block_writer(2), 0x1000 + 8, 8);
+        assert_eq!(channel.writer_of(0), block_writer(2), "the same writer again");
+        channel.mark(WRITER_HOST, 0x0, 0x10000);
+        assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_HOST));
+        channel.consumed(channel.writer_of(0));
+        channel.consumed(block_writer(70));
+        channel.consumed(WRITER_OTHER);
+        let seen = channel.snapshot();
+        assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block), (1, 1, vec![(70, 1)]));
+    }
+
+    #[test]
+    fn a_flag_is_claimed_by_the_first_read_that_returns_its_value() {
+        let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
+        channel.flag_landing(0x8008, 5);
+        let mut line = [0u8; 64];
+        channel.read(true, 0x8000, &line);
+        assert_eq!(channel.snapshot().flags_seen_by_core, 0, "a read of the old value sees nothing");
+        line[8..16].copy_from_slice(&5u64.to_le_bytes());
+        channel.read(false, 0x8010, &line[16..]);
+        assert_eq!(channel.snapshot().flags_seen_by_host, 0, "a read not covering the word");
+        channel.read(false, 0x8000, &line);
+        channel.read(true, 0x8000, &line);
+        let seen = channel.snapshot();
+        assert_eq!(
+            (seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core, seen.flags_unseen),
+            (1, 1, 0, 0)
+        );
+        channel.flag_landing(0x8008, 6);
+        channel.flag_landing(0x8008, 7);
+        line[8..16].copy_from_slice(&7u64.to_le_bytes());
+        channel.read(true, 0x8000, &line);
+        let seen = channel.snapshot();
+        assert_eq!((seen.flags_landed, seen.flags_seen_by_core, seen.flags_unseen), (3, 1, 1), "6 was overwritten");
+    }
+}

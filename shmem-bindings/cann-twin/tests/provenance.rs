@@ -1,0 +1,156 @@
+//! The provenance records of the SDMA channels (docs/twin-runtime.md, "Provenance records") for the Host-side
+//! paths, with no kernel: SQEs the Host writes with `aclrtMemcpy` H2D, doorbells rung through the test-only Host
+//! path, an SQE slot written by an SDMA engine's copy, a doorbell through `register_write`, and completion flags
+//! the Host reads D2H (or nobody reads). The core-side attributions need a kernel: `tests/cann_on_twin.rs` of the
+//! root crate. The ACL and SHMEM entry points are called directly (the twin's C exports), not through the tables.
+
+use core::ffi::c_void;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::sys::*;
+use cann_shmem_sys::sys::*;
+use cann_twin::acl::{aclInit, aclrtMalloc, aclrtMemcpy, aclrtSetDevice};
+use cann_twin::control::{self, Provenance};
+use cann_twin::shmem::{aclshmemx_get_uniqueid, aclshmemx_init_attr, aclshmemx_set_attr_uniqueid_args};
+
+const WAIT: Duration = Duration::from_secs(10);
+
+/// SHMEM initialised with SDMA on device 0 (once); returns the workspace address.
+fn workspace() -> u64 {
+    static WORKSPACE: OnceLock<u64> = OnceLock::new();
+    let workspace = *WORKSPACE.get_or_init(|| {
+        // SAFETY: a null config path is allowed; every other pointer is a live local.
+        unsafe {
+            assert_eq!(aclInit(core::ptr::null()), ACL_SUCCESS);
+            assert_eq!(aclrtSetDevice(0), ACL_SUCCESS);
+            let mut uid = aclshmemx_uniqueid_t::default();
+            let mut attr = aclshmemx_init_attr_t::new(0, 1, 64 << 20);
+            assert_eq!(aclshmemx_get_uniqueid(&mut uid), ACLSHMEM_SUCCESS);
+            assert_eq!(aclshmemx_set_attr_uniqueid_args(0, 1, 64 << 20, &mut uid, &mut attr), 0);
+            attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
+            assert_eq!(aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr), ACLSHMEM_SUCCESS);
+        }
+        let state = cann_shmem_sys::result::state::host_state(cann_twin::shmem_api()).expect("g_state reads back");
+        state.sdma_workspace_addr
+    });
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { aclrtSetDevice(0) }, ACL_SUCCESS);
+    workspace
+}
+
+fn malloc(size: usize) -> u64 {
+    let mut ptr = core::ptr::null_mut();
+    // SAFETY: `ptr` is writable.
+    assert_eq!(unsafe { aclrtMalloc(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) }, ACL_SUCCESS);
+    ptr as u64
+}
+
+fn upload(dev: u64, data: &[u8]) {
+    // SAFETY: `data` is live for its length; the device side is checked by the twin.
+    let code = unsafe {
+        aclrtMemcpy(dev as *mut c_void, data.len(), data.as_ptr().cast(), data.len(), ACL_MEMCPY_HOST_TO_DEVICE)
+    };
+    assert_eq!(code, ACL_SUCCESS);
+}
+
+fn download(dev: u64, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    // SAFETY: `out` is live for `len` bytes; the device side is checked by the twin.
+    let code =
+        unsafe { aclrtMemcpy(out.as_mut_ptr().cast(), len, dev as *const c_void, len, ACL_MEMCPY_DEVICE_TO_HOST) };
+    assert_eq!(code, ACL_SUCCESS);
+    out
+}
+
+/// The channel's SQ base, register page and head, from its record (D2H).
+fn record(channel: u32) -> (u64, u64, u32) {
+    let bytes = download(workspace() + 64 + 64 * u64::from(channel), 64);
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    (u64_at(8), u64_at(16), u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")))
+}
+
+/// An SDMA copy SQE (docs/hardware.md section 4).
+fn copy_sqe(src: u64, dst: u64, length: u32) -> [u8; 64] {
+    let mut raw = [0u8; 64];
+    raw[0..2].copy_from_slice(&11u16.to_le_bytes());
+    raw[28..32].copy_from_slice(&length.to_le_bytes());
+    raw[32..40].copy_from_slice(&src.to_le_bytes());
+    raw[40..48].copy_from_slice(&dst.to_le_bytes());
+    raw
+}
+
+fn wait_head(channel: u32, head: u32) {
+    let started = Instant::now();
+    while record(channel).2 != head {
+        assert!(started.elapsed() < WAIT, "channel {channel}: head never reached {head}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+fn provenance(channel: u32) -> Provenance {
+    control::provenance(0, channel).expect("the channel exists")
+}
+
+/// The Host writes two copy SQEs and a flag SQE with `aclrtMemcpy` H2D and rings through the test-only Host path:
+/// every SQE and the doorbell are the Host's; the flag lands unseen until the Host reads it D2H, and a read of the
+/// word before it landed (the old value) sees nothing.
+#[test]
+fn host_written_sqes_rung_by_the_host_and_a_flag_the_host_reads_are_tallied_to_the_host() {
+    let channel = 40;
+    workspace();
+    let (sq, _, head) = record(channel);
+    assert_eq!(head, 0);
+    assert_eq!(provenance(channel), Provenance::default(), "nothing recorded before any act");
+    let (src, dst, flags) = (malloc(8192), malloc(8192), malloc(64));
+    upload(src, &[7u8; 8192]);
+    upload(flags, &41u64.to_le_bytes());
+    upload(flags + 8, &0u64.to_le_bytes());
+    let sqes = [copy_sqe(src, dst, 4096), copy_sqe(src + 4096, dst + 4096, 4096), copy_sqe(flags, flags + 8, 8)];
+    upload(sq, &sqes.concat());
+    // The engine is stalled while the Host polls the flag word: the Host's read of the old value is no observation.
+    control::set_stalled(0, channel, true).expect("stall");
+    control::host_ring_doorbell(0, channel, 3).expect("the test-only Host doorbell");
+    assert_eq!(download(flags + 8, 8), 0u64.to_le_bytes());
+    control::set_stalled(0, channel, false).expect("release");
+    wait_head(channel, 3);
+    let landed = provenance(channel);
+    assert_eq!(landed.sqes_by_host, 3, "{landed:?}");
+    assert!(landed.sqes_by_block.is_empty() && landed.sqes_unknown == 0, "{landed:?}");
+    assert_eq!((landed.doorbells_by_host, landed.doorbells_unknown), (1, 0), "{landed:?}");
+    assert!(landed.doorbells_by_block.is_empty(), "{landed:?}");
+    assert_eq!((landed.flags_landed, landed.flags_seen_by_host, landed.flags_unseen), (1, 0, 1), "{landed:?}");
+    // A D2H read not covering the whole word sees nothing; one covering it claims the flag, once.
+    download(flags + 12, 4);
+    assert_eq!(provenance(channel).flags_seen_by_host, 0);
+    assert_eq!(download(flags, 16)[8..], 41u64.to_le_bytes());
+    download(flags + 8, 8);
+    let seen = provenance(channel);
+    assert_eq!((seen.flags_seen_by_host, seen.flags_seen_by_core, seen.flags_unseen), (1, 0, 0), "{seen:?}");
+    control::reset_provenance(0, channel).expect("reset");
+    assert_eq!(provenance(channel), Provenance::default());
+}
+
+/// An SQE slot an SDMA engine's copy wrote is not attributable (unknown), a doorbell through `register_write` has no
+/// named origin, and a flag nobody reads stays unseen.
+#[test]
+fn an_engine_written_slot_and_an_anonymous_doorbell_are_unknown_and_an_unread_flag_is_unseen() {
+    let channel = 41;
+    workspace();
+    let (sq, reg, _) = record(channel);
+    let (src, dst, flags) = (malloc(4096), malloc(4096), malloc(64));
+    upload(flags, &9u64.to_le_bytes());
+    // Slot 1's SQE is written by slot 0's copy (from a Host buffer): the engine, not the Host, wrote slot 1.
+    let staged = malloc(64);
+    upload(staged, &copy_sqe(src, dst, 4096));
+    upload(sq, &copy_sqe(staged, sq + 64, 64));
+    cann_twin::register_write(reg + 8, &2u32.to_le_bytes()).expect("accepted");
+    wait_head(channel, 2);
+    upload(sq + 128, &copy_sqe(flags, flags + 8, 8));
+    control::host_ring_doorbell(0, channel, 3).expect("ring");
+    wait_head(channel, 3);
+    let seen = provenance(channel);
+    assert_eq!((seen.sqes_by_host, seen.sqes_unknown), (2, 1), "{seen:?}");
+    assert_eq!((seen.doorbells_unknown, seen.doorbells_by_host), (1, 1), "{seen:?}");
+    assert_eq!((seen.flags_landed, seen.flags_unseen, seen.flags_seen_by_host), (1, 1, 0), "{seen:?}");
+}
