@@ -295,7 +295,10 @@ impl CannDevice {
         })?;
         let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
         if kind == CannRuntime::LoadedTwin
-            && !same_loaded_object(acl.aclInit as *const c_void, shmem_api.aclshmem_my_pe as *const c_void)
+            && !same_loaded_object(
+                acl.address("aclInit").unwrap_or(std::ptr::null()),
+                shmem_api.address("aclshmem_my_pe").unwrap_or(std::ptr::null()),
+            )
         {
             return Err(DeviceError::Runtime {
                 device: id,
@@ -1052,8 +1055,8 @@ impl DeviceBackend for CannDevice {
                 // The twin's HiXL reads and writes memory through its own copy's ACL: it must be the ACL loaded here.
                 Ok(hixl)
                     if !same_loaded_object(
-                        self.acl.aclInit as *const c_void,
-                        hixl.HixlCSServerCreate as *const c_void,
+                        self.acl.address("aclInit").unwrap_or(std::ptr::null()),
+                        hixl.address("HixlCSServerCreate").unwrap_or(std::ptr::null()),
                     ) =>
                 {
                     Err(format!(
