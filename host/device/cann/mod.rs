@@ -397,7 +397,7 @@ impl CannDevice {
         });
 
         // 2. SHMEM bootstrap by unique id, with the SDMA data engine.
-        let uid = if settings.shmem_pe == 0 {
+        let mut uid = if settings.shmem_pe == 0 {
             let uid = shmem::bootstrap::get_uniqueid(shmem_api).map_err(shmem_error(id, "get the SHMEM unique id"))?;
             if settings.shmem_pes > 1 {
                 let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
@@ -422,7 +422,7 @@ impl CannDevice {
             settings.shmem_pe,
             settings.shmem_pes,
             SHMEM_LOCAL_MEM_BYTES,
-            &uid,
+            &mut uid,
         )
         .map_err(shmem_error(id, "set the SHMEM attributes"))?;
         attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;

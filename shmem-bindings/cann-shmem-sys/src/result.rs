@@ -22,23 +22,25 @@ pub mod bootstrap {
     }
 
     /// `aclshmemx_set_attr_uniqueid_args`: the attributes for [`init_attr`], starting from the header's defaults.
+    ///
+    /// The library stores the address of `uid` in the attributes (`comm_args`), and [`init_attr`] reads the unique id
+    /// through it: keep `uid` alive, in place, until `init_attr` has returned.
     pub fn set_attr_uniqueid_args(
         api: &ShmemApi,
         my_pe: i32,
         n_pes: i32,
         local_mem_size: u64,
-        uid: &aclshmemx_uniqueid_t,
+        uid: &mut aclshmemx_uniqueid_t,
     ) -> Result<aclshmemx_init_attr_t, Error> {
         let size = i64::try_from(local_mem_size).map_err(|_| Error::Call {
             function: "aclshmemx_set_attr_uniqueid_args",
             code: crate::error::ShmemError(ACLSHMEM_INVALID_VALUE),
         })?;
         let mut attr = aclshmemx_init_attr_t::new(my_pe, n_pes, local_mem_size);
-        let mut uid = *uid;
-        // SAFETY: both pointers are live locals of the documented layouts (the uid is copied because the current
-        // prototype takes a non-const pointer).
+        // SAFETY: both pointers are live, of the documented layouts; `uid` is the caller's, which outlives the
+        // `init_attr` that reads it through `comm_args` (the contract above).
         check("aclshmemx_set_attr_uniqueid_args", unsafe {
-            api.aclshmemx_set_attr_uniqueid_args(my_pe, n_pes, size, &mut uid, &mut attr)
+            api.aclshmemx_set_attr_uniqueid_args(my_pe, n_pes, size, uid, &mut attr)
         })?;
         Ok(attr)
     }
