@@ -213,11 +213,9 @@ fn query_runtime(
     };
     let devices = initialised.and_then(|()| device::count(acl).map_err(|error| error.to_string()));
     let shmem_version = shmem.map(|shmem| {
-        let get =
-            ascendcl_sys::optional_symbol!(shmem, aclshmem_info_get_version).map_err(|error| error.to_string())?;
         let (mut major, mut minor) = (0, 0);
         // SAFETY: two live out-pointers, the prototype's only arguments.
-        unsafe { get(&mut major, &mut minor) };
+        unsafe { shmem.aclshmem_info_get_version(&mut major, &mut minor) }.map_err(|error| error.to_string())?;
         Ok((major, minor))
     });
     RuntimeReport {

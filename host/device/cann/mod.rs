@@ -316,7 +316,10 @@ impl CannDevice {
         })?;
         let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
         if kind == CannRuntime::LoadedTwin
-            && !same_loaded_object(acl.aclInit as *const c_void, shmem_api.aclshmem_my_pe as *const c_void)
+            && !same_loaded_object(
+                acl.address("aclInit").unwrap_or(std::ptr::null()),
+                shmem_api.address("aclshmem_my_pe").unwrap_or(std::ptr::null()),
+            )
         {
             return Err(DeviceError::Runtime {
                 device: id,
@@ -415,7 +418,7 @@ impl CannDevice {
         });
 
         // 2. SHMEM bootstrap by unique id, with the SDMA data engine.
-        let uid = if settings.shmem_pe == 0 {
+        let mut uid = if settings.shmem_pe == 0 {
             let uid = shmem::bootstrap::get_uniqueid(shmem_api).map_err(shmem_error(id, "get the SHMEM unique id"))?;
             if settings.shmem_pes > 1 {
                 let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
@@ -440,7 +443,7 @@ impl CannDevice {
             settings.shmem_pe,
             settings.shmem_pes,
             SHMEM_LOCAL_MEM_BYTES,
-            &uid,
+            &mut uid,
         )
         .map_err(shmem_error(id, "set the SHMEM attributes"))?;
         attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
@@ -1079,8 +1082,8 @@ impl DeviceBackend for CannDevice {
                 // The twin's HiXL reads and writes memory through its own copy's ACL: it must be the ACL loaded here.
                 Ok(hixl)
                     if !same_loaded_object(
-                        self.acl.aclInit as *const c_void,
-                        hixl.HixlCSServerCreate as *const c_void,
+                        self.acl.address("aclInit").unwrap_or(std::ptr::null()),
+                        hixl.address("HixlCSServerCreate").unwrap_or(std::ptr::null()),
                     ) =>
                 {
                     Err(format!(

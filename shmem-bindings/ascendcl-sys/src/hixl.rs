@@ -390,7 +390,7 @@ pub mod result {
         let mut handle = core::ptr::null_mut();
         // SAFETY: both inputs are live references (the pointers they hold are the caller's to keep valid for the
         // call); the out-pointer is a live local.
-        check("HixlCSServerCreate", unsafe { (api.HixlCSServerCreate)(desc, config, &mut handle) })?;
+        check("HixlCSServerCreate", unsafe { api.HixlCSServerCreate(desc, config, &mut handle) })?;
         Ok(handle)
     }
 
@@ -406,7 +406,7 @@ pub mod result {
     ) -> Result<MemHandle, Error> {
         let mut handle = core::ptr::null_mut();
         // SAFETY: the caller guarantees the handle and the memory; `tag` is NUL-terminated.
-        check("HixlCSServerRegMem", unsafe { (api.HixlCSServerRegMem)(server, tag.as_ptr(), mem, &mut handle) })?;
+        check("HixlCSServerRegMem", unsafe { api.HixlCSServerRegMem(server, tag.as_ptr(), mem, &mut handle) })?;
         Ok(handle)
     }
 
@@ -416,7 +416,7 @@ pub mod result {
     /// `server` must be live.
     pub unsafe fn server_listen(api: &HixlApi, server: HixlServerHandle, backlog: u32) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handle.
-        check("HixlCSServerListen", unsafe { (api.HixlCSServerListen)(server, backlog) })
+        check("HixlCSServerListen", unsafe { api.HixlCSServerListen(server, backlog) })
     }
 
     /// `HixlCSServerUnregMem`.
@@ -425,7 +425,7 @@ pub mod result {
     /// Both handles must be live; the registration is not used afterwards.
     pub unsafe fn server_unreg_mem(api: &HixlApi, server: HixlServerHandle, mem: MemHandle) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handles.
-        check("HixlCSServerUnregMem", unsafe { (api.HixlCSServerUnregMem)(server, mem) })
+        check("HixlCSServerUnregMem", unsafe { api.HixlCSServerUnregMem(server, mem) })
     }
 
     /// `HixlCSServerDestroy`.
@@ -434,7 +434,7 @@ pub mod result {
     /// `server` must be live and is not used afterwards.
     pub unsafe fn server_destroy(api: &HixlApi, server: HixlServerHandle) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handle.
-        check("HixlCSServerDestroy", unsafe { (api.HixlCSServerDestroy)(server) })
+        check("HixlCSServerDestroy", unsafe { api.HixlCSServerDestroy(server) })
     }
 
     /// `HixlCSClientCreate`.
@@ -446,7 +446,7 @@ pub mod result {
         let mut handle = core::ptr::null_mut();
         // SAFETY: both inputs are live references whose pointers the caller keeps valid for the call; the
         // out-pointer is a live local.
-        check("HixlCSClientCreate", unsafe { (api.HixlCSClientCreate)(desc, config, &mut handle) })?;
+        check("HixlCSClientCreate", unsafe { api.HixlCSClientCreate(desc, config, &mut handle) })?;
         Ok(handle)
     }
 
@@ -456,7 +456,7 @@ pub mod result {
     /// `client` must be live.
     pub unsafe fn client_connect(api: &HixlApi, client: HixlClientHandle, timeout_ms: u32) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handle.
-        check("HixlCSClientConnect", unsafe { (api.HixlCSClientConnect)(client, timeout_ms) })
+        check("HixlCSClientConnect", unsafe { api.HixlCSClientConnect(client, timeout_ms) })
     }
 
     /// `HixlCSClientRegMem`.
@@ -471,7 +471,7 @@ pub mod result {
     ) -> Result<MemHandle, Error> {
         let mut handle = core::ptr::null_mut();
         // SAFETY: the caller guarantees the handle and the memory; `tag` is NUL-terminated.
-        check("HixlCSClientRegMem", unsafe { (api.HixlCSClientRegMem)(client, tag.as_ptr(), mem, &mut handle) })?;
+        check("HixlCSClientRegMem", unsafe { api.HixlCSClientRegMem(client, tag.as_ptr(), mem, &mut handle) })?;
         Ok(handle)
     }
 
@@ -481,7 +481,7 @@ pub mod result {
     /// Both handles must be live; the registration is not used afterwards.
     pub unsafe fn client_unreg_mem(api: &HixlApi, client: HixlClientHandle, mem: MemHandle) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handles.
-        check("HixlCSClientUnregMem", unsafe { (api.HixlCSClientUnregMem)(client, mem) })
+        check("HixlCSClientUnregMem", unsafe { api.HixlCSClientUnregMem(client, mem) })
     }
 
     fn list_len(function: &'static str, descs: &[HixlOneSideOpDesc]) -> Result<u32, Error> {
@@ -508,7 +508,7 @@ pub mod result {
         let mut handle = core::ptr::null_mut();
         // SAFETY: the caller guarantees the handle and the ranges; the list is live for the call.
         check("HixlCSClientBatchPutAsync", unsafe {
-            (api.HixlCSClientBatchPutAsync)(client, n, descs.as_ptr(), &mut handle)
+            api.HixlCSClientBatchPutAsync(client, n, descs.as_ptr(), &mut handle)
         })?;
         Ok(handle)
     }
@@ -526,7 +526,7 @@ pub mod result {
         let mut handle = core::ptr::null_mut();
         // SAFETY: the caller guarantees the handle and the ranges; the list is live for the call.
         check("HixlCSClientBatchGetAsync", unsafe {
-            (api.HixlCSClientBatchGetAsync)(client, n, descs.as_ptr(), &mut handle)
+            api.HixlCSClientBatchGetAsync(client, n, descs.as_ptr(), &mut handle)
         })?;
         Ok(handle)
     }
@@ -541,10 +541,12 @@ pub mod result {
         descs: &[HixlOneSideOpDesc],
         timeout_ms: u32,
     ) -> Result<(), Error> {
-        let call = crate::optional_symbol!(api, HixlCSClientBatchPutSync)?;
+        api.require("HixlCSClientBatchPutSync")?;
         let n = list_len("HixlCSClientBatchPutSync", descs)?;
         // SAFETY: the caller guarantees the handle and the ranges; the list is live for the call.
-        check("HixlCSClientBatchPutSync", unsafe { call(client, n, descs.as_ptr(), timeout_ms) })
+        check("HixlCSClientBatchPutSync", unsafe {
+            api.HixlCSClientBatchPutSync(client, n, descs.as_ptr(), timeout_ms)?
+        })
     }
 
     /// `HixlCSClientBatchGetSync` (optional symbol; blocks up to `timeout_ms`).
@@ -557,10 +559,12 @@ pub mod result {
         descs: &[HixlOneSideOpDesc],
         timeout_ms: u32,
     ) -> Result<(), Error> {
-        let call = crate::optional_symbol!(api, HixlCSClientBatchGetSync)?;
+        api.require("HixlCSClientBatchGetSync")?;
         let n = list_len("HixlCSClientBatchGetSync", descs)?;
         // SAFETY: the caller guarantees the handle and the ranges; the list is live for the call.
-        check("HixlCSClientBatchGetSync", unsafe { call(client, n, descs.as_ptr(), timeout_ms) })
+        check("HixlCSClientBatchGetSync", unsafe {
+            api.HixlCSClientBatchGetSync(client, n, descs.as_ptr(), timeout_ms)?
+        })
     }
 
     /// `HixlCSClientQueryCompleteStatus`: the state of a submitted batch (a final state releases the handle).
@@ -575,7 +579,7 @@ pub mod result {
         let mut status = HIXL_COMPLETE_STATUS_WAITING;
         // SAFETY: the caller guarantees the handles; the out-pointer is a live local.
         check("HixlCSClientQueryCompleteStatus", unsafe {
-            (api.HixlCSClientQueryCompleteStatus)(client, batch, &mut status)
+            api.HixlCSClientQueryCompleteStatus(client, batch, &mut status)
         })?;
         Ok(status)
     }
@@ -586,7 +590,7 @@ pub mod result {
     /// `client` must be live and is not used afterwards.
     pub unsafe fn client_destroy(api: &HixlApi, client: HixlClientHandle) -> Result<(), Error> {
         // SAFETY: the caller guarantees the handle.
-        check("HixlCSClientDestroy", unsafe { (api.HixlCSClientDestroy)(client) })
+        check("HixlCSClientDestroy", unsafe { api.HixlCSClientDestroy(client) })
     }
 }
 

@@ -19,10 +19,20 @@ macro_rules! __return_type {
 ///
 /// `required` symbols must all resolve or loading fails with
 /// [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); `optional` ones (only newer CANN versions export
-/// them) become `Option` fields, read through [`optional_symbol!`](crate::optional_symbol). An `optional_data`
-/// section (may be left out) names global variables: each becomes an `Option<`[`DataSymbol`](crate::loader::DataSymbol)`>`
-/// field holding the variable's address. Data symbols are not part of the ABI manifest (no public header declares
-/// them).
+/// them) may be absent. An `optional_data` section (may be left out) names global variables: each becomes an
+/// `Option<`[`DataSymbol`](crate::loader::DataSymbol)`>` field holding the variable's address, read through
+/// [`optional_symbol!`](crate::optional_symbol). Data symbols are not part of the ABI manifest (no public header
+/// declares them).
+///
+/// The function pointers are private. Each function is called through the method of the same name,
+/// `unsafe fn name(&self, params..) -> ret` for a required one and `-> Result<ret, MissingSymbol>` for an optional
+/// one (`Err` without calling, or counting, when the library lacks it). Every call through a method is counted,
+/// per thread and per function, by [`calls`](crate::calls): no call can bypass the count. [`is_resolved`],
+/// [`require`] and [`address`] answer whether, and where, a function resolved, by its C name.
+///
+/// [`is_resolved`]: crate::sys::AclApi::is_resolved
+/// [`require`]: crate::sys::AclApi::require
+/// [`address`]: crate::sys::AclApi::address
 #[macro_export]
 macro_rules! dynamic_library {
     (
@@ -45,8 +55,10 @@ macro_rules! dynamic_library {
             // Kept so that every pointer below stays valid for the table's lifetime; `None` for a table filled by an
             // in-process resolver, whose pointers live as long as the process.
             _library: ::core::option::Option<$crate::__private::libloading::Library>,
-            $( $(#[$fmeta])* pub $fname: unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?), )*
-            $( $(#[$ometa])* pub $oname: ::core::option::Option<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>, )*
+            $( $fname: $crate::calls::Resolved<unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?)>, )*
+            $( $oname: ::core::option::Option<
+                $crate::calls::Resolved<unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?)>
+            >, )*
             $($( $(#[$dmeta])* pub $dname: ::core::option::Option<$crate::loader::DataSymbol>, )*)?
         }
 
@@ -55,6 +67,78 @@ macro_rules! dynamic_library {
                 f.debug_struct(stringify!($name)).field("path", &self.path).finish_non_exhaustive()
             }
         }
+
+        // The counters and the calling methods live in an unnamed scope: nothing outside can reach a counter or
+        // index one, so the methods are the only way to call.
+        const _: () = {
+            /// The index of each function's counter.
+            #[allow(non_camel_case_types, dead_code, clippy::enum_variant_names)]
+            #[derive(Clone, Copy)]
+            #[repr(usize)]
+            enum __Function {
+                $($fname,)*
+                $($oname,)*
+            }
+
+            static __TABLE: $crate::calls::TableInfo = $crate::calls::TableInfo::__new(
+                stringify!($name),
+                &[$(stringify!($fname),)* $(stringify!($oname),)*],
+            );
+
+            ::std::thread_local! {
+                static __COUNTS: $crate::calls::ThreadCounts = $crate::calls::ThreadCounts::__new(&__TABLE);
+            }
+
+            #[allow(non_snake_case)]
+            impl $name {
+                $(
+                    $(#[$fmeta])*
+                    #[doc = concat!("Calls `", stringify!($fname), "`, counted (`ascendcl_sys::calls`).")]
+                    ///
+                    /// # Safety
+                    ///
+                    /// The C function's contract: every pointer and handle argument must be what the library
+                    /// documents for it.
+                    #[inline]
+                    #[allow(clippy::too_many_arguments)]
+                    pub unsafe fn $fname(&self, $($pname: $pty),*) -> $crate::__return_type!($($ret)?) {
+                        $crate::calls::__count(&__COUNTS, &__TABLE, __Function::$fname as usize);
+                        // SAFETY: the caller upholds the C contract; the pointer has the declared prototype (the
+                        // constructors' contracts) and stays valid while `self` lives.
+                        unsafe { (self.$fname.__function())($($pname),*) }
+                    }
+                )*
+                $(
+                    $(#[$ometa])*
+                    #[doc = concat!(
+                        "Calls `", stringify!($oname), "`, counted (`ascendcl_sys::calls`), or returns ",
+                        "`MissingSymbol` without calling (nor counting) when the library does not export it."
+                    )]
+                    ///
+                    /// # Safety
+                    ///
+                    /// The C function's contract: every pointer and handle argument must be what the library
+                    /// documents for it.
+                    #[inline]
+                    #[allow(clippy::too_many_arguments)]
+                    pub unsafe fn $oname(
+                        &self,
+                        $($opname: $opty),*
+                    ) -> ::core::result::Result<$crate::__return_type!($($oret)?), $crate::loader::MissingSymbol> {
+                        match &self.$oname {
+                            ::core::option::Option::Some(function) => {
+                                $crate::calls::__count(&__COUNTS, &__TABLE, __Function::$oname as usize);
+                                // SAFETY: as for a required function.
+                                ::core::result::Result::Ok(unsafe { (function.__function())($($opname),*) })
+                            }
+                            ::core::option::Option::None => {
+                                ::core::result::Result::Err(self.__missing(stringify!($oname)))
+                            }
+                        }
+                    }
+                )*
+            }
+        };
 
         #[allow(non_snake_case)]
         impl $name {
@@ -75,7 +159,7 @@ macro_rules! dynamic_library {
                             concat!(stringify!($fname), "\0").as_bytes(),
                         )
                     } {
-                        Ok(symbol) => *symbol,
+                        Ok(symbol) => $crate::calls::Resolved::__new(*symbol),
                         Err(error) => {
                             return Err($crate::loader::LoadError::MissingRequiredSymbol {
                                 path,
@@ -93,7 +177,7 @@ macro_rules! dynamic_library {
                         )
                     }
                     .ok()
-                    .map(|symbol| *symbol);
+                    .map(|symbol| $crate::calls::Resolved::__new(*symbol));
                 )*
                 $($(
                     // SAFETY: a data symbol is read as its address only (`dlsym` returns the variable's address);
@@ -126,12 +210,12 @@ macro_rules! dynamic_library {
                     let $fname = match resolve(stringify!($fname)).filter(|address| !address.is_null()) {
                         // SAFETY: the caller guarantees a non-null address for this name is a function with the
                         // declared prototype; a data pointer and a function pointer have the same size here.
-                        Some(address) => unsafe {
+                        Some(address) => $crate::calls::Resolved::__new(unsafe {
                             ::core::mem::transmute::<
                                 *const ::core::ffi::c_void,
                                 unsafe extern "C" fn($($pty),*) -> $crate::__return_type!($($ret)?),
                             >(address)
-                        },
+                        }),
                         None => {
                             return Err($crate::loader::LoadError::MissingRequiredSymbol {
                                 path,
@@ -144,12 +228,12 @@ macro_rules! dynamic_library {
                 $(
                     let $oname = resolve(stringify!($oname)).filter(|address| !address.is_null()).map(|address| {
                         // SAFETY: as above, for the optional `$oname`.
-                        unsafe {
+                        $crate::calls::Resolved::__new(unsafe {
                             ::core::mem::transmute::<
                                 *const ::core::ffi::c_void,
                                 unsafe extern "C" fn($($opty),*) -> $crate::__return_type!($($oret)?),
                             >(address)
-                        }
+                        })
                     });
                 )*
                 $($(
@@ -175,6 +259,66 @@ macro_rules! dynamic_library {
                 &self.path
             }
 
+            /// The address `function` (a C name this table declares) resolved to, or `None` for an optional one
+            /// the library does not export: to compare where two tables' functions come from. Not callable as is.
+            ///
+            /// # Panics
+            ///
+            /// If the table declares no function of that name.
+            pub fn address(&self, function: &str) -> ::core::option::Option<*const ::core::ffi::c_void> {
+                $(
+                    if function == stringify!($fname) {
+                        return ::core::option::Option::Some(self.$fname.__function() as *const ::core::ffi::c_void);
+                    }
+                )*
+                $(
+                    if function == stringify!($oname) {
+                        return self.$oname.map(|resolved| resolved.__function() as *const ::core::ffi::c_void);
+                    }
+                )*
+                panic!("{} declares no function {function:?}", stringify!($name))
+            }
+
+            /// Whether `function` (a C name this table declares) resolved: always for a required one.
+            ///
+            /// # Panics
+            ///
+            /// If the table declares no function of that name.
+            pub fn is_resolved(&self, function: &str) -> bool {
+                self.address(function).is_some()
+            }
+
+            /// `Ok` if `function` (a C name this table declares) resolved, else the
+            /// [`MissingSymbol`](crate::loader::MissingSymbol) its method would return.
+            ///
+            /// # Panics
+            ///
+            /// If the table declares no function of that name.
+            pub fn require(&self, function: &str) -> ::core::result::Result<(), $crate::loader::MissingSymbol> {
+                match self.address(function) {
+                    ::core::option::Option::Some(_) => ::core::result::Result::Ok(()),
+                    ::core::option::Option::None => {
+                        let symbol = Self::function_names()
+                            .iter()
+                            .find(|name| **name == function)
+                            .copied()
+                            .unwrap_or("?");
+                        ::core::result::Result::Err(self.__missing(symbol))
+                    }
+                }
+            }
+
+            /// The C names of every declared function, required then optional, in declaration order.
+            pub fn function_names() -> &'static [&'static str] {
+                &[$(stringify!($fname),)* $(stringify!($oname),)*]
+            }
+
+            #[doc(hidden)]
+            #[cold]
+            pub fn __missing(&self, symbol: &'static str) -> $crate::loader::MissingSymbol {
+                $crate::loader::MissingSymbol { symbol, path: self.path.clone() }
+            }
+
             /// Every declared function, for the ABI check.
             pub fn function_decls() -> ::std::vec::Vec<$crate::abi::FunctionDecl> {
                 use $crate::abi::CType as _;
@@ -197,7 +341,8 @@ macro_rules! dynamic_library {
     };
 }
 
-/// Reads an optional symbol of a table, or returns [`MissingSymbol`](crate::loader::MissingSymbol) naming it.
+/// Reads an optional data symbol of a table (an `optional_data` entry), or returns
+/// [`MissingSymbol`](crate::loader::MissingSymbol) naming it. Functions are called through the table's methods.
 #[macro_export]
 macro_rules! optional_symbol {
     ($table:expr, $name:ident) => {

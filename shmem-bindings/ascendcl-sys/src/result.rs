@@ -9,7 +9,6 @@ use core::ffi::{c_char, c_void, CStr};
 use std::ptr;
 
 use crate::error::{check, Error};
-use crate::optional_symbol;
 use crate::sys::*;
 
 /// Process-wide initialisation and teardown (`aclInit`, `aclFinalize`).
@@ -20,13 +19,13 @@ pub mod runtime {
     pub fn init(api: &AclApi, config: Option<&CStr>) -> Result<(), Error> {
         let config = config.map_or(ptr::null(), CStr::as_ptr);
         // SAFETY: `config` is null or a NUL-terminated string that outlives the call.
-        check("aclInit", unsafe { (api.aclInit)(config) })
+        check("aclInit", unsafe { api.aclInit(config) })
     }
 
     /// `aclFinalize`.
     pub fn finalize(api: &AclApi) -> Result<(), Error> {
         // SAFETY: no arguments.
-        check("aclFinalize", unsafe { (api.aclFinalize)() })
+        check("aclFinalize", unsafe { api.aclFinalize() })
     }
 }
 
@@ -37,20 +36,20 @@ pub mod device {
     /// `aclrtSetDevice`: selects `device_id` for the calling process and thread.
     pub fn set(api: &AclApi, device_id: i32) -> Result<(), Error> {
         // SAFETY: value argument only.
-        check("aclrtSetDevice", unsafe { (api.aclrtSetDevice)(device_id) })
+        check("aclrtSetDevice", unsafe { api.aclrtSetDevice(device_id) })
     }
 
     /// `aclrtResetDevice`.
     pub fn reset(api: &AclApi, device_id: i32) -> Result<(), Error> {
         // SAFETY: value argument only.
-        check("aclrtResetDevice", unsafe { (api.aclrtResetDevice)(device_id) })
+        check("aclrtResetDevice", unsafe { api.aclrtResetDevice(device_id) })
     }
 
     /// `aclrtGetDevice`: the device bound to the calling thread.
     pub fn current(api: &AclApi) -> Result<i32, Error> {
         let mut device_id = -1;
         // SAFETY: the out-pointer is a live local.
-        check("aclrtGetDevice", unsafe { (api.aclrtGetDevice)(&mut device_id) })?;
+        check("aclrtGetDevice", unsafe { api.aclrtGetDevice(&mut device_id) })?;
         Ok(device_id)
     }
 
@@ -58,7 +57,7 @@ pub mod device {
     pub fn count(api: &AclApi) -> Result<u32, Error> {
         let mut count = 0;
         // SAFETY: the out-pointer is a live local.
-        check("aclrtGetDeviceCount", unsafe { (api.aclrtGetDeviceCount)(&mut count) })?;
+        check("aclrtGetDeviceCount", unsafe { api.aclrtGetDeviceCount(&mut count) })?;
         Ok(count)
     }
 }
@@ -71,7 +70,7 @@ pub mod stream {
     pub fn create(api: &AclApi) -> Result<aclrtStream, Error> {
         let mut stream = ptr::null_mut();
         // SAFETY: the out-pointer is a live local.
-        check("aclrtCreateStream", unsafe { (api.aclrtCreateStream)(&mut stream) })?;
+        check("aclrtCreateStream", unsafe { api.aclrtCreateStream(&mut stream) })?;
         Ok(stream)
     }
 
@@ -79,9 +78,7 @@ pub mod stream {
     pub fn create_with_config(api: &AclApi, priority: u32, flags: u32) -> Result<aclrtStream, Error> {
         let mut stream = ptr::null_mut();
         // SAFETY: the out-pointer is a live local; the others are values.
-        check("aclrtCreateStreamWithConfig", unsafe {
-            (api.aclrtCreateStreamWithConfig)(&mut stream, priority, flags)
-        })?;
+        check("aclrtCreateStreamWithConfig", unsafe { api.aclrtCreateStreamWithConfig(&mut stream, priority, flags) })?;
         Ok(stream)
     }
 
@@ -91,7 +88,7 @@ pub mod stream {
     /// `stream` must be a live stream of the current context.
     pub unsafe fn synchronize(api: &AclApi, stream: aclrtStream) -> Result<(), Error> {
         // SAFETY: the caller guarantees the stream is live.
-        check("aclrtSynchronizeStream", unsafe { (api.aclrtSynchronizeStream)(stream) })
+        check("aclrtSynchronizeStream", unsafe { api.aclrtSynchronizeStream(stream) })
     }
 
     /// `aclrtSynchronizeStreamWithTimeout`: per the header, `timeout_ms` -1 waits indefinitely and 0 only checks
@@ -101,9 +98,7 @@ pub mod stream {
     /// `stream` must be a live stream of the current context.
     pub unsafe fn synchronize_with_timeout(api: &AclApi, stream: aclrtStream, timeout_ms: i32) -> Result<(), Error> {
         // SAFETY: the caller guarantees the stream is live.
-        check("aclrtSynchronizeStreamWithTimeout", unsafe {
-            (api.aclrtSynchronizeStreamWithTimeout)(stream, timeout_ms)
-        })
+        check("aclrtSynchronizeStreamWithTimeout", unsafe { api.aclrtSynchronizeStreamWithTimeout(stream, timeout_ms) })
     }
 
     /// `aclrtDestroyStream`.
@@ -112,7 +107,7 @@ pub mod stream {
     /// `stream` must be a live stream not used afterwards.
     pub unsafe fn destroy(api: &AclApi, stream: aclrtStream) -> Result<(), Error> {
         // SAFETY: the caller guarantees the stream is live and unused afterwards.
-        check("aclrtDestroyStream", unsafe { (api.aclrtDestroyStream)(stream) })
+        check("aclrtDestroyStream", unsafe { api.aclrtDestroyStream(stream) })
     }
 }
 
@@ -122,10 +117,9 @@ pub mod notify {
 
     /// `aclrtCreateNotify`: `flags` is `ACL_NOTIFY_DEFAULT` or `ACL_NOTIFY_DEVICE_USE_ONLY`.
     pub fn create(api: &AclApi, flags: u64) -> Result<aclrtNotify, Error> {
-        let create = optional_symbol!(api, aclrtCreateNotify)?;
         let mut notify = ptr::null_mut();
         // SAFETY: the out-pointer is a live local.
-        check("aclrtCreateNotify", unsafe { create(&mut notify, flags) })?;
+        check("aclrtCreateNotify", unsafe { api.aclrtCreateNotify(&mut notify, flags)? })?;
         Ok(notify)
     }
 
@@ -134,9 +128,8 @@ pub mod notify {
     /// # Safety
     /// `notify` must be live and unused afterwards.
     pub unsafe fn destroy(api: &AclApi, notify: aclrtNotify) -> Result<(), Error> {
-        let destroy = optional_symbol!(api, aclrtDestroyNotify)?;
         // SAFETY: the caller guarantees the notify is live.
-        check("aclrtDestroyNotify", unsafe { destroy(notify) })
+        check("aclrtDestroyNotify", unsafe { api.aclrtDestroyNotify(notify)? })
     }
 
     /// `aclrtRecordNotify`.
@@ -144,9 +137,8 @@ pub mod notify {
     /// # Safety
     /// `notify` and `stream` must be live.
     pub unsafe fn record(api: &AclApi, notify: aclrtNotify, stream: aclrtStream) -> Result<(), Error> {
-        let record = optional_symbol!(api, aclrtRecordNotify)?;
         // SAFETY: the caller guarantees both handles are live.
-        check("aclrtRecordNotify", unsafe { record(notify, stream) })
+        check("aclrtRecordNotify", unsafe { api.aclrtRecordNotify(notify, stream)? })
     }
 
     /// `aclrtWaitAndResetNotify`: `timeout_ms` in milliseconds (the header states only the unit, not what 0 means,
@@ -160,9 +152,8 @@ pub mod notify {
         stream: aclrtStream,
         timeout_ms: u32,
     ) -> Result<(), Error> {
-        let wait = optional_symbol!(api, aclrtWaitAndResetNotify)?;
         // SAFETY: the caller guarantees both handles are live.
-        check("aclrtWaitAndResetNotify", unsafe { wait(notify, stream, timeout_ms) })
+        check("aclrtWaitAndResetNotify", unsafe { api.aclrtWaitAndResetNotify(notify, stream, timeout_ms)? })
     }
 
     /// `aclrtGetNotifyId`.
@@ -170,10 +161,9 @@ pub mod notify {
     /// # Safety
     /// `notify` must be live.
     pub unsafe fn id(api: &AclApi, notify: aclrtNotify) -> Result<u32, Error> {
-        let get = optional_symbol!(api, aclrtGetNotifyId)?;
         let mut id = 0;
         // SAFETY: the caller guarantees the notify is live; the out-pointer is a live local.
-        check("aclrtGetNotifyId", unsafe { get(notify, &mut id) })?;
+        check("aclrtGetNotifyId", unsafe { api.aclrtGetNotifyId(notify, &mut id)? })?;
         Ok(id)
     }
 }
@@ -186,7 +176,7 @@ pub mod memory {
     pub fn malloc(api: &AclApi, size: usize, policy: aclrtMemMallocPolicy) -> Result<*mut c_void, Error> {
         let mut ptr = ptr::null_mut();
         // SAFETY: the out-pointer is a live local.
-        check("aclrtMalloc", unsafe { (api.aclrtMalloc)(&mut ptr, size, policy) })?;
+        check("aclrtMalloc", unsafe { api.aclrtMalloc(&mut ptr, size, policy) })?;
         Ok(ptr)
     }
 
@@ -196,14 +186,14 @@ pub mod memory {
     /// `ptr` must come from `aclrtMalloc` and not be used afterwards.
     pub unsafe fn free(api: &AclApi, ptr: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees `ptr` is a live allocation.
-        check("aclrtFree", unsafe { (api.aclrtFree)(ptr) })
+        check("aclrtFree", unsafe { api.aclrtFree(ptr) })
     }
 
     /// `aclrtMallocHost`: page-locked host memory.
     pub fn malloc_host(api: &AclApi, size: usize) -> Result<*mut c_void, Error> {
         let mut ptr = ptr::null_mut();
         // SAFETY: the out-pointer is a live local.
-        check("aclrtMallocHost", unsafe { (api.aclrtMallocHost)(&mut ptr, size) })?;
+        check("aclrtMallocHost", unsafe { api.aclrtMallocHost(&mut ptr, size) })?;
         Ok(ptr)
     }
 
@@ -213,7 +203,7 @@ pub mod memory {
     /// `ptr` must come from `aclrtMallocHost` and not be used afterwards.
     pub unsafe fn free_host(api: &AclApi, ptr: *mut c_void) -> Result<(), Error> {
         // SAFETY: the caller guarantees `ptr` is a live allocation.
-        check("aclrtFreeHost", unsafe { (api.aclrtFreeHost)(ptr) })
+        check("aclrtFreeHost", unsafe { api.aclrtFreeHost(ptr) })
     }
 
     /// `aclrtMemset`: fills `count` bytes (at most `max_count`) with `value`.
@@ -228,7 +218,7 @@ pub mod memory {
         count: usize,
     ) -> Result<(), Error> {
         // SAFETY: the caller guarantees the range.
-        check("aclrtMemset", unsafe { (api.aclrtMemset)(ptr, max_count, value, count) })
+        check("aclrtMemset", unsafe { api.aclrtMemset(ptr, max_count, value, count) })
     }
 
     /// `aclrtMemcpy`: a synchronous copy of `count` bytes into a destination of `dest_max` bytes.
@@ -244,7 +234,7 @@ pub mod memory {
         kind: aclrtMemcpyKind,
     ) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges.
-        check("aclrtMemcpy", unsafe { (api.aclrtMemcpy)(dst, dest_max, src, count, kind) })
+        check("aclrtMemcpy", unsafe { api.aclrtMemcpy(dst, dest_max, src, count, kind) })
     }
 
     /// `aclrtMemcpyAsync`: queued on `stream`.
@@ -262,7 +252,7 @@ pub mod memory {
         stream: aclrtStream,
     ) -> Result<(), Error> {
         // SAFETY: the caller guarantees both ranges and the stream.
-        check("aclrtMemcpyAsync", unsafe { (api.aclrtMemcpyAsync)(dst, dest_max, src, count, kind, stream) })
+        check("aclrtMemcpyAsync", unsafe { api.aclrtMemcpyAsync(dst, dest_max, src, count, kind, stream) })
     }
 }
 
@@ -277,10 +267,9 @@ pub mod vmm {
         prop: &aclrtPhysicalMemProp,
         flags: u64,
     ) -> Result<aclrtDrvMemHandle, Error> {
-        let malloc = optional_symbol!(api, aclrtMallocPhysical)?;
         let mut handle = ptr::null_mut();
         // SAFETY: `prop` is a live reference; the out-pointer is a live local.
-        check("aclrtMallocPhysical", unsafe { malloc(&mut handle, size, prop, flags) })?;
+        check("aclrtMallocPhysical", unsafe { api.aclrtMallocPhysical(&mut handle, size, prop, flags)? })?;
         Ok(handle)
     }
 
@@ -289,9 +278,8 @@ pub mod vmm {
     /// # Safety
     /// `handle` must be live, unmapped and unused afterwards.
     pub unsafe fn free_physical(api: &AclApi, handle: aclrtDrvMemHandle) -> Result<(), Error> {
-        let free = optional_symbol!(api, aclrtFreePhysical)?;
         // SAFETY: the caller guarantees the handle.
-        check("aclrtFreePhysical", unsafe { free(handle) })
+        check("aclrtFreePhysical", unsafe { api.aclrtFreePhysical(handle)? })
     }
 
     /// `aclrtMemGetAllocationGranularity`.
@@ -300,11 +288,12 @@ pub mod vmm {
         prop: &aclrtPhysicalMemProp,
         option: aclrtMemGranularityOptions,
     ) -> Result<usize, Error> {
-        let get = optional_symbol!(api, aclrtMemGetAllocationGranularity)?;
         let mut prop = *prop;
         let mut granularity = 0;
         // SAFETY: both pointers are live locals (the C prototype takes a non-const pointer, so a copy is passed).
-        check("aclrtMemGetAllocationGranularity", unsafe { get(&mut prop, option, &mut granularity) })?;
+        check("aclrtMemGetAllocationGranularity", unsafe {
+            api.aclrtMemGetAllocationGranularity(&mut prop, option, &mut granularity)?
+        })?;
         Ok(granularity)
     }
 
@@ -317,12 +306,13 @@ pub mod vmm {
         expected_address: usize,
         flags: u64,
     ) -> Result<*mut c_void, Error> {
-        let reserve = optional_symbol!(api, aclrtReserveMemAddress)?;
         let mut address = ptr::null_mut();
         let expect = expected_address as *mut c_void;
         // SAFETY: `expect` is only a placement hint the runtime validates, never dereferenced by us; the
         // out-pointer is a live local.
-        check("aclrtReserveMemAddress", unsafe { reserve(&mut address, size, alignment, expect, flags) })?;
+        check("aclrtReserveMemAddress", unsafe {
+            api.aclrtReserveMemAddress(&mut address, size, alignment, expect, flags)?
+        })?;
         Ok(address)
     }
 
@@ -331,9 +321,8 @@ pub mod vmm {
     /// # Safety
     /// `address` must be a reserved range with nothing mapped, unused afterwards.
     pub unsafe fn release_address(api: &AclApi, address: *mut c_void) -> Result<(), Error> {
-        let release = optional_symbol!(api, aclrtReleaseMemAddress)?;
         // SAFETY: the caller guarantees the range.
-        check("aclrtReleaseMemAddress", unsafe { release(address) })
+        check("aclrtReleaseMemAddress", unsafe { api.aclrtReleaseMemAddress(address)? })
     }
 
     /// `aclrtMapMem`.
@@ -348,9 +337,8 @@ pub mod vmm {
         handle: aclrtDrvMemHandle,
         flags: u64,
     ) -> Result<(), Error> {
-        let map = optional_symbol!(api, aclrtMapMem)?;
         // SAFETY: the caller guarantees the range and the handle.
-        check("aclrtMapMem", unsafe { map(address, size, offset, handle, flags) })
+        check("aclrtMapMem", unsafe { api.aclrtMapMem(address, size, offset, handle, flags)? })
     }
 
     /// `aclrtUnmapMem`.
@@ -358,9 +346,8 @@ pub mod vmm {
     /// # Safety
     /// `address` must be mapped and no longer accessed.
     pub unsafe fn unmap(api: &AclApi, address: *mut c_void) -> Result<(), Error> {
-        let unmap = optional_symbol!(api, aclrtUnmapMem)?;
         // SAFETY: the caller guarantees the mapping.
-        check("aclrtUnmapMem", unsafe { unmap(address) })
+        check("aclrtUnmapMem", unsafe { api.aclrtUnmapMem(address)? })
     }
 
     /// `aclrtMemSetAccess`.
@@ -373,11 +360,10 @@ pub mod vmm {
         size: usize,
         descs: &[aclrtMemAccessDesc],
     ) -> Result<(), Error> {
-        let set = optional_symbol!(api, aclrtMemSetAccess)?;
         let mut descs = descs.to_vec();
         // SAFETY: the caller guarantees the range; `descs` is a live local array of `len` entries (copied because the
         // C prototype takes a non-const pointer).
-        check("aclrtMemSetAccess", unsafe { set(address, size, descs.as_mut_ptr(), descs.len()) })
+        check("aclrtMemSetAccess", unsafe { api.aclrtMemSetAccess(address, size, descs.as_mut_ptr(), descs.len())? })
     }
 
     /// `aclrtMemExportToShareableHandle`: a 64-bit handle another process imports.
@@ -390,10 +376,11 @@ pub mod vmm {
         handle_type: aclrtMemHandleType,
         flags: u64,
     ) -> Result<u64, Error> {
-        let export = optional_symbol!(api, aclrtMemExportToShareableHandle)?;
         let mut shareable = 0;
         // SAFETY: the caller guarantees the handle; the out-pointer is a live local.
-        check("aclrtMemExportToShareableHandle", unsafe { export(handle, handle_type, flags, &mut shareable) })?;
+        check("aclrtMemExportToShareableHandle", unsafe {
+            api.aclrtMemExportToShareableHandle(handle, handle_type, flags, &mut shareable)?
+        })?;
         Ok(shareable)
     }
 
@@ -406,12 +393,16 @@ pub mod vmm {
         handle: aclrtDrvMemHandle,
         flags: u64,
     ) -> Result<aclrtMemFabricHandle, Error> {
-        let export = optional_symbol!(api, aclrtMemExportToShareableHandleV2)?;
         let mut fabric = aclrtMemFabricHandle { data: [0; 128] };
         // SAFETY: the caller guarantees the handle; the output is a live 128-byte local, the size the fabric type
         // writes.
         check("aclrtMemExportToShareableHandleV2", unsafe {
-            export(handle, flags, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, (&mut fabric as *mut aclrtMemFabricHandle).cast())
+            api.aclrtMemExportToShareableHandleV2(
+                handle,
+                flags,
+                ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
+                (&mut fabric as *mut aclrtMemFabricHandle).cast(),
+            )?
         })?;
         Ok(fabric)
     }
@@ -422,10 +413,11 @@ pub mod vmm {
         shareable: u64,
         device_id: i32,
     ) -> Result<aclrtDrvMemHandle, Error> {
-        let import = optional_symbol!(api, aclrtMemImportFromShareableHandle)?;
         let mut handle = ptr::null_mut();
         // SAFETY: value arguments and a live out-pointer; the runtime validates the shareable handle.
-        check("aclrtMemImportFromShareableHandle", unsafe { import(shareable, device_id, &mut handle) })?;
+        check("aclrtMemImportFromShareableHandle", unsafe {
+            api.aclrtMemImportFromShareableHandle(shareable, device_id, &mut handle)?
+        })?;
         Ok(handle)
     }
 
@@ -435,17 +427,16 @@ pub mod vmm {
         fabric: &aclrtMemFabricHandle,
         flags: u64,
     ) -> Result<aclrtDrvMemHandle, Error> {
-        let import = optional_symbol!(api, aclrtMemImportFromShareableHandleV2)?;
         let mut fabric = *fabric;
         let mut handle = ptr::null_mut();
         // SAFETY: the fabric handle is a live local copy (the prototype takes `void *`); the out-pointer is live.
         check("aclrtMemImportFromShareableHandleV2", unsafe {
-            import(
+            api.aclrtMemImportFromShareableHandleV2(
                 (&mut fabric as *mut aclrtMemFabricHandle).cast(),
                 ACL_MEM_SHARE_HANDLE_TYPE_FABRIC,
                 flags,
                 &mut handle,
-            )
+            )?
         })?;
         Ok(handle)
     }
@@ -463,10 +454,11 @@ pub mod ipc {
     /// # Safety
     /// `[ptr, ptr + size)` must be a live device allocation.
     pub unsafe fn get_export_key(api: &AclApi, ptr: *mut c_void, size: usize, flags: u64) -> Result<Vec<u8>, Error> {
-        let get = optional_symbol!(api, aclrtIpcMemGetExportKey)?;
         let mut key = [0 as c_char; KEY_CAPACITY];
         // SAFETY: the caller guarantees the allocation; `key` is a live buffer of the length passed.
-        check("aclrtIpcMemGetExportKey", unsafe { get(ptr, size, key.as_mut_ptr(), key.len(), flags) })?;
+        check("aclrtIpcMemGetExportKey", unsafe {
+            api.aclrtIpcMemGetExportKey(ptr, size, key.as_mut_ptr(), key.len(), flags)?
+        })?;
         let bytes: Vec<u8> = key.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
         if bytes.len() == KEY_CAPACITY {
             return Err(Error::InvalidArgument {
@@ -479,10 +471,9 @@ pub mod ipc {
 
     /// `aclrtIpcMemImportByKey`.
     pub fn import_by_key(api: &AclApi, key: &CStr, flags: u64) -> Result<*mut c_void, Error> {
-        let import = optional_symbol!(api, aclrtIpcMemImportByKey)?;
         let mut ptr = ptr::null_mut();
         // SAFETY: `key` is NUL-terminated and outlives the call; the out-pointer is a live local.
-        check("aclrtIpcMemImportByKey", unsafe { import(&mut ptr, key.as_ptr(), flags) })?;
+        check("aclrtIpcMemImportByKey", unsafe { api.aclrtIpcMemImportByKey(&mut ptr, key.as_ptr(), flags)? })?;
         Ok(ptr)
     }
 
@@ -491,9 +482,8 @@ pub mod ipc {
     /// # Safety
     /// Memory imported by `key` must no longer be accessed.
     pub unsafe fn close(api: &AclApi, key: &CStr) -> Result<(), Error> {
-        let close = optional_symbol!(api, aclrtIpcMemClose)?;
         // SAFETY: `key` is NUL-terminated; the caller guarantees the imported memory is unused.
-        check("aclrtIpcMemClose", unsafe { close(key.as_ptr()) })
+        check("aclrtIpcMemClose", unsafe { api.aclrtIpcMemClose(key.as_ptr())? })
     }
 }
 
@@ -511,12 +501,13 @@ pub mod kernel {
         data: &[u8],
         options: Option<&aclrtBinaryLoadOptions>,
     ) -> Result<aclrtBinHandle, Error> {
-        let load = optional_symbol!(api, aclrtBinaryLoadFromData)?;
         let options = options.map_or(ptr::null(), |options| options as *const aclrtBinaryLoadOptions);
         let mut handle = ptr::null_mut();
         // SAFETY: `data` and `options` are live for the call (and, per the caller, `data` until the unload); the
         // out-pointer is a live local.
-        check("aclrtBinaryLoadFromData", unsafe { load(data.as_ptr().cast(), data.len(), options, &mut handle) })?;
+        check("aclrtBinaryLoadFromData", unsafe {
+            api.aclrtBinaryLoadFromData(data.as_ptr().cast(), data.len(), options, &mut handle)?
+        })?;
         Ok(handle)
     }
 
@@ -525,10 +516,9 @@ pub mod kernel {
     /// # Safety
     /// `binary` must be a live loaded binary.
     pub unsafe fn get_function(api: &AclApi, binary: aclrtBinHandle, name: &CStr) -> Result<aclrtFuncHandle, Error> {
-        let get = optional_symbol!(api, aclrtBinaryGetFunction)?;
         let mut function = ptr::null_mut();
         // SAFETY: the caller guarantees the binary; `name` is NUL-terminated; out-pointer live.
-        check("aclrtBinaryGetFunction", unsafe { get(binary, name.as_ptr(), &mut function) })?;
+        check("aclrtBinaryGetFunction", unsafe { api.aclrtBinaryGetFunction(binary, name.as_ptr(), &mut function)? })?;
         Ok(function)
     }
 
@@ -545,9 +535,8 @@ pub mod kernel {
         args_size: usize,
         stream: aclrtStream,
     ) -> Result<(), Error> {
-        let launch = optional_symbol!(api, aclrtLaunchKernel)?;
         // SAFETY: the caller guarantees every argument.
-        check("aclrtLaunchKernel", unsafe { launch(function, num_blocks, args, args_size, stream) })
+        check("aclrtLaunchKernel", unsafe { api.aclrtLaunchKernel(function, num_blocks, args, args_size, stream)? })
     }
 
     /// `aclrtLaunchKernelWithHostArgs`: the kernel arguments are passed from host memory.
@@ -563,11 +552,10 @@ pub mod kernel {
         config: Option<&mut aclrtLaunchKernelCfg>,
         host_args: &mut [u8],
     ) -> Result<(), Error> {
-        let launch = optional_symbol!(api, aclrtLaunchKernelWithHostArgs)?;
         let config = config.map_or(ptr::null_mut(), |config| config as *mut aclrtLaunchKernelCfg);
         // SAFETY: the caller guarantees the handles and argument layout; `host_args` is live for the call.
         check("aclrtLaunchKernelWithHostArgs", unsafe {
-            launch(
+            api.aclrtLaunchKernelWithHostArgs(
                 function,
                 num_blocks,
                 stream,
@@ -576,7 +564,7 @@ pub mod kernel {
                 host_args.len(),
                 ptr::null_mut(),
                 0,
-            )
+            )?
         })
     }
 
@@ -585,9 +573,8 @@ pub mod kernel {
     /// # Safety
     /// `binary` must be live, with no kernel of it still running or launched afterwards.
     pub unsafe fn unload(api: &AclApi, binary: aclrtBinHandle) -> Result<(), Error> {
-        let unload = optional_symbol!(api, aclrtBinaryUnLoad)?;
         // SAFETY: the caller guarantees the binary.
-        check("aclrtBinaryUnLoad", unsafe { unload(binary) })
+        check("aclrtBinaryUnLoad", unsafe { api.aclrtBinaryUnLoad(binary)? })
     }
 }
 
@@ -599,17 +586,16 @@ pub mod version {
     pub fn runtime(api: &AclApi) -> Result<(i32, i32, i32), Error> {
         let (mut major, mut minor, mut patch) = (0, 0, 0);
         // SAFETY: three live out-pointers.
-        check("aclrtGetVersion", unsafe { (api.aclrtGetVersion)(&mut major, &mut minor, &mut patch) })?;
+        check("aclrtGetVersion", unsafe { api.aclrtGetVersion(&mut major, &mut minor, &mut patch) })?;
         Ok((major, minor, patch))
     }
 
     /// `aclsysGetCANNVersion`: the full version string of one package (optional symbol).
     pub fn package(api: &AclApi, package: aclCANNPackageName) -> Result<String, Error> {
-        let get = optional_symbol!(api, aclsysGetCANNVersion)?;
         // SAFETY: the struct is plain bytes; all-zero is a valid (empty) value.
         let mut version: aclCANNPackageVersion = unsafe { core::mem::zeroed() };
         // SAFETY: a live out-pointer to a struct of the header's layout (checked by the ABI test).
-        check("aclsysGetCANNVersion", unsafe { get(package, &mut version) })?;
+        check("aclsysGetCANNVersion", unsafe { api.aclsysGetCANNVersion(package, &mut version)? })?;
         let bytes: Vec<u8> = version.version.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
         Ok(String::from_utf8_lossy(&bytes).into_owned())
     }
@@ -629,10 +615,9 @@ pub mod host {
         size: u64,
         kind: aclrtHostRegisterType,
     ) -> Result<*mut c_void, Error> {
-        let register = optional_symbol!(api, aclrtHostRegister)?;
         let mut device = ptr::null_mut();
         // SAFETY: the caller guarantees the range; the out-pointer is a live local.
-        check("aclrtHostRegister", unsafe { register(ptr, size, kind, &mut device) })?;
+        check("aclrtHostRegister", unsafe { api.aclrtHostRegister(ptr, size, kind, &mut device)? })?;
         Ok(device)
     }
 
@@ -641,8 +626,7 @@ pub mod host {
     /// # Safety
     /// `ptr` must be registered and its device address no longer used.
     pub unsafe fn unregister(api: &AclApi, ptr: *mut c_void) -> Result<(), Error> {
-        let unregister = optional_symbol!(api, aclrtHostUnregister)?;
         // SAFETY: the caller guarantees the registration.
-        check("aclrtHostUnregister", unsafe { unregister(ptr) })
+        check("aclrtHostUnregister", unsafe { api.aclrtHostUnregister(ptr)? })
     }
 }

@@ -61,8 +61,8 @@ fn loads_through_the_override_path() {
     let fake = Fake::build(&[]);
     let api = fake.api();
     assert_eq!(api.path(), fake.library.path());
-    assert!(api.aclrtCreateNotify.is_some(), "an optional symbol the fake exports resolves");
-    assert!(api.aclrtHostRegister.is_none(), "an optional symbol the fake lacks stays None");
+    assert!(api.is_resolved("aclrtCreateNotify"), "an optional symbol the fake exports resolves");
+    assert!(!api.is_resolved("aclrtHostRegister"), "an optional symbol the fake lacks stays None");
 }
 
 #[test]
@@ -135,6 +135,30 @@ fn calling_an_absent_optional_symbol_names_it() {
     assert_eq!(missing.symbol, "aclrtHostRegister");
     assert!(error.to_string().contains("aclrtHostRegister is not exported by"), "{error}");
     assert!(fake.calls().is_empty(), "nothing was called");
+}
+
+#[test]
+fn calls_into_a_loaded_library_are_counted_as_the_library_logs_them() {
+    let fake = Fake::build(&[]);
+    let api = fake.api();
+    let before = ascendcl_sys::calls::thread();
+    result::runtime::init(&api, None).expect("init");
+    result::device::set(&api, 1).expect("set device");
+    result::device::count(&api).expect("count");
+    let device = result::memory::malloc(&api, 64, sys::ACL_MEM_MALLOC_HUGE_FIRST).expect("malloc");
+    // SAFETY: from aclrtMalloc, unused afterwards.
+    unsafe { result::memory::free(&api, device) }.expect("free");
+    let mut page = vec![0u8; 4096];
+    // SAFETY: a live local buffer (the call never reaches C: the fake lacks the symbol).
+    unsafe { result::host::register(&api, page.as_mut_ptr().cast(), 4096, sys::ACL_HOST_REGISTER_MAPPED) }
+        .expect_err("absent");
+    let made = ascendcl_sys::calls::thread().since(&before);
+    let logged = fake.calls();
+    assert_eq!(logged, ["aclInit", "aclrtSetDevice", "aclrtGetDeviceCount", "aclrtMalloc", "aclrtFree"]);
+    for function in &logged {
+        assert_eq!(made.get("AclApi", function), 1, "{function}");
+    }
+    assert_eq!(made.total(), 5, "the absent aclrtHostRegister is not counted: {made:?}");
 }
 
 #[test]

@@ -17,28 +17,30 @@ pub mod bootstrap {
     pub fn get_uniqueid(api: &ShmemApi) -> Result<aclshmemx_uniqueid_t, Error> {
         let mut uid = aclshmemx_uniqueid_t::default();
         // SAFETY: a live out-pointer to a struct of the documented layout.
-        check("aclshmemx_get_uniqueid", unsafe { (api.aclshmemx_get_uniqueid)(&mut uid) })?;
+        check("aclshmemx_get_uniqueid", unsafe { api.aclshmemx_get_uniqueid(&mut uid) })?;
         Ok(uid)
     }
 
     /// `aclshmemx_set_attr_uniqueid_args`: the attributes for [`init_attr`], starting from the header's defaults.
+    ///
+    /// The library stores the address of `uid` in the attributes (`comm_args`), and [`init_attr`] reads the unique id
+    /// through it: keep `uid` alive, in place, until `init_attr` has returned.
     pub fn set_attr_uniqueid_args(
         api: &ShmemApi,
         my_pe: i32,
         n_pes: i32,
         local_mem_size: u64,
-        uid: &aclshmemx_uniqueid_t,
+        uid: &mut aclshmemx_uniqueid_t,
     ) -> Result<aclshmemx_init_attr_t, Error> {
         let size = i64::try_from(local_mem_size).map_err(|_| Error::Call {
             function: "aclshmemx_set_attr_uniqueid_args",
             code: crate::error::ShmemError(ACLSHMEM_INVALID_VALUE),
         })?;
         let mut attr = aclshmemx_init_attr_t::new(my_pe, n_pes, local_mem_size);
-        let mut uid = *uid;
-        // SAFETY: both pointers are live locals of the documented layouts (the uid is copied because the current
-        // prototype takes a non-const pointer).
+        // SAFETY: both pointers are live, of the documented layouts; `uid` is the caller's, which outlives the
+        // `init_attr` that reads it through `comm_args` (the contract above).
         check("aclshmemx_set_attr_uniqueid_args", unsafe {
-            (api.aclshmemx_set_attr_uniqueid_args)(my_pe, n_pes, size, &mut uid, &mut attr)
+            api.aclshmemx_set_attr_uniqueid_args(my_pe, n_pes, size, uid, &mut attr)
         })?;
         Ok(attr)
     }
@@ -51,20 +53,19 @@ pub mod bootstrap {
     ) -> Result<(), Error> {
         // SAFETY: a live pointer to attributes of the documented layout; `comm_args` is whatever the library itself
         // stored there (null by default).
-        check("aclshmemx_init_attr", unsafe { (api.aclshmemx_init_attr)(flags, attr) })
+        check("aclshmemx_init_attr", unsafe { api.aclshmemx_init_attr(flags, attr) })
     }
 
     /// `aclshmem_finalize`.
     pub fn finalize(api: &ShmemApi) -> Result<(), Error> {
         // SAFETY: no arguments.
-        check("aclshmem_finalize", unsafe { (api.aclshmem_finalize)() })
+        check("aclshmem_finalize", unsafe { api.aclshmem_finalize() })
     }
 
     /// `aclshmemx_init_status` (optional symbol): `ACLSHMEM_STATUS_*` value.
     pub fn init_status(api: &ShmemApi) -> Result<i32, Error> {
-        let status = ascendcl_sys::optional_symbol!(api, aclshmemx_init_status)?;
         // SAFETY: no arguments.
-        Ok(unsafe { status() })
+        Ok(unsafe { api.aclshmemx_init_status()? })
     }
 }
 
@@ -83,19 +84,19 @@ pub mod heap {
     /// `aclshmem_malloc`: collective; every PE must allocate the same sizes in the same order.
     pub fn malloc(api: &ShmemApi, size: usize) -> Result<*mut c_void, Error> {
         // SAFETY: value argument only.
-        non_null("aclshmem_malloc", size, unsafe { (api.aclshmem_malloc)(size) })
+        non_null("aclshmem_malloc", size, unsafe { api.aclshmem_malloc(size) })
     }
 
     /// `aclshmem_calloc`.
     pub fn calloc(api: &ShmemApi, count: usize, size: usize) -> Result<*mut c_void, Error> {
         // SAFETY: value arguments only.
-        non_null("aclshmem_calloc", count.saturating_mul(size), unsafe { (api.aclshmem_calloc)(count, size) })
+        non_null("aclshmem_calloc", count.saturating_mul(size), unsafe { api.aclshmem_calloc(count, size) })
     }
 
     /// `aclshmem_align`: `alignment` must be a power of two.
     pub fn align(api: &ShmemApi, alignment: usize, size: usize) -> Result<*mut c_void, Error> {
         // SAFETY: value arguments only.
-        non_null("aclshmem_align", size, unsafe { (api.aclshmem_align)(alignment, size) })
+        non_null("aclshmem_align", size, unsafe { api.aclshmem_align(alignment, size) })
     }
 
     /// `aclshmem_free`.
@@ -104,7 +105,7 @@ pub mod heap {
     /// `ptr` must come from this heap, be freed collectively, and not be used afterwards.
     pub unsafe fn free(api: &ShmemApi, ptr: *mut c_void) {
         // SAFETY: the caller guarantees the allocation.
-        unsafe { (api.aclshmem_free)(ptr) }
+        unsafe { api.aclshmem_free(ptr) }
     }
 
     /// `aclshmem_ptr`: the address through which this PE reaches `ptr`'s counterpart on `pe`, or `None` when it
@@ -114,20 +115,20 @@ pub mod heap {
     /// `ptr` must be an address inside the symmetric heap.
     pub unsafe fn ptr(api: &ShmemApi, ptr: *mut c_void, pe: i32) -> Option<*mut c_void> {
         // SAFETY: the caller guarantees the address; the library only computes another address from it.
-        let peer = unsafe { (api.aclshmem_ptr)(ptr, pe) };
+        let peer = unsafe { api.aclshmem_ptr(ptr, pe) };
         (!peer.is_null()).then_some(peer)
     }
 
     /// `aclshmem_my_pe`.
     pub fn my_pe(api: &ShmemApi) -> i32 {
         // SAFETY: no arguments.
-        unsafe { (api.aclshmem_my_pe)() }
+        unsafe { api.aclshmem_my_pe() }
     }
 
     /// `aclshmem_n_pes`.
     pub fn n_pes(api: &ShmemApi) -> i32 {
         // SAFETY: no arguments.
-        unsafe { (api.aclshmem_n_pes)() }
+        unsafe { api.aclshmem_n_pes() }
     }
 }
 

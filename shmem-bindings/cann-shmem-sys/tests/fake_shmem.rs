@@ -67,10 +67,10 @@ fn the_unique_id_bootstrap_passes_the_header_defaults_and_reaches_the_heap() {
     let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
     assert_eq!(uid.version, sys::ACLSHMEM_UNIQUEID_VERSION, "sent with the initializer's version");
     // The id crosses the wire as 136 bytes and comes back intact.
-    let received = sys::aclshmemx_uniqueid_t::from_bytes(&uid.to_bytes());
+    let mut received = sys::aclshmemx_uniqueid_t::from_bytes(&uid.to_bytes());
     assert_eq!(received.to_bytes(), uid.to_bytes());
 
-    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &received).expect("attr");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &mut received).expect("attr");
     assert_eq!((attr.my_pe, attr.n_pes, attr.local_mem_size), (1, 2, 1 << 20));
     assert!(!attr.comm_args.is_null(), "the library filled comm_args");
     result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
@@ -117,12 +117,12 @@ fn failures_map_to_named_errors() {
         result::heap::malloc(&api, 64).expect_err("not initialised"),
         Error::AllocationFailed { function: "aclshmem_malloc", size: 64 }
     );
-    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
-    let error = result::bootstrap::set_attr_uniqueid_args(&api, 2, 2, 1 << 20, &uid).expect_err("pe out of range");
+    let mut uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let error = result::bootstrap::set_attr_uniqueid_args(&api, 2, 2, 1 << 20, &mut uid).expect_err("pe out of range");
     assert_eq!(error, Error::Call { function: "aclshmemx_set_attr_uniqueid_args", code: ShmemError(-2) });
     assert_eq!(format!("{:?}", ShmemError(-2)), "ShmemError(-2 ACLSHMEM_INVALID_VALUE)");
     fake.set_result("aclshmemx_init_attr", -6);
-    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 2, 1 << 20, &uid).expect("attr");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 2, 1 << 20, &mut uid).expect("attr");
     let error = result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect_err("injected");
     assert!(
         error.to_string().contains("aclshmemx_init_attr failed: ShmemError(-6 ACLSHMEM_BOOTSTRAP_ERROR)"),
@@ -141,8 +141,8 @@ fn failures_map_to_named_errors() {
 fn symmetric_allocations_free_on_drop() {
     let fake = Fake::build();
     let api = fake.api();
-    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
-    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 1, 1 << 20, &uid).expect("attr");
+    let mut uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 0, 1, 1 << 20, &mut uid).expect("attr");
     result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
     fake.take_log();
     {
@@ -183,8 +183,8 @@ fn the_host_state_is_read_through_the_g_state_data_symbol_after_initialisation()
 
     // SAFETY: `void fake_set_sdma_workspace(uint64_t)`; a value argument only.
     unsafe { fake.control::<unsafe extern "C" fn(u64)>("fake_set_sdma_workspace")(0x1234_5000) };
-    let uid = result::bootstrap::get_uniqueid(&api).expect("uid");
-    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &uid).expect("attr");
+    let mut uid = result::bootstrap::get_uniqueid(&api).expect("uid");
+    let mut attr = result::bootstrap::set_attr_uniqueid_args(&api, 1, 2, 1 << 20, &mut uid).expect("attr");
     attr.option_attr.data_op_engine_type = sys::ACLSHMEM_DATA_OP_SDMA;
     result::bootstrap::init_attr(&api, sys::ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr).expect("init");
     let after = result::state::host_state(&api).expect("state");

@@ -25,7 +25,7 @@
 //!
 //! # Not yet implemented
 //!
-//! These optional symbols are **not resolved**: the table's field is `None`, and `optional_symbol!` reports the
+//! These optional symbols are **not resolved**: the table's method returns `MissingSymbol`, reporting the
 //! function as not provided by this runtime. Nothing silently succeeds.
 //! Notifies (`aclrtCreateNotify`, `aclrtDestroyNotify`, `aclrtRecordNotify`, `aclrtWaitAndResetNotify`,
 //! `aclrtGetNotifyId`). Within implemented functions,

@@ -12,16 +12,23 @@ use common::{api, download, malloc, pattern, upload};
 #[test]
 fn contexts_are_per_thread_and_setting_one_makes_its_device_current() {
     let api = api();
-    let get = api.aclrtGetCurrentContext.expect("aclrtGetCurrentContext");
-    let set = api.aclrtSetCurrentContext.expect("aclrtSetCurrentContext");
     let mut context: aclrtContext = core::ptr::null_mut();
     // SAFETY: `context` is writable; the other arguments are values.
     unsafe {
-        assert_eq!(get(core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(get(&mut context), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtGetCurrentContext(core::ptr::null_mut()).expect("aclrtGetCurrentContext"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(api.aclrtGetCurrentContext(&mut context).expect("aclrtGetCurrentContext"), ACL_SUCCESS);
         assert!(!context.is_null());
-        assert_eq!(set(core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(set(0x1234 as aclrtContext), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtSetCurrentContext(core::ptr::null_mut()).expect("aclrtSetCurrentContext"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtSetCurrentContext(0x1234 as aclrtContext).expect("aclrtSetCurrentContext"),
+            ACL_ERROR_INVALID_PARAM
+        );
     }
     let shared = context as usize;
     std::thread::spawn(move || {
@@ -29,12 +36,18 @@ fn contexts_are_per_thread_and_setting_one_makes_its_device_current() {
         let mut context: aclrtContext = core::ptr::null_mut();
         // SAFETY: outputs are writable; the context is the one the other thread got.
         unsafe {
-            assert_eq!((api.aclrtGetDevice)(&mut device), ACL_ERROR_RT_CONTEXT_NULL, "a new thread has no device");
-            assert_eq!(get(&mut context), ACL_ERROR_RT_CONTEXT_NULL);
-            assert_eq!(set(shared as aclrtContext), ACL_SUCCESS);
-            assert_eq!((api.aclrtGetDevice)(&mut device), ACL_SUCCESS);
+            assert_eq!(api.aclrtGetDevice(&mut device), ACL_ERROR_RT_CONTEXT_NULL, "a new thread has no device");
+            assert_eq!(
+                api.aclrtGetCurrentContext(&mut context).expect("aclrtGetCurrentContext"),
+                ACL_ERROR_RT_CONTEXT_NULL
+            );
+            assert_eq!(
+                api.aclrtSetCurrentContext(shared as aclrtContext).expect("aclrtSetCurrentContext"),
+                ACL_SUCCESS
+            );
+            assert_eq!(api.aclrtGetDevice(&mut device), ACL_SUCCESS);
             assert_eq!(device, 0);
-            assert_eq!(get(&mut context), ACL_SUCCESS);
+            assert_eq!(api.aclrtGetCurrentContext(&mut context).expect("aclrtGetCurrentContext"), ACL_SUCCESS);
             assert_eq!(context as usize, shared);
         }
         // Device memory is usable from this thread now.
@@ -42,7 +55,7 @@ fn contexts_are_per_thread_and_setting_one_makes_its_device_current() {
         upload(api, dev, &pattern(4096, 3));
         assert_eq!(download(api, dev, 4096), pattern(4096, 3));
         // SAFETY: an address `aclrtMalloc` returned.
-        assert_eq!(unsafe { (api.aclrtFree)(dev) }, ACL_SUCCESS);
+        assert_eq!(unsafe { api.aclrtFree(dev) }, ACL_SUCCESS);
     })
     .join()
     .expect("thread");
@@ -51,16 +64,15 @@ fn contexts_are_per_thread_and_setting_one_makes_its_device_current() {
 #[test]
 fn a_context_of_a_device_no_thread_set_is_refused() {
     let api = api();
-    let set = api.aclrtSetCurrentContext.expect("aclrtSetCurrentContext");
-    let get = api.aclrtGetCurrentContext.expect("aclrtGetCurrentContext");
     let mut context: aclrtContext = core::ptr::null_mut();
     // SAFETY: `context` is writable.
-    assert_eq!(unsafe { get(&mut context) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtGetCurrentContext(&mut context).expect("aclrtGetCurrentContext") }, ACL_SUCCESS);
     // Device 7's context: the next handle of the twin's scheme, never set by any test of this binary.
     let seventh = context as usize + 7 * 16;
     std::thread::spawn(move || {
         // SAFETY: a value argument.
-        assert_eq!(unsafe { set(seventh as aclrtContext) }, ACL_ERROR_RT_CONTEXT_NULL);
+        let code = unsafe { api.aclrtSetCurrentContext(seventh as aclrtContext).expect("aclrtSetCurrentContext") };
+        assert_eq!(code, ACL_ERROR_RT_CONTEXT_NULL);
     })
     .join()
     .expect("thread");
@@ -69,25 +81,31 @@ fn a_context_of_a_device_no_thread_set_is_refused() {
 #[test]
 fn device_ids_map_to_themselves_within_range() {
     let api = api();
-    let phy = api.aclrtGetPhyDevIdByLogicDevId.expect("aclrtGetPhyDevIdByLogicDevId");
-    let logic = api.aclrtGetLogicDevIdByUserDevId.expect("aclrtGetLogicDevIdByUserDevId");
     let mut out = -1;
     // SAFETY: `out` is writable.
     unsafe {
-        assert_eq!(phy(3, &mut out), ACL_SUCCESS);
+        assert_eq!(api.aclrtGetPhyDevIdByLogicDevId(3, &mut out).expect("aclrtGetPhyDevIdByLogicDevId"), ACL_SUCCESS);
         assert_eq!(out, 3);
-        assert_eq!(logic(5, &mut out), ACL_SUCCESS);
+        assert_eq!(api.aclrtGetLogicDevIdByUserDevId(5, &mut out).expect("aclrtGetLogicDevIdByUserDevId"), ACL_SUCCESS);
         assert_eq!(out, 5);
-        assert_eq!(phy(-1, &mut out), ACL_ERROR_RT_INVALID_DEVICEID);
-        assert_eq!(logic(100_000, &mut out), ACL_ERROR_RT_INVALID_DEVICEID);
-        assert_eq!(phy(0, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtGetPhyDevIdByLogicDevId(-1, &mut out).expect("aclrtGetPhyDevIdByLogicDevId"),
+            ACL_ERROR_RT_INVALID_DEVICEID
+        );
+        assert_eq!(
+            api.aclrtGetLogicDevIdByUserDevId(100_000, &mut out).expect("aclrtGetLogicDevIdByUserDevId"),
+            ACL_ERROR_RT_INVALID_DEVICEID
+        );
+        assert_eq!(
+            api.aclrtGetPhyDevIdByLogicDevId(0, core::ptr::null_mut()).expect("aclrtGetPhyDevIdByLogicDevId"),
+            ACL_ERROR_INVALID_PARAM
+        );
     }
 }
 
 #[test]
 fn pointer_attributes_tell_device_from_host() {
     let api = api();
-    let attributes_of = api.aclrtPointerGetAttributes.expect("aclrtPointerGetAttributes");
     let dev = malloc(api, 4096);
     let host = [0u8; 64];
     let mut attributes = aclrtPtrAttributes {
@@ -97,30 +115,42 @@ fn pointer_attributes_tell_device_from_host() {
     };
     // SAFETY: `attributes` is writable; the pointers are only classified.
     unsafe {
-        assert_eq!(attributes_of(dev, &mut attributes), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtPointerGetAttributes(dev, &mut attributes).expect("aclrtPointerGetAttributes"),
+            ACL_SUCCESS
+        );
         assert_eq!(attributes.location.r#type, ACL_MEM_LOCATION_TYPE_DEVICE);
         assert_eq!(attributes.location.id, 0);
-        assert_eq!(attributes_of(host.as_ptr().cast(), &mut attributes), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtPointerGetAttributes(host.as_ptr().cast(), &mut attributes).expect("aclrtPointerGetAttributes"),
+            ACL_SUCCESS
+        );
         assert_eq!(attributes.location.r#type, ACL_MEM_LOCATION_TYPE_HOST);
         assert!(attributes.pageSize > 0);
-        assert_eq!(attributes_of(core::ptr::null(), &mut attributes), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(attributes_of(dev, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!((api.aclrtFree)(dev), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtPointerGetAttributes(core::ptr::null(), &mut attributes).expect("aclrtPointerGetAttributes"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtPointerGetAttributes(dev, core::ptr::null_mut()).expect("aclrtPointerGetAttributes"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(api.aclrtFree(dev), ACL_SUCCESS);
     }
 }
 
 #[test]
 fn a_failed_call_leaves_its_message_on_its_thread() {
     let api = api();
-    let recent = api.aclGetRecentErrMsg.expect("aclGetRecentErrMsg");
     std::thread::spawn(move || {
         // SAFETY: no arguments; the returned string is read before any further ACL call on this thread.
         unsafe {
-            let none = recent();
+            let none = api.aclGetRecentErrMsg().expect("aclGetRecentErrMsg");
             assert!(!none.is_null() && CStr::from_ptr(none).is_empty(), "nothing failed on this thread yet");
             let mut device = 0;
-            assert_eq!((api.aclrtGetDevice)(&mut device), ACL_ERROR_RT_CONTEXT_NULL);
-            let message = CStr::from_ptr(recent()).to_string_lossy().into_owned();
+            assert_eq!(api.aclrtGetDevice(&mut device), ACL_ERROR_RT_CONTEXT_NULL);
+            let message =
+                CStr::from_ptr(api.aclGetRecentErrMsg().expect("aclGetRecentErrMsg")).to_string_lossy().into_owned();
             assert!(message.contains("aclrtGetDevice") && message.contains("107002"), "{message}");
         }
     })
@@ -131,54 +161,67 @@ fn a_failed_call_leaves_its_message_on_its_thread() {
 #[test]
 fn the_soc_name_is_the_twins() {
     let api = api();
-    let soc = api.aclrtGetSocName.expect("aclrtGetSocName");
     // SAFETY: a static NUL-terminated string.
-    assert_eq!(unsafe { CStr::from_ptr(soc()) }, cann_twin::acl::TWIN_SOC_NAME);
+    let code = unsafe { CStr::from_ptr(api.aclrtGetSocName().expect("aclrtGetSocName")) };
+    assert_eq!(code, cann_twin::acl::TWIN_SOC_NAME);
 }
 
 #[test]
 fn abort_drops_queued_copies_and_the_stream_stays_usable() {
     let api = api();
-    let abort = api.aclrtStreamAbort.expect("aclrtStreamAbort");
     let len = 1 << 20;
     let dev = malloc(api, len);
     let data = pattern(len, 9);
     let mut stream: aclrtStream = core::ptr::null_mut();
     // SAFETY: Host buffers outlive the synchronisations; device addresses are checked by the twin.
     unsafe {
-        assert_eq!((api.aclrtCreateStreamWithConfig)(&mut stream, 0, 3), ACL_SUCCESS);
+        assert_eq!(api.aclrtCreateStreamWithConfig(&mut stream, 0, 3), ACL_SUCCESS);
         cann_twin::control::hold_streams(true);
         for _ in 0..8 {
-            let code = (api.aclrtMemcpyAsync)(dev, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE, stream);
+            let code = api.aclrtMemcpyAsync(dev, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE, stream);
             assert_eq!(code, ACL_SUCCESS);
         }
-        assert_eq!(abort(stream), ACL_SUCCESS);
+        assert_eq!(api.aclrtStreamAbort(stream).expect("aclrtStreamAbort"), ACL_SUCCESS);
         cann_twin::control::hold_streams(false);
-        assert_eq!((api.aclrtSynchronizeStreamWithTimeout)(stream, 5000), ACL_SUCCESS);
+        assert_eq!(api.aclrtSynchronizeStreamWithTimeout(stream, 5000), ACL_SUCCESS);
         assert_eq!(download(api, dev, len), vec![0u8; len], "no aborted copy ran");
-        let code = (api.aclrtMemcpyAsync)(dev, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE, stream);
+        let code = api.aclrtMemcpyAsync(dev, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE, stream);
         assert_eq!(code, ACL_SUCCESS);
-        assert_eq!((api.aclrtSynchronizeStreamWithTimeout)(stream, 5000), ACL_SUCCESS);
+        assert_eq!(api.aclrtSynchronizeStreamWithTimeout(stream, 5000), ACL_SUCCESS);
         assert_eq!(download(api, dev, len), data);
-        assert_eq!(abort(0x10 as aclrtStream), ACL_ERROR_RT_INVALID_HANDLE);
-        assert_eq!((api.aclrtDestroyStream)(stream), ACL_SUCCESS);
-        assert_eq!((api.aclrtFree)(dev), ACL_SUCCESS);
+        assert_eq!(api.aclrtStreamAbort(0x10 as aclrtStream).expect("aclrtStreamAbort"), ACL_ERROR_RT_INVALID_HANDLE);
+        assert_eq!(api.aclrtDestroyStream(stream), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(dev), ACL_SUCCESS);
     }
 }
 
 #[test]
 fn batch_copies_and_the_no_uc_reservation_are_not_supported() {
     let api = api();
-    let batch = api.aclrtMemcpyBatch.expect("aclrtMemcpyBatch");
-    let reserve = api.aclrtReserveMemAddressNoUCMemory.expect("aclrtReserveMemAddressNoUCMemory");
     let mut fail_index = 0usize;
     let mut ptr: *mut c_void = core::ptr::null_mut();
     // SAFETY: the batch is empty; outputs are writable.
     unsafe {
         let (no_ptrs, no_sizes) = (core::ptr::null_mut(), core::ptr::null_mut());
-        let code = batch(no_ptrs, no_sizes, no_ptrs, no_sizes, 0, core::ptr::null_mut(), no_sizes, 0, &mut fail_index);
+        let code = api
+            .aclrtMemcpyBatch(
+                no_ptrs,
+                no_sizes,
+                no_ptrs,
+                no_sizes,
+                0,
+                core::ptr::null_mut(),
+                no_sizes,
+                0,
+                &mut fail_index,
+            )
+            .expect("aclrtMemcpyBatch");
         assert_eq!(code, ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
         assert_eq!(fail_index, usize::MAX);
-        assert_eq!(reserve(&mut ptr, 2 << 20, 0, core::ptr::null_mut(), 0), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
+        assert_eq!(
+            api.aclrtReserveMemAddressNoUCMemory(&mut ptr, 2 << 20, 0, core::ptr::null_mut(), 0)
+                .expect("aclrtReserveMemAddressNoUCMemory"),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        );
     }
 }

@@ -34,10 +34,10 @@ fn free_port() -> u32 {
 /// `aclrtMalloc` of `size` bytes on `device` (the thread is left on device 0).
 fn malloc_on(api: &AclApi, device: i32, size: usize) -> *mut c_void {
     // SAFETY: plain values.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(device) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(device) }, ACL_SUCCESS);
     let ptr = common::malloc(api, size);
     // SAFETY: plain values.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
     ptr
 }
 
@@ -66,12 +66,12 @@ impl Server {
         let tag = CString::new("heap").expect("tag");
         // SAFETY: live locals; the memory is the tests' device memory, never freed.
         unsafe {
-            assert_eq!((hixl().HixlCSServerCreate)(&desc, &HixlServerConfig::new(), &mut raw), HIXL_SUCCESS);
+            assert_eq!(hixl().HixlCSServerCreate(&desc, &HixlServerConfig::new(), &mut raw), HIXL_SUCCESS);
             for m in memory {
                 let mut handle = core::ptr::null_mut();
-                assert_eq!((hixl().HixlCSServerRegMem)(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
+                assert_eq!(hixl().HixlCSServerRegMem(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
             }
-            assert_eq!((hixl().HixlCSServerListen)(raw, 16), HIXL_SUCCESS);
+            assert_eq!(hixl().HixlCSServerListen(raw, 16), HIXL_SUCCESS);
         }
         Server { raw, port }
     }
@@ -80,7 +80,7 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         // SAFETY: the handle is looked up, never dereferenced.
-        let _ = unsafe { (hixl().HixlCSServerDestroy)(self.raw) };
+        let _ = unsafe { hixl().HixlCSServerDestroy(self.raw) };
     }
 }
 
@@ -106,13 +106,13 @@ impl Client {
         let tag = CString::new("local").expect("tag");
         // SAFETY: live locals; the memory is the tests' device memory, never freed.
         unsafe {
-            assert_eq!((hixl().HixlCSClientCreate)(&desc, &HixlClientConfig::new(), &mut raw), HIXL_SUCCESS);
+            assert_eq!(hixl().HixlCSClientCreate(&desc, &HixlClientConfig::new(), &mut raw), HIXL_SUCCESS);
             let client = Client { raw };
             for m in memory {
                 let mut handle = core::ptr::null_mut();
-                assert_eq!((hixl().HixlCSClientRegMem)(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
+                assert_eq!(hixl().HixlCSClientRegMem(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
             }
-            match (hixl().HixlCSClientConnect)(raw, 2000) {
+            match hixl().HixlCSClientConnect(raw, 2000) {
                 HIXL_SUCCESS => Ok(client),
                 code => Err(code),
             }
@@ -121,9 +121,16 @@ impl Client {
 
     fn submit(&self, put: bool, list: &[HixlOneSideOpDesc]) -> Result<CompleteHandle, HixlStatus> {
         let mut handle = core::ptr::null_mut();
-        let call = if put { hixl().HixlCSClientBatchPutAsync } else { hixl().HixlCSClientBatchGetAsync };
+        let (api, n) = (hixl(), list.len() as u32);
         // SAFETY: the list is live for the call; the twin checks every range.
-        match unsafe { call(self.raw, list.len() as u32, list.as_ptr(), &mut handle) } {
+        let code = unsafe {
+            if put {
+                api.HixlCSClientBatchPutAsync(self.raw, n, list.as_ptr(), &mut handle)
+            } else {
+                api.HixlCSClientBatchGetAsync(self.raw, n, list.as_ptr(), &mut handle)
+            }
+        };
+        match code {
             HIXL_SUCCESS => Ok(handle),
             code => Err(code),
         }
@@ -132,7 +139,7 @@ impl Client {
     fn query(&self, handle: CompleteHandle) -> Result<HixlCompleteStatus, HixlStatus> {
         let mut status = HIXL_COMPLETE_STATUS_WAITING;
         // SAFETY: live out-pointer; handles are looked up.
-        match unsafe { (hixl().HixlCSClientQueryCompleteStatus)(self.raw, handle, &mut status) } {
+        match unsafe { hixl().HixlCSClientQueryCompleteStatus(self.raw, handle, &mut status) } {
             HIXL_SUCCESS => Ok(status),
             code => Err(code),
         }
@@ -160,7 +167,7 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         // SAFETY: looked up, never dereferenced.
-        let _ = unsafe { (hixl().HixlCSClientDestroy)(self.raw) };
+        let _ = unsafe { hixl().HixlCSClientDestroy(self.raw) };
     }
 }
 
@@ -195,7 +202,7 @@ fn the_table_resolves_every_declared_function() {
     assert_eq!(HIXL_EXPORTED.len(), declared.len() + 1);
     assert!(cann_twin::resolve_hixl("HixlCSClientGetRemoteMem").is_some());
     let api = hixl();
-    assert!(api.HixlCSClientBatchPutSync.is_some() && api.HixlCSClientBatchGetSync.is_some());
+    assert!(api.is_resolved("HixlCSClientBatchPutSync") && api.is_resolved("HixlCSClientBatchGetSync"));
     assert_eq!(api.path().display().to_string(), cann_twin::hixl::IN_PROCESS_HIXL_PATH);
 }
 
@@ -256,15 +263,15 @@ fn put_and_get_between_two_devices_of_one_process() {
     // The Sync calls.
     upload(api, local, &pattern(MIB, 55));
     let list = [op(remote, 0, local, 0, MIB)];
-    let put_sync = hixl().HixlCSClientBatchPutSync.expect("resolved");
-    let get_sync = hixl().HixlCSClientBatchGetSync.expect("resolved");
     // SAFETY: live list; ranges checked by the twin.
-    assert_eq!(unsafe { put_sync(client.raw, 1, list.as_ptr(), 5000) }, HIXL_SUCCESS);
+    let code = unsafe { hixl().HixlCSClientBatchPutSync(client.raw, 1, list.as_ptr(), 5000).expect("resolved") };
+    assert_eq!(code, HIXL_SUCCESS);
     assert_eq!(download(api, remote, MIB), pattern(MIB, 55));
     upload(api, remote, &pattern(MIB, 66));
     let list = [op(remote, 0, local, MIB, MIB)];
     // SAFETY: as above.
-    assert_eq!(unsafe { get_sync(client.raw, 1, list.as_ptr(), 5000) }, HIXL_SUCCESS);
+    let code = unsafe { hixl().HixlCSClientBatchGetSync(client.raw, 1, list.as_ptr(), 5000).expect("resolved") };
+    assert_eq!(code, HIXL_SUCCESS);
     assert_eq!(download(api, (local as usize + MIB) as *const c_void, MIB), pattern(MIB, 66));
     // A final state released the handle.
     let handle = client.submit(true, &[op(remote, 0, local, 0, 64)]).expect("submit");
@@ -302,20 +309,17 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
     let mut handle = core::ptr::null_mut();
     // SAFETY: null and empty lists, bogus handles: all checked, never dereferenced.
     unsafe {
-        assert_eq!(
-            (hixl().HixlCSClientBatchPutAsync)(client.raw, 1, core::ptr::null(), &mut handle),
-            HIXL_PARAM_INVALID
-        );
+        assert_eq!(hixl().HixlCSClientBatchPutAsync(client.raw, 1, core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
         let list = [op(remote, 0, local, 0, 8)];
-        assert_eq!((hixl().HixlCSClientBatchPutAsync)(client.raw, 0, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
+        assert_eq!(hixl().HixlCSClientBatchPutAsync(client.raw, 0, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
         assert_eq!(
-            (hixl().HixlCSClientBatchPutAsync)(0xdead as HixlClientHandle, 1, list.as_ptr(), &mut handle),
+            hixl().HixlCSClientBatchPutAsync(0xdead as HixlClientHandle, 1, list.as_ptr(), &mut handle),
             HIXL_PARAM_INVALID
         );
-        assert_eq!((hixl().HixlCSClientBatchPutAsync)(server.raw, 1, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
-        assert_eq!((hixl().HixlCSServerListen)(client.raw, 1), HIXL_PARAM_INVALID);
-        assert_eq!((hixl().HixlCSServerListen)(server.raw, 1), HIXL_PARAM_INVALID, "listening twice");
-        assert_eq!((hixl().HixlCSClientCreate)(core::ptr::null(), core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
+        assert_eq!(hixl().HixlCSClientBatchPutAsync(server.raw, 1, list.as_ptr(), &mut handle), HIXL_PARAM_INVALID);
+        assert_eq!(hixl().HixlCSServerListen(client.raw, 1), HIXL_PARAM_INVALID);
+        assert_eq!(hixl().HixlCSServerListen(server.raw, 1), HIXL_PARAM_INVALID, "listening twice");
+        assert_eq!(hixl().HixlCSClientCreate(core::ptr::null(), core::ptr::null(), &mut handle), HIXL_PARAM_INVALID);
     }
     assert_eq!(client.query(0x77 as CompleteHandle), Err(HIXL_PARAM_INVALID));
     // A device endpoint needs a device bound on the calling thread (the documentation's rule).
@@ -331,10 +335,10 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
         };
         let mut raw = core::ptr::null_mut();
         // SAFETY: live locals.
-        let code = unsafe { (hixl().HixlCSServerCreate)(&desc, &HixlServerConfig::new(), &mut raw) };
+        let code = unsafe { hixl().HixlCSServerCreate(&desc, &HixlServerConfig::new(), &mut raw) };
         let no_list = HixlServerDesc { endpoint_list_num: 0, ..desc };
         // SAFETY: live locals.
-        let empty = unsafe { (hixl().HixlCSServerCreate)(&no_list, &HixlServerConfig::new(), &mut raw) };
+        let empty = unsafe { hixl().HixlCSServerCreate(&no_list, &HixlServerConfig::new(), &mut raw) };
         (code, empty)
     });
     assert_eq!(unbound.join().expect("thread"), (HIXL_FAILED, HIXL_PARAM_INVALID));
@@ -343,14 +347,14 @@ fn out_of_bounds_entries_and_bad_arguments_are_refused() {
     let extra = malloc_on(api, 0, 4096);
     // SAFETY: live locals; a tag above 255 bytes is refused before anything is kept.
     unsafe {
-        let code = (hixl().HixlCSServerRegMem)(server.raw, long_tag.as_ptr(), &mem(extra, 4096), &mut mem_handle);
+        let code = hixl().HixlCSServerRegMem(server.raw, long_tag.as_ptr(), &mem(extra, 4096), &mut mem_handle);
         assert_eq!(code, HIXL_PARAM_INVALID);
-        let code = (hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(remote, 16), &mut mem_handle);
+        let code = hixl().HixlCSServerRegMem(server.raw, core::ptr::null(), &mem(remote, 16), &mut mem_handle);
         assert_eq!(code, HIXL_PARAM_INVALID, "overlapping registration");
-        let code = (hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(extra, 4096), &mut mem_handle);
+        let code = hixl().HixlCSServerRegMem(server.raw, core::ptr::null(), &mem(extra, 4096), &mut mem_handle);
         assert_eq!(code, HIXL_SUCCESS, "a null tag is allowed");
-        assert_eq!((hixl().HixlCSServerUnregMem)(server.raw, mem_handle), HIXL_SUCCESS);
-        assert_eq!((hixl().HixlCSServerUnregMem)(server.raw, mem_handle), HIXL_PARAM_INVALID);
+        assert_eq!(hixl().HixlCSServerUnregMem(server.raw, mem_handle), HIXL_SUCCESS);
+        assert_eq!(hixl().HixlCSServerUnregMem(server.raw, mem_handle), HIXL_PARAM_INVALID);
     }
     // Still serving.
     upload(api, local, &pattern(size, 9));
@@ -374,11 +378,11 @@ fn a_range_the_server_withdrew_fails_its_batch_and_the_stream_stays_in_step() {
     let mut b_handle = core::ptr::null_mut();
     // SAFETY: live locals; the memory is never freed.
     unsafe {
-        assert_eq!((hixl().HixlCSServerRegMem)(server.raw, core::ptr::null(), &mem(b, MIB), &mut b_handle), 0);
+        assert_eq!(hixl().HixlCSServerRegMem(server.raw, core::ptr::null(), &mem(b, MIB), &mut b_handle), 0);
     }
     let client = Client::connect(server.port, &[mem(local, MIB)]).expect("connect");
     // SAFETY: the handles are looked up.
-    assert_eq!(unsafe { (hixl().HixlCSServerUnregMem)(server.raw, b_handle) }, HIXL_SUCCESS);
+    assert_eq!(unsafe { hixl().HixlCSServerUnregMem(server.raw, b_handle) }, HIXL_SUCCESS);
     upload(api, a, &vec![0u8; MIB]);
     upload(api, local, &pattern(MIB, 12));
     // The client still lists b (it connected before), the server refuses it: the batch fails, its other entries run.
@@ -421,7 +425,7 @@ fn at_most_4096_unqueried_entries() {
     assert_eq!(client.submit(true, &vec![list[0]; MAX_PENDING + 1]), Err(HIXL_RESOURCE_EXHAUSTED));
     let mut handle = core::ptr::null_mut();
     // SAFETY: a count far past the list: refused before the list is read (it would be read past its end).
-    let code = unsafe { (hixl().HixlCSClientBatchGetAsync)(client.raw, u32::MAX, list.as_ptr(), &mut handle) };
+    let code = unsafe { hixl().HixlCSClientBatchGetAsync(client.raw, u32::MAX, list.as_ptr(), &mut handle) };
     assert_eq!(code, HIXL_RESOURCE_EXHAUSTED);
     let big = client.submit(true, &vec![list[0]; MAX_PENDING - 10]).expect("submit");
     assert_eq!(client.submit(true, &vec![list[0]; 11]), Err(HIXL_RESOURCE_EXHAUSTED));
@@ -552,7 +556,7 @@ fn a_killed_server_fails_pending_transfers_in_bounded_time() {
     // The connection is gone: later batches are refused at once; a new connect is tried (and fails: nobody there).
     assert_eq!(client.submit(true, &list[..1]), Err(HIXL_FAILED));
     // SAFETY: looked up, never dereferenced.
-    assert_eq!(unsafe { (hixl().HixlCSClientConnect)(client.raw, 500) }, HIXL_FAILED);
+    assert_eq!(unsafe { hixl().HixlCSClientConnect(client.raw, 500) }, HIXL_FAILED);
 }
 
 /// A peer that accepts and then says nothing (`answer_hello`: after a valid hello with one region at `remote`).
@@ -592,10 +596,10 @@ fn a_silent_peer_times_out_within_the_bound() {
     let remote = 0x1000_0000usize;
     let client = Client::connect(silent_peer(true, remote), &[mem(local, MIB)]).expect("connect");
     let list = [op(remote as *mut c_void, 0, local, 0, MIB)];
-    let put_sync = hixl().HixlCSClientBatchPutSync.expect("resolved");
     let started = Instant::now();
     // SAFETY: live list; ranges checked by the twin.
-    assert_eq!(unsafe { put_sync(client.raw, 1, list.as_ptr(), 300) }, HIXL_TIMEOUT);
+    let code = unsafe { hixl().HixlCSClientBatchPutSync(client.raw, 1, list.as_ptr(), 300).expect("resolved") };
+    assert_eq!(code, HIXL_TIMEOUT);
     assert!(started.elapsed() < Duration::from_millis(1500));
     // The stream is out of step: later batches are refused.
     assert_eq!(client.submit(false, &list), Err(HIXL_FAILED));
@@ -673,7 +677,7 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
     let env = move |name: &str| (name == "AIV_ASCENDCL_LIB" || name == "AIV_HIXL_LIB").then(|| path.clone());
     let acl = AclApi::load(&ASCENDCL_LIBRARY, &ASCENDCL_LIBRARY.candidates(&env)).expect("loads as libascendcl.so");
     let hx = HixlApi::load(&HIXL_LIBRARY, &HIXL_LIBRARY.candidates(&env)).expect("loads as libcann_hixl.so");
-    assert!(hx.HixlCSClientBatchPutSync.is_some());
+    assert!(hx.is_resolved("HixlCSClientBatchPutSync"));
     let len = 100_000usize;
     let data = pattern(len, 3);
     let mut back = vec![0u8; len];
@@ -686,11 +690,11 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
     // SAFETY: live locals and Host buffers of the lengths passed; device addresses and handles are checked by the
     // loaded twin.
     unsafe {
-        assert_eq!((acl.aclInit)(core::ptr::null()), ACL_SUCCESS);
-        assert_eq!((acl.aclrtSetDevice)(0), ACL_SUCCESS);
-        assert_eq!((acl.aclrtMalloc)(&mut remote, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-        assert_eq!((acl.aclrtMalloc)(&mut local, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
-        assert_eq!((acl.aclrtMemcpy)(local, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
+        assert_eq!(acl.aclInit(core::ptr::null()), ACL_SUCCESS);
+        assert_eq!(acl.aclrtSetDevice(0), ACL_SUCCESS);
+        assert_eq!(acl.aclrtMalloc(&mut remote, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+        assert_eq!(acl.aclrtMalloc(&mut local, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
+        assert_eq!(acl.aclrtMemcpy(local, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
         let sdesc = HixlServerDesc {
             endpoint_list: &endpoint,
             server_ip: ip.as_ptr(),
@@ -698,9 +702,9 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
             endpoint_list_num: 1,
             reserved: [0; 104],
         };
-        assert_eq!((hx.HixlCSServerCreate)(&sdesc, &HixlServerConfig::new(), &mut server), HIXL_SUCCESS);
-        assert_eq!((hx.HixlCSServerRegMem)(server, ip.as_ptr(), &mem(remote, len), &mut mem_handle), HIXL_SUCCESS);
-        assert_eq!((hx.HixlCSServerListen)(server, 4), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSServerCreate(&sdesc, &HixlServerConfig::new(), &mut server), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSServerRegMem(server, ip.as_ptr(), &mem(remote, len), &mut mem_handle), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSServerListen(server, 4), HIXL_SUCCESS);
         let cdesc = HixlClientDesc {
             local_endpoint: &endpoint,
             remote_endpoint: &endpoint,
@@ -710,25 +714,22 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
             sl: 0,
             reserved: [0; 98],
         };
-        assert_eq!((hx.HixlCSClientCreate)(&cdesc, &HixlClientConfig::new(), &mut client), HIXL_SUCCESS);
-        assert_eq!((hx.HixlCSClientRegMem)(client, ip.as_ptr(), &mem(local, len), &mut mem_handle), HIXL_SUCCESS);
-        assert_eq!((hx.HixlCSClientConnect)(client, 2000), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSClientCreate(&cdesc, &HixlClientConfig::new(), &mut client), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSClientRegMem(client, ip.as_ptr(), &mem(local, len), &mut mem_handle), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSClientConnect(client, 2000), HIXL_SUCCESS);
         let list = [op(remote, 0, local, 0, len)];
-        assert_eq!((hx.HixlCSClientBatchPutAsync)(client, 1, list.as_ptr(), &mut batch), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSClientBatchPutAsync(client, 1, list.as_ptr(), &mut batch), HIXL_SUCCESS);
         let deadline = Instant::now() + Duration::from_secs(10);
         let mut status = HIXL_COMPLETE_STATUS_WAITING;
         while status == HIXL_COMPLETE_STATUS_WAITING && Instant::now() < deadline {
-            assert_eq!((hx.HixlCSClientQueryCompleteStatus)(client, batch, &mut status), HIXL_SUCCESS);
+            assert_eq!(hx.HixlCSClientQueryCompleteStatus(client, batch, &mut status), HIXL_SUCCESS);
             std::thread::sleep(Duration::from_millis(1));
         }
         assert_eq!(status, HIXL_COMPLETE_STATUS_COMPLETED);
-        assert_eq!(
-            (acl.aclrtMemcpy)(back.as_mut_ptr().cast(), len, remote, len, ACL_MEMCPY_DEVICE_TO_HOST),
-            ACL_SUCCESS
-        );
-        assert_eq!((hx.HixlCSClientDestroy)(client), HIXL_SUCCESS);
-        assert_eq!((hx.HixlCSServerDestroy)(server), HIXL_SUCCESS);
-        assert_eq!((acl.aclrtResetDevice)(0), ACL_SUCCESS);
+        assert_eq!(acl.aclrtMemcpy(back.as_mut_ptr().cast(), len, remote, len, ACL_MEMCPY_DEVICE_TO_HOST), ACL_SUCCESS);
+        assert_eq!(hx.HixlCSClientDestroy(client), HIXL_SUCCESS);
+        assert_eq!(hx.HixlCSServerDestroy(server), HIXL_SUCCESS);
+        assert_eq!(acl.aclrtResetDevice(0), ACL_SUCCESS);
     }
     assert!(back == data, "the server's memory holds what the client put");
 }

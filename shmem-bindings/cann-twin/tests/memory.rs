@@ -32,8 +32,8 @@ fn h2d_d2h_d2d_round_trips_keep_the_data() {
     assert_eq!(copy, data[..100]);
     // SAFETY: addresses from aclrtMalloc.
     unsafe {
-        assert_eq!((api.aclrtFree)(a), ACL_SUCCESS);
-        assert_eq!((api.aclrtFree)(b), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(a), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(b), ACL_SUCCESS);
     }
 }
 
@@ -45,13 +45,13 @@ fn memset_sets_exactly_the_bytes_asked() {
     let at = (dev as usize + 100) as *mut c_void;
     // SAFETY: device addresses are checked by the twin.
     unsafe {
-        assert_eq!((api.aclrtMemset)(at, 200, 0x1AB, 200), ACL_SUCCESS);
-        assert_eq!((api.aclrtMemset)(at, 10, 0, 200), ACL_ERROR_RT_PARAM_INVALID, "maxCount below count");
-        assert_eq!((api.aclrtMemset)(core::ptr::null_mut(), 1, 0, 0), ACL_SUCCESS, "count 0 is done first");
-        assert_eq!((api.aclrtMemset)(core::ptr::null_mut(), 1, 0, 1), ACL_ERROR_INVALID_PARAM);
-        assert_eq!((api.aclrtMemset)(at, 4096, 0, 4096), ACL_ERROR_RT_PARAM_INVALID, "past the allocation");
+        assert_eq!(api.aclrtMemset(at, 200, 0x1AB, 200), ACL_SUCCESS);
+        assert_eq!(api.aclrtMemset(at, 10, 0, 200), ACL_ERROR_RT_PARAM_INVALID, "maxCount below count");
+        assert_eq!(api.aclrtMemset(core::ptr::null_mut(), 1, 0, 0), ACL_SUCCESS, "count 0 is done first");
+        assert_eq!(api.aclrtMemset(core::ptr::null_mut(), 1, 0, 1), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMemset(at, 4096, 0, 4096), ACL_ERROR_RT_PARAM_INVALID, "past the allocation");
         let mut host = [0u8; 8];
-        assert_eq!((api.aclrtMemset)(host.as_mut_ptr().cast(), 8, 0, 8), ACL_ERROR_RT_INVALID_MEMORY_TYPE);
+        assert_eq!(api.aclrtMemset(host.as_mut_ptr().cast(), 8, 0, 8), ACL_ERROR_RT_INVALID_MEMORY_TYPE);
     }
     let back = download(api, dev, 4096);
     assert!(back[..100].iter().all(|&b| b == 0xEE));
@@ -89,19 +89,19 @@ fn bad_pointers_sizes_and_kinds_return_their_codes() {
     let mut ptr = core::ptr::null_mut();
     // SAFETY: every pointer is a live local or a device address the twin checks.
     unsafe {
-        assert_eq!((api.aclrtMalloc)(&mut ptr, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
-        assert_eq!((api.aclrtMalloc)(core::ptr::null_mut(), 8, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMalloc(&mut ptr, 0, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMalloc(core::ptr::null_mut(), 8, ACL_MEM_MALLOC_HUGE_FIRST), ACL_ERROR_INVALID_PARAM);
         assert_eq!(
-            (api.aclrtMalloc)(&mut ptr, usize::MAX / 2, ACL_MEM_MALLOC_HUGE_FIRST),
+            api.aclrtMalloc(&mut ptr, usize::MAX / 2, ACL_MEM_MALLOC_HUGE_FIRST),
             ACL_ERROR_RT_MEMORY_ALLOCATION
         );
-        assert_eq!((api.aclrtFree)(core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!((api.aclrtFree)(near_end), ACL_ERROR_RT_PARAM_INVALID, "not an allocation's start");
-        assert_eq!((api.aclrtFree)(h), ACL_ERROR_RT_PARAM_INVALID, "a Host address");
-        assert_eq!((api.aclrtFree)(dev), ACL_SUCCESS);
-        assert_eq!((api.aclrtFree)(dev), ACL_ERROR_RT_PARAM_INVALID, "double free");
+        assert_eq!(api.aclrtFree(core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtFree(near_end), ACL_ERROR_RT_PARAM_INVALID, "not an allocation's start");
+        assert_eq!(api.aclrtFree(h), ACL_ERROR_RT_PARAM_INVALID, "a Host address");
+        assert_eq!(api.aclrtFree(dev), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(dev), ACL_ERROR_RT_PARAM_INVALID, "double free");
         assert_eq!(memcpy(api, h, 8, dev, 8, ACL_MEMCPY_DEVICE_TO_HOST), ACL_ERROR_RT_PARAM_INVALID, "use after free");
-        assert_eq!((api.aclrtFree)(other), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(other), ACL_SUCCESS);
     }
 }
 
@@ -111,31 +111,41 @@ fn malloc_host_and_host_registration() {
     let mut host = core::ptr::null_mut();
     // SAFETY: live locals; the Host memory is used within its size.
     unsafe {
-        assert_eq!((api.aclrtMallocHost)(&mut host, 0), ACL_ERROR_INVALID_PARAM);
-        assert_eq!((api.aclrtMallocHost)(&mut host, 10_000), ACL_SUCCESS);
+        assert_eq!(api.aclrtMallocHost(&mut host, 0), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMallocHost(&mut host, 10_000), ACL_SUCCESS);
         core::ptr::write_bytes(host.cast::<u8>(), 0x5C, 10_000);
         let dev = malloc(api, 10_000);
         assert_eq!(memcpy(api, dev, 10_000, host, 10_000, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
         assert!(download(api, dev, 10_000).iter().all(|&b| b == 0x5C));
-        assert_eq!((api.aclrtFreeHost)(dev), ACL_ERROR_RT_PARAM_INVALID);
-        assert_eq!((api.aclrtFreeHost)(host), ACL_SUCCESS);
-        assert_eq!((api.aclrtFreeHost)(host), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(api.aclrtFreeHost(dev), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(api.aclrtFreeHost(host), ACL_SUCCESS);
+        assert_eq!(api.aclrtFreeHost(host), ACL_ERROR_RT_PARAM_INVALID);
 
         // Registration: a distinct device address onto the same pages.
-        let register = api.aclrtHostRegister.expect("resolved");
-        let unregister = api.aclrtHostUnregister.expect("resolved");
         let mut buffer = pattern(8192, 3);
         let base = buffer.as_mut_ptr().add(10).cast::<c_void>();
         let mut mapped = core::ptr::null_mut();
-        assert_eq!(register(base, 0, ACL_HOST_REGISTER_MAPPED, &mut mapped), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(register(base, 4000, ACL_HOST_REGISTER_MAPPED, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(register(base, 4000, ACL_HOST_REGISTER_IOMEMORY, &mut mapped), ACL_ERROR_RT_FEATURE_NOT_SUPPORT);
-        assert_eq!(register(base, 4000, ACL_HOST_REGISTER_MAPPED, &mut mapped), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtHostRegister(base, 0, ACL_HOST_REGISTER_MAPPED, &mut mapped).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtHostRegister(base, 4000, ACL_HOST_REGISTER_MAPPED, core::ptr::null_mut()).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtHostRegister(base, 4000, ACL_HOST_REGISTER_IOMEMORY, &mut mapped).expect("resolved"),
+            ACL_ERROR_RT_FEATURE_NOT_SUPPORT
+        );
+        assert_eq!(
+            api.aclrtHostRegister(base, 4000, ACL_HOST_REGISTER_MAPPED, &mut mapped).expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_ne!(mapped, base, "the device address is not the Host pointer");
         let inside = base.cast::<u8>().add(100).cast::<c_void>();
         let mut again = core::ptr::null_mut();
         assert_eq!(
-            register(inside, 10, ACL_HOST_REGISTER_MAPPED, &mut again),
+            api.aclrtHostRegister(inside, 10, ACL_HOST_REGISTER_MAPPED, &mut again).expect("resolved"),
             ACL_ERROR_HOST_MEMORY_ALREADY_REGISTERED
         );
         // The device writes through its address; the Host sees it at its own pointer.
@@ -150,17 +160,20 @@ fn malloc_host_and_host_registration() {
             memcpy(api, out.as_mut_ptr().cast(), 8, mapped.cast::<u8>().add(3996).cast(), 8, ACL_MEMCPY_DEVICE_TO_HOST),
             ACL_ERROR_RT_PARAM_INVALID
         );
-        assert_eq!(unregister(inside), ACL_ERROR_HOST_MEMORY_NOT_REGISTERED);
-        assert_eq!(unregister(base), ACL_SUCCESS);
+        assert_eq!(api.aclrtHostUnregister(inside).expect("resolved"), ACL_ERROR_HOST_MEMORY_NOT_REGISTERED);
+        assert_eq!(api.aclrtHostUnregister(base).expect("resolved"), ACL_SUCCESS);
         assert_eq!(
             memcpy(api, out.as_mut_ptr().cast(), 1, mapped, 1, ACL_MEMCPY_DEVICE_TO_HOST),
             ACL_ERROR_RT_PARAM_INVALID
         );
         // Read-only registration: device writes are refused.
-        assert_eq!(register(base, 64, ACL_HOST_REGISTER_READONLY, &mut mapped), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtHostRegister(base, 64, ACL_HOST_REGISTER_READONLY, &mut mapped).expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_eq!(memcpy(api, mapped, 64, dev, 64, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_PARAM_INVALID);
         assert_eq!(download(api, mapped, 1), [0x77]);
-        assert_eq!(unregister(base), ACL_SUCCESS);
-        assert_eq!((api.aclrtFree)(dev), ACL_SUCCESS);
+        assert_eq!(api.aclrtHostUnregister(base).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(dev), ACL_SUCCESS);
     }
 }

@@ -27,10 +27,10 @@ fn workspace() -> u64 {
         let mut attr = aclshmemx_init_attr_t::new(0, 1, 256 << 20);
         // SAFETY: every pointer is a live local; `uid` outlives the initialisation that reads it.
         unsafe {
-            assert_eq!((shmem.aclshmemx_get_uniqueid)(&mut uid), ACLSHMEM_SUCCESS);
-            assert_eq!((shmem.aclshmemx_set_attr_uniqueid_args)(0, 1, 256 << 20, &mut uid, &mut attr), 0);
+            assert_eq!(shmem.aclshmemx_get_uniqueid(&mut uid), ACLSHMEM_SUCCESS);
+            assert_eq!(shmem.aclshmemx_set_attr_uniqueid_args(0, 1, 256 << 20, &mut uid, &mut attr), 0);
             attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
-            assert_eq!((shmem.aclshmemx_init_attr)(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr), ACLSHMEM_SUCCESS);
+            assert_eq!(shmem.aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr), ACLSHMEM_SUCCESS);
         }
         let state = cann_shmem_sys::result::state::host_state(shmem).expect("g_state reads back");
         assert_eq!((state.header.mype, state.header.npes), (0, 1));

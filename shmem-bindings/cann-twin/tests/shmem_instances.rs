@@ -12,15 +12,15 @@ use cann_shmem_sys::ShmemApi;
 fn init(shmem: &ShmemApi, device: i32) -> i32 {
     let api = common::api();
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(device) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(device) }, ACL_SUCCESS);
     let mut uid = aclshmemx_uniqueid_t::default();
     let mut attr = aclshmemx_init_attr_t::new(0, 0, 0);
     // SAFETY: live locals; `uid` outlives the initialisation below.
     unsafe {
-        assert_eq!((shmem.aclshmemx_get_uniqueid)(&mut uid), ACLSHMEM_SUCCESS);
-        assert_eq!((shmem.aclshmemx_set_attr_uniqueid_args)(0, 1, 1 << 20, &mut uid, &mut attr), ACLSHMEM_SUCCESS);
+        assert_eq!(shmem.aclshmemx_get_uniqueid(&mut uid), ACLSHMEM_SUCCESS);
+        assert_eq!(shmem.aclshmemx_set_attr_uniqueid_args(0, 1, 1 << 20, &mut uid, &mut attr), ACLSHMEM_SUCCESS);
         attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
-        (shmem.aclshmemx_init_attr)(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
+        shmem.aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
     }
 }
 
@@ -42,9 +42,9 @@ fn each_instance_is_a_pe_of_its_own_with_its_own_state_and_workspace() {
     assert_eq!(host_state(zero).expect("g_state").header.mype, -1);
     // SAFETY: no arguments.
     unsafe {
-        assert_eq!((one.aclshmem_finalize)(), ACLSHMEM_SUCCESS);
+        assert_eq!(one.aclshmem_finalize(), ACLSHMEM_SUCCESS);
         assert_eq!(host_state(one).expect("state").sdma_workspace_addr, 0);
         assert_eq!(host_state(two).expect("state").sdma_workspace_addr, state_two.sdma_workspace_addr);
-        assert_eq!((two.aclshmem_finalize)(), ACLSHMEM_SUCCESS);
+        assert_eq!(two.aclshmem_finalize(), ACLSHMEM_SUCCESS);
     }
 }

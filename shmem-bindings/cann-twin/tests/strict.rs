@@ -34,19 +34,18 @@ fn a_host_dereference_of_a_device_address_faults() {
     assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
 
     // A Host-registered window's device address is not the Host's either.
-    let register = api.aclrtHostRegister.expect("resolved");
     let mut host = vec![7u8; 4096];
     let mut mapped = core::ptr::null_mut();
     // SAFETY: `host` outlives the registration.
-    assert_eq!(unsafe { register(host.as_mut_ptr().cast(), 4096, ACL_HOST_REGISTER_MAPPED, &mut mapped) }, ACL_SUCCESS);
+    let code = unsafe { api.aclrtHostRegister(host.as_mut_ptr().cast(), 4096, ACL_HOST_REGISTER_MAPPED, &mut mapped) };
+    assert_eq!(code.expect("resolved"), ACL_SUCCESS);
     let status = read_in_child(mapped as usize);
     assert!(libc::WIFSIGNALED(status) && libc::WTERMSIG(status) == libc::SIGSEGV, "status {status}");
     // The control: a Host address read in a child survives.
     let status = read_in_child(host.as_ptr() as usize);
     assert!(libc::WIFEXITED(status), "status {status}");
-    let unregister = api.aclrtHostUnregister.expect("resolved");
     // SAFETY: registered above.
-    assert_eq!(unsafe { unregister(host.as_mut_ptr().cast()) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtHostUnregister(host.as_mut_ptr().cast()).expect("resolved") }, ACL_SUCCESS);
     // SAFETY: from aclrtMalloc.
-    assert_eq!(unsafe { (api.aclrtFree)(dev) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtFree(dev) }, ACL_SUCCESS);
 }

@@ -22,52 +22,82 @@ fn device_prop() -> aclrtPhysicalMemProp {
 #[test]
 fn reserve_map_access_unmap_with_data() {
     let api = api();
-    let granularity_of = api.aclrtMemGetAllocationGranularity.expect("resolved");
-    let malloc_physical = api.aclrtMallocPhysical.expect("resolved");
-    let free_physical = api.aclrtFreePhysical.expect("resolved");
-    let reserve = api.aclrtReserveMemAddress.expect("resolved");
-    let release = api.aclrtReleaseMemAddress.expect("resolved");
-    let map = api.aclrtMapMem.expect("resolved");
-    let unmap = api.aclrtUnmapMem.expect("resolved");
-    let set_access = api.aclrtMemSetAccess.expect("resolved");
     let mut prop = device_prop();
     // SAFETY: every pointer is a live local or a device address the twin checks.
     unsafe {
         let mut granularity = 0usize;
-        assert_eq!(granularity_of(&mut prop, ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED, &mut granularity), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemGetAllocationGranularity(&mut prop, ACL_RT_MEM_ALLOC_GRANULARITY_RECOMMENDED, &mut granularity)
+                .expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_eq!(granularity, MIB2);
         assert_eq!(
-            granularity_of(core::ptr::null_mut(), ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM, &mut granularity),
+            api.aclrtMemGetAllocationGranularity(
+                core::ptr::null_mut(),
+                ACL_RT_MEM_ALLOC_GRANULARITY_MINIMUM,
+                &mut granularity
+            )
+            .expect("resolved"),
             ACL_ERROR_INVALID_PARAM
         );
 
         // Physical memory: the property and flag rules.
         let mut handles = [core::ptr::null_mut(); 2];
-        assert_eq!(malloc_physical(&mut handles[0], MIB2, &prop, 1), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(malloc_physical(&mut handles[0], MIB2 + 1, &prop, 0), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtMallocPhysical(&mut handles[0], MIB2, &prop, 1).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMallocPhysical(&mut handles[0], MIB2 + 1, &prop, 0).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
         let mut ddr = device_prop();
         ddr.memAttr = ACL_DDR_MEM_HUGE;
-        assert_eq!(malloc_physical(&mut handles[0], MIB2, &ddr, 0), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMallocPhysical(&mut handles[0], MIB2, &ddr, 0).expect("resolved"), ACL_ERROR_INVALID_PARAM);
         let mut posix = device_prop();
         posix.handleType = ACL_MEM_HANDLE_TYPE_POSIX;
-        assert_eq!(malloc_physical(&mut handles[0], MIB2, &posix, 0), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtMallocPhysical(&mut handles[0], MIB2, &posix, 0).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
         for handle in &mut handles {
-            assert_eq!(malloc_physical(handle, 2 * MIB2, &prop, 0), ACL_SUCCESS);
+            assert_eq!(api.aclrtMallocPhysical(handle, 2 * MIB2, &prop, 0).expect("resolved"), ACL_SUCCESS);
         }
 
         // A reservation of three granules; two physical allocations mapped side by side.
         let mut va = core::ptr::null_mut();
-        assert_eq!(reserve(&mut va, 3 * MIB2, 0, core::ptr::null_mut(), 2), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(reserve(&mut va, 3 * MIB2, 0, 0x1000 as *mut c_void, 0), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(reserve(&mut va, 3 * MIB2, 0, core::ptr::null_mut(), 0), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtReserveMemAddress(&mut va, 3 * MIB2, 0, core::ptr::null_mut(), 2).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtReserveMemAddress(&mut va, 3 * MIB2, 0, 0x1000 as *mut c_void, 0).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtReserveMemAddress(&mut va, 3 * MIB2, 0, core::ptr::null_mut(), 0).expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_eq!(va as usize % MIB2, 0);
         let second = va.cast::<u8>().add(MIB2).cast::<c_void>();
-        assert_eq!(map(va, MIB2, 0, handles[0], 1), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(map(va, 3 * MIB2, 0, handles[0], 0), ACL_ERROR_INVALID_PARAM, "longer than the physical memory");
-        assert_eq!(map(va, MIB2, MIB2, handles[0], 0), ACL_SUCCESS);
-        assert_eq!(map(va, MIB2, 0, handles[1], 0), ACL_ERROR_RT_PARAM_INVALID, "overlaps a mapping");
-        assert_eq!(map(second, 2 * MIB2, 0, handles[1], 0), ACL_SUCCESS);
-        assert_eq!(map(va, MIB2, 0, 0x1234 as aclrtDrvMemHandle, 0), ACL_ERROR_RT_INVALID_HANDLE);
+        assert_eq!(api.aclrtMapMem(va, MIB2, 0, handles[0], 1).expect("resolved"), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtMapMem(va, 3 * MIB2, 0, handles[0], 0).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM,
+            "longer than the physical memory"
+        );
+        assert_eq!(api.aclrtMapMem(va, MIB2, MIB2, handles[0], 0).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMapMem(va, MIB2, 0, handles[1], 0).expect("resolved"),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "overlaps a mapping"
+        );
+        assert_eq!(api.aclrtMapMem(second, 2 * MIB2, 0, handles[1], 0).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMapMem(va, MIB2, 0, 0x1234 as aclrtDrvMemHandle, 0).expect("resolved"),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
 
         // Data across the boundary of the two mappings.
         let data = pattern(MIB2, 11);
@@ -76,8 +106,11 @@ fn reserve_map_access_unmap_with_data() {
         assert_eq!(download(api, across, MIB2), data);
         // Into a second mapping of the same physical memory: the same bytes.
         let mut alias = core::ptr::null_mut();
-        assert_eq!(reserve(&mut alias, MIB2, 0, core::ptr::null_mut(), 0), ACL_SUCCESS);
-        assert_eq!(map(alias, MIB2, 0, handles[1], 0), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtReserveMemAddress(&mut alias, MIB2, 0, core::ptr::null_mut(), 0).expect("resolved"),
+            ACL_SUCCESS
+        );
+        assert_eq!(api.aclrtMapMem(alias, MIB2, 0, handles[1], 0).expect("resolved"), ACL_SUCCESS);
         assert_eq!(download(api, alias, MIB2 / 2), data[MIB2 / 2..]);
         // Past the reservation's mapped part.
         let mut out = vec![0u8; 64];
@@ -97,39 +130,47 @@ fn reserve_map_access_unmap_with_data() {
             location: aclrtMemLocation { id: 0, r#type: ACL_MEM_LOCATION_TYPE_DEVICE },
             rsv: [0; 12],
         };
-        assert_eq!(set_access(va, MIB2 / 2, &mut desc, 1), ACL_ERROR_RT_PARAM_INVALID, "not whole mappings");
-        assert_eq!(set_access(va, 3 * MIB2, &mut desc, 0), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(set_access(va, 3 * MIB2, &mut desc, 1), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemSetAccess(va, MIB2 / 2, &mut desc, 1).expect("resolved"),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "not whole mappings"
+        );
+        assert_eq!(api.aclrtMemSetAccess(va, 3 * MIB2, &mut desc, 0).expect("resolved"), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(api.aclrtMemSetAccess(va, 3 * MIB2, &mut desc, 1).expect("resolved"), ACL_SUCCESS);
         assert_eq!(memcpy(api, across, 64, heap, 64, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_ERROR_RT_PARAM_INVALID);
         assert_eq!(download(api, across, 64), data[..64]);
         desc.flags = ACL_RT_MEM_ACCESS_FLAGS_NONE;
-        assert_eq!(set_access(va, MIB2, &mut desc, 1), ACL_SUCCESS);
+        assert_eq!(api.aclrtMemSetAccess(va, MIB2, &mut desc, 1).expect("resolved"), ACL_SUCCESS);
         assert_eq!(
             memcpy(api, out.as_mut_ptr().cast(), 64, va, 64, ACL_MEMCPY_DEVICE_TO_HOST),
             ACL_ERROR_RT_PARAM_INVALID
         );
         desc.flags = ACL_RT_MEM_ACCESS_FLAGS_READWRITE;
-        assert_eq!(set_access(va, 3 * MIB2, &mut desc, 1), ACL_SUCCESS);
+        assert_eq!(api.aclrtMemSetAccess(va, 3 * MIB2, &mut desc, 1).expect("resolved"), ACL_SUCCESS);
         assert_eq!(memcpy(api, across, 64, heap, 64, ACL_MEMCPY_DEVICE_TO_DEVICE), ACL_SUCCESS);
 
         // Teardown order is enforced: unmap, release, free.
-        assert_eq!(free_physical(handles[0]), ACL_ERROR_RT_MEMORY_FREE, "still mapped");
-        assert_eq!(release(va), ACL_ERROR_RT_MEMORY_FREE, "mappings remain");
-        assert_eq!(unmap(second.cast::<u8>().add(4096).cast()), ACL_ERROR_RT_PARAM_INVALID, "not a mapping's start");
-        assert_eq!(unmap(va), ACL_SUCCESS);
-        assert_eq!(unmap(second), ACL_SUCCESS);
-        assert_eq!(unmap(alias), ACL_SUCCESS);
+        assert_eq!(api.aclrtFreePhysical(handles[0]).expect("resolved"), ACL_ERROR_RT_MEMORY_FREE, "still mapped");
+        assert_eq!(api.aclrtReleaseMemAddress(va).expect("resolved"), ACL_ERROR_RT_MEMORY_FREE, "mappings remain");
+        assert_eq!(
+            api.aclrtUnmapMem(second.cast::<u8>().add(4096).cast()).expect("resolved"),
+            ACL_ERROR_RT_PARAM_INVALID,
+            "not a mapping's start"
+        );
+        assert_eq!(api.aclrtUnmapMem(va).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtUnmapMem(second).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtUnmapMem(alias).expect("resolved"), ACL_SUCCESS);
         assert_eq!(
             memcpy(api, out.as_mut_ptr().cast(), 64, va, 64, ACL_MEMCPY_DEVICE_TO_HOST),
             ACL_ERROR_RT_PARAM_INVALID
         );
-        assert_eq!(release(va), ACL_SUCCESS);
-        assert_eq!(release(alias), ACL_SUCCESS);
-        assert_eq!(release(va), ACL_ERROR_RT_PARAM_INVALID);
+        assert_eq!(api.aclrtReleaseMemAddress(va).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtReleaseMemAddress(alias).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtReleaseMemAddress(va).expect("resolved"), ACL_ERROR_RT_PARAM_INVALID);
         for handle in handles {
-            assert_eq!(free_physical(handle), ACL_SUCCESS);
-            assert_eq!(free_physical(handle), ACL_ERROR_RT_INVALID_HANDLE);
+            assert_eq!(api.aclrtFreePhysical(handle).expect("resolved"), ACL_SUCCESS);
+            assert_eq!(api.aclrtFreePhysical(handle).expect("resolved"), ACL_ERROR_RT_INVALID_HANDLE);
         }
-        assert_eq!((api.aclrtFree)(heap), ACL_SUCCESS);
+        assert_eq!(api.aclrtFree(heap), ACL_SUCCESS);
     }
 }

@@ -43,7 +43,7 @@ fn prop(device: u32) -> aclrtPhysicalMemProp {
 fn physical(api: &AclApi, size: usize, device: u32) -> aclrtDrvMemHandle {
     let mut handle = core::ptr::null_mut();
     // SAFETY: live locals.
-    assert_eq!(unsafe { api.aclrtMallocPhysical.expect("resolved")(&mut handle, size, &prop(device), 0) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtMallocPhysical(&mut handle, size, &prop(device), 0).expect("resolved") }, ACL_SUCCESS);
     handle
 }
 
@@ -52,8 +52,8 @@ fn map(api: &AclApi, handle: aclrtDrvMemHandle, size: usize) -> *mut c_void {
     let mut va = core::ptr::null_mut();
     // SAFETY: live locals; the twin checks the handle and addresses.
     unsafe {
-        assert_eq!(api.aclrtReserveMemAddress.expect("resolved")(&mut va, size, 0, core::ptr::null_mut(), 0), 0);
-        assert_eq!(api.aclrtMapMem.expect("resolved")(va, size, 0, handle, 0), ACL_SUCCESS);
+        assert_eq!(api.aclrtReserveMemAddress(&mut va, size, 0, core::ptr::null_mut(), 0).expect("resolved"), 0);
+        assert_eq!(api.aclrtMapMem(va, size, 0, handle, 0).expect("resolved"), ACL_SUCCESS);
     }
     va
 }
@@ -61,21 +61,21 @@ fn map(api: &AclApi, handle: aclrtDrvMemHandle, size: usize) -> *mut c_void {
 fn unmap(api: &AclApi, va: *mut c_void) {
     // SAFETY: the twin checks the address.
     unsafe {
-        assert_eq!(api.aclrtUnmapMem.expect("resolved")(va), ACL_SUCCESS);
-        assert_eq!(api.aclrtReleaseMemAddress.expect("resolved")(va), ACL_SUCCESS);
+        assert_eq!(api.aclrtUnmapMem(va).expect("resolved"), ACL_SUCCESS);
+        assert_eq!(api.aclrtReleaseMemAddress(va).expect("resolved"), ACL_SUCCESS);
     }
 }
 
 fn free(api: &AclApi, handle: aclrtDrvMemHandle) {
     // SAFETY: the twin checks the handle.
-    assert_eq!(unsafe { api.aclrtFreePhysical.expect("resolved")(handle) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtFreePhysical(handle).expect("resolved") }, ACL_SUCCESS);
 }
 
 fn export(api: &AclApi, handle: aclrtDrvMemHandle, flags: u64) -> Result<u64, aclError> {
     let mut shareable = 0u64;
     // SAFETY: a live out-pointer; the twin checks the handle.
     let code = unsafe {
-        api.aclrtMemExportToShareableHandle.expect("resolved")(handle, ACL_MEM_HANDLE_TYPE_NONE, flags, &mut shareable)
+        api.aclrtMemExportToShareableHandle(handle, ACL_MEM_HANDLE_TYPE_NONE, flags, &mut shareable).expect("resolved")
     };
     if code == ACL_SUCCESS {
         Ok(shareable)
@@ -87,7 +87,7 @@ fn export(api: &AclApi, handle: aclrtDrvMemHandle, flags: u64) -> Result<u64, ac
 fn import(api: &AclApi, shareable: u64, device: i32) -> Result<aclrtDrvMemHandle, aclError> {
     let mut handle = core::ptr::null_mut();
     // SAFETY: a live out-pointer.
-    let code = unsafe { api.aclrtMemImportFromShareableHandle.expect("resolved")(shareable, device, &mut handle) };
+    let code = unsafe { api.aclrtMemImportFromShareableHandle(shareable, device, &mut handle).expect("resolved") };
     if code == ACL_SUCCESS {
         Ok(handle)
     } else {
@@ -111,14 +111,14 @@ fn in_process_two_devices_see_the_same_pages() {
     assert_eq!(export(api, exported, 1), Err(ACL_ERROR_RT_PARAM_INVALID));
 
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(1) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(1) }, ACL_SUCCESS);
     let imported = import(api, shareable, 1).expect("import on device 1");
     assert_eq!(import(api, shareable, 1), Err(ACL_ERROR_RT_PARAM_INVALID), "one import per process");
     // An imported handle is not exported again.
     assert_eq!(export(api, imported, 1), Err(ACL_ERROR_RT_INVALID_HANDLE));
     let va_import = map(api, imported, size);
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
     let va_export = map(api, exported, size);
 
     let first = pattern(size, 3);
@@ -139,8 +139,8 @@ fn in_process_two_devices_see_the_same_pages() {
     assert!(!vmm_share::service_running(), "the service stops with the last export");
     // SAFETY: plain value arguments.
     unsafe {
-        assert_eq!((api.aclrtResetDevice)(1), ACL_SUCCESS);
-        assert_eq!((api.aclrtResetDevice)(0), ACL_SUCCESS);
+        assert_eq!(api.aclrtResetDevice(1), ACL_SUCCESS);
+        assert_eq!(api.aclrtResetDevice(0), ACL_SUCCESS);
     }
 }
 
@@ -153,19 +153,35 @@ fn argument_codes() {
     let api = api();
     let exported = physical(api, MIB2, 0);
     let mut out = 0u64;
-    let export_fn = api.aclrtMemExportToShareableHandle.expect("resolved");
-    let import_fn = api.aclrtMemImportFromShareableHandle.expect("resolved");
     // SAFETY: live locals or null pointers the twin checks.
     unsafe {
-        assert_eq!(export_fn(core::ptr::null_mut(), ACL_MEM_HANDLE_TYPE_NONE, 1, &mut out), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(export_fn(exported, ACL_MEM_HANDLE_TYPE_POSIX, 1, &mut out), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(export_fn(exported, ACL_MEM_HANDLE_TYPE_NONE, 1, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(export_fn(exported, ACL_MEM_HANDLE_TYPE_NONE, 2, &mut out), ACL_ERROR_INVALID_PARAM);
         assert_eq!(
-            export_fn(0x1234 as aclrtDrvMemHandle, ACL_MEM_HANDLE_TYPE_NONE, 1, &mut out),
+            api.aclrtMemExportToShareableHandle(core::ptr::null_mut(), ACL_MEM_HANDLE_TYPE_NONE, 1, &mut out)
+                .expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandle(exported, ACL_MEM_HANDLE_TYPE_POSIX, 1, &mut out).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandle(exported, ACL_MEM_HANDLE_TYPE_NONE, 1, core::ptr::null_mut())
+                .expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandle(exported, ACL_MEM_HANDLE_TYPE_NONE, 2, &mut out).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandle(0x1234 as aclrtDrvMemHandle, ACL_MEM_HANDLE_TYPE_NONE, 1, &mut out)
+                .expect("resolved"),
             ACL_ERROR_RT_INVALID_HANDLE
         );
-        assert_eq!(import_fn(1, 0, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandle(1, 0, core::ptr::null_mut()).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
     }
     let shareable = export(api, exported, ACL_RT_VMM_EXPORT_FLAG_DEFAULT).expect("export with flags 0");
     assert_eq!(import(api, shareable, 4096), Err(ACL_ERROR_RT_INVALID_DEVICEID));
@@ -185,8 +201,6 @@ fn v2_fabric_and_default_handles() {
     }
     let _serial = serial();
     let api = api();
-    let export_v2 = api.aclrtMemExportToShareableHandleV2.expect("resolved");
-    let import_v2 = api.aclrtMemImportFromShareableHandleV2.expect("resolved");
     let a = physical(api, MIB2, 0);
     let b = physical(api, MIB2, 0);
     let mut fabric = aclrtMemFabricHandle { data: [0; 128] };
@@ -196,28 +210,72 @@ fn v2_fabric_and_default_handles() {
     unsafe {
         let fabric_ptr = (&mut fabric as *mut aclrtMemFabricHandle).cast::<c_void>();
         let default_ptr = (&mut default as *mut u64).cast::<c_void>();
-        assert_eq!(export_v2(a, 1, aclrtMemSharedHandleType(3), fabric_ptr), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(export_v2(a, 1, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, core::ptr::null_mut()), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(export_v2(a, 1, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, fabric_ptr), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemExportToShareableHandleV2(a, 1, aclrtMemSharedHandleType(3), fabric_ptr).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandleV2(a, 1, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, core::ptr::null_mut())
+                .expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemExportToShareableHandleV2(a, 1, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, fabric_ptr)
+                .expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_eq!(&fabric.data[8..24], &vmm_share::FABRIC_MAGIC);
-        assert_eq!(export_v2(b, 1, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, default_ptr), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemExportToShareableHandleV2(b, 1, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, default_ptr)
+                .expect("resolved"),
+            ACL_SUCCESS
+        );
         assert_eq!(vmm_share::handle_pid(default), std::process::id());
 
-        assert_eq!(import_v2(fabric_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 1, &mut out), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(import_v2(fabric_ptr, aclrtMemSharedHandleType(7), 0, &mut out), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(fabric_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 1, &mut out)
+                .expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(fabric_ptr, aclrtMemSharedHandleType(7), 0, &mut out)
+                .expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
         let mut corrupt = fabric;
         corrupt.data[100] = 1;
         let corrupt_ptr = (&mut corrupt as *mut aclrtMemFabricHandle).cast::<c_void>();
-        assert_eq!(import_v2(corrupt_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut out), ACL_ERROR_RT_INVALID_HANDLE);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(corrupt_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut out)
+                .expect("resolved"),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
         corrupt = fabric;
         corrupt.data[9] ^= 0xff;
         let corrupt_ptr = (&mut corrupt as *mut aclrtMemFabricHandle).cast::<c_void>();
-        assert_eq!(import_v2(corrupt_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut out), ACL_ERROR_RT_INVALID_HANDLE);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(corrupt_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut out)
+                .expect("resolved"),
+            ACL_ERROR_RT_INVALID_HANDLE
+        );
 
         let mut from_fabric = core::ptr::null_mut();
-        assert_eq!(import_v2(fabric_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut from_fabric), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(fabric_ptr, ACL_MEM_SHARE_HANDLE_TYPE_FABRIC, 0, &mut from_fabric)
+                .expect("resolved"),
+            ACL_SUCCESS
+        );
         let mut from_default = core::ptr::null_mut();
-        assert_eq!(import_v2(default_ptr, ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT, 0, &mut from_default), ACL_SUCCESS);
+        assert_eq!(
+            api.aclrtMemImportFromShareableHandleV2(
+                default_ptr,
+                ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT,
+                0,
+                &mut from_default
+            )
+            .expect("resolved"),
+            ACL_SUCCESS
+        );
         for (exported, imported, seed) in [(a, from_fabric, 5), (b, from_default, 6)] {
             let va_export = map(api, exported, MIB2);
             let va_import = map(api, imported, MIB2);
@@ -413,7 +471,7 @@ fn hostile_connections_are_bounded() {
 fn ipc_key(api: &AclApi, ptr: *mut c_void, size: usize, flags: u64) -> Result<String, aclError> {
     let mut key = [0 as core::ffi::c_char; 65];
     // SAFETY: `key` is writable for its length; the twin checks the device range.
-    let code = unsafe { api.aclrtIpcMemGetExportKey.expect("resolved")(ptr, size, key.as_mut_ptr(), key.len(), flags) };
+    let code = unsafe { api.aclrtIpcMemGetExportKey(ptr, size, key.as_mut_ptr(), key.len(), flags).expect("resolved") };
     if code != ACL_SUCCESS {
         return Err(code);
     }
@@ -425,7 +483,7 @@ fn ipc_import(api: &AclApi, key: &str, flags: u64) -> Result<*mut c_void, aclErr
     let key = std::ffi::CString::new(key).expect("key");
     let mut ptr = core::ptr::null_mut();
     // SAFETY: live locals.
-    let code = unsafe { api.aclrtIpcMemImportByKey.expect("resolved")(&mut ptr, key.as_ptr(), flags) };
+    let code = unsafe { api.aclrtIpcMemImportByKey(&mut ptr, key.as_ptr(), flags).expect("resolved") };
     if code == ACL_SUCCESS {
         Ok(ptr)
     } else {
@@ -436,7 +494,7 @@ fn ipc_import(api: &AclApi, key: &str, flags: u64) -> Result<*mut c_void, aclErr
 fn ipc_close(api: &AclApi, key: &str) -> aclError {
     let key = std::ffi::CString::new(key).expect("key");
     // SAFETY: a live NUL-terminated string.
-    unsafe { api.aclrtIpcMemClose.expect("resolved")(key.as_ptr()) }
+    unsafe { api.aclrtIpcMemClose(key.as_ptr()).expect("resolved") }
 }
 
 #[test]
@@ -450,17 +508,25 @@ fn ipc_keys_in_process() {
     let exported = common::malloc(api, size);
     // SAFETY: null pointers and short buffers the twin checks.
     unsafe {
-        let get = api.aclrtIpcMemGetExportKey.expect("resolved");
         let mut short = [0 as core::ffi::c_char; 16];
-        assert_eq!(get(core::ptr::null_mut(), size, short.as_mut_ptr(), 65, 1), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(get(exported, size, core::ptr::null_mut(), 65, 1), ACL_ERROR_INVALID_PARAM);
-        assert_eq!(get(exported, size, short.as_mut_ptr(), short.len(), 1), ACL_ERROR_INVALID_PARAM);
-        let mut out = core::ptr::null_mut();
         assert_eq!(
-            api.aclrtIpcMemImportByKey.expect("resolved")(&mut out, core::ptr::null(), 0),
+            api.aclrtIpcMemGetExportKey(core::ptr::null_mut(), size, short.as_mut_ptr(), 65, 1).expect("resolved"),
             ACL_ERROR_INVALID_PARAM
         );
-        assert_eq!(api.aclrtIpcMemClose.expect("resolved")(core::ptr::null()), ACL_ERROR_INVALID_PARAM);
+        assert_eq!(
+            api.aclrtIpcMemGetExportKey(exported, size, core::ptr::null_mut(), 65, 1).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(
+            api.aclrtIpcMemGetExportKey(exported, size, short.as_mut_ptr(), short.len(), 1).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        let mut out = core::ptr::null_mut();
+        assert_eq!(
+            api.aclrtIpcMemImportByKey(&mut out, core::ptr::null(), 0).expect("resolved"),
+            ACL_ERROR_INVALID_PARAM
+        );
+        assert_eq!(api.aclrtIpcMemClose(core::ptr::null()).expect("resolved"), ACL_ERROR_INVALID_PARAM);
     }
     assert_eq!(ipc_key(api, exported, size, 2), Err(ACL_ERROR_INVALID_PARAM));
     assert_eq!(ipc_key(api, exported, size + 1, 1), Err(ACL_ERROR_RT_PARAM_INVALID), "past the allocation");
@@ -472,7 +538,7 @@ fn ipc_keys_in_process() {
     let inner = ipc_key(api, inner_ptr, 5000, 0).expect("key of a sub-range");
 
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(1) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(1) }, ACL_SUCCESS);
     let imported = ipc_import(api, &whole, 0).expect("import");
     assert_ne!(imported, exported);
     assert_eq!(ipc_import(api, &whole, 0), Err(ACL_ERROR_RT_PARAM_INVALID), "one import of a key per process");
@@ -500,13 +566,13 @@ fn ipc_keys_in_process() {
     assert!(vmm_share::service_running(), "the whole-allocation key is still exported");
     // Freeing the allocation withdraws its keys.
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
     // SAFETY: what aclrtMalloc returned.
-    assert_eq!(unsafe { (api.aclrtFree)(exported) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtFree(exported) }, ACL_SUCCESS);
     assert_eq!(ipc_import(api, &whole, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
     assert!(!vmm_share::service_running());
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtResetDevice)(1) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtResetDevice(1) }, ACL_SUCCESS);
 }
 
 fn pipe() -> (OwnedFd, OwnedFd) {
@@ -645,7 +711,7 @@ fn child_exporter() {
                 free(api, open);
                 free(api, checked);
                 // SAFETY: what aclrtMalloc returned; its free withdraws its IPC keys.
-                assert_eq!(unsafe { (api.aclrtFree)(heap) }, ACL_SUCCESS);
+                assert_eq!(unsafe { api.aclrtFree(heap) }, ACL_SUCCESS);
                 println!("FREED {}", vmm_share::service_running());
                 let _ = std::io::stdout().flush();
             }

@@ -13,10 +13,10 @@ pub fn api() -> &'static AclApi {
     let api = cann_twin::acl_api();
     INIT.call_once(|| {
         // SAFETY: a null config path is allowed.
-        assert_eq!(unsafe { (api.aclInit)(core::ptr::null()) }, ACL_SUCCESS);
+        assert_eq!(unsafe { api.aclInit(core::ptr::null()) }, ACL_SUCCESS);
     });
     // SAFETY: plain value argument.
-    assert_eq!(unsafe { (api.aclrtSetDevice)(0) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
     api
 }
 
@@ -24,7 +24,7 @@ pub fn api() -> &'static AclApi {
 pub fn malloc(api: &AclApi, size: usize) -> *mut c_void {
     let mut ptr = core::ptr::null_mut();
     // SAFETY: `ptr` is writable.
-    assert_eq!(unsafe { (api.aclrtMalloc)(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) }, ACL_SUCCESS);
+    assert_eq!(unsafe { api.aclrtMalloc(&mut ptr, size, ACL_MEM_MALLOC_HUGE_FIRST) }, ACL_SUCCESS);
     assert!(!ptr.is_null());
     ptr
 }
@@ -39,7 +39,7 @@ pub fn memcpy(
     kind: aclrtMemcpyKind,
 ) -> aclError {
     // SAFETY: Host pointers passed by the tests are valid for `count` bytes; device ones are checked by the twin.
-    unsafe { (api.aclrtMemcpy)(dst, dst_max, src, count, kind) }
+    unsafe { api.aclrtMemcpy(dst, dst_max, src, count, kind) }
 }
 
 /// Uploads `data` to `dev`.
