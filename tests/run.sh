@@ -18,6 +18,8 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo clippy --workspace --all-targets --features cann -- -D warnings
 
 step "services: etcd on loopback (installs Debian's etcd-server if missing)"
+# This checkout's own etcd: another test run on the machine (another clone) starts and stops its own.
+export AIV_ETCD_STATE_DIR="${AIV_ETCD_STATE_DIR:-$PWD/target/test-etcd}"
 AIV_TEST_ETCD="$(bash tests/support/etcd.sh start | tail -n 1)"
 export AIV_TEST_ETCD
 echo "etcd at $AIV_TEST_ETCD"
