@@ -342,6 +342,8 @@ fn executed_and_rung() -> (u64, u64) {
 }
 
 fn provenance_options() -> AivOptions {
+    // Off by default (they cost the post path); on before the device's first SQE is written.
+    cann_twin::control::record_provenance(true);
     // A long kernel budget: the variants below hold the engine or the cores for a few milliseconds.
     AivOptions { kernel_wait_budget: Duration::from_secs(5), ..options(LaunchMode::Persistent) }
 }

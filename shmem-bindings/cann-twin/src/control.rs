@@ -115,6 +115,13 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
     crate::vmm_share::set_withheld(shareable, withheld);
 }
 
+/// Turns the provenance records on or off for the whole process (off by default: they cost the post path, see
+/// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: a slot
+/// written while they were off is attributed to nobody (`sqes_unknown`).
+pub fn record_provenance(on: bool) {
+    crate::sdma::provenance::set_recording(on);
+}
+
 /// The provenance records of channel `(device, index)` since its creation or its last [`reset_provenance`]: who
 /// wrote each SQE its engine executed, who rang each doorbell it accepted, and who first read each completion flag
 /// it landed, each recorded where the act happened (docs/twin-runtime.md, "Provenance records"):

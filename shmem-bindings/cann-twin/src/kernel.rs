@@ -661,13 +661,15 @@ unsafe extern "C" fn op_gm_written(context: *mut c_void, device_addr: u64, len: 
 
 /// The model read `len` bytes of HBM at `device_addr` into `data` (a line fill, a GM -> UB burst): a landed flag
 /// it returned is observed by this core.
-unsafe extern "C" fn op_gm_read(_context: *mut c_void, device_addr: u64, data: *const c_void, len: u64) {
+unsafe extern "C" fn op_gm_read(context: *mut c_void, device_addr: u64, data: *const c_void, len: u64) {
     if data.is_null() {
         return;
     }
+    // SAFETY: the context run_core installed.
+    let core = unsafe { core(context) };
     // SAFETY: the model passes `len` readable bytes it just read.
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
-    crate::sdma::provenance::read(true, device_addr, bytes);
+    crate::sdma::provenance::core_read(core.device, device_addr, bytes);
 }
 
 static OPS: CoreOps = CoreOps {

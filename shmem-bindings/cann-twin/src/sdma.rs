@@ -401,7 +401,9 @@ impl Channel {
 
     /// An accepted doorbell write by `origin` (a `provenance::WRITER_*` id).
     pub(crate) fn ring(&self, tail: u32, origin: u32) {
-        self.provenance.rung(origin);
+        if provenance::recording() {
+            self.provenance.rung(origin);
+        }
         self.doorbell.tail.store(tail, Ordering::SeqCst);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
@@ -478,7 +480,8 @@ impl Channel {
         let segments = space.translate(slot as usize, SQE_BYTES, false).map_err(|_| (Syndrome::QUEUE_FAULT, raw))?;
         read_segments(&segments, &mut raw);
         // Who wrote these bytes, read with them (the writer marked its slot before it rang).
-        let writer = self.provenance.writer_of(head);
+        let recording = provenance::recording();
+        let writer = if recording { self.provenance.writer_of(head) } else { provenance::WRITER_UNKNOWN };
         let sqe = SdmaSqe::from_bytes(&raw);
         if sqe.sqe_type() != SQE_TYPE_SDMA {
             return Err((Syndrome::BAD_TYPE, raw));
@@ -503,7 +506,9 @@ impl Channel {
                 // every earlier copy of this in-order channel for a reader that acquires it.
                 let value = unsafe { AtomicU64::from_ptr(from.cast()) }.load(Ordering::Acquire);
                 // Recorded before the store: a reader that returns the value finds the record.
-                self.provenance.flag_landing(dst as u64, value);
+                if recording {
+                    self.provenance.flag_landing(dst as u64, value);
+                }
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
                 self.activity.progressed();
@@ -512,7 +517,9 @@ impl Channel {
             _ => unsafe { perform_copy(&to, &from) },
         }
         self.progress.executed.fetch_add(1, Ordering::Relaxed);
-        self.provenance.consumed(writer);
+        if recording {
+            self.provenance.consumed(writer);
+        }
         Ok(())
     }
 

@@ -18,6 +18,8 @@ const WAIT: Duration = Duration::from_secs(10);
 
 /// SHMEM initialised with SDMA on device 0 (once); returns the workspace address.
 fn workspace() -> u64 {
+    // Off by default (they cost the post path); on before the first SQE is written.
+    control::record_provenance(true);
     static WORKSPACE: OnceLock<u64> = OnceLock::new();
     let workspace = *WORKSPACE.get_or_init(|| {
         // SAFETY: a null config path is allowed; every other pointer is a live local.
