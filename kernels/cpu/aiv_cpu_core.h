@@ -17,7 +17,7 @@
 extern "C" {
 #endif
 
-#define AIV_CPU_ABI_VERSION 2u
+#define AIV_CPU_ABI_VERSION 3u
 
 /* What register_write answers. */
 #define AIV_CPU_REG_ACCEPTED 0      /* a register took the write */
@@ -58,6 +58,10 @@ typedef struct AivCpuCoreOps {
      * scalar load, or of a store's write-allocate) or a GM -> UB burst. The twin records from it which core first
      * read a completion flag. May be NULL. */
     void (*gm_read)(void* context, uint64_t device_addr, const void* data, uint64_t len);
+    /* (ABI 3) A byte the runtime keeps non-zero while it records what gm_written and gm_read report: while it is
+     * zero the model makes neither call (they cost the post path). Read with a relaxed atomic load. May be NULL:
+     * both are always called. */
+    const uint8_t* records_on;
 } AivCpuCoreOps;
 
 /* Counters of the calling thread's core since aiv_cpu_core_enter. */

@@ -127,6 +127,11 @@ struct Core {
     uint16_t ub_epoch[kUbBytes / kGranule];  // the inline UB stores' ordering record (kernel_operator.h)
 };
 
+// Whether the runtime records what gm_written / gm_read report (ABI 3): skipped while it does not.
+inline bool records_on(const Core& c) {
+    return c.ops->records_on == nullptr || __atomic_load_n(c.ops->records_on, __ATOMIC_RELAXED) != 0;
+}
+
 // Initial-exec, like fast_cache: no __tls_get_addr call per intrinsic in the dlopen'ed kernel object (8 bytes of
 // static TLS).
 __thread Core* g_core __attribute__((tls_model("initial-exec"))) = nullptr;
@@ -184,7 +189,7 @@ void write_back(Core& c, Line& line, uint64_t mask) {
     } else {
         const uint64_t written = mask & line.valid;
         copy_bytes(hbm, line.head.data, written);
-        if (written != 0 && c.ops->gm_written) {
+        if (written != 0 && c.ops->gm_written && records_on(c)) {
             const uint64_t from = static_cast<uint64_t>(__builtin_ctzll(written));
             const uint64_t to = 64 - static_cast<uint64_t>(__builtin_clzll(written));
             c.ops->gm_written(c.context, line.addr + from, to - from);
@@ -212,7 +217,7 @@ Line* fill(Core& c, uint64_t line_addr) {
     }
     uint8_t now[kLine];
     memcpy(now, hbm, kLine);  // one read of HBM: what this fill sees
-    if (c.ops->gm_read) c.ops->gm_read(c.context, line_addr, now, kLine);
+    if (c.ops->gm_read && records_on(c)) c.ops->gm_read(c.context, line_addr, now, kLine);
     if (!line) {
         line = c.lines.insert(line_addr);
         progress(c);
@@ -324,7 +329,7 @@ void execute(Core& c, const DmaOp& op, void* hbm) {
     if (op.out) {
         if (hbm) {
             memcpy(hbm, local, op.len);
-            if (c.ops->gm_written) c.ops->gm_written(c.context, op.gm, op.len);
+            if (c.ops->gm_written && records_on(c)) c.ops->gm_written(c.context, op.gm, op.len);
             prefetch_next(static_cast<uint8_t*>(hbm), op.len);
             return;
         }
@@ -340,7 +345,7 @@ void execute(Core& c, const DmaOp& op, void* hbm) {
         return;
     }
     memcpy(local, hbm, op.len);
-    if (c.ops->gm_read) c.ops->gm_read(c.context, op.gm, local, op.len);
+    if (c.ops->gm_read && records_on(c)) c.ops->gm_read(c.context, op.gm, local, op.len);
 }
 
 // Completes the pending bursts of one direction up to sequence number `upto` (every pending burst with `all`).

@@ -63,9 +63,10 @@ void trap_gm_read(void*, uint64_t addr, const void* data, uint64_t len) {
     if (g_trap->ops->gm_read) g_trap->ops->gm_read(g_trap->context, addr, data, len);
 }
 
+// The model's table; aiv_twin_run_block copies it per block with the runtime's records_on.
 const AivCpuCoreOps kTrapOps = {
     AIV_CPU_ABI_VERSION, trap_translate, trap_register_write, trap_system_counter, trap_idle_hint, trap_fault,
-    trap_gm_written,     trap_gm_read,
+    trap_gm_written,     trap_gm_read,        nullptr,
 };
 
 typedef void (*Entry1)(uint64_t);
@@ -102,7 +103,10 @@ __attribute__((visibility("default"))) int aiv_twin_run_block(const AivCpuCoreOp
     trap.context = context;
     trap.abort = abort;
     g_trap = &trap;
-    if (aiv_cpu_core_enter(&kTrapOps, nullptr, block_idx, block_num) != 0) {
+    // On this frame too: the model reads it for the whole block.
+    AivCpuCoreOps model_ops = kTrapOps;
+    model_ops.records_on = ops->records_on;
+    if (aiv_cpu_core_enter(&model_ops, nullptr, block_idx, block_num) != 0) {
         g_trap = nullptr;
         return AIV_TWIN_BLOCK_REFUSED;
     }

@@ -175,7 +175,7 @@ void op_fault(void* ctx, uint32_t kind, uint64_t addr, uint64_t len) {
 }
 
 const AivCpuCoreOps kOps = {AIV_CPU_ABI_VERSION, op_translate, op_register_write, op_counter, op_idle, op_fault,
-                           nullptr,             nullptr};
+                           nullptr,             nullptr,           nullptr};
 
 struct Core {
     explicit Core(Runtime& rt, uint32_t idx = 0, uint32_t num = 1) {

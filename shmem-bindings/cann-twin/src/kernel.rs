@@ -61,7 +61,7 @@ pub const MAX_NAP: Duration = Duration::from_micros(250);
 pub const ABORT_WAIT: Duration = Duration::from_secs(2);
 
 /// `AIV_CPU_ABI_VERSION` of `kernels/cpu/aiv_cpu_core.h`.
-const ABI_VERSION: u32 = 2;
+const ABI_VERSION: u32 = 3;
 const REG_ACCEPTED: i32 = 0;
 const REG_REFUSED: i32 = 1;
 const REG_NOT_REGISTER: i32 = 2;
@@ -80,7 +80,14 @@ struct CoreOps {
     fault: Option<unsafe extern "C" fn(*mut c_void, u32, u64, u64)>,
     gm_written: Option<unsafe extern "C" fn(*mut c_void, u64, u64)>,
     gm_read: Option<unsafe extern "C" fn(*mut c_void, u64, *const c_void, u64)>,
+    /// (ABI 3) The byte that says whether the provenance records are kept (the model skips `gm_written` and
+    /// `gm_read` while it is 0).
+    records_on: *const u8,
 }
+
+// SAFETY: the one `CoreOps` is a static table of function pointers and a pointer to a static atomic byte, which the
+// model only reads (atomically); sharing it between the cores' threads is what it is for.
+unsafe impl Sync for CoreOps {}
 
 /// `aiv_twin_run_block` of the loaded object.
 type RunBlock = unsafe extern "C" fn(
@@ -681,6 +688,7 @@ static OPS: CoreOps = CoreOps {
     fault: Some(op_fault),
     gm_written: Some(op_gm_written),
     gm_read: Some(op_gm_read),
+    records_on: crate::sdma::provenance::RECORDING_BYTE,
 };
 
 /// What a launch's cores share.

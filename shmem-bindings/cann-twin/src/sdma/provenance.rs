@@ -371,6 +371,9 @@ static WATCHES: LazyLock<RwLock<Arc<Watches>>> = LazyLock::new(RwLock::default);
 /// line the ringing core has just written), so they stay off until the Host's evidence reads them.
 static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
+/// The address of [`RECORDING`]'s byte, for the kernel model (`CoreOps::records_on`), which reads it atomically.
+pub(crate) const RECORDING_BYTE: *const u8 = RECORDING.as_ptr().cast_const().cast::<u8>();
+
 /// Turns the records on or off for the process (each channel keeps what it recorded).
 pub(crate) fn set_recording(on: bool) {
     RECORDING.store(on, Ordering::Release);
