@@ -621,6 +621,21 @@ impl TransferEngine {
         peer_addrs: &[u64],
         lengths: &[u64],
     ) -> Result<BatchId> {
+        self.batch_transfer_async_over(opcode, target, buffers, peer_addrs, lengths, None)
+    }
+
+    /// Starts `buffers.len()` transfers in one direction to segment `target` in a new batch, each over `protocol`
+    /// (`None`: the configured protocol). Refuses lists of different lengths and an empty list; a batch whose
+    /// submission is refused is freed.
+    pub fn batch_transfer_async_over(
+        &self,
+        opcode: Opcode,
+        target: &str,
+        buffers: &[u64],
+        peer_addrs: &[u64],
+        lengths: &[u64],
+        protocol: Option<Protocol>,
+    ) -> Result<BatchId> {
         let operation = "batch transfer";
         if buffers.len() != peer_addrs.len() || buffers.len() != lengths.len() {
             return Err(EngineError::InvalidArgument {
@@ -644,7 +659,7 @@ impl TransferEngine {
                 target_id,
                 target_offset: peer_addrs[i],
                 length: lengths[i],
-                protocol: None,
+                protocol,
             })
             .collect();
         let batch = self.allocate_batch(requests.len())?;

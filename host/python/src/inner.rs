@@ -12,7 +12,7 @@ use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::metadata::handshake::{Frame, FrameKind, HandshakeClient};
 use aiv_transport::metadata::MetadataOptions;
-use aiv_transport::{BatchId, Opcode, Protocol, SegmentId, TransferRequest, TransferState};
+use aiv_transport::{BatchId, Opcode, Protocol, TransferState};
 
 use crate::config;
 use crate::memory::{self, HostAllocation};
@@ -162,39 +162,17 @@ impl Inner {
         lengths: &[u64],
         hint: &str,
     ) -> Result<BatchId, String> {
-        if buffers.len() != peers.len() || buffers.len() != lengths.len() {
-            return Err(format!(
-                "{} buffers, {} peer addresses and {} lengths: the lists must have one length",
-                buffers.len(),
-                peers.len(),
-                lengths.len()
-            ));
-        }
-        if buffers.is_empty() {
+        if buffers.is_empty() && peers.is_empty() && lengths.is_empty() {
             // Mooncake: an empty batch is a batch, finished at once (its status is success).
             let batch = self.engine.allocate_batch(1).map_err(|error| error.to_string())?;
             lock(&self.empty_batches).insert(batch.0);
             return Ok(batch);
         }
-        let target_id = self.engine.open_segment(target).map_err(|error| error.to_string())?;
-        self.refresh_if_suspect(target, target_id);
+        self.refresh_if_suspect(target);
         let protocol = hint_protocol(&self.engine.config().aiv, hint);
-        let requests: Vec<TransferRequest> = (0..buffers.len())
-            .map(|i| TransferRequest {
-                opcode,
-                source: buffers[i],
-                target_id,
-                target_offset: peers[i],
-                length: lengths[i],
-                protocol,
-            })
-            .collect();
-        let batch = self.engine.allocate_batch(requests.len()).map_err(|error| error.to_string())?;
-        if let Err(error) = self.engine.submit_transfer(batch, &requests) {
-            let _ = self.engine.free_batch(batch);
-            return Err(error.to_string());
-        }
-        Ok(batch)
+        self.engine
+            .batch_transfer_async_over(opcode, target, buffers, peers, lengths, protocol)
+            .map_err(|error| error.to_string())
     }
 
     /// Waits for a batch (bounded by the transfer timeout), frees it, and says why it did not complete.
@@ -280,11 +258,12 @@ impl Inner {
 
     /// Fetches the descriptor of `target` again if a transfer to it failed since the last fetch. A fetch that fails
     /// (the peer is gone) keeps the cached descriptor, so calls fail as they would without it.
-    fn refresh_if_suspect(&self, target: &str, id: SegmentId) {
+    fn refresh_if_suspect(&self, target: &str) {
         if !lock(&self.suspect_segments).remove(target) {
             return;
         }
-        match self.engine.refresh_segment(id) {
+        let refreshed = self.engine.open_segment(target).and_then(|id| self.engine.refresh_segment(id));
+        match refreshed {
             Ok(()) => tracing::debug!(segment = %target, "descriptor fetched again after a failed transfer"),
             Err(error) => tracing::debug!(segment = %target, %error, "descriptor kept: fetching it again failed"),
         }
