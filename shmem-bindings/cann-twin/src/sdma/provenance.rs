@@ -203,18 +203,16 @@ impl ChannelProvenance {
         self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| cell.load(Ordering::Acquire))
     }
 
-    /// The engine executed an SQE whose writer (read with it) was `writer`. Called only by the channel's one engine
-    /// thread, so a count is bumped by a load and a store, not a locked read-modify-write (this runs per SQE); other
-    /// threads only read the counts (and a test's reset may lose a bump that races with it).
+    /// The engine executed an SQE whose writer (read with it) was `writer`.
     pub(crate) fn consumed(&self, writer: u32) {
-        let bump = |count: &AtomicU64| count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         match writer {
-            WRITER_HOST => bump(&self.sqes.by_host),
-            WRITER_UNKNOWN | WRITER_OTHER => bump(&self.sqes.unknown),
-            block => match self.sqes.by_block.direct.get((block - WRITER_BLOCK0) as usize) {
-                Some(count) => bump(count),
-                None => self.sqes.by_block.add(block - WRITER_BLOCK0),
-            },
+            WRITER_HOST => {
+                self.sqes.by_host.fetch_add(1, Ordering::Relaxed);
+            }
+            WRITER_UNKNOWN | WRITER_OTHER => {
+                self.sqes.unknown.fetch_add(1, Ordering::Relaxed);
+            }
+            block => self.sqes.by_block.add(block - WRITER_BLOCK0),
         }
     }
 
