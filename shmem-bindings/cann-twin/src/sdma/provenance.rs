@@ -365,8 +365,9 @@ static WATCHES: LazyLock<RwLock<Arc<Watches>>> = LazyLock::new(RwLock::default);
 
 /// Whether the records are kept (off until [`set_recording`] turns them on; `crate::control::record_provenance`).
 /// Off, every hook returns after one relaxed load. Measured on the 2-vCPU machine the records cost the post path
-/// about 80-130 ns per SQE at doorbell batch 1 and 1-4 ns at batch 32 (the engine reads each slot's writer from a
-/// line the ringing core has just written), so they stay off until the Host's evidence reads them.
+/// about 70-140 ns per SQE at doorbell batch 1 and up to 4 ns at batch 32 (docs/twin-runtime.md; the engine reads
+/// each slot's writer from a line the ringing core has just written), so they stay off until the Host's evidence
+/// reads them.
 static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// The address of [`RECORDING`]'s byte, for the kernel model (`CoreOps::records_on`), which reads it atomically.
