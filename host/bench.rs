@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 
 use crate::engine::{AivDevice, TransferEngine};
 use crate::error::{EngineError, Result};
-use crate::evidence::TransferEvidence;
+use crate::evidence::{EvidenceTally, TransferEvidence};
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 
 /// Units `--report_unit` accepts, with their size in bytes (b suffix = bits).
@@ -192,6 +192,8 @@ pub struct EvidenceSummary {
     pub transfers: u64,
     /// A representative record (the first one seen).
     pub sample: Option<TransferEvidence>,
+    /// Every record's acts summed and checks counted: the run's verdict (`EvidenceTally::checks`).
+    pub tally: EvidenceTally,
     /// Mean Host device-API calls per transfer.
     pub host_device_api_calls: f64,
     /// Mean descriptors per transfer.
@@ -218,6 +220,7 @@ pub struct EvidenceSummary {
 struct EvidenceTotals {
     transfers: u64,
     sample: Option<TransferEvidence>,
+    tally: EvidenceTally,
     host_device_api_calls: u64,
     descriptors: u64,
     doorbells: u64,
@@ -231,6 +234,7 @@ impl EvidenceTotals {
         self.descriptors += evidence.descriptors;
         self.doorbells += evidence.doorbells;
         self.host_cpu_ns += evidence.host_cpu_ns;
+        self.tally.add(&evidence);
         self.sample.get_or_insert(evidence);
     }
 
@@ -239,6 +243,7 @@ impl EvidenceTotals {
         EvidenceSummary {
             transfers: self.transfers,
             sample: self.sample.clone(),
+            tally: self.tally.clone(),
             host_device_api_calls: self.host_device_api_calls as f64 / n,
             descriptors: self.descriptors as f64 / n,
             doorbells: self.doorbells as f64 / n,
@@ -368,6 +373,7 @@ pub fn run_initiator(
                 shared.descriptors += local_totals.descriptors;
                 shared.doorbells += local_totals.doorbells;
                 shared.host_cpu_ns += local_totals.host_cpu_ns;
+                shared.tally.merge(&local_totals.tally);
                 if shared.sample.is_none() {
                     shared.sample = local_totals.sample;
                 }
@@ -547,24 +553,32 @@ mod tests {
 }
 
 /// The version of [`report_json`]'s document; bumped when a field changes meaning or goes away.
-pub const REPORT_SCHEMA: &str = "aiv-bench/1";
+pub const REPORT_SCHEMA: &str = "aiv-bench/2";
 
 /// A run as one JSON document (`aiv bench --json`), for the audit and for scripts: the parameters, the results with
 /// the same-run memcpy reference, batch latency quantiles, and the evidence: the records' runtime, the four
-/// AIV-direct checks of the sample record, the per-transfer means and the sample record itself.
+/// AIV-direct checks of the run (derived from every record's acts, summed) with the counts behind them, how each
+/// transfer's own checks came out, the per-transfer means and a sample record.
 pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) -> serde_json::Value {
     let outcome = &report.outcome;
     let evidence = &outcome.evidence;
     let quantile = |q: f64| outcome.latency_quantile(q).as_nanos() as u64;
-    let checks = evidence.sample.as_ref().map(|sample| {
-        let [on_aiv, descriptors, doorbell, completion] = sample.aiv_direct_checks();
-        serde_json::json!({
-            "kernel_on_aiv": on_aiv,
-            "kernel_writes_descriptors": descriptors,
-            "kernel_rings_doorbell": doorbell,
-            "device_observes_completion": completion,
-            "aiv_direct": sample.is_aiv_direct(),
-        })
+    let tally = &evidence.tally;
+    let checks = tally.checks();
+    let checks = serde_json::json!({
+        "kernel_on_aiv": checks.kernel_on_aiv,
+        "kernel_writes_descriptors": checks.kernel_writes_descriptors,
+        "kernel_rings_doorbell": checks.kernel_rings_doorbell,
+        "device_observes_completion": checks.device_observes_completion,
+        "aiv_direct": checks.aiv_direct(),
+    });
+    let per_check = |i: usize| tally.per_transfer[i];
+    let per_transfer_checks = serde_json::json!({
+        "kernel_on_aiv": per_check(0),
+        "kernel_writes_descriptors": per_check(1),
+        "kernel_rings_doorbell": per_check(2),
+        "device_observes_completion": per_check(3),
+        "aiv_direct": per_check(4),
     });
     serde_json::json!({
         "schema": REPORT_SCHEMA,
@@ -595,8 +609,14 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
         },
         "evidence": {
             "transfers": evidence.transfers,
-            "runtime": evidence.sample.as_ref().map(|sample| sample.runtime),
+            "runtime": tally.runtime,
             "checks": checks,
+            "acts": {
+                "descriptors_written": tally.descriptors_written,
+                "doorbells_rung": tally.doorbells_rung,
+                "completion_seen": tally.completion_seen,
+            },
+            "per_transfer_checks": per_transfer_checks,
             "per_transfer": {
                 "host_device_api_calls": evidence.host_device_api_calls,
                 "descriptors": evidence.descriptors,

@@ -102,6 +102,12 @@ pub struct AivOptions {
     /// `initialize`) runs on here: `aiv` (default), `adxl`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
     /// `aiv`. See [`AivOptions::resolve_protocol`].
     pub ascend_protocol: Protocol,
+    /// `record_provenance`: whether the twin runtime records who wrote each SQE its SDMA engines consume, who rang each
+    /// doorbell and who first read each completion flag, so the aiv path's evidence is observed (default `true`; on
+    /// the vendor's runtime there are no such records and the option changes nothing). Off saves the records' cost
+    /// on the post path (docs/evidence.md) and leaves those acts "not recorded". Process-wide: an engine that turns
+    /// them on leaves them on.
+    pub record_provenance: bool,
 
     // --- tcp client limits (connect deadline, reconnect backoff); parsed by `read_tcp_client_limits` ---
     /// `tcp_connect_timeout_ms`: one connect to a peer's data server, over every address its host resolves to
@@ -177,6 +183,7 @@ impl Default for AivOptions {
             hixl_host: None,
             hixl_port: 0,
             ascend_protocol: Protocol::Aiv,
+            record_provenance: true,
             // tcp client limits
             tcp_connect_timeout: Duration::from_secs(5),
             tcp_reconnect_backoff: Duration::from_millis(10),
@@ -449,6 +456,9 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
         aiv.ascend_protocol = parse_ascend_protocol(&name)
             .map_err(|_| fields.invalid("ascend_protocol", "one of aiv, adxl, ubshmem, tcp", &Value::String(name)))?;
     }
+    if let Some(on) = fields.boolean("record_provenance")? {
+        aiv.record_provenance = on;
+    }
     read_tcp_client_limits(fields, aiv)?;
     read_admission_limits(fields, aiv)
 }
@@ -568,6 +578,14 @@ impl Fields<'_> {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(text)) => Ok(Some(text.clone())),
             Some(other) => Err(self.invalid(key, "a string", other)),
+        }
+    }
+
+    fn boolean(&self, key: &str) -> Result<Option<bool>, ConfigError> {
+        match self.object.get(key) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Bool(on)) => Ok(Some(*on)),
+            Some(other) => Err(self.invalid(key, "true or false", other)),
         }
     }
 
@@ -812,6 +830,19 @@ mod tests {
         assert!(message.contains("\"protocol\"") && message.contains("does not provide"), "{message}");
         let error = parse(r#"{"local_hostname": "h", "protocol": "carrier-pigeon"}"#).expect_err("unknown");
         assert!(error.to_string().contains("unknown protocol"), "{error}");
+    }
+
+    #[test]
+    fn record_provenance_is_on_by_default_and_takes_only_a_boolean() {
+        let parse = |aiv: &str| {
+            EngineConfig::from_json(&format!(r#"{{"local_hostname": "h", "aiv": {aiv}}}"#), "test.json", &|_: &str| {
+                None
+            })
+        };
+        assert!(parse("{}").expect("valid").aiv.record_provenance);
+        assert!(!parse(r#"{"record_provenance": false}"#).expect("valid").aiv.record_provenance);
+        let message = parse(r#"{"record_provenance": "no"}"#).expect_err("a string").to_string();
+        assert!(message.contains("aiv.record_provenance") && message.contains("true or false"), "{message}");
     }
 
     #[test]

@@ -2,30 +2,11 @@
 //!
 //! The comparative audit decides which paths are AIV-direct from these records (docs/hardware.md section 1: a kernel on
 //! the AI Vector cores builds the descriptors, rings the doorbell and observes completion on the Device). No path
-//! asserts that by name: each transport fills in what actually happened, counted where it happened.
+//! asserts that by name: each act is counted where it was observed, with the source of the counts beside them, and
+//! the four checks are derived from the counts ([`TransferEvidence::checks`]). docs/evidence.md documents every field
+//! of the serialised form.
 
 use serde::Serialize;
-
-/// Who performed one step of a transfer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Actor {
-    /// Nobody: the step does not exist on this path (a plain memcpy builds no descriptor).
-    Nobody,
-    /// A kernel running on the AI Vector cores (on the twin: an emulated AIV core running the same kernel source).
-    AivKernel,
-    /// A Host thread of this process (an engine worker, or the thread that called `submit`).
-    HostThread,
-    /// A Host-side runtime library on the caller's behalf (ACL streams, the ADXL engine, the OS socket layer).
-    HostRuntime,
-}
-
-impl Actor {
-    /// Whether this actor runs on the Device.
-    pub fn is_device(self) -> bool {
-        matches!(self, Actor::AivKernel)
-    }
-}
 
 /// Which device runtime a record was observed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -70,6 +51,15 @@ impl RuntimeLabel {
         };
         RuntimeLabel { kind, version }
     }
+
+    /// The short form verdicts carry: `twin runtime`, `NPU` or `no device runtime`.
+    pub fn short(&self) -> &'static str {
+        match self.kind {
+            RuntimeKind::None => "no device runtime",
+            RuntimeKind::Twin => "twin runtime",
+            RuntimeKind::Npu => "NPU",
+        }
+    }
 }
 
 impl std::fmt::Display for RuntimeLabel {
@@ -82,11 +72,199 @@ impl std::fmt::Display for RuntimeLabel {
     }
 }
 
+/// Where the counts of an [`Act`] come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Nothing recorded the act: the twin runtime's provenance records were off (`aiv.record_provenance`). The
+    /// counts are zero and mean nothing; the checks that need them are unknown.
+    NotRecorded,
+    /// This runtime cannot show who did it (on an NPU: who first read a completion flag). The counts are zero and
+    /// mean nothing; the checks that need them are unknown.
+    NotObservable,
+    /// The twin runtime's device model, where the act happened: the writer of each SQ slot an SDMA engine consumed,
+    /// the origin of each doorbell register write, the first reader of each completion flag.
+    TwinModel,
+    /// The NPU's view: device-side counts are the kernel's own tallies in the transfer's completion entry; Host-side
+    /// counts are the Host calls made on the transfer's behalf that could have done the act (counted by the `-sys`
+    /// loader tables), and the Host has no other way to do it.
+    KernelTally,
+    /// Calls into the device runtime made on the transfer's behalf, counted by the `-sys` loader tables (a Host
+    /// path's stream copies, submits and synchronisations).
+    HostCalls,
+    /// This project's Host code, counted at the act (a request header written, a socket send, a Host-side copy).
+    HostCode,
+}
+
+impl Source {
+    /// Whether the counts mean something (the act was recorded).
+    pub fn is_observed(self) -> bool {
+        !matches!(self, Source::NotRecorded | Source::NotObservable)
+    }
+
+    /// How this source is named in printed verdicts.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Source::NotRecorded => "not recorded (provenance records off)",
+            Source::NotObservable => "not observable on this runtime",
+            Source::TwinModel => "recorded by the twin's device model",
+            Source::KernelTally => "kernel tallies and counted Host calls",
+            Source::HostCalls => "counted Host runtime calls",
+            Source::HostCode => "counted in the Host code",
+        }
+    }
+}
+
+/// One act of a transfer (writing its descriptors, ringing the doorbell, first seeing its completion), counted by
+/// who performed it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Act {
+    /// Where the counts come from.
+    pub source: Source,
+    /// Times an AI Vector core did it (on the twin: an emulated core running the kernel).
+    pub by_aiv: u64,
+    /// The lowest and highest block whose core did it (`None` when `by_aiv` is 0).
+    pub aiv_blocks: Option<[u32; 2]>,
+    /// Times the Host did it (a Host thread, or a runtime library on the Host's behalf).
+    pub by_host: u64,
+    /// Times it was done and cannot be attributed to one doer (on the twin: an SQ slot nobody wrote since the ring
+    /// was made, or written in part by two writers, or by a device engine that is not a core; a completion flag
+    /// overwritten by a later one before anybody read it).
+    pub unattributed: u64,
+}
+
+impl Act {
+    /// An act nobody recorded, for `source` [`Source::NotRecorded`] or [`Source::NotObservable`].
+    pub const fn unknown(source: Source) -> Act {
+        Act { source, by_aiv: 0, aiv_blocks: None, by_host: 0, unattributed: 0 }
+    }
+
+    /// `count` acts by the Host, from `source`.
+    pub const fn host(source: Source, count: u64) -> Act {
+        Act { source, by_aiv: 0, aiv_blocks: None, by_host: count, unattributed: 0 }
+    }
+
+    /// Every time the act was done.
+    pub fn total(&self) -> u64 {
+        self.by_aiv.saturating_add(self.by_host).saturating_add(self.unattributed)
+    }
+
+    /// Whether the act was done by AIV cores only: observed, at least once by a core, never by the Host, and (unless
+    /// `unattributed_allowed`) never by anybody else.
+    fn check(&self, unattributed_allowed: bool) -> Check {
+        if !self.source.is_observed() {
+            Check::Unknown
+        } else if self.by_aiv > 0 && self.by_host == 0 && (unattributed_allowed || self.unattributed == 0) {
+            Check::Yes
+        } else {
+            Check::No
+        }
+    }
+
+    /// `"<aiv> of <total> <noun> by AIV block a-b; <host> by Host[; <n> unattributed]"`, or the reason the counts are
+    /// missing.
+    pub fn describe(&self, noun: &str) -> String {
+        if !self.source.is_observed() {
+            return self.source.describe().to_string();
+        }
+        let blocks = match self.aiv_blocks {
+            Some([low, high]) if low == high => format!(" by AIV block {low}"),
+            Some([low, high]) => format!(" by AIV blocks {low}-{high}"),
+            None => " by AIV cores".to_string(),
+        };
+        let mut text = format!("{} of {} {noun}{blocks}; {} by Host", self.by_aiv, self.total(), self.by_host);
+        if self.unattributed > 0 {
+            text.push_str(&format!("; {} unattributed", self.unattributed));
+        }
+        text
+    }
+}
+
+/// The outcome of one AIV-direct check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Check {
+    /// The observations show it.
+    Yes,
+    /// The observations show otherwise (or show nothing that would make it hold).
+    No,
+    /// Not observed on this runtime or in this run: neither yes nor no.
+    Unknown,
+}
+
+impl Check {
+    /// `yes`, `no` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Check::Yes => "yes",
+            Check::No => "no",
+            Check::Unknown => "unknown",
+        }
+    }
+}
+
+/// The four AIV-direct checks (docs/hardware.md section 1), derived from a record's acts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct Checks {
+    /// A kernel on the AI Vector cores took part: some act was observed done by an AIV core.
+    pub kernel_on_aiv: Check,
+    /// The kernel wrote the descriptors: every descriptor consumed was written by an AIV core.
+    pub kernel_writes_descriptors: Check,
+    /// The kernel rang the doorbell: every doorbell write was an AIV core's.
+    pub kernel_rings_doorbell: Check,
+    /// Completion was observed on the Device: every completion flag read first was read by an AIV core.
+    pub device_observes_completion: Check,
+}
+
+impl Checks {
+    /// The checks of a transfer whose three acts are these.
+    pub fn of(descriptors: &Act, doorbells: &Act, completion: &Act) -> Checks {
+        let acts = [descriptors, doorbells, completion];
+        let kernel_on_aiv = if acts.iter().any(|act| act.source.is_observed() && act.by_aiv > 0) {
+            Check::Yes
+        } else if acts.iter().all(|act| act.source.is_observed()) {
+            Check::No
+        } else {
+            Check::Unknown
+        };
+        Checks {
+            kernel_on_aiv,
+            kernel_writes_descriptors: descriptors.check(false),
+            kernel_rings_doorbell: doorbells.check(false),
+            // A flag overwritten by the next one before anybody read it is covered by that next flag's read (an
+            // SDMA engine executes a channel's SQEs in order).
+            device_observes_completion: completion.check(true),
+        }
+    }
+
+    /// The four in order: kernel on the AIV cores, descriptors, doorbell, completion.
+    pub fn as_array(&self) -> [Check; 4] {
+        [
+            self.kernel_on_aiv,
+            self.kernel_writes_descriptors,
+            self.kernel_rings_doorbell,
+            self.device_observes_completion,
+        ]
+    }
+
+    /// All four together: yes if every one is yes, no if any is no, else unknown.
+    pub fn aiv_direct(&self) -> Check {
+        let all = self.as_array();
+        if all.iter().all(|&check| check == Check::Yes) {
+            Check::Yes
+        } else if all.contains(&Check::No) {
+            Check::No
+        } else {
+            Check::Unknown
+        }
+    }
+}
+
 /// The record one transfer leaves behind, whichever transport carried it.
 ///
-/// Non-exhaustive: fields will be added (issue 15's observations); code outside the crate builds one with
-/// [`TransferEvidence::new`] and sets the fields it knows. Its serialised form (`serde`, as `aiv bench --json` writes
-/// it) is documented field by field in docs/evidence.md.
+/// Non-exhaustive: fields may be added; code outside the crate builds one with [`TransferEvidence::new`] and sets
+/// the fields it knows. Its serialised form (`serde`, as `aiv bench --json` writes it) is documented field by field
+/// in docs/evidence.md.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 #[non_exhaustive]
 pub struct TransferEvidence {
@@ -94,32 +272,37 @@ pub struct TransferEvidence {
     pub path: &'static str,
     /// The device runtime the record was observed on: every verdict drawn from it names this.
     pub runtime: RuntimeLabel,
-    /// Who wrote the work descriptors (SQEs, WQEs, request headers).
-    pub descriptor_builder: Actor,
-    /// Who told the engine that executes them to start (doorbell write, stream submit, socket send).
-    pub doorbell_ringer: Actor,
-    /// Who first observed that the data had landed.
-    pub completion_observer: Actor,
-    /// Calls the Host made into the device runtime for this transfer (launches, copies, synchronisations).
+    /// Who wrote the work descriptors (SQEs, WQEs, request headers) that were consumed.
+    pub descriptors_written: Act,
+    /// Who told the engine that executes them to start (doorbell register writes, stream submits, socket sends).
+    pub doorbells_rung: Act,
+    /// Who first read the completion (flag, CQE, DCQ entry, reply).
+    pub completion_seen: Act,
+    /// How many transfers share the three acts' counts (1: this transfer's alone). On the twin's aiv path the acts
+    /// are observed per drain pass of a block, and the transfers that pass completed share them.
+    pub window: u32,
+    /// Calls the Host made into the device runtime on this transfer's behalf, counted by the `-sys` loader tables
+    /// (a call made for k transfers counts 1/k, rounded up per transfer).
     pub host_device_api_calls: u64,
-    /// Work descriptors written for this transfer, its completion descriptors included.
+    /// Work descriptors written for this transfer, its completion descriptors included (on aiv: the kernel's tally).
     pub descriptors: u64,
     /// Doorbells rung for this transfer (a doorbell shared by k transfers counts 1/k, rounded up per transfer).
     pub doorbells: u64,
-    /// Host CPU time spent on this transfer by the engine's own threads, in nanoseconds (emulated device threads of
-    /// the CPU twin excluded).
+    /// Host CPU time spent on this transfer by the path, in nanoseconds (docs/cpu-accounting.md).
     pub host_cpu_ns: u64,
 }
 
 impl TransferEvidence {
-    /// A record of `path` on `runtime` in which nobody did anything yet: every actor [`Actor::Nobody`], every count 0.
+    /// A record of `path` on `runtime` with nothing observed yet: every act [`Source::NotRecorded`], every count 0,
+    /// a window of 1.
     pub fn new(path: &'static str, runtime: RuntimeLabel) -> Self {
         TransferEvidence {
             path,
             runtime,
-            descriptor_builder: Actor::Nobody,
-            doorbell_ringer: Actor::Nobody,
-            completion_observer: Actor::Nobody,
+            descriptors_written: Act::unknown(Source::NotRecorded),
+            doorbells_rung: Act::unknown(Source::NotRecorded),
+            completion_seen: Act::unknown(Source::NotRecorded),
+            window: 1,
             host_device_api_calls: 0,
             descriptors: 0,
             doorbells: 0,
@@ -127,18 +310,281 @@ impl TransferEvidence {
         }
     }
 
-    /// The four AIV-direct checks (docs/hardware.md section 1), derived from what was recorded.
-    pub fn aiv_direct_checks(&self) -> [bool; 4] {
-        [
-            self.descriptor_builder == Actor::AivKernel || self.doorbell_ringer == Actor::AivKernel,
-            self.descriptor_builder == Actor::AivKernel,
-            self.doorbell_ringer == Actor::AivKernel,
-            self.completion_observer.is_device(),
-        ]
+    /// The four AIV-direct checks, derived from the three acts.
+    pub fn checks(&self) -> Checks {
+        Checks::of(&self.descriptors_written, &self.doorbells_rung, &self.completion_seen)
     }
 
     /// Whether all four AIV-direct checks hold.
     pub fn is_aiv_direct(&self) -> bool {
-        self.aiv_direct_checks().iter().all(|&check| check)
+        self.checks().aiv_direct() == Check::Yes
+    }
+}
+
+/// One act summed over many records: each record's counts weighted by 1 / its `window`, so that a window the
+/// records of k transfers share is counted once.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct ActTotals {
+    /// Every source the records named, in the order first seen (one, unless a run mixed runtimes or settings).
+    pub sources: Vec<Source>,
+    /// Times an AIV core did the act.
+    pub by_aiv: f64,
+    /// The lowest and highest block seen doing it.
+    pub aiv_blocks: Option<[u32; 2]>,
+    /// Times the Host did it.
+    pub by_host: f64,
+    /// Times it was done by nobody attributable.
+    pub unattributed: f64,
+}
+
+impl ActTotals {
+    fn add(&mut self, act: &Act, window: u32) {
+        if !self.sources.contains(&act.source) {
+            self.sources.push(act.source);
+        }
+        let share = 1.0 / f64::from(window.max(1));
+        self.by_aiv += act.by_aiv as f64 * share;
+        self.by_host += act.by_host as f64 * share;
+        self.unattributed += act.unattributed as f64 * share;
+        self.aiv_blocks = span(self.aiv_blocks, act.aiv_blocks);
+    }
+
+    fn merge(&mut self, other: &ActTotals) {
+        for source in &other.sources {
+            if !self.sources.contains(source) {
+                self.sources.push(*source);
+            }
+        }
+        self.by_aiv += other.by_aiv;
+        self.by_host += other.by_host;
+        self.unattributed += other.unattributed;
+        self.aiv_blocks = span(self.aiv_blocks, other.aiv_blocks);
+    }
+
+    /// The totals as one act (counts rounded; the source is the one every record named, else
+    /// [`Source::NotRecorded`] if any record lacked the act, else the first).
+    pub fn as_act(&self) -> Act {
+        let source = match self.sources.as_slice() {
+            [] => Source::NotRecorded,
+            [one] => *one,
+            many => many.iter().copied().find(|source| !source.is_observed()).unwrap_or(many[0]),
+        };
+        let round = |count: f64| count.round() as u64;
+        Act {
+            source,
+            by_aiv: round(self.by_aiv),
+            aiv_blocks: self.aiv_blocks.filter(|_| round(self.by_aiv) > 0),
+            by_host: round(self.by_host),
+            unattributed: round(self.unattributed),
+        }
+    }
+}
+
+fn span(a: Option<[u32; 2]>, b: Option<[u32; 2]>) -> Option<[u32; 2]> {
+    match (a, b) {
+        (Some([a0, a1]), Some([b0, b1])) => Some([a0.min(b0), a1.max(b1)]),
+        (a, b) => a.or(b),
+    }
+}
+
+/// How many transfers' own checks came out yes, no and unknown.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CheckCounts {
+    /// Transfers whose check came out yes.
+    pub yes: u64,
+    /// ... no.
+    pub no: u64,
+    /// ... unknown.
+    pub unknown: u64,
+}
+
+impl CheckCounts {
+    fn add(&mut self, check: Check) {
+        match check {
+            Check::Yes => self.yes += 1,
+            Check::No => self.no += 1,
+            Check::Unknown => self.unknown += 1,
+        }
+    }
+}
+
+/// The evidence of many transfers (a run of one path): the acts summed, each transfer's checks counted, and the
+/// run's verdict derived from the sums by the same rules as one transfer's.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct EvidenceTally {
+    /// Records added.
+    pub transfers: u64,
+    /// The runtime of the first record (a run is on one runtime).
+    pub runtime: Option<RuntimeLabel>,
+    /// Descriptors written, summed.
+    pub descriptors_written: ActTotals,
+    /// Doorbells rung, summed.
+    pub doorbells_rung: ActTotals,
+    /// Completions first seen, summed.
+    pub completion_seen: ActTotals,
+    /// Per check (kernel on AIV, descriptors, doorbell, completion, all four), how the transfers' own came out.
+    pub per_transfer: [CheckCounts; 5],
+}
+
+impl EvidenceTally {
+    /// Adds one transfer's record.
+    pub fn add(&mut self, evidence: &TransferEvidence) {
+        self.transfers += 1;
+        self.runtime.get_or_insert(evidence.runtime);
+        self.descriptors_written.add(&evidence.descriptors_written, evidence.window);
+        self.doorbells_rung.add(&evidence.doorbells_rung, evidence.window);
+        self.completion_seen.add(&evidence.completion_seen, evidence.window);
+        let checks = evidence.checks();
+        for (counts, check) in
+            self.per_transfer.iter_mut().zip(checks.as_array().into_iter().chain([checks.aiv_direct()]))
+        {
+            counts.add(check);
+        }
+    }
+
+    /// Adds another tally (another thread's share of the run).
+    pub fn merge(&mut self, other: &EvidenceTally) {
+        self.transfers += other.transfers;
+        if self.runtime.is_none() {
+            self.runtime = other.runtime;
+        }
+        self.descriptors_written.merge(&other.descriptors_written);
+        self.doorbells_rung.merge(&other.doorbells_rung);
+        self.completion_seen.merge(&other.completion_seen);
+        for (mine, theirs) in self.per_transfer.iter_mut().zip(other.per_transfer) {
+            mine.yes += theirs.yes;
+            mine.no += theirs.no;
+            mine.unknown += theirs.unknown;
+        }
+    }
+
+    /// The run's checks, derived from the summed acts.
+    pub fn checks(&self) -> Checks {
+        Checks::of(&self.descriptors_written.as_act(), &self.doorbells_rung.as_act(), &self.completion_seen.as_act())
+    }
+
+    /// The verdict for people: `AIV-direct: yes (twin runtime, cann-twin 0.1.0)`, then one line per check with its
+    /// counts and how many transfers' own checks agreed.
+    pub fn verdict_lines(&self) -> Vec<String> {
+        let runtime = self.runtime.unwrap_or(RuntimeLabel::NONE);
+        let checks = self.checks();
+        let per = |i: usize| {
+            let c = self.per_transfer[i];
+            format!("transfers: {} yes, {} no, {} unknown", c.yes, c.no, c.unknown)
+        };
+        let mut lines = vec![format!(
+            "AIV-direct: {} ({runtime}; {} transfers, {})",
+            checks.aiv_direct().as_str(),
+            self.transfers,
+            per(4)
+        )];
+        let acts = [
+            (
+                "kernel writes the descriptors",
+                checks.kernel_writes_descriptors,
+                &self.descriptors_written,
+                "descriptors",
+            ),
+            ("kernel rings the doorbell", checks.kernel_rings_doorbell, &self.doorbells_rung, "doorbell writes"),
+            (
+                "completion observed on the Device",
+                checks.device_observes_completion,
+                &self.completion_seen,
+                "completions first seen",
+            ),
+        ];
+        lines.push(format!("  kernel on the AIV cores: {} ({})", checks.kernel_on_aiv.as_str(), per(0)));
+        for (i, (name, check, totals, noun)) in acts.into_iter().enumerate() {
+            let act = totals.as_act();
+            lines.push(format!(
+                "  {name}: {}: {} ({}; {})",
+                check.as_str(),
+                act.describe(noun),
+                act.source.describe(),
+                per(i + 1)
+            ));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn by_aiv(count: u64) -> Act {
+        Act { source: Source::TwinModel, by_aiv: count, aiv_blocks: Some([0, 1]), by_host: 0, unattributed: 0 }
+    }
+
+    #[test]
+    fn each_act_turns_exactly_its_check() {
+        let good = Checks::of(&by_aiv(64), &by_aiv(2), &by_aiv(1));
+        assert_eq!(good.as_array(), [Check::Yes; 4]);
+        assert_eq!(good.aiv_direct(), Check::Yes);
+        let host_wrote = Act { by_host: 1, ..by_aiv(63) };
+        let checks = Checks::of(&host_wrote, &by_aiv(2), &by_aiv(1));
+        assert_eq!(checks.as_array(), [Check::Yes, Check::No, Check::Yes, Check::Yes]);
+        assert_eq!(checks.aiv_direct(), Check::No);
+        let checks = Checks::of(&by_aiv(64), &Act::host(Source::TwinModel, 2), &by_aiv(1));
+        assert_eq!(checks.as_array(), [Check::Yes, Check::Yes, Check::No, Check::Yes]);
+        let checks = Checks::of(&by_aiv(64), &by_aiv(2), &Act::host(Source::TwinModel, 1));
+        assert_eq!(checks.as_array(), [Check::Yes, Check::Yes, Check::Yes, Check::No]);
+    }
+
+    #[test]
+    fn unattributed_descriptors_fail_their_check_but_overwritten_flags_do_not() {
+        let mixed = Act { unattributed: 1, ..by_aiv(63) };
+        assert_eq!(Checks::of(&mixed, &by_aiv(2), &by_aiv(1)).kernel_writes_descriptors, Check::No);
+        assert_eq!(Checks::of(&by_aiv(64), &by_aiv(2), &mixed).device_observes_completion, Check::Yes);
+        let nobody_read = Act { source: Source::TwinModel, unattributed: 3, ..Act::unknown(Source::TwinModel) };
+        assert_eq!(Checks::of(&by_aiv(64), &by_aiv(2), &nobody_read).device_observes_completion, Check::No);
+    }
+
+    #[test]
+    fn a_host_path_fails_every_check_and_missing_records_are_unknown_not_no() {
+        let host = Act::host(Source::HostCalls, 1);
+        let checks = Checks::of(&host, &host, &host);
+        assert_eq!(checks.as_array(), [Check::No; 4]);
+        let record = TransferEvidence::new("aiv", RuntimeLabel::NONE);
+        assert_eq!(record.checks().as_array(), [Check::Unknown; 4]);
+        assert_eq!(record.checks().aiv_direct(), Check::Unknown);
+        let hidden = Act::unknown(Source::NotObservable);
+        let checks = Checks::of(&by_aiv(3), &by_aiv(1), &hidden);
+        assert_eq!(checks.as_array(), [Check::Yes, Check::Yes, Check::Yes, Check::Unknown]);
+        assert_eq!(checks.aiv_direct(), Check::Unknown);
+    }
+
+    #[test]
+    fn a_tally_counts_a_shared_window_once_and_derives_the_run_verdict_from_the_sums() {
+        let mut tally = EvidenceTally::default();
+        let mut record = TransferEvidence::new("aiv", RuntimeLabel::new(RuntimeKind::Twin, "cann-twin 0.1.0"));
+        record.descriptors_written = by_aiv(64);
+        record.doorbells_rung = by_aiv(8);
+        record.completion_seen = by_aiv(2);
+        record.window = 2;
+        tally.add(&record);
+        tally.add(&record);
+        assert_eq!(tally.descriptors_written.as_act().by_aiv, 64, "one window of two transfers, counted once");
+        assert_eq!(tally.checks().aiv_direct(), Check::Yes);
+        assert_eq!(tally.per_transfer[4], CheckCounts { yes: 2, no: 0, unknown: 0 });
+        let lines = tally.verdict_lines();
+        assert!(lines[0].starts_with("AIV-direct: yes (twin runtime, cann-twin 0.1.0; 2 transfers"), "{lines:?}");
+        assert!(lines[2].contains("64 of 64 descriptors by AIV blocks 0-1; 0 by Host"), "{lines:?}");
+        // One more transfer whose SQE the Host wrote turns the run's descriptor check, and only that one, to no.
+        record.descriptors_written = Act { by_host: 1, ..by_aiv(1) };
+        record.window = 1;
+        tally.add(&record);
+        let checks = tally.checks();
+        assert_eq!(checks.as_array(), [Check::Yes, Check::No, Check::Yes, Check::Yes]);
+        assert_eq!(tally.per_transfer[1], CheckCounts { yes: 2, no: 1, unknown: 0 });
+        assert!(tally.verdict_lines()[0].starts_with("AIV-direct: no"), "{:?}", tally.verdict_lines());
+    }
+
+    #[test]
+    fn an_act_describes_its_counts_or_why_there_are_none() {
+        assert_eq!(by_aiv(64).describe("SQEs"), "64 of 64 SQEs by AIV blocks 0-1; 0 by Host");
+        let one = Act { aiv_blocks: Some([3, 3]), by_host: 2, unattributed: 1, ..by_aiv(5) };
+        assert_eq!(one.describe("SQEs"), "5 of 8 SQEs by AIV block 3; 2 by Host; 1 unattributed");
+        assert_eq!(Act::unknown(Source::NotObservable).describe("x"), "not observable on this runtime");
     }
 }

@@ -5,7 +5,7 @@
 mod common;
 
 use aiv_transport::config::LaunchMode;
-use aiv_transport::evidence::Actor;
+use aiv_transport::evidence::{Check, Source};
 use aiv_transport::{Opcode, TransferRequest, TransferState};
 use common::{node, options, writes};
 use rand::{Rng, RngCore, SeedableRng};
@@ -67,8 +67,11 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
             );
             let evidence = a.engine.task_evidence(batch, task).expect("task").expect("evidence recorded");
             assert_eq!(evidence.path, "aiv");
-            assert!(evidence.is_aiv_direct(), "{evidence:?}");
-            assert_eq!(evidence.descriptor_builder, Actor::AivKernel);
+            // Observed by the twin's device model, not declared: the window's SQEs and doorbells by AIV blocks only.
+            assert_eq!(evidence.descriptors_written.source, Source::TwinModel, "{evidence:?}");
+            assert_eq!(evidence.descriptors_written.by_host + evidence.doorbells_rung.by_host, 0, "{evidence:?}");
+            assert!(evidence.descriptors_written.by_aiv >= 1, "{evidence:?}");
+            assert_eq!(evidence.checks().as_array(), [Check::Yes; 4], "{evidence:?}");
             let data_sqes = request.length.div_ceil(1 << 20);
             assert_eq!(evidence.descriptors, data_sqes + 1, "data SQEs plus the flag SQE: {evidence:?}");
             let expected_calls = u64::from(mode == LaunchMode::PerBatch);

@@ -8,7 +8,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use aiv_transport::config::{AivOptions, LaunchMode};
-use aiv_transport::evidence::Actor;
 use aiv_transport::transport::adxl::AdxlStatus;
 use aiv_transport::transport::ubshmem::{MIN_PIECE_BYTES, STREAMS_PER_TRANSFER};
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
@@ -129,11 +128,6 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
             assert_eq!(evidence.path, "adxl");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
             assert!(!evidence.is_aiv_direct(), "{evidence:?}");
-            assert_eq!(
-                (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
-                (Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread),
-                "HiXL submits; the adxl Host thread polls completion"
-            );
             assert!(evidence.host_device_api_calls >= 1, "{evidence:?}");
         }
     }
@@ -155,10 +149,6 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
             assert_eq!(evidence.path, "ubshmem");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
             assert!(!evidence.is_aiv_direct(), "{evidence:?}");
-            assert_eq!(
-                (evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
-                (Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread)
-            );
             let pieces = request.length.div_ceil(MIN_PIECE_BYTES).clamp(1, STREAMS_PER_TRANSFER as u64);
             expected_copies += pieces;
             assert_eq!(evidence.host_device_api_calls, 2 * pieces, "a memcpy_async and a sync per piece: {evidence:?}");

@@ -19,7 +19,6 @@ mod common;
 
 use std::time::Duration;
 
-use aiv_transport::evidence::Actor;
 use aiv_transport::transport::adxl::AdxlStatus;
 use aiv_transport::{Opcode, Protocol, TransferState};
 use common::*;
@@ -68,10 +67,7 @@ fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
     assert!(import < first_copy && last_copy < first_sync, "{log:?}");
     assert_eq!(log[first_copy - 1], "aclrtSetDevice device=0", "worker thread bound before copying: {log:?}");
     let evidence = outcome.evidence[0].clone().expect("evidence");
-    assert_eq!(
-        (evidence.path, evidence.descriptor_builder, evidence.doorbell_ringer, evidence.completion_observer),
-        ("ubshmem", Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread)
-    );
+    assert_eq!(evidence.path, "ubshmem");
     assert_eq!(evidence.host_device_api_calls, 8, "4 copies + 4 synchronisations");
 
     // READ of 100 KiB from the peer: 2 pieces; the pool's streams are reused, nothing created.
@@ -216,13 +212,7 @@ fn adxl_on_cann_connects_through_hixl_and_moves_batches_both_ways() {
         "connect once (memory registered first), one batch of both writes, one final status"
     );
     let evidence: Vec<_> = outcome.evidence.iter().map(|e| e.clone().expect("evidence")).collect();
-    for e in &evidence {
-        assert_eq!(
-            (e.path, e.descriptor_builder, e.doorbell_ringer, e.completion_observer),
-            ("adxl", Actor::HostRuntime, Actor::HostRuntime, Actor::HostThread),
-            "HiXL builds and submits on the Host; the adxl Host thread observes"
-        );
-    }
+    assert!(evidence.iter().all(|e| e.path == "adxl"), "{evidence:?}");
     // Submit + one query = 2 calls shared by 2 transfers; create + 1 registration + connect on the first.
     assert_eq!((evidence[0].host_device_api_calls, evidence[1].host_device_api_calls), (4, 1));
 

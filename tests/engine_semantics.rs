@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aiv_transport::evidence::{Actor, TransferEvidence};
+use aiv_transport::evidence::{Act, Source, TransferEvidence};
 use aiv_transport::transfer::{FailureKind, TaskSlot, Transfer, TransferFailure};
 use aiv_transport::transport::Transport;
 use aiv_transport::{
@@ -92,9 +92,9 @@ impl HeldTransport {
         let count = transfers.len();
         for transfer in transfers {
             let mut evidence = TransferEvidence::new("held", aiv_transport::evidence::RuntimeLabel::NONE);
-            evidence.descriptor_builder = Actor::HostThread;
-            evidence.doorbell_ringer = Actor::HostThread;
-            evidence.completion_observer = Actor::HostThread;
+            evidence.descriptors_written = Act::host(Source::HostCode, 1);
+            evidence.doorbells_rung = Act::host(Source::HostCode, 1);
+            evidence.completion_seen = Act::host(Source::HostCode, 1);
             evidence.descriptors = 1;
             evidence.doorbells = 1;
             transfer.slot.complete(transfer.length, evidence);

@@ -346,6 +346,12 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn channel_exception(&self, channel: u32) -> Option<ChannelException>;
     /// Drops a channel's pending SQEs and clears its exception, so it can serve again (bounded wait).
     fn reset_channel(&self, channel: u32) -> Result<(), DeviceError>;
+    /// What the runtime recorded about who wrote the SQEs a channel's engine consumed, who rang its doorbell and who
+    /// first read its completion flags (cumulative; the evidence of the aiv path diffs two of them).
+    fn channel_records(&self, channel: u32) -> ChannelRecords {
+        let _ = channel;
+        ChannelRecords::NotObservable
+    }
 
     // ---- kernel ----
     /// Launches the transfer kernel on `block_dim` blocks with `kernel_args` (device address of `KernelArgs`).
@@ -361,6 +367,18 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         None
     }
+}
+
+/// What a runtime can show about the acts on one SDMA channel ([`DeviceBackend::channel_records`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ChannelRecords {
+    /// The runtime keeps such records, but they are off (the twin's provenance records, `aiv.record_provenance`).
+    NotRecorded,
+    /// The runtime keeps none (the vendor's runtime on an NPU; the twin loaded as a separate library, whose records
+    /// are that copy's).
+    NotObservable,
+    /// The twin runtime's records of the channel since it was made (or its records were last reset).
+    Twin(cann_twin::control::Provenance),
 }
 
 /// An in-order copy queue executed by the device (an ACL stream).

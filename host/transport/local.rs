@@ -5,7 +5,7 @@
 
 use super::Transport;
 use crate::cpu_time::thread_cpu_time_ns;
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{Act, Source, TransferEvidence};
 use crate::transfer::{Opcode, Transfer};
 
 /// Copies validated transfers within this process.
@@ -38,17 +38,12 @@ impl Transport for LocalTransport {
         }
         let host_cpu_ns = thread_cpu_time_ns().saturating_sub(cpu_started) / count.max(1);
         for transfer in done {
-            let evidence = TransferEvidence {
-                path: "local",
-                runtime: crate::evidence::RuntimeLabel::NONE,
-                descriptor_builder: Actor::Nobody,
-                doorbell_ringer: Actor::Nobody,
-                completion_observer: Actor::HostThread,
-                host_device_api_calls: 0,
-                descriptors: 0,
-                doorbells: 0,
-                host_cpu_ns,
-            };
+            // A Host memcpy: no descriptor, no doorbell; this thread saw the copy end.
+            let mut evidence = TransferEvidence::new("local", crate::evidence::RuntimeLabel::NONE);
+            evidence.descriptors_written = Act::host(Source::HostCode, 0);
+            evidence.doorbells_rung = Act::host(Source::HostCode, 0);
+            evidence.completion_seen = Act::host(Source::HostCode, 1);
+            evidence.host_cpu_ns = host_cpu_ns;
             transfer.slot.complete(transfer.length, evidence);
         }
     }

@@ -22,7 +22,7 @@ use super::Transport;
 use crate::config::AivOptions;
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{CopyStream, DeviceBackend, DeviceError};
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{even_piece_count, even_pieces};
 use crate::transfer::{FailureKind, TaskSlot, Transfer, TransferFailure};
 
@@ -275,16 +275,16 @@ impl Shared {
         let cpu_started = *cpu_mark;
         let pieces = even_piece_count(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER);
         let mut api_calls = 0u64;
-        let evidence = |api_calls: u64, cpu: u64| TransferEvidence {
-            path: "ubshmem",
-            runtime: self.runtime,
-            descriptor_builder: Actor::HostRuntime,
-            doorbell_ringer: Actor::HostRuntime,
-            completion_observer: Actor::HostThread,
-            host_device_api_calls: api_calls,
-            descriptors: pieces as u64,
-            doorbells: pieces as u64,
-            host_cpu_ns: job.submit_cpu_ns + cpu,
+        let evidence = |api_calls: u64, cpu: u64| {
+            let mut evidence = TransferEvidence::new("ubshmem", self.runtime);
+            evidence.descriptors_written = Act::host(Source::HostCalls, pieces as u64);
+            evidence.doorbells_rung = Act::host(Source::HostCalls, pieces as u64);
+            evidence.completion_seen = Act::host(Source::HostCalls, 1);
+            evidence.host_device_api_calls = api_calls;
+            evidence.descriptors = pieces as u64;
+            evidence.doorbells = pieces as u64;
+            evidence.host_cpu_ns = job.submit_cpu_ns + cpu;
+            evidence
         };
         let carried = self.carry.take();
         let Some(streams) = self.borrow_streams(pieces, Instant::now() + self.timeout) else {

@@ -50,8 +50,8 @@ use zerocopy::FromBytes;
 use self::heap::RangeAllocator;
 use crate::config::AivOptions;
 use crate::device::{
-    ChannelException, ChannelInfo, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError,
-    ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    ChannelException, ChannelInfo, ChannelRecords, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
+    DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 use crate::evidence::{RuntimeKind, RuntimeLabel};
 use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
@@ -375,6 +375,10 @@ impl CannDevice {
                 cann_twin::SHMEM_INSTANCES - 1
             ),
         })?;
+        if options.record_provenance {
+            // Before this device's rings are written, so that every SQE its engines consume has a known writer.
+            cann_twin::control::record_provenance(true);
+        }
         Self::open_with(options, settings, (CannRuntime::Twin, cann_twin::acl_api(), shmem), exchange)
     }
 
@@ -1199,6 +1203,22 @@ impl DeviceBackend for CannDevice {
             channels.push((info, flag_area));
         }
         Ok(infos)
+    }
+
+    fn channel_records(&self, channel: u32) -> ChannelRecords {
+        if self.runtime != CannRuntime::Twin {
+            return ChannelRecords::NotObservable;
+        }
+        if !cann_twin::control::provenance_recorded() {
+            return ChannelRecords::NotRecorded;
+        }
+        match cann_twin::control::provenance(self.id as i32, channel) {
+            Ok(records) => ChannelRecords::Twin(records),
+            Err(error) => {
+                tracing::warn!(device = self.id, channel, %error, "no provenance records for the channel");
+                ChannelRecords::NotObservable
+            }
+        }
     }
 
     fn channel_exception(&self, channel: u32) -> Option<ChannelException> {

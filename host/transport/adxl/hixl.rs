@@ -42,7 +42,7 @@ use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, Hixl
 use super::{AdxlStatus, Shared};
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::device::DeviceAdvertisement;
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{Act, Source, TransferEvidence};
 use crate::transfer::{Opcode, TaskSlot};
 use crate::transport::Transfer;
 
@@ -414,16 +414,16 @@ impl Worker {
         let shared = self.state.shared.clone();
         let api = self.api();
         let timeout = shared.timeout;
-        let evidence = |job: &Job, api_calls: u64, cpu: u64| TransferEvidence {
-            path: "adxl",
-            runtime: shared.device.runtime_label(),
-            descriptor_builder: Actor::HostRuntime,
-            doorbell_ringer: Actor::HostRuntime,
-            completion_observer: Actor::HostThread,
-            host_device_api_calls: api_calls,
-            descriptors: 1,
-            doorbells: 1,
-            host_cpu_ns: job.submit_cpu_ns + cpu,
+        let evidence = |job: &Job, api_calls: u64, cpu: u64| {
+            let mut evidence = TransferEvidence::new("adxl", shared.device.runtime_label());
+            evidence.descriptors_written = Act::host(Source::HostCalls, 1);
+            evidence.doorbells_rung = Act::host(Source::HostCalls, 1);
+            evidence.completion_seen = Act::host(Source::HostCalls, 1);
+            evidence.host_device_api_calls = api_calls;
+            evidence.descriptors = 1;
+            evidence.doorbells = 1;
+            evidence.host_cpu_ns = job.submit_cpu_ns + cpu;
+            evidence
         };
         let finish_all = |group: Vec<Job>,
                           outcome: Result<(), (AdxlStatus, String)>,

@@ -84,4 +84,6 @@ pub(super) struct DrainScratch {
     pub(super) entries: Vec<(u32, Result<DcqEntry, UndecodableCompletion>)>,
     /// Index into `entries`, and the transfer it completes.
     pub(super) finished: Vec<(usize, InFlight)>,
+    /// The runtime's records of the block's channel as of the previous pass (the evidence's window).
+    pub(super) records: super::observe::BlockRecords,
 }

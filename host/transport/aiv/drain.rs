@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::block::{DrainScratch, HostBlock};
 use super::inflight::InFlight;
+use super::observe::PassActs;
 use super::submit::decode_ticket;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::TransferEvidence;
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
 use crate::transfer::{poll_until, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
 
@@ -99,7 +100,7 @@ impl Inner {
     /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
     /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
     pub(super) fn drain_block(&self, block: &HostBlock, scratch: &mut DrainScratch) -> bool {
-        let DrainScratch { entries, finished } = scratch;
+        let DrainScratch { entries, finished, records } = scratch;
         entries.clear();
         finished.clear();
         let new_head = {
@@ -147,6 +148,9 @@ impl Inner {
             self.recover(block);
         }
         let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
+        // After the entries: every SQE, doorbell and flag of the transfers they complete is in the records by now.
+        let acts = records.pass(self.device.channel_records(block.index));
+        let window = u32::try_from(finished.len()).unwrap_or(u32::MAX).max(1);
         for (i, transfer) in finished.drain(..) {
             let entry = match &entries[i].1 {
                 Ok(entry) => entry,
@@ -157,7 +161,8 @@ impl Inner {
                     &undecodable.entry
                 }
             };
-            self.finish(block, entry, transfer, drain_share, exception.as_ref());
+            let observed = Observed { acts: &acts, window };
+            self.finish(block, entry, transfer, drain_share, observed, exception.as_ref());
         }
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
@@ -178,19 +183,22 @@ impl Inner {
         entry: &DcqEntry,
         transfer: InFlight,
         drain_share: u64,
+        observed: Observed<'_>,
         exception: Option<&crate::device::ChannelException>,
     ) {
-        let evidence = TransferEvidence {
-            path: "aiv",
-            runtime: self.device.runtime_label(),
-            descriptor_builder: Actor::AivKernel,
-            doorbell_ringer: Actor::AivKernel,
-            completion_observer: Actor::AivKernel,
-            host_device_api_calls: transfer.host_device_api_calls,
-            descriptors: u64::from(entry.sqes.get()),
-            doorbells: u64::from(entry.doorbells.get()),
-            host_cpu_ns: drain_share,
+        let [descriptors_written, doorbells_rung, completion_seen] = observed.acts.of(block.index, entry);
+        let mut evidence = TransferEvidence::new("aiv", self.device.runtime_label());
+        evidence.descriptors_written = descriptors_written;
+        evidence.doorbells_rung = doorbells_rung;
+        evidence.completion_seen = completion_seen;
+        evidence.window = match observed.acts {
+            PassActs::Window(_) => observed.window,
+            PassActs::KernelTally | PassActs::NotRecorded => 1,
         };
+        evidence.host_device_api_calls = transfer.host_device_api_calls;
+        evidence.descriptors = u64::from(entry.sqes.get());
+        evidence.doorbells = u64::from(entry.doorbells.get());
+        evidence.host_cpu_ns = drain_share;
         let syndrome = Syndrome(entry.syndrome.get());
         let status = DcqStatus(entry.status.get());
         let channel = block.index;
@@ -253,6 +261,13 @@ impl Inner {
             }
         }
     }
+}
+
+/// The acts a drain pass observed, and how many transfers it completed (they share the window).
+#[derive(Clone, Copy, Debug)]
+struct Observed<'a> {
+    acts: &'a PassActs,
+    window: u32,
 }
 
 impl CompletionPoller for Inner {

@@ -14,7 +14,7 @@
 //! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
 //! kernel arguments, threads), [`submit`] (block placement
 //! and the one sequence that posts requests), [`drain`] (DCQ drain, outcome mapping, recovery, the waiting thread's
-//! poller), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
+//! poller), [`observe`] (the acts each drain pass observed, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
 //! transport's state, its public controls and shutdown.
 //!
 //! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the
@@ -32,6 +32,7 @@
 mod block;
 mod drain;
 mod inflight;
+mod observe;
 mod probe;
 mod setup;
 mod submit;

@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
-use crate::evidence::{Actor, TransferEvidence};
+use crate::evidence::{Act, Source, TransferEvidence};
 use crate::log_limit::LogLimiter;
 use crate::transfer::{FailureKind, Opcode, TransferFailure};
 use crate::transport::Transfer;
@@ -104,17 +104,13 @@ impl Job {
     }
 
     fn complete(self, cpu_ns: u64) {
-        let evidence = TransferEvidence {
-            path: "tcp",
-            runtime: crate::evidence::RuntimeLabel::NONE,
-            descriptor_builder: Actor::HostThread,
-            doorbell_ringer: Actor::HostRuntime,
-            completion_observer: Actor::HostThread,
-            host_device_api_calls: 0,
-            descriptors: 1,
-            doorbells: 1,
-            host_cpu_ns: cpu_ns,
-        };
+        let mut evidence = TransferEvidence::new("tcp", crate::evidence::RuntimeLabel::NONE);
+        evidence.descriptors_written = Act::host(Source::HostCode, 1);
+        evidence.doorbells_rung = Act::host(Source::HostCode, 1);
+        evidence.completion_seen = Act::host(Source::HostCode, 1);
+        evidence.descriptors = 1;
+        evidence.doorbells = 1;
+        evidence.host_cpu_ns = cpu_ns;
         self.transfer.slot.complete(self.transfer.length, evidence);
     }
 

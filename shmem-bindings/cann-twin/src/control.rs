@@ -122,6 +122,11 @@ pub fn record_provenance(on: bool) {
     crate::sdma::provenance::set_recording(on);
 }
 
+/// Whether the provenance records are on ([`record_provenance`]).
+pub fn provenance_recorded() -> bool {
+    crate::sdma::provenance::recording()
+}
+
 /// The provenance records of channel `(device, index)` since its creation or its last [`reset_provenance`]: who
 /// wrote each SQE its engine executed, who rang each doorbell it accepted, and who first read each completion flag
 /// it landed, each recorded where the act happened (docs/twin-runtime.md, "Provenance records"):
