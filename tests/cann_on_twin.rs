@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::{CannDevice, CannRuntime};
+use aiv_transport::evidence::{Check, Source, TransferEvidence};
 use aiv_transport::{Opcode, TransferRequest, TransferState};
 use rand::{RngCore, SeedableRng};
 
@@ -52,6 +53,7 @@ fn child() {
         "provenance_aiv" => provenance_aiv(),
         "provenance_host_rings" => provenance_host_rings(),
         "provenance_host_reads_flag" => provenance_host_reads_flag(),
+        "provenance_host_writes_sqes" => provenance_host_writes_sqes(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -253,13 +255,37 @@ fn local_writes(node: &aiv::Node, count: u64, length: u64) -> Vec<TransferReques
 }
 
 fn run(node: &aiv::Node, requests: &[TransferRequest]) -> (Vec<TransferState>, Vec<Option<String>>) {
+    let (states, reasons, _) = run_with_evidence(node, requests);
+    (states, reasons)
+}
+
+/// [`run`], with each task's evidence record.
+fn run_with_evidence(
+    node: &aiv::Node,
+    requests: &[TransferRequest],
+) -> (Vec<TransferState>, Vec<Option<String>>, Vec<TransferEvidence>) {
     let batch = node.engine.allocate_batch(requests.len()).expect("batch");
     node.engine.submit_transfer(batch, requests).expect("submit");
     node.engine.wait_batch(batch).expect("wait");
     let states = (0..requests.len()).map(|t| node.engine.transfer_status(batch, t).expect("status").state).collect();
     let reasons = (0..requests.len()).map(|t| node.engine.task_reason(batch, t).expect("reason")).collect();
+    let evidence = (0..requests.len())
+        .map(|t| node.engine.task_evidence(batch, t).expect("task").expect("evidence recorded"))
+        .collect();
     node.engine.free_batch(batch).expect("free");
-    (states, reasons)
+    (states, reasons, evidence)
+}
+
+/// Asserts that every record's four checks, derived from what the engine observed, are `expected`, and that the
+/// acts came from the twin's device model.
+fn assert_checks(evidence: &[TransferEvidence], expected: [Check; 4]) {
+    assert!(!evidence.is_empty());
+    for record in evidence {
+        assert_eq!(record.checks().as_array(), expected, "{record:?}");
+        for act in [&record.descriptors_written, &record.doorbells_rung, &record.completion_seen] {
+            assert_eq!(act.source, Source::TwinModel, "{record:?}");
+        }
+    }
 }
 
 /// A stalled engine: the kernel's flag waits end at its budget (TIMEOUT), the backend resets both channels through
@@ -319,6 +345,11 @@ fn a_flag_the_host_reads_before_the_kernel_turns_only_the_flag_tally_to_the_host
     in_child("provenance_host_reads_flag");
 }
 
+#[test]
+fn sqes_the_host_rewrites_before_they_execute_turn_only_the_descriptor_check_to_no() {
+    in_child("provenance_host_writes_sqes");
+}
+
 /// The provenance records of channels 0 and 1 of device 0 (the two blocks' channels), reset first.
 fn provenance_reset() {
     for channel in 0..2 {
@@ -356,8 +387,10 @@ fn provenance_aiv() {
     node.modify(|bytes| bytes[..4 << 20].fill(3));
     provenance_reset();
     let (executed_before, rung_before) = executed_and_rung();
-    let (states, reasons) = run(&node, &local_writes(&node, 16, 200_000));
+    let (states, reasons, evidence) = run_with_evidence(&node, &local_writes(&node, 16, 200_000));
     assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    // The engine's own records of each transfer say the same: every check yes.
+    assert_checks(&evidence, [Check::Yes; 4]);
     let (executed, rung) = executed_and_rung();
     let (mut sqes, mut doorbells, mut flags) = (0, 0, 0);
     for channel in 0..2 {
@@ -406,10 +439,12 @@ fn provenance_host_rings() {
             }
         })
     };
-    let (states, reasons) = run(&node, &local_writes(&node, 16, 200_000));
+    let (states, reasons, evidence) = run_with_evidence(&node, &local_writes(&node, 16, 200_000));
     stop.store(true, std::sync::atomic::Ordering::Release);
     forwarder.join().expect("forwarder");
     assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    // Exactly the doorbell check turns to no in each transfer's record.
+    assert_checks(&evidence, [Check::Yes, Check::Yes, Check::No, Check::Yes]);
     let (mut sqes, mut host_doorbells) = (0, 0);
     for channel in 0..2 {
         cann_twin::control::divert_core_doorbells(0, channel, false).expect("undivert");
@@ -482,6 +517,9 @@ fn provenance_host_reads_flag() {
     cann_twin::control::hold_cores(0, false);
     let status = node.engine.wait_batch(batch).expect("wait");
     assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    // Exactly the completion check turns to no in the transfer's record.
+    let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
+    assert_checks(&[evidence], [Check::Yes, Check::Yes, Check::Yes, Check::No]);
     let seen = provenance_of(channel);
     eprintln!("channel {channel}: {seen:?}");
     assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (1, 1, 0), "{seen:?}");
@@ -489,5 +527,75 @@ fn provenance_host_reads_flag() {
     assert_eq!(seen.sqes_by_block, [(channel, 2)], "the data SQE and the flag SQE: {seen:?}");
     assert!(!seen.doorbells_by_block.is_empty(), "{seen:?}");
     assert!(seen.doorbells_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
+    assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
+}
+
+/// Variant (a): the engines are stalled while the kernel posts and rings one transfer; a Host thread then rewrites
+/// the rung, unexecuted SQE slots through the runtime (the same bytes, read D2H and written back H2D), and the
+/// engines run. The SQEs the engine consumes are the Host's; the doorbell stays the block's, the flag is read by the
+/// core: exactly the descriptor check turns to no.
+fn provenance_host_writes_sqes() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(7));
+    provenance_reset();
+    for channel in 0..2 {
+        cann_twin::control::set_stalled(0, channel, true).expect("stall");
+    }
+    let requests = local_writes(&node, 1, 4096);
+    let batch = node.engine.allocate_batch(1).expect("batch");
+    let (_, rung_before) = executed_and_rung();
+    node.engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    // The kernel took the request, wrote its SQEs (one data SQE and the flag SQE) and rang.
+    let (channel, window) = loop {
+        let rung: Vec<u64> = (0..2).map(|c| cann_twin::control::doorbells_rung(0, c).expect("channel")).collect();
+        if rung.iter().sum::<u64>() > rung_before {
+            let channel = if rung[0] > 0 { 0 } else { 1 };
+            let window = cann_twin::control::sq_window(0, channel).expect("channel");
+            if window.tail.wrapping_sub(window.head) % window.depth >= 2 {
+                break (channel, window);
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(4), "waited too long for the kernel's doorbell");
+        std::thread::yield_now();
+    };
+    let mut slot = window.head;
+    while slot != window.tail {
+        let address = window.sq_base + u64::from(slot) * 64;
+        let mut sqe = [0u8; 64];
+        // SAFETY: `sqe` is live for 64 bytes; the device side is checked by the runtime.
+        let read = unsafe {
+            cann_twin::acl::aclrtMemcpy(
+                sqe.as_mut_ptr().cast(),
+                64,
+                address as *const core::ffi::c_void,
+                64,
+                ascendcl_sys::sys::ACL_MEMCPY_DEVICE_TO_HOST,
+            )
+        };
+        // SAFETY: as above; the Host writes back exactly what the kernel wrote.
+        let write = unsafe {
+            cann_twin::acl::aclrtMemcpy(
+                address as *mut core::ffi::c_void,
+                64,
+                sqe.as_ptr().cast(),
+                64,
+                ascendcl_sys::sys::ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        assert_eq!((read, write), (0, 0), "the Host reads and rewrites SQ slot {slot}");
+        slot = (slot + 1) % window.depth;
+    }
+    for c in 0..2 {
+        cann_twin::control::set_stalled(0, c, false).expect("release the engine");
+    }
+    let status = node.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
+    assert_checks(&[evidence.clone()], [Check::Yes, Check::No, Check::Yes, Check::Yes]);
+    assert_eq!((evidence.descriptors_written.by_aiv, evidence.descriptors_written.by_host), (0, 2), "{evidence:?}");
+    let seen = provenance_of(channel);
+    eprintln!("channel {channel}: {seen:?}");
+    assert_eq!((seen.sqes_by_host, total(&seen.sqes_by_block)), (2, 0), "{seen:?}");
     assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
 }

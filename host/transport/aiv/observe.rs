@@ -71,7 +71,12 @@ impl BlockRecords {
             ChannelRecords::Twin(now) => now,
         };
         let empty = cann_twin::control::Provenance::default();
-        let before = self.last.as_ref().unwrap_or(&empty);
+        let mut before = self.last.as_ref().unwrap_or(&empty);
+        if went_back(before, &now) {
+            // The records were reset (`reset_provenance`) since the previous pass: count from zero again.
+            before = &empty;
+            self.flags_base = [0; 3];
+        }
         let [sqes, doorbells] = window(before, &now);
         for (kept, seen) in self.acts.iter_mut().zip([sqes, doorbells]) {
             if seen.total() > 0 {
@@ -115,6 +120,19 @@ fn window(before: &cann_twin::control::Provenance, now: &cann_twin::control::Pro
             less(now.doorbells_unknown, before.doorbells_unknown),
         ),
     ]
+}
+
+/// Whether some count of `now` is below `before`'s: the records were reset in between.
+fn went_back(before: &cann_twin::control::Provenance, now: &cann_twin::control::Provenance) -> bool {
+    let sum = |counts: &[(u32, u64)]| counts.iter().map(|&(_, count)| count).sum::<u64>();
+    let totals = |p: &cann_twin::control::Provenance| {
+        [
+            sum(&p.sqes_by_block) + p.sqes_by_host + p.sqes_unknown,
+            sum(&p.doorbells_by_block) + p.doorbells_by_host + p.doorbells_unknown,
+            p.flags_landed,
+        ]
+    };
+    totals(now).iter().zip(totals(before)).any(|(now, before)| *now < before)
 }
 
 /// The counts `now` holds beyond `before` (both `(block, count)` ascending), summed, with the lowest and highest

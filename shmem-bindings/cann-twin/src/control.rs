@@ -189,6 +189,33 @@ pub fn parked_cores(device: i32) -> Vec<u32> {
     crate::kernel::parked_cores(device)
 }
 
+/// The channel's submission queue as its engine sees it: the SQ's device address, its depth in SQEs, the engine's
+/// head (the next slot it executes) and the doorbell's tail. Slots `head..tail` (mod depth) are rung and not yet
+/// executed (while the engine is stalled, they stay so). For tests that act on pending SQEs.
+pub fn sq_window(device: i32, index: u32) -> Result<SqWindow, ControlError> {
+    let channel = channel(device, index)?;
+    Ok(SqWindow {
+        sq_base: channel.sq_base,
+        depth: channel.depth,
+        head: channel.progress.head.load(std::sync::atomic::Ordering::Acquire),
+        tail: channel.doorbell.tail.load(std::sync::atomic::Ordering::Acquire),
+    })
+}
+
+/// What [`sq_window`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SqWindow {
+    /// Device address of slot 0.
+    pub sq_base: u64,
+    /// Slots in the ring.
+    pub depth: u32,
+    /// The next slot the engine executes.
+    pub head: u32,
+    /// The doorbell register's tail.
+    pub tail: u32,
+}
+
 /// Device addresses of the completion flags channel `(device, index)` landed that no read has claimed yet.
 pub fn pending_flags(device: i32, index: u32) -> Result<Vec<u64>, ControlError> {
     Ok(channel(device, index)?.provenance.pending_flags())
