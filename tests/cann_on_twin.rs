@@ -592,7 +592,7 @@ fn provenance_host_writes_sqes() {
     let status = node.engine.wait_batch(batch).expect("wait");
     assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
     let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
-    assert_checks(&[evidence.clone()], [Check::Yes, Check::No, Check::Yes, Check::Yes]);
+    assert_checks(std::slice::from_ref(&evidence), [Check::Yes, Check::No, Check::Yes, Check::Yes]);
     assert_eq!((evidence.descriptors_written.by_aiv, evidence.descriptors_written.by_host), (0, 2), "{evidence:?}");
     let seen = provenance_of(channel);
     eprintln!("channel {channel}: {seen:?}");
