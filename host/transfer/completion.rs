@@ -1,6 +1,7 @@
 //! How finished tasks wake the threads that wait for them: the batch's completion signal, and the poller a
 //! transport may offer so that a waiting thread collects its own completions.
 
+use crate::cpu_time::{thread_cpu_time_ns, Section};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex};
@@ -115,16 +116,45 @@ pub const POLL_NAP_MAX: Duration = Duration::from_millis(1);
 /// [`POLL_NAP_MIN`] or a sixteenth of the time waited so far, whichever is longer, at most [`POLL_NAP_MAX`]. Returns whether `ready` held before `timeout` passed. Nothing
 /// wakes the thread early: an NPU has no way to, so the twin runtime does not either, and latency figures measured
 /// on the twin include the same polling the NPU path pays.
-pub fn poll_until(mut ready: impl FnMut() -> bool, timeout: Duration) -> bool {
+pub fn poll_until(ready: impl FnMut() -> bool, timeout: Duration) -> bool {
+    poll_until_inner(ready, timeout, false).0
+}
+
+/// [`poll_until`], also returning the Host CPU time the calling thread spent in it (ns), for a path to charge its
+/// waiting threads' polling and wake-ups to itself (docs/cpu-accounting.md). While it only spins (the first 64
+/// looks) the wait never gives up its CPU, so it is a [`Section`] (the section clock); from its first yield or nap
+/// on, the thread CPU clock is read there and at the end (two readings, only for a wait that got that far).
+pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bool, u64) {
+    poll_until_inner(ready, timeout, true)
+}
+
+fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged: bool) -> (bool, u64) {
     let started = Instant::now();
+    let section = charged.then(Section::start);
+    // The section's time up to the first nap, and the thread CPU clock then.
+    let mut napped: Option<(u64, u64)> = None;
+    // (set at the first yield or nap)
+    let charge = |napped: Option<(u64, u64)>| match (section, napped) {
+        (None, _) => 0,
+        (Some(section), None) => section.elapsed_ns(),
+        (Some(_), Some((before, cpu))) => before + thread_cpu_time_ns().saturating_sub(cpu),
+    };
     let mut spins = 0u32;
     loop {
         if ready() {
-            return true;
+            return (true, charge(napped));
         }
         let elapsed = started.elapsed();
         if elapsed >= timeout {
-            return false;
+            return (false, charge(napped));
+        }
+        let yields = elapsed >= POLL_SPIN_WINDOW || spins >= 64;
+        if yields && napped.is_none() {
+            // From here on the thread gives up its CPU (a yield lets other threads run, a nap sleeps): wall time would
+            // charge their time, so the thread CPU clock takes over.
+            if let Some(section) = section {
+                napped = Some((section.elapsed_ns(), thread_cpu_time_ns()));
+            }
         }
         if elapsed < POLL_SPIN_WINDOW {
             if spins < 64 {
@@ -165,6 +195,25 @@ mod tests {
         assert_eq!(finished, 3, "woke before its target");
         assert!(waited < Duration::from_secs(5), "slept through the notification that reached its target: {waited:?}");
         assert_eq!(signal.wake_at.load(Ordering::SeqCst), usize::MAX, "no waiter left registered");
+    }
+
+    #[test]
+    fn a_charged_poll_counts_its_spinning_and_not_its_naps() {
+        // A 20 ms wait that never ends: about 10 us of spinning, then naps (CPU only at their wake-ups).
+        let started = Instant::now();
+        let (done, cpu) = poll_until_charged(|| false, Duration::from_millis(20));
+        let wall = started.elapsed();
+        assert!(!done && wall >= Duration::from_millis(20));
+        assert!(cpu > 0, "the spin window is charged");
+        assert!(Duration::from_nanos(cpu) < wall / 2, "naps are not charged as CPU: {cpu} ns of {wall:?}");
+        // A busy wait that ends inside the spin window is charged as a section (its wall time on the monotonic
+        // section clock, its CPU time on the thread clock, which another test may have chosen): more than nothing,
+        // no more than it lasted.
+        let started = Instant::now();
+        let until = started + Duration::from_micros(5);
+        let (done, cpu) = poll_until_charged(|| Instant::now() >= until, Duration::from_secs(1));
+        let wall = started.elapsed();
+        assert!(done && cpu > 0 && Duration::from_nanos(cpu) <= wall, "{cpu} ns in {wall:?}");
     }
 
     #[test]

@@ -16,7 +16,7 @@ use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::TransferEvidence;
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
-use crate::transfer::{poll_until, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
+use crate::transfer::{poll_until_charged, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
 /// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
@@ -277,7 +277,10 @@ impl CompletionPoller for Inner {
 
     fn wait(&self, timeout: Duration) {
         let finished = self.host_finished.load(Ordering::Acquire);
-        poll_until(|| self.completions_ready() || self.host_finished.load(Ordering::Acquire) != finished, timeout);
+        let ready = || self.completions_ready() || self.host_finished.load(Ordering::Acquire) != finished;
+        // The waiting thread's polling and wake-ups are aiv's: charged to the transfers drained next.
+        let (_, cpu) = poll_until_charged(ready, timeout);
+        self.unattributed_cpu.add(cpu);
     }
 
     fn wait_for(&self, tickets: &[u64], timeout: Duration) {
@@ -302,7 +305,9 @@ impl CompletionPoller for Inner {
                 .get(block as usize)
                 .is_none_or(|b| b.completion_ring.published_tail().wrapping_sub(need) as i32 >= 0)
         };
-        poll_until(|| needs.iter().all(published) || self.host_finished.load(Ordering::Acquire) != finished, timeout);
+        let ready = || needs.iter().all(published) || self.host_finished.load(Ordering::Acquire) != finished;
+        let (_, cpu) = poll_until_charged(ready, timeout);
+        self.unattributed_cpu.add(cpu);
     }
 
     fn attach(&self) {
