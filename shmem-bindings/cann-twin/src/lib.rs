@@ -179,6 +179,7 @@ pub mod control;
 pub mod hixl;
 pub mod kernel;
 mod memory;
+mod occupancy;
 mod runtime;
 pub mod sdma;
 pub mod shmem;
