@@ -650,6 +650,7 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
         std::hint::spin_loop();
         return;
     } else if polled < POLL_WINDOW.as_nanos() as u64 {
+        core.clock.hint_waits(now);
         std::thread::yield_now();
     } else {
         let nap = Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP);
@@ -659,11 +660,12 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
             core.activity_seen.set(now_seen);
             return;
         }
+        core.clock.hint_waits(now);
         core.activity_seen.set(core.activity.nap(now_seen, nap));
     }
-    // After a yield or a nap: the time it took is polling too.
+    // After a yield or a nap: the time it took is polling too (a snapshot meanwhile counted it up to its own now).
     let after = monotonic_ns();
-    core.clock.add_polling(after.saturating_sub(now));
+    core.clock.hint_waited(now, after);
     core.polled_until.set(after);
 }
 

@@ -22,9 +22,13 @@
 //! # Cost
 //!
 //! Per block: two monotonic clock readings (entry, exit) and two acquisitions of the device's counters lock. Per idle
-//! hint (only while the core polls): the reading the hint already made, plus one more after a yield or a nap, and a
-//! relaxed store. Per SDMA run (not per SQE): two readings and two uncontended lock pairs. Nothing on the model's
-//! fill, store or DMA paths.
+//! hint (only while the core polls): the reading the hint already made and one store; around a hint's yield or nap
+//! (from the 64th unchanged refill on) one more reading and five stores, so that a snapshot taken during the nap
+//! counts it as polling (a seqlock). Per SDMA run (not per SQE): two readings and two uncontended lock pairs.
+//! Nothing on the model's fill, store or DMA paths, and no CoreOps ABI change.
+//!
+//! A snapshot of a running block is consistent to within one pass of the kernel's poll loop: the time between two
+//! hints of a run is executing until the second hint counts it as polling.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,12 +54,16 @@ pub(crate) struct CoreClock {
     polling_ns: AtomicU64,
     /// Poll intervals started.
     polls: AtomicU64,
+    /// When the yield or nap of the hint the core is in now began (0: in none): polling a snapshot counts up to now.
+    hint_since: AtomicU64,
+    /// Odd while the core moves a hint's yield or nap into `polling_ns` (a snapshot reads the two consistently).
+    version: AtomicU64,
 }
 
 impl CoreClock {
     /// Adds `ns` of polling (single writer: the core's thread).
     pub(crate) fn add_polling(&self, ns: u64) {
-        self.polling_ns.store(self.polling_ns.load(Ordering::Relaxed).saturating_add(ns), Ordering::Relaxed);
+        self.polling_ns.store(self.polling_ns.load(Ordering::Relaxed).saturating_add(ns), Ordering::SeqCst);
     }
 
     /// Counts the start of a poll interval (single writer: the core's thread).
@@ -63,10 +71,36 @@ impl CoreClock {
         self.polls.store(self.polls.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
     }
 
-    /// `(executing, polling)` at `now`.
+    /// The core starts a hint's yield or nap at `now` (monotonic ns).
+    pub(crate) fn hint_waits(&self, now: u64) {
+        self.hint_since.store(now.max(1), Ordering::SeqCst);
+    }
+
+    /// The yield or nap begun at `since` ended at `now`: its time is polling.
+    pub(crate) fn hint_waited(&self, since: u64, now: u64) {
+        let version = self.version.load(Ordering::Relaxed);
+        self.version.store(version.wrapping_add(1), Ordering::SeqCst);
+        self.add_polling(now.saturating_sub(since));
+        self.hint_since.store(0, Ordering::SeqCst);
+        self.version.store(version.wrapping_add(2), Ordering::SeqCst);
+    }
+
+    /// `(executing, polling)` at `now`: polling includes a yield or nap in progress. Consistent (a seqlock read,
+    /// at most a few tries; should every try race the core, the wait in progress is left out).
     fn split(&self, now: u64) -> (u64, u64) {
         let total = now.saturating_sub(self.entered_ns);
-        let polling = self.polling_ns.load(Ordering::Relaxed).min(total);
+        let mut polling = self.polling_ns.load(Ordering::SeqCst);
+        for _ in 0..4 {
+            let before = self.version.load(Ordering::SeqCst);
+            let committed = self.polling_ns.load(Ordering::SeqCst);
+            let since = self.hint_since.load(Ordering::SeqCst);
+            if before % 2 == 0 && self.version.load(Ordering::SeqCst) == before {
+                polling = committed + if since == 0 { 0 } else { now.saturating_sub(since) };
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let polling = polling.min(total);
         (total - polling, polling)
     }
 }
@@ -155,6 +189,8 @@ pub(crate) fn core_entered(device: i32, block: u32) -> Arc<CoreClock> {
         entered_ns: monotonic_ns(),
         polling_ns: AtomicU64::new(0),
         polls: AtomicU64::new(0),
+        hint_since: AtomicU64::new(0),
+        version: AtomicU64::new(0),
     });
     counters.live.push(Arc::clone(&clock));
     clock
@@ -294,6 +330,27 @@ mod tests {
         assert_eq!((after.running, after.runs, after.polling_ns), (0, 1, 1_000));
         assert!(after.executing_ns >= core.executing_ns);
         assert!(done.taken_at_ns >= live.taken_at_ns && done.since_ns <= live.taken_at_ns);
+    }
+
+    /// A snapshot taken while the core naps in a hint counts the nap so far as polling, so that neither figure
+    /// goes backwards when the nap ends.
+    #[test]
+    fn a_nap_in_progress_is_polling_up_to_the_snapshot() {
+        let device = 9_004;
+        let clock = core_entered(device, 1);
+        let started = monotonic_ns();
+        clock.hint_waits(started);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let during = snapshot(device).cores[0];
+        clock.hint_waited(started, monotonic_ns());
+        let after = snapshot(device).cores[0];
+        assert!(during.polling_ns >= 3_000_000, "{during:?}");
+        assert!(
+            after.polling_ns >= during.polling_ns && after.executing_ns >= during.executing_ns,
+            "{during:?} {after:?}"
+        );
+        assert!(during.executing_ns < 1_000_000, "the nap was counted as executing: {during:?}");
+        core_left(device, &clock);
     }
 
     #[test]
