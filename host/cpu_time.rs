@@ -209,19 +209,39 @@ pub fn thread_cpu_time_ns() -> u64 {
 /// model's threads), by thread id, from `/proc/self/task/*/schedstat`; `None` if the task list cannot be read. A
 /// thread that exits while it is read is skipped.
 pub fn process_thread_cpu(exclude: &[&str]) -> Option<std::collections::HashMap<u64, u64>> {
-    let mut threads = std::collections::HashMap::new();
+    Some(
+        process_threads()?
+            .into_iter()
+            .filter(|thread| !exclude.iter().any(|prefix| thread.name.starts_with(prefix)))
+            .map(|thread| (thread.tid, thread.on_cpu_ns))
+            .collect(),
+    )
+}
+
+/// One thread of this process, as [`process_threads`] read it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ThreadCpu {
+    pub tid: u64,
+    /// Its name (`/proc/self/task/<tid>/comm`: at most 15 bytes, so longer names are cut).
+    pub name: String,
+    /// On-CPU nanoseconds so far.
+    pub on_cpu_ns: u64,
+}
+
+/// Every thread of this process with its name and on-CPU time so far, from `/proc/self/task/*/schedstat` (its first
+/// field); `None` if the task list cannot be read. A thread that exits while it is read, or whose schedstat cannot
+/// be read or parsed, is skipped.
+pub fn process_threads() -> Option<Vec<ThreadCpu>> {
+    let mut threads = Vec::new();
     for entry in std::fs::read_dir("/proc/self/task").ok()? {
         let Ok(entry) = entry else { continue };
         let Some(tid) = entry.file_name().to_str().and_then(|name| name.parse::<u64>().ok()) else { continue };
         let Ok(name) = std::fs::read_to_string(entry.path().join("comm")) else { continue };
-        if exclude.iter().any(|prefix| name.trim_end().starts_with(prefix)) {
-            continue;
-        }
         let Ok(schedstat) = std::fs::read_to_string(entry.path().join("schedstat")) else { continue };
         let Some(on_cpu) = schedstat.split_whitespace().next().and_then(|field| field.parse::<u64>().ok()) else {
             continue;
         };
-        threads.insert(tid, on_cpu);
+        threads.push(ThreadCpu { tid, name: name.trim_end().to_string(), on_cpu_ns: on_cpu });
     }
     Some(threads)
 }

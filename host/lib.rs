@@ -10,6 +10,7 @@
 //! - [`evidence`]: what every transfer records about who did the work;
 //! - [`log_limit`]: rate-limited, aggregated warnings;
 //! - [`cpu_time`]: Host CPU accounting (section clocks, the thread CPU clock, the carry of uncharged time);
+//! - [`occupancy`]: per run, AIV core executing/polling and SDMA busy time (twin) and Host thread CPU by role;
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
 //! - [`device`]: the device backend behind the device paths (`aiv`, `adxl`, `ubshmem`): CANN, on the twin runtime
@@ -28,6 +29,7 @@ pub mod evidence;
 pub mod kernel_abi;
 pub mod log_limit;
 pub mod metadata;
+pub mod occupancy;
 pub mod transfer;
 pub mod transport;
 

@@ -54,6 +54,7 @@ fn child() {
         "provenance_host_rings" => provenance_host_rings(),
         "provenance_host_reads_flag" => provenance_host_reads_flag(),
         "provenance_host_writes_sqes" => provenance_host_writes_sqes(),
+        "occupancy" => occupancy(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -87,6 +88,11 @@ fn the_persistent_kernel_moves_random_ranges_within_one_device() {
 #[test]
 fn per_batch_launches_move_random_ranges_within_one_device() {
     in_child("local_transfers_per_batch");
+}
+
+#[test]
+fn an_idle_persistent_kernel_mostly_polls_and_a_transfer_makes_the_sdma_channels_busy() {
+    in_child("occupancy");
 }
 
 fn bring_up() {
@@ -598,4 +604,54 @@ fn provenance_host_writes_sqes() {
     eprintln!("channel {channel}: {seen:?}");
     assert_eq!((seen.sqes_by_host, total(&seen.sqes_by_block)), (2, 0), "{seen:?}");
     assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
+}
+
+/// The occupancy figures with the real kernel (host/occupancy.rs over `cann_twin::control::occupancy`): while the
+/// persistent kernel has nothing to do its cores mostly poll and no channel is busy; transfers make channels busy
+/// with their SQEs; the Host's drain is a role of its own and the twin's threads are never Host CPU.
+fn occupancy() {
+    use aiv_transport::occupancy::{DeviceFigures, DeviceReport, OccupancySnapshot, ThreadRole};
+    let node = aiv::node(options(LaunchMode::Persistent), 4 << 20);
+    let device = node.device.backend().device_id() as i32;
+    let figures = |occupancy: &aiv_transport::occupancy::Occupancy| -> DeviceFigures {
+        let DeviceReport::TwinModel { devices } = &occupancy.device else { panic!("no twin figures: {occupancy:?}") };
+        assert_eq!(devices.len(), 1);
+        devices[0].clone()
+    };
+    // Let the kernel settle into its wait first.
+    let (_, _) = run(&node, &local_writes(&node, 1, 4096));
+    std::thread::sleep(Duration::from_millis(20));
+    let before = OccupancySnapshot::take(&[device], true);
+    std::thread::sleep(Duration::from_millis(100));
+    let idle = OccupancySnapshot::take(&[device], true).since(&before);
+    println!("{idle}");
+    let quiet = figures(&idle);
+    assert!(!quiet.cores.is_empty(), "the persistent kernel's blocks ran: {quiet:?}");
+    let executing: u64 = quiet.cores.iter().map(|core| core.executing_ns).sum();
+    let polling: u64 = quiet.cores.iter().map(|core| core.polling_ns).sum();
+    assert!(polling > 4 * executing, "an idle kernel mostly polls: executing {executing} ns, polling {polling} ns");
+    // Every block was on its core the whole time (within 20% of the wall time between the snapshots).
+    for core in &quiet.cores {
+        let total = core.executing_ns + core.polling_ns;
+        assert!(total * 10 >= quiet.wall_ns * 8 && total <= quiet.wall_ns + quiet.wall_ns / 5, "{core:?} {quiet:?}");
+    }
+    assert!(quiet.channels.iter().all(|channel| channel.busy_ns == 0 && channel.sqes == 0), "{quiet:?}");
+    // Transfers: the channels that carried them were busy.
+    let before = OccupancySnapshot::take(&[device], true);
+    let (states, reasons) = run(&node, &local_writes(&node, 4, 1 << 19));
+    assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
+    let moved = OccupancySnapshot::take(&[device], true).since(&before);
+    println!("{moved}");
+    let busy = figures(&moved);
+    let sqes: u64 = busy.channels.iter().map(|channel| channel.sqes).sum();
+    let busy_ns: u64 = busy.channels.iter().map(|channel| channel.busy_ns).sum();
+    assert!(sqes >= 4 && busy_ns > 0, "{busy:?}");
+    assert!(busy.channels.iter().all(|channel| channel.busy_ns <= busy.wall_ns), "{busy:?}");
+    // Host CPU by role: the drain thread is its own role; the twin's cores are device model, not Host.
+    let host = moved.host_cpu.as_ref().expect("the process's threads are readable");
+    let model = moved.device_model_cpu.as_ref().expect("the process's threads are readable");
+    assert!(host.iter().any(|role| role.role == ThreadRole::AivDrain && role.threads >= 1), "{host:?}");
+    assert!(host.iter().all(|role| !role.role.is_device_model()), "{host:?}");
+    let cores = model.iter().find(|role| role.role == ThreadRole::DeviceModelAivCores).expect("the cores' threads");
+    assert!(cores.cpu_ns > 0 && cores.threads >= 1, "{model:?}");
 }

@@ -5,6 +5,7 @@
 //! Channels are named by `(device, channel)`: the device whose SHMEM initialisation created the SDMA engines and
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
 
+pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
 pub use crate::sdma::provenance::Provenance;
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
@@ -57,6 +58,19 @@ pub fn reset_channel(device: i32, index: u32) -> Result<(), ControlError> {
 /// SQEs the channel has executed (copied) since its creation.
 pub fn sqes_executed(device: i32, index: u32) -> Result<u64, ControlError> {
     Ok(channel(device, index)?.progress.executed.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// The occupancy of `device`'s emulated AIV cores and SDMA channel engines, cumulative since the device's counters
+/// were created (its first block, SDMA engine or occupancy snapshot in this process): per block index, nanoseconds
+/// executing and polling (summed over every launch that ran the block; running blocks count up to now); per SDMA
+/// channel, nanoseconds busy, runs and SQEs. Diff two snapshots for an interval (`taken_at_ns` gives its wall time).
+///
+/// Polling is a run of the model's idle hints (the core re-read unchanged memory 16 times in a row, and on), from the
+/// first hint to the end of the last; executing is the rest of the block's time; busy is an engine's time from
+/// taking a tail after a doorbell to the end of that run. The figures are a CPU model's (docs/occupancy.md); a
+/// device never seen is reported empty (and its counters start now).
+pub fn occupancy(device: i32) -> DeviceOccupancy {
+    crate::occupancy::snapshot(device)
 }
 
 /// Doorbell writes the channel accepted since its creation (refused register writes are not counted).

@@ -454,6 +454,11 @@ struct CoreContext {
     /// The progress of its block's channel, and the count this core saw at its last idle hint.
     activity: Arc<Activity>,
     activity_seen: std::cell::Cell<u64>,
+    /// This block's occupancy clock ([`crate::occupancy`]), the `unchanged_fills` of the last idle hint (0: none
+    /// yet) and when the polling it accounted ends (monotonic ns).
+    clock: Arc<crate::occupancy::CoreClock>,
+    poll_fills: std::cell::Cell<u32>,
+    polled_until: std::cell::Cell<u64>,
 }
 
 /// Device objects an emulated core remembers.
@@ -472,6 +477,9 @@ impl CoreContext {
             registers: crate::sdma::RegisterCache::default(),
             activity: Activity::of(device, block),
             activity_seen: std::cell::Cell::new(0),
+            clock: crate::occupancy::core_entered(device, block),
+            poll_fills: std::cell::Cell::new(0),
+            polled_until: std::cell::Cell::new(0),
         }
     }
 
@@ -505,8 +513,7 @@ impl CoreContext {
 }
 
 fn monotonic_ns() -> u64 {
-    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
-    EPOCH.elapsed().as_nanos() as u64
+    crate::occupancy::monotonic_ns()
 }
 
 /// # Safety
@@ -629,10 +636,21 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
     if unchanged_fills <= 16 || core.poll_since.get() == 0 {
         core.poll_since.set(now);
     }
+    // Occupancy: one run of hints (their count rising by one per unchanged refill) is one poll interval, from its
+    // first hint to the end of its last; a count that did not rise starts a new run (crate::occupancy).
+    if unchanged_fills <= core.poll_fills.get() || core.poll_fills.get() == 0 {
+        core.clock.poll_started();
+    } else {
+        core.clock.add_polling(now.saturating_sub(core.polled_until.get()));
+    }
+    core.poll_fills.set(unchanged_fills);
+    core.polled_until.set(now);
     let polled = now.saturating_sub(core.poll_since.get());
     if unchanged_fills < 64 {
         std::hint::spin_loop();
+        return;
     } else if polled < POLL_WINDOW.as_nanos() as u64 {
+        core.clock.hint_waits(now);
         std::thread::yield_now();
     } else {
         let nap = Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP);
@@ -642,8 +660,13 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
             core.activity_seen.set(now_seen);
             return;
         }
+        core.clock.hint_waits(now);
         core.activity_seen.set(core.activity.nap(now_seen, nap));
     }
+    // After a yield or a nap: the time it took is polling too (a snapshot meanwhile counted it up to its own now).
+    let after = monotonic_ns();
+    core.clock.hint_waited(now, after);
+    core.polled_until.set(after);
 }
 
 unsafe extern "C" fn op_fault(context: *mut c_void, kind: u32, device_addr: u64, len: u64) {
@@ -731,6 +754,7 @@ fn run_core(run: &Run) {
                 &mut dirty,
             )
         };
+        crate::occupancy::core_left(run.device, &context.clock);
         run.dirty.fetch_add(dirty as usize, Ordering::Relaxed);
         match outcome {
             BLOCK_RETURNED => {}
@@ -847,4 +871,68 @@ pub(crate) unsafe fn kernel_name<'a>(name: *const c_char) -> Result<&'a CStr, ac
     }
     // SAFETY: non-null and NUL-terminated (the caller's contract).
     Ok(unsafe { CStr::from_ptr(name) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Calls the idle hint as the model does while a core polls: counts 16, 17, ... for `duration`.
+    fn poll_for(context: &CoreContext, duration: Duration) -> u32 {
+        let started = Instant::now();
+        let mut fills = 16;
+        while started.elapsed() < duration {
+            // SAFETY: `context` is a live CoreContext, used by this thread only.
+            unsafe { op_idle_hint(context as *const CoreContext as *mut c_void, fills) };
+            fills += 1;
+        }
+        fills
+    }
+
+    fn block_of(device: i32, block: u32) -> crate::occupancy::CoreOccupancy {
+        let snapshot = crate::control::occupancy(device);
+        snapshot.cores.iter().find(|core| core.block == block).copied().expect("the block is reported")
+    }
+
+    /// Runs of idle hints are polling, from each run's first hint to the end of its last; the time between runs
+    /// (the core working) is executing.
+    #[test]
+    fn runs_of_idle_hints_are_polling_and_the_rest_of_the_block_is_executing() {
+        let device = 8_101;
+        let context = CoreContext::new(device, 2);
+        let fills = poll_for(&context, Duration::from_millis(20));
+        assert!(fills > 64, "the poll reached the yield and nap branches ({fills} hints)");
+        // Work: no hints for 10 ms.
+        let started = Instant::now();
+        while started.elapsed() < Duration::from_millis(10) {
+            std::hint::black_box(started.elapsed());
+        }
+        let live = block_of(device, 2);
+        // A second run starts at 16 again.
+        poll_for(&context, Duration::from_millis(5));
+        crate::occupancy::core_left(device, &context.clock);
+        let done = block_of(device, 2);
+        assert_eq!((live.running, live.polls, done.running, done.polls, done.runs), (1, 1, 0, 2, 1), "{done:?}");
+        // The first run alone is ~20 ms of polling; the 10 ms of work between the runs is executing.
+        assert!(live.polling_ns >= 15_000_000 && live.polling_ns <= 40_000_000, "{live:?}");
+        assert!(live.executing_ns >= 9_000_000, "{live:?}");
+        assert!(done.polling_ns >= live.polling_ns + 4_000_000, "{live:?} then {done:?}");
+        assert!(done.executing_ns >= live.executing_ns && done.executing_ns < done.polling_ns, "{done:?}");
+    }
+
+    /// A single hint, or hints whose count does not rise, add no polling: each starts a new interval.
+    #[test]
+    fn a_count_that_does_not_rise_starts_a_new_poll_interval() {
+        let device = 8_102;
+        let context = CoreContext::new(device, 0);
+        for _ in 0..3 {
+            // SAFETY: as in poll_for.
+            unsafe { op_idle_hint(&context as *const CoreContext as *mut c_void, 16) };
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        crate::occupancy::core_left(device, &context.clock);
+        let done = block_of(device, 0);
+        assert_eq!(done.polls, 3, "{done:?}");
+        assert!(done.polling_ns < 1_000_000 && done.executing_ns >= 6_000_000, "{done:?}");
+    }
 }

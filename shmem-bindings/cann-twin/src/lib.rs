@@ -105,7 +105,9 @@
 //! register access of the wrong width or offset, 0x17 SQ slot or record no longer translates.
 //!
 //! [`control`] is the fault-injection API for tests: a channel's exception, stall/release, reset (head := tail,
-//! exception cleared, bounded wait), SQEs executed, doorbells rung.
+//! exception cleared, bounded wait), SQEs executed, doorbells rung; and [`control::occupancy`], the device model's
+//! occupancy (per block, ns executing vs polling on its emulated core; per SDMA channel, ns busy), cumulative
+//! snapshots a caller diffs.
 //!
 //! SHMEM return codes (`aclshmem_error_code_t` from `hicann/shmem` `include/host/shmem_host_def.h`, later
 //! `aclshmem_host_def.h`, which adds `ACLSHMEM_NOT_SUPPORTED`; *source*: the
@@ -179,6 +181,7 @@ pub mod control;
 pub mod hixl;
 pub mod kernel;
 mod memory;
+mod occupancy;
 mod runtime;
 pub mod sdma;
 pub mod shmem;

@@ -341,6 +341,8 @@ pub(crate) struct Channel {
     activity: Arc<crate::kernel::Activity>,
     /// Who wrote each SQ slot, rang each doorbell and read each landed flag ([`provenance`]).
     pub provenance: Arc<provenance::ChannelProvenance>,
+    /// The engine's busy time ([`crate::occupancy`]): the device's counters for this channel index.
+    busy: Arc<crate::occupancy::ChannelBusy>,
 }
 
 /// The engine's side of a [`Channel`].
@@ -596,12 +598,16 @@ impl Channel {
             // record line at every doorbell, and a store per SQE from here would take that line from the ringing
             // core each time. Nobody reads the record's head during a run (the kernel at channel load, the Host at
             // an exception).
+            // Busy from here to the end of the run: one clock reading at each end, none per SQE.
+            self.busy.run_started();
+            let mut executed = 0u64;
             let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
                 match self.execute(head) {
                     Ok(()) => {
                         head = (head + 1) % self.depth;
                         self.progress.head.store(head, Ordering::Relaxed);
+                        executed += 1;
                     }
                     Err(failed) => {
                         fault = Some(failed);
@@ -609,6 +615,8 @@ impl Channel {
                     }
                 }
             }
+            // Before the head is published: whoever sees the head sees the run's counters final.
+            self.busy.run_ended(executed);
             let published = space().as_ref().map(|space| self.publish_head(space, head));
             self.activity.progressed();
             if let Some((syndrome, raw)) = fault {
@@ -755,6 +763,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             doorbell: CachePadded::new(Doorbell::default()),
             activity: crate::kernel::Activity::of(device, index),
             provenance: Arc::new(provenance::ChannelProvenance::new(device, record.sq_base, depth)),
+            busy: crate::occupancy::channel_counters(device, index),
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];

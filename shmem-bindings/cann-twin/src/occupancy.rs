@@ -1,0 +1,385 @@
+//! Occupancy of the device model: how long each emulated AIV core executed and polled, and how long each SDMA
+//! channel engine was busy, cumulative per device since its counters were created, for
+//! [`crate::control::occupancy`]. A CPU model's figures: they say what the model's threads did, not what an NPU would
+//! do (docs/occupancy.md).
+//!
+//! # Definitions
+//!
+//! - A core's time runs from the entry of a block (just before the launch shim installs the core) to its exit (the
+//!   kernel function returned or trapped), on the monotonic clock.
+//! - **Polling**: a poll interval is one run of consecutive idle hints (the model calls the runtime's idle hint from
+//!   the 16th consecutive refill of unchanged memory on, once per further unchanged refill; a changed refill, a scalar
+//!   store or a DMA issue ends the run, and the next run's hints count from 16 again). It starts at the run's first
+//!   hint and ends when its last hint returns (after any spin, yield or nap the hint made). The up to 15 unchanged
+//!   refills before the first hint, and the one loop pass from the last hint to the refill that found new data, are
+//!   counted as executing: the runtime cannot see them without a clock read on the model's fill path.
+//! - **Executing**: the rest of the block's time (everything from entry to exit that is not polling).
+//! - **Busy** (an SDMA channel): from the engine taking a tail to execute (after a doorbell) to the end of that run
+//!   (caught up with the tail, interrupted or faulted), just before it publishes the head (the run's counters are
+//!   updated before the head a caller waits for moves). The engine's brief poll for the next
+//!   doorbell and its sleep are not busy.
+//!
+//! # Cost
+//!
+//! Per block: two monotonic clock readings (entry, exit) and two acquisitions of the device's counters lock. Per idle
+//! hint (only while the core polls): the reading the hint already made and one store; around a hint's yield or nap
+//! (from the 64th unchanged refill on) one more reading and five stores, so that a snapshot taken during the nap
+//! counts it as polling (a seqlock). Per SDMA run (not per SQE): two readings and two uncontended lock pairs.
+//! Nothing on the model's fill, store or DMA paths, and no CoreOps ABI change.
+//!
+//! A snapshot of a running block is consistent to within one pass of the kernel's poll loop: the time between two
+//! hints of a run is executing until the second hint counts it as polling.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+use std::time::Instant;
+
+/// Nanoseconds on the twin's monotonic clock (its epoch: the first reading in the process).
+pub(crate) fn monotonic_ns() -> u64 {
+    static EPOCH: LazyLock<Instant> = LazyLock::new(Instant::now);
+    EPOCH.elapsed().as_nanos() as u64
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The clock of one block running on one emulated core: written by that core's thread only.
+#[derive(Debug)]
+pub(crate) struct CoreClock {
+    block: u32,
+    entered_ns: u64,
+    /// Polling so far, poll intervals still open included up to their last hint's end.
+    polling_ns: AtomicU64,
+    /// Poll intervals started.
+    polls: AtomicU64,
+    /// When the yield or nap of the hint the core is in now began (0: in none): polling a snapshot counts up to now.
+    hint_since: AtomicU64,
+    /// Odd while the core moves a hint's yield or nap into `polling_ns` (a snapshot reads the two consistently).
+    version: AtomicU64,
+}
+
+impl CoreClock {
+    /// Adds `ns` of polling (single writer: the core's thread).
+    pub(crate) fn add_polling(&self, ns: u64) {
+        self.polling_ns.store(self.polling_ns.load(Ordering::Relaxed).saturating_add(ns), Ordering::SeqCst);
+    }
+
+    /// Counts the start of a poll interval (single writer: the core's thread).
+    pub(crate) fn poll_started(&self) {
+        self.polls.store(self.polls.load(Ordering::Relaxed).saturating_add(1), Ordering::Relaxed);
+    }
+
+    /// The core starts a hint's yield or nap at `now` (monotonic ns).
+    pub(crate) fn hint_waits(&self, now: u64) {
+        self.hint_since.store(now.max(1), Ordering::SeqCst);
+    }
+
+    /// The yield or nap begun at `since` ended at `now`: its time is polling.
+    pub(crate) fn hint_waited(&self, since: u64, now: u64) {
+        let version = self.version.load(Ordering::Relaxed);
+        self.version.store(version.wrapping_add(1), Ordering::SeqCst);
+        self.add_polling(now.saturating_sub(since));
+        self.hint_since.store(0, Ordering::SeqCst);
+        self.version.store(version.wrapping_add(2), Ordering::SeqCst);
+    }
+
+    /// `(executing, polling)` at `now`: polling includes a yield or nap in progress. Consistent (a seqlock read,
+    /// at most a few tries; should every try race the core, the wait in progress is left out).
+    fn split(&self, now: u64) -> (u64, u64) {
+        let total = now.saturating_sub(self.entered_ns);
+        let mut polling = self.polling_ns.load(Ordering::SeqCst);
+        for _ in 0..4 {
+            let before = self.version.load(Ordering::SeqCst);
+            let committed = self.polling_ns.load(Ordering::SeqCst);
+            let since = self.hint_since.load(Ordering::SeqCst);
+            if before % 2 == 0 && self.version.load(Ordering::SeqCst) == before {
+                polling = committed + if since == 0 { 0 } else { now.saturating_sub(since) };
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        let polling = polling.min(total);
+        (total - polling, polling)
+    }
+}
+
+/// What finished runs of one block index added up to.
+#[derive(Clone, Copy, Debug, Default)]
+struct BlockTotals {
+    executing_ns: u64,
+    polling_ns: u64,
+    polls: u64,
+    runs: u64,
+}
+
+/// The busy time of one SDMA channel engine.
+#[derive(Debug, Default)]
+pub(crate) struct ChannelBusy(Mutex<BusyState>);
+
+#[derive(Debug, Default)]
+struct BusyState {
+    busy_ns: u64,
+    /// The start of the run in progress.
+    run_started: Option<u64>,
+    runs: u64,
+    sqes: u64,
+}
+
+impl ChannelBusy {
+    /// The engine took work: a run starts now.
+    pub(crate) fn run_started(&self) {
+        let now = monotonic_ns();
+        lock(&self.0).run_started = Some(now);
+    }
+
+    /// The run ended after executing `sqes` SQEs.
+    pub(crate) fn run_ended(&self, sqes: u64) {
+        let now = monotonic_ns();
+        let mut state = lock(&self.0);
+        if let Some(started) = state.run_started.take() {
+            state.busy_ns = state.busy_ns.saturating_add(now.saturating_sub(started));
+            state.runs += 1;
+        }
+        state.sqes = state.sqes.saturating_add(sqes);
+    }
+
+    fn snapshot(&self, index: u32, now: u64) -> ChannelOccupancy {
+        let state = lock(&self.0);
+        let open = state.run_started.map_or(0, |started| now.saturating_sub(started));
+        ChannelOccupancy {
+            index,
+            busy_ns: state.busy_ns.saturating_add(open),
+            runs: state.runs,
+            sqes: state.sqes,
+            running: state.run_started.is_some(),
+        }
+    }
+}
+
+/// One device's counters.
+#[derive(Debug)]
+struct DeviceCounters {
+    since_ns: u64,
+    finished: BTreeMap<u32, BlockTotals>,
+    live: Vec<Arc<CoreClock>>,
+    channels: BTreeMap<u32, Arc<ChannelBusy>>,
+}
+
+impl DeviceCounters {
+    fn new() -> Self {
+        DeviceCounters {
+            since_ns: monotonic_ns(),
+            finished: BTreeMap::new(),
+            live: Vec::new(),
+            channels: BTreeMap::new(),
+        }
+    }
+}
+
+static DEVICES: LazyLock<Mutex<HashMap<i32, DeviceCounters>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+
+/// A block of `device` enters a core now; the clock the core keeps for it.
+pub(crate) fn core_entered(device: i32, block: u32) -> Arc<CoreClock> {
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    let clock = Arc::new(CoreClock {
+        block,
+        entered_ns: monotonic_ns(),
+        polling_ns: AtomicU64::new(0),
+        polls: AtomicU64::new(0),
+        hint_since: AtomicU64::new(0),
+        version: AtomicU64::new(0),
+    });
+    counters.live.push(Arc::clone(&clock));
+    clock
+}
+
+/// The block of `clock` left its core now: its time joins its block index's totals.
+pub(crate) fn core_left(device: i32, clock: &Arc<CoreClock>) {
+    let now = monotonic_ns();
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    counters.live.retain(|live| !Arc::ptr_eq(live, clock));
+    let (executing, polling) = clock.split(now);
+    let totals = counters.finished.entry(clock.block).or_default();
+    totals.executing_ns = totals.executing_ns.saturating_add(executing);
+    totals.polling_ns = totals.polling_ns.saturating_add(polling);
+    totals.polls = totals.polls.saturating_add(clock.polls.load(Ordering::Relaxed));
+    totals.runs += 1;
+}
+
+/// The busy counters of channel `index` of `device` (the same ones again for a channel created anew after a
+/// SHMEM finalisation: the counts are the device's, cumulative).
+pub(crate) fn channel_counters(device: i32, index: u32) -> Arc<ChannelBusy> {
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    Arc::clone(counters.channels.entry(index).or_default())
+}
+
+/// Occupancy of one device, cumulative since its counters were created: diff two snapshots for an interval.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DeviceOccupancy {
+    pub device: i32,
+    /// When the snapshot was taken, on the twin's monotonic clock (ns since its own epoch, the first reading in the
+    /// process): the difference of two snapshots' values is the wall time between them.
+    pub taken_at_ns: u64,
+    /// When the device's counters were created (its first block, SDMA engine or occupancy snapshot), same clock.
+    pub since_ns: u64,
+    /// Per block index (summed over every launch that ran that block), ascending.
+    pub cores: Vec<CoreOccupancy>,
+    /// Per SDMA channel that has existed on the device, by index, ascending.
+    pub channels: Vec<ChannelOccupancy>,
+}
+
+impl DeviceOccupancy {
+    /// Wall time the counters cover: `taken_at_ns - since_ns`.
+    pub fn wall_ns(&self) -> u64 {
+        self.taken_at_ns.saturating_sub(self.since_ns)
+    }
+}
+
+/// One block index's emulated-core time (module docs: what executing and polling are).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CoreOccupancy {
+    pub block: u32,
+    pub executing_ns: u64,
+    pub polling_ns: u64,
+    /// Poll intervals started (runs of idle hints).
+    pub polls: u64,
+    /// Times a core entered this block (finished and running).
+    pub runs: u64,
+    /// Cores running this block now (their time so far is included).
+    pub running: u32,
+}
+
+/// One SDMA channel engine's busy time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ChannelOccupancy {
+    pub index: u32,
+    pub busy_ns: u64,
+    /// Runs of work the engine finished (a run: the SQEs up to the tail it took after a doorbell).
+    pub runs: u64,
+    /// SQEs executed in finished runs (unlike `control::sqes_executed`, cumulative over re-creations of the channel).
+    pub sqes: u64,
+    /// Whether a run is in progress (its time so far is in `busy_ns`).
+    pub running: bool,
+}
+
+/// A snapshot of `device`'s counters (created, empty, if it had none).
+pub(crate) fn snapshot(device: i32) -> DeviceOccupancy {
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    let now = monotonic_ns();
+    let mut cores: BTreeMap<u32, CoreOccupancy> = counters
+        .finished
+        .iter()
+        .map(|(&block, totals)| {
+            let core = CoreOccupancy {
+                block,
+                executing_ns: totals.executing_ns,
+                polling_ns: totals.polling_ns,
+                polls: totals.polls,
+                runs: totals.runs,
+                running: 0,
+            };
+            (block, core)
+        })
+        .collect();
+    for live in &counters.live {
+        let (executing, polling) = live.split(now);
+        let core = cores.entry(live.block).or_insert(CoreOccupancy { block: live.block, ..CoreOccupancy::default() });
+        core.executing_ns = core.executing_ns.saturating_add(executing);
+        core.polling_ns = core.polling_ns.saturating_add(polling);
+        core.polls = core.polls.saturating_add(live.polls.load(Ordering::Relaxed));
+        core.runs += 1;
+        core.running += 1;
+    }
+    let channels = counters.channels.iter().map(|(&index, busy)| busy.snapshot(index, now)).collect();
+    DeviceOccupancy {
+        device,
+        taken_at_ns: now,
+        since_ns: counters.since_ns,
+        cores: cores.into_values().collect(),
+        channels,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_live_block_is_reported_until_it_leaves_and_then_in_its_totals() {
+        let device = 9_001;
+        let clock = core_entered(device, 3);
+        clock.add_polling(1_000);
+        clock.poll_started();
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let live = snapshot(device);
+        let core = live.cores.iter().find(|core| core.block == 3).copied().expect("block 3 is reported");
+        assert_eq!((core.running, core.runs, core.polls, core.polling_ns), (1, 1, 1, 1_000));
+        assert!(core.executing_ns >= 1_000_000, "{core:?}");
+        core_left(device, &clock);
+        let done = snapshot(device);
+        let after = done.cores.iter().find(|core| core.block == 3).copied().expect("still reported");
+        assert_eq!((after.running, after.runs, after.polling_ns), (0, 1, 1_000));
+        assert!(after.executing_ns >= core.executing_ns);
+        assert!(done.taken_at_ns >= live.taken_at_ns && done.since_ns <= live.taken_at_ns);
+    }
+
+    /// A snapshot taken while the core naps in a hint counts the nap so far as polling, so that neither figure
+    /// goes backwards when the nap ends.
+    #[test]
+    fn a_nap_in_progress_is_polling_up_to_the_snapshot() {
+        let device = 9_004;
+        let clock = core_entered(device, 1);
+        let started = monotonic_ns();
+        clock.hint_waits(started);
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let during = snapshot(device).cores[0];
+        clock.hint_waited(started, monotonic_ns());
+        let after = snapshot(device).cores[0];
+        assert!(during.polling_ns >= 3_000_000, "{during:?}");
+        assert!(
+            after.polling_ns >= during.polling_ns && after.executing_ns >= during.executing_ns,
+            "{during:?} {after:?}"
+        );
+        assert!(during.executing_ns < 1_000_000, "the nap was counted as executing: {during:?}");
+        core_left(device, &clock);
+    }
+
+    #[test]
+    fn polling_never_exceeds_the_block_time() {
+        let device = 9_002;
+        let clock = core_entered(device, 0);
+        clock.add_polling(u64::MAX / 2);
+        let snapshot = snapshot(device);
+        let core = snapshot.cores[0];
+        assert_eq!(core.executing_ns, 0);
+        assert!(core.polling_ns <= snapshot.wall_ns(), "{core:?} over {} ns", snapshot.wall_ns());
+        core_left(device, &clock);
+    }
+
+    #[test]
+    fn a_channel_is_busy_only_while_it_runs() {
+        let device = 9_003;
+        let busy = channel_counters(device, 5);
+        busy.run_started();
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let during = snapshot(device).channels[0];
+        assert!(during.running && during.busy_ns >= 3_000_000 && during.runs == 0, "{during:?}");
+        busy.run_ended(7);
+        let ended = snapshot(device).channels[0];
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let idle = snapshot(device).channels[0];
+        assert_eq!((ended.index, ended.runs, ended.sqes, ended.running), (5, 1, 7, false));
+        assert_eq!(idle.busy_ns, ended.busy_ns, "an idle channel's busy time does not grow");
+        // The same counters for a channel created again.
+        assert!(Arc::ptr_eq(&busy, &channel_counters(device, 5)));
+    }
+}
