@@ -275,6 +275,9 @@ pub struct BenchOutcome {
     /// Wall time of each batch from submit to the end of its wait, in nanoseconds (batch size 1: per-transfer
     /// latency); a histogram of fixed size, so a long run does not grow memory per batch.
     pub batch_latencies: Histogram<u64>,
+    /// What the run kept busy: the twin's AIV cores (executing vs polling) and SDMA engines, Host CPU by thread role
+    /// (docs/occupancy.md). On the vendor's runtime the device part says it is not exposed.
+    pub occupancy: crate::occupancy::Occupancy,
 }
 
 impl BenchOutcome {
@@ -324,6 +327,7 @@ pub fn run_initiator(
     let monotonic_reading_ns = crate::cpu_time::monotonic_reading_cost_ns();
     let readings_before = crate::cpu_time::clock_readings();
     let monotonic_before = crate::cpu_time::monotonic_readings();
+    let occupancy_before = occupancy_snapshot(engine);
     let host_threads_before = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
     let bench_threads_cpu = AtomicU64::new(0);
     let started = Instant::now();
@@ -386,6 +390,7 @@ pub fn run_initiator(
     });
     let elapsed = started.elapsed();
     let host_threads_after = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
+    let mut occupancy = occupancy_snapshot(engine).since(&occupancy_before);
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
         return Err(error);
     }
@@ -401,7 +406,11 @@ pub fn run_initiator(
         // Threads that started during the run (a path's workers) count from zero; the benchmark threads, gone by now,
         // reported their own time.
         let others: u64 = after.iter().map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
-        let total = others + bench_threads_cpu.into_inner();
+        let bench_threads_cpu = bench_threads_cpu.into_inner();
+        // The benchmark's caller threads came and went between the snapshots: they report their own time.
+        let threads = u32::try_from(params.threads).unwrap_or(u32::MAX);
+        occupancy.add_unseen_threads(crate::occupancy::ThreadRole::Caller, threads, bench_threads_cpu);
+        let total = others + bench_threads_cpu;
         evidence.process_host_cpu_ns = Some(total as f64 / evidence.transfers.max(1) as f64);
     }
     Ok(BenchOutcome {
@@ -412,7 +421,17 @@ pub fn run_initiator(
         first_failure: first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
         evidence,
         bytes_per_batch: params.batch_size as u64 * params.block_size,
+        occupancy,
     })
+}
+
+/// The occupancy counters of the engine's device and the next one (an in-process aiv target), on the twin runtime
+/// embedded in this process; the vendor's runtime exposes none.
+fn occupancy_snapshot(engine: &TransferEngine) -> crate::occupancy::OccupancySnapshot {
+    let aiv = &engine.config().aiv;
+    let first = i32::try_from(aiv.device_id).unwrap_or(i32::MAX);
+    let twin = aiv.device_backend == crate::config::DeviceBackendKind::Twin;
+    crate::occupancy::OccupancySnapshot::take(&[first, first.saturating_add(1)], twin)
 }
 
 /// Runs one batch; returns its latency from submit to the end of the wait (batch allocation excluded).
@@ -528,6 +547,10 @@ mod tests {
             first_failure: None,
             evidence: EvidenceSummary::default(),
             bytes_per_batch: 128 * 65536,
+            occupancy: {
+                let before = crate::occupancy::OccupancySnapshot::take(&[], false);
+                crate::occupancy::OccupancySnapshot::take(&[], false).since(&before)
+            },
             batch_latencies: {
                 let mut histogram = latency_histogram();
                 for micros in 1..=100 {
@@ -630,6 +653,7 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
             },
             "sample": evidence.sample,
         },
+        "occupancy": outcome.occupancy,
     })
 }
 

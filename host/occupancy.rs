@@ -260,6 +260,27 @@ pub struct Occupancy {
     pub threads_exited: u32,
 }
 
+impl Occupancy {
+    /// Adds the CPU time of `threads` Host threads of `role` that started after the first snapshot and ended before
+    /// the second (so neither saw them), as measured by the threads themselves (e.g. a benchmark's caller threads).
+    pub fn add_unseen_threads(&mut self, role: ThreadRole, threads: u32, cpu_ns: u64) {
+        debug_assert!(!role.is_device_model());
+        if let Some(total) = &mut self.host_cpu_ns {
+            *total = total.saturating_add(cpu_ns);
+        }
+        if let Some(roles) = &mut self.host_cpu {
+            match roles.iter_mut().find(|known| known.role == role) {
+                Some(known) => {
+                    known.cpu_ns = known.cpu_ns.saturating_add(cpu_ns);
+                    known.threads = known.threads.saturating_add(threads);
+                }
+                None => roles.push(RoleCpu { role, cpu_ns, threads }),
+            }
+            roles.sort_by(|a, b| b.cpu_ns.cmp(&a.cpu_ns).then(a.role.cmp(&b.role)));
+        }
+    }
+}
+
 /// The device part of an [`Occupancy`].
 #[derive(Clone, Debug, Serialize)]
 #[serde(tag = "status", rename_all = "snake_case")]

@@ -495,6 +495,8 @@ fn print_bench_report(
                 + evidence.monotonic_readings * evidence.monotonic_reading_ns,
         );
     }
+    // What the run kept busy: the twin's cores and engines (a CPU model), Host CPU by thread role.
+    let _ = write!(out, "{}", outcome.occupancy);
     let _ = writeln!(
         out,
         "latency per batch: p50 {:.1} us, p99 {:.1} us over {} batches",
@@ -664,6 +666,10 @@ mod tests {
                     evidence: Default::default(),
                     bytes_per_batch: u64::MAX,
                     batch_latencies: bench::latency_histogram(),
+                    occupancy: {
+                        let before = aiv_transport::occupancy::OccupancySnapshot::take(&[], false);
+                        aiv_transport::occupancy::OccupancySnapshot::take(&[], false).since(&before)
+                    },
                 };
                 let _ = outcome.result_line(&params);
             }
