@@ -39,13 +39,13 @@ for run in $(seq 1 "$runs"); do
       out="$("$aiv" bench --protocol "$protocol" --operation "$operation" --batch_size "$batch" \
         --threads "$threads" --block_size "$block" --buffer_size "$buffer" --duration "$duration" --section_clock "$section_clock" 2>&1)"
       echo "$out" | awk -v run="$run" -v block="$block" -v protocol="$protocol" '
-        /^evidence:/ { for (i = 1; i <= NF; i++) { if ($i == "host" && $(i+1) == "device-API") api = $(i-1);
-                                                    if ($i == "ns" && $(i+1) == "host") cpu = $(i-1) } }
+        /^evidence:/ { for (i = 1; i <= NF; i++) { if ($i == "host" && $(i+1) == "device-API") api = $(i-1) } }
+        /^host CPU per transfer, whole process:/ { for (i = 1; i <= NF; i++) { if ($i == "process:") process = $(i+1);
+                                                                               if ($i == "path:") cpu = $(i+1) } }
         /^latency per batch:/ { p50 = $5; p99 = $8 }
         /^host CPU accounting:/ { for (i = 1; i <= NF; i++) { if ($i == "thread-CPU") thread = $(i-1) " x " $(i+4);
                                                               if ($i == "monotonic-clock") mono = $(i-1) " x " $(i+3) }
                                   clock = thread " + " mono }
-        /^host CPU, whole process:/ { process = $5 }
         /^reference: memcpy/ { memcpy = $3 }
         /^Test completed:/ { gbps = $(NF-1) }
         END { printf "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", run, block, protocol, gbps, memcpy, p50, p99, cpu, process, clock, api }'
