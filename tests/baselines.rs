@@ -317,7 +317,8 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
     // Warm up: the stream pool is made on the first submit (its calls are the pool's, charged to no transfer).
     let warm = random_requests(&mut rng, &a, &b, peer, &[Protocol::Ubshmem]);
     run_and_check(&a, &b, &warm);
-    let mut expected_copies = warm.iter().map(|r| r.length.div_ceil(MIN_PIECE_BYTES).clamp(1, 4)).sum::<u64>();
+    let mut expected_copies =
+        warm.iter().map(|r| r.length.div_ceil(MIN_PIECE_BYTES).clamp(1, STREAMS_PER_TRANSFER as u64)).sum::<u64>();
     for _ in 0..3 {
         let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Ubshmem; 4]);
         requests[0].length = 100;
