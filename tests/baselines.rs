@@ -1,11 +1,19 @@
 //! Twin end-to-end tests of the Host-submitted baselines `adxl` and `ubshmem`: random data both ways, one
 //! batch mixing all four protocols, the evidence each path records (only `aiv` is AIV-direct), ADXL's buffer pool
 //! made visible, and failures and timeouts that end FAILED / TIMEOUT with their reasons. Runs on the CPU twin only.
+//!
+//! The Host paths' acts are checked against the loader tables' process-wide counts of the same run
+//! (`ascendcl_sys::calls::process()` before and after): the tests of this binary take one lock, so the calls counted
+//! between two snapshots are the run's.
 
 #[path = "common/aiv.rs"]
 mod common;
 
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
+
+use aiv_transport::evidence::{Act, Check, Source, TransferEvidence};
+use ascendcl_sys::calls::CallCounts;
 
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::transport::adxl::AdxlStatus;
@@ -13,6 +21,12 @@ use aiv_transport::transport::ubshmem::{MIN_PIECE_BYTES, STREAMS_PER_TRANSFER};
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use common::{node, Node};
 use rand::{Rng, RngCore, SeedableRng};
+
+/// One test at a time: the loader tables' process-wide counts between two snapshots are then one run's calls.
+fn serial() -> MutexGuard<'static, ()> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
 
 /// The options of a node on the twin runtime, where `adxl` goes through HiXL.
 fn baseline_options(device_id: u32) -> AivOptions {
@@ -38,18 +52,34 @@ fn pair(size: u64, seed: u64) -> (Node, Node, SegmentId) {
 struct Outcome {
     states: Vec<TransferState>,
     reasons: Vec<Option<String>>,
-    evidence: Vec<Option<aiv_transport::evidence::TransferEvidence>>,
+    evidence: Vec<Option<TransferEvidence>>,
+    /// The calls the loader tables counted, process-wide, from before the submission until every task finished.
+    calls: CallCounts,
+}
+
+impl Outcome {
+    fn evidence(&self) -> Vec<&TransferEvidence> {
+        self.evidence.iter().map(|e| e.as_ref().expect("evidence")).collect()
+    }
+
+    /// Every counted call of `function` through the ACL table during the run.
+    fn acl(&self, function: &str) -> u64 {
+        self.calls.get("AclApi", function)
+    }
 }
 
 fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> Outcome {
+    let before = ascendcl_sys::calls::process();
     let batch = engine.allocate_batch(requests.len()).expect("batch");
     engine.submit_transfer(batch, requests).expect("submit");
     engine.wait_batch(batch).expect("wait");
+    let calls = ascendcl_sys::calls::process().since(&before);
     let n = requests.len();
     let outcome = Outcome {
         states: (0..n).map(|t| engine.transfer_status(batch, t).expect("status").state).collect(),
         reasons: (0..n).map(|t| engine.task_reason(batch, t).expect("reason")).collect(),
         evidence: (0..n).map(|t| engine.task_evidence(batch, t).expect("evidence")).collect(),
+        calls,
     };
     engine.free_batch(batch).expect("free");
     outcome
@@ -116,6 +146,7 @@ fn run_and_check(a: &Node, b: &Node, requests: &[TransferRequest]) -> Outcome {
 /// put/get), every byte checked; the HiXL library builds and submits the descriptors on the Host.
 #[test]
 fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
+    let _serial = serial();
     let (a, b, peer) = pair(8 << 20, 73);
     let mut rng = rand::rngs::StdRng::seed_from_u64(74);
     for _ in 0..3 {
@@ -123,37 +154,188 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
         requests[0].length = 4096;
         requests[1].length = (3 << 20) / 2;
         let outcome = run_and_check(&a, &b, &requests);
-        for evidence in &outcome.evidence {
-            let evidence = evidence.as_ref().expect("evidence");
+        for evidence in outcome.evidence() {
             assert_eq!(evidence.path, "adxl");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
-            assert!(!evidence.is_aiv_direct(), "{evidence:?}");
-            assert!(evidence.host_device_api_calls >= 1, "{evidence:?}");
+            assert_eq!(evidence.checks().as_array(), [Check::No; 4], "{evidence:?}");
         }
+        assert_adxl_acts_are_the_counted_calls(&outcome);
     }
     let counters = a.device.adxl().counters();
     assert_eq!((counters.timeouts, counters.failures), (0, 0), "{counters:?}");
 }
 
+/// A run's adxl records against the loader tables' counts of the same run: each batch's acts (shared, `window` k)
+/// sum to the submits and final queries counted, its list entries to the transfers, and the transfers' calls to the
+/// calls counted, within the rounding up of a batch's share (at most k - 1 per batch of k) and less the calls charged
+/// to nobody (the HiXL thread's device binding, made once when it starts).
+fn assert_adxl_acts_are_the_counted_calls(outcome: &Outcome) {
+    let evidence = outcome.evidence();
+    let hixl = |function: &str| outcome.calls.get("HixlApi", function);
+    let (mut entries, mut submits, mut completions, mut batches, mut charged, mut slack) = (0, 0, 0, 0, 0, 0);
+    let mut index = 0;
+    while index < evidence.len() {
+        // The transfers of one batch are consecutive tasks sharing one set of acts.
+        let first = evidence[index];
+        let k = first.window as usize;
+        assert!(k >= 1 && index + k <= evidence.len(), "{first:?}");
+        for e in &evidence[index..index + k] {
+            assert_eq!(e.window, first.window);
+            assert_eq!(
+                (e.descriptors_written, e.doorbells_rung, e.completion_seen),
+                (first.descriptors_written, first.doorbells_rung, first.completion_seen)
+            );
+            for act in [e.descriptors_written, e.doorbells_rung, e.completion_seen] {
+                assert_eq!((act.source, act.by_aiv, act.unattributed), (Source::HostCalls, 0, 0), "{e:?}");
+            }
+            charged += e.host_device_api_calls;
+        }
+        assert_eq!(first.descriptors_written.by_host, k as u64, "one list entry per transfer of the batch: {first:?}");
+        assert_eq!(first.doorbells_rung.by_host, 1, "one submit per batch: {first:?}");
+        assert_eq!(first.completion_seen.by_host, 1, "one query saw the batch complete: {first:?}");
+        entries += first.descriptors_written.by_host;
+        submits += first.doorbells_rung.by_host;
+        completions += first.completion_seen.by_host;
+        batches += 1;
+        slack += k as u64 - 1;
+        index += k;
+    }
+    assert_eq!(entries, evidence.len() as u64);
+    assert_eq!(submits, hixl("HixlCSClientBatchPutAsync") + hixl("HixlCSClientBatchGetAsync"), "{:?}", outcome.calls);
+    assert!(completions <= hixl("HixlCSClientQueryCompleteStatus"), "{:?}", outcome.calls);
+    let counted = outcome.calls.total() - outcome.acl("aclrtSetDevice");
+    assert!(
+        counted <= charged && charged <= counted + slack,
+        "{batches} batches: {charged} calls charged, {counted} counted (+{slack} rounding): {:?}",
+        outcome.calls
+    );
+}
+
+/// A run's ubshmem records against the loader tables' counts of the same run: the copies written and submitted,
+/// the synchronisations and the calls charged are exactly the calls counted (nothing is shared: window 1).
+fn assert_ubshmem_acts_are_the_counted_calls(outcome: &Outcome) {
+    let evidence = outcome.evidence();
+    let sum = |f: fn(&TransferEvidence) -> u64| evidence.iter().map(|e| f(e)).sum::<u64>();
+    for e in &evidence {
+        assert_eq!(e.window, 1);
+        assert_eq!(e.doorbells_rung, e.descriptors_written, "each copy call wrote and submitted: {e:?}");
+        for act in [e.descriptors_written, e.doorbells_rung, e.completion_seen] {
+            assert_eq!((act.source, act.by_aiv, act.unattributed), (Source::HostCalls, 0, 0), "{e:?}");
+        }
+        assert_eq!(e.checks().as_array(), [Check::No; 4], "{e:?}");
+    }
+    let copies = outcome.acl("aclrtMemcpyAsync") + outcome.acl("aclrtMemcpy");
+    assert_eq!(sum(|e| e.descriptors_written.by_host), copies, "{:?}", outcome.calls);
+    assert_eq!(
+        sum(|e| e.completion_seen.by_host),
+        outcome.acl("aclrtSynchronizeStreamWithTimeout") + outcome.acl("aclrtMemcpy"),
+        "{:?}",
+        outcome.calls
+    );
+    assert_eq!(sum(|e| e.host_device_api_calls), outcome.calls.total(), "{:?}", outcome.calls);
+}
+
+/// An aligned 1 MiB WRITE is 4 pieces: 4 aclrtMemcpyAsync and 4 synchronisations, and its record says exactly that.
+#[test]
+fn ubshmem_acts_of_a_four_piece_copy_are_its_counted_calls() {
+    let _serial = serial();
+    let (a, _b, peer) = pair(4 << 20, 151);
+    let write = TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr(),
+        target_id: peer,
+        target_offset: _b.buffer.addr() + (1 << 20),
+        length: 1 << 20,
+        protocol: Some(Protocol::Ubshmem),
+    };
+    // Warm up: the stream pool is made on the first submit (its calls are the pool's, charged to no transfer).
+    assert_eq!(run(&a.engine, std::slice::from_ref(&write)).states, [TransferState::Completed]);
+    let outcome = run(&a.engine, std::slice::from_ref(&write));
+    assert_eq!(outcome.states, [TransferState::Completed], "{:?}", outcome.reasons);
+    assert_eq!(
+        (outcome.acl("aclrtMemcpyAsync"), outcome.acl("aclrtSynchronizeStreamWithTimeout"), outcome.acl("aclrtMemcpy")),
+        (4, 4, 0),
+        "{:?}",
+        outcome.calls
+    );
+    let evidence = outcome.evidence()[0];
+    assert_eq!(evidence.descriptors_written, Act::host(Source::HostCalls, 4), "{evidence:?}");
+    assert_eq!(evidence.doorbells_rung, Act::host(Source::HostCalls, 4), "{evidence:?}");
+    assert_eq!(evidence.completion_seen, Act::host(Source::HostCalls, 4), "{evidence:?}");
+    assert_eq!((evidence.descriptors, evidence.doorbells, evidence.window), (4, 4, 1));
+    // 8, plus the worker's device binding if this was its first transfer: whatever else the tables counted.
+    let other = outcome.calls.total() - 8;
+    assert_eq!(evidence.host_device_api_calls, 8 + other, "{:?}", outcome.calls);
+    assert!(other <= outcome.acl("aclrtSetDevice"), "nothing but a binding besides the copies: {:?}", outcome.calls);
+    assert_ubshmem_acts_are_the_counted_calls(&outcome);
+}
+
+/// Two WRITEs submitted together to one connected peer are one HiXL batch: one submit of two list entries and one
+/// final status query, shared by both (window 2).
+#[test]
+fn adxl_acts_of_a_batch_of_two_are_shared_and_counted() {
+    let _serial = serial();
+    let (a, b, peer) = pair(4 << 20, 161);
+    let write = |offset: u64| TransferRequest {
+        opcode: Opcode::Write,
+        source: a.buffer.addr() + offset,
+        target_id: peer,
+        target_offset: b.buffer.addr() + offset,
+        length: 64 << 10,
+        protocol: Some(Protocol::Adxl),
+    };
+    // Warm up: connects the client (its calls charged to that transfer).
+    let warm = run(&a.engine, &[write(0)]);
+    assert_eq!(warm.states, [TransferState::Completed]);
+    let hixl_calls: u64 = warm.calls.entries().iter().filter(|c| c.table == "HixlApi").map(|c| c.count).sum();
+    assert_eq!(warm.evidence()[0].host_device_api_calls, hixl_calls, "connect, submit and queries: {:?}", warm.calls);
+    let outcome = run(&a.engine, &[write(0), write(1 << 20)]);
+    assert_eq!(outcome.states, [TransferState::Completed; 2], "{:?}", outcome.reasons);
+    let hixl = |function: &str| outcome.calls.get("HixlApi", function);
+    assert_eq!(hixl("HixlCSClientBatchPutAsync"), 1, "{:?}", outcome.calls);
+    let queries = hixl("HixlCSClientQueryCompleteStatus");
+    for e in outcome.evidence() {
+        assert_eq!(e.window, 2, "{e:?}");
+        assert_eq!(e.descriptors_written, Act::host(Source::HostCalls, 2), "{e:?}");
+        assert_eq!(e.doorbells_rung, Act::host(Source::HostCalls, 1), "{e:?}");
+        assert_eq!(e.completion_seen, Act::host(Source::HostCalls, 1), "{e:?}");
+        assert_eq!(
+            e.host_device_api_calls,
+            (1 + queries).div_ceil(2),
+            "its half of the submit and the {queries} queries"
+        );
+        assert_eq!(e.checks().as_array(), [Check::No; 4]);
+    }
+    assert_adxl_acts_are_the_counted_calls(&outcome);
+}
+
 #[test]
 fn ubshmem_moves_random_data_over_the_stream_pool() {
+    let _serial = serial();
     let (a, b, peer) = pair(8 << 20, 81);
     let mut rng = rand::rngs::StdRng::seed_from_u64(82);
-    let mut expected_copies = 0;
+    // Warm up: the stream pool is made on the first submit (its calls are the pool's, charged to no transfer).
+    let warm = random_requests(&mut rng, &a, &b, peer, &[Protocol::Ubshmem]);
+    run_and_check(&a, &b, &warm);
+    let mut expected_copies =
+        warm.iter().map(|r| r.length.div_ceil(MIN_PIECE_BYTES).clamp(1, STREAMS_PER_TRANSFER as u64)).sum::<u64>();
     for _ in 0..3 {
         let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Ubshmem; 4]);
         requests[0].length = 100;
         let outcome = run_and_check(&a, &b, &requests);
-        for (request, evidence) in requests.iter().zip(&outcome.evidence) {
-            let evidence = evidence.as_ref().expect("evidence");
+        for (request, evidence) in requests.iter().zip(outcome.evidence()) {
             assert_eq!(evidence.path, "ubshmem");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
-            assert!(!evidence.is_aiv_direct(), "{evidence:?}");
             let pieces = request.length.div_ceil(MIN_PIECE_BYTES).clamp(1, STREAMS_PER_TRANSFER as u64);
             expected_copies += pieces;
-            assert_eq!(evidence.host_device_api_calls, 2 * pieces, "a memcpy_async and a sync per piece: {evidence:?}");
-            assert_eq!(evidence.descriptors, pieces);
+            // A piece is one aclrtMemcpyAsync, or an aclrtMemcpy of its unaligned head (or of all of it) and
+            // maybe an aclrtMemcpyAsync of the rest; each stream used is synchronised once.
+            let copies = evidence.descriptors_written.by_host;
+            assert!((pieces..=2 * pieces).contains(&copies), "{pieces} pieces: {evidence:?}");
+            assert!(evidence.completion_seen.by_host >= pieces, "{evidence:?}");
+            assert!(evidence.host_device_api_calls >= copies + pieces, "{evidence:?}");
         }
+        assert_ubshmem_acts_are_the_counted_calls(&outcome);
     }
     let counters = a.device.ubshmem().counters();
     assert_eq!(counters.copies, expected_copies, "{counters:?}");
@@ -162,6 +344,7 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
 
 #[test]
 fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
+    let _serial = serial();
     let (a, b, peer) = pair(4 << 20, 101);
     let write = |length: u64| TransferRequest {
         opcode: Opcode::Write,
@@ -190,6 +373,7 @@ fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
 
 #[test]
 fn adxl_refuses_a_peer_without_device_memory_as_not_connected() {
+    let _serial = serial();
     let a = node(baseline_options(0), 1 << 20);
     // A peer engine with host memory only: nothing to import.
     let mut config = EngineConfig::new("127.0.0.1");
@@ -218,6 +402,7 @@ fn adxl_refuses_a_peer_without_device_memory_as_not_connected() {
 
 #[test]
 fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
+    let _serial = serial();
     let (a, b, peer) = pair(4 << 20, 121);
     let write = TransferRequest {
         opcode: Opcode::Write,
@@ -247,6 +432,7 @@ fn ubshmem_stalled_streams_time_out_and_refused_copies_fail() {
 
 #[test]
 fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
+    let _serial = serial();
     use aiv_transport::engine::{AdxlClient, AdxlTransferStatus, TransferOpDesc};
     let (a, b, _) = pair(4 << 20, 131);
     let client = AdxlClient::new(&a.engine);
@@ -292,6 +478,7 @@ fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
 /// is refused at submission with the reason, instead of failing on the wire.
 #[test]
 fn tcp_between_device_buffers_of_the_twin_runtime_is_refused_with_the_reason() {
+    let _serial = serial();
     let (a, b, peer) = pair(1 << 20, 141);
     a.engine.enable_tcp_transport().expect("tcp on a");
     b.engine.enable_tcp_transport().expect("tcp on b");
@@ -313,6 +500,7 @@ fn tcp_between_device_buffers_of_the_twin_runtime_is_refused_with_the_reason() {
 /// registered beside it; each request goes through its own path and every byte lands.
 #[test]
 fn one_batch_mixes_the_device_paths_and_tcp_on_host_memory() {
+    let _serial = serial();
     let mut rng = rand::rngs::StdRng::seed_from_u64(93);
     let (a, b, peer) = pair(8 << 20, 92);
     a.engine.enable_tcp_transport().expect("tcp on a");
@@ -360,6 +548,9 @@ fn one_batch_mixes_the_device_paths_and_tcp_on_host_memory() {
         let protocol = request.protocol.expect("protocol named");
         assert_eq!(evidence.path, protocol.as_str(), "each request went through its own path");
         assert_eq!(evidence.is_aiv_direct(), protocol == Protocol::Aiv, "{evidence:?}");
+        if protocol != Protocol::Aiv {
+            assert_eq!(evidence.checks().as_array(), [Check::No; 4], "a Host path: {evidence:?}");
+        }
     }
     assert!(host_b[4096..4096 + 300_000] == sent[..], "tcp's bytes landed in b's Host memory");
     let device_requests: Vec<&TransferRequest> =

@@ -19,6 +19,7 @@ mod common;
 
 use std::time::Duration;
 
+use aiv_transport::evidence::{Act, Check, Source};
 use aiv_transport::transport::adxl::AdxlStatus;
 use aiv_transport::{Opcode, Protocol, TransferState};
 use common::*;
@@ -37,6 +38,7 @@ fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
     let theirs = pattern(91, 100 << 10);
     b.write(512 << 10, &theirs);
     acl_log();
+    let tables_before = ascendcl_sys::calls::process();
 
     // WRITE of 200 KiB: 4 pieces (>= 64 KiB each) on 4 streams of the pool.
     let outcome = run(
@@ -46,6 +48,7 @@ fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
     assert_eq!(outcome.states, [TransferState::Completed], "{:?}", outcome.reasons);
     assert_eq!(b.read(8192, sent.len()), sent, "the bytes landed in the peer's heap");
     let log = acl_log();
+    let table_counts = ascendcl_sys::calls::process().since(&tables_before);
     let names = calls(&log);
     // The pool's 4 streams are created on the first transfer, on the submitting thread.
     assert_eq!(names.iter().filter(|c| **c == "aclrtCreateStreamWithConfig").count(), 4, "{log:?}");
@@ -66,9 +69,29 @@ fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
     let last_copy = names.iter().rposition(|c| *c == "aclrtMemcpyAsync").expect("copies");
     assert!(import < first_copy && last_copy < first_sync, "{log:?}");
     assert_eq!(log[first_copy - 1], "aclrtSetDevice device=0", "worker thread bound before copying: {log:?}");
+    // The loader tables counted exactly what the fake logged (two independent counts of the same calls).
+    assert_eq!(table_counts.total(), log.len() as u64, "{table_counts:?} against {log:?}");
+    for name in &names {
+        let logged = names.iter().filter(|c| *c == name).count() as u64;
+        assert_eq!(table_counts.get("AclApi", name), logged, "{name}");
+    }
+    // The evidence is those counts: the 4 copies written and submitted by the runtime, the 4 synchronisations that
+    // saw them complete; the calls made for it are the submitting thread's import of the peer's heap and the
+    // worker's binding, copies and synchronisations (the pool's setup before them and the test's read after are not).
     let evidence = outcome.evidence[0].clone().expect("evidence");
     assert_eq!(evidence.path, "ubshmem");
-    assert_eq!(evidence.host_device_api_calls, 8, "4 copies + 4 synchronisations");
+    assert_eq!(evidence.window, 1);
+    let logged = |name: &str| names.iter().filter(|c| **c == name).count() as u64;
+    assert_eq!((logged("aclrtMemcpyAsync"), logged("aclrtSynchronizeStreamWithTimeout")), (4, 4));
+    assert_eq!(evidence.descriptors_written, Act::host(Source::HostCalls, logged("aclrtMemcpyAsync")));
+    assert_eq!(evidence.doorbells_rung, Act::host(Source::HostCalls, logged("aclrtMemcpyAsync")));
+    assert_eq!(evidence.completion_seen, Act::host(Source::HostCalls, logged("aclrtSynchronizeStreamWithTimeout")));
+    assert_eq!((evidence.descriptors, evidence.doorbells), (4, 4));
+    let made_for_it =
+        &log[import..=names.iter().rposition(|c| *c == "aclrtSynchronizeStreamWithTimeout").expect("syncs")];
+    assert_eq!(evidence.host_device_api_calls, made_for_it.len() as u64, "{made_for_it:?}");
+    assert_eq!(evidence.host_device_api_calls, 14, "5 import calls, 1 binding, 4 copies, 4 synchronisations");
+    assert_eq!(evidence.checks().as_array(), [Check::No; 4]);
 
     // READ of 100 KiB from the peer: 2 pieces; the pool's streams are reused, nothing created.
     let outcome = run(
@@ -84,6 +107,12 @@ fn ubshmem_on_cann_copies_through_acl_streams_into_the_peers_imported_heap() {
     );
     assert_eq!(outcome.states, [TransferState::Completed], "{:?}", outcome.reasons);
     let log = acl_log();
+    let evidence = outcome.evidence[0].clone().expect("evidence");
+    assert_eq!(
+        (evidence.descriptors_written, evidence.doorbells_rung, evidence.completion_seen),
+        (Act::host(Source::HostCalls, 2), Act::host(Source::HostCalls, 2), Act::host(Source::HostCalls, 2))
+    );
+    assert_eq!(evidence.host_device_api_calls, log.len() as u64, "every call logged was made for it: {log:?}");
     assert_eq!(a.read(300 << 10, theirs.len()), theirs, "the peer's bytes were read");
     assert_eq!(
         calls(&log),
@@ -182,6 +211,7 @@ fn adxl_on_cann_connects_through_hixl_and_moves_batches_both_ways() {
     assert_eq!(host, "127.0.0.1");
     assert!(port.parse::<u16>().is_ok_and(|port| port > 0), "{server}");
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let tables_before = ascendcl_sys::calls::process();
 
     let first = pattern(5, 70_000);
     let second = pattern(9, 3000);
@@ -211,10 +241,26 @@ fn adxl_on_cann_connects_through_hixl_and_moves_batches_both_ways() {
         ],
         "connect once (memory registered first), one batch of both writes, one final status"
     );
+    let hixl_counts = ascendcl_sys::calls::process().since(&tables_before);
+    for name in calls(&log) {
+        let logged = calls(&log).iter().filter(|c| **c == name).count() as u64;
+        assert_eq!(hixl_counts.get("HixlApi", name), logged, "the table counted what the fake logged: {name}");
+    }
     let evidence: Vec<_> = outcome.evidence.iter().map(|e| e.clone().expect("evidence")).collect();
     assert!(evidence.iter().all(|e| e.path == "adxl"), "{evidence:?}");
-    // Submit + one query = 2 calls shared by 2 transfers; create + 1 registration + connect on the first.
-    assert_eq!((evidence[0].host_device_api_calls, evidence[1].host_device_api_calls), (4, 1));
+    // One batch, its acts shared by both transfers: 2 list entries passed to 1 submit, 1 query saw it complete.
+    for e in &evidence {
+        assert_eq!(e.window, 2, "{e:?}");
+        assert_eq!(e.descriptors_written, Act::host(Source::HostCalls, 2), "list_num=2 of the logged submit");
+        assert_eq!(e.doorbells_rung, Act::host(Source::HostCalls, 1), "one logged submit");
+        assert_eq!(e.completion_seen, Act::host(Source::HostCalls, 1), "one logged query, status=1");
+        assert_eq!((e.descriptors, e.doorbells), (1, 1));
+        assert_eq!(e.checks().as_array(), [Check::No; 4]);
+    }
+    // Submit + one query = 2 calls shared by 2 transfers (1 each); create + 1 registration + connect on the first.
+    assert_eq!((evidence[0].host_device_api_calls, evidence[1].host_device_api_calls), (1 + 3, 1));
+    let charged: u64 = evidence.iter().map(|e| e.host_device_api_calls).sum();
+    assert_eq!(charged, hixl_counts.entries().iter().filter(|c| c.table == "HixlApi").map(|c| c.count).sum::<u64>());
 
     // READ back through a get batch; the client is reused.
     let theirs = pattern(77, 50_000);
@@ -251,10 +297,21 @@ fn adxl_on_cann_maps_hixl_failures_and_timeouts_to_adxl_statuses() {
     let write = request(Protocol::Adxl, Opcode::Write, a.buffer.addr(), peer, b.buffer.addr(), 4096);
 
     // A connect that fails: NOT_CONNECTED with HiXL's code; the next transfer connects again.
+    hixl_log();
     set_hixl_result("HixlCSClientConnect", 103_901);
     let outcome = run(&a.engine, &[write]);
     set_hixl_result("HixlCSClientConnect", 0);
     assert_eq!(outcome.states, [TransferState::Failed]);
+    // The calls made trying to connect are counted for it; nothing was submitted or seen completing.
+    let log = hixl_log();
+    let evidence = outcome.evidence[0].clone().expect("evidence");
+    assert!(calls(&log).contains(&"HixlCSClientConnect"), "{log:?}");
+    assert_eq!(evidence.host_device_api_calls, log.len() as u64, "{log:?}");
+    assert_eq!(log.len(), 5, "create, registration, connect, then the failed client's release: {log:?}");
+    assert_eq!(
+        (evidence.descriptors_written.by_host, evidence.doorbells_rung.by_host, evidence.completion_seen.by_host),
+        (0, 0, 0)
+    );
     let reason = outcome.reasons[0].clone().expect("reason");
     assert!(
         reason.starts_with("adxl: NOT_CONNECTED (103902): connect to the HiXL server")
@@ -265,10 +322,17 @@ fn adxl_on_cann_maps_hixl_failures_and_timeouts_to_adxl_statuses() {
     assert_eq!(run(&a.engine, &[write]).states, [TransferState::Completed], "connected on the next transfer");
 
     // The batch's final status is FAILED: FAILED 503900 naming HiXL's status.
+    hixl_log();
     set_hixl_completion(3);
     let outcome = run(&a.engine, &[write]);
     set_hixl_completion(1);
     assert_eq!(outcome.states, [TransferState::Failed]);
+    // A final status (FAILED) was seen by one query.
+    let log = hixl_log();
+    let evidence = outcome.evidence[0].clone().expect("evidence");
+    assert_eq!(calls(&log), ["HixlCSClientBatchPutAsync", "HixlCSClientQueryCompleteStatus"], "{log:?}");
+    assert_eq!((evidence.doorbells_rung.by_host, evidence.completion_seen.by_host), (1, 1));
+    assert_eq!(evidence.host_device_api_calls, 2);
     let reason = outcome.reasons[0].clone().expect("reason");
     assert_eq!(reason, "adxl: FAILED (503900): HiXL reported HIXL_COMPLETE_STATUS_FAILED for the batch");
 
@@ -286,10 +350,25 @@ fn adxl_on_cann_maps_hixl_failures_and_timeouts_to_adxl_statuses() {
 
     // A batch that never completes: TIMEOUT once baseline_timeout (300 ms) has passed, well before the engine's
     // 10 s watchdog.
+    hixl_log();
+    let tables_before = ascendcl_sys::calls::process();
     set_hixl_completion(0);
     let outcome = run(&a.engine, &[write]);
     set_hixl_completion(1);
     assert_eq!(outcome.states, [TransferState::Timeout], "{:?}", outcome.reasons);
+    // Every query answered WAITING (the fake logs final statuses only, so the tables' count says how many were
+    // made): none saw the batch complete; all of them were made for it.
+    let log = hixl_log();
+    let made = ascendcl_sys::calls::process().since(&tables_before);
+    let evidence = outcome.evidence[0].clone().expect("evidence");
+    assert_eq!(calls(&log), ["HixlCSClientBatchPutAsync"], "no final status was reported: {log:?}");
+    let queries = made.get("HixlApi", "HixlCSClientQueryCompleteStatus");
+    assert!(queries >= 2, "polled until the deadline: {made:?}");
+    assert_eq!(
+        (evidence.descriptors_written.by_host, evidence.doorbells_rung.by_host, evidence.completion_seen.by_host),
+        (1, 1, 0)
+    );
+    assert_eq!(evidence.host_device_api_calls, 1 + queries);
     let reason = outcome.reasons[0].clone().expect("reason");
     assert_eq!(reason, "adxl: TIMEOUT (103901): the HiXL batch did not complete within 300ms");
     assert!(

@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use aiv_transport::config::EngineConfig;
+use aiv_transport::evidence::{Act, Check, Source, TransferEvidence};
 use aiv_transport::transfer::SegmentId;
 use std::sync::Arc;
 
@@ -157,6 +158,32 @@ fn v2_client_against_v1_server() {
     exchange(WireVersion::V2, WireVersion::V1);
 }
 
+/// Runs one batch and returns each task's evidence (every task must complete).
+fn run_evidence(engine: &TransferEngine, requests: &[TransferRequest]) -> Vec<TransferEvidence> {
+    let batch = engine.allocate_batch(requests.len()).expect("batch");
+    engine.submit_transfer(batch, requests).expect("submit");
+    assert_eq!(engine.wait_batch(batch).expect("wait").state, TransferState::Completed);
+    let evidence =
+        (0..requests.len()).map(|task| engine.task_evidence(batch, task).expect("task").expect("evidence")).collect();
+    engine.free_batch(batch).expect("free");
+    evidence
+}
+
+/// The acts of a tcp transfer are what its lane did for it, counted where it happened: one request header encoded,
+/// the sends that carried its request (at least one; one call carrying several requests counts for each), one reply
+/// read (v2 status, v1 READ payload) or, for a v1 WRITE, the writer seeing its send return. No device runtime.
+fn assert_tcp_acts(evidence: &TransferEvidence) {
+    assert_eq!(evidence.path, "tcp");
+    assert_eq!(evidence.runtime, aiv_transport::evidence::RuntimeLabel::NONE, "a Host path: no device runtime");
+    assert_eq!(evidence.window, 1);
+    assert_eq!(evidence.descriptors_written, Act::host(Source::HostCode, 1), "one header: {evidence:?}");
+    assert_eq!(evidence.completion_seen, Act::host(Source::HostCode, 1), "one reply: {evidence:?}");
+    let sends = evidence.doorbells_rung;
+    assert!(sends.source == Source::HostCode && sends.by_aiv == 0 && sends.by_host >= 1, "{evidence:?}");
+    assert_eq!((evidence.descriptors, evidence.doorbells, evidence.host_device_api_calls), (1, sends.by_host, 0));
+    assert_eq!(evidence.checks().as_array(), [Check::No; 4], "{evidence:?}");
+}
+
 #[test]
 fn evidence_of_a_wire_transfer() {
     let a = engine(WireVersion::V2, Duration::from_secs(10));
@@ -164,17 +191,54 @@ fn evidence_of_a_wire_transfer() {
     let local = Region::new(&a, 8192, 3);
     let remote = Region::new(&b, 8192, 4);
     let target = a.open_segment(b.name()).expect("open");
-    let batch = a.allocate_batch(1).expect("batch");
-    a.submit_transfer(batch, &[request(Opcode::Write, local.addr(), target, remote.addr(), 8192)]).expect("submit");
-    assert_eq!(a.wait_batch(batch).expect("wait").state, TransferState::Completed);
-    let evidence = a.task_evidence(batch, 0).expect("task").expect("evidence recorded");
-    assert_eq!(evidence.path, "tcp");
-    assert_eq!(evidence.runtime, aiv_transport::evidence::RuntimeLabel::NONE, "a Host path: no device runtime");
-    assert_eq!((evidence.descriptors, evidence.doorbells, evidence.host_device_api_calls), (1, 1, 0));
-    assert!(!evidence.is_aiv_direct());
-    assert!(evidence.host_cpu_ns > 0, "the lane threads used some CPU");
-    a.free_batch(batch).expect("free");
+    let evidence = run_evidence(&a, &[request(Opcode::Write, local.addr(), target, remote.addr(), 8192)]);
+    assert_tcp_acts(&evidence[0]);
+    assert_eq!(evidence[0].doorbells_rung.by_host, 1, "8 KiB and a header fit one send on loopback");
+    assert!(evidence[0].host_cpu_ns > 0, "the lane threads used some CPU");
     assert_same(&remote.bytes, &local.bytes, "written block");
+}
+
+/// Many small requests pipelined on the lanes, both directions, on v2 and v1: each transfer's own counts.
+#[test]
+fn evidence_of_pipelined_transfers_counts_each_transfers_acts() {
+    for version in [WireVersion::V2, WireVersion::V1] {
+        let a = engine(version, Duration::from_secs(10));
+        let b = engine(WireVersion::V2, Duration::from_secs(10));
+        let local = Region::new(&a, 1 << 16, 5);
+        let remote = Region::new(&b, 1 << 16, 6);
+        let target = a.open_segment(b.name()).expect("open");
+        let requests: Vec<_> = (0..64u64)
+            .map(|i| {
+                let opcode = if i % 3 == 0 { Opcode::Read } else { Opcode::Write };
+                request(opcode, local.addr() + i * 1024, target, remote.addr() + i * 1024, 1000)
+            })
+            .collect();
+        for evidence in run_evidence(&a, &requests) {
+            assert_tcp_acts(&evidence);
+        }
+    }
+}
+
+/// A tcp transfer into the engine's own segment is copied in place: no header, no send, the copy seen ending.
+#[test]
+fn evidence_of_an_in_process_copy() {
+    let a = engine(WireVersion::V2, Duration::from_secs(10));
+    let region = Region::new(&a, 8192, 7);
+    let evidence =
+        run_evidence(&a, &[request(Opcode::Write, region.addr(), SegmentId::LOCAL, region.addr() + 4096, 4096)]);
+    let evidence = &evidence[0];
+    assert_eq!(evidence.path, "local");
+    assert_eq!(evidence.runtime, aiv_transport::evidence::RuntimeLabel::NONE);
+    assert_eq!(evidence.descriptors_written, Act::host(Source::HostCode, 0));
+    assert_eq!(evidence.doorbells_rung, Act::host(Source::HostCode, 0));
+    assert_eq!(evidence.completion_seen, Act::host(Source::HostCode, 1));
+    assert_eq!(
+        (evidence.window, evidence.descriptors, evidence.doorbells, evidence.host_device_api_calls),
+        (1, 0, 0, 0)
+    );
+    assert_eq!(evidence.checks().as_array(), [Check::No; 4]);
+    let (first, second) = region.bytes.split_at(4096);
+    assert_same(first, second, "copied in place");
 }
 
 #[test]

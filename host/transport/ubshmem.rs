@@ -9,6 +9,16 @@
 //! backend's `CannStream`: `aclrtMemcpyAsync` on an ACL stream (on the twin runtime an in-order queue run by a stream
 //! worker thread; on an NPU unverified on hardware).
 //!
+//! Evidence (docs/evidence.md, "Host paths"): every count comes from the `-sys` loader tables' per-thread counters
+//! ([`ascendcl_sys::calls`]), read on the thread that made the calls, before and after the work done for the
+//! transfer: `descriptors_written` and `doorbells_rung` are the copy calls made for it (`aclrtMemcpyAsync`, and the
+//! synchronous `aclrtMemcpy` of an unaligned head: each is the Host runtime writing a copy task and submitting it to
+//! the stream's engine), `completion_seen` the synchronisation calls (`aclrtSynchronizeStream*`, plus each
+//! synchronous `aclrtMemcpy`, which returns after its own completion), all `Source::HostCalls`, window 1.
+//! `host_device_api_calls` is every counted call the worker made while carrying it plus those the submitting thread
+//! made while resolving it (a window import). The transport's [`UbshmemCounters`] are kept for their readers; the
+//! evidence does not come from them.
+//!
 //! Owns its streams and workers; touches no engine state beyond the task slots of the transfers it accepted.
 
 use std::collections::VecDeque;
@@ -51,6 +61,61 @@ struct Job {
     dst: u64,
     length: u64,
     submit_cpu_ns: u64,
+    /// Counted device-API calls the submitting thread made while resolving this transfer.
+    submit_calls: u64,
+}
+
+/// The loader-table counters the evidence reads (`None` only if `AclApi` stopped declaring a name: then 0).
+#[derive(Clone, Copy, Debug)]
+struct AclCounters {
+    memcpy_async: Option<ascendcl_sys::calls::Counter>,
+    memcpy: Option<ascendcl_sys::calls::Counter>,
+    synchronize: Option<ascendcl_sys::calls::Counter>,
+    synchronize_with_timeout: Option<ascendcl_sys::calls::Counter>,
+}
+
+/// The calling thread's counts of the calls the evidence distinguishes, at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct CallMark {
+    total: u64,
+    memcpy_async: u64,
+    memcpy: u64,
+    synchronize: u64,
+}
+
+impl AclCounters {
+    fn new() -> Self {
+        use ascendcl_sys::AclApi;
+        AclCounters {
+            memcpy_async: AclApi::counter("aclrtMemcpyAsync"),
+            memcpy: AclApi::counter("aclrtMemcpy"),
+            synchronize: AclApi::counter("aclrtSynchronizeStream"),
+            synchronize_with_timeout: AclApi::counter("aclrtSynchronizeStreamWithTimeout"),
+        }
+    }
+
+    /// This thread's counts now: thread-local loads only.
+    fn mark(&self) -> CallMark {
+        let read = |counter: Option<ascendcl_sys::calls::Counter>| counter.map_or(0, |counter| counter.thread());
+        CallMark {
+            total: ascendcl_sys::calls::thread_total(),
+            memcpy_async: read(self.memcpy_async),
+            memcpy: read(self.memcpy),
+            synchronize: read(self.synchronize) + read(self.synchronize_with_timeout),
+        }
+    }
+}
+
+impl CallMark {
+    /// The calls made between `earlier` and this mark (both on one thread).
+    fn since(&self, earlier: &CallMark) -> CallMark {
+        CallMark {
+            total: self.total.saturating_sub(earlier.total),
+            memcpy_async: self.memcpy_async.saturating_sub(earlier.memcpy_async),
+            memcpy: self.memcpy.saturating_sub(earlier.memcpy),
+            synchronize: self.synchronize.saturating_sub(earlier.synchronize),
+        }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -77,6 +142,8 @@ struct Shared {
     failures: AtomicU64,
     /// Submit hand-offs not charged yet (see [`CpuCarry`]).
     carry: CpuCarry,
+    /// The loader-table counters the evidence is read from.
+    acl_counters: AclCounters,
 }
 
 #[derive(Debug)]
@@ -148,6 +215,7 @@ impl UbshmemTransport {
             synchronisations: AtomicU64::new(0),
             failures: AtomicU64::new(0),
             carry: CpuCarry::default(),
+            acl_counters: AclCounters::new(),
         });
         let mut workers = Vec::new();
         for index in 0..self.workers {
@@ -190,10 +258,19 @@ impl Transport for UbshmemTransport {
         let mut jobs = Vec::with_capacity(transfers.len());
         let mut last_peer = None;
         for transfer in transfers {
-            match shared.windows.resolve_with(&transfer, &mut last_peer) {
-                Ok(Resolved { src, dst, .. }) => {
-                    jobs.push(Job { slot: transfer.slot, src, dst, length: transfer.length, submit_cpu_ns: 0 })
-                }
+            // A resolution may call the device (a window import): those calls are made for this transfer.
+            let calls_before = ascendcl_sys::calls::thread_total();
+            let resolved = shared.windows.resolve_with(&transfer, &mut last_peer);
+            let submit_calls = ascendcl_sys::calls::thread_total().saturating_sub(calls_before);
+            match resolved {
+                Ok(Resolved { src, dst, .. }) => jobs.push(Job {
+                    slot: transfer.slot,
+                    src,
+                    dst,
+                    length: transfer.length,
+                    submit_cpu_ns: 0,
+                    submit_calls,
+                }),
                 Err(error) => {
                     transfer.slot.fail(error.failure("ubshmem"));
                 }
@@ -274,15 +351,20 @@ impl Shared {
     fn carry(&self, job: Job, cpu_mark: &mut u64) {
         let cpu_started = *cpu_mark;
         let pieces = even_piece_count(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER);
-        let mut api_calls = 0u64;
-        let evidence = |api_calls: u64, cpu: u64| {
+        // Every act is read from this thread's loader-table counters across the work done for this job.
+        let calls_before = self.acl_counters.mark();
+        let evidence = |cpu: u64| {
+            let made = self.acl_counters.mark().since(&calls_before);
+            // A copy call is the Host runtime writing the copy's task and submitting it to the stream's engine; a
+            // synchronous aclrtMemcpy also returns only after its completion.
+            let copies = made.memcpy_async + made.memcpy;
             let mut evidence = TransferEvidence::new("ubshmem", self.runtime);
-            evidence.descriptors_written = Act::host(Source::HostCalls, pieces as u64);
-            evidence.doorbells_rung = Act::host(Source::HostCalls, pieces as u64);
-            evidence.completion_seen = Act::host(Source::HostCalls, 1);
-            evidence.host_device_api_calls = api_calls;
-            evidence.descriptors = pieces as u64;
-            evidence.doorbells = pieces as u64;
+            evidence.descriptors_written = Act::host(Source::HostCalls, copies);
+            evidence.doorbells_rung = Act::host(Source::HostCalls, copies);
+            evidence.completion_seen = Act::host(Source::HostCalls, made.synchronize + made.memcpy);
+            evidence.host_device_api_calls = made.total + job.submit_calls;
+            evidence.descriptors = copies;
+            evidence.doorbells = copies;
             evidence.host_cpu_ns = job.submit_cpu_ns + cpu;
             evidence
         };
@@ -297,7 +379,7 @@ impl Shared {
                     FailureKind::Resources,
                     format!("no {pieces} free streams in the pool within {:?}", self.timeout),
                 ),
-                evidence(0, cpu),
+                evidence(cpu),
             );
             return;
         };
@@ -306,7 +388,6 @@ impl Shared {
         for (&stream, (offset, length)) in
             streams.iter().zip(even_pieces(job.length, MIN_PIECE_BYTES, STREAMS_PER_TRANSFER))
         {
-            api_calls += 1;
             self.copies.fetch_add(1, Ordering::Relaxed);
             used += 1;
             if let Err(error) = self.streams[stream].memcpy_async(job.dst + offset, job.src + offset, length) {
@@ -317,7 +398,6 @@ impl Shared {
         // Completion only after every stream used is synchronised (even after a failed issue: what was queued must
         // finish before the streams go back to the pool).
         for &stream in &streams[..used] {
-            api_calls += 1;
             self.synchronisations.fetch_add(1, Ordering::Relaxed);
             match self.streams[stream].synchronize(self.timeout) {
                 Ok(()) => {}
@@ -345,12 +425,30 @@ impl Shared {
         let cpu = cpu_mark.saturating_sub(cpu_started) + carried;
         match failure {
             None => {
-                job.slot.complete(job.length, evidence(api_calls, cpu));
+                job.slot.complete(job.length, evidence(cpu));
             }
             Some(failure) => {
                 self.failures.fetch_add(1, Ordering::Relaxed);
-                job.slot.fail_with_evidence(failure, evidence(api_calls, cpu));
+                job.slot.fail_with_evidence(failure, evidence(cpu));
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_the_evidence_reads_is_declared_by_the_acl_table() {
+        let counters = AclCounters::new();
+        for (name, counter) in [
+            ("aclrtMemcpyAsync", counters.memcpy_async),
+            ("aclrtMemcpy", counters.memcpy),
+            ("aclrtSynchronizeStream", counters.synchronize),
+            ("aclrtSynchronizeStreamWithTimeout", counters.synchronize_with_timeout),
+        ] {
+            assert_eq!(counter.map(|counter| counter.function()), Some(name));
         }
     }
 }

@@ -22,10 +22,17 @@
 //!   103901; a call that returns a code -> that code (PARAM_INVALID 103900 and others FAILED, TIMEOUT 103901 TIMEOUT).
 //!   A batch abandoned at its deadline is queried again before later batches, so its handle is released.
 //!
-//! Evidence: the HiXL library builds the descriptors and rings the doorbell on the Host (`HostRuntime`); this
-//! module's Host thread observes completion (`HostThread`). Host device-API calls per transfer: its share (rounded
-//! up) of its batch's submit and status queries, plus the client's create, registrations and connect for the first
-//! transfer to a peer. `descriptors` counts the list entries handed to HiXL (one per transfer), not what HiXL writes.
+//! Evidence (docs/evidence.md, "Host paths"): the acts of one batch are shared by its k transfers (`window` k), all
+//! `Source::HostCalls`, read from the Host thread's loader-table counters ([`ascendcl_sys::calls`]) around the calls:
+//! `descriptors_written` = the list entries passed to the submit call(s) the table counted (k when the submit was
+//! made), `doorbells_rung` = the submit calls (`HixlCSClientBatchPutAsync`/`...GetAsync`), `completion_seen` = the
+//! status queries (`HixlCSClientQueryCompleteStatus`) that returned the batch's final state (0 when the batch was
+//! abandoned at its deadline or a query failed). Host device-API calls per transfer: its share (1/k, rounded up) of
+//! every counted call made for the batch (submit and all its status queries), plus, for the first transfer of the
+//! batch, every counted call made getting its client (create, registrations and connect when the client is new,
+//! counted even when the connect fails). Not charged to any transfer: the queries that reap batches abandoned
+//! earlier (their transfers were already finished), the thread's device binding. `descriptors` is the transfer's
+//! own list entry (1 when passed), `doorbells` its share of the submits, not what HiXL writes.
 //!
 //! Endpoints are [`EndpointDesc::device`] (HCCS, the device id as address and physical id): *unverified on
 //! hardware*, like everything here; checked against the fake `libcann_hixl.so` only.
@@ -143,6 +150,48 @@ struct Queue {
     stop: bool,
 }
 
+/// The HiXL loader-table counters the evidence reads (`None` only if `HixlApi` stopped declaring a name: then 0).
+#[derive(Clone, Copy, Debug)]
+struct HixlCounters {
+    put: Option<ascendcl_sys::calls::Counter>,
+    get: Option<ascendcl_sys::calls::Counter>,
+    query: Option<ascendcl_sys::calls::Counter>,
+}
+
+fn read(counter: Option<ascendcl_sys::calls::Counter>) -> u64 {
+    counter.map_or(0, |counter| counter.thread())
+}
+
+impl HixlCounters {
+    fn new() -> Self {
+        HixlCounters {
+            put: HixlApi::counter("HixlCSClientBatchPutAsync"),
+            get: HixlApi::counter("HixlCSClientBatchGetAsync"),
+            query: HixlApi::counter("HixlCSClientQueryCompleteStatus"),
+        }
+    }
+
+    /// The submit calls this thread has made.
+    fn submits(&self) -> u64 {
+        read(self.put) + read(self.get)
+    }
+}
+
+/// What the loader tables counted for one batch.
+#[derive(Clone, Copy, Debug, Default)]
+struct BatchCalls {
+    /// Every counted call made getting the batch's client (charged to its first transfer).
+    connect: u64,
+    /// Every counted call made for the batch itself: submit and status queries (shared by its transfers).
+    batch: u64,
+    /// Submit calls made.
+    submits: u64,
+    /// List entries passed to the submit calls made.
+    entries: u64,
+    /// Status queries that returned the batch's final state.
+    completions: u64,
+}
+
 #[derive(Debug)]
 struct State {
     shared: Arc<Shared>,
@@ -193,7 +242,10 @@ impl HixlPath {
             *worker = Some(crate::cpu_time::may_sleep(|| {
                 std::thread::Builder::new()
                     .name(format!("adxl-hixl-{}", state.shared.device.device_id()))
-                    .spawn(move || Worker { api, state, clients: HashMap::new(), abandoned: Vec::new() }.run())
+                    .spawn(move || {
+                        let counters = HixlCounters::new();
+                        Worker { api, state, clients: HashMap::new(), abandoned: Vec::new(), counters }.run()
+                    })
                     .map_err(|e| format!("start the adxl Host thread: {e}"))
             }));
         }
@@ -306,6 +358,8 @@ struct Worker {
     clients: HashMap<String, Client>,
     /// (client key, batch handle) of batches abandoned at their deadline.
     abandoned: Vec<(String, usize)>,
+    /// The loader-table counters the evidence is read from.
+    counters: HixlCounters,
 }
 
 impl Worker {
@@ -372,11 +426,11 @@ impl Worker {
         }
     }
 
-    /// The client for `job`'s peer: cached, or created, registered and connected now (the API calls it took).
-    fn client(&mut self, job: &Job) -> Result<(u64, &Client), String> {
+    /// The client for `job`'s peer: cached, or created, registered and connected now.
+    fn client(&mut self, job: &Job) -> Result<&Client, String> {
         let key = job.client_key();
         if self.clients.contains_key(&key) {
-            return Ok((0, &self.clients[&key]));
+            return Ok(&self.clients[&key]);
         }
         let api = self.api();
         let device = &self.state.shared.device;
@@ -403,10 +457,8 @@ impl Worker {
                     format!("connect to the HiXL server {} of segment {:?}: {error}", job.server, job.peer)
                 })?;
         self.state.shared.counters.connects.fetch_add(1, Ordering::Relaxed);
-        // Create, one registration per region, connect.
-        let calls = 2 + memory.len() as u64;
         self.clients.insert(key.clone(), Client { client, _endpoints: endpoints, _ip: ip });
-        Ok((calls, &self.clients[&key]))
+        Ok(&self.clients[&key])
     }
 
     /// Submits one batch, polls it to a final state or the deadline, finishes every task.
@@ -414,47 +466,55 @@ impl Worker {
         let shared = self.state.shared.clone();
         let api = self.api();
         let timeout = shared.timeout;
-        let evidence = |job: &Job, api_calls: u64, cpu: u64| {
+        let counters = self.counters;
+        // The batch's acts are shared by its transfers: window k, each act's counts the batch's.
+        let evidence = |job: &Job, calls: &BatchCalls, api_calls: u64, k: u64, cpu: u64| {
             let mut evidence = TransferEvidence::new("adxl", shared.device.runtime_label());
-            evidence.descriptors_written = Act::host(Source::HostCalls, 1);
-            evidence.doorbells_rung = Act::host(Source::HostCalls, 1);
-            evidence.completion_seen = Act::host(Source::HostCalls, 1);
+            evidence.window = u32::try_from(k).unwrap_or(u32::MAX);
+            evidence.descriptors_written = Act::host(Source::HostCalls, calls.entries);
+            evidence.doorbells_rung = Act::host(Source::HostCalls, calls.submits);
+            evidence.completion_seen = Act::host(Source::HostCalls, calls.completions);
             evidence.host_device_api_calls = api_calls;
-            evidence.descriptors = 1;
-            evidence.doorbells = 1;
+            // Its own list entry, if it was passed; its share of the submits.
+            evidence.descriptors = u64::from(calls.entries > 0);
+            evidence.doorbells = calls.submits.div_ceil(k);
             evidence.host_cpu_ns = job.submit_cpu_ns + cpu;
             evidence
         };
-        let finish_all = |group: Vec<Job>,
-                          outcome: Result<(), (AdxlStatus, String)>,
-                          calls: u64,
-                          connect_calls: u64,
-                          cpu_mark: &mut u64| {
-            let now = thread_cpu_time_ns();
-            let share = (now.saturating_sub(*cpu_mark) + shared.carry.take()) / group.len() as u64;
-            *cpu_mark = now;
-            let per_job = calls.div_ceil(group.len() as u64);
-            for (index, job) in group.into_iter().enumerate() {
-                let calls = per_job + if index == 0 { connect_calls } else { 0 };
-                match &outcome {
-                    Ok(()) => {
-                        job.slot.complete(job.length, evidence(&job, calls, share));
-                    }
-                    Err((status, detail)) => {
-                        job.slot.fail_with_evidence(status.failure(detail.clone()), evidence(&job, calls, share));
+        let finish_all =
+            |group: Vec<Job>, outcome: Result<(), (AdxlStatus, String)>, calls: BatchCalls, cpu_mark: &mut u64| {
+                let now = thread_cpu_time_ns();
+                let k = group.len() as u64;
+                let share = (now.saturating_sub(*cpu_mark) + shared.carry.take()) / k;
+                *cpu_mark = now;
+                let per_job = calls.batch.div_ceil(k);
+                for (index, job) in group.into_iter().enumerate() {
+                    let api_calls = per_job + if index == 0 { calls.connect } else { 0 };
+                    let evidence = evidence(&job, &calls, api_calls, k, share);
+                    match &outcome {
+                        Ok(()) => {
+                            job.slot.complete(job.length, evidence);
+                        }
+                        Err((status, detail)) => {
+                            job.slot.fail_with_evidence(status.failure(detail.clone()), evidence);
+                        }
                     }
                 }
-            }
-        };
+            };
         shared.counters.groups.fetch_add(1, Ordering::Relaxed);
-        let (connect_calls, raw) = match self.client(&group[0]) {
-            Ok((calls, client)) => (calls, client.client.as_raw()),
+        let mut calls = BatchCalls::default();
+        let connect_before = ascendcl_sys::calls::thread_total();
+        let client = self.client(&group[0]).map(|client| client.client.as_raw());
+        calls.connect = ascendcl_sys::calls::thread_total().saturating_sub(connect_before);
+        let raw = match client {
+            Ok(raw) => raw,
             Err(detail) => {
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
-                finish_all(group, Err((AdxlStatus::NOT_CONNECTED, detail)), 0, 0, cpu_mark);
+                finish_all(group, Err((AdxlStatus::NOT_CONNECTED, detail)), calls, cpu_mark);
                 return;
             }
         };
+        let batch_before = ascendcl_sys::calls::thread_total();
         let list: Vec<HixlOneSideOpDesc> = group
             .iter()
             .map(|job| HixlOneSideOpDesc {
@@ -464,6 +524,7 @@ impl Worker {
             })
             .collect();
         let put = group[0].opcode == Opcode::Write;
+        let submits_before = counters.submits();
         // SAFETY: the client is connected; local ranges are this device's registered heap (checked at submit),
         // remote ranges lie in the peer's registered buffers (checked by the engine); HiXL checks both again.
         let submitted = unsafe {
@@ -473,30 +534,35 @@ impl Worker {
                 hixl::result::client_batch_get_async(api, raw, &list)
             }
         };
+        // Counted where the call is made: the entries went to HiXL only if the table counted the submit.
+        calls.submits = counters.submits().saturating_sub(submits_before);
+        calls.entries = calls.submits * list.len() as u64;
         let handle = match submitted {
             Ok(handle) => handle,
             Err(error) => {
                 let status = error.code().map_or(AdxlStatus::FAILED, |code| AdxlStatus(code.0 as i32));
                 let status = if status == AdxlStatus::SUCCESS { AdxlStatus::FAILED } else { status };
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
-                finish_all(
-                    group,
-                    Err((status, format!("HiXL refused the batch: {error}"))),
-                    1,
-                    connect_calls,
-                    cpu_mark,
-                );
+                calls.batch = ascendcl_sys::calls::thread_total().saturating_sub(batch_before);
+                finish_all(group, Err((status, format!("HiXL refused the batch: {error}"))), calls, cpu_mark);
                 return;
             }
         };
         // Poll to a final state, bounded by the baseline timeout.
         let deadline = Instant::now() + timeout;
-        let mut queries = 0u64;
         let mut spins = 0u32;
         let outcome = loop {
-            queries += 1;
+            let queries_before = read(counters.query);
             // SAFETY: the client is live and the handle its batch, not yet seen final.
-            match unsafe { hixl::result::client_query_complete_status(api, raw, handle) } {
+            let status = unsafe { hixl::result::client_query_complete_status(api, raw, handle) };
+            if matches!(
+                status,
+                Ok(status) if status != hixl::HIXL_COMPLETE_STATUS_WAITING
+            ) {
+                // The query (as the table counted it) that saw the batch's final state.
+                calls.completions += read(counters.query).saturating_sub(queries_before);
+            }
+            match status {
                 Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_COMPLETED => break Ok(()),
                 Ok(status) if status == hixl::HIXL_COMPLETE_STATUS_FAILED => {
                     break Err((AdxlStatus::FAILED, "HiXL reported HIXL_COMPLETE_STATUS_FAILED for the batch".into()))
@@ -531,6 +597,24 @@ impl Worker {
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
             }
         }
-        finish_all(group, outcome, 1 + queries, connect_calls, cpu_mark);
+        calls.batch = ascendcl_sys::calls::thread_total().saturating_sub(batch_before);
+        finish_all(group, outcome, calls, cpu_mark);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_counter_the_evidence_reads_is_declared_by_the_hixl_table() {
+        let counters = HixlCounters::new();
+        for (name, counter) in [
+            ("HixlCSClientBatchPutAsync", counters.put),
+            ("HixlCSClientBatchGetAsync", counters.get),
+            ("HixlCSClientQueryCompleteStatus", counters.query),
+        ] {
+            assert_eq!(counter.map(|counter| counter.function()), Some(name));
+        }
     }
 }

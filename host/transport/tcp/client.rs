@@ -18,6 +18,14 @@
 //! its peer is backing off fail at once (no connect is tried), with a reason naming the peer and the time to the
 //! next attempt. Connect and send failures are logged through rate limiters ([`crate::log_limit`]), so a dead peer
 //! costs a few lines per second, with the count of the lines left out.
+//!
+//! Evidence (docs/evidence.md, "Host paths"): each transfer's acts are its own (window 1), `Source::HostCode`,
+//! counted where they happen: `descriptors_written` = the request headers encoded for it (in [`send_group`]),
+//! `doorbells_rung` = the `sendmsg(2)` calls that carried at least one byte of its request (header or WRITE payload;
+//! a call carrying several transfers' requests counts once for each of them), told by the send loop after each call
+//! ([`super::io::write_all_vectored_observed`]), `completion_seen` = the replies read that completed it (the v2
+//! status frame, or the v1 READ payload; for a v1 WRITE, which has no reply, the writer seeing the send that carried
+//! its last byte return).
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -28,7 +36,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
+use super::io::{iovec, write_all_vectored_observed, Inbound, Patience, SendCall, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
 use crate::evidence::{Act, Source, TransferEvidence};
@@ -84,9 +92,33 @@ pub struct PeerKey {
 #[derive(Debug)]
 pub(crate) struct Job {
     pub(crate) transfer: Transfer,
+    /// Request headers encoded for it.
+    pub(crate) headers_written: u64,
+    /// The `sendmsg(2)` calls that carried its request, published by the writer as soon as the call that carried
+    /// its last byte returned (0: not yet; the reader waits for it, see [`Job::sends_published`]).
+    pub(crate) sends: Arc<AtomicU64>,
 }
 
 impl Job {
+    /// A transfer not sent yet.
+    pub(crate) fn new(transfer: Transfer) -> Self {
+        Job { transfer, headers_written: 0, sends: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// The sends the writer published for this job. A reply can come only after the call that carried the
+    /// request's last byte, and the writer publishes right after that call returns: the wait is that gap, bounded by
+    /// the transfer's deadline (0 if it passed unpublished).
+    fn sends_published(&self) -> u64 {
+        let deadline = self.transfer.slot.deadline();
+        loop {
+            let sends = self.sends.load(Ordering::Acquire);
+            if sends > 0 || Instant::now() >= deadline {
+                return sends;
+            }
+            std::thread::yield_now();
+        }
+    }
+
     fn header(&self, version: WireVersion) -> RequestHeader {
         RequestHeader {
             size: self.transfer.length,
@@ -103,13 +135,15 @@ impl Job {
         self.transfer.slot.state().is_terminal()
     }
 
-    fn complete(self, cpu_ns: u64) {
+    /// Completes the transfer with its counted acts; `completions`: the replies read (or sends seen) that completed it.
+    fn complete(self, cpu_ns: u64, completions: u64) {
+        let sends = self.sends_published();
         let mut evidence = TransferEvidence::new("tcp", crate::evidence::RuntimeLabel::NONE);
-        evidence.descriptors_written = Act::host(Source::HostCode, 1);
-        evidence.doorbells_rung = Act::host(Source::HostCode, 1);
-        evidence.completion_seen = Act::host(Source::HostCode, 1);
-        evidence.descriptors = 1;
-        evidence.doorbells = 1;
+        evidence.descriptors_written = Act::host(Source::HostCode, self.headers_written);
+        evidence.doorbells_rung = Act::host(Source::HostCode, sends);
+        evidence.completion_seen = Act::host(Source::HostCode, completions);
+        evidence.descriptors = self.headers_written;
+        evidence.doorbells = sends;
         evidence.host_cpu_ns = cpu_ns;
         self.transfer.slot.complete(self.transfer.length, evidence);
     }
@@ -491,19 +525,24 @@ fn send_group(
     let mut cpu_mark = cpu_start;
     while jobs.peek().is_some() {
         // Each job takes two iovecs at most (header, WRITE payload).
-        let chunk: Vec<Job> = jobs.by_ref().take(MAX_IOVECS / 2).collect();
+        let mut chunk: Vec<Job> = jobs.by_ref().take(MAX_IOVECS / 2).collect();
         headers.clear();
         let share = Arc::new(AtomicU64::new(0));
         let mut sent_without_reply: Vec<Job> = Vec::new();
-        for job in &chunk {
+        for job in &mut chunk {
             headers.push(job.header(version).encode());
+            job.headers_written += 1;
         }
         iovecs.clear();
+        // Per job: its first and last iovec, and its sends cell.
+        let mut spans: Vec<SendSpan> = Vec::with_capacity(chunk.len());
         for (job, header) in chunk.iter().zip(headers.iter()) {
+            let first = iovecs.len();
             iovecs.push(iovec(header.as_ptr(), HEADER_LEN));
-            if job.transfer.opcode == Opcode::Write {
+            if job.transfer.opcode == Opcode::Write && job.transfer.length > 0 {
                 iovecs.push(iovec(job.transfer.local_addr as *const u8, job.transfer.length as usize));
             }
+            spans.push(SendSpan { first, last: iovecs.len() - 1, first_call: 0, sends: job.sends.clone() });
         }
         // Hand the replies to the reader before sending: it must be draining replies while we may block sending.
         let count = chunk.len();
@@ -529,10 +568,11 @@ fn send_group(
         if let Some(deadline) = chunk_deadline {
             patience = patience.until(deadline);
         }
+        let mut tally = SendTally { spans: &mut spans, started: 0, published: 0 };
         // SAFETY: header iovecs point into `headers`, alive and unchanged until this call returns; payload iovecs
         // are WRITE source ranges the engine checked to lie inside one registered local buffer (and this transport
         // checked again), kept valid by `register_memory`'s contract until the transfer completes.
-        let sent = unsafe { write_all_vectored(fd, iovecs, &mut patience) };
+        let sent = unsafe { write_all_vectored_observed(fd, iovecs, &mut patience, &mut |call| tally.sent(call)) };
         connection.last_used = Instant::now();
         let now = thread_cpu_ns();
         share.store(now.saturating_sub(cpu_mark) / count as u64, Ordering::Release);
@@ -543,19 +583,54 @@ fn send_group(
                 job.fail(network_failure(&error, reason.clone()));
             }
             for (job, cpu) in completed_here {
-                // v1 WRITEs of earlier chunks did leave this host whole: they are complete.
-                job.complete(cpu);
+                // v1 WRITEs of earlier chunks did leave this host whole: they are complete (the writer saw it).
+                job.complete(cpu, 1);
             }
             return Err(error);
         }
         let per_job = share.load(Ordering::Acquire);
         completed_here.extend(sent_without_reply.into_iter().map(|job| (job, per_job)));
     }
-    // v1 WRITE has no reply: it is complete once its bytes are handed to the socket, as Mooncake's v1 client has it.
+    // v1 WRITE has no reply: it is complete once its bytes are handed to the socket, as Mooncake's v1 client has it;
+    // this thread saw the send that carried its last byte return.
     for (job, cpu) in completed_here {
-        job.complete(cpu);
+        job.complete(cpu, 1);
     }
     Ok(())
+}
+
+/// One job's iovecs in a send, and where its count of carrying calls goes.
+struct SendSpan {
+    first: usize,
+    last: usize,
+    /// The call that carried its first byte (0: none yet).
+    first_call: u32,
+    sends: Arc<AtomicU64>,
+}
+
+/// Turns the send loop's report of each call into each job's number of carrying calls, published as soon as the
+/// call carrying the job's last byte returned. Calls carry contiguous bytes in order, so a job's carrying calls are
+/// those from the one that carried its first byte to the one that carried its last.
+struct SendTally<'a> {
+    spans: &'a mut [SendSpan],
+    /// Jobs whose first byte has been carried.
+    started: usize,
+    /// Jobs whose count has been published.
+    published: usize,
+}
+
+impl SendTally<'_> {
+    fn sent(&mut self, call: SendCall) {
+        while self.started < self.spans.len() && self.spans[self.started].first < call.touched.end {
+            self.spans[self.started].first_call = call.call;
+            self.started += 1;
+        }
+        while self.published < self.started && self.spans[self.published].last < call.complete_before {
+            let span = &self.spans[self.published];
+            span.sends.store(u64::from(call.call - span.first_call + 1), Ordering::Release);
+            self.published += 1;
+        }
+    }
 }
 
 /// The reply side of one connection.
@@ -578,12 +653,12 @@ impl Reader {
             let mut patience =
                 Patience::new("receive reply", self.io_timeout, None).until(job.transfer.slot.deadline());
             match receive(&mut inbound, &job, version, &mut patience) {
-                Ok(()) => {
+                Ok(replies) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
                     let now = thread_cpu_ns();
                     let cpu = now.saturating_sub(cpu_mark) + writer_cpu_share.load(Ordering::Acquire);
                     cpu_mark = now;
-                    job.complete(cpu);
+                    job.complete(cpu, replies);
                 }
                 Err(error) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -610,13 +685,15 @@ impl Reader {
     }
 }
 
-fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mut Patience<'_>) -> io::Result<()> {
+/// Reads `job`'s reply; returns the replies read that completed it (the v2 status frame, or the v1 READ payload).
+fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mut Patience<'_>) -> io::Result<u64> {
+    let mut replies = 0;
     if version == WireVersion::V2 {
         let frame = inbound.frame::<STATUS_LEN>(patience)?.ok_or_else(|| {
             io::Error::new(io::ErrorKind::UnexpectedEof, "peer closed the connection before the status")
         })?;
         match Status::decode(frame) {
-            Status::OK => {}
+            Status::OK => replies += 1,
             Status::REJECTED => {
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
@@ -634,10 +711,53 @@ fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mu
         // buffer (and the transport checked again before queuing); `register_memory`'s contract keeps it writable
         // until the transfer completes.
         unsafe { inbound.payload(job.transfer.local_addr as *mut u8, job.transfer.length as usize, patience)? };
+        if version == WireVersion::V1 {
+            // v1 has no status frame: the payload is the reply.
+            replies += 1;
+        }
     }
-    Ok(())
+    Ok(replies)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(first: usize, last: usize) -> SendSpan {
+        SendSpan { first, last, first_call: 0, sends: Arc::new(AtomicU64::new(0)) }
+    }
+
+    /// Jobs of iovecs [0, 1], [2] and [3, 4]; call 1 carries iovec 0 and part of 1, call 2 the rest of 1, 2 and part
+    /// of 3, call 3 the rest: the first job was carried by 2 calls, the second by 1, the third by 2, each published
+    /// once the call carrying its last byte is reported.
+    #[test]
+    fn each_job_counts_the_calls_from_its_first_byte_to_its_last() {
+        let mut spans = vec![span(0, 1), span(2, 2), span(3, 4)];
+        let cells: Vec<Arc<AtomicU64>> = spans.iter().map(|span| span.sends.clone()).collect();
+        let read = || cells.iter().map(|cell| cell.load(Ordering::Acquire)).collect::<Vec<_>>();
+        let mut tally = SendTally { spans: &mut spans, started: 0, published: 0 };
+        tally.sent(SendCall { call: 1, touched: 0..2, complete_before: 1 });
+        assert_eq!(read(), [0, 0, 0], "nothing carried whole yet");
+        tally.sent(SendCall { call: 2, touched: 1..4, complete_before: 3 });
+        assert_eq!(read(), [2, 1, 0]);
+        tally.sent(SendCall { call: 3, touched: 3..5, complete_before: 5 });
+        assert_eq!(read(), [2, 1, 2]);
+    }
+
+    /// One call carrying several whole requests counts once for each of them.
+    #[test]
+    fn one_call_carrying_several_requests_counts_for_each() {
+        let mut spans = vec![span(0, 0), span(1, 2), span(3, 3)];
+        let cells: Vec<Arc<AtomicU64>> = spans.iter().map(|span| span.sends.clone()).collect();
+        SendTally { spans: &mut spans, started: 0, published: 0 }.sent(SendCall {
+            call: 1,
+            touched: 0..4,
+            complete_before: 4,
+        });
+        assert_eq!(cells.iter().map(|cell| cell.load(Ordering::Acquire)).collect::<Vec<_>>(), [1, 1, 1]);
+    }
 }

@@ -138,6 +138,33 @@ pub(crate) unsafe fn write_all_vectored(
     iovecs: &mut Vec<libc::iovec>,
     patience: &mut Patience<'_>,
 ) -> io::Result<()> {
+    // SAFETY: the caller's guarantee, passed on.
+    unsafe { write_all_vectored_observed(fd, iovecs, patience, &mut |_| {}) }
+}
+
+/// What one `sendmsg(2)` of [`write_all_vectored_observed`] carried.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SendCall {
+    /// The call's number within this write, from 1; failed and retried calls (EINTR, ticks) carry nothing and are
+    /// not numbered.
+    pub(crate) call: u32,
+    /// The iovecs this call carried at least one byte of, by index into the caller's vector.
+    pub(crate) touched: std::ops::Range<usize>,
+    /// Every iovec before this index has been carried whole (by this call or earlier ones).
+    pub(crate) complete_before: usize,
+}
+
+/// [`write_all_vectored`], telling `observe` after each `sendmsg(2)` that carried bytes which iovecs it carried.
+///
+/// # Safety
+/// As [`write_all_vectored`].
+pub(crate) unsafe fn write_all_vectored_observed(
+    fd: RawFd,
+    iovecs: &mut Vec<libc::iovec>,
+    patience: &mut Patience<'_>,
+    observe: &mut dyn FnMut(SendCall),
+) -> io::Result<()> {
+    let mut calls = 0u32;
     let mut first = 0;
     while first < iovecs.len() {
         if iovecs[first].iov_len == 0 {
@@ -170,8 +197,12 @@ pub(crate) unsafe fn write_all_vectored(
             return Err(io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"));
         }
         patience.progressed();
+        calls += 1;
+        let touched_from = first;
         let mut left = wrote as usize;
+        let mut touched_to = first;
         while left > 0 {
+            touched_to = first + 1;
             let iovec = &mut iovecs[first];
             if left >= iovec.iov_len {
                 left -= iovec.iov_len;
@@ -184,6 +215,7 @@ pub(crate) unsafe fn write_all_vectored(
                 left = 0;
             }
         }
+        observe(SendCall { call: calls, touched: touched_from..touched_to, complete_before: first });
     }
     iovecs.clear();
     Ok(())
@@ -298,5 +330,69 @@ impl Inbound {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::net::UnixStream;
+
+    /// A slow reader behind a small socket buffer makes the send loop take many calls: each reported call carries
+    /// bytes of a contiguous run of iovecs, starting where the previous one stopped, and the last reports every
+    /// iovec carried whole.
+    #[test]
+    fn every_call_that_carried_bytes_is_reported_with_the_iovecs_it_carried() {
+        let (writer, mut reader) = UnixStream::pair().expect("socket pair");
+        let small: libc::c_int = 4096;
+        // SAFETY: a live int option value of the right size, on a live socket.
+        let set = unsafe {
+            libc::setsockopt(
+                writer.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDBUF,
+                (&small as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        assert_eq!(set, 0, "SO_SNDBUF");
+        // Non-blocking: a full buffer ends a call with what fit (or EAGAIN, retried like a tick).
+        writer.set_nonblocking(true).expect("non-blocking");
+        let parts: Vec<Vec<u8>> = [24usize, 100_000, 24, 24, 50_000].iter().map(|&n| vec![7u8; n]).collect();
+        let total: usize = parts.iter().map(Vec::len).sum();
+        let drain = std::thread::spawn(move || {
+            let mut got = 0;
+            let mut chunk = vec![0u8; 3000];
+            while got < total {
+                std::thread::sleep(Duration::from_millis(1));
+                match reader.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => got += n,
+                }
+            }
+            got
+        });
+        let mut iovecs: Vec<libc::iovec> = parts.iter().map(|part| iovec(part.as_ptr(), part.len())).collect();
+        let mut patience = Patience::new("test send", Duration::from_secs(10), None);
+        let mut reported: Vec<SendCall> = Vec::new();
+        // SAFETY: every iovec points into `parts`, alive and unchanged during the call.
+        unsafe {
+            write_all_vectored_observed(writer.as_raw_fd(), &mut iovecs, &mut patience, &mut |c| reported.push(c))
+        }
+        .expect("sent");
+        assert_eq!(drain.join().expect("drained"), total);
+        assert!(reported.len() > 2, "the small buffer forced partial sends: {reported:?}");
+        let mut complete = 0;
+        for (index, call) in reported.iter().enumerate() {
+            assert_eq!(call.call as usize, index + 1, "numbered from 1 without gaps");
+            assert!(call.touched.start == complete && !call.touched.is_empty(), "{call:?} after {complete}");
+            assert!(call.complete_before >= complete && call.complete_before <= call.touched.end, "{call:?}");
+            // A call that left an iovec part-sent is touched up to it; the next call starts there.
+            assert!(call.touched.end - call.complete_before <= 1, "{call:?}");
+            complete = call.complete_before;
+        }
+        assert_eq!(complete, parts.len(), "every iovec carried whole at the end");
     }
 }

@@ -212,7 +212,7 @@ impl Transport for TcpTransport {
         let mut by_peer: HashMap<PeerKey, Vec<client::Job>> = HashMap::new();
         for transfer in transfers {
             match self.plan(&transfer) {
-                Ok(key) => by_peer.entry(key).or_default().push(client::Job { transfer }),
+                Ok(key) => by_peer.entry(key).or_default().push(client::Job::new(transfer)),
                 Err(reason) => {
                     tracing::warn!(segment = %transfer.target.name, %reason, "tcp transfer refused before sending");
                     transfer.slot.fail(TransferFailure::new("tcp", FailureKind::InvalidRequest, reason));

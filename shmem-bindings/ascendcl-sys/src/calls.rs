@@ -60,7 +60,12 @@
 //!
 //! - [`thread_total`]: the number of counted calls the calling thread has made, through every table. One
 //!   thread-local read: take it before and after a transfer for the calls made on that thread in between.
-//! - [`thread`]: the calling thread's counts per table and function.
+//! - [`Counter::thread`]: the calling thread's count of one function of one table, e.g.
+//!   `AclApi::counter("aclrtMemcpyAsync")` (every table has the generated `counter(name)`, `None` for a name it does
+//!   not declare). A thread-local access and one relaxed load, no lock, no allocation: cheap enough per transfer.
+//!   Look the counter up once (the lookup compares names) and keep it; take the count before and after.
+//! - [`thread`]: the calling thread's counts per table and function (a snapshot: takes the registry lock and builds
+//!   a map, too slow per transfer).
 //! - [`process`]: the process-wide counts per table and function: every thread that ever made a counted call,
 //!   including threads that have exited (a thread's counts are folded into the process totals when it exits).
 //! - [`CallCounts::since`] subtracts an earlier snapshot, for the calls made between the two.
@@ -68,6 +73,13 @@
 //! ```no_run
 //! use ascendcl_sys::calls;
 //!
+//! let memcpy_async = ascendcl_sys::AclApi::counter("aclrtMemcpyAsync").expect("declared");
+//! let (copies_before, calls_before) = (memcpy_async.thread(), calls::thread_total());
+//! // ... a transfer driven from this thread ...
+//! println!("{} calls, {} of them aclrtMemcpyAsync", calls::thread_total() - calls_before,
+//!     memcpy_async.thread() - copies_before);
+//!
+//! // The same from snapshots (slower: a lock and a map per snapshot).
 //! let (before, calls_before) = (calls::thread(), calls::thread_total());
 //! // ... a transfer driven from this thread ...
 //! let made = calls::thread().since(&before);
@@ -84,8 +96,13 @@
 //! and store each, no read-modify-write, no lock) to the call. The first counted call of a thread through a table
 //! allocates that thread's counters for the table and registers them in a process-wide list (one lock); the
 //! thread's exit folds them into the totals (one lock). Snapshots take that lock, never the call path.
+//!
+//! A [`Counter::thread`] read is the same work as half a count: the table's thread-local (constant-initialised, so
+//! no lazy-initialisation call), a check that this thread's counters exist, and a relaxed load of one counter; a
+//! thread with no counters for the table yet reads 0 and creates none. The first touch of a table's thread-local on
+//! a thread (a read or a call) registers its destructor with the platform (the standard library's doing, once).
 
-use std::cell::Cell;
+use std::cell::{Cell, OnceCell};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -135,38 +152,103 @@ struct Slot {
     counts: Box<[AtomicU64]>,
 }
 
-/// The calling thread's counters for one table: created (and registered) on the thread's first counted call through
-/// the table, folded into the process totals when the thread exits.
+/// The calling thread's counters for one table: the thread-local itself is constant-initialised (touching it
+/// allocates nothing); the counters are created (and registered) on the thread's first counted call through the
+/// table, and folded into the process totals when the thread exits.
 #[doc(hidden)]
 #[derive(Debug)]
 pub struct ThreadCounts {
-    slot: Arc<Slot>,
+    table: &'static TableInfo,
+    slot: OnceCell<Arc<Slot>>,
 }
 
 impl ThreadCounts {
     #[doc(hidden)]
-    pub fn __new(table: &'static TableInfo) -> Self {
-        let slot = Arc::new(Slot {
-            table,
-            thread: thread_serial(),
-            counts: table.functions.iter().map(|_| AtomicU64::new(0)).collect(),
-        });
-        registry().live.push(Arc::clone(&slot));
-        Self { slot }
+    pub const fn __new(table: &'static TableInfo) -> Self {
+        Self { table, slot: OnceCell::new() }
     }
+
+    /// This thread's counters, created and registered on first use.
+    #[inline(always)]
+    fn slot(&self) -> &Slot {
+        self.slot.get_or_init(|| register(self.table))
+    }
+
+    /// The count of function `index` on this thread, without creating the counters (0 before the first call).
+    #[inline(always)]
+    fn read(&self, index: usize) -> u64 {
+        self.slot.get().map_or(0, |slot| slot.counts[index].load(Ordering::Relaxed))
+    }
+}
+
+#[cold]
+fn register(table: &'static TableInfo) -> Arc<Slot> {
+    let slot = Arc::new(Slot {
+        table,
+        thread: thread_serial(),
+        counts: table.functions.iter().map(|_| AtomicU64::new(0)).collect(),
+    });
+    registry().live.push(Arc::clone(&slot));
+    slot
 }
 
 impl Drop for ThreadCounts {
     fn drop(&mut self) {
+        let Some(slot) = self.slot.get() else { return };
         let mut registry = registry();
-        registry.live.retain(|slot| !Arc::ptr_eq(slot, &self.slot));
-        let table = self.slot.table;
-        for (function, count) in table.functions.iter().zip(self.slot.counts.iter()) {
+        registry.live.retain(|live| !Arc::ptr_eq(live, slot));
+        let table = slot.table;
+        for (function, count) in table.functions.iter().zip(slot.counts.iter()) {
             let count = count.load(Ordering::Relaxed);
             if count > 0 {
                 *registry.exited.entry((table.name, function)).or_default() += count;
             }
         }
+    }
+}
+
+/// One function of one table, for reading the calling thread's count of it cheaply: a thread-local load, no lock,
+/// no allocation (see [`Counter::thread`]). Made by the table's generated `counter(name)`, e.g.
+/// `AclApi::counter("aclrtMemcpyAsync")`; look it up once (it compares names) and keep it.
+#[derive(Clone, Copy, Debug)]
+pub struct Counter {
+    counts: &'static LocalKey<ThreadCounts>,
+    table: &'static TableInfo,
+    index: usize,
+}
+
+impl Counter {
+    /// The counter of function `index` of `table`. Called by the generated `counter` method.
+    #[doc(hidden)]
+    pub const fn __new(counts: &'static LocalKey<ThreadCounts>, table: &'static TableInfo, index: usize) -> Self {
+        Self { counts, table, index }
+    }
+
+    /// The counter of `function` in `table`, if the table declares it. Called by the generated `counter` method.
+    #[doc(hidden)]
+    pub fn __find(counts: &'static LocalKey<ThreadCounts>, table: &'static TableInfo, function: &str) -> Option<Self> {
+        let index = table.functions.iter().position(|name| *name == function)?;
+        Some(Self::__new(counts, table, index))
+    }
+
+    /// The table's Rust type name, e.g. `AclApi`.
+    pub fn table(&self) -> &'static str {
+        self.table.name
+    }
+
+    /// The C function name, e.g. `aclrtMemcpyAsync`.
+    pub fn function(&self) -> &'static str {
+        self.table.functions[self.index]
+    }
+
+    /// The calls of this function (through every table of this type) the calling thread has made since it started.
+    /// One thread-local access and one relaxed load: no lock, no allocation, and a thread that never called through
+    /// the table reads 0 without creating its counters. While the thread's counters are being destroyed (from
+    /// another thread-local's destructor) it reads 0: subtract with `saturating_sub`.
+    #[inline]
+    pub fn thread(&self) -> u64 {
+        let index = self.index;
+        self.counts.try_with(|counts| counts.read(index)).unwrap_or(0)
     }
 }
 
@@ -208,7 +290,7 @@ pub fn __count(counts: &'static LocalKey<ThreadCounts>, table: &'static TableInf
     THREAD_TOTAL.with(|total| total.set(total.get() + 1));
     if counts
         .try_with(|counts| {
-            let counter = &counts.slot.counts[index];
+            let counter = &counts.slot().counts[index];
             // Only this thread writes its counters; readers on other threads load them.
             counter.store(counter.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
         })

@@ -86,11 +86,18 @@ macro_rules! dynamic_library {
             );
 
             ::std::thread_local! {
-                static __COUNTS: $crate::calls::ThreadCounts = $crate::calls::ThreadCounts::__new(&__TABLE);
+                static __COUNTS: $crate::calls::ThreadCounts = const { $crate::calls::ThreadCounts::__new(&__TABLE) };
             }
 
             #[allow(non_snake_case)]
             impl $name {
+                /// The counter of `function` (a C name this table declares, required or optional) for cheap reads of
+                /// the calling thread's count ([`Counter::thread`](crate::calls::Counter::thread): no lock, no
+                /// allocation); `None` if the table declares no such function. Compares names: look it up once.
+                pub fn counter(function: &str) -> ::core::option::Option<$crate::calls::Counter> {
+                    $crate::calls::Counter::__find(&__COUNTS, &__TABLE, function)
+                }
+
                 $(
                     $(#[$fmeta])*
                     #[doc = concat!("Calls `", stringify!($fname), "`, counted (`ascendcl_sys::calls`).")]

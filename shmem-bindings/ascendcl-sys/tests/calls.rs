@@ -170,6 +170,118 @@ fn an_undeclared_name_is_a_bug_in_the_caller() {
     counted().is_resolved("counted_typo");
 }
 
+ascendcl_sys::dynamic_library! {
+    /// The table of the cheap-read test: no other test calls it, so a fresh thread's first read finds no counters.
+    pub struct ReadApi;
+    required {
+        fn read_one(a: i32) -> i32;
+        fn read_two(a: i32) -> i32;
+    }
+    optional {
+        fn read_absent(a: i32) -> i32;
+    }
+}
+
+unsafe extern "C" fn read_one(a: i32) -> i32 {
+    a + 1
+}
+
+unsafe extern "C" fn read_two(a: i32) -> i32 {
+    a + 2
+}
+
+fn read_api() -> ReadApi {
+    let resolve = |name: &str| match name {
+        "read_one" => Some(read_one as *const c_void),
+        "read_two" => Some(read_two as *const c_void),
+        _ => None,
+    };
+    // SAFETY: every address is a function with the declared prototype.
+    unsafe { ReadApi::from_resolver(PathBuf::from("read (in-process)"), &resolve) }.expect("resolves")
+}
+
+#[test]
+fn a_counter_reads_exactly_this_threads_calls_of_its_function() {
+    let api = read_api();
+    let one = ReadApi::counter("read_one").expect("declared");
+    let two = ReadApi::counter("read_two").expect("declared");
+    let absent = ReadApi::counter("read_absent").expect("declared, though not exported");
+    assert!(ReadApi::counter("read_typo").is_none(), "an undeclared name has no counter");
+    assert_eq!((one.table(), one.function(), absent.function()), ("ReadApi", "read_one", "read_absent"));
+    let (one_before, two_before) = (one.thread(), two.thread());
+    // SAFETY: the test's own functions, with the declared prototypes.
+    unsafe {
+        for i in 0..4 {
+            assert_eq!(api.read_one(i), i + 1);
+        }
+        assert_eq!(api.read_two(1), 3);
+        api.read_absent(1).expect_err("not exported");
+    }
+    assert_eq!(one.thread() - one_before, 4);
+    assert_eq!(two.thread() - two_before, 1);
+    assert_eq!(absent.thread(), 0, "an absent optional function is not called: not counted");
+    assert_eq!(one.thread(), calls::thread().get("ReadApi", "read_one"), "agrees with the snapshot");
+
+    // Another thread's calls are on that thread's counters, not this one's; a thread that never called reads 0.
+    let (one_mine, two_mine) = (one.thread(), two.thread());
+    let worker = std::thread::spawn(move || {
+        assert_eq!((one.thread(), two.thread()), (0, 0), "a new thread starts at zero");
+        let api = read_api();
+        // SAFETY: as above.
+        unsafe {
+            for i in 0..7 {
+                api.read_two(i);
+            }
+        }
+        (one.thread(), two.thread())
+    });
+    assert_eq!(worker.join().expect("the worker passed"), (0, 7));
+    assert_eq!((one.thread(), two.thread()), (one_mine, two_mine), "the worker's calls are not this thread's");
+}
+
+#[test]
+fn every_declared_function_of_the_crates_tables_has_a_counter() {
+    use ascendcl_sys::hixl::HixlApi;
+    use ascendcl_sys::sys::AclApi;
+    for (table, names, find) in [
+        ("AclApi", AclApi::function_names(), AclApi::counter as fn(&str) -> Option<calls::Counter>),
+        ("HixlApi", HixlApi::function_names(), HixlApi::counter),
+    ] {
+        assert!(!names.is_empty(), "{table}");
+        for name in names {
+            let counter = find(name).unwrap_or_else(|| panic!("{table}::{name} has no counter"));
+            assert_eq!((counter.table(), counter.function()), (table, *name));
+        }
+    }
+}
+
+/// The cost of a cheap read ([`calls::Counter::thread`]) against the snapshot ([`calls::thread`]), printed, not
+/// asserted (shared machines); meaningful in a release build:
+/// `cargo test --release -p ascendcl-sys --test calls -- --nocapture per_read`.
+#[test]
+fn per_read_cost_is_printed() {
+    const READS: u32 = 2_000_000;
+    let api = counted();
+    // SAFETY: the test's own function.
+    unsafe { api.counted_add(1, 1) };
+    let counter = std::hint::black_box(CountedApi::counter("counted_add").expect("declared"));
+    let mut sink = 0u64;
+    let started = Instant::now();
+    for _ in 0..READS {
+        sink = sink.wrapping_add(std::hint::black_box(&counter).thread());
+    }
+    let read_ns = started.elapsed().as_nanos() as f64 / f64::from(READS);
+    const SNAPSHOTS: u32 = 20_000;
+    let started = Instant::now();
+    for _ in 0..SNAPSHOTS {
+        sink = sink.wrapping_add(calls::thread().get("CountedApi", "counted_add"));
+    }
+    let snapshot_ns = started.elapsed().as_nanos() as f64 / f64::from(SNAPSHOTS);
+    std::hint::black_box(sink);
+    println!("per read: Counter::thread {read_ns:.2} ns, calls::thread() snapshot {snapshot_ns:.0} ns");
+    assert!(counter.thread() >= 1);
+}
+
 /// The cost of the count: a counted call through the table against a direct call of the same function pointer.
 /// Printed, not asserted (shared machines); meaningful in a release build:
 /// `cargo test --release -p ascendcl-sys --test calls -- --nocapture per_call`.

@@ -142,6 +142,9 @@ fn calls_into_a_loaded_library_are_counted_as_the_library_logs_them() {
     let fake = Fake::build(&[]);
     let api = fake.api();
     let before = ascendcl_sys::calls::thread();
+    let names = ["aclInit", "aclrtSetDevice", "aclrtGetDeviceCount", "aclrtMalloc", "aclrtFree", "aclrtHostRegister"];
+    let counters: Vec<_> = names.iter().map(|name| AclApi::counter(name).expect("AclApi declares it")).collect();
+    let cheap_before: Vec<u64> = counters.iter().map(|counter| counter.thread()).collect();
     result::runtime::init(&api, None).expect("init");
     result::device::set(&api, 1).expect("set device");
     result::device::count(&api).expect("count");
@@ -159,6 +162,11 @@ fn calls_into_a_loaded_library_are_counted_as_the_library_logs_them() {
         assert_eq!(made.get("AclApi", function), 1, "{function}");
     }
     assert_eq!(made.total(), 5, "the absent aclrtHostRegister is not counted: {made:?}");
+    // The cheap per-function reads agree with the snapshot and with the library's log.
+    for ((name, counter), before) in names.iter().zip(&counters).zip(&cheap_before) {
+        assert_eq!(counter.thread() - before, made.get("AclApi", name), "{name}");
+        assert_eq!(counter.thread() - before, logged.iter().filter(|call| *call == name).count() as u64, "{name}");
+    }
 }
 
 #[test]
