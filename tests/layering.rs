@@ -42,7 +42,7 @@ const FLOORS: &[&[&str]] = &[
     &["queue", "kernel_abi"],
     &["transfer", "evidence", "cpu_time", "config", "error", "log_limit"],
     &["metadata", "device"],
-    &["transport"],
+    &["transport", "occupancy"],
     &["engine"],
     &["bench", "doctor", "audit", "bin"],
 ];
