@@ -200,8 +200,10 @@ pub struct EvidenceSummary {
     pub descriptors: f64,
     /// Mean doorbells per transfer.
     pub doorbells: f64,
-    /// Mean Host CPU nanoseconds per transfer.
+    /// Mean Host CPU nanoseconds per transfer of the path's own threads and sections.
     pub host_cpu_ns: f64,
+    /// Mean Host CPU nanoseconds per transfer of the threads that waited for it (charged to the path too).
+    pub waiting_cpu_ns: f64,
     /// Thread-CPU clock readings made in the process during the run, per transfer (the accounting's own share).
     pub clock_readings: f64,
     /// Cost of one such reading, measured just before the run (ns).
@@ -225,6 +227,7 @@ struct EvidenceTotals {
     descriptors: u64,
     doorbells: u64,
     host_cpu_ns: u64,
+    waiting_cpu_ns: u64,
 }
 
 impl EvidenceTotals {
@@ -234,6 +237,7 @@ impl EvidenceTotals {
         self.descriptors += evidence.descriptors;
         self.doorbells += evidence.doorbells;
         self.host_cpu_ns += evidence.host_cpu_ns;
+        self.waiting_cpu_ns += evidence.waiting_cpu_ns;
         self.tally.add(&evidence);
         self.sample.get_or_insert(evidence);
     }
@@ -248,6 +252,7 @@ impl EvidenceTotals {
             descriptors: self.descriptors as f64 / n,
             doorbells: self.doorbells as f64 / n,
             host_cpu_ns: self.host_cpu_ns as f64 / n,
+            waiting_cpu_ns: self.waiting_cpu_ns as f64 / n,
             clock_readings: 0.0,
             clock_reading_ns: 0.0,
             monotonic_readings: 0.0,
@@ -377,6 +382,7 @@ pub fn run_initiator(
                 shared.descriptors += local_totals.descriptors;
                 shared.doorbells += local_totals.doorbells;
                 shared.host_cpu_ns += local_totals.host_cpu_ns;
+                shared.waiting_cpu_ns += local_totals.waiting_cpu_ns;
                 shared.tally.merge(&local_totals.tally);
                 if shared.sample.is_none() {
                     shared.sample = local_totals.sample;
@@ -645,6 +651,7 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
                 "descriptors": evidence.descriptors,
                 "doorbells": evidence.doorbells,
                 "host_cpu_ns": evidence.host_cpu_ns,
+                "waiting_cpu_ns": evidence.waiting_cpu_ns,
                 "process_host_cpu_ns": evidence.process_host_cpu_ns,
                 "clock_readings": evidence.clock_readings,
                 "clock_reading_ns": evidence.clock_reading_ns,

@@ -288,8 +288,13 @@ pub struct TransferEvidence {
     pub descriptors: u64,
     /// Doorbells rung for this transfer (a doorbell shared by k transfers counts 1/k, rounded up per transfer).
     pub doorbells: u64,
-    /// Host CPU time spent on this transfer by the path, in nanoseconds (docs/cpu-accounting.md).
+    /// Host CPU time spent on this transfer by the path's own threads and sections, in nanoseconds
+    /// (docs/cpu-accounting.md).
     pub host_cpu_ns: u64,
+    /// Host CPU time of the thread(s) that waited for this transfer (their polling, naps' wake-ups), its share of
+    /// each wait, in nanoseconds: the path's too, so the path's whole attribution is `host_cpu_ns + waiting_cpu_ns`.
+    /// Added when a wait for the batch ends; 0 for a transfer nobody waited for.
+    pub waiting_cpu_ns: u64,
 }
 
 impl TransferEvidence {
@@ -307,6 +312,7 @@ impl TransferEvidence {
             descriptors: 0,
             doorbells: 0,
             host_cpu_ns: 0,
+            waiting_cpu_ns: 0,
         }
     }
 

@@ -245,6 +245,48 @@ fn batch_busy_while_a_task_is_pending_and_statuses_follow_the_task() {
     assert!(matches!(engine.batch_status(batch), Err(EngineError::UnknownBatch { .. })));
 }
 
+/// A thread that waits for a batch is charged to its tasks: each carries its share of the waiter's CPU time
+/// (`waiting_cpu_ns`), added when the wait ends; a batch nobody waited for carries none.
+#[test]
+fn a_waiting_thread_is_charged_to_the_tasks_it_waited_for() {
+    let engine = Arc::new(engine());
+    let memory = Memory::new(&engine, 1024);
+    let held = Arc::new(HeldTransport::default());
+    engine.install_transport(Protocol::Adxl, held.clone());
+    let requests: Vec<TransferRequest> = (0..2)
+        .map(|i| TransferRequest { protocol: Some(Protocol::Adxl), ..memory.write(memory.target_addr() + i * 64, 64) })
+        .collect();
+    let batch = engine.allocate_batch(2).expect("batch");
+    engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    let waiter = {
+        let engine = engine.clone();
+        std::thread::spawn(move || {
+            let cpu = aiv_transport::cpu_time::thread_cpu_time_ns();
+            let status = engine.wait_batch(batch).expect("wait");
+            (status.state, aiv_transport::cpu_time::thread_cpu_time_ns() - cpu)
+        })
+    };
+    std::thread::sleep(Duration::from_millis(30));
+    assert_eq!(held.release(), 2);
+    let (state, waiter_cpu) = waiter.join().expect("waiter");
+    let wall = started.elapsed();
+    assert_eq!(state, TransferState::Completed);
+    let charged: Vec<u64> =
+        (0..2).map(|t| engine.task_evidence(batch, t).expect("task").expect("evidence").waiting_cpu_ns).collect();
+    assert!(charged.iter().all(|&ns| ns > 0), "each task carries a share: {charged:?}");
+    assert_eq!(charged[0], charged[1], "equal shares");
+    let total: u64 = charged.iter().sum();
+    assert!(total <= waiter_cpu + 2, "no more than the waiter spent ({waiter_cpu} ns): {charged:?}");
+    assert!(Duration::from_nanos(total) < wall, "a sleeping waiter is charged its wake-ups, not its sleep: {charged:?}");
+    engine.free_batch(batch).expect("free");
+    // Nobody waits: nothing is charged.
+    let batch = engine.allocate_batch(1).expect("batch");
+    engine.submit_transfer(batch, &requests[..1]).expect("submit");
+    assert_eq!(held.release(), 1);
+    assert_eq!(engine.task_evidence(batch, 0).expect("task").expect("evidence").waiting_cpu_ns, 0);
+}
+
 #[test]
 fn one_failed_task_fails_the_batch_and_others_still_run() {
     let engine = engine();

@@ -111,6 +111,8 @@ impl Batch {
         let mixed = pollers.len() > 1 || self.other_paths.load(Ordering::Acquire);
         // The completion tickets of the pending tasks, when all are known (one poller carries every task).
         let mut tickets: Vec<u64> = Vec::new();
+        // This thread's CPU time spent waiting (polling, naps' wake-ups), charged to the tasks at the end.
+        let mut waited_cpu = 0u64;
         loop {
             // One clock reading and no copy of the task list per pass (this loop runs once per wake-up).
             let (latest_deadline, finished_needed, all_ticketed) = {
@@ -134,7 +136,10 @@ impl Batch {
                 break;
             };
             let Some(first) = pollers.first() else {
+                // It sleeps until the paths' threads finish its tasks: its wake-ups are its only CPU here.
+                let cpu = crate::cpu_time::thread_cpu_time_ns();
                 self.signal.wait_for(finished_needed, latest_deadline);
+                waited_cpu += crate::cpu_time::thread_cpu_time_ns().saturating_sub(cpu);
                 continue;
             };
             let mut contended = false;
@@ -160,14 +165,23 @@ impl Batch {
             if all_ticketed && !contended {
                 // Return only when this batch's own completions are out, not at every completion on the device. The
                 // tickets were read before the poll above, so completions it collected only make the wait shorter.
-                first.wait_for(&tickets, slice);
+                waited_cpu += first.wait_for(&tickets, slice);
             } else {
-                first.wait(slice);
+                waited_cpu += first.wait(slice);
             }
         }
         for poller in &pollers {
             poller.detach();
         }
+        // The wait is the paths': each task carries its share, so a mixed batch charges each path for its tasks.
+        let tasks = self.tasks();
+        if waited_cpu > 0 && !tasks.is_empty() {
+            let share = waited_cpu.div_ceil(tasks.len() as u64);
+            for task in tasks.iter() {
+                task.charge_waiting(share);
+            }
+        }
+        drop(tasks);
         self.status()
     }
 }

@@ -88,13 +88,16 @@ pub trait CompletionPoller: Send + Sync + fmt::Debug {
     /// the caller should only nap before looking again).
     fn poll(&self) -> bool;
     /// Returns when completions are ready to collect (or the transport finished tasks itself), or `timeout` passed.
-    fn wait(&self, timeout: Duration);
+    /// Returns the Host CPU time the calling thread spent in the wait (ns; `poll_until_charged`), which the batch
+    /// charges to the transfers it waited for.
+    fn wait(&self, timeout: Duration) -> u64;
     /// Returns when the completions of the tasks with these tickets (`TaskSlot::ticket`, all set by this poller's
     /// transport) are ready to collect (or the transport finished tasks itself), or `timeout` passed; other tasks'
-    /// completions do not end the wait. The default is [`CompletionPoller::wait`].
-    fn wait_for(&self, tickets: &[u64], timeout: Duration) {
+    /// completions do not end the wait. Returns the CPU time spent as [`CompletionPoller::wait`] does. The default is
+    /// [`CompletionPoller::wait`].
+    fn wait_for(&self, tickets: &[u64], timeout: Duration) -> u64 {
         let _ = tickets;
-        self.wait(timeout);
+        self.wait(timeout)
     }
     /// A thread starts waiting through this poller.
     fn attach(&self);

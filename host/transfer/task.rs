@@ -93,6 +93,14 @@ impl TaskSlot {
         self.deadline
     }
 
+    /// Adds `cpu_ns` of a thread that waited for the task (its share of the wait) to the task's evidence
+    /// ([`TransferEvidence::waiting_cpu_ns`]); nothing if the task has no evidence (it failed before a path took it).
+    pub fn charge_waiting(&self, cpu_ns: u64) {
+        if let Some(evidence) = self.lock_outcome().evidence.as_mut() {
+            evidence.waiting_cpu_ns = evidence.waiting_cpu_ns.saturating_add(cpu_ns);
+        }
+    }
+
     /// Records where the carrying transport will report the completion (its own encoding; never 0).
     pub fn set_ticket(&self, ticket: u64) {
         self.ticket.store(ticket, Ordering::Release);

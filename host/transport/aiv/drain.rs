@@ -275,15 +275,14 @@ impl CompletionPoller for Inner {
         self.poll_inline()
     }
 
-    fn wait(&self, timeout: Duration) {
+    fn wait(&self, timeout: Duration) -> u64 {
         let finished = self.host_finished.load(Ordering::Acquire);
         let ready = || self.completions_ready() || self.host_finished.load(Ordering::Acquire) != finished;
-        // The waiting thread's polling and wake-ups are aiv's: charged to the transfers drained next.
-        let (_, cpu) = poll_until_charged(ready, timeout);
-        self.unattributed_cpu.add(cpu);
+        // The waiting thread's polling and wake-ups: the batch charges them to the transfers it waited for.
+        poll_until_charged(ready, timeout).1
     }
 
-    fn wait_for(&self, tickets: &[u64], timeout: Duration) {
+    fn wait_for(&self, tickets: &[u64], timeout: Duration) -> u64 {
         // Per block, the DCQ tail that covers the last of the tasks there (the kernel completes a block's requests
         // in ring order, so DCQ position p is request position p).
         let mut needs: Vec<(u32, u32)> = Vec::with_capacity(self.blocks.len());
@@ -306,8 +305,7 @@ impl CompletionPoller for Inner {
                 .is_none_or(|b| b.completion_ring.published_tail().wrapping_sub(need) as i32 >= 0)
         };
         let ready = || needs.iter().all(published) || self.host_finished.load(Ordering::Acquire) != finished;
-        let (_, cpu) = poll_until_charged(ready, timeout);
-        self.unattributed_cpu.add(cpu);
+        poll_until_charged(ready, timeout).1
     }
 
     fn attach(&self) {
