@@ -278,7 +278,10 @@ fn a_waiting_thread_is_charged_to_the_tasks_it_waited_for() {
     assert_eq!(charged[0], charged[1], "equal shares");
     let total: u64 = charged.iter().sum();
     assert!(total <= waiter_cpu + 2, "no more than the waiter spent ({waiter_cpu} ns): {charged:?}");
-    assert!(Duration::from_nanos(total) < wall, "a sleeping waiter is charged its wake-ups, not its sleep: {charged:?}");
+    assert!(
+        Duration::from_nanos(total) < wall,
+        "a sleeping waiter is charged its wake-ups, not its sleep: {charged:?}"
+    );
     engine.free_batch(batch).expect("free");
     // Nobody waits: nothing is charged.
     let batch = engine.allocate_batch(1).expect("batch");
