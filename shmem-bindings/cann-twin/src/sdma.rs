@@ -507,21 +507,25 @@ impl Channel {
                 // The flag words are accessed atomically by their users; Acquire/Release orders this flag after
                 // every earlier copy of this in-order channel for a reader that acquires it.
                 let value = unsafe { AtomicU64::from_ptr(from.cast()) }.load(Ordering::Acquire);
-                // Recorded before the store: a reader that returns the value finds the record.
+                // Recorded before the store: a reader that returns the value finds the record, and whoever sees
+                // the flag (the kernel, then the Host draining the completions it covers) finds this SQE tallied.
                 if recording {
+                    self.provenance.consumed(writer);
                     self.provenance.flag_landing(dst as u64, value);
                 }
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
                 self.activity.progressed();
             }
-            // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
-            _ => unsafe { perform_copy(&to, &from) },
+            _ => {
+                // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
+                unsafe { perform_copy(&to, &from) };
+                if recording {
+                    self.provenance.consumed(writer);
+                }
+            }
         }
         self.progress.executed.fetch_add(1, Ordering::Relaxed);
-        if recording {
-            self.provenance.consumed(writer);
-        }
         Ok(())
     }
 
