@@ -82,6 +82,10 @@ pub enum Source {
     /// This runtime cannot show who did it (on an NPU: who first read a completion flag). The counts are zero and
     /// mean nothing; the checks that need them are unknown.
     NotObservable,
+    /// The records existed but could not be tied to this transfer: its group failed and the channel's reset dropped
+    /// its SQEs, or the twin's log no longer held them when the Host read it. The counts are zero; the checks that
+    /// need them are unknown.
+    Lost,
     /// The twin runtime's device model, where the act happened: the writer of each SQ slot an SDMA engine consumed,
     /// the origin of each doorbell register write, the first reader of each completion flag.
     TwinModel,
@@ -99,7 +103,7 @@ pub enum Source {
 impl Source {
     /// Whether the counts mean something (the act was recorded).
     pub fn is_observed(self) -> bool {
-        !matches!(self, Source::NotRecorded | Source::NotObservable)
+        !matches!(self, Source::NotRecorded | Source::NotObservable | Source::Lost)
     }
 
     /// How this source is named in printed verdicts.
@@ -107,6 +111,7 @@ impl Source {
         match self {
             Source::NotRecorded => "not recorded (provenance records off)",
             Source::NotObservable => "not observable on this runtime",
+            Source::Lost => "records lost (a failed group, or the log overran)",
             Source::TwinModel => "recorded by the twin's device model",
             Source::KernelTally => "kernel tallies and counted Host calls",
             Source::HostCalls => "counted Host runtime calls",
@@ -278,8 +283,8 @@ pub struct TransferEvidence {
     pub doorbells_rung: Act,
     /// Who first read the completion (flag, CQE, DCQ entry, reply).
     pub completion_seen: Act,
-    /// How many transfers share the three acts' counts (1: this transfer's alone). On the twin's aiv path the acts
-    /// are observed per drain pass of a block, and the transfers that pass completed share them.
+    /// How many transfers share the three acts' counts (1: this transfer's alone). The transfers of one adxl HiXL
+    /// batch share its acts; aiv's are each transfer's own.
     pub window: u32,
     /// Calls the Host made into the device runtime on this transfer's behalf, counted by the `-sys` loader tables
     /// (a call made for k transfers counts 1/k, rounded up per transfer).
@@ -491,12 +496,12 @@ impl EvidenceTally {
                 &self.descriptors_written,
                 "descriptors",
             ),
-            ("kernel rings the doorbell", checks.kernel_rings_doorbell, &self.doorbells_rung, "doorbell writes"),
+            ("kernel rings the doorbell", checks.kernel_rings_doorbell, &self.doorbells_rung, "doorbells"),
             (
                 "completion observed on the Device",
                 checks.device_observes_completion,
                 &self.completion_seen,
-                "completions first seen",
+                "completions",
             ),
         ];
         lines.push(format!("  kernel on the AIV cores: {} ({})", checks.kernel_on_aiv.as_str(), per(0)));

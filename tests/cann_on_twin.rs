@@ -414,6 +414,9 @@ fn provenance_aiv() {
         flags += seen.flags_seen_by_core;
     }
     assert_eq!(sqes, executed - executed_before, "every executed SQE is attributed to a block");
+    // The engine's records, per transfer, account for exactly the SQEs executed: each once, to its own transfer.
+    let taken: u64 = evidence.iter().map(|record| record.descriptors_written.total()).sum();
+    assert_eq!(taken, executed - executed_before, "{evidence:?}");
     assert_eq!(doorbells, rung - rung_before, "every accepted doorbell is attributed to a block");
     assert!(sqes > 16 && flags > 0, "SQEs {sqes}, flags seen by a core {flags}");
     assert!(node.read(0..3_200_000) == node.read(4 << 20..(4 << 20) + 3_200_000));

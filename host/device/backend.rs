@@ -346,11 +346,17 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn channel_exception(&self, channel: u32) -> Option<ChannelException>;
     /// Drops a channel's pending SQEs and clears its exception, so it can serve again (bounded wait).
     fn reset_channel(&self, channel: u32) -> Result<(), DeviceError>;
-    /// What the runtime recorded about who wrote the SQEs a channel's engine consumed, who rang its doorbell and who
-    /// first read its completion flags (cumulative; the evidence of the aiv path diffs two of them).
-    fn channel_records(&self, channel: u32) -> ChannelRecords {
+    /// Where the runtime's log of the SQEs `channel`'s engine executes stands (`None`: this runtime keeps none).
+    fn channel_log_position(&self, channel: u32) -> Option<u64> {
         let _ = channel;
-        ChannelRecords::NotObservable
+        None
+    }
+    /// Appends to `out` the runtime's log of the SQEs `channel`'s engine executed from position `from` on: who wrote
+    /// each, who rang the doorbell that exposed it, who first read a flag SQE's flag (the twin's
+    /// `cann_twin::control::sqe_log`).
+    fn read_channel_log(&self, channel: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        let _ = (channel, from, out);
+        ChannelLog::NotObservable
     }
 
     // ---- kernel ----
@@ -369,16 +375,16 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     }
 }
 
-/// What a runtime can show about the acts on one SDMA channel ([`DeviceBackend::channel_records`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ChannelRecords {
-    /// The runtime keeps such records, but they are off (the twin's provenance records, `aiv.record_provenance`).
+/// What [`DeviceBackend::read_channel_log`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChannelLog {
+    /// The runtime keeps such a log, but its records are off (the twin's, `aiv.record_provenance`).
     NotRecorded,
-    /// The runtime keeps none (the vendor's runtime on an NPU; the twin loaded as a separate library, whose records
-    /// are that copy's).
+    /// The runtime keeps none (the vendor's runtime on an NPU; the twin loaded as a separate library, whose log is
+    /// that copy's).
     NotObservable,
-    /// The twin runtime's records of the channel since it was made (or its records were last reset).
-    Twin(cann_twin::control::Provenance),
+    /// Entries `[first, end)` were appended; `first` is past the position asked for when older entries were lost.
+    Read { first: u64, end: u64 },
 }
 
 /// An in-order copy queue executed by the device (an ACL stream).

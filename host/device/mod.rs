@@ -23,7 +23,7 @@ pub(crate) use backend::map_anonymous_pages;
 /// by these names.
 pub const DEVICE_THREAD_PREFIXES: [&str; 1] = [cann_twin::THREAD_PREFIX];
 pub use backend::{
-    ChannelException, ChannelInfo, ChannelRecords, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
+    ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
     DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 

@@ -50,7 +50,7 @@ use zerocopy::FromBytes;
 use self::heap::RangeAllocator;
 use crate::config::AivOptions;
 use crate::device::{
-    ChannelException, ChannelInfo, ChannelRecords, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
+    ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
     DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 use crate::evidence::{RuntimeKind, RuntimeLabel};
@@ -1205,18 +1205,25 @@ impl DeviceBackend for CannDevice {
         Ok(infos)
     }
 
-    fn channel_records(&self, channel: u32) -> ChannelRecords {
+    fn channel_log_position(&self, channel: u32) -> Option<u64> {
         if self.runtime != CannRuntime::Twin {
-            return ChannelRecords::NotObservable;
+            return None;
+        }
+        cann_twin::control::sqe_log_position(self.id as i32, channel).ok()
+    }
+
+    fn read_channel_log(&self, channel: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        if self.runtime != CannRuntime::Twin {
+            return ChannelLog::NotObservable;
         }
         if !cann_twin::control::provenance_recorded() {
-            return ChannelRecords::NotRecorded;
+            return ChannelLog::NotRecorded;
         }
-        match cann_twin::control::provenance(self.id as i32, channel) {
-            Ok(records) => ChannelRecords::Twin(records),
+        match cann_twin::control::sqe_log(self.id as i32, channel, from, out) {
+            Ok((first, end)) => ChannelLog::Read { first, end },
             Err(error) => {
-                tracing::warn!(device = self.id, channel, %error, "no provenance records for the channel");
-                ChannelRecords::NotObservable
+                tracing::warn!(device = self.id, channel, %error, "no SQE log for the channel");
+                ChannelLog::NotObservable
             }
         }
     }

@@ -84,6 +84,10 @@ pub(super) struct DrainScratch {
     pub(super) entries: Vec<(u32, Result<DcqEntry, UndecodableCompletion>)>,
     /// Index into `entries`, and the transfer it completes.
     pub(super) finished: Vec<(usize, InFlight)>,
-    /// The runtime's records of the block's channel as of the previous pass (the evidence's window).
+    /// The block's place in its channel's SQE log, for the evidence.
     pub(super) records: super::observe::BlockRecords,
+    /// The acts of each transfer of the pass, in `finished` order.
+    pub(super) acts: Vec<[crate::evidence::Act; 3]>,
+    /// The DCQ entries of `finished`, in order (the walk's input; a pass's own buffer).
+    pub(super) walked: Vec<DcqEntry>,
 }

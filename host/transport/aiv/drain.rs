@@ -9,12 +9,11 @@ use std::time::{Duration, Instant};
 
 use super::block::{DrainScratch, HostBlock};
 use super::inflight::InFlight;
-use super::observe::PassActs;
 use super::submit::decode_ticket;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
-use crate::evidence::TransferEvidence;
+use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
 use crate::transfer::{poll_until_charged, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
 
@@ -100,7 +99,7 @@ impl Inner {
     /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
     /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
     pub(super) fn drain_block(&self, block: &HostBlock, scratch: &mut DrainScratch) -> bool {
-        let DrainScratch { entries, finished, records } = scratch;
+        let DrainScratch { entries, finished, records, acts, walked } = scratch;
         entries.clear();
         finished.clear();
         let new_head = {
@@ -143,15 +142,18 @@ impl Inner {
                 }
             }
         }
+        // The acts of each transfer, from the runtime's SQE log (before a recovery, which starts the log walk again).
+        walked.clear();
+        walked.extend(finished.iter().map(|&(i, _)| match &entries[i].1 {
+            Ok(entry) | Err(UndecodableCompletion { entry }) => *entry,
+        }));
+        records.attribute(&*self.device, block.index, walked, acts);
         // Recover first, so that a caller who sees the failure can submit again at once.
         if group_failed {
-            self.recover(block);
+            self.recover(block, records);
         }
         let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
-        // After the entries: every SQE, doorbell and flag of the transfers they complete is in the records by now.
-        let acts = records.pass(self.device.channel_records(block.index));
-        let window = u32::try_from(finished.len()).unwrap_or(u32::MAX).max(1);
-        for (i, transfer) in finished.drain(..) {
+        for (n, (i, transfer)) in finished.drain(..).enumerate() {
             let entry = match &entries[i].1 {
                 Ok(entry) => entry,
                 Err(undecodable) => {
@@ -161,7 +163,7 @@ impl Inner {
                     &undecodable.entry
                 }
             };
-            let observed = Observed { acts: &acts, window };
+            let observed = acts.get(n).copied().unwrap_or([Act::unknown(Source::Lost); 3]);
             self.finish(block, entry, transfer, drain_share, observed, exception.as_ref());
         }
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
@@ -183,18 +185,14 @@ impl Inner {
         entry: &DcqEntry,
         transfer: InFlight,
         drain_share: u64,
-        observed: Observed<'_>,
+        observed: [Act; 3],
         exception: Option<&crate::device::ChannelException>,
     ) {
-        let [descriptors_written, doorbells_rung, completion_seen] = observed.acts.of(block.index, entry);
+        let [descriptors_written, doorbells_rung, completion_seen] = observed;
         let mut evidence = TransferEvidence::new("aiv", self.device.runtime_label());
         evidence.descriptors_written = descriptors_written;
         evidence.doorbells_rung = doorbells_rung;
         evidence.completion_seen = completion_seen;
-        evidence.window = match observed.acts {
-            PassActs::Window(_) => observed.window,
-            PassActs::KernelTally | PassActs::NotRecorded => 1,
-        };
         evidence.host_device_api_calls = transfer.host_device_api_calls;
         evidence.descriptors = u64::from(entry.sqes.get());
         evidence.doorbells = u64::from(entry.doorbells.get());
@@ -236,7 +234,7 @@ impl Inner {
     }
 
     /// After a failed group: reset the channel and let the halted block resume.
-    fn recover(&self, block: &HostBlock) {
+    fn recover(&self, block: &HostBlock, records: &mut super::observe::BlockRecords) {
         let control = block.control();
         // The kernel incremented halt_count before publishing the failed entries we drained; if the Host already
         // resumed that halt (entries of one failure seen in two drain passes), the block may be posting again: a
@@ -250,6 +248,9 @@ impl Inner {
             return;
         }
         self.channel_resets.fetch_add(1, Ordering::Relaxed);
+        // The reset dropped the failed group's unexecuted SQEs: the log walk starts again at the log's end, before
+        // the block resumes and posts more.
+        records.resync(&*self.device, block.index);
         // Release: the reset above happens before the kernel sees the resume.
         control.resume_count.store(halted, Ordering::Release);
         if self.launch_mode == LaunchMode::PerBatch {
@@ -261,13 +262,6 @@ impl Inner {
             }
         }
     }
-}
-
-/// The acts a drain pass observed, and how many transfers it completed (they share the window).
-#[derive(Clone, Copy, Debug)]
-struct Observed<'a> {
-    acts: &'a PassActs,
-    window: u32,
 }
 
 impl CompletionPoller for Inner {

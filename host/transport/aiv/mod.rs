@@ -14,7 +14,7 @@
 //! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
 //! kernel arguments, threads), [`submit`] (block placement
 //! and the one sequence that posts requests), [`drain`] (DCQ drain, outcome mapping, recovery, the waiting thread's
-//! poller), [`observe`] (the acts each drain pass observed, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
+//! poller), [`observe`] (each drained transfer's observed acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
 //! transport's state, its public controls and shutdown.
 //!
 //! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the

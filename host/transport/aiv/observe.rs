@@ -1,211 +1,280 @@
-//! The acts of the aiv path as observed: who wrote the SQEs a block's SDMA channel consumed, who rang its doorbell,
-//! who first read its completion flags (docs/evidence.md, "The aiv path").
+//! The acts of the aiv path as observed, per transfer: who wrote the SQEs the block's SDMA channel executed for it,
+//! who rang the doorbells that exposed them, who first read the completion flag that covered it (docs/evidence.md,
+//! "The aiv path").
 //!
-//! On the twin runtime the device model records each act where it happens ([`ChannelRecords::Twin`]); a drain pass
-//! of a block diffs the channel's records against those of the block's previous pass, and the transfers the pass
-//! completes share that window. An act the window holds nothing of (its SQEs executed, or its doorbell rang, before
-//! the previous pass) keeps the counts of the latest window that held some. On the vendor's runtime the same fields
-//! come from the kernel's tallies in each DCQ entry. Owns: the block's last records; it must not touch the rings.
+//! On the twin runtime the device model logs every SQE its engine executes, in order, with those facts
+//! ([`cann_twin::control::sqe_log`]). A block's kernel posts, per group of requests, each transfer's data SQEs in
+//! request order and then one flag SQE, and publishes the group's DCQ entries once the flag has landed; each entry
+//! says how many SQEs its transfer took (its data SQEs plus its share of the flag). So a drain pass walks the log
+//! from where the block's previous pass stopped: each drained transfer takes its data SQEs, and the flag SQE that
+//! follows a group's last transfer closes the group. A group whose flag nobody read (a later landing replaced it
+//! before any read) was seen through the next flag that was read. Where the walk cannot follow (a failed group and
+//! its channel reset, entries the log no longer keeps) the transfers' acts are `lost` and the walk starts again at
+//! the log's end. On the vendor's runtime the acts come from the kernel's tallies in each DCQ entry.
+//!
+//! Owns: the block's log position and the walk's buffers; it must not touch the rings.
 
-use crate::device::ChannelRecords;
+use cann_twin::control::{Doer, FlagReader, LoggedSqe};
+
+use crate::device::{ChannelLog, DeviceBackend};
 use crate::evidence::{Act, Source};
 use crate::kernel_abi::{DcqEntry, DcqStatus};
 
-/// What one drain pass of a block observed, for the transfers it completes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum PassActs {
-    /// The twin's records of the window: descriptors written, doorbells rung, completions first seen.
-    Window([Act; 3]),
-    /// No records on this runtime: the acts come from each transfer's DCQ entry.
-    KernelTally,
-    /// Records exist but were off.
-    NotRecorded,
-}
-
-impl PassActs {
-    /// The three acts of one transfer completed by the pass with `entry`, on block `block`.
-    pub(super) fn of(&self, block: u32, entry: &DcqEntry) -> [Act; 3] {
-        match *self {
-            PassActs::Window(acts) => acts,
-            PassActs::NotRecorded => [Act::unknown(Source::NotRecorded); 3],
-            PassActs::KernelTally => {
-                let tally = |count: u64| Act {
-                    source: Source::KernelTally,
-                    by_aiv: count,
-                    aiv_blocks: (count > 0).then_some([block, block]),
-                    // The aiv path makes no Host call that writes device memory, rings a doorbell or reads a flag
-                    // while a transfer is in flight: its calls on a transfer's behalf (a launch, a channel reset, an
-                    // exception query) are counted in `host_device_api_calls`.
-                    by_host: 0,
-                    unattributed: 0,
-                };
-                // The kernel publishes a COMPLETED entry only after it read the flag that covers the transfer.
-                let seen = u64::from(DcqStatus(entry.status.get()) == DcqStatus::COMPLETED);
-                [tally(u64::from(entry.sqes.get())), tally(u64::from(entry.doorbells.get())), tally(seen)]
-            }
-        }
-    }
-}
-
-/// A block's records as of its previous drain pass, and the latest non-empty window of each act.
-#[derive(Debug)]
+/// A block's place in its channel's consumption log, and the buffers of a walk.
+#[derive(Debug, Default)]
 pub(super) struct BlockRecords {
-    last: Option<cann_twin::control::Provenance>,
-    /// The flag counts (seen by a core, seen by the Host, unseen) as of the last pass whose window held a read.
-    flags_base: [u64; 3],
-    acts: [Act; 3],
-}
-
-impl Default for BlockRecords {
-    fn default() -> Self {
-        BlockRecords { last: None, flags_base: [0; 3], acts: [Act::unknown(Source::TwinModel); 3] }
-    }
+    /// The log position of the next SQE no transfer has taken yet (`None`: no log on this runtime, or not known).
+    cursor: Option<u64>,
+    log: Vec<LoggedSqe>,
+    /// The transfers of the group being walked (indices into the acts), waiting for the group's flag.
+    group: Vec<usize>,
 }
 
 impl BlockRecords {
-    /// The window of a drain pass whose channel records are now `records`.
-    pub(super) fn pass(&mut self, records: ChannelRecords) -> PassActs {
-        let now = match records {
-            ChannelRecords::NotRecorded => return PassActs::NotRecorded,
-            ChannelRecords::NotObservable => return PassActs::KernelTally,
-            ChannelRecords::Twin(now) => now,
+    /// Starts the walk at the channel's log position now (before the block posts anything).
+    pub(super) fn start_at(&mut self, device: &dyn DeviceBackend, channel: u32) {
+        self.cursor = device.channel_log_position(channel);
+    }
+
+    /// After the channel was reset (its unexecuted SQEs dropped), before the block resumes: the walk starts again at
+    /// the log's end.
+    pub(super) fn resync(&mut self, device: &dyn DeviceBackend, channel: u32) {
+        self.start_at(device, channel);
+    }
+
+    /// The acts of each transfer a drain pass completes, in DCQ order (`entries`), into `acts`.
+    pub(super) fn attribute(
+        &mut self,
+        device: &dyn DeviceBackend,
+        block: u32,
+        entries: &[DcqEntry],
+        acts: &mut Vec<[Act; 3]>,
+    ) {
+        acts.clear();
+        let Some(cursor) = self.cursor else {
+            acts.extend(entries.iter().map(|entry| kernel_tally(block, entry)));
+            return;
         };
-        let empty = cann_twin::control::Provenance::default();
-        let mut before = self.last.as_ref().unwrap_or(&empty);
-        if went_back(before, &now) {
-            // The records were reset (`reset_provenance`) since the previous pass: count from zero again.
-            before = &empty;
-            self.flags_base = [0; 3];
+        self.log.clear();
+        let (first, end) = match device.read_channel_log(block, cursor, &mut self.log) {
+            ChannelLog::NotRecorded => {
+                acts.extend(entries.iter().map(|_| [Act::unknown(Source::NotRecorded); 3]));
+                return;
+            }
+            ChannelLog::NotObservable => {
+                acts.extend(entries.iter().map(|entry| kernel_tally(block, entry)));
+                return;
+            }
+            ChannelLog::Read { first, end } => (first, end),
+        };
+        acts.extend(entries.iter().map(|_| [Act::unknown(Source::Lost); 3]));
+        if first != cursor {
+            // Entries the walk needed were overwritten: these transfers' acts are lost.
+            tracing::warn!(block, cursor, first, "the SQE log no longer holds a drain pass's SQEs");
+            self.cursor = Some(end);
+            return;
         }
-        let [sqes, doorbells] = window(before, &now);
-        for (kept, seen) in self.acts.iter_mut().zip([sqes, doorbells]) {
-            if seen.total() > 0 {
-                *kept = seen;
+        let taken = self.walk(entries, acts);
+        self.cursor = Some(match taken {
+            Some(taken) => first + taken as u64,
+            None => end,
+        });
+    }
+
+    /// Walks the log for `entries`, filling `acts`; returns the log entries taken, or `None` if the walk lost its
+    /// way (the rest of `acts` stays lost, and the next pass starts at the log's end).
+    fn walk(&mut self, entries: &[DcqEntry], acts: &mut [[Act; 3]]) -> Option<usize> {
+        let mut at = 0usize;
+        self.group.clear();
+        for (k, entry) in entries.iter().enumerate() {
+            let status = DcqStatus(entry.status.get());
+            let sqes = entry.sqes.get() as usize;
+            if sqes == 0 && status == DcqStatus::FAILED {
+                // Refused before posting (a bad request): no descriptor, no doorbell, no flag.
+                acts[k] = [observed(&[], |_| Doer::Unattributed), observed(&[], |_| Doer::Unattributed), none()];
+                continue;
+            }
+            if status != DcqStatus::COMPLETED || sqes == 0 {
+                // A failed group: its SQEs were dropped by the channel's reset; the log cannot be followed past it.
+                return None;
+            }
+            let data = sqes - 1;
+            let mine = self.log.get(at..at + data)?;
+            if mine.iter().any(|sqe| sqe.flag.is_some()) {
+                return None;
+            }
+            at += data;
+            let closes = self.log.get(at).is_some_and(|sqe| sqe.flag.is_some());
+            let taken = if closes { &self.log[at - data..=at] } else { mine };
+            acts[k][0] = observed(taken, |sqe| sqe.writer);
+            acts[k][1] = doorbells(taken);
+            self.group.push(k);
+            if closes {
+                let reader = self.flag_reader(at);
+                for &member in &self.group {
+                    acts[member][2] = reader;
+                }
+                self.group.clear();
+                at += 1;
             }
         }
-        // A flag that landed but is not read yet counts as unseen until it is read: a window holds the flags only
-        // once one was read in it, and then every flag landed since the last such window (the pending ones it saw
-        // come back out as they are read).
-        let flags = [now.flags_seen_by_core, now.flags_seen_by_host, now.flags_unseen];
-        let [core, host, unseen] = [0, 1, 2].map(|i| flags[i].saturating_sub(self.flags_base[i]));
-        if core + host > 0 {
-            // Flags are read by the cores of the channel's block; the records do not name which block read.
-            self.acts[2] =
-                Act { source: Source::TwinModel, by_aiv: core, aiv_blocks: None, by_host: host, unattributed: unseen };
-            self.flags_base = flags;
+        // A group's entries are published together, after its flag: one still open means the walk lost its way.
+        self.group.is_empty().then_some(at)
+    }
+
+    /// Who saw the completion of the group whose flag SQE is log entry `at`: its flag's first reader, or, if nobody
+    /// read it (a later flag replaced it first), the first later flag that was read (the engine lands a channel's
+    /// flags in order, so that read covered this group).
+    fn flag_reader(&self, at: usize) -> Act {
+        let reader = self.log[at..].iter().filter_map(|sqe| sqe.flag).find(|reader| *reader != FlagReader::Unread);
+        let mut act = none();
+        match reader {
+            Some(FlagReader::Core) => act.by_aiv = 1,
+            Some(FlagReader::Host) => act.by_host = 1,
+            _ => act.unattributed = 1,
         }
-        self.last = Some(now);
-        PassActs::Window(self.acts)
+        act
     }
 }
 
-/// What the records `now` hold beyond `before`: descriptors written, doorbells rung.
-fn window(before: &cann_twin::control::Provenance, now: &cann_twin::control::Provenance) -> [Act; 2] {
-    let (sqes, sqe_blocks) = by_block(&before.sqes_by_block, &now.sqes_by_block);
-    let (doorbells, doorbell_blocks) = by_block(&before.doorbells_by_block, &now.doorbells_by_block);
-    let less = |now: u64, before: u64| now.saturating_sub(before);
-    let act = |by_aiv: u64, aiv_blocks: Option<[u32; 2]>, by_host: u64, unattributed: u64| Act {
-        source: Source::TwinModel,
-        by_aiv,
-        aiv_blocks: aiv_blocks.filter(|_| by_aiv > 0),
-        by_host,
-        unattributed,
-    };
-    [
-        act(sqes, sqe_blocks, less(now.sqes_by_host, before.sqes_by_host), less(now.sqes_unknown, before.sqes_unknown)),
-        act(
-            doorbells,
-            doorbell_blocks,
-            less(now.doorbells_by_host, before.doorbells_by_host),
-            less(now.doorbells_unknown, before.doorbells_unknown),
-        ),
-    ]
+/// An act counted from the twin's log: nothing yet.
+fn none() -> Act {
+    Act { source: Source::TwinModel, by_aiv: 0, aiv_blocks: None, by_host: 0, unattributed: 0 }
 }
 
-/// Whether some count of `now` is below `before`'s: the records were reset in between.
-fn went_back(before: &cann_twin::control::Provenance, now: &cann_twin::control::Provenance) -> bool {
-    let sum = |counts: &[(u32, u64)]| counts.iter().map(|&(_, count)| count).sum::<u64>();
-    let totals = |p: &cann_twin::control::Provenance| {
-        [
-            sum(&p.sqes_by_block) + p.sqes_by_host + p.sqes_unknown,
-            sum(&p.doorbells_by_block) + p.doorbells_by_host + p.doorbells_unknown,
-            p.flags_landed,
-        ]
-    };
-    totals(now).iter().zip(totals(before)).any(|(now, before)| *now < before)
+/// The act of `sqes` by the doer `who` names for each.
+fn observed(sqes: &[LoggedSqe], who: impl Fn(&LoggedSqe) -> Doer) -> Act {
+    let mut act = none();
+    for sqe in sqes {
+        add(&mut act, who(sqe));
+    }
+    act
 }
 
-/// The counts `now` holds beyond `before` (both `(block, count)` ascending), summed, with the lowest and highest
-/// block that has any.
-fn by_block(before: &[(u32, u64)], now: &[(u32, u64)]) -> (u64, Option<[u32; 2]>) {
-    let mut total = 0u64;
-    let mut span: Option<[u32; 2]> = None;
-    for &(block, count) in now {
-        let earlier = before.iter().find(|&&(b, _)| b == block).map_or(0, |&(_, c)| c);
-        let delta = count.saturating_sub(earlier);
-        if delta > 0 {
-            total = total.saturating_add(delta);
-            span = Some(match span {
+/// The doorbells that exposed `sqes` (one per distinct doorbell count), by who rang each.
+fn doorbells(sqes: &[LoggedSqe]) -> Act {
+    let mut act = none();
+    let mut last = None;
+    for sqe in sqes {
+        if last != Some(sqe.doorbell) {
+            last = Some(sqe.doorbell);
+            add(&mut act, sqe.ringer);
+        }
+    }
+    act
+}
+
+fn add(act: &mut Act, doer: Doer) {
+    match doer {
+        Doer::Block(block) => {
+            act.by_aiv += 1;
+            act.aiv_blocks = Some(match act.aiv_blocks {
                 None => [block, block],
                 Some([low, high]) => [low.min(block), high.max(block)],
             });
         }
+        Doer::Host => act.by_host += 1,
+        Doer::Unattributed => act.unattributed += 1,
     }
-    (total, span)
+}
+
+/// The NPU's view of one transfer: the kernel's tallies in its DCQ entry.
+fn kernel_tally(block: u32, entry: &DcqEntry) -> [Act; 3] {
+    let tally = |count: u64| Act {
+        source: Source::KernelTally,
+        by_aiv: count,
+        aiv_blocks: (count > 0).then_some([block, block]),
+        // The aiv path makes no Host call that writes device memory, rings a doorbell or reads a flag while a
+        // transfer is in flight: its calls on a transfer's behalf (a launch, a channel reset, an exception query)
+        // are counted in `host_device_api_calls`.
+        by_host: 0,
+        unattributed: 0,
+    };
+    // The kernel publishes a COMPLETED entry only after it read the flag that covers the transfer.
+    let seen = u64::from(DcqStatus(entry.status.get()) == DcqStatus::COMPLETED);
+    [tally(u64::from(entry.sqes.get())), tally(u64::from(entry.doorbells.get())), tally(seen)]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn entry(sqes: u32, doorbells: u32, status: DcqStatus) -> DcqEntry {
+    fn entry(sqes: u32, status: DcqStatus) -> DcqEntry {
         let mut entry = DcqEntry::default();
         entry.sqes.set(sqes);
-        entry.doorbells.set(doorbells);
+        entry.doorbells.set(1);
         entry.status.set(status.0);
         entry
     }
 
-    fn records(sqes: &[(u32, u64)], sqes_by_host: u64, flags_seen_by_core: u64) -> ChannelRecords {
-        let mut records = cann_twin::control::Provenance::default();
-        records.sqes_by_block = sqes.to_vec();
-        records.sqes_by_host = sqes_by_host;
-        records.doorbells_by_block = vec![(0, 1)];
-        records.flags_landed = flags_seen_by_core + 1;
-        records.flags_seen_by_core = flags_seen_by_core;
-        // One flag landed and not read yet.
-        records.flags_unseen = 1;
-        ChannelRecords::Twin(records)
+    fn sqe(writer: Doer, ringer: Doer, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
+        LoggedSqe::new_for_tests(writer, ringer, doorbell, flag)
+    }
+
+    fn walk(log: Vec<LoggedSqe>, entries: &[DcqEntry]) -> (Vec<[Act; 3]>, Option<usize>) {
+        let mut records = BlockRecords { cursor: Some(0), log, group: Vec::new() };
+        let mut acts = vec![[Act::unknown(Source::Lost); 3]; entries.len()];
+        let taken = records.walk(entries, &mut acts);
+        (acts, taken)
+    }
+
+    const B0: Doer = Doer::Block(0);
+
+    #[test]
+    fn each_transfer_takes_its_data_sqes_and_the_last_of_a_group_its_flag() {
+        // A group of two transfers (2 and 1 data SQEs), then its flag, read by a core.
+        let log = vec![
+            sqe(B0, B0, 1, None),
+            sqe(B0, B0, 1, None),
+            sqe(Doer::Host, B0, 2, None),
+            sqe(B0, B0, 2, Some(FlagReader::Core)),
+        ];
+        let (acts, taken) = walk(log, &[entry(3, DcqStatus::COMPLETED), entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(4));
+        assert_eq!((acts[0][0].by_aiv, acts[0][0].by_host, acts[0][1].by_aiv), (2, 0, 1));
+        // The second took a Host-written SQE and the flag SQE: its descriptor check alone fails.
+        assert_eq!((acts[1][0].by_aiv, acts[1][0].by_host, acts[1][1].by_aiv), (1, 1, 1));
+        assert!(acts.iter().all(|acts| acts[2].by_aiv == 1), "both seen through the flag: {acts:?}");
     }
 
     #[test]
-    fn a_pass_sees_what_the_channel_recorded_since_the_previous_pass() {
-        let mut block = BlockRecords::default();
-        let PassActs::Window([sqes, _, flags]) = block.pass(records(&[(0, 10)], 0, 1)) else { panic!("a window") };
-        assert_eq!((sqes.by_aiv, sqes.aiv_blocks, sqes.by_host, flags.by_aiv), (10, Some([0, 0]), 0, 1));
-        // The next pass: 3 more by block 0, 2 by block 1, 1 by the Host.
-        let PassActs::Window([sqes, doorbells, flags]) = block.pass(records(&[(0, 13), (1, 2)], 1, 2)) else {
-            panic!("a window")
-        };
-        assert_eq!((sqes.by_aiv, sqes.aiv_blocks, sqes.by_host), (5, Some([0, 1]), 1));
-        assert_eq!((flags.by_aiv, flags.unattributed), (1, 0), "the pending flag is not counted as unseen");
-        // A pass in which no flag was read keeps the flags of the latest window with a read.
-        let PassActs::Window([_, _, flags]) = block.pass(records(&[(0, 13), (1, 2)], 1, 2)) else { panic!("a window") };
-        assert_eq!(flags.by_aiv, 1);
-        // Nothing new rang: the doorbell act keeps the latest window that had one.
-        assert_eq!((doorbells.by_aiv, doorbells.aiv_blocks), (1, Some([0, 0])));
+    fn an_unread_flag_is_seen_through_the_next_flag_read() {
+        let log = vec![
+            sqe(B0, B0, 1, None),
+            sqe(B0, B0, 1, Some(FlagReader::Unread)),
+            sqe(B0, B0, 2, None),
+            sqe(B0, Doer::Host, 3, Some(FlagReader::Host)),
+        ];
+        let (acts, taken) = walk(log, &[entry(2, DcqStatus::COMPLETED), entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(4));
+        assert_eq!(acts[0][2].by_host, 1, "the next flag read was the Host's: {acts:?}");
+        // The second's flag SQE was exposed by a Host ring: 2 doorbells, 1 by the Host.
+        assert_eq!((acts[1][1].by_aiv, acts[1][1].by_host), (1, 1));
     }
 
     #[test]
-    fn without_records_the_acts_are_not_recorded_or_come_from_the_kernel_tally() {
-        let mut block = BlockRecords::default();
-        let done = entry(7, 2, DcqStatus::COMPLETED);
-        let acts = block.pass(ChannelRecords::NotRecorded).of(3, &done);
-        assert!(acts.iter().all(|act| act.source == Source::NotRecorded));
-        let [sqes, doorbells, seen] = block.pass(ChannelRecords::NotObservable).of(3, &done);
+    fn a_walk_that_cannot_follow_the_log_stops_and_says_so() {
+        // Fewer SQEs logged than the entry says.
+        let (_, taken) = walk(vec![sqe(B0, B0, 1, None)], &[entry(3, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, None);
+        // A failed group.
+        let (_, taken) = walk(vec![sqe(B0, B0, 1, None)], &[entry(2, DcqStatus::TIMEOUT)]);
+        assert_eq!(taken, None);
+        // A flag where a data SQE should be.
+        let log = vec![sqe(B0, B0, 1, Some(FlagReader::Core)), sqe(B0, B0, 1, None)];
+        assert_eq!(walk(log, &[entry(3, DcqStatus::COMPLETED)]).1, None);
+        // A bad request took nothing.
+        let log = vec![sqe(B0, B0, 1, None), sqe(B0, B0, 1, Some(FlagReader::Core))];
+        let (acts, taken) = walk(log, &[entry(0, DcqStatus::FAILED), entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(2));
+        assert_eq!((acts[0][0].total(), acts[1][0].by_aiv), (0, 2));
+    }
+
+    #[test]
+    fn without_a_log_the_acts_come_from_the_kernel_tally() {
+        let [sqes, doorbells, seen] = kernel_tally(3, &entry(7, DcqStatus::COMPLETED));
         assert_eq!((sqes.source, sqes.by_aiv, sqes.aiv_blocks), (Source::KernelTally, 7, Some([3, 3])));
-        assert_eq!((doorbells.by_aiv, seen.by_aiv), (2, 1));
-        let timed_out = entry(7, 2, DcqStatus::TIMEOUT);
-        assert_eq!(block.pass(ChannelRecords::NotObservable).of(3, &timed_out)[2].by_aiv, 0);
+        assert_eq!((doorbells.by_aiv, seen.by_aiv), (1, 1));
+        assert_eq!(kernel_tally(3, &entry(7, DcqStatus::TIMEOUT))[2].by_aiv, 0);
     }
 }

@@ -88,7 +88,12 @@ impl AivTransport {
                 unmatched: AtomicU64::new(0),
                 undecodable: AtomicU64::new(0),
                 corrupt_tails: AtomicU64::new(0),
-                drain_lock: Mutex::new(DrainScratch::default()),
+                drain_lock: Mutex::new({
+                    // The SQE log walk starts where the channel's log stands before the block posts anything.
+                    let mut scratch = DrainScratch::default();
+                    scratch.records.start_at(&*device, channel.index);
+                    scratch
+                }),
             });
         }
         let header = KernelArgs {

@@ -6,7 +6,7 @@
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
 
 pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
-pub use crate::sdma::provenance::Provenance;
+pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -228,6 +228,21 @@ pub struct SqWindow {
     pub head: u32,
     /// The doorbell register's tail.
     pub tail: u32,
+}
+
+/// The consumption log of channel `(device, index)`: every SQE its engine executed while the provenance records were
+/// on, in execution order, each with its writer, the ringer of the doorbell that exposed it, that doorbell's count,
+/// and for a flag SQE who read the flag first ([`LoggedSqe`]). Appends to `out` the entries from log position `from`
+/// on that are still kept (the log keeps the last [`LOG_CAPACITY`]); returns the position of the first entry
+/// appended (greater than `from` when older ones were lost) and the position after the last. A flag's reader is
+/// looked up when the entry is read: `Unread` then may still turn into a read later.
+pub fn sqe_log(device: i32, index: u32, from: u64, out: &mut Vec<LoggedSqe>) -> Result<(u64, u64), ControlError> {
+    Ok(channel(device, index)?.provenance.read_log(from, out))
+}
+
+/// The channel's consumption log position: where the next SQE executed with the records on is logged.
+pub fn sqe_log_position(device: i32, index: u32) -> Result<u64, ControlError> {
+    Ok(channel(device, index)?.provenance.log_position())
 }
 
 /// Device addresses of the completion flags channel `(device, index)` landed that no read has claimed yet.

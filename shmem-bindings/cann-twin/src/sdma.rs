@@ -369,6 +369,9 @@ pub(crate) struct Doorbell {
     pub divert: AtomicBool,
     /// `(diverted writes << 32) | last diverted tail`.
     pub diverted: AtomicU64,
+    /// Who rang last (a `provenance::WRITER_*` id), stored before the tail: the ringer of the tail the engine takes
+    /// (of a later ring, if one came between: a channel has one ringer unless a test rings it too).
+    pub origin: AtomicU32,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -406,6 +409,7 @@ impl Channel {
         if provenance::recording() {
             self.provenance.rung(origin);
         }
+        self.doorbell.origin.store(origin, Ordering::SeqCst);
         self.doorbell.tail.store(tail, Ordering::SeqCst);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
@@ -473,8 +477,9 @@ impl Channel {
         Ok(())
     }
 
-    /// Executes the SQE at `head`; on a fault returns the syndrome and the raw SQE.
-    fn execute(&self, head: u32) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
+    /// Executes the SQE at `head`, exposed by the doorbell `ringer` rang (the engine took it at doorbell count
+    /// `doorbell`); on a fault returns the syndrome and the raw SQE.
+    fn execute(&self, head: u32, ringer: u32, doorbell: u64) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
         let guard = space();
         let Some(space) = guard.as_ref() else { return Err((Syndrome::QUEUE_FAULT, [0; SQE_BYTES])) };
         let slot = self.sq_base + u64::from(head) * SQE_BYTES as u64;
@@ -510,8 +515,8 @@ impl Channel {
                 // Recorded before the store: a reader that returns the value finds the record, and whoever sees
                 // the flag (the kernel, then the Host draining the completions it covers) finds this SQE tallied.
                 if recording {
-                    self.provenance.consumed(writer);
-                    self.provenance.flag_landing(dst as u64, value);
+                    let landing = self.provenance.flag_landing(dst as u64, value);
+                    self.provenance.consumed(writer, ringer, doorbell, Some(landing));
                 }
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
@@ -521,7 +526,7 @@ impl Channel {
                 // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
                 unsafe { perform_copy(&to, &from) };
                 if recording {
-                    self.provenance.consumed(writer);
+                    self.provenance.consumed(writer, ringer, doorbell, None);
                 }
             }
         }
@@ -556,7 +561,8 @@ impl Channel {
         let mut seen = 0u64;
         loop {
             self.poll_briefly(seen);
-            let tail = {
+            // The tail, and who rang it.
+            let (tail, ringer) = {
                 let mut state = lock(&self.state);
                 loop {
                     self.interrupt.store(false, Ordering::Relaxed);
@@ -581,7 +587,7 @@ impl Channel {
                     let tail = self.doorbell.tail.load(Ordering::SeqCst);
                     if !state.stalled && state.exception.is_none() && tail != head {
                         seen = rung;
-                        break tail;
+                        break (tail, self.doorbell.origin.load(Ordering::SeqCst));
                     }
                     self.doorbell.engine_asleep.store(true, Ordering::SeqCst);
                     if self.doorbell.tail.load(Ordering::SeqCst) != tail {
@@ -607,7 +613,7 @@ impl Channel {
             let mut executed = 0u64;
             let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
-                match self.execute(head) {
+                match self.execute(head, ringer, seen) {
                     Ok(()) => {
                         head = (head + 1) % self.depth;
                         self.progress.head.store(head, Ordering::Relaxed);

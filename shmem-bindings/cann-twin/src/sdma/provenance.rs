@@ -107,6 +107,97 @@ pub(crate) struct ChannelProvenance {
     sqes: CachePadded<SqeTally>,
     doorbells: CachePadded<DoorbellTally>,
     flags: CachePadded<FlagTally>,
+    /// Every SQE executed while the records were on, in execution order ([`crate::control::sqe_log`]).
+    log: CachePadded<SqeLog>,
+}
+
+/// Entries the consumption log keeps: a reader that falls further behind loses the oldest.
+pub const LOG_CAPACITY: u64 = 8192;
+/// Flag claims kept, by landing sequence (a claim is looked up within a few groups of its landing).
+const CLAIM_SLOTS: u64 = 1024;
+/// Bits of a landing sequence the flag slots keep (above the address in their key).
+const SEQUENCE_BITS: u32 = 64 - ADDRESS_BITS;
+
+/// The consumption log of one channel: written by its engine thread only, read by anyone.
+#[derive(Debug)]
+struct SqeLog {
+    /// Per entry: the writer id (low 32 bits) and the id of the doorbell's ringer (high 32 bits).
+    who: Box<[AtomicU64]>,
+    /// Per entry: the doorbell count when the engine took the tail that exposed the SQE.
+    doorbell: Box<[AtomicU64]>,
+    /// Per entry: the flag's landing sequence for a flag SQE, 0 for a data SQE.
+    landing: Box<[AtomicU64]>,
+    /// Entries written (the next entry's position).
+    written: AtomicU64,
+    /// Per landing sequence modulo [`CLAIM_SLOTS`]: `(sequence << 2) | 1` if a core read the flag first, `| 2` if the
+    /// Host did.
+    claims: Box<[AtomicU64]>,
+}
+
+impl SqeLog {
+    fn new() -> SqeLog {
+        let cells = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[AtomicU64]>>();
+        SqeLog {
+            who: cells(LOG_CAPACITY),
+            doorbell: cells(LOG_CAPACITY),
+            landing: cells(LOG_CAPACITY),
+            written: AtomicU64::new(0),
+            claims: cells(CLAIM_SLOTS),
+        }
+    }
+}
+
+/// Who did an act, as the consumption log names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Doer {
+    /// An emulated core of this block.
+    Block(u32),
+    /// A Host-side write or ring.
+    Host,
+    /// Nobody one can name (see [`Provenance::sqes_unknown`]).
+    Unattributed,
+}
+
+impl Doer {
+    fn of(id: u32) -> Doer {
+        match id {
+            WRITER_HOST => Doer::Host,
+            WRITER_UNKNOWN | WRITER_OTHER => Doer::Unattributed,
+            block => Doer::Block(block - WRITER_BLOCK0),
+        }
+    }
+}
+
+/// Who first read a flag SQE's landed value.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagReader {
+    /// An emulated core.
+    Core,
+    /// A Host runtime copy.
+    Host,
+    /// Nobody yet, or never (a later landing on the same word replaced it unread).
+    Unread,
+}
+
+/// One executed SQE, as [`crate::control::sqe_log`] reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LoggedSqe {
+    /// Who wrote its 64 bytes last.
+    pub writer: Doer,
+    /// Who rang the doorbell that exposed it (the last ring before the engine took the tail).
+    pub ringer: Doer,
+    /// The doorbell count when the engine took that tail: SQEs with the same number were exposed together.
+    pub doorbell: u64,
+    /// For a flag SQE (an engine's 8-byte flag copy), who read the flag first; `None` for a data SQE.
+    pub flag: Option<FlagReader>,
+}
+
+impl LoggedSqe {
+    /// An entry as the log would report it (for tests of code that reads the log).
+    pub fn new_for_tests(writer: Doer, ringer: Doer, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
+        LoggedSqe { writer, ringer, doorbell, flag }
+    }
 }
 
 #[derive(Debug, Default)]
@@ -174,6 +265,7 @@ impl ChannelProvenance {
             sqes: CachePadded::default(),
             doorbells: CachePadded::default(),
             flags: CachePadded::default(),
+            log: CachePadded::new(SqeLog::new()),
         }
     }
 
@@ -203,8 +295,22 @@ impl ChannelProvenance {
         self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| cell.load(Ordering::Acquire))
     }
 
-    /// The engine executed an SQE whose writer (read with it) was `writer`.
-    pub(crate) fn consumed(&self, writer: u32) {
+    /// The engine executed an SQE whose writer (read with it) was `writer`, exposed by the doorbell rung by `ringer`
+    /// that the engine took at doorbell count `doorbell`; `landing` is the flag's landing sequence for a flag SQE.
+    /// Tallies it and appends it to the consumption log (called by the channel's engine thread only).
+    pub(crate) fn consumed(&self, writer: u32, ringer: u32, doorbell: u64, landing: Option<u64>) {
+        let log = &self.log;
+        let at = log.written.load(Ordering::Relaxed);
+        let index = (at % LOG_CAPACITY) as usize;
+        log.who[index].store(u64::from(writer) | (u64::from(ringer) << 32), Ordering::Relaxed);
+        log.doorbell[index].store(doorbell, Ordering::Relaxed);
+        log.landing[index].store(landing.unwrap_or(0), Ordering::Relaxed);
+        // Release: a reader that sees the new count sees the entry.
+        log.written.store(at + 1, Ordering::Release);
+        self.tally(writer);
+    }
+
+    fn tally(&self, writer: u32) {
         match writer {
             WRITER_HOST => {
                 self.sqes.by_host.fetch_add(1, Ordering::Relaxed);
@@ -231,7 +337,8 @@ impl ChannelProvenance {
 
     /// The engine is about to store `value` into the flag word at `address` (called before the store, so a reader
     /// that sees the value finds the record). A pending flag on the same word is replaced (it was never read).
-    pub(crate) fn flag_landing(&self, address: u64, value: u64) {
+    /// Returns the landing's sequence number.
+    pub(crate) fn flag_landing(&self, address: u64, value: u64) -> u64 {
         let flags = &self.flags;
         flags.landed.fetch_add(1, Ordering::Relaxed);
         let sequence = flags.landings.fetch_add(1, Ordering::Relaxed) + 1;
@@ -258,6 +365,7 @@ impl ChannelProvenance {
             PENDING.fetch_add(1, Ordering::AcqRel);
             slot.key.store(key, Ordering::Release);
         }
+        sequence
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims every pending flag it covers whose
@@ -288,8 +396,52 @@ impl ChannelProvenance {
                 PENDING.fetch_sub(1, Ordering::AcqRel);
                 let seen = if by_core { &flags.seen_by_core } else { &flags.seen_by_host };
                 seen.fetch_add(1, Ordering::Relaxed);
+                // The key keeps the sequence's low bits; the claim is found by them.
+                let sequence = key >> ADDRESS_BITS;
+                let claim = (sequence << 2) | if by_core { 1 } else { 2 };
+                self.log.claims[(sequence % CLAIM_SLOTS) as usize].store(claim, Ordering::Release);
             }
         }
+    }
+
+    /// Entries logged so far (the position the next executed SQE takes).
+    pub(crate) fn log_position(&self) -> u64 {
+        self.log.written.load(Ordering::Acquire)
+    }
+
+    /// Appends to `out` the log's entries from position `from` on (those still kept); returns the position of the
+    /// first entry appended (later than `from` if older ones were overwritten) and the position after the last.
+    pub(crate) fn read_log(&self, from: u64, out: &mut Vec<LoggedSqe>) -> (u64, u64) {
+        let log = &self.log;
+        let end = log.written.load(Ordering::Acquire);
+        let start = from.max(end.saturating_sub(LOG_CAPACITY)).min(end);
+        let first = out.len();
+        for at in start..end {
+            let index = (at % LOG_CAPACITY) as usize;
+            let who = log.who[index].load(Ordering::Relaxed);
+            let landing = log.landing[index].load(Ordering::Relaxed);
+            let flag = (landing != 0).then(|| {
+                let low = landing & ((1 << SEQUENCE_BITS) - 1);
+                let claim = log.claims[(low % CLAIM_SLOTS) as usize].load(Ordering::Acquire);
+                match (claim >> 2 == low, claim & 3) {
+                    (true, 1) => FlagReader::Core,
+                    (true, 2) => FlagReader::Host,
+                    _ => FlagReader::Unread,
+                }
+            });
+            out.push(LoggedSqe {
+                writer: Doer::of(who as u32),
+                ringer: Doer::of((who >> 32) as u32),
+                doorbell: log.doorbell[index].load(Ordering::Relaxed),
+                flag,
+            });
+        }
+        // Entries the engine overwrote while they were read (it ran LOG_CAPACITY ahead meanwhile) are dropped.
+        let now = log.written.load(Ordering::Acquire);
+        let kept_from = now.saturating_sub(LOG_CAPACITY).max(start);
+        let dropped = (kept_from - start).min(end - start) as usize;
+        out.drain(first..first + dropped);
+        (kept_from.min(end), end)
     }
 
     /// Device addresses of the flags landed and not yet claimed.
