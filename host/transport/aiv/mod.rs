@@ -12,10 +12,10 @@
 //! other than the task slots of the transfers it accepted.
 //!
 //! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
-//! kernel arguments, threads), [`submit`] (block placement
-//! and the one sequence that posts requests), [`drain`] (DCQ drain, outcome mapping, recovery, the waiting thread's
-//! poller), [`observe`] (each drained transfer's observed acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this file holds the
-//! transport's state, its public controls and shutdown.
+//! kernel arguments, threads), [`submit`] (block placement and the one sequence that posts requests), [`drain`] (DCQ
+//! drain, outcome mapping, recovery, the waiting thread's poller), [`observe`] (each drained transfer's observed
+//! acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this
+//! file holds the transport's state, its public controls and shutdown.
 //!
 //! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the
 //! abort flag changes ([`AivTransport::abort`]); the engine's watchdog turns any slot still pending at its deadline
