@@ -100,6 +100,8 @@ impl Inner {
     /// transfers share the pool of Host time not charged yet (submits, earlier drain passes, drain-thread wake-ups).
     pub(super) fn drain_block(&self, block: &HostBlock, scratch: &mut DrainScratch) -> bool {
         let DrainScratch { entries, finished, records, acts, walked } = scratch;
+        // Device-runtime calls this pass makes (an exception query, a reset, a relaunch), counted by the tables.
+        let calls = ascendcl_sys::calls::thread_total();
         entries.clear();
         finished.clear();
         let new_head = {
@@ -153,6 +155,10 @@ impl Inner {
             self.recover(block, records);
         }
         let drain_share = self.unattributed_cpu.take() / u64::from(count.max(1));
+        // A call made for k transfers counts 1/k, rounded up per transfer.
+        self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
+        let calls_share = self.unattributed_calls.take().div_ceil(u64::from(count.max(1)));
+        let calls = ascendcl_sys::calls::thread_total();
         for (n, (i, transfer)) in finished.drain(..).enumerate() {
             let entry = match &entries[i].1 {
                 Ok(entry) => entry,
@@ -164,7 +170,7 @@ impl Inner {
                 }
             };
             let observed = acts.get(n).copied().unwrap_or([Act::unknown(Source::Lost); 3]);
-            self.finish(block, entry, transfer, drain_share, observed, exception.as_ref());
+            self.finish(block, entry, transfer, (drain_share, calls_share), observed, exception.as_ref());
         }
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
@@ -176,6 +182,8 @@ impl Inner {
                 tracing::error!(%error, "relaunch for backlog failed");
             }
         }
+        // For the transfers drained next: this relaunch is theirs.
+        self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
         true
     }
 
@@ -184,7 +192,7 @@ impl Inner {
         block: &HostBlock,
         entry: &DcqEntry,
         transfer: InFlight,
-        drain_share: u64,
+        (drain_share, calls_share): (u64, u64),
         observed: [Act; 3],
         exception: Option<&crate::device::ChannelException>,
     ) {
@@ -193,7 +201,7 @@ impl Inner {
         evidence.descriptors_written = descriptors_written;
         evidence.doorbells_rung = doorbells_rung;
         evidence.completion_seen = completion_seen;
-        evidence.host_device_api_calls = transfer.host_device_api_calls;
+        evidence.host_device_api_calls = calls_share;
         evidence.descriptors = u64::from(entry.sqes.get());
         evidence.doorbells = u64::from(entry.doorbells.get());
         evidence.host_cpu_ns = drain_share;

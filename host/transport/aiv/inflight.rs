@@ -14,7 +14,6 @@ pub(super) struct InFlight {
     /// The [`crate::transport::window::Peer::id`] of the peer the transfer reaches, if not this device's own memory.
     pub(super) peer: Option<u64>,
     pub(super) length: u64,
-    pub(super) host_device_api_calls: u64,
 }
 
 /// The transfers in flight on one block, by request-ring slot. The kernel completes a block's requests in ring order

@@ -100,6 +100,9 @@ struct Inner {
     /// Host CPU spent on completion collection that drained nothing yet (idle checks, wake-ups of the drain thread):
     /// charged to the next transfers drained, by whichever thread drains them.
     unattributed_cpu: CpuCarry,
+    /// Device-runtime calls made for transfers not yet drained (submits' imports and launches, drain passes' channel
+    /// queries, resets and relaunches), counted by the loader tables; shared by the transfers drained next.
+    unattributed_calls: CpuCarry,
     /// Threads waiting through the [`CompletionPoller`].
     attached_waiters: AtomicU32,
     /// When the last of them detached.

@@ -127,6 +127,7 @@ impl AivTransport {
             shutdown_wake: (Mutex::new(()), std::sync::Condvar::new()),
             probe_interval: options.peer_probe_interval,
             unattributed_cpu: CpuCarry::default(),
+            unattributed_calls: CpuCarry::default(),
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
             host_finished: AtomicU32::new(0),

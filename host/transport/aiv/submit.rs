@@ -84,7 +84,8 @@ impl Inner {
         // lock held by a draining thread may make it wait: counted too. The first transfer to a peer imports its
         // memory and a per-batch launch calls the runtime: both may block, and count their CPU time only.
         let section = Section::start();
-        let api_calls = u64::from(self.launch_mode == LaunchMode::PerBatch);
+        // Device-runtime calls this submit makes (a first import, a per-batch launch), counted by the loader tables.
+        let calls = ascendcl_sys::calls::thread_total();
         let blocks = self.blocks.len();
         // The batch goes to the blocks in equal contiguous runs. The first run goes to the calling thread's home
         // block when nothing is in flight there (a thread that waits for each transfer keeps to one block, and the
@@ -129,8 +130,7 @@ impl Inner {
                     }),
                     ..RequestEntry::default()
                 };
-                let inflight =
-                    InFlight { slot: transfer.slot, peer, length: transfer.length, host_device_api_calls: api_calls };
+                let inflight = InFlight { slot: transfer.slot, peer, length: transfer.length };
                 producer.backlog.push_back((entry, inflight));
                 accepted += 1;
             }
@@ -143,7 +143,8 @@ impl Inner {
             }
         }
         // The whole submit (ring writes, a per-batch launch) is charged to the
-        // transfers drained next.
+        // transfers drained next, its device-runtime calls too.
         self.unattributed_cpu.add(section.elapsed_ns());
+        self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
     }
 }
