@@ -238,6 +238,7 @@ fn stream_since(now: &TwinStreamOccupancy, then: Option<&TwinStreamOccupancy>, w
         sync_copy_bytes: since(|streams| streams.sync_copy_bytes),
         kernel_task_ns: since(|streams| streams.kernel_task_ns),
         kernel_tasks: since(|streams| streams.kernel_tasks),
+        kernel_tasks_running: now.kernel_tasks_running,
     }
 }
 
@@ -349,7 +350,11 @@ pub struct StreamFigures {
     /// Stream kernel-launch tasks, from the worker taking the task to its end: not copy-engine time (the blocks'
     /// own time is in `cores`).
     pub kernel_task_ns: u64,
+    /// Kernel-launch tasks finished.
     pub kernel_tasks: u64,
+    /// Kernel-launch tasks still running at the later snapshot (a persistent kernel's launch): their time so far is
+    /// in `kernel_task_ns`.
+    pub kernel_tasks_running: u32,
 }
 
 /// One block index's emulated-core time between two snapshots.
@@ -518,8 +523,12 @@ impl fmt::Display for StreamFigures {
                 Bytes(self.sync_copy_bytes)
             )?;
         }
-        if self.kernel_tasks > 0 || self.kernel_task_ns > 0 {
-            write!(f, "; {} stream kernel launches ({})", self.kernel_tasks, Ns(self.kernel_task_ns))?;
+        if self.kernel_tasks > 0 || self.kernel_task_ns > 0 || self.kernel_tasks_running > 0 {
+            write!(f, "; stream kernel launches {} ({}", self.kernel_tasks, Ns(self.kernel_task_ns))?;
+            if self.kernel_tasks_running > 0 {
+                write!(f, ", {} running", self.kernel_tasks_running)?;
+            }
+            write!(f, ")")?;
         }
         Ok(())
     }
@@ -691,6 +700,7 @@ mod tests {
             "sync_copy_bytes",
             "kernel_task_ns",
             "kernel_tasks",
+            "kernel_tasks_running",
         ] {
             assert!(streams.get(field).is_some(), "{field} is serialised: {streams}");
         }
@@ -779,6 +789,9 @@ mod tests {
         assert!(!text.contains("failed") && !text.contains("kernel launches"), "{text}");
         let none = StreamFigures::default().to_string();
         assert_eq!(none, "no stream copies");
+        let persistent =
+            StreamFigures { kernel_task_ns: 5_800_000, kernel_tasks_running: 1, ..StreamFigures::default() };
+        assert_eq!(persistent.to_string(), "no stream copies; stream kernel launches 0 (5.8 ms, 1 running)");
         assert_eq!(fraction(1, 0), None, "no time, no fraction");
     }
 

@@ -254,6 +254,7 @@ impl StreamCounters {
     fn snapshot(&self, now: u64) -> StreamOccupancy {
         let state = lock(&self.0);
         let mut totals = [state.copies, state.kernels, state.sync_copies];
+        let mut running = [0u32; 3];
         for open in &state.open {
             let index = match open.work {
                 StreamWork::Copy { .. } => 0,
@@ -261,8 +262,10 @@ impl StreamCounters {
                 StreamWork::SyncCopy { .. } => 2,
             };
             totals[index].busy_ns = totals[index].busy_ns.saturating_add(now.saturating_sub(open.started));
+            running[index] = running[index].saturating_add(1);
         }
         let [copies, kernels, sync_copies] = totals;
+        let [copies_running, kernel_tasks_running, sync_copies_running] = running;
         StreamOccupancy {
             copy_busy_ns: copies.busy_ns,
             copies: copies.count,
@@ -273,7 +276,9 @@ impl StreamCounters {
             sync_copy_bytes: sync_copies.bytes,
             kernel_task_ns: kernels.busy_ns,
             kernel_tasks: kernels.count,
-            running: u32::try_from(state.open.len()).unwrap_or(u32::MAX),
+            copies_running,
+            sync_copies_running,
+            kernel_tasks_running,
         }
     }
 }
@@ -447,8 +452,13 @@ pub struct StreamOccupancy {
     pub kernel_task_ns: u64,
     /// Stream kernel-launch tasks finished (done or failed).
     pub kernel_tasks: u64,
-    /// Stream tasks and synchronous copies in progress (their time so far is included).
-    pub running: u32,
+    /// Stream copy tasks in progress (their time so far is in `copy_busy_ns`).
+    pub copies_running: u32,
+    /// Synchronous copies in progress (their time so far is in `sync_copy_busy_ns`).
+    pub sync_copies_running: u32,
+    /// Stream kernel-launch tasks in progress, such as a persistent kernel's launch (their time so far is in
+    /// `kernel_task_ns`).
+    pub kernel_tasks_running: u32,
 }
 
 /// A snapshot of `device`'s counters (created, empty, if it had none).
@@ -573,7 +583,10 @@ mod tests {
         let copy = counters.started(StreamWork::Copy { bytes: 4096 });
         std::thread::sleep(std::time::Duration::from_millis(2));
         let during = snapshot(device).streams;
-        assert_eq!((during.copies, during.copy_bytes, during.running), (0, 0, 1), "{during:?}");
+        assert_eq!(
+            (during.copies, during.copy_bytes, during.copies_running, during.kernel_tasks_running),
+            (0, 0, 1, 0)
+        );
         assert!(during.copy_busy_ns >= 2_000_000, "{during:?}");
         counters.ended(copy, true);
         let failed = counters.started(StreamWork::Copy { bytes: 1 << 20 });
@@ -596,12 +609,15 @@ mod tests {
             (2, 4096, 1, 1, 1, 64),
             "{done:?}"
         );
-        assert_eq!(done.running, 0);
+        assert_eq!((done.copies_running, done.sync_copies_running, done.kernel_tasks_running), (0, 0, 0));
         assert!(done.copy_busy_ns >= during.copy_busy_ns && done.kernel_task_ns >= 1_000_000, "{done:?}");
         // A kernel task adds no copy time.
         let idle = snapshot(device).streams;
         let kernel = counters.started(StreamWork::Kernel);
         std::thread::sleep(std::time::Duration::from_millis(1));
+        let launching = snapshot(device).streams;
+        assert_eq!((launching.kernel_tasks_running, launching.copies_running), (1, 0), "{launching:?}");
+        assert!(launching.kernel_task_ns >= idle.kernel_task_ns + 1_000_000, "{launching:?}");
         counters.ended(kernel, true);
         let after = snapshot(device).streams;
         assert_eq!(

@@ -87,7 +87,7 @@ fn n_async_copies_count_n_copies_of_their_bytes_within_the_wall_time() {
         wall_between(&after, &before)
     );
     assert_eq!((sync_busy, sync_copies, kernel_ns, kernels), (0, 0, 0, 0), "no other work on device {device}");
-    assert_eq!(after.streams.running, 0, "the synchronisation saw every task counted");
+    assert_eq!(after.streams.copies_running, 0, "the synchronisation saw every task counted");
     assert_eq!(download(api, dev, size), data);
     destroy(api, stream);
 }
@@ -169,7 +169,7 @@ fn held_copies_are_not_busy_until_a_worker_takes_them_and_a_failed_copy_moves_no
     let held = control::occupancy(device);
     control::hold_device_streams(device, false);
     assert_eq!(diff(&held.streams, &before.streams), [0; 9], "queued, held copies: {:?}", held.streams);
-    assert_eq!(held.streams.running, 0);
+    assert_eq!(held.streams.copies_running, 0, "a held copy is not running");
     // The next copy's destination faults when it runs.
     control::fail_next_destinations(device, 1);
     // SAFETY: as above.
