@@ -8,8 +8,9 @@
 //! threads through [`crate::cpu_time::process_threads`].
 //!
 //! - **Device**: on the twin runtime linked into this process, per device: per block index, nanoseconds executing
-//!   and polling on its emulated AIV core; per SDMA channel, nanoseconds busy and SQEs executed (a CPU model's
-//!   figures, unverified on hardware). On any other runtime (the vendor's, or the twin loaded as a library, whose
+//!   and polling on its emulated AIV core; per SDMA channel, nanoseconds busy and SQEs executed; the runtime's copies
+//!   (stream copy tasks, synchronous copies): busy nanoseconds, counts and bytes (a CPU model's figures, unverified
+//!   on hardware). On any other runtime (the vendor's, or the twin loaded as a library, whose
 //!   counters live in that library's copy of the twin) the device part is [`DeviceReport::NotExposed`], with the
 //!   reason: never zeros.
 //! - **Host CPU by role**: on-CPU time of this process's threads (`/proc/self/task/*/schedstat`), grouped by
@@ -26,6 +27,7 @@ use crate::cpu_time::ThreadCpu;
 use crate::device::cann::CannRuntime;
 
 pub use cann_twin::control::DeviceOccupancy as TwinDeviceOccupancy;
+pub use cann_twin::control::StreamOccupancy as TwinStreamOccupancy;
 
 /// What a thread of this process does, from its name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -216,7 +218,28 @@ fn device_since(now: &TwinDeviceOccupancy, then: Option<&TwinDeviceOccupancy>) -
             }
         })
         .collect();
-    DeviceFigures { device: now.device, wall_ns, cores, channels }
+    let streams = stream_since(&now.streams, then.map(|then| &then.streams), wall_ns);
+    DeviceFigures { device: now.device, wall_ns, cores, channels, streams }
+}
+
+fn stream_since(now: &TwinStreamOccupancy, then: Option<&TwinStreamOccupancy>, wall_ns: u64) -> StreamFigures {
+    let since = |figure: fn(&TwinStreamOccupancy) -> u64| figure(now).saturating_sub(then.map_or(0, figure));
+    let copy_busy_ns = since(|streams| streams.copy_busy_ns);
+    let sync_copy_busy_ns = since(|streams| streams.sync_copy_busy_ns);
+    StreamFigures {
+        copy_busy_ns,
+        copy_busy_fraction: fraction(copy_busy_ns, wall_ns),
+        copies: since(|streams| streams.copies),
+        copy_bytes: since(|streams| streams.copy_bytes),
+        failed_copies: since(|streams| streams.failed_copies),
+        sync_copy_busy_ns,
+        sync_copy_busy_fraction: fraction(sync_copy_busy_ns, wall_ns),
+        sync_copies: since(|streams| streams.sync_copies),
+        sync_copy_bytes: since(|streams| streams.sync_copy_bytes),
+        kernel_task_ns: since(|streams| streams.kernel_task_ns),
+        kernel_tasks: since(|streams| streams.kernel_tasks),
+        kernel_tasks_running: now.kernel_tasks_running,
+    }
 }
 
 fn fraction(part: u64, whole: u64) -> Option<f64> {
@@ -301,6 +324,37 @@ pub struct DeviceFigures {
     pub cores: Vec<CoreFigures>,
     /// Per SDMA channel the device has (idle ones included).
     pub channels: Vec<ChannelFigures>,
+    /// The runtime's copies (stream copy tasks, synchronous copies) and the streams' kernel-launch tasks.
+    pub streams: StreamFigures,
+}
+
+/// The runtime's copy work on one device between two snapshots (docs/occupancy.md: what is timed). Busy times are
+/// summed over copies: copies of several streams at once each count, so a fraction can exceed 1.
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct StreamFigures {
+    /// Stream copy tasks (`aclrtMemcpyAsync`), from the stream worker taking the task to its end.
+    pub copy_busy_ns: u64,
+    /// `copy_busy / wall` of the device.
+    pub copy_busy_fraction: Option<f64>,
+    /// Stream copy tasks finished (done or failed).
+    pub copies: u64,
+    /// Bytes of the stream copy tasks that succeeded.
+    pub copy_bytes: u64,
+    pub failed_copies: u64,
+    /// Synchronous copies (`aclrtMemcpy` with device memory on a side, charged to the caller's current device).
+    pub sync_copy_busy_ns: u64,
+    /// `sync_copy_busy / wall` of the device.
+    pub sync_copy_busy_fraction: Option<f64>,
+    pub sync_copies: u64,
+    pub sync_copy_bytes: u64,
+    /// Stream kernel-launch tasks, from the worker taking the task to its end: not copy-engine time (the blocks'
+    /// own time is in `cores`).
+    pub kernel_task_ns: u64,
+    /// Kernel-launch tasks finished.
+    pub kernel_tasks: u64,
+    /// Kernel-launch tasks still running at the later snapshot (a persistent kernel's launch): their time so far is
+    /// in `kernel_task_ns`.
+    pub kernel_tasks_running: u32,
 }
 
 /// One block index's emulated-core time between two snapshots.
@@ -347,6 +401,29 @@ impl fmt::Display for Ns {
             1_000..1_000_000 => write!(f, "{:.1} us", ns / 1e3),
             1_000_000..1_000_000_000 => write!(f, "{:.1} ms", ns / 1e6),
             _ => write!(f, "{:.2} s", ns / 1e9),
+        }
+    }
+}
+
+/// Bytes in binary units, one decimal where it is not whole.
+struct Bytes(u64);
+
+impl fmt::Display for Bytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+        if self.0 < 1024 {
+            return write!(f, "{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        if value.fract() == 0.0 {
+            write!(f, "{value:.0} {}", UNITS[unit])
+        } else {
+            write!(f, "{value:.1} {}", UNITS[unit])
         }
     }
 }
@@ -413,6 +490,45 @@ impl fmt::Display for DeviceFigures {
         let idle = self.channels.len() - busy.len();
         if idle > 0 && !busy.is_empty() {
             write!(f, "; {idle} channels idle")?;
+        }
+        write!(f, "; {}", self.streams)
+    }
+}
+
+impl fmt::Display for StreamFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.copies == 0 && self.copy_busy_ns == 0 {
+            write!(f, "no stream copies")?;
+        } else {
+            write!(
+                f,
+                "stream copies busy {} ({}, {} copies, {}",
+                Ns(self.copy_busy_ns),
+                percent(self.copy_busy_fraction),
+                self.copies,
+                Bytes(self.copy_bytes)
+            )?;
+            if self.failed_copies > 0 {
+                write!(f, ", {} failed", self.failed_copies)?;
+            }
+            write!(f, ")")?;
+        }
+        if self.sync_copies > 0 || self.sync_copy_busy_ns > 0 {
+            write!(
+                f,
+                "; synchronous copies busy {} ({}, {} copies, {})",
+                Ns(self.sync_copy_busy_ns),
+                percent(self.sync_copy_busy_fraction),
+                self.sync_copies,
+                Bytes(self.sync_copy_bytes)
+            )?;
+        }
+        if self.kernel_tasks > 0 || self.kernel_task_ns > 0 || self.kernel_tasks_running > 0 {
+            write!(f, "; stream kernel launches {} ({}", self.kernel_tasks, Ns(self.kernel_task_ns))?;
+            if self.kernel_tasks_running > 0 {
+                write!(f, ", {} running", self.kernel_tasks_running)?;
+            }
+            write!(f, ")")?;
         }
         Ok(())
     }
@@ -571,8 +687,64 @@ mod tests {
         let json = serde_json::to_value(&occupancy).expect("serialises");
         assert_eq!(json["device"]["status"], "twin_model");
         assert_eq!(json["device"]["devices"][0]["device"], device);
+        let streams = &json["device"]["devices"][0]["streams"];
+        for field in [
+            "copy_busy_ns",
+            "copy_busy_fraction",
+            "copies",
+            "copy_bytes",
+            "failed_copies",
+            "sync_copy_busy_ns",
+            "sync_copy_busy_fraction",
+            "sync_copies",
+            "sync_copy_bytes",
+            "kernel_task_ns",
+            "kernel_tasks",
+            "kernel_tasks_running",
+        ] {
+            assert!(streams.get(field).is_some(), "{field} is serialised: {streams}");
+        }
+        assert_eq!(streams["copies"], 0, "nothing ran on it: {streams}");
         let text = occupancy.to_string();
         assert!(text.contains("none ran") && text.contains("twin CPU model"), "{text}");
+        assert!(text.contains("no stream copies"), "{text}");
+    }
+
+    #[test]
+    fn stream_copy_counters_are_diffed_with_their_share_of_the_device_wall_time() {
+        let streams = |copy_busy_ns, copies, copy_bytes, sync_copies, kernel_tasks| {
+            let mut streams = TwinStreamOccupancy::default();
+            (streams.copy_busy_ns, streams.copies, streams.copy_bytes) = (copy_busy_ns, copies, copy_bytes);
+            (streams.sync_copy_busy_ns, streams.sync_copies, streams.sync_copy_bytes) =
+                (sync_copies * 1_000, sync_copies, sync_copies * 4096);
+            (streams.kernel_task_ns, streams.kernel_tasks) = (kernel_tasks * 50, kernel_tasks);
+            streams
+        };
+        let mut then = TwinDeviceOccupancy::default();
+        (then.device, then.taken_at_ns, then.since_ns) = (3, 2_000_000, 0);
+        then.streams = streams(700, 2, 8192, 1, 1);
+        let mut now = then.clone();
+        now.taken_at_ns = 6_000_000;
+        now.streams = streams(1_000_700, 6, 8192 + 4 * (1 << 20), 3, 1);
+        now.streams.failed_copies = 1;
+        let figures = device_since(&now, Some(&then)).streams;
+        assert_eq!(
+            (figures.copy_busy_ns, figures.copies, figures.copy_bytes, figures.failed_copies),
+            (1_000_000, 4, 4 << 20, 1)
+        );
+        assert_eq!(figures.copy_busy_fraction, Some(0.25), "1 ms of copies over 4 ms of device wall time");
+        assert_eq!((figures.sync_copy_busy_ns, figures.sync_copies, figures.sync_copy_bytes), (2_000, 2, 8192));
+        assert_eq!((figures.kernel_task_ns, figures.kernel_tasks), (0, 0), "no kernel task meanwhile");
+        let text = figures.to_string();
+        assert!(text.starts_with("stream copies busy 1.0 ms (25.0%, 4 copies, 4 MiB, 1 failed)"), "{text}");
+        assert!(text.contains("synchronous copies busy 2.0 us (0.1%, 2 copies, 8 KiB)"), "{text}");
+        // The wrong way round: zeros, not wrapped counts.
+        let backwards = device_since(&then, Some(&now)).streams;
+        assert_eq!((backwards.copy_busy_ns, backwards.copies, backwards.sync_copies), (0, 0, 0));
+        // No earlier snapshot: everything since the counters started, over the device's whole wall time.
+        let whole = device_since(&now, None).streams;
+        assert_eq!((whole.copies, whole.kernel_tasks), (6, 1));
+        assert_eq!(whole.copy_busy_fraction, Some(1_000_700.0 / 6_000_000.0));
     }
 
     #[test]
@@ -597,10 +769,29 @@ mod tests {
                 },
                 ChannelFigures { index: 1, busy_ns: 0, busy_fraction: Some(0.0), runs: 0, sqes: 0 },
             ],
+            streams: StreamFigures {
+                copy_busy_ns: 12_300_000,
+                copy_busy_fraction: fraction(12_300_000, 50_000_000),
+                copies: 4096,
+                copy_bytes: 16 << 20,
+                sync_copies: 2,
+                sync_copy_busy_ns: 40_000,
+                sync_copy_busy_fraction: fraction(40_000, 50_000_000),
+                sync_copy_bytes: 1536,
+                ..StreamFigures::default()
+            },
         };
         let text = figures.to_string();
         assert!(text.contains("block 0 executing 1.2 ms, polling 48.8 ms (2.4% busy)"), "{text}");
         assert!(text.contains("channel 0 busy 3.0 ms (6.0%, 9 SQEs)") && text.contains("1 channels idle"), "{text}");
+        assert!(text.contains("; stream copies busy 12.3 ms (24.6%, 4096 copies, 16 MiB)"), "{text}");
+        assert!(text.contains("; synchronous copies busy 40.0 us (0.1%, 2 copies, 1.5 KiB)"), "{text}");
+        assert!(!text.contains("failed") && !text.contains("kernel launches"), "{text}");
+        let none = StreamFigures::default().to_string();
+        assert_eq!(none, "no stream copies");
+        let persistent =
+            StreamFigures { kernel_task_ns: 5_800_000, kernel_tasks_running: 1, ..StreamFigures::default() };
+        assert_eq!(persistent.to_string(), "no stream copies; stream kernel launches 0 (5.8 ms, 1 running)");
         assert_eq!(fraction(1, 0), None, "no time, no fraction");
     }
 

@@ -374,13 +374,24 @@ acl_entry! {
         }
         not_null(dst)?;
         not_null(src)?;
-        runtime().ready()?;
+        // The calling thread's current device, if any: the device whose copy engine the copy is charged to.
+        let current = {
+            let runtime = runtime();
+            runtime.ready()?;
+            runtime.current_device().ok()
+        };
         let space = space();
         let (to, from) = plan_copy(space.as_ref(), dst as usize, dest_max, src as usize, count, kind)?;
-        // SAFETY: device segments translated under the read lock still held; Host segments valid by the C contract.
-        unsafe { perform_copy(&to, &from) };
-        // SAFETY: the copy just wrote `count` bytes at `dst`.
-        unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
+        // Occupancy: a copy with device memory on a side is the device's copy work (docs/occupancy.md).
+        let reaches_device =
+            space.as_ref().is_some_and(|space| space.contains(dst as usize) || space.contains(src as usize));
+        crate::occupancy::timed_sync_copy(current.filter(|_| reaches_device), count, || {
+            // SAFETY: device segments translated under the read lock still held; Host segments valid by the C
+            // contract.
+            unsafe { perform_copy(&to, &from) };
+            // SAFETY: the copy just wrote `count` bytes at `dst`.
+            unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
+        });
         Ok(())
     }
 }

@@ -5,6 +5,7 @@
 //! Channels are named by `(device, channel)`: the device whose SHMEM initialisation created the SDMA engines and
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
 
+pub use crate::occupancy::StreamOccupancy;
 pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
 pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};

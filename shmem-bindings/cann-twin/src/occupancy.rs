@@ -1,5 +1,6 @@
-//! Occupancy of the device model: how long each emulated AIV core executed and polled, and how long each SDMA
-//! channel engine was busy, cumulative per device since its counters were created, for
+//! Occupancy of the device model: how long each emulated AIV core executed and polled, how long each SDMA channel
+//! engine was busy, and how long the runtime's copies (stream copy tasks and synchronous copies) took, cumulative per
+//! device since its counters were created, for
 //! [`crate::control::occupancy`]. A CPU model's figures: they say what the model's threads did, not what an NPU would
 //! do (docs/occupancy.md).
 //!
@@ -18,6 +19,13 @@
 //!   (caught up with the tail, interrupted or faulted), just before it publishes the head (the run's counters are
 //!   updated before the head a caller waits for moves). The engine's brief poll for the next
 //!   doorbell and its sleep are not busy.
+//! - **Stream copy busy**: a stream task of kind Copy (`aclrtMemcpyAsync`), from its worker taking the task off the
+//!   queue (after any hold) to the task's end (the copy done or refused), just before the worker publishes the
+//!   completion a synchronisation waits for. A kernel-launch task is timed the same way but counted apart
+//!   (`kernel_tasks`): it is AIV work (the cores' figures), not copy-engine time.
+//! - **Synchronous copy busy**: an `aclrtMemcpy` with device memory on at least one side, from just after its
+//!   arguments were checked and translated to the end of the copy, charged to the calling thread's current device. A
+//!   Host-to-Host copy, or one from a thread with no current device, is not counted.
 //!
 //! # Cost
 //!
@@ -158,6 +166,142 @@ impl ChannelBusy {
     }
 }
 
+/// What a stream task or a runtime copy is, for its counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StreamWork {
+    /// A stream's copy task (`aclrtMemcpyAsync`) of `bytes`.
+    Copy { bytes: u64 },
+    /// A stream's kernel-launch task.
+    Kernel,
+    /// A synchronous runtime copy (`aclrtMemcpy`) of `bytes` with device memory on at least one side.
+    SyncCopy { bytes: u64 },
+}
+
+/// What finished work of one kind added up to.
+#[derive(Clone, Copy, Debug, Default)]
+struct WorkTotals {
+    busy_ns: u64,
+    count: u64,
+    bytes: u64,
+    failed: u64,
+}
+
+/// Work of a device's streams and synchronous copies: finished totals by kind, and the work in progress.
+#[derive(Debug, Default)]
+pub(crate) struct StreamCounters(Mutex<StreamState>);
+
+#[derive(Debug, Default)]
+struct StreamState {
+    copies: WorkTotals,
+    kernels: WorkTotals,
+    sync_copies: WorkTotals,
+    /// Work in progress: a few entries at most (one per stream worker, one per thread in a synchronous copy).
+    open: Vec<OpenWork>,
+    next_token: u64,
+}
+
+impl StreamState {
+    fn totals_mut(&mut self, work: StreamWork) -> &mut WorkTotals {
+        match work {
+            StreamWork::Copy { .. } => &mut self.copies,
+            StreamWork::Kernel => &mut self.kernels,
+            StreamWork::SyncCopy { .. } => &mut self.sync_copies,
+        }
+    }
+}
+
+/// Work in progress, from [`StreamCounters::started`]; hand it back to [`StreamCounters::ended`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OpenWork {
+    token: u64,
+    started: u64,
+    work: StreamWork,
+}
+
+impl StreamCounters {
+    /// `work` starts now.
+    #[must_use]
+    pub(crate) fn started(&self, work: StreamWork) -> OpenWork {
+        let started = monotonic_ns();
+        let mut state = lock(&self.0);
+        state.next_token = state.next_token.wrapping_add(1);
+        let open = OpenWork { token: state.next_token, started, work };
+        state.open.push(open);
+        open
+    }
+
+    /// The work `open` ended now; `succeeded`: its bytes count (else it counts as failed).
+    pub(crate) fn ended(&self, open: OpenWork, succeeded: bool) {
+        let now = monotonic_ns();
+        let mut state = lock(&self.0);
+        if let Some(at) = state.open.iter().position(|other| other.token == open.token) {
+            state.open.swap_remove(at);
+        }
+        let bytes = match open.work {
+            StreamWork::Copy { bytes } | StreamWork::SyncCopy { bytes } => bytes,
+            StreamWork::Kernel => 0,
+        };
+        let totals = state.totals_mut(open.work);
+        totals.busy_ns = totals.busy_ns.saturating_add(now.saturating_sub(open.started));
+        totals.count = totals.count.saturating_add(1);
+        if succeeded {
+            totals.bytes = totals.bytes.saturating_add(bytes);
+        } else {
+            totals.failed = totals.failed.saturating_add(1);
+        }
+    }
+
+    fn snapshot(&self, now: u64) -> StreamOccupancy {
+        let state = lock(&self.0);
+        let mut totals = [state.copies, state.kernels, state.sync_copies];
+        let mut running = [0u32; 3];
+        for open in &state.open {
+            let index = match open.work {
+                StreamWork::Copy { .. } => 0,
+                StreamWork::Kernel => 1,
+                StreamWork::SyncCopy { .. } => 2,
+            };
+            totals[index].busy_ns = totals[index].busy_ns.saturating_add(now.saturating_sub(open.started));
+            running[index] = running[index].saturating_add(1);
+        }
+        let [copies, kernels, sync_copies] = totals;
+        let [copies_running, kernel_tasks_running, sync_copies_running] = running;
+        StreamOccupancy {
+            copy_busy_ns: copies.busy_ns,
+            copies: copies.count,
+            copy_bytes: copies.bytes,
+            failed_copies: copies.failed,
+            sync_copy_busy_ns: sync_copies.busy_ns,
+            sync_copies: sync_copies.count,
+            sync_copy_bytes: sync_copies.bytes,
+            kernel_task_ns: kernels.busy_ns,
+            kernel_tasks: kernels.count,
+            copies_running,
+            sync_copies_running,
+            kernel_tasks_running,
+        }
+    }
+}
+
+/// Times `copy`, a synchronous runtime copy of `bytes` (device memory on at least one side), as work of `device`'s
+/// synchronous copies; `None` (no current device): runs it uncounted.
+pub(crate) fn timed_sync_copy<R>(device: Option<i32>, bytes: usize, copy: impl FnOnce() -> R) -> R {
+    let Some(device) = device else {
+        return copy();
+    };
+    /// Ends the copy's entry even if the copy panics (the entry point catches the panic; the copy then counts).
+    struct Ends(Arc<StreamCounters>, OpenWork);
+    impl Drop for Ends {
+        fn drop(&mut self) {
+            self.0.ended(self.1, true);
+        }
+    }
+    let counters = stream_counters(device);
+    let open = counters.started(StreamWork::SyncCopy { bytes: bytes as u64 });
+    let _ends = Ends(counters, open);
+    copy()
+}
+
 /// One device's counters.
 #[derive(Debug)]
 struct DeviceCounters {
@@ -165,6 +309,7 @@ struct DeviceCounters {
     finished: BTreeMap<u32, BlockTotals>,
     live: Vec<Arc<CoreClock>>,
     channels: BTreeMap<u32, Arc<ChannelBusy>>,
+    streams: Arc<StreamCounters>,
 }
 
 impl DeviceCounters {
@@ -174,6 +319,7 @@ impl DeviceCounters {
             finished: BTreeMap::new(),
             live: Vec::new(),
             channels: BTreeMap::new(),
+            streams: Arc::default(),
         }
     }
 }
@@ -218,6 +364,13 @@ pub(crate) fn channel_counters(device: i32, index: u32) -> Arc<ChannelBusy> {
     Arc::clone(counters.channels.entry(index).or_default())
 }
 
+/// The stream and synchronous-copy counters of `device` (the same ones for the device's whole life in the process).
+pub(crate) fn stream_counters(device: i32) -> Arc<StreamCounters> {
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    Arc::clone(&counters.streams)
+}
+
 /// Occupancy of one device, cumulative since its counters were created: diff two snapshots for an interval.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -226,12 +379,15 @@ pub struct DeviceOccupancy {
     /// When the snapshot was taken, on the twin's monotonic clock (ns since its own epoch, the first reading in the
     /// process): the difference of two snapshots' values is the wall time between them.
     pub taken_at_ns: u64,
-    /// When the device's counters were created (its first block, SDMA engine or occupancy snapshot), same clock.
+    /// When the device's counters were created (its first block, SDMA engine, stream, counted copy or occupancy
+    /// snapshot), same clock.
     pub since_ns: u64,
     /// Per block index (summed over every launch that ran that block), ascending.
     pub cores: Vec<CoreOccupancy>,
     /// Per SDMA channel that has existed on the device, by index, ascending.
     pub channels: Vec<ChannelOccupancy>,
+    /// The runtime's copies (stream copy tasks, synchronous copies) and the streams' kernel-launch tasks.
+    pub streams: StreamOccupancy,
 }
 
 impl DeviceOccupancy {
@@ -270,6 +426,41 @@ pub struct ChannelOccupancy {
     pub running: bool,
 }
 
+/// The runtime's copy work on one device, cumulative (module docs: what is timed). A copy's busy time is summed over
+/// copies: copies of several streams (or threads) at once each count, so the sum can exceed the wall time. Work in
+/// progress counts up to the snapshot in the `_ns` figures; the counts and bytes are of finished work.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StreamOccupancy {
+    /// Stream copy tasks (`aclrtMemcpyAsync`): from the worker taking the task to its end.
+    pub copy_busy_ns: u64,
+    /// Stream copy tasks finished (done or failed; a task dropped by `aclrtStreamAbort` never ran and is not counted).
+    pub copies: u64,
+    /// Bytes of the stream copy tasks that succeeded.
+    pub copy_bytes: u64,
+    /// Stream copy tasks that failed when they ran (their time is in `copy_busy_ns`).
+    pub failed_copies: u64,
+    /// Synchronous copies (`aclrtMemcpy`, device memory on at least one side, from a thread whose current device this
+    /// is): the copy itself, after argument checks.
+    pub sync_copy_busy_ns: u64,
+    /// Synchronous copies finished.
+    pub sync_copies: u64,
+    /// Bytes of the synchronous copies.
+    pub sync_copy_bytes: u64,
+    /// Stream kernel-launch tasks: from the worker taking the task to its end (the launch's blocks all exited). Not
+    /// copy-engine time; the blocks' own time is in the cores' figures.
+    pub kernel_task_ns: u64,
+    /// Stream kernel-launch tasks finished (done or failed).
+    pub kernel_tasks: u64,
+    /// Stream copy tasks in progress (their time so far is in `copy_busy_ns`).
+    pub copies_running: u32,
+    /// Synchronous copies in progress (their time so far is in `sync_copy_busy_ns`).
+    pub sync_copies_running: u32,
+    /// Stream kernel-launch tasks in progress, such as a persistent kernel's launch (their time so far is in
+    /// `kernel_task_ns`).
+    pub kernel_tasks_running: u32,
+}
+
 /// A snapshot of `device`'s counters (created, empty, if it had none).
 pub(crate) fn snapshot(device: i32) -> DeviceOccupancy {
     let mut devices = lock(&DEVICES);
@@ -306,6 +497,7 @@ pub(crate) fn snapshot(device: i32) -> DeviceOccupancy {
         since_ns: counters.since_ns,
         cores: cores.into_values().collect(),
         channels,
+        streams: counters.streams.snapshot(now),
     }
 }
 
@@ -381,5 +573,68 @@ mod tests {
         assert_eq!(idle.busy_ns, ended.busy_ns, "an idle channel's busy time does not grow");
         // The same counters for a channel created again.
         assert!(Arc::ptr_eq(&busy, &channel_counters(device, 5)));
+    }
+
+    #[test]
+    fn stream_work_is_counted_by_kind_and_work_in_progress_up_to_now() {
+        let device = 9_005;
+        let counters = stream_counters(device);
+        assert!(Arc::ptr_eq(&counters, &stream_counters(device)), "one set of counters per device");
+        let copy = counters.started(StreamWork::Copy { bytes: 4096 });
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        let during = snapshot(device).streams;
+        assert_eq!(
+            (during.copies, during.copy_bytes, during.copies_running, during.kernel_tasks_running),
+            (0, 0, 1, 0)
+        );
+        assert!(during.copy_busy_ns >= 2_000_000, "{during:?}");
+        counters.ended(copy, true);
+        let failed = counters.started(StreamWork::Copy { bytes: 1 << 20 });
+        counters.ended(failed, false);
+        let kernel = counters.started(StreamWork::Kernel);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        counters.ended(kernel, true);
+        let sync = counters.started(StreamWork::SyncCopy { bytes: 64 });
+        counters.ended(sync, true);
+        let done = snapshot(device).streams;
+        assert_eq!(
+            (
+                done.copies,
+                done.copy_bytes,
+                done.failed_copies,
+                done.kernel_tasks,
+                done.sync_copies,
+                done.sync_copy_bytes
+            ),
+            (2, 4096, 1, 1, 1, 64),
+            "{done:?}"
+        );
+        assert_eq!((done.copies_running, done.sync_copies_running, done.kernel_tasks_running), (0, 0, 0));
+        assert!(done.copy_busy_ns >= during.copy_busy_ns && done.kernel_task_ns >= 1_000_000, "{done:?}");
+        // A kernel task adds no copy time.
+        let idle = snapshot(device).streams;
+        let kernel = counters.started(StreamWork::Kernel);
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let launching = snapshot(device).streams;
+        assert_eq!((launching.kernel_tasks_running, launching.copies_running), (1, 0), "{launching:?}");
+        assert!(launching.kernel_task_ns >= idle.kernel_task_ns + 1_000_000, "{launching:?}");
+        counters.ended(kernel, true);
+        let after = snapshot(device).streams;
+        assert_eq!(
+            (after.copy_busy_ns, after.copies, after.sync_copy_busy_ns),
+            (idle.copy_busy_ns, idle.copies, idle.sync_copy_busy_ns)
+        );
+        assert_eq!(after.kernel_tasks, idle.kernel_tasks + 1);
+    }
+
+    #[test]
+    fn a_sync_copy_without_a_device_is_run_but_not_counted() {
+        let device = 9_006;
+        let before = snapshot(device).streams;
+        assert_eq!(timed_sync_copy(None, 4096, || 7), 7);
+        assert_eq!(snapshot(device).streams, before);
+        assert_eq!(timed_sync_copy(Some(device), 4096, || 8), 8);
+        let after = snapshot(device).streams;
+        assert_eq!((after.sync_copies, after.sync_copy_bytes, after.copies), (1, 4096, 0), "{after:?}");
     }
 }

@@ -1,6 +1,9 @@
 //! Streams: each one a worker thread that runs its tasks in submission order. Submission returns at once; the Host
 //! learns of completion only from a stream synchronisation, which waits for every task submitted before it and
 //! reports the first failure among them.
+//!
+//! Each task is timed for the device's occupancy (`crate::occupancy::StreamCounters`): two clock readings per task,
+//! taken by the worker around the task, and the counters updated before the task's completion is published.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -42,6 +45,8 @@ pub(crate) struct Stream {
     queue: Mutex<Queue>,
     changed: Condvar,
     worker: Mutex<Option<JoinHandle<()>>>,
+    /// The device's stream counters (occupancy).
+    counters: Arc<crate::occupancy::StreamCounters>,
 }
 
 impl std::fmt::Debug for Stream {
@@ -62,6 +67,7 @@ impl Stream {
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
             worker: Mutex::new(None),
+            counters: crate::occupancy::stream_counters(device),
         });
         let worker_stream = Arc::clone(&stream);
         let handle = std::thread::Builder::new()
@@ -97,8 +103,15 @@ impl Stream {
                     };
                 }
             };
+            let work = match &task {
+                Task::Copy { count, .. } => crate::occupancy::StreamWork::Copy { bytes: *count as u64 },
+                Task::Kernel { .. } => crate::occupancy::StreamWork::Kernel,
+            };
+            let open = self.counters.started(work);
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
                 .unwrap_or(ACL_ERROR_RT_INTERNAL_ERROR);
+            // Counted before a synchronisation can see the task done.
+            self.counters.ended(open, code == ACL_SUCCESS);
             // What the task holds (a launch holds its binary) is released before a synchronisation can see it done.
             drop(task);
             let mut queue = lock(&self.queue);
