@@ -149,11 +149,14 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
     let _serial = serial();
     let (a, b, peer) = pair(8 << 20, 73);
     let mut rng = rand::rngs::StdRng::seed_from_u64(74);
+    let occupancy_before = aiv_transport::occupancy::OccupancySnapshot::take(&[0, 1], true);
+    let mut moved = 0u64;
     for _ in 0..3 {
         let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Adxl; 4]);
         requests[0].length = 4096;
         requests[1].length = (3 << 20) / 2;
         let outcome = run_and_check(&a, &b, &requests);
+        moved += requests.iter().map(|request| request.length).sum::<u64>();
         for evidence in outcome.evidence() {
             assert_eq!(evidence.path, "adxl");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
@@ -163,6 +166,14 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
     }
     let counters = a.device.adxl().counters();
     assert_eq!((counters.timeouts, counters.failures), (0, 0), "{counters:?}");
+    // HiXL's copies run on its worker threads, bound to the device that made the client or server: the occupancy
+    // counts them as that device's copy-engine work (the twin's CPU model).
+    let occupancy = aiv_transport::occupancy::OccupancySnapshot::take(&[0, 1], true).since(&occupancy_before);
+    let aiv_transport::occupancy::DeviceReport::TwinModel { devices } = &occupancy.device else {
+        panic!("the twin's figures: {occupancy:?}")
+    };
+    let copied: u64 = devices.iter().map(|device| device.streams.sync_copy_bytes).sum();
+    assert!(copied >= moved, "HiXL's copies of {moved} bytes are counted: {devices:?}");
 }
 
 /// A run's adxl records against the loader tables' counts of the same run: each batch's acts (shared, `window` k)

@@ -186,6 +186,14 @@ fn next_mem_handle() -> usize {
 /// Endpoints a server description may list (a twin limit).
 pub const MAX_ENDPOINTS: u32 = 1024;
 
+/// Makes `device` current on the calling thread (a HiXL worker), so that its copies count as that device's
+/// copy-engine work; nothing if the creating thread had no device.
+fn bind_device(device: Option<i32>) {
+    if let Some(device) = device {
+        let _ = crate::runtime::runtime().set_current_without_reference(device);
+    }
+}
+
 /// The documentation's rule for a local device endpoint: `aclrtSetDevice` on the calling thread first. Without
 /// one (or before `aclInit`) the call fails with `HIXL_FAILED`.
 fn device_bound_if(endpoints: &[EndpointDesc]) -> Status {
@@ -290,6 +298,9 @@ struct ServerState {
 #[derive(Debug)]
 struct Server {
     address: SocketAddr,
+    /// The device current on the thread that created it, made current on its threads (their copies are that
+    /// device's copy-engine work).
+    device: Option<i32>,
     state: Mutex<ServerState>,
     /// The registrations the connections check against.
     shared: Arc<Mutex<Vec<Region>>>,
@@ -324,7 +335,7 @@ fn wait_while_stalled(address: SocketAddr, stop: &AtomicBool) {
     }
 }
 
-fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<Vec<Region>>>) {
+fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<Vec<Region>>>, device: Option<i32>) {
     let address = listener.local_addr().ok();
     let live = Arc::new(AtomicUsize::new(0));
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
@@ -340,6 +351,7 @@ fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<
                 let (stop, regions, live_done) = (stop.clone(), regions.clone(), live.clone());
                 let spawned =
                     std::thread::Builder::new().name(format!("{}hixl-conn", crate::THREAD_PREFIX)).spawn(move || {
+                        bind_device(device);
                         let _ = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &stop, &regions, address)));
                         live_done.fetch_sub(1, Ordering::Relaxed);
                     });
@@ -493,7 +505,8 @@ pub unsafe extern "C" fn HixlCSServerCreate(
         // SAFETY: non-null; the C contract makes it `endpoint_list_num` readable descriptors.
         let endpoints = unsafe { core::slice::from_raw_parts(desc.endpoint_list, desc.endpoint_list_num as usize) };
         device_bound_if(endpoints)?;
-        let server = Arc::new(Server { address, state: Mutex::default(), shared: Arc::default() });
+        let device = crate::runtime::runtime().current_device().ok();
+        let server = Arc::new(Server { address, device, state: Mutex::default(), shared: Arc::default() });
         let id = servers().insert(server);
         // SAFETY: non-null, writable by the C contract.
         unsafe { server_handle.write(id as HixlServerHandle) };
@@ -541,10 +554,10 @@ pub unsafe extern "C" fn HixlCSServerListen(server_handle: HixlServerHandle, bac
         let listener = TcpListener::bind(server.address).map_err(|_| HIXL_FAILED)?;
         listener.set_nonblocking(true).map_err(|_| HIXL_FAILED)?;
         let stop = Arc::new(AtomicBool::new(false));
-        let (thread_stop, regions) = (stop.clone(), server.shared.clone());
+        let (thread_stop, regions, device) = (stop.clone(), server.shared.clone(), server.device);
         let thread = std::thread::Builder::new()
             .name(format!("{}hixl-server", crate::THREAD_PREFIX))
-            .spawn(move || accept_loop(listener, thread_stop, regions))
+            .spawn(move || accept_loop(listener, thread_stop, regions, device))
             .map_err(|_| HIXL_FAILED)?;
         state.listening = Some((stop, thread));
         Ok(())
@@ -668,6 +681,8 @@ unsafe impl Send for RemoteView {}
 #[derive(Debug)]
 struct Client {
     address: SocketAddr,
+    /// As [`Server::device`].
+    device: Option<i32>,
     state: Mutex<ClientState>,
     stop: Arc<AtomicBool>,
     /// Set when the connection failed: later batches fail at once.
@@ -707,6 +722,7 @@ pub unsafe extern "C" fn HixlCSClientCreate(
         device_bound_if(&[unsafe { desc.local_endpoint.read() }])?;
         let client = Arc::new(Client {
             address,
+            device: crate::runtime::runtime().current_device().ok(),
             state: Mutex::default(),
             stop: Arc::new(AtomicBool::new(false)),
             broken: Arc::new(AtomicBool::new(false)),
@@ -819,11 +835,14 @@ pub unsafe extern "C" fn HixlCSClientConnect(client_handle: HixlClientHandle, ti
         let (stream, remote) = hello(client.address, deadline, &client.stop)?;
         let worker_stream = stream.try_clone().map_err(|_| HIXL_FAILED)?;
         let (queue, batches) = mpsc::channel::<Arc<Batch>>();
-        let (stop, broken) = (client.stop.clone(), client.broken.clone());
+        let (stop, broken, device) = (client.stop.clone(), client.broken.clone(), client.device);
         client.broken.store(false, Ordering::Relaxed);
         let thread = std::thread::Builder::new()
             .name(format!("{}hixl-client", crate::THREAD_PREFIX))
-            .spawn(move || run_client(worker_stream, batches, &stop, &broken))
+            .spawn(move || {
+                bind_device(device);
+                run_client(worker_stream, batches, &stop, &broken)
+            })
             .map_err(|_| HIXL_FAILED)?;
         state.connection = Some(Connection { remote, queue, stream, thread });
         Ok(())
