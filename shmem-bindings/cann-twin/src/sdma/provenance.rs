@@ -667,11 +667,50 @@ mod tests {
         assert_eq!(channel.writer_of(0), block_writer(2), "the same writer again");
         channel.mark(WRITER_HOST, 0x0, 0x10000);
         assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_HOST));
-        channel.consumed(channel.writer_of(0));
-        channel.consumed(block_writer(70));
-        channel.consumed(WRITER_OTHER);
+        channel.consumed(channel.writer_of(0), block_writer(70), 1, None);
+        channel.consumed(block_writer(70), block_writer(70), 1, None);
+        channel.consumed(WRITER_OTHER, WRITER_HOST, 2, None);
         let seen = channel.snapshot();
         assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block), (1, 1, vec![(70, 1)]));
+        // The log has the same three, in order, with their ringers and doorbell counts.
+        let mut log = Vec::new();
+        assert_eq!(channel.read_log(0, &mut log), (0, 3));
+        let who: Vec<(Doer, Doer, u64)> = log.iter().map(|sqe| (sqe.writer, sqe.ringer, sqe.doorbell)).collect();
+        assert_eq!(
+            who,
+            [
+                (Doer::Host, Doer::Block(70), 1),
+                (Doer::Block(70), Doer::Block(70), 1),
+                (Doer::Unattributed, Doer::Host, 2)
+            ]
+        );
+        assert!(log.iter().all(|sqe| sqe.flag.is_none()));
+    }
+
+    #[test]
+    fn the_log_names_a_flags_first_reader_when_read_and_says_where_it_starts_after_an_overrun() {
+        let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
+        let landing = channel.flag_landing(0x8008, 5);
+        channel.consumed(block_writer(0), block_writer(0), 1, Some(landing));
+        let mut log = Vec::new();
+        channel.read_log(0, &mut log);
+        assert_eq!(log[0].flag, Some(FlagReader::Unread), "landed, not read yet");
+        let mut line = [0u8; 64];
+        line[8..16].copy_from_slice(&5u64.to_le_bytes());
+        channel.read(true, 0x8000, &line);
+        log.clear();
+        assert_eq!(channel.read_log(0, &mut log), (0, 1));
+        assert_eq!(log[0].flag, Some(FlagReader::Core));
+        // A reader that fell more than LOG_CAPACITY behind is told where the kept entries start.
+        for _ in 0..LOG_CAPACITY + 4 {
+            channel.consumed(WRITER_HOST, WRITER_HOST, 3, None);
+        }
+        log.clear();
+        let (first, end) = channel.read_log(0, &mut log);
+        assert_eq!((first, end, log.len() as u64), (5, LOG_CAPACITY + 5, LOG_CAPACITY));
+        log.clear();
+        assert_eq!(channel.read_log(end, &mut log), (end, end), "nothing new");
+        assert!(log.is_empty());
     }
 
     #[test]
