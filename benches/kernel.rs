@@ -12,7 +12,8 @@
 //!   the aiv transport (2 AIV blocks, 2 SDMA channels), next to plain memcpy of the same blocks at the same addresses
 //!   on 2 long-lived threads, in the same run.
 //!
-//! Run: `cargo bench --bench kernel`.
+//! Run: `cargo bench --bench kernel`. The twin's provenance records are on, as the engine's default
+//! (`aiv.record_provenance`); `AIV_BENCH_RECORD_PROVENANCE=0` turns them off.
 
 use std::time::Duration;
 
@@ -35,6 +36,8 @@ fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOptions 
         // A loaded 2-core machine can starve the engine threads for a while; a benchmark must not fail for that.
         kernel_wait_budget: Duration::from_secs(10),
         transfer_timeout: Duration::from_secs(60),
+        // The engine's default (on); `AIV_BENCH_RECORD_PROVENANCE=0` measures without the twin's provenance records.
+        record_provenance: std::env::var("AIV_BENCH_RECORD_PROVENANCE").map_or(true, |v| v != "0"),
         ..AivOptions::default()
     }
 }

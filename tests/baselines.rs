@@ -228,7 +228,10 @@ fn assert_adxl_acts_are_the_counted_calls(outcome: &Outcome) {
     assert_eq!(entries, evidence.len() as u64);
     assert_eq!(submits, hixl("HixlCSClientBatchPutAsync") + hixl("HixlCSClientBatchGetAsync"), "{:?}", outcome.calls);
     assert!(completions <= hixl("HixlCSClientQueryCompleteStatus"), "{:?}", outcome.calls);
-    let counted = outcome.calls.total() - outcome.acl("aclrtSetDevice");
+    // HiXL's own calls: the ACL calls in the process-wide counts may be other threads' (the aiv transport's probe,
+    // an import of the peer's memory for another path).
+    let counted: u64 =
+        outcome.calls.entries().iter().filter(|call| call.table == "HixlApi").map(|call| call.count).sum();
     assert!(
         counted <= charged && charged <= counted + slack,
         "{batches} batches: {charged} calls charged, {counted} counted (+{slack} rounding): {:?}",
@@ -257,7 +260,13 @@ fn assert_ubshmem_acts_are_the_counted_calls(outcome: &Outcome) {
         "{:?}",
         outcome.calls
     );
-    assert_eq!(sum(|e| e.host_device_api_calls), outcome.calls.total(), "{:?}", outcome.calls);
+    // The process-wide counts also hold calls other threads made meanwhile (the aiv transport's probe, an import of
+    // the peer's memory for another path): the transfers are charged at least their copies and synchronisations, and
+    // no more than every call counted.
+    let charged = sum(|e| e.host_device_api_calls);
+    let own =
+        outcome.acl("aclrtMemcpyAsync") + outcome.acl("aclrtSynchronizeStreamWithTimeout") + outcome.acl("aclrtMemcpy");
+    assert!(own <= charged && charged <= outcome.calls.total(), "{charged} charged: {:?}", outcome.calls);
 }
 
 /// An aligned 1 MiB WRITE is 4 pieces: 4 aclrtMemcpyAsync and 4 synchronisations, and its record says exactly that.
@@ -288,10 +297,14 @@ fn ubshmem_acts_of_a_four_piece_copy_are_its_counted_calls() {
     assert_eq!(evidence.doorbells_rung, Act::host(Source::HostCalls, 4), "{evidence:?}");
     assert_eq!(evidence.completion_seen, Act::host(Source::HostCalls, 4), "{evidence:?}");
     assert_eq!((evidence.descriptors, evidence.doorbells, evidence.window), (4, 4, 1));
-    // 8, plus the worker's device binding if this was its first transfer: whatever else the tables counted.
-    let other = outcome.calls.total() - 8;
-    assert_eq!(evidence.host_device_api_calls, 8 + other, "{:?}", outcome.calls);
-    assert!(other <= outcome.acl("aclrtSetDevice"), "nothing but a binding besides the copies: {:?}", outcome.calls);
+    // 8, plus the worker's device binding if this was its first transfer; the process-wide counts may also hold
+    // calls of other threads made meanwhile (the aiv transport's probe, an import for another path).
+    assert!(
+        (8..=8 + outcome.acl("aclrtSetDevice")).contains(&evidence.host_device_api_calls),
+        "{evidence:?} {:?}",
+        outcome.calls
+    );
+    assert!(evidence.host_device_api_calls <= outcome.calls.total(), "{:?}", outcome.calls);
     assert_ubshmem_acts_are_the_counted_calls(&outcome);
 }
 
