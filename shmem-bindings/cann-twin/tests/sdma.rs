@@ -6,38 +6,14 @@
 mod common;
 
 use core::ffi::c_void;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use ascendcl_sys::sys::*;
-use cann_shmem_sys::sys::*;
 use cann_twin::control::{self, ControlError, RegisterAccess, Syndrome};
 use cann_twin::{register_write, RegisterFault};
-use common::{api, download, malloc, pattern, upload};
+use common::{api, download, malloc, pattern, sdma_workspace as workspace, upload};
 
 const WAIT: Duration = Duration::from_secs(10);
-
-/// SHMEM initialised with SDMA on device 0 (once); returns the workspace address from `g_state`.
-fn workspace() -> u64 {
-    static WORKSPACE: OnceLock<u64> = OnceLock::new();
-    api();
-    *WORKSPACE.get_or_init(|| {
-        let shmem = cann_twin::shmem_api();
-        let mut uid = aclshmemx_uniqueid_t::default();
-        let mut attr = aclshmemx_init_attr_t::new(0, 1, 256 << 20);
-        // SAFETY: every pointer is a live local; `uid` outlives the initialisation that reads it.
-        unsafe {
-            assert_eq!(shmem.aclshmemx_get_uniqueid(&mut uid), ACLSHMEM_SUCCESS);
-            assert_eq!(shmem.aclshmemx_set_attr_uniqueid_args(0, 1, 256 << 20, &mut uid, &mut attr), 0);
-            attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
-            assert_eq!(shmem.aclshmemx_init_attr(ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr), ACLSHMEM_SUCCESS);
-        }
-        let state = cann_shmem_sys::result::state::host_state(shmem).expect("g_state reads back");
-        assert_eq!((state.header.mype, state.header.npes), (0, 1));
-        assert_ne!(state.sdma_workspace_addr, 0);
-        state.sdma_workspace_addr
-    })
-}
 
 /// A channel's record, read D2H from the workspace; the fields decoded here at the documented offsets.
 #[derive(Clone, Copy, Debug)]
