@@ -470,31 +470,77 @@ fn provenance_host_rings() {
     assert!(node.read(0..3_200_000) == node.read(4 << 20..(4 << 20) + 3_200_000));
 }
 
+/// One WRITE of 4 KiB submitted while both channels' engines are stalled, once its block rang ([`stalled_write`]).
+struct StalledWrite {
+    batch: aiv_transport::BatchId,
+    /// The channel whose block took it.
+    channel: u32,
+    started: std::time::Instant,
+}
+
+/// Resets the provenance records, stalls both engines, submits one 4 KiB WRITE and waits (at most 4 s) until its
+/// block has rung and `ready(channel)` holds.
+fn stalled_write(node: &aiv::Node, ready: impl Fn(u32) -> bool) -> StalledWrite {
+    provenance_reset();
+    for channel in 0..2 {
+        cann_twin::control::set_stalled(0, channel, true).expect("stall");
+    }
+    let requests = local_writes(node, 1, 4096);
+    let batch = node.engine.allocate_batch(1).expect("batch");
+    let (_, rung_before) = executed_and_rung();
+    node.engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    loop {
+        let rung: Vec<u64> = (0..2).map(|c| cann_twin::control::doorbells_rung(0, c).expect("channel")).collect();
+        if rung.iter().sum::<u64>() > rung_before {
+            let channel = if rung[0] > 0 { 0 } else { 1 };
+            if ready(channel) {
+                return StalledWrite { batch, channel, started };
+            }
+        }
+        assert!(started.elapsed() < Duration::from_secs(4), "waited too long for the kernel's doorbell");
+        std::thread::yield_now();
+    }
+}
+
+/// The Host's runtime copy of device memory at `address` into `out` (`aclrtMemcpy` D2H, as any Host path would
+/// make it); the runtime's return code.
+fn host_read(address: u64, out: &mut [u8]) -> i32 {
+    // SAFETY: `out` is live and writable for its length; the device side is checked by the runtime.
+    unsafe {
+        cann_twin::acl::aclrtMemcpy(
+            out.as_mut_ptr().cast(),
+            out.len(),
+            address as *const core::ffi::c_void,
+            out.len(),
+            ascendcl_sys::sys::ACL_MEMCPY_DEVICE_TO_HOST,
+        )
+    }
+}
+
+/// The Host's runtime copy of `data` to device memory at `address` (`aclrtMemcpy` H2D); the return code.
+fn host_write(address: u64, data: &[u8]) -> i32 {
+    // SAFETY: `data` is live and readable for its length; the device side is checked by the runtime.
+    unsafe {
+        cann_twin::acl::aclrtMemcpy(
+            address as *mut core::ffi::c_void,
+            data.len(),
+            data.as_ptr().cast(),
+            data.len(),
+            ascendcl_sys::sys::ACL_MEMCPY_HOST_TO_DEVICE,
+        )
+    }
+}
+
 /// Variant (c): the engines are stalled while the kernel posts and rings; once its cores poll they are held
 /// (test-only), the engines run, and the Host reads the landed flag (D2H) before the cores are released. That flag
 /// is the Host's; the SQEs and doorbells stay the block's.
 fn provenance_host_reads_flag() {
     let mut node = aiv::node(provenance_options(), 8 << 20);
     node.modify(|bytes| bytes[..1 << 20].fill(6));
-    provenance_reset();
-    for channel in 0..2 {
-        cann_twin::control::set_stalled(0, channel, true).expect("stall");
-    }
-    let requests = local_writes(&node, 1, 4096);
-    let batch = node.engine.allocate_batch(1).expect("batch");
-    let (_, rung_before) = executed_and_rung();
-    node.engine.submit_transfer(batch, &requests).expect("submit");
-    let started = std::time::Instant::now();
-    let waited = |what: &str| assert!(started.elapsed() < Duration::from_secs(4), "waited too long for {what}");
     // The kernel took the request and rang: its block now polls the flag.
-    let channel = loop {
-        let rung: Vec<u64> = (0..2).map(|c| cann_twin::control::doorbells_rung(0, c).expect("channel")).collect();
-        if rung.iter().sum::<u64>() > rung_before {
-            break if rung[0] > 0 { 0 } else { 1 };
-        }
-        waited("the doorbell");
-        std::thread::yield_now();
-    };
+    let StalledWrite { batch, channel, started } = stalled_write(&node, |_| true);
+    let waited = |what: &str| assert!(started.elapsed() < Duration::from_secs(4), "waited too long for {what}");
     cann_twin::control::hold_cores(0, true);
     while !cann_twin::control::parked_cores(0).contains(&channel) {
         waited("the polling core to park");
@@ -511,18 +557,7 @@ fn provenance_host_reads_flag() {
         std::thread::yield_now();
     };
     let mut word = [0u8; 8];
-    // SAFETY: `word` is live for 8 bytes; the device side is checked by the runtime. The twin's own export: the
-    // Host's runtime copy, as any Host path would make it.
-    let code = unsafe {
-        cann_twin::acl::aclrtMemcpy(
-            word.as_mut_ptr().cast(),
-            8,
-            flag as *const core::ffi::c_void,
-            8,
-            ascendcl_sys::sys::ACL_MEMCPY_DEVICE_TO_HOST,
-        )
-    };
-    assert_eq!(code, 0, "the Host reads the flag D2H");
+    assert_eq!(host_read(flag, &mut word), 0, "the Host reads the flag D2H");
     cann_twin::control::hold_cores(0, false);
     let status = node.engine.wait_batch(batch).expect("wait");
     assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
@@ -546,52 +581,19 @@ fn provenance_host_reads_flag() {
 fn provenance_host_writes_sqes() {
     let mut node = aiv::node(provenance_options(), 8 << 20);
     node.modify(|bytes| bytes[..1 << 20].fill(7));
-    provenance_reset();
-    for channel in 0..2 {
-        cann_twin::control::set_stalled(0, channel, true).expect("stall");
-    }
-    let requests = local_writes(&node, 1, 4096);
-    let batch = node.engine.allocate_batch(1).expect("batch");
-    let (_, rung_before) = executed_and_rung();
-    node.engine.submit_transfer(batch, &requests).expect("submit");
-    let started = std::time::Instant::now();
     // The kernel took the request, wrote its SQEs (one data SQE and the flag SQE) and rang.
-    let (channel, window) = loop {
-        let rung: Vec<u64> = (0..2).map(|c| cann_twin::control::doorbells_rung(0, c).expect("channel")).collect();
-        if rung.iter().sum::<u64>() > rung_before {
-            let channel = if rung[0] > 0 { 0 } else { 1 };
-            let window = cann_twin::control::sq_window(0, channel).expect("channel");
-            if window.tail.wrapping_sub(window.head) % window.depth >= 2 {
-                break (channel, window);
-            }
-        }
-        assert!(started.elapsed() < Duration::from_secs(4), "waited too long for the kernel's doorbell");
-        std::thread::yield_now();
+    let pending = |channel: u32| {
+        let window = cann_twin::control::sq_window(0, channel).expect("channel");
+        window.tail.wrapping_sub(window.head) % window.depth >= 2
     };
+    let StalledWrite { batch, channel, .. } = stalled_write(&node, pending);
+    let window = cann_twin::control::sq_window(0, channel).expect("channel");
     let mut slot = window.head;
     while slot != window.tail {
         let address = window.sq_base + u64::from(slot) * 64;
         let mut sqe = [0u8; 64];
-        // SAFETY: `sqe` is live for 64 bytes; the device side is checked by the runtime.
-        let read = unsafe {
-            cann_twin::acl::aclrtMemcpy(
-                sqe.as_mut_ptr().cast(),
-                64,
-                address as *const core::ffi::c_void,
-                64,
-                ascendcl_sys::sys::ACL_MEMCPY_DEVICE_TO_HOST,
-            )
-        };
-        // SAFETY: as above; the Host writes back exactly what the kernel wrote.
-        let write = unsafe {
-            cann_twin::acl::aclrtMemcpy(
-                address as *mut core::ffi::c_void,
-                64,
-                sqe.as_ptr().cast(),
-                64,
-                ascendcl_sys::sys::ACL_MEMCPY_HOST_TO_DEVICE,
-            )
-        };
+        // The Host writes back exactly what the kernel wrote.
+        let (read, write) = (host_read(address, &mut sqe), host_write(address, &sqe));
         assert_eq!((read, write), (0, 0), "the Host reads and rewrites SQ slot {slot}");
         slot = (slot + 1) % window.depth;
     }
