@@ -51,15 +51,6 @@ impl RuntimeLabel {
         };
         RuntimeLabel { kind, version }
     }
-
-    /// The short form verdicts carry: `twin runtime`, `NPU` or `no device runtime`.
-    pub fn short(&self) -> &'static str {
-        match self.kind {
-            RuntimeKind::None => "no device runtime",
-            RuntimeKind::Twin => "twin runtime",
-            RuntimeKind::Npu => "NPU",
-        }
-    }
 }
 
 impl std::fmt::Display for RuntimeLabel {
@@ -139,7 +130,8 @@ pub struct Act {
 }
 
 impl Act {
-    /// An act nobody recorded, for `source` [`Source::NotRecorded`] or [`Source::NotObservable`].
+    /// An act with nothing counted, for a `source` that holds no counts ([`Source::NotRecorded`],
+    /// [`Source::NotObservable`], [`Source::Lost`]).
     pub const fn unknown(source: Source) -> Act {
         Act { source, by_aiv: 0, aiv_blocks: None, by_host: 0, unattributed: 0 }
     }

@@ -258,7 +258,7 @@ impl Inner {
         self.channel_resets.fetch_add(1, Ordering::Relaxed);
         // The reset dropped the failed group's unexecuted SQEs: the log walk starts again at the log's end, before
         // the block resumes and posts more.
-        records.resync(&*self.device, block.index);
+        records.start_at(&*self.device, block.index);
         // Release: the reset above happens before the kernel sees the resume.
         control.resume_count.store(halted, Ordering::Release);
         if self.launch_mode == LaunchMode::PerBatch {

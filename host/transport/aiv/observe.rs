@@ -31,15 +31,10 @@ pub(super) struct BlockRecords {
 }
 
 impl BlockRecords {
-    /// Starts the walk at the channel's log position now (before the block posts anything).
+    /// Starts the walk at the channel's log position now: before the block posts anything, and again after the
+    /// channel was reset (its unexecuted SQEs dropped), before the block resumes.
     pub(super) fn start_at(&mut self, device: &dyn DeviceBackend, channel: u32) {
         self.cursor = device.channel_log_position(channel);
-    }
-
-    /// After the channel was reset (its unexecuted SQEs dropped), before the block resumes: the walk starts again at
-    /// the log's end.
-    pub(super) fn resync(&mut self, device: &dyn DeviceBackend, channel: u32) {
-        self.start_at(device, channel);
     }
 
     /// The acts of each transfer a drain pass completes, in DCQ order (`entries`), into `acts`.
