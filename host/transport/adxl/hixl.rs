@@ -4,7 +4,8 @@
 //!
 //! - **Server** (one per device, started with the transport): `HixlCSServerCreate` with this device's endpoint at
 //!   `aiv.hixl_host` (default `AIV_HIXL_HOST`, else the host of `local_hostname`; `127.0.0.1` for a device opened
-//!   without an engine) : `aiv.hixl_port` (default `AIV_HIXL_PORT`, else a port the OS reports free), then
+//!   without an engine) : `aiv.hixl_port` (default `AIV_HIXL_PORT`, else a port the OS reports free, tried again with a new one up to 8
+//!   times if another socket took it first), then
 //!   `HixlCSServerRegMem` of every region the device exports (on `cann`: its whole VMM heap), then
 //!   `HixlCSServerListen`. Its `"ip:port"` is advertised in the device's `aiv` object (`hixl_server`). A server that
 //!   cannot start is logged and not advertised: peers then fail NOT_CONNECTED naming that.
@@ -87,32 +88,49 @@ impl std::fmt::Debug for Server {
     }
 }
 
+/// Attempts at a port the OS reported free before the server gives up: another socket (often an outgoing
+/// connection's ephemeral port) can take it between the probe and `HixlCSServerListen`.
+const FREE_PORT_ATTEMPTS: u32 = 8;
+
 fn start_server(api: &'static HixlApi, shared: &Shared) -> Result<Server, String> {
     let device = shared.device.as_ref();
     let host = match &shared.hixl_host {
         Some(host) => host.clone(),
         None => std::env::var("AIV_HIXL_HOST").unwrap_or_else(|_| "127.0.0.1".into()),
     };
-    let port = match (shared.hixl_port, std::env::var("AIV_HIXL_PORT")) {
-        (port, _) if port != 0 => port,
+    let configured = match (shared.hixl_port, std::env::var("AIV_HIXL_PORT")) {
+        (port, _) if port != 0 => Some(port),
         (_, Ok(value)) => {
-            value.trim().parse::<u16>().map_err(|_| format!("AIV_HIXL_PORT={value:?} is not a port number"))?
+            Some(value.trim().parse::<u16>().map_err(|_| format!("AIV_HIXL_PORT={value:?} is not a port number"))?)
         }
-        (_, Err(_)) => std::net::TcpListener::bind((host.as_str(), 0))
-            .and_then(|listener| listener.local_addr())
-            .map_err(|error| format!("find a free port on {host} for the HiXL server: {error}"))?
-            .port(),
+        (_, Err(_)) => None,
     };
     device.bind_thread().map_err(|error| error.to_string())?;
     let ip = CString::new(host.clone()).map_err(|_| format!("AIV_HIXL_HOST={host:?} has a NUL"))?;
     let endpoint = EndpointDesc::device(ENDPOINT_PROTOCOL, device.device_id());
     let memory = regions(&device.advertisement());
     let borrowed: Vec<(&std::ffi::CStr, CommMem)> = memory.iter().map(|(tag, mem)| (tag.as_c_str(), *mem)).collect();
-    // SAFETY: the regions are the device's exported memory, mapped until the device drops; the transport (which
-    // owns the server) holds the device, and drops the server first.
-    let server = unsafe { safe::Server::start(api, &[endpoint], &ip, u32::from(port), &borrowed, 64) }
-        .map_err(|error| format!("start the HiXL server at {host}:{port}: {error}"))?;
-    Ok(Server { _server: server, address: format!("{host}:{port}") })
+    let attempts = if configured.is_some() { 1 } else { FREE_PORT_ATTEMPTS };
+    let mut last = String::new();
+    for _ in 0..attempts {
+        let port = match configured {
+            Some(port) => port,
+            None => std::net::TcpListener::bind((host.as_str(), 0))
+                .and_then(|listener| listener.local_addr())
+                .map_err(|error| format!("find a free port on {host} for the HiXL server: {error}"))?
+                .port(),
+        };
+        // SAFETY: the regions are the device's exported memory, mapped until the device drops; the transport (which
+        // owns the server) holds the device, and drops the server first.
+        match unsafe { safe::Server::start(api, &[endpoint], &ip, u32::from(port), &borrowed, 64) } {
+            Ok(server) => return Ok(Server { _server: server, address: format!("{host}:{port}") }),
+            Err(error) => last = format!("start the HiXL server at {host}:{port}: {error}"),
+        }
+    }
+    if attempts > 1 {
+        last.push_str(&format!(" (the last of {attempts} ports the OS reported free)"));
+    }
+    Err(last)
 }
 
 /// A connected client to one peer, with what its description points to.

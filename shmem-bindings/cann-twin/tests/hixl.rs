@@ -51,8 +51,20 @@ struct Server {
 }
 
 impl Server {
+    /// A server on a port the OS reported free, tried again on a new port (up to 8 times) when another socket took
+    /// it before `HixlCSServerListen` (an outgoing connection's ephemeral port of a test running beside this one).
     fn start(memory: &[CommMem]) -> Server {
-        let port = free_port();
+        let mut last = 0;
+        for _ in 0..8 {
+            match Server::try_start(free_port(), memory) {
+                Ok(server) => return server,
+                Err(code) => last = code,
+            }
+        }
+        panic!("HixlCSServerListen failed on 8 free ports, the last with {last}");
+    }
+
+    fn try_start(port: u32, memory: &[CommMem]) -> Result<Server, HixlStatus> {
         let ip = CString::new("127.0.0.1").expect("ip");
         let endpoint = EndpointDesc::device(COMM_PROTOCOL_HCCS, 0);
         let desc = HixlServerDesc {
@@ -67,13 +79,16 @@ impl Server {
         // SAFETY: live locals; the memory is the tests' device memory, never freed.
         unsafe {
             assert_eq!(hixl().HixlCSServerCreate(&desc, &HixlServerConfig::new(), &mut raw), HIXL_SUCCESS);
+            let server = Server { raw, port };
             for m in memory {
                 let mut handle = core::ptr::null_mut();
                 assert_eq!(hixl().HixlCSServerRegMem(raw, tag.as_ptr(), m, &mut handle), HIXL_SUCCESS);
             }
-            assert_eq!(hixl().HixlCSServerListen(raw, 16), HIXL_SUCCESS);
+            match hixl().HixlCSServerListen(raw, 16) {
+                HIXL_SUCCESS => Ok(server),
+                code => Err(code),
+            }
         }
-        Server { raw, port }
     }
 }
 
@@ -683,7 +698,7 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
     let mut back = vec![0u8; len];
     let (mut remote, mut local) = (core::ptr::null_mut(), core::ptr::null_mut());
     let ip = CString::new("127.0.0.1").expect("ip");
-    let port = free_port();
+    let mut port = free_port();
     let endpoint = EndpointDesc::device(COMM_PROTOCOL_HCCS, 0);
     let (mut server, mut client, mut mem_handle, mut batch) =
         (core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut(), core::ptr::null_mut());
@@ -695,16 +710,25 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
         assert_eq!(acl.aclrtMalloc(&mut remote, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
         assert_eq!(acl.aclrtMalloc(&mut local, len, ACL_MEM_MALLOC_HUGE_FIRST), ACL_SUCCESS);
         assert_eq!(acl.aclrtMemcpy(local, len, data.as_ptr().cast(), len, ACL_MEMCPY_HOST_TO_DEVICE), ACL_SUCCESS);
-        let sdesc = HixlServerDesc {
-            endpoint_list: &endpoint,
-            server_ip: ip.as_ptr(),
-            server_port: port,
-            endpoint_list_num: 1,
-            reserved: [0; 104],
-        };
-        assert_eq!(hx.HixlCSServerCreate(&sdesc, &HixlServerConfig::new(), &mut server), HIXL_SUCCESS);
-        assert_eq!(hx.HixlCSServerRegMem(server, ip.as_ptr(), &mem(remote, len), &mut mem_handle), HIXL_SUCCESS);
-        assert_eq!(hx.HixlCSServerListen(server, 4), HIXL_SUCCESS);
+        // A new port when another socket took the one the OS reported free (see `Server::start`).
+        for attempt in 1..=8 {
+            let sdesc = HixlServerDesc {
+                endpoint_list: &endpoint,
+                server_ip: ip.as_ptr(),
+                server_port: port,
+                endpoint_list_num: 1,
+                reserved: [0; 104],
+            };
+            assert_eq!(hx.HixlCSServerCreate(&sdesc, &HixlServerConfig::new(), &mut server), HIXL_SUCCESS);
+            assert_eq!(hx.HixlCSServerRegMem(server, ip.as_ptr(), &mem(remote, len), &mut mem_handle), HIXL_SUCCESS);
+            let code = hx.HixlCSServerListen(server, 4);
+            if code == HIXL_SUCCESS {
+                break;
+            }
+            assert!(attempt < 8, "HixlCSServerListen failed on 8 free ports, the last with {code}");
+            assert_eq!(hx.HixlCSServerDestroy(server), HIXL_SUCCESS);
+            port = free_port();
+        }
         let cdesc = HixlClientDesc {
             local_endpoint: &endpoint,
             remote_endpoint: &endpoint,
