@@ -12,7 +12,8 @@
 //!   the aiv transport (2 AIV blocks, 2 SDMA channels), next to plain memcpy of the same blocks at the same addresses
 //!   on 2 long-lived threads, in the same run.
 //!
-//! Run: `cargo bench --bench kernel`. The twin's provenance records are on, as the engine's default
+//! Run: `cargo bench --bench kernel`; `AIV_PAIRED_ROUNDS` and `AIV_PAIRED_BLOCKS` (comma-separated byte counts) set
+//! the paired comparison's rounds and block sizes. The twin's provenance records are on, as the engine's default
 //! (`aiv.record_provenance`); `AIV_BENCH_RECORD_PROVENANCE=0` turns them off.
 
 use std::time::Duration;
@@ -21,6 +22,7 @@ use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::cann::CannDevice;
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
+use aiv_transport::occupancy::{DeviceReport, OccupancySnapshot, RoleCpu};
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 
@@ -171,6 +173,20 @@ fn throughput(c: &mut Criterion) {
     group.finish();
 }
 
+/// The block sizes of the paired comparison: 64 KiB to 16 MiB, or the comma-separated byte counts in
+/// `AIV_PAIRED_BLOCKS` (each a power of two from 4 KiB to 32 MiB; anything else stops the bench naming it).
+fn paired_blocks() -> Vec<u64> {
+    let Ok(list) = std::env::var("AIV_PAIRED_BLOCKS") else {
+        return vec![64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+    };
+    list.split(',')
+        .map(|item| match item.trim().parse::<u64>() {
+            Ok(block) if block.is_power_of_two() && (4 << 10..=32 << 20).contains(&block) => block,
+            _ => panic!("AIV_PAIRED_BLOCKS: {item:?} is not a power of two from 4096 to 33554432"),
+        })
+        .collect()
+}
+
 /// Rounds of the paired comparison per block size (after one warm-up round); `AIV_PAIRED_ROUNDS` overrides. A round
 /// of 32 MiB takes ~1.5 ms, so 201 rounds span ~0.6 s per block size: long enough that one descheduling of a thread
 /// moves a few rounds, not the median.
@@ -183,10 +199,11 @@ fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: 
     let rounds = std::env::var("AIV_PAIRED_ROUNDS").ok().and_then(|v| v.parse::<usize>().ok()).unwrap_or(PAIRED_ROUNDS);
     let rounds = rounds.max(1);
     eprintln!("paired (same-window) aiv vs memcpy, {} MiB per round, median of {rounds} rounds:", total >> 20);
-    for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+    for block in paired_blocks() {
         let count = total / block;
         let mut ratios = Vec::new();
         let (mut aiv_total, mut memcpy_total) = (Duration::ZERO, Duration::ZERO);
+        let before = OccupancySnapshot::take(&[0, 1], true);
         for round in 0..=rounds {
             let time = |f: &dyn Fn()| {
                 let started = std::time::Instant::now();
@@ -204,6 +221,7 @@ fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: 
             memcpy_total += m;
             ratios.push(m.as_secs_f64() / a.as_secs_f64());
         }
+        let occupancy = OccupancySnapshot::take(&[0, 1], true).since(&before);
         ratios.sort_by(f64::total_cmp);
         let gbps = |d: Duration| (total * rounds as u64) as f64 / d.as_secs_f64() / 1e9;
         eprintln!(
@@ -215,6 +233,31 @@ fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: 
             ratios[0],
             ratios[ratios.len() - 1]
         );
+        print_per_round(&occupancy, rounds as u64 + 1);
+    }
+}
+
+/// Where the CPU of the machine went in the paired rounds of one block size, per round (aiv and memcpy together, the
+/// warm-up included: `rounds` of each), and what the twin's cores and engines did: the device model's threads share
+/// the CPUs with the Host's, so a µs its cores spend is a µs its engines do not copy.
+fn print_per_round(occupancy: &aiv_transport::occupancy::Occupancy, rounds: u64) {
+    let per_round = |roles: &Option<Vec<RoleCpu>>| -> Vec<String> {
+        roles.iter().flatten().map(|r| format!("{} {} µs", r.role.label(), r.cpu_ns / 1000 / rounds)).collect()
+    };
+    let cpu = [per_round(&occupancy.device_model_cpu), per_round(&occupancy.host_cpu)].concat();
+    eprintln!("    CPU per round: {}", cpu.join(", "));
+    let DeviceReport::TwinModel { devices } = &occupancy.device else { return };
+    for device in devices {
+        let cores = device.cores.iter().map(|c| {
+            let (executing, polling) = (c.executing_ns / 1000 / rounds, c.polling_ns / 1000 / rounds);
+            format!("block {} executing {executing} µs, polling {polling} µs", c.block)
+        });
+        let channels = device.channels.iter().filter(|c| c.sqes > 0).map(|c| {
+            let (busy, runs, sqes) = (c.busy_ns / 1000 / rounds, c.runs / rounds, c.sqes / rounds);
+            format!("channel {} busy {busy} µs in {runs} runs of {sqes} SQEs", c.index)
+        });
+        let all: Vec<String> = cores.chain(channels).collect();
+        eprintln!("    device {} per round: {}", device.device, all.join("; "));
     }
 }
 
