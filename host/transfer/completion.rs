@@ -131,7 +131,64 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
     poll_until_inner(ready, timeout, true)
 }
 
+/// [`poll_until_charged`] for a wait that can count what it still waits for: `left` returns how many units (e.g.
+/// completion entries) are still missing, 0 when the wait is over. Once some have arrived, a nap also ends no later
+/// than when the rate seen so far (from the first look to the last arrival) says the rest will be in, so the end of a
+/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait. Nothing else changes:
+/// the same looks, the same bounds.
+pub fn poll_until_paced(mut left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
+    let pace = std::cell::Cell::new(Pace::default());
+    let mut look = || {
+        let missing = left();
+        if missing == 0 {
+            return true;
+        }
+        let mut seen = pace.get();
+        seen.look(Instant::now(), missing);
+        pace.set(seen);
+        false
+    };
+    poll_until_core(&mut look, timeout, true, || {
+        pace.get().due.map(|due| due.saturating_duration_since(Instant::now()))
+    })
+}
+
+/// What a paced wait learned from its looks: the first look, the last count seen, and when the rest is due at the
+/// rate from the first look to the last arrival.
+#[derive(Clone, Copy, Debug, Default)]
+struct Pace {
+    first: Option<(Instant, u64)>,
+    last_missing: u64,
+    due: Option<Instant>,
+}
+
+impl Pace {
+    /// A look at `now` found `missing` units still out (more than 0).
+    fn look(&mut self, now: Instant, missing: u64) {
+        let Some((at, before)) = self.first else {
+            self.first = Some((now, missing));
+            self.last_missing = missing;
+            return;
+        };
+        if missing < self.last_missing {
+            self.last_missing = missing;
+            let per_unit = now.duration_since(at) / u32::try_from(before - missing).unwrap_or(u32::MAX);
+            self.due = Some(now + per_unit.saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX)));
+        }
+    }
+}
+
 fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged: bool) -> (bool, u64) {
+    poll_until_core(&mut ready, timeout, charged, || None)
+}
+
+/// The loop of every poll: `eta` is the wait's own estimate of the time still needed, if it has one.
+fn poll_until_core(
+    ready: &mut dyn FnMut() -> bool,
+    timeout: Duration,
+    charged: bool,
+    eta: impl Fn() -> Option<Duration>,
+) -> (bool, u64) {
     let started = Instant::now();
     let section = charged.then(Section::start);
     // The section's time up to the first nap, and the thread CPU clock then.
@@ -167,7 +224,8 @@ fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged:
             }
             spins += 1;
         } else {
-            let nap = (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX);
+            let paced = eta().map_or(elapsed / 16, |eta| eta.min(elapsed / 16));
+            let nap = paced.clamp(POLL_NAP_MIN, POLL_NAP_MAX);
             std::thread::sleep(nap.min(timeout - elapsed));
         }
     }
@@ -217,6 +275,43 @@ mod tests {
         let (done, cpu) = poll_until_charged(|| Instant::now() >= until, Duration::from_secs(1));
         let wall = started.elapsed();
         assert!(done && cpu > 0 && Duration::from_nanos(cpu) <= wall, "{cpu} ns in {wall:?}");
+    }
+
+    #[test]
+    fn a_pace_dues_the_rest_at_the_rate_seen_since_the_first_look() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut pace = Pace::default();
+        pace.look(t0, 100);
+        assert!(pace.due.is_none(), "no rate before an arrival");
+        pace.look(t0 + ms(5), 100);
+        assert!(pace.due.is_none(), "still none without an arrival");
+        // 20 of 100 in 10 ms: the other 80 are due 40 ms later.
+        pace.look(t0 + ms(10), 80);
+        assert_eq!(pace.due, Some(t0 + ms(50)));
+        // A look without an arrival keeps the estimate; the next arrival refines it (60 in 30 ms: 40 more in 20 ms).
+        pace.look(t0 + ms(20), 80);
+        assert_eq!(pace.due, Some(t0 + ms(50)));
+        pace.look(t0 + ms(30), 40);
+        assert_eq!(pace.due, Some(t0 + ms(50)));
+        // Arrivals slowing down move the due time out: 90 in 90 ms leaves 10 due 10 ms later.
+        pace.look(t0 + ms(90), 10);
+        assert_eq!(pace.due, Some(t0 + ms(100)));
+    }
+
+    #[test]
+    fn a_paced_wait_ends_when_nothing_is_missing_or_at_its_timeout() {
+        // 4 steps of 2 units every 3 ms: done after 12 ms, seen within a shortest nap or so of it.
+        let started = Instant::now();
+        let left = || 8u64.saturating_sub(2 * (started.elapsed().as_millis() / 3) as u64);
+        let (done, cpu) = poll_until_paced(left, Duration::from_secs(5));
+        let waited = started.elapsed();
+        assert!(done && cpu > 0, "{done} {cpu}");
+        assert!(waited >= Duration::from_millis(12) && waited < Duration::from_millis(100), "{waited:?}");
+        let started = Instant::now();
+        assert!(!poll_until_paced(|| 1, Duration::from_millis(3)).0);
+        let waited = started.elapsed();
+        assert!(waited >= Duration::from_millis(3) && waited < Duration::from_millis(50), "{waited:?}");
     }
 
     #[test]

@@ -15,7 +15,9 @@ use crate::config::LaunchMode;
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
-use crate::transfer::{poll_until_charged, CodeFamily, CompletionPoller, FailureKind, TransferFailure};
+use crate::transfer::{
+    poll_until_charged, poll_until_paced, CodeFamily, CompletionPoller, FailureKind, TransferFailure,
+};
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
 /// DCQs every such interval meanwhile (a safety net for transfers nobody waits for).
@@ -76,6 +78,12 @@ impl Inner {
     /// charged to the transfers drained next. Returns whether another thread was draining a block meanwhile (it may
     /// be finishing the caller's slots right now, without waking the caller).
     pub(super) fn poll_inline(&self) -> bool {
+        self.poll_inline_timed().0
+    }
+
+    /// [`Inner::poll_inline`], also returning the section time it put into the pool (ns): a wait that drains as it
+    /// looks leaves that time out of its own charge, so that it is not counted twice.
+    fn poll_inline_timed(&self) -> (bool, u64) {
         let ready = self.completions_ready();
         // A section that never sleeps (see cpu_time::Section): try-locks and DCQ reads only.
         let section = ready.then(Section::start);
@@ -90,10 +98,9 @@ impl Inner {
                 None => contended = true,
             }
         }
-        if let Some(section) = section {
-            self.unattributed_cpu.add(section.elapsed_ns());
-        }
-        contended
+        let pooled = section.map_or(0, |section| section.elapsed_ns());
+        self.unattributed_cpu.add(pooled);
+        (contended, pooled)
     }
 
     /// Drains one block's DCQ (the caller holds its drain lock); returns whether anything was drained. The drained
@@ -301,13 +308,26 @@ impl CompletionPoller for Inner {
         }
         let finished = self.host_finished.load(Ordering::Acquire);
         // The DCQ tails live in Host-registered memory: reading them is what the Host can do on an NPU too.
-        let published = |&(block, need): &(u32, u32)| {
-            self.blocks
-                .get(block as usize)
-                .is_none_or(|b| b.completion_ring.published_tail().wrapping_sub(need) as i32 >= 0)
+        // The entries still missing in one block: 0 once its DCQ tail reached what the tickets need.
+        let missing = |&(block, need): &(u32, u32)| {
+            self.blocks.get(block as usize).map_or(0, |b| {
+                let short = need.wrapping_sub(b.completion_ring.published_tail()) as i32;
+                u64::from(short.max(0) as u32)
+            })
         };
-        let ready = || needs.iter().all(published) || self.host_finished.load(Ordering::Acquire) != finished;
-        poll_until_charged(ready, timeout).1
+        let drained_ns = std::cell::Cell::new(0u64);
+        let left = || {
+            if self.host_finished.load(Ordering::Acquire) != finished {
+                return 0;
+            }
+            // What is ready is collected now, while the rest is in flight: the end of the wait then collects only
+            // the last completions. That time goes to the pool (charged to the transfers drained), not to the wait.
+            if self.completions_ready() {
+                drained_ns.set(drained_ns.get() + self.poll_inline_timed().1);
+            }
+            needs.iter().map(missing).sum()
+        };
+        poll_until_paced(left, timeout).1.saturating_sub(drained_ns.get())
     }
 
     fn attach(&self) {
