@@ -861,7 +861,7 @@ fn target_segment_run(
 
 /// Writes `length` bytes of `byte(offset)` to device memory at `addr`, 4 MiB at a time, through the device's
 /// copy path (H2D).
-fn fill_device(
+pub(crate) fn fill_device(
     device: &AivDevice,
     addr: u64,
     length: usize,

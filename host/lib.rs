@@ -18,6 +18,7 @@
 //! - [`kernel_abi`]: what the Host shares with the AIV transfer kernel (`kernels/`): layouts, ring index rules,
 //!   the typed ring views, the chunking rule.
 
+pub mod audit;
 pub mod bench;
 pub mod config;
 pub mod cpu_time;

@@ -390,3 +390,49 @@ fn gflags_spellings_and_mooncake_only_flags_run() {
     assert_eq!(output.status.code(), Some(2), "an unknown flag is still an error");
     assert!(String::from_utf8_lossy(&output.stderr).contains("--no_such_flag"));
 }
+
+#[test]
+fn audit_writes_a_report_directory_and_compares_two_reports() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("run");
+    let output = aiv()
+        .args([
+            "audit",
+            "--paths",
+            "aiv,tcp",
+            "--sizes",
+            "4k",
+            "--batch-size",
+            "1",
+            "--rounds",
+            "1",
+            "--cell-seconds",
+            "0.05",
+        ])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("aiv      AIV-direct: yes (twin runtime"), "{stdout}");
+    assert!(stdout.contains("tcp      AIV-direct: no"), "{stdout}");
+    assert!(stderr.contains("audit: 3/3 4 KiB x 1 x 1 thread round 1"), "plain progress when not a terminal: {stderr}");
+    let json = out.join("report.json");
+    assert!(json.is_file() && out.join("report.md").is_file(), "{stdout}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
+    assert_eq!(report["schema"], "aiv-audit/1");
+    assert_eq!(report["command"][0], "aiv", "the program is recorded by name, not by where it lies");
+
+    let output = aiv().args(["audit", "--compare"]).arg(&json).arg(&json).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success() && stdout.contains("Same environment and method"), "{stdout}");
+
+    let missing = dir.path().join("missing.json");
+    let output = aiv().args(["audit", "--compare"]).arg(&missing).arg(&json).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("missing.json"), "{stderr}");
+    let output = aiv().args(["audit", "--paths", "aiv,rdma"]).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--paths") && stderr.contains("rdma"), "{stderr}");
+}

@@ -30,6 +30,10 @@ struct Cli {
 enum Command {
     /// Say which device backends are usable here and, for `cann`, what was looked for and not found.
     Doctor,
+    /// The comparative audit: every path (aiv, adxl, ubshmem, tcp) on the same workloads in one process, rounds
+    /// interleaved across paths, a same-run memcpy reference, verdicts from the transfers' evidence; writes
+    /// report.json and report.md into a directory (docs/audit.md).
+    Audit(AuditArgs),
     /// Run Mooncake's transfer_engine_bench workload (same flags and result line).
     Bench(BenchArgs),
     /// Serve segment metadata over HTTP with Mooncake's REST rules (for `http://host:port/metadata`), until killed.
@@ -127,6 +131,47 @@ struct BenchArgs {
     /// records' runtime, the four checks, per-transfer counts); the human report then goes to stderr
     #[arg(long)]
     json: bool,
+}
+
+/// What `aiv audit` runs. Without flags: `--quick`, on the embedded twin runtime (no servers to start).
+#[derive(Debug, clap::Args)]
+struct AuditArgs {
+    /// The default matrix: 4 KiB latency, 64 KiB and 1 MiB bandwidth, 5 rounds of 1 s per path (about 90 s on two
+    /// cores)
+    #[arg(long, conflicts_with = "full")]
+    quick: bool,
+    /// The complete matrix: block sizes 4 KiB to 16 MiB and batched small transfers from two threads, 7 rounds
+    #[arg(long)]
+    full: bool,
+    /// Paths to audit, comma-separated, in the first round's order (default: aiv,adxl,ubshmem,tcp)
+    #[arg(long, value_delimiter = ',')]
+    paths: Option<Vec<String>>,
+    /// Block sizes to run instead of the matrix's, comma-separated (suffixes allowed: 4k, 1m); each with
+    /// --batch-size and --threads
+    #[arg(long, value_delimiter = ',', value_parser = |t: &str| bench::parse_buffer_size("--sizes", t))]
+    sizes: Option<Vec<u64>>,
+    /// Requests per batch for --sizes (default: 8 MiB worth, 1 to 32)
+    #[arg(long = "batch-size", value_parser = bench::parse_batch_size, requires = "sizes")]
+    batch_size: Option<usize>,
+    /// Initiator threads for --sizes (default 1)
+    #[arg(long, value_parser = bench::parse_threads, requires = "sizes")]
+    threads: Option<usize>,
+    /// Rounds per workload (each visits every path once)
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Seconds each path runs each workload in each round
+    #[arg(long = "cell-seconds", value_parser = bench::parse_duration)]
+    cell_seconds: Option<Duration>,
+    /// Transfer direction
+    #[arg(long, value_enum, default_value = "read")]
+    operation: Operation,
+    /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+    /// Compare two report.json files instead of running: what differs, and per workload and path the medians with
+    /// their ratio B/A
+    #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["quick", "full", "paths", "sizes", "rounds", "cell_seconds", "out"])]
+    compare: Option<Vec<PathBuf>>,
 }
 
 /// transfer_engine_bench's flags that mean nothing here (`mooncake-transfer-engine/example/transfer_engine_bench.cpp`:
@@ -287,6 +332,7 @@ fn main() -> ExitCode {
             print!("{}", aiv_transport::doctor::diagnose().render());
             Ok(())
         }
+        Command::Audit(args) => run_audit(cli.config, args),
         Command::Bench(args) => run_bench(cli.config, args),
         Command::MetadataServer(args) => run_metadata_server(&args),
     };
@@ -311,6 +357,105 @@ fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
     println!("aiv metadata-server: serving {} (connection string for engines)", server.url());
     server.wait();
     Ok(())
+}
+
+fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String> {
+    use aiv_transport::audit::{self, AuditOptions, AuditReport, Workload};
+    if let Some(files) = args.compare {
+        let (a, b) = (AuditReport::read(&files[0])?, AuditReport::read(&files[1])?);
+        print!("{}", audit::compare::compare(&a, &b));
+        return Ok(());
+    }
+    let env = aiv_transport::config::ProcessEnvironment;
+    let config =
+        EngineConfig::load_with(config_path.as_deref(), &env, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
+    let mut options = if args.full { AuditOptions::full() } else { AuditOptions::quick() };
+    if let Some(names) = args.paths {
+        options.paths = names
+            .iter()
+            .map(|name| config.aiv.resolve_protocol(name).map_err(|e| format!("--paths: {e}")))
+            .collect::<Result<_, _>>()?;
+    }
+    if let Some(sizes) = args.sizes {
+        let threads = args.threads.unwrap_or(1);
+        options.workloads = sizes
+            .into_iter()
+            .map(|block_size| Workload {
+                block_size,
+                batch_size: args.batch_size.unwrap_or(((8u64 << 20) / block_size.max(1)).clamp(1, 32) as usize),
+                threads,
+            })
+            .collect();
+    }
+    if let Some(rounds) = args.rounds {
+        options.rounds = rounds;
+    }
+    if let Some(cell) = args.cell_seconds {
+        options.cell = cell;
+    }
+    options.operation = match args.operation {
+        Operation::Read => Opcode::Read,
+        Operation::Write => Opcode::Write,
+    };
+    // The program as `aiv` (not where this binary lies), then the arguments as given.
+    options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
+    let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
+    options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
+    options.validate().map_err(|e| e.to_string())?;
+    let out = args.out.unwrap_or_else(|| {
+        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        PathBuf::from(format!("aiv-audit-{}", stamp.replace([':', '-'], "")))
+    });
+    let progress = AuditProgress::new();
+    let report = audit::run(&config, &options, &progress).map_err(|e| e.to_string())?;
+    progress.finish();
+    let [json, md] = report.write(&out).map_err(|e| format!("writing the report into {}: {e}", out.display()))?;
+    for verdict in &report.verdicts {
+        if let Some(line) = verdict.lines.first() {
+            println!("{:8} {line}", verdict.path);
+        }
+    }
+    println!("report: {} and {}", md.display(), json.display());
+    Ok(())
+}
+
+/// Progress of an audit on stderr: a bar on a terminal, a line per finished cell otherwise.
+struct AuditProgress {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl AuditProgress {
+    fn new() -> AuditProgress {
+        use std::io::IsTerminal;
+        let bar = std::io::stderr().is_terminal().then(|| {
+            let bar = indicatif::ProgressBar::new(0);
+            let style = indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+                .progress_chars("=> ");
+            bar.set_style(style);
+            bar
+        });
+        AuditProgress { bar }
+    }
+
+    fn finish(&self) {
+        if let Some(bar) = &self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl aiv_transport::audit::Progress for AuditProgress {
+    fn cell(&self, done: usize, total: usize, what: &str) {
+        match &self.bar {
+            Some(bar) => {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
+                bar.set_message(what.to_owned());
+            }
+            None => eprintln!("audit: {done}/{total} {what}"),
+        }
+    }
 }
 
 fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String> {

@@ -1,0 +1,144 @@
+//! `aiv audit --compare A B`: what differs between two reports — where they ran, how, and per workload and path the
+//! medians side by side with their ratio, and any verdict that changed.
+
+use std::fmt::Write as _;
+
+use super::report::{AuditReport, CellStats, Stats};
+
+/// The comparison as text (Markdown). `B / A` ratios: above 1 means B's figure is larger.
+pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "# aiv audit: A vs B\n");
+    let _ = writeln!(out, "A: {} ({})", a.started_utc, a.command.join(" "));
+    let _ = writeln!(out, "B: {} ({})\n", b.started_utc, b.command.join(" "));
+    let (ea, eb) = (&a.environment, &b.environment);
+    let fields = [
+        ("version", ea.version.clone(), eb.version.clone()),
+        ("source commit", opt(&ea.source_commit), opt(&eb.source_commit)),
+        ("device backend", ea.device_backend.clone(), eb.device_backend.clone()),
+        ("runtime", a.runtime().unwrap_or("-").into(), b.runtime().unwrap_or("-").into()),
+        ("logical CPUs", ea.cpus.to_string(), eb.cpus.to_string()),
+        ("CPU model", opt(&ea.cpu_model), opt(&eb.cpu_model)),
+        (
+            "memory bytes",
+            ea.memory_bytes.map_or("-".into(), |m| m.to_string()),
+            eb.memory_bytes.map_or("-".into(), |m| m.to_string()),
+        ),
+        ("OS", ea.os.clone(), eb.os.clone()),
+        ("rounds", a.method.rounds.to_string(), b.method.rounds.to_string()),
+        ("seconds per cell", a.method.cell_s.to_string(), b.method.cell_s.to_string()),
+        ("operation", a.method.operation.clone(), b.method.operation.clone()),
+    ];
+    let differing: Vec<_> = fields.iter().filter(|(_, x, y)| x != y).collect();
+    if differing.is_empty() {
+        let _ = writeln!(out, "Same environment and method (version, commit, runtime, machine, rounds, cell time).\n");
+    } else {
+        let same_machine = ea.cpus == eb.cpus && ea.cpu_model == eb.cpu_model && ea.memory_bytes == eb.memory_bytes;
+        let _ = writeln!(
+            out,
+            "{}. What differs:\n",
+            if same_machine {
+                "The same machine"
+            } else {
+                "Different machines: ratios mix the machines' differences in"
+            }
+        );
+        for (name, x, y) in differing {
+            let _ = writeln!(out, "- {name}: A {x}, B {y}");
+        }
+        let _ = writeln!(out);
+    }
+    for verdict in &b.verdicts {
+        match a.verdicts.iter().find(|v| v.path == verdict.path) {
+            Some(before) if before.aiv_direct != verdict.aiv_direct => {
+                let _ = writeln!(
+                    out,
+                    "**Verdict changed** for `{}`: AIV-direct {} in A, {} in B.\n",
+                    verdict.path, before.aiv_direct, verdict.aiv_direct
+                );
+            }
+            Some(_) => {}
+            None => {
+                let _ = writeln!(out, "`{}` is only in B (AIV-direct {}).\n", verdict.path, verdict.aiv_direct);
+            }
+        }
+    }
+    for verdict in a.verdicts.iter().filter(|v| !b.verdicts.iter().any(|w| w.path == v.path)) {
+        let _ = writeln!(out, "`{}` is only in A.\n", verdict.path);
+    }
+    for wb in &b.workloads {
+        let Some(wa) = a.workloads.iter().find(|w| w.workload == wb.workload) else {
+            let _ = writeln!(out, "Workload {} is only in B.\n", wb.name);
+            continue;
+        };
+        let _ = writeln!(out, "## {}\n", wb.name);
+        let _ =
+            writeln!(out, "| path | GB/s A | GB/s B | B/A | p50 µs A | p50 µs B | B/A | CPU/transfer µs A | B | B/A |");
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+        let memcpy = |w: &super::report::WorkloadReport| w.memcpy_bytes_per_second;
+        row(&mut out, "memcpy", memcpy(wa).as_ref(), memcpy(wb).as_ref(), None, None, None, None);
+        for cb in &wb.paths {
+            match wa.paths.iter().find(|c| c.path == cb.path) {
+                Some(ca) => cells(&mut out, ca, cb),
+                None => {
+                    let _ = writeln!(out, "| {} | only in B | | | | | | | | |", cb.path);
+                }
+            }
+        }
+        let _ = writeln!(out);
+    }
+    for wa in a.workloads.iter().filter(|w| !b.workloads.iter().any(|x| x.workload == w.workload)) {
+        let _ = writeln!(out, "Workload {} is only in A.\n", wa.name);
+    }
+    out
+}
+
+fn opt(value: &Option<String>) -> String {
+    value.clone().unwrap_or_else(|| "-".into())
+}
+
+fn cells(out: &mut String, a: &CellStats, b: &CellStats) {
+    row(
+        out,
+        &a.path,
+        a.bytes_per_second.as_ref(),
+        b.bytes_per_second.as_ref(),
+        a.latency_p50_ns.as_ref(),
+        b.latency_p50_ns.as_ref(),
+        a.process_cpu_ns_per_transfer.as_ref(),
+        b.process_cpu_ns_per_transfer.as_ref(),
+    );
+}
+
+#[allow(clippy::too_many_arguments)]
+fn row(
+    out: &mut String,
+    path: &str,
+    bw_a: Option<&Stats>,
+    bw_b: Option<&Stats>,
+    lat_a: Option<&Stats>,
+    lat_b: Option<&Stats>,
+    cpu_a: Option<&Stats>,
+    cpu_b: Option<&Stats>,
+) {
+    let median = |s: Option<&Stats>, scale: f64, digits: usize| {
+        s.map_or("-".into(), |s| format!("{:.*}", digits, s.median * scale))
+    };
+    let ratio = |x: Option<&Stats>, y: Option<&Stats>| match (x, y) {
+        (Some(x), Some(y)) if x.median > 0.0 => format!("{:.2}", y.median / x.median),
+        _ => "-".into(),
+    };
+    let _ = writeln!(
+        out,
+        "| {path} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+        median(bw_a, 1e-9, 2),
+        median(bw_b, 1e-9, 2),
+        ratio(bw_a, bw_b),
+        median(lat_a, 1e-3, 1),
+        median(lat_b, 1e-3, 1),
+        ratio(lat_a, lat_b),
+        median(cpu_a, 1e-3, 2),
+        median(cpu_b, 1e-3, 2),
+        ratio(cpu_a, cpu_b)
+    );
+}

@@ -1,0 +1,459 @@
+//! `aiv audit`: the comparative audit. Every path runs the same workloads in one process, on the same two engines,
+//! the same device memory and the same request layout, in rounds interleaved across paths (each round visits every
+//! path once, in an order rotated from round to round), next to a same-run memcpy reference; each figure is reported
+//! as the median over the rounds with its spread, and each path's AIV-direct verdict comes from the evidence its
+//! transfers recorded (docs/audit.md).
+//!
+//! Owns: the workload matrix, the interleaving, the statistics over rounds. The measurement of one cell is
+//! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
+
+pub mod compare;
+pub mod report;
+
+use std::time::{Duration, Instant};
+
+use crate::bench::{self, BenchOutcome, BenchParams, ReportUnit};
+use crate::config::{DeviceBackendKind, EngineConfig};
+use crate::error::{EngineError, Result};
+use crate::evidence::EvidenceTally;
+use crate::transfer::{Opcode, Protocol, SegmentId};
+use crate::TransferEngine;
+
+pub use report::{AuditReport, CellStats, PathVerdict, Stats, WorkloadReport, AUDIT_SCHEMA};
+
+/// One workload of the matrix: `transfer_engine_bench`'s shape.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Workload {
+    /// Bytes per request.
+    pub block_size: u64,
+    /// Requests per batch.
+    pub batch_size: usize,
+    /// Initiator threads.
+    pub threads: usize,
+}
+
+impl Workload {
+    /// `4 KiB x 1 x 1 thread`.
+    pub fn name(&self) -> String {
+        format!(
+            "{} x {} x {} thread{}",
+            report::size_name(self.block_size),
+            self.batch_size,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        )
+    }
+
+    /// Bytes one round of every thread's batches spans in each buffer.
+    pub fn span(&self) -> u64 {
+        self.block_size.saturating_mul(self.batch_size as u64).saturating_mul(self.threads as u64)
+    }
+}
+
+/// The default matrix (`--quick`): small-transfer latency, and bandwidth at 64 KiB and 1 MiB.
+pub fn quick_workloads() -> Vec<Workload> {
+    vec![
+        Workload { block_size: 4 << 10, batch_size: 1, threads: 1 },
+        Workload { block_size: 64 << 10, batch_size: 32, threads: 1 },
+        Workload { block_size: 1 << 20, batch_size: 8, threads: 1 },
+    ]
+}
+
+/// The complete matrix (`--full`): block sizes 4 KiB to 16 MiB (batches of up to 8 MiB, at most 32 requests), and
+/// small transfers batched and from two threads.
+pub fn full_workloads() -> Vec<Workload> {
+    let mut workloads = vec![
+        Workload { block_size: 4 << 10, batch_size: 1, threads: 1 },
+        Workload { block_size: 4 << 10, batch_size: 16, threads: 2 },
+    ];
+    for shift in [12u32, 14, 16, 18, 20, 22, 24] {
+        let block_size = 1u64 << shift;
+        let batch_size = ((8u64 << 20) / block_size).clamp(1, 32) as usize;
+        workloads.push(Workload { block_size, batch_size, threads: 1 });
+    }
+    workloads
+}
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct AuditOptions {
+    /// The paths, in the order of the first round.
+    pub paths: Vec<Protocol>,
+    pub workloads: Vec<Workload>,
+    /// Rounds per workload: each visits every path once.
+    pub rounds: usize,
+    /// How long one path runs one workload in one round.
+    pub cell: Duration,
+    /// How long the memcpy reference runs per workload and round.
+    pub reference: Duration,
+    pub operation: Opcode,
+    /// The command line, recorded in the report so that a reviewer can rerun it.
+    pub command: Vec<String>,
+    /// The text of the mooncake.json the configuration was read from, if one was (recorded too).
+    pub config_file: Option<String>,
+}
+
+impl AuditOptions {
+    /// `--quick`: every path, the quick matrix, 5 rounds of 1 s cells (about 70 s of measurement on two cores).
+    pub fn quick() -> AuditOptions {
+        AuditOptions {
+            paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
+            workloads: quick_workloads(),
+            rounds: 5,
+            cell: Duration::from_secs(1),
+            reference: Duration::from_millis(200),
+            operation: Opcode::Read,
+            command: Vec::new(),
+            config_file: None,
+        }
+    }
+
+    /// `--full`: every path, the full matrix, 7 rounds of 1 s cells.
+    pub fn full() -> AuditOptions {
+        AuditOptions { workloads: full_workloads(), rounds: 7, ..AuditOptions::quick() }
+    }
+
+    /// Checks the options; the error names what is wrong.
+    pub fn validate(&self) -> Result<()> {
+        let invalid = |reason: String| EngineError::InvalidArgument { operation: "audit", reason };
+        if self.paths.is_empty() {
+            return Err(invalid("no path to audit (--paths is empty)".into()));
+        }
+        for (i, path) in self.paths.iter().enumerate() {
+            if self.paths[..i].contains(path) {
+                return Err(invalid(format!("path {} is listed twice", path.as_str())));
+            }
+        }
+        if self.workloads.is_empty() {
+            return Err(invalid("no workload to run".into()));
+        }
+        if self.rounds == 0 || self.rounds > 1000 {
+            return Err(invalid(format!("--rounds {} is outside 1 to 1000", self.rounds)));
+        }
+        if self.cell < Duration::from_millis(10) || self.cell > Duration::from_secs(600) {
+            return Err(invalid(format!("--cell-seconds {:?} is outside 0.01 to 600 s", self.cell)));
+        }
+        for workload in &self.workloads {
+            if workload.block_size == 0 || workload.batch_size == 0 || workload.threads == 0 {
+                return Err(invalid(format!("workload {}: sizes and counts must be positive", workload.name())));
+            }
+            if workload.span() > MAX_SPAN {
+                return Err(invalid(format!(
+                    "workload {}: block x batch x threads = {} bytes is above the audit's {} per buffer",
+                    workload.name(),
+                    workload.span(),
+                    report::size_name(MAX_SPAN)
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The buffer each side registers: the largest span, at least 1 MiB.
+    fn buffer_size(&self) -> u64 {
+        self.workloads.iter().map(Workload::span).max().unwrap_or(0).max(1 << 20)
+    }
+}
+
+/// The largest buffer a workload may span (each side, device and Host).
+pub const MAX_SPAN: u64 = 128 << 20;
+
+/// Where the audit reports progress: one call per finished cell.
+pub trait Progress {
+    /// A cell finished: `done` of `total`, what it was and its headline figure.
+    fn cell(&self, done: usize, total: usize, what: &str);
+}
+
+/// No progress output.
+#[derive(Debug)]
+pub struct Silent;
+
+impl Progress for Silent {
+    fn cell(&self, _: usize, _: usize, _: &str) {}
+}
+
+/// One path's buffers: where its transfers read and write.
+#[derive(Clone, Copy, Debug)]
+struct Buffers {
+    local: u64,
+    remote: u64,
+}
+
+/// The two engines and their buffers, for every path of the audit.
+struct Rig {
+    initiator: TransferEngine,
+    target: TransferEngine,
+    segment: SegmentId,
+    /// Device memory of the initiator's and the target's device (aiv, adxl, ubshmem), if a device path is audited.
+    device: Option<(crate::device::DeviceBuffer, crate::device::DeviceBuffer, Buffers)>,
+    /// Host memory of both engines (tcp: the Host cannot reach device memory over sockets).
+    host: Option<(Vec<u8>, Vec<u8>, Buffers)>,
+    /// Time to register the buffers, per path kind (ns), and their bytes.
+    registration: Vec<report::Registration>,
+}
+
+impl Rig {
+    fn new(config: &EngineConfig, options: &AuditOptions) -> Result<Rig> {
+        let size = options.buffer_size();
+        let device_paths = options.paths.iter().any(|p| p.is_device_path());
+        let host_paths = options.paths.contains(&Protocol::Tcp);
+        if device_paths && size > config.aiv.hbm_size {
+            return Err(EngineError::InvalidArgument {
+                operation: "audit",
+                reason: format!(
+                    "the workloads need {} of device memory per side, above aiv.hbm_size ({}): raise \"aiv\": \
+                     {{\"hbm_size\": ...}} or drop the largest workloads",
+                    report::size_name(size),
+                    report::size_name(config.aiv.hbm_size)
+                ),
+            });
+        }
+        let initiator = TransferEngine::new(config.clone())?;
+        let mut target_config = config.clone();
+        if !config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
+            target_config.local_hostname = format!("{}:npu_{}", config.local_hostname, config.aiv.device_id + 1);
+        }
+        target_config.aiv.device_id = config.aiv.device_id + 1;
+        let target = TransferEngine::new(target_config)?;
+        let mut registration = Vec::new();
+        let device = if device_paths {
+            let (a, b) = (initiator.device()?, target.device()?);
+            let allocation = |error: crate::device::DeviceError| EngineError::InvalidArgument {
+                operation: "audit: allocate device memory",
+                reason: error.to_string(),
+            };
+            let local = a.allocate(size).map_err(allocation)?;
+            let remote = b.allocate(size).map_err(allocation)?;
+            // Written through the devices' copy path, so that first touches are not measured.
+            bench::fill_device(&a, local.addr(), size as usize, |_| 0xA5).map_err(allocation)?;
+            bench::fill_device(&b, remote.addr(), size as usize, |_| 0x5A).map_err(allocation)?;
+            let started = Instant::now();
+            // SAFETY: the buffers live in the rig next to the engines and outlive every batch (run_initiator waits
+            // for each); the rig withdraws both registrations before they drop.
+            unsafe {
+                initiator.register_memory(local.addr(), local.len(), &a.location())?;
+                target.register_memory(remote.addr(), remote.len(), &b.location())?;
+            }
+            registration.push(report::Registration::new("device", 2 * size, started.elapsed()));
+            let buffers = Buffers { local: local.addr(), remote: remote.addr() };
+            Some((local, remote, buffers))
+        } else {
+            None
+        };
+        let host = if host_paths {
+            let (mut local, mut remote) = (host_buffer(size, 0xA5)?, host_buffer(size, 0x5A)?);
+            let buffers = Buffers { local: local.as_mut_ptr() as u64, remote: remote.as_mut_ptr() as u64 };
+            let started = Instant::now();
+            // SAFETY: as above: the vectors live in the rig and are withdrawn before they drop.
+            unsafe {
+                initiator.register_memory(buffers.local, size, "cpu:0")?;
+                target.register_memory(buffers.remote, size, "cpu:0")?;
+            }
+            registration.push(report::Registration::new("host", 2 * size, started.elapsed()));
+            Some((local, remote, buffers))
+        } else {
+            None
+        };
+        let segment = initiator.open_segment(target.name())?;
+        Ok(Rig { initiator, target, segment, device, host, registration })
+    }
+
+    fn buffers(&self, path: Protocol) -> Buffers {
+        let side =
+            if path.is_device_path() { self.device.as_ref().map(|d| d.2) } else { self.host.as_ref().map(|h| h.2) };
+        side.expect("the rig registered buffers for every audited path")
+    }
+
+    fn withdraw(self) {
+        for buffers in self.device.iter().map(|d| d.2).chain(self.host.iter().map(|h| h.2)) {
+            let _ = self.initiator.unregister_memory(buffers.local);
+            let _ = self.target.unregister_memory(buffers.remote);
+        }
+        // The initiator goes first, so that its peer probe never finds the target's device gone.
+        let Rig { initiator, target, device, host, .. } = self;
+        let device_buffers = device.map(|(local, remote, _)| (local, remote));
+        drop(initiator);
+        drop(device_buffers);
+        drop(target);
+        drop(host);
+    }
+}
+
+fn host_buffer(size: u64, fill: u8) -> Result<Vec<u8>> {
+    let size = usize::try_from(size)
+        .map_err(|_| EngineError::InvalidArgument { operation: "audit", reason: "buffer size exceeds usize".into() })?;
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(size).map_err(|_| EngineError::InvalidArgument {
+        operation: "audit",
+        reason: format!("cannot allocate {} of Host memory", report::size_name(size as u64)),
+    })?;
+    buffer.resize(size, fill);
+    Ok(buffer)
+}
+
+/// The order of the paths in round `round`: the first round's order rotated by `round`.
+pub fn round_order(paths: &[Protocol], round: usize) -> Vec<Protocol> {
+    let mut order = paths.to_vec();
+    if !order.is_empty() {
+        let by = round % order.len();
+        order.rotate_left(by);
+    }
+    order
+}
+
+/// One cell's measurement in one round.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RoundResult {
+    /// The round (from 0) and the cell's place in it (from 0).
+    pub round: usize,
+    pub slot: usize,
+    pub bytes_per_second: f64,
+    pub latency_p50_ns: u64,
+    pub latency_p99_ns: u64,
+    pub latency_p999_ns: u64,
+    pub batches: u64,
+    pub failed_batches: u64,
+    pub transfers: u64,
+    /// Every Host thread of the process, per transfer (None: /proc unreadable).
+    pub process_cpu_ns_per_transfer: Option<f64>,
+    /// The path's attribution (its threads and sections, and its waiters), per transfer.
+    pub path_cpu_ns_per_transfer: f64,
+}
+
+impl RoundResult {
+    fn of(round: usize, slot: usize, outcome: &BenchOutcome) -> RoundResult {
+        let quantile = |q: f64| u64::try_from(outcome.latency_quantile(q).as_nanos()).unwrap_or(u64::MAX);
+        let evidence = &outcome.evidence;
+        RoundResult {
+            round,
+            slot,
+            bytes_per_second: outcome.bytes_per_second(),
+            latency_p50_ns: quantile(0.5),
+            latency_p99_ns: quantile(0.99),
+            latency_p999_ns: quantile(0.999),
+            batches: outcome.completed_batches + outcome.failed_batches,
+            failed_batches: outcome.failed_batches,
+            transfers: evidence.transfers,
+            process_cpu_ns_per_transfer: evidence.process_host_cpu_ns,
+            path_cpu_ns_per_transfer: evidence.host_cpu_ns + evidence.waiting_cpu_ns,
+        }
+    }
+}
+
+/// Runs the audit: sets up the rig, then per workload `rounds` rounds over the paths, interleaved.
+pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progress) -> Result<AuditReport> {
+    options.validate()?;
+    let started_utc = report::utc_now();
+    let started = Instant::now();
+    let rig = Rig::new(config, options)?;
+    let total = options.workloads.len() * options.rounds * (options.paths.len() + 1);
+    let mut done = 0;
+    let mut workloads = Vec::new();
+    let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
+    let mut failures: Vec<Option<String>> = vec![None; options.paths.len()];
+    let (reference_src, mut reference_dst) =
+        (host_buffer(options.buffer_size(), 1)?, host_buffer(options.buffer_size(), 2)?);
+    for workload in &options.workloads {
+        let mut per_path: Vec<Vec<RoundResult>> = vec![Vec::new(); options.paths.len()];
+        let mut memcpy = Vec::new();
+        for round in 0..options.rounds {
+            // The memcpy reference takes the round's first slot on odd rounds and its last on even ones.
+            let order = round_order(&options.paths, round);
+            let reference_first = round % 2 == 1;
+            let mut slot = 0;
+            let mut reference = |slot: usize, done: &mut usize| {
+                let params = params_for(options, workload, Protocol::Tcp, options.buffer_size());
+                let bytes_per_second =
+                    bench::memcpy_reference(&reference_src, &mut reference_dst, &params, options.reference);
+                memcpy.push(report::ReferenceRound { round, slot, bytes_per_second });
+                *done += 1;
+                progress.cell(*done, total, &format!("{} round {}: memcpy", workload.name(), round + 1));
+            };
+            if reference_first {
+                reference(slot, &mut done);
+                slot += 1;
+            }
+            for path in order {
+                let index = options.paths.iter().position(|p| *p == path).expect("a listed path");
+                let buffers = rig.buffers(path);
+                let params = params_for(options, workload, path, options.buffer_size());
+                let outcome =
+                    bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)?;
+                if outcome.failed_batches > 0 && failures[index].is_none() {
+                    failures[index] = outcome.first_failure.clone();
+                }
+                tallies[index].merge(&outcome.evidence.tally);
+                per_path[index].push(RoundResult::of(round, slot, &outcome));
+                slot += 1;
+                done += 1;
+                progress.cell(done, total, &format!("{} round {}: {}", workload.name(), round + 1, path.as_str()));
+            }
+            if !reference_first {
+                reference(slot, &mut done);
+            }
+        }
+        workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, memcpy));
+    }
+    let registration = rig.registration.clone();
+    rig.withdraw();
+    let verdicts: Vec<PathVerdict> = options
+        .paths
+        .iter()
+        .zip(tallies.iter())
+        .zip(failures)
+        .map(|((path, tally), first_failure)| PathVerdict::new(*path, tally, first_failure))
+        .collect();
+    let mut environment = report::Environment::probe(config);
+    environment.runtime = verdicts_runtime(&verdicts);
+    Ok(AuditReport {
+        schema: AUDIT_SCHEMA.into(),
+        command: options.command.clone(),
+        started_utc,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        environment,
+        config: report::ConfigRecord { file: options.config_file.clone(), effective: format!("{config:#?}") },
+        method: report::Method::of(options),
+        paths: options.paths.iter().map(|p| p.as_str().to_owned()).collect(),
+        skipped: skipped_paths(config),
+        registration,
+        workloads,
+        verdicts,
+    })
+}
+
+/// The runtime the first path with records names.
+fn verdicts_runtime(verdicts: &[PathVerdict]) -> Option<String> {
+    verdicts.iter().find_map(|v| v.runtime.clone())
+}
+
+/// The bench parameters of one cell.
+fn params_for(options: &AuditOptions, workload: &Workload, path: Protocol, buffer_size: u64) -> BenchParams {
+    BenchParams {
+        operation: options.operation,
+        protocol: path,
+        buffer_size,
+        batch_size: workload.batch_size,
+        block_size: workload.block_size,
+        duration: options.cell,
+        threads: workload.threads,
+        report_unit: "GB".parse::<ReportUnit>().expect("a known unit"),
+        report_precision: 2,
+    }
+}
+
+/// Paths the audit knows of and did not run, with the reason.
+fn skipped_paths(config: &EngineConfig) -> Vec<report::Skipped> {
+    let mut skipped = vec![report::Skipped {
+        path: "mooncake-ascend".into(),
+        reason: "Mooncake's own Ascend Direct (the mooncake-transfer-engine-npu build on the twin runtime) is not run \
+                 by this version of the audit: it runs in its own Python process, which the audit does not drive yet"
+            .into(),
+    }];
+    if config.aiv.device_backend != DeviceBackendKind::Twin {
+        skipped.push(report::Skipped {
+            path: "occupancy".into(),
+            reason: "device occupancy is only read from the twin runtime linked into this process".into(),
+        });
+    }
+    skipped
+}

@@ -1,0 +1,543 @@
+//! The audit's report: `report.json` (schema [`AUDIT_SCHEMA`], documented in docs/audit.md) and `report.md`, every
+//! number of which is read from the JSON document.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::{AuditOptions, RoundResult, Workload};
+use crate::config::EngineConfig;
+use crate::evidence::{Check, EvidenceTally};
+use crate::transfer::Protocol;
+
+/// The version of `report.json`'s layout: a reader refuses another.
+pub const AUDIT_SCHEMA: &str = "aiv-audit/1";
+
+/// The whole report.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AuditReport {
+    pub schema: String,
+    /// The command line that produced it.
+    pub command: Vec<String>,
+    /// When the audit started (RFC 3339, UTC) and how long it took.
+    pub started_utc: String,
+    pub elapsed_s: f64,
+    pub environment: Environment,
+    /// The configuration the engines started with.
+    pub config: ConfigRecord,
+    pub method: Method,
+    /// The audited paths, in the first round's order.
+    pub paths: Vec<String>,
+    /// Paths not run, and why.
+    pub skipped: Vec<Skipped>,
+    /// Time to register the audit's buffers.
+    pub registration: Vec<Registration>,
+    pub workloads: Vec<WorkloadReport>,
+    /// Per path, the AIV-direct verdict from every transfer's evidence.
+    pub verdicts: Vec<PathVerdict>,
+}
+
+/// Where the audit ran.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Environment {
+    /// aiv-transport's version.
+    pub version: String,
+    /// The commit of the source tree the binary was built from, read when the audit ran (`git rev-parse HEAD`
+    /// there), with `-dirty` if it had uncommitted changes; `None` where the tree or git is not there.
+    pub source_commit: Option<String>,
+    /// `twin` (the CPU model of an NPU) or `cann` (the vendor's libraries).
+    pub device_backend: String,
+    /// The runtime the transfers' evidence names (kind and version), from the first path that recorded one.
+    pub runtime: Option<String>,
+    /// The machine: logical CPUs, CPU model, memory, operating system.
+    pub cpus: usize,
+    pub cpu_model: Option<String>,
+    pub memory_bytes: Option<u64>,
+    pub os: String,
+}
+
+impl Environment {
+    pub(crate) fn probe(config: &EngineConfig) -> Environment {
+        Environment {
+            version: env!("CARGO_PKG_VERSION").into(),
+            source_commit: source_commit(),
+            device_backend: format!("{:?}", config.aiv.device_backend).to_lowercase(),
+            runtime: None,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_model: std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|info| {
+                info.lines()
+                    .find(|line| line.starts_with("model name"))
+                    .and_then(|line| line.split_once(':'))
+                    .map(|(_, model)| model.trim().to_owned())
+            }),
+            memory_bytes: crate::bench::physical_memory(),
+            os: std::fs::read_to_string("/proc/sys/kernel/osrelease")
+                .map(|release| format!("{} {}", std::env::consts::OS, release.trim()))
+                .unwrap_or_else(|_| std::env::consts::OS.into()),
+        }
+    }
+}
+
+/// `git rev-parse HEAD` in the source tree the binary was built from (its path is compiled in, never written out).
+fn source_commit() -> Option<String> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(dir)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .ok()
+            .filter(|output| output.status.success())
+            .map(|output| String::from_utf8_lossy(&output.stdout).trim().to_owned())
+    };
+    let commit = git(&["rev-parse", "HEAD"]).filter(|c| !c.is_empty())?;
+    let dirty = git(&["status", "--porcelain", "--untracked-files=no"]).is_some_and(|s| !s.is_empty());
+    Some(if dirty { format!("{commit}-dirty") } else { commit })
+}
+
+/// The configuration of a run: the mooncake.json text it was read from (if any; the MOONCAKE_* variables may have
+/// filled the rest) and the effective configuration as the engine holds it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigRecord {
+    pub file: Option<String>,
+    pub effective: String,
+}
+
+/// How the audit measured.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Method {
+    pub rounds: usize,
+    pub cell_s: f64,
+    pub reference_s: f64,
+    pub operation: String,
+    /// How rounds order the paths.
+    pub order: String,
+    /// What every path shares.
+    pub layout: String,
+}
+
+impl Method {
+    pub(crate) fn of(options: &AuditOptions) -> Method {
+        Method {
+            rounds: options.rounds,
+            cell_s: options.cell.as_secs_f64(),
+            reference_s: options.reference.as_secs_f64(),
+            operation: options.operation.as_str().into(),
+            order: "each round runs every path once, in the first round's order rotated left by the round number; \
+                    the memcpy reference runs last in even rounds and first in odd ones"
+                .into(),
+            layout: "one process; two engines (initiator on aiv.device_id, target on the next device) for every path; \
+                     device paths move between the same two device buffers, tcp between two Host buffers of the same \
+                     size (sockets cannot reach device memory); thread t's request i is at offset \
+                     block x (i x threads + t) in both buffers, as in transfer_engine_bench"
+                .into(),
+        }
+    }
+}
+
+/// A path the audit did not run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Skipped {
+    pub path: String,
+    pub reason: String,
+}
+
+/// Time to register buffers of one kind with the two engines.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Registration {
+    /// `device` or `host`.
+    pub memory: String,
+    pub bytes: u64,
+    pub seconds: f64,
+    /// Seconds per GiB registered.
+    pub seconds_per_gib: f64,
+}
+
+impl Registration {
+    pub(crate) fn new(memory: &str, bytes: u64, took: Duration) -> Registration {
+        let seconds = took.as_secs_f64();
+        Registration {
+            memory: memory.into(),
+            bytes,
+            seconds,
+            seconds_per_gib: seconds / (bytes.max(1) as f64 / (1u64 << 30) as f64),
+        }
+    }
+}
+
+/// The median of a figure over the rounds, with its spread.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Stats {
+    pub n: usize,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    /// The 10th and 90th percentiles (nearest rank).
+    pub p10: f64,
+    pub p90: f64,
+}
+
+impl Stats {
+    /// `None` without values.
+    pub fn of(values: impl IntoIterator<Item = f64>) -> Option<Stats> {
+        let mut values: Vec<f64> = values.into_iter().filter(|v| v.is_finite()).collect();
+        if values.is_empty() {
+            return None;
+        }
+        values.sort_by(f64::total_cmp);
+        let n = values.len();
+        let rank = |q: f64| values[((q * n as f64).ceil() as usize).clamp(1, n) - 1];
+        let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
+        Some(Stats { n, median, min: values[0], max: values[n - 1], p10: rank(0.1), p90: rank(0.9) })
+    }
+}
+
+/// One memcpy reference run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReferenceRound {
+    pub round: usize,
+    pub slot: usize,
+    pub bytes_per_second: f64,
+}
+
+/// One path's figures for one workload.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CellStats {
+    pub path: String,
+    pub bytes_per_second: Option<Stats>,
+    /// Per round: the path's bandwidth over the same round's memcpy reference.
+    pub vs_memcpy: Option<Stats>,
+    pub latency_p50_ns: Option<Stats>,
+    pub latency_p99_ns: Option<Stats>,
+    pub latency_p999_ns: Option<Stats>,
+    /// Every Host thread of the process, per transfer.
+    pub process_cpu_ns_per_transfer: Option<Stats>,
+    /// The path's own attribution, per transfer.
+    pub path_cpu_ns_per_transfer: Option<Stats>,
+    pub transfers: u64,
+    pub failed_batches: u64,
+    /// Every round as measured.
+    pub rounds: Vec<RoundResult>,
+}
+
+/// One workload: its paths and the reference.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkloadReport {
+    pub name: String,
+    pub workload: Workload,
+    pub memcpy_bytes_per_second: Option<Stats>,
+    pub memcpy_rounds: Vec<ReferenceRound>,
+    pub paths: Vec<CellStats>,
+}
+
+impl WorkloadReport {
+    pub(crate) fn new(
+        workload: Workload,
+        paths: &[Protocol],
+        per_path: Vec<Vec<RoundResult>>,
+        memcpy_rounds: Vec<ReferenceRound>,
+    ) -> WorkloadReport {
+        let reference = |round: usize| memcpy_rounds.iter().find(|r| r.round == round).map(|r| r.bytes_per_second);
+        let cells = paths
+            .iter()
+            .zip(per_path)
+            .map(|(path, rounds)| {
+                let of = |f: &dyn Fn(&RoundResult) -> Option<f64>| Stats::of(rounds.iter().filter_map(f));
+                CellStats {
+                    path: path.as_str().into(),
+                    bytes_per_second: of(&|r| Some(r.bytes_per_second)),
+                    vs_memcpy: of(&|r| reference(r.round).filter(|m| *m > 0.0).map(|m| r.bytes_per_second / m)),
+                    latency_p50_ns: of(&|r| (r.batches > 0).then_some(r.latency_p50_ns as f64)),
+                    latency_p99_ns: of(&|r| (r.batches > 0).then_some(r.latency_p99_ns as f64)),
+                    latency_p999_ns: of(&|r| (r.batches > 0).then_some(r.latency_p999_ns as f64)),
+                    process_cpu_ns_per_transfer: of(&|r| r.process_cpu_ns_per_transfer.filter(|_| r.transfers > 0)),
+                    path_cpu_ns_per_transfer: of(&|r| (r.transfers > 0).then_some(r.path_cpu_ns_per_transfer)),
+                    transfers: rounds.iter().map(|r| r.transfers).sum(),
+                    failed_batches: rounds.iter().map(|r| r.failed_batches).sum(),
+                    rounds,
+                }
+            })
+            .collect();
+        WorkloadReport {
+            name: workload.name(),
+            memcpy_bytes_per_second: Stats::of(memcpy_rounds.iter().map(|r| r.bytes_per_second)),
+            workload,
+            memcpy_rounds,
+            paths: cells,
+        }
+    }
+}
+
+/// A path's verdict over the whole audit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PathVerdict {
+    pub path: String,
+    /// `yes`, `no` or `unknown`, and the four checks.
+    pub aiv_direct: String,
+    pub kernel_on_aiv: String,
+    pub kernel_writes_descriptors: String,
+    pub kernel_rings_doorbell: String,
+    pub device_observes_completion: String,
+    /// The runtime the records came from ("twin runtime, cann-twin 0.1.0"), if any recorded it.
+    pub runtime: Option<String>,
+    pub transfers: u64,
+    /// The verdict and each check with its counts and source, as `aiv bench` prints them.
+    pub lines: Vec<String>,
+    /// The first failure a batch of this path reported, if any.
+    pub first_failure: Option<String>,
+}
+
+impl PathVerdict {
+    pub(crate) fn new(path: Protocol, tally: &EvidenceTally, first_failure: Option<String>) -> PathVerdict {
+        let checks = tally.checks();
+        let s = |check: Check| check.as_str().to_owned();
+        PathVerdict {
+            path: path.as_str().into(),
+            aiv_direct: s(checks.aiv_direct()),
+            kernel_on_aiv: s(checks.kernel_on_aiv),
+            kernel_writes_descriptors: s(checks.kernel_writes_descriptors),
+            kernel_rings_doorbell: s(checks.kernel_rings_doorbell),
+            device_observes_completion: s(checks.device_observes_completion),
+            runtime: tally.runtime.map(|runtime| runtime.to_string()),
+            transfers: tally.transfers,
+            lines: tally.verdict_lines(),
+            first_failure,
+        }
+    }
+}
+
+/// `4 KiB`, `16 MiB`, `1000 B`.
+pub fn size_name(bytes: u64) -> String {
+    const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
+    for (name, size) in UNITS {
+        if bytes >= size && bytes % size == 0 {
+            return format!("{} {name}", bytes / size);
+        }
+    }
+    format!("{bytes} B")
+}
+
+/// Now, as RFC 3339 in UTC to the second.
+pub(crate) fn utc_now() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+impl AuditReport {
+    /// Reads a `report.json`; the error names the file and what is wrong (another schema included).
+    pub fn read(path: &Path) -> std::result::Result<AuditReport, String> {
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let value: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+        match value.get("schema").and_then(|s| s.as_str()) {
+            Some(AUDIT_SCHEMA) => {}
+            Some(other) => {
+                return Err(format!("{}: schema {other:?}, this aiv reads {AUDIT_SCHEMA:?}", path.display()));
+            }
+            None => return Err(format!("{}: no \"schema\": not an aiv audit report", path.display())),
+        }
+        serde_json::from_value(value).map_err(|e| format!("{}: {e}", path.display()))
+    }
+
+    /// Writes `report.json` and `report.md` into `dir` (created if missing); returns the two paths.
+    pub fn write(&self, dir: &Path) -> std::io::Result<[std::path::PathBuf; 2]> {
+        std::fs::create_dir_all(dir)?;
+        let json = dir.join("report.json");
+        let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        text.push('\n');
+        std::fs::write(&json, text)?;
+        let md = dir.join("report.md");
+        std::fs::write(&md, self.markdown())?;
+        Ok([json, md])
+    }
+
+    /// The runtime label of the records (the first verdict that has one).
+    pub fn runtime(&self) -> Option<&str> {
+        self.environment.runtime.as_deref().or_else(|| self.verdicts.iter().find_map(|v| v.runtime.as_deref()))
+    }
+
+    /// `report.md`: method, environment, a table per workload, the verdicts with their evidence, the caveats.
+    pub fn markdown(&self) -> String {
+        let mut md = String::new();
+        let runtime = self.runtime().unwrap_or("no runtime recorded");
+        let on_twin = self.environment.device_backend == "twin";
+        let _ = writeln!(md, "# aiv audit\n");
+        let _ = writeln!(md, "`{}`\n", self.command.join(" "));
+        let _ = writeln!(
+            md,
+            "Started {} UTC, {:.0} s. aiv-transport {} ({}), device backend `{}`, runtime: {runtime}.\n",
+            self.started_utc.trim_end_matches('Z').replace('T', " "),
+            self.elapsed_s,
+            self.environment.version,
+            self.environment.source_commit.as_deref().unwrap_or("commit unknown"),
+            self.environment.device_backend,
+        );
+        let _ = writeln!(
+            md,
+            "Machine: {} logical CPUs ({}), {} of memory, {}.\n",
+            self.environment.cpus,
+            self.environment.cpu_model.as_deref().unwrap_or("model unknown"),
+            self.environment
+                .memory_bytes
+                .map_or("unknown".into(), |m| format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64)),
+            self.environment.os
+        );
+        if on_twin {
+            let _ = writeln!(
+                md,
+                "> **Twin runtime: a CPU model of an NPU, not an NPU.** Its cores, copy engines and the Host share this \
+                 machine's CPUs, so every figure below is the model's, unverified on hardware.\n"
+            );
+        }
+        let _ = writeln!(md, "## Method\n");
+        let _ = writeln!(
+            md,
+            "{} rounds per workload, {:.2} s per path and round ({} of each request), memcpy reference {:.2} s per \
+             round. {}. {}. Figures are the median over the rounds, with [min - max].\n",
+            self.method.rounds,
+            self.method.cell_s,
+            self.method.operation,
+            self.method.reference_s,
+            capitalize(&self.method.order),
+            capitalize(&self.method.layout)
+        );
+        if !self.skipped.is_empty() {
+            let _ = writeln!(md, "Not run:\n");
+            for skipped in &self.skipped {
+                let _ = writeln!(md, "- `{}`: {}", skipped.path, skipped.reason);
+            }
+            let _ = writeln!(md);
+        }
+        let _ = writeln!(md, "## Verdicts (from every transfer's evidence)\n");
+        let _ = writeln!(md, "| path | AIV-direct | kernel on AIV | writes descriptors | rings doorbell | completion on Device | transfers |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        for v in &self.verdicts {
+            let _ = writeln!(
+                md,
+                "| {} | **{}** | {} | {} | {} | {} | {} |",
+                v.path,
+                v.aiv_direct,
+                v.kernel_on_aiv,
+                v.kernel_writes_descriptors,
+                v.kernel_rings_doorbell,
+                v.device_observes_completion,
+                v.transfers
+            );
+        }
+        let _ = writeln!(md);
+        for v in &self.verdicts {
+            let _ = writeln!(md, "`{}`:\n", v.path);
+            let _ = writeln!(md, "```text");
+            for line in &v.lines {
+                let _ = writeln!(md, "{line}");
+            }
+            let _ = writeln!(md, "```\n");
+            if let Some(failure) = &v.first_failure {
+                let _ = writeln!(md, "First failure: {failure}\n");
+            }
+        }
+        for workload in &self.workloads {
+            let _ = writeln!(md, "## {}\n", workload.name);
+            let _ =
+                writeln!(md, "memcpy reference: {} GB/s\n", stat(workload.memcpy_bytes_per_second.as_ref(), 1e-9, 2));
+            let _ = writeln!(
+                md,
+                "| path | GB/s | vs memcpy | latency p50 µs | p99 µs | p999 µs | Host CPU/transfer µs (process) | (path) | transfers | failed batches |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
+            for cell in &workload.paths {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    cell.path,
+                    stat(cell.bytes_per_second.as_ref(), 1e-9, 2),
+                    stat(cell.vs_memcpy.as_ref(), 1.0, 2),
+                    stat(cell.latency_p50_ns.as_ref(), 1e-3, 1),
+                    stat(cell.latency_p99_ns.as_ref(), 1e-3, 1),
+                    stat(cell.latency_p999_ns.as_ref(), 1e-3, 1),
+                    stat(cell.process_cpu_ns_per_transfer.as_ref(), 1e-3, 2),
+                    stat(cell.path_cpu_ns_per_transfer.as_ref(), 1e-3, 2),
+                    cell.transfers,
+                    cell.failed_batches
+                );
+            }
+            let _ = writeln!(md);
+        }
+        if !self.registration.is_empty() {
+            let _ = writeln!(md, "## Registration\n");
+            for r in &self.registration {
+                let _ = writeln!(
+                    md,
+                    "- {} memory: {} in {:.3} ms ({:.3} s per GiB)",
+                    r.memory,
+                    size_name(r.bytes),
+                    r.seconds * 1e3,
+                    r.seconds_per_gib
+                );
+            }
+            let _ = writeln!(md);
+        }
+        let _ = writeln!(md, "## Caveats\n");
+        if on_twin {
+            let _ = writeln!(
+                md,
+                "- Twin runtime: the device is a CPU model. Its AIV cores and SDMA engines are threads on the same CPUs \
+                 as the Host's threads, so device-side work slows the Host and the reference, which an NPU's would not."
+            );
+        }
+        let _ = writeln!(
+            md,
+            "- Host CPU per transfer (process) counts every Host thread of the process, the device model's threads left \
+             out; (path) is the path's own attribution (docs/cpu-accounting.md)."
+        );
+        let _ = writeln!(
+            md,
+            "- Latency is per batch, submit to the end of its wait; with batches of 1 it is per transfer."
+        );
+        let _ =
+            writeln!(md, "- Every number above is in report.json next to this file, with every round's raw figures.");
+        md
+    }
+}
+
+fn capitalize(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| first.to_uppercase().chain(chars).collect())
+}
+
+/// `median [min - max]` of `stats` scaled by `scale`, or `-`.
+fn stat(stats: Option<&Stats>, scale: f64, digits: usize) -> String {
+    match stats {
+        None => "-".into(),
+        Some(s) if s.n == 1 => format!("{:.*}", digits, s.median * scale),
+        Some(s) => {
+            format!("{:.*} [{:.*} - {:.*}]", digits, s.median * scale, digits, s.min * scale, digits, s.max * scale)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_give_the_median_and_nearest_rank_percentiles() {
+        let s = Stats::of([5.0, 1.0, 3.0, 2.0, 4.0]).expect("values");
+        assert_eq!((s.n, s.median, s.min, s.max, s.p10, s.p90), (5, 3.0, 1.0, 5.0, 1.0, 5.0));
+        let s = Stats::of((1..=10).map(f64::from)).expect("values");
+        assert_eq!((s.median, s.p10, s.p90), (5.5, 1.0, 9.0));
+        assert!(Stats::of([f64::NAN]).is_none());
+        assert!(Stats::of(Vec::<f64>::new()).is_none());
+    }
+
+    #[test]
+    fn sizes_are_named_in_the_largest_whole_unit() {
+        assert_eq!(size_name(4096), "4 KiB");
+        assert_eq!(size_name(16 << 20), "16 MiB");
+        assert_eq!(size_name(1000), "1000 B");
+        assert_eq!(size_name(3 << 29), "1536 MiB");
+    }
+}

@@ -1,0 +1,120 @@
+//! `aiv audit` end to end on the twin runtime: a short audit of aiv, adxl and tcp whose report must say what the
+//! evidence says (aiv AIV-direct, the Host-submitted paths not), interleave the paths round by round, round-trip
+//! through report.json, and compare; plus the option checks and the schema guard.
+
+use std::time::Duration;
+
+use aiv_transport::audit::{self, compare::compare, AuditOptions, AuditReport, Silent, Workload, AUDIT_SCHEMA};
+use aiv_transport::{EngineConfig, Opcode, Protocol};
+
+fn short_options() -> AuditOptions {
+    AuditOptions {
+        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Tcp],
+        workloads: vec![
+            Workload { block_size: 4096, batch_size: 1, threads: 1 },
+            Workload { block_size: 64 << 10, batch_size: 4, threads: 1 },
+        ],
+        rounds: 2,
+        cell: Duration::from_millis(60),
+        reference: Duration::from_millis(10),
+        operation: Opcode::Write,
+        command: vec!["aiv".into(), "audit".into(), "(test)".into()],
+        config_file: None,
+    }
+}
+
+#[test]
+fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    let options = short_options();
+    let report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    assert_eq!(report.schema, AUDIT_SCHEMA);
+    assert_eq!(report.paths, ["aiv", "adxl", "tcp"]);
+    assert_eq!(report.environment.device_backend, "twin");
+    assert!(report.runtime().is_some_and(|r| r.starts_with("twin runtime")), "{:?}", report.runtime());
+
+    // The verdicts come from the transfers' evidence: yes for aiv, no for the Host-submitted paths.
+    let verdict = |path: &str| report.verdicts.iter().find(|v| v.path == path).expect("a verdict per path");
+    assert_eq!(verdict("aiv").aiv_direct, "yes", "{:?}", verdict("aiv").lines);
+    for path in ["adxl", "tcp"] {
+        let v = verdict(path);
+        assert_eq!((v.aiv_direct.as_str(), v.kernel_writes_descriptors.as_str()), ("no", "no"), "{:?}", v.lines);
+        assert!(v.transfers > 0);
+    }
+
+    // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
+    // round 0 and first in round 1.
+    for workload in &report.workloads {
+        assert_eq!(workload.paths.len(), 3);
+        let slot = |path: &str, round: usize| {
+            let cell = workload.paths.iter().find(|c| c.path == path).expect("cell");
+            assert_eq!(cell.rounds.len(), 2, "{}: {path}", workload.name);
+            cell.rounds.iter().find(|r| r.round == round).expect("round").slot
+        };
+        assert_eq!([slot("aiv", 0), slot("adxl", 0), slot("tcp", 0)], [0, 1, 2], "{}", workload.name);
+        assert_eq!([slot("adxl", 1), slot("tcp", 1), slot("aiv", 1)], [1, 2, 3], "{}", workload.name);
+        let reference: Vec<(usize, usize)> = workload.memcpy_rounds.iter().map(|r| (r.round, r.slot)).collect();
+        assert_eq!(reference, [(0, 3), (1, 0)]);
+        for cell in &workload.paths {
+            assert_eq!(cell.failed_batches, 0, "{}: {}: {:?}", workload.name, cell.path, cell.rounds);
+            let bandwidth = cell.bytes_per_second.expect("measured");
+            assert!(bandwidth.median > 0.0 && bandwidth.min <= bandwidth.median && bandwidth.median <= bandwidth.max);
+            assert!(cell.latency_p50_ns.expect("measured").median > 0.0);
+            assert!(cell.vs_memcpy.is_some());
+        }
+    }
+
+    // report.json holds it all and reads back the same; report.md is made from it.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let [json, md] = report.write(dir.path()).expect("written");
+    let back = AuditReport::read(&json).expect("reads back");
+    assert_eq!(back, report);
+    let text = std::fs::read_to_string(md).expect("report.md");
+    assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
+    assert!(text.contains("| aiv | **yes** |") && text.contains("| tcp | **no** |"), "{text}");
+    let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");
+    let median = format!("{:.2}", aiv_64k.bytes_per_second.expect("measured").median * 1e-9);
+    assert!(text.contains(&format!("| aiv | {median} [")), "report.md lacks report.json's median {median}:\n{text}");
+
+    // A comparison with itself finds nothing changed; with a copy whose aiv verdict turned, it says so.
+    let same = compare(&report, &back);
+    assert!(same.contains("Same environment and method"), "{same}");
+    assert!(same.contains("| aiv |") && same.contains("| 1.00 |"), "{same}");
+    let mut turned = back.clone();
+    turned.verdicts[0].aiv_direct = "no".into();
+    turned.environment.cpus += 2;
+    let diff = compare(&report, &turned);
+    assert!(diff.contains("**Verdict changed** for `aiv`: AIV-direct yes in A, no in B"), "{diff}");
+    assert!(diff.contains("Different machines") && diff.contains("logical CPUs"), "{diff}");
+}
+
+#[test]
+fn bad_options_and_other_schemas_are_refused_by_name() {
+    let check = |options: AuditOptions, words: &str| {
+        let error = options.validate().expect_err("refused").to_string();
+        assert!(error.contains(words), "{error}");
+    };
+    check(AuditOptions { paths: Vec::new(), ..short_options() }, "no path to audit");
+    check(AuditOptions { paths: vec![Protocol::Aiv, Protocol::Aiv], ..short_options() }, "aiv is listed twice");
+    check(AuditOptions { rounds: 0, ..short_options() }, "--rounds 0");
+    check(AuditOptions { cell: Duration::from_micros(10), ..short_options() }, "--cell-seconds");
+    let huge = Workload { block_size: 16 << 20, batch_size: 32, threads: 1 };
+    check(AuditOptions { workloads: vec![huge], ..short_options() }, "above the audit's 128 MiB");
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 1 << 20;
+    let big = Workload { block_size: 1 << 20, batch_size: 4, threads: 1 };
+    let error = audit::run(&config, &AuditOptions { workloads: vec![big], ..short_options() }, &Silent)
+        .expect_err("does not fit the device")
+        .to_string();
+    assert!(error.contains("aiv.hbm_size"), "{error}");
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("report.json");
+    std::fs::write(&path, r#"{"schema": "aiv-bench/2"}"#).expect("written");
+    let error = AuditReport::read(&path).expect_err("another schema");
+    assert!(error.contains("aiv-bench/2") && error.contains(AUDIT_SCHEMA), "{error}");
+    std::fs::write(&path, "{").expect("written");
+    assert!(AuditReport::read(&path).expect_err("not JSON").contains("not JSON"));
+    assert!(AuditReport::read(&dir.path().join("missing.json")).expect_err("missing").contains("missing.json"));
+}
