@@ -497,6 +497,11 @@ impl AuditReport {
             md,
             "- Latency is per batch, submit to the end of its wait; with batches of 1 it is per transfer."
         );
+        let _ = writeln!(
+            md,
+            "- The memcpy reference copies the workload's blocks with the workload's threads between two Host buffers: \
+             a path that spreads a batch over more engines (aiv: its blocks' SDMA channels) can exceed it."
+        );
         let _ =
             writeln!(md, "- Every number above is in report.json next to this file, with every round's raw figures.");
         md
