@@ -67,10 +67,21 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
 
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");
+    let mut report = report;
     let [json, md] = report.write(dir.path()).expect("written");
     let back = AuditReport::read(&json).expect("reads back");
-    assert_eq!(back, report);
+    assert_eq!(back, report, "writing recorded the plots in the report itself");
+    // The plots: the three against block size (two sizes here) and the CDF, each named in both files.
+    assert_eq!(
+        back.plots,
+        ["bandwidth_vs_size.svg", "latency_p50_vs_size.svg", "host_cpu_vs_size.svg", "latency_cdf.svg"]
+    );
+    for plot in &back.plots {
+        let svg = std::fs::read_to_string(dir.path().join(plot)).expect("plot written");
+        assert!(svg.starts_with("<svg") && svg.contains("aiv") && svg.contains("tcp"), "{plot}");
+    }
     let text = std::fs::read_to_string(md).expect("report.md");
+    assert!(text.contains("![bandwidth vs size](bandwidth_vs_size.svg)"), "{text}");
     assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
     assert!(text.contains("| aiv | **yes** |") && text.contains("| tcp | **no** |"), "{text}");
     let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");

@@ -8,6 +8,7 @@
 //! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
 
 pub mod compare;
+mod plot;
 pub mod report;
 
 use std::time::{Duration, Instant};
@@ -355,6 +356,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         (host_buffer(options.buffer_size(), 1)?, host_buffer(options.buffer_size(), 2)?);
     for workload in &options.workloads {
         let mut per_path: Vec<Vec<RoundResult>> = vec![Vec::new(); options.paths.len()];
+        let mut latencies: Vec<hdrhistogram::Histogram<u64>> =
+            (0..options.paths.len()).map(|_| bench::latency_histogram()).collect();
         let mut memcpy = Vec::new();
         for round in 0..options.rounds {
             // The memcpy reference takes the round's first slot on odd rounds and its last on even ones.
@@ -384,6 +387,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 }
                 tallies[index].merge(&outcome.evidence.tally);
                 per_path[index].push(RoundResult::of(round, slot, &outcome));
+                // Same bounds on both sides: adding cannot fail.
+                let _ = latencies[index].add(&outcome.batch_latencies);
                 slot += 1;
                 done += 1;
                 progress.cell(done, total, &format!("{} round {}: {}", workload.name(), round + 1, path.as_str()));
@@ -392,7 +397,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 reference(slot, &mut done);
             }
         }
-        workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, memcpy));
+        workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, &latencies, memcpy));
     }
     let registration = rig.registration.clone();
     rig.withdraw();
@@ -418,6 +423,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         registration,
         workloads,
         verdicts,
+        plots: Vec::new(),
     })
 }
 

@@ -37,6 +37,8 @@ pub struct AuditReport {
     pub workloads: Vec<WorkloadReport>,
     /// Per path, the AIV-direct verdict from every transfer's evidence.
     pub verdicts: Vec<PathVerdict>,
+    /// The SVG plots written next to the report (file names), drawn from the figures above.
+    pub plots: Vec<String>,
 }
 
 /// Where the audit ran.
@@ -218,10 +220,23 @@ pub struct CellStats {
     pub process_cpu_ns_per_transfer: Option<Stats>,
     /// The path's own attribution, per transfer.
     pub path_cpu_ns_per_transfer: Option<Stats>,
+    /// The batch latencies of every round together, as `[quantile, ns]` points from 0 to 1 (empty: none measured).
+    pub latency_cdf: Vec<[f64; 2]>,
     pub transfers: u64,
     pub failed_batches: u64,
     /// Every round as measured.
     pub rounds: Vec<RoundResult>,
+}
+
+/// The quantiles [`CellStats::latency_cdf`] holds.
+pub const CDF_QUANTILES: [f64; 17] =
+    [0.0, 0.01, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 0.995, 0.999, 1.0];
+
+fn cdf(latencies: &hdrhistogram::Histogram<u64>) -> Vec<[f64; 2]> {
+    if latencies.is_empty() {
+        return Vec::new();
+    }
+    CDF_QUANTILES.iter().map(|&q| [q, latencies.value_at_quantile(q) as f64]).collect()
 }
 
 /// One workload: its paths and the reference.
@@ -239,13 +254,15 @@ impl WorkloadReport {
         workload: Workload,
         paths: &[Protocol],
         per_path: Vec<Vec<RoundResult>>,
+        latencies: &[hdrhistogram::Histogram<u64>],
         memcpy_rounds: Vec<ReferenceRound>,
     ) -> WorkloadReport {
         let reference = |round: usize| memcpy_rounds.iter().find(|r| r.round == round).map(|r| r.bytes_per_second);
         let cells = paths
             .iter()
             .zip(per_path)
-            .map(|(path, rounds)| {
+            .zip(latencies)
+            .map(|((path, rounds), latencies)| {
                 let of = |f: &dyn Fn(&RoundResult) -> Option<f64>| Stats::of(rounds.iter().filter_map(f));
                 CellStats {
                     path: path.as_str().into(),
@@ -256,6 +273,7 @@ impl WorkloadReport {
                     latency_p999_ns: of(&|r| (r.batches > 0).then_some(r.latency_p999_ns as f64)),
                     process_cpu_ns_per_transfer: of(&|r| r.process_cpu_ns_per_transfer.filter(|_| r.transfers > 0)),
                     path_cpu_ns_per_transfer: of(&|r| (r.transfers > 0).then_some(r.path_cpu_ns_per_transfer)),
+                    latency_cdf: cdf(latencies),
                     transfers: rounds.iter().map(|r| r.transfers).sum(),
                     failed_batches: rounds.iter().map(|r| r.failed_batches).sum(),
                     rounds,
@@ -343,8 +361,11 @@ impl AuditReport {
     }
 
     /// Writes `report.json` and `report.md` into `dir` (created if missing); returns the two paths.
-    pub fn write(&self, dir: &Path) -> std::io::Result<[std::path::PathBuf; 2]> {
+    /// The plots come first (their names go into both files); a plot that cannot be drawn is left out, named on
+    /// stderr.
+    pub fn write(&mut self, dir: &Path) -> std::io::Result<[std::path::PathBuf; 2]> {
         std::fs::create_dir_all(dir)?;
+        self.plots = super::plot::draw(self, dir);
         let json = dir.join("report.json");
         let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
         text.push('\n');
@@ -437,6 +458,12 @@ impl AuditReport {
             let _ = writeln!(md, "```\n");
             if let Some(failure) = &v.first_failure {
                 let _ = writeln!(md, "First failure: {failure}\n");
+            }
+        }
+        if !self.plots.is_empty() {
+            let _ = writeln!(md, "## Plots\n");
+            for plot in &self.plots {
+                let _ = writeln!(md, "![{}]({plot})\n", plot.trim_end_matches(".svg").replace('_', " "));
             }
         }
         for workload in &self.workloads {

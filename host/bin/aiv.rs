@@ -409,6 +409,7 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
     let progress = AuditProgress::new();
     let report = audit::run(&config, &options, &progress).map_err(|e| e.to_string())?;
     progress.finish();
+    let mut report = report;
     let [json, md] = report.write(&out).map_err(|e| format!("writing the report into {}: {e}", out.display()))?;
     for verdict in &report.verdicts {
         if let Some(line) = verdict.lines.first() {
