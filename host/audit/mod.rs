@@ -20,36 +20,7 @@ use crate::evidence::EvidenceTally;
 use crate::transfer::{Opcode, Protocol, SegmentId};
 use crate::TransferEngine;
 
-pub use report::{AuditReport, CellStats, PathVerdict, Stats, WorkloadReport, AUDIT_SCHEMA};
-
-/// One workload of the matrix: `transfer_engine_bench`'s shape.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct Workload {
-    /// Bytes per request.
-    pub block_size: u64,
-    /// Requests per batch.
-    pub batch_size: usize,
-    /// Initiator threads.
-    pub threads: usize,
-}
-
-impl Workload {
-    /// `4 KiB x 1 x 1 thread`.
-    pub fn name(&self) -> String {
-        format!(
-            "{} x {} x {} thread{}",
-            report::size_name(self.block_size),
-            self.batch_size,
-            self.threads,
-            if self.threads == 1 { "" } else { "s" }
-        )
-    }
-
-    /// Bytes one round of every thread's batches spans in each buffer.
-    pub fn span(&self) -> u64 {
-        self.block_size.saturating_mul(self.batch_size as u64).saturating_mul(self.threads as u64)
-    }
-}
+pub use report::{AuditReport, CellStats, PathVerdict, RoundResult, Stats, Workload, WorkloadReport, AUDIT_SCHEMA};
 
 /// The default matrix (`--quick`): small-transfer latency, and bandwidth at 64 KiB and 1 MiB.
 pub fn quick_workloads() -> Vec<Workload> {
@@ -302,42 +273,39 @@ pub fn round_order(paths: &[Protocol], round: usize) -> Vec<Protocol> {
     order
 }
 
-/// One cell's measurement in one round.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct RoundResult {
-    /// The round (from 0) and the cell's place in it (from 0).
-    pub round: usize,
-    pub slot: usize,
-    pub bytes_per_second: f64,
-    pub latency_p50_ns: u64,
-    pub latency_p99_ns: u64,
-    pub latency_p999_ns: u64,
-    pub batches: u64,
-    pub failed_batches: u64,
-    pub transfers: u64,
-    /// Every Host thread of the process, per transfer (None: /proc unreadable).
-    pub process_cpu_ns_per_transfer: Option<f64>,
-    /// The path's attribution (its threads and sections, and its waiters), per transfer.
-    pub path_cpu_ns_per_transfer: f64,
+impl AuditReport {
+    /// Writes the SVG plots, `report.json` and `report.md` into `dir` (created if missing); returns the paths of the
+    /// last two. The plots come first, so that both files name them; a plot that cannot be drawn is left out, named
+    /// on stderr.
+    pub fn write(&mut self, dir: &std::path::Path) -> std::io::Result<[std::path::PathBuf; 2]> {
+        std::fs::create_dir_all(dir)?;
+        self.plots = plot::draw(self, dir);
+        let json = dir.join("report.json");
+        let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
+        text.push('\n');
+        std::fs::write(&json, text)?;
+        let md = dir.join("report.md");
+        std::fs::write(&md, self.markdown())?;
+        Ok([json, md])
+    }
 }
 
-impl RoundResult {
-    fn of(round: usize, slot: usize, outcome: &BenchOutcome) -> RoundResult {
-        let quantile = |q: f64| u64::try_from(outcome.latency_quantile(q).as_nanos()).unwrap_or(u64::MAX);
-        let evidence = &outcome.evidence;
-        RoundResult {
-            round,
-            slot,
-            bytes_per_second: outcome.bytes_per_second(),
-            latency_p50_ns: quantile(0.5),
-            latency_p99_ns: quantile(0.99),
-            latency_p999_ns: quantile(0.999),
-            batches: outcome.completed_batches + outcome.failed_batches,
-            failed_batches: outcome.failed_batches,
-            transfers: evidence.transfers,
-            process_cpu_ns_per_transfer: evidence.process_host_cpu_ns,
-            path_cpu_ns_per_transfer: evidence.host_cpu_ns + evidence.waiting_cpu_ns,
-        }
+/// One cell's figures from its bench outcome.
+fn round_result(round: usize, slot: usize, outcome: &BenchOutcome) -> RoundResult {
+    let quantile = |q: f64| u64::try_from(outcome.latency_quantile(q).as_nanos()).unwrap_or(u64::MAX);
+    let evidence = &outcome.evidence;
+    RoundResult {
+        round,
+        slot,
+        bytes_per_second: outcome.bytes_per_second(),
+        latency_p50_ns: quantile(0.5),
+        latency_p99_ns: quantile(0.99),
+        latency_p999_ns: quantile(0.999),
+        batches: outcome.completed_batches + outcome.failed_batches,
+        failed_batches: outcome.failed_batches,
+        transfers: evidence.transfers,
+        process_cpu_ns_per_transfer: evidence.process_host_cpu_ns,
+        path_cpu_ns_per_transfer: evidence.host_cpu_ns + evidence.waiting_cpu_ns,
     }
 }
 
@@ -386,7 +354,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                     failures[index] = outcome.first_failure.clone();
                 }
                 tallies[index].merge(&outcome.evidence.tally);
-                per_path[index].push(RoundResult::of(round, slot, &outcome));
+                per_path[index].push(round_result(round, slot, &outcome));
                 // Same bounds on both sides: adding cannot fail.
                 let _ = latencies[index].add(&outcome.batch_latencies);
                 slot += 1;
@@ -417,7 +385,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         elapsed_s: started.elapsed().as_secs_f64(),
         environment,
         config: report::ConfigRecord { file: options.config_file.clone(), effective: format!("{config:#?}") },
-        method: report::Method::of(options),
+        method: method(options),
         paths: options.paths.iter().map(|p| p.as_str().to_owned()).collect(),
         skipped: skipped_paths(config),
         registration,
@@ -425,6 +393,24 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         verdicts,
         plots: Vec::new(),
     })
+}
+
+/// The method section of a report of `options`.
+fn method(options: &AuditOptions) -> report::Method {
+    report::Method {
+        rounds: options.rounds,
+        cell_s: options.cell.as_secs_f64(),
+        reference_s: options.reference.as_secs_f64(),
+        operation: options.operation.as_str().into(),
+        order: "each round runs every path once, in the first round's order rotated left by the round number; \
+                    the memcpy reference runs last in even rounds and first in odd ones"
+            .into(),
+        layout: "one process; two engines (initiator on aiv.device_id, target on the next device) for every path; \
+                     device paths move between the same two device buffers, tcp between two Host buffers of the same \
+                     size (sockets cannot reach device memory); thread t's request i is at offset \
+                     block x (i x threads + t) in both buffers, as in transfer_engine_bench"
+            .into(),
+    }
 }
 
 /// The runtime the first path with records names.

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::{AuditOptions, RoundResult, Workload};
 use crate::config::EngineConfig;
 use crate::evidence::{Check, EvidenceTally};
 use crate::transfer::Protocol;
@@ -122,25 +121,6 @@ pub struct Method {
     pub layout: String,
 }
 
-impl Method {
-    pub(crate) fn of(options: &AuditOptions) -> Method {
-        Method {
-            rounds: options.rounds,
-            cell_s: options.cell.as_secs_f64(),
-            reference_s: options.reference.as_secs_f64(),
-            operation: options.operation.as_str().into(),
-            order: "each round runs every path once, in the first round's order rotated left by the round number; \
-                    the memcpy reference runs last in even rounds and first in odd ones"
-                .into(),
-            layout: "one process; two engines (initiator on aiv.device_id, target on the next device) for every path; \
-                     device paths move between the same two device buffers, tcp between two Host buffers of the same \
-                     size (sockets cannot reach device memory); thread t's request i is at offset \
-                     block x (i x threads + t) in both buffers, as in transfer_engine_bench"
-                .into(),
-        }
-    }
-}
-
 /// A path the audit did not run.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Skipped {
@@ -196,6 +176,54 @@ impl Stats {
         let median = if n % 2 == 1 { values[n / 2] } else { (values[n / 2 - 1] + values[n / 2]) / 2.0 };
         Some(Stats { n, median, min: values[0], max: values[n - 1], p10: rank(0.1), p90: rank(0.9) })
     }
+}
+
+/// One workload of the matrix: `transfer_engine_bench`'s shape.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Workload {
+    /// Bytes per request.
+    pub block_size: u64,
+    /// Requests per batch.
+    pub batch_size: usize,
+    /// Initiator threads.
+    pub threads: usize,
+}
+
+impl Workload {
+    /// `4 KiB x 1 x 1 thread`.
+    pub fn name(&self) -> String {
+        format!(
+            "{} x {} x {} thread{}",
+            size_name(self.block_size),
+            self.batch_size,
+            self.threads,
+            if self.threads == 1 { "" } else { "s" }
+        )
+    }
+
+    /// Bytes one round of every thread's batches spans in each buffer.
+    pub fn span(&self) -> u64 {
+        self.block_size.saturating_mul(self.batch_size as u64).saturating_mul(self.threads as u64)
+    }
+}
+
+/// One cell's measurement in one round.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RoundResult {
+    /// The round (from 0) and the cell's place in it (from 0).
+    pub round: usize,
+    pub slot: usize,
+    pub bytes_per_second: f64,
+    pub latency_p50_ns: u64,
+    pub latency_p99_ns: u64,
+    pub latency_p999_ns: u64,
+    pub batches: u64,
+    pub failed_batches: u64,
+    pub transfers: u64,
+    /// Every Host thread of the process, per transfer (None: /proc unreadable).
+    pub process_cpu_ns_per_transfer: Option<f64>,
+    /// The path's attribution (its threads and sections, and its waiters), per transfer.
+    pub path_cpu_ns_per_transfer: f64,
 }
 
 /// One memcpy reference run.
@@ -358,21 +386,6 @@ impl AuditReport {
             None => return Err(format!("{}: no \"schema\": not an aiv audit report", path.display())),
         }
         serde_json::from_value(value).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// Writes `report.json` and `report.md` into `dir` (created if missing); returns the two paths.
-    /// The plots come first (their names go into both files); a plot that cannot be drawn is left out, named on
-    /// stderr.
-    pub fn write(&mut self, dir: &Path) -> std::io::Result<[std::path::PathBuf; 2]> {
-        std::fs::create_dir_all(dir)?;
-        self.plots = super::plot::draw(self, dir);
-        let json = dir.join("report.json");
-        let mut text = serde_json::to_string_pretty(self).map_err(std::io::Error::other)?;
-        text.push('\n');
-        std::fs::write(&json, text)?;
-        let md = dir.join("report.md");
-        std::fs::write(&md, self.markdown())?;
-        Ok([json, md])
     }
 
     /// The runtime label of the records (the first verdict that has one).
