@@ -65,6 +65,12 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
         }
     }
 
+    // Occupancy: on the 64 KiB workload aiv kept the SDMA engines busy; tcp (Host buffers) did not touch them.
+    let cell = |path: &str| report.workloads[1].paths.iter().find(|c| c.path == path).expect("cell");
+    let sdma = |path: &str| cell(path).sdma_busy_per_second.expect("the twin's counters").median;
+    assert!(sdma("aiv") > 0.0 && sdma("tcp") == 0.0, "aiv {} tcp {}", sdma("aiv"), sdma("tcp"));
+    assert!(cell("aiv").aiv_executing_share.expect("the twin's counters").median > 0.0);
+
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");
     let mut report = report;

@@ -306,7 +306,26 @@ fn round_result(round: usize, slot: usize, outcome: &BenchOutcome) -> RoundResul
         transfers: evidence.transfers,
         process_cpu_ns_per_transfer: evidence.process_host_cpu_ns,
         path_cpu_ns_per_transfer: evidence.host_cpu_ns + evidence.waiting_cpu_ns,
+        occupancy: cell_occupancy(&outcome.occupancy),
     }
+}
+
+/// The cell's occupancy summed over the devices the snapshot covered.
+fn cell_occupancy(occupancy: &crate::occupancy::Occupancy) -> report::CellOccupancy {
+    let device_model_cpu_ns = occupancy.device_model_cpu.as_ref().map(|roles| roles.iter().map(|r| r.cpu_ns).sum());
+    let mut cell = report::CellOccupancy { wall_ns: occupancy.wall_ns, device_model_cpu_ns, ..Default::default() };
+    match &occupancy.device {
+        crate::occupancy::DeviceReport::TwinModel { devices } => {
+            let cores = || devices.iter().flat_map(|d| d.cores.iter());
+            cell.aiv_executing_ns = Some(cores().map(|c| c.executing_ns).sum());
+            cell.aiv_polling_ns = Some(cores().map(|c| c.polling_ns).sum());
+            cell.sdma_busy_ns = Some(devices.iter().flat_map(|d| d.channels.iter()).map(|c| c.busy_ns).sum());
+            cell.runtime_copy_busy_ns =
+                Some(devices.iter().map(|d| d.streams.copy_busy_ns + d.streams.sync_copy_busy_ns).sum());
+        }
+        crate::occupancy::DeviceReport::NotExposed { reason } => cell.not_exposed = Some(reason.clone()),
+    }
+    cell
 }
 
 /// Runs the audit: sets up the rig, then per workload `rounds` rounds over the paths, interleaved.

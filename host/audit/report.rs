@@ -224,6 +224,44 @@ pub struct RoundResult {
     pub process_cpu_ns_per_transfer: Option<f64>,
     /// The path's attribution (its threads and sections, and its waiters), per transfer.
     pub path_cpu_ns_per_transfer: f64,
+    /// What the cell kept busy on both devices: the twin runtime's counters, or why there are none.
+    pub occupancy: CellOccupancy,
+}
+
+/// A cell's device occupancy, summed over the initiator's and the target's device (docs/occupancy.md): the twin
+/// runtime's model figures, unverified on hardware; on another runtime all `None` with the reason.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct CellOccupancy {
+    pub wall_ns: u64,
+    /// Emulated AIV cores: time executing and time polling, over every block that ran.
+    pub aiv_executing_ns: Option<u64>,
+    pub aiv_polling_ns: Option<u64>,
+    /// SDMA channel engines: busy time summed over channels (two busy engines for 1 s count 2 s).
+    pub sdma_busy_ns: Option<u64>,
+    /// The runtime's copy work (stream copy tasks and synchronous copies), summed.
+    pub runtime_copy_busy_ns: Option<u64>,
+    /// CPU of the twin's device-model threads (its cost as a CPU model, never a Host figure).
+    pub device_model_cpu_ns: Option<u64>,
+    /// Why the device figures are missing, when they are.
+    pub not_exposed: Option<String>,
+}
+
+impl CellOccupancy {
+    /// `executing / (executing + polling)` of the AIV cores.
+    pub fn aiv_executing_share(&self) -> Option<f64> {
+        let (e, p) = (self.aiv_executing_ns?, self.aiv_polling_ns?);
+        (e + p > 0).then(|| e as f64 / (e + p) as f64)
+    }
+
+    /// Engine-seconds of SDMA work per second of the cell.
+    pub fn sdma_busy_per_second(&self) -> Option<f64> {
+        (self.wall_ns > 0).then(|| self.sdma_busy_ns.map(|b| b as f64 / self.wall_ns as f64)).flatten()
+    }
+
+    /// Seconds of runtime copy work per second of the cell.
+    pub fn runtime_copy_busy_per_second(&self) -> Option<f64> {
+        (self.wall_ns > 0).then(|| self.runtime_copy_busy_ns.map(|b| b as f64 / self.wall_ns as f64)).flatten()
+    }
 }
 
 /// One memcpy reference run.
@@ -248,6 +286,12 @@ pub struct CellStats {
     pub process_cpu_ns_per_transfer: Option<Stats>,
     /// The path's own attribution, per transfer.
     pub path_cpu_ns_per_transfer: Option<Stats>,
+    /// Occupancy over the rounds: the AIV cores' executing share, SDMA engine-seconds per second, runtime copy
+    /// seconds per second, device-model CPU per transfer (ns).
+    pub aiv_executing_share: Option<Stats>,
+    pub sdma_busy_per_second: Option<Stats>,
+    pub runtime_copy_busy_per_second: Option<Stats>,
+    pub device_model_cpu_ns_per_transfer: Option<Stats>,
     /// The batch latencies of every round together, as `[quantile, ns]` points from 0 to 1 (empty: none measured).
     pub latency_cdf: Vec<[f64; 2]>,
     pub transfers: u64,
@@ -301,6 +345,15 @@ impl WorkloadReport {
                     latency_p999_ns: of(&|r| (r.batches > 0).then_some(r.latency_p999_ns as f64)),
                     process_cpu_ns_per_transfer: of(&|r| r.process_cpu_ns_per_transfer.filter(|_| r.transfers > 0)),
                     path_cpu_ns_per_transfer: of(&|r| (r.transfers > 0).then_some(r.path_cpu_ns_per_transfer)),
+                    aiv_executing_share: of(&|r| r.occupancy.aiv_executing_share()),
+                    sdma_busy_per_second: of(&|r| r.occupancy.sdma_busy_per_second()),
+                    runtime_copy_busy_per_second: of(&|r| r.occupancy.runtime_copy_busy_per_second()),
+                    device_model_cpu_ns_per_transfer: of(&|r| {
+                        r.occupancy
+                            .device_model_cpu_ns
+                            .filter(|_| r.transfers > 0)
+                            .map(|ns| ns as f64 / r.transfers as f64)
+                    }),
                     latency_cdf: cdf(latencies),
                     transfers: rounds.iter().map(|r| r.transfers).sum(),
                     failed_batches: rounds.iter().map(|r| r.failed_batches).sum(),
@@ -505,6 +558,26 @@ impl AuditReport {
                 );
             }
             let _ = writeln!(md);
+            if workload.paths.iter().any(|c| c.sdma_busy_per_second.is_some() || c.aiv_executing_share.is_some()) {
+                let _ = writeln!(md, "Occupancy (both devices; the twin runtime's model figures):\n");
+                let _ = writeln!(
+                    md,
+                    "| path | AIV cores executing share | SDMA engine-s per s | runtime copy s per s | device-model CPU/transfer µs |"
+                );
+                let _ = writeln!(md, "|---|---|---|---|---|");
+                for cell in &workload.paths {
+                    let _ = writeln!(
+                        md,
+                        "| {} | {} | {} | {} | {} |",
+                        cell.path,
+                        stat(cell.aiv_executing_share.as_ref(), 1.0, 2),
+                        stat(cell.sdma_busy_per_second.as_ref(), 1.0, 2),
+                        stat(cell.runtime_copy_busy_per_second.as_ref(), 1.0, 2),
+                        stat(cell.device_model_cpu_ns_per_transfer.as_ref(), 1e-3, 2)
+                    );
+                }
+                let _ = writeln!(md);
+            }
         }
         if !self.registration.is_empty() {
             let _ = writeln!(md, "## Registration\n");
