@@ -323,6 +323,45 @@ pub fn run_initiator(
     target_base: u64,
 ) -> Result<BenchOutcome> {
     params.validate()?;
+    let lists: Vec<Vec<Vec<TransferRequest>>> = (0..params.threads)
+        .map(|thread| {
+            let batch = (0..params.batch_size)
+                .map(|i| {
+                    let offset = params.block_size * (i * params.threads + thread) as u64;
+                    TransferRequest {
+                        opcode: params.operation,
+                        source: local_base + offset,
+                        target_id: target,
+                        target_offset: target_base + offset,
+                        length: params.block_size,
+                        protocol: Some(params.protocol),
+                    }
+                })
+                .collect();
+            vec![batch]
+        })
+        .collect();
+    run_request_lists(engine, params.duration, &lists)
+}
+
+/// Runs `lists.len()` initiator threads for `duration`: thread `t` submits the batches of `lists[t]` in turn, one at
+/// a time, waiting for each (the requests are built before the clock starts). The outcome's bytes per batch is the
+/// mean over every list's batches.
+pub fn run_request_lists(
+    engine: &TransferEngine,
+    duration: Duration,
+    lists: &[Vec<Vec<TransferRequest>>],
+) -> Result<BenchOutcome> {
+    let batches: Vec<&Vec<TransferRequest>> = lists.iter().flatten().collect();
+    if batches.is_empty() || batches.iter().any(|batch| batch.is_empty()) {
+        return Err(EngineError::InvalidArgument {
+            operation: "bench",
+            reason: "a thread without batches, or an empty batch".into(),
+        });
+    }
+    let bytes_per_batch =
+        batches.iter().map(|batch| batch.iter().map(|r| r.length).sum::<u64>()).sum::<u64>() / batches.len() as u64;
+    let threads = lists.len();
     let stop = AtomicBool::new(false);
     let completed = AtomicU64::new(0);
     let failed = AtomicU64::new(0);
@@ -339,29 +378,19 @@ pub fn run_initiator(
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies = Mutex::new(latency_histogram());
     std::thread::scope(|scope| {
-        for thread in 0..params.threads {
+        for list in lists {
             let (stop, completed, failed, first_failure, totals, error, latencies) =
                 (&stop, &completed, &failed, &first_failure, &totals, &error, &latencies);
             let bench_threads_cpu = &bench_threads_cpu;
             scope.spawn(move || {
                 let cpu_started = crate::cpu_time::thread_cpu_time_ns();
-                let requests: Vec<TransferRequest> = (0..params.batch_size)
-                    .map(|i| {
-                        let offset = params.block_size * (i * params.threads + thread) as u64;
-                        TransferRequest {
-                            opcode: params.operation,
-                            source: local_base + offset,
-                            target_id: target,
-                            target_offset: target_base + offset,
-                            length: params.block_size,
-                            protocol: Some(params.protocol),
-                        }
-                    })
-                    .collect();
                 let mut local_totals = EvidenceTotals::default();
                 let mut local_latencies = latency_histogram();
+                let mut next = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    match run_one_batch(engine, &requests, completed, failed, first_failure, &mut local_totals) {
+                    let requests = &list[next % list.len()];
+                    next += 1;
+                    match run_one_batch(engine, requests, completed, failed, first_failure, &mut local_totals) {
                         Ok(latency) => {
                             let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
                             local_latencies.saturating_record(nanos.max(1));
@@ -389,8 +418,8 @@ pub fn run_initiator(
                 }
             });
         }
-        while started.elapsed() < params.duration && !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(5).min(params.duration));
+        while started.elapsed() < duration && !stop.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(5).min(duration));
         }
         stop.store(true, Ordering::Relaxed);
     });
@@ -414,7 +443,7 @@ pub fn run_initiator(
         let others: u64 = after.iter().map(|(tid, ns)| ns.saturating_sub(before.get(tid).copied().unwrap_or(0))).sum();
         let bench_threads_cpu = bench_threads_cpu.into_inner();
         // The benchmark's caller threads came and went between the snapshots: they report their own time.
-        let threads = u32::try_from(params.threads).unwrap_or(u32::MAX);
+        let threads = u32::try_from(threads).unwrap_or(u32::MAX);
         occupancy.add_unseen_threads(crate::occupancy::ThreadRole::Caller, threads, bench_threads_cpu);
         let total = others + bench_threads_cpu;
         evidence.process_host_cpu_ns = Some(total as f64 / evidence.transfers.max(1) as f64);
@@ -426,7 +455,7 @@ pub fn run_initiator(
         failed_batches: failed.into_inner(),
         first_failure: first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
         evidence,
-        bytes_per_batch: params.batch_size as u64 * params.block_size,
+        bytes_per_batch,
         occupancy,
     })
 }

@@ -4,15 +4,31 @@
 
 use std::time::Duration;
 
+use aiv_transport::audit::report::KvCache;
 use aiv_transport::audit::{self, compare::compare, AuditOptions, AuditReport, Silent, Workload, AUDIT_SCHEMA};
 use aiv_transport::{EngineConfig, Opcode, Protocol};
+
+fn small_kv() -> KvCache {
+    KvCache {
+        layers: 2,
+        tokens_per_block: 16,
+        kv_heads: 2,
+        head_dim: 64,
+        dtype_bytes: 2,
+        cache_blocks: 16,
+        request_blocks: 4,
+        seed: 9,
+    }
+}
 
 fn short_options() -> AuditOptions {
     AuditOptions {
         paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Tcp],
         workloads: vec![
-            Workload { block_size: 4096, batch_size: 1, threads: 1 },
-            Workload { block_size: 64 << 10, batch_size: 4, threads: 1 },
+            Workload::bench(4096, 1, 1),
+            Workload::bench(64 << 10, 4, 1),
+            Workload::kv_request(small_kv()),
+            Workload::store(8, 1024, 8192, 5),
         ],
         rounds: 2,
         cell: Duration::from_millis(60),
@@ -45,6 +61,9 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
 
     // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
     // round 0 and first in round 1.
+    assert_eq!(report.workloads.len(), 4);
+    assert!(report.workloads[2].name.starts_with("KV request: 2 layers x K/V x 4 of 16 blocks of 4 KiB"));
+    assert!(report.workloads[3].name.starts_with("store put/get: 8 objects of 1 KiB to 8 KiB"));
     for workload in &report.workloads {
         assert_eq!(workload.paths.len(), 3);
         let slot = |path: &str, round: usize| {
@@ -116,11 +135,15 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
     check(AuditOptions { paths: vec![Protocol::Aiv, Protocol::Aiv], ..short_options() }, "aiv is listed twice");
     check(AuditOptions { rounds: 0, ..short_options() }, "--rounds 0");
     check(AuditOptions { cell: Duration::from_micros(10), ..short_options() }, "--cell-seconds");
-    let huge = Workload { block_size: 16 << 20, batch_size: 32, threads: 1 };
+    let empty_request = KvCache { request_blocks: 0, ..small_kv() };
+    check(AuditOptions { workloads: vec![Workload::kv_request(empty_request)], ..short_options() }, "KV dimension");
+    let inverted = Workload::store(4, 8192, 1024, 1);
+    check(AuditOptions { workloads: vec![inverted], ..short_options() }, "the smallest at most the largest");
+    let huge = Workload::bench(16 << 20, 32, 1);
     check(AuditOptions { workloads: vec![huge], ..short_options() }, "above the audit's 128 MiB");
     let mut config = EngineConfig::new("127.0.0.1");
     config.aiv.hbm_size = 1 << 20;
-    let big = Workload { block_size: 1 << 20, batch_size: 4, threads: 1 };
+    let big = Workload::bench(1 << 20, 4, 1);
     let error = audit::run(&config, &AuditOptions { workloads: vec![big], ..short_options() }, &Silent)
         .expect_err("does not fit the device")
         .to_string();

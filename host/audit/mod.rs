@@ -8,6 +8,7 @@
 //! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
 
 pub mod compare;
+pub mod kv;
 mod plot;
 pub mod report;
 
@@ -22,12 +23,27 @@ use crate::TransferEngine;
 
 pub use report::{AuditReport, CellStats, PathVerdict, RoundResult, Stats, Workload, WorkloadReport, AUDIT_SCHEMA};
 
+/// The KV cache of the matrices: 8 layers (a slice of a Llama-style model, to keep the buffers at 32 MiB a side),
+/// 16 tokens per block, 8 KV heads of dimension 128 in fp16 (32 KiB blocks), 64 blocks in the cache, a request of
+/// 8 blocks (128 tokens): 128 transfers of 32 KiB (4 MiB) per batch.
+pub const DEFAULT_KV: report::KvCache = report::KvCache {
+    layers: 8,
+    tokens_per_block: 16,
+    kv_heads: 8,
+    head_dim: 128,
+    dtype_bytes: 2,
+    cache_blocks: 64,
+    request_blocks: 8,
+    seed: 1,
+};
+
 /// The default matrix (`--quick`): small-transfer latency, and bandwidth at 64 KiB and 1 MiB.
 pub fn quick_workloads() -> Vec<Workload> {
     vec![
-        Workload { block_size: 4 << 10, batch_size: 1, threads: 1 },
-        Workload { block_size: 64 << 10, batch_size: 32, threads: 1 },
-        Workload { block_size: 1 << 20, batch_size: 8, threads: 1 },
+        Workload::bench(4 << 10, 1, 1),
+        Workload::bench(64 << 10, 32, 1),
+        Workload::bench(1 << 20, 8, 1),
+        Workload::kv_request(DEFAULT_KV),
     ]
 }
 
@@ -35,13 +51,15 @@ pub fn quick_workloads() -> Vec<Workload> {
 /// small transfers batched and from two threads.
 pub fn full_workloads() -> Vec<Workload> {
     let mut workloads = vec![
-        Workload { block_size: 4 << 10, batch_size: 1, threads: 1 },
-        Workload { block_size: 4 << 10, batch_size: 16, threads: 2 },
+        Workload::bench(4 << 10, 1, 1),
+        Workload::bench(4 << 10, 16, 2),
+        Workload::kv_request(DEFAULT_KV),
+        Workload::store(64, 4 << 10, 64 << 10, 2),
     ];
     for shift in [12u32, 14, 16, 18, 20, 22, 24] {
         let block_size = 1u64 << shift;
         let batch_size = ((8u64 << 20) / block_size).clamp(1, 32) as usize;
-        workloads.push(Workload { block_size, batch_size, threads: 1 });
+        workloads.push(Workload::bench(block_size, batch_size, 1));
     }
     workloads
 }
@@ -106,6 +124,27 @@ impl AuditOptions {
             return Err(invalid(format!("--cell-seconds {:?} is outside 0.01 to 600 s", self.cell)));
         }
         for workload in &self.workloads {
+            match &workload.shape {
+                Some(report::Shape::KvRequest(kv)) => {
+                    let dims =
+                        [kv.layers, kv.tokens_per_block, kv.kv_heads, kv.head_dim, kv.dtype_bytes, kv.cache_blocks];
+                    if dims.contains(&0) || kv.request_blocks == 0 || kv.request_blocks > kv.cache_blocks {
+                        return Err(invalid(format!(
+                            "workload {}: every KV dimension must be positive and a request at most the cache",
+                            workload.name()
+                        )));
+                    }
+                }
+                Some(report::Shape::Store { objects, min_bytes, max_bytes, .. })
+                    if *objects == 0 || *min_bytes == 0 || min_bytes > max_bytes =>
+                {
+                    return Err(invalid(format!(
+                        "workload {}: objects and sizes must be positive, the smallest at most the largest",
+                        workload.name()
+                    )));
+                }
+                _ => {}
+            }
             if workload.block_size == 0 || workload.batch_size == 0 || workload.threads == 0 {
                 return Err(invalid(format!("workload {}: sizes and counts must be positive", workload.name())));
             }
@@ -367,8 +406,19 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 let index = options.paths.iter().position(|p| *p == path).expect("a listed path");
                 let buffers = rig.buffers(path);
                 let params = params_for(options, workload, path, options.buffer_size());
-                let outcome =
-                    bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)?;
+                let outcome = match &workload.shape {
+                    None => bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)?,
+                    Some(shape) => {
+                        let target = kv::Target {
+                            protocol: path,
+                            segment: rig.segment,
+                            local_base: buffers.local,
+                            remote_base: buffers.remote,
+                        };
+                        let lists = [kv::batches(shape, options.operation, target)];
+                        bench::run_request_lists(&rig.initiator, options.cell, &lists)?
+                    }
+                };
                 if outcome.failed_batches > 0 && failures[index].is_none() {
                     failures[index] = outcome.first_failure.clone();
                 }

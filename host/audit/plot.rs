@@ -33,7 +33,7 @@ pub(super) fn draw(report: &AuditReport, dir: &Path) -> Vec<String> {
     let mut written = Vec::new();
     // The size sweep: single-thread workloads, one per block size (the first of each), by block size.
     let mut sweep: Vec<&super::report::WorkloadReport> =
-        report.workloads.iter().filter(|w| w.workload.threads == 1).collect();
+        report.workloads.iter().filter(|w| w.workload.threads == 1 && w.workload.shape.is_none()).collect();
     sweep.sort_by_key(|w| w.workload.block_size);
     sweep.dedup_by_key(|w| w.workload.block_size);
     if sweep.len() >= 2 {

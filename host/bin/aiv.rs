@@ -380,10 +380,9 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
         let threads = args.threads.unwrap_or(1);
         options.workloads = sizes
             .into_iter()
-            .map(|block_size| Workload {
-                block_size,
-                batch_size: args.batch_size.unwrap_or(((8u64 << 20) / block_size.max(1)).clamp(1, 32) as usize),
-                threads,
+            .map(|block_size| {
+                let batch_size = args.batch_size.unwrap_or(((8u64 << 20) / block_size.max(1)).clamp(1, 32) as usize);
+                Workload::bench(block_size, batch_size, threads)
             })
             .collect();
     }
