@@ -835,14 +835,7 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
         });
     }
     let initiator = TransferEngine::new(config.clone())?;
-    let mut target_config = config.clone();
-    // With P2P handshake both engines are named after their own RPC port; with a metadata store the name is taken as
-    // given, so the target gets Ascend's per-device form `host:port:npu_N`.
-    if !config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
-        target_config.local_hostname = format!("{}:npu_{}", config.local_hostname, config.aiv.device_id + 1);
-    }
-    target_config.aiv.device_id = config.aiv.device_id + 1;
-    let target = TransferEngine::new(target_config)?;
+    let target = TransferEngine::new(target_config(config))?;
     let (initiator_device, target_device) = (initiator.device()?, target.device()?);
     let allocation_error = |error: crate::device::DeviceError| EngineError::InvalidArgument {
         operation: "bench",
@@ -875,6 +868,18 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
     let outcome = outcome?;
     let memcpy_bytes_per_second = memcpy_reference_on_host(span, params)?;
     Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+}
+
+/// The configuration of an in-process target engine for `config`'s initiator: the next device id. With P2P
+/// handshake both engines are named after their own RPC port; with a metadata store the name is taken as given, so
+/// the target gets Ascend's per-device form `host:port:npu_N`.
+pub(crate) fn target_config(config: &crate::config::EngineConfig) -> crate::config::EngineConfig {
+    let mut target = config.clone();
+    if !config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
+        target.local_hostname = format!("{}:npu_{}", config.local_hostname, config.aiv.device_id + 1);
+    }
+    target.aiv.device_id = config.aiv.device_id + 1;
+    target
 }
 
 fn target_segment_run(

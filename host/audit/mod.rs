@@ -220,12 +220,7 @@ impl Rig {
             });
         }
         let initiator = TransferEngine::new(config.clone())?;
-        let mut target_config = config.clone();
-        if !config.metadata_server.eq_ignore_ascii_case("P2PHANDSHAKE") {
-            target_config.local_hostname = format!("{}:npu_{}", config.local_hostname, config.aiv.device_id + 1);
-        }
-        target_config.aiv.device_id = config.aiv.device_id + 1;
-        let target = TransferEngine::new(target_config)?;
+        let target = TransferEngine::new(bench::target_config(config))?;
         let mut registration = Vec::new();
         let device = if device_paths {
             let (a, b) = (initiator.device()?, target.device()?);

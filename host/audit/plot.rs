@@ -149,15 +149,8 @@ where
     Y::CoordDescType: ValueFormatter<f64>,
 {
     let error = |e: &dyn std::fmt::Display| e.to_string();
-    let root = SVGBackend::new(file, (720, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| error(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(60)
-        .build_cartesian_2d(x, y)
-        .map_err(|e| error(&e))?;
+    let root = canvas(file)?;
+    let mut chart = builder(&root, title, 60).build_cartesian_2d(x, y).map_err(|e| error(&e))?;
     chart
         .configure_mesh()
         .x_desc("block size (bytes)")
@@ -188,6 +181,24 @@ where
     Ok(true)
 }
 
+/// A white 720 x 440 SVG canvas at `file`.
+fn canvas(file: &Path) -> Result<DrawingArea<SVGBackend<'_>, plotters::coord::Shift>, String> {
+    let root = SVGBackend::new(file, (720, 440)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| e.to_string())?;
+    Ok(root)
+}
+
+/// Every plot's frame: the title, margins and label areas (`y_area` pixels for the y labels).
+fn builder<'a, 'b>(
+    root: &'a DrawingArea<SVGBackend<'b>, plotters::coord::Shift>,
+    title: &str,
+    y_area: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'b>> {
+    let mut builder = ChartBuilder::on(root);
+    builder.caption(title, ("sans-serif", 18)).margin(12).x_label_area_size(40).y_label_area_size(y_area);
+    builder
+}
+
 /// A log axis' tick (the ticks are powers of ten) in decimal units: `10 kB`, `1 MB`.
 fn axis_bytes(value: f64) -> String {
     let (scaled, unit) = match value {
@@ -208,13 +219,8 @@ fn latency_cdf(file: &Path, title: &str, cells: &[CellStats]) -> Result<bool, St
         return Ok(false);
     }
     let error = |e: &dyn std::fmt::Display| e.to_string();
-    let root = SVGBackend::new(file, (720, 440)).into_drawing_area();
-    root.fill(&WHITE).map_err(|e| error(&e))?;
-    let mut chart = ChartBuilder::on(&root)
-        .caption(title, ("sans-serif", 18))
-        .margin(12)
-        .x_label_area_size(40)
-        .y_label_area_size(50)
+    let root = canvas(file)?;
+    let mut chart = builder(&root, title, 50)
         .build_cartesian_2d((lo / 1.2..hi * 1.2).log_scale(), 0f64..1f64)
         .map_err(|e| error(&e))?;
     chart.configure_mesh().x_desc("latency (µs)").y_desc("fraction of batches").draw().map_err(|e| error(&e))?;
