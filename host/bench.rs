@@ -14,7 +14,7 @@ use hdrhistogram::Histogram;
 use crate::engine::{AivDevice, TransferEngine};
 use crate::error::{EngineError, Result};
 use crate::evidence::{EvidenceTally, TransferEvidence};
-use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
+use crate::transfer::{BatchId, Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 
 /// Units `--report_unit` accepts, with their size in bytes (b suffix = bits).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -361,11 +361,79 @@ pub fn run_request_lists(
     }
     let bytes_per_batch =
         batches.iter().map(|batch| batch.iter().map(|r| r.length).sum::<u64>()).sum::<u64>() / batches.len() as u64;
-    let threads = lists.len();
+    let step = |thread: usize, iteration: usize, counters: &Counters, totals: &mut EvidenceTotals| {
+        let list = &lists[thread];
+        run_one_batch(engine, &list[iteration % list.len()], counters, totals)
+    };
+    run_threads(engine, duration, lists.len(), bytes_per_batch, &step)
+}
+
+/// Runs `layers.len()` initiator threads for `duration`, each moving requests layer by layer as a layerwise KV
+/// connector does: thread `t` takes the requests of `requests[t]` in turn; for each, per layer, it waits `compute`
+/// (the device computing the layer, the Host thread waiting) and then submits the layer's transfers as one batch
+/// without waiting, so each layer's transfer overlaps the next layers' compute; then it waits for every layer's
+/// batch. A request is one "batch" of the outcome: its latency is from its first compute step to its last batch's
+/// end, and its bytes are every layer's.
+pub fn run_layerwise(
+    engine: &TransferEngine,
+    duration: Duration,
+    requests: &[Vec<Vec<Vec<TransferRequest>>>],
+    compute: Duration,
+) -> Result<BenchOutcome> {
+    let all: Vec<&Vec<Vec<TransferRequest>>> = requests.iter().flatten().collect();
+    if all.is_empty() || all.iter().any(|layers| layers.is_empty() || layers.iter().any(|layer| layer.is_empty())) {
+        return Err(EngineError::InvalidArgument {
+            operation: "bench",
+            reason: "a thread without requests, a request without layers, or a layer without transfers".into(),
+        });
+    }
+    let bytes_per_batch =
+        all.iter().map(|layers| layers.iter().flatten().map(|r| r.length).sum::<u64>()).sum::<u64>() / all.len() as u64;
+    let step = |thread: usize, iteration: usize, counters: &Counters, totals: &mut EvidenceTotals| {
+        let list = &requests[thread];
+        run_one_layerwise(engine, &list[iteration % list.len()], compute, counters, totals)
+    };
+    run_threads(engine, duration, requests.len(), bytes_per_batch, &step)
+}
+
+/// The run's shared outcome counters.
+struct Counters {
+    completed: AtomicU64,
+    failed: AtomicU64,
+    first_failure: Mutex<Option<String>>,
+}
+
+impl Counters {
+    /// One unit (a batch, or a layerwise request) finished: `reason` is the first failed task's, if any failed.
+    fn finished(&self, ok: bool, reason: impl FnOnce() -> Option<String>) {
+        if ok {
+            self.completed.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.failed.fetch_add(1, Ordering::Relaxed);
+            let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
+            if first.is_none() {
+                *first = reason();
+            }
+        }
+    }
+}
+
+/// One step of a thread's loop: its thread index, its iteration, the run's counters, the thread's evidence; returns
+/// the step's latency.
+type Step<'a> = dyn Fn(usize, usize, &Counters, &mut EvidenceTotals) -> Result<Duration> + Sync + 'a;
+
+/// The measuring frame of every run: `threads` threads call `step` until `duration` has passed, with the evidence,
+/// latencies, occupancy and whole-process Host CPU around them.
+fn run_threads(
+    engine: &TransferEngine,
+    duration: Duration,
+    threads: usize,
+    bytes_per_batch: u64,
+    step: &Step<'_>,
+) -> Result<BenchOutcome> {
     let stop = AtomicBool::new(false);
-    let completed = AtomicU64::new(0);
-    let failed = AtomicU64::new(0);
-    let first_failure: Mutex<Option<String>> = Mutex::new(None);
+    let counters =
+        Counters { completed: AtomicU64::new(0), failed: AtomicU64::new(0), first_failure: Mutex::new(None) };
     let totals = Mutex::new(EvidenceTotals::default());
     let clock_reading_ns = crate::cpu_time::clock_reading_cost_ns();
     let monotonic_reading_ns = crate::cpu_time::monotonic_reading_cost_ns();
@@ -378,19 +446,16 @@ pub fn run_request_lists(
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies = Mutex::new(latency_histogram());
     std::thread::scope(|scope| {
-        for list in lists {
-            let (stop, completed, failed, first_failure, totals, error, latencies) =
-                (&stop, &completed, &failed, &first_failure, &totals, &error, &latencies);
+        for thread in 0..threads {
+            let (stop, counters, totals, error, latencies) = (&stop, &counters, &totals, &error, &latencies);
             let bench_threads_cpu = &bench_threads_cpu;
             scope.spawn(move || {
                 let cpu_started = crate::cpu_time::thread_cpu_time_ns();
                 let mut local_totals = EvidenceTotals::default();
                 let mut local_latencies = latency_histogram();
-                let mut next = 0;
+                let mut iteration = 0;
                 while !stop.load(Ordering::Relaxed) {
-                    let requests = &list[next % list.len()];
-                    next += 1;
-                    match run_one_batch(engine, requests, completed, failed, first_failure, &mut local_totals) {
+                    match step(thread, iteration, counters, &mut local_totals) {
                         Ok(latency) => {
                             let nanos = u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX);
                             local_latencies.saturating_record(nanos.max(1));
@@ -400,6 +465,7 @@ pub fn run_request_lists(
                             stop.store(true, Ordering::Relaxed);
                         }
                     }
+                    iteration += 1;
                 }
                 // Same bounds on both sides, so adding cannot fail.
                 let _ = latencies.lock().unwrap_or_else(|p| p.into_inner()).add(&local_latencies);
@@ -451,9 +517,9 @@ pub fn run_request_lists(
     Ok(BenchOutcome {
         batch_latencies,
         elapsed,
-        completed_batches: completed.into_inner(),
-        failed_batches: failed.into_inner(),
-        first_failure: first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
+        completed_batches: counters.completed.into_inner(),
+        failed_batches: counters.failed.into_inner(),
+        first_failure: counters.first_failure.into_inner().unwrap_or_else(|p| p.into_inner()),
         evidence,
         bytes_per_batch,
         occupancy,
@@ -473,9 +539,7 @@ fn occupancy_snapshot(engine: &TransferEngine) -> crate::occupancy::OccupancySna
 fn run_one_batch(
     engine: &TransferEngine,
     requests: &[TransferRequest],
-    completed: &AtomicU64,
-    failed: &AtomicU64,
-    first_failure: &Mutex<Option<String>>,
+    counters: &Counters,
     totals: &mut EvidenceTotals,
 ) -> Result<Duration> {
     let batch = engine.allocate_batch(requests.len())?;
@@ -483,22 +547,63 @@ fn run_one_batch(
     engine.submit_transfer(batch, requests)?;
     let status = engine.wait_batch(batch)?;
     let latency = submitted.elapsed();
-    for task in 0..requests.len() {
+    collect(engine, batch, requests.len(), totals)?;
+    counters.finished(status.state == TransferState::Completed, || first_reason(engine, batch, requests.len()));
+    engine.free_batch(batch)?;
+    Ok(latency)
+}
+
+/// One layerwise request ([`run_layerwise`]): per layer, compute then submit; then wait for every layer.
+fn run_one_layerwise(
+    engine: &TransferEngine,
+    layers: &[Vec<TransferRequest>],
+    compute: Duration,
+    counters: &Counters,
+    totals: &mut EvidenceTotals,
+) -> Result<Duration> {
+    let started = Instant::now();
+    let mut batches = Vec::with_capacity(layers.len());
+    let mut submitted = || -> Result<()> {
+        for layer in layers {
+            std::thread::sleep(compute);
+            let batch = engine.allocate_batch(layer.len())?;
+            batches.push((batch, layer.len()));
+            engine.submit_transfer(batch, layer)?;
+        }
+        Ok(())
+    };
+    let submitted = submitted();
+    let mut ok = submitted.is_ok();
+    let mut reason = None;
+    for &(batch, tasks) in &batches {
+        // Every batch submitted is waited for and freed, also after a failed submit.
+        let status = engine.wait_batch(batch)?;
+        collect(engine, batch, tasks, totals)?;
+        if status.state != TransferState::Completed {
+            ok = false;
+            reason = reason.or_else(|| first_reason(engine, batch, tasks));
+        }
+        engine.free_batch(batch)?;
+    }
+    submitted?;
+    let latency = started.elapsed();
+    counters.finished(ok, || reason);
+    Ok(latency)
+}
+
+/// Adds the evidence of a finished batch's tasks to `totals`.
+fn collect(engine: &TransferEngine, batch: BatchId, tasks: usize, totals: &mut EvidenceTotals) -> Result<()> {
+    for task in 0..tasks {
         if let Some(evidence) = engine.task_evidence(batch, task)? {
             totals.add(evidence);
         }
     }
-    if status.state == TransferState::Completed {
-        completed.fetch_add(1, Ordering::Relaxed);
-    } else {
-        failed.fetch_add(1, Ordering::Relaxed);
-        let mut first = first_failure.lock().unwrap_or_else(|p| p.into_inner());
-        if first.is_none() {
-            *first = (0..requests.len()).find_map(|task| engine.task_reason(batch, task).ok().flatten());
-        }
-    }
-    engine.free_batch(batch)?;
-    Ok(latency)
+    Ok(())
+}
+
+/// The first failed task's reason.
+fn first_reason(engine: &TransferEngine, batch: BatchId, tasks: usize) -> Option<String> {
+    (0..tasks).find_map(|task| engine.task_reason(batch, task).ok().flatten())
 }
 
 /// Copies the workload's own blocks with plain `memcpy` on `threads` threads for `duration`: thread `t` copies the

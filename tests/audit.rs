@@ -29,6 +29,7 @@ fn short_options() -> AuditOptions {
             Workload::bench(64 << 10, 4, 1),
             Workload::kv_request(small_kv()),
             Workload::store(8, 1024, 8192, 5),
+            Workload::kv_layerwise(small_kv(), 200),
         ],
         rounds: 2,
         cell: Duration::from_millis(60),
@@ -61,7 +62,14 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
 
     // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
     // round 0 and first in round 1.
-    assert_eq!(report.workloads.len(), 4);
+    assert_eq!(report.workloads.len(), 5);
+    // Layerwise: a request's latency holds its 2 layers x 200 µs of compute, and the report says by how much more.
+    for cell in &report.workloads[4].paths {
+        let over = cell.latency_p50_over_compute_ns.expect("a layerwise cell has it");
+        assert!(over.min >= 0.0, "{}: a request took less than its compute: {over:?}", cell.path);
+        assert!(cell.latency_p50_ns.expect("measured").min >= 400_000.0);
+    }
+    assert!(report.workloads[1].paths.iter().all(|c| c.latency_p50_over_compute_ns.is_none()));
     assert!(report.workloads[2].name.starts_with("KV request: 2 layers x K/V x 4 of 16 blocks of 4 KiB"));
     assert!(report.workloads[3].name.starts_with("store put/get: 8 objects of 1 KiB to 8 KiB"));
     for workload in &report.workloads {

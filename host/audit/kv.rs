@@ -49,6 +49,7 @@ pub fn batches(shape: &Shape, operation: Opcode, target: Target) -> Vec<Vec<Tran
                 })
                 .collect()
         }
+        Shape::KvLayerwise { cache, .. } => layerwise(cache, target).into_iter().flatten().collect(),
         Shape::Store { objects, min_bytes, max_bytes, seed } => {
             let mut rng = ChaCha8Rng::seed_from_u64(*seed);
             let sizes: Vec<u64> = (*min_bytes..=*max_bytes).filter(|s| s.is_power_of_two()).collect();
@@ -67,6 +68,16 @@ pub fn batches(shape: &Shape, operation: Opcode, target: Target) -> Vec<Vec<Tran
                 .collect()
         }
     }
+}
+
+/// The requests of a layerwise workload: the KV requests of `cache` (as [`batches`] draws them), each split by layer
+/// into its layers' K and V transfers, all WRITEs.
+pub fn layerwise(cache: &KvCache, target: Target) -> Vec<Vec<Vec<TransferRequest>>> {
+    let per_layer = 2 * cache.request_blocks.min(cache.cache_blocks) as usize;
+    batches(&Shape::KvRequest(*cache), Opcode::Write, target)
+        .into_iter()
+        .map(|request| request.chunks(per_layer).map(<[TransferRequest]>::to_vec).collect())
+        .collect()
 }
 
 /// `request_blocks` distinct block ids of the cache, in drawn order.
@@ -126,6 +137,26 @@ mod tests {
         let first: Vec<u64> = batches[0][..5].iter().map(|r| r.target_offset).collect();
         assert!(first.windows(2).any(|w| w[1] != w[0] + block), "ids drawn, not a contiguous run: {first:?}");
         assert_eq!(kv_offset(&kv, 1, 1, 2), ((2 + 1) * 20 + 2) * 4096);
+    }
+
+    #[test]
+    fn a_layerwise_request_is_the_kv_request_split_by_layer_into_writes() {
+        let kv = cache(7);
+        let requests = layerwise(&kv, target());
+        let whole = batches(&Shape::KvRequest(kv), Opcode::Read, target());
+        assert_eq!(requests.len(), BATCHES);
+        for (layers, request) in requests.iter().zip(&whole) {
+            assert_eq!(layers.len(), 3, "one batch per layer");
+            assert!(layers.iter().all(|layer| layer.len() == 2 * 5 && layer.iter().all(|r| r.opcode == Opcode::Write)));
+            let flat: Vec<(u64, u64)> = layers.iter().flatten().map(|r| (r.source, r.target_offset)).collect();
+            let same: Vec<(u64, u64)> = request.iter().map(|r| (r.source, r.target_offset)).collect();
+            assert_eq!(flat, same, "the same blocks as the whole request, in layer order");
+            // Layer l's transfers are layer l's K and V blocks.
+            for (l, layer) in layers.iter().enumerate() {
+                let span = 2 * u64::from(kv.cache_blocks) * kv.block_bytes();
+                assert!(layer.iter().all(|r| (r.target_offset - (1 << 30)) / span == l as u64));
+            }
+        }
     }
 
     #[test]

@@ -54,6 +54,7 @@ pub fn full_workloads() -> Vec<Workload> {
         Workload::bench(4 << 10, 1, 1),
         Workload::bench(4 << 10, 16, 2),
         Workload::kv_request(DEFAULT_KV),
+        Workload::kv_layerwise(DEFAULT_KV, 500),
         Workload::store(64, 4 << 10, 64 << 10, 2),
     ];
     for shift in [12u32, 14, 16, 18, 20, 22, 24] {
@@ -125,7 +126,10 @@ impl AuditOptions {
         }
         for workload in &self.workloads {
             match &workload.shape {
-                Some(report::Shape::KvRequest(kv)) => {
+                Some(report::Shape::KvLayerwise { compute_us, .. }) if *compute_us > 100_000 => {
+                    return Err(invalid(format!("workload {}: compute above 100 ms per layer", workload.name())));
+                }
+                Some(report::Shape::KvRequest(kv)) | Some(report::Shape::KvLayerwise { cache: kv, .. }) => {
                     let dims =
                         [kv.layers, kv.tokens_per_block, kv.kv_heads, kv.head_dim, kv.dtype_bytes, kv.cache_blocks];
                     if dims.contains(&0) || kv.request_blocks == 0 || kv.request_blocks > kv.cache_blocks {
@@ -403,6 +407,17 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 let params = params_for(options, workload, path, options.buffer_size());
                 let outcome = match &workload.shape {
                     None => bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)?,
+                    Some(report::Shape::KvLayerwise { cache, compute_us }) => {
+                        let target = kv::Target {
+                            protocol: path,
+                            segment: rig.segment,
+                            local_base: buffers.local,
+                            remote_base: buffers.remote,
+                        };
+                        let requests = [kv::layerwise(cache, target)];
+                        let compute = Duration::from_micros(u64::from(*compute_us));
+                        bench::run_layerwise(&rig.initiator, options.cell, &requests, compute)?
+                    }
                     Some(shape) => {
                         let target = kv::Target {
                             protocol: path,

@@ -209,6 +209,27 @@ impl Workload {
         }
     }
 
+    /// One request's paged KV blocks layer by layer, `compute_us` of compute before each layer (see
+    /// [`Shape::KvLayerwise`]).
+    pub fn kv_layerwise(cache: KvCache, compute_us: u32) -> Workload {
+        Workload {
+            block_size: cache.block_bytes(),
+            batch_size: 2 * cache.request_blocks as usize,
+            threads: 1,
+            shape: Some(Shape::KvLayerwise { cache, compute_us }),
+        }
+    }
+
+    /// The compute a request of the workload waits for in all (layerwise workloads).
+    pub fn compute_per_request(&self) -> Option<Duration> {
+        match &self.shape {
+            Some(Shape::KvLayerwise { cache, compute_us }) => {
+                Some(Duration::from_micros(u64::from(*compute_us)) * cache.layers)
+            }
+            _ => None,
+        }
+    }
+
     /// Store-style put and get of `objects` objects (see [`Shape::Store`]).
     pub fn store(objects: usize, min_bytes: u64, max_bytes: u64, seed: u64) -> Workload {
         Workload {
@@ -241,6 +262,14 @@ impl Workload {
                 kv.dtype_bytes,
                 kv.seed
             ),
+            Some(Shape::KvLayerwise { cache: kv, compute_us }) => format!(
+                "KV layerwise: {} layers of K/V x {} of {} blocks of {}, {compute_us} µs compute per layer, seed {}",
+                kv.layers,
+                kv.request_blocks,
+                kv.cache_blocks,
+                size_name(kv.block_bytes()),
+                kv.seed
+            ),
             Some(Shape::Store { objects, min_bytes, max_bytes, seed }) => format!(
                 "store put/get: {objects} objects of {} to {}, seed {seed}",
                 size_name(*min_bytes),
@@ -253,7 +282,7 @@ impl Workload {
     pub fn span(&self) -> u64 {
         match &self.shape {
             None => self.block_size.saturating_mul(self.batch_size as u64).saturating_mul(self.threads as u64),
-            Some(Shape::KvRequest(kv)) => kv.cache_bytes(),
+            Some(Shape::KvRequest(kv)) | Some(Shape::KvLayerwise { cache: kv, .. }) => kv.cache_bytes(),
             Some(Shape::Store { objects, max_bytes, .. }) => max_bytes.saturating_mul(*objects as u64),
         }
     }
@@ -267,6 +296,11 @@ pub enum Shape {
     /// block of each) from non-contiguous block ids of one cache to non-contiguous ids of the other, as one batched
     /// transfer: the P2P connector's shape.
     KvRequest(KvCache),
+    /// The same cache and requests moved layer by layer, as the layerwise connector saves them during prefill: per
+    /// layer `compute_us` of compute (the Host thread waits, as for the device), then that layer's K and V blocks as
+    /// one batch of WRITEs, not waited for, so that it overlaps the next layers' compute; the request ends when every
+    /// layer's batch has. The audit's operation does not apply.
+    KvLayerwise { cache: KvCache, compute_us: u32 },
     /// Store-style put (WRITE) then get (READ) of many small objects of sizes drawn from the powers of two between
     /// `min_bytes` and `max_bytes`, one batch each way; the audit's operation does not apply.
     Store { objects: usize, min_bytes: u64, max_bytes: u64, seed: u64 },
@@ -382,6 +416,9 @@ pub struct CellStats {
     pub latency_p50_ns: Option<Stats>,
     pub latency_p99_ns: Option<Stats>,
     pub latency_p999_ns: Option<Stats>,
+    /// Layerwise workloads: the p50 request latency over the compute alone (what the transfers add).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p50_over_compute_ns: Option<Stats>,
     /// Every Host thread of the process, per transfer.
     pub process_cpu_ns_per_transfer: Option<Stats>,
     /// The path's own attribution, per transfer.
@@ -430,6 +467,7 @@ impl WorkloadReport {
         memcpy_rounds: Vec<ReferenceRound>,
     ) -> WorkloadReport {
         let reference = |round: usize| memcpy_rounds.iter().find(|r| r.round == round).map(|r| r.bytes_per_second);
+        let compute = workload.compute_per_request();
         let cells = paths
             .iter()
             .zip(per_path)
@@ -443,6 +481,9 @@ impl WorkloadReport {
                     latency_p50_ns: of(&|r| (r.batches > 0).then_some(r.latency_p50_ns as f64)),
                     latency_p99_ns: of(&|r| (r.batches > 0).then_some(r.latency_p99_ns as f64)),
                     latency_p999_ns: of(&|r| (r.batches > 0).then_some(r.latency_p999_ns as f64)),
+                    latency_p50_over_compute_ns: compute.and_then(|compute| {
+                        of(&|r| (r.batches > 0).then_some(r.latency_p50_ns as f64 - compute.as_nanos() as f64))
+                    }),
                     process_cpu_ns_per_transfer: of(&|r| r.process_cpu_ns_per_transfer.filter(|_| r.transfers > 0)),
                     path_cpu_ns_per_transfer: of(&|r| (r.transfers > 0).then_some(r.path_cpu_ns_per_transfer)),
                     aiv_executing_share: of(&|r| r.occupancy.aiv_executing_share()),
@@ -636,6 +677,20 @@ impl AuditReport {
             let _ = writeln!(md, "## {}\n", workload.name);
             let _ =
                 writeln!(md, "memcpy reference: {} GB/s\n", stat(workload.memcpy_bytes_per_second.as_ref(), 1e-9, 2));
+            if let Some(compute) = workload.workload.compute_per_request() {
+                let over: Vec<String> = workload
+                    .paths
+                    .iter()
+                    .map(|c| format!("{} {} µs", c.path, stat(c.latency_p50_over_compute_ns.as_ref(), 1e-3, 1)))
+                    .collect();
+                let _ = writeln!(
+                    md,
+                    "Latency is per request (every layer, compute included); the compute alone takes {:.1} µs. p50 \
+                     over the compute: {}.\n",
+                    compute.as_secs_f64() * 1e6,
+                    over.join(", ")
+                );
+            }
             let _ = writeln!(
                 md,
                 "| path | GB/s | vs memcpy | latency p50 µs | p99 µs | p999 µs | Host CPU/transfer µs (process) | (path) | transfers | failed batches |"
