@@ -303,3 +303,26 @@ fn the_json_has_the_schema_and_reads_back() {
     assert_eq!(back.components[0].verdict, Verdict::AivDirect);
     assert_eq!(back.components[0].evidence, host.components[0].evidence);
 }
+
+/// A Host library carrying a device object: a section named like one, holding a kernel's names, and an ELF image for
+/// another machine in its read-only data.
+const DEVICE_OBJECT_C: &str = "__attribute__((section(\".ascend.kernel\"), used))\n\
+static const char kernel_names[] = \"CopySqe\\0ring_doorbell\\0wait_flag\\0\";\n\
+__attribute__((used))\n\
+static const unsigned char device_image[64] = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0,\n\
+    1, 0, 0xef, 0xbe, 1, 0, 0, 0};\n\
+int probe(void) { return kernel_names[0] + device_image[1]; }\n";
+
+#[test]
+fn an_embedded_device_object_with_descriptors_is_aiv_direct() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let Some(lib) = shared_library(dir.path(), "devobj.c", DEVICE_OBJECT_C, false) else { return };
+    let report = inspect(std::slice::from_ref(&lib));
+    let c = component(&report, &lib.display().to_string());
+    assert!(has(c, EvidenceClass::DeviceKernel, ".ascend.kernel"), "{}", report.render());
+    assert!(has(c, EvidenceClass::DeviceKernel, "e_machine 48879"), "{}", report.render());
+    let sqe = c.evidence.iter().find(|e| e.what.contains("CopySqe")).expect("the descriptor name");
+    assert!(sqe.in_device_code && sqe.location.starts_with("section .ascend.kernel"), "{sqe:?}");
+    assert!(has(c, EvidenceClass::Doorbell, "ring_doorbell"));
+    assert_eq!(c.verdict, Verdict::AivDirect, "{}", report.render());
+}

@@ -32,6 +32,8 @@ pub const MAX_SOURCE_BYTES: u64 = 4 << 20;
 pub const MAX_EVIDENCE: usize = 10_000;
 /// At most this many embedded ELF images are looked into per binary.
 const MAX_EMBEDDED: usize = 256;
+/// At most this much is read from the members of one wheel, in all (each ELF member within [`MAX_BINARY_BYTES`]).
+pub const MAX_WHEEL_BYTES: u64 = 1 << 30;
 /// Directories deeper than this below a source root are not walked.
 const MAX_DEPTH: usize = 64;
 /// How many lines apart a `dcci` and a poll may be for the `dcci` to count as cache maintenance of that poll.
@@ -827,7 +829,10 @@ fn inspect_elf(data: &[u8], sink: &mut Sink) -> Result<(), String> {
                 class: EvidenceClass::DeviceKernel,
                 check: Check::Kernel,
                 for_or_against: Stance::For,
-                what: format!("embedded ELF for another machine (e_machine {machine}, this file's {:?})", host_machine),
+                what: format!(
+                    "embedded ELF for another machine (e_machine {machine}, this file's {})",
+                    host_machine.map_or_else(|| "unknown".to_owned(), |m| m.to_string())
+                ),
                 location: location.clone(),
                 in_comment: false,
                 in_device_code: true,
@@ -969,7 +974,13 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
         Err(e) => return problem(report, shown, format!("not a readable zip archive (wheel): {e}")),
     };
     let mut sources = Vec::new();
+    let mut read = 0u64;
     for index in 0..archive.len() {
+        if read >= MAX_WHEEL_BYTES {
+            let left = archive.len() - index;
+            problem(report, shown.clone(), format!("{left} members not read: over {MAX_WHEEL_BYTES} bytes read"));
+            break;
+        }
         let mut entry = match archive.by_index(index) {
             Ok(entry) => entry,
             Err(e) => {
@@ -992,6 +1003,7 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
                 problem(report, member, format!("unreadable zip entry: {e}"));
                 continue;
             }
+            read += data.len() as u64;
             if let Some(text) = text_of(data) {
                 sources.push(SourceFile { shown: inner, extension, text });
             }
@@ -1011,6 +1023,7 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
             problem(report, member, format!("unreadable zip entry: {e}"));
             continue;
         }
+        read += data.len() as u64;
         let mut sink = Sink::default();
         match inspect_elf(&data, &mut sink) {
             Ok(()) => report.components.push(sink.finish(member, ComponentKind::WheelElf, &shown, 0)),
@@ -1060,6 +1073,9 @@ impl InspectReport {
         let mut out = String::new();
         let _ = writeln!(out, "# aiv audit --inspect ({INSPECT_SCHEMA})\n");
         let _ = writeln!(out, "Inputs: {}\n", self.inputs.join(", "));
+        if self.components.is_empty() {
+            let _ = writeln!(out, "No components found.\n");
+        }
         let mut empty = Vec::new();
         for component in &self.components {
             if component.evidence.is_empty() {
