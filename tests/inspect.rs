@@ -299,7 +299,7 @@ fn the_json_has_the_schema_and_reads_back() {
         c["evidence"].as_array().expect("evidence").iter().map(|e| &e["check"]).collect();
     assert!(checks.iter().any(|c| c.as_u64() == Some(1)) && checks.iter().any(|c| c.as_u64() == Some(2)));
     let host = inspect(&[dir.path().join("kernel.cpp")]);
-    let back = InspectReport::from_json(&serde_json::to_string(&host).expect("text")).expect("reads back");
+    let back = serde_json::from_str::<InspectReport>(&serde_json::to_string(&host).expect("text")).expect("reads back");
     assert_eq!(back.components[0].verdict, Verdict::AivDirect);
     assert_eq!(back.components[0].evidence, host.components[0].evidence);
 }

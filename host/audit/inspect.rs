@@ -1057,11 +1057,6 @@ type Finding<'a> = (Stance, bool, &'a str, &'a str);
 const RENDER_LINES: usize = 8;
 
 impl InspectReport {
-    /// Reads a report back from its JSON.
-    pub fn from_json(text: &str) -> Result<InspectReport, String> {
-        serde_json::from_str(text).map_err(|e| e.to_string())
-    }
-
     /// The component of that name, if any.
     pub fn component(&self, name: &str) -> Option<&Component> {
         self.components.iter().find(|c| c.name == name)
