@@ -436,3 +436,26 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("--paths") && stderr.contains("rdma"), "{stderr}");
 }
+
+#[test]
+fn audit_inspect_reads_the_kernels_and_names_a_missing_path() {
+    let kernels = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");
+    let output = aiv().args(["audit", "--inspect", kernels]).output().expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(stdout.contains("AIV-direct"), "{stdout}");
+    assert!(stdout.contains(aiv_transport::audit::inspect::CAVEAT), "the caveat: {stdout}");
+
+    let output = aiv().args(["audit", "--inspect", kernels, "--json"]).output().expect("runs");
+    assert!(output.status.success());
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
+    assert_eq!(report["schema"], "aiv-inspect/1");
+
+    let output = aiv().args(["audit", "--inspect", "/nonexistent"]).output().expect("runs");
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("/nonexistent") && stderr.contains("does not exist"), "{stderr}");
+
+    let output = aiv().args(["audit", "--inspect", kernels, "--quick"]).output().expect("runs");
+    assert!(!output.status.success(), "--inspect does not run the audit");
+}

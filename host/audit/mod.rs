@@ -8,6 +8,7 @@
 //! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
 
 pub mod compare;
+pub mod inspect;
 pub mod kv;
 mod plot;
 pub mod report;

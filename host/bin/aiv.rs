@@ -172,6 +172,13 @@ struct AuditArgs {
     /// their ratio B/A
     #[arg(long, num_args = 2, value_names = ["A", "B"], conflicts_with_all = ["quick", "full", "paths", "sizes", "rounds", "cell_seconds", "out"])]
     compare: Option<Vec<PathBuf>>,
+    /// Inspect wheels, ELF files and source trees instead of running: per component the evidence for and against
+    /// each check of AIV direct-drive, and a verdict (docs/inspect.md)
+    #[arg(long, num_args = 1.., value_name = "PATH", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "operation", "out", "compare"])]
+    inspect: Option<Vec<PathBuf>>,
+    /// With --inspect: print the report as JSON (schema aiv-inspect/1) instead of text
+    #[arg(long, requires = "inspect")]
+    json: bool,
 }
 
 /// transfer_engine_bench's flags that mean nothing here (`mooncake-transfer-engine/example/transfer_engine_bench.cpp`:
@@ -361,6 +368,19 @@ fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
 
 fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String> {
     use aiv_transport::audit::{self, AuditOptions, AuditReport, Workload};
+    if let Some(paths) = args.inspect {
+        if let Some(missing) = paths.iter().find(|path| !path.exists()) {
+            return Err(format!("--inspect: {} does not exist", missing.display()));
+        }
+        let report = audit::inspect::inspect(&paths);
+        if args.json {
+            let text = serde_json::to_string_pretty(&report).map_err(|e| format!("--inspect --json: {e}"))?;
+            println!("{text}");
+        } else {
+            print!("{}", report.render());
+        }
+        return Ok(());
+    }
     if let Some(files) = args.compare {
         let (a, b) = (AuditReport::read(&files[0])?, AuditReport::read(&files[1])?);
         print!("{}", audit::compare::compare(&a, &b));
