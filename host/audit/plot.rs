@@ -171,13 +171,21 @@ where
             )
             .map_err(|e| error(&e))?;
     }
+    finish(&mut chart, &root)
+}
+
+/// Draws the legend and writes the file.
+fn finish<'a, X: Ranged, Y: Ranged>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, Cartesian2d<X, Y>>,
+    root: &DrawingArea<SVGBackend<'a>, plotters::coord::Shift>,
+) -> Result<bool, String> {
     chart
         .configure_series_labels()
         .border_style(BLACK)
         .background_style(WHITE.mix(0.8))
         .draw()
-        .map_err(|e| error(&e))?;
-    root.present().map_err(|e| error(&e))?;
+        .map_err(|e| e.to_string())?;
+    root.present().map_err(|e| e.to_string())?;
     Ok(true)
 }
 
@@ -232,14 +240,7 @@ fn latency_cdf(file: &Path, title: &str, cells: &[CellStats]) -> Result<bool, St
             .label(cell.path.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], style));
     }
-    chart
-        .configure_series_labels()
-        .border_style(BLACK)
-        .background_style(WHITE.mix(0.8))
-        .draw()
-        .map_err(|e| error(&e))?;
-    root.present().map_err(|e| error(&e))?;
-    Ok(true)
+    finish(&mut chart, &root)
 }
 
 #[cfg(test)]
