@@ -28,6 +28,7 @@ pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
         ("rounds", a.method.rounds.to_string(), b.method.rounds.to_string()),
         ("seconds per cell", a.method.cell_s.to_string(), b.method.cell_s.to_string()),
         ("operation", a.method.operation.clone(), b.method.operation.clone()),
+        ("section clock", a.method.section_clock.clone(), b.method.section_clock.clone()),
     ];
     let differing: Vec<_> = fields.iter().filter(|(_, x, y)| x != y).collect();
     if differing.is_empty() {

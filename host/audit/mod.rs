@@ -482,6 +482,7 @@ fn method(options: &AuditOptions) -> report::Method {
         cell_s: options.cell.as_secs_f64(),
         reference_s: options.reference.as_secs_f64(),
         operation: options.operation.as_str().into(),
+        section_clock: crate::cpu_time::section_clock().name().into(),
         order: "each round runs every path once, in the first round's order rotated left by the round number; \
                     the memcpy reference runs last in even rounds and first in odd ones"
             .into(),

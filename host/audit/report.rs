@@ -115,6 +115,9 @@ pub struct Method {
     pub cell_s: f64,
     pub reference_s: f64,
     pub operation: String,
+    /// How sections that never sleep were timed for the Host CPU figures (`monotonic` or `thread`).
+    #[serde(default)]
+    pub section_clock: String,
     /// How rounds order the paths.
     pub order: String,
     /// What every path shares.
@@ -624,13 +627,15 @@ impl AuditReport {
         let _ = writeln!(
             md,
             "{} rounds per workload, {:.2} s per path and round ({} of each request), memcpy reference {:.2} s per \
-             round. {}. {}. Figures are the median over the rounds, with [min - max].\n",
+             round. {}. {}. Host sections that never sleep are timed with the {} clock. Figures are the median \
+             over the rounds, with [min - max].\n",
             self.method.rounds,
             self.method.cell_s,
             self.method.operation,
             self.method.reference_s,
             capitalize(&self.method.order),
-            capitalize(&self.method.layout)
+            capitalize(&self.method.layout),
+            self.method.section_clock
         );
         if !self.skipped.is_empty() {
             let _ = writeln!(md, "Not run:\n");

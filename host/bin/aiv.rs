@@ -165,6 +165,10 @@ struct AuditArgs {
     /// Transfer direction
     #[arg(long, value_enum, default_value = "read")]
     operation: Operation,
+    /// How Host sections that never sleep are timed for the Host CPU figures: monotonic (wall time, an upper bound
+    /// of their CPU time) or thread (the thread CPU clock, a system call per reading)
+    #[arg(long = "section-clock", default_value = "monotonic", value_parser = parse_section_clock)]
+    section_clock: SectionClock,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -421,6 +425,7 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
     let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
     options.validate().map_err(|e| e.to_string())?;
+    aiv_transport::cpu_time::set_section_clock(args.section_clock);
     let out = args.out.unwrap_or_else(|| {
         let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         PathBuf::from(format!("aiv-audit-{}", stamp.replace([':', '-'], "")))
