@@ -37,6 +37,7 @@ fn short_options() -> AuditOptions {
         operation: Opcode::Write,
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
+        faults: true,
     }
 }
 
@@ -97,6 +98,26 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let sdma = |path: &str| cell(path).sdma_busy_per_second.expect("the twin's counters").median;
     assert!(sdma("aiv") > 0.0 && sdma("tcp") == 0.0, "aiv {} tcp {}", sdma("aiv"), sdma("tcp"));
     assert!(cell("aiv").aiv_executing_share.expect("the twin's counters").median > 0.0);
+
+    // Error recovery: an out-of-bounds request fails alone on every path; a stalled engine fails aiv's and adxl's
+    // batch, which then serve the next; tcp has no engine to stall and says so.
+    let fault = |path: &str, fault: &str| {
+        report.faults.iter().find(|f| f.path == path && f.fault == fault).expect("a round per path and fault")
+    };
+    for path in ["aiv", "adxl", "tcp"] {
+        let oob = fault(path, "out_of_bounds");
+        assert_eq!(oob.states, ["completed", "failed", "completed", "completed"], "{path}: {oob:?}");
+        assert!(oob.first_reason.as_deref().is_some_and(|r| r.contains("target range")), "{path}: {oob:?}");
+        assert_eq!(oob.next_batch_served, Some(true), "{path}: {oob:?}");
+    }
+    for path in ["aiv", "adxl"] {
+        let stalled = fault(path, "stalled_engine");
+        assert!(stalled.injected && !stalled.states.iter().any(|s| s == "completed"), "{path}: {stalled:?}");
+        assert!(stalled.ended_after_ms.is_some_and(|ms| ms < 20_000.0), "{path}: {stalled:?}");
+        assert_eq!(stalled.next_batch_served, Some(true), "{path}: {stalled:?}");
+    }
+    let tcp = fault("tcp", "stalled_engine");
+    assert!(!tcp.injected && tcp.not_injected_reason.as_deref().is_some_and(|r| r.contains("tcp")), "{tcp:?}");
 
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");

@@ -408,6 +408,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
             "1",
             "--cell-seconds",
             "0.05",
+            "--no-faults",
         ])
         .arg("--out")
         .arg(&out)
@@ -423,6 +424,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
     assert_eq!(report["schema"], "aiv-audit/1");
     assert_eq!(report["command"][0], "aiv", "the program is recorded by name, not by where it lies");
+    assert_eq!(report["faults"], serde_json::json!([]), "--no-faults leaves the error-recovery rounds out");
 
     let output = aiv().args(["audit", "--compare"]).arg(&json).arg(&json).output().expect("runs");
     let stdout = String::from_utf8_lossy(&output.stdout);

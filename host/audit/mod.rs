@@ -8,6 +8,7 @@
 //! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
 
 pub mod compare;
+mod faults;
 pub mod inspect;
 pub mod kv;
 mod plot;
@@ -83,6 +84,8 @@ pub struct AuditOptions {
     pub command: Vec<String>,
     /// The text of the mooncake.json the configuration was read from, if one was (recorded too).
     pub config_file: Option<String>,
+    /// Whether the error-recovery rounds run after the workloads.
+    pub faults: bool,
 }
 
 impl AuditOptions {
@@ -97,6 +100,7 @@ impl AuditOptions {
             operation: Opcode::Read,
             command: Vec::new(),
             config_file: None,
+            faults: true,
         }
     }
 
@@ -373,7 +377,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let started_utc = report::utc_now();
     let started = Instant::now();
     let rig = Rig::new(config, options)?;
-    let total = options.workloads.len() * options.rounds * (options.paths.len() + 1);
+    let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
+        + if options.faults { 2 * options.paths.len() } else { 0 };
     let mut done = 0;
     let mut workloads = Vec::new();
     let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
@@ -447,6 +452,23 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         }
         workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, &latencies, memcpy));
     }
+    let mut fault_rounds = Vec::new();
+    if options.faults {
+        for &path in &options.paths {
+            let buffers = rig.buffers(path);
+            let site = faults::Site {
+                initiator: &rig.initiator,
+                target: &rig.target,
+                segment: rig.segment,
+                local: buffers.local,
+                remote: buffers.remote,
+                size: options.buffer_size(),
+            };
+            fault_rounds.extend(faults::rounds(config, path, &site)?);
+            done += 2;
+            progress.cell(done, total, &format!("error recovery: {}", path.as_str()));
+        }
+    }
     let registration = rig.registration.clone();
     rig.withdraw();
     let verdicts: Vec<PathVerdict> = options
@@ -472,6 +494,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         workloads,
         verdicts,
         plots: Vec::new(),
+        faults: fault_rounds,
     })
 }
 

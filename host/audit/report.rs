@@ -38,6 +38,45 @@ pub struct AuditReport {
     pub verdicts: Vec<PathVerdict>,
     /// The SVG plots written next to the report (file names), drawn from the figures above.
     pub plots: Vec<String>,
+    /// The error-recovery rounds, per path and fault (empty with `--no-faults`).
+    #[serde(default)]
+    pub faults: Vec<FaultRound>,
+}
+
+/// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultRound {
+    pub path: String,
+    /// `out_of_bounds` or `stalled_engine`.
+    pub fault: String,
+    /// Whether the fault could be injected on this path and runtime; if not, why.
+    pub injected: bool,
+    pub not_injected_reason: Option<String>,
+    /// From submit to the end of the faulty batch's wait: the time to detect.
+    pub ended_after_ms: Option<f64>,
+    /// Each transfer's final state (`completed`, `failed`, `timeout`).
+    pub states: Vec<String>,
+    /// The first failed transfer's reason.
+    pub first_reason: Option<String>,
+    /// Whether the next, fault-free batch completed (after the fault was lifted), and how long it took.
+    pub next_batch_served: Option<bool>,
+    pub next_batch_ms: Option<f64>,
+}
+
+impl FaultRound {
+    pub(crate) fn not_injected(path: &str, fault: &str, reason: String) -> FaultRound {
+        FaultRound {
+            path: path.into(),
+            fault: fault.into(),
+            injected: false,
+            not_injected_reason: Some(reason),
+            ended_after_ms: None,
+            states: Vec::new(),
+            first_reason: None,
+            next_batch_served: None,
+            next_batch_ms: None,
+        }
+    }
 }
 
 /// Where the audit ran.
@@ -738,6 +777,39 @@ impl AuditReport {
                 }
                 let _ = writeln!(md);
             }
+        }
+        if !self.faults.is_empty() {
+            let _ = writeln!(md, "## Error recovery\n");
+            let _ = writeln!(
+                md,
+                "A batch of 4 x 64 KiB WRITEs with the fault injected, then a fault-free batch after it was lifted.\n"
+            );
+            let _ = writeln!(
+                md,
+                "| path | fault | batch ended after ms | transfers | first reason | next batch served (ms) |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|");
+            for f in &self.faults {
+                if !f.injected {
+                    let reason = f.not_injected_reason.as_deref().unwrap_or("-");
+                    let _ = writeln!(md, "| {} | {} | not injected: {reason} | | | |", f.path, f.fault);
+                    continue;
+                }
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} |",
+                    f.path,
+                    f.fault,
+                    f.ended_after_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
+                    f.states.join(", "),
+                    f.first_reason.as_deref().unwrap_or("-").replace('|', "/"),
+                    match (f.next_batch_served, f.next_batch_ms) {
+                        (Some(served), Some(ms)) => format!("{} ({ms:.1})", if served { "yes" } else { "no" }),
+                        _ => "-".into(),
+                    }
+                );
+            }
+            let _ = writeln!(md);
         }
         if !self.registration.is_empty() {
             let _ = writeln!(md, "## Registration\n");

@@ -169,6 +169,9 @@ struct AuditArgs {
     /// of their CPU time) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section-clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
+    /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine)
+    #[arg(long = "no-faults")]
+    no_faults: bool,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -421,6 +424,7 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
         Operation::Write => Opcode::Write,
     };
     // The program as `aiv` (not where this binary lies), then the arguments as given.
+    options.faults = !args.no_faults;
     options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
     let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());

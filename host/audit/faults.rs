@@ -1,0 +1,150 @@
+//! The audit's error-recovery rounds: per path, a fault is injected while one batch runs, and the round records how
+//! long the batch took to end, what became of its transfers, and whether the next, fault-free batch was served.
+//!
+//! Faults: `out_of_bounds` (one request of the batch runs past the target's registered buffer; every path), and
+//! `stalled_engine` (the engine that carries the path's copies stops: the aiv SDMA channels of the initiator's
+//! device, the ubshmem stream copies of that device, the target's HiXL server for adxl), injected through the twin
+//! runtime's control API; a path or runtime without that control says so instead.
+
+use std::time::{Duration, Instant};
+
+use super::report::FaultRound;
+use crate::config::{DeviceBackendKind, EngineConfig};
+use crate::error::Result;
+use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
+use crate::TransferEngine;
+
+/// The requests of a fault round: 4 of 64 KiB.
+const REQUESTS: u64 = 4;
+const LENGTH: u64 = 64 << 10;
+
+/// Where the rounds run: the rig's engines and one path's buffers.
+pub(super) struct Site<'a> {
+    pub initiator: &'a TransferEngine,
+    pub target: &'a TransferEngine,
+    pub segment: SegmentId,
+    pub local: u64,
+    pub remote: u64,
+    /// Bytes of each buffer.
+    pub size: u64,
+}
+
+/// Both rounds for `path`.
+pub(super) fn rounds(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> Result<Vec<FaultRound>> {
+    let mut rounds = Vec::new();
+    // One request's target range runs 4 KiB past the end of the target's buffer.
+    let mut requests = batch(path, site);
+    requests[1].target_offset = site.remote + site.size - 4096;
+    rounds.push(round(path, "out_of_bounds", site, &requests, None)?);
+    let injected = stall(config, path, site, true);
+    let round = match injected {
+        Ok(()) => {
+            let result =
+                round(path, "stalled_engine", site, &batch(path, site), Some(&|| stall(config, path, site, false)));
+            // Released even if the round failed.
+            let _ = stall(config, path, site, false);
+            result?
+        }
+        Err(reason) => FaultRound::not_injected(path.as_str(), "stalled_engine", reason),
+    };
+    rounds.push(round);
+    Ok(rounds)
+}
+
+fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {
+    (0..REQUESTS)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: site.local + i * LENGTH,
+            target_id: site.segment,
+            target_offset: site.remote + i * LENGTH,
+            length: LENGTH,
+            protocol: Some(path),
+        })
+        .collect()
+}
+
+/// Runs the faulty batch, then (after `release`, if any) a fault-free one.
+fn round(
+    path: Protocol,
+    fault: &str,
+    site: &Site<'_>,
+    requests: &[TransferRequest],
+    release: Option<&dyn Fn() -> std::result::Result<(), String>>,
+) -> Result<FaultRound> {
+    let engine = site.initiator;
+    let batch = engine.allocate_batch(requests.len())?;
+    let started = Instant::now();
+    engine.submit_transfer(batch, requests)?;
+    engine.wait_batch(batch)?;
+    let detected = started.elapsed();
+    let mut states = Vec::new();
+    let mut reason = None;
+    for task in 0..requests.len() {
+        let state = engine.transfer_status(batch, task)?.state;
+        if state != TransferState::Completed && reason.is_none() {
+            reason = engine.task_reason(batch, task)?;
+        }
+        states.push(format!("{state:?}").to_lowercase());
+    }
+    engine.free_batch(batch)?;
+    if let Some(release) = release {
+        let _ = release();
+    }
+    // The next batch, fault-free, within a bound.
+    let started = Instant::now();
+    let next = engine.allocate_batch(REQUESTS as usize)?;
+    engine.submit_transfer(next, &self::batch(path, site))?;
+    let status = engine.wait_batch(next)?;
+    let recovered = started.elapsed();
+    engine.free_batch(next)?;
+    Ok(FaultRound {
+        path: path.as_str().into(),
+        fault: fault.into(),
+        injected: true,
+        not_injected_reason: None,
+        ended_after_ms: Some(ms(detected)),
+        states,
+        first_reason: reason,
+        next_batch_served: Some(status.state == TransferState::Completed),
+        next_batch_ms: Some(ms(recovered)),
+    })
+}
+
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e3
+}
+
+/// Stalls (`true`) or releases the engine that carries `path`'s copies, through the twin runtime's control API.
+fn stall(config: &EngineConfig, path: Protocol, site: &Site<'_>, stalled: bool) -> std::result::Result<(), String> {
+    if config.aiv.device_backend != DeviceBackendKind::Twin {
+        return Err(
+            "the vendor's runtime has no fault control: only the twin runtime's control API can stall an engine".into(),
+        );
+    }
+    let device = i32::try_from(config.aiv.device_id).map_err(|_| "device id out of range".to_owned())?;
+    match path {
+        Protocol::Aiv => {
+            for channel in 0..config.aiv.aiv_blocks {
+                cann_twin::control::set_stalled(device, channel, stalled).map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        }
+        Protocol::Ubshmem => {
+            cann_twin::control::hold_device_streams(device, stalled);
+            Ok(())
+        }
+        Protocol::Adxl => {
+            let address = site.target.device().map_err(|e| e.to_string())?.advertisement().hixl_server;
+            let address = address.ok_or_else(|| "the target advertises no HiXL server".to_owned())?;
+            if cann_twin::control::stall_hixl_server(&address, stalled) {
+                Ok(())
+            } else {
+                Err(format!("the target's HiXL server address {address:?} is not ip:port"))
+            }
+        }
+        Protocol::Tcp => Err("tcp moves Host memory over sockets: the twin runtime has no engine of it to stall (a \
+                              killed peer process is the fault that applies, not run by this version)"
+            .into()),
+    }
+}
