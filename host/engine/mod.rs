@@ -295,12 +295,19 @@ impl TransferEngine {
         Ok(device)
     }
 
-    /// The `shmem_uid` another engine published in its descriptor's `aiv` object (see [`DescriptorUidExchange`]).
-    fn published_shmem_uid(&self, segment: &str) -> Option<[u8; 136]> {
+    /// The `shmem_uid` another engine published in its descriptor's `aiv` object (see [`DescriptorUidExchange`]), or
+    /// why there is none yet: the fetch's error, or what the descriptor lacked.
+    fn published_shmem_uid(&self, segment: &str) -> std::result::Result<[u8; 136], String> {
         use base64::Engine as _;
-        let descriptor = self.metadata.fetch(segment).ok()?;
-        let text = descriptor.aiv.as_ref()?.get("shmem_uid")?.as_str()?;
-        base64::engine::general_purpose::STANDARD.decode(text).ok()?.try_into().ok()
+        let descriptor = self.metadata.fetch(segment).map_err(|error| format!("the fetch failed: {error}"))?;
+        let aiv = descriptor.aiv.as_ref().ok_or("the descriptor has no aiv object")?;
+        let text = aiv.get("shmem_uid").ok_or("its aiv object has no shmem_uid")?;
+        let text = text.as_str().ok_or("its shmem_uid is not a string")?;
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(text)
+            .map_err(|error| format!("its shmem_uid is not base64: {error}"))?;
+        let length = bytes.len();
+        bytes.try_into().map_err(|_| format!("its shmem_uid holds {length} bytes, not 136"))
     }
 
     /// Sets this project's `aiv` object of the local segment descriptor (and advertises protocol `aiv`), then
@@ -748,12 +755,17 @@ impl crate::device::UniqueIdExchange for DescriptorUidExchange<'_> {
         let root = std::env::var("AIV_SHMEM_ROOT_SEGMENT")
             .map_err(|_| "AIV_SHMEM_ROOT_SEGMENT (the segment name of SHMEM PE 0's engine) is not set".to_string())?;
         let deadline = deadline_after(timeout);
+        let mut polls = 0u64;
         loop {
-            if let Some(uid) = self.engine.published_shmem_uid(&root) {
-                return Ok(uid);
-            }
+            polls += 1;
+            let why = match self.engine.published_shmem_uid(&root) {
+                Ok(uid) => return Ok(uid),
+                Err(why) => why,
+            };
             if Instant::now() >= deadline {
-                return Err(format!("segment {root:?} published no aiv.shmem_uid within {timeout:?}"));
+                return Err(format!(
+                    "segment {root:?} published no aiv.shmem_uid within {timeout:?} ({polls} polls; the last: {why})"
+                ));
             }
             std::thread::sleep(std::time::Duration::from_millis(50));
         }
