@@ -124,11 +124,16 @@ pub fn parse_buffer_size(flag: &str, text: &str) -> std::result::Result<u64, Str
 
 /// A host buffer of `size` bytes filled with `fill`, or an error (not an abort) where the allocation fails.
 fn host_buffer(size: usize, fill: u8) -> Result<Vec<u8>> {
-    let mut buffer = Vec::new();
-    buffer.try_reserve_exact(size).map_err(|error| EngineError::InvalidArgument {
+    filled_buffer(size, fill).map_err(|error| EngineError::InvalidArgument {
         operation: "bench",
         reason: format!("cannot allocate a host buffer of {size} bytes ({error}): lower --buffer_size"),
-    })?;
+    })
+}
+
+/// `size` bytes of `fill` in Host memory, or the allocator's refusal (not an abort).
+pub(crate) fn filled_buffer(size: usize, fill: u8) -> std::result::Result<Vec<u8>, std::collections::TryReserveError> {
+    let mut buffer = Vec::new();
+    buffer.try_reserve_exact(size)?;
     buffer.resize(size, fill);
     Ok(buffer)
 }

@@ -77,7 +77,8 @@ pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
             writeln!(out, "| path | GB/s A | GB/s B | B/A | p50 µs A | p50 µs B | B/A | CPU/transfer µs A | B | B/A |");
         let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
         let memcpy = |w: &super::report::WorkloadReport| w.memcpy_bytes_per_second;
-        row(&mut out, "memcpy", memcpy(wa).as_ref(), memcpy(wb).as_ref(), None, None, None, None);
+        let (ma, mb) = (memcpy(wa), memcpy(wb));
+        row(&mut out, "memcpy", &[(ma.as_ref(), mb.as_ref(), 1e-9, 2), (None, None, 1.0, 0), (None, None, 1.0, 0)]);
         for cb in &wb.paths {
             match wa.paths.iter().find(|c| c.path == cb.path) {
                 Some(ca) => cells(&mut out, ca, cb),
@@ -98,48 +99,28 @@ fn opt(value: &Option<String>) -> String {
     value.clone().unwrap_or_else(|| "-".into())
 }
 
+/// One figure of a row: A's and B's stats, the scale to print them in and the digits.
+type Figure<'a> = (Option<&'a Stats>, Option<&'a Stats>, f64, usize);
+
 fn cells(out: &mut String, a: &CellStats, b: &CellStats) {
-    row(
-        out,
-        &a.path,
-        a.bytes_per_second.as_ref(),
-        b.bytes_per_second.as_ref(),
-        a.latency_p50_ns.as_ref(),
-        b.latency_p50_ns.as_ref(),
-        a.process_cpu_ns_per_transfer.as_ref(),
-        b.process_cpu_ns_per_transfer.as_ref(),
-    );
+    let figures = [
+        (a.bytes_per_second.as_ref(), b.bytes_per_second.as_ref(), 1e-9, 2),
+        (a.latency_p50_ns.as_ref(), b.latency_p50_ns.as_ref(), 1e-3, 1),
+        (a.process_cpu_ns_per_transfer.as_ref(), b.process_cpu_ns_per_transfer.as_ref(), 1e-3, 2),
+    ];
+    row(out, &a.path, &figures);
 }
 
-#[allow(clippy::too_many_arguments)]
-fn row(
-    out: &mut String,
-    path: &str,
-    bw_a: Option<&Stats>,
-    bw_b: Option<&Stats>,
-    lat_a: Option<&Stats>,
-    lat_b: Option<&Stats>,
-    cpu_a: Option<&Stats>,
-    cpu_b: Option<&Stats>,
-) {
-    let median = |s: Option<&Stats>, scale: f64, digits: usize| {
-        s.map_or("-".into(), |s| format!("{:.*}", digits, s.median * scale))
-    };
-    let ratio = |x: Option<&Stats>, y: Option<&Stats>| match (x, y) {
-        (Some(x), Some(y)) if x.median > 0.0 => format!("{:.2}", y.median / x.median),
-        _ => "-".into(),
-    };
-    let _ = writeln!(
-        out,
-        "| {path} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
-        median(bw_a, 1e-9, 2),
-        median(bw_b, 1e-9, 2),
-        ratio(bw_a, bw_b),
-        median(lat_a, 1e-3, 1),
-        median(lat_b, 1e-3, 1),
-        ratio(lat_a, lat_b),
-        median(cpu_a, 1e-3, 2),
-        median(cpu_b, 1e-3, 2),
-        ratio(cpu_a, cpu_b)
-    );
+/// `| path | A | B | B/A |` for each figure: medians scaled, the ratio of the unscaled medians, `-` where missing.
+fn row(out: &mut String, path: &str, figures: &[Figure<'_>]) {
+    let mut line = format!("| {path} |");
+    for &(a, b, scale, digits) in figures {
+        let median = |s: Option<&Stats>| s.map_or("-".into(), |s| format!("{:.*}", digits, s.median * scale));
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if a.median > 0.0 => format!("{:.2}", b.median / a.median),
+            _ => "-".into(),
+        };
+        let _ = write!(line, " {} | {} | {ratio} |", median(a), median(b));
+    }
+    let _ = writeln!(out, "{line}");
 }

@@ -4,8 +4,9 @@
 //! as the median over the rounds with its spread, and each path's AIV-direct verdict comes from the evidence its
 //! transfers recorded (docs/audit.md).
 //!
-//! Owns: the workload matrix, the interleaving, the statistics over rounds. The measurement of one cell is
-//! [`crate::bench::run_initiator`], the same loop `aiv bench` runs; the report's shape is [`report`].
+//! Owns: the workload matrix, the interleaving, the statistics over rounds. One cell is measured by the bench's
+//! loops ([`crate::bench::run_initiator`], the one `aiv bench` runs, or `run_request_lists` / `run_layerwise` for
+//! the workloads from the use, all in one measuring frame); the report's shape is [`report`].
 
 pub mod compare;
 mod faults;
@@ -208,7 +209,7 @@ struct Rig {
     device: Option<(crate::device::DeviceBuffer, crate::device::DeviceBuffer, Buffers)>,
     /// Host memory of both engines (tcp: the Host cannot reach device memory over sockets).
     host: Option<(Vec<u8>, Vec<u8>, Buffers)>,
-    /// Time to register the buffers, per path kind (ns), and their bytes.
+    /// Time to register the buffers, per memory kind.
     registration: Vec<report::Registration>,
 }
 
@@ -297,13 +298,10 @@ impl Rig {
 fn host_buffer(size: u64, fill: u8) -> Result<Vec<u8>> {
     let size = usize::try_from(size)
         .map_err(|_| EngineError::InvalidArgument { operation: "audit", reason: "buffer size exceeds usize".into() })?;
-    let mut buffer = Vec::new();
-    buffer.try_reserve_exact(size).map_err(|_| EngineError::InvalidArgument {
+    bench::filled_buffer(size, fill).map_err(|_| EngineError::InvalidArgument {
         operation: "audit",
         reason: format!("cannot allocate {} of Host memory", report::size_name(size as u64)),
-    })?;
-    buffer.resize(size, fill);
-    Ok(buffer)
+    })
 }
 
 /// The order of the paths in round `round`: the first round's order rotated by `round`.
@@ -396,7 +394,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             let reference_first = round % 2 == 1;
             let mut slot = 0;
             let mut reference = |slot: usize, done: &mut usize| {
-                let params = params_for(options, workload, Protocol::Tcp, options.buffer_size());
+                let params = params_for(options, workload, Protocol::Tcp);
                 let bytes_per_second =
                     bench::memcpy_reference(&reference_src, &mut reference_dst, &params, options.reference);
                 memcpy.push(report::ReferenceRound { round, slot, bytes_per_second });
@@ -409,32 +407,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             }
             for path in order {
                 let index = options.paths.iter().position(|p| *p == path).expect("a listed path");
-                let buffers = rig.buffers(path);
-                let params = params_for(options, workload, path, options.buffer_size());
-                let outcome = match &workload.shape {
-                    None => bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)?,
-                    Some(report::Shape::KvLayerwise { cache, compute_us }) => {
-                        let target = kv::Target {
-                            protocol: path,
-                            segment: rig.segment,
-                            local_base: buffers.local,
-                            remote_base: buffers.remote,
-                        };
-                        let requests = [kv::layerwise(cache, target)];
-                        let compute = Duration::from_micros(u64::from(*compute_us));
-                        bench::run_layerwise(&rig.initiator, options.cell, &requests, compute)?
-                    }
-                    Some(shape) => {
-                        let target = kv::Target {
-                            protocol: path,
-                            segment: rig.segment,
-                            local_base: buffers.local,
-                            remote_base: buffers.remote,
-                        };
-                        let lists = [kv::batches(shape, options.operation, target)];
-                        bench::run_request_lists(&rig.initiator, options.cell, &lists)?
-                    }
-                };
+                let outcome = measure(&rig, options, workload, path)?;
                 if outcome.failed_batches > 0 && failures[index].is_none() {
                     failures[index] = outcome.first_failure.clone();
                 }
@@ -522,12 +495,32 @@ fn verdicts_runtime(verdicts: &[PathVerdict]) -> Option<String> {
     verdicts.iter().find_map(|v| v.runtime.clone())
 }
 
+/// One cell: `path` moving `workload` on the rig for `options.cell`, by the workload's own loop.
+fn measure(rig: &Rig, options: &AuditOptions, workload: &Workload, path: Protocol) -> Result<BenchOutcome> {
+    let buffers = rig.buffers(path);
+    let target =
+        kv::Target { protocol: path, segment: rig.segment, local_base: buffers.local, remote_base: buffers.remote };
+    match &workload.shape {
+        None => {
+            let params = params_for(options, workload, path);
+            bench::run_initiator(&rig.initiator, &params, rig.segment, buffers.local, buffers.remote)
+        }
+        Some(report::Shape::KvLayerwise { cache, compute_us }) => {
+            let compute = Duration::from_micros(u64::from(*compute_us));
+            bench::run_layerwise(&rig.initiator, options.cell, &[kv::layerwise(cache, target)], compute)
+        }
+        Some(shape) => {
+            bench::run_request_lists(&rig.initiator, options.cell, &[kv::batches(shape, options.operation, target)])
+        }
+    }
+}
+
 /// The bench parameters of one cell.
-fn params_for(options: &AuditOptions, workload: &Workload, path: Protocol, buffer_size: u64) -> BenchParams {
+fn params_for(options: &AuditOptions, workload: &Workload, path: Protocol) -> BenchParams {
     BenchParams {
         operation: options.operation,
         protocol: path,
-        buffer_size,
+        buffer_size: options.buffer_size(),
         batch_size: workload.batch_size,
         block_size: workload.block_size,
         duration: options.cell,
