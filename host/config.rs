@@ -264,6 +264,50 @@ impl<F: Fn(&str) -> Option<String>> Environment for F {
     }
 }
 
+/// An environment that remembers every variable read through it that was set, with its value: what a report
+/// records so that a rerun sees the same configuration ([`FixedEnvironment`]).
+pub struct RecordingEnvironment<'a> {
+    inner: &'a dyn Environment,
+    seen: std::sync::Mutex<std::collections::BTreeMap<String, String>>,
+}
+
+impl std::fmt::Debug for RecordingEnvironment<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingEnvironment").field("seen", &self.seen()).finish_non_exhaustive()
+    }
+}
+
+impl<'a> RecordingEnvironment<'a> {
+    pub fn new(inner: &'a dyn Environment) -> Self {
+        RecordingEnvironment { inner, seen: std::sync::Mutex::new(std::collections::BTreeMap::new()) }
+    }
+
+    /// The variables read that were set, by name.
+    pub fn seen(&self) -> std::collections::BTreeMap<String, String> {
+        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+impl Environment for RecordingEnvironment<'_> {
+    fn var(&self, name: &str) -> Option<String> {
+        let value = self.inner.var(name);
+        if let Some(value) = &value {
+            self.seen.lock().unwrap_or_else(|p| p.into_inner()).insert(name.to_owned(), value.clone());
+        }
+        value
+    }
+}
+
+/// An environment of exactly these variables (nothing of the process's): a recorded run's, replayed.
+#[derive(Clone, Debug, Default)]
+pub struct FixedEnvironment(pub std::collections::BTreeMap<String, String>);
+
+impl Environment for FixedEnvironment {
+    fn var(&self, name: &str) -> Option<String> {
+        self.0.get(name).cloned()
+    }
+}
+
 impl EngineConfig {
     /// A configuration for `local_hostname` with every other field at its default (P2P handshake, tcp).
     pub fn new(local_hostname: impl Into<String>) -> Self {
@@ -691,6 +735,25 @@ mod tests {
 
     fn parse(text: &str) -> Result<EngineConfig, ConfigError> {
         EngineConfig::from_json(text, "test.json", &no_env)
+    }
+
+    #[test]
+    fn a_recorded_environment_replays_the_same_configuration() {
+        let process = |name: &str| match name {
+            "MOONCAKE_PROTOCOL" => Some("ubshmem".to_owned()),
+            "MC_TRANSFER_TIMEOUT" => Some("7".to_owned()),
+            "UNRELATED" => Some("x".to_owned()),
+            _ => None,
+        };
+        let recording = RecordingEnvironment::new(&process);
+        let first = EngineConfig::load_with(None, &recording, "h").expect("valid environment");
+        let seen = recording.seen();
+        assert_eq!(seen.get("MOONCAKE_PROTOCOL").map(String::as_str), Some("ubshmem"));
+        assert!(!seen.contains_key("UNRELATED"), "only what the configuration read: {seen:?}");
+        let replayed = EngineConfig::load_with(None, &FixedEnvironment(seen), "h").expect("replays");
+        assert_eq!(format!("{first:?}"), format!("{replayed:?}"));
+        let other = EngineConfig::load_with(None, &FixedEnvironment::default(), "h").expect("defaults");
+        assert_ne!(format!("{first:?}"), format!("{other:?}"), "the recorded variables change the configuration");
     }
 
     #[test]

@@ -38,6 +38,7 @@ fn short_options() -> AuditOptions {
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
         faults: true,
+        ..AuditOptions::quick()
     }
 }
 

@@ -439,6 +439,77 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     assert!(!output.status.success() && stderr.contains("--paths") && stderr.contains("rdma"), "{stderr}");
 }
 
+/// `--rerun` repeats a report's command on its recorded configuration file and variables, not on the process's.
+#[test]
+fn audit_rerun_repeats_the_recorded_command_and_configuration() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("mooncake.json");
+    let text = r#"{"local_hostname": "127.0.0.1:12345", "aiv": {"baseline_timeout_ms": 4321}}"#;
+    std::fs::write(&config, text).expect("write");
+    let first = dir.path().join("first");
+    let output = aiv()
+        .env("MOONCAKE_CONFIG_PATH", &config)
+        .env("MC_TRANSFER_TIMEOUT", "7")
+        .args(["audit", "--paths", "tcp", "--sizes", "4k", "--batch-size", "1", "--rounds", "1"])
+        .args(["--cell-seconds", "0.05", "--no-faults", "--out"])
+        .arg(&first)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let read = |dir: &std::path::Path| -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(dir.join("report.json")).expect("report")).expect("JSON")
+    };
+    let original = read(&first);
+    assert_eq!(original["config"]["file"], text);
+    assert_eq!(original["config"]["env"], serde_json::json!({"MC_TRANSFER_TIMEOUT": "7"}), "the path is not kept");
+
+    // Another configuration in this process's environment: the rerun ignores it.
+    let other = dir.path().join("other.json");
+    std::fs::write(&other, r#"{"local_hostname": "127.0.0.1:12345", "aiv": {"baseline_timeout_ms": 99}}"#)
+        .expect("write");
+    let second = dir.path().join("second");
+    let output = aiv()
+        .env("MOONCAKE_CONFIG_PATH", &other)
+        .env("MC_TRANSFER_TIMEOUT", "9")
+        .args(["audit", "--rerun"])
+        .arg(first.join("report.json"))
+        .arg("--out")
+        .arg(&second)
+        .output()
+        .expect("runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let rerun = read(&second);
+    assert_eq!(rerun["command"], original["command"], "the recorded command, so that a rerun can be rerun");
+    assert_eq!(rerun["config"]["file"], text);
+    assert_eq!(rerun["config"]["env"], original["config"]["env"]);
+    let effective = |report: &serde_json::Value| -> String {
+        let text = report["config"]["effective"].as_str().expect("recorded").to_owned();
+        assert!(!text.contains(dir.path().to_str().expect("UTF-8")), "no directory of the machine: {text}");
+        text.lines().filter(|line| !line.contains("origin:")).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(effective(&rerun), effective(&original), "the same configuration");
+    assert!(rerun["config"]["effective"].as_str().is_some_and(|e| e.contains("4.321s")), "{}", rerun["config"]);
+    assert_eq!(rerun["rerun_of"]["started_utc"], original["started_utc"]);
+    assert_eq!(rerun["workloads"][0]["name"], original["workloads"][0]["name"]);
+    assert!(second.join("rerun-config.json").is_file() && second.join("report.md").is_file());
+    let md = std::fs::read_to_string(second.join("report.md")).expect("report.md");
+    assert!(md.contains("A rerun (`aiv audit --rerun`)") && md.contains("`MC_TRANSFER_TIMEOUT=7`"), "{md}");
+
+    // What cannot be rerun says why.
+    let output = aiv().args(["audit", "--rerun"]).arg(&config).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("not an aiv audit report"), "{stderr}");
+    let mut broken = original.clone();
+    broken["command"] = serde_json::json!(["aiv", "audit", "--rounds", "many"]);
+    let path = dir.path().join("broken.json");
+    std::fs::write(&path, broken.to_string()).expect("write");
+    let output = aiv().args(["audit", "--rerun"]).arg(&path).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("does not parse") && stderr.contains("many"), "{stderr}");
+    let output = aiv().args(["audit", "--rerun"]).arg(&path).args(["--rounds", "2"]).output().expect("runs");
+    assert!(!output.status.success(), "--rerun takes the recorded flags, not new ones");
+}
+
 #[test]
 fn audit_inspect_reads_the_kernels_and_names_a_missing_path() {
     let kernels = concat!(env!("CARGO_MANIFEST_DIR"), "/kernels");

@@ -87,6 +87,10 @@ pub struct AuditOptions {
     pub config_file: Option<String>,
     /// Whether the error-recovery rounds run after the workloads.
     pub faults: bool,
+    /// The environment variables the configuration read (recorded for a rerun).
+    pub config_env: std::collections::BTreeMap<String, String>,
+    /// The report this run repeats (`aiv audit --rerun`), if it does.
+    pub rerun_of: Option<report::RerunOf>,
 }
 
 impl AuditOptions {
@@ -102,6 +106,8 @@ impl AuditOptions {
             command: Vec::new(),
             config_file: None,
             faults: true,
+            config_env: std::collections::BTreeMap::new(),
+            rerun_of: None,
         }
     }
 
@@ -459,7 +465,12 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         started_utc,
         elapsed_s: started.elapsed().as_secs_f64(),
         environment,
-        config: report::ConfigRecord { file: options.config_file.clone(), effective: format!("{config:#?}") },
+        config: report::ConfigRecord {
+            file: options.config_file.clone(),
+            effective: effective_config(config),
+            env: options.config_env.clone(),
+        },
+        rerun_of: options.rerun_of.clone(),
         method: method(options),
         paths: options.paths.iter().map(|p| p.as_str().to_owned()).collect(),
         skipped: skipped_paths(config),
@@ -469,6 +480,16 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         plots: Vec::new(),
         faults: fault_rounds,
     })
+}
+
+/// The configuration as the engine holds it, for the report: where it was read from by file name only (a report
+/// names no directory of the machine it ran on).
+fn effective_config(config: &EngineConfig) -> String {
+    let mut shown = config.clone();
+    if let Some(name) = std::path::Path::new(&config.origin).file_name() {
+        shown.origin = name.to_string_lossy().into_owned();
+    }
+    format!("{shown:#?}")
 }
 
 /// The method section of a report of `options`.

@@ -41,6 +41,18 @@ pub struct AuditReport {
     /// The error-recovery rounds, per path and fault (empty with `--no-faults`).
     #[serde(default)]
     pub faults: Vec<FaultRound>,
+    /// The report this run repeated (`aiv audit --rerun`), if it did.
+    #[serde(default)]
+    pub rerun_of: Option<RerunOf>,
+}
+
+/// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
+/// it was built from (compare with this report's `environment.source_commit`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RerunOf {
+    pub report: String,
+    pub started_utc: String,
+    pub source_commit: Option<String>,
 }
 
 /// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
@@ -145,6 +157,10 @@ fn source_commit() -> Option<String> {
 pub struct ConfigRecord {
     pub file: Option<String>,
     pub effective: String,
+    /// The environment variables the configuration read that were set (MOONCAKE_*, MC_TRANSFER_TIMEOUT, ...), by
+    /// name: with `file` and `command`, what `aiv audit --rerun` replays.
+    #[serde(default)]
+    pub env: std::collections::BTreeMap<String, String>,
 }
 
 /// How the audit measured.
@@ -655,6 +671,20 @@ impl AuditReport {
                 .map_or("unknown".into(), |m| format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64)),
             self.environment.os
         );
+        if let Some(of) = &self.rerun_of {
+            let _ = writeln!(
+                md,
+                "A rerun (`aiv audit --rerun`) of `{}`, started {} UTC at {}: the same command, configuration file and \
+                 configuration variables. `aiv audit --compare` of the two reports says what else differs.\n",
+                of.report,
+                of.started_utc.trim_end_matches('Z').replace('T', " "),
+                of.source_commit.as_deref().unwrap_or("commit unknown"),
+            );
+        }
+        if !self.config.env.is_empty() {
+            let vars: Vec<String> = self.config.env.iter().map(|(k, v)| format!("`{k}={v}`")).collect();
+            let _ = writeln!(md, "Configuration variables read: {}.\n", vars.join(", "));
+        }
         if on_twin {
             let _ = writeln!(
                 md,

@@ -186,6 +186,11 @@ struct AuditArgs {
     /// With --inspect: print the report as JSON (schema aiv-inspect/1) instead of text
     #[arg(long, requires = "inspect")]
     json: bool,
+    /// Run again the audit a report.json records: its command line, its mooncake.json text and the configuration
+    /// variables it read (not this process's); writes a new report (into --out, default aiv-audit-<UTC time>) that
+    /// names the one it repeats
+    #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "compare", "inspect"])]
+    rerun: Option<PathBuf>,
 }
 
 /// transfer_engine_bench's flags that mean nothing here (`mooncake-transfer-engine/example/transfer_engine_bench.cpp`:
@@ -374,7 +379,7 @@ fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
 }
 
 fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String> {
-    use aiv_transport::audit::{self, AuditOptions, AuditReport, Workload};
+    use aiv_transport::audit::{self, AuditReport};
     if let Some(paths) = args.inspect {
         if let Some(missing) = paths.iter().find(|path| !path.exists()) {
             return Err(format!("--inspect: {} does not exist", missing.display()));
@@ -393,9 +398,79 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
         print!("{}", audit::compare::compare(&a, &b));
         return Ok(());
     }
-    let env = aiv_transport::config::ProcessEnvironment;
+    if let Some(report) = args.rerun.clone() {
+        return rerun_audit(&report, args.out);
+    }
+    // The program as `aiv` (not where this binary lies), then the arguments as given.
+    let command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
+    run_audit_with(config_path, &aiv_transport::config::ProcessEnvironment, args, command, None)
+}
+
+/// `aiv audit --rerun REPORT`: the recorded command line parsed again (without its --out and --config), on the
+/// recorded configuration file (written into the new output directory as rerun-config.json) and variables.
+fn rerun_audit(path: &std::path::Path, out: Option<PathBuf>) -> Result<(), String> {
+    use aiv_transport::audit::{report::RerunOf, AuditReport};
+    let recorded = AuditReport::read(path)?;
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    let mut words = recorded.command.iter();
+    while let Some(word) = words.next() {
+        match word.as_str() {
+            "--out" | "--config" => {
+                words.next();
+            }
+            w if w.starts_with("--out=") || w.starts_with("--config=") => {}
+            w => argv.push(w.into()),
+        }
+    }
+    let (argv, _) = gflags_argv(argv);
+    let what = |reason: String| format!("--rerun {}: {reason}", path.display());
+    let cli = Cli::try_parse_from(&argv).map_err(|e| what(format!("its command does not parse here: {e}")))?;
+    let Command::Audit(mut args) = cli.command else {
+        return Err(what(format!("its command is not an audit: {}", recorded.command.join(" "))));
+    };
+    if args.rerun.is_some() || args.compare.is_some() || args.inspect.is_some() {
+        return Err(what("its command did not run an audit".into()));
+    }
+    let out = out.unwrap_or_else(default_audit_dir);
+    let config_path = match &recorded.config.file {
+        Some(text) => {
+            std::fs::create_dir_all(&out).map_err(|e| format!("creating {}: {e}", out.display()))?;
+            let file = out.join("rerun-config.json");
+            std::fs::write(&file, text).map_err(|e| format!("writing {}: {e}", file.display()))?;
+            Some(file)
+        }
+        None => None,
+    };
+    args.out = Some(out);
+    let env = aiv_transport::config::FixedEnvironment(recorded.config.env.clone());
+    let of = RerunOf {
+        report: path.display().to_string(),
+        started_utc: recorded.started_utc.clone(),
+        source_commit: recorded.environment.source_commit.clone(),
+    };
+    eprintln!("aiv: rerunning `{}` (started {}) with its configuration", recorded.command.join(" "), of.started_utc);
+    run_audit_with(config_path, &env, args, recorded.command.clone(), Some(of))
+}
+
+/// `aiv-audit-<UTC time>` in the current directory.
+fn default_audit_dir() -> PathBuf {
+    let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+    PathBuf::from(format!("aiv-audit-{}", stamp.replace([':', '-'], "")))
+}
+
+/// Runs an audit of `args` on the configuration `config_path` and `env` make; `command` is what the report records.
+fn run_audit_with(
+    config_path: Option<PathBuf>,
+    env: &dyn aiv_transport::config::Environment,
+    args: AuditArgs,
+    command: Vec<String>,
+    rerun_of: Option<aiv_transport::audit::report::RerunOf>,
+) -> Result<(), String> {
+    use aiv_transport::audit::{self, AuditOptions, Workload};
+    use aiv_transport::config::{RecordingEnvironment, CONFIG_PATH_ENV};
+    let recording = RecordingEnvironment::new(env);
     let config =
-        EngineConfig::load_with(config_path.as_deref(), &env, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
+        EngineConfig::load_with(config_path.as_deref(), &recording, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
     let mut options = if args.full { AuditOptions::full() } else { AuditOptions::quick() };
     if let Some(names) = args.paths {
         options.paths = names
@@ -423,17 +498,16 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
         Operation::Read => Opcode::Read,
         Operation::Write => Opcode::Write,
     };
-    // The program as `aiv` (not where this binary lies), then the arguments as given.
     options.faults = !args.no_faults;
-    options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
-    let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
+    options.command = command;
+    options.rerun_of = rerun_of;
+    let file = config_path.clone().or_else(|| env.var(CONFIG_PATH_ENV).map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
+    // The file's text is recorded; where it lay is not needed to rerun.
+    options.config_env = recording.seen().into_iter().filter(|(name, _)| name != CONFIG_PATH_ENV).collect();
     options.validate().map_err(|e| e.to_string())?;
     aiv_transport::cpu_time::set_section_clock(args.section_clock);
-    let out = args.out.unwrap_or_else(|| {
-        let stamp = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        PathBuf::from(format!("aiv-audit-{}", stamp.replace([':', '-'], "")))
-    });
+    let out = args.out.unwrap_or_else(default_audit_dir);
     let progress = AuditProgress::new();
     let report = audit::run(&config, &options, &progress).map_err(|e| e.to_string())?;
     progress.finish();
