@@ -38,6 +38,7 @@ fn short_options() -> AuditOptions {
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
         faults: true,
+        peer_program: Some(env!("CARGO_BIN_EXE_aiv").into()),
     }
 }
 
@@ -118,6 +119,24 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     }
     let tcp = fault("tcp", "stalled_engine");
     assert!(!tcp.injected && tcp.not_injected_reason.as_deref().is_some_and(|r| r.contains("tcp")), "{tcp:?}");
+    // A killed peer (a target in another process, SIGKILLed with the batch pending): every transfer was pending at
+    // the kill and ends failed well inside the transfer timeout (30 s), a new transfer to the dead segment fails at
+    // once, and the next batch to the in-process target is served.
+    for path in ["aiv", "adxl", "tcp"] {
+        let killed = fault(path, "killed_peer");
+        assert!(killed.injected, "{path}: {killed:?}");
+        assert_eq!(killed.pending_at_fault, Some(4), "{path}: {killed:?}");
+        assert!(killed.states.len() == 4 && killed.states.iter().all(|s| s != "completed"), "{path}: {killed:?}");
+        assert!(killed.ended_after_ms.is_some_and(|ms| ms < 3000.0), "{path}: {killed:?}");
+        assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{path}: {killed:?}");
+        assert!(killed.dead_peer_ms.is_some_and(|ms| ms < 1000.0), "{path}: {killed:?}");
+        assert_eq!(killed.next_batch_served, Some(true), "{path}: {killed:?}");
+    }
+    let aiv = fault("aiv", "killed_peer");
+    let named_loss = |reason: &Option<String>| reason.as_deref().is_some_and(|r| r.contains("lost"));
+    assert!(named_loss(&aiv.first_reason) && named_loss(&aiv.dead_peer_reason), "{aiv:?}");
+    let tcp = fault("tcp", "killed_peer");
+    assert!(tcp.first_reason.as_deref().is_some_and(|r| r.starts_with("tcp:")), "{tcp:?}");
 
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");
@@ -138,6 +157,7 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(text.contains("![bandwidth vs size](bandwidth_vs_size.svg)"), "{text}");
     assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
     assert!(text.contains("| aiv | **yes** |") && text.contains("| tcp | **no** |"), "{text}");
+    assert!(text.contains("| aiv | killed_peer |") && text.contains("- tcp: 4 of 4 pending at the kill"), "{text}");
     let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");
     let median = format!("{:.2}", aiv_64k.bytes_per_second.expect("measured").median * 1e-9);
     assert!(text.contains(&format!("| aiv | {median} [")), "report.md lacks report.json's median {median}:\n{text}");
@@ -186,4 +206,28 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
     std::fs::write(&path, "{").expect("written");
     assert!(AuditReport::read(&path).expect_err("not JSON").contains("not JSON"));
     assert!(AuditReport::read(&dir.path().join("missing.json")).expect_err("missing").contains("missing.json"));
+}
+
+/// The killed-peer round with a peer program that cannot start says so, and the audit still finishes.
+#[test]
+fn a_peer_that_cannot_start_is_not_injected_with_the_reason() {
+    let mut config = EngineConfig::new("127.0.0.1");
+    // Devices 2 and 3: the short audit above holds 0 and 1 while the tests run in parallel.
+    config.aiv.device_id = 2;
+    config.aiv.hbm_size = 16 << 20;
+    let options = AuditOptions {
+        paths: vec![Protocol::Tcp],
+        workloads: vec![Workload::bench(4096, 1, 1)],
+        rounds: 1,
+        cell: Duration::from_millis(20),
+        peer_program: Some("/nonexistent/aiv".into()),
+        ..short_options()
+    };
+    let report = audit::run(&config, &options, &Silent).expect("the audit finishes");
+    let killed = report.faults.iter().find(|f| f.fault == "killed_peer").expect("the round");
+    assert!(!killed.injected, "{killed:?}");
+    let reason = killed.not_injected_reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("cannot start the peer") && reason.contains("/nonexistent/aiv"), "{reason}");
+    let oob = report.faults.iter().find(|f| f.fault == "out_of_bounds").expect("the other rounds ran");
+    assert_eq!(oob.next_batch_served, Some(true), "{oob:?}");
 }

@@ -15,8 +15,8 @@ use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferStat
 use crate::TransferEngine;
 
 /// The requests of a fault round: 4 of 64 KiB.
-const REQUESTS: u64 = 4;
-const LENGTH: u64 = 64 << 10;
+pub(super) const REQUESTS: u64 = 4;
+pub(super) const LENGTH: u64 = 64 << 10;
 
 /// Where the rounds run: the rig's engines and one path's buffers.
 pub(super) struct Site<'a> {
@@ -51,7 +51,7 @@ pub(super) fn rounds(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> 
     Ok(rounds)
 }
 
-fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {
+pub(super) fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {
     (0..REQUESTS)
         .map(|i| TransferRequest {
             opcode: Opcode::Write,
@@ -108,15 +108,21 @@ fn round(
         first_reason: reason,
         next_batch_served: Some(status.state == TransferState::Completed),
         next_batch_ms: Some(ms(recovered)),
+        ..FaultRound::not_injected(path.as_str(), fault, String::new())
     })
 }
 
-fn ms(duration: Duration) -> f64 {
+pub(super) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
 /// Stalls (`true`) or releases the engine that carries `path`'s copies, through the twin runtime's control API.
-fn stall(config: &EngineConfig, path: Protocol, site: &Site<'_>, stalled: bool) -> std::result::Result<(), String> {
+pub(super) fn stall(
+    config: &EngineConfig,
+    path: Protocol,
+    site: &Site<'_>,
+    stalled: bool,
+) -> std::result::Result<(), String> {
     if config.aiv.device_backend != DeviceBackendKind::Twin {
         return Err(
             "the vendor's runtime has no fault control: only the twin runtime's control API can stall an engine".into(),
@@ -144,7 +150,7 @@ fn stall(config: &EngineConfig, path: Protocol, site: &Site<'_>, stalled: bool) 
             }
         }
         Protocol::Tcp => Err("tcp moves Host memory over sockets: the twin runtime has no engine of it to stall (a \
-                              killed peer process is the fault that applies, not run by this version)"
+                              killed peer process, the killed_peer round, is the fault that applies)"
             .into()),
     }
 }

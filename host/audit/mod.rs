@@ -12,6 +12,7 @@ pub mod compare;
 mod faults;
 pub mod inspect;
 pub mod kv;
+mod peer;
 mod plot;
 pub mod report;
 
@@ -87,6 +88,9 @@ pub struct AuditOptions {
     pub config_file: Option<String>,
     /// Whether the error-recovery rounds run after the workloads.
     pub faults: bool,
+    /// The `aiv` binary the `killed_peer` round runs as a target in another process (`None`: that round is not
+    /// injected, and says why).
+    pub peer_program: Option<std::path::PathBuf>,
 }
 
 impl AuditOptions {
@@ -102,6 +106,7 @@ impl AuditOptions {
             command: Vec::new(),
             config_file: None,
             faults: true,
+            peer_program: None,
         }
     }
 
@@ -376,7 +381,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let started = Instant::now();
     let rig = Rig::new(config, options)?;
     let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
-        + if options.faults { 2 * options.paths.len() } else { 0 };
+        + if options.faults { 3 * options.paths.len() } else { 0 };
     let mut done = 0;
     let mut workloads = Vec::new();
     let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
@@ -438,7 +443,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 size: options.buffer_size(),
             };
             fault_rounds.extend(faults::rounds(config, path, &site)?);
-            done += 2;
+            fault_rounds.push(peer::killed_peer(config, options.peer_program.as_deref(), path, &site)?);
+            done += 3;
             progress.cell(done, total, &format!("error recovery: {}", path.as_str()));
         }
     }

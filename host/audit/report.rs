@@ -47,7 +47,7 @@ pub struct AuditReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FaultRound {
     pub path: String,
-    /// `out_of_bounds` or `stalled_engine`.
+    /// `out_of_bounds`, `stalled_engine` or `killed_peer`.
     pub fault: String,
     /// Whether the fault could be injected on this path and runtime; if not, why.
     pub injected: bool,
@@ -61,6 +61,18 @@ pub struct FaultRound {
     /// Whether the next, fault-free batch completed (after the fault was lifted), and how long it took.
     pub next_batch_served: Option<bool>,
     pub next_batch_ms: Option<f64>,
+    /// `killed_peer`: how many of the batch's transfers were still pending when the peer was killed (the batch's
+    /// `ended_after_ms` then counts from the kill, not from the submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_at_fault: Option<usize>,
+    /// `killed_peer`: a new transfer to the dead peer's segment after the batch ended: its state, how long it took
+    /// and its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_reason: Option<String>,
 }
 
 impl FaultRound {
@@ -75,6 +87,10 @@ impl FaultRound {
             first_reason: None,
             next_batch_served: None,
             next_batch_ms: None,
+            pending_at_fault: None,
+            dead_peer_state: None,
+            dead_peer_ms: None,
+            dead_peer_reason: None,
         }
     }
 }
@@ -807,6 +823,28 @@ impl AuditReport {
                         (Some(served), Some(ms)) => format!("{} ({ms:.1})", if served { "yes" } else { "no" }),
                         _ => "-".into(),
                     }
+                );
+            }
+            let _ = writeln!(md);
+        }
+        let killed: Vec<&FaultRound> =
+            self.faults.iter().filter(|f| f.injected && f.pending_at_fault.is_some()).collect();
+        if !killed.is_empty() {
+            let _ = writeln!(
+                md,
+                "killed_peer: a target in another process SIGKILLed with the batch pending; the batch's end is timed \
+                 from the kill, then a new transfer to the dead segment, then the next batch to the in-process target.\n"
+            );
+            for f in killed {
+                let _ = writeln!(
+                    md,
+                    "- {}: {} of {} pending at the kill; a new transfer to the dead peer: {} in {} ms ({})",
+                    f.path,
+                    f.pending_at_fault.unwrap_or(0),
+                    f.states.len(),
+                    f.dead_peer_state.as_deref().unwrap_or("-"),
+                    f.dead_peer_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
+                    f.dead_peer_reason.as_deref().unwrap_or("-")
                 );
             }
             let _ = writeln!(md);

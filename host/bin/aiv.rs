@@ -425,6 +425,8 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
     };
     // The program as `aiv` (not where this binary lies), then the arguments as given.
     options.faults = !args.no_faults;
+    // The killed-peer round runs this binary as the target in another process.
+    options.peer_program = std::env::current_exe().ok();
     options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
     let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
