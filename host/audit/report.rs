@@ -41,6 +41,53 @@ pub struct AuditReport {
     /// The error-recovery rounds, per path and fault (empty with `--no-faults`).
     #[serde(default)]
     pub faults: Vec<FaultRound>,
+    /// Allocation success per memory kind: how much of a requested heap could be had (empty with `--no-alloc`).
+    #[serde(default)]
+    pub allocation: Vec<Allocation>,
+}
+
+/// Allocation success of one memory kind: a heap of `requested_bytes` asked for in chunks, what was obtained, and
+/// the time to register it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// `device` (the HBM heap the device paths share) or `host`.
+    pub memory: String,
+    /// The audited paths that use this memory.
+    pub paths: Vec<String>,
+    pub requested_bytes: u64,
+    pub obtained_bytes: u64,
+    /// How many chunks the obtained bytes came in.
+    pub chunks: usize,
+    /// The first refused chunk and the allocator's error.
+    pub first_refusal: Option<String>,
+    /// Why the allocation stopped: the request reached, a smallest chunk refused, or the time cap.
+    pub ended: String,
+    pub allocation_s: f64,
+    /// Bytes registered with one engine (all obtained, unless registration failed), in how long, and per GiB.
+    pub registered_bytes: u64,
+    pub registration_s: f64,
+    pub registration_s_per_gib: Option<f64>,
+    pub registration_error: Option<String>,
+}
+
+impl Allocation {
+    /// Nothing obtained yet.
+    pub(crate) fn empty(memory: &str, paths: Vec<String>, requested_bytes: u64) -> Allocation {
+        Allocation {
+            memory: memory.into(),
+            paths,
+            requested_bytes,
+            obtained_bytes: 0,
+            chunks: 0,
+            first_refusal: None,
+            ended: String::new(),
+            allocation_s: 0.0,
+            registered_bytes: 0,
+            registration_s: 0.0,
+            registration_s_per_gib: None,
+            registration_error: None,
+        }
+    }
 }
 
 /// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
@@ -845,6 +892,38 @@ impl AuditReport {
                     f.dead_peer_state.as_deref().unwrap_or("-"),
                     f.dead_peer_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
                     f.dead_peer_reason.as_deref().unwrap_or("-")
+                );
+            }
+            let _ = writeln!(md);
+        }
+        if !self.allocation.is_empty() {
+            let _ = writeln!(md, "## Allocation success\n");
+            let _ = writeln!(
+                md,
+                "A heap requested in chunks (64 MiB, a refused chunk halved down to 1 MiB), registered with one engine, \
+                 then freed; pages are granted, not touched.\n"
+            );
+            let _ = writeln!(
+                md,
+                "| memory | paths | requested | obtained | chunks | ended | first refusal | registration s per GiB |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            for a in &self.allocation {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    a.memory,
+                    a.paths.join(", "),
+                    size_name(a.requested_bytes),
+                    size_name(a.obtained_bytes),
+                    a.chunks,
+                    a.ended,
+                    a.first_refusal.as_deref().unwrap_or("-").replace('|', "/"),
+                    match (a.registration_s_per_gib, &a.registration_error) {
+                        (_, Some(error)) => format!("failed: {}", error.replace('|', "/")),
+                        (Some(per_gib), None) => format!("{per_gib:.4}"),
+                        (None, None) => "-".into(),
+                    }
                 );
             }
             let _ = writeln!(md);

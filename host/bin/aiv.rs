@@ -172,6 +172,12 @@ struct AuditArgs {
     /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine)
     #[arg(long = "no-faults")]
     no_faults: bool,
+    /// Leave out allocation success (a device and a Host heap requested in chunks, registered, then freed)
+    #[arg(long = "no-alloc")]
+    no_alloc: bool,
+    /// Bytes of the heap allocation success requests per memory kind (suffixes allowed; default: aiv.hbm_size)
+    #[arg(long = "alloc-request", value_parser = aiv_transport::config::parse_size, conflicts_with = "no_alloc")]
+    alloc_request: Option<u64>,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -427,6 +433,8 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
     options.faults = !args.no_faults;
     // The killed-peer round runs this binary as the target in another process.
     options.peer_program = std::env::current_exe().ok();
+    options.allocation = !args.no_alloc;
+    options.alloc_request = args.alloc_request;
     options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
     let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
