@@ -5,6 +5,7 @@
 //! `stalled_engine` (the engine that carries the path's copies stops: the aiv SDMA channels of the initiator's
 //! device, the ubshmem stream copies of that device, the target's HiXL server for adxl), injected through the twin
 //! runtime's control API; a path or runtime without that control says so instead.
+//! The third round, `killed_peer` (a peer in another process SIGKILLed with the batch pending), is [`super::peer`].
 
 use std::time::{Duration, Instant};
 

@@ -169,7 +169,8 @@ struct AuditArgs {
     /// of their CPU time) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section-clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
-    /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine)
+    /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine, a
+    /// killed peer process)
     #[arg(long = "no-faults")]
     no_faults: bool,
     /// Leave out allocation success (a device and a Host heap requested in chunks, registered, then freed)
