@@ -7,7 +7,9 @@
 //! The batch is held pending by the engine that carries the path's copies: aiv's SDMA channels and ubshmem's stream
 //! copies of the initiator's device (the twin runtime's control API, as `stalled_engine`), and for adxl and tcp,
 //! whose copies the peer serves (the twin's HiXL server, the tcp data server), by stopping the peer (SIGSTOP) first.
-//! The child is always killed and reaped, also on every error path ([`Peer`]'s `Drop`).
+//! The child is always killed and reaped, also on every error path ([`Peer`]'s `Drop`); should this process die
+//! first, the child gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`, tied to the spawning thread, which outlives the
+//! round), and it serves at most 60 s anyway.
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
@@ -102,13 +104,27 @@ fn peer_protocol(path: Protocol) -> &'static str {
 fn spawn(program: &Path, path: Protocol) -> std::result::Result<Peer, String> {
     let mut command = Command::new(program);
     command
-        .args(["bench", "--mode", "target", "--protocol", peer_protocol(path), "--duration", "120"])
+        .args(["bench", "--mode", "target", "--protocol", peer_protocol(path), "--duration", "60"])
         .args(["--buffer_size", &PEER_BYTES.to_string(), "--metadata_server", "P2PHANDSHAKE"])
         .args(["--local_server_name", "127.0.0.1"])
         .env_remove("MOONCAKE_CONFIG_PATH")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // Should this process die before it kills the peer, the peer dies with it (and it serves at most 60 s anyway).
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::process::CommandExt as _;
+        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     let mut child = command.spawn().map_err(|e| format!("cannot start the peer {}: {e}", program.display()))?;
     let stdout = child.stdout.take();
     let stderr_pipe = child.stderr.take();
