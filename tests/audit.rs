@@ -129,6 +129,7 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
         assert!(killed.injected, "{path}: {killed:?}");
         assert_eq!(killed.pending_at_fault, Some(4), "{path}: {killed:?}");
         assert!(killed.states.len() == 4 && killed.states.iter().all(|s| s != "completed"), "{path}: {killed:?}");
+        assert!(killed.reasons.len() == 4 && killed.reasons.iter().all(|r| !r.is_empty()), "{path}: {killed:?}");
         assert!(killed.ended_after_ms.is_some_and(|ms| ms < 3000.0), "{path}: {killed:?}");
         assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{path}: {killed:?}");
         assert!(killed.dead_peer_ms.is_some_and(|ms| ms < 1000.0), "{path}: {killed:?}");

@@ -81,11 +81,14 @@ fn round(
     let detected = started.elapsed();
     let mut states = Vec::new();
     let mut reason = None;
+    let mut reasons = Vec::new();
     for task in 0..requests.len() {
         let state = engine.transfer_status(batch, task)?.state;
-        if state != TransferState::Completed && reason.is_none() {
-            reason = engine.task_reason(batch, task)?;
+        let task_reason = if state == TransferState::Completed { None } else { engine.task_reason(batch, task)? };
+        if reason.is_none() {
+            reason = task_reason.clone();
         }
+        reasons.push(task_reason.unwrap_or_default());
         states.push(format!("{state:?}").to_lowercase());
     }
     engine.free_batch(batch)?;
@@ -107,6 +110,7 @@ fn round(
         ended_after_ms: Some(ms(detected)),
         states,
         first_reason: reason,
+        reasons,
         next_batch_served: Some(status.state == TransferState::Completed),
         next_batch_ms: Some(ms(recovered)),
         ..FaultRound::not_injected(path.as_str(), fault, String::new())

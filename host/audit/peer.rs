@@ -318,11 +318,14 @@ fn with_peer(
     let detected = killed_at.elapsed();
     let mut states = Vec::new();
     let mut first_reason = None;
+    let mut reasons = Vec::new();
     for task in 0..batch_requests.len() {
         let state = engine.transfer_status(batch, task)?.state;
-        if state != TransferState::Completed && first_reason.is_none() {
-            first_reason = engine.task_reason(batch, task)?;
+        let reason = if state == TransferState::Completed { None } else { engine.task_reason(batch, task)? };
+        if first_reason.is_none() {
+            first_reason = reason.clone();
         }
+        reasons.push(reason.unwrap_or_default());
         states.push(format!("{state:?}").to_lowercase());
     }
     engine.free_batch(batch)?;
@@ -339,6 +342,7 @@ fn with_peer(
         ended_after_ms: Some(faults::ms(detected)),
         states,
         first_reason,
+        reasons,
         next_batch_served: Some(next_state == TransferState::Completed),
         next_batch_ms: Some(faults::ms(next_took)),
         pending_at_fault: Some(pending),

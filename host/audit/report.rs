@@ -105,6 +105,9 @@ pub struct FaultRound {
     pub states: Vec<String>,
     /// The first failed transfer's reason.
     pub first_reason: Option<String>,
+    /// Each transfer's reason, in order (empty for a completed one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
     /// Whether the next, fault-free batch completed (after the fault was lifted), and how long it took.
     pub next_batch_served: Option<bool>,
     pub next_batch_ms: Option<f64>,
@@ -132,6 +135,7 @@ impl FaultRound {
             ended_after_ms: None,
             states: Vec::new(),
             first_reason: None,
+            reasons: Vec::new(),
             next_batch_served: None,
             next_batch_ms: None,
             pending_at_fault: None,
