@@ -38,6 +38,9 @@ fn short_options() -> AuditOptions {
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
         faults: true,
+        peer_program: Some(env!("CARGO_BIN_EXE_aiv").into()),
+        allocation: true,
+        alloc_request: Some(32 << 20),
         ..AuditOptions::quick()
     }
 }
@@ -119,6 +122,34 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     }
     let tcp = fault("tcp", "stalled_engine");
     assert!(!tcp.injected && tcp.not_injected_reason.as_deref().is_some_and(|r| r.contains("tcp")), "{tcp:?}");
+    // A killed peer (a target in another process, SIGKILLed with the batch pending): every transfer was pending at
+    // the kill and ends failed well inside the transfer timeout (30 s), a new transfer to the dead segment fails at
+    // once, and the next batch to the in-process target is served.
+    for path in ["aiv", "adxl", "tcp"] {
+        let killed = fault(path, "killed_peer");
+        assert!(killed.injected, "{path}: {killed:?}");
+        assert_eq!(killed.pending_at_fault, Some(4), "{path}: {killed:?}");
+        assert!(killed.states.len() == 4 && killed.states.iter().all(|s| s != "completed"), "{path}: {killed:?}");
+        assert!(killed.reasons.len() == 4 && killed.reasons.iter().all(|r| !r.is_empty()), "{path}: {killed:?}");
+        assert!(killed.ended_after_ms.is_some_and(|ms| ms < 3000.0), "{path}: {killed:?}");
+        assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{path}: {killed:?}");
+        assert!(killed.dead_peer_ms.is_some_and(|ms| ms < 1000.0), "{path}: {killed:?}");
+        assert_eq!(killed.next_batch_served, Some(true), "{path}: {killed:?}");
+    }
+    let aiv = fault("aiv", "killed_peer");
+    let named_loss = |reason: &Option<String>| reason.as_deref().is_some_and(|r| r.contains("lost"));
+    assert!(named_loss(&aiv.first_reason) && named_loss(&aiv.dead_peer_reason), "{aiv:?}");
+    let tcp = fault("tcp", "killed_peer");
+    assert!(tcp.first_reason.as_deref().is_some_and(|r| r.starts_with("tcp:")), "{tcp:?}");
+    // Allocation success: 32 MiB of the 64 MiB device heap and of Host memory, obtained whole, registered, freed.
+    assert_eq!(report.allocation.len(), 2, "{:?}", report.allocation);
+    for (allocation, memory) in report.allocation.iter().zip(["device", "host"]) {
+        assert_eq!(allocation.memory, memory);
+        assert_eq!((allocation.requested_bytes, allocation.obtained_bytes), (32 << 20, 32 << 20), "{allocation:?}");
+        assert_eq!(allocation.registered_bytes, 32 << 20, "{allocation:?}");
+        assert!(allocation.first_refusal.is_none() && allocation.registration_s_per_gib.is_some(), "{allocation:?}");
+    }
+    assert_eq!(report.allocation[0].paths, ["aiv", "adxl"]);
 
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");
@@ -139,6 +170,8 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(text.contains("![bandwidth vs size](bandwidth_vs_size.svg)"), "{text}");
     assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
     assert!(text.contains("| aiv | **yes** |") && text.contains("| tcp | **no** |"), "{text}");
+    assert!(text.contains("| aiv | killed_peer |") && text.contains("- tcp: 4 of 4 pending at the kill"), "{text}");
+    assert!(text.contains("| device | aiv, adxl | 32 MiB | 32 MiB | 1 | the request was reached |"), "{text}");
     let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");
     let median = format!("{:.2}", aiv_64k.bytes_per_second.expect("measured").median * 1e-9);
     assert!(text.contains(&format!("| aiv | {median} [")), "report.md lacks report.json's median {median}:\n{text}");
@@ -187,4 +220,57 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
     std::fs::write(&path, "{").expect("written");
     assert!(AuditReport::read(&path).expect_err("not JSON").contains("not JSON"));
     assert!(AuditReport::read(&dir.path().join("missing.json")).expect_err("missing").contains("missing.json"));
+}
+
+/// The killed-peer round with a peer program that cannot start says so, and the audit still finishes.
+#[test]
+fn a_peer_that_cannot_start_is_not_injected_with_the_reason() {
+    let mut config = EngineConfig::new("127.0.0.1");
+    // Devices 2 and 3: the short audit above holds 0 and 1 while the tests run in parallel.
+    config.aiv.device_id = 2;
+    config.aiv.hbm_size = 16 << 20;
+    let options = AuditOptions {
+        paths: vec![Protocol::Tcp],
+        workloads: vec![Workload::bench(4096, 1, 1)],
+        rounds: 1,
+        cell: Duration::from_millis(20),
+        peer_program: Some("/nonexistent/aiv".into()),
+        allocation: false,
+        ..short_options()
+    };
+    let report = audit::run(&config, &options, &Silent).expect("the audit finishes");
+    let killed = report.faults.iter().find(|f| f.fault == "killed_peer").expect("the round");
+    assert!(!killed.injected, "{killed:?}");
+    let reason = killed.not_injected_reason.as_deref().unwrap_or_default();
+    assert!(reason.contains("cannot start the peer") && reason.contains("/nonexistent/aiv"), "{reason}");
+    assert!(report.allocation.is_empty());
+    let oob = report.faults.iter().find(|f| f.fault == "out_of_bounds").expect("the other rounds ran");
+    assert_eq!(oob.next_batch_served, Some(true), "{oob:?}");
+}
+
+/// Allocation success: a request above the device's heap obtains less, naming the refusal; one within it obtains
+/// all of it.
+#[test]
+fn allocation_above_the_device_heap_is_refused_and_within_it_obtained() {
+    let mut config = EngineConfig::new("127.0.0.1");
+    // Device 4: the tests above hold 0 to 3 while the tests run in parallel.
+    config.aiv.device_id = 4;
+    config.aiv.hbm_size = 16 << 20;
+    let above = audit::alloc::measure(&config, &[Protocol::Ubshmem], 24 << 20);
+    assert_eq!(above.len(), 1, "{above:?}");
+    let device = &above[0];
+    assert_eq!((device.memory.as_str(), device.requested_bytes), ("device", 24 << 20));
+    assert!(device.obtained_bytes < 24 << 20 && device.obtained_bytes >= 8 << 20, "{device:?}");
+    let refusal = device.first_refusal.as_deref().unwrap_or_default();
+    assert!(refusal.contains("refused") && refusal.contains("HBM heap"), "{refusal}");
+    assert!(device.ended.contains("1 MiB was refused"), "{device:?}");
+    assert_eq!(device.registered_bytes, device.obtained_bytes, "{device:?}");
+
+    let within = audit::alloc::measure(&config, &[Protocol::Aiv, Protocol::Tcp], 8 << 20);
+    let kinds: Vec<(&str, u64, u64)> =
+        within.iter().map(|a| (a.memory.as_str(), a.requested_bytes, a.obtained_bytes)).collect();
+    assert_eq!(kinds, [("device", 8 << 20, 8 << 20), ("host", 8 << 20, 8 << 20)], "{within:?}");
+    assert!(within.iter().all(|a| a.first_refusal.is_none() && a.ended == "the request was reached"), "{within:?}");
+    let error = AuditOptions { alloc_request: Some(1), ..short_options() }.validate().expect_err("too small");
+    assert!(error.to_string().contains("--alloc-request 1"), "{error}");
 }

@@ -409,6 +409,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
             "--cell-seconds",
             "0.05",
             "--no-faults",
+            "--no-alloc",
         ])
         .arg("--out")
         .arg(&out)
@@ -425,6 +426,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     assert_eq!(report["schema"], "aiv-audit/1");
     assert_eq!(report["command"][0], "aiv", "the program is recorded by name, not by where it lies");
     assert_eq!(report["faults"], serde_json::json!([]), "--no-faults leaves the error-recovery rounds out");
+    assert_eq!(report["allocation"], serde_json::json!([]), "--no-alloc leaves allocation success out");
 
     let output = aiv().args(["audit", "--compare"]).arg(&json).arg(&json).output().expect("runs");
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -531,4 +533,33 @@ fn audit_inspect_reads_the_kernels_and_names_a_missing_path() {
 
     let output = aiv().args(["audit", "--inspect", kernels, "--quick"]).output().expect("runs");
     assert!(!output.status.success(), "--inspect does not run the audit");
+}
+
+/// The CLI runs itself as the killed-peer round's target in another process, and requests the allocation heap
+/// `--alloc-request` names.
+#[test]
+fn audit_kills_a_peer_of_its_own_binary_and_requests_the_named_heap() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("run");
+    let output = aiv()
+        .args(["audit", "--paths", "tcp", "--sizes", "4k", "--batch-size", "1", "--rounds", "1"])
+        .args(["--cell-seconds", "0.05", "--alloc-request", "8m", "--out"])
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    let report: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+    let faults = report["faults"].as_array().expect("faults");
+    let killed = faults.iter().find(|f| f["fault"] == "killed_peer").expect("a killed_peer round");
+    assert_eq!((&killed["injected"], &killed["pending_at_fault"]), (&true.into(), &4.into()), "{killed}");
+    assert_eq!(killed["next_batch_served"], true, "{killed}");
+    let allocation = &report["allocation"][0];
+    assert_eq!((&allocation["memory"], &allocation["requested_bytes"]), (&"host".into(), &(8u64 << 20).into()));
+    assert_eq!(allocation["obtained_bytes"], 8u64 << 20, "{allocation}");
+
+    let output = aiv().args(["audit", "--no-alloc", "--alloc-request", "8m"]).output().expect("runs");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success() && stderr.contains("--alloc-request"), "{stderr}");
 }

@@ -5,6 +5,7 @@
 //! `stalled_engine` (the engine that carries the path's copies stops: the aiv SDMA channels of the initiator's
 //! device, the ubshmem stream copies of that device, the target's HiXL server for adxl), injected through the twin
 //! runtime's control API; a path or runtime without that control says so instead.
+//! The third round, `killed_peer` (a peer in another process SIGKILLed with the batch pending), is [`super::peer`].
 
 use std::time::{Duration, Instant};
 
@@ -15,8 +16,8 @@ use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferStat
 use crate::TransferEngine;
 
 /// The requests of a fault round: 4 of 64 KiB.
-const REQUESTS: u64 = 4;
-const LENGTH: u64 = 64 << 10;
+pub(super) const REQUESTS: u64 = 4;
+pub(super) const LENGTH: u64 = 64 << 10;
 
 /// Where the rounds run: the rig's engines and one path's buffers.
 pub(super) struct Site<'a> {
@@ -51,7 +52,7 @@ pub(super) fn rounds(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> 
     Ok(rounds)
 }
 
-fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {
+pub(super) fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {
     (0..REQUESTS)
         .map(|i| TransferRequest {
             opcode: Opcode::Write,
@@ -80,11 +81,14 @@ fn round(
     let detected = started.elapsed();
     let mut states = Vec::new();
     let mut reason = None;
+    let mut reasons = Vec::new();
     for task in 0..requests.len() {
         let state = engine.transfer_status(batch, task)?.state;
-        if state != TransferState::Completed && reason.is_none() {
-            reason = engine.task_reason(batch, task)?;
+        let task_reason = if state == TransferState::Completed { None } else { engine.task_reason(batch, task)? };
+        if reason.is_none() {
+            reason = task_reason.clone();
         }
+        reasons.push(task_reason.unwrap_or_default());
         states.push(format!("{state:?}").to_lowercase());
     }
     engine.free_batch(batch)?;
@@ -106,17 +110,24 @@ fn round(
         ended_after_ms: Some(ms(detected)),
         states,
         first_reason: reason,
+        reasons,
         next_batch_served: Some(status.state == TransferState::Completed),
         next_batch_ms: Some(ms(recovered)),
+        ..FaultRound::not_injected(path.as_str(), fault, String::new())
     })
 }
 
-fn ms(duration: Duration) -> f64 {
+pub(super) fn ms(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e3
 }
 
 /// Stalls (`true`) or releases the engine that carries `path`'s copies, through the twin runtime's control API.
-fn stall(config: &EngineConfig, path: Protocol, site: &Site<'_>, stalled: bool) -> std::result::Result<(), String> {
+pub(super) fn stall(
+    config: &EngineConfig,
+    path: Protocol,
+    site: &Site<'_>,
+    stalled: bool,
+) -> std::result::Result<(), String> {
     if config.aiv.device_backend != DeviceBackendKind::Twin {
         return Err(
             "the vendor's runtime has no fault control: only the twin runtime's control API can stall an engine".into(),
@@ -144,7 +155,7 @@ fn stall(config: &EngineConfig, path: Protocol, site: &Site<'_>, stalled: bool) 
             }
         }
         Protocol::Tcp => Err("tcp moves Host memory over sockets: the twin runtime has no engine of it to stall (a \
-                              killed peer process is the fault that applies, not run by this version)"
+                              killed peer process, the killed_peer round, is the fault that applies)"
             .into()),
     }
 }

@@ -8,10 +8,12 @@
 //! loops ([`crate::bench::run_initiator`], the one `aiv bench` runs, or `run_request_lists` / `run_layerwise` for
 //! the workloads from the use, all in one measuring frame); the report's shape is [`report`].
 
+pub mod alloc;
 pub mod compare;
 mod faults;
 pub mod inspect;
 pub mod kv;
+mod peer;
 mod plot;
 pub mod report;
 
@@ -91,6 +93,13 @@ pub struct AuditOptions {
     pub config_env: std::collections::BTreeMap<String, String>,
     /// The report this run repeats (`aiv audit --rerun`), if it does.
     pub rerun_of: Option<report::RerunOf>,
+    /// The `aiv` binary the `killed_peer` round runs as a target in another process (`None`: that round is not
+    /// injected, and says why).
+    pub peer_program: Option<std::path::PathBuf>,
+    /// Whether allocation success is measured after the workloads (and the faults).
+    pub allocation: bool,
+    /// The heap to request per memory kind (`None`: `aiv.hbm_size`).
+    pub alloc_request: Option<u64>,
 }
 
 impl AuditOptions {
@@ -108,6 +117,9 @@ impl AuditOptions {
             faults: true,
             config_env: std::collections::BTreeMap::new(),
             rerun_of: None,
+            peer_program: None,
+            allocation: true,
+            alloc_request: None,
         }
     }
 
@@ -129,6 +141,11 @@ impl AuditOptions {
         }
         if self.workloads.is_empty() {
             return Err(invalid("no workload to run".into()));
+        }
+        if let Some(request) = self.alloc_request {
+            if !(alloc::MIN_CHUNK..=64 << 30).contains(&request) {
+                return Err(invalid(format!("--alloc-request {request} is outside 1 MiB to 64 GiB")));
+            }
         }
         if self.rounds == 0 || self.rounds > 1000 {
             return Err(invalid(format!("--rounds {} is outside 1 to 1000", self.rounds)));
@@ -382,7 +399,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let started = Instant::now();
     let rig = Rig::new(config, options)?;
     let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
-        + if options.faults { 2 * options.paths.len() } else { 0 };
+        + if options.faults { 3 * options.paths.len() } else { 0 }
+        + usize::from(options.allocation);
     let mut done = 0;
     let mut workloads = Vec::new();
     let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
@@ -444,12 +462,22 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 size: options.buffer_size(),
             };
             fault_rounds.extend(faults::rounds(config, path, &site)?);
-            done += 2;
+            fault_rounds.push(peer::killed_peer(config, options.peer_program.as_deref(), path, &site)?);
+            done += 3;
             progress.cell(done, total, &format!("error recovery: {}", path.as_str()));
         }
     }
     let registration = rig.registration.clone();
     rig.withdraw();
+    let allocation = if options.allocation {
+        let request = options.alloc_request.unwrap_or(config.aiv.hbm_size);
+        let allocation = alloc::measure(config, &options.paths, request);
+        done += 1;
+        progress.cell(done, total, "allocation success");
+        allocation
+    } else {
+        Vec::new()
+    };
     let verdicts: Vec<PathVerdict> = options
         .paths
         .iter()
@@ -479,6 +507,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         verdicts,
         plots: Vec::new(),
         faults: fault_rounds,
+        allocation,
     })
 }
 

@@ -44,6 +44,9 @@ pub struct AuditReport {
     /// The report this run repeated (`aiv audit --rerun`), if it did.
     #[serde(default)]
     pub rerun_of: Option<RerunOf>,
+    /// Allocation success per memory kind: how much of a requested heap could be had (empty with `--no-alloc`).
+    #[serde(default)]
+    pub allocation: Vec<Allocation>,
 }
 
 /// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
@@ -55,11 +58,55 @@ pub struct RerunOf {
     pub source_commit: Option<String>,
 }
 
+/// Allocation success of one memory kind: a heap of `requested_bytes` asked for in chunks, what was obtained, and
+/// the time to register it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Allocation {
+    /// `device` (the HBM heap the device paths share) or `host`.
+    pub memory: String,
+    /// The audited paths that use this memory.
+    pub paths: Vec<String>,
+    pub requested_bytes: u64,
+    pub obtained_bytes: u64,
+    /// How many chunks the obtained bytes came in.
+    pub chunks: usize,
+    /// The first refused chunk and the allocator's error.
+    pub first_refusal: Option<String>,
+    /// Why the allocation stopped: the request reached, a smallest chunk refused, or the time cap.
+    pub ended: String,
+    pub allocation_s: f64,
+    /// Bytes registered with one engine (all obtained, unless registration failed), in how long, and per GiB.
+    pub registered_bytes: u64,
+    pub registration_s: f64,
+    pub registration_s_per_gib: Option<f64>,
+    pub registration_error: Option<String>,
+}
+
+impl Allocation {
+    /// Nothing obtained yet.
+    pub(crate) fn empty(memory: &str, paths: Vec<String>, requested_bytes: u64) -> Allocation {
+        Allocation {
+            memory: memory.into(),
+            paths,
+            requested_bytes,
+            obtained_bytes: 0,
+            chunks: 0,
+            first_refusal: None,
+            ended: String::new(),
+            allocation_s: 0.0,
+            registered_bytes: 0,
+            registration_s: 0.0,
+            registration_s_per_gib: None,
+            registration_error: None,
+        }
+    }
+}
+
 /// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct FaultRound {
     pub path: String,
-    /// `out_of_bounds` or `stalled_engine`.
+    /// `out_of_bounds`, `stalled_engine` or `killed_peer`.
     pub fault: String,
     /// Whether the fault could be injected on this path and runtime; if not, why.
     pub injected: bool,
@@ -70,9 +117,24 @@ pub struct FaultRound {
     pub states: Vec<String>,
     /// The first failed transfer's reason.
     pub first_reason: Option<String>,
+    /// Each transfer's reason, in order (empty for a completed one).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
     /// Whether the next, fault-free batch completed (after the fault was lifted), and how long it took.
     pub next_batch_served: Option<bool>,
     pub next_batch_ms: Option<f64>,
+    /// `killed_peer`: how many of the batch's transfers were still pending when the peer was killed (the batch's
+    /// `ended_after_ms` then counts from the kill, not from the submit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_at_fault: Option<usize>,
+    /// `killed_peer`: a new transfer to the dead peer's segment after the batch ended: its state, how long it took
+    /// and its reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_state: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_ms: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_peer_reason: Option<String>,
 }
 
 impl FaultRound {
@@ -85,8 +147,13 @@ impl FaultRound {
             ended_after_ms: None,
             states: Vec::new(),
             first_reason: None,
+            reasons: Vec::new(),
             next_batch_served: None,
             next_batch_ms: None,
+            pending_at_fault: None,
+            dead_peer_state: None,
+            dead_peer_ms: None,
+            dead_peer_reason: None,
         }
     }
 }
@@ -836,6 +903,60 @@ impl AuditReport {
                     match (f.next_batch_served, f.next_batch_ms) {
                         (Some(served), Some(ms)) => format!("{} ({ms:.1})", if served { "yes" } else { "no" }),
                         _ => "-".into(),
+                    }
+                );
+            }
+            let _ = writeln!(md);
+        }
+        let killed: Vec<&FaultRound> =
+            self.faults.iter().filter(|f| f.injected && f.pending_at_fault.is_some()).collect();
+        if !killed.is_empty() {
+            let _ = writeln!(
+                md,
+                "killed_peer: a target in another process SIGKILLed with the batch pending; the batch's end is timed \
+                 from the kill, then a new transfer to the dead segment, then the next batch to the in-process target.\n"
+            );
+            for f in killed {
+                let _ = writeln!(
+                    md,
+                    "- {}: {} of {} pending at the kill; a new transfer to the dead peer: {} in {} ms ({})",
+                    f.path,
+                    f.pending_at_fault.unwrap_or(0),
+                    f.states.len(),
+                    f.dead_peer_state.as_deref().unwrap_or("-"),
+                    f.dead_peer_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
+                    f.dead_peer_reason.as_deref().unwrap_or("-")
+                );
+            }
+            let _ = writeln!(md);
+        }
+        if !self.allocation.is_empty() {
+            let _ = writeln!(md, "## Allocation success\n");
+            let _ = writeln!(
+                md,
+                "A heap requested in chunks (64 MiB, a refused chunk halved down to 1 MiB), registered with one engine, \
+                 then freed; pages are granted, not touched.\n"
+            );
+            let _ = writeln!(
+                md,
+                "| memory | paths | requested | obtained | chunks | ended | first refusal | registration s per GiB |"
+            );
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+            for a in &self.allocation {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | {} | {} | {} | {} | {} | {} |",
+                    a.memory,
+                    a.paths.join(", "),
+                    size_name(a.requested_bytes),
+                    size_name(a.obtained_bytes),
+                    a.chunks,
+                    a.ended,
+                    a.first_refusal.as_deref().unwrap_or("-").replace('|', "/"),
+                    match (a.registration_s_per_gib, &a.registration_error) {
+                        (_, Some(error)) => format!("failed: {}", error.replace('|', "/")),
+                        (Some(per_gib), None) => format!("{per_gib:.4}"),
+                        (None, None) => "-".into(),
                     }
                 );
             }

@@ -169,9 +169,16 @@ struct AuditArgs {
     /// of their CPU time) or thread (the thread CPU clock, a system call per reading)
     #[arg(long = "section-clock", default_value = "monotonic", value_parser = parse_section_clock)]
     section_clock: SectionClock,
-    /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine)
+    /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine, a
+    /// killed peer process)
     #[arg(long = "no-faults")]
     no_faults: bool,
+    /// Leave out allocation success (a device and a Host heap requested in chunks, registered, then freed)
+    #[arg(long = "no-alloc")]
+    no_alloc: bool,
+    /// Bytes of the heap allocation success requests per memory kind (suffixes allowed; default: aiv.hbm_size)
+    #[arg(long = "alloc-request", value_parser = aiv_transport::config::parse_size, conflicts_with = "no_alloc")]
+    alloc_request: Option<u64>,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -189,7 +196,7 @@ struct AuditArgs {
     /// Run again the audit a report.json records: its command line, its mooncake.json text and the configuration
     /// variables it read (not this process's); writes a new report (into --out, default aiv-audit-<UTC time>) that
     /// names the one it repeats
-    #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "compare", "inspect"])]
+    #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "no_alloc", "alloc_request", "compare", "inspect"])]
     rerun: Option<PathBuf>,
 }
 
@@ -499,6 +506,10 @@ fn run_audit_with(
         Operation::Write => Opcode::Write,
     };
     options.faults = !args.no_faults;
+    // The killed-peer round runs this binary as the target in another process.
+    options.peer_program = std::env::current_exe().ok();
+    options.allocation = !args.no_alloc;
+    options.alloc_request = args.alloc_request;
     options.command = command;
     options.rerun_of = rerun_of;
     let file = config_path.clone().or_else(|| env.var(CONFIG_PATH_ENV).map(PathBuf::from));
