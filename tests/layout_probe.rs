@@ -60,6 +60,20 @@ fn c_and_rust_layouts_agree_field_by_field() {
         ("offset.AivChannelRecord.cqe_addr", 40),
         ("offset.AivChannelRecord.dev_id", 56),
         ("offset.AivRingHeader.tail", 64),
+        // docs/rdma.md: the RoCE WQE, SGE and CQE.
+        ("size.AivRoceWqe", 32),
+        ("offset.AivRoceWqe.byte16", 12),
+        ("offset.AivRoceWqe.rkey", 20),
+        ("offset.AivRoceWqe.va", 24),
+        ("size.AivRoceSge", 16),
+        ("offset.AivRoceSge.addr", 8),
+        ("size.AivRoceCqe", 32),
+        ("offset.AivRoceCqe.byte16", 12),
+        ("offset.AivRoceCqe.byte_cnt", 16),
+        ("const.AIV_ROCE_STATUS_REMOTE_ACCESS_ERR", 0x13),
+        ("const.AIV_ROCE_STATUS_TRANSPORT_RETRY_EXC_ERR", 0x15),
+        ("size.AivQpRecord", 128),
+        ("offset.AivQpRecord.sq_pi", 64),
     ] {
         assert_eq!(from_c.get(name), Some(&expected), "{name}");
     }

@@ -364,6 +364,7 @@ macro_rules! facts {
         $( $out.push((concat!("offset.", $c, ".", stringify!($f)).to_owned(), offset_of!($t, $f) as u64)); )*
     };
 }
+pub(crate) use facts;
 
 /// Every size, field offset and constant of the shared layouts, named as `kernels/probe/layout_probe.cpp` prints
 /// them (`size.<C type>`, `offset.<C type>.<field>`, `const.<C macro>`).
@@ -428,6 +429,7 @@ pub fn layout_facts() -> Vec<(String, u64)> {
         ("AIV_FLAG_SOURCE_SLOTS", FLAG_SOURCE_SLOTS.into()),
     ];
     out.extend(constants.iter().map(|&(name, value)| (format!("const.{name}"), value)));
+    out.extend(super::roce::roce_facts());
     out
 }
 

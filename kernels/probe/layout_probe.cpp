@@ -9,6 +9,8 @@
 #define OFF(T, f) std::printf("offset.%s.%s %zu\n", #T, #f, offsetof(T, f))
 #define CONST(c) std::printf("const.%s %llu\n", #c, static_cast<unsigned long long>(c))
 
+#include "roce_probe.h"
+
 int main() {
     SIZE(AivSdmaSqe);
     OFF(AivSdmaSqe, type_word); OFF(AivSdmaSqe, block_dim); OFF(AivSdmaSqe, rt_stream_id); OFF(AivSdmaSqe, task_id);
@@ -63,5 +65,6 @@ int main() {
     CONST(AIV_DCQ_STATUS_ABORTED); CONST(AIV_SYNDROME_NONE); CONST(AIV_SYNDROME_BAD_REQUEST);
     CONST(AIV_SYNDROME_WAIT_BUDGET); CONST(AIV_SYNDROME_ABORTED); CONST(AIV_LAUNCH_PER_BATCH);
     CONST(AIV_LAUNCH_PERSISTENT); CONST(AIV_GROUP_MAX_TRANSFERS); CONST(AIV_LAYOUT_VERSION); CONST(AIV_FLAG_SOURCE_SLOTS);
+    print_roce_facts();
     return 0;
 }
