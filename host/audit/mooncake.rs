@@ -560,6 +560,10 @@ impl Session {
         if self.peer.is_empty() || self.remote == 0 {
             return Err(format!("{PATH} target: its init answer has no name or address: {target_init}"));
         }
+        // The wheel connects on the first transfer (auto-connect): before the first cell, as the engine paths open
+        // their segment before theirs.
+        let peer = json!({"cmd": "connect", "peer": self.peer, "remote": self.remote});
+        self.initiator.as_mut().map_or(Ok(json!({})), |initiator| initiator.call(peer, self.margin))?;
         let text = |key: &str| initiator_init.get(key).and_then(Value::as_str).map(str::to_owned);
         self.record.wheel = text("wheel");
         self.record.python = text("python");

@@ -14,6 +14,8 @@ It reads one JSON object per line on stdin and answers each with one JSON object
                                "P2PHANDSHAKE", "ascend", ""), register_memory (timed); answers name, addr,
                                register_s, runtime, wheel, python
     snapshot                   process CPU (Host threads) and the twin's evidence counts now
+    connect {peer, remote}     (initiator) one 64-byte read, so that the wheel's auto-connect happens before the
+                               first cell, as the engine paths open their segment before theirs
     run {peer, remote, lists, seconds}
                                (initiator) lists[t] are thread t's batches, each [[op, local offset, remote offset,
                                length], ...] with op "read" or "write"; each thread submits its batches in turn with
@@ -115,11 +117,13 @@ class Side:
     # Device memory, reached only through the runtime's copies.
     def to_device(self, offset, data):
         buffer = ctypes.create_string_buffer(bytes(data), len(data))
-        check(self.acl.aclrtMemcpy(self.memory + offset, len(data), buffer, len(data), ACL_MEMCPY_HOST_TO_DEVICE), "H2D")
+        code = self.acl.aclrtMemcpy(self.memory + offset, len(data), buffer, len(data), ACL_MEMCPY_HOST_TO_DEVICE)
+        check(code, "aclrtMemcpy H2D")
 
     def from_device(self, offset, size):
         buffer = ctypes.create_string_buffer(size)
-        check(self.acl.aclrtMemcpy(buffer, size, self.memory + offset, size, ACL_MEMCPY_DEVICE_TO_HOST), "D2H")
+        code = self.acl.aclrtMemcpy(buffer, size, self.memory + offset, size, ACL_MEMCPY_DEVICE_TO_HOST)
+        check(code, "aclrtMemcpy D2H")
         return buffer.raw
 
     def init(self, size, fill):
@@ -141,7 +145,7 @@ class Side:
             from importlib.metadata import version
 
             wheel = version("mooncake-transfer-engine-npu")
-        except Exception:  # noqa: BLE001 - the version is informative only
+        except Exception:  # the version is informative only
             wheel = None
         return {
             "name": f"127.0.0.1:{self.te.get_rpc_port()}",
@@ -338,6 +342,10 @@ def serve(role):
                     float(request["compute_us"]),
                     float(request["seconds"]),
                 )
+            elif cmd == "connect" and role == "initiator":
+                peer, remote = request["peer"], int(request["remote"])
+                check(side.batch(peer, remote, "read", [0], [0], [64]), "the first transfer (auto-connect)")
+                answer = {}
             elif cmd == "fill":
                 side.fill(int(request["seed"]))
                 answer = {}
@@ -353,7 +361,7 @@ def serve(role):
             else:
                 raise Failed(f"unknown command {cmd!r} for the {role}")
             answer["ok"] = True
-        except Exception as error:  # noqa: BLE001 - every failure is answered, never a dead pipe
+        except Exception as error:  # every failure is answered, never a dead pipe
             answer = {"ok": False, "error": f"{type(error).__name__}: {error}"}
         print(json.dumps(answer), flush=True)
 
