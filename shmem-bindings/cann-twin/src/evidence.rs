@@ -12,7 +12,9 @@
 //!   doorbell and who first read each completion flag (docs/twin-runtime.md, "Provenance records");
 //! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin's ADXL moves every
 //!   transfer's bytes with them, on each side), stream copies queued by `aclrtMemcpyAsync`, and stream
-//!   synchronisations that returned success (the Host learning that its stream copies completed).
+//!   synchronisations that returned success (the Host learning that its stream copies completed);
+//! - the twin's ADXL (`libllm_datadist.so`, which reports through [`cannTwinEvidenceNote`]): transfer calls made by
+//!   Host threads with their descriptors, and peer requests its server thread accepted with their ranges.
 
 use core::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +31,10 @@ static SYNC_COPY_BYTES: AtomicU64 = AtomicU64::new(0);
 static STREAM_COPIES: AtomicU64 = AtomicU64::new(0);
 static STREAM_COPY_BYTES: AtomicU64 = AtomicU64::new(0);
 static STREAM_SYNCS: AtomicU64 = AtomicU64::new(0);
+static ADXL_TRANSFERS: AtomicU64 = AtomicU64::new(0);
+static ADXL_DESCS: AtomicU64 = AtomicU64::new(0);
+static ADXL_REQUESTS_SERVED: AtomicU64 = AtomicU64::new(0);
+static ADXL_DESCS_SERVED: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn note_launch(blocks: u32) {
     KERNELS_LAUNCHED.fetch_add(1, Ordering::Relaxed);
@@ -47,6 +53,21 @@ pub(crate) fn note_stream_copy(bytes: usize) {
 
 pub(crate) fn note_stream_sync() {
     STREAM_SYNCS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// Twin-only (not a CANN function): the twin's ADXL (`cxx/adxl_engine.cpp`, in `libllm_datadist.so`) counts its
+/// work here: `what` 1, a `TransferSync` / `TransferAsync` call by a Host thread with `count` descriptors; 2, a peer's
+/// request of `count` ranges accepted by this process's ADXL server thread. Returns 0, or -1 for an unknown `what`.
+#[no_mangle]
+pub extern "C" fn cannTwinEvidenceNote(what: u32, count: u64) -> i32 {
+    let (calls, items) = match what {
+        1 => (&ADXL_TRANSFERS, &ADXL_DESCS),
+        2 => (&ADXL_REQUESTS_SERVED, &ADXL_DESCS_SERVED),
+        _ => return -1,
+    };
+    calls.fetch_add(1, Ordering::Relaxed);
+    items.fetch_add(count, Ordering::Relaxed);
+    0
 }
 
 /// What [`cannTwinEvidence`] writes (C layout, every field a `uint64_t` after the two `uint32_t` and the version
@@ -80,6 +101,11 @@ pub struct CannTwinEvidence {
     pub host_stream_copies: u64,
     pub host_stream_copy_bytes: u64,
     pub host_stream_syncs: u64,
+    /// The twin's ADXL: transfer calls by Host threads and their descriptors; peer requests served and their ranges.
+    pub adxl_transfers: u64,
+    pub adxl_descs: u64,
+    pub adxl_requests_served: u64,
+    pub adxl_descs_served: u64,
 }
 
 /// The counts now (see the module documentation).
@@ -95,6 +121,10 @@ pub fn snapshot() -> CannTwinEvidence {
         host_stream_copies: STREAM_COPIES.load(Ordering::Relaxed),
         host_stream_copy_bytes: STREAM_COPY_BYTES.load(Ordering::Relaxed),
         host_stream_syncs: STREAM_SYNCS.load(Ordering::Relaxed),
+        adxl_transfers: ADXL_TRANSFERS.load(Ordering::Relaxed),
+        adxl_descs: ADXL_DESCS.load(Ordering::Relaxed),
+        adxl_requests_served: ADXL_REQUESTS_SERVED.load(Ordering::Relaxed),
+        adxl_descs_served: ADXL_DESCS_SERVED.load(Ordering::Relaxed),
         ..CannTwinEvidence::default()
     };
     for (i, byte) in crate::TWIN_VERSION_STRING.bytes().take(out.runtime.len() - 1).enumerate() {
@@ -160,6 +190,8 @@ mod tests {
         note_sync_copy(100);
         note_stream_copy(7);
         note_launch(4);
+        assert_eq!(cannTwinEvidenceNote(1, 3), 0);
+        assert_eq!(cannTwinEvidenceNote(7, 3), -1);
         let mut out = CannTwinEvidence {
             version: EVIDENCE_VERSION,
             size: std::mem::size_of::<CannTwinEvidence>() as u32,
@@ -171,6 +203,7 @@ mod tests {
         assert!(out.host_sync_copy_bytes >= before.host_sync_copy_bytes + 100);
         assert!(out.host_stream_copies > before.host_stream_copies);
         assert!(out.kernel_blocks_launched >= before.kernel_blocks_launched + 4);
+        assert!(out.adxl_transfers > before.adxl_transfers && out.adxl_descs >= before.adxl_descs + 3);
         let name: Vec<u8> = out.runtime.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         assert_eq!(name, crate::TWIN_VERSION_STRING.as_bytes());
     }
