@@ -107,6 +107,8 @@ fn the_wheel_runs_in_the_same_rounds_with_nonzero_figures_a_passed_data_check_an
     let evidence = record.evidence.as_ref().expect("twin counts");
     assert_eq!(evidence["kernels_launched"], 0, "{evidence:?}");
     assert!(evidence["host_sync_copies"] > 0, "{evidence:?}");
+    // Every transfer the cells made reached the twin's ADXL as a descriptor of a Host thread's transfer call.
+    assert!(evidence["adxl_descs"] >= verdict.transfers && evidence["adxl_transfers"] > 0, "{evidence:?}");
     let md = report.markdown();
     assert!(md.contains("## mooncake-ascend") && md.contains("Data check: **passed**"), "{md}");
     assert!(report.method.layout.contains("mooncake-ascend runs Mooncake's own wheel in two processes"));

@@ -313,10 +313,14 @@ pub struct TwinCounts {
     pub host_stream_copies: u64,
     pub host_stream_copy_bytes: u64,
     pub host_stream_syncs: u64,
+    pub adxl_transfers: u64,
+    pub adxl_descs: u64,
+    pub adxl_requests_served: u64,
+    pub adxl_descs_served: u64,
 }
 
 impl TwinCounts {
-    fn fields(&self) -> [(&'static str, u64); 20] {
+    fn fields(&self) -> [(&'static str, u64); 24] {
         [
             ("provenance_recorded", self.provenance_recorded),
             ("kernels_launched", self.kernels_launched),
@@ -338,6 +342,10 @@ impl TwinCounts {
             ("host_stream_copies", self.host_stream_copies),
             ("host_stream_copy_bytes", self.host_stream_copy_bytes),
             ("host_stream_syncs", self.host_stream_syncs),
+            ("adxl_transfers", self.adxl_transfers),
+            ("adxl_descs", self.adxl_descs),
+            ("adxl_requests_served", self.adxl_requests_served),
+            ("adxl_descs_served", self.adxl_descs_served),
         ]
     }
 
@@ -365,6 +373,10 @@ impl TwinCounts {
             host_stream_copies: d(after.host_stream_copies, before.host_stream_copies),
             host_stream_copy_bytes: d(after.host_stream_copy_bytes, before.host_stream_copy_bytes),
             host_stream_syncs: d(after.host_stream_syncs, before.host_stream_syncs),
+            adxl_transfers: d(after.adxl_transfers, before.adxl_transfers),
+            adxl_descs: d(after.adxl_descs, before.adxl_descs),
+            adxl_requests_served: d(after.adxl_requests_served, before.adxl_requests_served),
+            adxl_descs_served: d(after.adxl_descs_served, before.adxl_descs_served),
         }
     }
 
@@ -383,7 +395,7 @@ impl TwinCounts {
         *self = sum;
     }
 
-    fn slots(&mut self) -> [&mut u64; 20] {
+    fn slots(&mut self) -> [&mut u64; 24] {
         [
             &mut self.provenance_recorded,
             &mut self.kernels_launched,
@@ -405,6 +417,10 @@ impl TwinCounts {
             &mut self.host_stream_copies,
             &mut self.host_stream_copy_bytes,
             &mut self.host_stream_syncs,
+            &mut self.adxl_transfers,
+            &mut self.adxl_descs,
+            &mut self.adxl_requests_served,
+            &mut self.adxl_descs_served,
         ]
     }
 
@@ -417,8 +433,10 @@ impl TwinCounts {
 /// has no evidence function, so nothing is observable), by the rules of docs/evidence.md:
 ///
 /// - descriptors: SQEs the SDMA engines executed, by their writer (kernel blocks, the Host, unattributed), plus
-///   every copy the Host submitted to the runtime (synchronous and stream copies, each the Host's descriptor);
-/// - doorbells: accepted doorbell writes by their ringer, plus each Host copy submission (its own start);
+///   every copy the Host submitted to the runtime (synchronous and stream copies, each the Host's descriptor) and
+///   every descriptor of an ADXL transfer call (made by a Host thread);
+/// - doorbells: accepted doorbell writes by their ringer, plus each Host copy submission (its own start) and each
+///   ADXL transfer call;
 /// - completion: flags first seen by a kernel or the Host, plus each synchronous copy's return and each stream
 ///   synchronisation (the Host learning of completion).
 ///
@@ -456,13 +474,13 @@ pub fn tally_from_counts(counts: Option<&TwinCounts>, transfers: u64, runtime: O
     tally.descriptors_written = totals(act(
         source(c.sqes_executed),
         c.sqes_by_kernel,
-        c.sqes_by_host.saturating_add(host_copies),
+        c.sqes_by_host.saturating_add(host_copies).saturating_add(c.adxl_descs),
         c.sqes_unknown,
     ));
     tally.doorbells_rung = totals(act(
         source(c.doorbells_rung),
         c.doorbells_by_kernel,
-        c.doorbells_by_host.saturating_add(host_copies),
+        c.doorbells_by_host.saturating_add(host_copies).saturating_add(c.adxl_transfers),
         c.doorbells_unknown,
     ));
     let landed = c.flags_landed;

@@ -72,6 +72,10 @@ EVIDENCE_FIELDS = [
     "host_stream_copies",
     "host_stream_copy_bytes",
     "host_stream_syncs",
+    "adxl_transfers",
+    "adxl_descs",
+    "adxl_requests_served",
+    "adxl_descs_served",
 ]
 
 
