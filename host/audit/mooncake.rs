@@ -247,13 +247,18 @@ impl Driver {
         let _ = self.child.wait();
     }
 
-    /// Asks the process to quit (2 s), then kills and reaps it and joins its threads.
+    /// Asks the process to quit (2 s), then kills and reaps it and joins its pipe threads, which end with the
+    /// pipes; a pipe still held open (by a process it started) leaves its thread detached after 1 s.
     fn stop(mut self) {
         if matches!(self.child.try_wait(), Ok(None)) {
             let _ = self.call(json!({"cmd": "quit"}), Duration::from_secs(2));
         }
         self.kill();
-        for thread in self.threads.drain(..) {
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while self.threads.iter().any(|t| !t.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        for thread in self.threads.drain(..).filter(|t| t.is_finished()) {
             let _ = thread.join();
         }
     }

@@ -420,6 +420,10 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
             .map(|name| config.aiv.resolve_protocol(name).map_err(|e| format!("--paths: {e}")))
             .collect::<Result<_, _>>()?;
     }
+    if options.paths.is_empty() && options.mooncake.is_none() {
+        let reason = options.mooncake_skipped.as_deref().unwrap_or("no path");
+        return Err(format!("--paths: nothing to run: mooncake-ascend: {reason}"));
+    }
     if let Some(sizes) = args.sizes {
         let threads = args.threads.unwrap_or(1);
         options.workloads = sizes
