@@ -38,6 +38,8 @@ fn short_options() -> AuditOptions {
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
         faults: true,
+        mooncake: None,
+        mooncake_skipped: None,
         peer_program: Some(env!("CARGO_BIN_EXE_aiv").into()),
         allocation: true,
         alloc_request: Some(32 << 20),

@@ -13,6 +13,7 @@ pub mod compare;
 mod faults;
 pub mod inspect;
 pub mod kv;
+pub mod mooncake;
 mod peer;
 mod plot;
 pub mod report;
@@ -100,6 +101,12 @@ pub struct AuditOptions {
     pub allocation: bool,
     /// The heap to request per memory kind (`None`: `aiv.hbm_size`).
     pub alloc_request: Option<u64>,
+    /// Mooncake's own Ascend Direct (`mooncake-ascend`), run besides `paths` when set: its wheel and the twin's
+    /// libraries ([`mooncake::discover`]). It takes a slot in every round's order, after the engine paths in the
+    /// first round.
+    pub mooncake: Option<mooncake::MooncakeSetup>,
+    /// Why `mooncake-ascend` is not run, when `mooncake` is `None` (recorded under "Not run").
+    pub mooncake_skipped: Option<String>,
 }
 
 impl AuditOptions {
@@ -120,6 +127,8 @@ impl AuditOptions {
             peer_program: None,
             allocation: true,
             alloc_request: None,
+            mooncake: None,
+            mooncake_skipped: None,
         }
     }
 
@@ -131,7 +140,7 @@ impl AuditOptions {
     /// Checks the options; the error names what is wrong.
     pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| EngineError::InvalidArgument { operation: "audit", reason };
-        if self.paths.is_empty() {
+        if self.paths.is_empty() && self.mooncake.is_none() {
             return Err(invalid("no path to audit (--paths is empty)".into()));
         }
         for (i, path) in self.paths.iter().enumerate() {
@@ -401,6 +410,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
         + if options.faults { 3 * options.paths.len() } else { 0 }
         + usize::from(options.allocation);
+    let total = total + if options.mooncake.is_some() { options.workloads.len() * options.rounds + 1 } else { 0 };
+    let mut moon = options.mooncake.as_ref().map(|setup| mooncake::Session::start(setup, options.buffer_size()));
     let mut done = 0;
     let mut workloads = Vec::new();
     let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
@@ -412,9 +423,15 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         let mut latencies: Vec<hdrhistogram::Histogram<u64>> =
             (0..options.paths.len()).map(|_| bench::latency_histogram()).collect();
         let mut memcpy = Vec::new();
+        let mut moon_rounds: Vec<RoundResult> = Vec::new();
+        let mut moon_latencies = bench::latency_histogram();
+        let moon_unsupported = mooncake::Session::unsupported(workload);
+        if let (Some(session), Some(reason)) = (moon.as_mut(), moon_unsupported.clone()) {
+            mooncake::skip_workload(&mut session.record, workload, reason);
+        }
         for round in 0..options.rounds {
             // The memcpy reference takes the round's first slot on odd rounds and its last on even ones.
-            let order = round_order(&options.paths, round);
+            let (order, moon_at) = mooncake::round_order_with(&options.paths, moon.is_some(), round);
             let reference_first = round % 2 == 1;
             let mut slot = 0;
             let mut reference = |slot: usize, done: &mut usize| {
@@ -429,7 +446,18 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 reference(slot, &mut done);
                 slot += 1;
             }
-            for path in order {
+            // The engine paths in the round's order, then an end marker, so that the Mooncake path's slot can be
+            // last too.
+            for entry in order.into_iter().enumerate().map(Some).chain([None]) {
+                if moon_at == Some(entry.map_or(options.paths.len(), |(at, _)| at)) {
+                    if let Some(session) = moon.as_mut().filter(|_| moon_unsupported.is_none()) {
+                        session.run_cell(options, workload, (round, slot), &mut moon_rounds, &mut moon_latencies);
+                    }
+                    slot += 1;
+                    done += 1;
+                    progress.cell(done, total, &format!("{} round {}: {}", workload.name(), round + 1, mooncake::PATH));
+                }
+                let Some((_, path)) = entry else { continue };
                 let index = options.paths.iter().position(|p| *p == path).expect("a listed path");
                 let outcome = measure(&rig, options, workload, path)?;
                 if outcome.failed_batches > 0 && failures[index].is_none() {
@@ -448,6 +476,9 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             }
         }
         workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, &latencies, memcpy));
+        if let (Some(report), true) = (workloads.last_mut(), moon.is_some() && moon_unsupported.is_none()) {
+            report.paths.push(mooncake::cell_stats(report, moon_rounds, &moon_latencies));
+        }
     }
     let mut fault_rounds = Vec::new();
     if options.faults {
@@ -467,7 +498,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             progress.cell(done, total, &format!("error recovery: {}", path.as_str()));
         }
     }
-    let registration = rig.registration.clone();
+    let mut registration = rig.registration.clone();
     rig.withdraw();
     let allocation = if options.allocation {
         let request = options.alloc_request.unwrap_or(config.aiv.hbm_size);
@@ -478,13 +509,25 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     } else {
         Vec::new()
     };
-    let verdicts: Vec<PathVerdict> = options
+    let mut moon_record = None;
+    let mut moon_verdict = None;
+    if let Some(mut session) = moon.take() {
+        session.verify();
+        done += 1;
+        progress.cell(done, total, &format!("{}: data check", mooncake::PATH));
+        registration.extend(session.registration.clone());
+        let (record, tally, first_failure) = session.finish();
+        moon_verdict = Some(PathVerdict::from_tally(mooncake::PATH, &tally, first_failure));
+        moon_record = Some(record);
+    }
+    let mut verdicts: Vec<PathVerdict> = options
         .paths
         .iter()
         .zip(tallies.iter())
         .zip(failures)
         .map(|((path, tally), first_failure)| PathVerdict::new(*path, tally, first_failure))
         .collect();
+    verdicts.extend(moon_verdict);
     let mut environment = report::Environment::probe(config);
     environment.runtime = verdicts_runtime(&verdicts);
     Ok(AuditReport {
@@ -500,14 +543,20 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         },
         rerun_of: options.rerun_of.clone(),
         method: method(options),
-        paths: options.paths.iter().map(|p| p.as_str().to_owned()).collect(),
-        skipped: skipped_paths(config),
+        paths: options
+            .paths
+            .iter()
+            .map(|p| p.as_str().to_owned())
+            .chain(options.mooncake.as_ref().map(|_| mooncake::PATH.to_owned()))
+            .collect(),
+        skipped: skipped_paths(config, options),
         registration,
         workloads,
         verdicts,
         plots: Vec::new(),
         faults: fault_rounds,
         allocation,
+        mooncake: moon_record,
     })
 }
 
@@ -523,7 +572,7 @@ fn effective_config(config: &EngineConfig) -> String {
 
 /// The method section of a report of `options`.
 fn method(options: &AuditOptions) -> report::Method {
-    report::Method {
+    let mut method = report::Method {
         rounds: options.rounds,
         cell_s: options.cell.as_secs_f64(),
         reference_s: options.reference.as_secs_f64(),
@@ -537,7 +586,11 @@ fn method(options: &AuditOptions) -> report::Method {
                      size (sockets cannot reach device memory); thread t's request i is at offset \
                      block x (i x threads + t) in both buffers, as in transfer_engine_bench"
             .into(),
+    };
+    if options.mooncake.is_some() {
+        method.layout.push_str(mooncake::LAYOUT);
     }
+    method
 }
 
 /// The runtime the first path with records names.
@@ -581,13 +634,14 @@ fn params_for(options: &AuditOptions, workload: &Workload, path: Protocol) -> Be
 }
 
 /// Paths the audit knows of and did not run, with the reason.
-fn skipped_paths(config: &EngineConfig) -> Vec<report::Skipped> {
-    let mut skipped = vec![report::Skipped {
-        path: "mooncake-ascend".into(),
-        reason: "Mooncake's own Ascend Direct (the mooncake-transfer-engine-npu build on the twin runtime) is not run \
-                 by this version of the audit: it runs in its own Python process, which the audit does not drive yet"
-            .into(),
-    }];
+fn skipped_paths(config: &EngineConfig, options: &AuditOptions) -> Vec<report::Skipped> {
+    let mut skipped = Vec::new();
+    if options.mooncake.is_none() {
+        skipped.push(report::Skipped {
+            path: mooncake::PATH.into(),
+            reason: options.mooncake_skipped.clone().unwrap_or_else(|| mooncake::NOT_CONFIGURED.into()),
+        });
+    }
     if config.aiv.device_backend != DeviceBackendKind::Twin {
         skipped.push(report::Skipped {
             path: "occupancy".into(),

@@ -47,6 +47,9 @@ pub struct AuditReport {
     /// Allocation success per memory kind: how much of a requested heap could be had (empty with `--no-alloc`).
     #[serde(default)]
     pub allocation: Vec<Allocation>,
+    /// The mooncake-ascend path (Mooncake's own Ascend wheel in two processes of its own), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mooncake: Option<MooncakeRecord>,
 }
 
 /// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
@@ -100,6 +103,49 @@ impl Allocation {
             registration_error: None,
         }
     }
+}
+
+/// What the mooncake-ascend path ran on and what it saw besides its cells' figures (docs/audit.md, "The
+/// mooncake-ascend path").
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MooncakeRecord {
+    /// The wheel's version, the Python that ran it, and the runtime its processes loaded (`cann-twin 0.1.0`, or
+    /// `None` when that runtime has no twin evidence function).
+    pub wheel: Option<String>,
+    pub python: Option<String>,
+    pub runtime: Option<String>,
+    /// What the two processes' figures count, and how they differ from the other paths' layout.
+    pub caveats: Vec<String>,
+    /// The data check after the rounds: a known pattern written to the target and read back, compared.
+    pub data_check: Option<DataCheck>,
+    /// The twin runtime's evidence counts, summed over every cell of both processes (`None`: not observable).
+    pub evidence: Option<std::collections::BTreeMap<String, u64>>,
+    /// Workloads the path did not run, with the reason.
+    pub skipped_workloads: Vec<SkippedWorkload>,
+    /// Cells that failed without figures (a process that died, hung or refused), with the reason.
+    pub failed_cells: Vec<FailedCell>,
+}
+
+/// The mooncake-ascend path's data check.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DataCheck {
+    pub passed: bool,
+    pub detail: String,
+}
+
+/// A workload a path did not run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SkippedWorkload {
+    pub workload: String,
+    pub reason: String,
+}
+
+/// A cell that produced no figures.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FailedCell {
+    pub workload: String,
+    pub round: usize,
+    pub reason: String,
 }
 
 /// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
@@ -675,6 +721,27 @@ impl PathVerdict {
     }
 }
 
+impl PathVerdict {
+    /// The verdict of a path that is not one of this engine's protocols (mooncake-ascend), from a tally of the acts
+    /// its runtime counted: the same checks, by the same rules, as [`PathVerdict::new`].
+    pub fn from_tally(path: &str, tally: &EvidenceTally, first_failure: Option<String>) -> PathVerdict {
+        let checks = tally.checks();
+        let s = |check: Check| check.as_str().to_owned();
+        PathVerdict {
+            path: path.into(),
+            aiv_direct: s(checks.aiv_direct()),
+            kernel_on_aiv: s(checks.kernel_on_aiv),
+            kernel_writes_descriptors: s(checks.kernel_writes_descriptors),
+            kernel_rings_doorbell: s(checks.kernel_rings_doorbell),
+            device_observes_completion: s(checks.device_observes_completion),
+            runtime: tally.runtime.map(|runtime| runtime.to_string()),
+            transfers: tally.transfers,
+            lines: tally.verdict_lines(),
+            first_failure,
+        }
+    }
+}
+
 /// `4 KiB`, `16 MiB`, `1000 B`.
 pub fn size_name(bytes: u64) -> String {
     const UNITS: [(&str, u64); 3] = [("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)];
@@ -976,6 +1043,9 @@ impl AuditReport {
             }
             let _ = writeln!(md);
         }
+        if let Some(mooncake) = &self.mooncake {
+            mooncake.markdown(&mut md);
+        }
         let _ = writeln!(md, "## Caveats\n");
         if on_twin {
             let _ = writeln!(
@@ -1001,6 +1071,49 @@ impl AuditReport {
         let _ =
             writeln!(md, "- Every number above is in report.json next to this file, with every round's raw figures.");
         md
+    }
+}
+
+impl MooncakeRecord {
+    fn markdown(&self, md: &mut String) {
+        let _ = writeln!(md, "## mooncake-ascend\n");
+        let _ = writeln!(
+            md,
+            "Mooncake's own Ascend Direct: mooncake-transfer-engine-npu {} on Python {}, runtime {}.\n",
+            self.wheel.as_deref().unwrap_or("(version unknown)"),
+            self.python.as_deref().unwrap_or("(unknown)"),
+            self.runtime.as_deref().unwrap_or("without twin evidence (not observable)")
+        );
+        for caveat in &self.caveats {
+            let _ = writeln!(md, "- {caveat}");
+        }
+        let _ = writeln!(md);
+        match &self.data_check {
+            Some(check) => {
+                let _ = writeln!(
+                    md,
+                    "Data check: **{}**: {}\n",
+                    if check.passed { "passed" } else { "failed" },
+                    check.detail.replace('|', "/")
+                );
+            }
+            None => {
+                let _ = writeln!(md, "Data check: not run.\n");
+            }
+        }
+        if let Some(evidence) = &self.evidence {
+            let counts: Vec<String> = evidence.iter().map(|(name, count)| format!("{name} {count}")).collect();
+            let _ = writeln!(md, "Twin evidence counts over the cells, both processes: {}.\n", counts.join(", "));
+        }
+        for skipped in &self.skipped_workloads {
+            let _ = writeln!(md, "- Not run for workload {}: {}", skipped.workload, skipped.reason);
+        }
+        for failed in &self.failed_cells {
+            let _ = writeln!(md, "- Failed: {} round {}: {}", failed.workload, failed.round + 1, failed.reason);
+        }
+        if !self.skipped_workloads.is_empty() || !self.failed_cells.is_empty() {
+            let _ = writeln!(md);
+        }
     }
 }
 

@@ -143,9 +143,18 @@ struct AuditArgs {
     /// The complete matrix: block sizes 4 KiB to 16 MiB and batched small transfers from two threads, 7 rounds
     #[arg(long)]
     full: bool,
-    /// Paths to audit, comma-separated, in the first round's order (default: aiv,adxl,ubshmem,tcp)
+    /// Paths to audit, comma-separated, in the first round's order (default: aiv,adxl,ubshmem,tcp, and
+    /// mooncake-ascend when its wheel and the twin's libraries are found)
     #[arg(long, value_delimiter = ',')]
     paths: Option<Vec<String>>,
+    /// The virtualenv with Mooncake's Ascend wheel, for the mooncake-ascend path (default:
+    /// target/mooncake-npu-venv here; tests/support/mooncake_npu.sh installs it)
+    #[arg(long = "mooncake-npu-venv", value_name = "DIR", env = "AIV_MOONCAKE_NPU_VENV")]
+    mooncake_npu_venv: Option<PathBuf>,
+    /// The twin runtime's CANN libraries for the mooncake-ascend path (default: target/twin-cann-libs here;
+    /// tests/support/twin_cann_libs.sh builds them)
+    #[arg(long = "twin-cann-libs", value_name = "DIR", env = "AIV_TWIN_CANN_LIBS")]
+    twin_cann_libs: Option<PathBuf>,
     /// Block sizes to run instead of the matrix's, comma-separated (suffixes allowed: 4k, 1m); each with
     /// --batch-size and --threads
     #[arg(long, value_delimiter = ',', value_parser = |t: &str| bench::parse_buffer_size("--sizes", t))]
@@ -479,11 +488,23 @@ fn run_audit_with(
     let config =
         EngineConfig::load_with(config_path.as_deref(), &recording, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
     let mut options = if args.full { AuditOptions::full() } else { AuditOptions::quick() };
+    // mooncake-ascend: by default when found; with --paths only when listed. Not found: skipped with the reason.
+    let mooncake_wanted = args.paths.as_ref().is_none_or(|names| names.iter().any(|n| n == audit::mooncake::PATH));
+    match audit::mooncake::discover(args.mooncake_npu_venv, args.twin_cann_libs, config.aiv.device_backend) {
+        Ok(setup) if mooncake_wanted => options.mooncake = Some(setup),
+        Ok(_) => options.mooncake_skipped = Some("not selected (--paths does not list mooncake-ascend)".into()),
+        Err(reason) => options.mooncake_skipped = Some(reason),
+    }
     if let Some(names) = args.paths {
         options.paths = names
             .iter()
+            .filter(|name| *name != audit::mooncake::PATH)
             .map(|name| config.aiv.resolve_protocol(name).map_err(|e| format!("--paths: {e}")))
             .collect::<Result<_, _>>()?;
+    }
+    if options.paths.is_empty() && options.mooncake.is_none() {
+        let reason = options.mooncake_skipped.as_deref().unwrap_or("no path");
+        return Err(format!("--paths: nothing to run: mooncake-ascend: {reason}"));
     }
     if let Some(sizes) = args.sizes {
         let threads = args.threads.unwrap_or(1);

@@ -48,6 +48,9 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMallocHost(void **hostPtr, size_t size);
 aclError aclrtFreeHost(void *hostPtr);
+// Twin-only, not a CANN function (shmem-bindings/cann-twin/src/evidence.rs): counts ADXL work for cannTwinEvidence.
+// Weak, so that this library still loads against a libascendcl.so without it.
+int cannTwinEvidenceNote(unsigned int what, unsigned long long count) __attribute__((weak));
 aclError aclrtGetCurrentContext(aclrtContext *context);
 aclError aclrtSetCurrentContext(aclrtContext context);
 }
@@ -738,6 +741,9 @@ Status AdxlEngineImpl::serve_request(int fd, uint32_t op, uint64_t count) {
     if (status != SUCCESS || verdict != SUCCESS) {
         return status;
     }
+    if (cannTwinEvidenceNote != nullptr) {
+        cannTwinEvidenceNote(2, count);
+    }
     std::vector<char> chunk(CHUNK);
     uint32_t copies = SUCCESS;
     for (const auto &range : ranges) {
@@ -836,12 +842,18 @@ Status AdxlEngine::Disconnect(const ge::AscendString &remote_engine, int32_t tim
 
 Status AdxlEngine::TransferSync(const ge::AscendString &remote_engine, TransferOp operation,
                                 const std::vector<TransferOpDesc> &op_descs, int32_t timeout_in_millis) {
+    if (cannTwinEvidenceNote != nullptr) {
+        cannTwinEvidenceNote(1, op_descs.size());
+    }
     return guarded("TransferSync", [&]() -> Status { return impl_ ? impl_->Transfer(text(remote_engine), operation, op_descs, timeout_in_millis) : FAILED; });
 }
 
 Status AdxlEngine::TransferAsync(const ge::AscendString &remote_engine, TransferOp operation,
                                  const std::vector<TransferOpDesc> &op_descs, const TransferArgs &,
                                  TransferReq &req) {
+    if (cannTwinEvidenceNote != nullptr) {
+        cannTwinEvidenceNote(1, op_descs.size());
+    }
     return guarded("TransferAsync", [&]() -> Status { return impl_ ? impl_->Submit(text(remote_engine), operation, op_descs, req) : FAILED; });
 }
 

@@ -234,7 +234,10 @@ fn create_stream(stream: *mut aclrtStream, _priority: u32, flag: u32) -> Result<
 fn synchronize(stream: aclrtStream, timeout: Option<Duration>) -> Result<(), aclError> {
     let stream = runtime().stream(stream as usize)?;
     match stream.synchronize(timeout) {
-        ACL_SUCCESS => Ok(()),
+        ACL_SUCCESS => {
+            crate::evidence::note_stream_sync();
+            Ok(())
+        }
         code => Err(code),
     }
 }
@@ -392,6 +395,7 @@ acl_entry! {
             // SAFETY: the copy just wrote `count` bytes at `dst`.
             unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
         });
+        crate::evidence::note_sync_copy(count);
         Ok(())
     }
 }
@@ -429,6 +433,7 @@ acl_entry! {
         drop(runtime);
         let device = target.device;
         target.submit(Task::Copy { device, dst, dest_max, src, count, kind });
+        crate::evidence::note_stream_copy(count);
         Ok(())
     }
 }
@@ -742,7 +747,9 @@ acl_entry! {
         }
         let args = crate::kernel::Args::Device { address: args_data as usize, count: args_size / 8 };
         let launch = crate::kernel::prepare(func_handle as usize, num_blocks, core::ptr::null(), args)?;
-        submit_launch(stream, launch)
+        submit_launch(stream, launch)?;
+        crate::evidence::note_launch(num_blocks);
+        Ok(())
     }
 }
 
@@ -770,6 +777,8 @@ acl_entry! {
         let bytes = unsafe { std::slice::from_raw_parts(host_args.cast::<u8>(), args_size) };
         let words = bytes.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or([0; 8]))).collect();
         let launch = crate::kernel::prepare(func_handle as usize, num_blocks, cfg, crate::kernel::Args::Host(words))?;
-        submit_launch(stream, launch)
+        submit_launch(stream, launch)?;
+        crate::evidence::note_launch(num_blocks);
+        Ok(())
     }
 }

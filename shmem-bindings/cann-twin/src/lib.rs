@@ -178,6 +178,7 @@ use std::sync::OnceLock;
 pub mod acl;
 mod acl_compat;
 pub mod control;
+pub mod evidence;
 pub mod hixl;
 pub mod kernel;
 mod memory;

@@ -696,6 +696,11 @@ pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
     lock(&ENGINES).get(&device).and_then(|engines| engines.channels.get(channel as usize).cloned())
 }
 
+/// Every live channel of every device (for the twin-only evidence counts, [`crate::evidence`]).
+pub(crate) fn all_channels() -> Vec<Arc<Channel>> {
+    lock(&ENGINES).values().flat_map(|engines| engines.channels.iter().cloned()).collect()
+}
+
 /// Writes `bytes` at `address` through the device view (the space read-locked).
 fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
     let guard = space();

@@ -1,0 +1,231 @@
+//! `aiv audit`'s mooncake-ascend path: Mooncake's own Ascend wheel in two processes on the twin runtime, in the same
+//! rounds as the engine paths (when `AIV_TEST_MOONCAKE_NPU_VENV` and `AIV_TEST_TWIN_CANN_LIBS` are set, as
+//! tests/run.sh sets them); a missing virtualenv skipped with the reason; a driver that dies or hangs mid-run failing
+//! its cells with a reason while the audit finishes and its processes are reaped (fake drivers, no wheel needed).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use aiv_transport::audit::mooncake::{self, MooncakeSetup};
+use aiv_transport::audit::report::KvCache;
+use aiv_transport::audit::{self, AuditOptions, AuditReport, Silent, Workload};
+use aiv_transport::config::DeviceBackendKind;
+use aiv_transport::{EngineConfig, Opcode, Protocol};
+
+fn small_kv() -> KvCache {
+    KvCache {
+        layers: 2,
+        tokens_per_block: 16,
+        kv_heads: 2,
+        head_dim: 64,
+        dtype_bytes: 2,
+        cache_blocks: 16,
+        request_blocks: 4,
+        seed: 9,
+    }
+}
+
+fn options(paths: Vec<Protocol>, workloads: Vec<Workload>, setup: Option<MooncakeSetup>) -> AuditOptions {
+    AuditOptions {
+        paths,
+        workloads,
+        rounds: 2,
+        cell: Duration::from_millis(80),
+        reference: Duration::from_millis(10),
+        operation: Opcode::Write,
+        command: vec!["aiv".into(), "audit".into(), "(test)".into()],
+        faults: false,
+        mooncake: setup,
+        ..AuditOptions::quick()
+    }
+}
+
+fn wheel_inputs(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let venv = std::env::var_os("AIV_TEST_MOONCAKE_NPU_VENV").map(PathBuf::from);
+    let libs = std::env::var_os("AIV_TEST_TWIN_CANN_LIBS").map(PathBuf::from);
+    match (venv, libs) {
+        (Some(venv), Some(libs)) => Some((venv, libs)),
+        _ => {
+            let message = format!(
+                "{test}: SKIP: set AIV_TEST_MOONCAKE_NPU_VENV (tests/support/mooncake_npu.sh) and \
+                 AIV_TEST_TWIN_CANN_LIBS (tests/support/twin_cann_libs.sh) to run Mooncake's wheel in the audit"
+            );
+            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}; CI must not skip it");
+            eprintln!("{message}");
+            None
+        }
+    }
+}
+
+#[test]
+fn the_wheel_runs_in_the_same_rounds_with_nonzero_figures_a_passed_data_check_and_a_verdict_from_counts() {
+    let Some((venv, libs)) = wheel_inputs("mooncake_in_the_audit") else { return };
+    let setup = mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("the wheel is found");
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    let workloads = vec![
+        Workload::bench(64 << 10, 4, 1),
+        Workload::bench(4096, 2, 2),
+        Workload::kv_request(small_kv()),
+        Workload::store(8, 1024, 8192, 5),
+        Workload::kv_layerwise(small_kv(), 200),
+    ];
+    let options = options(vec![Protocol::Aiv, Protocol::Tcp], workloads, Some(setup));
+    let report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    assert_eq!(report.paths, ["aiv", "tcp", "mooncake-ascend"]);
+    assert!(report.skipped.iter().all(|s| s.path != "mooncake-ascend"), "{:?}", report.skipped);
+    let record = report.mooncake.as_ref().expect("a mooncake record");
+    assert!(record.failed_cells.is_empty(), "{:?}", record.failed_cells);
+    assert!(record.wheel.is_some() && record.runtime.as_deref() == Some("cann-twin 0.1.0"), "{record:?}");
+    for workload in &report.workloads {
+        let cell = workload.paths.iter().find(|c| c.path == "mooncake-ascend").expect("a mooncake-ascend cell");
+        let bandwidth = cell.bytes_per_second.expect("measured");
+        assert!(bandwidth.min > 0.0, "{}: {bandwidth:?}", workload.name);
+        assert_eq!(cell.failed_batches, 0, "{}: {:?}", workload.name, report.verdicts);
+        assert!(cell.process_cpu_ns_per_transfer.is_some_and(|s| s.min > 0.0), "{}", workload.name);
+        assert!(cell.latency_p50_ns.is_some_and(|s| s.min > 0.0), "{}", workload.name);
+        // Three paths and the reference per round: the Mooncake path's slot moves with the rotation.
+        assert_eq!(cell.rounds.len(), 2);
+        assert_eq!((cell.rounds[0].slot, cell.rounds[1].slot), (2, 2), "{}: 0,1,M,ref then ref,1,M,0", workload.name);
+        let aiv = workload.paths.iter().find(|c| c.path == "aiv").expect("aiv");
+        assert_eq!((aiv.rounds[0].slot, aiv.rounds[1].slot), (0, 3), "{}", workload.name);
+        if workload.workload.compute_per_request().is_some() {
+            assert!(cell.latency_p50_ns.expect("measured").min >= 400_000.0, "2 layers x 200 µs of compute");
+        }
+    }
+    let check = record.data_check.as_ref().expect("a data check");
+    assert!(check.passed, "{check:?}");
+    let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend").expect("a verdict");
+    assert_eq!(verdict.aiv_direct, "no", "{:?}", verdict.lines);
+    assert_eq!(verdict.kernel_writes_descriptors, "no", "{:?}", verdict.lines);
+    assert!(verdict.transfers > 0);
+    assert!(
+        verdict.lines[2].contains("by Host") && verdict.lines[2].contains("recorded by the twin"),
+        "{:?}",
+        verdict.lines
+    );
+    let evidence = record.evidence.as_ref().expect("twin counts");
+    assert_eq!(evidence["kernels_launched"], 0, "{evidence:?}");
+    assert!(evidence["host_sync_copies"] > 0, "{evidence:?}");
+    // Every transfer the cells made reached the twin's ADXL as a descriptor of a Host thread's transfer call.
+    assert!(evidence["adxl_descs"] >= verdict.transfers && evidence["adxl_transfers"] > 0, "{evidence:?}");
+    let md = report.markdown();
+    assert!(md.contains("## mooncake-ascend") && md.contains("Data check: **passed**"), "{md}");
+    assert!(report.method.layout.contains("mooncake-ascend runs Mooncake's own wheel in two processes"));
+    assert!(report.registration.iter().any(|r| r.memory == "mooncake-ascend device"), "{:?}", report.registration);
+}
+
+#[test]
+fn a_missing_virtualenv_is_skipped_with_how_to_install_it() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let out = dir.path().join("report");
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(["audit", "--paths", "tcp,mooncake-ascend", "--sizes", "4k", "--rounds", "1", "--cell-seconds", "0.05"])
+        .arg("--no-faults")
+        .arg("--mooncake-npu-venv")
+        .arg(dir.path().join("no-venv"))
+        .arg("--twin-cann-libs")
+        .arg(dir.path().join("no-libs"))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("aiv runs");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let report = AuditReport::read(&out.join("report.json")).expect("a report");
+    assert_eq!(report.paths, ["tcp"]);
+    let skipped = report.skipped.iter().find(|s| s.path == "mooncake-ascend").expect("mooncake-ascend skipped");
+    assert!(skipped.reason.contains("no virtualenv"), "{}", skipped.reason);
+    assert!(skipped.reason.contains("tests/support/mooncake_npu.sh"), "{}", skipped.reason);
+    assert!(skipped.reason.contains("tests/support/twin_cann_libs.sh"), "{}", skipped.reason);
+    assert!(report.mooncake.is_none() && report.verdicts.iter().all(|v| v.path != "mooncake-ascend"));
+}
+
+/// A virtualenv whose `bin/python` is a shell script speaking the driver's protocol, doing `on_run` when asked to
+/// run a cell, and recording its pid.
+fn fake_venv(dir: &Path, on_run: &str) -> MooncakeSetup {
+    let venv = dir.join("venv");
+    let libs = dir.join("libs");
+    std::fs::create_dir_all(venv.join("bin")).expect("mkdir");
+    std::fs::create_dir_all(venv.join("lib/python3.11/site-packages/mooncake")).expect("mkdir");
+    std::fs::write(venv.join("lib/python3.11/site-packages/mooncake/engine.so"), b"").expect("write");
+    std::fs::create_dir_all(&libs).expect("mkdir");
+    for name in ["libascendcl.so", "libllm_datadist.so", "libmetadef.so"] {
+        std::fs::write(libs.join(name), b"").expect("write");
+    }
+    let pids = dir.join("pids");
+    let script = format!(
+        r#"#!/bin/bash
+echo $$ >> '{pids}'
+while IFS= read -r line; do
+  case "$line" in
+    *'"cmd":"init"'*) echo '{{"ok":true,"name":"127.0.0.1:9","addr":4096,"register_s":0.001,"runtime":"cann-twin 0.1.0","wheel":"fake","python":"fake"}}' ;;
+    *'"cmd":"snapshot"'*) echo '{{"ok":true,"host_cpu_ns":1,"device_model_cpu_ns":0,"evidence":null}}' ;;
+    *'"cmd":"run"'*) {on_run} ;;
+    *'"cmd":"quit"'*) echo '{{"ok":true}}'; exit 0 ;;
+    *) echo '{{"ok":true}}' ;;
+  esac
+done
+"#,
+        pids = pids.display()
+    );
+    let python = venv.join("bin/python");
+    std::fs::write(&python, script).expect("write");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&python, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let mut setup = mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("the fake is found");
+    setup.reply_margin = Duration::from_secs(1);
+    setup
+}
+
+fn pids(dir: &Path) -> Vec<i32> {
+    std::fs::read_to_string(dir.join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Runs a tcp-and-mooncake audit on `setup` and checks that the audit finished, tcp measured, every Mooncake cell
+/// failed with a reason naming `how`, and both processes are gone.
+fn check_failed_driver(dir: &Path, setup: MooncakeSetup, how: &str) {
+    let config = EngineConfig::new("127.0.0.1");
+    let workloads = vec![Workload::bench(4096, 1, 1), Workload::bench(8192, 1, 1)];
+    let started = Instant::now();
+    let report = audit::run(&config, &options(vec![Protocol::Tcp], workloads, Some(setup)), &Silent)
+        .expect("the audit finishes");
+    assert!(started.elapsed() < Duration::from_secs(30), "took {:?}", started.elapsed());
+    let record = report.mooncake.as_ref().expect("a mooncake record");
+    assert_eq!(record.failed_cells.len(), 4, "{:?}", record.failed_cells);
+    assert!(record.failed_cells[0].reason.contains("initiator process during `run`"), "{:?}", record.failed_cells);
+    assert!(record.failed_cells[0].reason.contains(how), "{:?}", record.failed_cells);
+    assert!(record.failed_cells[1].reason.contains("ended earlier"), "{:?}", record.failed_cells);
+    assert!(record.data_check.as_ref().is_some_and(|c| !c.passed));
+    let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend").expect("a verdict");
+    assert!(verdict.first_failure.as_deref().is_some_and(|f| f.contains(how)), "{verdict:?}");
+    assert_eq!(verdict.transfers, 0);
+    for workload in &report.workloads {
+        let tcp = workload.paths.iter().find(|c| c.path == "tcp").expect("tcp");
+        assert!(tcp.bytes_per_second.is_some_and(|s| s.min > 0.0), "tcp still measured");
+        let moon = workload.paths.iter().find(|c| c.path == "mooncake-ascend").expect("a mooncake cell");
+        assert!(moon.bytes_per_second.is_none() && moon.rounds.is_empty());
+    }
+    let pids = pids(dir);
+    assert_eq!(pids.len(), 2, "target and initiator started once");
+    for pid in pids {
+        assert!(!Path::new(&format!("/proc/{pid}")).exists(), "driver process {pid} left behind");
+    }
+}
+
+#[test]
+fn a_driver_that_dies_mid_run_fails_its_cells_with_the_reason_and_the_audit_finishes() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let setup = fake_venv(dir.path(), "echo 'fake driver: dying' >&2; exit 3");
+    check_failed_driver(dir.path(), setup, "exited (exit status: 3)");
+}
+
+#[test]
+fn a_driver_that_hangs_mid_run_is_killed_at_its_deadline_and_the_audit_finishes() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let setup = fake_venv(dir.path(), "exec sleep 600");
+    check_failed_driver(dir.path(), setup, "no answer within 1.1 s; killed");
+}
