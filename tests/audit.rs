@@ -188,6 +188,18 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let diff = compare(&report, &turned);
     assert!(diff.contains("**Verdict changed** for `aiv`: AIV-direct yes in A, no in B"), "{diff}");
     assert!(diff.contains("Different machines") && diff.contains("logical CPUs"), "{diff}");
+    // The error-recovery rounds and allocation success are compared too.
+    assert!(same.contains("## Error recovery") && same.contains("| aiv | killed_peer |"), "{same}");
+    assert!(same.contains("## Allocation success") && !same.contains("**changed**"), "{same}");
+    let mut worse = back.clone();
+    let round = worse.faults.iter_mut().find(|r| r.path == "tcp" && r.injected).expect("an injected tcp round");
+    round.next_batch_served = Some(false);
+    let fault = round.fault.clone();
+    worse.allocation[0].obtained_bytes /= 2;
+    let diff = compare(&report, &worse);
+    let line = diff.lines().find(|l| l.starts_with(&format!("| tcp | {fault} |"))).expect("the tcp round");
+    assert!(line.ends_with("| yes | no **changed** |"), "{line}");
+    assert!(diff.contains("| 0.50 |"), "half the heap obtained: {diff}");
 }
 
 #[test]

@@ -92,7 +92,94 @@ pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
     for wa in a.workloads.iter().filter(|w| !b.workloads.iter().any(|x| x.workload == w.workload)) {
         let _ = writeln!(out, "Workload {} is only in A.\n", wa.name);
     }
+    faults(&mut out, a, b);
+    allocation(&mut out, a, b);
     out
+}
+
+/// The error-recovery rounds of both reports, by path and fault: time to detect, how many transfers failed, whether
+/// the next batch was served.
+fn faults(out: &mut String, a: &AuditReport, b: &AuditReport) {
+    if a.faults.is_empty() && b.faults.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Error recovery\n");
+    let _ = writeln!(out, "| path | fault | ended after ms A | B | failed A | B | next batch served A | B |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|");
+    let mut keys: Vec<(&str, &str)> = Vec::new();
+    for round in a.faults.iter().chain(&b.faults) {
+        if !keys.contains(&(round.path.as_str(), round.fault.as_str())) {
+            keys.push((round.path.as_str(), round.fault.as_str()));
+        }
+    }
+    let find = |report: &'_ AuditReport, (path, fault): (&str, &str)| {
+        report.faults.iter().find(|r| r.path == path && r.fault == fault).cloned()
+    };
+    for key in keys {
+        let (x, y) = (find(a, key), find(b, key));
+        let ended = |r: &Option<super::report::FaultRound>| match r {
+            None => "absent".to_owned(),
+            Some(r) if !r.injected => "not injected".to_owned(),
+            Some(r) => r.ended_after_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
+        };
+        let failed = |r: &Option<super::report::FaultRound>| {
+            r.as_ref().filter(|r| r.injected).map_or("-".into(), |r| {
+                format!("{}/{}", r.states.iter().filter(|s| s.as_str() != "completed").count(), r.states.len())
+            })
+        };
+        let served = |r: &Option<super::report::FaultRound>| {
+            r.as_ref().and_then(|r| r.next_batch_served).map_or("-", |s| if s { "yes" } else { "no" })
+        };
+        let changed = if served(&x) != served(&y) { " **changed**" } else { "" };
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {} | {} | {}{changed} |",
+            key.0,
+            key.1,
+            ended(&x),
+            ended(&y),
+            failed(&x),
+            failed(&y),
+            served(&x),
+            served(&y)
+        );
+    }
+    let _ = writeln!(out);
+}
+
+/// Allocation success of both reports, by memory kind.
+fn allocation(out: &mut String, a: &AuditReport, b: &AuditReport) {
+    if a.allocation.is_empty() && b.allocation.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "## Allocation success\n");
+    let _ = writeln!(out, "| memory | requested A | obtained A | requested B | obtained B | obtained B/A |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|");
+    let mut kinds: Vec<&str> = Vec::new();
+    for entry in a.allocation.iter().chain(&b.allocation) {
+        if !kinds.contains(&entry.memory.as_str()) {
+            kinds.push(entry.memory.as_str());
+        }
+    }
+    for kind in kinds {
+        let (x, y) = (a.allocation.iter().find(|e| e.memory == kind), b.allocation.iter().find(|e| e.memory == kind));
+        let size = |bytes: Option<u64>| bytes.map_or("-".into(), super::report::size_name);
+        let ratio = match (x, y) {
+            (Some(x), Some(y)) if x.obtained_bytes > 0 => {
+                format!("{:.2}", y.obtained_bytes as f64 / x.obtained_bytes as f64)
+            }
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            out,
+            "| {kind} | {} | {} | {} | {} | {ratio} |",
+            size(x.map(|e| e.requested_bytes)),
+            size(x.map(|e| e.obtained_bytes)),
+            size(y.map(|e| e.requested_bytes)),
+            size(y.map(|e| e.obtained_bytes)),
+        );
+    }
+    let _ = writeln!(out);
 }
 
 fn opt(value: &Option<String>) -> String {
