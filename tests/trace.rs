@@ -214,3 +214,32 @@ fn an_overflowing_trace_ring_counts_its_drops_and_the_transfers_complete() {
     let after = a.engine.take_trace();
     assert!(after.device.is_empty() && after.host.is_empty(), "nothing recorded while off: {after:?}");
 }
+
+/// Tracing off costs the kernel nothing per SQE or per doorbell: every trace entry is written under a guard that is
+/// a compile-time `Trace` (the posting path's copy, picked once per group) or the per-block `b.trace` test, and the
+/// per-SQE function has no trace code of its own. Read from the source the twin and the NPU build.
+#[test]
+fn the_kernel_writes_trace_entries_only_under_a_guard_and_never_per_sqe() {
+    let root = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let source = std::fs::read_to_string(root.join("kernels/include/aiv/transfer_kernel.h")).expect("kernel source");
+    let lines: Vec<&str> = source.lines().collect();
+    let mut calls = 0;
+    for (i, line) in lines.iter().enumerate() {
+        if !line.contains("trace_record(") || line.contains("AIV_DEVICE_FN") {
+            continue;
+        }
+        calls += 1;
+        let guarded = lines[i.saturating_sub(5)..=i].iter().any(|l| {
+            l.contains("if (Trace)")
+                || l.contains("if (b.trace != nullptr)")
+                || l.contains("if (b.trace == nullptr) return")
+        });
+        assert!(guarded, "line {}: a trace entry written without a guard: {line}", i + 1);
+    }
+    assert_eq!(calls, 6, "the five stages (DCQ published twice: one or two groups)");
+    // The per-SQE function: from its signature to the next function, no trace code but the doorbell's copy.
+    let start = source.find("AIV_DEVICE_FN void post_copy(").expect("post_copy");
+    let body = &source[start..start + source[start..].find("\n}\n").expect("its end")];
+    assert!(!body.contains("trace"), "post_copy has trace code: {body}");
+    assert!(body.contains("ring<Trace>(b)"), "post_copy rings through the copy picked per group");
+}
