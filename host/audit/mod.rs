@@ -14,6 +14,7 @@ pub mod inspect;
 pub mod kv;
 mod plot;
 pub mod report;
+pub mod trace;
 
 use std::time::{Duration, Instant};
 
@@ -87,6 +88,8 @@ pub struct AuditOptions {
     pub config_file: Option<String>,
     /// Whether the error-recovery rounds run after the workloads.
     pub faults: bool,
+    /// `--trace`: after each workload's measured rounds, one traced cell per path, written as a Chrome trace file.
+    pub trace: bool,
 }
 
 impl AuditOptions {
@@ -102,6 +105,7 @@ impl AuditOptions {
             command: Vec::new(),
             config_file: None,
             faults: true,
+            trace: false,
         }
     }
 
@@ -327,6 +331,10 @@ impl AuditReport {
         std::fs::write(&json, text)?;
         let md = dir.join("report.md");
         std::fs::write(&md, self.markdown())?;
+        // Written once: the documents are not part of the report itself (report.json names them in `traces`).
+        for (file, document) in std::mem::take(&mut self.trace_documents) {
+            std::fs::write(dir.join(file), serde_json::to_vec(&document).map_err(std::io::Error::other)?)?;
+        }
         Ok([json, md])
     }
 }
@@ -376,7 +384,9 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let started = Instant::now();
     let rig = Rig::new(config, options)?;
     let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
-        + if options.faults { 2 * options.paths.len() } else { 0 };
+        + if options.faults { 2 * options.paths.len() } else { 0 }
+        + if options.trace { options.workloads.len() * options.paths.len() } else { 0 };
+    let mut traces = Vec::new();
     let mut done = 0;
     let mut workloads = Vec::new();
     let mut tallies: Vec<EvidenceTally> = vec![EvidenceTally::default(); options.paths.len()];
@@ -424,6 +434,14 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             }
         }
         workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, &latencies, memcpy));
+        if options.trace {
+            let measured = workloads.last().expect("pushed above");
+            for &path in &options.paths {
+                traces.push(trace::traced_cell(&rig, options, workload, path, measured)?);
+                done += 1;
+                progress.cell(done, total, &format!("{} traced: {}", workload.name(), path.as_str()));
+            }
+        }
     }
     let mut fault_rounds = Vec::new();
     if options.faults {
@@ -451,6 +469,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         .zip(failures)
         .map(|((path, tally), first_failure)| PathVerdict::new(*path, tally, first_failure))
         .collect();
+    let (trace_records, trace_documents): (Vec<_>, Vec<_>) =
+        traces.into_iter().map(|(record, document)| (record.clone(), (record.file, document))).unzip();
     let mut environment = report::Environment::probe(config);
     environment.runtime = verdicts_runtime(&verdicts);
     Ok(AuditReport {
@@ -468,6 +488,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         verdicts,
         plots: Vec::new(),
         faults: fault_rounds,
+        traces: trace_records,
+        trace_documents,
     })
 }
 

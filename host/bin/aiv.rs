@@ -172,6 +172,10 @@ struct AuditArgs {
     /// Leave out the error-recovery rounds (a fault injected per path: an out-of-bounds request, a stalled engine)
     #[arg(long = "no-faults")]
     no_faults: bool,
+    /// After each workload's measured rounds, one traced cell per path: per-stage traces (Host, AIV blocks, SDMA
+    /// engines) written as trace-<workload>-<path>.json, Chrome trace files for Perfetto (docs/trace.md)
+    #[arg(long)]
+    trace: bool,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -425,6 +429,7 @@ fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result<(), String
     };
     // The program as `aiv` (not where this binary lies), then the arguments as given.
     options.faults = !args.no_faults;
+    options.trace = args.trace;
     options.command = std::iter::once("aiv".to_owned()).chain(std::env::args().skip(1)).collect();
     let file = config_path.clone().or_else(|| std::env::var_os("MOONCAKE_CONFIG_PATH").map(PathBuf::from));
     options.config_file = file.and_then(|path| std::fs::read_to_string(path).ok());
