@@ -34,16 +34,21 @@ pub fn now_ns() -> u64 {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ThreadTag {
     pub tid: u64,
-    pub name: String,
+    pub name: std::sync::Arc<str>,
 }
 
 impl ThreadTag {
-    /// The calling thread.
+    /// The calling thread (looked up once per thread, then a reference count).
     pub fn current() -> ThreadTag {
-        // SAFETY: gettid has no preconditions.
-        let tid = unsafe { libc::gettid() } as u64;
-        let name = std::thread::current().name().map(str::to_owned).unwrap_or_else(|| format!("thread {tid}"));
-        ThreadTag { tid, name }
+        std::thread_local! {
+            static TAG: ThreadTag = {
+                // SAFETY: gettid has no preconditions.
+                let tid = unsafe { libc::gettid() } as u64;
+                let name = std::thread::current().name().map(str::to_owned).unwrap_or_else(|| format!("thread {tid}"));
+                ThreadTag { tid, name: name.into() }
+            };
+        }
+        TAG.with(ThreadTag::clone)
     }
 }
 
@@ -232,6 +237,10 @@ impl Tracer {
     pub fn requests_published(&self, device: i32, ids: impl IntoIterator<Item = u64>, at_ns: u64) {
         let mut log = self.log();
         for id in ids {
+            if log.request_published_ns.len() >= HOST_EVENT_CAPACITY {
+                log.host_dropped += 1;
+                continue;
+            }
             log.request_published_ns.insert((device, id), at_ns);
         }
     }
@@ -240,22 +249,33 @@ impl Tracer {
     pub fn completions_seen(&self, device: i32, ids: impl IntoIterator<Item = u64>, at_ns: u64) {
         let mut log = self.log();
         for id in ids {
+            if log.completion_seen_ns.len() >= HOST_EVENT_CAPACITY {
+                log.host_dropped += 1;
+                continue;
+            }
             log.completion_seen_ns.entry((device, id)).or_insert(at_ns);
         }
     }
 
-    /// Adds entries drained from the trace ring of `block` on `device`, and the ring's drop count as the kernel
-    /// reports it now (`dropped_total`, free-running since the ring was made; the caller passes the increase).
+    /// Adds entries drained from the trace ring of `block` on `device`, and the entries the kernel dropped since the
+    /// last drain (the increase of the ring's free-running count).
     pub fn device_entries(&self, device: i32, block: u32, entries: &[TraceEntry], dropped_since: u64) {
         let mut log = self.log();
-        log.device.extend(entries.iter().map(|&entry| DeviceEvent { device, block, entry }));
-        log.device_dropped += dropped_since;
+        let room = HOST_EVENT_CAPACITY.saturating_sub(log.device.len()).min(entries.len());
+        log.device.extend(entries[..room].iter().map(|&entry| DeviceEvent { device, block, entry }));
+        log.device_dropped += dropped_since + (entries.len() - room) as u64;
     }
 
     /// Adds SDMA engine runs (already on the Host's clock) and runs the runtime dropped.
     pub fn engine_runs(&self, runs: impl IntoIterator<Item = EngineRunEvent>, dropped: u64) {
         let mut log = self.log();
-        log.engine.extend(runs);
+        for run in runs {
+            if log.engine.len() >= HOST_EVENT_CAPACITY {
+                log.host_dropped += 1;
+            } else {
+                log.engine.push(run);
+            }
+        }
         log.host_dropped += dropped;
     }
 
@@ -392,7 +412,7 @@ pub fn chrome_trace(log: &TraceLog, device_path: &str, metadata: &BTreeMap<Strin
     for event in &log.host {
         let pid = pid_of(&event.path);
         used_pids.insert(pid);
-        threads.insert((pid, event.thread.tid), event.thread.name.clone());
+        threads.insert((pid, event.thread.tid), event.thread.name.to_string());
         let args = json!({"batch": event.batch, "transfers": event.transfers});
         let mut value = json!({
             "name": event.stage.name(), "cat": "host", "pid": pid, "tid": event.thread.tid,

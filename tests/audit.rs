@@ -159,6 +159,8 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
 fn a_traced_audit_writes_a_chrome_trace_per_path_and_states_the_overhead() {
     let mut config = EngineConfig::new("127.0.0.1");
     config.aiv.hbm_size = 64 << 20;
+    // Devices 6 and 7: the other audit test of this binary holds 0 and 1 while it runs.
+    config.aiv.device_id = 6;
     let options = AuditOptions {
         paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
         workloads: vec![Workload::bench(64 << 10, 4, 1)],
