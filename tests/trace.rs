@@ -187,6 +187,8 @@ fn a_traced_aiv_batch_records_every_stage_in_order_inside_the_host_window() {
         assert!(event["ts"].as_f64().is_some_and(|ts| ts >= 0.0), "{event}");
     }
     assert!(json["metadata"]["clock_alignment"].as_array().is_some_and(|a| !a.is_empty()));
+    let engine_track = json["metadata"]["engine_track"].as_str().expect("the engine track's note");
+    assert!(engine_track.starts_with("twin runtime: ") && !engine_track.contains("  "), "{engine_track}");
 }
 
 #[test]

@@ -636,7 +636,8 @@ impl TransferEngine {
             self.tracer.note(
                 "engine_track",
                 format!(
-                    "twin runtime: SDMA engine runs from cann_twin::control, on the Host clock by one pair of                      readings (error at most {} ns)",
+                    "twin runtime: SDMA engine runs from cann_twin::control, on the Host clock by one pair of \
+                     readings (error at most {} ns)",
                     after - before
                 ),
             );
