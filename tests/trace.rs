@@ -91,9 +91,18 @@ fn groups(log: &TraceLog, device: i32) -> BTreeMap<(u32, u64), Vec<DeviceEvent>>
 
 #[test]
 fn a_traced_aiv_batch_records_every_stage_in_order_inside_the_host_window() {
+    traced_batches(LaunchMode::Persistent);
+}
+
+#[test]
+fn per_batch_launches_read_the_trace_switch_at_each_launch() {
+    traced_batches(LaunchMode::PerBatch);
+}
+
+fn traced_batches(mode: LaunchMode) {
     let size = 8u64 << 20;
-    let mut a = node(options(0, LaunchMode::Persistent, 2), size);
-    let mut b = node(options(1, LaunchMode::Persistent, 2), size);
+    let mut a = node(options(0, mode, 2), size);
+    let mut b = node(options(1, mode, 2), size);
     fill(&mut a, 1);
     fill(&mut b, 2);
     let device = a.device.backend().device_id() as i32;
