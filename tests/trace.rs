@@ -107,7 +107,7 @@ fn traced_batches(mode: LaunchMode) {
     fill(&mut b, 2);
     let device = a.device.backend().device_id() as i32;
     a.engine.set_trace(true).expect("trace on");
-    // The persistent kernel reads the switch at its next idle moment (within one nap).
+    // The persistent kernel reads the switch when idle (within 16 idle polls: a few ms on the twin).
     std::thread::sleep(Duration::from_millis(20));
     let ids = run_batches(&a, &b, 3, 8, 5 << 19, 3);
     let log = a.engine.take_trace();

@@ -14,8 +14,8 @@ use super::{measure, AuditOptions, Rig};
 use crate::error::Result;
 use crate::transfer::Protocol;
 
-/// How long the kernel gets to pick the switch up before the traced cell starts (a persistent launch reads it when
-/// idle: within one nap, 250 µs on the twin).
+/// How long the kernel gets to pick the switch up before the traced cell starts (a persistent launch reads it when it
+/// goes idle and every 16th idle poll: within about 4 ms on the twin, whose idle cores nap up to 250 µs a poll).
 const SWITCH_SETTLE: Duration = Duration::from_millis(20);
 
 /// A file-name slug of a workload: `4KiB-x1-t1`, `kv-request`, `kv-layerwise`, `store`.

@@ -560,8 +560,9 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
             continue;
         }
         if (!persistent) break;
-        // Idle: the Host may have switched the trace on or off.
-        trace_refresh(b);
+        // Idle: the Host may have switched the trace on or off. Looked at when the block goes idle and every 16th idle
+        // poll after, so that the poll for new requests stays short.
+        if ((spins & 15u) == 0) trace_refresh(b);
         aiv_platform::idle(b.args.platform_context, AIV_WAIT_REQUEST, token, spins++);
     }
     trace_publish(b);
