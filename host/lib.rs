@@ -31,6 +31,7 @@ pub mod kernel_abi;
 pub mod log_limit;
 pub mod metadata;
 pub mod occupancy;
+pub mod trace;
 pub mod transfer;
 pub mod transport;
 

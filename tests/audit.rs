@@ -38,6 +38,7 @@ fn short_options() -> AuditOptions {
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         config_file: None,
         faults: true,
+        trace: false,
         mooncake: None,
         mooncake_skipped: None,
         peer_program: Some(env!("CARGO_BIN_EXE_aiv").into()),
@@ -200,6 +201,53 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let line = diff.lines().find(|l| l.starts_with(&format!("| tcp | {fault} |"))).expect("the tcp round");
     assert!(line.ends_with("| yes | no **changed** |"), "{line}");
     assert!(diff.contains("| 0.50 |"), "half the heap obtained: {diff}");
+}
+
+#[test]
+fn a_traced_audit_writes_a_chrome_trace_per_path_and_states_the_overhead() {
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    // Devices 6 and 7: the other audit test of this binary holds 0 and 1 while it runs.
+    config.aiv.device_id = 6;
+    let options = AuditOptions {
+        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
+        workloads: vec![Workload::bench(64 << 10, 4, 1)],
+        rounds: 1,
+        faults: false,
+        trace: true,
+        ..short_options()
+    };
+    let mut report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    assert_eq!(report.traces.len(), 4, "{:?}", report.traces);
+    // The measured rounds stay what they were: one per path, untraced.
+    assert!(report.workloads[0].paths.iter().all(|cell| cell.rounds.len() == 1));
+    let dir = tempfile::tempdir().expect("temp dir");
+    let [json, md] = report.write(dir.path()).expect("written");
+    assert_eq!(AuditReport::read(&json).expect("reads back"), report);
+    for record in &report.traces {
+        eprintln!("{record:?}");
+        assert_eq!(record.file, format!("trace-64KiB-x4-t1-{}.json", record.path));
+        assert!(record.host_events > 0 && record.traced_bytes_per_second > 0.0, "{record:?}");
+        assert!(record.traced_over_untraced.is_some_and(|r| r > 0.0), "{record:?}");
+        let text = std::fs::read_to_string(dir.path().join(&record.file)).expect("trace file written");
+        let trace: serde_json::Value = serde_json::from_str(&text).expect("the trace parses");
+        let events = trace["traceEvents"].as_array().expect("traceEvents");
+        let named = |name: &str| events.iter().any(|e| e["ph"] == "M" && e["args"]["name"] == name);
+        assert!(named(&record.path), "{}: a process named after the path", record.path);
+        for stage in ["submit", "completion seen", "wait_batch", "caller woken"] {
+            assert!(events.iter().any(|e| e["name"] == stage), "{}: no {stage} event", record.path);
+        }
+        if record.path == "aiv" {
+            assert!(record.device_events > 0 && record.engine_runs > 0, "{record:?}");
+            assert!(events.iter().any(|e| e["args"]["name"].as_str().is_some_and(|n| n.starts_with("aiv block "))));
+            assert!(events.iter().any(|e| e["name"] == "DCQ published"));
+            assert_eq!(record.clock_error_ns.len(), 1, "{record:?}");
+        } else {
+            assert_eq!(record.device_events, 0, "{record:?}");
+        }
+    }
+    let text = std::fs::read_to_string(md).expect("report.md");
+    assert!(text.contains("## Traces") && text.contains("`trace-64KiB-x4-t1-aiv.json`"), "{text}");
 }
 
 #[test]

@@ -40,7 +40,7 @@ use std::sync::OnceLock;
 /// and from the floors below. `bin` stands for the binary, `host/bin/*`.
 const FLOORS: &[&[&str]] = &[
     &["queue", "kernel_abi"],
-    &["transfer", "evidence", "cpu_time", "config", "error", "log_limit"],
+    &["transfer", "evidence", "cpu_time", "config", "error", "log_limit", "trace"],
     &["metadata", "device"],
     &["transport", "occupancy"],
     &["engine"],

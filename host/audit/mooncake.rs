@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::kv;
+use super::options::AuditOptions;
 use super::report::{self, DataCheck, FailedCell, MooncakeRecord, RoundResult, Shape, SkippedWorkload, Workload};
-use super::{kv, AuditOptions};
 use crate::config::DeviceBackendKind;
 use crate::evidence::{Act, ActTotals, EvidenceTally, RuntimeKind, RuntimeLabel, Source};
 use crate::transfer::{Opcode, Protocol, SegmentId};
@@ -109,7 +110,7 @@ fn has_wheel(venv: &Path) -> bool {
 /// engine paths in their order and the Mooncake path's place among them (`None`: not audited).
 pub fn round_order_with(paths: &[Protocol], mooncake: bool, round: usize) -> (Vec<Protocol>, Option<usize>) {
     if !mooncake {
-        return (super::round_order(paths, round), None);
+        return (super::options::round_order(paths, round), None);
     }
     let mut all: Vec<Option<Protocol>> = paths.iter().copied().map(Some).chain([None]).collect();
     let by = round % all.len();

@@ -50,6 +50,12 @@ pub struct AuditReport {
     /// The mooncake-ascend path (Mooncake's own Ascend wheel in two processes of its own), when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mooncake: Option<MooncakeRecord>,
+    /// The traced cells (`--trace`; empty without): one per workload and path, after the measured rounds.
+    #[serde(default)]
+    pub traces: Vec<TraceRecord>,
+    /// The trace documents to write next to the report, by file name (not part of `report.json`).
+    #[serde(skip)]
+    pub trace_documents: Vec<(String, serde_json::Value)>,
 }
 
 /// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
@@ -146,6 +152,30 @@ pub struct FailedCell {
     pub workload: String,
     pub round: usize,
     pub reason: String,
+}
+
+/// One traced cell (`--trace`): the trace file written next to the report, what it holds, and the cell's bandwidth
+/// against the same workload and path untraced (the overhead of tracing when on).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceRecord {
+    /// The Chrome trace event file (open it in Perfetto's UI or `chrome://tracing`).
+    pub file: String,
+    pub workload: String,
+    pub path: String,
+    /// Trace events: Host events, kernel stage entries, SDMA engine runs.
+    pub events: usize,
+    pub host_events: usize,
+    pub device_events: usize,
+    pub engine_runs: usize,
+    /// Kernel entries dropped (a full trace ring) and Host events dropped (capacity).
+    pub dropped: u64,
+    /// The traced cell's bandwidth, and the median of the measured (untraced) rounds.
+    pub traced_bytes_per_second: f64,
+    pub untraced_median_bytes_per_second: Option<f64>,
+    /// traced / untraced median: the stated overhead of tracing when on (1 = none).
+    pub traced_over_untraced: Option<f64>,
+    /// The device clock's alignment error (half the bounds' width), per device with kernel entries.
+    pub clock_error_ns: Vec<f64>,
 }
 
 /// One error-recovery round: a fault injected while one batch of 4 x 64 KiB WRITEs ran, and what followed.
@@ -1024,6 +1054,38 @@ impl AuditReport {
                         (_, Some(error)) => format!("failed: {}", error.replace('|', "/")),
                         (Some(per_gib), None) => format!("{per_gib:.4}"),
                         (None, None) => "-".into(),
+                    }
+                );
+            }
+            let _ = writeln!(md);
+        }
+        if !self.traces.is_empty() {
+            let _ = writeln!(md, "## Traces\n");
+            let _ = writeln!(
+                md,
+                "One extra traced cell per workload and path after the measured rounds (which ran untraced): a Chrome \
+                 trace event file each, for Perfetto's UI or `chrome://tracing` (docs/trace.md). Device timestamps \
+                 come from the twin runtime's model of the system counter, unverified on hardware.\n"
+            );
+            let _ = writeln!(md, "| workload | path | file | events (host / device / engine) | dropped | traced / untraced bandwidth | clock error |");
+            let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+            for t in &self.traces {
+                let _ = writeln!(
+                    md,
+                    "| {} | {} | `{}` | {} ({} / {} / {}) | {} | {} | {} |",
+                    t.workload,
+                    t.path,
+                    t.file,
+                    t.events,
+                    t.host_events,
+                    t.device_events,
+                    t.engine_runs,
+                    t.dropped,
+                    t.traced_over_untraced.map_or("-".into(), |r| format!("{r:.3}")),
+                    if t.clock_error_ns.is_empty() {
+                        "-".into()
+                    } else {
+                        t.clock_error_ns.iter().map(|e| format!("{:.1} µs", e / 1e3)).collect::<Vec<_>>().join(", ")
                     }
                 );
             }

@@ -188,6 +188,10 @@ struct AuditArgs {
     /// Bytes of the heap allocation success requests per memory kind (suffixes allowed; default: aiv.hbm_size)
     #[arg(long = "alloc-request", value_parser = aiv_transport::config::parse_size, conflicts_with = "no_alloc")]
     alloc_request: Option<u64>,
+    /// After each workload's measured rounds, one traced cell per path: per-stage traces (Host, AIV blocks, SDMA
+    /// engines) written as trace-<workload>-<path>.json, Chrome trace files for Perfetto (docs/trace.md)
+    #[arg(long)]
+    trace: bool,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -205,7 +209,7 @@ struct AuditArgs {
     /// Run again the audit a report.json records: its command line, its mooncake.json text and the configuration
     /// variables it read (not this process's); writes a new report (into --out, default aiv-audit-<UTC time>) that
     /// names the one it repeats
-    #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "no_alloc", "alloc_request", "compare", "inspect"])]
+    #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "no_alloc", "alloc_request", "trace", "compare", "inspect"])]
     rerun: Option<PathBuf>,
 }
 
@@ -527,6 +531,7 @@ fn run_audit_with(
         Operation::Write => Opcode::Write,
     };
     options.faults = !args.no_faults;
+    options.trace = args.trace;
     // The killed-peer round runs this binary as the target in another process.
     options.peer_program = std::env::current_exe().ok();
     options.allocation = !args.no_alloc;

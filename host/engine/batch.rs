@@ -26,6 +26,8 @@ pub(crate) struct Batch {
     pollers: Mutex<Vec<Arc<dyn CompletionPoller>>>,
     /// Whether some task went to a transport without a poller.
     other_paths: AtomicBool,
+    /// The paths of its tasks, noted only while tracing (docs/trace.md).
+    pub(crate) traced_paths: Mutex<Vec<&'static str>>,
 }
 
 impl Batch {
@@ -36,6 +38,7 @@ impl Batch {
             signal: Arc::new(CompletionSignal::default()),
             pollers: Mutex::new(Vec::new()),
             other_paths: AtomicBool::new(false),
+            traced_paths: Mutex::new(Vec::new()),
         }
     }
 
@@ -49,6 +52,25 @@ impl Batch {
                 }
             }
             None => self.other_paths.store(true, Ordering::Release),
+        }
+    }
+
+    /// Notes (while tracing) that tasks of this batch go to `path`.
+    pub(crate) fn note_traced_path(&self, path: &'static str) {
+        self.signal.set_traced();
+        let mut paths = self.traced_paths.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !paths.contains(&path) {
+            paths.push(path);
+        }
+    }
+
+    /// The path a traced batch's events belong to: its one path, or `mixed`; `None` when it was not traced.
+    pub(crate) fn traced_path(&self) -> Option<&'static str> {
+        let paths = self.traced_paths.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match paths.as_slice() {
+            [] => None,
+            [one] => Some(one),
+            _ => Some("mixed"),
         }
     }
 

@@ -87,6 +87,10 @@ pub struct TransferEngine {
     metadata: MetadataService,
     /// The device behind the `aiv` transport, created on first use by [`Self::device`].
     device: Mutex<Option<Arc<AivDevice>>>,
+    /// Per-stage traces (docs/trace.md), off until [`Self::set_trace`].
+    tracer: Arc<crate::trace::Tracer>,
+    /// Entries of each aiv block's trace ring, when tracing first allocates them.
+    trace_depth: std::sync::atomic::AtomicU32,
 }
 
 impl TransferEngine {
@@ -123,6 +127,8 @@ impl TransferEngine {
             transports: RwLock::new(HashMap::new()),
             metadata,
             device: Mutex::new(None),
+            tracer: Arc::default(),
+            trace_depth: std::sync::atomic::AtomicU32::new(crate::transport::aiv::DEFAULT_TRACE_DEPTH),
         };
         if engine.config.protocol == Protocol::Tcp {
             engine.enable_tcp_transport()?;
@@ -288,6 +294,12 @@ impl TransferEngine {
             object.insert("shmem_uid".into(), uid);
         }
         self.set_descriptor_extension(advertisement)?;
+        if self.tracer.is_enabled() {
+            device
+                .transport()
+                .set_trace(&self.tracer, true, self.trace_depth.load(Ordering::Relaxed))
+                .map_err(|error| start_error(error.to_string()))?;
+        }
         self.install_transport(Protocol::Aiv, device.transport().clone());
         self.install_transport(Protocol::Adxl, device.adxl().clone());
         self.install_transport(Protocol::Ubshmem, device.ubshmem().clone());
@@ -446,12 +458,21 @@ impl TransferEngine {
                 }
             }
         }
+        let traced = self.tracer.is_enabled();
         for (_, (transport, transfers)) in by_transport {
             batch.note_transport(transport.completion_poller());
+            if traced {
+                batch.note_traced_path(transport.name());
+            }
             for transfer in &transfers {
                 transfer.slot.mark_pending();
             }
+            let (count, start) = (transfers.len() as u64, if traced { crate::trace::now_ns() } else { 0 });
             transport.submit(transfers);
+            if traced {
+                let end = crate::trace::now_ns();
+                self.tracer.host(transport.name(), crate::trace::HostStage::Submit, start, end, batch_id.0, count);
+            }
         }
         Ok(())
     }
@@ -533,7 +554,99 @@ impl TransferEngine {
 
     /// Blocks until every task of the batch is terminal (bounded by the transfer timeout) and returns its status.
     pub fn wait_batch(&self, batch_id: BatchId) -> Result<TransferStatus> {
-        Ok(self.batch("wait batch", batch_id)?.wait())
+        let batch = self.batch("wait batch", batch_id)?;
+        let Some(path) = batch.traced_path() else { return Ok(batch.wait()) };
+        let start = crate::trace::now_ns();
+        let status = batch.wait();
+        let end = crate::trace::now_ns();
+        let tasks = batch.tasks().len() as u64;
+        let id = batch_id.0;
+        if let Some((at, thread)) = batch.signal.last_notify() {
+            self.tracer.host_on(thread, path, crate::trace::HostStage::CompletionSeen, at, at, id, tasks);
+        }
+        self.tracer.host(path, crate::trace::HostStage::Wait, start, end, id, tasks);
+        self.tracer.host(path, crate::trace::HostStage::Woken, end, end, id, tasks);
+        Ok(status)
+    }
+
+    /// Switches per-stage tracing on or off (docs/trace.md; off by default). On: every batch submitted from now on
+    /// records its Host events (submit, completion seen, wait and caller woken), the aiv path's blocks record their
+    /// kernel stages into trace rings (allocated now, or when the device opens), and on the twin runtime linked into
+    /// this process the SDMA engines record their runs (a process-wide switch of the twin). [`Self::take_trace`]
+    /// collects what was recorded.
+    pub fn set_trace(&self, on: bool) -> Result<()> {
+        self.tracer.set_enabled(on);
+        if self.twin_in_process() {
+            cann_twin::control::record_engine_runs(on);
+        }
+        let device = lock(&self.device).clone();
+        if let Some(device) = device {
+            device
+                .transport()
+                .set_trace(&self.tracer, on, self.trace_depth.load(Ordering::Relaxed))
+                .map_err(|error| EngineError::TransportStart { protocol: Protocol::Aiv, reason: error.to_string() })?;
+        }
+        Ok(())
+    }
+
+    /// Entries of each aiv block's trace ring (a power of two >= 2), used when tracing first allocates them (default
+    /// [`crate::transport::aiv::DEFAULT_TRACE_DEPTH`]).
+    pub fn set_trace_ring_depth(&self, depth: u32) {
+        self.trace_depth.store(depth, Ordering::Relaxed);
+    }
+
+    /// Whether the device backend is the twin runtime linked into this process (its control API reaches it).
+    fn twin_in_process(&self) -> bool {
+        self.config.aiv.device_backend == crate::config::DeviceBackendKind::Twin
+    }
+
+    /// Everything traced since the last call: the Host events, the aiv kernels' stages (each block's trace ring
+    /// drained until it stays empty for 2 ms, at most 100 ms: the kernel publishes its trace just after the DCQ), and
+    /// on the twin runtime in this process the SDMA engine runs of this engine's device, put on the Host's clock
+    /// with a pair of readings of both clocks.
+    pub fn take_trace(&self) -> crate::trace::TraceLog {
+        let device = lock(&self.device).clone();
+        if let Some(device) = &device {
+            let deadline = Instant::now() + Duration::from_millis(100);
+            loop {
+                std::thread::sleep(Duration::from_millis(2));
+                if device.transport().drain_traces() == 0 || Instant::now() >= deadline {
+                    break;
+                }
+            }
+        }
+        if self.twin_in_process() {
+            let before = crate::trace::now_ns();
+            let twin = cann_twin::control::clock_ns();
+            let after = crate::trace::now_ns();
+            let offset = (before / 2 + after / 2) as i128 - i128::from(twin);
+            let (runs, dropped) = cann_twin::control::take_engine_runs();
+            let mine = device.as_ref().map(|device| device.backend().device_id() as i32);
+            let to_host = |ns: u64| (i128::from(ns) + offset).max(0) as u64;
+            self.tracer.engine_runs(
+                runs.into_iter().filter(|run| Some(run.device) == mine).map(|run| crate::trace::EngineRunEvent {
+                    device: run.device,
+                    channel: run.channel,
+                    start_ns: to_host(run.start_ns),
+                    end_ns: to_host(run.end_ns),
+                    sqes: run.sqes,
+                }),
+                dropped,
+            );
+            self.tracer.note(
+                "engine_track",
+                format!(
+                    "twin runtime: SDMA engine runs from cann_twin::control, on the Host clock by one pair of \
+                     readings (error at most {} ns)",
+                    after - before
+                ),
+            );
+            self.tracer.note("runtime", "twin runtime (a CPU model; device timestamps unverified on hardware)");
+        } else {
+            self.tracer.note("engine_track", "not recorded: the vendor's runtime exposes no SDMA engine runs");
+            self.tracer.note("runtime", "vendor runtime");
+        }
+        self.tracer.take()
     }
 
     /// Frees a batch; BatchBusy while any of its tasks is pending.

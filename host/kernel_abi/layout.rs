@@ -254,7 +254,57 @@ pub struct BlockArgs {
     pub max_sqe_bytes: U32,
     pub launch_mode: U32,
     pub group_limit: U32,
-    pub reserved: [U64; 6],
+    /// The block's trace ring ([`TraceHeader`] + [`TraceEntry`]`[trace_depth]`), or 0: no trace. A persistent launch
+    /// re-reads it (and `trace_depth`) when idle, so the Host may set or clear it while the kernel runs.
+    pub trace_ring: U64,
+    /// Entries of the trace ring: a power of two >= 2 when `trace_ring` is set.
+    pub trace_depth: U32,
+    pub reserved0: U32,
+    pub reserved: [U64; 4],
+}
+
+/// Stages of a trace entry (`AIV_TRACE_STAGE_*`): a group taken from the request ring (count: requests).
+pub const TRACE_STAGE_REQUEST_SEEN: u32 = 1;
+/// The group's data SQEs written (count: SQEs), before its flag SQE.
+pub const TRACE_STAGE_SQES_POSTED: u32 = 2;
+/// A doorbell rung (count: the SQ tail written, aux: the SQEs it covers).
+pub const TRACE_STAGE_DOORBELL: u32 = 3;
+/// The group's completion flag seen, or its wait ended (aux: 0 seen, 1 budget exhausted, 2 aborted).
+pub const TRACE_STAGE_COMPLETION_OBSERVED: u32 = 4;
+/// The group's DCQ entries published (count: entries, aux: 1 when the group failed).
+pub const TRACE_STAGE_DCQ_PUBLISHED: u32 = 5;
+
+/// Header of a block's trace ring: the Host's `head` and the kernel's `tail` and `dropped` on separate cache lines,
+/// accessed only atomically (through [`crate::kernel_abi::TraceRing`]).
+#[derive(Debug, FromBytes, KnownLayout)]
+#[repr(C, align(64))]
+pub struct TraceHeader {
+    pub head: AtomicU32,
+    pub pad0: [u8; 60],
+    pub tail: AtomicU32,
+    /// Entries the kernel dropped because the ring was full.
+    pub dropped: AtomicU32,
+    pub pad1: [u8; 56],
+}
+
+/// One trace entry, kernel -> Host.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
+#[repr(C)]
+pub struct TraceEntry {
+    /// The block's system counter at the stage.
+    pub cycles: U64,
+    /// The group's first transfer id.
+    pub transfer_id: U64,
+    /// `TRACE_STAGE_*`; 0 is never written.
+    pub stage: U32,
+    pub count: U32,
+    pub aux: U32,
+    pub reserved: U32,
+}
+
+/// Bytes of a trace ring of `depth` entries: the header, then the entries.
+pub const fn trace_ring_bytes(depth: u32) -> usize {
+    size_of::<TraceHeader>() + depth as usize * size_of::<TraceEntry>()
 }
 
 /// Bytes of one channel record in SHMEM's SDMA workspace.
@@ -353,6 +403,8 @@ const _: () = {
     assert!(size_of::<FlagArea>() == 128);
     assert!(size_of::<BlockArgs>() == 128);
     assert!(size_of::<KernelArgs>() == 16);
+    assert!(size_of::<TraceHeader>() == RING_HEADER_BYTES as usize);
+    assert!(size_of::<TraceEntry>() == 32);
     assert!(size_of::<KernelArgs>() <= KERNEL_ARGS_BLOCKS_OFFSET);
 };
 
@@ -392,10 +444,14 @@ pub fn layout_facts() -> Vec<(String, u64)> {
     facts!(out; size BlockArgs as "AivBlockArgs");
     facts!(out; offsets BlockArgs as "AivBlockArgs" { request_ring, dcq, channel_record, flag_area, control,
         platform_context, wait_budget, request_depth, dcq_depth, doorbell_batch, max_sqe_bytes, launch_mode,
-        group_limit, reserved });
+        group_limit, trace_ring, trace_depth, reserved0, reserved });
+    facts!(out; size TraceHeader as "AivTraceHeader");
+    facts!(out; offsets TraceHeader as "AivTraceHeader" { head, tail, dropped });
+    facts!(out; size TraceEntry as "AivTraceEntry");
+    facts!(out; offsets TraceEntry as "AivTraceEntry" { cycles, transfer_id, stage, count, aux, reserved });
     facts!(out; size KernelArgs as "AivKernelArgs");
     facts!(out; offsets KernelArgs as "AivKernelArgs" { blocks, block_count, layout_version });
-    let constants: [(&str, u64); 31] = [
+    let constants: [(&str, u64); 36] = [
         ("AIV_CACHE_LINE", CACHE_LINE),
         ("AIV_SQE_BYTES", SQE_BYTES),
         ("AIV_SQE_TYPE_SDMA", SQE_TYPE_SDMA.into()),
@@ -427,6 +483,11 @@ pub fn layout_facts() -> Vec<(String, u64)> {
         ("AIV_GROUP_MAX_TRANSFERS", GROUP_MAX_TRANSFERS.into()),
         ("AIV_LAYOUT_VERSION", LAYOUT_VERSION.into()),
         ("AIV_FLAG_SOURCE_SLOTS", FLAG_SOURCE_SLOTS.into()),
+        ("AIV_TRACE_STAGE_REQUEST_SEEN", TRACE_STAGE_REQUEST_SEEN.into()),
+        ("AIV_TRACE_STAGE_SQES_POSTED", TRACE_STAGE_SQES_POSTED.into()),
+        ("AIV_TRACE_STAGE_DOORBELL", TRACE_STAGE_DOORBELL.into()),
+        ("AIV_TRACE_STAGE_COMPLETION_OBSERVED", TRACE_STAGE_COMPLETION_OBSERVED.into()),
+        ("AIV_TRACE_STAGE_DCQ_PUBLISHED", TRACE_STAGE_DCQ_PUBLISHED.into()),
     ];
     out.extend(constants.iter().map(|&(name, value)| (format!("const.{name}"), value)));
     out.extend(super::roce::roce_facts());

@@ -13,4 +13,6 @@ pub mod roce;
 
 pub use chunk::{even_piece_count, even_pieces, piece_count, pieces, Piece};
 pub use layout::*;
-pub use ring::{CompletionRing, Completions, RequestBatch, RequestRing, SpscIndex, SqIndex, UndecodableCompletion};
+pub use ring::{
+    CompletionRing, Completions, RequestBatch, RequestRing, SpscIndex, SqIndex, TraceRing, UndecodableCompletion,
+};

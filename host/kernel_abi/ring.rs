@@ -9,13 +9,14 @@
 //! The views are built once over a ring's shared mapping: [`RequestRing`] for the Host's side as producer of the
 //! request ring (entries go in through a [`RequestBatch`], published with one Release store of the tail), and
 //! [`CompletionRing`] for its side as consumer of the device completion queue (entries come out through
-//! [`Completions`], whose drop publishes the head with Release). Every fence of the Host side of these rings is in
+//! [`Completions`], whose drop publishes the head with Release), and [`TraceRing`] for its side as consumer of a
+//! block's optional trace ring (the DCQ's protocol, plus the kernel's count of dropped entries). Every fence of the Host side of these rings is in
 //! this file, each explained where it stands.
 
 use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 
-use super::layout::{DcqEntry, DcqStatus, RequestEntry, RingHeader, RING_HEADER_BYTES};
+use super::layout::{DcqEntry, DcqStatus, RequestEntry, RingHeader, TraceEntry, TraceHeader, RING_HEADER_BYTES};
 
 /// A power-of-two SPSC ring with free-running indices.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -339,6 +340,73 @@ impl Drop for Completions<'_> {
             // Release: the kernel may reuse these slots once it acquires the new head; our reads of them come first.
             self.ring.header().head.store(self.next, Ordering::Release);
         }
+    }
+}
+
+/// The Host's consumer view of a block's trace ring (`AivTraceHeader` + `AivTraceEntry[depth]`): the DCQ's
+/// protocol, one consumer at a time.
+#[derive(Debug)]
+pub struct TraceRing {
+    header: NonNull<TraceHeader>,
+    entries: NonNull<TraceEntry>,
+    index: SpscIndex,
+}
+
+// SAFETY: the view holds pointers into a shared mapping that outlives it (the contract of `TraceRing::new`); the
+// header is touched only through atomics and entries are only read, by the one consumer (`drain_into` takes `&mut`).
+unsafe impl Send for TraceRing {}
+// SAFETY: as above; every method that reads entries or moves the head takes `&mut self`.
+unsafe impl Sync for TraceRing {}
+
+impl TraceRing {
+    /// A view of the trace ring at `mapping`.
+    ///
+    /// # Safety
+    /// `mapping` is the cache-line-aligned start of `trace_ring_bytes(index.depth())` bytes of shared memory that
+    /// stay mapped while the view lives; the kernel accesses the header only atomically and writes an entry only
+    /// before releasing a tail past it.
+    pub unsafe fn new(mapping: *mut u8, index: SpscIndex) -> TraceRing {
+        let header = NonNull::new(mapping.cast::<TraceHeader>()).expect("a shared mapping is never at address 0");
+        // SAFETY: entries start right after the header (the caller's contract sizes the mapping for them).
+        let entries = unsafe { header.cast::<u8>().add(RING_HEADER_BYTES as usize).cast::<TraceEntry>() };
+        TraceRing { header, entries, index }
+    }
+
+    fn header(&self) -> &TraceHeader {
+        // SAFETY: the mapping outlives the view; the header's words are atomics.
+        unsafe { self.header.as_ref() }
+    }
+
+    /// Entries of the ring.
+    pub fn depth(&self) -> u32 {
+        self.index.depth()
+    }
+
+    /// Entries the kernel dropped so far because the ring was full (Relaxed: a count, ordered by nothing).
+    pub fn dropped(&self) -> u32 {
+        self.header().dropped.load(Ordering::Relaxed)
+    }
+
+    /// Appends the entries published so far to `out` and publishes the head past them; returns how many. A tail
+    /// more than a ring's depth past the head (corrupt) reads only a ring's depth.
+    pub fn drain_into(&mut self, out: &mut Vec<TraceEntry>) -> usize {
+        let header = self.header();
+        // Relaxed: the head is this consumer's own word.
+        let head = header.head.load(Ordering::Relaxed);
+        // Acquire pairs with the kernel's release store of the trace tail: the entries before it are complete.
+        let tail = header.tail.load(Ordering::Acquire);
+        let count = self.index.len(head, tail).min(self.index.depth());
+        for position in 0..count {
+            let slot = self.index.slot(head.wrapping_add(position)) as usize;
+            // SAFETY: slot < depth lies inside the mapping; the kernel wrote it before the tail acquired above and
+            // does not reuse it before the head published below. TraceEntry is FromBytes: any bytes are a value.
+            out.push(unsafe { self.entries.as_ptr().add(slot).read() });
+        }
+        if count > 0 {
+            // Release: the kernel may reuse these slots once it acquires the new head; our reads of them come first.
+            header.head.store(head.wrapping_add(count), Ordering::Release);
+        }
+        count as usize
     }
 }
 

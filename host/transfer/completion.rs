@@ -21,6 +21,11 @@ pub struct CompletionSignal {
     /// Targets of the threads inside `wait_for`.
     targets: Mutex<Vec<usize>>,
     wake: Condvar,
+    /// Whether the batch is traced: each notification then records when and on which thread it happened
+    /// (docs/trace.md; off, a notification pays one relaxed load).
+    traced: std::sync::atomic::AtomicBool,
+    /// The last notification while traced: its time ([`crate::trace::now_ns`]) and thread.
+    last_notify: Mutex<Option<(u64, crate::trace::ThreadTag)>>,
 }
 
 impl Default for CompletionSignal {
@@ -30,6 +35,8 @@ impl Default for CompletionSignal {
             wake_at: AtomicUsize::new(usize::MAX),
             targets: Mutex::new(Vec::new()),
             wake: Condvar::new(),
+            traced: std::sync::atomic::AtomicBool::new(false),
+            last_notify: Mutex::new(None),
         }
     }
 }
@@ -41,12 +48,27 @@ impl CompletionSignal {
         // publishes `finished` and then reads `wake_at`; in a single total order at least one of them sees the
         // other, so a waiter never sleeps through the notification that reaches its target.
         let finished = self.finished.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.traced.load(Ordering::Relaxed) {
+            let at = crate::trace::now_ns();
+            *self.last_notify.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) =
+                Some((at, crate::trace::ThreadTag::current()));
+        }
         if finished < self.wake_at.load(Ordering::SeqCst) {
             return;
         }
         // Taking the lock orders this wake-up after a waiter's check-then-wait.
         let _targets = self.targets.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         self.wake.notify_all();
+    }
+
+    /// Makes later notifications record their time and thread ([`Self::last_notify`]).
+    pub fn set_traced(&self) {
+        self.traced.store(true, Ordering::Relaxed);
+    }
+
+    /// The time and thread of the last notification since [`Self::set_traced`], if any.
+    pub fn last_notify(&self) -> Option<(u64, crate::trace::ThreadTag)> {
+        self.last_notify.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Terminal transitions counted so far.

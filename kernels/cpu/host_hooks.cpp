@@ -48,19 +48,19 @@ uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t 
     uint64_t section_wall = start, section_cpu = thread_cpu_ns();
     for (uint32_t i = 0; i < count; ++i) {
         if (aiv::outstanding(b) + 2 > b.sq_depth - 1) {
-            aiv::ring(b);
+            aiv::ring<false>(b);
             wall += aiv_platform::cycles() - section_wall;
             cpu += thread_cpu_ns() - section_cpu;
-            if (aiv::drain(b) != aiv::WAIT_OK) return 1;
+            if (aiv::drain<false>(b) != aiv::WAIT_OK) return 1;
             section_wall = aiv_platform::cycles();
             section_cpu = thread_cpu_ns();
         }
-        aiv::post_copy(b, src, dst, length);
+        aiv::post_copy<false>(b, src, dst, length);
     }
-    aiv::ring(b);
+    aiv::ring<false>(b);
     wall += aiv_platform::cycles() - section_wall;
     cpu += thread_cpu_ns() - section_cpu;
-    if (aiv::drain(b) != aiv::WAIT_OK) return 1;
+    if (aiv::drain<false>(b) != aiv::WAIT_OK) return 1;
     *posting_wall_ns = wall;
     *posting_cpu_ns = cpu;
     *total_ns = aiv_platform::cycles() - start;

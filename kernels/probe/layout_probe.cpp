@@ -51,7 +51,15 @@ int main() {
     OFF(AivBlockArgs, flag_area); OFF(AivBlockArgs, control); OFF(AivBlockArgs, platform_context);
     OFF(AivBlockArgs, wait_budget); OFF(AivBlockArgs, request_depth); OFF(AivBlockArgs, dcq_depth);
     OFF(AivBlockArgs, doorbell_batch); OFF(AivBlockArgs, max_sqe_bytes); OFF(AivBlockArgs, launch_mode);
-    OFF(AivBlockArgs, group_limit); OFF(AivBlockArgs, reserved);
+    OFF(AivBlockArgs, group_limit); OFF(AivBlockArgs, trace_ring); OFF(AivBlockArgs, trace_depth);
+    OFF(AivBlockArgs, reserved0); OFF(AivBlockArgs, reserved);
+
+    SIZE(AivTraceHeader);
+    OFF(AivTraceHeader, head); OFF(AivTraceHeader, tail); OFF(AivTraceHeader, dropped);
+
+    SIZE(AivTraceEntry);
+    OFF(AivTraceEntry, cycles); OFF(AivTraceEntry, transfer_id); OFF(AivTraceEntry, stage); OFF(AivTraceEntry, count);
+    OFF(AivTraceEntry, aux); OFF(AivTraceEntry, reserved);
 
     SIZE(AivKernelArgs);
     OFF(AivKernelArgs, blocks); OFF(AivKernelArgs, block_count); OFF(AivKernelArgs, layout_version);
@@ -65,6 +73,8 @@ int main() {
     CONST(AIV_DCQ_STATUS_ABORTED); CONST(AIV_SYNDROME_NONE); CONST(AIV_SYNDROME_BAD_REQUEST);
     CONST(AIV_SYNDROME_WAIT_BUDGET); CONST(AIV_SYNDROME_ABORTED); CONST(AIV_LAUNCH_PER_BATCH);
     CONST(AIV_LAUNCH_PERSISTENT); CONST(AIV_GROUP_MAX_TRANSFERS); CONST(AIV_LAYOUT_VERSION); CONST(AIV_FLAG_SOURCE_SLOTS);
+    CONST(AIV_TRACE_STAGE_REQUEST_SEEN); CONST(AIV_TRACE_STAGE_SQES_POSTED); CONST(AIV_TRACE_STAGE_DOORBELL);
+    CONST(AIV_TRACE_STAGE_COMPLETION_OBSERVED); CONST(AIV_TRACE_STAGE_DCQ_PUBLISHED);
     print_roce_facts();
     return 0;
 }

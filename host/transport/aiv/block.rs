@@ -10,7 +10,9 @@ use std::sync::Mutex;
 
 use super::inflight::{InFlight, InFlightTable};
 use crate::device::SharedMemory;
-use crate::kernel_abi::{CompletionRing, ControlBlock, DcqEntry, RequestEntry, RequestRing, UndecodableCompletion};
+use crate::kernel_abi::{
+    CompletionRing, ControlBlock, DcqEntry, RequestEntry, RequestRing, TraceEntry, TraceRing, UndecodableCompletion,
+};
 
 /// One AIV block as the Host sees it.
 #[derive(Debug)]
@@ -39,6 +41,8 @@ pub(super) struct HostBlock {
     pub(super) corrupt_tails: AtomicU64,
     /// Held while one thread drains this block's DCQ (the drain thread or a waiting thread).
     pub(super) drain_lock: Mutex<DrainScratch>,
+    /// The block's trace ring, from the first time tracing was switched on.
+    pub(super) trace: Mutex<Option<BlockTrace>>,
 }
 
 impl HostBlock {
@@ -90,4 +94,17 @@ pub(super) struct DrainScratch {
     pub(super) acts: Vec<[crate::evidence::Act; 3]>,
     /// The DCQ entries of `finished`, in order (the walk's input; a pass's own buffer).
     pub(super) walked: Vec<DcqEntry>,
+}
+
+/// A block's trace ring, as the Host holds it.
+#[derive(Debug)]
+pub(super) struct BlockTrace {
+    pub(super) ring: TraceRing,
+    /// Keeps the ring mapped while `ring` views it (and while any launch may still write it: until the transport
+    /// drops).
+    pub(super) _mapping: SharedMemory,
+    /// The kernel's drop count as last read.
+    pub(super) dropped_seen: u32,
+    /// Drained entries of one pass (kept between passes).
+    pub(super) scratch: Vec<TraceEntry>,
 }

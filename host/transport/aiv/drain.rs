@@ -52,6 +52,10 @@ impl Inner {
                 backoff = DRAIN_BACKOFF;
                 continue;
             }
+            // While tracing, the trace rings are emptied here (off the waiters' path) so that they do not fill.
+            if self.active_tracer().is_some() {
+                self.drain_traces();
+            }
             // A waiting thread collects its own completions, and a status query collects what is ready; this thread
             // is the safety net for transfers nobody waits for. Nothing wakes it (nothing on an NPU could): it looks
             // again after a nap that doubles while there is nothing to drain.
@@ -111,16 +115,26 @@ impl Inner {
         let calls = ascendcl_sys::calls::thread_total();
         entries.clear();
         finished.clear();
+        let tracer = self.active_tracer();
+        let pass_start = if tracer.is_some() { crate::trace::now_ns() } else { 0 };
         let new_head = {
             let mut completions = block.completion_ring.consume();
             if completions.remaining() == 0 {
                 return false;
             }
+            // Read just after the tail's acquire load: the kernel published these entries before this moment.
+            let seen_at = if tracer.is_some() { crate::trace::now_ns() } else { 0 };
             if let Some(tail) = completions.corrupt_tail() {
                 block.corrupt_tails.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(block = block.index, head = completions.head(), tail, "DCQ tail past the ring's depth");
             }
             entries.extend(completions.by_ref());
+            if let Some(tracer) = tracer {
+                let ids = entries.iter().map(|(_, entry)| match entry {
+                    Ok(entry) | Err(UndecodableCompletion { entry }) => entry.transfer_id.get(),
+                });
+                tracer.completions_seen(self.trace_device(), ids, seen_at);
+            }
             completions.head().wrapping_add(entries.len() as u32)
             // Dropping `completions` publishes the new head: the kernel may reuse the slots.
         };
@@ -182,7 +196,7 @@ impl Inner {
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
         // most ring-depth requests in flight, so undrained entries always fit the DCQ.)
-        let pumped = block.post_backlog(producer);
+        let pumped = block.post_backlog(producer, self.active_tracer().map(|tracer| (tracer, self.trace_device())));
         if pumped > 0 && self.launch_mode == LaunchMode::PerBatch {
             // A runtime launch call may block (see cpu_time::may_sleep).
             if let Err(error) = crate::cpu_time::may_sleep(|| self.launch()) {
@@ -191,6 +205,9 @@ impl Inner {
         }
         // For the transfers drained next: this relaunch is theirs.
         self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
+        if let Some(tracer) = tracer {
+            tracer.host("aiv", crate::trace::HostStage::Drain, pass_start, crate::trace::now_ns(), 0, u64::from(count));
+        }
         true
     }
 

@@ -14,7 +14,8 @@
 //! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
 //! kernel arguments, threads), [`submit`] (block placement and the one sequence that posts requests), [`drain`] (DCQ
 //! drain, outcome mapping, recovery, the waiting thread's poller), [`observe`] (each drained transfer's observed
-//! acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight); this
+//! acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight),
+//! [`trace`] (the optional per-block trace rings and their drain, docs/trace.md); this
 //! file holds the transport's state, its public controls and shutdown.
 //!
 //! Nothing hangs: the kernel gives up a completion wait after `kernel_wait_budget` (DCQ status TIMEOUT) or when the
@@ -38,9 +39,12 @@ mod setup;
 mod submit;
 #[cfg(test)]
 mod tests;
+mod trace;
+
+pub use trace::DEFAULT_TRACE_DEPTH;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -110,6 +114,8 @@ struct Inner {
     /// Bumped whenever the Host itself finished transfers (peer loss, shutdown): a waiter polling for DCQ tails looks
     /// at it too, since those transfers will never appear in a DCQ.
     host_finished: AtomicU32,
+    /// The engine's tracer, from the first [`AivTransport::set_trace`] (docs/trace.md).
+    tracer: OnceLock<Arc<crate::trace::Tracer>>,
 }
 
 impl AivTransport {

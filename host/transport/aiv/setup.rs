@@ -94,6 +94,7 @@ impl AivTransport {
                     scratch.records.start_at(&*device, channel.index);
                     scratch
                 }),
+                trace: Mutex::new(None),
             });
         }
         let header = KernelArgs {
@@ -131,6 +132,7 @@ impl AivTransport {
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
             host_finished: AtomicU32::new(0),
+            tracer: std::sync::OnceLock::new(),
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;

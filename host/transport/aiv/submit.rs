@@ -15,6 +15,7 @@ use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
+use crate::trace::{now_ns, Tracer};
 use crate::transfer::{Opcode, Transfer};
 use crate::transport::window::Resolved;
 
@@ -50,10 +51,13 @@ impl HostBlock {
     /// Hands the backlog to the kernel as far as the ring has room: writes the entries, records each transfer in
     /// flight with its ticket, publishes the tail once and releases the producer lock (the kernel polls its ring:
     /// nothing wakes it). Returns how many requests were published. The only place requests enter a ring.
-    pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>) -> u32 {
+    /// `trace`: the tracer and device id while tracing is on: the publish moment of each request is recorded, read
+    /// just before the tail's release store (the kernel sees the requests after it).
+    pub(super) fn post_backlog(&self, mut producer: MutexGuard<'_, Producer>, trace: Option<(&Tracer, i32)>) -> u32 {
         if producer.backlog.is_empty() {
             return 0;
         }
+        let mut traced_ids = Vec::new();
         let Producer { tail, backlog } = &mut *producer;
         let mut batch = self.request_ring.batch(tail, self.drained.load(Ordering::Acquire));
         let mut table = self.inflight_map();
@@ -62,6 +66,9 @@ impl HostBlock {
                 Ok(position) => {
                     inflight.slot.set_ticket(encode_ticket(self.index, position));
                     table.insert(self.request_ring.index().slot(position) as usize, entry.transfer_id.get(), inflight);
+                    if trace.is_some() {
+                        traced_ids.push(entry.transfer_id.get());
+                    }
                 }
                 Err(entry) => {
                     backlog.push_front((entry, inflight));
@@ -70,6 +77,9 @@ impl HostBlock {
             }
         }
         drop(table);
+        if let Some((tracer, device)) = trace {
+            tracer.requests_published(device, traced_ids, now_ns());
+        }
         let published = batch.commit();
         drop(producer);
         // The kernel polls its ring: publishing is all the Host does.
@@ -134,7 +144,7 @@ impl Inner {
                 producer.backlog.push_back((entry, inflight));
                 accepted += 1;
             }
-            block.post_backlog(producer);
+            block.post_backlog(producer, self.active_tracer().map(|tracer| (tracer, self.trace_device())));
         }
         if accepted > 0 && self.launch_mode == LaunchMode::PerBatch {
             // A runtime launch call may block (see cpu_time::may_sleep).

@@ -62,7 +62,7 @@ fn the_kernel_rejects_malformed_requests_on_its_own() {
             let inflight = InFlight { slot: slot.clone(), peer: None, length: entry.length.get() };
             producer.backlog.push_back((*entry, inflight));
         }
-        assert_eq!(block.post_backlog(producer), 4);
+        assert_eq!(block.post_backlog(producer, None), 4);
     }
     signal.wait_for(4, deadline);
     for slot in &slots[..3] {
@@ -111,7 +111,7 @@ fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
         };
         let inflight = InFlight { slot: slot.clone(), peer: None, length: 4096 };
         producer.backlog.push_back((entry, inflight));
-        assert_eq!(block.post_backlog(producer), 1);
+        assert_eq!(block.post_backlog(producer, None), 1);
     }
     while !inner.completions_ready() {
         assert!(Instant::now() < deadline, "the kernel never published the completion");

@@ -158,8 +158,37 @@ typedef struct AivBlockArgs {
     uint32_t max_sqe_bytes;    // 68: <= AIV_SDMA_MAX_SQE_BYTES
     uint32_t launch_mode;      // 72: AIV_LAUNCH_*
     uint32_t group_limit;      // 76: <= AIV_GROUP_MAX_TRANSFERS
-    uint64_t reserved[6];      // 80
+    uint64_t trace_ring;       // 80: AivTraceHeader + AivTraceEntry[trace_depth], or 0: no trace (re-read by a
+                               //     persistent launch when idle, so the Host may switch it while the kernel runs)
+    uint32_t trace_depth;      // 88: power of two >= 2 when trace_ring is set
+    uint32_t reserved0;        // 92
+    uint64_t reserved[4];      // 96
 } AivBlockArgs;
+
+// ---- The per-block trace ring (optional; docs/trace.md) ----
+// Kernel -> Host, the DCQ's discipline: entries written with scalar stores, cleaned to HBM, then the tail published.
+// A full ring drops the entry and counts it in `dropped`; the kernel never waits for the Host here.
+#define AIV_TRACE_STAGE_REQUEST_SEEN 1u        // a group taken from the request ring (count: requests)
+#define AIV_TRACE_STAGE_SQES_POSTED 2u         // the group's data SQEs written (count: SQEs), before its flag SQE
+#define AIV_TRACE_STAGE_DOORBELL 3u            // a doorbell rung (count: the SQ tail written, aux: SQEs it covers)
+#define AIV_TRACE_STAGE_COMPLETION_OBSERVED 4u // the group's completion flag seen, or the wait ended (aux: result)
+#define AIV_TRACE_STAGE_DCQ_PUBLISHED 5u       // the group's DCQ entries published (count: entries, aux: failed)
+typedef struct AivTraceHeader {
+    uint32_t head;             // 0: Host -> kernel: entries consumed
+    uint8_t pad0[60];
+    uint32_t tail;             // 64: kernel -> Host: entries published
+    uint32_t dropped;          // 68: kernel -> Host: entries dropped because the ring was full
+    uint8_t pad1[56];
+} AivTraceHeader;
+
+typedef struct AivTraceEntry {
+    uint64_t cycles;           // 0: the system counter (aiv_platform::cycles) at the stage
+    uint64_t transfer_id;      // 8: the group's first transfer id
+    uint32_t stage;            // 16: AIV_TRACE_STAGE_* (0 is never written)
+    uint32_t count;            // 20
+    uint32_t aux;              // 24
+    uint32_t reserved;         // 28
+} AivTraceEntry;
 
 typedef struct AivKernelArgs {
     uint64_t blocks;           // 0: AivBlockArgs[block_count]

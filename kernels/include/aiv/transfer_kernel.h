@@ -57,7 +57,84 @@ struct Block {
     uint16_t stream_id;
     uint64_t flag_seq;       // last flag value posted
     uint32_t abort_epoch;    // abort epoch when the current group started
+    // The optional trace ring (null: off; then the kernel only tests `trace` once per stage of a group).
+    const AIV_GM AivBlockArgs* args_gm;  // this block's arguments in GM, re-read for the trace switch
+    uint64_t trace_ring;     // the ring's address as last read from the arguments
+    AIV_GM AivTraceHeader* trace;
+    AIV_GM AivTraceEntry* trace_entries;
+    uint32_t trace_depth;
+    uint32_t trace_tail;       // entries written (free-running)
+    uint32_t trace_published;  // the tail as last published
+    uint32_t trace_head_seen;  // the Host's head as last read
+    uint32_t trace_dropped;    // entries dropped, as counted here
+    uint32_t trace_dropped_published;
+    uint64_t trace_group;      // first transfer id of the group being posted
 };
+
+// ---- The trace ring (docs/trace.md): the DCQ's discipline, never a wait ----
+
+// Writes one trace entry (in the data cache until trace_publish); a full ring drops it and counts the drop.
+AIV_DEVICE_FN void trace_record(Block& b, uint32_t stage, uint64_t cycles, uint32_t count, uint64_t transfer_id,
+                                uint32_t aux) {
+    if (b.trace_tail - b.trace_head_seen >= b.trace_depth) {
+        b.trace_head_seen = aiv_platform::load_u32(&b.trace->head);
+        if (b.trace_tail - b.trace_head_seen >= b.trace_depth) {
+            b.trace_dropped += 1;
+            return;
+        }
+    }
+    AivTraceEntry entry;
+    entry.cycles = cycles;
+    entry.transfer_id = transfer_id;
+    entry.stage = stage;
+    entry.count = count;
+    entry.aux = aux;
+    entry.reserved = 0;
+    aiv_platform::write_bytes(&b.trace_entries[b.trace_tail & (b.trace_depth - 1)], &entry, sizeof(AivTraceEntry));
+    b.trace_tail += 1;
+}
+
+// Makes the entries written since the last publication visible to the Host: cleaned to HBM first (one range, or two
+// when they wrap), then the tail, as flush_completions and publish_groups do for the DCQ; then the drop count.
+AIV_DEVICE_FN void trace_publish(Block& b) {
+    if (b.trace == nullptr) return;
+    if (b.trace_tail != b.trace_published) {
+        const uint32_t first = b.trace_published & (b.trace_depth - 1);
+        const uint32_t count = b.trace_tail - b.trace_published;
+        const uint32_t run = count < b.trace_depth - first ? count : b.trace_depth - first;
+        if (run > 0) aiv_platform::flush_for_device(&b.trace_entries[first], run * sizeof(AivTraceEntry));
+        if (count > run) aiv_platform::flush_for_device(&b.trace_entries[0], (count - run) * sizeof(AivTraceEntry));
+        // Release: the entries cleaned above are visible to a Host that acquires the new tail.
+        aiv_platform::store_u32(&b.trace->tail, b.trace_tail);
+        b.trace_published = b.trace_tail;
+    }
+    if (b.trace_dropped != b.trace_dropped_published) {
+        aiv_platform::store_u32(&b.trace->dropped, b.trace_dropped);
+        b.trace_dropped_published = b.trace_dropped;
+    }
+}
+
+// Reads the trace switch from the block's arguments (at the start of a launch, and when a persistent launch is idle:
+// never on the data path). A changed ring is adopted with its indices as the Host left them.
+AIV_DEVICE_FN void trace_refresh(Block& b) {
+    const uint64_t ring = aiv_platform::load_u64(&b.args_gm->trace_ring);
+    if (ring == b.trace_ring) return;
+    trace_publish(b);
+    b.trace_ring = ring;
+    const uint32_t depth = aiv_platform::load_u32(&b.args_gm->trace_depth);
+    if (ring == 0 || depth < 2 || (depth & (depth - 1)) != 0) {
+        b.trace = nullptr;
+        return;
+    }
+    b.trace = reinterpret_cast<AIV_GM AivTraceHeader*>(ring);
+    b.trace_entries = reinterpret_cast<AIV_GM AivTraceEntry*>(ring + AIV_RING_HEADER_BYTES);
+    b.trace_depth = depth;
+    b.trace_tail = aiv_platform::load_u32(&b.trace->tail);
+    b.trace_published = b.trace_tail;
+    b.trace_head_seen = aiv_platform::load_u32(&b.trace->head);
+    b.trace_dropped = aiv_platform::load_u32(&b.trace->dropped);
+    b.trace_dropped_published = b.trace_dropped;
+}
 
 // Lands the staged SQEs in the SQ (they are contiguous: the stage is landed whenever the tail wraps).
 AIV_DEVICE_FN void land(Block& b) {
@@ -67,12 +144,16 @@ AIV_DEVICE_FN void land(Block& b) {
     b.staged = 0;
 }
 
+// `Trace`: a compile-time copy of the posting path that records each doorbell; the kernel picks the copy once per
+// group, so an untraced group runs the same code as before traces existed.
+template <bool Trace>
 AIV_DEVICE_FN void ring(Block& b) {
     if (b.unrung == 0) return;
     land(b);
     // The doorbell, and the software copy of the tail in the channel record (docs/hardware.md section 4, last post
     // step).
     aiv_platform::ring_doorbell(b.args.platform_context, b.sq_reg_base, b.sq_tail, &b.record->sq_tail);
+    if (Trace) trace_record(b, AIV_TRACE_STAGE_DOORBELL, aiv_platform::cycles(), b.sq_tail, b.trace_group, b.unrung);
     b.doorbells += 1;
     b.unrung = 0;
 }
@@ -82,6 +163,7 @@ AIV_DEVICE_FN uint64_t outstanding(const Block& b) { return b.sqes_posted - b.sq
 
 // Writes one copy SQE at the tail (built in the UB stage, landed in the SQ when the stage fills, the tail wraps or a
 // doorbell is rung); rings when doorbell_batch SQEs are pending. The caller guarantees space.
+template <bool Trace>
 AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t length) {
     // Value-initialised (every byte zero) and written field by field; stage_sqe copies it out word by word without
     // type punning (reading the u16 fields back through a wider pointer is undefined, and an optimising compiler
@@ -105,19 +187,20 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
     b.sqes_posted += 1;
     b.unrung += 1;
     if (b.staged == AIV_SQE_STAGE_SLOTS || b.sq_tail == 0) land(b);
-    if (b.unrung >= b.args.doorbell_batch) ring(b);
+    if (b.unrung >= b.args.doorbell_batch) ring<Trace>(b);
 }
 
 // Appends a flag SQE (copy the next sequence number into the receive area) and rings; returns its sequence number.
 // At most two flag SQEs are ever unexecuted (an older group's and the newer group's, or a drain's), so slot
 // `seq % AIV_FLAG_SOURCE_SLOTS` is never rewritten before the flag SQE that reads it has executed.
+template <bool Trace>
 AIV_DEVICE_FN uint64_t post_flag(Block& b) {
     b.flag_seq += 1;
     AIV_GM uint64_t* source = &b.flag->source[b.flag_seq % AIV_FLAG_SOURCE_SLOTS];
     aiv_platform::store_u64(source, b.flag_seq);
     aiv_platform::flush_for_device(source, 8);
-    post_copy(b, reinterpret_cast<uint64_t>(source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
-    ring(b);
+    post_copy<Trace>(b, reinterpret_cast<uint64_t>(source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
+    ring<Trace>(b);
     return b.flag_seq;
 }
 
@@ -140,8 +223,9 @@ AIV_DEVICE_FN WaitResult wait_flag(Block& b, uint64_t seq, uint32_t abort_epoch)
 }
 
 // Appends a flag SQE and waits for it: on success the whole SQ is free again.
+template <bool Trace>
 AIV_DEVICE_FN WaitResult drain(Block& b) {
-    const uint64_t seq = post_flag(b);
+    const uint64_t seq = post_flag<Trace>(b);
     const uint64_t mark = b.sqes_posted;
     const WaitResult result = wait_flag(b, seq, b.abort_epoch);
     if (result == WAIT_OK) b.sqes_retired = mark;
@@ -177,9 +261,16 @@ AIV_DEVICE_FN bool request_is_valid(const AivRequestEntry& e) {
 
 // Posts the SQEs of `g.count` requests starting at ring index `g.head`, then the group's flag SQE; does not wait
 // for the flag (so the SDMA engine can run this group while the kernel completes the previous one).
+template <bool Trace>
 AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     const uint32_t mask = b.args.request_depth - 1;
     const uint32_t max_piece = b.args.max_sqe_bytes;
+    const uint64_t data_sqes_before = b.sqes_posted;
+    if (Trace) {
+        const uint64_t seen = aiv_platform::cycles();
+        b.trace_group = aiv_platform::load_u64(&b.request_entries[g.head & mask].transfer_id);
+        trace_record(b, AIV_TRACE_STAGE_REQUEST_SEEN, seen, g.count, b.trace_group, 0);
+    }
     uint32_t first_doorbell[AIV_GROUP_MAX_TRANSFERS];
     uint32_t last_doorbell[AIV_GROUP_MAX_TRANSFERS];
     b.doorbells = 0;
@@ -208,12 +299,12 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
         for (uint64_t p = 0; p < pieces; ++p) {
             // Keep one slot for the flag SQE; a full ring holds depth - 1 entries.
             if (outstanding(b) + 2 > b.sq_depth - 1) {
-                g.posted = drain(b);
+                g.posted = drain<Trace>(b);
                 if (g.posted != WAIT_OK) break;
             }
             if (p == 0) first_doorbell[i] = b.doorbells;
             const uint64_t offset = p * max_piece;
-            post_copy(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, max_piece, p));
+            post_copy<Trace>(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, max_piece, p));
             t.sqes += 1;
         }
         // The doorbell that covers the last SQE: the one just rung, or the next one.
@@ -222,7 +313,11 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     if (g.posted != WAIT_OK) return;
     // The flag's doorbell is the next one: it also covers any data SQEs still unrung.
     const uint32_t flag_doorbell = b.doorbells;
-    g.flag_seq = post_flag(b);
+    if (Trace) {
+        trace_record(b, AIV_TRACE_STAGE_SQES_POSTED, aiv_platform::cycles(),
+                     static_cast<uint32_t>(b.sqes_posted - data_sqes_before), b.trace_group, 0);
+    }
+    g.flag_seq = post_flag<Trace>(b);
     g.retire_mark = b.sqes_posted;
     for (uint32_t i = 0; i < g.count; ++i) {
         Tally& t = g.tally[i];
@@ -231,6 +326,13 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
         t.sqes += 1;
         t.doorbells = last_doorbell[i] - first_doorbell[i] + 1 + (flag_doorbell != last_doorbell[i] ? 1u : 0u);
     }
+}
+
+// Records that the wait for group `g`'s flag ended with `result` (one test per group when tracing is off).
+AIV_DEVICE_FN void trace_completion(Block& b, const Group& g, WaitResult result) {
+    if (b.trace == nullptr) return;
+    trace_record(b, AIV_TRACE_STAGE_COMPLETION_OBSERVED, aiv_platform::cycles(), g.count, g.tally[0].transfer_id,
+                 result);
 }
 
 // Sets the group's statuses from the outcome of its wait.
@@ -295,12 +397,23 @@ AIV_DEVICE_FN void publish_groups(Block& b, const Group& first, const Group* sec
     if (second) tail = write_completions(b, tail, *second);
     // The entries must reach memory before the tail that covers them (a non-coherent data cache holds them).
     flush_completions(b, dcq_tail, tail);
+    // Taken before the tail store, so that a Host that has seen the tail saw it after this moment.
+    const uint64_t published = b.trace != nullptr ? aiv_platform::cycles() : 0;
     // Release: the entries written above are visible to a Host that acquires the new tail.
     aiv_platform::store_u32(&b.dcq->tail, tail);
     const Group& last = second ? *second : first;
     // Release: the Host may reuse the request slots once it sees the new head.
     aiv_platform::store_u32(&b.requests->head, last.head + last.count);
     aiv_platform::store_u64(&b.control->groups, aiv_platform::load_u64(&b.control->groups) + (second ? 2 : 1));
+    if (b.trace != nullptr) {
+        // After the DCQ's publication: the trace never delays a completion.
+        trace_record(b, AIV_TRACE_STAGE_DCQ_PUBLISHED, published, first.count, first.tally[0].transfer_id, failed);
+        if (second) {
+            trace_record(b, AIV_TRACE_STAGE_DCQ_PUBLISHED, published, second->count, second->tally[0].transfer_id,
+                         failed);
+        }
+        trace_publish(b);
+    }
 }
 
 // Waits (persistent launches) until the Host has reset the channel after a failed group; false if told to stop.
@@ -359,6 +472,11 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     b.flag = reinterpret_cast<AIV_GM AivFlagArea*>(b.args.flag_area);
     b.control = reinterpret_cast<AIV_GM AivControlBlock*>(b.args.control);
     b.flag_seq = last_flag_seq(b);
+    b.args_gm = reinterpret_cast<const AIV_GM AivBlockArgs*>(kargs.blocks) + block_idx;
+    b.trace_ring = 0;
+    b.trace = nullptr;
+    b.trace_group = 0;
+    if (b.args.trace_ring != 0) trace_refresh(b);
     const bool persistent = b.args.launch_mode == AIV_LAUNCH_PERSISTENT;
 
     aiv_platform::store_u32(&b.control->running, 1);
@@ -390,7 +508,11 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
             Group& g = groups[slot];
             g.head = next;
             g.count = tail - next < b.args.group_limit ? tail - next : b.args.group_limit;
-            post_group(b, g);
+            if (b.trace != nullptr) {
+                post_group<true>(b, g);
+            } else {
+                post_group<false>(b, g);
+            }
             next += g.count;
             if (pending < 0) {
                 if (g.posted == WAIT_OK) {
@@ -411,6 +533,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
                 // A drain while posting the new group waited on everything before it and failed.
                 older_result = flag_reached(b, older.flag_seq) ? WAIT_OK : g.posted;
             }
+            trace_completion(b, older, older_result);
             if (older_result == WAIT_OK && older.retire_mark > b.sqes_retired) b.sqes_retired = older.retire_mark;
             settle_group(older, older_result);
             if (older_result == WAIT_OK && g.posted == WAIT_OK) {
@@ -428,6 +551,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
         if (pending >= 0) {
             Group& older = groups[pending];
             const WaitResult result = wait_flag(b, older.flag_seq, older.abort_epoch);
+            trace_completion(b, older, result);
             if (result == WAIT_OK && older.retire_mark > b.sqes_retired) b.sqes_retired = older.retire_mark;
             settle_group(older, result);
             publish_groups(b, older, nullptr, result != WAIT_OK);
@@ -436,8 +560,12 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
             continue;
         }
         if (!persistent) break;
+        // Idle: the Host may have switched the trace on or off. Looked at when the block goes idle and every 16th idle
+        // poll after, so that the poll for new requests stays short.
+        if ((spins & 15u) == 0) trace_refresh(b);
         aiv_platform::idle(b.args.platform_context, AIV_WAIT_REQUEST, token, spins++);
     }
+    trace_publish(b);
     aiv_platform::store_u32(&b.control->running, 0);
 }
 

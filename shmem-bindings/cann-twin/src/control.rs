@@ -250,3 +250,23 @@ pub fn sqe_log_position(device: i32, index: u32) -> Result<u64, ControlError> {
 pub fn pending_flags(device: i32, index: u32) -> Result<Vec<u64>, ControlError> {
     Ok(channel(device, index)?.provenance.pending_flags())
 }
+
+pub use crate::occupancy::{EngineRun, ENGINE_RUN_CAPACITY};
+
+/// Turns the record of every SDMA engine's runs on or off (all devices; off by default). While off, an engine pays
+/// one relaxed atomic load per run.
+pub fn record_engine_runs(on: bool) {
+    crate::occupancy::record_engine_runs(on);
+}
+
+/// The engine runs recorded since the last call (all devices, in the order they ended), and how many were dropped
+/// because [`ENGINE_RUN_CAPACITY`] was reached.
+pub fn take_engine_runs() -> (Vec<EngineRun>, u64) {
+    crate::occupancy::take_engine_runs()
+}
+
+/// The twin's monotonic clock in nanoseconds: the clock of [`EngineRun`]s; the cores' system counter
+/// (`GetSystemCycle`) is this clock divided by 20 (50 MHz, `kernel::SYSTEM_COUNTER_HZ`).
+pub fn clock_ns() -> u64 {
+    crate::occupancy::monotonic_ns()
+}

@@ -638,3 +638,48 @@ mod tests {
         assert_eq!((after.sync_copies, after.sync_copy_bytes, after.copies), (1, 4096, 0), "{after:?}");
     }
 }
+
+/// One run of an SDMA engine, recorded while [`record_engine_runs`] is on: from taking the doorbell's tail to the
+/// stop of the run (caught up, interrupted or at a bad SQE), on the twin's clock ([`clock_ns`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EngineRun {
+    pub device: i32,
+    pub channel: u32,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    /// SQEs executed in the run.
+    pub sqes: u64,
+}
+
+/// Runs kept at most between two [`take_engine_runs`]; later runs are counted as dropped.
+pub const ENGINE_RUN_CAPACITY: usize = 1 << 20;
+
+static RECORD_RUNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static ENGINE_RUNS: LazyLock<Mutex<(Vec<EngineRun>, u64)>> = LazyLock::new(|| Mutex::new((Vec::new(), 0)));
+
+/// Turns the record of engine runs on or off (off by default).
+pub(crate) fn record_engine_runs(on: bool) {
+    RECORD_RUNS.store(on, Ordering::Relaxed);
+}
+
+/// Whether runs are recorded: the engines' one look per run (a relaxed load).
+pub(crate) fn engine_runs_recorded() -> bool {
+    RECORD_RUNS.load(Ordering::Relaxed)
+}
+
+/// Records one run.
+pub(crate) fn push_engine_run(run: EngineRun) {
+    let mut runs = lock(&ENGINE_RUNS);
+    if runs.0.len() < ENGINE_RUN_CAPACITY {
+        runs.0.push(run);
+    } else {
+        runs.1 += 1;
+    }
+}
+
+/// The runs recorded since the last call, and how many were dropped (capacity reached).
+pub(crate) fn take_engine_runs() -> (Vec<EngineRun>, u64) {
+    let mut runs = lock(&ENGINE_RUNS);
+    let dropped = std::mem::take(&mut runs.1);
+    (std::mem::take(&mut runs.0), dropped)
+}

@@ -610,6 +610,8 @@ impl Channel {
             // an exception).
             // Busy from here to the end of the run: one clock reading at each end, none per SQE.
             self.busy.run_started();
+            // The trace's engine track: one relaxed load per run when off.
+            let traced_start = crate::occupancy::engine_runs_recorded().then(crate::occupancy::monotonic_ns);
             let mut executed = 0u64;
             let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
@@ -627,6 +629,15 @@ impl Channel {
             }
             // Before the head is published: whoever sees the head sees the run's counters final.
             self.busy.run_ended(executed);
+            if let Some(start_ns) = traced_start {
+                crate::occupancy::push_engine_run(crate::occupancy::EngineRun {
+                    device: self.device,
+                    channel: self.index,
+                    start_ns,
+                    end_ns: crate::occupancy::monotonic_ns(),
+                    sqes: executed,
+                });
+            }
             let published = space().as_ref().map(|space| self.publish_head(space, head));
             self.activity.progressed();
             if let Some((syndrome, raw)) = fault {
