@@ -267,6 +267,31 @@ fn out_of_bounds_requests_fail_before_the_wire_and_leave_memory_alone() {
     assert_same(&first.bytes, &local.bytes[..4096], "exact fit");
 }
 
+/// A peer that registers memory after the initiator opened its segment (or restarts under the same name with other
+/// buffers): a request into the new buffer fetches the descriptor again instead of failing on the stale one; a
+/// request into no buffer still fails, and does not fetch again within the refresh interval.
+#[test]
+fn memory_the_peer_registered_after_the_open_is_found_by_fetching_the_descriptor_again() {
+    let a = engine(WireVersion::V2, Duration::from_secs(10));
+    let b = engine(WireVersion::V2, Duration::from_secs(10));
+    let local = Region::new(&a, 8192, 5);
+    let _first = Region::new(&b, 4096, 6);
+    let target = a.open_segment(b.name()).expect("open");
+    assert_eq!(a.segment(target).expect("open").buffers.len(), 1, "the descriptor as it was at the open");
+    let later = Region::new(&b, 8192, 7);
+    let states = run(&a, &[request(Opcode::Write, local.addr(), target, later.addr(), 8192)]);
+    assert_eq!(states, vec![TransferState::Completed], "the buffer registered after the open is reached");
+    wait_until_same(&later.bytes, &local.bytes, WireVersion::V2, "written into the later buffer");
+    assert_eq!(a.segment(target).expect("open").buffers.len(), 2, "the cached descriptor was replaced");
+    // Nowhere registered: refused, and the descriptor is not fetched again at once.
+    let nowhere = later.addr() + (1 << 30);
+    let started = Instant::now();
+    for _ in 0..20 {
+        assert_eq!(run(&a, &[request(Opcode::Write, local.addr(), target, nowhere, 64)]), vec![TransferState::Failed]);
+    }
+    assert!(started.elapsed() < Duration::from_secs(2), "20 refusals took {:?}", started.elapsed());
+}
+
 #[test]
 fn a_dead_peer_does_not_stall_transfers_to_others() {
     let a = engine(WireVersion::V2, Duration::from_secs(2));

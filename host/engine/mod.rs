@@ -91,7 +91,14 @@ pub struct TransferEngine {
     tracer: Arc<crate::trace::Tracer>,
     /// Entries of each aiv block's trace ring, when tracing first allocates them.
     trace_depth: std::sync::atomic::AtomicU32,
+    /// When each open segment's descriptor was last fetched again because a request's target range was in none of
+    /// its buffers ([`STALE_REFRESH_INTERVAL`] apart at most once).
+    stale_refreshes: Mutex<HashMap<SegmentId, Instant>>,
 }
+
+/// A request whose target range is in no buffer of the cached descriptor fetches the descriptor again (the peer may
+/// have registered memory since, or restarted under the same name), at most once per this interval per segment.
+pub const STALE_REFRESH_INTERVAL: Duration = Duration::from_millis(250);
 
 impl TransferEngine {
     /// Starts an engine, with the metadata settings of the `MC_*` environment variables
@@ -129,6 +136,7 @@ impl TransferEngine {
             device: Mutex::new(None),
             tracer: Arc::default(),
             trace_depth: std::sync::atomic::AtomicU32::new(crate::transport::aiv::DEFAULT_TRACE_DEPTH),
+            stale_refreshes: Mutex::new(HashMap::new()),
         };
         if engine.config.protocol == Protocol::Tcp {
             engine.enable_tcp_transport()?;
@@ -480,7 +488,17 @@ impl TransferEngine {
     /// Checks one request and picks its transport; the error becomes the task's failure.
     fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
         let protocol = request.protocol.unwrap_or(self.config.protocol);
-        let target = self.segment(request.target_id).map_err(RouteError::Segment)?;
+        let mut target = self.segment(request.target_id).map_err(RouteError::Segment)?;
+        if target.buffers.find_containing(request.target_offset, request.length).is_err()
+            && self.may_refresh_stale(request.target_id)
+        {
+            // The peer may have registered this memory after the segment was opened, or restarted under the same
+            // name with other buffers: its descriptor is fetched once more before the request is refused.
+            match self.refresh_segment(request.target_id) {
+                Ok(()) => target = self.segment(request.target_id).map_err(RouteError::Segment)?,
+                Err(error) => tracing::debug!(segment = %target.name, %error, "descriptor refresh failed"),
+            }
+        }
         let source_location = read(&self.memory)
             .find_containing(request.source, request.length)
             .map_err(RouteError::Source)?
@@ -503,6 +521,23 @@ impl TransferEngine {
             return Ok((transport.clone(), target));
         }
         Err(RouteError::NoTransport { protocol, segment: target.name.clone() })
+    }
+
+    /// Whether a request into no buffer of segment `id`'s cached descriptor may fetch it again now (a remote
+    /// segment, not refreshed so within [`STALE_REFRESH_INTERVAL`]); records the attempt.
+    fn may_refresh_stale(&self, id: SegmentId) -> bool {
+        if id == SegmentId::LOCAL {
+            return false;
+        }
+        let mut refreshes = lock(&self.stale_refreshes);
+        let now = Instant::now();
+        match refreshes.get(&id) {
+            Some(last) if now.duration_since(*last) < STALE_REFRESH_INTERVAL => false,
+            _ => {
+                refreshes.insert(id, now);
+                true
+            }
+        }
     }
 
     /// Refuses a tcp request whose source or target is device memory (location `npu:<id>`), which the Host's reads
