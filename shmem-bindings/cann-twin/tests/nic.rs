@@ -83,7 +83,7 @@ fn buffer(device: i32, len: usize, seed: u8, access: Access) -> (u64, MemoryKeys
     (base as u64, keys, content)
 }
 
-/// An SQ slot: the WQE and its SGE (docs/rdma.md section 1); the owner bit for producer index `pi` unless `stale`.
+/// An SQ slot: the WQE and its SGE (docs/rdma.md section 1), signaled, with the owner bit for producer index `pi`.
 #[allow(clippy::too_many_arguments)]
 fn slot(opcode: u32, pi: u32, depth: u32, len: u32, rkey: u32, remote: u64, lkey: u32, local: u64) -> [u8; 64] {
     let mut raw = [0u8; 64];
