@@ -1237,3 +1237,75 @@ impl Qp {
         true
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `#define AIV_ROCE_*` integer constants of kernels/include/aiv/roce.h, evaluated (`N`, `0xN`, `(1u << N)`).
+    fn header_constants() -> HashMap<String, u64> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/include/aiv/roce.h");
+        let text = std::fs::read_to_string(path).expect("roce.h is in the repository");
+        let number = |token: &str| {
+            let token = token.trim().trim_end_matches('u');
+            match token.strip_prefix("0x").or_else(|| token.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => token.parse().ok(),
+            }
+        };
+        let mut out = HashMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("#define AIV_ROCE_") else { continue };
+            let rest = rest.split("//").next().unwrap_or("");
+            let Some((name, value)) = rest.trim().split_once(char::is_whitespace) else { continue };
+            let value = value.trim().trim_start_matches('(').trim_end_matches(')');
+            let evaluated = match value.split_once("<<") {
+                Some((base, shift)) => number(base).zip(number(shift)).map(|(base, shift)| base << shift),
+                None => number(value),
+            };
+            if let Some(evaluated) = evaluated {
+                out.insert(name.to_string(), evaluated);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_redeclared_constants_are_roce_h_s() {
+        let header = header_constants();
+        let twin: [(&str, u64); 28] = [
+            ("WQE_STRIDE", WQE_STRIDE),
+            ("OPCODE_RDMA_WRITE", OPCODE_RDMA_WRITE.into()),
+            ("OPCODE_RDMA_READ", OPCODE_RDMA_READ.into()),
+            ("WQE_OPCODE_MASK", WQE_OPCODE_MASK.into()),
+            ("WQE_OWNER_BIT", WQE_OWNER_BIT.into()),
+            ("WQE_SIGNALED_BIT", WQE_SIGNALED_BIT.into()),
+            ("WQE_SGE_NUM_SHIFT", WQE_SGE_NUM_SHIFT.into()),
+            ("DB_TAG_MASK", DB_TAG_MASK),
+            ("DB_CMD_SHIFT", DB_CMD_SHIFT.into()),
+            ("DB_CMD_SQ", DB_CMD_SQ),
+            ("DB_CMD_CQ_PTR", DB_CMD_CQ_PTR),
+            ("DB_INDEX_SHIFT", DB_INDEX_SHIFT.into()),
+            ("DB_SQ_INDEX_MASK", DB_SQ_INDEX_MASK),
+            ("DB_CQ_INDEX_MASK", DB_CQ_INDEX_MASK),
+            ("CQE_OPCODE_MASK", CQE_OPCODE_MASK.into()),
+            ("CQE_OWNER_BIT", CQE_OWNER_BIT.into()),
+            ("CQE_STATUS_SHIFT", CQE_STATUS_SHIFT.into()),
+            ("CQE_WQE_INDEX_SHIFT", CQE_WQE_INDEX_SHIFT.into()),
+            ("CQE_QPN_MASK", CQE_QPN_MASK.into()),
+            ("STATUS_SUCCESS", status::SUCCESS.into()),
+            ("STATUS_LOCAL_LENGTH_ERR", status::LOCAL_LENGTH_ERR.into()),
+            ("STATUS_LOCAL_QP_OP_ERR", status::LOCAL_QP_OP_ERR.into()),
+            ("STATUS_LOCAL_PROT_ERR", status::LOCAL_PROT_ERR.into()),
+            ("STATUS_WR_FLUSH_ERR", status::WR_FLUSH_ERR.into()),
+            ("STATUS_REMOTE_ACCESS_ERR", status::REMOTE_ACCESS_ERR.into()),
+            ("STATUS_TRANSPORT_RETRY_EXC_ERR", status::TRANSPORT_RETRY_EXC_ERR.into()),
+            ("CQ_DB_MODE_HW", 0),
+            ("CQE_STATUS_MASK", 0xFF),
+        ];
+        for (name, value) in twin {
+            assert_eq!(header.get(name), Some(&value), "AIV_ROCE_{name}");
+        }
+        assert_eq!(CQE_BYTES, 32, "sizeof(AivRoceCqe): eight u32 words");
+    }
+}

@@ -336,6 +336,14 @@ fn doorbells_of_the_wrong_width_offset_or_tag_stop_the_qp() {
     let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
     assert_eq!(fault, Some(QpFault::DoorbellTag { offset: 0, tag: qp.info.qpn ^ 1 }));
 
+    // Through the C entry (the CPU AscendC layer's): a CQ doorbell of 4 bytes is refused with -2.
+    let (qp, _) = connect(a, b, QpConfig::default());
+    let short = [0u8; 4];
+    // SAFETY: `short` is valid for its 4 bytes.
+    assert_eq!(unsafe { cann_twin::aiv_twin_register_write(qp.info.cq_db_addr, short.as_ptr(), 4) }, -2);
+    let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
+    assert_eq!(fault, Some(QpFault::RegisterAccess { offset: 8, width: 4 }));
+
     let (qp, _) = connect(a, b, QpConfig::default());
     assert!(register_write(qp.info.sq_db_addr + 0x10, &0u64.to_le_bytes()).is_err());
     let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
@@ -496,6 +504,23 @@ fn malformed_frames_close_their_connection_only() {
         let mut byte = [0u8; 1];
         let read = stream.read(&mut byte);
         assert!(matches!(read, Ok(0) | Err(_)), "the NIC closed the connection: {read:?}");
+    }
+    // Random bytes, with a plausible length prefix or none: each connection ends (closed or left unanswered),
+    // and the NIC goes on serving.
+    let mut rng = Rng::new();
+    for _ in 0..16 {
+        let mut stream = std::net::TcpStream::connect(peer).expect("connects");
+        stream.set_read_timeout(Some(Duration::from_millis(50))).expect("a timeout");
+        let len = rng.below(48) as usize;
+        let mut garbage: Vec<u8> = (0..len).map(|_| rng.below(256) as u8).collect();
+        if rng.below(2) == 0 {
+            let mut framed = (len as u32).to_le_bytes().to_vec();
+            framed.append(&mut garbage);
+            garbage = framed;
+        }
+        let _ = stream.write_all(&garbage);
+        let mut reply = Vec::new();
+        let _ = stream.read_to_end(&mut reply);
     }
     let (local, lkeys, _) = buffer(a, 4096, 19, Access::default());
     let (remote, rkeys, _) = buffer(b, 4096, 20, Access::REMOTE_ALL);
