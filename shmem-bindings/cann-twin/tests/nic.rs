@@ -232,6 +232,21 @@ fn writes_and_reads_of_random_sizes_and_offsets_move_the_bytes() {
 }
 
 #[test]
+fn a_message_of_megabytes_travels_in_one_piece_both_ways() {
+    let (a, b) = shared_pair();
+    let len = 4 << 20;
+    let (local, lkeys, local_content) = buffer(a, 2 * len, 23, Access::default());
+    let (remote, rkeys, _) = buffer(b, len, 24, Access::REMOTE_ALL);
+    let (mut qp, _) = connect(a, b, QpConfig::default());
+    let cqe = qp.one(WRITE, len as u32, rkeys.rkey, remote, lkeys.lkey, local);
+    assert_eq!((cqe.status, cqe.bytes), (status::SUCCESS, len as u32));
+    assert!(download(api(), remote as *const c_void, len) == local_content[..len]);
+    let cqe = qp.one(READ, len as u32, rkeys.rkey, remote, lkeys.lkey, local + len as u64);
+    assert_eq!((cqe.status, cqe.bytes), (status::SUCCESS, len as u32));
+    assert!(download(api(), (local + len as u64) as *const c_void, len) == local_content[..len]);
+}
+
+#[test]
 fn an_out_of_bounds_remote_range_fails_with_remote_access_and_flushes_what_follows() {
     let (a, b) = shared_pair();
     let (local, lkeys, _) = buffer(a, 8192, 1, Access::default());
