@@ -364,6 +364,20 @@ fn doorbells_of_the_wrong_width_offset_or_tag_stop_the_qp() {
     let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
     assert_eq!(fault, Some(QpFault::RegisterAccess { offset: 0x10, width: 8 }));
 
+    // A producer index more than the SQ's depth ahead of the NIC.
+    let (qp, _) = connect(a, b, QpConfig::default());
+    let ahead = qp.info.sq_depth + 1;
+    let word = u64::from(qp.info.qpn) | u64::from(ahead) << 32;
+    assert!(register_write(qp.info.sq_db_addr, &word.to_le_bytes()).is_err());
+    let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
+    assert_eq!(fault, Some(QpFault::SqOverflow { producer: ahead, head: 0, depth: qp.info.sq_depth }));
+
+    // The SQ command at the CQ doorbell's offset.
+    let (qp, _) = connect(a, b, QpConfig::default());
+    assert!(register_write(qp.info.cq_db_addr, &(u64::from(qp.info.cqn) | 1 << 32).to_le_bytes()).is_err());
+    let fault = nic::qp_status(a, qp.info.qpn).expect("status").exception.map(|e| e.fault);
+    assert_eq!(fault, Some(QpFault::DoorbellCommand { offset: 8, command: 0 }));
+
     let (qp, _) = connect(a, b, QpConfig::default());
     // The CQ doorbell releasing CQEs never written.
     let word = u64::from(qp.info.cqn) | 3 << 24 | 5 << 32 | 1 << 56;
@@ -551,16 +565,26 @@ fn close_joins_every_thread_and_the_device_can_open_again() {
     assert_eq!(nic::open(a, loopback()), Err(nic::NicError::AlreadyOpen(a)));
     let (local, lkeys, _) = buffer(a, 4096, 21, Access::default());
     let (remote, rkeys, _) = buffer(b, 4096, 22, Access::REMOTE_ALL);
-    let (mut qp, _) = connect(a, b, fast());
-    assert_eq!(qp.one(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local).status, status::SUCCESS);
-    // A WQE in flight against a silent peer when the NIC closes.
-    nic::set_link_down(b, true).expect("down");
-    qp.post(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local);
-    qp.ring();
+    let config = fast();
+    let (mut first, _) = connect(a, b, config);
+    let (mut second, _) = connect(a, b, config);
+    assert_eq!(first.one(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local).status, status::SUCCESS);
+    assert_eq!(second.one(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local).status, status::SUCCESS);
+    // The target NIC closes: its connections end and nothing listens. The next WQE is retried (every reconnection
+    // refused) until the retry count is spent.
+    nic::close(b).expect("every thread of NIC 7 ends");
+    let started = Instant::now();
+    let cqe = first.one(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local);
+    assert_eq!(cqe.status, status::TRANSPORT_RETRY_EXC_ERR);
+    let attempts = u32::from(config.retry_count) + 1;
+    assert!(started.elapsed() < config.timeout * attempts + Duration::from_millis(750), "{:?}", started.elapsed());
+    // A WQE in flight (being retried) when the initiator's NIC closes: abandoned, and every thread joined.
+    second.post(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local);
+    second.ring();
+    std::thread::sleep(Duration::from_millis(20));
     let started = Instant::now();
     // `close` joins every thread it started (listener, responders, QP engines) or says how many were left.
     nic::close(a).expect("every thread of NIC 6 ends");
-    nic::close(b).expect("every thread of NIC 7 ends");
     assert!(started.elapsed() < nic::JOIN_WAIT);
     assert_eq!(nic::register_memory(a, local, 64, Access::default()), Err(nic::NicError::NotOpen(a)));
     nic::open(a, loopback()).expect("opens again");
