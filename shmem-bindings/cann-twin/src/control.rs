@@ -270,3 +270,15 @@ pub fn take_engine_runs() -> (Vec<EngineRun>, u64) {
 pub fn clock_ns() -> u64 {
     crate::occupancy::monotonic_ns()
 }
+
+/// Drops (`true`) or restores the link of `device`'s twin NIC ([`crate::nic::set_link_down`]): while down it
+/// answers nothing and sends nothing, as with `ip link down`.
+pub fn nic_link_down(device: i32, down: bool) -> Result<(), crate::nic::NicError> {
+    crate::nic::set_link_down(device, down)
+}
+
+/// The counters of `device`'s twin NIC: WQEs executed, CQEs written, retransmissions, requests served and refused
+/// as target ([`crate::nic::counters`]).
+pub fn nic_counters(device: i32) -> Result<crate::nic::NicCounters, crate::nic::NicError> {
+    crate::nic::counters(device)
+}

@@ -571,7 +571,7 @@ unsafe extern "C" fn op_register_write(context: *mut c_void, device_addr: u64, d
     let origin = crate::sdma::provenance::block_writer(core.block);
     match crate::sdma::register_write_through(&core.registers, device_addr, bytes, origin) {
         Ok(()) => REG_ACCEPTED,
-        Err(crate::sdma::RegisterFault::Refused { .. }) => REG_REFUSED,
+        Err(crate::sdma::RegisterFault::Refused { .. } | crate::sdma::RegisterFault::QpRefused { .. }) => REG_REFUSED,
         Err(crate::sdma::RegisterFault::NotARegister { .. }) => REG_NOT_REGISTER,
     }
 }

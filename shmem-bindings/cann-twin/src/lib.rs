@@ -104,6 +104,13 @@
 //! translate for reading, 0x14 destination does not translate for writing, 0x15 doorbell tail `>= sq_depth`, 0x16
 //! register access of the wrong width or offset, 0x17 SQ slot or record no longer translates.
 //!
+//! [`nic`] is a twin RoCE NIC per device for the device-initiated RDMA path (docs/rdma.md, "The twin NIC"): memory
+//! registration with lkey/rkey, reliable-connected QPs whose SQ and CQ live in device memory and whose doorbells
+//! (8 bytes at 0x0 and 0x8 of a register page, reached through [`register_write`] when the page is no SDMA
+//! channel's) start an engine per QP; RDMA WRITE and READ travel to the peer twin NIC over TCP with
+//! acknowledgements, timeouts and retransmissions; the target validates every remote access; CQEs carry the owner
+//! bit and the status, and after the first error every WQE is flushed.
+//!
 //! [`control`] is the fault-injection API for tests: a channel's exception, stall/release, reset (head := tail,
 //! exception cleared, bounded wait), SQEs executed, doorbells rung; and [`control::occupancy`], the device model's
 //! occupancy (per block, ns executing vs polling on its emulated core; per SDMA channel, ns busy), cumulative
@@ -182,6 +189,7 @@ pub mod evidence;
 pub mod hixl;
 pub mod kernel;
 mod memory;
+pub mod nic;
 mod occupancy;
 mod runtime;
 pub mod sdma;

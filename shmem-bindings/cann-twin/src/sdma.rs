@@ -287,6 +287,10 @@ pub enum RegisterFault {
     /// A write of the wrong width or at the wrong offset: refused, nothing written, and the channel raised a
     /// [`Syndrome::REGISTER_ACCESS`] exception.
     Refused { device: i32, channel: u32, offset: u64, width: usize },
+    /// A write to a twin NIC QP's register page that is not an accepted doorbell (wrong width, offset, tag or
+    /// command): refused, nothing written, and the QP recorded an exception and moved to the error state
+    /// ([`crate::nic`]).
+    QpRefused { device: i32, qpn: u32, offset: u64, width: usize },
 }
 
 impl std::fmt::Display for RegisterFault {
@@ -297,6 +301,10 @@ impl std::fmt::Display for RegisterFault {
                 f,
                 "device {device} channel {channel}: a {width}-byte register write at offset {offset:#x} was refused \
                  (the doorbell is {DOORBELL_WIDTH} bytes at {DOORBELL_OFFSET:#x})"
+            ),
+            RegisterFault::QpRefused { device, qpn, offset, width } => write!(
+                f,
+                "device {device} NIC QP {qpn:#x}: a {width}-byte register write at offset {offset:#x} was refused"
             ),
         }
     }
@@ -880,12 +888,12 @@ pub(crate) fn register_write_through(
     let generation = REGISTERS_GENERATION.load(Ordering::Acquire);
     let hit = matches!(&*cache.0.borrow(), Some((cached, _, cached_generation)) if *cached == base && *cached_generation == generation);
     if !hit {
-        let channel = REGISTERS
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&base)
-            .cloned()
-            .ok_or(RegisterFault::NotARegister { va: device_va })?;
+        let found = REGISTERS.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned();
+        let Some(channel) = found else {
+            // Not an SDMA page: perhaps a twin NIC QP's doorbell page (never cached here).
+            return crate::nic::register_write(device_va, bytes)
+                .unwrap_or(Err(RegisterFault::NotARegister { va: device_va }));
+        };
         *cache.0.borrow_mut() = Some((base, channel, generation));
     }
     let cached = cache.0.borrow();
@@ -932,7 +940,7 @@ pub unsafe extern "C" fn aiv_twin_register_write(va: u64, src: *const u8, len: u
     match std::panic::catch_unwind(|| register_write(va, bytes)) {
         Ok(Ok(())) => 0,
         Ok(Err(RegisterFault::NotARegister { .. })) => -1,
-        Ok(Err(RegisterFault::Refused { .. })) => -2,
+        Ok(Err(RegisterFault::Refused { .. } | RegisterFault::QpRefused { .. })) => -2,
         Err(_) => -3,
     }
 }

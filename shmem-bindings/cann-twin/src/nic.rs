@@ -1,0 +1,1311 @@
+//! The twin NIC: a CPU model of a RoCE NIC per device, for the device-initiated RDMA path of issue 18 (docs/rdma.md,
+//! "The twin NIC"). Twin runtime only, unverified on hardware; nothing in the kernel or the engine uses it yet.
+//!
+//! - [`open`] starts a device's NIC: a TCP listener for the wire protocol (`nic/wire.rs`) between twin NICs.
+//! - [`register_memory`] registers a device-memory range under a pair of keys; a remote access is checked against
+//!   the *target* NIC's registrations (rkey, range inside, remote read or write right), a local one against the
+//!   initiator's (lkey, range inside).
+//! - [`create_qp`] makes a reliable-connected QP: an SQ of 64-byte slots and a CQ of 32-byte CQEs in twin device
+//!   memory (zeroed), and a register page whose SQ doorbell is the 64-bit word at offset 0x0 and whose CQ doorbell
+//!   (hardware mode) the 64-bit word at 0x8 (offsets: this project's choice). [`connect_qp`] connects it to a QP of
+//!   a peer NIC (INIT to RTS in one call).
+//! - A doorbell is a write to the register page (an emulated core's `copy_ubuf_to_gm`, or
+//!   [`crate::register_write`]); the SDMA register registry is consulted first and, when it misses, the NIC's
+//!   (`nic::register_write`). Only an 8-byte write at 0x0 with the QPN as tag and the SQ command, or at 0x8 with
+//!   the CQN and the CQ_DB_PTR command, is accepted; anything else writes nothing, records a [`QpException`] and
+//!   moves the QP to the error state.
+//! - One engine thread per QP executes the rung WQEs in order: owner bit for the lap, opcode (RDMA WRITE 3, READ 5),
+//!   one SGE, local validation, then the request on the QP's connection with an acknowledgement per request, a
+//!   timeout per attempt and retransmissions (same PSN; the target applies a WRITE at most once); it writes a CQE at
+//!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released.
+//! - RC error semantics: the first error CQE carries its status, the QP goes to the error state, and every later
+//!   WQE completes with WR_FLUSH_ERR (error CQEs are written whether or not the WQE is signaled).
+//!
+//! Every wait is bounded; nothing from the wire or from device memory can panic the model; threads are named
+//! `cann-twin-nic-d{device}...`, and [`close`] joins them within [`JOIN_WAIT`].
+
+pub(crate) mod wire;
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use ascendcl_sys::sys::*;
+
+use crate::memory::{page, Segment};
+use crate::runtime::{perform_copy, space, with_space_mut};
+use crate::sdma::RegisterFault;
+use wire::{Conn, Frame, WireError, MAX_MESSAGE};
+
+// The layout constants of kernels/include/aiv/roce.h (AIV_ROCE_*), re-declared: the twin does not depend on the
+// root crate's kernel_abi.
+/// Bytes of one SQ slot (`AIV_ROCE_WQE_STRIDE`).
+pub const WQE_STRIDE: u64 = 64;
+/// Bytes of one CQE (`sizeof(AivRoceCqe)`).
+pub const CQE_BYTES: u64 = 32;
+/// RDMA WRITE (`AIV_ROCE_OPCODE_RDMA_WRITE`).
+pub const OPCODE_RDMA_WRITE: u32 = 3;
+/// RDMA READ (`AIV_ROCE_OPCODE_RDMA_READ`).
+pub const OPCODE_RDMA_READ: u32 = 5;
+const WQE_OPCODE_MASK: u32 = 0x1F;
+const WQE_OWNER_BIT: u32 = 1 << 7;
+const WQE_SIGNALED_BIT: u32 = 1 << 8;
+const WQE_SGE_NUM_SHIFT: u32 = 24;
+const DB_TAG_MASK: u64 = 0xFF_FFFF;
+const DB_CMD_SHIFT: u32 = 24;
+const DB_CMD_SQ: u64 = 0;
+const DB_CMD_CQ_PTR: u64 = 3;
+const DB_INDEX_SHIFT: u32 = 32;
+const DB_SQ_INDEX_MASK: u64 = 0xFFFF;
+const DB_CQ_INDEX_MASK: u64 = 0xFF_FFFF;
+const CQE_OPCODE_MASK: u32 = 0x1F;
+const CQE_OWNER_BIT: u32 = 1 << 7;
+const CQE_STATUS_SHIFT: u32 = 8;
+const CQE_WQE_INDEX_SHIFT: u32 = 16;
+const CQE_QPN_MASK: u32 = 0xFF_FFFF;
+
+/// CQE status codes (`AIV_ROCE_STATUS_*`, the Linux hns_roce driver's `HNS_ROCE_CQE_V2_*`): the ones the twin NIC
+/// writes.
+pub mod status {
+    pub const SUCCESS: u32 = 0x00;
+    pub const LOCAL_LENGTH_ERR: u32 = 0x01;
+    pub const LOCAL_QP_OP_ERR: u32 = 0x02;
+    pub const LOCAL_PROT_ERR: u32 = 0x04;
+    pub const WR_FLUSH_ERR: u32 = 0x05;
+    pub const REMOTE_ACCESS_ERR: u32 = 0x13;
+    pub const TRANSPORT_RETRY_EXC_ERR: u32 = 0x15;
+}
+
+/// Offset of the SQ doorbell in a QP's register page (this project's choice).
+pub const SQ_DOORBELL_OFFSET: u64 = 0x0;
+/// Offset of the CQ doorbell (hardware mode) in a QP's register page (this project's choice).
+pub const CQ_DOORBELL_OFFSET: u64 = 0x8;
+/// Width of both doorbells, bytes.
+pub const DOORBELL_WIDTH: usize = 8;
+/// Largest SQ depth: the SQ doorbell carries the producer index modulo 65536, so at most half of that may be
+/// outstanding for the count of new WQEs to be unambiguous.
+pub const MAX_SQ_DEPTH: u32 = 1 << 15;
+/// Largest CQ depth (the twin's choice).
+pub const MAX_CQ_DEPTH: u32 = 1 << 16;
+/// Largest retry count: IB's `retry_cnt` is a 3-bit attribute.
+pub const MAX_RETRY_COUNT: u8 = 7;
+/// Longest timeout per attempt the twin accepts.
+pub const MAX_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long [`close`] and [`destroy_qp`] wait for the threads they stop.
+pub const JOIN_WAIT: Duration = Duration::from_secs(5);
+/// How long [`connect_qp`] waits for the peer's handshake.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(2);
+/// Connections a NIC serves at once; more are closed at accept.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Largest message of one WQE (bytes): larger ones complete with LOCAL_LENGTH_ERR.
+pub const MAX_MESSAGE_BYTES: u32 = MAX_MESSAGE;
+/// How often idle threads look at their stop conditions.
+const TICK: Duration = Duration::from_millis(10);
+/// How often the listener looks for a connection (it accepts without blocking, to see its shutdown).
+const ACCEPT_TICK: Duration = Duration::from_millis(5);
+/// The longest an idle engine sleeps between two looks at its state (doorbells and shutdown wake it at once).
+const IDLE_TICK: Duration = Duration::from_millis(200);
+
+/// Why a NIC call failed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NicError {
+    /// A negative device id.
+    InvalidDevice(i32),
+    /// The device's NIC is already open.
+    AlreadyOpen(i32),
+    /// The device has no open NIC.
+    NotOpen(i32),
+    /// No such QP on the device's NIC.
+    NoSuchQp { device: i32, qpn: u32 },
+    /// No registration with that lkey.
+    NoSuchRegion { device: i32, lkey: u32 },
+    /// An argument out of its range (named).
+    InvalidArgument(&'static str),
+    /// The QP is not in the state the call needs.
+    WrongState { qpn: u32, state: QpState },
+    /// The device address space refused (an ACL code).
+    Device(aclError),
+    /// A socket operation failed.
+    Io(String),
+    /// The peer did not complete the handshake (no answer in time, or it has no such QP).
+    Handshake(String),
+    /// Threads that did not end within [`JOIN_WAIT`] (they are left detached).
+    ThreadsLeft(usize),
+}
+
+impl std::fmt::Display for NicError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            NicError::InvalidDevice(device) => write!(f, "device {device} is not a device id"),
+            NicError::AlreadyOpen(device) => write!(f, "device {device}'s NIC is already open"),
+            NicError::NotOpen(device) => write!(f, "device {device} has no open NIC"),
+            NicError::NoSuchQp { device, qpn } => write!(f, "device {device}'s NIC has no QP {qpn:#x}"),
+            NicError::NoSuchRegion { device, lkey } => write!(f, "device {device}'s NIC has no region {lkey:#x}"),
+            NicError::InvalidArgument(what) => write!(f, "invalid argument: {what}"),
+            NicError::WrongState { qpn, state } => write!(f, "QP {qpn:#x} is in state {state:?}"),
+            NicError::Device(code) => write!(f, "the device address space refused (ACL error {code})"),
+            NicError::Io(what) => write!(f, "socket: {what}"),
+            NicError::Handshake(what) => write!(f, "QP handshake: {what}"),
+            NicError::ThreadsLeft(count) => write!(f, "{count} NIC threads did not end within {JOIN_WAIT:?}"),
+        }
+    }
+}
+
+impl std::error::Error for NicError {}
+
+/// The remote rights of a registration (local access is always allowed).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Access {
+    pub remote_read: bool,
+    pub remote_write: bool,
+}
+
+impl Access {
+    /// Remote read and write.
+    pub const REMOTE_ALL: Access = Access { remote_read: true, remote_write: true };
+}
+
+/// The keys of a registration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemoryKeys {
+    pub lkey: u32,
+    pub rkey: u32,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    va: u64,
+    len: u64,
+    access: Access,
+    keys: MemoryKeys,
+}
+
+impl Region {
+    fn holds(&self, va: u64, len: u64) -> bool {
+        va >= self.va && va.checked_add(len).is_some_and(|end| end <= self.va + self.len)
+    }
+}
+
+/// A QP's attributes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpConfig {
+    /// SQ slots, a power of two up to [`MAX_SQ_DEPTH`].
+    pub sq_depth: u32,
+    /// CQEs, a power of two up to [`MAX_CQ_DEPTH`].
+    pub cq_depth: u32,
+    /// Retransmissions of a request before TRANSPORT_RETRY_EXC_ERR (at most [`MAX_RETRY_COUNT`]).
+    pub retry_count: u8,
+    /// The wait for a response per attempt (1 ms up to [`MAX_TIMEOUT`]).
+    pub timeout: Duration,
+    /// How long the engine waits for a free CQ slot before it raises a CQ overrun.
+    pub cq_full_wait: Duration,
+}
+
+impl Default for QpConfig {
+    fn default() -> Self {
+        QpConfig {
+            sq_depth: 64,
+            cq_depth: 64,
+            retry_count: 7,
+            timeout: Duration::from_millis(100),
+            cq_full_wait: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Where a QP's queues and doorbells are: what fills an `AivQpRecord`'s first line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpInfo {
+    pub device: i32,
+    pub qpn: u32,
+    pub cqn: u32,
+    pub sq_base: u64,
+    pub cq_base: u64,
+    pub sq_db_addr: u64,
+    pub cq_db_addr: u64,
+    pub sq_depth: u32,
+    pub cq_depth: u32,
+}
+
+/// A QP's state (RESET is not modelled: a QP is created in INIT).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpState {
+    /// Created, not connected: a WQE rung now completes with LOCAL_QP_OP_ERR.
+    Init,
+    /// Connected (RTR and RTS in one step).
+    ReadyToSend,
+    /// After the first error: every later WQE is flushed.
+    Error,
+}
+
+/// What stopped a QP outside a WQE's own status.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QpFault {
+    /// A register write of the wrong width or at an offset that is no doorbell.
+    RegisterAccess { offset: u64, width: usize },
+    /// The doorbell's tag is not this QP's QPN (SQ) or CQN (CQ).
+    DoorbellTag { offset: u64, tag: u32 },
+    /// The doorbell's command is not the one of its offset.
+    DoorbellCommand { offset: u64, command: u32 },
+    /// The SQ doorbell exposed more WQEs than the SQ holds.
+    SqOverflow { producer: u32, head: u32, depth: u32 },
+    /// The CQ doorbell released CQEs the NIC has not written.
+    CqBeyondProducer { consumer: u32, producer: u32 },
+    /// The CQ stayed full for the QP's `cq_full_wait`: the CQE of `wqe_index` was not written, nor any after it.
+    CqOverrun { wqe_index: u32 },
+    /// An SQ slot or a CQE no longer translates (its memory was freed under the NIC).
+    QueueFault { address: u64 },
+}
+
+/// A QP's first exception.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpException {
+    pub device: i32,
+    pub qpn: u32,
+    pub fault: QpFault,
+}
+
+/// A QP as its engine sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpStatus {
+    pub state: QpState,
+    pub exception: Option<QpException>,
+    /// WQEs rung (free-running producer index).
+    pub sq_producer: u32,
+    /// WQEs the engine has completed (free-running).
+    pub sq_head: u32,
+    /// CQEs written (free-running).
+    pub cq_producer: u32,
+    /// CQEs released by the CQ doorbell (free-running).
+    pub cq_consumer: u32,
+    /// The first error CQE's status and WQE index.
+    pub first_error: Option<(u32, u32)>,
+    /// Completions not written because the CQ overran.
+    pub cqes_lost: u64,
+}
+
+/// A NIC's counters since [`open`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// WQEs whose operation completed successfully.
+    pub wqes_executed: u64,
+    /// CQEs written (every status).
+    pub cqes_written: u64,
+    /// Retransmissions (attempts after the first).
+    pub retries: u64,
+    /// Remote requests this NIC served as target (applied, refused or answered again).
+    pub requests_served: u64,
+    /// Remote requests this NIC refused with REMOTE_ACCESS_ERR.
+    pub requests_refused: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    wqes_executed: AtomicU64,
+    cqes_written: AtomicU64,
+    retries: AtomicU64,
+    requests_served: AtomicU64,
+    requests_refused: AtomicU64,
+}
+
+/// One device's NIC.
+#[derive(Debug)]
+struct Nic {
+    device: i32,
+    address: SocketAddr,
+    link_down: AtomicBool,
+    /// Responses still to withhold after the request was served ([`drop_responses`]).
+    drop_responses: AtomicU32,
+    shutdown: AtomicBool,
+    regions: RwLock<Vec<Region>>,
+    qps: Mutex<HashMap<u32, Arc<Qp>>>,
+    next_qpn: AtomicU32,
+    counters: Counters,
+    listener: Mutex<Option<JoinHandle<()>>>,
+    /// The responder threads, one per accepted connection.
+    responders: Mutex<Vec<JoinHandle<()>>>,
+}
+
+#[derive(Debug)]
+struct QpInner {
+    state: QpState,
+    peer: Option<(SocketAddr, u32)>,
+    exception: Option<QpException>,
+    /// Free-running SQ producer index from the doorbells.
+    producer: u32,
+    head: u32,
+    cq_producer: u32,
+    cq_consumer: u32,
+    first_error: Option<(u32, u32)>,
+    cq_broken: bool,
+    cqes_lost: u64,
+    shutdown: bool,
+}
+
+/// One QP and its CQ.
+#[derive(Debug)]
+struct Qp {
+    info: QpInfo,
+    config: QpConfig,
+    page: u64,
+    inner: Mutex<QpInner>,
+    wake: Condvar,
+    /// The connection [`connect_qp`] made, for the engine to take.
+    handoff: Mutex<Option<Conn>>,
+    /// As target: the last WRITE applied (initiator QPN, psn, status), so that a retransmission is answered, not
+    /// applied again.
+    applied: Mutex<Option<(u32, u32, u8)>>,
+    engine: Mutex<Option<JoinHandle<()>>>,
+}
+
+static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Register pages of every NIC's QPs, by page address.
+static NIC_PAGES: LazyLock<RwLock<HashMap<u64, Arc<Qp>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn nic(device: i32) -> Result<Arc<Nic>, NicError> {
+    lock(&NICS).get(&device).cloned().ok_or(NicError::NotOpen(device))
+}
+
+fn random_u32() -> u32 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
+    hasher.finish() as u32
+}
+
+/// Reads `len` device bytes at `address` through the device view.
+fn read_device(address: u64, len: usize) -> Result<Vec<u8>, aclError> {
+    let guard = space();
+    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let from = space.translate(address as usize, len, false)?;
+    let mut out = vec![0u8; len];
+    let to = [Segment { ptr: out.as_mut_ptr(), len }];
+    // SAFETY: `from` was translated under the read lock held here; `to` is a live buffer of the same length.
+    unsafe { perform_copy(&to, &from) };
+    Ok(out)
+}
+
+/// Writes `bytes` at device `address` through the device view.
+fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
+    let guard = space();
+    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let to = space.translate(address as usize, bytes.len(), true)?;
+    let from = [Segment { ptr: bytes.as_ptr().cast_mut(), len: bytes.len() }];
+    // SAFETY: `to` was translated under the read lock held here; `from` is a live buffer only read.
+    unsafe { perform_copy(&to, &from) };
+    Ok(())
+}
+
+/// Writes a CQE: bytes 4..32 first, then its first word (with the owner bit) with release ordering, so that a
+/// consumer that sees the owner bit sees the rest.
+fn write_cqe(address: u64, cqe: &[u8; CQE_BYTES as usize]) -> Result<(), aclError> {
+    let guard = space();
+    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
+    let rest = space.translate(address as usize + 4, cqe.len() - 4, true)?;
+    let first = space.translate(address as usize, 4, true)?;
+    let from = [Segment { ptr: cqe[4..].as_ptr().cast_mut(), len: cqe.len() - 4 }];
+    // SAFETY: translated under the read lock held here; `from` is live and only read.
+    unsafe { perform_copy(&rest, &from) };
+    let word = u32::from_le_bytes([cqe[0], cqe[1], cqe[2], cqe[3]]);
+    match first.as_slice() {
+        [one] if one.ptr as usize % 4 == 0 => {
+            // SAFETY: a 4-byte aligned word of device memory translated under the read lock held here.
+            unsafe { AtomicU32::from_ptr(one.ptr.cast()) }.store(word, Ordering::Release);
+        }
+        _ => {
+            let from = [Segment { ptr: cqe.as_ptr().cast_mut(), len: 4 }];
+            // SAFETY: as above.
+            unsafe { perform_copy(&first, &from) };
+        }
+    }
+    Ok(())
+}
+
+fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, NicError> {
+    std::thread::Builder::new()
+        .name(name)
+        .spawn(move || {
+            crate::sdma::provenance::mark_device_thread();
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
+        })
+        .map_err(|error| NicError::Io(format!("spawning a NIC thread: {error}")))
+}
+
+/// Joins `handles`, waiting for all of them together at most until `deadline`; returns how many were left.
+fn join_until(handles: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
+    let mut left = 0;
+    for handle in handles {
+        while !handle.is_finished() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        if handle.is_finished() {
+            let _ = handle.join();
+        } else {
+            left += 1;
+        }
+    }
+    left
+}
+
+/// Starts `device`'s NIC listening at `listen` (port 0: any); returns the bound address.
+pub fn open(device: i32, listen: SocketAddr) -> Result<SocketAddr, NicError> {
+    if device < 0 {
+        return Err(NicError::InvalidDevice(device));
+    }
+    let mut nics = lock(&NICS);
+    if nics.contains_key(&device) {
+        return Err(NicError::AlreadyOpen(device));
+    }
+    let listener = TcpListener::bind(listen).map_err(|error| NicError::Io(format!("bind {listen}: {error}")))?;
+    let address = listener.local_addr().map_err(|error| NicError::Io(error.to_string()))?;
+    listener.set_nonblocking(true).map_err(|error| NicError::Io(error.to_string()))?;
+    let nic = Arc::new(Nic {
+        device,
+        address,
+        link_down: AtomicBool::new(false),
+        drop_responses: AtomicU32::new(0),
+        shutdown: AtomicBool::new(false),
+        regions: RwLock::new(Vec::new()),
+        qps: Mutex::new(HashMap::new()),
+        next_qpn: AtomicU32::new(0x100 + (random_u32() & 0xFFF)),
+        counters: Counters::default(),
+        listener: Mutex::new(None),
+        responders: Mutex::new(Vec::new()),
+    });
+    let serving = Arc::clone(&nic);
+    let handle = spawn(format!("cann-twin-nic-d{device}-listen"), move || serving.listen(listener))?;
+    *lock(&nic.listener) = Some(handle);
+    nics.insert(device, nic);
+    Ok(address)
+}
+
+/// The address `device`'s NIC listens at.
+pub fn address(device: i32) -> Result<SocketAddr, NicError> {
+    Ok(nic(device)?.address)
+}
+
+/// Stops `device`'s NIC: destroys its QPs (joining their engines, freeing their queues and register pages), closes
+/// its connections and joins every thread, within [`JOIN_WAIT`] in all.
+pub fn close(device: i32) -> Result<(), NicError> {
+    let nic = lock(&NICS).remove(&device).ok_or(NicError::NotOpen(device))?;
+    let deadline = Instant::now() + JOIN_WAIT;
+    nic.shutdown.store(true, Ordering::Release);
+    let qps: Vec<Arc<Qp>> = lock(&nic.qps).drain().map(|(_, qp)| qp).collect();
+    let mut left = 0;
+    for qp in qps {
+        left += qp.destroy(deadline);
+    }
+    let listener = lock(&nic.listener).take();
+    left += join_until(listener.into_iter().collect(), deadline);
+    let responders = std::mem::take(&mut *lock(&nic.responders));
+    left += join_until(responders, deadline);
+    if left > 0 {
+        return Err(NicError::ThreadsLeft(left));
+    }
+    Ok(())
+}
+
+/// Registers `[va, va + len)` of device memory (it must translate: inside one allocation, mapping or window) with
+/// the remote rights `access`; returns its keys (random, distinct, non-zero, unique on this NIC).
+pub fn register_memory(device: i32, va: u64, len: u64, access: Access) -> Result<MemoryKeys, NicError> {
+    let nic = nic(device)?;
+    if len == 0 || va.checked_add(len).is_none() || len > usize::MAX as u64 {
+        return Err(NicError::InvalidArgument("the range is empty or wraps"));
+    }
+    {
+        let guard = space();
+        let space = guard.as_ref().ok_or(NicError::Device(ACL_ERROR_RT_INTERNAL_ERROR))?;
+        space.translate(va as usize, len as usize, false).map_err(NicError::Device)?;
+    }
+    let mut regions = nic.regions.write().unwrap_or_else(|p| p.into_inner());
+    let used = |key: u32| regions.iter().any(|r| r.keys.lkey == key || r.keys.rkey == key);
+    let fresh = || loop {
+        let key = random_u32();
+        if key != 0 && !used(key) {
+            break key;
+        }
+    };
+    let lkey = fresh();
+    let rkey = loop {
+        let key = fresh();
+        if key != lkey {
+            break key;
+        }
+    };
+    let keys = MemoryKeys { lkey, rkey };
+    regions.push(Region { va, len, access, keys });
+    Ok(keys)
+}
+
+/// Removes the registration whose lkey is `lkey`: its keys no longer validate any access.
+pub fn deregister_memory(device: i32, lkey: u32) -> Result<(), NicError> {
+    let nic = nic(device)?;
+    let mut regions = nic.regions.write().unwrap_or_else(|p| p.into_inner());
+    let before = regions.len();
+    regions.retain(|r| r.keys.lkey != lkey);
+    if regions.len() == before {
+        return Err(NicError::NoSuchRegion { device, lkey });
+    }
+    Ok(())
+}
+
+/// Creates a reliable-connected QP with its CQ on `device`'s NIC, in state INIT.
+pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
+    let nic = nic(device)?;
+    let depth_ok = |depth: u32, max: u32| depth.is_power_of_two() && depth <= max;
+    if !depth_ok(config.sq_depth, MAX_SQ_DEPTH) {
+        return Err(NicError::InvalidArgument("sq_depth must be a power of two up to MAX_SQ_DEPTH"));
+    }
+    if !depth_ok(config.cq_depth, MAX_CQ_DEPTH) {
+        return Err(NicError::InvalidArgument("cq_depth must be a power of two up to MAX_CQ_DEPTH"));
+    }
+    if config.retry_count > MAX_RETRY_COUNT {
+        return Err(NicError::InvalidArgument("retry_count is at most 7"));
+    }
+    if config.timeout < Duration::from_millis(1) || config.timeout > MAX_TIMEOUT {
+        return Err(NicError::InvalidArgument("timeout must lie in 1 ms..=10 s"));
+    }
+    if config.cq_full_wait > MAX_TIMEOUT {
+        return Err(NicError::InvalidArgument("cq_full_wait is at most 10 s"));
+    }
+    let sq_bytes = config.sq_depth as usize * WQE_STRIDE as usize;
+    let cq_bytes = config.cq_depth as usize * CQE_BYTES as usize;
+    let mut taken = (None, None, None);
+    let made = with_space_mut(|space| {
+        taken.0 = Some(space.malloc(sq_bytes, device)?);
+        taken.1 = Some(space.malloc(cq_bytes, device)?);
+        taken.2 = Some(space.take_register_page()?);
+        Ok(())
+    });
+    let undo = |taken: (Option<usize>, Option<usize>, Option<usize>)| {
+        let _ = with_space_mut(|space| {
+            taken.0.into_iter().chain(taken.1).for_each(|address| {
+                let _ = space.free(address);
+            });
+            taken.2.into_iter().for_each(|address| space.give_register_page(address));
+            Ok(())
+        });
+    };
+    let (Ok(()), (Some(sq), Some(cq), Some(page))) = (made, taken) else {
+        undo(taken);
+        return Err(NicError::Device(made.err().unwrap_or(ACL_ERROR_RT_INTERNAL_ERROR)));
+    };
+    let zeroed = write_device(sq as u64, &vec![0; sq_bytes]).and_then(|()| write_device(cq as u64, &vec![0; cq_bytes]));
+    if let Err(code) = zeroed {
+        undo(taken);
+        return Err(NicError::Device(code));
+    }
+    let qpn = nic.next_qpn.fetch_add(1, Ordering::Relaxed) & DB_TAG_MASK as u32;
+    let info = QpInfo {
+        device,
+        qpn,
+        // One CQ per QP; its number is the QPN's (a choice: numbers need only be unique per NIC).
+        cqn: qpn,
+        sq_base: sq as u64,
+        cq_base: cq as u64,
+        sq_db_addr: page as u64 + SQ_DOORBELL_OFFSET,
+        cq_db_addr: page as u64 + CQ_DOORBELL_OFFSET,
+        sq_depth: config.sq_depth,
+        cq_depth: config.cq_depth,
+    };
+    let qp = Arc::new(Qp {
+        info,
+        config,
+        page: page as u64,
+        inner: Mutex::new(QpInner {
+            state: QpState::Init,
+            peer: None,
+            exception: None,
+            producer: 0,
+            head: 0,
+            cq_producer: 0,
+            cq_consumer: 0,
+            first_error: None,
+            cq_broken: false,
+            cqes_lost: 0,
+            shutdown: false,
+        }),
+        wake: Condvar::new(),
+        handoff: Mutex::new(None),
+        applied: Mutex::new(None),
+        engine: Mutex::new(None),
+    });
+    let (engine_nic, engine_qp) = (Arc::clone(&nic), Arc::clone(&qp));
+    let handle = match spawn(format!("cann-twin-nic-d{device}q{qpn:x}"), move || engine_qp.run(&engine_nic)) {
+        Ok(handle) => handle,
+        Err(error) => {
+            undo(taken);
+            return Err(error);
+        }
+    };
+    *lock(&qp.engine) = Some(handle);
+    lock(&nic.qps).insert(qpn, Arc::clone(&qp));
+    NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
+    Ok(info)
+}
+
+/// Connects QP `qpn` of `device` to QP `remote_qpn` of the NIC at `peer` (INIT to RTR to RTS): a TCP connection and
+/// a handshake naming the remote QP, which must exist, within [`CONNECT_WAIT`].
+pub fn connect_qp(device: i32, qpn: u32, peer: SocketAddr, remote_qpn: u32) -> Result<(), NicError> {
+    let nic = nic(device)?;
+    let qp = lock(&nic.qps).get(&qpn).cloned().ok_or(NicError::NoSuchQp { device, qpn })?;
+    let state = lock(&qp.inner).state;
+    if state != QpState::Init {
+        return Err(NicError::WrongState { qpn, state });
+    }
+    let deadline = Instant::now() + CONNECT_WAIT;
+    let conn = handshake(peer, remote_qpn, qpn, deadline, &|| false)
+        .map_err(|error| NicError::Handshake(format!("{peer} QP {remote_qpn:#x}: {error}")))?;
+    let mut inner = lock(&qp.inner);
+    if inner.state != QpState::Init {
+        return Err(NicError::WrongState { qpn, state: inner.state });
+    }
+    *lock(&qp.handoff) = Some(conn);
+    inner.peer = Some((peer, remote_qpn));
+    inner.state = QpState::ReadyToSend;
+    qp.wake.notify_all();
+    Ok(())
+}
+
+/// A connection to `peer` on which QP `remote_qpn` answered the handshake.
+fn handshake(
+    peer: SocketAddr,
+    remote_qpn: u32,
+    from: u32,
+    deadline: Instant,
+    stop: &dyn Fn() -> bool,
+) -> Result<Conn, String> {
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err("no time left".into());
+    }
+    let stream = TcpStream::connect_timeout(&peer, remaining.min(Duration::from_millis(500)))
+        .map_err(|error| format!("connect: {error}"))?;
+    let mut conn = Conn::new(stream);
+    conn.send(&Frame::Hello { qpn: remote_qpn, from }, remaining).map_err(|error| format!("{error:?}"))?;
+    match conn.receive(deadline, stop) {
+        Ok(Some(Frame::HelloAck { status: 0 })) => Ok(conn),
+        Ok(Some(Frame::HelloAck { .. })) => Err("the peer has no such QP".into()),
+        Ok(Some(_)) => Err("an unexpected frame".into()),
+        Ok(None) => Err("no answer in time".into()),
+        Err(error) => Err(format!("{error:?}")),
+    }
+}
+
+/// Destroys QP `qpn` of `device`: joins its engine (a WQE in flight is abandoned without a CQE), frees its queues
+/// and its register page.
+pub fn destroy_qp(device: i32, qpn: u32) -> Result<(), NicError> {
+    let nic = nic(device)?;
+    let qp = lock(&nic.qps).remove(&qpn).ok_or(NicError::NoSuchQp { device, qpn })?;
+    match qp.destroy(Instant::now() + JOIN_WAIT) {
+        0 => Ok(()),
+        left => Err(NicError::ThreadsLeft(left)),
+    }
+}
+
+/// QP `qpn` of `device` as its engine sees it.
+pub fn qp_status(device: i32, qpn: u32) -> Result<QpStatus, NicError> {
+    let nic = nic(device)?;
+    let qp = lock(&nic.qps).get(&qpn).cloned().ok_or(NicError::NoSuchQp { device, qpn })?;
+    let inner = lock(&qp.inner);
+    Ok(QpStatus {
+        state: inner.state,
+        exception: inner.exception,
+        sq_producer: inner.producer,
+        sq_head: inner.head,
+        cq_producer: inner.cq_producer,
+        cq_consumer: inner.cq_consumer,
+        first_error: inner.first_error,
+        cqes_lost: inner.cqes_lost,
+    })
+}
+
+/// Drops (`true`) or restores `device`'s link: while down the NIC answers nothing (frames it receives are lost) and
+/// sends nothing (its requests time out), as with `ip link down`; connections stay open.
+pub fn set_link_down(device: i32, down: bool) -> Result<(), NicError> {
+    nic(device)?.link_down.store(down, Ordering::Release);
+    Ok(())
+}
+
+/// Makes `device`'s NIC, as target, lose the responses to the next `count` requests it serves: the request is
+/// applied (a WRITE) or read (a READ), the ACK or READ_RESPONSE never leaves. The initiator times out and
+/// retransmits; a WRITE is not applied twice.
+pub fn drop_responses(device: i32, count: u32) -> Result<(), NicError> {
+    nic(device)?.drop_responses.store(count, Ordering::Release);
+    Ok(())
+}
+
+/// `device`'s NIC counters since [`open`].
+pub fn counters(device: i32) -> Result<NicCounters, NicError> {
+    let nic = nic(device)?;
+    let c = &nic.counters;
+    Ok(NicCounters {
+        wqes_executed: c.wqes_executed.load(Ordering::Relaxed),
+        cqes_written: c.cqes_written.load(Ordering::Relaxed),
+        retries: c.retries.load(Ordering::Relaxed),
+        requests_served: c.requests_served.load(Ordering::Relaxed),
+        requests_refused: c.requests_refused.load(Ordering::Relaxed),
+    })
+}
+
+/// A device write to `device_va` if it lies in a NIC QP's register page (`None`: not a NIC page). Called by the
+/// SDMA register path when its own registry misses.
+pub(crate) fn register_write(device_va: u64, bytes: &[u8]) -> Option<Result<(), RegisterFault>> {
+    let base = device_va - device_va % page() as u64;
+    let qp = NIC_PAGES.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned()?;
+    Some(qp.doorbell(device_va - base, bytes))
+}
+
+impl Nic {
+    fn listen(self: &Arc<Self>, listener: TcpListener) {
+        let mut accepted = 0u64;
+        while !self.shutdown.load(Ordering::Acquire) {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    let mut responders = lock(&self.responders);
+                    let (done, running): (Vec<_>, Vec<_>) = responders.drain(..).partition(|h| h.is_finished());
+                    done.into_iter().for_each(|handle| drop(handle.join()));
+                    *responders = running;
+                    if responders.len() >= MAX_CONNECTIONS {
+                        continue;
+                    }
+                    accepted += 1;
+                    let nic = Arc::clone(self);
+                    let name = format!("cann-twin-nic-d{}-r{accepted}", self.device);
+                    if let Ok(handle) = spawn(name, move || nic.serve(Conn::new(stream))) {
+                        responders.push(handle);
+                    }
+                }
+                Err(_) => std::thread::sleep(ACCEPT_TICK),
+            }
+        }
+    }
+
+    /// One accepted connection: the handshake naming the target QP, then requests until the peer closes, a frame
+    /// is malformed or the NIC shuts down.
+    fn serve(&self, mut conn: Conn) {
+        let stop = || self.shutdown.load(Ordering::Acquire);
+        let mut target: Option<Arc<Qp>> = None;
+        let mut initiator = 0u32;
+        loop {
+            let frame = match conn.receive(Instant::now() + IDLE_TICK, &stop) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => continue,
+                Err(_) => break,
+            };
+            if self.link_down.load(Ordering::Acquire) {
+                // The link is down: the frame is lost, nothing is applied or answered.
+                continue;
+            }
+            let reply = match (frame, &target) {
+                (Frame::Hello { qpn, from }, None) => {
+                    target = lock(&self.qps).get(&qpn).cloned();
+                    initiator = from;
+                    Frame::HelloAck { status: u8::from(target.is_none()) }
+                }
+                (Frame::Write { psn, rkey, va, bytes }, Some(qp)) => {
+                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
+                    let mut applied = lock(&qp.applied);
+                    let status = match *applied {
+                        Some((from, last, status)) if from == initiator && last == psn => status,
+                        // An older request of this initiator, answered long ago: not applied, not answered.
+                        Some((from, last, _)) if from == initiator && psn < last => continue,
+                        _ => {
+                            let status = self.apply_write(rkey, va, &bytes);
+                            *applied = Some((initiator, psn, status));
+                            status
+                        }
+                    };
+                    Frame::Ack { psn, status }
+                }
+                (Frame::Read { psn, rkey, va, len }, Some(_)) => {
+                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
+                    match self.serve_read(rkey, va, len) {
+                        Ok(bytes) => Frame::ReadResponse { psn, status: 0, bytes },
+                        Err(status) => Frame::ReadResponse { psn, status, bytes: Vec::new() },
+                    }
+                }
+                // Anything else breaks the protocol: the connection is closed.
+                _ => break,
+            };
+            let withheld = !matches!(reply, Frame::HelloAck { .. })
+                && self
+                    .drop_responses
+                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(1))
+                    .is_ok();
+            if withheld {
+                // Served, but the response is lost on the way back.
+                continue;
+            }
+            let refused = matches!(reply, Frame::HelloAck { status: 1 });
+            if conn.send(&reply, Duration::from_secs(1)).is_err() || refused {
+                break;
+            }
+        }
+        conn.close();
+    }
+
+    /// The registration `rkey` names, if `[va, va + len)` lies inside it and it grants the right.
+    fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> bool {
+        self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| {
+            r.keys.rkey == rkey && r.holds(va, len) && if write { r.access.remote_write } else { r.access.remote_read }
+        })
+    }
+
+    fn refuse(&self) -> u8 {
+        self.counters.requests_refused.fetch_add(1, Ordering::Relaxed);
+        status::REMOTE_ACCESS_ERR as u8
+    }
+
+    fn apply_write(&self, rkey: u32, va: u64, bytes: &[u8]) -> u8 {
+        if !self.check_remote(rkey, va, bytes.len() as u64, true) {
+            return self.refuse();
+        }
+        match write_device(va, bytes) {
+            Ok(()) => status::SUCCESS as u8,
+            Err(_) => self.refuse(),
+        }
+    }
+
+    fn serve_read(&self, rkey: u32, va: u64, len: u32) -> Result<Vec<u8>, u8> {
+        if len > MAX_MESSAGE || !self.check_remote(rkey, va, u64::from(len), false) {
+            return Err(self.refuse());
+        }
+        read_device(va, len as usize).map_err(|_| self.refuse())
+    }
+
+    fn check_local(&self, lkey: u32, va: u64, len: u64) -> bool {
+        self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| r.keys.lkey == lkey && r.holds(va, len))
+    }
+}
+
+/// One WQE's outcome.
+struct Completion {
+    opcode: u32,
+    status: u32,
+    bytes: u32,
+    signaled: bool,
+}
+
+/// A remote operation's result.
+enum Remote {
+    Done(Option<Vec<u8>>),
+    Failed(u32),
+    /// The QP or NIC is shutting down: no CQE.
+    Stopped,
+}
+
+impl Qp {
+    /// Stops the engine, unregisters the page and frees the queues; returns the threads left running.
+    fn destroy(&self, deadline: Instant) -> usize {
+        NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).remove(&self.page);
+        {
+            let mut inner = lock(&self.inner);
+            inner.shutdown = true;
+            self.wake.notify_all();
+        }
+        let left = join_until(lock(&self.engine).take().into_iter().collect(), deadline);
+        if let Some(conn) = lock(&self.handoff).take() {
+            conn.close();
+        }
+        let _ = with_space_mut(|space| {
+            let _ = space.free(self.info.sq_base as usize);
+            let _ = space.free(self.info.cq_base as usize);
+            space.give_register_page(self.page as usize);
+            Ok(())
+        });
+        left
+    }
+
+    /// Records the first exception and moves the QP to the error state.
+    fn fail(&self, inner: &mut QpInner, fault: QpFault) {
+        if inner.exception.is_none() {
+            inner.exception = Some(QpException { device: self.info.device, qpn: self.info.qpn, fault });
+        }
+        inner.state = QpState::Error;
+        self.wake.notify_all();
+    }
+
+    fn doorbell(&self, offset: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+        let refused =
+            || RegisterFault::QpRefused { device: self.info.device, qpn: self.info.qpn, offset, width: bytes.len() };
+        let mut inner = lock(&self.inner);
+        let word = match <[u8; 8]>::try_from(bytes) {
+            Ok(word) if offset == SQ_DOORBELL_OFFSET || offset == CQ_DOORBELL_OFFSET => u64::from_le_bytes(word),
+            _ => {
+                self.fail(&mut inner, QpFault::RegisterAccess { offset, width: bytes.len() });
+                return Err(refused());
+            }
+        };
+        let tag = (word & DB_TAG_MASK) as u32;
+        let command = (word >> DB_CMD_SHIFT & 0xF) as u32;
+        let (want_tag, want_command) =
+            if offset == SQ_DOORBELL_OFFSET { (self.info.qpn, DB_CMD_SQ) } else { (self.info.cqn, DB_CMD_CQ_PTR) };
+        if u64::from(command) != want_command {
+            self.fail(&mut inner, QpFault::DoorbellCommand { offset, command });
+            return Err(refused());
+        }
+        if tag != want_tag {
+            self.fail(&mut inner, QpFault::DoorbellTag { offset, tag });
+            return Err(refused());
+        }
+        if offset == SQ_DOORBELL_OFFSET {
+            let index = (word >> DB_INDEX_SHIFT & DB_SQ_INDEX_MASK) as u16;
+            let producer = inner.producer.wrapping_add(u32::from(index.wrapping_sub(inner.producer as u16)));
+            if producer.wrapping_sub(inner.head) > self.info.sq_depth {
+                let head = inner.head;
+                self.fail(&mut inner, QpFault::SqOverflow { producer, head, depth: self.info.sq_depth });
+                return Err(refused());
+            }
+            inner.producer = producer;
+        } else {
+            let index = (word >> DB_INDEX_SHIFT & DB_CQ_INDEX_MASK) as u32;
+            let consumer =
+                inner.cq_consumer.wrapping_add(index.wrapping_sub(inner.cq_consumer) & DB_CQ_INDEX_MASK as u32);
+            if consumer.wrapping_sub(inner.cq_consumer) > inner.cq_producer.wrapping_sub(inner.cq_consumer) {
+                let producer = inner.cq_producer;
+                self.fail(&mut inner, QpFault::CqBeyondProducer { consumer, producer });
+                return Err(refused());
+            }
+            inner.cq_consumer = consumer;
+        }
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    fn stopping(&self, nic: &Nic) -> bool {
+        nic.shutdown.load(Ordering::Acquire) || lock(&self.inner).shutdown
+    }
+
+    /// The engine thread's body.
+    fn run(&self, nic: &Nic) {
+        let mut conn: Option<Conn> = None;
+        let mut psn = 0u32;
+        loop {
+            let index = {
+                let mut inner = lock(&self.inner);
+                loop {
+                    if inner.shutdown || nic.shutdown.load(Ordering::Acquire) {
+                        if let Some(conn) = &conn {
+                            conn.close();
+                        }
+                        return;
+                    }
+                    if inner.head != inner.producer {
+                        break inner.head;
+                    }
+                    // Doorbells and shutdown notify; the timeout only bounds the wait.
+                    inner = self.wake.wait_timeout(inner, IDLE_TICK).unwrap_or_else(|p| p.into_inner()).0;
+                }
+            };
+            let Some(completion) = self.execute(nic, index, &mut conn, &mut psn) else { continue };
+            if completion.status == status::SUCCESS {
+                nic.counters.wqes_executed.fetch_add(1, Ordering::Relaxed);
+            }
+            let wanted = completion.status != status::SUCCESS || completion.signaled;
+            if wanted && !self.complete(nic, index, &completion) {
+                continue;
+            }
+            lock(&self.inner).head = index.wrapping_add(1);
+        }
+    }
+
+    /// Executes the WQE at SQ index `index`; `None` when stopped (shutdown).
+    fn execute(&self, nic: &Nic, index: u32, conn: &mut Option<Conn>, psn: &mut u32) -> Option<Completion> {
+        let depth = self.info.sq_depth;
+        let slot = self.info.sq_base + u64::from(index & (depth - 1)) * WQE_STRIDE;
+        let failed = |opcode: u32, status: u32| {
+            let mut inner = lock(&self.inner);
+            if inner.first_error.is_none() && status != status::WR_FLUSH_ERR {
+                inner.first_error = Some((status, index & 0xFFFF));
+            }
+            inner.state = QpState::Error;
+            Some(Completion { opcode, status, bytes: 0, signaled: true })
+        };
+        let raw = match read_device(slot, WQE_STRIDE as usize) {
+            Ok(raw) => raw,
+            Err(_) => {
+                self.fail(&mut lock(&self.inner), QpFault::QueueFault { address: slot });
+                return failed(0, status::LOCAL_QP_OP_ERR);
+            }
+        };
+        let u32_at = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
+        let u64_at = |at: usize| u64::from(u32_at(at)) | u64::from(u32_at(at + 4)) << 32;
+        let byte4 = u32_at(0);
+        let opcode = byte4 & WQE_OPCODE_MASK;
+        let signaled = byte4 & WQE_SIGNALED_BIT != 0;
+        let (msg_len, sge_num, rkey, remote_va) = (u32_at(4), u32_at(12) >> WQE_SGE_NUM_SHIFT, u32_at(20), u64_at(24));
+        let (sge_len, lkey, local_va) = (u32_at(32), u32_at(36), u64_at(40));
+        let (state, peer) = {
+            let inner = lock(&self.inner);
+            (inner.state, inner.peer)
+        };
+        if state == QpState::Error {
+            return failed(opcode, status::WR_FLUSH_ERR);
+        }
+        let lap = index & depth != 0;
+        if (byte4 & WQE_OWNER_BIT != 0) == lap {
+            // The owner bit of an earlier lap: this slot was not written for this index.
+            return failed(opcode, status::LOCAL_QP_OP_ERR);
+        }
+        let Some((peer, remote_qpn)) = peer.filter(|_| state == QpState::ReadyToSend) else {
+            return failed(opcode, status::LOCAL_QP_OP_ERR);
+        };
+        if (opcode != OPCODE_RDMA_WRITE && opcode != OPCODE_RDMA_READ) || sge_num != 1 {
+            return failed(opcode, status::LOCAL_QP_OP_ERR);
+        }
+        if msg_len > MAX_MESSAGE || sge_len != msg_len {
+            return failed(opcode, status::LOCAL_LENGTH_ERR);
+        }
+        if !nic.check_local(lkey, local_va, u64::from(msg_len)) {
+            return failed(opcode, status::LOCAL_PROT_ERR);
+        }
+        *psn = psn.wrapping_add(1);
+        let request = if opcode == OPCODE_RDMA_WRITE {
+            match read_device(local_va, msg_len as usize) {
+                Ok(bytes) => Frame::Write { psn: *psn, rkey, va: remote_va, bytes },
+                Err(_) => return failed(opcode, status::LOCAL_PROT_ERR),
+            }
+        } else {
+            Frame::Read { psn: *psn, rkey, va: remote_va, len: msg_len }
+        };
+        match self.remote(nic, conn, peer, remote_qpn, &request, *psn) {
+            Remote::Stopped => None,
+            Remote::Failed(code) => failed(opcode, code),
+            Remote::Done(read) => {
+                if let Some(bytes) = read {
+                    if bytes.len() != msg_len as usize {
+                        return failed(opcode, status::LOCAL_LENGTH_ERR);
+                    }
+                    if write_device(local_va, &bytes).is_err() {
+                        return failed(opcode, status::LOCAL_PROT_ERR);
+                    }
+                }
+                Some(Completion { opcode, status: status::SUCCESS, bytes: msg_len, signaled })
+            }
+        }
+    }
+
+    /// Sends `request` and waits for its response, retransmitting on timeout or connection loss up to the retry
+    /// count; every attempt lasts at most the QP's timeout.
+    fn remote(
+        &self,
+        nic: &Nic,
+        conn: &mut Option<Conn>,
+        peer: SocketAddr,
+        remote_qpn: u32,
+        request: &Frame,
+        psn: u32,
+    ) -> Remote {
+        let stop = || self.stopping(nic);
+        for attempt in 0..=self.config.retry_count {
+            if attempt > 0 {
+                nic.counters.retries.fetch_add(1, Ordering::Relaxed);
+            }
+            let deadline = Instant::now() + self.config.timeout;
+            match self.attempt(nic, conn, peer, remote_qpn, request, psn, deadline, &stop) {
+                Ok(Some(outcome)) => return outcome,
+                Ok(None) => {}
+                Err(WireError::Stopped) => return Remote::Stopped,
+                Err(_) => {
+                    if let Some(conn) = conn.take() {
+                        conn.close();
+                    }
+                }
+            }
+            // The attempt's timer runs out before the next (a retransmission timer, not a busy retry).
+            while Instant::now() < deadline {
+                if stop() {
+                    return Remote::Stopped;
+                }
+                std::thread::sleep(deadline.saturating_duration_since(Instant::now()).min(TICK));
+            }
+            // A timed-out connection is not trusted again: the next attempt reconnects.
+            if let Some(conn) = conn.take() {
+                conn.close();
+            }
+        }
+        Remote::Failed(status::TRANSPORT_RETRY_EXC_ERR)
+    }
+
+    /// One attempt: `Ok(None)` when it timed out.
+    #[allow(clippy::too_many_arguments)]
+    fn attempt(
+        &self,
+        nic: &Nic,
+        conn: &mut Option<Conn>,
+        peer: SocketAddr,
+        remote_qpn: u32,
+        request: &Frame,
+        psn: u32,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<Option<Remote>, WireError> {
+        if nic.link_down.load(Ordering::Acquire) {
+            // The link is down: nothing leaves the NIC.
+            return Ok(None);
+        }
+        if conn.is_none() {
+            *conn = lock(&self.handoff).take();
+        }
+        if conn.is_none() {
+            match handshake(peer, remote_qpn, self.info.qpn, deadline, stop) {
+                Ok(fresh) => *conn = Some(fresh),
+                Err(_) => return Err(WireError::Closed),
+            }
+        }
+        let Some(link) = conn.as_mut() else { return Err(WireError::Closed) };
+        link.send(request, deadline.saturating_duration_since(Instant::now()))?;
+        loop {
+            let Some(frame) = link.receive(deadline, stop)? else { return Ok(None) };
+            match frame {
+                Frame::Ack { psn: got, status } if got == psn && matches!(request, Frame::Write { .. }) => {
+                    return Ok(Some(if status == 0 { Remote::Done(None) } else { Remote::Failed(u32::from(status)) }));
+                }
+                Frame::ReadResponse { psn: got, status, bytes }
+                    if got == psn && matches!(request, Frame::Read { .. }) =>
+                {
+                    return Ok(Some(if status == 0 {
+                        Remote::Done(Some(bytes))
+                    } else {
+                        Remote::Failed(u32::from(status))
+                    }));
+                }
+                // A late response to an earlier attempt of an earlier request.
+                Frame::Ack { psn: got, .. } | Frame::ReadResponse { psn: got, .. } if got < psn => {}
+                _ => return Err(WireError::Malformed),
+            }
+        }
+    }
+
+    /// Writes the CQE of the WQE at `index` once a CQ slot is free (waiting at most `cq_full_wait`); `false` when
+    /// stopped (shutdown) before.
+    fn complete(&self, nic: &Nic, index: u32, completion: &Completion) -> bool {
+        let deadline = Instant::now() + self.config.cq_full_wait;
+        let depth = self.info.cq_depth;
+        let mut inner = lock(&self.inner);
+        loop {
+            if inner.shutdown || nic.shutdown.load(Ordering::Acquire) {
+                return false;
+            }
+            if inner.cq_broken {
+                inner.cqes_lost += 1;
+                return true;
+            }
+            if inner.cq_producer.wrapping_sub(inner.cq_consumer) < depth {
+                break;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                self.fail(&mut inner, QpFault::CqOverrun { wqe_index: index & 0xFFFF });
+                inner.cq_broken = true;
+                inner.cqes_lost += 1;
+                return true;
+            }
+            inner = self.wake.wait_timeout(inner, (deadline - now).min(TICK)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        let producer = inner.cq_producer;
+        drop(inner);
+        let owner = if producer & depth != 0 { 0 } else { CQE_OWNER_BIT };
+        let byte4 = completion.opcode & CQE_OPCODE_MASK
+            | owner
+            | (completion.status & 0xFF) << CQE_STATUS_SHIFT
+            | (index & 0xFFFF) << CQE_WQE_INDEX_SHIFT;
+        let mut cqe = [0u8; CQE_BYTES as usize];
+        cqe[0..4].copy_from_slice(&byte4.to_le_bytes());
+        cqe[12..16].copy_from_slice(&(self.info.qpn & CQE_QPN_MASK).to_le_bytes());
+        cqe[16..20].copy_from_slice(&completion.bytes.to_le_bytes());
+        let address = self.info.cq_base + u64::from(producer & (depth - 1)) * CQE_BYTES;
+        let mut inner = lock(&self.inner);
+        if write_cqe(address, &cqe).is_err() {
+            self.fail(&mut inner, QpFault::QueueFault { address });
+            inner.cq_broken = true;
+            inner.cqes_lost += 1;
+            return true;
+        }
+        inner.cq_producer = producer.wrapping_add(1);
+        nic.counters.cqes_written.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `#define AIV_ROCE_*` integer constants of kernels/include/aiv/roce.h, evaluated (`N`, `0xN`, `(1u << N)`).
+    fn header_constants() -> HashMap<String, u64> {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../kernels/include/aiv/roce.h");
+        let text = std::fs::read_to_string(path).expect("roce.h is in the repository");
+        let number = |token: &str| {
+            let token = token.trim().trim_end_matches('u');
+            match token.strip_prefix("0x").or_else(|| token.strip_prefix("0X")) {
+                Some(hex) => u64::from_str_radix(hex, 16).ok(),
+                None => token.parse().ok(),
+            }
+        };
+        let mut out = HashMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("#define AIV_ROCE_") else { continue };
+            let rest = rest.split("//").next().unwrap_or("");
+            let Some((name, value)) = rest.trim().split_once(char::is_whitespace) else { continue };
+            let value = value.trim().trim_start_matches('(').trim_end_matches(')');
+            let evaluated = match value.split_once("<<") {
+                Some((base, shift)) => number(base).zip(number(shift)).map(|(base, shift)| base << shift),
+                None => number(value),
+            };
+            if let Some(evaluated) = evaluated {
+                out.insert(name.to_string(), evaluated);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn the_redeclared_constants_are_roce_h_s() {
+        let header = header_constants();
+        let twin: [(&str, u64); 28] = [
+            ("WQE_STRIDE", WQE_STRIDE),
+            ("OPCODE_RDMA_WRITE", OPCODE_RDMA_WRITE.into()),
+            ("OPCODE_RDMA_READ", OPCODE_RDMA_READ.into()),
+            ("WQE_OPCODE_MASK", WQE_OPCODE_MASK.into()),
+            ("WQE_OWNER_BIT", WQE_OWNER_BIT.into()),
+            ("WQE_SIGNALED_BIT", WQE_SIGNALED_BIT.into()),
+            ("WQE_SGE_NUM_SHIFT", WQE_SGE_NUM_SHIFT.into()),
+            ("DB_TAG_MASK", DB_TAG_MASK),
+            ("DB_CMD_SHIFT", DB_CMD_SHIFT.into()),
+            ("DB_CMD_SQ", DB_CMD_SQ),
+            ("DB_CMD_CQ_PTR", DB_CMD_CQ_PTR),
+            ("DB_INDEX_SHIFT", DB_INDEX_SHIFT.into()),
+            ("DB_SQ_INDEX_MASK", DB_SQ_INDEX_MASK),
+            ("DB_CQ_INDEX_MASK", DB_CQ_INDEX_MASK),
+            ("CQE_OPCODE_MASK", CQE_OPCODE_MASK.into()),
+            ("CQE_OWNER_BIT", CQE_OWNER_BIT.into()),
+            ("CQE_STATUS_SHIFT", CQE_STATUS_SHIFT.into()),
+            ("CQE_WQE_INDEX_SHIFT", CQE_WQE_INDEX_SHIFT.into()),
+            ("CQE_QPN_MASK", CQE_QPN_MASK.into()),
+            ("STATUS_SUCCESS", status::SUCCESS.into()),
+            ("STATUS_LOCAL_LENGTH_ERR", status::LOCAL_LENGTH_ERR.into()),
+            ("STATUS_LOCAL_QP_OP_ERR", status::LOCAL_QP_OP_ERR.into()),
+            ("STATUS_LOCAL_PROT_ERR", status::LOCAL_PROT_ERR.into()),
+            ("STATUS_WR_FLUSH_ERR", status::WR_FLUSH_ERR.into()),
+            ("STATUS_REMOTE_ACCESS_ERR", status::REMOTE_ACCESS_ERR.into()),
+            ("STATUS_TRANSPORT_RETRY_EXC_ERR", status::TRANSPORT_RETRY_EXC_ERR.into()),
+            ("CQ_DB_MODE_HW", 0),
+            ("CQE_STATUS_MASK", 0xFF),
+        ];
+        for (name, value) in twin {
+            assert_eq!(header.get(name), Some(&value), "AIV_ROCE_{name}");
+        }
+        assert_eq!(CQE_BYTES, 32, "sizeof(AivRoceCqe): eight u32 words");
+    }
+}
