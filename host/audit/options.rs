@@ -89,7 +89,8 @@ pub struct AuditOptions {
 }
 
 impl AuditOptions {
-    /// `--quick`: every path, the quick matrix, 5 rounds of 1 s cells (about 70 s of measurement on two cores).
+    /// `--quick`: every path, the quick matrix, 5 rounds of 1 s cells; the CLI then fits the cells to
+    /// [`QUICK_CELL_BUDGET`] ([`AuditOptions::fit_quick_budget`]).
     pub fn quick() -> AuditOptions {
         AuditOptions {
             paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
@@ -110,6 +111,15 @@ impl AuditOptions {
             mooncake_skipped: None,
             trace: false,
         }
+    }
+
+    /// `--quick`'s time budget: the cells share [`QUICK_CELL_BUDGET`] (1 s each at most, 0.5 s at least), so that
+    /// a quick audit takes about 90 s on two cores with or without `mooncake-ascend`. For options left as
+    /// [`AuditOptions::quick`] made them but for the paths.
+    pub fn fit_quick_budget(&mut self) {
+        let slots = self.paths.len() + usize::from(self.mooncake.is_some());
+        let cells = (slots * self.workloads.len() * self.rounds).max(1) as u32;
+        self.cell = (QUICK_CELL_BUDGET / cells).clamp(Duration::from_millis(500), Duration::from_secs(1));
     }
 
     /// `--full`: every path, the full matrix, 7 rounds of 1 s cells.
@@ -188,6 +198,9 @@ impl AuditOptions {
     }
 }
 
+/// The measuring time `--quick` shares among its cells ([`AuditOptions::fit_quick_budget`]).
+pub const QUICK_CELL_BUDGET: Duration = Duration::from_secs(75);
+
 /// The largest buffer a workload may span (each side, device and Host).
 pub const MAX_SPAN: u64 = 128 << 20;
 
@@ -199,4 +212,23 @@ pub fn round_order(paths: &[Protocol], round: usize) -> Vec<Protocol> {
         order.rotate_left(by);
     }
     order
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_quick_budget_shares_75_seconds_among_the_cells() {
+        let mut options = AuditOptions::quick();
+        options.fit_quick_budget();
+        // 4 paths x 4 workloads x 5 rounds = 80 cells.
+        assert_eq!(options.cell, Duration::from_micros(937_500));
+        options.paths.truncate(1);
+        options.fit_quick_budget();
+        assert_eq!(options.cell, Duration::from_secs(1), "at most 1 s a cell");
+        options.paths = vec![Protocol::Aiv; 12];
+        options.fit_quick_budget();
+        assert_eq!(options.cell, Duration::from_millis(500), "at least 0.5 s a cell");
+    }
 }

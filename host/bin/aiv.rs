@@ -136,8 +136,8 @@ struct BenchArgs {
 /// What `aiv audit` runs. Without flags: `--quick`, on the embedded twin runtime (no servers to start).
 #[derive(Debug, clap::Args)]
 struct AuditArgs {
-    /// The default matrix: 4 KiB latency, 64 KiB and 1 MiB bandwidth, 5 rounds of 1 s per path (about 90 s on two
-    /// cores)
+    /// The default matrix: 4 KiB latency, 64 KiB and 1 MiB bandwidth and a KV request, 5 rounds, the cells sharing
+    /// 75 s (at most 1 s each, at least 0.5 s) unless --cell-seconds says otherwise (about 90 s on two cores)
     #[arg(long, conflicts_with = "full")]
     quick: bool,
     /// The complete matrix: block sizes 4 KiB to 16 MiB and batched small transfers from two threads, 7 rounds
@@ -525,6 +525,8 @@ fn run_audit_with(
     }
     if let Some(cell) = args.cell_seconds {
         options.cell = cell;
+    } else if !args.full {
+        options.fit_quick_budget();
     }
     options.operation = match args.operation {
         Operation::Read => Opcode::Read,
