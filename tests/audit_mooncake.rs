@@ -115,6 +115,40 @@ fn the_wheel_runs_in_the_same_rounds_with_nonzero_figures_a_passed_data_check_an
     assert!(report.registration.iter().any(|r| r.memory == "mooncake-ascend device"), "{:?}", report.registration);
 }
 
+/// The wheel's error-recovery rounds: an out-of-bounds request fails its batch and the next batch is served; the
+/// target killed mid-batch fails the batch and a new transfer to it; a stalled engine is not injected, with why.
+#[test]
+fn the_wheel_has_error_recovery_rounds() {
+    let Some((venv, libs)) = wheel_inputs("mooncake_error_recovery") else { return };
+    let setup = mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("the wheel is found");
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    let options = AuditOptions {
+        faults: true,
+        allocation: false,
+        ..options(vec![Protocol::Tcp], vec![Workload::bench(64 << 10, 4, 1)], Some(setup))
+    };
+    let report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    let round = |fault: &str| {
+        report.faults.iter().find(|r| r.path == "mooncake-ascend" && r.fault == fault).cloned().expect(fault)
+    };
+    let oob = round("out_of_bounds");
+    assert!(oob.injected, "{oob:?}");
+    assert_eq!(oob.states, vec!["failed"; 4], "{oob:?}");
+    assert!(oob.first_reason.as_deref().is_some_and(|r| r.contains("returned -")), "{oob:?}");
+    assert_eq!(oob.next_batch_served, Some(true), "{oob:?}");
+    let stalled = round("stalled_engine");
+    assert!(!stalled.injected && stalled.not_injected_reason.as_deref().is_some_and(|r| r.contains("stall")));
+    let killed = round("killed_peer");
+    assert!(killed.injected, "{killed:?}");
+    assert!(killed.states.iter().all(|s| s == "failed"), "the batch in flight at the kill fails: {killed:?}");
+    assert!(!killed.first_reason.as_deref().unwrap_or("").contains("before the kill"), "pending at the kill: {killed:?}");
+    assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{killed:?}");
+    assert!(killed.ended_after_ms.is_some_and(|ms| ms < 30_000.0), "{killed:?}");
+    let md = report.markdown();
+    assert!(md.contains("mooncake-ascend"), "{md}");
+}
+
 #[test]
 fn a_missing_virtualenv_is_skipped_with_how_to_install_it() {
     let dir = tempfile::tempdir().expect("a temporary directory");

@@ -226,7 +226,12 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         + if options.faults { 3 * options.paths.len() } else { 0 }
         + usize::from(options.allocation)
         + if options.trace { options.workloads.len() * options.paths.len() } else { 0 };
-    let total = total + if options.mooncake.is_some() { options.workloads.len() * options.rounds + 1 } else { 0 };
+    let total = total
+        + if options.mooncake.is_some() {
+            options.workloads.len() * options.rounds + 1 + usize::from(options.faults)
+        } else {
+            0
+        };
     let mut moon = options.mooncake.as_ref().map(|setup| mooncake::Session::start(setup, options.buffer_size()));
     let mut traces = Vec::new();
     let mut done = 0;
@@ -340,6 +345,11 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         session.verify();
         done += 1;
         progress.cell(done, total, &format!("{}: data check", mooncake::PATH));
+        if options.faults {
+            fault_rounds.extend(session.fault_rounds());
+            done += 1;
+            progress.cell(done, total, &format!("error recovery: {}", mooncake::PATH));
+        }
         registration.extend(session.registration.clone());
         let (record, tally, first_failure) = session.finish();
         moon_verdict = Some(PathVerdict::from_tally(mooncake::PATH, &tally, first_failure));

@@ -24,6 +24,9 @@ It reads one JSON object per line on stdin and answers each with one JSON object
                                (initiator) requests[i] is a list of layers, each a batch of WRITEs; per layer
                                compute_us of sleep, then batch_transfer_async_write without waiting; the request
                                ends when get_batch_transfer_status (which waits) says every layer's batch has
+    batch {peer, remote, op, locals, remotes, lengths}
+                               (initiator) one batch_transfer_sync_read/write (the error-recovery rounds); answers
+                               its return code and how long it took (ms)
     fill {seed}                the whole buffer := pattern(seed), through aclrtMemcpy
     digest                     sha256 of the whole buffer, read back through aclrtMemcpy
     copy_all {peer, remote, op}
@@ -350,6 +353,17 @@ def serve(role):
                 peer, remote = request["peer"], int(request["remote"])
                 check(side.batch(peer, remote, "read", [0], [0], [64]), "the first transfer (auto-connect)")
                 answer = {}
+            elif cmd == "batch" and role == "initiator":
+                started = time.perf_counter_ns()
+                rc = side.batch(
+                    request["peer"],
+                    int(request["remote"]),
+                    request["op"],
+                    request["locals"],
+                    request["remotes"],
+                    request["lengths"],
+                )
+                answer = {"rc": rc, "ms": (time.perf_counter_ns() - started) / 1e6}
             elif cmd == "fill":
                 side.fill(int(request["seed"]))
                 answer = {}

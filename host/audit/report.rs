@@ -214,6 +214,11 @@ pub struct FaultRound {
 }
 
 impl FaultRound {
+    /// An injected round with nothing recorded yet.
+    pub(crate) fn injected(path: &str, fault: &str) -> FaultRound {
+        FaultRound { injected: true, not_injected_reason: None, ..FaultRound::not_injected(path, fault, String::new()) }
+    }
+
     pub(crate) fn not_injected(path: &str, fault: &str, reason: String) -> FaultRound {
         FaultRound {
             path: path.into(),
@@ -232,6 +237,20 @@ impl FaultRound {
             dead_peer_reason: None,
         }
     }
+}
+
+/// Transfer states in order, runs of one state counted: `completed, failed, completed x 2`.
+fn state_counts(states: &[String]) -> String {
+    let mut runs: Vec<(&str, usize)> = Vec::new();
+    for state in states {
+        match runs.last_mut() {
+            Some((last, count)) if *last == state.as_str() => *count += 1,
+            _ => runs.push((state.as_str(), 1)),
+        }
+    }
+    let parts: Vec<String> =
+        runs.iter().map(|(state, n)| if *n == 1 { (*state).to_owned() } else { format!("{state} x {n}") }).collect();
+    parts.join(", ")
 }
 
 /// Where the audit ran.
@@ -995,7 +1014,7 @@ impl AuditReport {
                     f.path,
                     f.fault,
                     f.ended_after_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
-                    f.states.join(", "),
+                    state_counts(&f.states),
                     f.first_reason.as_deref().unwrap_or("-").replace('|', "/"),
                     match (f.next_batch_served, f.next_batch_ms) {
                         (Some(served), Some(ms)) => format!("{} ({ms:.1})", if served { "yes" } else { "no" }),
@@ -1198,6 +1217,17 @@ fn stat(stats: Option<&Stats>, scale: f64, digits: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transfer_states_are_counted_by_run() {
+        let states = |list: &[&str]| list.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            state_counts(&states(&["completed", "failed", "completed", "completed"])),
+            "completed, failed, completed x 2"
+        );
+        assert_eq!(state_counts(&states(&["failed"; 64])), "failed x 64");
+        assert_eq!(state_counts(&[]), "");
+    }
 
     #[test]
     fn stats_give_the_median_and_nearest_rank_percentiles() {
