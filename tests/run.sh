@@ -90,6 +90,6 @@ set -e
 # doc-test binary.
 # pytest's closing line ("40 passed, 2 skipped in 31.20s", framed by "=" without -q) is counted the same way.
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
-     /^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)[, ].* in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i; if ($(i+1) ~ /^skipped/) s += $i } }
+     /^(=+ )?[0-9]+ (passed|failed|skipped|errors?|deselected)(,.*)? in [0-9.]+s/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^(failed|errors?)/) f += $i; if ($(i+1) ~ /^skipped/) s += $i } }
      END { printf "\ntests: %d passed, %d failed, %d skipped\n", p, f, s }' "$log"
 exit "$status"
