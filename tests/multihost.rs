@@ -648,3 +648,26 @@ fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_c
     assert!(started.elapsed() <= budget(), "{:?}", started.elapsed());
     initiator.verify(8, seed ^ 3, &[b]);
 }
+
+/// The harness itself: a test that panics with hosts built and a process running in one of them leaves neither the
+/// process nor any namespace behind (the link helpers run on the way).
+#[test]
+fn the_harness_deletes_its_namespaces_and_kills_its_children_when_a_test_panics() {
+    let created = std::sync::Mutex::new(None);
+    let outcome = std::panic::catch_unwind(|| {
+        let Some(hosts) = Hosts::create("the_harness_deletes_its_namespaces", 2) else { return };
+        let sleeper = hosts.spawn("sleeper@h1", hosts.command(1, "sleep", &["60"]));
+        hosts.link_down(1);
+        hosts.link_up(1);
+        *created.lock().expect("lock") = Some((hosts.namespaces(), sleeper.pid()));
+        panic!("on purpose, with hosts and a child alive");
+    });
+    let Some((namespaces, pid)) = created.into_inner().expect("lock") else { return };
+    assert!(outcome.is_err(), "the closure panicked");
+    let list = netns::ip(&["netns", "list"]).expect("ip netns list");
+    for namespace in &namespaces {
+        assert!(!list.lines().any(|line| line.split_whitespace().next() == Some(namespace)), "{namespace} is left");
+    }
+    // Reaped, not a zombie: no such process any more.
+    assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists(), "the child {pid} is left");
+}

@@ -83,6 +83,29 @@ pub fn ip(args: &[&str]) -> Result<String, String> {
     run_bounded(command, IP_TIMEOUT)
 }
 
+/// Deletes the namespaces of earlier runs whose test process is gone (a run killed before its drops ran; its
+/// children died with it through `PR_SET_PDEATHSIG`). Only `aivmh-<pid>-...` names whose pid is not alive and that
+/// are older than ten minutes.
+fn sweep_dead_runs() {
+    let Ok(list) = ip(&["netns", "list"]) else { return };
+    for name in list.lines().filter_map(|line| line.split_whitespace().next()) {
+        let Some(pid) = name.strip_prefix("aivmh-").and_then(|rest| rest.split('-').next()) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        // Older than any run (a process of another pid namespace sharing /run/netns is not visible in /proc).
+        let age = std::fs::metadata(format!("/run/netns/{name}"))
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok());
+        let stale = age.is_some_and(|age| age > Duration::from_secs(600));
+        if stale && pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            match ip(&["netns", "delete", name]) {
+                Ok(_) => eprintln!("netns: deleted {name}, left by an earlier run"),
+                Err(reason) => eprintln!("netns: {reason}"),
+            }
+        }
+    }
+}
+
 /// One emulated host: its namespace, its address on the test's /24, and its port on the switch.
 #[derive(Clone, Debug)]
 pub struct Host {
@@ -112,6 +135,9 @@ impl Hosts {
         let k = (pid.wrapping_mul(7).wrapping_add(set)) % 250 + 1;
         let subnet = format!("10.231.{k}");
         let switch = format!("{prefix}-sw");
+        if set == 0 {
+            sweep_dead_runs();
+        }
         if let Err(reason) = ip(&["netns", "add", &switch]) {
             skip(test, &format!("network namespaces cannot be created here ({reason})"));
             return None;
