@@ -27,7 +27,8 @@ const PATTERN_END: u64 = 4 << 20;
 const VERIFY_AREA: u64 = 4 << 20;
 const SUBMIT_AREA: u64 = 6 << 20;
 /// The initiator's registered buffer: [0, 2 MiB) sources and sinks of `verify`'s first batch, [2, 4) MiB its
-/// read-backs, [8, 16) MiB `submit`'s.
+/// read-backs, [8, 12) MiB the sinks of `submit`'s READs, [12, 16) MiB the sources of its WRITEs (pending batches'
+/// data is not checked).
 const LOCAL_BYTES: u64 = 16 << 20;
 const LOCAL_SUBMIT: u64 = 8 << 20;
 /// `verify`'s slot per request: up to 8 requests a batch, each inside its own 256 KiB.
@@ -237,12 +238,12 @@ impl Initiator {
     fn submit(&mut self, target: usize, opcode: Opcode, count: u64, length: u64) -> Result<usize, String> {
         let area = if opcode == Opcode::Read { 0 } else { SUBMIT_AREA };
         let room = if opcode == Opcode::Read { PATTERN_END } else { TARGET_BYTES - SUBMIT_AREA };
-        if count * length > room.min(LOCAL_BYTES - LOCAL_SUBMIT) {
+        let local = if opcode == Opcode::Read { LOCAL_SUBMIT } else { LOCAL_SUBMIT + (4 << 20) };
+        if count.checked_mul(length).is_none_or(|bytes| bytes > room.min(4 << 20)) {
             return Err("too many bytes for the submit areas".into());
         }
-        let requests: Vec<TransferRequest> = (0..count)
-            .map(|i| self.request(opcode, LOCAL_SUBMIT + i * length, target, area + i * length, length))
-            .collect();
+        let requests: Vec<TransferRequest> =
+            (0..count).map(|i| self.request(opcode, local + i * length, target, area + i * length, length)).collect();
         let batch = self.engine.allocate_batch(requests.len()).map_err(|e| format!("allocate: {e}"))?;
         let submitted = Instant::now();
         self.engine.submit_transfer(batch, &requests).map_err(|e| format!("submit: {e}"))?;
