@@ -382,7 +382,7 @@ fn start_target(hosts: &Hosts, host: usize, name: &str, metadata: &str) -> Targe
     let mut child = spawn_role(hosts, host, "target", name, metadata);
     let line = child.expect_line("MH ", REPLY).unwrap_or_else(|e| panic!("target in h{host}: {e}"));
     let words: Vec<&str> = line.split_whitespace().collect();
-    assert_eq!(words.get(1), Some(&"ready"), "target in h{host}: {line}");
+    assert!(words.len() == 6 && words[1] == "ready", "target in h{host}: {line}");
     let target = Target { child, segment: words[2].to_owned(), data_host: words[4].to_owned() };
     // What the engine publishes must be the host's own address, reachable from the other hosts.
     assert_eq!(target.data_host, hosts.addr(host), "tcp_data_host of the target in h{host}: {line}");
