@@ -24,6 +24,19 @@ AIV_TEST_ETCD="$(bash tests/support/etcd.sh start | tail -n 1)"
 export AIV_TEST_ETCD
 echo "etcd at $AIV_TEST_ETCD"
 
+step "iproute2 for the multi-host tests in network namespaces (installs Debian's iproute2 if missing)"
+# tests/multihost.rs builds its hosts with `ip netns`, veth pairs and a bridge (root needed); without them it skips
+# with a SKIP line, and fails under CI=true.
+if command -v ip >/dev/null 2>&1; then
+    ip -V
+elif [[ $(id -u) -eq 0 ]]; then
+    # shellcheck source=tests/support/debian.sh
+    source tests/support/debian.sh
+    ensure_debian_packages run.sh iproute2
+else
+    echo "no ip command and not root: tests/multihost.rs will skip (and fail under CI=true)"
+fi
+
 step "the real Mooncake wheel for interop tests (virtualenv; Debian's libibverbs1 and libnuma1 if missing)"
 AIV_TEST_MOONCAKE_VENV="$(bash tests/support/mooncake.sh | tail -n 1)"
 export AIV_TEST_MOONCAKE_VENV
