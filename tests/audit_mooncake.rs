@@ -142,7 +142,10 @@ fn the_wheel_has_error_recovery_rounds() {
     let killed = round("killed_peer");
     assert!(killed.injected, "{killed:?}");
     assert!(killed.states.iter().all(|s| s == "failed"), "the batch in flight at the kill fails: {killed:?}");
-    assert!(!killed.first_reason.as_deref().unwrap_or("").contains("before the kill"), "pending at the kill: {killed:?}");
+    assert!(
+        !killed.first_reason.as_deref().unwrap_or("").contains("before the kill"),
+        "pending at the kill: {killed:?}"
+    );
     assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{killed:?}");
     assert!(killed.ended_after_ms.is_some_and(|ms| ms < 30_000.0), "{killed:?}");
     let md = report.markdown();
