@@ -38,7 +38,7 @@ use ascendcl_sys::sys::*;
 
 use crate::memory::{page, Segment};
 use crate::runtime::{perform_copy, space, with_space_mut};
-use crate::sdma::RegisterFault;
+use crate::sdma::{write_device, RegisterFault};
 use wire::{Conn, Frame, WireError, MAX_MESSAGE};
 
 // The layout constants of kernels/include/aiv/roce.h (AIV_ROCE_*), re-declared: the twin does not depend on the
@@ -392,17 +392,6 @@ fn read_device(address: u64, len: usize) -> Result<Vec<u8>, aclError> {
     // SAFETY: `from` was translated under the read lock held here; `to` is a live buffer of the same length.
     unsafe { perform_copy(&to, &from) };
     Ok(out)
-}
-
-/// Writes `bytes` at device `address` through the device view.
-fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
-    let guard = space();
-    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
-    let to = space.translate(address as usize, bytes.len(), true)?;
-    let from = [Segment { ptr: bytes.as_ptr().cast_mut(), len: bytes.len() }];
-    // SAFETY: `to` was translated under the read lock held here; `from` is a live buffer only read.
-    unsafe { perform_copy(&to, &from) };
-    Ok(())
 }
 
 /// Writes a CQE: bytes 4..32 first, then its first word (with the owner bit) with release ordering, so that a

@@ -721,7 +721,7 @@ pub(crate) fn all_channels() -> Vec<Arc<Channel>> {
 }
 
 /// Writes `bytes` at `address` through the device view (the space read-locked).
-fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
+pub(crate) fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
     let guard = space();
     let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
     let to = space.translate(address as usize, bytes.len(), true)?;
