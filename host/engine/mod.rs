@@ -489,13 +489,18 @@ impl TransferEngine {
     fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
         let protocol = request.protocol.unwrap_or(self.config.protocol);
         let mut target = self.segment(request.target_id).map_err(RouteError::Segment)?;
-        if target.buffers.find_containing(request.target_offset, request.length).is_err()
-            && self.may_refresh_stale(request.target_id)
-        {
+        let locate = |segment: &Segment| {
+            segment.buffers.find_containing(request.target_offset, request.length).map(|buffer| buffer.location.clone())
+        };
+        let mut target_location = locate(&target);
+        if target_location.is_err() && self.may_refresh_stale(request.target_id) {
             // The peer may have registered this memory after the segment was opened, or restarted under the same
             // name with other buffers: its descriptor is fetched once more before the request is refused.
             match self.refresh_segment(request.target_id) {
-                Ok(()) => target = self.segment(request.target_id).map_err(RouteError::Segment)?,
+                Ok(()) => {
+                    target = self.segment(request.target_id).map_err(RouteError::Segment)?;
+                    target_location = locate(&target);
+                }
                 Err(error) => tracing::debug!(segment = %target.name, %error, "descriptor refresh failed"),
             }
         }
@@ -504,12 +509,8 @@ impl TransferEngine {
             .map_err(RouteError::Source)?
             .location
             .clone();
-        let target_location = target
-            .buffers
-            .find_containing(request.target_offset, request.length)
-            .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?
-            .location
-            .clone();
+        let target_location =
+            target_location.map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
         if protocol == Protocol::Tcp {
             Self::check_host_reachable(&source_location, &target_location)?;
         }
