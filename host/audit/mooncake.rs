@@ -828,15 +828,9 @@ impl Session {
             return vec![not("out_of_bounds", reason.clone()), stalled, not("killed_peer", reason)];
         };
         let batch = |initiator: &mut Driver, requests: &[(u64, u64, u64)], within: Duration| {
-            let (locals, remotes, lengths): (Vec<u64>, Vec<u64>, Vec<u64>) =
-                requests.iter().map(|&(l, r, n)| (l, r, n)).fold((vec![], vec![], vec![]), |mut acc, (l, r, n)| {
-                    acc.0.push(l);
-                    acc.1.push(r);
-                    acc.2.push(n);
-                    acc
-                });
+            let column = |pick: fn(&(u64, u64, u64)) -> u64| requests.iter().map(pick).collect::<Vec<u64>>();
             let request = json!({"cmd": "batch", "peer": peer, "remote": remote, "op": "write",
-                "locals": locals, "remotes": remotes, "lengths": lengths});
+                "locals": column(|r| r.0), "remotes": column(|r| r.1), "lengths": column(|r| r.2)});
             initiator.call(request, within).map(|answer| {
                 let rc = answer.get("rc").and_then(Value::as_i64).unwrap_or(i64::MIN);
                 (rc, answer.get("ms").and_then(Value::as_f64).unwrap_or(0.0))
