@@ -8,7 +8,7 @@
 mod aiv;
 
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::{CannDevice, CannRuntime};
@@ -645,7 +645,14 @@ fn occupancy() {
     let before = OccupancySnapshot::take(&[device], true);
     let (states, reasons) = run(&node, &local_writes(&node, 4, 1 << 19));
     assert!(states.iter().all(|state| *state == TransferState::Completed), "{states:?} {reasons:?}");
-    let moved = OccupancySnapshot::take(&[device], true).since(&before);
+    // A channel counts its run's SQEs when the run ends, which can be just after the Host saw the last completion
+    // flag: the snapshot is taken again (for at most 1 s) until the runs that carried the transfers have ended.
+    let settle = Instant::now() + Duration::from_secs(1);
+    let mut moved = OccupancySnapshot::take(&[device], true).since(&before);
+    while figures(&moved).channels.iter().map(|channel| channel.sqes).sum::<u64>() < 4 && Instant::now() < settle {
+        std::thread::sleep(Duration::from_millis(5));
+        moved = OccupancySnapshot::take(&[device], true).since(&before);
+    }
     println!("{moved}");
     let busy = figures(&moved);
     let sqes: u64 = busy.channels.iter().map(|channel| channel.sqes).sum();
