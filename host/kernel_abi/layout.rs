@@ -59,7 +59,7 @@ pub const LAUNCH_PERSISTENT: u32 = 1;
 /// Requests a block takes per completion flag.
 pub const GROUP_MAX_TRANSFERS: u32 = 64;
 /// Version stamped into [`KernelArgs`]; the kernel refuses other versions.
-pub const LAYOUT_VERSION: u32 = 1;
+pub const LAYOUT_VERSION: u32 = 2;
 
 /// The SDMA SQE (docs/hardware.md section 4).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -181,9 +181,28 @@ pub struct RequestEntry {
     pub length: U64,
     /// [`REQUEST_OPCODE_READ`] or [`REQUEST_OPCODE_WRITE`].
     pub opcode: U32,
+    /// Route [7:0] ([`REQUEST_ROUTE_SDMA`], [`REQUEST_ROUTE_RDMA`]) and, for RDMA, the QP index
+    /// (<< [`REQUEST_QP_SHIFT`]) in the block's QP table; 0: SDMA.
     pub flags: U32,
-    pub reserved: [U64; 3],
+    /// RDMA only: the key of the registration the local side lies in (0: the QP record's).
+    pub lkey: U32,
+    /// RDMA only: the key of the target's registration the remote side lies in (0: the QP record's).
+    pub rkey: U32,
+    pub reserved: [U64; 2],
 }
+
+/// Mask of the route in a request's `flags`.
+pub const REQUEST_ROUTE_MASK: u32 = 0xFF;
+/// Route: SDMA SQEs on the block's channel (same host).
+pub const REQUEST_ROUTE_SDMA: u32 = 0;
+/// Route: RoCE WQEs on a QP of the block's QP table (another host).
+pub const REQUEST_ROUTE_RDMA: u32 = 1;
+/// Shift of the QP index in a request's `flags`.
+pub const REQUEST_QP_SHIFT: u32 = 16;
+/// QP records per block at most.
+pub const QP_TABLE_SLOTS: u32 = 16;
+/// The largest message of one WQE.
+pub const RDMA_MAX_WQE_BYTES: u32 = 16 << 20;
 
 /// One completion, kernel -> Host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, FromBytes, IntoBytes, KnownLayout, Immutable)]
@@ -259,8 +278,14 @@ pub struct BlockArgs {
     pub trace_ring: U64,
     /// Entries of the trace ring: a power of two >= 2 when `trace_ring` is set.
     pub trace_depth: U32,
-    pub reserved0: U32,
-    pub reserved: [U64; 4],
+    /// Entries of `qp_table` (at most [`QP_TABLE_SLOTS`]); 0: no RDMA route.
+    pub qp_count: U32,
+    /// The block's QP records (`QpRecord[qp_count]`, crate::kernel_abi::roce), Host memory registered for the device.
+    pub qp_table: U64,
+    /// The largest message of one WQE (at most [`RDMA_MAX_WQE_BYTES`]).
+    pub max_wqe_bytes: U32,
+    pub reserved1: U32,
+    pub reserved: [U64; 2],
 }
 
 /// Stages of a trace entry (`AIV_TRACE_STAGE_*`): a group taken from the request ring (count: requests).
@@ -380,14 +405,31 @@ impl Syndrome {
     pub const BAD_REQUEST: Syndrome = Syndrome(1);
     pub const WAIT_BUDGET: Syndrome = Syndrome(2);
     pub const ABORTED: Syndrome = Syndrome(3);
+    /// RDMA route: the QP index is outside the block's table, or its record is not set up.
+    pub const RDMA_BAD_QP: Syndrome = Syndrome(4);
+    /// RDMA route: the QP was already in error; the transfer was not posted.
+    pub const RDMA_QP_ERROR: Syndrome = Syndrome(5);
+    /// RDMA route: an error CQE covered the transfer: `RDMA_CQE | sub-status << 8 | status`.
+    pub const RDMA_CQE: Syndrome = Syndrome(0x10000);
+
+    /// The CQE status and sub-status of an [`Syndrome::RDMA_CQE`] syndrome.
+    pub fn rdma_cqe(self) -> Option<(super::roce::CqeStatus, u32)> {
+        (self.0 & 0xFFFF_0000 == Syndrome::RDMA_CQE.0)
+            .then_some((super::roce::CqeStatus(self.0 & 0xFF), (self.0 >> 8) & 0xFF))
+    }
 
     /// A readable description; unknown values are named as such.
     pub fn describe(self) -> String {
+        if let Some((status, sub_status)) = self.rdma_cqe() {
+            return format!("RDMA error CQE: {} (sub-status 0x{sub_status:02x})", status.describe());
+        }
         match self {
             Syndrome::NONE => "none".into(),
             Syndrome::BAD_REQUEST => "bad request (zero length, unknown opcode or address overflow)".into(),
-            Syndrome::WAIT_BUDGET => "completion flag not seen within the kernel wait budget".into(),
+            Syndrome::WAIT_BUDGET => "completion not seen within the kernel wait budget".into(),
             Syndrome::ABORTED => "the Host raised the abort flag".into(),
+            Syndrome::RDMA_BAD_QP => "RDMA: no usable QP record at the request's QP index".into(),
+            Syndrome::RDMA_QP_ERROR => "RDMA: the QP was already in error (not posted)".into(),
             Syndrome(other) => format!("unknown syndrome {other}"),
         }
     }
@@ -433,7 +475,7 @@ pub fn layout_facts() -> Vec<(String, u64)> {
     facts!(out; offsets RingHeader as "AivRingHeader" { head, tail });
     facts!(out; size RequestEntry as "AivRequestEntry");
     facts!(out; offsets RequestEntry as "AivRequestEntry" { transfer_id, src_addr, dst_addr, length, opcode, flags,
-        reserved });
+        lkey, rkey, reserved });
     facts!(out; size DcqEntry as "AivDcqEntry");
     facts!(out; offsets DcqEntry as "AivDcqEntry" { transfer_id, bytes, status, syndrome, sqes, doorbells });
     facts!(out; size ControlBlock as "AivControlBlock");
@@ -444,14 +486,14 @@ pub fn layout_facts() -> Vec<(String, u64)> {
     facts!(out; size BlockArgs as "AivBlockArgs");
     facts!(out; offsets BlockArgs as "AivBlockArgs" { request_ring, dcq, channel_record, flag_area, control,
         platform_context, wait_budget, request_depth, dcq_depth, doorbell_batch, max_sqe_bytes, launch_mode,
-        group_limit, trace_ring, trace_depth, reserved0, reserved });
+        group_limit, trace_ring, trace_depth, qp_count, qp_table, max_wqe_bytes, reserved1, reserved });
     facts!(out; size TraceHeader as "AivTraceHeader");
     facts!(out; offsets TraceHeader as "AivTraceHeader" { head, tail, dropped });
     facts!(out; size TraceEntry as "AivTraceEntry");
     facts!(out; offsets TraceEntry as "AivTraceEntry" { cycles, transfer_id, stage, count, aux, reserved });
     facts!(out; size KernelArgs as "AivKernelArgs");
     facts!(out; offsets KernelArgs as "AivKernelArgs" { blocks, block_count, layout_version });
-    let constants: [(&str, u64); 36] = [
+    let constants: [(&str, u64); 45] = [
         ("AIV_CACHE_LINE", CACHE_LINE),
         ("AIV_SQE_BYTES", SQE_BYTES),
         ("AIV_SQE_TYPE_SDMA", SQE_TYPE_SDMA.into()),
@@ -478,6 +520,15 @@ pub fn layout_facts() -> Vec<(String, u64)> {
         ("AIV_SYNDROME_BAD_REQUEST", Syndrome::BAD_REQUEST.0.into()),
         ("AIV_SYNDROME_WAIT_BUDGET", Syndrome::WAIT_BUDGET.0.into()),
         ("AIV_SYNDROME_ABORTED", Syndrome::ABORTED.0.into()),
+        ("AIV_SYNDROME_RDMA_BAD_QP", Syndrome::RDMA_BAD_QP.0.into()),
+        ("AIV_SYNDROME_RDMA_QP_ERROR", Syndrome::RDMA_QP_ERROR.0.into()),
+        ("AIV_SYNDROME_RDMA_CQE", Syndrome::RDMA_CQE.0.into()),
+        ("AIV_REQUEST_ROUTE_MASK", REQUEST_ROUTE_MASK.into()),
+        ("AIV_REQUEST_ROUTE_SDMA", REQUEST_ROUTE_SDMA.into()),
+        ("AIV_REQUEST_ROUTE_RDMA", REQUEST_ROUTE_RDMA.into()),
+        ("AIV_REQUEST_QP_SHIFT", REQUEST_QP_SHIFT.into()),
+        ("AIV_QP_TABLE_SLOTS", QP_TABLE_SLOTS.into()),
+        ("AIV_RDMA_MAX_WQE_BYTES", RDMA_MAX_WQE_BYTES.into()),
         ("AIV_LAUNCH_PER_BATCH", LAUNCH_PER_BATCH.into()),
         ("AIV_LAUNCH_PERSISTENT", LAUNCH_PERSISTENT.into()),
         ("AIV_GROUP_MAX_TRANSFERS", GROUP_MAX_TRANSFERS.into()),

@@ -140,8 +140,16 @@ pub struct QpRecord {
     pub error_status: U32,
     pub error_wqe_index: U32,
     pub error_sub_status: U32,
-    pub pad: [u8; 40],
+    /// Kernel -> Host: the QPN the kernel's state (this line) is for; a record whose `qpn` differs is adopted afresh
+    /// (indices from 0, no error) when a request next uses it.
+    pub qpn_seen: U32,
+    pub pad: [u8; 36],
 }
+
+/// `error_status` of a QP the kernel gave up on itself: a CQE did not arrive within the wait budget.
+pub const QP_ERROR_WAIT_BUDGET: u32 = 0x100;
+/// `error_status` of a QP the kernel gave up on itself: the Host raised the abort flag during a CQE wait.
+pub const QP_ERROR_ABORTED: u32 = 0x101;
 
 /// An RDMA operation the kernel posts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -364,9 +372,11 @@ pub fn roce_facts() -> Vec<(String, u64)> {
     facts!(out; size QpRecord as "AivQpRecord");
     facts!(out; offsets QpRecord as "AivQpRecord" { sq_base, sq_db_addr, cq_base, cq_db_addr, qpn, cqn, sq_depth,
         cq_depth, sl, cq_db_mode, lkey, rkey, sq_pi, sq_ci, cq_ci, error_status, error_wqe_index, error_sub_status,
-        pad });
-    let constants: [(&str, u64); 26] = [
+        qpn_seen, pad });
+    let constants: [(&str, u64); 28] = [
         ("AIV_ROCE_WQE_STRIDE", WQE_STRIDE),
+        ("AIV_QP_ERROR_WAIT_BUDGET", QP_ERROR_WAIT_BUDGET.into()),
+        ("AIV_QP_ERROR_ABORTED", QP_ERROR_ABORTED.into()),
         ("AIV_ROCE_OPCODE_RDMA_WRITE", OPCODE_RDMA_WRITE.into()),
         ("AIV_ROCE_OPCODE_RDMA_WRITE_WITH_IMM", OPCODE_RDMA_WRITE_WITH_IMM.into()),
         ("AIV_ROCE_OPCODE_RDMA_READ", OPCODE_RDMA_READ.into()),

@@ -33,7 +33,7 @@ int main() {
     SIZE(AivRequestEntry);
     OFF(AivRequestEntry, transfer_id); OFF(AivRequestEntry, src_addr); OFF(AivRequestEntry, dst_addr);
     OFF(AivRequestEntry, length); OFF(AivRequestEntry, opcode); OFF(AivRequestEntry, flags);
-    OFF(AivRequestEntry, reserved);
+    OFF(AivRequestEntry, lkey); OFF(AivRequestEntry, rkey); OFF(AivRequestEntry, reserved);
 
     SIZE(AivDcqEntry);
     OFF(AivDcqEntry, transfer_id); OFF(AivDcqEntry, bytes); OFF(AivDcqEntry, status); OFF(AivDcqEntry, syndrome);
@@ -52,7 +52,8 @@ int main() {
     OFF(AivBlockArgs, wait_budget); OFF(AivBlockArgs, request_depth); OFF(AivBlockArgs, dcq_depth);
     OFF(AivBlockArgs, doorbell_batch); OFF(AivBlockArgs, max_sqe_bytes); OFF(AivBlockArgs, launch_mode);
     OFF(AivBlockArgs, group_limit); OFF(AivBlockArgs, trace_ring); OFF(AivBlockArgs, trace_depth);
-    OFF(AivBlockArgs, reserved0); OFF(AivBlockArgs, reserved);
+    OFF(AivBlockArgs, qp_count); OFF(AivBlockArgs, qp_table);
+    OFF(AivBlockArgs, max_wqe_bytes); OFF(AivBlockArgs, reserved1); OFF(AivBlockArgs, reserved);
 
     SIZE(AivTraceHeader);
     OFF(AivTraceHeader, head); OFF(AivTraceHeader, tail); OFF(AivTraceHeader, dropped);
@@ -71,7 +72,10 @@ int main() {
     CONST(AIV_RING_HEADER_BYTES); CONST(AIV_REQUEST_OPCODE_READ); CONST(AIV_REQUEST_OPCODE_WRITE);
     CONST(AIV_DCQ_STATUS_COMPLETED); CONST(AIV_DCQ_STATUS_FAILED); CONST(AIV_DCQ_STATUS_TIMEOUT);
     CONST(AIV_DCQ_STATUS_ABORTED); CONST(AIV_SYNDROME_NONE); CONST(AIV_SYNDROME_BAD_REQUEST);
-    CONST(AIV_SYNDROME_WAIT_BUDGET); CONST(AIV_SYNDROME_ABORTED); CONST(AIV_LAUNCH_PER_BATCH);
+    CONST(AIV_SYNDROME_WAIT_BUDGET); CONST(AIV_SYNDROME_ABORTED);
+    CONST(AIV_SYNDROME_RDMA_BAD_QP); CONST(AIV_SYNDROME_RDMA_QP_ERROR); CONST(AIV_SYNDROME_RDMA_CQE);
+    CONST(AIV_REQUEST_ROUTE_MASK); CONST(AIV_REQUEST_ROUTE_SDMA); CONST(AIV_REQUEST_ROUTE_RDMA);
+    CONST(AIV_REQUEST_QP_SHIFT); CONST(AIV_QP_TABLE_SLOTS); CONST(AIV_RDMA_MAX_WQE_BYTES); CONST(AIV_LAUNCH_PER_BATCH);
     CONST(AIV_LAUNCH_PERSISTENT); CONST(AIV_GROUP_MAX_TRANSFERS); CONST(AIV_LAYOUT_VERSION); CONST(AIV_FLAG_SOURCE_SLOTS);
     CONST(AIV_TRACE_STAGE_REQUEST_SEEN); CONST(AIV_TRACE_STAGE_SQES_POSTED); CONST(AIV_TRACE_STAGE_DOORBELL);
     CONST(AIV_TRACE_STAGE_COMPLETION_OBSERVED); CONST(AIV_TRACE_STAGE_DCQ_PUBLISHED);

@@ -15,7 +15,8 @@ static void print_roce_facts() {
     OFF(AivQpRecord, qpn); OFF(AivQpRecord, cqn); OFF(AivQpRecord, sq_depth); OFF(AivQpRecord, cq_depth);
     OFF(AivQpRecord, sl); OFF(AivQpRecord, cq_db_mode); OFF(AivQpRecord, lkey); OFF(AivQpRecord, rkey);
     OFF(AivQpRecord, sq_pi); OFF(AivQpRecord, sq_ci); OFF(AivQpRecord, cq_ci); OFF(AivQpRecord, error_status);
-    OFF(AivQpRecord, error_wqe_index); OFF(AivQpRecord, error_sub_status); OFF(AivQpRecord, pad);
+    OFF(AivQpRecord, error_wqe_index); OFF(AivQpRecord, error_sub_status); OFF(AivQpRecord, qpn_seen);
+    OFF(AivQpRecord, pad);
 
     CONST(AIV_ROCE_WQE_STRIDE); CONST(AIV_ROCE_OPCODE_RDMA_WRITE); CONST(AIV_ROCE_OPCODE_RDMA_WRITE_WITH_IMM);
     CONST(AIV_ROCE_OPCODE_RDMA_READ); CONST(AIV_ROCE_WQE_OPCODE_MASK); CONST(AIV_ROCE_WQE_OWNER_BIT);
@@ -26,6 +27,7 @@ static void print_roce_facts() {
     CONST(AIV_ROCE_CQ_DB_MODE_HW); CONST(AIV_ROCE_CQ_DB_MODE_SW); CONST(AIV_ROCE_CQE_OPCODE_MASK);
     CONST(AIV_ROCE_CQE_OWNER_BIT); CONST(AIV_ROCE_CQE_STATUS_SHIFT); CONST(AIV_ROCE_CQE_STATUS_MASK);
     CONST(AIV_ROCE_CQE_WQE_INDEX_SHIFT); CONST(AIV_ROCE_CQE_QPN_MASK); CONST(AIV_ROCE_CQE_SUB_STATUS_SHIFT);
+    CONST(AIV_QP_ERROR_WAIT_BUDGET); CONST(AIV_QP_ERROR_ABORTED);
     CONST(AIV_ROCE_STATUS_SUCCESS); CONST(AIV_ROCE_STATUS_LOCAL_LENGTH_ERR); CONST(AIV_ROCE_STATUS_LOCAL_QP_OP_ERR);
     CONST(AIV_ROCE_STATUS_LOCAL_PROT_ERR); CONST(AIV_ROCE_STATUS_WR_FLUSH_ERR); CONST(AIV_ROCE_STATUS_MW_BIND_ERR);
     CONST(AIV_ROCE_STATUS_BAD_RESP_ERR); CONST(AIV_ROCE_STATUS_LOCAL_ACCESS_ERR);

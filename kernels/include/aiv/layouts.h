@@ -82,15 +82,25 @@ typedef struct AivRingHeader {
 #define AIV_REQUEST_OPCODE_READ 0u
 #define AIV_REQUEST_OPCODE_WRITE 1u
 
-// One transfer request, Host -> kernel. Addresses are already in the executing device's view.
+// Bits of a request's `flags`: the route [7:0] and, for RDMA, the index of the QP in the block's QP table [31:16].
+#define AIV_REQUEST_ROUTE_MASK 0xFFu
+#define AIV_REQUEST_ROUTE_SDMA 0u               // SDMA SQEs on the block's channel (same host)
+#define AIV_REQUEST_ROUTE_RDMA 1u               // RoCE WQEs on a QP of the block's QP table (another host)
+#define AIV_REQUEST_QP_SHIFT 16u
+
+// One transfer request, Host -> kernel. Addresses are already in the executing device's view; on the RDMA route the
+// remote side is the target's virtual address (dst_addr for a WRITE, src_addr for a READ), the local side this
+// device's, and lkey/rkey are the keys of the registrations they lie in (0: the QP record's keys).
 typedef struct AivRequestEntry {
     uint64_t transfer_id;      // 0
     uint64_t src_addr;         // 8
     uint64_t dst_addr;         // 16
     uint64_t length;           // 24
     uint32_t opcode;           // 32: AIV_REQUEST_OPCODE_*
-    uint32_t flags;            // 36: reserved, 0
-    uint64_t reserved[3];      // 40
+    uint32_t flags;            // 36: route and QP index (AIV_REQUEST_ROUTE_*, AIV_REQUEST_QP_SHIFT); 0: SDMA
+    uint32_t lkey;             // 40: RDMA only
+    uint32_t rkey;             // 44: RDMA only
+    uint64_t reserved[2];      // 48
 } AivRequestEntry;
 
 // Status of a device completion queue entry. Zero is never written, so a torn or stale entry is recognisable.
@@ -104,6 +114,11 @@ typedef struct AivRequestEntry {
 #define AIV_SYNDROME_BAD_REQUEST 1u        // zero length, unknown opcode or src/dst range overflow
 #define AIV_SYNDROME_WAIT_BUDGET 2u        // the completion flag did not arrive within the wait budget
 #define AIV_SYNDROME_ABORTED 3u            // the Host raised the abort flag while the kernel waited
+#define AIV_SYNDROME_RDMA_BAD_QP 4u        // RDMA route: QP index outside the table, or its record not set up
+#define AIV_SYNDROME_RDMA_QP_ERROR 5u      // RDMA route: the QP was already in error (not posted; the Host replaces it)
+// RDMA route: an error CQE covered this transfer: AIV_SYNDROME_RDMA_CQE | (sub-status << 8) | status, with the
+// status and sub-status of the CQE (AIV_ROCE_STATUS_*; WR_FLUSH_ERR for transfers flushed after the first error).
+#define AIV_SYNDROME_RDMA_CQE 0x10000u
 
 // One completion, kernel -> Host.
 typedef struct AivDcqEntry {
@@ -161,9 +176,16 @@ typedef struct AivBlockArgs {
     uint64_t trace_ring;       // 80: AivTraceHeader + AivTraceEntry[trace_depth], or 0: no trace (re-read by a
                                //     persistent launch when idle, so the Host may switch it while the kernel runs)
     uint32_t trace_depth;      // 88: power of two >= 2 when trace_ring is set
-    uint32_t reserved0;        // 92
-    uint64_t reserved[4];      // 96
+    uint32_t qp_count;         // 92: entries of qp_table (<= AIV_QP_TABLE_SLOTS); 0: no RDMA route
+    uint64_t qp_table;         // 96: AivQpRecord[qp_count] (aiv/roce.h), Host memory registered for the device
+    uint32_t max_wqe_bytes;    // 104: largest message of one WQE (<= AIV_RDMA_MAX_WQE_BYTES); 0 with qp_count 0
+    uint32_t reserved1;        // 108
+    uint64_t reserved[2];      // 112
 } AivBlockArgs;
+
+// The RDMA route: QP records per block, and the largest message of one WQE.
+#define AIV_QP_TABLE_SLOTS 16u
+#define AIV_RDMA_MAX_WQE_BYTES (16u << 20)
 
 // ---- The per-block trace ring (optional; docs/trace.md) ----
 // Kernel -> Host, the DCQ's discipline: entries written with scalar stores, cleaned to HBM, then the tail published.
@@ -196,6 +218,6 @@ typedef struct AivKernelArgs {
     uint32_t layout_version;   // 12: AIV_LAYOUT_VERSION
 } AivKernelArgs;
 
-#define AIV_LAYOUT_VERSION 1u
+#define AIV_LAYOUT_VERSION 2u
 
 #endif

@@ -92,7 +92,8 @@ typedef struct AivRoceCqe {
 
 // ---- The queue-pair record (this project's own) ----
 // What the Host hands a kernel block for one reliable-connected QP: where its queues and doorbells are, and the keys
-// of the two registrations its transfers move between (first line, Host-written), and the kernel's progress (second
+// of the two registrations its transfers move between when a request names none (first line, Host-written; the
+// Host writes qpn last and never rewrites a record the kernel may still use), and the kernel's progress (second
 // line, kernel-written). Queue indices are free-running u32s; slot = index & (depth - 1). SQ slots are
 // AIV_ROCE_WQE_STRIDE bytes, CQEs sizeof(AivRoceCqe).
 typedef struct AivQpRecord {
@@ -114,7 +115,13 @@ typedef struct AivQpRecord {
     uint32_t error_status;     // 76: kernel -> Host: the status of the first error CQE (0: none); the QP is not reused
     uint32_t error_wqe_index;  // 80: kernel -> Host: that CQE's wqe_index
     uint32_t error_sub_status; // 84: kernel -> Host: that CQE's sub-status
-    uint8_t pad[40];           // 88
+    uint32_t qpn_seen;         // 88: kernel -> Host: the QPN the kernel's state (this line) is for; a record whose
+                               //     qpn differs is adopted afresh (indices from 0, no error) when next used
+    uint8_t pad[36];           // 92
 } AivQpRecord;
+
+// error_status values beyond the CQE statuses: the kernel gave up on the QP itself.
+#define AIV_QP_ERROR_WAIT_BUDGET 0x100u  // a CQE did not arrive within the wait budget (WQEs may still be pending)
+#define AIV_QP_ERROR_ABORTED 0x101u      // the Host raised the abort flag while the kernel waited for a CQE
 
 #endif
