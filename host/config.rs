@@ -60,6 +60,30 @@ pub enum LaunchMode {
     PerBatch,
 }
 
+/// Which path the aiv transport takes to a peer device (`"route"`, docs/rdma.md section 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteMode {
+    /// SDMA through imported windows to a peer on this host (same host identity), RDMA to a peer on another host
+    /// that advertises an `rdma` object; else the transfer fails, saying why (default).
+    Auto,
+    /// RDMA to every peer that advertises it, on this host too (tests and measurements on one machine); SDMA to
+    /// peers that do not.
+    Rdma,
+    /// Never RDMA: the NIC is not opened; a peer on another host cannot be reached.
+    Sdma,
+}
+
+impl RouteMode {
+    /// The configuration value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteMode::Auto => "auto",
+            RouteMode::Rdma => "rdma",
+            RouteMode::Sdma => "sdma",
+        }
+    }
+}
+
 /// This project's options: the `"aiv"` object of mooncake.json.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AivOptions {
@@ -108,6 +132,23 @@ pub struct AivOptions {
     /// on the post path (docs/evidence.md) and leaves those acts "not recorded". Process-wide: an engine that turns
     /// them on leaves them on.
     pub record_provenance: bool,
+
+    // --- the RDMA route (docs/rdma.md section 7) ---
+    /// `route`: `"auto"` (default), `"rdma"` or `"sdma"` ([`RouteMode`]).
+    pub route: RouteMode,
+    /// `rdma_max_wqe_bytes`: the largest message of one WQE; longer transfers take several (default 1 MiB, 1 byte
+    /// to 16 MiB).
+    pub rdma_max_wqe_bytes: u32,
+    /// `rdma_sq_depth`: SQ slots of each QP, a power of two (default 256, 4 to 32768); its CQ has as many CQEs.
+    pub rdma_sq_depth: u32,
+    /// `rdma_retry_count`: retransmissions of a request before the QP fails it with "transport retry count
+    /// exceeded" (default 7, 0 to 7).
+    pub rdma_retry_count: u8,
+    /// `rdma_timeout_ms`: the wait for a response per attempt (default 100 ms, 1 to 10000).
+    pub rdma_timeout: Duration,
+    /// `rdma_host`: the IP address the device's NIC listens on and advertises. Default: the host part of
+    /// `local_hostname` (filled in by the engine), else 127.0.0.1.
+    pub rdma_host: Option<String>,
 
     // --- tcp client limits (connect deadline, reconnect backoff); parsed by `read_tcp_client_limits` ---
     /// `tcp_connect_timeout_ms`: one connect to a peer's data server, over every address its host resolves to
@@ -184,6 +225,12 @@ impl Default for AivOptions {
             hixl_port: 0,
             ascend_protocol: Protocol::Aiv,
             record_provenance: true,
+            route: RouteMode::Auto,
+            rdma_max_wqe_bytes: 1 << 20,
+            rdma_sq_depth: 256,
+            rdma_retry_count: 7,
+            rdma_timeout: Duration::from_millis(100),
+            rdma_host: None,
             // tcp client limits
             tcp_connect_timeout: Duration::from_secs(5),
             tcp_reconnect_backoff: Duration::from_millis(10),
@@ -503,8 +550,41 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(on) = fields.boolean("record_provenance")? {
         aiv.record_provenance = on;
     }
+    read_rdma_options(fields, aiv)?;
     read_tcp_client_limits(fields, aiv)?;
     read_admission_limits(fields, aiv)
+}
+
+/// The RDMA route's options of the `"aiv"` object.
+fn read_rdma_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), ConfigError> {
+    if let Some(name) = fields.string("route")? {
+        aiv.route = match name.to_ascii_lowercase().as_str() {
+            "auto" => RouteMode::Auto,
+            "rdma" => RouteMode::Rdma,
+            "sdma" => RouteMode::Sdma,
+            _ => return Err(fields.invalid("route", "\"auto\", \"rdma\" or \"sdma\"", &Value::String(name))),
+        };
+    }
+    let max_wqe = u64::from(crate::kernel_abi::RDMA_MAX_WQE_BYTES);
+    if let Some(bytes) = fields.integer("rdma_max_wqe_bytes", 1, max_wqe)? {
+        aiv.rdma_max_wqe_bytes = bytes as u32;
+    }
+    if let Some(depth) = fields.power_of_two("rdma_sq_depth", 4, 1 << 15)? {
+        aiv.rdma_sq_depth = depth;
+    }
+    if let Some(count) = fields.integer("rdma_retry_count", 0, 7)? {
+        aiv.rdma_retry_count = count as u8;
+    }
+    if let Some(ms) = fields.integer("rdma_timeout_ms", 1, 10_000)? {
+        aiv.rdma_timeout = Duration::from_millis(ms);
+    }
+    if let Some(host) = fields.string("rdma_host")? {
+        if host.trim().parse::<std::net::IpAddr>().is_err() {
+            return Err(fields.invalid("rdma_host", "an IP address", &Value::String(host)));
+        }
+        aiv.rdma_host = Some(host.trim().to_owned());
+    }
+    Ok(())
 }
 
 /// The tcp client limits of the `"aiv"` object.
@@ -893,6 +973,38 @@ mod tests {
         assert!(message.contains("\"protocol\"") && message.contains("does not provide"), "{message}");
         let error = parse(r#"{"local_hostname": "h", "protocol": "carrier-pigeon"}"#).expect_err("unknown");
         assert!(error.to_string().contains("unknown protocol"), "{error}");
+    }
+
+    #[test]
+    fn rdma_route_options_have_defaults_and_are_validated() {
+        let parse = |aiv: &str| {
+            EngineConfig::from_json(&format!(r#"{{"local_hostname": "h", "aiv": {aiv}}}"#), "test.json", &|_: &str| {
+                None
+            })
+        };
+        let config = parse("{}").expect("valid");
+        assert_eq!(config.aiv.route, RouteMode::Auto);
+        assert_eq!((config.aiv.rdma_max_wqe_bytes, config.aiv.rdma_sq_depth), (1 << 20, 256));
+        let config = parse(
+            r#"{"route": "RDMA", "rdma_max_wqe_bytes": 4096, "rdma_sq_depth": 64,
+            "rdma_retry_count": 2, "rdma_timeout_ms": 20, "rdma_host": "127.0.0.1"}"#,
+        )
+        .expect("valid");
+        assert_eq!(config.aiv.route, RouteMode::Rdma);
+        assert_eq!((config.aiv.rdma_max_wqe_bytes, config.aiv.rdma_sq_depth), (4096, 64));
+        assert_eq!((config.aiv.rdma_retry_count, config.aiv.rdma_timeout), (2, Duration::from_millis(20)));
+        for (bad, key) in [
+            (r#"{"route": "carrier"}"#, "aiv.route"),
+            (r#"{"rdma_max_wqe_bytes": 0}"#, "aiv.rdma_max_wqe_bytes"),
+            (r#"{"rdma_max_wqe_bytes": 16777217}"#, "aiv.rdma_max_wqe_bytes"),
+            (r#"{"rdma_sq_depth": 100}"#, "aiv.rdma_sq_depth"),
+            (r#"{"rdma_retry_count": 8}"#, "aiv.rdma_retry_count"),
+            (r#"{"rdma_timeout_ms": 0}"#, "aiv.rdma_timeout_ms"),
+            (r#"{"rdma_host": "not an ip"}"#, "aiv.rdma_host"),
+        ] {
+            let message = parse(bad).expect_err(bad).to_string();
+            assert!(message.contains(key), "{bad}: {message}");
+        }
     }
 
     #[test]

@@ -66,6 +66,111 @@ pub struct DeviceAdvertisement {
     /// HiXL clients connect there. Absent when the server could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hixl_server: Option<String>,
+    /// Where the device's RDMA NIC listens and the keys of its registered memory, for the aiv transport's RDMA route
+    /// (docs/rdma.md section 7). Absent: the device offers no RDMA route (older descriptors, the vendor's runtime,
+    /// or `"route": "sdma"`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma: Option<RdmaAdvertisement>,
+    /// Where the device is: [`HostIdentity`] (boot id and network namespace). Absent in older descriptors; a peer
+    /// without one is taken to be on this host only if it advertises no `rdma` object.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+/// The `rdma` object of a [`DeviceAdvertisement`].
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RdmaAdvertisement {
+    /// The NIC's address, `"ip:port"`.
+    pub nic: String,
+    /// The device memory registered with remote read and write, each with its rkey.
+    pub regions: Vec<RdmaRegion>,
+}
+
+/// One registered range of an [`RdmaAdvertisement`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct RdmaRegion {
+    /// Device address of the first byte, in the owner's view.
+    pub addr: u64,
+    /// Bytes.
+    pub length: u64,
+    /// The key a peer's WQE presents to reach it.
+    pub rkey: u32,
+}
+
+impl RdmaRegion {
+    /// Whether `[addr, addr + length)` lies inside the region.
+    pub fn holds(&self, addr: u64, length: u64) -> bool {
+        addr >= self.addr && addr.checked_add(length).is_some_and(|end| end <= self.addr.saturating_add(self.length))
+    }
+}
+
+/// Where a process runs, as far as device memory sharing goes: the kernel's boot id and the network namespace. Two
+/// processes with equal identities can import each other's VMM exports (same machine) and reach each other's
+/// loopback; processes in two network namespaces of one machine count as two hosts (the multi-host tests use
+/// namespaces). Read from `/proc/sys/kernel/random/boot_id` and the link `/proc/self/ns/net`; either missing is
+/// written `unknown`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostIdentity(pub String);
+
+impl HostIdentity {
+    /// This process's identity, `"<boot id>/<net namespace>"`.
+    pub fn current() -> HostIdentity {
+        let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+            .map(|text| text.trim().to_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        let net = std::fs::read_link("/proc/self/ns/net")
+            .map(|link| link.to_string_lossy().into_owned())
+            .unwrap_or_else(|_| "unknown".into());
+        HostIdentity(format!("{boot}/{net}"))
+    }
+}
+
+/// What a QP on this device's NIC is created with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpSpec {
+    /// SQ slots (a power of two).
+    pub sq_depth: u32,
+    /// CQEs (a power of two, at least `sq_depth`).
+    pub cq_depth: u32,
+    /// Retransmissions before a transport-retry-exceeded completion (at most 7).
+    pub retry_count: u8,
+    /// The wait for a response per attempt.
+    pub timeout: Duration,
+    /// The AIV block that polls the QP's CQ (`None`: a responder QP nobody polls).
+    pub wake_block: Option<u32>,
+}
+
+/// Where a new QP's queues and doorbells are: what fills the first line of a `QpRecord`
+/// (crate::kernel_abi::roce).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QpHandle {
+    pub qpn: u32,
+    pub cqn: u32,
+    pub sq_base: u64,
+    pub cq_base: u64,
+    pub sq_db_addr: u64,
+    pub cq_db_addr: u64,
+    pub sq_depth: u32,
+    pub cq_depth: u32,
+}
+
+/// A QP's state as the NIC reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct QpState {
+    /// Connected and not in error.
+    pub ready: bool,
+    /// In the error state, and why (the first error CQE's status or the NIC's exception), if known.
+    pub error: Option<String>,
+    /// WQEs rung and completed by the NIC (free-running).
+    pub posted: u32,
+    pub completed: u32,
+}
+
+/// A registration's keys.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RdmaKeys {
+    pub lkey: u32,
+    pub rkey: u32,
 }
 
 /// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
@@ -373,6 +478,52 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         None
     }
+
+    // ---- the RDMA route (docs/rdma.md section 7); every default: unavailable ----
+    /// Opens the device's NIC listening on `listen` (port 0: any); returns the bound `ip:port`.
+    fn rdma_open(&self, listen: std::net::SocketAddr) -> Result<std::net::SocketAddr, DeviceError> {
+        let _ = listen;
+        Err(rdma_unavailable(self.backend_name(), "open the device's NIC"))
+    }
+    /// Closes the NIC (destroys its QPs; bounded).
+    fn rdma_close(&self) -> Result<(), DeviceError> {
+        Err(rdma_unavailable(self.backend_name(), "close the device's NIC"))
+    }
+    /// Registers `[addr, addr + length)` of device memory with remote read and write.
+    fn rdma_register(&self, addr: u64, length: u64) -> Result<RdmaKeys, DeviceError> {
+        let _ = (addr, length);
+        Err(rdma_unavailable(self.backend_name(), "register device memory with the NIC"))
+    }
+    /// Withdraws the registration whose lkey is `lkey`.
+    fn rdma_deregister(&self, lkey: u32) -> Result<(), DeviceError> {
+        let _ = lkey;
+        Err(rdma_unavailable(self.backend_name(), "deregister device memory"))
+    }
+    /// Creates a reliable-connected QP (not yet connected).
+    fn rdma_create_qp(&self, spec: &QpSpec) -> Result<QpHandle, DeviceError> {
+        let _ = spec;
+        Err(rdma_unavailable(self.backend_name(), "create a QP"))
+    }
+    /// Connects QP `qpn` to QP `remote_qpn` of the NIC at `peer` (bounded).
+    fn rdma_connect_qp(&self, qpn: u32, peer: std::net::SocketAddr, remote_qpn: u32) -> Result<(), DeviceError> {
+        let _ = (qpn, peer, remote_qpn);
+        Err(rdma_unavailable(self.backend_name(), "connect a QP"))
+    }
+    /// QP `qpn`'s state.
+    fn rdma_qp_state(&self, qpn: u32) -> Result<QpState, DeviceError> {
+        let _ = qpn;
+        Err(rdma_unavailable(self.backend_name(), "read a QP's state"))
+    }
+    /// Destroys QP `qpn` (bounded).
+    fn rdma_destroy_qp(&self, qpn: u32) -> Result<(), DeviceError> {
+        let _ = qpn;
+        Err(rdma_unavailable(self.backend_name(), "destroy a QP"))
+    }
+}
+
+/// The error of an RDMA operation a backend does not offer.
+pub fn rdma_unavailable(backend: &'static str, operation: &str) -> DeviceError {
+    DeviceError::Unavailable { backend, reason: format!("RDMA route: {operation}: not offered by this backend") }
 }
 
 /// What [`DeviceBackend::read_channel_log`] found.

@@ -22,9 +22,11 @@ pub(crate) use backend::map_anonymous_pages;
 /// engines, stream workers and services: `cann_twin::THREAD_PREFIX`): device time, which Host CPU figures leave out
 /// by these names.
 pub const DEVICE_THREAD_PREFIXES: [&str; 1] = [cann_twin::THREAD_PREFIX];
+pub use backend::rdma_unavailable;
 pub use backend::{
     ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
-    DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    DeviceError, ExportedRegion, HostIdentity, ImportedWindow, Launch, QpHandle, QpSpec, QpState, RdmaAdvertisement,
+    RdmaKeys, RdmaRegion, SdmaSyndrome, SharedMemory, UniqueIdExchange,
 };
 
 use crate::config::{AivOptions, DeviceBackendKind};

@@ -652,6 +652,27 @@ impl CannDevice {
         }
     }
 
+    /// The RDMA route's NIC calls reach the twin NIC only when the twin runtime is linked in this process; on the
+    /// vendor's runtime (and the twin loaded in its place, whose NIC is that copy's) they are not implemented.
+    fn twin_nic(&self, operation: &str) -> Result<(), DeviceError> {
+        match self.runtime {
+            CannRuntime::Twin => Ok(()),
+            _ => Err(DeviceError::Unavailable {
+                backend: "cann",
+                reason: format!(
+                    "RDMA route: {operation}: not implemented on the vendor's runtime (it would need HCCP's \
+                     RaQpAiCreate in libra.so, which returns the QP's queues and doorbells as HccpAiQpInfo, and the \
+                     matching registration calls; unverified on hardware)"
+                ),
+            }),
+        }
+    }
+
+    fn nic_error(&self, step: &'static str) -> impl Fn(cann_twin::nic::NicError) -> DeviceError {
+        let device = self.id;
+        move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
+    }
+
     /// On the twin runtime, the exception that stopped the channel as its SDMA engine recorded it (the NPU gives the
     /// Host no per-channel record: docs/hardware.md section 4), with the faults of the block's core.
     fn twin_channel_exception(&self, channel: u32) -> Option<ChannelException> {
@@ -953,6 +974,9 @@ impl DeviceBackend for CannDevice {
             // The VMM shareable handle is the capability.
             process_id: Some(std::process::id()),
             hixl_server: None,
+            // The aiv transport adds the NIC and keys once it opened the NIC (crate::engine::AivDevice).
+            rdma: None,
+            host: Some(crate::device::HostIdentity::current().0),
         }
     }
 
@@ -1128,6 +1152,84 @@ impl DeviceBackend for CannDevice {
             length: self.heap_mapping.length,
             export_id: self.export_id,
         })
+    }
+
+    fn rdma_open(&self, listen: std::net::SocketAddr) -> Result<std::net::SocketAddr, DeviceError> {
+        self.twin_nic("open the device's NIC")?;
+        cann_twin::nic::open(self.id as i32, listen).map_err(self.nic_error("open the NIC (twin runtime)"))
+    }
+
+    fn rdma_close(&self) -> Result<(), DeviceError> {
+        self.twin_nic("close the device's NIC")?;
+        cann_twin::nic::close(self.id as i32).map_err(self.nic_error("close the NIC (twin runtime)"))
+    }
+
+    fn rdma_register(&self, addr: u64, length: u64) -> Result<crate::device::RdmaKeys, DeviceError> {
+        self.twin_nic("register device memory with the NIC")?;
+        let keys = cann_twin::nic::register_memory(self.id as i32, addr, length, cann_twin::nic::Access::REMOTE_ALL)
+            .map_err(self.nic_error("register device memory (twin runtime NIC)"))?;
+        Ok(crate::device::RdmaKeys { lkey: keys.lkey, rkey: keys.rkey })
+    }
+
+    fn rdma_deregister(&self, lkey: u32) -> Result<(), DeviceError> {
+        self.twin_nic("deregister device memory")?;
+        cann_twin::nic::deregister_memory(self.id as i32, lkey)
+            .map_err(self.nic_error("deregister device memory (twin runtime NIC)"))
+    }
+
+    fn rdma_create_qp(&self, spec: &crate::device::QpSpec) -> Result<crate::device::QpHandle, DeviceError> {
+        self.twin_nic("create a QP")?;
+        // `spec.wake_block` names the block that polls the CQ; the twin NIC of this build takes no such hint.
+        let config = cann_twin::nic::QpConfig {
+            sq_depth: spec.sq_depth,
+            cq_depth: spec.cq_depth,
+            retry_count: spec.retry_count,
+            timeout: spec.timeout,
+            ..cann_twin::nic::QpConfig::default()
+        };
+        let info = cann_twin::nic::create_qp(self.id as i32, config)
+            .map_err(self.nic_error("create a QP (twin runtime NIC)"))?;
+        Ok(crate::device::QpHandle {
+            qpn: info.qpn,
+            cqn: info.cqn,
+            sq_base: info.sq_base,
+            cq_base: info.cq_base,
+            sq_db_addr: info.sq_db_addr,
+            cq_db_addr: info.cq_db_addr,
+            sq_depth: info.sq_depth,
+            cq_depth: info.cq_depth,
+        })
+    }
+
+    fn rdma_connect_qp(&self, qpn: u32, peer: std::net::SocketAddr, remote_qpn: u32) -> Result<(), DeviceError> {
+        self.twin_nic("connect a QP")?;
+        cann_twin::nic::connect_qp(self.id as i32, qpn, peer, remote_qpn)
+            .map_err(self.nic_error("connect a QP (twin runtime NIC)"))
+    }
+
+    fn rdma_qp_state(&self, qpn: u32) -> Result<crate::device::QpState, DeviceError> {
+        self.twin_nic("read a QP's state")?;
+        let status = cann_twin::nic::qp_status(self.id as i32, qpn)
+            .map_err(self.nic_error("read a QP's state (twin runtime NIC)"))?;
+        let error = match (status.state, status.first_error, status.exception) {
+            (_, _, Some(exception)) => Some(format!("NIC exception {:?}", exception.fault)),
+            (_, Some((code, index)), None) => {
+                Some(format!("first error CQE {} at WQE {index}", crate::kernel_abi::roce::CqeStatus(code).describe()))
+            }
+            (cann_twin::nic::QpState::Error, None, None) => Some("in the error state".into()),
+            _ => None,
+        };
+        Ok(crate::device::QpState {
+            ready: status.state == cann_twin::nic::QpState::ReadyToSend,
+            error,
+            posted: status.sq_producer,
+            completed: status.sq_head,
+        })
+    }
+
+    fn rdma_destroy_qp(&self, qpn: u32) -> Result<(), DeviceError> {
+        self.twin_nic("destroy a QP")?;
+        cann_twin::nic::destroy_qp(self.id as i32, qpn).map_err(self.nic_error("destroy a QP (twin runtime NIC)"))
     }
 
     fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError> {
