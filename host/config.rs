@@ -149,6 +149,9 @@ pub struct AivOptions {
     /// `rdma_host`: the IP address the device's NIC listens on and advertises. Default: the host part of
     /// `local_hostname` (filled in by the engine), else 127.0.0.1.
     pub rdma_host: Option<String>,
+    /// `host_identity`: overrides where this engine says it is (default: the boot id and network namespace,
+    /// `crate::device::HostIdentity::current`). For tests: engines of one process posing as different hosts.
+    pub host_identity: Option<String>,
 
     // --- tcp client limits (connect deadline, reconnect backoff); parsed by `read_tcp_client_limits` ---
     /// `tcp_connect_timeout_ms`: one connect to a peer's data server, over every address its host resolves to
@@ -231,6 +234,7 @@ impl Default for AivOptions {
             rdma_retry_count: 7,
             rdma_timeout: Duration::from_millis(100),
             rdma_host: None,
+            host_identity: None,
             // tcp client limits
             tcp_connect_timeout: Duration::from_secs(5),
             tcp_reconnect_backoff: Duration::from_millis(10),
@@ -583,6 +587,12 @@ fn read_rdma_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Co
             return Err(fields.invalid("rdma_host", "an IP address", &Value::String(host)));
         }
         aiv.rdma_host = Some(host.trim().to_owned());
+    }
+    if let Some(identity) = fields.string("host_identity")? {
+        if identity.trim().is_empty() {
+            return Err(fields.invalid("host_identity", "a non-empty string", &Value::String(identity)));
+        }
+        aiv.host_identity = Some(identity.trim().to_owned());
     }
     Ok(())
 }

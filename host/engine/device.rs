@@ -34,7 +34,8 @@ impl AivDevice {
     ) -> Result<AivDevice, DeviceError> {
         let backend = crate::device::open_with_exchange(options, exchange)?;
         // One import cache and peer state for the three paths: a loss the aiv probe finds is seen by the baselines.
-        let windows = Arc::new(PeerWindows::new(backend.clone()));
+        let identity = options.host_identity.clone().unwrap_or_else(|| crate::device::HostIdentity::current().0);
+        let windows = Arc::new(PeerWindows::with_identity(backend.clone(), identity));
         let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
         // The Host-submitted baselines on the same device and memory; both start their threads on first use.
         let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
@@ -88,6 +89,8 @@ impl AivDevice {
     pub fn advertisement(&self) -> DeviceAdvertisement {
         let mut advertisement = self.backend.advertisement();
         advertisement.hixl_server = self.adxl.hixl_server();
+        advertisement.rdma = self.transport.rdma_advertisement();
+        advertisement.host = Some(self.transport.host_identity().0);
         advertisement
     }
 }

@@ -84,7 +84,8 @@ pub struct TransferEngine {
     next_batch: AtomicU64,
     local_transport: Arc<LocalTransport>,
     transports: RwLock<HashMap<Protocol, Arc<dyn Transport>>>,
-    metadata: MetadataService,
+    /// Shared (weakly) with the aiv transport's RDMA route, which sends its QP handshakes through it.
+    metadata: Arc<MetadataService>,
     /// The device behind the `aiv` transport, created on first use by [`Self::device`].
     device: Mutex<Option<Arc<AivDevice>>>,
     /// Per-stage traces (docs/trace.md), off until [`Self::set_trace`].
@@ -115,7 +116,7 @@ impl TransferEngine {
 
     /// Starts an engine with explicit metadata settings instead of the `MC_*` environment variables.
     pub fn with_metadata_options(config: EngineConfig, options: &MetadataOptions) -> Result<Self> {
-        let metadata = MetadataService::start(&config, options)?;
+        let metadata = Arc::new(MetadataService::start(&config, options)?);
         let name = metadata.segment_name().to_owned();
         let descriptor = SegmentDescriptor::new(name.clone(), vec![config.protocol.as_str().to_owned()]);
         let local_segment = Segment::from_descriptor(SegmentId::LOCAL, descriptor)
@@ -291,6 +292,9 @@ impl TransferEngine {
             options.hixl_host =
                 Some(crate::transport::adxl::default_hixl_host(&ProcessEnvironment, &self.config.local_hostname));
         }
+        if options.rdma_host.is_none() {
+            options.rdma_host = Some(default_rdma_host(&self.config.local_hostname));
+        }
         let device = Arc::new(
             AivDevice::open_with_exchange(&options, Some(&exchange)).map_err(|error| start_error(error.to_string()))?,
         );
@@ -308,11 +312,31 @@ impl TransferEngine {
                 .set_trace(&self.tracer, true, self.trace_depth.load(Ordering::Relaxed))
                 .map_err(|error| start_error(error.to_string()))?;
         }
+        // The RDMA route's QP handshake (docs/rdma.md section 7): sent through the metadata service to the peer's
+        // handshake server, answered by this transport on ours (every metadata mode runs one).
+        let metadata = Arc::downgrade(&self.metadata);
+        device.transport().set_connection_sender(Arc::new(move |segment: &str, payload: &serde_json::Value| {
+            let metadata = metadata.upgrade().ok_or("the engine's metadata service has shut down")?;
+            metadata.send_connection(segment, payload).map_err(|error| error.to_string())
+        }));
+        self.metadata.set_connection_handler(Some(device.transport().connection_handler()));
         self.install_transport(Protocol::Aiv, device.transport().clone());
         self.install_transport(Protocol::Adxl, device.adxl().clone());
         self.install_transport(Protocol::Ubshmem, device.ubshmem().clone());
         *slot = Some(device.clone());
         Ok(device)
+    }
+
+    /// Registers the device memory with the NIC again (new keys, the old registrations withdrawn) and republishes
+    /// the descriptor with the new rkeys; peers use them once they refresh the segment. Fails when the device has no
+    /// RDMA route.
+    pub fn refresh_rdma_registration(&self) -> Result<()> {
+        let device = self.device()?;
+        device
+            .transport()
+            .rdma_reregister()
+            .map_err(|error| EngineError::TransportStart { protocol: Protocol::Aiv, reason: error.to_string() })?;
+        self.republish_local_segment()
     }
 
     /// The `shmem_uid` another engine published in its descriptor's `aiv` object (see [`DescriptorUidExchange`]), or
@@ -862,7 +886,9 @@ impl TransferEngine {
 
 impl Drop for TransferEngine {
     fn drop(&mut self) {
-        // Removes the descriptor and rpc_meta and stops the handshake server (bounded waits).
+        // Removes the descriptor and rpc_meta and stops the handshake server (bounded waits); the aiv transport no
+        // longer answers QP handshakes.
+        self.metadata.set_connection_handler(None);
         self.metadata.withdraw();
     }
 }
@@ -923,6 +949,23 @@ impl crate::device::UniqueIdExchange for DescriptorUidExchange<'_> {
 
 /// `timeout` from now, saturated a century ahead where the clock cannot represent it: a configured budget never
 /// panics the submitting thread.
+/// The IP address the device's NIC listens on by default: the host part of `local_hostname` if it is an IP address,
+/// else the first IPv4 address it resolves to, else 127.0.0.1.
+fn default_rdma_host(local_hostname: &str) -> String {
+    let host = crate::metadata::SegmentName::parse(local_hostname)
+        .map(|name| name.host)
+        .unwrap_or_else(|_| local_hostname.trim().to_owned());
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return host;
+    }
+    use std::net::ToSocketAddrs;
+    (host.as_str(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut addresses| addresses.find(|address| address.is_ipv4()))
+        .map_or_else(|| "127.0.0.1".to_owned(), |address| address.ip().to_string())
+}
+
 pub(crate) fn deadline_after(timeout: Duration) -> Instant {
     let now = Instant::now();
     now.checked_add(timeout).or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600))).unwrap_or(now)

@@ -147,6 +147,25 @@ impl MetadataService {
         }
     }
 
+    /// Sets (or clears) what answers Connection requests on this engine's handshake server (the aiv transport's
+    /// RDMA route registers its QP handler here).
+    pub fn set_connection_handler(&self, handler: Option<Arc<super::handshake::ConnectionHandler>>) {
+        self.handshake.state().set_connection_handler(handler);
+    }
+
+    /// Sends a Connection handshake (Mooncake's `HandShakeDesc` JSON) to the engine serving segment `peer`, found
+    /// through its `rpc_meta`, and returns the reply payload. Bounded by the client's deadline; never retried.
+    pub fn send_connection(&self, peer: &str, payload: &serde_json::Value) -> Result<serde_json::Value> {
+        let rpc = self.fetch_rpc_meta(peer)?;
+        let request = Frame::typed(FrameKind::Connection, payload.to_string());
+        let reply = self.client.exchange(&rpc.ip_or_host_name, rpc.rpc_port, &request)?;
+        serde_json::from_slice(&reply.payload).map_err(|error| EngineError::Handshake {
+            peer: SegmentName::with_port(&rpc.ip_or_host_name, rpc.rpc_port),
+            operation: "connection handshake",
+            reason: format!("the reply is not JSON: {error}"),
+        })
+    }
+
     /// Removes the descriptor and `rpc_meta`, and stops the handshake server. Idempotent; failures are logged.
     pub fn withdraw(&self) {
         if self.withdrawn.swap(true, Ordering::AcqRel) {

@@ -46,6 +46,8 @@ pub struct Peer {
     windows: Vec<(ExportedRegion, Result<ImportedWindow, String>)>,
     /// Unique among the peers of this process (what a pending transfer remembers of the peer it reaches).
     id: u64,
+    /// Whether the peer is on another host ([`Peer::is_remote_host`]).
+    remote_host: bool,
     /// Whether `lost` holds a reason (read on every transfer without taking the lock).
     is_lost: AtomicBool,
     /// Why the peer counts as lost, once it does.
@@ -61,6 +63,17 @@ impl Peer {
     /// Unique among the peers of this process.
     pub fn id(&self) -> u64 {
         self.id
+    }
+
+    /// What the peer's device advertises (its descriptor's `aiv` object).
+    pub fn advertisement(&self) -> &DeviceAdvertisement {
+        &self.advertisement
+    }
+
+    /// Whether the peer is on another host (its advertised host identity differs from this device's): its VMM
+    /// exports are not imported and it is not probed through them (the RDMA route reaches it, docs/rdma.md section 7).
+    pub fn is_remote_host(&self) -> bool {
+        self.remote_host
     }
 
     /// Why the peer counts as lost, if it does.
@@ -131,6 +144,8 @@ pub struct Resolved {
 #[derive(Debug)]
 pub struct PeerWindows {
     device: Arc<dyn DeviceBackend>,
+    /// Where this device is (`crate::device::HostIdentity`): peers advertising another identity are not imported.
+    identity: String,
     /// Peer segments' imported windows, by segment name (the newest descriptor version seen).
     peers: Mutex<HashMap<String, Arc<Peer>>>,
 }
@@ -138,7 +153,36 @@ pub struct PeerWindows {
 impl PeerWindows {
     /// Translation for `device`.
     pub fn new(device: Arc<dyn DeviceBackend>) -> Self {
-        PeerWindows { device, peers: Mutex::new(HashMap::new()) }
+        Self::with_identity(device, crate::device::HostIdentity::current().0)
+    }
+
+    /// Translation for `device`, which is at host identity `identity`.
+    pub fn with_identity(device: Arc<dyn DeviceBackend>, identity: String) -> Self {
+        PeerWindows { device, identity, peers: Mutex::new(HashMap::new()) }
+    }
+
+    /// The peer behind a segment (parsed, and imported unless on another host, once per descriptor version), or why
+    /// it cannot be reached: an unreadable advertisement, or the peer was found lost.
+    pub fn peer_with(
+        &self,
+        segment: &Arc<Segment>,
+        last: &mut Option<(Arc<Segment>, Arc<Peer>)>,
+    ) -> Result<Arc<Peer>, ResolveError> {
+        let peer = match last {
+            Some((known, peer)) if Arc::ptr_eq(known, segment) => peer.clone(),
+            _ => {
+                let peer = self.peer(segment).map_err(ResolveError::Import)?;
+                last.insert((segment.clone(), peer)).1.clone()
+            }
+        };
+        if let Some(reason) = peer.lost_reason() {
+            return Err(ResolveError::Lost(format!(
+                "peer segment {:?} was lost ({reason}); transfers resume once its device answers again (or refresh \
+                 or reopen the segment)",
+                segment.name
+            )));
+        }
+        Ok(peer)
     }
 
     /// Why the peer behind `segment` (this descriptor version) counts as lost, if a path of this device imported it
@@ -190,20 +234,7 @@ impl PeerWindows {
             }
             transfer.remote_addr
         } else {
-            let peer = match last {
-                Some((segment, peer)) if Arc::ptr_eq(segment, &transfer.target) => peer,
-                _ => {
-                    let peer = self.peer(&transfer.target).map_err(ResolveError::Import)?;
-                    &last.insert((transfer.target.clone(), peer)).1
-                }
-            };
-            if let Some(reason) = peer.lost_reason() {
-                return Err(ResolveError::Lost(format!(
-                    "peer segment {:?} was lost ({reason}); transfers resume once its device answers again (or \
-                     refresh or reopen the segment)",
-                    transfer.target.name
-                )));
-            }
+            let peer = self.peer_with(&transfer.target, last)?;
             let (region, window) = peer
                 .windows
                 .iter()
@@ -263,10 +294,20 @@ impl PeerWindows {
             .ok_or_else(|| format!("segment {:?} advertises no aiv device", segment.name))?;
         let advertisement: DeviceAdvertisement = serde_json::from_value(value)
             .map_err(|error| format!("segment {:?} has an unreadable aiv object: {error}", segment.name))?;
+        let remote_host = advertisement.host.as_ref().is_some_and(|host| *host != self.identity);
         let mut windows = Vec::new();
         for region in &advertisement.regions {
-            // A region that cannot be imported fails only the transfers that reach it.
-            let window = self.device.import(&advertisement, region).map_err(|error| error.to_string());
+            // A region that cannot be imported fails only the transfers that reach it. A peer on another host is
+            // not imported at all: VMM exports do not cross hosts (the RDMA route reaches it).
+            let window = if remote_host {
+                Err(format!(
+                    "the peer is on another host ({}; this one is {}): its memory cannot be imported",
+                    advertisement.host.as_deref().unwrap_or("unknown"),
+                    self.identity
+                ))
+            } else {
+                self.device.import(&advertisement, region).map_err(|error| error.to_string())
+            };
             windows.push((region.clone(), window));
         }
         let peer = Arc::new(Peer {
@@ -274,13 +315,16 @@ impl PeerWindows {
             segment: Arc::downgrade(segment),
             advertisement,
             windows,
+            remote_host,
             id: NEXT_PEER_ID.fetch_add(1, Ordering::Relaxed),
             is_lost: AtomicBool::new(false),
             lost: Mutex::new(None),
         });
         // Imports are cached per exporting device, so a stale descriptor of a dead peer would import nothing new and
-        // reach orphaned memory: check the exporter once before the first transfer, then `probe_all` does.
-        if let Some(Err(error)) = self.device.probe_peer(&peer.advertisement) {
+        // reach orphaned memory: check the exporter once before the first transfer, then `probe_all` does. A peer
+        // on another host has nothing imported here and is not probed through its exports (its QPs report its loss).
+        let probed = if remote_host { None } else { self.device.probe_peer(&peer.advertisement) };
+        if let Some(Err(error)) = probed {
             if is_gone(&error) {
                 peer.mark_lost(format!("its device {} is gone: {error}", peer.advertisement.device));
             }
@@ -289,13 +333,19 @@ impl PeerWindows {
         Ok(peer)
     }
 
+    /// The segment name of the peer whose [`Peer::id`] is `id` (empty if none is known).
+    pub fn peer_name(&self, id: u64) -> String {
+        let peers = self.peers.lock().unwrap_or_else(|p| p.into_inner());
+        peers.values().find(|peer| peer.id == id).map(|peer| peer.name.clone()).unwrap_or_default()
+    }
+
     /// Probes every imported peer once. Marks lost the ones a probe proves gone ([`is_gone`]) and returns them, so
     /// the caller can fail what it still has pending to them; recovers lost ones that answer again. A probe that
     /// fails without such evidence (a timeout, a busy exporter) changes nothing.
     pub fn probe_all(&self) -> Vec<Arc<Peer>> {
         let peers: Vec<Arc<Peer>> = self.peers.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect();
         let mut lost = Vec::new();
-        for peer in peers {
+        for peer in peers.into_iter().filter(|peer| !peer.remote_host) {
             let Some(outcome) = self.device.probe_peer(&peer.advertisement) else { continue };
             let was_lost = peer.lost_reason().is_some();
             match outcome {

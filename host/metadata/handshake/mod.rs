@@ -11,7 +11,9 @@ mod client;
 mod server;
 
 pub use client::HandshakeClient;
-pub use server::{HandshakeLimits, HandshakeServer, HandshakeState, Notification};
+pub use server::{
+    ConnectionHandler, HandshakeLimits, HandshakeServer, HandshakeState, Notification, CONNECTION_HANDLER_WAIT,
+};
 
 use std::io;
 

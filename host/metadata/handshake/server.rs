@@ -58,11 +58,28 @@ pub struct Notification {
     pub message: String,
 }
 
+/// Answers a Connection request's JSON payload (Mooncake's `HandShakeDesc`) with the reply payload, or says why it
+/// refuses (then the connection closes with no reply). Runs on a blocking thread, within [`CONNECTION_HANDLER_WAIT`].
+pub type ConnectionHandler = dyn Fn(&Value) -> std::result::Result<Value, String> + Send + Sync;
+
+/// Bound on one Connection handler call (it may create and connect a QP).
+pub const CONNECTION_HANDLER_WAIT: Duration = Duration::from_secs(5);
+
 /// What the server answers with: the descriptor it serves and the notifications it received.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct HandshakeState {
     descriptor: RwLock<Option<SegmentDescriptor>>,
     notifications: Mutex<VecDeque<Notification>>,
+    /// The transport that answers Connection requests (the aiv transport's RDMA route), if any.
+    connection_handler: RwLock<Option<Arc<ConnectionHandler>>>,
+}
+
+impl std::fmt::Debug for HandshakeState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HandshakeState")
+            .field("has_connection_handler", &self.connection_handler().is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl HandshakeState {
@@ -74,6 +91,16 @@ impl HandshakeState {
     /// The descriptor Metadata requests are answered with.
     pub fn descriptor(&self) -> Option<SegmentDescriptor> {
         self.descriptor.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+    }
+
+    /// Sets (or clears) what answers Connection requests; without one they are answered as a TCP-only Mooncake peer
+    /// does (every field empty).
+    pub fn set_connection_handler(&self, handler: Option<Arc<ConnectionHandler>>) {
+        *self.connection_handler.write().unwrap_or_else(|poisoned| poisoned.into_inner()) = handler;
+    }
+
+    fn connection_handler(&self) -> Option<Arc<ConnectionHandler>> {
+        self.connection_handler.read().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
     }
 
     /// Takes the notifications received so far, oldest first.
@@ -556,7 +583,18 @@ async fn reply_to_request(
             return None;
         }
     };
-    match state.answer(kind, &request) {
+    let answer = match (kind, state.connection_handler()) {
+        (FrameKind::Connection, Some(handler)) => {
+            let call = tokio::task::spawn_blocking(move || handler(&request));
+            match tokio::time::timeout(CONNECTION_HANDLER_WAIT, call).await {
+                Ok(Ok(answer)) => answer,
+                Ok(Err(error)) => Err(format!("the connection handler failed: {error}")),
+                Err(_) => Err(format!("the connection handler did not answer within {CONNECTION_HANDLER_WAIT:?}")),
+            }
+        }
+        _ => state.answer(kind, &request),
+    };
+    match answer {
         Ok(payload) => Some(frame.reply(payload.to_string().into_bytes())),
         Err(reason) => {
             if let Some(suppressed) = REQUEST_REFUSED.admit() {

@@ -166,9 +166,13 @@ impl Inner {
             }
         }
         // The acts of each transfer, from the runtime's SQE log (before a recovery, which starts the log walk again).
+        // RDMA transfers took no SQE of the channel: they are left out of the walk (their acts come from the DCQ
+        // entry's tallies, `rdma_acts`).
         walked.clear();
-        walked.extend(finished.iter().map(|&(i, _)| match &entries[i].1 {
-            Ok(entry) | Err(UndecodableCompletion { entry }) => *entry,
+        walked.extend(finished.iter().filter(|(_, transfer)| transfer.rdma_slot.is_none()).map(|&(i, _)| {
+            match &entries[i].1 {
+                Ok(entry) | Err(UndecodableCompletion { entry }) => *entry,
+            }
         }));
         records.attribute(&*self.device, block.index, walked, acts);
         // Recover first, so that a caller who sees the failure can submit again at once.
@@ -180,7 +184,8 @@ impl Inner {
         self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
         let calls_share = self.unattributed_calls.take().div_ceil(u64::from(count.max(1)));
         let calls = ascendcl_sys::calls::thread_total();
-        for (n, (i, transfer)) in finished.drain(..).enumerate() {
+        let mut sdma_acts = acts.iter();
+        for (i, transfer) in finished.drain(..) {
             let entry = match &entries[i].1 {
                 Ok(entry) => entry,
                 Err(undecodable) => {
@@ -190,7 +195,10 @@ impl Inner {
                     &undecodable.entry
                 }
             };
-            let observed = acts.get(n).copied().unwrap_or([Act::unknown(Source::Lost); 3]);
+            let observed = match transfer.rdma_slot {
+                Some(_) => super::observe::rdma_acts(block.index, entry),
+                None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
+            };
             self.finish(block, entry, transfer, (drain_share, calls_share), observed, exception.as_ref());
         }
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
@@ -232,6 +240,39 @@ impl Inner {
         let syndrome = Syndrome(entry.syndrome.get());
         let status = DcqStatus(entry.status.get());
         let channel = block.index;
+        // The RDMA route: the QP the request went on, told of the outcome (a QP error has it replaced).
+        let rdma = transfer.rdma_slot.map(|slot| {
+            let qp_failed = (syndrome == Syndrome::RDMA_QP_ERROR
+                || syndrome.rdma_cqe().is_some()
+                || matches!(status, DcqStatus::TIMEOUT | DcqStatus::ABORTED))
+            .then(|| syndrome.describe());
+            let described = self.rdma.describe_slot(channel as usize, slot);
+            self.rdma.drained(channel as usize, slot, qp_failed.as_deref());
+            described
+        });
+        if let Some(qp) = rdma.filter(|_| status != DcqStatus::COMPLETED) {
+            let peer = transfer.peer.map(|id| self.windows.peer_name(id)).unwrap_or_default();
+            let (kind, what) = match syndrome.rdma_cqe() {
+                Some((cqe, _)) if cqe == crate::kernel_abi::roce::CqeStatus::TRANSPORT_RETRY_EXC_ERR => {
+                    (FailureKind::Network, syndrome.describe())
+                }
+                Some((cqe, _)) if cqe == crate::kernel_abi::roce::CqeStatus::REMOTE_ACCESS_ERR => {
+                    (FailureKind::Remote, syndrome.describe())
+                }
+                Some(_) => (FailureKind::Device, syndrome.describe()),
+                None if status == DcqStatus::TIMEOUT => (FailureKind::Timeout, syndrome.describe()),
+                None if status == DcqStatus::ABORTED => (FailureKind::Aborted, syndrome.describe()),
+                None => (FailureKind::Kernel, syndrome.describe()),
+            };
+            let failure = TransferFailure::new(
+                "aiv",
+                kind,
+                format!("RDMA route to segment {peer:?}, {qp}: {} ({what})", status.name()),
+            )
+            .with_code(CodeFamily::DcqStatus, i64::from(status.0), status.name());
+            transfer.slot.fail_with_evidence(failure, evidence);
+            return;
+        }
         let failure = |kind: FailureKind, message: String| {
             TransferFailure::new("aiv", kind, message).with_code(
                 CodeFamily::DcqStatus,

@@ -14,6 +14,8 @@ pub(super) struct InFlight {
     /// The [`crate::transport::window::Peer::id`] of the peer the transfer reaches, if not this device's own memory.
     pub(super) peer: Option<u64>,
     pub(super) length: u64,
+    /// The RDMA route's QP slot the request was posted on (`None`: SDMA).
+    pub(super) rdma_slot: Option<u32>,
 }
 
 /// The transfers in flight on one block, by request-ring slot. The kernel completes a block's requests in ring order

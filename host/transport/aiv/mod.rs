@@ -35,12 +35,14 @@ mod drain;
 mod inflight;
 mod observe;
 mod probe;
+mod rdma;
 mod setup;
 mod submit;
 #[cfg(test)]
 mod tests;
 mod trace;
 
+pub use rdma::{ConnectionSender, HANDSHAKE_RETRY};
 pub use trace::DEFAULT_TRACE_DEPTH;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -116,6 +118,8 @@ struct Inner {
     host_finished: AtomicU32,
     /// The engine's tracer, from the first [`AivTransport::set_trace`] (docs/trace.md).
     tracer: OnceLock<Arc<crate::trace::Tracer>>,
+    /// The RDMA route: NIC, registrations, QP tables (docs/rdma.md section 7).
+    rdma: rdma::Rdma,
 }
 
 impl AivTransport {
@@ -146,6 +150,46 @@ impl AivTransport {
     /// DCQ entries drained so far on each block, in block order ([`AivCounters::completions`] split by block).
     pub fn completions_per_block(&self) -> Vec<u64> {
         self.inner.blocks.iter().map(|block| block.completions.load(Ordering::Relaxed)).collect()
+    }
+
+    /// Whether the RDMA route is available (the device's NIC is open).
+    pub fn rdma_available(&self) -> bool {
+        self.inner.rdma.available()
+    }
+
+    /// The `rdma` object of the device's advertisement (`None`: no RDMA route here).
+    pub fn rdma_advertisement(&self) -> Option<crate::device::RdmaAdvertisement> {
+        self.inner.rdma.advertisement()
+    }
+
+    /// Where this transport's device is (what its advertisement's `host` says).
+    pub fn host_identity(&self) -> crate::device::HostIdentity {
+        self.inner.rdma.identity().clone()
+    }
+
+    /// The device memory registered with the NIC and each registration's lkey.
+    pub fn rdma_registrations(&self) -> Vec<(crate::device::RdmaRegion, u32)> {
+        self.inner.rdma.registrations()
+    }
+
+    /// Registers the device memory with the NIC again (new keys; the old registrations are withdrawn). The engine
+    /// republishes its descriptor after this; peers learn the new rkeys when they refresh the segment.
+    pub fn rdma_reregister(&self) -> Result<(), DeviceError> {
+        self.inner.rdma.reregister()
+    }
+
+    /// Sets how the initiator side sends its QP handshakes (the engine's metadata service; once).
+    pub fn set_connection_sender(&self, sender: Arc<ConnectionSender>) {
+        self.inner.rdma.set_sender(sender);
+    }
+
+    /// The target side of the QP handshake, for the engine's handshake server (holds the transport weakly).
+    pub fn connection_handler(&self) -> Arc<crate::metadata::handshake::ConnectionHandler> {
+        let inner = Arc::downgrade(&self.inner);
+        Arc::new(move |request: &serde_json::Value| match inner.upgrade() {
+            Some(inner) => inner.rdma.answer_connection(request),
+            None => Err("the aiv transport has shut down".into()),
+        })
     }
 
     /// Device address of the kernel arguments and the block count (for kernel-level benchmarks).
@@ -205,6 +249,8 @@ impl Drop for AivTransport {
             tracing::error!("a transfer kernel launch did not return within 3 s of stop; leaking its rings");
             std::mem::forget(inner.clone());
         }
+        // The kernels have returned (or their rings leak): the QPs and the NIC go, within the NIC's bound.
+        inner.rdma.close();
         inner.stop.store(true, Ordering::Release);
         {
             let _guard = inner.shutdown_wake.0.lock().unwrap_or_else(|p| p.into_inner());

@@ -173,6 +173,14 @@ fn add(act: &mut Act, doer: Doer) {
     }
 }
 
+/// The acts of a transfer on the RDMA route: the WQEs and SQ doorbells the kernel counted in its DCQ entry (the
+/// SDMA log has none of them). The twin NIC keeps no record of who wrote a WQE or rang a doorbell, so the counts
+/// are the kernel's tallies, as on an NPU: no Host code writes WQEs or rings a NIC doorbell on this path, but it is
+/// not observed by the device model.
+pub(super) fn rdma_acts(block: u32, entry: &DcqEntry) -> [Act; 3] {
+    kernel_tally(block, entry)
+}
+
 /// The NPU's view of one transfer: the kernel's tallies in its DCQ entry.
 fn kernel_tally(block: u32, entry: &DcqEntry) -> [Act; 3] {
     let tally = |count: u64| Act {

@@ -43,6 +43,7 @@ impl AivTransport {
             / 1_000_000_000)
             .min(u128::from(u64::MAX)) as u64;
         let kernel_args = device.allocate_shared(kernel_args_bytes(channels.len()))?;
+        let rdma = super::rdma::Rdma::start(device.clone(), options, channels.len() as u32)?;
         let mut blocks = Vec::new();
         let mut block_args = Vec::new();
         for channel in &channels {
@@ -67,6 +68,9 @@ impl AivTransport {
                 }
                 .into(),
                 group_limit: GROUP_MAX_TRANSFERS.into(),
+                qp_count: rdma.table(blocks.len()).1.into(),
+                qp_table: rdma.table(blocks.len()).0.into(),
+                max_wqe_bytes: if rdma.available() { options.rdma_max_wqe_bytes } else { 0 }.into(),
                 ..BlockArgs::default()
             });
             // SAFETY: each mapping was allocated above with the size its view needs, is page-aligned and lives in
@@ -133,6 +137,7 @@ impl AivTransport {
             last_detach: Mutex::new(None),
             host_finished: AtomicU32::new(0),
             tracer: std::sync::OnceLock::new(),
+            rdma,
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;

@@ -11,12 +11,13 @@ use zerocopy::little_endian::{U32, U64};
 
 use super::block::{HostBlock, Producer};
 use super::inflight::InFlight;
+use super::rdma::Route;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
 use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
 use crate::trace::{now_ns, Tracer};
-use crate::transfer::{Opcode, Transfer};
+use crate::transfer::{FailureKind, Opcode, SegmentId, Transfer, TransferFailure};
 use crate::transport::window::Resolved;
 
 /// The calling thread's home block (before taking it modulo the block count): assigned round-robin from `next` the
@@ -88,6 +89,96 @@ impl HostBlock {
 }
 
 impl Inner {
+    /// The request entry of one transfer on block `block`, by the route its peer takes; `None` after failing the
+    /// transfer (it cannot be resolved or has no route).
+    fn resolve_entry(
+        &self,
+        block: usize,
+        id: u64,
+        transfer: Transfer,
+        last_peer: &mut Option<(
+            std::sync::Arc<crate::transfer::Segment>,
+            std::sync::Arc<crate::transport::window::Peer>,
+        )>,
+    ) -> Option<(RequestEntry, InFlight)> {
+        let opcode = U32::new(match transfer.opcode {
+            Opcode::Read => REQUEST_OPCODE_READ,
+            Opcode::Write => REQUEST_OPCODE_WRITE,
+        });
+        if transfer.target.id != SegmentId::LOCAL {
+            let peer = match self.windows.peer_with(&transfer.target, last_peer) {
+                Ok(peer) => peer,
+                Err(error) => {
+                    transfer.slot.fail(error.failure("aiv"));
+                    return None;
+                }
+            };
+            match self.rdma.route(&transfer.target.name, peer.advertisement()) {
+                Err(reason) => {
+                    transfer.slot.fail(TransferFailure::new("aiv", FailureKind::Unreachable, reason));
+                    return None;
+                }
+                Ok(Route::Rdma) => {
+                    let prepared = self.rdma.prepare(
+                        block,
+                        &transfer.target.name,
+                        peer.advertisement(),
+                        transfer.local_addr,
+                        transfer.remote_addr,
+                        transfer.length,
+                    );
+                    let request = match prepared {
+                        Ok(request) => request,
+                        Err((kind, reason)) => {
+                            transfer.slot.fail(TransferFailure::new("aiv", kind, reason));
+                            return None;
+                        }
+                    };
+                    // The remote side is the target's own address (not translated).
+                    let (src, dst) = match transfer.opcode {
+                        Opcode::Read => (transfer.remote_addr, transfer.local_addr),
+                        Opcode::Write => (transfer.local_addr, transfer.remote_addr),
+                    };
+                    let entry = RequestEntry {
+                        transfer_id: U64::new(id),
+                        src_addr: U64::new(src),
+                        dst_addr: U64::new(dst),
+                        length: U64::new(transfer.length),
+                        opcode,
+                        flags: U32::new(request.flags),
+                        lkey: U32::new(request.lkey),
+                        rkey: U32::new(request.rkey),
+                        ..RequestEntry::default()
+                    };
+                    let inflight = InFlight {
+                        slot: transfer.slot,
+                        peer: Some(peer.id()),
+                        length: transfer.length,
+                        rdma_slot: Some(request.slot),
+                    };
+                    return Some((entry, inflight));
+                }
+                Ok(Route::Sdma) => {}
+            }
+        }
+        let Resolved { src, dst, peer } = match self.windows.resolve_with(&transfer, last_peer) {
+            Ok(resolved) => resolved,
+            Err(error) => {
+                transfer.slot.fail(error.failure("aiv"));
+                return None;
+            }
+        };
+        let entry = RequestEntry {
+            transfer_id: U64::new(id),
+            src_addr: U64::new(src),
+            dst_addr: U64::new(dst),
+            length: U64::new(transfer.length),
+            opcode,
+            ..RequestEntry::default()
+        };
+        Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma_slot: None }))
+    }
+
     /// Resolves the batch's transfers into request entries, spreads them over the blocks and posts them.
     pub(super) fn submit(&self, transfers: Vec<Transfer>) {
         // A section that never sleeps (see cpu_time::Section): ring writes (the kernel polls them: no wake-up). A
@@ -113,37 +204,26 @@ impl Inner {
         let mut accepted = 0u64;
         let mut last_peer = None;
         let mut transfers = transfers.into_iter().peekable();
+        let mut resolved = Vec::with_capacity(run_length);
         for run in 0..blocks {
             if transfers.peek().is_none() {
                 break;
             }
-            let block = &self.blocks[first_block.wrapping_add(run) % blocks];
-            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            let block_index = first_block.wrapping_add(run) % blocks;
+            let block = &self.blocks[block_index];
+            // Resolved before the producer lock is taken: a first transfer to an RDMA peer sets its QP up (a bounded
+            // handshake), which must not hold the block's producer.
+            resolved.clear();
             for transfer in transfers.by_ref().take(run_length) {
                 let id = next_id;
                 next_id += 1;
-                let Resolved { src, dst, peer } = match self.windows.resolve_with(&transfer, &mut last_peer) {
-                    Ok(resolved) => resolved,
-                    Err(error) => {
-                        transfer.slot.fail(error.failure("aiv"));
-                        continue;
-                    }
-                };
-                let entry = RequestEntry {
-                    transfer_id: U64::new(id),
-                    src_addr: U64::new(src),
-                    dst_addr: U64::new(dst),
-                    length: U64::new(transfer.length),
-                    opcode: U32::new(match transfer.opcode {
-                        Opcode::Read => REQUEST_OPCODE_READ,
-                        Opcode::Write => REQUEST_OPCODE_WRITE,
-                    }),
-                    ..RequestEntry::default()
-                };
-                let inflight = InFlight { slot: transfer.slot, peer, length: transfer.length };
-                producer.backlog.push_back((entry, inflight));
-                accepted += 1;
+                if let Some(entry) = self.resolve_entry(block_index, id, transfer, &mut last_peer) {
+                    resolved.push(entry);
+                }
             }
+            accepted += resolved.len() as u64;
+            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            producer.backlog.extend(resolved.drain(..));
             block.post_backlog(producer, self.active_tracer().map(|tracer| (tracer, self.trace_device())));
         }
         if accepted > 0 && self.launch_mode == LaunchMode::PerBatch {
