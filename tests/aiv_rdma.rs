@@ -1,0 +1,225 @@
+//! Twin end-to-end tests of the aiv transport's RDMA route (docs/rdma.md section 7): two engines in one process,
+//! each with its own twin device and twin NIC on 127.0.0.1, P2P handshake metadata. With `"route": "rdma"` their
+//! transfers go over QPs set up through the Connection handshake, posted by the kernel as WQEs; with `"auto"` two
+//! engines of one process (one host identity) keep to SDMA. Twin runtime only: unverified on hardware.
+//!
+//! The RDMA cases need the kernel's RDMA route (the rdma-kernel branch): without it the kernel does not post WQEs
+//! and these cases fail (the NIC counts no WQE).
+
+#[path = "common/aiv.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use aiv_transport::config::{AivOptions, LaunchMode, RouteMode};
+use aiv_transport::evidence::Source;
+use aiv_transport::{Opcode, SegmentId, TransferRequest, TransferState};
+use common::{node, options, Node};
+use rand::{Rng, RngCore, SeedableRng};
+
+const BUFFER: u64 = 16 << 20;
+
+fn rdma_options(route: RouteMode) -> AivOptions {
+    AivOptions {
+        route,
+        rdma_host: Some("127.0.0.1".into()),
+        rdma_sq_depth: 64,
+        rdma_max_wqe_bytes: 1 << 20,
+        transfer_timeout: Duration::from_secs(10),
+        ..options(0, LaunchMode::Persistent, 8)
+    }
+}
+
+fn device_of(node: &Node) -> i32 {
+    node.engine.config().aiv.device_id as i32
+}
+
+fn wqes(node: &Node) -> u64 {
+    cann_twin::nic::counters(device_of(node)).map(|c| c.wqes_executed).unwrap_or(0)
+}
+
+/// Submits `requests` from `a` and waits; returns each task's state and reason.
+fn run(a: &Node, requests: &[TransferRequest]) -> Vec<(TransferState, Option<String>)> {
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, requests).expect("submit");
+    let _ = a.engine.wait_batch(batch).expect("wait");
+    let out = (0..requests.len())
+        .map(|task| {
+            (
+                a.engine.transfer_status(batch, task).expect("status").state,
+                a.engine.task_reason(batch, task).expect("reason"),
+            )
+        })
+        .collect();
+    a.engine.free_batch(batch).expect("free");
+    out
+}
+
+fn request(
+    opcode: Opcode,
+    a: &Node,
+    local: u64,
+    peer: SegmentId,
+    b: &Node,
+    remote: u64,
+    length: u64,
+) -> TransferRequest {
+    TransferRequest {
+        opcode,
+        source: a.buffer.addr() + local,
+        target_id: peer,
+        target_offset: b.buffer.addr() + remote,
+        length,
+        protocol: None,
+    }
+}
+
+fn pair(route_a: RouteMode, route_b: RouteMode) -> (Node, Node) {
+    let a = node(rdma_options(route_a), BUFFER);
+    let b = node(rdma_options(route_b), BUFFER);
+    (a, b)
+}
+
+#[test]
+fn rdma_writes_and_reads_of_random_sizes_and_offsets_move_the_data() {
+    let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+    let (mut a, mut b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    assert!(a.device.transport().rdma_available(), "the twin NIC opens");
+    a.modify(|bytes| rng.fill_bytes(bytes));
+    b.modify(|bytes| rng.fill_bytes(bytes));
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let before = wqes(&a);
+    for round in 0..3 {
+        let slots = 3u64;
+        let span = BUFFER / slots;
+        let requests: Vec<TransferRequest> = (0..slots)
+            .map(|i| {
+                let length = rng.gen_range(1..=(4u64 << 20).min(span / 2));
+                let local = i * span + rng.gen_range(0..span - length);
+                let remote = i * span + rng.gen_range(0..span - length);
+                let opcode = if rng.gen_bool(0.5) { Opcode::Read } else { Opcode::Write };
+                request(opcode, &a, local, peer, &b, remote, length)
+            })
+            .collect();
+        let expected: Vec<Vec<u8>> = requests
+            .iter()
+            .map(|r| match r.opcode {
+                Opcode::Read => b.read(
+                    (r.target_offset - b.buffer.addr()) as usize
+                        ..(r.target_offset - b.buffer.addr() + r.length) as usize,
+                ),
+                Opcode::Write => {
+                    a.read((r.source - a.buffer.addr()) as usize..(r.source - a.buffer.addr() + r.length) as usize)
+                }
+            })
+            .collect();
+        for (task, (state, reason)) in run(&a, &requests).into_iter().enumerate() {
+            assert_eq!(state, TransferState::Completed, "round {round} task {task}: {reason:?}");
+            let r = &requests[task];
+            let landed = match r.opcode {
+                Opcode::Read => {
+                    a.read((r.source - a.buffer.addr()) as usize..(r.source - a.buffer.addr() + r.length) as usize)
+                }
+                Opcode::Write => b.read(
+                    (r.target_offset - b.buffer.addr()) as usize
+                        ..(r.target_offset - b.buffer.addr() + r.length) as usize,
+                ),
+            };
+            assert!(landed == expected[task], "round {round} task {task}: data differs");
+        }
+    }
+    assert!(wqes(&a) > before, "the transfers went through the initiator's NIC as WQEs");
+}
+
+#[test]
+fn the_engine_refuses_an_out_of_bounds_remote_range_before_posting() {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let before = wqes(&a);
+    let outcome = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, BUFFER - 10, 4096)]);
+    assert_eq!(outcome[0].0, TransferState::Failed, "{outcome:?}");
+    assert_eq!(wqes(&a), before, "nothing was posted");
+}
+
+#[test]
+fn a_range_the_target_nic_refuses_fails_that_transfer_and_the_next_batch_works() {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let ok = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(ok[0].0, TransferState::Completed, "{ok:?}");
+    // Withdraw the target's registration behind the initiator's back: its NIC answers REMOTE_ACCESS_ERR.
+    for (_, lkey) in b.device.transport().rdma_registrations() {
+        cann_twin::nic::deregister_memory(device_of(&b), lkey).expect("deregister");
+    }
+    let refused = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 4096, 4096)]);
+    assert_eq!(refused[0].0, TransferState::Failed, "{refused:?}");
+    let reason = refused[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("remote access error"), "{reason}");
+    assert!(reason.contains(b.engine.name()) && reason.contains("QP"), "names the peer and the QP: {reason}");
+    // Registered again, descriptor refreshed: the next batch runs on a new QP (the old one is in error).
+    b.engine.refresh_rdma_registration().expect("register again");
+    a.engine.refresh_segment(peer).expect("refresh");
+    let again = run(
+        &a,
+        &[request(Opcode::Read, &a, 8192, peer, &b, 0, 1 << 20), request(Opcode::Write, &a, 0, peer, &b, 0, 64)],
+    );
+    for (state, reason) in &again {
+        assert_eq!(*state, TransferState::Completed, "{reason:?}");
+    }
+}
+
+#[test]
+fn a_dropped_target_fails_pending_transfers_within_the_timeout_and_new_ones_fast() {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    let requests: Vec<TransferRequest> =
+        (0..8).map(|i| request(Opcode::Write, &a, i << 20, peer, &b, i << 20, 1 << 20)).collect();
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let b_base = b.buffer.addr();
+    let started = Instant::now();
+    drop(b);
+    let _ = a.engine.wait_batch(batch).expect("wait");
+    assert!(started.elapsed() < Duration::from_secs(10), "every pending transfer ended within the timeout");
+    let fresh = run(
+        &a,
+        &[TransferRequest {
+            opcode: Opcode::Write,
+            source: a.buffer.addr(),
+            target_id: peer,
+            target_offset: b_base,
+            length: 4096,
+            protocol: None,
+        }],
+    );
+    assert_eq!(fresh[0].0, TransferState::Failed, "{fresh:?}");
+    assert!(fresh[0].1.as_deref().is_some_and(|reason| !reason.is_empty()), "{fresh:?}");
+}
+
+#[test]
+fn route_sdma_to_a_peer_on_another_host_is_a_clear_error() {
+    let a = node(rdma_options(RouteMode::Sdma), BUFFER);
+    let b = node(AivOptions { host_identity: Some("another-host".into()), ..rdma_options(RouteMode::Auto) }, BUFFER);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let outcome = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(outcome[0].0, TransferState::Failed, "{outcome:?}");
+    let reason = outcome[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("another host") && reason.contains("\"sdma\""), "{reason}");
+}
+
+#[test]
+fn route_auto_between_engines_of_one_process_stays_on_sdma() {
+    let (a, b) = pair(RouteMode::Auto, RouteMode::Auto);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let before = wqes(&a);
+    let batch = a.engine.allocate_batch(1).expect("batch");
+    a.engine.submit_transfer(batch, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]).expect("submit");
+    let _ = a.engine.wait_batch(batch).expect("wait");
+    let reason = a.engine.task_reason(batch, 0).expect("reason");
+    assert_eq!(a.engine.transfer_status(batch, 0).expect("status").state, TransferState::Completed, "{reason:?}");
+    let evidence = a.engine.task_evidence(batch, 0).expect("task").expect("evidence");
+    assert_eq!(evidence.descriptors_written.source, Source::TwinModel, "SDMA SQEs in the twin's log: {evidence:?}");
+    assert_eq!(wqes(&a), before, "no WQE");
+}
