@@ -98,6 +98,14 @@ impl DoctorReport {
         }
         let kernel = if self.npu_kernel_embedded { "embedded" } else { "NOT embedded (no bisheng/ccec at build time)" };
         let _ = writeln!(out, "    NPU kernel object {kernel}");
+        let _ = writeln!(out, "aiv routes:");
+        let _ = writeln!(out, "  sdma  between devices of one host (same boot id and network namespace)");
+        let _ = writeln!(
+            out,
+            "  rdma  to devices on other hosts: available on the twin runtime (its twin NIC, aiv.route \"auto\" or \
+             \"rdma\"); on the vendor's runtime NOT implemented (it would need HCCP's RaQpAiCreate in libra.so; \
+             unverified on hardware)"
+        );
 
         let _ = writeln!(out, "  twin runtime: loaded from {}", self.twin_runtime.loaded_from);
         render_runtime(&mut out, &self.twin_runtime);
