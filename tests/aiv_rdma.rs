@@ -223,3 +223,35 @@ fn route_auto_between_engines_of_one_process_stays_on_sdma() {
     assert_eq!(evidence.descriptors_written.source, Source::TwinModel, "SDMA SQEs in the twin's log: {evidence:?}");
     assert_eq!(wqes(&a), before, "no WQE");
 }
+
+#[test]
+fn a_failed_qp_handshake_fails_transfers_fast_with_its_reason_then_retries() {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    // The target still advertises its NIC but can no longer create QPs: its handler refuses the handshake.
+    cann_twin::nic::close(device_of(&b)).expect("close the target's NIC");
+    let started = Instant::now();
+    let first = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(first[0].0, TransferState::Failed, "{first:?}");
+    let reason = first[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("QP handshake") && reason.contains("refused"), "{reason}");
+    assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
+    // Within the retry interval the next transfer fails at once with the same reason.
+    let quick = Instant::now();
+    let second = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(second[0].0, TransferState::Failed, "{second:?}");
+    assert_eq!(second[0].1, first[0].1, "the same reason, without a new handshake");
+    assert!(quick.elapsed() < aiv_transport::transport::aiv::HANDSHAKE_RETRY, "{:?}", quick.elapsed());
+    // After it, a transfer tries again (and fails again: the NIC is still closed).
+    std::thread::sleep(aiv_transport::transport::aiv::HANDSHAKE_RETRY);
+    let third = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(third[0].0, TransferState::Failed, "{third:?}");
+}
+
+#[test]
+fn old_descriptors_without_host_or_rdma_parse() {
+    let old = serde_json::json!({"device": "d", "device_id": 0, "backend": "cann",
+        "regions": [{"addr": 4096, "length": 4096, "export_id": 7}]});
+    let parsed: aiv_transport::device::DeviceAdvertisement = serde_json::from_value(old).expect("parses");
+    assert_eq!((parsed.rdma, parsed.host), (None, None));
+}
