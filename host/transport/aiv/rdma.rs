@@ -165,6 +165,13 @@ impl Rdma {
         blocks: u32,
     ) -> Result<Rdma, DeviceError> {
         let identity = options.host_identity.clone().map(HostIdentity).unwrap_or_else(HostIdentity::current);
+        // The tables first: a failure here leaves no NIC open.
+        let mut tables = Vec::new();
+        let mut slots = Vec::new();
+        for _ in 0..blocks {
+            tables.push(device.allocate_shared(record_bytes() * QP_TABLE_SLOTS as usize)?);
+            slots.push((0..QP_TABLE_SLOTS).map(|_| Slot::default()).collect());
+        }
         let mut registrations = Vec::new();
         let nic = if options.route == RouteMode::Sdma {
             Err("aiv.route is \"sdma\"".to_owned())
@@ -199,12 +206,6 @@ impl Rdma {
         };
         if let Err(why) = &nic {
             tracing::info!(device = device.device_id(), %why, "aiv RDMA route unavailable");
-        }
-        let mut tables = Vec::new();
-        let mut slots = Vec::new();
-        for _ in 0..blocks {
-            tables.push(device.allocate_shared(record_bytes() * QP_TABLE_SLOTS as usize)?);
-            slots.push((0..QP_TABLE_SLOTS).map(|_| Slot::default()).collect());
         }
         Ok(Rdma {
             device,
@@ -664,6 +665,13 @@ impl Rdma {
             }
             _ => format!("QP slot {slot} of block {block} (replaced since)"),
         }
+    }
+}
+
+impl Drop for Rdma {
+    /// A transport whose start failed after the NIC opened closes it here (a closed one is left alone).
+    fn drop(&mut self) {
+        self.close();
     }
 }
 
