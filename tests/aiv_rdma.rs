@@ -255,3 +255,29 @@ fn old_descriptors_without_host_or_rdma_parse() {
     let parsed: aiv_transport::device::DeviceAdvertisement = serde_json::from_value(old).expect("parses");
     assert_eq!((parsed.rdma, parsed.host), (None, None));
 }
+
+#[test]
+fn a_target_whose_link_is_down_fails_its_transfers_within_the_retries_and_other_peers_keep_working() {
+    let a = node(AivOptions { rdma_timeout: Duration::from_millis(50), ..rdma_options(RouteMode::Rdma) }, BUFFER);
+    let b = node(rdma_options(RouteMode::Rdma), BUFFER);
+    let c = node(rdma_options(RouteMode::Rdma), BUFFER);
+    let to_b = a.engine.open_segment(b.engine.name()).expect("segment b");
+    let to_c = a.engine.open_segment(c.engine.name()).expect("segment c");
+    let warm =
+        run(&a, &[request(Opcode::Write, &a, 0, to_b, &b, 0, 4096), request(Opcode::Write, &a, 0, to_c, &c, 0, 4096)]);
+    assert!(warm.iter().all(|(state, _)| *state == TransferState::Completed), "{warm:?}");
+    cann_twin::control::nic_link_down(device_of(&b), true).expect("link down");
+    let started = Instant::now();
+    let down = run(&a, &[request(Opcode::Write, &a, 0, to_b, &b, 0, 4096)]);
+    assert_eq!(down[0].0, TransferState::Failed, "{down:?}");
+    let reason = down[0].1.clone().unwrap_or_default();
+    assert!(reason.contains("transport retry count exceeded"), "{reason}");
+    // 8 attempts of 50 ms, with room for the loopback's pace.
+    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    let other = run(&a, &[request(Opcode::Read, &a, 0, to_c, &c, 0, 4096)]);
+    assert_eq!(other[0].0, TransferState::Completed, "{other:?}");
+    cann_twin::control::nic_link_down(device_of(&b), false).expect("link up");
+    // The QP to b went to error: the next transfer handshakes a new one and works.
+    let back = run(&a, &[request(Opcode::Write, &a, 0, to_b, &b, 0, 4096)]);
+    assert_eq!(back[0].0, TransferState::Completed, "{back:?}");
+}
