@@ -11,8 +11,15 @@
 use std::io::BufRead;
 use std::time::{Duration, Instant};
 
+use std::sync::Arc;
+
 use aiv_transport::bench::target_pattern;
-use aiv_transport::{BatchId, EngineConfig, Opcode, SegmentId, TransferEngine, TransferRequest, TransferState};
+use aiv_transport::config::RouteMode;
+use aiv_transport::device::DeviceBuffer;
+use aiv_transport::engine::AivDevice;
+use aiv_transport::{
+    BatchId, EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState,
+};
 use rand::{Rng, RngCore, SeedableRng};
 
 #[path = "common/netns.rs"]
@@ -59,13 +66,94 @@ fn env(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} is set for a role"))
 }
 
+/// Whether the role runs the aiv protocol (`AIV_MH_PROTOCOL=aiv`: twin device memory on both sides, the RDMA route
+/// between hosts) or tcp (Host memory).
+fn aiv_role() -> bool {
+    std::env::var("AIV_MH_PROTOCOL").as_deref() == Ok("aiv")
+}
+
 fn engine_config(name: &str) -> EngineConfig {
     let mut config = EngineConfig::new(name);
     config.metadata_server = env("AIV_MH_METADATA");
     config.aiv.transfer_timeout = Duration::from_millis(TRANSFER_TIMEOUT_MS);
     config.aiv.tcp_connect_timeout = Duration::from_millis(1000);
     config.aiv.tcp_reconnect_backoff_max = Duration::from_millis(200);
+    if aiv_role() {
+        config.protocol = Protocol::Aiv;
+        // Each host is its own process with its own twin device 0; the route is chosen by where the peer is (each
+        // namespace is another host identity): "auto" must pick RDMA here.
+        config.aiv.route = RouteMode::Auto;
+        config.aiv.hbm_size = 64 << 20;
+        config.aiv.rdma_sq_depth = 64;
+    }
     config
+}
+
+/// A role's registered memory: a Host vector (tcp) or twin HBM (aiv), reached only through the device's copies.
+enum Memory {
+    Host(Vec<u8>),
+    Device { device: Arc<AivDevice>, buffer: DeviceBuffer },
+}
+
+impl Memory {
+    /// `len` bytes for `engine`'s protocol, filled by `fill(offset)`; registered with the engine.
+    fn new(engine: &TransferEngine, len: u64, fill: impl Fn(u64) -> u8) -> Result<Memory, String> {
+        let memory = if aiv_role() {
+            let device = engine.device().map_err(|e| format!("device: {e}"))?;
+            let buffer = device.allocate(len).map_err(|e| format!("HBM: {e}"))?;
+            let bytes: Vec<u8> = (0..len).map(&fill).collect();
+            device.write(buffer.addr(), &bytes).map_err(|e| format!("H2D: {e}"))?;
+            Memory::Device { device, buffer }
+        } else {
+            Memory::Host((0..len).map(&fill).collect())
+        };
+        let location = match &memory {
+            Memory::Host(_) => "cpu:0".to_owned(),
+            Memory::Device { device, .. } => device.location(),
+        };
+        // SAFETY: the memory lives in the role next to the engine and is unregistered before it drops; while
+        // transfers run, the role touches it only between batches.
+        unsafe { engine.register_memory(memory.addr(), len, &location) }.map_err(|e| format!("register: {e}"))?;
+        Ok(memory)
+    }
+
+    fn addr(&self) -> u64 {
+        match self {
+            Memory::Host(bytes) => bytes.as_ptr() as u64,
+            Memory::Device { buffer, .. } => buffer.addr(),
+        }
+    }
+
+    fn read(&self, offset: u64, len: u64) -> Vec<u8> {
+        match self {
+            Memory::Host(bytes) => bytes[offset as usize..(offset + len) as usize].to_vec(),
+            Memory::Device { device, buffer } => {
+                let mut out = vec![0u8; len as usize];
+                device.read(buffer.addr() + offset, &mut out).expect("D2H copy");
+                out
+            }
+        }
+    }
+
+    fn write(&mut self, offset: u64, data: &[u8]) {
+        match self {
+            Memory::Host(bytes) => bytes[offset as usize..offset as usize + data.len()].copy_from_slice(data),
+            Memory::Device { device, buffer } => device.write(buffer.addr() + offset, data).expect("H2D copy"),
+        }
+    }
+}
+
+/// Where a descriptor says its data path is reached, `("-", 0)` if nowhere: the tcp data server, or for aiv the
+/// twin NIC its `aiv.rdma` object advertises.
+fn data_endpoint(descriptor: &aiv_transport::transfer::SegmentDescriptor) -> (String, u16) {
+    let nic = descriptor.aiv.as_ref().and_then(|aiv| aiv.pointer("/rdma/nic")).and_then(|nic| nic.as_str());
+    match (aiv_role(), nic.and_then(|nic| nic.parse::<std::net::SocketAddr>().ok())) {
+        (true, Some(nic)) => (nic.ip().to_string(), nic.port()),
+        (true, None) => ("-".into(), 0),
+        (false, _) => {
+            (descriptor.tcp_data_host.clone().unwrap_or_else(|| "-".into()), descriptor.tcp_data_port.unwrap_or(0))
+        }
+    }
 }
 
 /// Lines read from stdin until it closes (the test closes it, or dies).
@@ -83,20 +171,16 @@ fn target_role() {
             return;
         }
     };
-    let mut buffer: Vec<u8> = (0..TARGET_BYTES).map(target_pattern).collect();
-    let addr = buffer.as_mut_ptr() as u64;
-    // SAFETY: the vector outlives the registration (unregistered below, before it drops); only peers touch it.
-    if let Err(error) = unsafe { engine.register_memory(addr, TARGET_BYTES, "cpu:0") } {
-        println!("MH error register: {error}");
-        return;
-    }
-    let descriptor = engine.local_descriptor();
-    println!(
-        "MH ready {} {addr:#x} {} {}",
-        engine.name(),
-        descriptor.tcp_data_host.as_deref().unwrap_or("-"),
-        descriptor.tcp_data_port.unwrap_or(0)
-    );
+    let buffer = match Memory::new(&engine, TARGET_BYTES, target_pattern) {
+        Ok(buffer) => buffer,
+        Err(error) => {
+            println!("MH error {error}");
+            return;
+        }
+    };
+    let addr = buffer.addr();
+    let (host, port) = data_endpoint(&engine.local_descriptor());
+    println!("MH ready {} {addr:#x} {host} {port}", engine.name());
     for _ in commands() {}
     let _ = engine.unregister_memory(addr);
     drop(engine);
@@ -119,14 +203,14 @@ struct Pending {
 /// The initiator's state between commands.
 struct Initiator {
     engine: TransferEngine,
-    local: Vec<u8>,
+    local: Memory,
     remotes: Vec<Remote>,
     pending: Vec<Option<Pending>>,
 }
 
 impl Initiator {
     fn addr(&self) -> u64 {
-        self.local.as_ptr() as u64
+        self.local.addr()
     }
 
     fn request(&self, opcode: Opcode, local: u64, target: usize, offset: u64, length: u64) -> TransferRequest {
@@ -169,12 +253,8 @@ impl Initiator {
         let descriptor = &opened.descriptor;
         let base = descriptor.buffers.first().map(|b| b.addr).ok_or("no buffer")?;
         self.remotes.push(Remote { segment, base });
-        Ok(format!(
-            "{} {} {}",
-            self.remotes.len() - 1,
-            descriptor.tcp_data_host.as_deref().unwrap_or("-"),
-            descriptor.tcp_data_port.unwrap_or(0)
-        ))
+        let (host, port) = data_endpoint(descriptor);
+        Ok(format!("{} {host} {port}", self.remotes.len() - 1))
     }
 
     /// `rounds` rounds over `targets`: a batch of 2..=8 requests, each to a random one of them, READs of random
@@ -200,7 +280,7 @@ impl Initiator {
                     let offset = VERIFY_AREA + slot as u64 * SLOT + rng.gen_range(0..SLOT - length);
                     let mut data = vec![0u8; length as usize];
                     rng.fill_bytes(&mut data);
-                    self.local[local as usize..(local + length) as usize].copy_from_slice(&data);
+                    self.local.write(local, &data);
                     first.push(self.request(Opcode::Write, local, target, offset, length));
                     writes.push((slot, target, offset, data));
                 }
@@ -208,8 +288,7 @@ impl Initiator {
             }
             self.run(&first).map_err(|e| format!("round {round}: {e}"))?;
             for &(slot, target, offset, length) in &reads {
-                let local = (slot as u64 * SLOT) as usize;
-                let got = &self.local[local..local + length as usize];
+                let got = self.local.read(slot as u64 * SLOT, length);
                 if let Some(i) = (0..got.len()).find(|&i| got[i] != target_pattern(offset + i as u64)) {
                     return Err(format!("round {round}: READ of target {target} at {offset}: byte {i} differs"));
                 }
@@ -224,8 +303,8 @@ impl Initiator {
                 self.run(&backs).map_err(|e| format!("round {round} read-back: {e}"))?;
             }
             for (slot, target, offset, data) in &writes {
-                let local = ((2 << 20) + *slot as u64 * SLOT) as usize;
-                if self.local[local..local + data.len()] != data[..] {
+                let local = (2 << 20) + *slot as u64 * SLOT;
+                if self.local.read(local, data.len() as u64) != data[..] {
                     return Err(format!("round {round}: WRITE to target {target} at {offset} read back differs"));
                 }
             }
@@ -325,13 +404,13 @@ fn initiator_role() {
             return;
         }
     };
-    let local = vec![0u8; LOCAL_BYTES as usize];
-    // SAFETY: the vector lives in `initiator` next to the engine; every batch is waited for before the role ends,
-    // and the role writes it only between batches.
-    if let Err(error) = unsafe { engine.register_memory(local.as_ptr() as u64, LOCAL_BYTES, "cpu:0") } {
-        println!("MH error register: {error}");
-        return;
-    }
+    let local = match Memory::new(&engine, LOCAL_BYTES, |_| 0) {
+        Ok(local) => local,
+        Err(error) => {
+            println!("MH error {error}");
+            return;
+        }
+    };
     let mut initiator = Initiator { engine, local, remotes: Vec::new(), pending: Vec::new() };
     println!("MH ready {}", initiator.engine.name());
     for line in commands() {
@@ -353,7 +432,23 @@ fn initiator_role() {
 // The test side.
 
 /// Starts a role in host `host` of `hosts`, named `name`, under `metadata`.
-fn spawn_role(hosts: &Hosts, host: usize, role: &str, name: &str, metadata: &str) -> NsChild {
+/// The protocol a test's roles run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Proto {
+    Tcp,
+    Aiv,
+}
+
+impl Proto {
+    fn name(self) -> &'static str {
+        match self {
+            Proto::Tcp => "tcp",
+            Proto::Aiv => "aiv",
+        }
+    }
+}
+
+fn spawn_role(hosts: &Hosts, host: usize, role: &str, name: &str, metadata: &str, proto: Proto) -> NsChild {
     let exe = std::env::current_exe().expect("the test binary");
     let exe = exe.to_str().expect("a UTF-8 path");
     let mut command = hosts.command(host, exe, &["--exact", "role_child", "--nocapture", "--test-threads", "1"]);
@@ -361,6 +456,7 @@ fn spawn_role(hosts: &Hosts, host: usize, role: &str, name: &str, metadata: &str
         .env("AIV_MH_ROLE", role)
         .env("AIV_MH_NAME", name)
         .env("AIV_MH_METADATA", metadata)
+        .env("AIV_MH_PROTOCOL", proto.name())
         .env("RUST_BACKTRACE", "1")
         .env_remove("MOONCAKE_CONFIG_PATH")
         .env_remove("MOONCAKE_LOCAL_HOSTNAME")
@@ -378,8 +474,8 @@ struct Target {
     data_host: String,
 }
 
-fn start_target(hosts: &Hosts, host: usize, name: &str, metadata: &str) -> Target {
-    let mut child = spawn_role(hosts, host, "target", name, metadata);
+fn start_target(hosts: &Hosts, host: usize, name: &str, metadata: &str, proto: Proto) -> Target {
+    let mut child = spawn_role(hosts, host, "target", name, metadata, proto);
     let line = child.expect_line("MH ", REPLY).unwrap_or_else(|e| panic!("target in h{host}: {e}"));
     let words: Vec<&str> = line.split_whitespace().collect();
     assert!(words.len() == 6 && words[1] == "ready", "target in h{host}: {line}");
@@ -396,8 +492,8 @@ struct Driver {
 }
 
 impl Driver {
-    fn start(hosts: &Hosts, host: usize, name: &str, metadata: &str) -> Driver {
-        let mut child = spawn_role(hosts, host, "initiator", name, metadata);
+    fn start(hosts: &Hosts, host: usize, name: &str, metadata: &str, proto: Proto) -> Driver {
+        let mut child = spawn_role(hosts, host, "initiator", name, metadata, proto);
         let line = child.expect_line("MH ", REPLY).unwrap_or_else(|e| panic!("initiator in h{host}: {e}"));
         assert!(line.starts_with("MH ready "), "initiator in h{host}: {line}");
         Driver { child }
@@ -463,11 +559,10 @@ fn budget() -> Duration {
     Duration::from_millis(TRANSFER_TIMEOUT_MS + 1500)
 }
 
-#[test]
-fn tcp_between_two_hosts_under_the_p2p_handshake() {
+fn two_hosts_under_the_p2p_handshake(proto: Proto) {
     let Some(hosts) = Hosts::create("tcp_between_two_hosts_under_the_p2p_handshake", 2) else { return };
-    let target = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE");
-    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE");
+    let target = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
+    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
     let t = initiator.open(&target);
     let bytes = initiator.verify(24, seed(), &[t]);
     assert!(bytes > 0);
@@ -527,28 +622,26 @@ fn start_etcd(hosts: &Hosts, host: usize, test: &str) -> Option<Etcd> {
     Some(Etcd { _child: etcd, _dir: dir, url: format!("etcd://{addr}:2379") })
 }
 
-#[test]
-fn tcp_between_two_hosts_with_etcd_metadata_on_a_third() {
+fn two_hosts_with_etcd_metadata_on_a_third(proto: Proto) {
     let test = "tcp_between_two_hosts_with_etcd_metadata_on_a_third";
     let Some(hosts) = Hosts::create(test, 3) else { return };
     let Some(etcd) = start_etcd(&hosts, 2, test) else { return };
     let url = etcd.url.clone();
     // With a store the segment is named as given (host:port), not after the RPC port.
-    let target = start_target(&hosts, 1, &format!("{}:17001", hosts.addr(1)), &url);
+    let target = start_target(&hosts, 1, &format!("{}:17001", hosts.addr(1)), &url, proto);
     assert_eq!(target.segment, format!("{}:17001", hosts.addr(1)));
-    let mut initiator = Driver::start(&hosts, 0, &format!("{}:17002", hosts.addr(0)), &url);
+    let mut initiator = Driver::start(&hosts, 0, &format!("{}:17002", hosts.addr(0)), &url, proto);
     let t = initiator.open(&target);
     initiator.verify(16, seed(), &[t]);
 }
 
-#[test]
-fn three_hosts_one_initiator_interleaving_batches_to_two_targets() {
+fn three_hosts_one_initiator_interleaving_batches_to_two_targets(proto: Proto) {
     let Some(hosts) = Hosts::create("three_hosts_one_initiator_interleaving_batches_to_two_targets", 3) else {
         return;
     };
-    let first = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE");
-    let second = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE");
-    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE");
+    let first = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
+    let second = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE", proto);
+    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
     let a = initiator.open(&first);
     let b = initiator.open(&second);
     let seed = seed();
@@ -563,12 +656,11 @@ fn three_hosts_one_initiator_interleaving_batches_to_two_targets() {
     initiator.verify(10, seed ^ 1, &[b, a]);
 }
 
-#[test]
-fn a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues() {
+fn a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues(proto: Proto) {
     let Some(hosts) = Hosts::create("link_down", 3) else { return };
-    let cut = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE");
-    let other = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE");
-    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE");
+    let cut = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
+    let other = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE", proto);
+    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
     let a = initiator.open(&cut);
     let b = initiator.open(&other);
     let seed = seed();
@@ -613,12 +705,11 @@ fn a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_anothe
     initiator.verify(6, seed ^ 5, &[a, b]);
 }
 
-#[test]
-fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues() {
+fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues(proto: Proto) {
     let Some(hosts) = Hosts::create("killed_target", 3) else { return };
-    let mut doomed = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE");
-    let survivor = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE");
-    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE");
+    let mut doomed = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
+    let survivor = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE", proto);
+    let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
     let a = initiator.open(&doomed);
     let b = initiator.open(&survivor);
     let seed = seed();
@@ -638,7 +729,7 @@ fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_c
         let (ms, counts, reason) = initiator.wait(batch);
         eprintln!("batch {batch} to the killed target: {counts:?} after {ms} ms: {reason}");
         assert_eq!(counts[2] + counts[3], count, "every transfer to the killed target fails: {counts:?}: {reason}");
-        assert!(reason.starts_with("tcp"), "{reason}");
+        assert!(reason.starts_with(proto.name()), "{reason}");
     }
     let detected = killed_at.elapsed();
     assert!(detected <= budget(), "pending transfers ended {detected:?} after the kill; budget {:?}", budget());
@@ -648,6 +739,56 @@ fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_c
     assert!(refused.is_err(), "a transfer to the killed target completed");
     assert!(started.elapsed() <= budget(), "{:?}", started.elapsed());
     initiator.verify(8, seed ^ 3, &[b]);
+}
+
+#[test]
+fn tcp_between_two_hosts_under_the_p2p_handshake() {
+    two_hosts_under_the_p2p_handshake(Proto::Tcp);
+}
+
+#[test]
+fn aiv_two_hosts_under_the_p2p_handshake() {
+    two_hosts_under_the_p2p_handshake(Proto::Aiv);
+}
+
+#[test]
+fn tcp_between_two_hosts_with_etcd_metadata_on_a_third() {
+    two_hosts_with_etcd_metadata_on_a_third(Proto::Tcp);
+}
+
+#[test]
+fn aiv_two_hosts_with_etcd_metadata_on_a_third() {
+    two_hosts_with_etcd_metadata_on_a_third(Proto::Aiv);
+}
+
+#[test]
+fn tcp_three_hosts_one_initiator_interleaving_batches_to_two_targets() {
+    three_hosts_one_initiator_interleaving_batches_to_two_targets(Proto::Tcp);
+}
+
+#[test]
+fn aiv_three_hosts_one_initiator_interleaving_batches_to_two_targets() {
+    three_hosts_one_initiator_interleaving_batches_to_two_targets(Proto::Aiv);
+}
+
+#[test]
+fn tcp_a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues() {
+    a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues(Proto::Tcp);
+}
+
+#[test]
+fn aiv_a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues() {
+    a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues(Proto::Aiv);
+}
+
+#[test]
+fn tcp_a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues() {
+    a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues(Proto::Tcp);
+}
+
+#[test]
+fn aiv_a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues() {
+    a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues(Proto::Aiv);
 }
 
 /// The harness itself: a test that panics with hosts built and a process running in one of them leaves neither the
