@@ -425,7 +425,10 @@ impl Syndrome {
         }
         match self {
             Syndrome::NONE => "none".into(),
-            Syndrome::BAD_REQUEST => "bad request (zero length, unknown opcode or address overflow)".into(),
+            Syndrome::BAD_REQUEST => {
+                "bad request (zero length, unknown opcode, address overflow, or a route this kernel does not drive)"
+                    .into()
+            }
             Syndrome::WAIT_BUDGET => "completion not seen within the kernel wait budget".into(),
             Syndrome::ABORTED => "the Host raised the abort flag".into(),
             Syndrome::RDMA_BAD_QP => "RDMA: no usable QP record at the request's QP index".into(),

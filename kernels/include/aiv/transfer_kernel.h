@@ -255,6 +255,9 @@ struct Group {
 AIV_DEVICE_FN bool request_is_valid(const AivRequestEntry& e) {
     if (e.length == 0) return false;
     if (e.opcode != AIV_REQUEST_OPCODE_READ && e.opcode != AIV_REQUEST_OPCODE_WRITE) return false;
+    // This kernel drives SDMA only: a request for any other route (the RDMA route of docs/rdma.md section 7 included,
+    // whose WQE posting is not built yet) is refused, never run as a local copy of its remote address.
+    if ((e.flags & AIV_REQUEST_ROUTE_MASK) != AIV_REQUEST_ROUTE_SDMA) return false;
     if (e.src_addr + e.length < e.src_addr || e.dst_addr + e.length < e.dst_addr) return false;
     return true;
 }
