@@ -136,7 +136,8 @@ pub struct QpSpec {
     pub retry_count: u8,
     /// The wait for a response per attempt.
     pub timeout: Duration,
-    /// The AIV block that polls the QP's CQ (`None`: a responder QP nobody polls).
+    /// The AIV block that polls the QP's CQ (`None`: a responder QP nobody polls). A hint for waking that block on a
+    /// new CQE; the twin NIC of this build does not take it yet (its cores find CQEs by their bounded polls).
     pub wake_block: Option<u32>,
 }
 

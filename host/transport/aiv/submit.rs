@@ -88,6 +88,21 @@ impl HostBlock {
     }
 }
 
+/// The request entry of `transfer` with id `id` between device addresses `src` and `dst` (route SDMA: no flags).
+fn request_entry(id: u64, src: u64, dst: u64, transfer: &Transfer) -> RequestEntry {
+    RequestEntry {
+        transfer_id: U64::new(id),
+        src_addr: U64::new(src),
+        dst_addr: U64::new(dst),
+        length: U64::new(transfer.length),
+        opcode: U32::new(match transfer.opcode {
+            Opcode::Read => REQUEST_OPCODE_READ,
+            Opcode::Write => REQUEST_OPCODE_WRITE,
+        }),
+        ..RequestEntry::default()
+    }
+}
+
 impl Inner {
     /// The request entry of one transfer on block `block`, by the route its peer takes; `None` after failing the
     /// transfer (it cannot be resolved or has no route).
@@ -101,10 +116,6 @@ impl Inner {
             std::sync::Arc<crate::transport::window::Peer>,
         )>,
     ) -> Option<(RequestEntry, InFlight)> {
-        let opcode = U32::new(match transfer.opcode {
-            Opcode::Read => REQUEST_OPCODE_READ,
-            Opcode::Write => REQUEST_OPCODE_WRITE,
-        });
         if transfer.target.id != SegmentId::LOCAL {
             let peer = match self.windows.peer_with(&transfer.target, last_peer) {
                 Ok(peer) => peer,
@@ -140,15 +151,10 @@ impl Inner {
                         Opcode::Write => (transfer.local_addr, transfer.remote_addr),
                     };
                     let entry = RequestEntry {
-                        transfer_id: U64::new(id),
-                        src_addr: U64::new(src),
-                        dst_addr: U64::new(dst),
-                        length: U64::new(transfer.length),
-                        opcode,
                         flags: U32::new(request.flags),
                         lkey: U32::new(request.lkey),
                         rkey: U32::new(request.rkey),
-                        ..RequestEntry::default()
+                        ..request_entry(id, src, dst, &transfer)
                     };
                     let inflight = InFlight {
                         slot: transfer.slot,
@@ -168,14 +174,7 @@ impl Inner {
                 return None;
             }
         };
-        let entry = RequestEntry {
-            transfer_id: U64::new(id),
-            src_addr: U64::new(src),
-            dst_addr: U64::new(dst),
-            length: U64::new(transfer.length),
-            opcode,
-            ..RequestEntry::default()
-        };
+        let entry = request_entry(id, src, dst, &transfer);
         Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma_slot: None }))
     }
 
