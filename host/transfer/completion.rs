@@ -156,10 +156,27 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
 /// [`poll_until_charged`] for a wait that can count what it still waits for: `left` returns how many units (e.g.
 /// completion entries) are still missing, 0 when the wait is over. Once some have arrived, a nap also ends no later
 /// than when the rate seen so far (from the first look to the last arrival) says the rest will be in, so the end of a
-/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait. Nothing else changes:
-/// the same looks, the same bounds.
-pub fn poll_until_paced(mut left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
-    let pace = std::cell::Cell::new(Pace::default());
+/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait; until then a nap may
+/// last up to [`POLL_PACED_NAP_MAX`] (nothing is expected sooner). Once that moment has passed, a nap lasts about as
+/// long as the wait is already late (at most a sixteenth of the time waited and [`POLL_NAP_MAX`]): the end is seen
+/// within twice its lateness, with a few looks instead of one every [`POLL_NAP_MIN`].
+pub fn poll_until_paced(left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
+    poll_until_paced_after(left, timeout, None)
+}
+
+/// [`poll_until_paced`] for a wait that expects nothing before `quiet` has passed (e.g. half the time similar waits
+/// took): until then, and until a unit arrives, it naps towards that moment (at most [`POLL_PACED_NAP_MAX`] at a
+/// time) instead of from [`POLL_NAP_MIN`] up; then as [`poll_until_paced`], a unit that arrives early counting as
+/// usual.
+pub fn poll_until_paced_after(
+    mut left: impl FnMut() -> u64,
+    timeout: Duration,
+    quiet: Option<Duration>,
+) -> (bool, u64) {
+    let pace = std::cell::Cell::new(Pace {
+        due: quiet.and_then(|quiet| Instant::now().checked_add(quiet.min(timeout))),
+        ..Pace::default()
+    });
     let mut look = || {
         let missing = left();
         if missing == 0 {
@@ -171,7 +188,14 @@ pub fn poll_until_paced(mut left: impl FnMut() -> u64, timeout: Duration) -> (bo
         false
     };
     poll_until_core(&mut look, timeout, true, || {
-        pace.get().due.map(|due| due.saturating_duration_since(Instant::now()))
+        let due = pace.get().due?;
+        let now = Instant::now();
+        // Before the rest is due: nap until then. After: back off by as long as it is already late, so a wait whose
+        // rate estimate was early naps a few times at POLL_NAP_MIN and then longer, not every 50 µs until it ends.
+        Some(match due.checked_duration_since(now) {
+            Some(ahead) => Eta::Ahead(ahead),
+            None => Eta::Late(now.duration_since(due)),
+        })
     })
 }
 
@@ -204,12 +228,24 @@ fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged:
     poll_until_core(&mut ready, timeout, charged, || None)
 }
 
+/// A paced wait's estimate of its end.
+#[derive(Clone, Copy, Debug)]
+enum Eta {
+    /// The rest is due this much later (at the rate seen so far).
+    Ahead(Duration),
+    /// The rest was due this long ago.
+    Late(Duration),
+}
+
+/// The longest nap of a paced wait until its rest is due: the rate it measured says nothing arrives sooner.
+pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
+
 /// The loop of every poll: `eta` is the wait's own estimate of the time still needed, if it has one.
 fn poll_until_core(
     ready: &mut dyn FnMut() -> bool,
     timeout: Duration,
     charged: bool,
-    eta: impl Fn() -> Option<Duration>,
+    eta: impl Fn() -> Option<Eta>,
 ) -> (bool, u64) {
     let started = Instant::now();
     let section = charged.then(Section::start);
@@ -246,8 +282,11 @@ fn poll_until_core(
             }
             spins += 1;
         } else {
-            let paced = eta().map_or(elapsed / 16, |eta| eta.min(elapsed / 16));
-            let nap = paced.clamp(POLL_NAP_MIN, POLL_NAP_MAX);
+            let nap = match eta() {
+                Some(Eta::Ahead(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
+                Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+                None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+            };
             std::thread::sleep(nap.min(timeout - elapsed));
         }
     }

@@ -18,7 +18,9 @@ pub mod segment;
 pub mod task;
 pub mod validated;
 
-pub use completion::{poll_until, poll_until_charged, poll_until_paced, CompletionPoller, CompletionSignal};
+pub use completion::{
+    poll_until, poll_until_charged, poll_until_paced, poll_until_paced_after, CompletionPoller, CompletionSignal,
+};
 pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use failure::{CodeFamily, FailureKind, PathCode, TransferFailure};
 pub use memory::{BufferSet, RangeError, RegisteredBuffer};

@@ -16,7 +16,7 @@ use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
 use crate::transfer::{
-    poll_until_charged, poll_until_paced, CodeFamily, CompletionPoller, FailureKind, TransferFailure,
+    poll_until_charged, poll_until_paced_after, CodeFamily, CompletionPoller, FailureKind, TransferFailure,
 };
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
@@ -373,6 +373,22 @@ impl CompletionPoller for Inner {
                 u64::from(short.max(0) as u32)
             })
         };
+        // The bytes this wait covers, and when similar waits say nothing can be done yet.
+        let bytes: u64 = needs
+            .iter()
+            .filter_map(|&(block, _)| self.blocks.get(block as usize).map(|b| (block, b)))
+            .map(|(block, b)| {
+                let map = b.inflight_map();
+                tickets
+                    .iter()
+                    .filter_map(|&ticket| decode_ticket(ticket))
+                    .filter(|&(of, _)| of == block)
+                    .filter_map(|(_, position)| map.length_at(b.request_ring.index().slot(position) as usize))
+                    .sum::<u64>()
+            })
+            .sum();
+        let quiet = self.wait_pace.quiet(bytes);
+        let started = Instant::now();
         let drained_ns = std::cell::Cell::new(0u64);
         let left = || {
             if self.host_finished.load(Ordering::Acquire) != finished {
@@ -385,7 +401,11 @@ impl CompletionPoller for Inner {
             }
             needs.iter().map(missing).sum()
         };
-        poll_until_paced(left, timeout).1.saturating_sub(drained_ns.get())
+        let (done, cpu) = poll_until_paced_after(left, timeout, quiet);
+        if done && self.host_finished.load(Ordering::Acquire) == finished {
+            self.wait_pace.learn(bytes, started.elapsed());
+        }
+        cpu.saturating_sub(drained_ns.get())
     }
 
     fn attach(&self) {
@@ -396,5 +416,39 @@ impl CompletionPoller for Inner {
         if self.attached_waiters.fetch_sub(1, Ordering::AcqRel) == 1 {
             *self.last_detach.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now());
         }
+    }
+}
+
+/// What the waits of one aiv transport learned of its pace: the time per byte of the waits that covered at least
+/// [`WaitPace::MIN_BYTES`] (an average weighted 1/4 towards the newest). A wait of `n` bytes then expects nothing
+/// before half of `n` times that (`poll_until_paced_after`): on a slow route (the twin NIC across hosts) the waiter
+/// naps through the first half instead of looking from 50 µs up, and the end is still seen as before.
+#[derive(Debug, Default)]
+pub(super) struct WaitPace {
+    /// Picoseconds per byte (0: nothing learned yet).
+    ps_per_byte: std::sync::atomic::AtomicU64,
+}
+
+impl WaitPace {
+    /// Waits smaller than this teach nothing (their time is mostly fixed latency, not bytes).
+    pub(super) const MIN_BYTES: u64 = 64 << 10;
+
+    /// How long a wait for `bytes` expects nothing.
+    pub(super) fn quiet(&self, bytes: u64) -> Option<Duration> {
+        let rate = self.ps_per_byte.load(Ordering::Relaxed);
+        (rate > 0 && bytes >= Self::MIN_BYTES).then(|| {
+            Duration::from_nanos((u128::from(bytes) * u128::from(rate) / 2000).min(u128::from(u64::MAX)) as u64)
+        })
+    }
+
+    /// A wait for `bytes` ended after `took`.
+    pub(super) fn learn(&self, bytes: u64, took: Duration) {
+        if bytes < Self::MIN_BYTES {
+            return;
+        }
+        let measured = (took.as_nanos() * 1000 / u128::from(bytes)).min(u128::from(u64::MAX / 4)) as u64;
+        let _ = self.ps_per_byte.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(if old == 0 { measured } else { (old * 3 + measured) / 4 })
+        });
     }
 }

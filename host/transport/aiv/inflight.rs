@@ -48,6 +48,11 @@ impl InFlightTable {
         self.slots[position].take().map(|(_, inflight)| inflight)
     }
 
+    /// The length of the transfer in `slot`, if one is in flight there.
+    pub(super) fn length_at(&self, slot: usize) -> Option<u64> {
+        self.slots.get(slot)?.as_ref().map(|(_, inflight)| inflight.length)
+    }
+
     pub(super) fn iter(&self) -> impl Iterator<Item = &InFlight> {
         self.slots.iter().filter_map(|entry| entry.as_ref().map(|(_, inflight)| inflight))
     }

@@ -116,6 +116,8 @@ struct Inner {
     /// Bumped whenever the Host itself finished transfers (peer loss, shutdown): a waiter polling for DCQ tails looks
     /// at it too, since those transfers will never appear in a DCQ.
     host_finished: AtomicU32,
+    /// The pace the batch waits learned (`drain::WaitPace`).
+    wait_pace: drain::WaitPace,
     /// The engine's tracer, from the first [`AivTransport::set_trace`] (docs/trace.md).
     tracer: OnceLock<Arc<crate::trace::Tracer>>,
     /// The RDMA route: NIC, registrations, QP tables (docs/rdma.md section 7).
