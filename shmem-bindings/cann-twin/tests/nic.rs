@@ -590,3 +590,68 @@ fn close_joins_every_thread_and_the_device_can_open_again() {
     nic::open(a, loopback()).expect("opens again");
     nic::close(a).expect("closes");
 }
+
+/// MB/s of plain TCP on 127.0.0.1: `messages` of `size` bytes written by one thread, read by another into a buffer.
+fn tcp_bandwidth(size: usize, messages: usize) -> f64 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind(loopback()).expect("binds");
+    let address = listener.local_addr().expect("an address");
+    let reader = std::thread::spawn(move || {
+        let (mut stream, _) = listener.accept().expect("accepts");
+        let mut buffer = vec![0u8; size];
+        for _ in 0..messages {
+            stream.read_exact(&mut buffer).expect("reads");
+        }
+        stream.write_all(&[1]).expect("answers");
+    });
+    let mut stream = std::net::TcpStream::connect(address).expect("connects");
+    stream.set_nodelay(true).expect("nodelay");
+    let message = pattern(size, 1);
+    let started = Instant::now();
+    for _ in 0..messages {
+        stream.write_all(&message).expect("writes");
+    }
+    let mut done = [0u8; 1];
+    stream.read_exact(&mut done).expect("the reader is done");
+    let took = started.elapsed();
+    reader.join().expect("the reader ends");
+    (size * messages) as f64 / took.as_secs_f64() / 1e6
+}
+
+/// Bandwidth of 1 MiB RDMA WRITEs between two twin NICs on 127.0.0.1 against plain TCP on the same link. Run with
+/// `cargo test --release -p cann-twin --test nic -- --ignored --nocapture bandwidth`.
+#[test]
+#[ignore = "a measurement: prints MB/s"]
+fn bandwidth_of_1_mib_writes_against_plain_tcp() {
+    let (a, b) = (8, 9);
+    nic::open(a, loopback()).expect("opens");
+    nic::open(b, loopback()).expect("opens");
+    let size = 1usize << 20;
+    let slots = 16usize;
+    let (local, lkeys, _) = buffer(a, size * slots, 25, Access::default());
+    let (remote, rkeys, _) = buffer(b, size * slots, 26, Access::REMOTE_ALL);
+    let (mut qp, _) = connect(a, b, QpConfig::default());
+    let rounds = 16usize;
+    let batch = 32usize;
+    let mut run = |rounds: usize| {
+        let started = Instant::now();
+        for _ in 0..rounds {
+            for i in 0..batch {
+                let at = (i % slots * size) as u64;
+                qp.post(WRITE, size as u32, rkeys.rkey, remote + at, lkeys.lkey, local + at);
+            }
+            qp.ring();
+            for _ in 0..batch {
+                assert_eq!(qp.poll().status, status::SUCCESS);
+            }
+            qp.release();
+        }
+        (size * batch * rounds) as f64 / started.elapsed().as_secs_f64() / 1e6
+    };
+    run(2);
+    let rdma = run(rounds);
+    let tcp = tcp_bandwidth(size, batch * rounds);
+    println!("1 MiB RDMA WRITE: {rdma:.0} MB/s; plain TCP: {tcp:.0} MB/s; ratio {:.2}", rdma / tcp);
+    nic::close(a).expect("closes");
+    nic::close(b).expect("closes");
+}
