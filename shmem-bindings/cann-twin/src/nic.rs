@@ -203,6 +203,10 @@ pub struct QpConfig {
     pub timeout: Duration,
     /// How long the engine waits for a free CQ slot before it raises a CQ overrun.
     pub cq_full_wait: Duration,
+    /// The block of the QP's device whose emulated AI core polls the CQ (`None`: nobody polls it). After each CQE
+    /// the engine signals that block's device-internal activity record (as an SDMA channel signals the block that
+    /// drives it), so a core napping in its poll resumes at once; a core of another block naps its nap out.
+    pub wake_block: Option<u32>,
 }
 
 impl Default for QpConfig {
@@ -213,6 +217,7 @@ impl Default for QpConfig {
             retry_count: 7,
             timeout: Duration::from_millis(100),
             cq_full_wait: Duration::from_secs(1),
+            wake_block: None,
         }
     }
 }
@@ -360,6 +365,8 @@ struct Qp {
     /// applied again.
     applied: Mutex<Option<(u32, u32, u8)>>,
     engine: Mutex<Option<JoinHandle<()>>>,
+    /// The activity record of the config's `wake_block`, signalled after each CQE.
+    activity: Option<Arc<crate::kernel::Activity>>,
 }
 
 static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -627,6 +634,7 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         handoff: Mutex::new(None),
         applied: Mutex::new(None),
         engine: Mutex::new(None),
+        activity: config.wake_block.map(|block| crate::kernel::Activity::of(device, block)),
     });
     let (engine_nic, engine_qp) = (Arc::clone(&nic), Arc::clone(&qp));
     let handle = match spawn(format!("cann-twin-nic-d{device}q{qpn:x}"), move || engine_qp.run(&engine_nic)) {
@@ -1222,7 +1230,11 @@ impl Qp {
             return true;
         }
         inner.cq_producer = producer.wrapping_add(1);
+        drop(inner);
         nic.counters.cqes_written.fetch_add(1, Ordering::Relaxed);
+        if let Some(activity) = &self.activity {
+            activity.progressed();
+        }
         true
     }
 }

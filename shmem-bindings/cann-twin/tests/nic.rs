@@ -655,3 +655,32 @@ fn bandwidth_of_1_mib_writes_against_plain_tcp() {
     nic::close(a).expect("closes");
     nic::close(b).expect("closes");
 }
+
+#[test]
+fn a_wake_block_is_signalled_after_every_cqe_and_only_then() {
+    let (a, b) = shared_pair();
+    // Blocks no kernel of this test binary runs: their activity moves only by this QP's CQEs.
+    let (block, other) = (901, 902);
+    let (local, lkeys, _) = buffer(a, 4096, 27, Access::default());
+    let (remote, rkeys, _) = buffer(b, 4096, 28, Access::REMOTE_ALL);
+    let (mut qp, _) = connect(a, b, QpConfig { wake_block: Some(block), ..QpConfig::default() });
+    let (before, other_before) =
+        (cann_twin::control::core_activity(a, block), cann_twin::control::core_activity(a, other));
+    for i in 0..3 {
+        qp.post(WRITE, 64, rkeys.rkey, remote + 64 * i, lkeys.lkey, local);
+    }
+    qp.ring();
+    for _ in 0..3 {
+        assert_eq!(qp.poll().status, status::SUCCESS);
+    }
+    qp.release();
+    // The signal follows the CQE's write: wait for the last one.
+    let started = Instant::now();
+    while cann_twin::control::core_activity(a, block) - before < 3 {
+        assert!(started.elapsed() < WAIT, "three CQEs, fewer signals");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(cann_twin::control::core_activity(a, block) - before, 3, "one signal per CQE");
+    assert_eq!(cann_twin::control::core_activity(a, other), other_before, "another block is not signalled");
+    assert_eq!(cann_twin::control::core_activity(b, block), 0, "nor the same block of the target's device");
+}
