@@ -173,6 +173,58 @@ pub(crate) struct Conn {
     /// The socket's timeouts as last set (each change is a system call).
     read_timeout: Option<Duration>,
     write_timeout: Option<Duration>,
+    /// A large frame whose fixed fields have arrived: its payload is read straight into its own buffer.
+    partial: Option<Partial>,
+}
+
+/// A WRITE or READ_RESPONSE frame of at least [`DIRECT_PAYLOAD`] bytes, its payload still arriving.
+#[derive(Debug)]
+struct Partial {
+    /// The frame with an empty payload (its fixed fields).
+    frame: Frame,
+    payload: Vec<u8>,
+    len: usize,
+}
+
+/// Payloads from this size on are read into a buffer of their own (no copy out of the receive buffer).
+const DIRECT_PAYLOAD: usize = 256 << 10;
+
+/// Bytes of a WRITE's fixed fields (kind, psn, rkey, va, len) and of a READ_RESPONSE's (kind, psn, status, len).
+const WRITE_FIELDS: usize = 21;
+const READ_RESPONSE_FIELDS: usize = 10;
+
+impl Frame {
+    /// A WRITE or READ_RESPONSE frame's fixed fields from the start of `body` (whose length is `body_len`) and its
+    /// payload's length, if the frame is one of those two with a payload of at least [`DIRECT_PAYLOAD`] bytes;
+    /// `Err` when its length field disagrees with the frame's.
+    fn large_head(head: &[u8], body_len: usize) -> Result<Option<(Frame, usize)>, WireError> {
+        let mut at = Cursor(head);
+        let (frame, fields, len) = match at.u8() {
+            Some(WRITE) if head.len() >= WRITE_FIELDS => {
+                let (psn, rkey, va, len) = (at.u32(), at.u32(), at.u64(), at.u32());
+                let (Some(psn), Some(rkey), Some(va), Some(len)) = (psn, rkey, va, len) else { return Ok(None) };
+                (Frame::Write { psn, rkey, va, bytes: Vec::new() }, WRITE_FIELDS, len)
+            }
+            Some(READ_RESPONSE) if head.len() >= READ_RESPONSE_FIELDS => {
+                let (psn, status, len) = (at.u32(), at.u8(), at.u32());
+                let (Some(psn), Some(status), Some(len)) = (psn, status, len) else { return Ok(None) };
+                (Frame::ReadResponse { psn, status, bytes: Vec::new() }, READ_RESPONSE_FIELDS, len)
+            }
+            _ => return Ok(None),
+        };
+        if len > MAX_MESSAGE || fields + len as usize != body_len {
+            return Err(WireError::Malformed);
+        }
+        Ok((len as usize >= DIRECT_PAYLOAD).then_some((frame, len as usize)))
+    }
+
+    fn with_payload(self, payload: Vec<u8>) -> Frame {
+        match self {
+            Frame::Write { psn, rkey, va, .. } => Frame::Write { psn, rkey, va, bytes: payload },
+            Frame::ReadResponse { psn, status, .. } => Frame::ReadResponse { psn, status, bytes: payload },
+            other => other,
+        }
+    }
 }
 
 /// Bytes one read asks for when no frame larger than that is known to be arriving.
@@ -204,7 +256,7 @@ impl Conn {
         // No Nagle: a request or an acknowledgement leaves at once.
         let _ = stream.set_nodelay(true);
         let _ = stream.set_nonblocking(false);
-        Conn { stream, buffer: Vec::new(), start: 0, end: 0, read_timeout: None, write_timeout: None }
+        Conn { stream, buffer: Vec::new(), start: 0, end: 0, read_timeout: None, write_timeout: None, partial: None }
     }
 
     /// A second handle on the same connection (for a reader thread beside a sender), with a buffer of its own.
@@ -228,6 +280,34 @@ impl Conn {
     /// [`READ_TICK`]. Bytes of an incomplete frame are kept for the next call.
     pub(crate) fn receive(&mut self, deadline: Instant, stop: &dyn Fn() -> bool) -> Result<Option<Frame>, WireError> {
         loop {
+            if let Some(partial) = self.partial.as_mut() {
+                if partial.payload.len() == partial.len {
+                    let Partial { frame, payload, .. } = self.partial.take().ok_or(WireError::Malformed)?;
+                    return Ok(Some(frame.with_payload(payload)));
+                }
+                if stop() {
+                    return Err(WireError::Stopped);
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(None);
+                }
+                let wait = Some((deadline - now).min(READ_TICK).max(Duration::from_millis(1)));
+                if self.read_timeout != wait {
+                    let _ = self.stream.set_read_timeout(wait);
+                    self.read_timeout = wait;
+                }
+                let rest = (partial.len - partial.payload.len()) as u64;
+                // Into the payload's own buffer, without initialising it first; on a timeout the bytes read so far
+                // stay in it.
+                match (&mut self.stream).take(rest).read_to_end(&mut partial.payload) {
+                    Ok(read) if read as u64 == rest => {}
+                    Ok(_) => return Err(WireError::Closed),
+                    Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => return Err(WireError::Closed),
+                }
+                continue;
+            }
             let held = self.end - self.start;
             let mut need = 4 - held.min(4);
             if held >= 4 {
@@ -248,6 +328,15 @@ impl Conn {
                         (self.start, self.end) = (0, 0);
                     }
                     return Ok(Some(frame));
+                }
+                let head = &self.buffer[at + 4..self.end];
+                if let Some((frame, payload_len)) = Frame::large_head(head, len)? {
+                    let fields = len - payload_len;
+                    let mut payload = Vec::with_capacity(payload_len);
+                    payload.extend_from_slice(&head[fields..]);
+                    (self.start, self.end) = (0, 0);
+                    self.partial = Some(Partial { frame, payload, len: payload_len });
+                    continue;
                 }
                 need = 4 + len - held;
             }
