@@ -14,15 +14,36 @@
 //!   (`nic::register_write`). Only an 8-byte write at 0x0 with the QPN as tag and the SQ command, or at 0x8 with
 //!   the CQN and the CQ_DB_PTR command, is accepted; anything else writes nothing, records a [`QpException`] and
 //!   moves the QP to the error state.
-//! - One engine thread per QP executes the rung WQEs in order: owner bit for the lap, opcode (RDMA WRITE 3, READ 5),
-//!   one SGE, local validation, then the request on the QP's connection with an acknowledgement per request, a
-//!   timeout per attempt and retransmissions (same PSN; the target applies a WRITE at most once); it writes a CQE at
-//!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released.
+//! - One engine thread per QP takes the rung WQEs in order: owner bit for the lap, opcode (RDMA WRITE 3, READ 5),
+//!   one SGE, local validation, then the request (a PSN per message) on the QP's connection at once. A window of
+//!   requests is outstanding: at most [`QpConfig::max_outstanding`] (default [`DEFAULT_OUTSTANDING`]) and
+//!   [`WINDOW_BYTES`] of messages (a single larger message travels alone). A reader thread per connection hands the
+//!   responses (one per request) to the engine.
+//! - Completions are strictly in WQE order: a response completes the oldest outstanding request only if it carries
+//!   that request's PSN (others are ignored); a READ's bytes land in local memory then. The engine writes a CQE at
+//!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released, and
+//!   then signals [`QpConfig::wake_block`]'s activity record.
+//! - Go back N: when the oldest request's timer (the QP's timeout per attempt, from when it left) runs out, the
+//!   connection is given up, and the NIC reconnects and sends every outstanding request again from the oldest, each
+//!   counting a retransmission against the retry count; the oldest, out of retries, fails with
+//!   TRANSPORT_RETRY_EXC_ERR. A lost connection waits for the timer.
+//! - The target executes each initiator QP's requests strictly in PSN order, each at most once: the next PSN is
+//!   executed, an earlier one (a retransmission) answered again without applying a WRITE again (a READ is read
+//!   again), one past a gap dropped unanswered (the initiator goes back N). After it refuses a request
+//!   (REMOTE_ACCESS_ERR, touching nothing) it drops every later request of that initiator QP, so the refused WQE's
+//!   successors in the window are not applied. A WRITE applied on the target before the initiator saw an earlier
+//!   WQE fail for a reason the target did not see (retries exhausted with the responses lost, a READ response of
+//!   the wrong length) is not undone: its WQE is flushed all the same, as RC allows.
 //! - RC error semantics: the first error CQE carries its status, the QP goes to the error state, and every later
-//!   WQE completes with WR_FLUSH_ERR (error CQEs are written whether or not the WQE is signaled).
+//!   WQE, already sent or not, completes with WR_FLUSH_ERR (error CQEs are written whether or not the WQE is
+//!   signaled).
+//!
+//! Not modelled: congestion control, PFC and ECN, real NIC timing (loopback TCP sets the pace; a retry waits exactly
+//! its timeout), NAKs and coalesced acknowledgements, MTU segmentation (docs/rdma.md, "The twin NIC").
 //!
 //! Every wait is bounded; nothing from the wire or from device memory can panic the model; threads are named
-//! `cann-twin-nic-d{device}...`, and [`close`] joins them within [`JOIN_WAIT`].
+//! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
+//! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
 
 pub(crate) mod wire;
 
@@ -204,7 +225,8 @@ pub struct QpConfig {
     pub cq_depth: u32,
     /// Retransmissions of a request before TRANSPORT_RETRY_EXC_ERR (at most [`MAX_RETRY_COUNT`]).
     pub retry_count: u8,
-    /// The wait for a response per attempt (1 ms up to [`MAX_TIMEOUT`]).
+    /// The wait for a response per attempt (1 ms up to [`MAX_TIMEOUT`]): the oldest outstanding request's timer,
+    /// from when it left.
     pub timeout: Duration,
     /// How long the engine waits for a free CQ slot before it raises a CQ overrun.
     pub cq_full_wait: Duration,
@@ -371,6 +393,8 @@ struct QpInner {
     shutdown: bool,
     /// Responses (and connection losses) the reader thread of the link of that generation handed over.
     inbox: VecDeque<(u64, Event)>,
+    /// Payload bytes in `inbox`.
+    inbox_bytes: usize,
 }
 
 /// One QP and its CQ.
@@ -661,6 +685,7 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
             cqes_lost: 0,
             shutdown: false,
             inbox: VecDeque::new(),
+            inbox_bytes: 0,
         }),
         wake: Condvar::new(),
         handoff: Mutex::new(None),
@@ -731,8 +756,8 @@ fn handshake(
     }
 }
 
-/// Destroys QP `qpn` of `device`: joins its engine (a WQE in flight is abandoned without a CQE), frees its queues
-/// and its register page.
+/// Destroys QP `qpn` of `device`: joins its engine and its connection's reader (the WQEs in flight are abandoned
+/// without CQEs), frees its queues and its register page.
 pub fn destroy_qp(device: i32, qpn: u32) -> Result<(), NicError> {
     let nic = nic(device)?;
     let qp = lock(&nic.qps).remove(&qpn).ok_or(NicError::NoSuchQp { device, qpn })?;
@@ -767,8 +792,8 @@ pub fn set_link_down(device: i32, down: bool) -> Result<(), NicError> {
 }
 
 /// Makes `device`'s NIC, as target, lose the responses to the next `count` requests it serves: the request is
-/// applied (a WRITE) or read (a READ), the ACK or READ_RESPONSE never leaves. The initiator times out and
-/// retransmits; a WRITE is not applied twice.
+/// applied (a WRITE) or read (a READ), the ACK or READ_RESPONSE never leaves. The initiator times out and goes back
+/// N; a WRITE is not applied twice.
 pub fn drop_responses(device: i32, count: u32) -> Result<(), NicError> {
     nic(device)?.drop_responses.store(count, Ordering::Release);
     Ok(())
@@ -1136,14 +1161,19 @@ impl Qp {
                 Err(_) => Event::Lost,
             };
             let lost = matches!(event, Event::Lost);
+            let bytes = match &event {
+                Event::Frame(Frame::ReadResponse { bytes, .. }) => bytes.len(),
+                _ => 0,
+            };
             let mut inner = lock(&self.inner);
-            if inner.inbox.len() >= MAX_INBOX {
+            if inner.inbox.len() >= MAX_INBOX || inner.inbox_bytes + bytes > MAX_INBOX_BYTES {
                 // More responses than requests outstanding: the peer breaks the protocol.
                 inner.inbox.push_back((generation, Event::Lost));
                 self.wake.notify_all();
                 break;
             }
             inner.inbox.push_back((generation, event));
+            inner.inbox_bytes += bytes;
             self.wake.notify_all();
             drop(inner);
             if lost {
@@ -1194,8 +1224,11 @@ impl Qp {
     }
 }
 
-/// Responses a reader thread holds for its engine at most: more than any window of requests can be answered by.
+/// Responses a reader thread holds for its engine at most, and their payload bytes: more than the requests sent on
+/// one connection between two looks of the engine (two windows) can be answered by; past them the peer breaks the
+/// protocol and the connection is given up.
 const MAX_INBOX: usize = 4 * MAX_OUTSTANDING as usize;
+const MAX_INBOX_BYTES: usize = 2 * (WINDOW_BYTES as usize + MAX_MESSAGE as usize);
 
 /// What a reader thread hands its engine.
 #[derive(Debug)]
@@ -1313,7 +1346,11 @@ impl Engine<'_> {
 
     /// The responses and connection losses the reader handed over; `true` if there were any.
     fn take_events(&mut self) -> bool {
-        let events: Vec<(u64, Event)> = lock(&self.qp.inner).inbox.drain(..).collect();
+        let events: Vec<(u64, Event)> = {
+            let mut inner = lock(&self.qp.inner);
+            inner.inbox_bytes = 0;
+            inner.inbox.drain(..).collect()
+        };
         let any = !events.is_empty();
         for (generation, event) in events {
             if self.link.as_ref().map(|link| link.generation) != Some(generation) {

@@ -194,9 +194,10 @@ const WRITE_FIELDS: usize = 21;
 const READ_RESPONSE_FIELDS: usize = 10;
 
 impl Frame {
-    /// A WRITE or READ_RESPONSE frame's fixed fields from the start of `body` (whose length is `body_len`) and its
-    /// payload's length, if the frame is one of those two with a payload of at least [`DIRECT_PAYLOAD`] bytes;
-    /// `Err` when its length field disagrees with the frame's.
+    /// From `head`, the bytes of a frame body of `body_len` bytes received so far: the frame's fixed fields (with an
+    /// empty payload) and its payload's length, if it is a WRITE or READ_RESPONSE with a payload of at least
+    /// [`DIRECT_PAYLOAD`] bytes and its fixed fields are all in; `Err` when its length field disagrees with the
+    /// frame's.
     fn large_head(head: &[u8], body_len: usize) -> Result<Option<(Frame, usize)>, WireError> {
         let mut at = Cursor(head);
         let (frame, fields, len) = match at.u8() {
