@@ -137,7 +137,8 @@ pub struct QpSpec {
     /// The wait for a response per attempt.
     pub timeout: Duration,
     /// The AIV block that polls the QP's CQ (`None`: a responder QP nobody polls). A hint for waking that block on a
-    /// new CQE; the twin NIC of this build does not take it yet (its cores find CQEs by their bounded polls).
+    /// new CQE: the twin NIC signals that block's emulated core after each CQE it writes, so a core napping in its
+    /// poll resumes at once.
     pub wake_block: Option<u32>,
 }
 

@@ -1179,12 +1179,12 @@ impl DeviceBackend for CannDevice {
 
     fn rdma_create_qp(&self, spec: &crate::device::QpSpec) -> Result<crate::device::QpHandle, DeviceError> {
         self.twin_nic("create a QP")?;
-        // `spec.wake_block` names the block that polls the CQ; the twin NIC of this build takes no such hint.
         let config = cann_twin::nic::QpConfig {
             sq_depth: spec.sq_depth,
             cq_depth: spec.cq_depth,
             retry_count: spec.retry_count,
             timeout: spec.timeout,
+            wake_block: spec.wake_block,
             ..cann_twin::nic::QpConfig::default()
         };
         let info = cann_twin::nic::create_qp(self.id as i32, config)

@@ -282,3 +282,10 @@ pub fn nic_link_down(device: i32, down: bool) -> Result<(), crate::nic::NicError
 pub fn nic_counters(device: i32) -> Result<crate::nic::NicCounters, crate::nic::NicError> {
     crate::nic::counters(device)
 }
+
+/// The progress count of the device-internal activity record of `block` of `device`: what an SDMA channel's engine
+/// and a twin NIC QP's engine (its `wake_block`) bump so that the emulated core of that block stops napping in a
+/// poll. It only grows; 0 until the first signal.
+pub fn core_activity(device: i32, block: u32) -> u64 {
+    crate::kernel::Activity::of(device, block).progress()
+}

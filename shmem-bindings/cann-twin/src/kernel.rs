@@ -417,6 +417,11 @@ impl Activity {
         }
     }
 
+    /// The progress count: how many times the device progressed.
+    pub(crate) fn progress(&self) -> u64 {
+        self.seq.load(Ordering::SeqCst)
+    }
+
     /// Naps at most `nap`, less if the device progresses after `seen`; returns the progress count at the end.
     fn nap(&self, seen: u64, nap: Duration) -> u64 {
         self.sleepers.fetch_add(1, Ordering::SeqCst);

@@ -14,19 +14,40 @@
 //!   (`nic::register_write`). Only an 8-byte write at 0x0 with the QPN as tag and the SQ command, or at 0x8 with
 //!   the CQN and the CQ_DB_PTR command, is accepted; anything else writes nothing, records a [`QpException`] and
 //!   moves the QP to the error state.
-//! - One engine thread per QP executes the rung WQEs in order: owner bit for the lap, opcode (RDMA WRITE 3, READ 5),
-//!   one SGE, local validation, then the request on the QP's connection with an acknowledgement per request, a
-//!   timeout per attempt and retransmissions (same PSN; the target applies a WRITE at most once); it writes a CQE at
-//!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released.
+//! - One engine thread per QP takes the rung WQEs in order: owner bit for the lap, opcode (RDMA WRITE 3, READ 5),
+//!   one SGE, local validation, then the request (a PSN per message) on the QP's connection at once. A window of
+//!   requests is outstanding: at most [`QpConfig::max_outstanding`] (default [`DEFAULT_OUTSTANDING`]) and
+//!   [`WINDOW_BYTES`] of messages (a single larger message travels alone). A reader thread per connection hands the
+//!   responses (one per request) to the engine.
+//! - Completions are strictly in WQE order: a response completes the oldest outstanding request only if it carries
+//!   that request's PSN (others are ignored); a READ's bytes land in local memory then. The engine writes a CQE at
+//!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released, and
+//!   then signals [`QpConfig::wake_block`]'s activity record.
+//! - Go back N: when the oldest request's timer (the QP's timeout per attempt, from when it left) runs out, the
+//!   connection is given up, and the NIC reconnects and sends every outstanding request again from the oldest, each
+//!   counting a retransmission against the retry count; the oldest, out of retries, fails with
+//!   TRANSPORT_RETRY_EXC_ERR. A lost connection waits for the timer.
+//! - The target executes each initiator QP's requests strictly in PSN order, each at most once: the next PSN is
+//!   executed, an earlier one (a retransmission) answered again without applying a WRITE again (a READ is read
+//!   again), one past a gap dropped unanswered (the initiator goes back N). After it refuses a request
+//!   (REMOTE_ACCESS_ERR, touching nothing) it drops every later request of that initiator QP, so the refused WQE's
+//!   successors in the window are not applied. A WRITE applied on the target before the initiator saw an earlier
+//!   WQE fail for a reason the target did not see (retries exhausted with the responses lost, a READ response of
+//!   the wrong length) is not undone: its WQE is flushed all the same, as RC allows.
 //! - RC error semantics: the first error CQE carries its status, the QP goes to the error state, and every later
-//!   WQE completes with WR_FLUSH_ERR (error CQEs are written whether or not the WQE is signaled).
+//!   WQE, already sent or not, completes with WR_FLUSH_ERR (error CQEs are written whether or not the WQE is
+//!   signaled).
+//!
+//! Not modelled: congestion control, PFC and ECN, real NIC timing (loopback TCP sets the pace; a retry waits exactly
+//! its timeout), NAKs and coalesced acknowledgements, MTU segmentation (docs/rdma.md, "The twin NIC").
 //!
 //! Every wait is bounded; nothing from the wire or from device memory can panic the model; threads are named
-//! `cann-twin-nic-d{device}...`, and [`close`] joins them within [`JOIN_WAIT`].
+//! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
+//! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
 
 pub(crate) mod wire;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -103,8 +124,13 @@ pub const CONNECT_WAIT: Duration = Duration::from_secs(2);
 pub const MAX_CONNECTIONS: usize = 256;
 /// Largest message of one WQE (bytes): larger ones complete with LOCAL_LENGTH_ERR.
 pub const MAX_MESSAGE_BYTES: u32 = MAX_MESSAGE;
-/// How often idle threads look at their stop conditions.
-const TICK: Duration = Duration::from_millis(10);
+/// Requests a QP keeps outstanding on its connection by default ([`QpConfig::max_outstanding`]).
+pub const DEFAULT_OUTSTANDING: u32 = 16;
+/// Largest [`QpConfig::max_outstanding`].
+pub const MAX_OUTSTANDING: u32 = 256;
+/// Bytes of messages a QP keeps outstanding at most: a request that would pass it waits for the responses before
+/// it (a single message larger than this travels alone).
+pub const WINDOW_BYTES: u64 = 8 << 20;
 /// How often the listener looks for a connection (it accepts without blocking, to see its shutdown).
 const ACCEPT_TICK: Duration = Duration::from_millis(5);
 /// The longest an idle engine sleeps between two looks at its state (doorbells and shutdown wake it at once).
@@ -199,10 +225,18 @@ pub struct QpConfig {
     pub cq_depth: u32,
     /// Retransmissions of a request before TRANSPORT_RETRY_EXC_ERR (at most [`MAX_RETRY_COUNT`]).
     pub retry_count: u8,
-    /// The wait for a response per attempt (1 ms up to [`MAX_TIMEOUT`]).
+    /// The wait for a response per attempt (1 ms up to [`MAX_TIMEOUT`]): the oldest outstanding request's timer,
+    /// from when it left.
     pub timeout: Duration,
     /// How long the engine waits for a free CQ slot before it raises a CQ overrun.
     pub cq_full_wait: Duration,
+    /// Requests outstanding on the connection at most, 1 to [`MAX_OUTSTANDING`] (the send window; the byte budget
+    /// [`WINDOW_BYTES`] applies as well, whichever is smaller).
+    pub max_outstanding: u32,
+    /// The block of the QP's device whose emulated AI core polls the CQ (`None`: nobody polls it). After each CQE
+    /// the engine signals that block's device-internal activity record (as an SDMA channel signals the block that
+    /// drives it), so a core napping in its poll resumes at once; a core of another block naps its nap out.
+    pub wake_block: Option<u32>,
 }
 
 impl Default for QpConfig {
@@ -213,6 +247,8 @@ impl Default for QpConfig {
             retry_count: 7,
             timeout: Duration::from_millis(100),
             cq_full_wait: Duration::from_secs(1),
+            max_outstanding: DEFAULT_OUTSTANDING,
+            wake_block: None,
         }
     }
 }
@@ -301,6 +337,14 @@ pub struct NicCounters {
     pub requests_served: u64,
     /// Remote requests this NIC refused with REMOTE_ACCESS_ERR.
     pub requests_refused: u64,
+    /// WRITEs this NIC applied to its memory as target.
+    pub writes_applied: u64,
+    /// Duplicate requests (retransmissions of requests already executed) answered again as target, without
+    /// applying a WRITE again.
+    pub duplicates_answered: u64,
+    /// Requests dropped unanswered as target: after a PSN gap (an earlier request lost) or after the request of
+    /// that initiator it refused.
+    pub requests_dropped: u64,
 }
 
 #[derive(Debug, Default)]
@@ -310,6 +354,9 @@ struct Counters {
     retries: AtomicU64,
     requests_served: AtomicU64,
     requests_refused: AtomicU64,
+    writes_applied: AtomicU64,
+    duplicates_answered: AtomicU64,
+    requests_dropped: AtomicU64,
 }
 
 /// One device's NIC.
@@ -344,6 +391,10 @@ struct QpInner {
     cq_broken: bool,
     cqes_lost: u64,
     shutdown: bool,
+    /// Responses (and connection losses) the reader thread of the link of that generation handed over.
+    inbox: VecDeque<(u64, Event)>,
+    /// Payload bytes in `inbox`.
+    inbox_bytes: usize,
 }
 
 /// One QP and its CQ.
@@ -356,10 +407,13 @@ struct Qp {
     wake: Condvar,
     /// The connection [`connect_qp`] made, for the engine to take.
     handoff: Mutex<Option<Conn>>,
-    /// As target: the last WRITE applied (initiator QPN, psn, status), so that a retransmission is answered, not
-    /// applied again.
-    applied: Mutex<Option<(u32, u32, u8)>>,
+    /// As target: the request sequence of each initiator QP served (a few; the oldest is forgotten first).
+    responders: Mutex<VecDeque<Responder>>,
     engine: Mutex<Option<JoinHandle<()>>>,
+    /// The reader threads of the engine's connections (one running at a time).
+    readers: Mutex<Vec<JoinHandle<()>>>,
+    /// The activity record of the config's `wake_block`, signalled after each CQE.
+    activity: Option<Arc<crate::kernel::Activity>>,
 }
 
 static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -387,10 +441,15 @@ fn read_device(address: u64, len: usize) -> Result<Vec<u8>, aclError> {
     let guard = space();
     let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
     let from = space.translate(address as usize, len, false)?;
-    let mut out = vec![0u8; len];
+    let covered: usize = from.iter().map(|segment| segment.len).sum();
+    let mut out = if covered == len { Vec::with_capacity(len) } else { vec![0u8; len] };
     let to = [Segment { ptr: out.as_mut_ptr(), len }];
-    // SAFETY: `from` was translated under the read lock held here; `to` is a live buffer of the same length.
+    // SAFETY: `from` was translated under the read lock held here; `to` is a live allocation of `len` bytes.
     unsafe { perform_copy(&to, &from) };
+    if covered == len {
+        // SAFETY: the copy wrote all `len` bytes (the source segments cover exactly `len`).
+        unsafe { out.set_len(len) };
+    }
     Ok(out)
 }
 
@@ -566,6 +625,9 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
     if config.cq_full_wait > MAX_TIMEOUT {
         return Err(NicError::InvalidArgument("cq_full_wait is at most 10 s"));
     }
+    if config.max_outstanding == 0 || config.max_outstanding > MAX_OUTSTANDING {
+        return Err(NicError::InvalidArgument("max_outstanding must lie in 1..=MAX_OUTSTANDING"));
+    }
     let sq_bytes = config.sq_depth as usize * WQE_STRIDE as usize;
     let cq_bytes = config.cq_depth as usize * CQE_BYTES as usize;
     let mut taken = (None, None, None);
@@ -622,11 +684,15 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
             cq_broken: false,
             cqes_lost: 0,
             shutdown: false,
+            inbox: VecDeque::new(),
+            inbox_bytes: 0,
         }),
         wake: Condvar::new(),
         handoff: Mutex::new(None),
-        applied: Mutex::new(None),
+        responders: Mutex::new(VecDeque::new()),
         engine: Mutex::new(None),
+        readers: Mutex::new(Vec::new()),
+        activity: config.wake_block.map(|block| crate::kernel::Activity::of(device, block)),
     });
     let (engine_nic, engine_qp) = (Arc::clone(&nic), Arc::clone(&qp));
     let handle = match spawn(format!("cann-twin-nic-d{device}q{qpn:x}"), move || engine_qp.run(&engine_nic)) {
@@ -690,8 +756,8 @@ fn handshake(
     }
 }
 
-/// Destroys QP `qpn` of `device`: joins its engine (a WQE in flight is abandoned without a CQE), frees its queues
-/// and its register page.
+/// Destroys QP `qpn` of `device`: joins its engine and its connection's reader (the WQEs in flight are abandoned
+/// without CQEs), frees its queues and its register page.
 pub fn destroy_qp(device: i32, qpn: u32) -> Result<(), NicError> {
     let nic = nic(device)?;
     let qp = lock(&nic.qps).remove(&qpn).ok_or(NicError::NoSuchQp { device, qpn })?;
@@ -726,8 +792,8 @@ pub fn set_link_down(device: i32, down: bool) -> Result<(), NicError> {
 }
 
 /// Makes `device`'s NIC, as target, lose the responses to the next `count` requests it serves: the request is
-/// applied (a WRITE) or read (a READ), the ACK or READ_RESPONSE never leaves. The initiator times out and
-/// retransmits; a WRITE is not applied twice.
+/// applied (a WRITE) or read (a READ), the ACK or READ_RESPONSE never leaves. The initiator times out and goes back
+/// N; a WRITE is not applied twice.
 pub fn drop_responses(device: i32, count: u32) -> Result<(), NicError> {
     nic(device)?.drop_responses.store(count, Ordering::Release);
     Ok(())
@@ -743,6 +809,9 @@ pub fn counters(device: i32) -> Result<NicCounters, NicError> {
         retries: c.retries.load(Ordering::Relaxed),
         requests_served: c.requests_served.load(Ordering::Relaxed),
         requests_refused: c.requests_refused.load(Ordering::Relaxed),
+        writes_applied: c.writes_applied.load(Ordering::Relaxed),
+        duplicates_answered: c.duplicates_answered.load(Ordering::Relaxed),
+        requests_dropped: c.requests_dropped.load(Ordering::Relaxed),
     })
 }
 
@@ -802,23 +871,53 @@ impl Nic {
                     Frame::HelloAck { status: u8::from(target.is_none()) }
                 }
                 (Frame::Write { psn, rkey, va, bytes }, Some(qp)) => {
-                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
-                    let mut applied = lock(&qp.applied);
-                    let status = match *applied {
-                        Some((from, last, status)) if from == initiator && last == psn => status,
-                        // An older request of this initiator, answered long ago: not applied, not answered.
-                        Some((from, last, _)) if from == initiator && psn < last => continue,
-                        _ => {
+                    let mut responders = lock(&qp.responders);
+                    let status = match Responder::of(&mut responders, initiator).verdict(psn) {
+                        Verdict::Drop => {
+                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Verdict::Again(status) => {
+                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
+                            status
+                        }
+                        Verdict::Execute => {
                             let status = self.apply_write(rkey, va, &bytes);
-                            *applied = Some((initiator, psn, status));
+                            Responder::of(&mut responders, initiator).executed(psn, status);
                             status
                         }
                     };
+                    drop(responders);
+                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
                     Frame::Ack { psn, status }
                 }
-                (Frame::Read { psn, rkey, va, len }, Some(_)) => {
+                (Frame::Read { psn, rkey, va, len }, Some(qp)) => {
+                    let mut responders = lock(&qp.responders);
+                    let read = match Responder::of(&mut responders, initiator).verdict(psn) {
+                        Verdict::Drop => {
+                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        // The READ that was refused, asked again: refused again.
+                        Verdict::Again(status) if status != 0 => {
+                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
+                            Err(status)
+                        }
+                        // A duplicate READ is read again (its response replayed from memory as it is now).
+                        Verdict::Again(_) => {
+                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
+                            self.serve_read(rkey, va, len)
+                        }
+                        Verdict::Execute => {
+                            let read = self.serve_read(rkey, va, len);
+                            let status = read.as_ref().err().copied().unwrap_or(0);
+                            Responder::of(&mut responders, initiator).executed(psn, status);
+                            read
+                        }
+                    };
+                    drop(responders);
                     self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
-                    match self.serve_read(rkey, va, len) {
+                    match read {
                         Ok(bytes) => Frame::ReadResponse { psn, status: 0, bytes },
                         Err(status) => Frame::ReadResponse { psn, status, bytes: Vec::new() },
                     }
@@ -860,7 +959,10 @@ impl Nic {
             return self.refuse();
         }
         match write_device(va, bytes) {
-            Ok(()) => status::SUCCESS as u8,
+            Ok(()) => {
+                self.counters.writes_applied.fetch_add(1, Ordering::Relaxed);
+                status::SUCCESS as u8
+            }
             Err(_) => self.refuse(),
         }
     }
@@ -877,20 +979,72 @@ impl Nic {
     }
 }
 
+/// Initiator QPs a target QP keeps the request sequence of (RC connects one; more are served, the oldest
+/// forgotten first).
+const RESPONDERS: usize = 8;
+
+/// A target QP's view of one initiator QP's requests: requests execute strictly in PSN order, each at most once.
+#[derive(Clone, Copy, Debug)]
+struct Responder {
+    initiator: u32,
+    /// The PSN expected next (an initiator's first request has PSN 1).
+    next: u32,
+    /// The request refused (PSN, status): every later one of this initiator is dropped.
+    refused: Option<(u32, u8)>,
+}
+
+/// What a target does with a request.
+enum Verdict {
+    /// The next in order: execute it.
+    Execute,
+    /// Executed before (a retransmission): answer with this status without executing a WRITE again.
+    Again(u8),
+    /// Past a gap (an earlier request was lost: the initiator goes back N) or after the refused request: neither
+    /// executed nor answered.
+    Drop,
+}
+
+impl Responder {
+    /// The record of `initiator` in `all`, made if absent.
+    fn of(all: &mut VecDeque<Responder>, initiator: u32) -> &mut Responder {
+        let at = match all.iter().position(|r| r.initiator == initiator) {
+            Some(at) => at,
+            None => {
+                if all.len() >= RESPONDERS {
+                    all.pop_front();
+                }
+                all.push_back(Responder { initiator, next: 1, refused: None });
+                all.len() - 1
+            }
+        };
+        &mut all[at]
+    }
+
+    fn verdict(&self, psn: u32) -> Verdict {
+        match self.refused {
+            Some((refused, status)) if psn == refused => Verdict::Again(status),
+            Some((refused, _)) if psn_before(psn, refused) => Verdict::Again(0),
+            Some(_) => Verdict::Drop,
+            None if psn == self.next => Verdict::Execute,
+            None if psn_before(psn, self.next) => Verdict::Again(0),
+            None => Verdict::Drop,
+        }
+    }
+
+    fn executed(&mut self, psn: u32, status: u8) {
+        self.next = psn.wrapping_add(1);
+        if status != 0 {
+            self.refused = Some((psn, status));
+        }
+    }
+}
+
 /// One WQE's outcome.
 struct Completion {
     opcode: u32,
     status: u32,
     bytes: u32,
     signaled: bool,
-}
-
-/// A remote operation's result.
-enum Remote {
-    Done(Option<Vec<u8>>),
-    Failed(u32),
-    /// The QP or NIC is shutting down: no CQE.
-    Stopped,
 }
 
 impl Qp {
@@ -902,7 +1056,8 @@ impl Qp {
             inner.shutdown = true;
             self.wake.notify_all();
         }
-        let left = join_until(lock(&self.engine).take().into_iter().collect(), deadline);
+        let mut left = join_until(lock(&self.engine).take().into_iter().collect(), deadline);
+        left += join_until(std::mem::take(&mut *lock(&self.readers)), deadline);
         if let Some(conn) = lock(&self.handoff).take() {
             conn.close();
         }
@@ -976,231 +1131,69 @@ impl Qp {
     }
 
     /// The engine thread's body.
-    fn run(&self, nic: &Nic) {
-        let mut conn: Option<Conn> = None;
-        let mut psn = 0u32;
-        loop {
-            let index = {
-                let mut inner = lock(&self.inner);
-                loop {
-                    if inner.shutdown || nic.shutdown.load(Ordering::Acquire) {
-                        if let Some(conn) = &conn {
-                            conn.close();
-                        }
-                        return;
-                    }
-                    if inner.head != inner.producer {
-                        break inner.head;
-                    }
-                    // Doorbells and shutdown notify; the timeout only bounds the wait.
-                    inner = self.wake.wait_timeout(inner, IDLE_TICK).unwrap_or_else(|p| p.into_inner()).0;
-                }
-            };
-            let Some(completion) = self.execute(nic, index, &mut conn, &mut psn) else { continue };
-            if completion.status == status::SUCCESS {
-                nic.counters.wqes_executed.fetch_add(1, Ordering::Relaxed);
-            }
-            let wanted = completion.status != status::SUCCESS || completion.signaled;
-            if wanted && !self.complete(nic, index, &completion) {
-                continue;
-            }
-            lock(&self.inner).head = index.wrapping_add(1);
-        }
+    fn run(self: &Arc<Self>, nic: &Arc<Nic>) {
+        let mut engine = Engine {
+            qp: self,
+            nic,
+            window: VecDeque::new(),
+            fetched: 0,
+            psn: 0,
+            link: None,
+            generation: 0,
+            full_since: None,
+            fill_limited: false,
+        };
+        while engine.step() {}
+        engine.drop_link();
     }
 
-    /// Executes the WQE at SQ index `index`; `None` when stopped (shutdown).
-    fn execute(&self, nic: &Nic, index: u32, conn: &mut Option<Conn>, psn: &mut u32) -> Option<Completion> {
-        let depth = self.info.sq_depth;
-        let slot = self.info.sq_base + u64::from(index & (depth - 1)) * WQE_STRIDE;
-        let failed = |opcode: u32, status: u32| {
-            let mut inner = lock(&self.inner);
-            if inner.first_error.is_none() && status != status::WR_FLUSH_ERR {
-                inner.first_error = Some((status, index & 0xFFFF));
-            }
-            inner.state = QpState::Error;
-            Some(Completion { opcode, status, bytes: 0, signaled: true })
-        };
-        let raw = match read_device(slot, WQE_STRIDE as usize) {
-            Ok(raw) => raw,
-            Err(_) => {
-                self.fail(&mut lock(&self.inner), QpFault::QueueFault { address: slot });
-                return failed(0, status::LOCAL_QP_OP_ERR);
-            }
-        };
-        let u32_at = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
-        let u64_at = |at: usize| u64::from(u32_at(at)) | u64::from(u32_at(at + 4)) << 32;
-        let byte4 = u32_at(0);
-        let opcode = byte4 & WQE_OPCODE_MASK;
-        let signaled = byte4 & WQE_SIGNALED_BIT != 0;
-        let (msg_len, sge_num, rkey, remote_va) = (u32_at(4), u32_at(12) >> WQE_SGE_NUM_SHIFT, u32_at(20), u64_at(24));
-        let (sge_len, lkey, local_va) = (u32_at(32), u32_at(36), u64_at(40));
-        let (state, peer) = {
-            let inner = lock(&self.inner);
-            (inner.state, inner.peer)
-        };
-        if state == QpState::Error {
-            return failed(opcode, status::WR_FLUSH_ERR);
-        }
-        let lap = index & depth != 0;
-        if (byte4 & WQE_OWNER_BIT != 0) == lap {
-            // The owner bit of an earlier lap: this slot was not written for this index.
-            return failed(opcode, status::LOCAL_QP_OP_ERR);
-        }
-        let Some((peer, remote_qpn)) = peer.filter(|_| state == QpState::ReadyToSend) else {
-            return failed(opcode, status::LOCAL_QP_OP_ERR);
-        };
-        if (opcode != OPCODE_RDMA_WRITE && opcode != OPCODE_RDMA_READ) || sge_num != 1 {
-            return failed(opcode, status::LOCAL_QP_OP_ERR);
-        }
-        if msg_len > MAX_MESSAGE || sge_len != msg_len {
-            return failed(opcode, status::LOCAL_LENGTH_ERR);
-        }
-        if !nic.check_local(lkey, local_va, u64::from(msg_len)) {
-            return failed(opcode, status::LOCAL_PROT_ERR);
-        }
-        *psn = psn.wrapping_add(1);
-        let request = if opcode == OPCODE_RDMA_WRITE {
-            match read_device(local_va, msg_len as usize) {
-                Ok(bytes) => Frame::Write { psn: *psn, rkey, va: remote_va, bytes },
-                Err(_) => return failed(opcode, status::LOCAL_PROT_ERR),
-            }
-        } else {
-            Frame::Read { psn: *psn, rkey, va: remote_va, len: msg_len }
-        };
-        match self.remote(nic, conn, peer, remote_qpn, &request, *psn) {
-            Remote::Stopped => None,
-            Remote::Failed(code) => failed(opcode, code),
-            Remote::Done(read) => {
-                if let Some(bytes) = read {
-                    if bytes.len() != msg_len as usize {
-                        return failed(opcode, status::LOCAL_LENGTH_ERR);
-                    }
-                    if write_device(local_va, &bytes).is_err() {
-                        return failed(opcode, status::LOCAL_PROT_ERR);
-                    }
-                }
-                Some(Completion { opcode, status: status::SUCCESS, bytes: msg_len, signaled })
-            }
-        }
-    }
-
-    /// Sends `request` and waits for its response, retransmitting on timeout or connection loss up to the retry
-    /// count; every attempt lasts at most the QP's timeout.
-    fn remote(
-        &self,
-        nic: &Nic,
-        conn: &mut Option<Conn>,
-        peer: SocketAddr,
-        remote_qpn: u32,
-        request: &Frame,
-        psn: u32,
-    ) -> Remote {
+    /// A reader thread's body: the responses arriving on one connection (`generation`), handed to the engine
+    /// through the QP's inbox, until the connection ends or the QP stops.
+    fn read_responses(&self, nic: &Nic, mut conn: Conn, generation: u64) {
         let stop = || self.stopping(nic);
-        for attempt in 0..=self.config.retry_count {
-            if attempt > 0 {
-                nic.counters.retries.fetch_add(1, Ordering::Relaxed);
-            }
-            let deadline = Instant::now() + self.config.timeout;
-            match self.attempt(nic, conn, peer, remote_qpn, request, psn, deadline, &stop) {
-                Ok(Some(outcome)) => return outcome,
-                Ok(None) => {}
-                Err(WireError::Stopped) => return Remote::Stopped,
-                Err(_) => {
-                    if let Some(conn) = conn.take() {
-                        conn.close();
-                    }
-                }
-            }
-            // The attempt's timer runs out before the next (a retransmission timer, not a busy retry).
-            while Instant::now() < deadline {
-                if stop() {
-                    return Remote::Stopped;
-                }
-                std::thread::sleep(deadline.saturating_duration_since(Instant::now()).min(TICK));
-            }
-            // A timed-out connection is not trusted again: the next attempt reconnects.
-            if let Some(conn) = conn.take() {
-                conn.close();
-            }
-        }
-        Remote::Failed(status::TRANSPORT_RETRY_EXC_ERR)
-    }
-
-    /// One attempt: `Ok(None)` when it timed out.
-    #[allow(clippy::too_many_arguments)]
-    fn attempt(
-        &self,
-        nic: &Nic,
-        conn: &mut Option<Conn>,
-        peer: SocketAddr,
-        remote_qpn: u32,
-        request: &Frame,
-        psn: u32,
-        deadline: Instant,
-        stop: &dyn Fn() -> bool,
-    ) -> Result<Option<Remote>, WireError> {
-        if nic.link_down.load(Ordering::Acquire) {
-            // The link is down: nothing leaves the NIC.
-            return Ok(None);
-        }
-        if conn.is_none() {
-            *conn = lock(&self.handoff).take();
-        }
-        if conn.is_none() {
-            match handshake(peer, remote_qpn, self.info.qpn, deadline, stop) {
-                Ok(fresh) => *conn = Some(fresh),
-                Err(_) => return Err(WireError::Closed),
-            }
-        }
-        let Some(link) = conn.as_mut() else { return Err(WireError::Closed) };
-        link.send(request, deadline.saturating_duration_since(Instant::now()))?;
         loop {
-            let Some(frame) = link.receive(deadline, stop)? else { return Ok(None) };
-            match frame {
-                Frame::Ack { psn: got, status } if got == psn && matches!(request, Frame::Write { .. }) => {
-                    return Ok(Some(if status == 0 { Remote::Done(None) } else { Remote::Failed(u32::from(status)) }));
-                }
-                Frame::ReadResponse { psn: got, status, bytes }
-                    if got == psn && matches!(request, Frame::Read { .. }) =>
-                {
-                    return Ok(Some(if status == 0 {
-                        Remote::Done(Some(bytes))
-                    } else {
-                        Remote::Failed(u32::from(status))
-                    }));
-                }
-                // A late response to an earlier attempt of an earlier request.
-                Frame::Ack { psn: got, .. } | Frame::ReadResponse { psn: got, .. } if got < psn => {}
-                _ => return Err(WireError::Malformed),
-            }
-        }
-    }
-
-    /// Writes the CQE of the WQE at `index` once a CQ slot is free (waiting at most `cq_full_wait`); `false` when
-    /// stopped (shutdown) before.
-    fn complete(&self, nic: &Nic, index: u32, completion: &Completion) -> bool {
-        let deadline = Instant::now() + self.config.cq_full_wait;
-        let depth = self.info.cq_depth;
-        let mut inner = lock(&self.inner);
-        loop {
-            if inner.shutdown || nic.shutdown.load(Ordering::Acquire) {
-                return false;
-            }
-            if inner.cq_broken {
-                inner.cqes_lost += 1;
-                return true;
-            }
-            if inner.cq_producer.wrapping_sub(inner.cq_consumer) < depth {
+            let event = match conn.receive(Instant::now() + IDLE_TICK, &stop) {
+                Ok(None) => continue,
+                // The link is down: the frame is lost.
+                Ok(Some(_)) if nic.link_down.load(Ordering::Acquire) => continue,
+                Ok(Some(frame)) => Event::Frame(frame),
+                Err(WireError::Stopped) => break,
+                Err(_) => Event::Lost,
+            };
+            let lost = matches!(event, Event::Lost);
+            let bytes = match &event {
+                Event::Frame(Frame::ReadResponse { bytes, .. }) => bytes.len(),
+                _ => 0,
+            };
+            let mut inner = lock(&self.inner);
+            if inner.inbox.len() >= MAX_INBOX || inner.inbox_bytes + bytes > MAX_INBOX_BYTES {
+                // More responses than requests outstanding: the peer breaks the protocol.
+                inner.inbox.push_back((generation, Event::Lost));
+                self.wake.notify_all();
                 break;
             }
-            let now = Instant::now();
-            if now >= deadline {
-                self.fail(&mut inner, QpFault::CqOverrun { wqe_index: index & 0xFFFF });
-                inner.cq_broken = true;
-                inner.cqes_lost += 1;
-                return true;
+            inner.inbox.push_back((generation, event));
+            inner.inbox_bytes += bytes;
+            self.wake.notify_all();
+            drop(inner);
+            if lost {
+                break;
             }
-            inner = self.wake.wait_timeout(inner, (deadline - now).min(TICK)).unwrap_or_else(|p| p.into_inner()).0;
+        }
+        conn.close();
+    }
+
+    /// Writes the CQE of the WQE at `index` if a CQ slot is free (`false`: the CQ is full). After a CQ overrun or
+    /// a queue fault nothing is written and the completion is counted as lost.
+    fn try_complete(&self, nic: &Nic, index: u32, completion: &Completion) -> bool {
+        let depth = self.info.cq_depth;
+        let mut inner = lock(&self.inner);
+        if inner.cq_broken {
+            inner.cqes_lost += 1;
+            return true;
+        }
+        if inner.cq_producer.wrapping_sub(inner.cq_consumer) >= depth {
+            return false;
         }
         let producer = inner.cq_producer;
         drop(inner);
@@ -1222,8 +1215,438 @@ impl Qp {
             return true;
         }
         inner.cq_producer = producer.wrapping_add(1);
+        drop(inner);
         nic.counters.cqes_written.fetch_add(1, Ordering::Relaxed);
+        if let Some(activity) = &self.activity {
+            activity.progressed();
+        }
         true
+    }
+}
+
+/// Responses a reader thread holds for its engine at most, and their payload bytes: more than the requests sent on
+/// one connection between two looks of the engine (two windows) can be answered by; past them the peer breaks the
+/// protocol and the connection is given up.
+const MAX_INBOX: usize = 4 * MAX_OUTSTANDING as usize;
+const MAX_INBOX_BYTES: usize = 2 * (WINDOW_BYTES as usize + MAX_MESSAGE as usize);
+
+/// What a reader thread hands its engine.
+#[derive(Debug)]
+enum Event {
+    Frame(Frame),
+    /// The connection ended (closed, failed, or a malformed frame).
+    Lost,
+}
+
+/// The connection an engine sends on, and the generation its reader tags responses with.
+struct Link {
+    conn: Conn,
+    generation: u64,
+}
+
+/// A request on the wire (sent at least once, or lost on the way), waiting for its response.
+struct Request {
+    psn: u32,
+    frame: Frame,
+    /// Where a READ's bytes land.
+    local_va: u64,
+    /// Retransmissions so far.
+    retries: u8,
+    /// When the current attempt times out.
+    deadline: Instant,
+}
+
+/// Where a WQE the engine has taken from the SQ stands.
+enum Stage {
+    Pending(Request),
+    /// Decided with this status: its CQE (if any) is to be written, in WQE order.
+    Done(u32),
+}
+
+/// A WQE taken from the SQ and not yet completed.
+struct Entry {
+    index: u32,
+    opcode: u32,
+    signaled: bool,
+    len: u32,
+    stage: Stage,
+}
+
+/// PSN order, modulo 2^32.
+fn psn_before(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) < 0
+}
+
+/// One QP's engine: the window of WQEs taken from the SQ and not yet completed, oldest first.
+struct Engine<'a> {
+    qp: &'a Arc<Qp>,
+    nic: &'a Arc<Nic>,
+    window: VecDeque<Entry>,
+    /// The next SQ index to take (free-running; the QP's `head` is the next to complete).
+    fetched: u32,
+    /// The PSN of the last request taken.
+    psn: u32,
+    link: Option<Link>,
+    generation: u64,
+    /// Since when the CQ has been full for the oldest decided WQE.
+    full_since: Option<Instant>,
+    /// The last fill stopped at the window's limits (not for want of WQEs).
+    fill_limited: bool,
+}
+
+impl Engine<'_> {
+    /// One round: responses, completions in order, new WQEs into the window, the oldest request's timer; a bounded
+    /// wait when none of them had anything to do. `false` when the QP or the NIC stops.
+    fn step(&mut self) -> bool {
+        if self.qp.stopping(self.nic) {
+            return false;
+        }
+        let mut busy = self.take_events();
+        busy |= self.complete_done();
+        busy |= self.fill();
+        busy |= self.check_timer();
+        if !busy {
+            self.wait();
+        }
+        true
+    }
+
+    fn oldest_pending(&self) -> Option<usize> {
+        self.window.iter().position(|entry| matches!(entry.stage, Stage::Pending(_)))
+    }
+
+    fn drop_link(&mut self) {
+        if let Some(link) = self.link.take() {
+            link.conn.close();
+        }
+    }
+
+    /// Makes `conn` the link, with a reader thread of its own.
+    fn attach(&mut self, conn: Conn) {
+        let Some(reading) = conn.try_clone() else {
+            conn.close();
+            return;
+        };
+        self.generation += 1;
+        let generation = self.generation;
+        let (qp, nic) = (Arc::clone(self.qp), Arc::clone(self.nic));
+        let name = format!("cann-twin-nic-d{}q{:x}-rx", self.qp.info.device, self.qp.info.qpn);
+        let mut readers = lock(&self.qp.readers);
+        let (done, running): (Vec<_>, Vec<_>) = readers.drain(..).partition(|handle| handle.is_finished());
+        done.into_iter().for_each(|handle| drop(handle.join()));
+        *readers = running;
+        match spawn(name, move || qp.read_responses(&nic, reading, generation)) {
+            Ok(handle) => {
+                readers.push(handle);
+                self.link = Some(Link { conn, generation });
+            }
+            Err(_) => conn.close(),
+        }
+    }
+
+    /// The responses and connection losses the reader handed over; `true` if there were any.
+    fn take_events(&mut self) -> bool {
+        let events: Vec<(u64, Event)> = {
+            let mut inner = lock(&self.qp.inner);
+            inner.inbox_bytes = 0;
+            inner.inbox.drain(..).collect()
+        };
+        let any = !events.is_empty();
+        for (generation, event) in events {
+            if self.link.as_ref().map(|link| link.generation) != Some(generation) {
+                // From a connection given up already.
+                continue;
+            }
+            match event {
+                Event::Lost => self.drop_link(),
+                Event::Frame(frame) => self.respond(frame),
+            }
+        }
+        any
+    }
+
+    /// A response: it completes the oldest pending request if it answers that request's PSN. A response to a PSN
+    /// before it (an earlier attempt answered twice) or to a later request (the oldest's response was lost) is
+    /// ignored: the oldest's timer goes back N. Anything else breaks the protocol and the connection is closed.
+    fn respond(&mut self, frame: Frame) {
+        let (got, status, bytes) = match frame {
+            Frame::Ack { psn, status } => (psn, status, None),
+            Frame::ReadResponse { psn, status, bytes } => (psn, status, Some(bytes)),
+            _ => return self.drop_link(),
+        };
+        let Some(pos) = self.oldest_pending() else {
+            // Nothing outstanding: a late answer to a retransmission.
+            return;
+        };
+        let entry = &self.window[pos];
+        let Stage::Pending(request) = &entry.stage else { return };
+        if got != request.psn {
+            let known = psn_before(got, request.psn)
+                || self.window.iter().any(|e| matches!(&e.stage, Stage::Pending(r) if r.psn == got));
+            if !known {
+                self.drop_link();
+            }
+            return;
+        }
+        if (entry.opcode == OPCODE_RDMA_READ) != bytes.is_some() {
+            return self.drop_link();
+        }
+        if status != 0 {
+            return self.decide(pos, u32::from(status));
+        }
+        if let Some(bytes) = bytes {
+            if bytes.len() != entry.len as usize {
+                return self.decide(pos, status::LOCAL_LENGTH_ERR);
+            }
+            if write_device(request.local_va, &bytes).is_err() {
+                return self.decide(pos, status::LOCAL_PROT_ERR);
+            }
+        }
+        self.window[pos].stage = Stage::Done(status::SUCCESS);
+    }
+
+    /// The WQE at `pos` of the window (every one before it decided) fails with `status`: the QP goes to the error
+    /// state and every later WQE of the window, sent or not, is flushed.
+    fn decide(&mut self, pos: usize, status: u32) {
+        let index = self.window[pos].index;
+        self.window[pos].stage = Stage::Done(status);
+        for later in self.window.iter_mut().skip(pos + 1) {
+            later.stage = Stage::Done(status::WR_FLUSH_ERR);
+        }
+        let mut inner = lock(&self.qp.inner);
+        if inner.first_error.is_none() && status != status::WR_FLUSH_ERR {
+            inner.first_error = Some((status, index & 0xFFFF));
+        }
+        inner.state = QpState::Error;
+    }
+
+    /// Writes the CQEs of the decided WQEs at the front of the window, in order, while the CQ has room; raises a CQ
+    /// overrun when it stays full for `cq_full_wait`. `true` if any WQE completed.
+    fn complete_done(&mut self) -> bool {
+        let mut any = false;
+        while let Some(entry) = self.window.front() {
+            let Stage::Done(status) = entry.stage else { break };
+            let (index, len) = (entry.index, entry.len);
+            let completion = Completion {
+                opcode: entry.opcode,
+                status,
+                bytes: if status == status::SUCCESS { len } else { 0 },
+                signaled: entry.signaled,
+            };
+            if status != status::SUCCESS {
+                let mut inner = lock(&self.qp.inner);
+                if inner.first_error.is_none() && status != status::WR_FLUSH_ERR {
+                    inner.first_error = Some((status, index & 0xFFFF));
+                }
+                inner.state = QpState::Error;
+            }
+            let wanted = status != status::SUCCESS || completion.signaled;
+            if wanted && !self.qp.try_complete(self.nic, index, &completion) {
+                let since = *self.full_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.qp.config.cq_full_wait {
+                    break;
+                }
+                let mut inner = lock(&self.qp.inner);
+                self.qp.fail(&mut inner, QpFault::CqOverrun { wqe_index: index & 0xFFFF });
+                inner.cq_broken = true;
+                inner.cqes_lost += 1;
+            }
+            self.full_since = None;
+            self.window.pop_front();
+            if status == status::SUCCESS {
+                self.nic.counters.wqes_executed.fetch_add(1, Ordering::Relaxed);
+            }
+            lock(&self.qp.inner).head = index.wrapping_add(1);
+            any = true;
+        }
+        any
+    }
+
+    /// Takes rung WQEs into the window while it has room (requests and bytes) and no local failure waits in it;
+    /// sends each request at once. `true` if any WQE was taken.
+    fn fill(&mut self) -> bool {
+        let mut any = false;
+        self.fill_limited = false;
+        loop {
+            let held_failure = self.window.iter().any(|e| {
+                matches!(e.stage, Stage::Done(status) if status != status::SUCCESS && status != status::WR_FLUSH_ERR)
+            });
+            if self.window.len() >= self.qp.config.max_outstanding as usize || held_failure {
+                self.fill_limited = true;
+                return any;
+            }
+            let producer = lock(&self.qp.inner).producer;
+            if self.fetched == producer {
+                return any;
+            }
+            let Some(entry) = self.take(self.fetched) else {
+                self.fill_limited = true;
+                return any;
+            };
+            self.fetched = self.fetched.wrapping_add(1);
+            let pending = matches!(entry.stage, Stage::Pending(_));
+            self.window.push_back(entry);
+            if pending {
+                self.transmit(self.window.len() - 1);
+            }
+            any = true;
+        }
+    }
+
+    /// The WQE at SQ index `index`, validated; `None` when its request does not fit in the window's byte budget
+    /// beside the requests outstanding (it is taken later).
+    fn take(&mut self, index: u32) -> Option<Entry> {
+        let qp = self.qp;
+        let depth = qp.info.sq_depth;
+        let slot = qp.info.sq_base + u64::from(index & (depth - 1)) * WQE_STRIDE;
+        let done = |opcode: u32, status: u32| {
+            Some(Entry { index, opcode, signaled: true, len: 0, stage: Stage::Done(status) })
+        };
+        let raw = match read_device(slot, WQE_STRIDE as usize) {
+            Ok(raw) => raw,
+            Err(_) => {
+                qp.fail(&mut lock(&qp.inner), QpFault::QueueFault { address: slot });
+                return done(0, status::LOCAL_QP_OP_ERR);
+            }
+        };
+        let u32_at = |at: usize| u32::from_le_bytes([raw[at], raw[at + 1], raw[at + 2], raw[at + 3]]);
+        let u64_at = |at: usize| u64::from(u32_at(at)) | u64::from(u32_at(at + 4)) << 32;
+        let byte4 = u32_at(0);
+        let opcode = byte4 & WQE_OPCODE_MASK;
+        let signaled = byte4 & WQE_SIGNALED_BIT != 0;
+        let (msg_len, sge_num, rkey, remote_va) = (u32_at(4), u32_at(12) >> WQE_SGE_NUM_SHIFT, u32_at(20), u64_at(24));
+        let (sge_len, lkey, local_va) = (u32_at(32), u32_at(36), u64_at(40));
+        let (state, peer) = {
+            let inner = lock(&qp.inner);
+            (inner.state, inner.peer)
+        };
+        if state == QpState::Error {
+            return done(opcode, status::WR_FLUSH_ERR);
+        }
+        let lap = index & depth != 0;
+        if (byte4 & WQE_OWNER_BIT != 0) == lap {
+            // The owner bit of an earlier lap: this slot was not written for this index.
+            return done(opcode, status::LOCAL_QP_OP_ERR);
+        }
+        if peer.is_none() || state != QpState::ReadyToSend {
+            return done(opcode, status::LOCAL_QP_OP_ERR);
+        }
+        if (opcode != OPCODE_RDMA_WRITE && opcode != OPCODE_RDMA_READ) || sge_num != 1 {
+            return done(opcode, status::LOCAL_QP_OP_ERR);
+        }
+        if msg_len > MAX_MESSAGE || sge_len != msg_len {
+            return done(opcode, status::LOCAL_LENGTH_ERR);
+        }
+        if !self.nic.check_local(lkey, local_va, u64::from(msg_len)) {
+            return done(opcode, status::LOCAL_PROT_ERR);
+        }
+        let outstanding: u64 =
+            self.window.iter().filter(|e| matches!(e.stage, Stage::Pending(_))).map(|e| u64::from(e.len)).sum();
+        if outstanding > 0 && outstanding + u64::from(msg_len) > WINDOW_BYTES {
+            return None;
+        }
+        let psn = self.psn.wrapping_add(1);
+        let frame = if opcode == OPCODE_RDMA_WRITE {
+            match read_device(local_va, msg_len as usize) {
+                Ok(bytes) => Frame::Write { psn, rkey, va: remote_va, bytes },
+                Err(_) => return done(opcode, status::LOCAL_PROT_ERR),
+            }
+        } else {
+            Frame::Read { psn, rkey, va: remote_va, len: msg_len }
+        };
+        self.psn = psn;
+        let deadline = Instant::now() + qp.config.timeout;
+        let request = Request { psn, frame, local_va, retries: 0, deadline };
+        Some(Entry { index, opcode, signaled, len: msg_len, stage: Stage::Pending(request) })
+    }
+
+    /// Sends the request of the window's entry `pos`. Without a link it takes the one `connect_qp` made, or
+    /// reconnects when this request is the oldest outstanding (a later one is counted lost and goes again with
+    /// the oldest). With the link down, or on a failed send, the request is lost: its timer retransmits it.
+    fn transmit(&mut self, pos: usize) {
+        if self.nic.link_down.load(Ordering::Acquire) {
+            // The link is down: nothing leaves the NIC.
+            return;
+        }
+        let oldest = self.oldest_pending() == Some(pos);
+        let Stage::Pending(request) = &self.window[pos].stage else { return };
+        let deadline = request.deadline;
+        if self.link.is_none() {
+            if let Some(conn) = lock(&self.qp.handoff).take() {
+                self.attach(conn);
+            } else if oldest {
+                let Some((peer, remote_qpn)) = lock(&self.qp.inner).peer else { return };
+                let stop = || self.qp.stopping(self.nic);
+                match handshake(peer, remote_qpn, self.qp.info.qpn, deadline, &stop) {
+                    Ok(conn) => self.attach(conn),
+                    Err(_) => return,
+                }
+            }
+        }
+        let (Some(link), Stage::Pending(request)) = (self.link.as_mut(), &mut self.window[pos].stage) else { return };
+        let limit = request.deadline.saturating_duration_since(Instant::now());
+        if link.conn.send(&request.frame, limit).is_err() {
+            return self.drop_link();
+        }
+        // The attempt's timer runs from when the request has left.
+        request.deadline = Instant::now() + self.qp.config.timeout;
+    }
+
+    /// The oldest request's timer: when it runs out, the connection is given up and every outstanding request is
+    /// sent again from the oldest (go back N), each counting a retransmission; the oldest, out of retries,
+    /// completes with TRANSPORT_RETRY_EXC_ERR and every later WQE is flushed. `true` if the timer ran out.
+    fn check_timer(&mut self) -> bool {
+        let Some(pos) = self.oldest_pending() else { return false };
+        let Stage::Pending(request) = &self.window[pos].stage else { return false };
+        if Instant::now() < request.deadline {
+            return false;
+        }
+        let exhausted = request.retries >= self.qp.config.retry_count;
+        self.drop_link();
+        if exhausted {
+            self.decide(pos, status::TRANSPORT_RETRY_EXC_ERR);
+            return true;
+        }
+        let deadline = Instant::now() + self.qp.config.timeout;
+        let mut again = Vec::new();
+        for (at, entry) in self.window.iter_mut().enumerate().skip(pos) {
+            if let Stage::Pending(request) = &mut entry.stage {
+                request.retries += 1;
+                request.deadline = deadline;
+                self.nic.counters.retries.fetch_add(1, Ordering::Relaxed);
+                again.push(at);
+            }
+        }
+        for at in again {
+            if self.qp.stopping(self.nic) {
+                break;
+            }
+            self.transmit(at);
+        }
+        true
+    }
+
+    /// Waits for a doorbell, a response, a released CQE or the stop, at most until the oldest request's timer,
+    /// the CQ-full wait's end or [`IDLE_TICK`].
+    fn wait(&mut self) {
+        let now = Instant::now();
+        let mut until = now + IDLE_TICK;
+        if let Some(pos) = self.oldest_pending() {
+            if let Stage::Pending(request) = &self.window[pos].stage {
+                until = until.min(request.deadline);
+            }
+        }
+        if let Some(since) = self.full_since {
+            until = until.min(since + self.qp.config.cq_full_wait);
+        }
+        let inner = lock(&self.qp.inner);
+        let new_wqes = inner.producer != self.fetched && !self.fill_limited;
+        let cq_room =
+            self.full_since.is_some() && inner.cq_producer.wrapping_sub(inner.cq_consumer) < self.qp.info.cq_depth;
+        if inner.shutdown || !inner.inbox.is_empty() || new_wqes || cq_room || until <= now {
+            return;
+        }
+        let _ = self.qp.wake.wait_timeout(inner, until - now);
     }
 }
 

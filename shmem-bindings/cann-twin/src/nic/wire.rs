@@ -12,7 +12,7 @@
 //! | 3 | ACK | psn u32, status u8 |
 //! | 4 | READ_RESPONSE | psn u32, status u8, len u32, `len` bytes |
 
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
@@ -64,50 +64,63 @@ impl Cursor<'_> {
 }
 
 impl Frame {
-    /// The frame with its length prefix.
+    /// The frame with its length prefix, in one buffer.
+    #[cfg(test)]
     pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut body = Vec::with_capacity(32);
-        match self {
+        let (mut head, payload) = self.parts();
+        head.extend_from_slice(payload);
+        head
+    }
+
+    /// The frame as its length prefix and fixed fields (`head`) and its payload (WRITE and READ_RESPONSE bytes,
+    /// else empty), so that a payload goes to the socket without being copied into a frame buffer.
+    pub(crate) fn parts(&self) -> (Vec<u8>, &[u8]) {
+        let mut head = Vec::with_capacity(32);
+        head.extend_from_slice(&[0; 4]);
+        let payload: &[u8] = match self {
             Frame::Hello { qpn, from } => {
-                body.push(HELLO);
-                body.extend_from_slice(&qpn.to_le_bytes());
-                body.extend_from_slice(&from.to_le_bytes());
+                head.push(HELLO);
+                head.extend_from_slice(&qpn.to_le_bytes());
+                head.extend_from_slice(&from.to_le_bytes());
+                &[]
             }
-            Frame::HelloAck { status } => body.extend_from_slice(&[HELLO_ACK, *status]),
+            Frame::HelloAck { status } => {
+                head.extend_from_slice(&[HELLO_ACK, *status]);
+                &[]
+            }
             Frame::Write { psn, rkey, va, bytes } => {
-                body.reserve(bytes.len());
-                body.push(WRITE);
-                body.extend_from_slice(&psn.to_le_bytes());
-                body.extend_from_slice(&rkey.to_le_bytes());
-                body.extend_from_slice(&va.to_le_bytes());
-                body.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                body.extend_from_slice(bytes);
+                head.push(WRITE);
+                head.extend_from_slice(&psn.to_le_bytes());
+                head.extend_from_slice(&rkey.to_le_bytes());
+                head.extend_from_slice(&va.to_le_bytes());
+                head.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                bytes
             }
             Frame::Read { psn, rkey, va, len } => {
-                body.push(READ);
-                body.extend_from_slice(&psn.to_le_bytes());
-                body.extend_from_slice(&rkey.to_le_bytes());
-                body.extend_from_slice(&va.to_le_bytes());
-                body.extend_from_slice(&len.to_le_bytes());
+                head.push(READ);
+                head.extend_from_slice(&psn.to_le_bytes());
+                head.extend_from_slice(&rkey.to_le_bytes());
+                head.extend_from_slice(&va.to_le_bytes());
+                head.extend_from_slice(&len.to_le_bytes());
+                &[]
             }
             Frame::Ack { psn, status } => {
-                body.push(ACK);
-                body.extend_from_slice(&psn.to_le_bytes());
-                body.push(*status);
+                head.push(ACK);
+                head.extend_from_slice(&psn.to_le_bytes());
+                head.push(*status);
+                &[]
             }
             Frame::ReadResponse { psn, status, bytes } => {
-                body.reserve(bytes.len());
-                body.push(READ_RESPONSE);
-                body.extend_from_slice(&psn.to_le_bytes());
-                body.push(*status);
-                body.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                body.extend_from_slice(bytes);
+                head.push(READ_RESPONSE);
+                head.extend_from_slice(&psn.to_le_bytes());
+                head.push(*status);
+                head.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                bytes
             }
-        }
-        let mut out = Vec::with_capacity(4 + body.len());
-        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-        out.extend_from_slice(&body);
-        out
+        };
+        let body = (head.len() - 4 + payload.len()) as u32;
+        head[..4].copy_from_slice(&body.to_le_bytes());
+        (head, payload)
     }
 
     /// Decodes one frame body; `None` when it is malformed (any input: never panics).
@@ -153,38 +166,180 @@ pub(crate) enum WireError {
 #[derive(Debug)]
 pub(crate) struct Conn {
     stream: TcpStream,
+    /// Received bytes: `buffer[start..end]` are not yet decoded; the rest is room (initialised once, reused).
     buffer: Vec<u8>,
+    start: usize,
+    end: usize,
+    /// The socket's timeouts as last set (each change is a system call).
+    read_timeout: Option<Duration>,
+    write_timeout: Option<Duration>,
+    /// A large frame whose fixed fields have arrived: its payload is read straight into its own buffer.
+    partial: Option<Partial>,
+}
+
+/// A WRITE or READ_RESPONSE frame of at least [`DIRECT_PAYLOAD`] bytes, its payload still arriving.
+#[derive(Debug)]
+struct Partial {
+    /// The frame with an empty payload (its fixed fields).
+    frame: Frame,
+    payload: Vec<u8>,
+    len: usize,
+}
+
+/// Payloads from this size on are read into a buffer of their own (no copy out of the receive buffer).
+const DIRECT_PAYLOAD: usize = 256 << 10;
+
+/// Bytes of a WRITE's fixed fields (kind, psn, rkey, va, len) and of a READ_RESPONSE's (kind, psn, status, len).
+const WRITE_FIELDS: usize = 21;
+const READ_RESPONSE_FIELDS: usize = 10;
+
+impl Frame {
+    /// From `head`, the bytes of a frame body of `body_len` bytes received so far: the frame's fixed fields (with an
+    /// empty payload) and its payload's length, if it is a WRITE or READ_RESPONSE with a payload of at least
+    /// [`DIRECT_PAYLOAD`] bytes and its fixed fields are all in; `Err` when its length field disagrees with the
+    /// frame's.
+    fn large_head(head: &[u8], body_len: usize) -> Result<Option<(Frame, usize)>, WireError> {
+        let mut at = Cursor(head);
+        let (frame, fields, len) = match at.u8() {
+            Some(WRITE) if head.len() >= WRITE_FIELDS => {
+                let (psn, rkey, va, len) = (at.u32(), at.u32(), at.u64(), at.u32());
+                let (Some(psn), Some(rkey), Some(va), Some(len)) = (psn, rkey, va, len) else { return Ok(None) };
+                (Frame::Write { psn, rkey, va, bytes: Vec::new() }, WRITE_FIELDS, len)
+            }
+            Some(READ_RESPONSE) if head.len() >= READ_RESPONSE_FIELDS => {
+                let (psn, status, len) = (at.u32(), at.u8(), at.u32());
+                let (Some(psn), Some(status), Some(len)) = (psn, status, len) else { return Ok(None) };
+                (Frame::ReadResponse { psn, status, bytes: Vec::new() }, READ_RESPONSE_FIELDS, len)
+            }
+            _ => return Ok(None),
+        };
+        if len > MAX_MESSAGE || fields + len as usize != body_len {
+            return Err(WireError::Malformed);
+        }
+        Ok((len as usize >= DIRECT_PAYLOAD).then_some((frame, len as usize)))
+    }
+
+    fn with_payload(self, payload: Vec<u8>) -> Frame {
+        match self {
+            Frame::Write { psn, rkey, va, .. } => Frame::Write { psn, rkey, va, bytes: payload },
+            Frame::ReadResponse { psn, status, .. } => Frame::ReadResponse { psn, status, bytes: payload },
+            other => other,
+        }
+    }
+}
+
+/// Bytes one read asks for when no frame larger than that is known to be arriving.
+const READ_CHUNK: usize = 64 << 10;
+
+/// Writes `head` then `payload` with vectored writes (one system call per frame when the socket takes it all).
+fn write_parts(stream: &mut TcpStream, mut head: &[u8], mut payload: &[u8]) -> std::io::Result<()> {
+    while !head.is_empty() || !payload.is_empty() {
+        let written = if head.is_empty() {
+            stream.write(payload)
+        } else {
+            stream.write_vectored(&[IoSlice::new(head), IoSlice::new(payload)])
+        };
+        let written = match written {
+            Ok(0) => return Err(ErrorKind::WriteZero.into()),
+            Ok(written) => written,
+            Err(error) if error.kind() == ErrorKind::Interrupted => continue,
+            Err(error) => return Err(error),
+        };
+        let from_head = written.min(head.len());
+        head = &head[from_head..];
+        payload = &payload[(written - from_head).min(payload.len())..];
+    }
+    Ok(())
 }
 
 impl Conn {
     pub(crate) fn new(stream: TcpStream) -> Conn {
+        // No Nagle: a request or an acknowledgement leaves at once.
         let _ = stream.set_nodelay(true);
         let _ = stream.set_nonblocking(false);
-        Conn { stream, buffer: Vec::new() }
+        Conn { stream, buffer: Vec::new(), start: 0, end: 0, read_timeout: None, write_timeout: None, partial: None }
     }
 
-    /// Sends `frame`, waiting at most `limit` for the socket.
+    /// A second handle on the same connection (for a reader thread beside a sender), with a buffer of its own.
+    pub(crate) fn try_clone(&self) -> Option<Conn> {
+        self.stream.try_clone().ok().map(Conn::new)
+    }
+
+    /// Sends `frame`, waiting at most `limit` for the socket. A frame cut short by the limit leaves the connection
+    /// unusable (the caller closes it).
     pub(crate) fn send(&mut self, frame: &Frame, limit: Duration) -> Result<(), WireError> {
-        let _ = self.stream.set_write_timeout(Some(limit.max(Duration::from_millis(1))));
-        self.stream.write_all(&frame.encode()).map_err(|_| WireError::Closed)
+        let limit = Some(limit.max(Duration::from_millis(1)));
+        if self.write_timeout != limit {
+            let _ = self.stream.set_write_timeout(limit);
+            self.write_timeout = limit;
+        }
+        let (head, payload) = frame.parts();
+        write_parts(&mut self.stream, &head, payload).map_err(|_| WireError::Closed)
     }
 
     /// The next frame, waiting until `deadline` (`Ok(None)`: none complete by then); `stop` is looked at every
     /// [`READ_TICK`]. Bytes of an incomplete frame are kept for the next call.
     pub(crate) fn receive(&mut self, deadline: Instant, stop: &dyn Fn() -> bool) -> Result<Option<Frame>, WireError> {
-        let mut chunk = vec![0u8; 64 << 10];
         loop {
-            if self.buffer.len() >= 4 {
-                let len = u32::from_le_bytes([self.buffer[0], self.buffer[1], self.buffer[2], self.buffer[3]]) as usize;
+            if let Some(partial) = self.partial.as_mut() {
+                if partial.payload.len() == partial.len {
+                    let Partial { frame, payload, .. } = self.partial.take().ok_or(WireError::Malformed)?;
+                    return Ok(Some(frame.with_payload(payload)));
+                }
+                if stop() {
+                    return Err(WireError::Stopped);
+                }
+                let now = Instant::now();
+                if now >= deadline {
+                    return Ok(None);
+                }
+                let wait = Some((deadline - now).min(READ_TICK).max(Duration::from_millis(1)));
+                if self.read_timeout != wait {
+                    let _ = self.stream.set_read_timeout(wait);
+                    self.read_timeout = wait;
+                }
+                let rest = (partial.len - partial.payload.len()) as u64;
+                // Into the payload's own buffer, without initialising it first; on a timeout the bytes read so far
+                // stay in it.
+                match (&mut self.stream).take(rest).read_to_end(&mut partial.payload) {
+                    Ok(read) if read as u64 == rest => {}
+                    Ok(_) => return Err(WireError::Closed),
+                    Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+                    Err(_) => return Err(WireError::Closed),
+                }
+                continue;
+            }
+            let held = self.end - self.start;
+            let mut need = 4 - held.min(4);
+            if held >= 4 {
+                let at = self.start;
+                let len = u32::from_le_bytes([
+                    self.buffer[at],
+                    self.buffer[at + 1],
+                    self.buffer[at + 2],
+                    self.buffer[at + 3],
+                ]) as usize;
                 if len > MAX_FRAME {
                     return Err(WireError::Malformed);
                 }
-                if self.buffer.len() >= 4 + len {
-                    let frame = Frame::decode(&self.buffer[4..4 + len]).ok_or(WireError::Malformed)?;
-                    self.buffer.drain(..4 + len);
+                if held >= 4 + len {
+                    let frame = Frame::decode(&self.buffer[at + 4..at + 4 + len]).ok_or(WireError::Malformed)?;
+                    self.start += 4 + len;
+                    if self.start == self.end {
+                        (self.start, self.end) = (0, 0);
+                    }
                     return Ok(Some(frame));
                 }
-                self.buffer.reserve(4 + len - self.buffer.len());
+                let head = &self.buffer[at + 4..self.end];
+                if let Some((frame, payload_len)) = Frame::large_head(head, len)? {
+                    let fields = len - payload_len;
+                    let mut payload = Vec::with_capacity(payload_len);
+                    payload.extend_from_slice(&head[fields..]);
+                    (self.start, self.end) = (0, 0);
+                    self.partial = Some(Partial { frame, payload, len: payload_len });
+                    continue;
+                }
+                need = 4 + len - held;
             }
             if stop() {
                 return Err(WireError::Stopped);
@@ -193,11 +348,25 @@ impl Conn {
             if now >= deadline {
                 return Ok(None);
             }
-            let wait = (deadline - now).min(READ_TICK).max(Duration::from_millis(1));
-            let _ = self.stream.set_read_timeout(Some(wait));
-            match self.stream.read(&mut chunk) {
+            // A large frame's rest is read into place exactly (no bytes of the next frame to move afterwards);
+            // otherwise a chunk, which may hold several small frames.
+            let want = need.max(READ_CHUNK);
+            if self.end + want > self.buffer.len() {
+                self.buffer.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, held);
+                if held + want > self.buffer.len() {
+                    self.buffer.resize(held + want, 0);
+                }
+            }
+            let wait = Some((deadline - now).min(READ_TICK).max(Duration::from_millis(1)));
+            if self.read_timeout != wait {
+                let _ = self.stream.set_read_timeout(wait);
+                self.read_timeout = wait;
+            }
+            let end = self.end;
+            match self.stream.read(&mut self.buffer[end..end + want]) {
                 Ok(0) => return Err(WireError::Closed),
-                Ok(n) => self.buffer.extend_from_slice(&chunk[..n]),
+                Ok(n) => self.end += n,
                 Err(error)
                     if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
                 }
