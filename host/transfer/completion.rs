@@ -319,6 +319,52 @@ mod tests {
         assert_eq!(signal.wake_at.load(Ordering::SeqCst), usize::MAX, "no waiter left registered");
     }
 
+    /// A paced wait that expects nothing for a while looks a few times, not from 50 µs up; one whose due time has
+    /// passed backs off instead of looking every 50 µs; both still see the end.
+    #[test]
+    fn a_quiet_or_late_paced_wait_looks_few_times() {
+        let looks_until = |ends: Duration, quiet: Option<Duration>| {
+            let started = Instant::now();
+            let looks = std::cell::Cell::new(0u32);
+            let (done, _) = poll_until_paced_after(
+                || {
+                    // The naps' looks (the spin window's count is the CPU's speed, not the policy).
+                    if started.elapsed() > POLL_SPIN_WINDOW * 2 {
+                        looks.set(looks.get() + 1);
+                    }
+                    u64::from(started.elapsed() < ends)
+                },
+                Duration::from_secs(5),
+                quiet,
+            );
+            assert!(done);
+            (looks.get(), started.elapsed())
+        };
+        let (plain, _) = looks_until(Duration::from_millis(30), None);
+        let (quiet, took) = looks_until(Duration::from_millis(30), Some(Duration::from_millis(15)));
+        assert!(quiet * 2 < plain, "quiet {quiet} looks, plain {plain}");
+        assert!(took < Duration::from_millis(60), "the end seen late: {took:?}");
+        // Due at once (one unit arrived early, the rest "due" immediately) and then late for 30 ms.
+        let started = Instant::now();
+        let looks = std::cell::Cell::new(0u32);
+        let (done, _) = poll_until_paced(
+            || {
+                if started.elapsed() > POLL_SPIN_WINDOW * 2 {
+                    looks.set(looks.get() + 1);
+                }
+                match started.elapsed() {
+                    e if e < Duration::from_micros(100) => 2,
+                    e if e < Duration::from_millis(30) => 1,
+                    _ => 0,
+                }
+            },
+            Duration::from_secs(5),
+        );
+        assert!(done && started.elapsed() < Duration::from_millis(60), "{:?}", started.elapsed());
+        // Every 50 µs for 30 ms would be about 600 looks.
+        assert!(looks.get() < 150, "{} looks", looks.get());
+    }
+
     #[test]
     fn a_charged_poll_counts_its_spinning_and_not_its_naps() {
         // A 20 ms wait that never ends: about 10 us of spinning, then naps (CPU only at their wake-ups).

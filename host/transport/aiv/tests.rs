@@ -143,3 +143,23 @@ fn the_kernel_wait_budget_covers_the_nic_retry_schedule_on_the_rdma_route() {
     let long = AivOptions { kernel_wait_budget: Duration::from_secs(2), ..options };
     assert_eq!(super::setup::kernel_wait_budget(&long, true), Duration::from_secs(2));
 }
+
+/// The learned pace: nothing before a first wait of at least 64 KiB, then half the time per byte (a quarter towards
+/// each newer wait); small waits neither learn nor get a quiet time.
+#[test]
+fn the_wait_pace_learns_time_per_byte_from_large_waits_only() {
+    let pace = super::drain::WaitPace::default();
+    assert_eq!(pace.quiet(1 << 20), None, "nothing learned yet");
+    pace.learn(4096, Duration::from_millis(50));
+    assert_eq!(pace.quiet(1 << 20), None, "a small wait teaches nothing");
+    pace.learn(1 << 20, Duration::from_millis(2));
+    let quiet = pace.quiet(1 << 20).expect("learned");
+    assert!(quiet.abs_diff(Duration::from_millis(1)) < Duration::from_micros(5), "{quiet:?}");
+    assert_eq!(pace.quiet(4096), None, "a small wait gets no quiet time");
+    pace.learn(1 << 20, Duration::from_millis(6));
+    let quiet = pace.quiet(1 << 20).expect("learned");
+    assert!(
+        quiet.abs_diff(Duration::from_millis(1) + Duration::from_micros(500)) < Duration::from_micros(5),
+        "{quiet:?}"
+    );
+}
