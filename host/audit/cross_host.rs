@@ -409,9 +409,12 @@ fn ip(args: &[&str]) -> std::result::Result<(), String> {
 }
 
 impl Namespaces {
-    /// Makes the namespaces `<tag>-a`, `<tag>-b` and the pair `<tag>va`/`<tag>vb`, addressed and up.
+    /// Makes the namespaces `<tag>-a`, `<tag>-b` and the pair `<tag>va`/`<tag>vb`, addressed and up, `<tag>` being
+    /// `aivx<pid>-<n>`; first deletes those of audits that died.
     fn create() -> std::result::Result<Namespaces, String> {
-        let tag = format!("aivx{}{}", std::process::id(), SECTIONS.fetch_add(1, Ordering::Relaxed) % 100);
+        sweep_dead_runs();
+        // At most 15 bytes for the veth names: `aivx` + a pid of up to 7 digits + `-n` + `va`.
+        let tag = format!("aivx{}-{}", std::process::id(), SECTIONS.fetch_add(1, Ordering::Relaxed) % 10);
         let mut ns =
             Namespaces { a: format!("{tag}-a"), b: format!("{tag}-b"), veth_a: format!("{tag}va"), made: Vec::new() };
         let veth_b = format!("{tag}vb");
@@ -451,6 +454,20 @@ impl Drop for Namespaces {
                 Made::NamespaceA => ip(&["netns", "del", &self.a]),
                 Made::NamespaceB => ip(&["netns", "del", &self.b]),
             };
+        }
+    }
+}
+
+/// Deletes the namespaces of earlier audits whose process is gone (killed before its drops ran; its children died
+/// with it): `aivx<pid>-...` names whose pid is not alive.
+fn sweep_dead_runs() {
+    let mut list = Command::new("ip");
+    list.args(["netns", "list"]);
+    let Ok(finished) = child::run_bounded(list, IP_WITHIN) else { return };
+    for name in finished.stdout.lines().filter_map(|line| line.split_whitespace().next()) {
+        let Some(pid) = name.strip_prefix("aivx").and_then(|rest| rest.split('-').next()) else { continue };
+        if pid.parse::<u32>().is_ok() && !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = ip(&["netns", "del", name]);
         }
     }
 }
