@@ -72,7 +72,8 @@ impl Peer {
 
 /// Starts `command` with piped stdout and stderr, dying with this process; the stderr is drained (its tail kept) so
 /// that the child's logging never blocks on a full pipe. Returns the child and its stdout.
-fn start(mut command: Command) -> std::result::Result<(Peer, std::process::ChildStdout), String> {
+/// `what` names the child in an error before its program (`"the peer "`, or `""`).
+fn start(mut command: Command, what: &str) -> std::result::Result<(Peer, std::process::ChildStdout), String> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     #[cfg(target_os = "linux")]
     {
@@ -88,7 +89,7 @@ fn start(mut command: Command) -> std::result::Result<(Peer, std::process::Child
         }
     }
     let program = command.get_program().to_string_lossy().into_owned();
-    let mut child = command.spawn().map_err(|e| format!("cannot start {program}: {e}"))?;
+    let mut child = command.spawn().map_err(|e| format!("cannot start {what}{program}: {e}"))?;
     let stdout = child.stdout.take();
     let stderr_pipe = child.stderr.take();
     let stderr = Arc::new(Mutex::new(String::new()));
@@ -120,7 +121,7 @@ fn start(mut command: Command) -> std::result::Result<(Peer, std::process::Child
 /// Starts `command`, an `aiv bench --mode target`, and waits (at most [`READY_WITHIN`]) for its ready line: the
 /// segment name and the buffer's address.
 pub(super) fn spawn_target(command: Command) -> std::result::Result<Peer, String> {
-    let (mut peer, stdout) = start(command)?;
+    let (mut peer, stdout) = start(command, "the peer ")?;
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -170,7 +171,7 @@ pub(super) struct Finished {
 /// Runs `command` to its end, at most `within`: past that it is killed and the error says so.
 pub(super) fn run_bounded(command: Command, within: Duration) -> std::result::Result<Finished, String> {
     let program = command.get_program().to_string_lossy().into_owned();
-    let (mut peer, mut stdout) = start(command)?;
+    let (mut peer, mut stdout) = start(command, "")?;
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
         let mut text = Vec::new();
