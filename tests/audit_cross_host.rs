@@ -98,6 +98,15 @@ fn the_cross_host_section_reports_tcp_figures_and_aiv_with_its_route_and_cleans_
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("## Cross-host: aiv vs tcp between two hosts (twin runtime, unverified on hardware)"), "{md}");
     assert!(md.contains("| 64 KiB | tcp | 1/1 |"), "{md}");
+    // --compare shows the cross-host medians side by side.
+    let compared = Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(["audit", "--compare"])
+        .args([out.join("report.json"), out.join("report.json")])
+        .output()
+        .expect("aiv audit --compare runs");
+    let text = String::from_utf8_lossy(&compared.stdout);
+    assert!(text.contains("## Cross-host (twin runtime, unverified on hardware)"), "{text}");
+    assert!(text.contains("| 64 KiB | tcp |") && text.contains("| 1.00 |"), "{text}");
 }
 
 #[test]

@@ -107,7 +107,8 @@ fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
     let _ = writeln!(out, "## Cross-host ({})\n", y.label);
     let _ = writeln!(out, "| block | protocol | GB/s A | GB/s B | B/A | CPU/transfer µs A | B | B/A | route A | B |");
     let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
-    let figure = |v: Option<f64>, scale: f64| v.map_or("-".into(), |v| format!("{:.3}", v / scale));
+    let figure =
+        |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
     let over = |p: Option<f64>, q: Option<f64>| match (p, q) {
         (Some(p), Some(q)) if p > 0.0 => format!("{:.2}", q / p),
         _ => "-".into(),
@@ -126,11 +127,11 @@ fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
                 "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 block_name(sb.block_size),
                 pb.protocol,
-                figure(bw.0, 1e9),
-                figure(bw.1, 1e9),
+                figure(bw.0, 1e9, 3),
+                figure(bw.1, 1e9, 3),
                 over(bw.0, bw.1),
-                figure(cpu.0, 1e3),
-                figure(cpu.1, 1e3),
+                figure(cpu.0, 1e3, 1),
+                figure(cpu.1, 1e3, 1),
                 over(cpu.0, cpu.1),
                 route(pa),
                 route(Some(pb)),

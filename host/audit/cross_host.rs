@@ -358,12 +358,20 @@ impl CrossHostReport {
             }
         }
         let _ = writeln!(md);
+        // The first failure of each protocol and size, and how many runs failed (every message is in report.json).
         let failures: Vec<String> = self
             .sizes
             .iter()
             .flat_map(|s| {
-                s.protocols.iter().flat_map(move |p| {
-                    p.failures.iter().map(move |f| format!("- {} {}: {}", block_name(s.block_size), p.protocol, f))
+                s.protocols.iter().filter_map(move |p| {
+                    let first = p.failures.first()?;
+                    let failed = p.runs.iter().filter(|r| r.error.is_some()).count();
+                    Some(format!(
+                        "- {} {}, {failed} of {} runs failed; the first: {first}",
+                        block_name(s.block_size),
+                        p.protocol,
+                        p.runs.len()
+                    ))
                 })
             })
             .collect();
@@ -726,7 +734,7 @@ mod tests {
         assert!(md.contains("| 1 MiB | tcp | 1/1 | 2.000 | 20.0 | 1.0 | - |"), "{md}");
         assert!(md.contains("| 1 MiB | aiv | 0/1 | - | - | - | rdma |"), "{md}");
         assert!(md.contains("| 1 MiB | bandwidth >= 0.8 | - | **no** |"), "{md}");
-        assert!(md.contains("- 1 MiB aiv: route is not SDMA"), "{md}");
+        assert!(md.contains("- 1 MiB aiv, 1 of 1 runs failed; the first: route is not SDMA"), "{md}");
         let json = serde_json::to_string(&report).expect("serializes");
         let back: CrossHostReport = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, report);
