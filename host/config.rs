@@ -99,7 +99,8 @@ pub struct AivOptions {
     pub launch_mode: LaunchMode,
     /// `transfer_timeout_ms`: the Host watchdog's budget per transfer (default `MC_TRANSFER_TIMEOUT` seconds, else 30 s).
     pub transfer_timeout: Duration,
-    /// `kernel_wait_budget_us`: how long the kernel spins on one completion flag before reporting TIMEOUT (default 1 s).
+    /// `kernel_wait_budget_us`: how long the kernel spins on one completion flag before reporting TIMEOUT (default 1 s;
+    /// with the RDMA route, at least the NIC's retry schedule, see `transport::aiv::setup::kernel_wait_budget`).
     pub kernel_wait_budget: Duration,
     /// `request_ring_depth`: entries per block's request ring, a power of two (default 1024).
     pub request_ring_depth: u32,

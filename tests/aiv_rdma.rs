@@ -81,7 +81,6 @@ fn pair(route_a: RouteMode, route_b: RouteMode) -> (Node, Node) {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn rdma_writes_and_reads_of_random_sizes_and_offsets_move_the_data() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(18);
     let (mut a, mut b) = pair(RouteMode::Rdma, RouteMode::Rdma);
@@ -143,7 +142,6 @@ fn the_engine_refuses_an_out_of_bounds_remote_range_before_posting() {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn a_range_the_target_nic_refuses_fails_that_transfer_and_the_next_batch_works() {
     let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
@@ -171,7 +169,6 @@ fn a_range_the_target_nic_refuses_fails_that_transfer_and_the_next_batch_works()
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn a_dropped_target_fails_pending_transfers_within_the_timeout_and_new_ones_fast() {
     let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
@@ -260,7 +257,6 @@ fn old_descriptors_without_host_or_rdma_parse() {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn a_target_whose_link_is_down_fails_its_transfers_within_the_retries_and_other_peers_keep_working() {
     let a = node(AivOptions { rdma_timeout: Duration::from_millis(50), ..rdma_options(RouteMode::Rdma) }, BUFFER);
     let b = node(rdma_options(RouteMode::Rdma), BUFFER);

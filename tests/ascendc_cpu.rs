@@ -119,6 +119,16 @@ fn npu_kernel_dcq_wraps() {
 }
 
 #[test]
+fn npu_kernel_rdma_posts_wqes_and_polls_cqes() {
+    assert_passes("npu_kernel_rdma_posts_wqes_and_polls_cqes");
+}
+
+#[test]
+fn npu_kernel_rdma_error_cqe_fails_what_it_covers() {
+    assert_passes("npu_kernel_rdma_error_cqe_fails_what_it_covers");
+}
+
+#[test]
 fn every_case_is_run() {
     let output = Command::new(program()).arg("--list").output().expect("the test program runs");
     let listed: Vec<String> = String::from_utf8_lossy(&output.stdout).lines().map(str::to_owned).collect();
@@ -142,9 +152,14 @@ fn copy_dir(from: &Path, to: &Path) {
     }
 }
 
-/// Builds the test program from a copy of `kernels/` with `old` replaced by `new` in `file`, runs the kernel case and
-/// asserts that it fails with `symptom` in its report.
+/// Builds the test program from a copy of `kernels/` with `old` replaced by `new` in `file`, runs the SDMA kernel case
+/// and asserts that it fails with `symptom` in its report.
 fn assert_mutation_caught(file: &str, old: &str, new: &str, symptom: &str) {
+    assert_mutation_caught_by("npu_kernel_publishes_completions_and_rings_4_byte_doorbells", file, old, new, symptom);
+}
+
+/// [`assert_mutation_caught`] with the kernel case `case`.
+fn assert_mutation_caught_by(case: &str, file: &str, old: &str, new: &str, symptom: &str) {
     let dir = tempfile::tempdir().expect("temp dir");
     let kernels = dir.path().join("kernels");
     copy_dir(&root().join("kernels"), &kernels);
@@ -154,7 +169,7 @@ fn assert_mutation_caught(file: &str, old: &str, new: &str, symptom: &str) {
     std::fs::write(&path, text.replace(old, new)).expect("write the mutant");
     let program = dir.path().join("mutant");
     build(&kernels, &program).unwrap_or_else(|error| panic!("the mutant {error}"));
-    let output = run(&program, "npu_kernel_publishes_completions_and_rings_4_byte_doorbells");
+    let output = run(&program, case);
     let report = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success(), "the kernel test passed with the mutation in {file}: {old:?} -> {new:?}");
     assert!(report.contains(symptom), "the mutant failed, but not with {symptom:?}:\n{report}");
@@ -241,5 +256,112 @@ fn a_doorbell_without_scalar_to_mte3_ordering_is_caught() {
         "",
         // AIV_CPU_FAULT_PIPE_ORDER: the DMA reads the UB word before the scalar store of the tail is ordered before it.
         "fault kind 6",
+    );
+}
+
+// ---- The RDMA route (the fake NIC of tests/cpp/ascendc_cpu_test.cpp) ----
+
+const RDMA_CASE: &str = "npu_kernel_rdma_posts_wqes_and_polls_cqes";
+const RDMA_ERROR_CASE: &str = "npu_kernel_rdma_error_cqe_fails_what_it_covers";
+
+#[test]
+fn a_64_bit_doorbell_written_as_a_32_byte_burst_is_caught() {
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "platform/npu.h",
+        "AscendC::DataCopyPad(doorbell, ub, AscendC::DataCopyExtParams{1, sizeof(uint64_t), 0, 0, 0});",
+        "copy_ubuf_to_gm(doorbell.GetPhyAddr(0), ub.GetPhyAddr(), 0, 1, 1, 0, 0);",
+        "refused register write at offset 0x0, 32 bytes (NIC register)",
+    );
+}
+
+#[test]
+fn a_64_bit_doorbell_without_scalar_to_mte3_ordering_is_caught() {
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);\n    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);\n",
+        "",
+        "fault kind 6",
+    );
+}
+
+#[test]
+fn wqes_landed_without_scalar_to_mte3_ordering_are_caught() {
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);\n    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);\n",
+        "",
+        "fault kind 6 at 0x4000, 64 bytes",
+    );
+}
+
+#[test]
+fn a_wqe_stage_rebuilt_before_its_dma_completed_is_caught() {
+    // Without the wait, the next WQE's scalar UB stores overwrite the stage the previous WQE's DMA still reads.
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "platform/npu.h",
+        "    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);\n    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);\n",
+        "",
+        "fault kind 6 at 0x4000, 8 bytes",
+    );
+}
+
+#[test]
+fn a_wqe_owner_bit_that_ignores_the_lap_is_caught() {
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "include/aiv/transfer_kernel.h",
+        "((q.pi & q.sq_depth) == 0 ? AIV_ROCE_WQE_OWNER_BIT : 0u)",
+        "AIV_ROCE_WQE_OWNER_BIT",
+        "rang before WQE 8 was in HBM (owner bit 1",
+    );
+}
+
+#[test]
+fn a_full_sq_without_a_signaled_wqe_in_each_half_is_caught() {
+    // Only the last WQE of a transfer signaled: a transfer longer than the SQ waits for a CQE that never comes.
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "include/aiv/transfer_kernel.h",
+        " || q.pi + 1 - q.last_signaled >= q.sq_depth / 2",
+        "",
+        "DCQ entry 3: status 3",
+    );
+}
+
+#[test]
+fn cqes_never_released_by_the_cq_doorbell_are_caught() {
+    assert_mutation_caught_by(
+        RDMA_CASE,
+        "include/aiv/transfer_kernel.h",
+        "    aiv_platform::ring_doorbell_64(q.cq_db_addr, word);\n",
+        "    (void)word;\n",
+        "CQEs never released",
+    );
+}
+
+#[test]
+fn a_cqe_whose_status_is_not_checked_is_caught() {
+    // The mandatory status check: an error CQE taken as a success completes the refused transfer.
+    assert_mutation_caught_by(
+        RDMA_ERROR_CASE,
+        "include/aiv/transfer_kernel.h",
+        "    if (status == AIV_ROCE_STATUS_SUCCESS) {\n        q.done = index + 1;",
+        "    if (true) {\n        q.done = index + 1;",
+        "DCQ entry 1: status 1, syndrome 0x0 (expected 2, 0x10013)",
+    );
+}
+
+#[test]
+fn a_qp_error_not_written_to_the_record_is_caught() {
+    assert_mutation_caught_by(
+        RDMA_ERROR_CASE,
+        "include/aiv/transfer_kernel.h",
+        "        if (b.qps[slot].dirty) qp_save(b, slot);\n",
+        "",
+        "record kernel line: qpn_seen 0x11, error 0x0",
     );
 }

@@ -747,7 +747,6 @@ fn tcp_between_two_hosts_under_the_p2p_handshake() {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn aiv_two_hosts_under_the_p2p_handshake() {
     two_hosts_under_the_p2p_handshake(Proto::Aiv);
 }
@@ -758,7 +757,6 @@ fn tcp_between_two_hosts_with_etcd_metadata_on_a_third() {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn aiv_two_hosts_with_etcd_metadata_on_a_third() {
     two_hosts_with_etcd_metadata_on_a_third(Proto::Aiv);
 }
@@ -769,7 +767,6 @@ fn tcp_three_hosts_one_initiator_interleaving_batches_to_two_targets() {
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn aiv_three_hosts_one_initiator_interleaving_batches_to_two_targets() {
     three_hosts_one_initiator_interleaving_batches_to_two_targets(Proto::Aiv);
 }
@@ -780,7 +777,6 @@ fn tcp_a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_an
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn aiv_a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues() {
     a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues(Proto::Aiv);
 }
@@ -791,7 +787,6 @@ fn tcp_a_killed_target_process_fails_its_pending_transfers_in_budget_while_anoth
 }
 
 #[test]
-#[ignore = "needs the kernel's RDMA route (issue 18: the transfer kernel does not post WQEs yet and refuses RDMA requests)"]
 fn aiv_a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues() {
     a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues(Proto::Aiv);
 }

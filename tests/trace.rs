@@ -247,7 +247,7 @@ fn the_kernel_writes_trace_entries_only_under_a_guard_and_never_per_sqe() {
         });
         assert!(guarded, "line {}: a trace entry written without a guard: {line}", i + 1);
     }
-    assert_eq!(calls, 6, "the five stages (DCQ published twice: one or two groups)");
+    assert_eq!(calls, 7, "the five stages (the doorbell on both routes; DCQ published twice: one or two groups)");
     // The per-SQE function: from its signature to the next function, no trace code but the doorbell's copy.
     let start = source.find("AIV_DEVICE_FN void post_copy(").expect("post_copy");
     let body = &source[start..start + source[start..].find("\n}\n").expect("its end")];

@@ -632,14 +632,14 @@ impl TransferEngine {
     /// Switches per-stage tracing on or off (docs/trace.md; off by default). On: every batch submitted from now on
     /// records its Host events (submit, completion seen, wait and caller woken), the aiv path's blocks record their
     /// kernel stages into trace rings (allocated now, or when the device opens), and on the twin runtime linked into
-    /// this process the SDMA engines record their runs (a process-wide switch of the twin). [`Self::take_trace`]
+    /// this process the SDMA engines record their runs (switched per device). [`Self::take_trace`]
     /// collects what was recorded.
     pub fn set_trace(&self, on: bool) -> Result<()> {
         self.tracer.set_enabled(on);
-        if self.twin_in_process() {
-            cann_twin::control::record_engine_runs(on);
-        }
         let device = lock(&self.device).clone();
+        if self.twin_in_process() {
+            cann_twin::control::record_engine_runs(self.config.aiv.device_id as i32, on);
+        }
         if let Some(device) = device {
             device
                 .transport()
@@ -680,11 +680,10 @@ impl TransferEngine {
             let twin = cann_twin::control::clock_ns();
             let after = crate::trace::now_ns();
             let offset = (before / 2 + after / 2) as i128 - i128::from(twin);
-            let (runs, dropped) = cann_twin::control::take_engine_runs();
-            let mine = device.as_ref().map(|device| device.backend().device_id() as i32);
+            let (runs, dropped) = cann_twin::control::take_engine_runs(self.config.aiv.device_id as i32);
             let to_host = |ns: u64| (i128::from(ns) + offset).max(0) as u64;
             self.tracer.engine_runs(
-                runs.into_iter().filter(|run| Some(run.device) == mine).map(|run| crate::trace::EngineRunEvent {
+                runs.into_iter().map(|run| crate::trace::EngineRunEvent {
                     device: run.device,
                     channel: run.channel,
                     start_ns: to_host(run.start_ns),

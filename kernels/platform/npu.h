@@ -8,6 +8,8 @@
 //   register writes    DataCopyPad UB -> GM with a byte length (as SHMEM rings the STARS doorbell)
 //   SQEs               built in a UB stage with scalar UB stores, landed in the SQ with one DataCopyPad per doorbell
 //                      (as SHMEM lands its UDMA WQEs; docs/hardware.md section 4)
+//   RoCE WQEs          built in UB, one DataCopyPad per WQE; the 64-bit SQ/CQ doorbells one 8-byte DataCopyPad each
+//                      (docs/rdma.md)
 #ifndef AIV_PLATFORM_NPU_H
 #define AIV_PLATFORM_NPU_H
 
@@ -15,6 +17,7 @@
 
 #include "aiv/layouts.h"
 #include "aiv/platform.h"
+#include "aiv/roce.h"
 
 #define AIV_GM __gm__
 #define AIV_DEVICE_FN __aicore__ static inline
@@ -27,6 +30,10 @@
 // of UB, which nothing else of the kernel uses).
 #define AIV_NPU_UB_SQE_STAGE_OFFSET 0u
 #define AIV_SQE_STAGE_SLOTS 256u
+// The WQE stage of the RDMA route: one 64-byte SQ slot, right above the SQE stage.
+#define AIV_NPU_UB_WQE_STAGE_OFFSET (AIV_NPU_UB_SQE_STAGE_OFFSET + AIV_SQE_STAGE_SLOTS * AIV_SQE_BYTES)
+// The 64-bit doorbell word of the RDMA route, on its own 32-byte block above the SDMA doorbell's.
+#define AIV_NPU_UB_DOORBELL64_OFFSET (AIV_NPU_UB_DOORBELL_OFFSET + 32u)
 
 namespace aiv_platform {
 
@@ -177,6 +184,54 @@ AIV_DEVICE_FN void ring_doorbell(uint64_t, uint64_t sq_reg_base, uint32_t tail, 
     AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
     AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID0);
     AscendC::PipeBarrier<PIPE_ALL>();
+}
+
+// Writes one RoCE SQ slot (AIV_ROCE_WQE_STRIDE bytes: the WQE, its SGE, zeros) at `slot`: built in the UB WQE stage
+// with scalar UB stores, landed with one UB -> GM DMA ordered after them, and waited for, so the WQE is in HBM
+// before the doorbell that announces it (as SHMEM's on-die RDMA backend builds its WQEs in UB; docs/rdma.md).
+AIV_DEVICE_FN void post_wqe(AIV_GM void* slot, const AivRoceWqe& wqe, const AivRoceSge& sge) {
+    AscendC::LocalTensor<uint64_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
+    ub.address_.bufferAddr = AIV_NPU_UB_WQE_STAGE_OFFSET;
+    ub.address_.dataLen = AIV_ROCE_WQE_STRIDE;
+    static_assert(__builtin_offsetof(AivRoceWqe, msg_len) == 4 && __builtin_offsetof(AivRoceWqe, byte16) == 12 &&
+                      __builtin_offsetof(AivRoceWqe, rkey) == 20 && __builtin_offsetof(AivRoceWqe, va) == 24 &&
+                      sizeof(AivRoceWqe) == 32 && __builtin_offsetof(AivRoceSge, lkey) == 4 &&
+                      __builtin_offsetof(AivRoceSge, addr) == 8 && sizeof(AivRoceSge) == 16 &&
+                      AIV_ROCE_WQE_STRIDE == 64,
+                  "post_wqe composes the words of these layouts");
+    ub.SetValue(0, uint64_t(wqe.byte4) | uint64_t(wqe.msg_len) << 32);
+    ub.SetValue(1, uint64_t(wqe.immt_data) | uint64_t(wqe.byte16) << 32);
+    ub.SetValue(2, uint64_t(wqe.byte20) | uint64_t(wqe.rkey) << 32);
+    ub.SetValue(3, wqe.va);
+    ub.SetValue(4, uint64_t(sge.len) | uint64_t(sge.lkey) << 32);
+    ub.SetValue(5, sge.addr);
+    ub.SetValue(6, uint64_t(0));
+    ub.SetValue(7, uint64_t(0));
+    AscendC::GlobalTensor<uint64_t> sq;
+    sq.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(slot));
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID2);
+    AscendC::DataCopyPad(sq, ub, AscendC::DataCopyExtParams{1, AIV_ROCE_WQE_STRIDE, 0, 0, 0});
+    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
+    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID2);
+}
+
+// A 64-bit doorbell (the RoCE SQ and CQ doorbells): one 8-byte UB -> GM DMA of `word` to the register at `reg`,
+// ordered after the scalar UB store of the word and waited for (the UB word is rewritten by the next one).
+AIV_DEVICE_FN void ring_doorbell_64(uint64_t reg, uint64_t word) {
+    AscendC::LocalTensor<uint64_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
+    ub.address_.bufferAddr = AIV_NPU_UB_DOORBELL64_OFFSET;
+    ub.address_.dataLen = sizeof(uint64_t);
+    AscendC::GlobalTensor<uint64_t> doorbell;
+    doorbell.SetGlobalBuffer(reinterpret_cast<__gm__ uint64_t*>(reg));
+    ub.SetValue(0, word);
+    AscendC::SetFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);
+    AscendC::WaitFlag<AscendC::HardEvent::S_MTE3>(EVENT_ID3);
+    AscendC::DataCopyPad(doorbell, ub, AscendC::DataCopyExtParams{1, sizeof(uint64_t), 0, 0, 0});
+    AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
+    AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
 }
 
 AIV_DEVICE_FN uint64_t cycles() { return static_cast<uint64_t>(AscendC::GetSystemCycle()); }

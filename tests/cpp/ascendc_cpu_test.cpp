@@ -6,6 +6,9 @@
 // PROT_NONE mapping, so a Host (or kernel) dereference of a device address faults. One register page, whose doorbell
 // at offset 0x8 accepts only 4-byte writes; a write there makes a fake SDMA engine execute the SQEs it finds in HBM,
 // two system-counter reads later (so the kernel has begun polling its completion flag when the flag lands).
+// A second register page is a fake RoCE NIC's (one QP): 8-byte doorbells only, the SQ's at 0x0 and the CQ's at 0x8;
+// an SQ doorbell checks that the WQEs it announces are in HBM with the lap's owner bit, and two counter reads later
+// the NIC executes them (HBM to HBM) and writes CQEs (the first word last) for the signaled and the failed ones.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "aiv/layouts.h"
+#include "aiv/roce.h"
 #include "aiv_cpu_core.h"
 #include "kernel_operator.h"
 
@@ -43,6 +47,22 @@ struct RegWrite {
     bool accepted;
 };
 
+// The fake NIC's one QP.
+struct FakeQp {
+    uint64_t record = 0;         // device address of its AivQpRecord (in HBM)
+    uint32_t producer = 0;       // WQEs announced by SQ doorbells (free-running)
+    uint32_t head = 0;           // WQEs executed
+    uint32_t cq_producer = 0;    // CQEs written
+    uint32_t cq_consumer = 0;    // CQEs released by CQ doorbells
+    bool error = false;          // after the first error CQE: every later WQE is flushed
+    uint64_t refused_remote = 0; // a remote address the target refuses (REMOTE_ACCESS_ERR), 0: none
+    bool pending = false;
+    uint32_t delay = 0;
+    uint32_t wqes_executed = 0;
+    uint32_t sq_doorbells = 0;
+    uint32_t cq_doorbells = 0;
+};
+
 struct Runtime {
     uint8_t* hbm = nullptr;   // Host backing of device memory
     uint64_t dev = 0;         // device address of hbm[0] (a PROT_NONE range)
@@ -62,19 +82,152 @@ struct Runtime {
     uint32_t engine_head = 0;
     uint32_t sqes_executed = 0;
     uint32_t announced = 0;    // the tail of the last doorbell: SQEs before it were checked when it rang
+    uint64_t nic_reg = 0;      // device address of the fake NIC's register page (PROT_NONE)
+    std::vector<RegWrite> nic_writes;
+    std::vector<std::string> nic_errors;
+    FakeQp qp;
 
     Runtime() {
         hbm = new uint8_t[kHbmBytes]();
         void* d = mmap(nullptr, kHbmBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         void* r = mmap(nullptr, kRegBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (d == MAP_FAILED || r == MAP_FAILED) __builtin_trap();
+        void* n = mmap(nullptr, kRegBytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (d == MAP_FAILED || r == MAP_FAILED || n == MAP_FAILED) __builtin_trap();
         dev = reinterpret_cast<uintptr_t>(d);
         reg = reinterpret_cast<uintptr_t>(r);
+        nic_reg = reinterpret_cast<uintptr_t>(n);
     }
     ~Runtime() {
         munmap(reinterpret_cast<void*>(dev), kHbmBytes);
         munmap(reinterpret_cast<void*>(reg), kRegBytes);
+        munmap(reinterpret_cast<void*>(nic_reg), kRegBytes);
         delete[] hbm;
+    }
+    bool in_hbm(uint64_t addr, uint64_t len) const { return addr >= dev && len <= kHbmBytes && addr - dev <= kHbmBytes - len; }
+
+    // The WQE in SQ slot `index` as the NIC reads it from HBM; false (and why) when it is not one for this lap.
+    bool wqe_at(const AivQpRecord& rec, uint32_t index, AivRoceWqe* wqe, AivRoceSge* sge, std::string* why) {
+        const uint64_t slot = rec.sq_base + uint64_t(index & (rec.sq_depth - 1)) * AIV_ROCE_WQE_STRIDE;
+        memcpy(wqe, host(slot), sizeof(*wqe));
+        memcpy(sge, host(slot + sizeof(AivRoceWqe)), sizeof(*sge));
+        const bool owner = (wqe->byte4 & AIV_ROCE_WQE_OWNER_BIT) != 0;
+        const uint32_t opcode = wqe->byte4 & AIV_ROCE_WQE_OPCODE_MASK;
+        if (owner != ((index & rec.sq_depth) == 0) ||
+            (opcode != AIV_ROCE_OPCODE_RDMA_WRITE && opcode != AIV_ROCE_OPCODE_RDMA_READ) || wqe->msg_len == 0) {
+            *why = "owner bit " + std::to_string(owner) + ", opcode " + std::to_string(opcode) + ", length " +
+                   std::to_string(wqe->msg_len);
+            return false;
+        }
+        return true;
+    }
+
+    void write_cqe(const AivQpRecord& rec, uint32_t index, uint32_t opcode, uint32_t status, uint32_t bytes) {
+        if (qp.cq_producer - qp.cq_consumer >= rec.cq_depth) {
+            nic_errors.push_back("CQ overrun at WQE " + std::to_string(index) + " (the kernel released too few CQEs)");
+            return;
+        }
+        const uint64_t at = rec.cq_base + uint64_t(qp.cq_producer & (rec.cq_depth - 1)) * sizeof(AivRoceCqe);
+        AivRoceCqe cqe;
+        memset(&cqe, 0, sizeof(cqe));
+        cqe.byte16 = rec.qpn & AIV_ROCE_CQE_QPN_MASK;
+        cqe.byte_cnt = bytes;
+        memcpy(host(at) + 4, reinterpret_cast<uint8_t*>(&cqe) + 4, sizeof(cqe) - 4);
+        const uint32_t byte4 = opcode | ((qp.cq_producer & rec.cq_depth) == 0 ? AIV_ROCE_CQE_OWNER_BIT : 0u) |
+                               status << AIV_ROCE_CQE_STATUS_SHIFT | (index & 0xFFFFu) << AIV_ROCE_CQE_WQE_INDEX_SHIFT;
+        write<uint32_t>(at, byte4);  // the first word last
+        qp.cq_producer += 1;
+    }
+
+    // Executes the announced WQEs in order: RC semantics, one SGE, HBM to HBM.
+    void run_nic() {
+        const AivQpRecord rec = read<AivQpRecord>(qp.record);
+        while (qp.head != qp.producer) {
+            const uint32_t index = qp.head;
+            AivRoceWqe wqe;
+            AivRoceSge sge;
+            std::string why;
+            if (!wqe_at(rec, index, &wqe, &sge, &why)) {
+                nic_errors.push_back("WQE " + std::to_string(index) + " is not a WQE of its lap: " + why);
+                return;
+            }
+            const uint32_t opcode = wqe.byte4 & AIV_ROCE_WQE_OPCODE_MASK;
+            uint32_t status = AIV_ROCE_STATUS_SUCCESS;
+            if (qp.error) {
+                status = AIV_ROCE_STATUS_WR_FLUSH_ERR;
+            } else if (wqe.va == qp.refused_remote) {
+                status = AIV_ROCE_STATUS_REMOTE_ACCESS_ERR;
+            } else if (sge.len != wqe.msg_len || sge.lkey != rec.lkey || wqe.rkey != rec.rkey ||
+                       !in_hbm(sge.addr, sge.len) || !in_hbm(wqe.va, wqe.msg_len) ||
+                       (wqe.byte16 >> AIV_ROCE_WQE_SGE_NUM_SHIFT) != 1) {
+                status = AIV_ROCE_STATUS_LOCAL_PROT_ERR;
+            }
+            if (status == AIV_ROCE_STATUS_SUCCESS) {
+                if (opcode == AIV_ROCE_OPCODE_RDMA_WRITE) {
+                    memmove(host(wqe.va), host(sge.addr), wqe.msg_len);
+                } else {
+                    memmove(host(sge.addr), host(wqe.va), wqe.msg_len);
+                }
+                qp.wqes_executed += 1;
+            } else {
+                qp.error = true;
+            }
+            if (status != AIV_ROCE_STATUS_SUCCESS || (wqe.byte4 & AIV_ROCE_WQE_SIGNALED_BIT) != 0) {
+                write_cqe(rec, index, opcode, status, status == 0 ? wqe.msg_len : 0);
+            }
+            qp.head += 1;
+        }
+    }
+
+    int nic_doorbell(uint64_t offset, const void* data, uint32_t len) {
+        const bool ok = (offset == 0x0 || offset == 0x8) && len == 8;
+        nic_writes.push_back(RegWrite{offset, len, ok});
+        if (!ok) return AIV_CPU_REG_REFUSED;
+        uint64_t word;
+        memcpy(&word, data, 8);
+        const AivQpRecord rec = read<AivQpRecord>(qp.record);
+        const uint32_t tag = word & AIV_ROCE_DB_TAG_MASK;
+        const uint32_t command = (word >> AIV_ROCE_DB_CMD_SHIFT) & 0xFu;
+        if (offset == 0x0) {
+            if (tag != rec.qpn || command != AIV_ROCE_DB_CMD_SQ) {
+                nic_errors.push_back("SQ doorbell with tag " + std::to_string(tag) + ", command " + std::to_string(command));
+                return AIV_CPU_REG_ACCEPTED;
+            }
+            const uint16_t index = static_cast<uint16_t>(word >> AIV_ROCE_DB_INDEX_SHIFT);
+            const uint32_t producer = qp.producer + static_cast<uint16_t>(index - static_cast<uint16_t>(qp.producer));
+            if (producer - qp.head > rec.sq_depth) {
+                nic_errors.push_back("SQ doorbell to " + std::to_string(producer) + " overruns the SQ (head " +
+                                     std::to_string(qp.head) + ")");
+                return AIV_CPU_REG_ACCEPTED;
+            }
+            // The WQEs it announces must be in HBM when it rings, even though the NIC acts on them later.
+            for (uint32_t i = qp.producer; i != producer; ++i) {
+                AivRoceWqe wqe;
+                AivRoceSge sge;
+                std::string why;
+                if (!wqe_at(rec, i, &wqe, &sge, &why)) {
+                    nic_errors.push_back("the SQ doorbell to " + std::to_string(producer) + " rang before WQE " +
+                                         std::to_string(i) + " was in HBM (" + why + ")");
+                    break;
+                }
+            }
+            qp.producer = producer;
+            qp.sq_doorbells += 1;
+            qp.pending = true;
+            qp.delay = 2;
+        } else {
+            const uint32_t consumer = static_cast<uint32_t>(word >> AIV_ROCE_DB_INDEX_SHIFT) & AIV_ROCE_DB_CQ_INDEX_MASK;
+            if (tag != rec.cqn || command != AIV_ROCE_DB_CMD_CQ_PTR) {
+                nic_errors.push_back("CQ doorbell with tag " + std::to_string(tag) + ", command " + std::to_string(command));
+            } else if (consumer - (qp.cq_consumer & AIV_ROCE_DB_CQ_INDEX_MASK) >
+                       qp.cq_producer - qp.cq_consumer) {
+                nic_errors.push_back("CQ doorbell released CQEs up to " + std::to_string(consumer) + ", only " +
+                                     std::to_string(qp.cq_producer) + " written");
+            } else {
+                qp.cq_consumer = consumer;
+                qp.cq_doorbells += 1;
+            }
+        }
+        return AIV_CPU_REG_ACCEPTED;
     }
     uint8_t* host(uint64_t device_addr) { return hbm + (device_addr - dev); }
     template <typename T>
@@ -121,6 +274,7 @@ void* op_translate(void* ctx, uint64_t addr, uint64_t len) {
 
 int op_register_write(void* ctx, uint64_t addr, const void* data, uint32_t len) {
     Runtime& rt = *static_cast<Runtime*>(ctx);
+    if (addr >= rt.nic_reg && addr < rt.nic_reg + kRegBytes) return rt.nic_doorbell(addr - rt.nic_reg, data, len);
     if (addr < rt.reg || addr >= rt.reg + kRegBytes) return AIV_CPU_REG_NOT_REGISTER;
     const uint64_t offset = addr - rt.reg;
     const bool ok = offset == AIV_SDMA_DOORBELL_OFFSET && len == 4;
@@ -157,6 +311,10 @@ uint64_t op_counter(void* ctx) {
     if (rt.engine_pending && --rt.engine_delay == 0) {
         rt.engine_pending = false;
         rt.run_engine(rt.engine_tail);
+    }
+    if (rt.qp.pending && --rt.qp.delay == 0) {
+        rt.qp.pending = false;
+        rt.run_nic();
     }
     return rt.counter += 1000;
 }
@@ -548,6 +706,181 @@ void npu_kernel_dcq_wraps() {
     launch_and_check(rt, 3, 3, 256);
 }
 
+// ---- the RDMA route on the model (the fake NIC) ----
+
+constexpr uint64_t kQpTable = 0x3200;  // one AivQpRecord
+constexpr uint64_t kWqSq = 0x6000;     // 8 slots of 64 bytes
+constexpr uint64_t kWqCq = 0x6400;     // 8 CQEs of 32 bytes
+constexpr uint64_t kRemote = 0x80000;  // the "remote" buffer (the same HBM: the NIC copies HBM to HBM)
+constexpr uint32_t kQpn = 0x11;
+constexpr uint32_t kCqn = 0x22;
+constexpr uint32_t kWqDepth = 8;
+
+void setup_rdma(Runtime& rt) {
+    setup_kernel(rt);
+    AivBlockArgs b = rt.read<AivBlockArgs>(rt.dev + kBlocks);
+    b.qp_count = 1;
+    b.qp_table = rt.dev + kQpTable;
+    b.max_wqe_bytes = 4096;
+    rt.write(rt.dev + kBlocks, b);
+    AivQpRecord rec;
+    memset(&rec, 0, sizeof(rec));
+    rec.sq_base = rt.dev + kWqSq;
+    rec.sq_db_addr = rt.nic_reg + 0x0;
+    rec.cq_base = rt.dev + kWqCq;
+    rec.cq_db_addr = rt.nic_reg + 0x8;
+    rec.qpn = kQpn;
+    rec.cqn = kCqn;
+    rec.sq_depth = kWqDepth;
+    rec.cq_depth = kWqDepth;
+    rec.cq_db_mode = AIV_ROCE_CQ_DB_MODE_HW;
+    rec.lkey = 5;
+    rec.rkey = 6;
+    rt.write(rt.dev + kQpTable, rec);
+    rt.qp.record = rt.dev + kQpTable;
+    for (uint32_t i = 0; i < 0x20000; ++i) rt.hbm[kRemote + i] = static_cast<uint8_t>(i * 13 + 5);
+}
+
+struct Req {
+    uint32_t route;
+    uint32_t opcode;
+    uint64_t length;
+};
+
+// Request i moves `length` bytes between kSrc + i * 0x4000 (local) and kRemote + i * 0x4000 (remote) on the RDMA
+// route, or from kSrc + i * 0x4000 to kDst + i * 0x4000 on SDMA.
+void post_mixed(Runtime& rt, uint32_t first, const std::vector<Req>& reqs) {
+    for (uint32_t k = 0; k < reqs.size(); ++k) {
+        const uint32_t i = first + k;
+        AivRequestEntry e;
+        memset(&e, 0, sizeof(e));
+        e.transfer_id = 100 + i;
+        const uint64_t local = rt.dev + kSrc + (i % 8) * 0x4000;
+        const uint64_t other = rt.dev + (reqs[k].route == AIV_REQUEST_ROUTE_RDMA ? kRemote : kDst) + (i % 8) * 0x4000;
+        const bool write = reqs[k].opcode == AIV_REQUEST_OPCODE_WRITE;
+        e.src_addr = write ? local : other;
+        e.dst_addr = write ? other : local;
+        e.length = reqs[k].length;
+        e.opcode = reqs[k].opcode;
+        e.flags = reqs[k].route;  // QP index 0
+        rt.write(rt.dev + kRequests + AIV_RING_HEADER_BYTES + uint64_t(i % kRequestDepth) * sizeof(e), e);
+    }
+    rt.write<uint32_t>(rt.dev + kRequests + offsetof(AivRingHeader, tail), first + uint32_t(reqs.size()));
+}
+
+void launch_rdma(Runtime& rt) {
+    Core core(rt);
+    aiv_transfer_kernel(reinterpret_cast<GM_ADDR>(rt.dev + kArgs));
+    const uint32_t dirty = aiv_cpu_core_dirty_lines();
+    CHECK(dirty == 0, "the kernel left %u dirty lines in its data cache", dirty);
+}
+
+void check_registers_and_faults(Runtime& rt) {
+    for (const RegWrite& w : rt.reg_writes) {
+        CHECK(w.accepted, "refused register write at offset 0x%llx, %u bytes (channel exception)",
+              (unsigned long long)w.offset, w.len);
+    }
+    for (const RegWrite& w : rt.nic_writes) {
+        CHECK(w.accepted, "refused register write at offset 0x%llx, %u bytes (NIC register)",
+              (unsigned long long)w.offset, w.len);
+    }
+    for (const std::string& f : rt.faults) CHECK(false, "%s", f.c_str());
+    for (const std::string& e : rt.engine_errors) CHECK(false, "SDMA engine: %s", e.c_str());
+    for (const std::string& e : rt.nic_errors) CHECK(false, "NIC: %s", e.c_str());
+}
+
+AivDcqEntry dcq_entry(Runtime& rt, uint32_t i) {
+    return rt.read<AivDcqEntry>(rt.dev + kDcq + AIV_RING_HEADER_BYTES + uint64_t(i % kDcqDepth) * sizeof(AivDcqEntry));
+}
+
+// SDMA and RDMA requests in one group: the RDMA ones as WRITE and READ WQEs of 4 KiB pieces on the QP, one transfer
+// with more WQEs than the SQ holds (the kernel signals one WQE in every half SQ and waits for CQEs to reuse slots),
+// every CQE consumed and released.
+void npu_kernel_rdma_posts_wqes_and_polls_cqes() {
+    Runtime rt;
+    setup_rdma(rt);
+    const std::vector<Req> reqs = {
+        {AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 5000},   // 2 WQEs
+        {AIV_REQUEST_ROUTE_SDMA, AIV_REQUEST_OPCODE_WRITE, 3000},
+        {AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_READ, 9000},    // 3 WQEs
+        {AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 40000},  // 10 WQEs, more than the SQ's 8 slots
+    };
+    post_mixed(rt, 0, reqs);
+    launch_rdma(rt);
+    check_registers_and_faults(rt);
+    const uint32_t tail = rt.read<uint32_t>(rt.dev + kDcq + offsetof(AivRingHeader, tail));
+    CHECK(tail == 4, "DCQ tail %u, expected 4", tail);
+    for (uint32_t i = 0; i < 4 && i < tail; ++i) {
+        const AivDcqEntry e = dcq_entry(rt, i);
+        CHECK(e.status == AIV_DCQ_STATUS_COMPLETED, "DCQ entry %u: status %u, syndrome 0x%x", i, e.status, e.syndrome);
+        CHECK(e.bytes == reqs[i].length, "DCQ entry %u: bytes %llu", i, (unsigned long long)e.bytes);
+        const uint64_t other = (reqs[i].route == AIV_REQUEST_ROUTE_RDMA ? kRemote : kDst) + i * 0x4000;
+        CHECK(memcmp(rt.host(rt.dev + other), rt.host(rt.dev + kSrc + i * 0x4000), reqs[i].length) == 0,
+              "transfer %u: the two sides differ", i);
+    }
+    CHECK(dcq_entry(rt, 0).sqes == 2 && dcq_entry(rt, 2).sqes == 3 && dcq_entry(rt, 3).sqes == 10,
+          "WQEs per transfer %u %u %u", dcq_entry(rt, 0).sqes, dcq_entry(rt, 2).sqes, dcq_entry(rt, 3).sqes);
+    CHECK(rt.qp.wqes_executed == 15, "WQEs executed %u", rt.qp.wqes_executed);
+    CHECK(rt.qp.cq_consumer == rt.qp.cq_producer && rt.qp.cq_producer > 0,
+          "CQ consumer %u, producer %u (CQEs never released)", rt.qp.cq_consumer, rt.qp.cq_producer);
+    const AivQpRecord rec = rt.read<AivQpRecord>(rt.dev + kQpTable);
+    CHECK(rec.qpn_seen == kQpn && rec.sq_pi == 15 && rec.sq_ci == 15 && rec.cq_ci == rt.qp.cq_producer &&
+              rec.error_status == 0,
+          "record kernel line: qpn_seen 0x%x, sq_pi %u, sq_ci %u, cq_ci %u, error 0x%x", rec.qpn_seen, rec.sq_pi,
+          rec.sq_ci, rec.cq_ci, rec.error_status);
+    CHECK(rt.read<uint32_t>(rt.dev + kControl + offsetof(AivControlBlock, halt_count)) == 0, "the block halted");
+    // A second launch goes on from the record's kernel line: the next WQE is the 16th, on the second lap.
+    post_mixed(rt, 4, {{AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 100}});
+    rt.write<uint32_t>(rt.dev + kDcq + offsetof(AivRingHeader, head), 4);
+    launch_rdma(rt);
+    check_registers_and_faults(rt);
+    CHECK(dcq_entry(rt, 4).status == AIV_DCQ_STATUS_COMPLETED, "second launch: status %u, syndrome 0x%x",
+          dcq_entry(rt, 4).status, dcq_entry(rt, 4).syndrome);
+    CHECK(rt.qp.wqes_executed == 16, "WQEs executed %u", rt.qp.wqes_executed);
+}
+
+// An error CQE fails exactly the transfer it covers with its status, flushes the later ones on the QP, leaves SDMA
+// transfers and earlier RDMA ones complete, does not halt the block, and records the error: the QP is not used
+// again (a later request fails with RDMA_QP_ERROR, not posted).
+void npu_kernel_rdma_error_cqe_fails_what_it_covers() {
+    Runtime rt;
+    setup_rdma(rt);
+    rt.qp.refused_remote = rt.dev + kRemote + 1 * 0x4000 + 4096;  // the second WQE of transfer 1
+    post_mixed(rt, 0, {{AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 4096},
+                       {AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 8192},
+                       {AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_READ, 4096},
+                       {AIV_REQUEST_ROUTE_SDMA, AIV_REQUEST_OPCODE_WRITE, 4096}});
+    launch_rdma(rt);
+    check_registers_and_faults(rt);
+    const uint32_t tail = rt.read<uint32_t>(rt.dev + kDcq + offsetof(AivRingHeader, tail));
+    CHECK(tail == 4, "DCQ tail %u, expected 4", tail);
+    const uint32_t expected[4] = {AIV_DCQ_STATUS_COMPLETED, AIV_DCQ_STATUS_FAILED, AIV_DCQ_STATUS_FAILED,
+                                  AIV_DCQ_STATUS_COMPLETED};
+    const uint32_t syndromes[4] = {AIV_SYNDROME_NONE, AIV_SYNDROME_RDMA_CQE | AIV_ROCE_STATUS_REMOTE_ACCESS_ERR,
+                                   AIV_SYNDROME_RDMA_CQE | AIV_ROCE_STATUS_WR_FLUSH_ERR, AIV_SYNDROME_NONE};
+    for (uint32_t i = 0; i < 4; ++i) {
+        const AivDcqEntry e = dcq_entry(rt, i);
+        CHECK(e.status == expected[i] && e.syndrome == syndromes[i],
+              "DCQ entry %u: status %u, syndrome 0x%x (expected %u, 0x%x)", i, e.status, e.syndrome, expected[i],
+              syndromes[i]);
+    }
+    const AivQpRecord rec = rt.read<AivQpRecord>(rt.dev + kQpTable);
+    CHECK(rec.qpn_seen == kQpn && rec.error_status == AIV_ROCE_STATUS_REMOTE_ACCESS_ERR && rec.error_wqe_index == 2,
+          "record kernel line: qpn_seen 0x%x, error 0x%x at WQE %u", rec.qpn_seen, rec.error_status,
+          rec.error_wqe_index);
+    CHECK(rt.read<uint32_t>(rt.dev + kControl + offsetof(AivControlBlock, halt_count)) == 0,
+          "an RDMA failure halted the block");
+    // The next launch resumes the QP's state from the record: in error, so nothing is posted.
+    const uint32_t doorbells = rt.qp.sq_doorbells;
+    rt.write<uint32_t>(rt.dev + kDcq + offsetof(AivRingHeader, head), 4);
+    post_mixed(rt, 4, {{AIV_REQUEST_ROUTE_RDMA, AIV_REQUEST_OPCODE_WRITE, 64}});
+    launch_rdma(rt);
+    check_registers_and_faults(rt);
+    CHECK(dcq_entry(rt, 4).status == AIV_DCQ_STATUS_FAILED && dcq_entry(rt, 4).syndrome == AIV_SYNDROME_RDMA_QP_ERROR,
+          "a request on the QP in error: status %u, syndrome 0x%x", dcq_entry(rt, 4).status, dcq_entry(rt, 4).syndrome);
+    CHECK(rt.qp.sq_doorbells == doorbells, "a WQE was posted on the QP in error");
+}
+
 struct Case {
     const char* name;
     void (*run)();
@@ -565,6 +898,8 @@ const Case kCases[] = {
     {"npu_kernel_publishes_completions_and_rings_4_byte_doorbells",
      npu_kernel_publishes_completions_and_rings_4_byte_doorbells},
     {"npu_kernel_dcq_wraps", npu_kernel_dcq_wraps},
+    {"npu_kernel_rdma_posts_wqes_and_polls_cqes", npu_kernel_rdma_posts_wqes_and_polls_cqes},
+    {"npu_kernel_rdma_error_cqe_fails_what_it_covers", npu_kernel_rdma_error_cqe_fails_what_it_covers},
 };
 
 }  // namespace

@@ -39,11 +39,11 @@ impl AivTransport {
         }
         let channels = device.open_channels(options.aiv_blocks, options.sq_depth)?;
         let depth = options.request_ring_depth;
-        let wait_budget = (options.kernel_wait_budget.as_nanos() * u128::from(device.cycles_per_second())
-            / 1_000_000_000)
-            .min(u128::from(u64::MAX)) as u64;
         let kernel_args = device.allocate_shared(kernel_args_bytes(channels.len()))?;
         let rdma = super::rdma::Rdma::start(device.clone(), options, channels.len() as u32)?;
+        let budget = kernel_wait_budget(options, rdma.available());
+        let wait_budget = (budget.as_nanos() * u128::from(device.cycles_per_second()) / 1_000_000_000)
+            .min(u128::from(u64::MAX)) as u64;
         let mut blocks = Vec::new();
         let mut block_args = Vec::new();
         for channel in &channels {
@@ -154,4 +154,18 @@ impl AivTransport {
             .map_err(|source| DeviceError::Os { device: inner.device.device_id(), operation: "start probe", source })?;
         Ok(AivTransport { inner, drain_thread: Mutex::new(Some(thread)), probe_thread: Mutex::new(Some(probe)) })
     }
+}
+
+/// Slack the kernel's wait budget keeps beyond the NIC's retry schedule.
+const RDMA_BUDGET_SLACK: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The kernel's completion wait budget: `kernel_wait_budget`, and with the RDMA route at least the NIC's whole retry
+/// schedule (`(rdma_retry_count + 1) x rdma_timeout`, plus [`RDMA_BUDGET_SLACK`]), so that a peer that stops
+/// answering shows as the NIC's "transport retry count exceeded" CQE rather than as a kernel timeout.
+pub(super) fn kernel_wait_budget(options: &AivOptions, rdma: bool) -> std::time::Duration {
+    if !rdma {
+        return options.kernel_wait_budget;
+    }
+    let schedule = options.rdma_timeout * (u32::from(options.rdma_retry_count) + 1) + RDMA_BUDGET_SLACK;
+    options.kernel_wait_budget.max(schedule)
 }

@@ -127,3 +127,19 @@ fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
     assert!(inner.unattributed_cpu.take() > 0, "the drain pass was timed and pooled for the next transfers");
     assert_eq!(signal.finished(), 1);
 }
+
+/// With the RDMA route the kernel's wait budget covers the NIC's whole retry schedule, so that a silent peer ends as
+/// the NIC's retry-exceeded CQE; without it, and when the configured budget is longer, the configured one stands.
+#[test]
+fn the_kernel_wait_budget_covers_the_nic_retry_schedule_on_the_rdma_route() {
+    let options = AivOptions {
+        kernel_wait_budget: Duration::from_millis(300),
+        rdma_timeout: Duration::from_millis(50),
+        rdma_retry_count: 7,
+        ..AivOptions::default()
+    };
+    assert_eq!(super::setup::kernel_wait_budget(&options, false), Duration::from_millis(300));
+    assert_eq!(super::setup::kernel_wait_budget(&options, true), Duration::from_millis(500));
+    let long = AivOptions { kernel_wait_budget: Duration::from_secs(2), ..options };
+    assert_eq!(super::setup::kernel_wait_budget(&long, true), Duration::from_secs(2));
+}

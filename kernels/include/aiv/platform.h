@@ -23,6 +23,9 @@
 //                                                          they are in HBM and the stage may be rebuilt
 //     void ring_doorbell(context, sq_reg_base, tail,       the doorbell write (docs/hardware.md section 4), and the
 //                        AIV_GM uint32_t* record_tail)     tail into the channel record
+//     void post_wqe(AIV_GM void* slot, const AivRoceWqe&,   one RoCE SQ slot (WQE + SGE) in HBM on return
+//                   const AivRoceSge&)
+//     void ring_doorbell_64(reg, uint64_t word)            one 8-byte register write (RoCE SQ and CQ doorbells)
 //   AIV_SQE_STAGE_SLOTS                                    SQEs the stage holds
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...

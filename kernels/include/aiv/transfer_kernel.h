@@ -9,11 +9,19 @@
 // A failed group (budget exhausted or aborted) halts the block until the Host has looked at the channel and reset it
 // (control.resume_count == control.halt_count). The SQ is never overrun: when it would fill, the kernel drains it
 // with a flag SQE first, so the kernel never needs the hardware head register.
+// A request on the RDMA route (docs/rdma.md section 7) goes to a QP of the block's QP table instead: split into
+// WQEs of at most max_wqe_bytes, each built in UB and landed in the QP's SQ, the SQ doorbell rung every
+// doorbell_batch WQEs and at the end of the group; its completion is the CQE of its last (signaled) WQE, polled by
+// owner bit with its status checked. An error CQE fails the transfers it covers with the CQE's status, the later
+// ones on that QP with WR_FLUSH_ERR, and records the error in the QP record's kernel line: the QP is never used
+// again (the Host replaces it). RDMA failures do not halt the block; a group with RDMA requests and no SDMA SQE
+// posts no flag SQE.
 #ifndef AIV_TRANSFER_KERNEL_H
 #define AIV_TRANSFER_KERNEL_H
 
 #include "aiv/layouts.h"
 #include "aiv/platform.h"
+#include "aiv/roce.h"
 
 namespace aiv {
 
@@ -34,6 +42,32 @@ AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t max_piece, uint64_
 AIV_DEVICE_FN uint32_t sq_next(uint32_t tail, uint32_t depth) { return tail + 1 == depth ? 0 : tail + 1; }
 
 enum WaitResult : uint32_t { WAIT_OK = 0, WAIT_TIMEOUT = 1, WAIT_ABORTED = 2 };
+
+// The kernel's state of one QP of the block's QP table (docs/rdma.md section 7): the Host line of its record as
+// adopted, and the kernel's indices. Indices are free-running u32s.
+struct QpState {
+    uint32_t qpn;            // the QP adopted (0: none yet in this launch)
+    uint32_t cqn;
+    uint64_t sq_base;
+    uint64_t sq_db_addr;
+    uint64_t cq_base;
+    uint64_t cq_db_addr;
+    uint32_t sq_depth;
+    uint32_t cq_depth;
+    uint32_t sl;
+    uint32_t lkey;           // the record's keys, for requests that name none
+    uint32_t rkey;
+    uint32_t pi;             // WQEs posted
+    uint32_t done;           // WQEs known to have completed (up to the last CQE consumed)
+    uint32_t cq_ci;          // CQEs consumed
+    uint32_t unrung;         // WQEs posted since the last SQ doorbell
+    uint32_t doorbells;      // SQ doorbells rung (free-running)
+    uint32_t last_signaled;  // pi right after the last signaled WQE
+    uint32_t error_status;   // 0, a CQE status, or AIV_QP_ERROR_*: the QP is not posted to again
+    uint32_t error_index;    // the failed WQE's index (free-running)
+    uint32_t error_sub_status;
+    bool dirty;              // indices changed since the record's kernel line was last written
+};
 
 struct Block {
     AivBlockArgs args;
@@ -69,6 +103,10 @@ struct Block {
     uint32_t trace_dropped;    // entries dropped, as counted here
     uint32_t trace_dropped_published;
     uint64_t trace_group;      // first transfer id of the group being posted
+    // The RDMA route: the block's QP table (null: no RDMA route) and the kernel's state of each QP in it.
+    AIV_GM AivQpRecord* qp_table;
+    uint32_t qp_count;
+    QpState qps[AIV_QP_TABLE_SLOTS];
 };
 
 // ---- The trace ring (docs/trace.md): the DCQ's discipline, never a wait ----
@@ -237,27 +275,328 @@ struct Tally {
     uint64_t bytes;
     uint32_t status;
     uint32_t syndrome;
-    uint32_t sqes;
+    uint32_t sqes;          // SDMA: its SQEs and share of the flag SQE; RDMA: its WQEs
     uint32_t doorbells;
+    uint32_t rdma;          // 1: its WQEs are on QP rdma_slot, completed by CQEs (not by the group's flag)
+    uint32_t rdma_slot;
+    uint32_t rdma_first;    // index of its first WQE
+    uint32_t rdma_end;      // index after its last WQE
 };
 
-// A group of requests taken together: its SQEs end with one flag SQE.
+// A group of requests taken together: its SDMA SQEs end with one flag SQE.
 struct Group {
     uint32_t head;          // ring index of its first request
     uint32_t count;         // requests in it
-    uint64_t flag_seq;      // its flag's sequence number (0 if posting failed before the flag)
+    uint32_t rdma;          // of them, transfers with WQEs posted on the RDMA route
+    uint64_t flag_seq;      // its flag's sequence number (0 if posting failed before the flag, or no flag)
     uint64_t retire_mark;   // sqes_posted right after its flag SQE: all of them have executed once the flag lands
     uint32_t abort_epoch;   // abort epoch when it was posted
     WaitResult posted;      // result of any drain needed while posting it
     Tally tally[AIV_GROUP_MAX_TRANSFERS];
 };
 
+// ---- The RDMA route (docs/rdma.md section 7) ----
+
+// Writes the kernel line of QP record `slot`: the indices and the error, then the QPN they are about, last (the
+// Host trusts error_status only when qpn_seen is the record's qpn).
+AIV_DEVICE_FN void qp_save(Block& b, uint32_t slot) {
+    QpState& q = b.qps[slot];
+    AIV_GM AivQpRecord* rec = &b.qp_table[slot];
+    aiv_platform::store_u32(&rec->sq_pi, q.pi);
+    aiv_platform::store_u32(&rec->sq_ci, q.done);
+    aiv_platform::store_u32(&rec->cq_ci, q.cq_ci);
+    aiv_platform::store_u32(&rec->error_status, q.error_status);
+    aiv_platform::store_u32(&rec->error_wqe_index, q.error_index & 0xFFFFu);
+    aiv_platform::store_u32(&rec->error_sub_status, q.error_sub_status);
+    aiv_platform::store_u32(&rec->qpn_seen, q.qpn);
+    q.dirty = false;
+}
+
+AIV_DEVICE_FN bool power_of_two(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// The QP in table slot `slot`, adopted from its record the first time this launch uses it or when the Host has put
+// another QP there; null when the slot holds no usable QP (RDMA_BAD_QP).
+AIV_DEVICE_FN QpState* qp_attach(Block& b, uint32_t slot) {
+    if (b.qp_table == nullptr || slot >= b.qp_count) return nullptr;
+    AIV_GM AivQpRecord* rec = &b.qp_table[slot];
+    // Acquire: the Host writes the record's first line, then its qpn.
+    const uint32_t qpn = aiv_platform::load_u32(&rec->qpn);
+    if (qpn == 0) return nullptr;
+    QpState& q = b.qps[slot];
+    if (q.qpn == qpn) return &q;
+    q.qpn = 0;
+    q.cqn = aiv_platform::load_u32(&rec->cqn);
+    q.sq_base = aiv_platform::load_u64(&rec->sq_base);
+    q.sq_db_addr = aiv_platform::load_u64(&rec->sq_db_addr);
+    q.cq_base = aiv_platform::load_u64(&rec->cq_base);
+    q.cq_db_addr = aiv_platform::load_u64(&rec->cq_db_addr);
+    q.sq_depth = aiv_platform::load_u32(&rec->sq_depth);
+    q.cq_depth = aiv_platform::load_u32(&rec->cq_depth);
+    q.sl = aiv_platform::load_u32(&rec->sl);
+    q.lkey = aiv_platform::load_u32(&rec->lkey);
+    q.rkey = aiv_platform::load_u32(&rec->rkey);
+    // The SQ doorbell carries the producer index modulo 65536: at most 32768 WQEs may be outstanding. Only the
+    // hardware CQ doorbell mode (one 64-bit word) is driven.
+    if (!power_of_two(q.sq_depth) || q.sq_depth > 32768u || !power_of_two(q.cq_depth) || q.cq_depth < q.sq_depth ||
+        q.sq_base == 0 || q.cq_base == 0 || q.sq_db_addr == 0 || q.cq_db_addr == 0 ||
+        aiv_platform::load_u32(&rec->cq_db_mode) != AIV_ROCE_CQ_DB_MODE_HW) {
+        return nullptr;
+    }
+    q.unrung = 0;
+    q.doorbells = 0;
+    q.dirty = false;
+    if (aiv_platform::load_u32(&rec->qpn_seen) == qpn) {
+        // An earlier launch of this block used this QP: go on from its indices (and its error, if any).
+        q.pi = aiv_platform::load_u32(&rec->sq_pi);
+        q.done = aiv_platform::load_u32(&rec->sq_ci);
+        q.cq_ci = aiv_platform::load_u32(&rec->cq_ci);
+        q.error_status = aiv_platform::load_u32(&rec->error_status);
+        q.error_index = aiv_platform::load_u32(&rec->error_wqe_index);
+        q.error_sub_status = aiv_platform::load_u32(&rec->error_sub_status);
+        q.last_signaled = q.pi;
+        q.qpn = qpn;
+    } else {
+        // A QP the kernel has not used: its queues are empty.
+        q.pi = 0;
+        q.done = 0;
+        q.cq_ci = 0;
+        q.error_status = 0;
+        q.error_index = 0;
+        q.error_sub_status = 0;
+        q.last_signaled = 0;
+        q.qpn = qpn;
+        qp_save(b, slot);
+    }
+    return &q;
+}
+
+// Rings q's SQ doorbell for the WQEs posted since the last one: one 64-bit word {QPN, SQ command, producer index
+// modulo 65536, service level}. The WQEs are in HBM already (post_wqe waits for its DMA).
+template <bool Trace>
+AIV_DEVICE_FN void qp_ring(Block& b, QpState& q) {
+    if (q.unrung == 0) return;
+    const uint64_t word = uint64_t(q.qpn & AIV_ROCE_DB_TAG_MASK) |
+                          uint64_t(AIV_ROCE_DB_CMD_SQ) << AIV_ROCE_DB_CMD_SHIFT |
+                          uint64_t(q.pi & AIV_ROCE_DB_SQ_INDEX_MASK) << AIV_ROCE_DB_INDEX_SHIFT |
+                          uint64_t(q.sl & AIV_ROCE_DB_SL_MASK) << AIV_ROCE_DB_SL_SHIFT;
+    aiv_platform::ring_doorbell_64(q.sq_db_addr, word);
+    if (Trace) trace_record(b, AIV_TRACE_STAGE_DOORBELL, aiv_platform::cycles(), q.pi, b.trace_group, q.unrung);
+    q.doorbells += 1;
+    q.unrung = 0;
+    q.dirty = true;
+}
+
+// Learns from one consumed CQE. RC completes in order: a successful CQE for WQE w completes every WQE up to w
+// (unsignaled ones included); an error CQE fails w (the WQEs before it completed) and every later WQE is flushed.
+// A CQE that names another QP or a WQE not outstanding is a bad response: the QP is put in error at its oldest WQE.
+AIV_DEVICE_FN void qp_consume(QpState& q, const AivRoceCqe& cqe) {
+    if (q.error_status != 0) return;  // after the first error: flushes, nothing more to learn
+    const uint32_t status = (cqe.byte4 >> AIV_ROCE_CQE_STATUS_SHIFT) & AIV_ROCE_CQE_STATUS_MASK;
+    const uint16_t wqe_index = static_cast<uint16_t>(cqe.byte4 >> AIV_ROCE_CQE_WQE_INDEX_SHIFT);
+    // The free-running index: at most sq_depth <= 32768 WQEs are outstanding, so 16 bits name one unambiguously.
+    const uint32_t index = q.done + static_cast<uint16_t>(wqe_index - static_cast<uint16_t>(q.done));
+    const bool ours = (cqe.byte16 & AIV_ROCE_CQE_QPN_MASK) == (q.qpn & AIV_ROCE_CQE_QPN_MASK) &&
+                      index - q.done < q.pi - q.done;
+    if (!ours) {
+        q.error_status = AIV_ROCE_STATUS_BAD_RESP_ERR;
+        q.error_index = q.done;
+        q.error_sub_status = 0;
+        return;
+    }
+    if (status == AIV_ROCE_STATUS_SUCCESS) {
+        q.done = index + 1;
+        return;
+    }
+    q.done = index;
+    q.error_status = status;
+    q.error_index = index;
+    q.error_sub_status = cqe.byte16 >> AIV_ROCE_CQE_SUB_STATUS_SHIFT;
+}
+
+// Consumes every CQE the NIC has written on q, then releases them with one CQ doorbell {CQN, CQ_DB_PTR command,
+// consumer index}; returns whether there was any. A CQE is new when its owner bit differs from the CQ's lap bit;
+// the NIC writes its first word last, so that word is read first (after an invalidate), then the whole CQE.
+AIV_DEVICE_FN bool qp_poll(QpState& q) {
+    uint32_t consumed = 0;
+    while (consumed < q.cq_depth) {
+        const AIV_GM AivRoceCqe* cqe = reinterpret_cast<const AIV_GM AivRoceCqe*>(
+            q.cq_base + uint64_t(q.cq_ci & (q.cq_depth - 1)) * sizeof(AivRoceCqe));
+        const uint32_t byte4 = aiv_platform::load_u32(&cqe->byte4);
+        if (((byte4 & AIV_ROCE_CQE_OWNER_BIT) != 0) == ((q.cq_ci & q.cq_depth) != 0)) break;
+        AivRoceCqe entry;
+        aiv_platform::read_bytes(&entry, cqe, sizeof(AivRoceCqe));
+        q.cq_ci += 1;
+        consumed += 1;
+        qp_consume(q, entry);
+    }
+    if (consumed == 0) return false;
+    // Never more than the CQEs consumed above, which the NIC wrote.
+    const uint64_t word = uint64_t(q.cqn & AIV_ROCE_DB_TAG_MASK) |
+                          uint64_t(AIV_ROCE_DB_CMD_CQ_PTR) << AIV_ROCE_DB_CMD_SHIFT |
+                          uint64_t(q.cq_ci & AIV_ROCE_DB_CQ_INDEX_MASK) << AIV_ROCE_DB_INDEX_SHIFT |
+                          uint64_t(1) << AIV_ROCE_DB_CQ_CMD_SN_SHIFT;
+    aiv_platform::ring_doorbell_64(q.cq_db_addr, word);
+    q.dirty = true;
+    return true;
+}
+
+// Polls q until the WQEs before `end` have completed or the QP is in error, within the budget counted from
+// `start`; giving up puts the QP in error (AIV_QP_ERROR_WAIT_BUDGET, or _ABORTED on the abort flag or a stop).
+AIV_DEVICE_FN void qp_wait(Block& b, QpState& q, uint32_t end, uint64_t start, uint32_t abort_epoch) {
+    for (uint32_t spins = 0;; ++spins) {
+        const uint32_t token = aiv_platform::wait_token(b.args.platform_context, AIV_WAIT_COMPLETION);
+        if (q.error_status != 0 || static_cast<int32_t>(q.done - end) >= 0) return;
+        if (qp_poll(q)) continue;
+        uint32_t gave_up = 0;
+        if (aiv_platform::load_u32(&b.control->abort_epoch) != abort_epoch ||
+            aiv_platform::load_u32(&b.control->stop) != 0) {
+            gave_up = AIV_QP_ERROR_ABORTED;
+        } else if (aiv_platform::cycles() - start >= b.args.wait_budget) {
+            gave_up = AIV_QP_ERROR_WAIT_BUDGET;
+        }
+        if (gave_up != 0) {
+            q.error_status = gave_up;
+            q.error_index = q.done;
+            q.error_sub_status = 0;
+            q.dirty = true;
+            return;
+        }
+        aiv_platform::idle(b.args.platform_context, AIV_WAIT_COMPLETION, token, spins);
+    }
+}
+
+// The outcome of RDMA transfer `t` (WQEs [rdma_first, rdma_end) on q) once q has completed them or is in error.
+AIV_DEVICE_FN void rdma_settle(Tally& t, const QpState& q) {
+    if (static_cast<int32_t>(q.done - t.rdma_end) >= 0) return;  // completed: status stays COMPLETED
+    t.bytes = 0;
+    if (q.error_status == AIV_QP_ERROR_WAIT_BUDGET) {
+        t.status = AIV_DCQ_STATUS_TIMEOUT;
+        t.syndrome = AIV_SYNDROME_WAIT_BUDGET;
+        return;
+    }
+    if (q.error_status == AIV_QP_ERROR_ABORTED) {
+        t.status = AIV_DCQ_STATUS_ABORTED;
+        t.syndrome = AIV_SYNDROME_ABORTED;
+        return;
+    }
+    // An error CQE at error_index: this transfer's own when it falls in its WQEs, else it was flushed.
+    const bool covers = static_cast<int32_t>(q.error_index - t.rdma_first) >= 0;
+    const uint32_t status = covers ? q.error_status : AIV_ROCE_STATUS_WR_FLUSH_ERR;
+    const uint32_t sub_status = covers ? q.error_sub_status : 0;
+    t.status = AIV_DCQ_STATUS_FAILED;
+    t.syndrome = AIV_SYNDROME_RDMA_CQE | (sub_status & 0xFFu) << 8 | (status & 0xFFu);
+}
+
+// Posts request `e` (route RDMA) as WQEs on its QP: pieces of at most max_wqe_bytes, the last one signaled and at
+// least every sq_depth/2 one (so that a full SQ always holds a signaled WQE to wait for); the SQ doorbell every
+// doorbell_batch WQEs (the group's end rings the rest). A full SQ waits for CQEs within the budget.
+template <bool Trace>
+AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally& t) {
+    const uint32_t slot = e.flags >> AIV_REQUEST_QP_SHIFT;
+    QpState* qp = qp_attach(b, slot);
+    t.bytes = 0;
+    t.status = AIV_DCQ_STATUS_FAILED;
+    if (qp == nullptr) {
+        t.syndrome = AIV_SYNDROME_RDMA_BAD_QP;
+        return;
+    }
+    QpState& q = *qp;
+    if (q.error_status != 0) {
+        // Never posted on a QP in error: the Host replaces it.
+        t.syndrome = AIV_SYNDROME_RDMA_QP_ERROR;
+        return;
+    }
+    const bool write = e.opcode == AIV_REQUEST_OPCODE_WRITE;
+    const uint64_t local = write ? e.src_addr : e.dst_addr;
+    const uint64_t remote = write ? e.dst_addr : e.src_addr;
+    const uint32_t lkey = e.lkey != 0 ? e.lkey : q.lkey;
+    const uint32_t rkey = e.rkey != 0 ? e.rkey : q.rkey;
+    const uint32_t max_piece = b.args.max_wqe_bytes;
+    const uint64_t pieces = piece_count(e.length, max_piece);
+    const uint32_t first_doorbell = q.doorbells;
+    t.rdma_first = q.pi;
+    bool posted = true;
+    for (uint64_t p = 0; p < pieces; ++p) {
+        if (q.pi - q.done >= q.sq_depth) {
+            qp_ring<Trace>(b, q);
+            qp_wait(b, q, q.pi - q.sq_depth + 1, aiv_platform::cycles(), g.abort_epoch);
+            if (q.error_status != 0) {
+                posted = false;
+                break;
+            }
+        }
+        const uint64_t offset = p * max_piece;
+        const uint32_t length = piece_length(e.length, max_piece, p);
+        const bool signaled = p + 1 == pieces || q.pi + 1 - q.last_signaled >= q.sq_depth / 2;
+        AivRoceWqe wqe = {};
+        wqe.byte4 = (write ? AIV_ROCE_OPCODE_RDMA_WRITE : AIV_ROCE_OPCODE_RDMA_READ) |
+                    ((q.pi & q.sq_depth) == 0 ? AIV_ROCE_WQE_OWNER_BIT : 0u) |
+                    (signaled ? AIV_ROCE_WQE_SIGNALED_BIT : 0u);
+        wqe.msg_len = length;
+        wqe.byte16 = 1u << AIV_ROCE_WQE_SGE_NUM_SHIFT;
+        wqe.rkey = rkey;
+        wqe.va = remote + offset;
+        AivRoceSge sge = {};
+        sge.len = length;
+        sge.lkey = lkey;
+        sge.addr = local + offset;
+        aiv_platform::post_wqe(
+            reinterpret_cast<AIV_GM void*>(q.sq_base + uint64_t(q.pi & (q.sq_depth - 1)) * AIV_ROCE_WQE_STRIDE), wqe,
+            sge);
+        q.pi += 1;
+        q.unrung += 1;
+        q.dirty = true;
+        if (signaled) q.last_signaled = q.pi;
+        t.sqes += 1;
+        if (q.unrung >= b.args.doorbell_batch) qp_ring<Trace>(b, q);
+    }
+    t.status = AIV_DCQ_STATUS_COMPLETED;
+    t.bytes = e.length;
+    t.rdma_slot = slot;
+    // The doorbell that covers the last WQE: the one just rung, or the next one.
+    t.doorbells = (q.unrung == 0 ? q.doorbells - 1 : q.doorbells) - first_doorbell + 1;
+    if (!posted) {
+        // The SQ stayed full: the transfer cannot complete (its WQEs so far may still run).
+        t.rdma_end = q.pi + 1;
+        rdma_settle(t, q);
+        return;
+    }
+    t.rdma_end = q.pi;
+    t.rdma = 1;
+    g.rdma += 1;
+}
+
+// Rings the SQ doorbell of every QP with WQEs not yet announced.
+template <bool Trace>
+AIV_DEVICE_FN void ring_qps(Block& b) {
+    for (uint32_t slot = 0; slot < b.qp_count; ++slot) {
+        if (b.qps[slot].unrung != 0) qp_ring<Trace>(b, b.qps[slot]);
+    }
+}
+
+// Completes the group's RDMA transfers: waits for the CQEs that cover them (one budget for the group, from now),
+// settles each, and writes the kernel line of every QP record whose state changed.
+AIV_DEVICE_FN void finish_rdma(Block& b, Group& g) {
+    if (g.rdma == 0) return;
+    const uint64_t start = aiv_platform::cycles();
+    for (uint32_t i = 0; i < g.count; ++i) {
+        Tally& t = g.tally[i];
+        if (t.rdma == 0) continue;
+        QpState& q = b.qps[t.rdma_slot];
+        qp_wait(b, q, t.rdma_end, start, g.abort_epoch);
+        rdma_settle(t, q);
+    }
+    for (uint32_t slot = 0; slot < b.qp_count; ++slot) {
+        if (b.qps[slot].dirty) qp_save(b, slot);
+    }
+}
+
 AIV_DEVICE_FN bool request_is_valid(const AivRequestEntry& e) {
     if (e.length == 0) return false;
     if (e.opcode != AIV_REQUEST_OPCODE_READ && e.opcode != AIV_REQUEST_OPCODE_WRITE) return false;
-    // This kernel drives SDMA only: a request for any other route (the RDMA route of docs/rdma.md section 7 included,
-    // whose WQE posting is not built yet) is refused, never run as a local copy of its remote address.
-    if ((e.flags & AIV_REQUEST_ROUTE_MASK) != AIV_REQUEST_ROUTE_SDMA) return false;
+    // SDMA or RDMA; an unknown route is refused, never run as a local copy of its remote address.
+    const uint32_t route = e.flags & AIV_REQUEST_ROUTE_MASK;
+    if (route != AIV_REQUEST_ROUTE_SDMA && route != AIV_REQUEST_ROUTE_RDMA) return false;
     if (e.src_addr + e.length < e.src_addr || e.dst_addr + e.length < e.dst_addr) return false;
     return true;
 }
@@ -281,6 +620,8 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     g.abort_epoch = b.abort_epoch;
     g.posted = WAIT_OK;
     g.flag_seq = 0;
+    g.rdma = 0;
+    bool any_rdma = false;
     for (uint32_t i = 0; i < g.count; ++i) {
         AivRequestEntry e;
         aiv_platform::read_bytes(&e, &b.request_entries[(g.head + i) & mask], sizeof(AivRequestEntry));
@@ -291,6 +632,7 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
         t.syndrome = AIV_SYNDROME_NONE;
         t.sqes = 0;
         t.doorbells = 0;
+        t.rdma = 0;
         if (!request_is_valid(e)) {
             t.status = AIV_DCQ_STATUS_FAILED;
             t.syndrome = AIV_SYNDROME_BAD_REQUEST;
@@ -298,6 +640,11 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
             continue;
         }
         if (g.posted != WAIT_OK) continue;
+        if ((e.flags & AIV_REQUEST_ROUTE_MASK) == AIV_REQUEST_ROUTE_RDMA) {
+            any_rdma = true;
+            post_rdma<Trace>(b, g, e, t);
+            continue;
+        }
         const uint64_t pieces = piece_count(e.length, max_piece);
         for (uint64_t p = 0; p < pieces; ++p) {
             // Keep one slot for the flag SQE; a full ring holds depth - 1 entries.
@@ -313,6 +660,8 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
         // The doorbell that covers the last SQE: the one just rung, or the next one.
         last_doorbell[i] = b.unrung == 0 ? b.doorbells - 1 : b.doorbells;
     }
+    // The RDMA side of the group is announced whatever happened to its SDMA side.
+    if (any_rdma) ring_qps<Trace>(b);
     if (g.posted != WAIT_OK) return;
     // The flag's doorbell is the next one: it also covers any data SQEs still unrung.
     const uint32_t flag_doorbell = b.doorbells;
@@ -320,11 +669,14 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
         trace_record(b, AIV_TRACE_STAGE_SQES_POSTED, aiv_platform::cycles(),
                      static_cast<uint32_t>(b.sqes_posted - data_sqes_before), b.trace_group, 0);
     }
+    g.retire_mark = b.sqes_posted;
+    // A group whose requests all went to the RDMA route (or failed) has no SDMA SQE to cover: no flag.
+    if (any_rdma && b.sqes_posted == data_sqes_before) return;
     g.flag_seq = post_flag<Trace>(b);
     g.retire_mark = b.sqes_posted;
     for (uint32_t i = 0; i < g.count; ++i) {
         Tally& t = g.tally[i];
-        if (t.status != AIV_DCQ_STATUS_COMPLETED) continue;
+        if (t.status != AIV_DCQ_STATUS_COMPLETED || t.rdma != 0) continue;
         // Its share of the flag SQE, and of the flag's doorbell unless that doorbell also covered its last SQE.
         t.sqes += 1;
         t.doorbells = last_doorbell[i] - first_doorbell[i] + 1 + (flag_doorbell != last_doorbell[i] ? 1u : 0u);
@@ -338,11 +690,12 @@ AIV_DEVICE_FN void trace_completion(Block& b, const Group& g, WaitResult result)
                  result);
 }
 
-// Sets the group's statuses from the outcome of its wait.
+// Sets the statuses of the group's SDMA transfers from the outcome of its flag wait (its RDMA transfers are settled
+// by their CQEs, finish_rdma).
 AIV_DEVICE_FN void settle_group(Group& g, WaitResult result) {
     for (uint32_t i = 0; i < g.count; ++i) {
         Tally& t = g.tally[i];
-        if (t.status != AIV_DCQ_STATUS_COMPLETED || result == WAIT_OK) continue;
+        if (t.status != AIV_DCQ_STATUS_COMPLETED || t.rdma != 0 || result == WAIT_OK) continue;
         t.status = result == WAIT_TIMEOUT ? AIV_DCQ_STATUS_TIMEOUT : AIV_DCQ_STATUS_ABORTED;
         t.syndrome = result == WAIT_TIMEOUT ? AIV_SYNDROME_WAIT_BUDGET : AIV_SYNDROME_ABORTED;
         t.bytes = 0;
@@ -388,7 +741,10 @@ AIV_DEVICE_FN void flush_completions(Block& b, uint32_t from, uint32_t to) {
 
 // Publishes the completions of one group, or two (the older first), with one DCQ tail store; advances the request
 // head past them. A failed outcome halts the block first, so a Host that sees the entries also sees the halt.
-AIV_DEVICE_FN void publish_groups(Block& b, const Group& first, const Group* second, bool failed) {
+// The groups' RDMA transfers are completed first (finish_rdma).
+AIV_DEVICE_FN void publish_groups(Block& b, Group& first, Group* second, bool failed) {
+    finish_rdma(b, first);
+    if (second) finish_rdma(b, *second);
     const uint32_t count = first.count + (second ? second->count : 0);
     // The kernel is the only producer of the DCQ: its tail is read without racing anyone.
     const uint32_t dcq_tail = aiv_platform::load_u32(&b.dcq->tail);
@@ -480,6 +836,19 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     b.trace = nullptr;
     b.trace_group = 0;
     if (b.args.trace_ring != 0) trace_refresh(b);
+    // The RDMA route, when the Host set a QP table up (requests on it fail with RDMA_BAD_QP otherwise).
+    b.qp_table = nullptr;
+    b.qp_count = 0;
+    if (b.args.qp_table != 0 && b.args.qp_count > 0 && b.args.qp_count <= AIV_QP_TABLE_SLOTS &&
+        b.args.max_wqe_bytes > 0 && b.args.max_wqe_bytes <= AIV_RDMA_MAX_WQE_BYTES) {
+        b.qp_table = reinterpret_cast<AIV_GM AivQpRecord*>(b.args.qp_table);
+        b.qp_count = b.args.qp_count;
+    }
+    for (uint32_t slot = 0; slot < AIV_QP_TABLE_SLOTS; ++slot) {
+        b.qps[slot].qpn = 0;
+        b.qps[slot].unrung = 0;
+        b.qps[slot].dirty = false;
+    }
     const bool persistent = b.args.launch_mode == AIV_LAUNCH_PERSISTENT;
 
     aiv_platform::store_u32(&b.control->running, 1);

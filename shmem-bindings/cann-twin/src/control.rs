@@ -253,16 +253,16 @@ pub fn pending_flags(device: i32, index: u32) -> Result<Vec<u64>, ControlError> 
 
 pub use crate::occupancy::{EngineRun, ENGINE_RUN_CAPACITY};
 
-/// Turns the record of every SDMA engine's runs on or off (all devices; off by default). While off, an engine pays
-/// one relaxed atomic load per run.
-pub fn record_engine_runs(on: bool) {
-    crate::occupancy::record_engine_runs(on);
+/// Turns the record of `device`'s SDMA engine runs on or off (off by default). While no device records, an engine
+/// pays one relaxed atomic load per run.
+pub fn record_engine_runs(device: i32, on: bool) {
+    crate::occupancy::record_engine_runs(device, on);
 }
 
-/// The engine runs recorded since the last call (all devices, in the order they ended), and how many were dropped
-/// because [`ENGINE_RUN_CAPACITY`] was reached.
-pub fn take_engine_runs() -> (Vec<EngineRun>, u64) {
-    crate::occupancy::take_engine_runs()
+/// `device`'s engine runs recorded since the last call for it (in the order they ended), and how many were dropped
+/// because [`ENGINE_RUN_CAPACITY`] was reached; other devices' runs are kept for their own calls.
+pub fn take_engine_runs(device: i32) -> (Vec<EngineRun>, u64) {
+    crate::occupancy::take_engine_runs(device)
 }
 
 /// The twin's monotonic clock in nanoseconds: the clock of [`EngineRun`]s; the cores' system counter

@@ -654,17 +654,28 @@ pub struct EngineRun {
 /// Runs kept at most between two [`take_engine_runs`]; later runs are counted as dropped.
 pub const ENGINE_RUN_CAPACITY: usize = 1 << 20;
 
-static RECORD_RUNS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-static ENGINE_RUNS: LazyLock<Mutex<(Vec<EngineRun>, u64)>> = LazyLock::new(|| Mutex::new((Vec::new(), 0)));
+/// Devices whose engines record their runs, and how many they are (the engines' fast path reads only the count).
+static RECORDING: LazyLock<Mutex<std::collections::HashSet<i32>>> = LazyLock::new(Default::default);
+static RECORDING_COUNT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// The runs recorded, and the runs dropped per device (capacity reached).
+type RunLog = (Vec<EngineRun>, HashMap<i32, u64>);
+static ENGINE_RUNS: LazyLock<Mutex<RunLog>> = LazyLock::new(Default::default);
 
-/// Turns the record of engine runs on or off (off by default).
-pub(crate) fn record_engine_runs(on: bool) {
-    RECORD_RUNS.store(on, Ordering::Relaxed);
+/// Turns the record of `device`'s engine runs on or off (off by default). Per device, so that engines of one process
+/// trace independently.
+pub(crate) fn record_engine_runs(device: i32, on: bool) {
+    let mut recording = lock(&RECORDING);
+    if on {
+        recording.insert(device);
+    } else {
+        recording.remove(&device);
+    }
+    RECORDING_COUNT.store(recording.len(), Ordering::Release);
 }
 
-/// Whether runs are recorded: the engines' one look per run (a relaxed load).
-pub(crate) fn engine_runs_recorded() -> bool {
-    RECORD_RUNS.load(Ordering::Relaxed)
+/// Whether `device`'s runs are recorded: one relaxed load per run while no device records.
+pub(crate) fn engine_runs_recorded(device: i32) -> bool {
+    RECORDING_COUNT.load(Ordering::Relaxed) != 0 && lock(&RECORDING).contains(&device)
 }
 
 /// Records one run.
@@ -673,13 +684,17 @@ pub(crate) fn push_engine_run(run: EngineRun) {
     if runs.0.len() < ENGINE_RUN_CAPACITY {
         runs.0.push(run);
     } else {
-        runs.1 += 1;
+        *runs.1.entry(run.device).or_default() += 1;
     }
 }
 
-/// The runs recorded since the last call, and how many were dropped (capacity reached).
-pub(crate) fn take_engine_runs() -> (Vec<EngineRun>, u64) {
+/// `device`'s runs recorded since the last call for it, and how many of its runs were dropped (capacity reached).
+/// Other devices' runs stay for their own calls.
+pub(crate) fn take_engine_runs(device: i32) -> (Vec<EngineRun>, u64) {
     let mut runs = lock(&ENGINE_RUNS);
-    let dropped = std::mem::take(&mut runs.1);
-    (std::mem::take(&mut runs.0), dropped)
+    let dropped = runs.1.remove(&device).unwrap_or(0);
+    let (mine, others): (Vec<EngineRun>, Vec<EngineRun>) =
+        std::mem::take(&mut runs.0).into_iter().partition(|run| run.device == device);
+    runs.0 = others;
+    (mine, dropped)
 }

@@ -619,7 +619,7 @@ impl Channel {
             // Busy from here to the end of the run: one clock reading at each end, none per SQE.
             self.busy.run_started();
             // The trace's engine track: one relaxed load per run when off.
-            let traced_start = crate::occupancy::engine_runs_recorded().then(crate::occupancy::monotonic_ns);
+            let traced_start = crate::occupancy::engine_runs_recorded(self.device).then(crate::occupancy::monotonic_ns);
             let mut executed = 0u64;
             let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
