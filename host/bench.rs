@@ -221,11 +221,15 @@ pub struct EvidenceSummary {
     /// and the paths' own threads; the twin's device-emulation threads left out), from the kernel's per-thread
     /// accounting: the figure no attribution can move work out of. `None` where /proc could not be read.
     pub process_host_cpu_ns: Option<f64>,
+    /// Transfers per route, for a path with more than one (aiv: `sdma`, `rdma`; [`TransferEvidence::route`]); empty
+    /// for the others.
+    pub routes: std::collections::BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug, Default)]
 struct EvidenceTotals {
     transfers: u64,
+    routes: std::collections::BTreeMap<&'static str, u64>,
     sample: Option<TransferEvidence>,
     tally: EvidenceTally,
     host_device_api_calls: u64,
@@ -243,6 +247,9 @@ impl EvidenceTotals {
         self.doorbells += evidence.doorbells;
         self.host_cpu_ns += evidence.host_cpu_ns;
         self.waiting_cpu_ns += evidence.waiting_cpu_ns;
+        if let Some(route) = evidence.route {
+            *self.routes.entry(route).or_default() += 1;
+        }
         self.tally.add(&evidence);
         self.sample.get_or_insert(evidence);
     }
@@ -263,6 +270,7 @@ impl EvidenceTotals {
             monotonic_readings: 0.0,
             monotonic_reading_ns: 0.0,
             process_host_cpu_ns: None,
+            routes: self.routes.clone(),
         }
     }
 }
@@ -484,6 +492,9 @@ fn run_threads(
                 shared.host_cpu_ns += local_totals.host_cpu_ns;
                 shared.waiting_cpu_ns += local_totals.waiting_cpu_ns;
                 shared.tally.merge(&local_totals.tally);
+                for (route, n) in &local_totals.routes {
+                    *shared.routes.entry(route).or_default() += n;
+                }
                 if shared.sample.is_none() {
                     shared.sample = local_totals.sample;
                 }
@@ -785,6 +796,7 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
                 "completion_seen": tally.completion_seen,
             },
             "per_transfer_checks": per_transfer_checks,
+            "routes": evidence.routes,
             "per_transfer": {
                 "host_device_api_calls": evidence.host_device_api_calls,
                 "descriptors": evidence.descriptors,

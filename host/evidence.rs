@@ -292,6 +292,10 @@ pub struct TransferEvidence {
     /// each wait, in nanoseconds: the path's too, so the path's whole attribution is `host_cpu_ns + waiting_cpu_ns`.
     /// Added when a wait for the batch ends; 0 for a transfer nobody waited for.
     pub waiting_cpu_ns: u64,
+    /// The route the transfer took where its path has more than one (aiv: `"sdma"` on the same host, `"rdma"` to a
+    /// peer on another host); `None` (and left out of JSON) for a path with one route.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route: Option<&'static str>,
 }
 
 impl TransferEvidence {
@@ -310,6 +314,7 @@ impl TransferEvidence {
             doorbells: 0,
             host_cpu_ns: 0,
             waiting_cpu_ns: 0,
+            route: None,
         }
     }
 

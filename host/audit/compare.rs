@@ -94,7 +94,51 @@ pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
     }
     faults(&mut out, a, b);
     allocation(&mut out, a, b);
+    cross_host(&mut out, a, b);
     out
+}
+
+/// The cross-host sections, where both reports ran one: per block size and protocol the medians side by side.
+fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
+    use super::cross_host::block_name;
+    let (Some(x), Some(y)) = (a.cross_host.as_ref().filter(|c| c.ran), b.cross_host.as_ref().filter(|c| c.ran)) else {
+        return;
+    };
+    let _ = writeln!(out, "## Cross-host ({})\n", y.label);
+    let _ = writeln!(out, "| block | protocol | GB/s A | GB/s B | B/A | CPU/transfer µs A | B | B/A | route A | B |");
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let figure =
+        |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
+    let over = |p: Option<f64>, q: Option<f64>| match (p, q) {
+        (Some(p), Some(q)) if p > 0.0 => format!("{:.2}", q / p),
+        _ => "-".into(),
+    };
+    for sb in &y.sizes {
+        let sa = x.sizes.iter().find(|s| s.block_size == sb.block_size);
+        for pb in &sb.protocols {
+            let pa = sa.and_then(|s| s.protocol(&pb.protocol));
+            let bw = (pa.and_then(|p| p.median_bytes_per_second), pb.median_bytes_per_second);
+            let cpu = (pa.and_then(|p| p.median_process_cpu_ns_per_transfer), pb.median_process_cpu_ns_per_transfer);
+            let route = |p: Option<&super::cross_host::CrossHostProtocol>| {
+                p.and_then(|p| p.route.clone()).unwrap_or_else(|| "-".into())
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                block_name(sb.block_size),
+                pb.protocol,
+                figure(bw.0, 1e9, 3),
+                figure(bw.1, 1e9, 3),
+                over(bw.0, bw.1),
+                figure(cpu.0, 1e3, 1),
+                figure(cpu.1, 1e3, 1),
+                over(cpu.0, cpu.1),
+                route(pa),
+                route(Some(pb)),
+            );
+        }
+    }
+    let _ = writeln!(out);
 }
 
 /// The error-recovery rounds of both reports, by path and fault: time to detect, how many transfers failed, whether

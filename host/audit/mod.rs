@@ -9,7 +9,9 @@
 //! the workloads from the use, all in one measuring frame); the report's shape is [`report`].
 
 pub mod alloc;
+mod child;
 pub mod compare;
+pub mod cross_host;
 mod faults;
 pub mod inspect;
 pub mod kv;
@@ -232,6 +234,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         } else {
             0
         };
+    let total = total + options.cross_host.as_ref().map_or(0, |c| c.runs());
     let mut moon = options.mooncake.as_ref().map(|setup| mooncake::Session::start(setup, options.buffer_size()));
     let mut traces = Vec::new();
     let mut done = 0;
@@ -355,6 +358,13 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         moon_verdict = Some(PathVerdict::from_tally(mooncake::PATH, &tally, first_failure));
         moon_record = Some(record);
     }
+    // Between two network namespaces, after the in-process engines are gone (docs/multihost.md).
+    let cross_host = options.cross_host.as_ref().map(|cross| {
+        cross_host::run(cross, &mut |what: &str| {
+            done += 1;
+            progress.cell(done, total, what);
+        })
+    });
     let mut verdicts: Vec<PathVerdict> = options
         .paths
         .iter()
@@ -396,6 +406,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         mooncake: moon_record,
         traces: trace_records,
         trace_documents,
+        cross_host,
     })
 }
 

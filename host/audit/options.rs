@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use super::{alloc, mooncake, report, Workload};
+use super::{alloc, cross_host, mooncake, report, Workload};
 use crate::error::{EngineError, Result};
 use crate::transfer::{Opcode, Protocol};
 
@@ -86,6 +86,8 @@ pub struct AuditOptions {
     pub mooncake_skipped: Option<String>,
     /// `--trace`: after each workload's measured rounds, one traced cell per path, written as a Chrome trace file.
     pub trace: bool,
+    /// `--cross-host`: after everything else, aiv against tcp between two network namespaces (`None`: not run).
+    pub cross_host: Option<cross_host::CrossHostOptions>,
 }
 
 impl AuditOptions {
@@ -110,6 +112,7 @@ impl AuditOptions {
             mooncake: None,
             mooncake_skipped: None,
             trace: false,
+            cross_host: None,
         }
     }
 

@@ -11,12 +11,11 @@
 //! first, the child gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`, tied to the spawning thread, which outlives the
 //! round), and it serves at most 60 s anyway.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use super::child::{self, Peer};
 use super::faults::{self, Site};
 use super::report::FaultRound;
 use crate::config::{DeviceBackendKind, EngineConfig};
@@ -25,69 +24,10 @@ use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferStat
 
 /// The fault's name in the report.
 pub(super) const FAULT: &str = "killed_peer";
-/// How long the peer may take to print its ready line.
-const READY_WITHIN: Duration = Duration::from_secs(20);
 /// Bytes the peer serves.
 const PEER_BYTES: u64 = 4 << 20;
 /// How long the batch is left to settle before the pending transfers are counted and the peer killed.
 const SETTLE: Duration = Duration::from_millis(50);
-/// The most of the peer's stderr kept for an error message.
-const STDERR_TAIL: usize = 2048;
-
-/// A peer process; killed and reaped on drop.
-struct Peer {
-    child: Child,
-    stderr: Arc<Mutex<String>>,
-    name: String,
-    addr: u64,
-}
-
-impl Drop for Peer {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Peer {
-    /// What the peer wrote on stderr, the last [`STDERR_TAIL`] bytes.
-    fn stderr(&self) -> String {
-        self.stderr.lock().unwrap_or_else(|p| p.into_inner()).trim().to_owned()
-    }
-
-    /// Sends `signal` to the peer (our own child, not yet reaped).
-    fn signal(&self, signal: libc::c_int) -> std::result::Result<(), String> {
-        let pid = libc::pid_t::try_from(self.child.id()).map_err(|_| "the peer's pid is out of range".to_owned())?;
-        // SAFETY: signals our own child, which is not reaped before `Drop`, so the pid is still its.
-        if unsafe { libc::kill(pid, signal) } == 0 {
-            Ok(())
-        } else {
-            Err(format!("signal {signal} to the peer: {}", std::io::Error::last_os_error()))
-        }
-    }
-
-    /// Stops the peer and waits (at most 1 s) until the kernel says it is stopped.
-    fn stop(&self) -> std::result::Result<(), String> {
-        self.signal(libc::SIGSTOP)?;
-        let stat = format!("/proc/{}/stat", self.child.id());
-        let started = Instant::now();
-        while started.elapsed() < Duration::from_secs(1) {
-            // The state is the field after the parenthesised command name.
-            match std::fs::read_to_string(&stat) {
-                Ok(text) if text.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')) => {
-                    return Ok(())
-                }
-                Ok(_) => std::thread::sleep(Duration::from_millis(2)),
-                // No procfs: give the signal a moment.
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(20));
-                    return Ok(());
-                }
-            }
-        }
-        Err("the peer was not stopped within 1 s of SIGSTOP".into())
-    }
-}
 
 /// The protocol the peer is started with: aiv's target (device memory, exported) serves the device paths, which
 /// reach it through the same import; tcp's serves Host memory on its data port.
@@ -107,96 +47,9 @@ fn spawn(program: &Path, path: Protocol) -> std::result::Result<Peer, String> {
         .args(["bench", "--mode", "target", "--protocol", peer_protocol(path), "--duration", "60"])
         .args(["--buffer_size", &PEER_BYTES.to_string(), "--metadata_server", "P2PHANDSHAKE"])
         .args(["--local_server_name", "127.0.0.1"])
-        .env_remove("MOONCAKE_CONFIG_PATH")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
+        .env_remove("MOONCAKE_CONFIG_PATH");
     // Should this process die before it kills the peer, the peer dies with it (and it serves at most 60 s anyway).
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt as _;
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
-    let mut child = command.spawn().map_err(|e| format!("cannot start the peer {}: {e}", program.display()))?;
-    let stdout = child.stdout.take();
-    let stderr_pipe = child.stderr.take();
-    let stderr = Arc::new(Mutex::new(String::new()));
-    // The peer is ours from here: killed and reaped on every return below.
-    let mut peer = Peer { child, stderr: stderr.clone(), name: String::new(), addr: 0 };
-    let (stdout, stderr_pipe) = match (stdout, stderr_pipe) {
-        (Some(out), Some(err)) => (out, err),
-        _ => return Err("the peer's stdout or stderr was not piped".into()),
-    };
-    // Drained until the peer exits, keeping the tail, so that its logging never blocks on a full pipe.
-    std::thread::spawn(move || {
-        let mut reader = BufReader::new(stderr_pipe);
-        let mut chunk = [0u8; 1024];
-        while let Ok(n) = reader.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            let mut text = stderr.lock().unwrap_or_else(|p| p.into_inner());
-            text.push_str(&String::from_utf8_lossy(&chunk[..n]));
-            if text.len() > STDERR_TAIL {
-                let cut = text.len() - STDERR_TAIL;
-                let cut = (cut..text.len()).find(|&i| text.is_char_boundary(i)).unwrap_or(text.len());
-                text.drain(..cut);
-            }
-        }
-    });
-    let (send, receive) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = BufReader::new(stdout).read_line(&mut line);
-        let _ = send.send(line);
-    });
-    let started = Instant::now();
-    let line = loop {
-        match receive.recv_timeout(Duration::from_millis(100)) {
-            Ok(line) if !line.is_empty() => break line,
-            Ok(_) | Err(mpsc::RecvTimeoutError::Disconnected) => {
-                // Stdout closed without a line: the peer exited (or is exiting).
-                let status = wait_exit(&mut peer.child, Duration::from_secs(2));
-                return Err(format!("the peer exited before it was ready ({status}): {}", peer.stderr()));
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) if started.elapsed() > READY_WITHIN => {
-                return Err(format!(
-                    "the peer printed no ready line within {} s: {}",
-                    READY_WITHIN.as_secs(),
-                    peer.stderr()
-                ));
-            }
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-        }
-    };
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let after = |key: &str| words.iter().position(|w| *w == key).and_then(|i| words.get(i + 1)).copied();
-    peer.name = after("segment").ok_or_else(|| format!("no segment name in the peer's ready line {line:?}"))?.into();
-    let addr = after("at").ok_or_else(|| format!("no address in the peer's ready line {line:?}"))?;
-    let hex = addr.trim_end_matches(',').trim_start_matches("0x");
-    peer.addr = u64::from_str_radix(hex, 16).map_err(|_| format!("the peer's address {addr:?} is not hex"))?;
-    Ok(peer)
-}
-
-/// The child's exit status, waiting at most `within`.
-fn wait_exit(child: &mut Child, within: Duration) -> String {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.to_string(),
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(e) => return format!("status unknown: {e}"),
-        }
-    }
-    "still running".into()
+    child::spawn_target(command)
 }
 
 /// Releases a hold on the path's engine when dropped.

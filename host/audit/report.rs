@@ -56,6 +56,9 @@ pub struct AuditReport {
     /// The trace documents to write next to the report, by file name (not part of `report.json`).
     #[serde(skip)]
     pub trace_documents: Vec<(String, serde_json::Value)>,
+    /// The cross-host section (`--cross-host`): aiv against tcp between two network namespaces, when asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cross_host: Option<super::cross_host::CrossHostReport>,
 }
 
 /// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
@@ -1126,6 +1129,9 @@ impl AuditReport {
         }
         if let Some(mooncake) = &self.mooncake {
             mooncake.markdown(&mut md);
+        }
+        if let Some(cross) = &self.cross_host {
+            cross.markdown(&mut md);
         }
         let _ = writeln!(md, "## Caveats\n");
         if on_twin {

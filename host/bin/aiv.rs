@@ -192,6 +192,15 @@ struct AuditArgs {
     /// engines) written as trace-<workload>-<path>.json, Chrome trace files for Perfetto (docs/trace.md)
     #[arg(long)]
     trace: bool,
+    /// Also measure aiv against tcp between two hosts, after everything else: two network namespaces joined by one
+    /// veth pair (made and deleted by the audit; needs root and `ip`, else the section says "not run" and why), per
+    /// run an `aiv bench` target in one and an initiator in the other, WRITE, batches of 8 from 2 threads (or
+    /// --batch-size, --threads), block sizes 1 MiB and 64 KiB (or --sizes), --rounds rounds of --cell-seconds per
+    /// protocol alternating the order; reports the medians of bandwidth and whole-process Host CPU per transfer, the
+    /// ratios aiv/tcp against issue 18's targets (bandwidth >= 0.8x at 1 MiB, Host CPU <= 0.1x), the route aiv took
+    /// and each failure (twin runtime: unverified on hardware; docs/multihost.md)
+    #[arg(long = "cross-host")]
+    cross_host: bool,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -510,6 +519,7 @@ fn run_audit_with(
         let reason = options.mooncake_skipped.as_deref().unwrap_or("no path");
         return Err(format!("--paths: nothing to run: mooncake-ascend: {reason}"));
     }
+    let cross_sizes = args.sizes.clone();
     if let Some(sizes) = args.sizes {
         let threads = args.threads.unwrap_or(1);
         options.workloads = sizes
@@ -536,6 +546,16 @@ fn run_audit_with(
     options.trace = args.trace;
     // The killed-peer round runs this binary as the target in another process.
     options.peer_program = std::env::current_exe().ok();
+    if args.cross_host {
+        let mut cross =
+            audit::cross_host::CrossHostOptions::new(options.peer_program.clone(), options.rounds, options.cell);
+        if let Some(sizes) = cross_sizes {
+            cross.sizes = sizes;
+        }
+        cross.batch_size = args.batch_size.unwrap_or(cross.batch_size);
+        cross.threads = args.threads.unwrap_or(cross.threads);
+        options.cross_host = Some(cross);
+    }
     options.allocation = !args.no_alloc;
     options.alloc_request = args.alloc_request;
     options.command = command;

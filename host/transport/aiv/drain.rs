@@ -237,6 +237,7 @@ impl Inner {
         evidence.descriptors = u64::from(entry.sqes.get());
         evidence.doorbells = u64::from(entry.doorbells.get());
         evidence.host_cpu_ns = drain_share;
+        evidence.route = Some(if transfer.rdma_slot.is_some() { "rdma" } else { "sdma" });
         let syndrome = Syndrome(entry.syndrome.get());
         let status = DcqStatus(entry.status.get());
         let channel = block.index;
