@@ -35,8 +35,11 @@ target_pid=""
 
 cleanup() {
     if [ -n "$target_pid" ]; then kill "$target_pid" 2>/dev/null || true; wait "$target_pid" 2>/dev/null || true; fi
-    ip netns del "$ns_a" 2>/dev/null || true
-    ip netns del "$ns_b" 2>/dev/null || true
+    # Whatever still runs in the namespaces goes with them.
+    for ns in "$ns_a" "$ns_b"; do
+        ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+        ip netns del "$ns" 2>/dev/null || true
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -54,7 +57,8 @@ done
 ip -n "$ns_a" link set "$tag-va" up
 ip -n "$ns_b" link set "$tag-vb" up
 
-# Starts a target of protocol $1 in namespace b; sets target_pid and prints its segment name.
+# Starts a target of protocol $1 in namespace b; sets target_pid and segment (its segment name). Called directly,
+# not in a command substitution: a subshell's target_pid would be lost, and the target never stopped.
 start_target() {
     local proto=$1 log="$work/target-$1.log"
     ip netns exec "$ns_b" env -u MOONCAKE_CONFIG_PATH "$AIV" bench --mode target --protocol "$proto" \
@@ -62,7 +66,7 @@ start_target() {
     target_pid=$!
     for _ in $(seq 1 200); do
         if grep -q "serving" "$log"; then
-            sed -n 's/.*segment \([^ ]*\) serving.*/\1/p' "$log" | head -1
+            segment=$(sed -n 's/.*segment \([^ ]*\) serving.*/\1/p' "$log" | head -1)
             return 0
         fi
         kill -0 "$target_pid" 2>/dev/null || break
@@ -106,7 +110,7 @@ results="$work/results"
 for size in $SIZES; do
     for round in $(seq 1 "$ROUNDS"); do
         for proto in tcp aiv; do
-            segment=$(start_target "$proto")
+            start_target "$proto"
             line=$(run_initiator "$proto" "$segment" "$size")
             stop_target
             echo "  size $size round $round $proto: $line"
