@@ -34,6 +34,7 @@ mod block;
 mod drain;
 mod inflight;
 mod observe;
+mod pace;
 mod probe;
 mod rdma;
 mod setup;
@@ -116,8 +117,8 @@ struct Inner {
     /// Bumped whenever the Host itself finished transfers (peer loss, shutdown): a waiter polling for DCQ tails looks
     /// at it too, since those transfers will never appear in a DCQ.
     host_finished: AtomicU32,
-    /// The pace the batch waits learned (`drain::WaitPace`).
-    wait_pace: drain::WaitPace,
+    /// The pace the batch waits learned (`pace::WaitPace`).
+    wait_pace: pace::WaitPace,
     /// The engine's tracer, from the first [`AivTransport::set_trace`] (docs/trace.md).
     tracer: OnceLock<Arc<crate::trace::Tracer>>,
     /// The RDMA route: NIC, registrations, QP tables (docs/rdma.md section 7).

@@ -136,7 +136,7 @@ impl AivTransport {
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
             host_finished: AtomicU32::new(0),
-            wait_pace: super::drain::WaitPace::default(),
+            wait_pace: super::pace::WaitPace::default(),
             tracer: std::sync::OnceLock::new(),
             rdma,
         });

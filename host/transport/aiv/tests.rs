@@ -148,7 +148,7 @@ fn the_kernel_wait_budget_covers_the_nic_retry_schedule_on_the_rdma_route() {
 /// each newer wait); small waits neither learn nor get a quiet time.
 #[test]
 fn the_wait_pace_learns_time_per_byte_from_large_waits_only() {
-    let pace = super::drain::WaitPace::default();
+    let pace = super::pace::WaitPace::default();
     assert_eq!(pace.quiet(1 << 20), None, "nothing learned yet");
     pace.learn(4096, Duration::from_millis(50));
     assert_eq!(pace.quiet(1 << 20), None, "a small wait teaches nothing");
