@@ -156,10 +156,10 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
 /// [`poll_until_charged`] for a wait that can count what it still waits for: `left` returns how many units (e.g.
 /// completion entries) are still missing, 0 when the wait is over. Once some have arrived, a nap also ends no later
 /// than when the rate seen so far (from the first look to the last arrival) says the rest will be in, so the end of a
-/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait; until then a nap may
-/// last up to [`POLL_PACED_NAP_MAX`] (nothing is expected sooner). Once that moment has passed, a nap lasts about as
-/// long as the wait is already late (at most a sixteenth of the time waited and [`POLL_NAP_MAX`]): the end is seen
-/// within twice its lateness, with a few looks instead of one every [`POLL_NAP_MIN`].
+/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait. Once that moment has
+/// passed, a nap lasts about as long as the wait is already late (at most a sixteenth of the time waited and
+/// [`POLL_NAP_MAX`]): the end is seen within twice its lateness, with a few looks instead of one every
+/// [`POLL_NAP_MIN`].
 pub fn poll_until_paced(left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
     poll_until_paced_after(left, timeout, None)
 }
@@ -188,11 +188,14 @@ pub fn poll_until_paced_after(
         false
     };
     poll_until_core(&mut look, timeout, true, || {
-        let due = pace.get().due?;
+        let seen = pace.get();
+        let due = seen.due?;
         let now = Instant::now();
-        // Before the rest is due: nap until then. After: back off by as long as it is already late, so a wait whose
-        // rate estimate was early naps a few times at POLL_NAP_MIN and then longer, not every 50 µs until it ends.
+        // Before the rest is due: nap until then (through a quiet time in long naps). After: back off by as long as
+        // it is already late, so a wait whose estimate was early naps a few times at POLL_NAP_MIN and then longer,
+        // not every 50 µs until it ends.
         Some(match due.checked_duration_since(now) {
+            Some(ahead) if !seen.measured => Eta::Quiet(ahead),
             Some(ahead) => Eta::Ahead(ahead),
             None => Eta::Late(now.duration_since(due)),
         })
@@ -206,6 +209,8 @@ struct Pace {
     first: Option<(Instant, u64)>,
     last_missing: u64,
     due: Option<Instant>,
+    /// Whether `due` comes from arrivals (else it is the wait's quiet time, or unset).
+    measured: bool,
 }
 
 impl Pace {
@@ -220,6 +225,7 @@ impl Pace {
             self.last_missing = missing;
             let per_unit = now.duration_since(at) / u32::try_from(before - missing).unwrap_or(u32::MAX);
             self.due = Some(now + per_unit.saturating_mul(u32::try_from(missing).unwrap_or(u32::MAX)));
+            self.measured = true;
         }
     }
 }
@@ -231,13 +237,15 @@ fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged:
 /// A paced wait's estimate of its end.
 #[derive(Clone, Copy, Debug)]
 enum Eta {
+    /// Nothing is expected for this much longer (the wait's quiet time; nothing has arrived yet).
+    Quiet(Duration),
     /// The rest is due this much later (at the rate seen so far).
     Ahead(Duration),
     /// The rest was due this long ago.
     Late(Duration),
 }
 
-/// The longest nap of a paced wait until its rest is due: the rate it measured says nothing arrives sooner.
+/// The longest nap of a paced wait through its quiet time (`poll_until_paced_after`).
 pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
 
 /// The loop of every poll: `eta` is the wait's own estimate of the time still needed, if it has one.
@@ -283,7 +291,8 @@ fn poll_until_core(
             spins += 1;
         } else {
             let nap = match eta() {
-                Some(Eta::Ahead(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
+                Some(Eta::Quiet(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
+                Some(Eta::Ahead(ahead)) => ahead.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
                 Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
                 None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
             };
