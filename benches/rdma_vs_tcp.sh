@@ -2,7 +2,7 @@
 # The aiv RDMA route against tcp between two hosts: two network namespaces joined by one veth pair, an `aiv bench`
 # target in one and the initiator in the other, the same flags for both protocols, rounds alternating tcp and aiv.
 # Prints, per block size, each protocol's median bandwidth and Host CPU per transfer (whole process, the twin's
-# device threads excluded), and the ratios aiv/tcp against issue 18's targets (bandwidth >= 0.8x, CPU <= 0.1x).
+# device threads excluded), and the ratios aiv/tcp against the targets (bandwidth >= 0.8x, CPU <= 0.1x).
 #
 # Twin runtime: the RDMA route runs on the twin NIC (a CPU model carried over TCP between the namespaces), so these
 # are figures of the model on this machine, unverified on hardware. Needs root (ip netns) and a release build

@@ -3,7 +3,7 @@
 //! docs/rdma.md section 7); per run an `aiv bench --mode target` (this binary) serves in the second and an
 //! `aiv bench --json` initiator runs to its end in the first, rounds alternating the protocols' order. Per block
 //! size and protocol the section reports the medians of bandwidth and of Host CPU per transfer (the initiator's
-//! whole process), the ratios aiv/tcp against issue 18's targets with a verdict each, the route aiv took (the
+//! whole process), the ratios aiv/tcp against the targets with a verdict each, the route aiv took (the
 //! bench's `evidence.routes`) and every failure's message.
 //!
 //! Nothing here fails the audit: a path that fails is reported failed with its error, and where the namespaces cannot
@@ -24,11 +24,11 @@ use super::child;
 
 /// The label of every figure of the section on the twin runtime.
 pub const TWIN_LABEL: &str = "twin runtime, unverified on hardware";
-/// Issue 18's bandwidth target: aiv at least this fraction of tcp's bandwidth, at [`BANDWIDTH_TARGET_BLOCK`].
+/// The bandwidth target: aiv at least this fraction of tcp's bandwidth, at [`BANDWIDTH_TARGET_BLOCK`].
 pub const BANDWIDTH_TARGET: f64 = 0.8;
 /// The block size the bandwidth target is set at.
 pub const BANDWIDTH_TARGET_BLOCK: u64 = 1 << 20;
-/// Issue 18's Host CPU target: aiv's Host CPU per transfer (whole process) at most this fraction of tcp's.
+/// The Host CPU target: aiv's Host CPU per transfer (whole process) at most this fraction of tcp's.
 pub const CPU_TARGET: f64 = 0.1;
 /// The block sizes without `--sizes`.
 pub const DEFAULT_SIZES: [u64; 2] = [1 << 20, 64 << 10];
@@ -152,7 +152,7 @@ impl CrossHostRun {
     }
 }
 
-/// One target of issue 18 at one block size.
+/// One target at one block size.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetVerdict {
     /// `bandwidth` (aiv/tcp at least `limit`) or `host_cpu` (aiv/tcp at most `limit`).
