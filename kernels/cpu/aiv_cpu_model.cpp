@@ -217,7 +217,6 @@ Line* fill(Core& c, uint64_t line_addr) {
     }
     uint8_t now[kLine];
     memcpy(now, hbm, kLine);  // one read of HBM: what this fill sees
-    if (c.ops->gm_read && records_on(c)) c.ops->gm_read(c.context, line_addr, now, kLine);
     if (!line) {
         line = c.lines.insert(line_addr);
         progress(c);
@@ -229,6 +228,13 @@ Line* fill(Core& c, uint64_t line_addr) {
             if (aiv_cpu::fast().unchanged_fills >= kPollThreshold && c.ops->idle_hint) {
                 c.stats.idle_hints += 1;
                 c.ops->idle_hint(c.context, aiv_cpu::fast().unchanged_fills);
+                // The hint stood for the time an NPU core spends spinning on this line (the twin may have yielded or
+                // napped): the fill completes at its end, with what HBM holds then. A flag that landed during the
+                // nap is returned now, not one poll (and one more nap) later. Translated again: the wait may have
+                // outlived the mapping (then the fill keeps what it read before).
+                const uint8_t* after = static_cast<const uint8_t*>(c.ops->translate(c.context, line_addr, kLine));
+                if (after) memcpy(now, after, kLine);
+                if (memcmp(line->last_fill, now, kLine) != 0) progress(c);
             }
         } else if (line->has_last_fill) {
             progress(c);
@@ -237,6 +243,7 @@ Line* fill(Core& c, uint64_t line_addr) {
     } else {
         copy_bytes(line->head.data, now, ~line->valid);
     }
+    if (c.ops->gm_read && records_on(c)) c.ops->gm_read(c.context, line_addr, now, kLine);
     memcpy(line->last_fill, now, kLine);
     line->has_last_fill = true;
     line->valid = kAllBytes;
