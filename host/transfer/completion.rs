@@ -161,22 +161,27 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
 /// [`POLL_NAP_MAX`]): the end is seen within twice its lateness, with a few looks instead of one every
 /// [`POLL_NAP_MIN`].
 pub fn poll_until_paced(left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
-    poll_until_paced_after(left, timeout, None)
+    poll_until_paced_expecting(left, timeout, None)
 }
 
-/// [`poll_until_paced`] for a wait that expects nothing before `quiet` has passed (e.g. half the time similar waits
-/// took): until then, and until a unit arrives, it naps towards that moment (at most [`POLL_PACED_NAP_MAX`] at a
-/// time) instead of from [`POLL_NAP_MIN`] up; then as [`poll_until_paced`], a unit that arrives early counting as
-/// usual.
-pub fn poll_until_paced_after(
+/// [`poll_until_paced`] for a wait that similar waits say takes about `expected`: it expects nothing in the first
+/// half of that (its quiet time: until a unit arrives it naps towards the half, at most [`POLL_PACED_NAP_MAX`] at a
+/// time, instead of from [`POLL_NAP_MIN`] up), then closes in on the expected end (or on the end the arrivals say, if
+/// that is sooner) with naps of half the time left, at most a sixteenth of the time waited, and once that end has
+/// passed backs off by its lateness as [`poll_until_paced`] does. A wait that ends near its expected end is seen
+/// within a few [`POLL_NAP_MIN`] of it, with about as few looks as before.
+pub fn poll_until_paced_expecting(
     mut left: impl FnMut() -> u64,
     timeout: Duration,
-    quiet: Option<Duration>,
+    expected: Option<Duration>,
 ) -> (bool, u64) {
+    let started = Instant::now();
+    let expected = expected.map(|expected| expected.min(timeout));
     let pace = std::cell::Cell::new(Pace {
-        due: quiet.and_then(|quiet| Instant::now().checked_add(quiet.min(timeout))),
+        due: expected.and_then(|expected| started.checked_add(expected / 2)),
         ..Pace::default()
     });
+    let expected_end = expected.and_then(|expected| started.checked_add(expected));
     let mut look = || {
         let missing = left();
         if missing == 0 {
@@ -187,23 +192,32 @@ pub fn poll_until_paced_after(
         pace.set(seen);
         false
     };
-    poll_until_core(&mut look, timeout, true, || {
-        let seen = pace.get();
-        let due = seen.due?;
-        let now = Instant::now();
-        // Before the rest is due: nap until then (through a quiet time in long naps). After: back off by as long as
-        // it is already late, so a wait whose estimate was early naps a few times at POLL_NAP_MIN and then longer,
-        // not every 50 µs until it ends.
-        Some(match due.checked_duration_since(now) {
-            Some(ahead) if !seen.measured => Eta::Quiet(ahead),
-            Some(ahead) => Eta::Ahead(ahead),
-            None => Eta::Late(now.duration_since(due)),
-        })
+    poll_until_core(&mut look, timeout, true, || paced_eta(&pace.get(), expected_end, Instant::now()))
+}
+
+/// A paced wait's estimate of its end at `now`, from what its looks learned and the end similar waits expect.
+fn paced_eta(seen: &Pace, expected_end: Option<Instant>, now: Instant) -> Option<Eta> {
+    if !seen.measured {
+        // Nothing arrived yet: through the quiet time in long naps.
+        if let Some(ahead) = seen.due.and_then(|quiet_end| quiet_end.checked_duration_since(now)) {
+            return Some(Eta::Quiet(ahead));
+        }
+    }
+    let measured = seen.measured.then_some(seen.due).flatten();
+    let end = match (measured, expected_end) {
+        (Some(measured), Some(expected)) => measured.min(expected),
+        (one, other) => one.or(other)?,
+    };
+    // Before the end: close in on it. After: back off by as long as it is already late, so a wait whose estimate was
+    // early naps a few times at POLL_NAP_MIN and then longer, not every 50 µs until it ends.
+    Some(match end.checked_duration_since(now) {
+        Some(ahead) => Eta::Ahead(ahead),
+        None => Eta::Late(now.duration_since(end)),
     })
 }
 
 /// What a paced wait learned from its looks: the first look, the last count seen, and when the rest is due at the
-/// rate from the first look to the last arrival.
+/// rate from the first look to the last arrival (before an arrival: the end of the wait's quiet time, if it has one).
 #[derive(Clone, Copy, Debug, Default)]
 struct Pace {
     first: Option<(Instant, u64)>,
@@ -239,14 +253,26 @@ fn poll_until_inner(mut ready: impl FnMut() -> bool, timeout: Duration, charged:
 enum Eta {
     /// Nothing is expected for this much longer (the wait's quiet time; nothing has arrived yet).
     Quiet(Duration),
-    /// The rest is due this much later (at the rate seen so far).
+    /// The rest is due this much later (at the rate seen so far, or as similar waits took).
     Ahead(Duration),
     /// The rest was due this long ago.
     Late(Duration),
 }
 
-/// The longest nap of a paced wait through its quiet time (`poll_until_paced_after`).
+/// The longest nap of a paced wait through its quiet time (`poll_until_paced_expecting`).
 pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
+
+/// The nap of a poll that has waited `elapsed`, after its spin window: towards the end of a quiet time; half the time
+/// left to an expected end (so that the looks close in on it); as long as the wait is late; at most a sixteenth of the
+/// time waited, from [`POLL_NAP_MIN`] to [`POLL_NAP_MAX`] (outside a quiet time).
+fn nap(eta: Option<Eta>, elapsed: Duration) -> Duration {
+    match eta {
+        Some(Eta::Quiet(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
+        Some(Eta::Ahead(ahead)) => (ahead / 2).min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+        Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+        None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+    }
+}
 
 /// The loop of every poll: `eta` is the wait's own estimate of the time still needed, if it has one.
 fn poll_until_core(
@@ -290,13 +316,7 @@ fn poll_until_core(
             }
             spins += 1;
         } else {
-            let nap = match eta() {
-                Some(Eta::Quiet(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
-                Some(Eta::Ahead(ahead)) => ahead.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
-                Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
-                None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
-            };
-            std::thread::sleep(nap.min(timeout - elapsed));
+            std::thread::sleep(nap(eta(), elapsed).min(timeout - elapsed));
         }
     }
 }
@@ -335,7 +355,7 @@ mod tests {
     fn a_quiet_or_late_paced_wait_looks_few_times() {
         let started = Instant::now();
         let early = std::cell::Cell::new(0u32);
-        let (done, _) = poll_until_paced_after(
+        let (done, _) = poll_until_paced_expecting(
             || {
                 // The looks after the spin window and inside the quiet time.
                 let at = started.elapsed();
@@ -345,7 +365,7 @@ mod tests {
                 u64::from(at < Duration::from_millis(30))
             },
             Duration::from_secs(5),
-            Some(Duration::from_millis(15)),
+            Some(Duration::from_millis(30)),
         );
         assert!(done && started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
         // Naps of up to 4 ms towards 15 ms: about 4 looks (from 50 µs up it would be about 60).
@@ -410,6 +430,40 @@ mod tests {
         // Arrivals slowing down move the due time out: 90 in 90 ms leaves 10 due 10 ms later.
         pace.look(t0 + ms(90), 10);
         assert_eq!(pace.due, Some(t0 + ms(100)));
+    }
+
+    /// An expected wait: long naps through its first half; then looks that close in on the expected end (half the
+    /// time left, so the last naps before it are short); after it, naps as long as it is late; arrivals that say the
+    /// end is sooner win.
+    #[test]
+    fn an_expected_wait_closes_in_on_its_expected_end() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let us = Duration::from_micros;
+        let quiet = Pace { due: Some(t0 + ms(40)), ..Pace::default() };
+        let end = Some(t0 + ms(80));
+        let at = |seen: &Pace, now: Duration| nap(paced_eta(seen, end, t0 + now), now);
+        assert_eq!(at(&quiet, ms(10)), ms(4), "through the quiet time in the longest paced naps");
+        assert_eq!(at(&quiet, ms(39)), ms(1), "to the end of the quiet time");
+        // After the quiet time, far from the end: a sixteenth of the time waited (as without an expected end).
+        assert_eq!(at(&quiet, ms(48)), ms(3).min(POLL_NAP_MAX), "a sixteenth, at most the longest nap");
+        // Near the end: half the time left, not a sixteenth of the wait (5 ms at 78 ms).
+        assert_eq!(at(&quiet, ms(78)), ms(1));
+        assert_eq!(at(&quiet, us(79_600)), us(200));
+        assert_eq!(at(&quiet, us(79_990)), POLL_NAP_MIN);
+        // Late: as long as it is late (then capped by a sixteenth of the wait and the longest nap).
+        assert_eq!(at(&quiet, us(80_020)), POLL_NAP_MIN);
+        assert_eq!(at(&quiet, us(80_300)), us(300));
+        assert_eq!(at(&quiet, ms(100)), POLL_NAP_MAX);
+        // Arrivals that put the end at 60 ms: closing in on 60 ms instead.
+        let arrived = Pace { due: Some(t0 + ms(60)), measured: true, ..Pace::default() };
+        assert_eq!(at(&arrived, ms(59)), us(500));
+        assert_eq!(at(&arrived, ms(61)), ms(1), "late from 60 ms on");
+        // Arrivals that put it later than expected: the expected end still counts.
+        let slow = Pace { due: Some(t0 + ms(200)), measured: true, ..Pace::default() };
+        assert_eq!(at(&slow, ms(79)), us(500));
+        // Without an expected end or arrivals: a sixteenth of the wait, as poll_until.
+        assert_eq!(nap(paced_eta(&Pace::default(), None, t0 + ms(8)), ms(8)), us(500));
     }
 
     #[test]

@@ -19,7 +19,7 @@ pub mod task;
 pub mod validated;
 
 pub use completion::{
-    poll_until, poll_until_charged, poll_until_paced, poll_until_paced_after, CompletionPoller, CompletionSignal,
+    poll_until, poll_until_charged, poll_until_paced, poll_until_paced_expecting, CompletionPoller, CompletionSignal,
 };
 pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use failure::{CodeFamily, FailureKind, PathCode, TransferFailure};

@@ -16,7 +16,7 @@ use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{DcqEntry, DcqStatus, Syndrome, UndecodableCompletion};
 use crate::transfer::{
-    poll_until_charged, poll_until_paced_after, CodeFamily, CompletionPoller, FailureKind, TransferFailure,
+    poll_until_charged, poll_until_paced_expecting, CodeFamily, CompletionPoller, FailureKind, TransferFailure,
 };
 
 /// How long the drain thread leaves completions to waiting threads after the last one stopped waiting; it checks the
@@ -374,7 +374,7 @@ impl CompletionPoller for Inner {
                 u64::from(short.max(0) as u32)
             })
         };
-        // The bytes this wait covers, and when similar waits say nothing can be done yet.
+        // The bytes this wait covers, and how long similar waits say it takes.
         let bytes: u64 = needs
             .iter()
             .filter_map(|&(block, _)| self.blocks.get(block as usize).map(|b| (block, b)))
@@ -388,7 +388,7 @@ impl CompletionPoller for Inner {
                     .sum::<u64>()
             })
             .sum();
-        let quiet = self.wait_pace.quiet(bytes);
+        let expected = self.wait_pace.expected(bytes);
         let started = Instant::now();
         let drained_ns = std::cell::Cell::new(0u64);
         let left = || {
@@ -402,7 +402,7 @@ impl CompletionPoller for Inner {
             }
             needs.iter().map(missing).sum()
         };
-        let (done, cpu) = poll_until_paced_after(left, timeout, quiet);
+        let (done, cpu) = poll_until_paced_expecting(left, timeout, expected);
         if done && self.host_finished.load(Ordering::Acquire) == finished {
             self.wait_pace.learn(bytes, started.elapsed());
         }

@@ -1,4 +1,4 @@
-//! The pace the aiv transport's batch waits learn: time per byte, for the quiet time of the next wait.
+//! The pace the aiv transport's batch waits learn: time per byte, for the expected length of the next wait.
 //!
 //! Owns: [`WaitPace`]. It must not read the rings or the in-flight table (the waits give it bytes and times).
 
@@ -6,9 +6,10 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// What the waits of one aiv transport learned of its pace: the time per byte of the waits that covered at least
-/// [`WaitPace::MIN_BYTES`] (an average weighted 1/4 towards the newest). A wait of `n` bytes then expects nothing
-/// before half of `n` times that (`transfer::poll_until_paced_after`): on a slow route (the twin NIC across hosts) the waiter
-/// naps through the first half instead of looking from 50 µs up, and the end is still seen as before.
+/// [`WaitPace::MIN_BYTES`] (an average weighted 1/4 towards the newest). A wait of `n` bytes then expects to take `n`
+/// times that (`transfer::poll_until_paced_expecting`): it naps through the first half instead of looking from 50 µs
+/// up (on a slow route, such as the twin NIC across hosts, that saves most of its looks), and closes in on the
+/// expected end, so an end near it is seen within a few shortest naps rather than a sixteenth of the wait.
 #[derive(Debug, Default)]
 pub(crate) struct WaitPace {
     /// Picoseconds per byte (0: nothing learned yet).
@@ -19,11 +20,11 @@ impl WaitPace {
     /// Waits smaller than this teach nothing (their time is mostly fixed latency, not bytes).
     pub(crate) const MIN_BYTES: u64 = 64 << 10;
 
-    /// How long a wait for `bytes` expects nothing.
-    pub(crate) fn quiet(&self, bytes: u64) -> Option<Duration> {
+    /// How long a wait for `bytes` is expected to take.
+    pub(crate) fn expected(&self, bytes: u64) -> Option<Duration> {
         let rate = self.ps_per_byte.load(Ordering::Relaxed);
         (rate > 0 && bytes >= Self::MIN_BYTES).then(|| {
-            Duration::from_nanos((u128::from(bytes) * u128::from(rate) / 2000).min(u128::from(u64::MAX)) as u64)
+            Duration::from_nanos((u128::from(bytes) * u128::from(rate) / 1000).min(u128::from(u64::MAX)) as u64)
         })
     }
 

@@ -144,22 +144,19 @@ fn the_kernel_wait_budget_covers_the_nic_retry_schedule_on_the_rdma_route() {
     assert_eq!(super::setup::kernel_wait_budget(&long, true), Duration::from_secs(2));
 }
 
-/// The learned pace: nothing before a first wait of at least 64 KiB, then half the time per byte (a quarter towards
-/// each newer wait); small waits neither learn nor get a quiet time.
+/// The learned pace: nothing before a first wait of at least 64 KiB, then the time per byte (a quarter towards each
+/// newer wait); small waits neither learn nor get an expected time.
 #[test]
 fn the_wait_pace_learns_time_per_byte_from_large_waits_only() {
     let pace = super::pace::WaitPace::default();
-    assert_eq!(pace.quiet(1 << 20), None, "nothing learned yet");
+    assert_eq!(pace.expected(1 << 20), None, "nothing learned yet");
     pace.learn(4096, Duration::from_millis(50));
-    assert_eq!(pace.quiet(1 << 20), None, "a small wait teaches nothing");
+    assert_eq!(pace.expected(1 << 20), None, "a small wait teaches nothing");
     pace.learn(1 << 20, Duration::from_millis(2));
-    let quiet = pace.quiet(1 << 20).expect("learned");
-    assert!(quiet.abs_diff(Duration::from_millis(1)) < Duration::from_micros(5), "{quiet:?}");
-    assert_eq!(pace.quiet(4096), None, "a small wait gets no quiet time");
+    let expected = pace.expected(1 << 20).expect("learned");
+    assert!(expected.abs_diff(Duration::from_millis(2)) < Duration::from_micros(5), "{expected:?}");
+    assert_eq!(pace.expected(4096), None, "a small wait gets no expected time");
     pace.learn(1 << 20, Duration::from_millis(6));
-    let quiet = pace.quiet(1 << 20).expect("learned");
-    assert!(
-        quiet.abs_diff(Duration::from_millis(1) + Duration::from_micros(500)) < Duration::from_micros(5),
-        "{quiet:?}"
-    );
+    let expected = pace.expected(1 << 20).expect("learned");
+    assert!(expected.abs_diff(Duration::from_millis(3)) < Duration::from_micros(5), "{expected:?}");
 }
