@@ -32,6 +32,13 @@ use crate::transfer::{
 use crate::transport::local::LocalTransport;
 use crate::transport::Transport;
 
+/// What [`TransferEngine::route`] looked up last within one submit.
+#[derive(Default)]
+struct RouteCache {
+    segment: Option<(SegmentId, Arc<Segment>)>,
+    transport: Option<(Protocol, Arc<dyn Transport>)>,
+}
+
 /// Why the engine refused a request before any transport saw it.
 #[derive(Debug, thiserror::Error)]
 enum RouteError {
@@ -455,7 +462,9 @@ impl TransferEngine {
     /// memory, while the others proceed.
     pub fn submit_transfer(&self, batch_id: BatchId, requests: &[TransferRequest]) -> Result<()> {
         let batch = self.batch("submit transfer", batch_id)?;
-        let mut by_transport: HashMap<*const (), (Arc<dyn Transport>, Vec<Transfer>)> = HashMap::new();
+        // By transport, in the order of their first request (a batch rarely uses more than one or two).
+        let mut by_transport: Vec<(Arc<dyn Transport>, Vec<Transfer>)> = Vec::new();
+        let mut cache = RouteCache::default();
         {
             let mut tasks = batch.tasks();
             if tasks.len() + requests.len() > batch.capacity {
@@ -468,7 +477,7 @@ impl TransferEngine {
             }
             let deadline = deadline_after(self.config.aiv.transfer_timeout);
             for request in requests {
-                match self.route(request) {
+                match self.route(request, &mut cache) {
                     Ok((transport, target)) => {
                         let slot = Arc::new(TaskSlot::new(deadline, batch.signal.clone()));
                         tasks.push(slot.clone());
@@ -481,7 +490,10 @@ impl TransferEngine {
                             slot,
                         };
                         let key = Arc::as_ptr(&transport) as *const ();
-                        by_transport.entry(key).or_insert_with(|| (transport, Vec::new())).1.push(transfer);
+                        match by_transport.iter_mut().find(|(known, _)| Arc::as_ptr(known) as *const () == key) {
+                            Some((_, transfers)) => transfers.push(transfer),
+                            None => by_transport.push((transport, vec![transfer])),
+                        }
                     }
                     Err(error) => {
                         tracing::warn!(batch = batch_id.0, task = tasks.len(), %error, "request rejected");
@@ -491,7 +503,7 @@ impl TransferEngine {
             }
         }
         let traced = self.tracer.is_enabled();
-        for (_, (transport, transfers)) in by_transport {
+        for (transport, transfers) in by_transport {
             batch.note_transport(transport.completion_poller());
             if traced {
                 batch.note_traced_path(transport.name());
@@ -509,40 +521,57 @@ impl TransferEngine {
         Ok(())
     }
 
-    /// Checks one request and picks its transport; the error becomes the task's failure.
-    fn route(&self, request: &TransferRequest) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
+    /// Checks one request and picks its transport; the error becomes the task's failure. `cache` keeps the last
+    /// segment and transport looked up, for the next request of the same submit (most name one segment and one
+    /// protocol).
+    fn route(
+        &self,
+        request: &TransferRequest,
+        cache: &mut RouteCache,
+    ) -> std::result::Result<(Arc<dyn Transport>, Arc<Segment>), RouteError> {
         let protocol = request.protocol.unwrap_or(self.config.protocol);
-        let mut target = self.segment(request.target_id).map_err(RouteError::Segment)?;
-        let locate = |segment: &Segment| {
-            segment.buffers.find_containing(request.target_offset, request.length).map(|buffer| buffer.location.clone())
+        let mut target = match &cache.segment {
+            Some((id, segment)) if *id == request.target_id => segment.clone(),
+            _ => {
+                let segment = self.segment(request.target_id).map_err(RouteError::Segment)?;
+                cache.segment = Some((request.target_id, segment.clone()));
+                segment
+            }
         };
-        let mut target_location = locate(&target);
-        if target_location.is_err() && self.may_refresh_stale(request.target_id) {
+        let locate = |segment: &Segment| segment.buffers.find_containing(request.target_offset, request.length).is_ok();
+        if !locate(&target) && self.may_refresh_stale(request.target_id) {
             // The peer may have registered this memory after the segment was opened, or restarted under the same
             // name with other buffers: its descriptor is fetched once more before the request is refused.
             match self.refresh_segment(request.target_id) {
                 Ok(()) => {
                     target = self.segment(request.target_id).map_err(RouteError::Segment)?;
-                    target_location = locate(&target);
+                    cache.segment = Some((request.target_id, target.clone()));
                 }
                 Err(error) => tracing::debug!(segment = %target.name, %error, "descriptor refresh failed"),
             }
         }
-        let source_location = read(&self.memory)
-            .find_containing(request.source, request.length)
-            .map_err(RouteError::Source)?
-            .location
-            .clone();
-        let target_location =
-            target_location.map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
-        if protocol == Protocol::Tcp {
-            Self::check_host_reachable(&source_location, &target_location)?;
+        {
+            let memory = read(&self.memory);
+            let source = memory.find_containing(request.source, request.length).map_err(RouteError::Source)?;
+            let target_buffer = target
+                .buffers
+                .find_containing(request.target_offset, request.length)
+                .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
+            if protocol == Protocol::Tcp {
+                Self::check_host_reachable(&source.location, &target_buffer.location)?;
+            }
         }
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.
         if request.target_id == SegmentId::LOCAL && protocol == Protocol::Tcp {
             return Ok((self.local_transport.clone(), target));
         }
+        if let Some((known, transport)) = &cache.transport {
+            if *known == protocol {
+                return Ok((transport.clone(), target));
+            }
+        }
         if let Some(transport) = read(&self.transports).get(&protocol) {
+            cache.transport = Some((protocol, transport.clone()));
             return Ok((transport.clone(), target));
         }
         Err(RouteError::NoTransport { protocol, segment: target.name.clone() })
