@@ -99,6 +99,11 @@ fn polling_unchanged_memory_hints_idle() {
 }
 
 #[test]
+fn a_flag_landing_during_an_idle_hint_is_what_the_load_returns() {
+    assert_passes("a_flag_landing_during_an_idle_hint_is_what_the_load_returns");
+}
+
+#[test]
 fn dma_waits_for_its_pipe_flags() {
     assert_passes("dma_waits_for_its_pipe_flags");
 }

@@ -73,6 +73,8 @@ struct Runtime {
     std::vector<std::string> engine_errors;
     uint32_t idle_hints = 0;
     uint32_t last_unchanged = 0;
+    uint64_t land_on_hint = 0;  // device address of a u64 the next idle hint sets to land_value (0: none)
+    uint64_t land_value = 0;
     uint32_t doorbell_value = 0;
     bool engine = false;       // run the fake SDMA engine on doorbells
     bool engine_pending = false;  // a doorbell the engine has not acted on yet
@@ -323,6 +325,11 @@ void op_idle(void* ctx, uint32_t unchanged) {
     Runtime& rt = *static_cast<Runtime*>(ctx);
     rt.idle_hints += 1;
     rt.last_unchanged = unchanged;
+    if (rt.land_on_hint != 0) {
+        // Another agent's write landing while the core sleeps in the hint.
+        rt.write<uint64_t>(rt.land_on_hint, rt.land_value);
+        rt.land_on_hint = 0;
+    }
 }
 
 void op_fault(void* ctx, uint32_t kind, uint64_t addr, uint64_t len) {
@@ -503,6 +510,30 @@ void polling_unchanged_memory_hints_idle() {
     dcci_single(flag);
     (void)tensor<uint64_t>(flag).GetValue(0);
     CHECK(rt.idle_hints == before, "the count restarts after progress");
+}
+
+// The hint stands for the time the core spins on the line: a flag that lands meanwhile is what that very load returns
+// (the fill completes at the hint's end), not one poll later.
+void a_flag_landing_during_an_idle_hint_is_what_the_load_returns() {
+    Runtime rt;
+    Core core(rt);
+    const uint64_t flag = rt.dev + 0x2000;
+    for (int i = 0; i < 40; ++i) {
+        dcci_single(flag);
+        (void)tensor<uint64_t>(flag).GetValue(0);
+    }
+    CHECK(rt.idle_hints > 0, "the poll reached its idle hints (%u)", rt.idle_hints);
+    const uint32_t before = rt.idle_hints;
+    rt.land_on_hint = flag;
+    rt.land_value = 7;
+    dcci_single(flag);
+    const uint64_t seen = tensor<uint64_t>(flag).GetValue(0);
+    CHECK(rt.idle_hints == before + 1, "one more hint, during which the flag landed (%u)", rt.idle_hints - before);
+    CHECK(seen == 7, "the load that hinted returns the flag that landed during the hint (got %llu)",
+          (unsigned long long)seen);
+    dcci_single(flag);
+    (void)tensor<uint64_t>(flag).GetValue(0);
+    CHECK(rt.idle_hints == before + 1, "the landed flag was progress: the count restarted");
 }
 
 void dma_waits_for_its_pipe_flags() {
@@ -893,6 +924,8 @@ const Case kCases[] = {
     {"wide_dma_onto_a_register_is_refused", wide_dma_onto_a_register_is_refused},
     {"unaligned_single_line_dcci_covers_only_the_tail", unaligned_single_line_dcci_covers_only_the_tail},
     {"polling_unchanged_memory_hints_idle", polling_unchanged_memory_hints_idle},
+    {"a_flag_landing_during_an_idle_hint_is_what_the_load_returns",
+     a_flag_landing_during_an_idle_hint_is_what_the_load_returns},
     {"dma_waits_for_its_pipe_flags", dma_waits_for_its_pipe_flags},
     {"wide_ub_stores_and_completion_order", wide_ub_stores_and_completion_order},
     {"npu_kernel_publishes_completions_and_rings_4_byte_doorbells",
