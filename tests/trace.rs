@@ -254,3 +254,40 @@ fn the_kernel_writes_trace_entries_only_under_a_guard_and_never_per_sqe() {
     assert!(!body.contains("trace"), "post_copy has trace code: {body}");
     assert!(body.contains("ring<Trace>(b)"), "post_copy rings through the copy picked per group");
 }
+
+/// One submit of 256 transfers over 2 blocks: each block takes a contiguous run of 128, published a kernel group (64)
+/// at a time with the blocks in turn, so the second block's first group is published before the first block's second
+/// (the publish moments the trace records, read just before each tail's release store).
+#[test]
+fn a_submit_publishes_each_blocks_run_a_group_at_a_time_with_the_blocks_in_turn() {
+    let size = 1u64 << 20;
+    let mut a = node(options(0, LaunchMode::Persistent, 8), size);
+    let b = node(options(1, LaunchMode::Persistent, 8), size);
+    fill(&mut a, 5);
+    let device = a.device.backend().device_id() as i32;
+    a.engine.set_trace(true).expect("trace on");
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let requests: Vec<TransferRequest> = (0..256u64)
+        .map(|i| TransferRequest {
+            opcode: Opcode::Write,
+            source: a.buffer.addr() + i * 4096,
+            target_id: peer,
+            target_offset: b.buffer.addr() + i * 4096,
+            length: 4096,
+            protocol: None,
+        })
+        .collect();
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let status = a.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    assert!(a.read(0..1 << 20) == b.read(0..1 << 20), "every byte landed");
+    let log = a.engine.take_trace();
+    a.engine.set_trace(false).expect("trace off");
+    let published =
+        |id: u64| *log.request_published_ns.get(&(device, id)).unwrap_or_else(|| panic!("id {id} published"));
+    // Ids in submit order from 1: the first run is 1..=128, the second 129..=256.
+    assert!(published(129) <= published(65), "the second block's first group before the first block's second");
+    assert!(published(65) <= published(193), "then the first block's second group before the second block's");
+    assert!(published(1) <= published(129), "the first block's first group first");
+}
