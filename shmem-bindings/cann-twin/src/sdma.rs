@@ -618,6 +618,7 @@ impl Channel {
             // an exception).
             // Busy from here to the end of the run: one clock reading at each end, none per SQE.
             self.busy.run_started();
+            self.activity.set_running(true);
             // The trace's engine track: one relaxed load per run when off.
             let traced_start = crate::occupancy::engine_runs_recorded(self.device).then(crate::occupancy::monotonic_ns);
             let mut executed = 0u64;
@@ -647,6 +648,7 @@ impl Channel {
                 });
             }
             let published = space().as_ref().map(|space| self.publish_head(space, head));
+            self.activity.set_running(false);
             self.activity.progressed();
             if let Some((syndrome, raw)) = fault {
                 self.raise(self.exception_at(head, tail, syndrome, raw));
