@@ -391,6 +391,8 @@ impl CompletionPoller for Inner {
         let expected = self.wait_pace.expected(bytes);
         let started = Instant::now();
         let drained_ns = std::cell::Cell::new(0u64);
+        // The last look that still found entries missing: the wait ended between it and the look that found none.
+        let last_short = std::cell::Cell::new(started);
         let left = || {
             if self.host_finished.load(Ordering::Acquire) != finished {
                 return 0;
@@ -400,11 +402,18 @@ impl CompletionPoller for Inner {
             if self.completions_ready() {
                 drained_ns.set(drained_ns.get() + self.poll_inline_timed().1);
             }
-            needs.iter().map(missing).sum()
+            let short: u64 = needs.iter().map(missing).sum();
+            if short > 0 {
+                last_short.set(Instant::now());
+            }
+            short
         };
         let (done, cpu) = poll_until_paced_expecting(left, timeout, expected);
         if done && self.host_finished.load(Ordering::Acquire) == finished {
-            self.wait_pace.learn(bytes, started.elapsed());
+            // The midpoint of the last nap, not its end: what the wait learns is when the batch ended, without the
+            // time the waiter took to see it (else that latency would come back as a later expected end).
+            let ended = last_short.get().duration_since(started);
+            self.wait_pace.learn(bytes, ended + (started.elapsed().saturating_sub(ended)) / 2);
         }
         cpu.saturating_sub(drained_ns.get())
     }
