@@ -34,7 +34,7 @@
 use core::ffi::{c_char, c_void, CStr};
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -395,10 +395,6 @@ pub(crate) fn prepare(
 #[derive(Debug, Default)]
 pub(crate) struct Activity {
     seq: std::sync::atomic::AtomicU64,
-    /// Whether the channel's engine is in a run (from taking a tail to publishing the head it stopped at): a core that
-    /// polls meanwhile naps at once instead of yielding through [`POLL_WINDOW`], since the run's flag (or its end)
-    /// ends the nap.
-    running: AtomicBool,
     sleepers: AtomicU32,
     lock: Mutex<()>,
     wake: std::sync::Condvar,
@@ -419,11 +415,6 @@ impl Activity {
             let _guard = lock(&self.lock);
             self.wake.notify_all();
         }
-    }
-
-    /// The channel's engine started (true) or stopped (false) a run; a stop is followed by [`Self::progressed`].
-    pub(crate) fn set_running(&self, running: bool) {
-        self.running.store(running, Ordering::SeqCst);
     }
 
     /// The progress count: how many times the device progressed.
@@ -597,7 +588,7 @@ unsafe extern "C" fn op_system_counter(_context: *mut c_void) -> u64 {
 /// Devices whose cores park at their next idle hint ([`crate::control::hold_cores`]), and the blocks parked now.
 static HELD_CORES: LazyLock<Mutex<HashMap<i32, Vec<u32>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 /// Whether any device's cores are held (the idle hint skips the map otherwise).
-static ANY_HELD: AtomicBool = AtomicBool::new(false);
+static ANY_HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// The longest a held core stays parked.
 const HOLD_LIMIT: Duration = Duration::from_secs(10);
 
@@ -663,17 +654,11 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
     if unchanged_fills < 64 {
         std::hint::spin_loop();
         return;
-    } else if polled < POLL_WINDOW.as_nanos() as u64 && !core.activity.running.load(Ordering::SeqCst) {
+    } else if polled < POLL_WINDOW.as_nanos() as u64 {
         core.clock.hint_waits(now);
         std::thread::yield_now();
     } else {
-        // While the channel's engine runs, what the core waits for is almost always that run's flag, whose landing
-        // (or the run's end) ends the nap: the CPU the yields would take goes to the engines.
-        let nap = if core.activity.running.load(Ordering::SeqCst) {
-            MAX_NAP
-        } else {
-            Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP)
-        };
+        let nap = Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP);
         // Progress since the last hint (so possibly after the poll that just failed): poll again instead.
         let now_seen = core.activity.seq.load(Ordering::SeqCst);
         if now_seen != core.activity_seen.get() {
@@ -938,20 +923,6 @@ mod tests {
         assert!(live.executing_ns >= 9_000_000, "{live:?}");
         assert!(done.polling_ns >= live.polling_ns + 4_000_000, "{live:?} then {done:?}");
         assert!(done.executing_ns >= live.executing_ns && done.executing_ns < done.polling_ns, "{done:?}");
-    }
-
-    /// While the block's engine runs, a polling core naps at once (woken by the engine's progress) instead of yielding
-    /// through the poll window: 5 ms of polling are the 64 spinning hints and a nap per 250 µs, not a yield each.
-    /// (Load only lengthens naps, so it can only lower the count.)
-    #[test]
-    fn a_core_whose_engine_runs_naps_instead_of_yielding() {
-        let (device, block) = (8_103, 1);
-        let context = CoreContext::new(device, block);
-        Activity::of(device, block).set_running(true);
-        let fills = poll_for(&context, Duration::from_millis(5)) - 16;
-        Activity::of(device, block).set_running(false);
-        crate::occupancy::core_left(device, &context.clock);
-        assert!(fills <= 64 + 40, "{fills} hints in 5 ms: the core yielded instead of napping");
     }
 
     /// A single hint, or hints whose count does not rise, add no polling: each starts a new interval.

@@ -618,7 +618,6 @@ impl Channel {
             // an exception).
             // Busy from here to the end of the run: one clock reading at each end, none per SQE.
             self.busy.run_started();
-            self.activity.set_running(true);
             // The trace's engine track: one relaxed load per run when off.
             let traced_start = crate::occupancy::engine_runs_recorded(self.device).then(crate::occupancy::monotonic_ns);
             let mut executed = 0u64;
@@ -648,7 +647,6 @@ impl Channel {
                 });
             }
             let published = space().as_ref().map(|space| self.publish_head(space, head));
-            self.activity.set_running(false);
             self.activity.progressed();
             if let Some((syndrome, raw)) = fault {
                 self.raise(self.exception_at(head, tail, syndrome, raw));
