@@ -539,13 +539,15 @@ impl TransferEngine {
             }
         };
         let locate = |segment: &Segment| segment.buffers.find_containing(request.target_offset, request.length).is_ok();
-        if !locate(&target) && self.may_refresh_stale(request.target_id) {
+        let mut located = locate(&target);
+        if !located && self.may_refresh_stale(request.target_id) {
             // The peer may have registered this memory after the segment was opened, or restarted under the same
             // name with other buffers: its descriptor is fetched once more before the request is refused.
             match self.refresh_segment(request.target_id) {
                 Ok(()) => {
                     target = self.segment(request.target_id).map_err(RouteError::Segment)?;
                     cache.segment = Some((request.target_id, target.clone()));
+                    located = locate(&target);
                 }
                 Err(error) => tracing::debug!(segment = %target.name, %error, "descriptor refresh failed"),
             }
@@ -553,12 +555,15 @@ impl TransferEngine {
         {
             let memory = read(&self.memory);
             let source = memory.find_containing(request.source, request.length).map_err(RouteError::Source)?;
-            let target_buffer = target
-                .buffers
-                .find_containing(request.target_offset, request.length)
-                .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
-            if protocol == Protocol::Tcp {
-                Self::check_host_reachable(&source.location, &target_buffer.location)?;
+            // The target buffer is looked up again only for its error or, on tcp, its location.
+            if !located || protocol == Protocol::Tcp {
+                let target_buffer = target
+                    .buffers
+                    .find_containing(request.target_offset, request.length)
+                    .map_err(|error| RouteError::Target { segment: target.name.clone(), error })?;
+                if protocol == Protocol::Tcp {
+                    Self::check_host_reachable(&source.location, &target_buffer.location)?;
+                }
             }
         }
         // A Host-protocol transfer into this process's own segment needs no wire: copy in place.

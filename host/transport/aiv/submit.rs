@@ -215,9 +215,7 @@ impl Inner {
         }
         let chunk = GROUP_MAX_TRANSFERS as usize;
         let mut resolved = Vec::with_capacity(chunk.min(run_length));
-        let mut pending = runs.len();
-        while pending > 0 {
-            pending = 0;
+        while runs.iter().any(|(_, run)| !run.as_slice().is_empty()) {
             for (block_index, run) in runs.iter_mut() {
                 let block = &self.blocks[*block_index];
                 // Resolved before the producer lock is taken: a first transfer to an RDMA peer sets its QP up (a
@@ -228,9 +226,6 @@ impl Inner {
                     if let Some(entry) = self.resolve_entry(*block_index, id, transfer, &mut last_peer) {
                         resolved.push(entry);
                     }
-                }
-                if !run.as_slice().is_empty() {
-                    pending += 1;
                 }
                 if resolved.is_empty() {
                     continue;
