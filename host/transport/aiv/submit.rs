@@ -15,7 +15,7 @@ use super::rdma::Route;
 use super::Inner;
 use crate::config::LaunchMode;
 use crate::cpu_time::Section;
-use crate::kernel_abi::{RequestEntry, GROUP_MAX_TRANSFERS, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
+use crate::kernel_abi::{RequestEntry, REQUEST_OPCODE_READ, REQUEST_OPCODE_WRITE};
 use crate::trace::{now_ns, Tracer};
 use crate::transfer::{FailureKind, Opcode, SegmentId, Transfer, TransferFailure};
 use crate::transport::window::Resolved;
@@ -191,7 +191,7 @@ impl Inner {
         // block when nothing is in flight there (a thread that waits for each transfer keeps to one block, and the
         // other blocks' kernels can go idle), else to the other blocks in turn (so back-to-back submits spread over
         // the blocks). Ids are reserved once per submit (the counter is shared by every thread). No staging copy:
-        // each run is resolved straight into its block's backlog and published from there, a group at a time.
+        // each run is resolved straight into its block's backlog and published from there.
         let run_length = transfers.len().div_ceil(blocks).max(1);
         let home = home_block(&self.next_home) % blocks;
         let first_block = if blocks == 1 || self.blocks[home].is_idle() {
@@ -199,42 +199,31 @@ impl Inner {
         } else {
             home + 1 + self.next_block.fetch_add(1, Ordering::Relaxed) % (blocks - 1)
         };
-        let first_id = self.next_transfer_id.fetch_add(transfers.len() as u64, Ordering::Relaxed);
+        let mut next_id = self.next_transfer_id.fetch_add(transfers.len() as u64, Ordering::Relaxed);
         let mut accepted = 0u64;
         let mut last_peer = None;
-        // Each block's run (ids in submission order), published a kernel group at a time and the blocks in turn:
-        // every block's kernel gets its first group as soon as that is resolved, not after the runs before it.
-        let mut transfers = transfers.into_iter().enumerate().peekable();
-        let mut runs: Vec<(usize, std::vec::IntoIter<(usize, Transfer)>)> = Vec::with_capacity(blocks);
+        let mut transfers = transfers.into_iter().peekable();
+        let mut resolved = Vec::with_capacity(run_length);
         for run in 0..blocks {
             if transfers.peek().is_none() {
                 break;
             }
             let block_index = first_block.wrapping_add(run) % blocks;
-            runs.push((block_index, transfers.by_ref().take(run_length).collect::<Vec<_>>().into_iter()));
-        }
-        let chunk = GROUP_MAX_TRANSFERS as usize;
-        let mut resolved = Vec::with_capacity(chunk.min(run_length));
-        while runs.iter().any(|(_, run)| !run.as_slice().is_empty()) {
-            for (block_index, run) in runs.iter_mut() {
-                let block = &self.blocks[*block_index];
-                // Resolved before the producer lock is taken: a first transfer to an RDMA peer sets its QP up (a
-                // bounded handshake), which must not hold the block's producer.
-                resolved.clear();
-                for (index, transfer) in run.by_ref().take(chunk) {
-                    let id = first_id + index as u64;
-                    if let Some(entry) = self.resolve_entry(*block_index, id, transfer, &mut last_peer) {
-                        resolved.push(entry);
-                    }
+            let block = &self.blocks[block_index];
+            // Resolved before the producer lock is taken: a first transfer to an RDMA peer sets its QP up (a bounded
+            // handshake), which must not hold the block's producer.
+            resolved.clear();
+            for transfer in transfers.by_ref().take(run_length) {
+                let id = next_id;
+                next_id += 1;
+                if let Some(entry) = self.resolve_entry(block_index, id, transfer, &mut last_peer) {
+                    resolved.push(entry);
                 }
-                if resolved.is_empty() {
-                    continue;
-                }
-                accepted += resolved.len() as u64;
-                let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
-                producer.backlog.extend(resolved.drain(..));
-                block.post_backlog(producer, self.active_tracer().map(|tracer| (tracer, self.trace_device())));
             }
+            accepted += resolved.len() as u64;
+            let mut producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
+            producer.backlog.extend(resolved.drain(..));
+            block.post_backlog(producer, self.active_tracer().map(|tracer| (tracer, self.trace_device())));
         }
         if accepted > 0 && self.launch_mode == LaunchMode::PerBatch {
             // A runtime launch call may block (see cpu_time::may_sleep).
