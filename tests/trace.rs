@@ -106,9 +106,9 @@ fn traced_batches(mode: LaunchMode) {
     fill(&mut a, 1);
     fill(&mut b, 2);
     let device = a.device.backend().device_id() as i32;
+    // Returns once each persistent kernel acknowledged the switch (it reads it when idle): no sleep before the first
+    // batch, whose transfers must all be traced.
     a.engine.set_trace(true).expect("trace on");
-    // The persistent kernel reads the switch when idle (within 16 idle polls: a few ms on the twin).
-    std::thread::sleep(Duration::from_millis(20));
     let ids = run_batches(&a, &b, 3, 8, 5 << 19, 3);
     let log = a.engine.take_trace();
     a.engine.set_trace(false).expect("trace off");

@@ -5,7 +5,6 @@
 //! report's [`TraceRecord`]. It must not change a measured round: those run before the switch goes on.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde_json::json;
 
@@ -14,10 +13,6 @@ use super::report::{TraceRecord, Workload, WorkloadReport};
 use super::{measure, Rig};
 use crate::error::Result;
 use crate::transfer::Protocol;
-
-/// How long the kernel gets to pick the switch up before the traced cell starts (a persistent launch reads it when it
-/// goes idle and every 16th idle poll: within about 4 ms on the twin, whose idle cores nap up to 250 µs a poll).
-const SWITCH_SETTLE: Duration = Duration::from_millis(20);
 
 /// A file-name slug of a workload: `4KiB-x1-t1`, `kv-request`, `kv-layerwise`, `store`.
 pub fn workload_slug(workload: &Workload) -> String {
@@ -43,10 +38,9 @@ pub(super) fn traced_cell(
     measured: &WorkloadReport,
 ) -> Result<(TraceRecord, serde_json::Value)> {
     let engine = &rig.initiator;
-    // Whatever an earlier cell left is not this cell's.
+    // Whatever an earlier cell left is not this cell's. set_trace returns once the persistent kernels took the switch.
     engine.set_trace(true)?;
     let _ = engine.take_trace();
-    std::thread::sleep(SWITCH_SETTLE);
     let outcome = measure(rig, options, workload, path);
     let switched_off = engine.set_trace(false);
     let log = engine.take_trace();

@@ -238,7 +238,10 @@ pub struct ControlBlock {
     pub running: AtomicU32,
     /// Kernel -> Host: groups completed.
     pub groups: AtomicU64,
-    pub pad1: [u8; 48],
+    /// Kernel -> Host: the trace ring address the launch last read from its arguments (stored at launch and whenever
+    /// it reads a changed one): the Host's acknowledgement that a trace switch was seen.
+    pub trace_ring_seen: AtomicU64,
+    pub pad1: [u8; 40],
 }
 
 /// Source slots of the flag area: flag `seq` copies `source[seq % FLAG_SOURCE_SLOTS]` (see layouts.h for why).
@@ -483,7 +486,7 @@ pub fn layout_facts() -> Vec<(String, u64)> {
     facts!(out; offsets DcqEntry as "AivDcqEntry" { transfer_id, bytes, status, syndrome, sqes, doorbells });
     facts!(out; size ControlBlock as "AivControlBlock");
     facts!(out; offsets ControlBlock as "AivControlBlock" { stop, abort_epoch, resume_count, halt_count, running,
-        groups });
+        groups, trace_ring_seen });
     facts!(out; size FlagArea as "AivFlagArea");
     facts!(out; offsets FlagArea as "AivFlagArea" { source, receive });
     facts!(out; size BlockArgs as "AivBlockArgs");

@@ -42,6 +42,7 @@ int main() {
     SIZE(AivControlBlock);
     OFF(AivControlBlock, stop); OFF(AivControlBlock, abort_epoch); OFF(AivControlBlock, resume_count);
     OFF(AivControlBlock, halt_count); OFF(AivControlBlock, running); OFF(AivControlBlock, groups);
+    OFF(AivControlBlock, trace_ring_seen);
 
     SIZE(AivFlagArea);
     OFF(AivFlagArea, source); OFF(AivFlagArea, receive);

@@ -11,15 +11,22 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::block::BlockTrace;
 use super::{AivTransport, Inner};
+use crate::config::LaunchMode;
 use crate::device::DeviceError;
 use crate::kernel_abi::{trace_ring_bytes, BlockArgs, SpscIndex, TraceRing, KERNEL_ARGS_BLOCKS_OFFSET};
 use crate::trace::Tracer;
+use crate::transfer::completion::poll_until;
 
 /// Entries of a block's trace ring unless the caller asks for another depth (128 KiB a block).
 pub const DEFAULT_TRACE_DEPTH: u32 = 4096;
+
+/// How long switching the trace waits for the persistent kernels to acknowledge it. An idle launch reads the switch
+/// within 16 idle polls (a few ms on the twin); a busy one only once its work runs out.
+pub const TRACE_SWITCH_WAIT: Duration = Duration::from_secs(1);
 
 impl Inner {
     /// The engine's tracer when tracing is on (one atomic load, plus a relaxed one once a tracer was set).
@@ -45,7 +52,8 @@ impl AivTransport {
     /// first call). On: each block gets its trace ring of `depth` entries (a power of two >= 2; the first call's
     /// depth stays), its arguments point at it, and the kernel records from its next launch or idle moment. Off: the
     /// arguments are cleared (the kernel stops at its next idle moment); the rings stay until the transport drops,
-    /// since a kernel may still write them.
+    /// since a kernel may still write them. Either way it returns once every running persistent launch has
+    /// acknowledged the switch, or after [`TRACE_SWITCH_WAIT`] (see `await_trace_switch`).
     pub fn set_trace(&self, tracer: &Arc<Tracer>, on: bool, depth: u32) -> Result<(), DeviceError> {
         let inner = &self.inner;
         let _ = inner.tracer.set(tracer.clone());
@@ -83,6 +91,7 @@ impl AivTransport {
             }
             ring_word.store(ring, Ordering::Release);
         }
+        inner.await_trace_switch();
         Ok(())
     }
 
@@ -94,6 +103,37 @@ impl AivTransport {
 }
 
 impl Inner {
+    /// Waits, at most [`TRACE_SWITCH_WAIT`], until every persistent launch that runs and is not halted has
+    /// acknowledged the ring its arguments name now (`ControlBlock::trace_ring_seen`, stored by the kernel when it
+    /// reads a changed switch: at its next idle moment). A launch that has not by then picks the switch up at its next
+    /// idle moment; a warning names its block. A per-batch launch reads the switch when it starts: nothing to wait for.
+    fn await_trace_switch(&self) {
+        if self.launch_mode != LaunchMode::Persistent {
+            return;
+        }
+        let behind = || {
+            self.blocks.iter().enumerate().filter(|(i, block)| {
+                let control = block.control();
+                // SAFETY: as in set_trace (`block_args_word`: inside the mapping, 8-aligned).
+                let wanted = unsafe {
+                    &*self.block_args_word(*i, std::mem::offset_of!(BlockArgs, trace_ring)).cast::<AtomicU64>()
+                }
+                .load(Ordering::Acquire);
+                control.running.load(Ordering::Acquire) == 1
+                    && control.halt_count.load(Ordering::Acquire) == control.resume_count.load(Ordering::Acquire)
+                    && control.trace_ring_seen.load(Ordering::Acquire) != wanted
+            })
+        };
+        if !poll_until(|| behind().next().is_none(), TRACE_SWITCH_WAIT) {
+            let blocks: Vec<u32> = behind().map(|(_, block)| block.index).collect();
+            tracing::warn!(
+                ?blocks,
+                wait_ms = TRACE_SWITCH_WAIT.as_millis() as u64,
+                "a persistent kernel has not acknowledged the trace switch yet; it takes it at its next idle moment"
+            );
+        }
+    }
+
     pub(super) fn drain_traces(&self) -> usize {
         let Some(tracer) = self.tracer.get() else { return 0 };
         let device = self.trace_device();

@@ -139,7 +139,9 @@ typedef struct AivControlBlock {
     uint32_t halt_count;       // 64: kernel -> Host: incremented when a group fails and the block halts
     uint32_t running;          // 68: kernel -> Host: 1 while a launch of this block runs
     uint64_t groups;           // 72: kernel -> Host: groups completed (progress counter)
-    uint8_t pad1[48];
+    uint64_t trace_ring_seen;  // 80: kernel -> Host: the trace ring address the launch last read from its arguments
+                               //     (stored at launch and whenever it reads a changed one)
+    uint8_t pad1[40];
 } AivControlBlock;
 
 // The per-block flag area in device memory: flag SQE number `seq` copies `source[seq % AIV_FLAG_SOURCE_SLOTS]` into

@@ -153,12 +153,14 @@ AIV_DEVICE_FN void trace_publish(Block& b) {
 }
 
 // Reads the trace switch from the block's arguments (at the start of a launch, and when a persistent launch is idle:
-// never on the data path). A changed ring is adopted with its indices as the Host left them.
+// never on the data path). A changed ring is adopted with its indices as the Host left them, and acknowledged in the
+// control block (the Host's set_trace waits for that).
 AIV_DEVICE_FN void trace_refresh(Block& b) {
     const uint64_t ring = aiv_platform::load_u64(&b.args_gm->trace_ring);
     if (ring == b.trace_ring) return;
     trace_publish(b);
     b.trace_ring = ring;
+    aiv_platform::store_u64(&b.control->trace_ring_seen, ring);
     const uint32_t depth = aiv_platform::load_u32(&b.args_gm->trace_depth);
     if (ring == 0 || depth < 2 || (depth & (depth - 1)) != 0) {
         b.trace = nullptr;
@@ -836,6 +838,8 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     b.trace = nullptr;
     b.trace_group = 0;
     if (b.args.trace_ring != 0) trace_refresh(b);
+    // What this launch runs with, whatever an earlier launch acknowledged.
+    if (b.trace_ring == 0) aiv_platform::store_u64(&b.control->trace_ring_seen, 0);
     // The RDMA route, when the Host set a QP table up (requests on it fail with RDMA_BAD_QP otherwise).
     b.qp_table = nullptr;
     b.qp_count = 0;
