@@ -130,12 +130,18 @@ template <typename T>
 inline void ub_store_value(uint64_t ub_addr, const T& in) {
     if constexpr (sizeof(T) == kUbGranule) {
         FastCache* f = fast_cache;
-        if (f != nullptr && f->ub_inline && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes) {
+        // Expected: the kernel's UB stores are 8-byte words of its stages while no burst is pending, and the layout
+        // keeps this path straight-line (the SQE stage is eight of them per SQE).
+        if (__builtin_expect(f != nullptr && f->ub_inline && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes, 1)) {
             uint64_t word;
             memcpy(&word, &in, sizeof(T));
+            // Every field read before the stores, which the compiler must otherwise assume may change them.
+            uint8_t* const ub = f->ub;
+            uint16_t* const epochs = f->ub_epoch;
+            const uint16_t epoch = f->epoch;
             // A typed store: the unified buffer is only ever read back with byte copies, which may alias it.
-            *reinterpret_cast<uint64_t*>(f->ub + ub_addr) = word;
-            f->ub_epoch[ub_addr / kUbGranule] = f->epoch;
+            *reinterpret_cast<uint64_t*>(ub + ub_addr) = word;
+            epochs[ub_addr / kUbGranule] = epoch;
             return;
         }
     }
