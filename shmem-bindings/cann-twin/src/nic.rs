@@ -45,6 +45,7 @@
 //! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
 //! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
 
+pub(crate) mod provenance;
 pub(crate) mod wire;
 
 use std::collections::{HashMap, VecDeque};
@@ -414,6 +415,8 @@ struct Qp {
     readers: Mutex<Vec<JoinHandle<()>>>,
     /// The activity record of the config's `wake_block`, signalled after each CQE.
     activity: Option<Arc<crate::kernel::Activity>>,
+    /// Who wrote each WQE taken, rang its doorbell and first read its CQE ([`provenance`]).
+    provenance: Arc<provenance::QpProvenance>,
 }
 
 static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -693,6 +696,13 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         engine: Mutex::new(None),
         readers: Mutex::new(Vec::new()),
         activity: config.wake_block.map(|block| crate::kernel::Activity::of(device, block)),
+        provenance: Arc::new(provenance::QpProvenance::new(
+            device,
+            info.sq_base,
+            info.sq_depth,
+            info.cq_base,
+            info.cq_depth,
+        )),
     });
     let (engine_nic, engine_qp) = (Arc::clone(&nic), Arc::clone(&qp));
     let handle = match spawn(format!("cann-twin-nic-d{device}q{qpn:x}"), move || engine_qp.run(&engine_nic)) {
@@ -703,6 +713,7 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         }
     };
     *lock(&qp.engine) = Some(handle);
+    provenance::watch(&qp.provenance);
     lock(&nic.qps).insert(qpn, Arc::clone(&qp));
     NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
     Ok(info)
@@ -784,6 +795,36 @@ pub fn qp_status(device: i32, qpn: u32) -> Result<QpStatus, NicError> {
     })
 }
 
+fn qp_of(device: i32, qpn: u32) -> Result<Arc<Qp>, NicError> {
+    lock(&nic(device)?.qps).get(&qpn).cloned().ok_or(NicError::NoSuchQp { device, qpn })
+}
+
+/// QP `qpn`'s provenance tallies since it was created, while the records were on
+/// ([`crate::control::record_provenance`]): in the [`crate::control::Provenance`] fields, `sqes_*` count the WQEs
+/// the NIC took by who wrote their 64 bytes last, `doorbells_*` the accepted SQ doorbells by origin (the Host's
+/// [`crate::register_write`] is "unknown"), and `flags_*` the CQEs written by who first read them.
+pub fn qp_provenance(device: i32, qpn: u32) -> Result<crate::control::Provenance, NicError> {
+    Ok(qp_of(device, qpn)?.provenance.records.snapshot())
+}
+
+/// Appends to `out` QP `qpn`'s log entries from position `from` on, one per WQE completed while the records were on,
+/// in WQE order: who wrote it, who rang the last SQ doorbell before the NIC took it (and that doorbell's count), and
+/// for a WQE with a CQE who read the CQE first (`flag`; `None`: an unsignaled WQE, or its CQE was lost). Returns the
+/// position of the first entry appended and the position after the last, as [`crate::control::sqe_log`] does.
+pub fn qp_log(
+    device: i32,
+    qpn: u32,
+    from: u64,
+    out: &mut Vec<crate::control::LoggedSqe>,
+) -> Result<(u64, u64), NicError> {
+    Ok(qp_of(device, qpn)?.provenance.records.read_log(from, out))
+}
+
+/// Where QP `qpn`'s next log entry goes.
+pub fn qp_log_position(device: i32, qpn: u32) -> Result<u64, NicError> {
+    Ok(qp_of(device, qpn)?.provenance.records.log_position())
+}
+
 /// Drops (`true`) or restores `device`'s link: while down the NIC answers nothing (frames it receives are lost) and
 /// sends nothing (its requests time out), as with `ip link down`; connections stay open.
 pub fn set_link_down(device: i32, down: bool) -> Result<(), NicError> {
@@ -815,12 +856,12 @@ pub fn counters(device: i32) -> Result<NicCounters, NicError> {
     })
 }
 
-/// A device write to `device_va` if it lies in a NIC QP's register page (`None`: not a NIC page). Called by the
-/// SDMA register path when its own registry misses.
-pub(crate) fn register_write(device_va: u64, bytes: &[u8]) -> Option<Result<(), RegisterFault>> {
+/// A device write to `device_va` by `origin` (a `WRITER_*` id of the provenance records) if it lies in a NIC QP's
+/// register page (`None`: not a NIC page). Called by the SDMA register path when its own registry misses.
+pub(crate) fn register_write(device_va: u64, bytes: &[u8], origin: u32) -> Option<Result<(), RegisterFault>> {
     let base = device_va - device_va % page() as u64;
     let qp = NIC_PAGES.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned()?;
-    Some(qp.doorbell(device_va - base, bytes))
+    Some(qp.doorbell(device_va - base, bytes, origin))
 }
 
 impl Nic {
@@ -1051,6 +1092,7 @@ impl Qp {
     /// Stops the engine, unregisters the page and frees the queues; returns the threads left running.
     fn destroy(&self, deadline: Instant) -> usize {
         NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).remove(&self.page);
+        provenance::unwatch(&self.provenance);
         {
             let mut inner = lock(&self.inner);
             inner.shutdown = true;
@@ -1079,7 +1121,7 @@ impl Qp {
         self.wake.notify_all();
     }
 
-    fn doorbell(&self, offset: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+    fn doorbell(&self, offset: u64, bytes: &[u8], origin: u32) -> Result<(), RegisterFault> {
         let refused =
             || RegisterFault::QpRefused { device: self.info.device, qpn: self.info.qpn, offset, width: bytes.len() };
         let mut inner = lock(&self.inner);
@@ -1111,6 +1153,9 @@ impl Qp {
                 return Err(refused());
             }
             inner.producer = producer;
+            if crate::sdma::provenance::recording() {
+                self.provenance.rung(origin);
+            }
         } else {
             let index = (word >> DB_INDEX_SHIFT & DB_CQ_INDEX_MASK) as u32;
             let consumer =
@@ -1185,11 +1230,16 @@ impl Qp {
 
     /// Writes the CQE of the WQE at `index` if a CQ slot is free (`false`: the CQ is full). After a CQ overrun or
     /// a queue fault nothing is written and the completion is counted as lost.
-    fn try_complete(&self, nic: &Nic, index: u32, completion: &Completion) -> bool {
+    fn try_complete(&self, nic: &Nic, index: u32, completion: &Completion, taken: provenance::Taken) -> bool {
         let depth = self.info.cq_depth;
+        let recording = crate::sdma::provenance::recording();
         let mut inner = lock(&self.inner);
         if inner.cq_broken {
             inner.cqes_lost += 1;
+            drop(inner);
+            if recording {
+                self.provenance.completed(taken);
+            }
             return true;
         }
         if inner.cq_producer.wrapping_sub(inner.cq_consumer) >= depth {
@@ -1207,6 +1257,11 @@ impl Qp {
         cqe[12..16].copy_from_slice(&(self.info.qpn & CQE_QPN_MASK).to_le_bytes());
         cqe[16..20].copy_from_slice(&completion.bytes.to_le_bytes());
         let address = self.info.cq_base + u64::from(producer & (depth - 1)) * CQE_BYTES;
+        if recording {
+            // Before the CQE is written: a reader that sees it finds its record.
+            let first_word = u64::from_le_bytes(cqe[0..8].try_into().expect("8 bytes"));
+            self.provenance.cqe_landing(taken, producer, first_word);
+        }
         let mut inner = lock(&self.inner);
         if write_cqe(address, &cqe).is_err() {
             self.fail(&mut inner, QpFault::QueueFault { address });
@@ -1270,6 +1325,8 @@ struct Entry {
     signaled: bool,
     len: u32,
     stage: Stage,
+    /// Who wrote the WQE and rang for it, as the NIC read them when it took it.
+    taken: provenance::Taken,
 }
 
 /// PSN order, modulo 2^32.
@@ -1426,7 +1483,7 @@ impl Engine<'_> {
         let mut any = false;
         while let Some(entry) = self.window.front() {
             let Stage::Done(status) = entry.stage else { break };
-            let (index, len) = (entry.index, entry.len);
+            let (index, len, taken) = (entry.index, entry.len, entry.taken);
             let completion = Completion {
                 opcode: entry.opcode,
                 status,
@@ -1441,7 +1498,8 @@ impl Engine<'_> {
                 inner.state = QpState::Error;
             }
             let wanted = status != status::SUCCESS || completion.signaled;
-            if wanted && !self.qp.try_complete(self.nic, index, &completion) {
+            let recording = crate::sdma::provenance::recording();
+            if wanted && !self.qp.try_complete(self.nic, index, &completion, taken) {
                 let since = *self.full_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < self.qp.config.cq_full_wait {
                     break;
@@ -1450,6 +1508,12 @@ impl Engine<'_> {
                 self.qp.fail(&mut inner, QpFault::CqOverrun { wqe_index: index & 0xFFFF });
                 inner.cq_broken = true;
                 inner.cqes_lost += 1;
+                drop(inner);
+                if recording {
+                    self.qp.provenance.completed(taken);
+                }
+            } else if !wanted && recording {
+                self.qp.provenance.completed(taken);
             }
             self.full_since = None;
             self.window.pop_front();
@@ -1499,8 +1563,9 @@ impl Engine<'_> {
         let qp = self.qp;
         let depth = qp.info.sq_depth;
         let slot = qp.info.sq_base + u64::from(index & (depth - 1)) * WQE_STRIDE;
+        let taken = qp.provenance.taken(index, depth);
         let done = |opcode: u32, status: u32| {
-            Some(Entry { index, opcode, signaled: true, len: 0, stage: Stage::Done(status) })
+            Some(Entry { index, opcode, signaled: true, len: 0, stage: Stage::Done(status), taken })
         };
         let raw = match read_device(slot, WQE_STRIDE as usize) {
             Ok(raw) => raw,
@@ -1557,7 +1622,7 @@ impl Engine<'_> {
         self.psn = psn;
         let deadline = Instant::now() + qp.config.timeout;
         let request = Request { psn, frame, local_va, retries: 0, deadline };
-        Some(Entry { index, opcode, signaled, len: msg_len, stage: Stage::Pending(request) })
+        Some(Entry { index, opcode, signaled, len: msg_len, stage: Stage::Pending(request), taken })
     }
 
     /// Sends the request of the window's entry `pos`. Without a link it takes the one `connect_qp` made, or

@@ -891,7 +891,7 @@ pub(crate) fn register_write_through(
         let found = REGISTERS.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned();
         let Some(channel) = found else {
             // Not an SDMA page: perhaps a twin NIC QP's doorbell page (never cached here).
-            return crate::nic::register_write(device_va, bytes)
+            return crate::nic::register_write(device_va, bytes, origin)
                 .unwrap_or(Err(RegisterFault::NotARegister { va: device_va }));
         };
         *cache.0.borrow_mut() = Some((base, channel, generation));

@@ -13,6 +13,7 @@ use std::net::SocketAddr;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use cann_twin::control::{Doer, FlagReader};
 use cann_twin::nic::{self, status, Access, MemoryKeys, QpConfig, QpFault, QpInfo, QpState};
 use cann_twin::{register_write, RegisterFault};
 use common::{api, download, malloc, pattern, upload};
@@ -864,4 +865,56 @@ fn a_link_lost_mid_window_ends_in_retry_exceeded_then_flushes_within_the_bound()
     nic::set_link_down(b, false).expect("the link is back");
     nic::close(a).expect("closes");
     nic::close(b).expect("closes");
+}
+
+#[test]
+fn the_provenance_records_name_the_host_as_writer_and_reader_of_a_host_driven_qp() {
+    // The records are process-wide; the other tests of this binary only add to their own QPs' logs.
+    cann_twin::control::record_provenance(true);
+    let (a, b) = shared_pair();
+    let len = 64 << 10;
+    let (local, lkeys, _) = buffer(a, len, 5, Access::default());
+    let (remote, rkeys, _) = buffer(b, len, 6, Access::REMOTE_ALL);
+    let (mut qp, _) = connect(a, b, QpConfig::default());
+    assert_eq!(nic::qp_log_position(a, qp.info.qpn).expect("a log"), 0, "nothing taken yet");
+    // Three WQEs written H2D, one doorbell through `register_write` (a caller the twin cannot name), CQEs read D2H.
+    for k in 0..3u64 {
+        qp.post(WRITE, 4096, rkeys.rkey, remote + k * 4096, lkeys.lkey, local + k * 4096);
+    }
+    qp.ring();
+    let cqes = [qp.poll(), qp.poll(), qp.poll()];
+    qp.release();
+    assert!(cqes.iter().all(|cqe| cqe.status == status::SUCCESS), "{cqes:?}");
+    let mut log = Vec::new();
+    let (first, end) = nic::qp_log(a, qp.info.qpn, 0, &mut log).expect("the log");
+    assert_eq!((first, end, log.len()), (0, 3, 3));
+    let doorbell = log[0].doorbell;
+    for entry in &log {
+        assert_eq!(entry.writer, Doer::Host, "{entry:?}");
+        assert_eq!(entry.ringer, Doer::Unattributed, "{entry:?}");
+        assert_eq!(entry.doorbell, doorbell, "one doorbell exposed all three: {entry:?}");
+        assert_eq!(entry.flag, Some(FlagReader::Host), "each CQE was first read D2H: {entry:?}");
+    }
+    let seen = nic::qp_provenance(a, qp.info.qpn).expect("tallies");
+    assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block.len()), (3, 0, 0), "{seen:?}");
+    assert_eq!((seen.doorbells_unknown, seen.doorbells_by_host, seen.doorbells_by_block.len()), (1, 0, 0), "{seen:?}");
+    assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (3, 3, 0), "{seen:?}");
+    // An unsignaled WQE is logged without a CQE; the signaled one after it carries the CQE.
+    let mut unsignaled = slot(WRITE, qp.pi, qp.info.sq_depth, 64, rkeys.rkey, remote, lkeys.lkey, local);
+    unsignaled[1] &= !1; // byte4 bit 8: signaled
+    qp.post_raw(unsignaled);
+    qp.post(WRITE, 64, rkeys.rkey, remote + 64, lkeys.lkey, local + 64);
+    qp.ring();
+    assert_eq!(qp.poll().wqe_index, 4, "only the signaled WQE has a CQE");
+    qp.release();
+    let started = Instant::now();
+    while nic::qp_log_position(a, qp.info.qpn).expect("a log") < 5 {
+        assert!(started.elapsed() < WAIT, "the log holds both WQEs");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    log.clear();
+    nic::qp_log(a, qp.info.qpn, 3, &mut log).expect("the log");
+    let flags: Vec<_> = log.iter().map(|entry| entry.flag).collect();
+    assert_eq!(flags, [None, Some(FlagReader::Host)]);
+    assert!(log[0].doorbell > doorbell, "a later doorbell");
 }

@@ -271,7 +271,7 @@ impl ChannelProvenance {
 
     /// Marks the slots `[address, address + len)` covers as written by `writer`: a slot wholly covered takes the
     /// writer; a slot partly covered keeps it if it is the same, else becomes [`WRITER_OTHER`].
-    fn mark(&self, writer: u32, address: u64, len: u64) {
+    pub(crate) fn mark(&self, writer: u32, address: u64, len: u64) {
         let end = address.saturating_add(len);
         let (from, to) = (address.max(self.sq_base), end.min(self.sq_base + self.sq_bytes));
         if from >= to {
@@ -340,8 +340,7 @@ impl ChannelProvenance {
     /// Returns the landing's sequence number.
     pub(crate) fn flag_landing(&self, address: u64, value: u64) -> u64 {
         let flags = &self.flags;
-        flags.landed.fetch_add(1, Ordering::Relaxed);
-        let sequence = flags.landings.fetch_add(1, Ordering::Relaxed) + 1;
+        let sequence = self.next_landing();
         let key = (address & ((1 << ADDRESS_BITS) - 1)) | (sequence << ADDRESS_BITS);
         let same = flags.slots.iter().find(|slot| {
             let held = slot.key.load(Ordering::Acquire);
@@ -366,6 +365,23 @@ impl ChannelProvenance {
             slot.key.store(key, Ordering::Release);
         }
         sequence
+    }
+
+    /// Counts a landing (a flag, or a twin NIC's CQE for the QP records of [`crate::nic::provenance`]) and returns
+    /// its sequence number (from 1).
+    pub(crate) fn next_landing(&self) -> u64 {
+        self.flags.landed.fetch_add(1, Ordering::Relaxed);
+        self.flags.landings.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Records that landing `sequence` was first read by a core (`by_core`) or by the Host: tallied, and named in
+    /// the log entries that carry the landing.
+    pub(crate) fn claim(&self, sequence: u64, by_core: bool) {
+        let seen = if by_core { &self.flags.seen_by_core } else { &self.flags.seen_by_host };
+        seen.fetch_add(1, Ordering::Relaxed);
+        let low = sequence & ((1 << SEQUENCE_BITS) - 1);
+        let claim = (low << 2) | if by_core { 1 } else { 2 };
+        self.log.claims[(low % CLAIM_SLOTS) as usize].store(claim, Ordering::Release);
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims every pending flag it covers whose
@@ -394,12 +410,8 @@ impl ChannelProvenance {
             if slot.key.compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 flags.pending.fetch_sub(1, Ordering::AcqRel);
                 PENDING.fetch_sub(1, Ordering::AcqRel);
-                let seen = if by_core { &flags.seen_by_core } else { &flags.seen_by_host };
-                seen.fetch_add(1, Ordering::Relaxed);
                 // The key keeps the sequence's low bits; the claim is found by them.
-                let sequence = key >> ADDRESS_BITS;
-                let claim = (sequence << 2) | if by_core { 1 } else { 2 };
-                self.log.claims[(sequence % CLAIM_SLOTS) as usize].store(claim, Ordering::Release);
+                self.claim(key >> ADDRESS_BITS, by_core);
             }
         }
     }
@@ -564,6 +576,13 @@ pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
     publish(&mut watches, next);
 }
 
+/// Stops watching one channel's SQ (a twin NIC QP's, when the QP is destroyed).
+pub(crate) fn unwatch_channel(channel: &Arc<ChannelProvenance>) {
+    let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
+    let next: Vec<_> = watches.channels.iter().filter(|c| !Arc::ptr_eq(c, channel)).cloned().collect();
+    publish(&mut watches, next);
+}
+
 pub(crate) fn unwatch(device: i32) {
     let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
     let next: Vec<_> = watches.channels.iter().filter(|channel| channel.device != device).cloned().collect();
@@ -638,7 +657,12 @@ pub(crate) fn core_read(device: i32, address: u64, data: &[u8]) {
 }
 
 fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
-    if !recording() || PENDING.load(Ordering::Relaxed) == 0 || data.len() < 8 {
+    if !recording() || data.len() < 8 {
+        return;
+    }
+    // The twin NIC's CQEs (one relaxed load when none waits to be read).
+    crate::nic::provenance::read(device, by_core, address, data);
+    if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
     with_watches(|watches| {

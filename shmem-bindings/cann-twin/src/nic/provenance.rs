@@ -1,0 +1,236 @@
+//! Provenance records of the twin NIC's queue pairs: who wrote each WQE the NIC took from a QP's SQ, who rang the SQ
+//! doorbell that exposed it, and who first read the CQE the NIC wrote for it. The same records, log and tallies as an
+//! SDMA channel's ([`crate::sdma::provenance`]), made where each act happens:
+//!
+//! - the SQ is watched like an SDMA channel's (64-byte slots): a core's DMA into it, or a Host write, marks the slots
+//!   it covers with its writer, and the NIC reads a slot's writer when it takes the WQE;
+//! - an accepted SQ doorbell records its origin (the ringing core's block, the Host's test-only path, or a caller the
+//!   twin cannot name); a WQE's ringer is that of the last doorbell before the NIC took it;
+//! - the NIC counts each CQE as a landing and logs the WQE before it writes the CQE (a reader that sees the CQE finds
+//!   the entry); the first read that covers the CQE's first 8 bytes and returns them claims it: a core's line fill or
+//!   GM -> UB DMA, or a Host runtime copy.
+//!
+//! Each QP has its own log, in WQE order (the NIC completes a QP's WQEs in order); an unsignaled WQE has no CQE.
+//! [`crate::control::qp_log`] and [`crate::control::qp_provenance`] read them.
+//!
+//! Each is recorded only while the records are on ([`crate::sdma::provenance::recording`]; the NIC's callers test it).
+//!
+//! The hot path: a read checks one atomic counter (no CQE waits to be read: done), then the calling thread's cached
+//! list of QPs, a range test per QP and for a hit the one or two CQ slots it covers.
+
+use std::cell::RefCell;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, RwLock};
+
+use crate::sdma::provenance::{self as records, ChannelProvenance};
+
+/// The records of one QP.
+#[derive(Debug)]
+pub(crate) struct QpProvenance {
+    pub device: i32,
+    /// The SQ's slot writers, the log of taken WQEs and the tallies (WQEs as "SQEs", CQEs as "flags").
+    pub records: Arc<ChannelProvenance>,
+    cq_base: u64,
+    cq_depth: u32,
+    /// Per CQ slot: 0, or the landing sequence of the CQE written there and not yet read.
+    cqe_key: Box<[AtomicU64]>,
+    /// Per CQ slot: the first 8 bytes of that CQE.
+    cqe_value: Box<[AtomicU64]>,
+    /// CQEs waiting for their first read.
+    pending: AtomicU32,
+    /// Accepted SQ doorbells, and who rang the last one (a `WRITER_*` id).
+    doorbells: AtomicU64,
+    ringer: AtomicU32,
+}
+
+/// CQ bytes per CQE (docs/rdma.md section 3).
+const CQE_BYTES: u64 = super::CQE_BYTES;
+
+impl QpProvenance {
+    pub(crate) fn new(device: i32, sq_base: u64, sq_depth: u32, cq_base: u64, cq_depth: u32) -> Self {
+        let cells = |n: u32| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[AtomicU64]>>();
+        QpProvenance {
+            device,
+            records: Arc::new(ChannelProvenance::new(device, sq_base, sq_depth)),
+            cq_base,
+            cq_depth,
+            cqe_key: cells(cq_depth),
+            cqe_value: cells(cq_depth),
+            pending: AtomicU32::new(0),
+            doorbells: AtomicU64::new(0),
+            ringer: AtomicU32::new(records::WRITER_UNKNOWN),
+        }
+    }
+
+    /// An accepted SQ doorbell by `origin`.
+    pub(crate) fn rung(&self, origin: u32) {
+        self.ringer.store(origin, Ordering::Relaxed);
+        self.doorbells.fetch_add(1, Ordering::Release);
+        self.records.rung(origin);
+    }
+
+    /// Who wrote the WQE at SQ index `index` last, who rang the last doorbell, and the doorbell count: read by the
+    /// NIC when it takes the WQE.
+    pub(crate) fn taken(&self, index: u32, depth: u32) -> Taken {
+        Taken {
+            writer: self.records.writer_of(index & (depth - 1)),
+            ringer: self.ringer.load(Ordering::Relaxed),
+            doorbell: self.doorbells.load(Ordering::Acquire),
+        }
+    }
+
+    /// A taken WQE completed without a CQE (unsignaled, or its CQE was lost): logged and tallied.
+    pub(crate) fn completed(&self, taken: Taken) {
+        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, None);
+    }
+
+    /// The NIC is about to write CQE `first_word ..` at producer index `producer` for the taken WQE: logged with
+    /// its landing before the write, so that a reader that sees the CQE finds both.
+    pub(crate) fn cqe_landing(&self, taken: Taken, producer: u32, first_word: u64) {
+        let sequence = self.records.next_landing();
+        let slot = (producer & (self.cq_depth - 1)) as usize;
+        self.cqe_value[slot].store(first_word, Ordering::Relaxed);
+        // A CQE still unread in this slot was one lap ago: the CQ cannot hold it any more (counted unseen).
+        if self.cqe_key[slot].swap(sequence, Ordering::AcqRel) == 0 {
+            self.pending.fetch_add(1, Ordering::AcqRel);
+            PENDING.fetch_add(1, Ordering::AcqRel);
+        }
+        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, Some(sequence));
+    }
+
+    /// A read of `[address, address + data.len())` that returned `data`: claims each CQE it covers whose first 8
+    /// bytes it returned.
+    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+        if self.pending.load(Ordering::Acquire) == 0 {
+            return;
+        }
+        let end = address.saturating_add(data.len() as u64);
+        let cq_end = self.cq_base + u64::from(self.cq_depth) * CQE_BYTES;
+        if end <= self.cq_base || address >= cq_end {
+            return;
+        }
+        let first = address.max(self.cq_base).saturating_sub(self.cq_base).div_ceil(CQE_BYTES);
+        for slot in first..u64::from(self.cq_depth) {
+            let at = self.cq_base + slot * CQE_BYTES;
+            if at + 8 > end {
+                break;
+            }
+            let key = self.cqe_key[slot as usize].load(Ordering::Acquire);
+            if key == 0 {
+                continue;
+            }
+            let offset = (at - address) as usize;
+            let word = u64::from_le_bytes(data[offset..offset + 8].try_into().expect("8 bytes"));
+            if word != self.cqe_value[slot as usize].load(Ordering::Relaxed) {
+                continue;
+            }
+            if self.cqe_key[slot as usize].compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+                self.records.claim(key, by_core);
+            }
+        }
+    }
+
+    /// Drops the CQEs waiting to be read (the QP is destroyed: they count as unseen).
+    fn forget_pending(&self) {
+        for key in self.cqe_key.iter() {
+            if key.swap(0, Ordering::AcqRel) != 0 {
+                self.pending.fetch_sub(1, Ordering::AcqRel);
+                PENDING.fetch_sub(1, Ordering::AcqRel);
+            }
+        }
+    }
+}
+
+/// What the NIC read about a WQE when it took it.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Taken {
+    writer: u32,
+    ringer: u32,
+    doorbell: u64,
+}
+
+/// Every live QP's records (their CQ ranges are what reads are matched against).
+static QPS: LazyLock<RwLock<Arc<Vec<Arc<QpProvenance>>>>> = LazyLock::new(RwLock::default);
+/// Bumped under [`QPS`]' write lock by every change of it.
+static GENERATION: AtomicU64 = AtomicU64::new(1);
+/// CQEs waiting for their first read, process-wide (0: every read is done after one load).
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    static CACHED: RefCell<(u64, Arc<Vec<Arc<QpProvenance>>>)> = RefCell::new((0, Arc::default()));
+}
+
+/// Starts the records of a new QP: its SQ is watched for writes, its CQ for reads.
+pub(crate) fn watch(qp: &Arc<QpProvenance>) {
+    records::watch(std::slice::from_ref(&qp.records));
+    let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
+    let mut next = qps.to_vec();
+    next.push(Arc::clone(qp));
+    *qps = Arc::new(next);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+}
+
+/// Ends the records of a destroyed QP (its log stays readable through whoever holds it).
+pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
+    records::unwatch_channel(&qp.records);
+    let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
+    let next: Vec<_> = qps.iter().filter(|held| !Arc::ptr_eq(held, qp)).cloned().collect();
+    *qps = Arc::new(next);
+    GENERATION.fetch_add(1, Ordering::AcqRel);
+    drop(qps);
+    qp.forget_pending();
+}
+
+/// A read that returned `data` from `[address, ..)`, by a core of `device` (`Some`) or by the Host (`None`).
+pub(crate) fn read(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
+    if PENDING.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    let generation = GENERATION.load(Ordering::Acquire);
+    CACHED.with(|cached| {
+        let mut cached = cached.borrow_mut();
+        if cached.0 != generation {
+            *cached = (generation, QPS.read().unwrap_or_else(|p| p.into_inner()).clone());
+        }
+        for qp in cached.1.iter() {
+            if device.is_none_or(|device| device == qp.device) {
+                qp.read(by_core, address, data);
+            }
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cqe_is_claimed_by_the_first_read_that_returns_its_first_word_and_the_log_names_the_reader() {
+        let qp = QpProvenance::new(7, 0x10_0000, 4, 0x20_0000, 4);
+        qp.records.mark(records::block_writer(1), 0x10_0040, 64);
+        qp.rung(records::block_writer(1));
+        let taken = qp.taken(1, 4);
+        qp.cqe_landing(taken, 5, 0xABCD);
+        // A line of the CQ: CQE slot 1 (producer 5 of depth 4) is its bytes 32..40.
+        let mut line = [0u8; 64];
+        qp.read(true, 0x20_0000, &line);
+        assert_eq!(qp.records.snapshot().flags_seen_by_core, 0, "a read of the old bytes claims nothing");
+        line[32..40].copy_from_slice(&0xABCDu64.to_le_bytes());
+        qp.read(false, 0x20_0000 + 8, &line[8..]);
+        qp.read(true, 0x20_0000, &line);
+        let seen = qp.records.snapshot();
+        assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (1, 1, 0), "Host first");
+        let mut log = Vec::new();
+        qp.records.read_log(0, &mut log);
+        assert_eq!(log.len(), 1);
+        let entry = log[0];
+        assert_eq!((entry.writer, entry.ringer, entry.doorbell), (records::Doer::Block(1), records::Doer::Block(1), 1));
+        assert_eq!(entry.flag, Some(records::FlagReader::Host));
+        qp.completed(qp.taken(2, 4));
+        log.clear();
+        qp.records.read_log(1, &mut log);
+        assert_eq!((log[0].writer, log[0].flag), (records::Doer::Unattributed, None), "never written, no CQE");
+    }
+}
