@@ -281,3 +281,33 @@ fn a_target_whose_link_is_down_fails_its_transfers_within_the_retries_and_other_
     let back = run(&a, &[request(Opcode::Write, &a, 0, to_b, &b, 0, 4096)]);
     assert_eq!(back[0].0, TransferState::Completed, "{back:?}");
 }
+
+#[test]
+fn the_twin_nic_observes_the_kernel_writing_the_wqes_ringing_and_reading_each_cqe() {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    // Pieces of at most 1 MiB (rdma_max_wqe_bytes): 1, 3 and 2 WQEs, writes and reads.
+    let requests = [
+        request(Opcode::Write, &a, 0, peer, &b, 0, 4096),
+        request(Opcode::Read, &a, 4 << 20, peer, &b, 4 << 20, (5 << 19) + 7),
+        request(Opcode::Write, &a, 8 << 20, peer, &b, 8 << 20, 2 << 20),
+    ];
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let _ = a.engine.wait_batch(batch).expect("wait");
+    for (task, wqes) in [1u64, 3, 2].into_iter().enumerate() {
+        let status = a.engine.transfer_status(batch, task).expect("status");
+        assert_eq!(status.state, TransferState::Completed, "task {task}: {:?}", a.engine.task_reason(batch, task));
+        let evidence = a.engine.task_evidence(batch, task).expect("task").expect("evidence");
+        assert_eq!(evidence.route, Some("rdma"), "{evidence:?}");
+        let acts = [evidence.descriptors_written, evidence.doorbells_rung, evidence.completion_seen];
+        assert!(acts.iter().all(|act| act.source == Source::TwinModel), "the NIC's log, not a tally: {evidence:?}");
+        let written = evidence.descriptors_written;
+        assert_eq!((written.by_aiv, written.by_host, written.unattributed), (wqes, 0, 0), "task {task}: {evidence:?}");
+        let rung = evidence.doorbells_rung;
+        assert!(rung.by_aiv >= 1 && rung.by_host == 0 && rung.unattributed == 0, "task {task}: {evidence:?}");
+        assert_eq!(evidence.completion_seen.by_aiv, 1, "the kernel read the CQE first: {evidence:?}");
+        assert_eq!(evidence.checks().aiv_direct(), aiv_transport::evidence::Check::Yes, "task {task}: {evidence:?}");
+    }
+    a.engine.free_batch(batch).expect("free");
+}

@@ -465,6 +465,13 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
         let _ = (channel, from, out);
         ChannelLog::NotObservable
     }
+    /// Appends to `out` the runtime's log of the WQEs its NIC completed on QP `qpn` from position `from` on, in WQE
+    /// order: who wrote each, who rang the SQ doorbell before the NIC took it, who first read its CQE (the twin's
+    /// `cann_twin::nic::qp_log`; an entry's `flag` is the CQE's reader, `None` for a WQE without a CQE).
+    fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        let _ = (qpn, from, out);
+        ChannelLog::NotObservable
+    }
 
     // ---- kernel ----
     /// Launches the transfer kernel on `block_dim` blocks with `kernel_args` (device address of `KernelArgs`).

@@ -1330,6 +1330,22 @@ impl DeviceBackend for CannDevice {
         }
     }
 
+    fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        if self.runtime != CannRuntime::Twin {
+            return ChannelLog::NotObservable;
+        }
+        if !cann_twin::control::provenance_recorded() {
+            return ChannelLog::NotRecorded;
+        }
+        match cann_twin::nic::qp_log(self.id as i32, qpn, from, out) {
+            Ok((first, end)) => ChannelLog::Read { first, end },
+            Err(error) => {
+                tracing::warn!(device = self.id, qpn, %error, "no WQE log for the QP");
+                ChannelLog::NotObservable
+            }
+        }
+    }
+
     fn channel_exception(&self, channel: u32) -> Option<ChannelException> {
         if self.runtime == CannRuntime::Twin {
             if let Some(exception) = self.twin_channel_exception(channel) {

@@ -166,8 +166,8 @@ impl Inner {
             }
         }
         // The acts of each transfer, from the runtime's SQE log (before a recovery, which starts the log walk again).
-        // RDMA transfers took no SQE of the channel: they are left out of the walk (their acts come from the DCQ
-        // entry's tallies, `rdma_acts`).
+        // RDMA transfers took no SQE of the channel: they are left out of the walk (their acts come from their QP's
+        // WQE log, `attribute_rdma`, below).
         walked.clear();
         walked.extend(finished.iter().filter(|(_, transfer)| transfer.rdma_slot.is_none()).map(|&(i, _)| {
             match &entries[i].1 {
@@ -196,7 +196,10 @@ impl Inner {
                 }
             };
             let observed = match transfer.rdma_slot {
-                Some(_) => super::observe::rdma_acts(block.index, entry),
+                Some(slot) => {
+                    let qpn = self.rdma.qpn_of(block.index as usize, slot);
+                    records.attribute_rdma(&*self.device, block.index, qpn, entry)
+                }
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };
             self.finish(block, entry, transfer, (drain_share, calls_share), observed, exception.as_ref());

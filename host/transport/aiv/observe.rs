@@ -12,7 +12,15 @@
 //! its channel reset, entries the log no longer keeps) the transfers' acts are `lost` and the walk starts again at
 //! the log's end. On the vendor's runtime the acts come from the kernel's tallies in each DCQ entry.
 //!
-//! Owns: the block's log position and the walk's buffers; it must not touch the rings.
+//! A transfer on the RDMA route takes no SQE: its acts come from the twin NIC's log of the transfer's QP
+//! ([`cann_twin::nic::qp_log`]), one entry per WQE in WQE order (the kernel posts a QP's WQEs in request order, and
+//! a block's DCQ entries come in request order): the transfer's WQEs are the next `sqes` entries, and its completion
+//! was seen by whoever first read the CQE of its last WQE (the only one it signals for sure). A failed RDMA transfer
+//! puts its QP in error (the Host replaces it): its acts are `lost` and the QP's walk skips what its log holds.
+//!
+//! Owns: the block's log positions (its channel's, its QPs') and the walks' buffers; it must not touch the rings.
+
+use std::collections::HashMap;
 
 use cann_twin::control::{Doer, FlagReader, LoggedSqe};
 
@@ -28,6 +36,8 @@ pub(super) struct BlockRecords {
     log: Vec<LoggedSqe>,
     /// The transfers of the group being walked (indices into the acts), waiting for the group's flag.
     group: Vec<usize>,
+    /// Per QP (by number) the block's RDMA transfers went on: the position of the next WQE no transfer took yet.
+    qp_cursors: HashMap<u32, u64>,
 }
 
 impl BlockRecords {
@@ -173,12 +183,55 @@ fn add(act: &mut Act, doer: Doer) {
     }
 }
 
-/// The acts of a transfer on the RDMA route: the WQEs and SQ doorbells the kernel counted in its DCQ entry (the
-/// SDMA log has none of them). The twin NIC keeps no record of who wrote a WQE or rang a doorbell, so the counts
-/// are the kernel's tallies, as on an NPU: no Host code writes WQEs or rings a NIC doorbell on this path, but it is
-/// not observed by the device model.
-pub(super) fn rdma_acts(block: u32, entry: &DcqEntry) -> [Act; 3] {
-    kernel_tally(block, entry)
+impl BlockRecords {
+    /// The acts of one RDMA transfer of this block, drained in DCQ order: from the log of QP `qpn` (`None`: the QP is
+    /// being replaced right now, so the transfer's records cannot be found).
+    pub(super) fn attribute_rdma(
+        &mut self,
+        device: &dyn DeviceBackend,
+        block: u32,
+        qpn: Option<u32>,
+        entry: &DcqEntry,
+    ) -> [Act; 3] {
+        let status = DcqStatus(entry.status.get());
+        let wqes = entry.sqes.get() as usize;
+        if wqes == 0 && status == DcqStatus::FAILED {
+            // Refused before posting (no QP, a QP in error): no WQE, no doorbell, no CQE.
+            return [observed(&[], |_| Doer::Unattributed), observed(&[], |_| Doer::Unattributed), none()];
+        }
+        let Some(qpn) = qpn else { return [Act::unknown(Source::Lost); 3] };
+        // A QP's log starts at 0 when the NIC creates it, before any WQE.
+        let cursor = *self.qp_cursors.entry(qpn).or_insert(0);
+        self.log.clear();
+        let (first, end) = match device.read_qp_log(qpn, cursor, &mut self.log) {
+            ChannelLog::NotRecorded => return [Act::unknown(Source::NotRecorded); 3],
+            ChannelLog::NotObservable => return kernel_tally(block, entry),
+            ChannelLog::Read { first, end } => (first, end),
+        };
+        if status != DcqStatus::COMPLETED || first != cursor || self.log.len() < wqes {
+            // A failed transfer (its QP is replaced; WQEs after its own may still be logged), or entries the walk
+            // needed are gone: lost, and the walk goes on from the log's end.
+            if status == DcqStatus::COMPLETED {
+                tracing::warn!(block, qpn, cursor, first, end, wqes, "the QP's log does not hold the transfer's WQEs");
+            }
+            self.qp_cursors.insert(qpn, end);
+            return [Act::unknown(Source::Lost); 3];
+        }
+        self.qp_cursors.insert(qpn, cursor + wqes as u64);
+        rdma_acts(&self.log[..wqes])
+    }
+}
+
+/// The acts of an RDMA transfer whose WQEs the NIC logged as `wqes`: who wrote them, the SQ doorbells that exposed
+/// them, and who first read the CQE of the last (a CQE nobody read, or none, is unattributed).
+fn rdma_acts(wqes: &[LoggedSqe]) -> [Act; 3] {
+    let mut completion = none();
+    match wqes.last().and_then(|wqe| wqe.flag) {
+        Some(FlagReader::Core) => completion.by_aiv = 1,
+        Some(FlagReader::Host) => completion.by_host = 1,
+        Some(FlagReader::Unread) | None => completion.unattributed = 1,
+    }
+    [observed(wqes, |wqe| wqe.writer), doorbells(wqes), completion]
 }
 
 /// The NPU's view of one transfer: the kernel's tallies in its DCQ entry.
@@ -215,7 +268,7 @@ mod tests {
     }
 
     fn walk(log: Vec<LoggedSqe>, entries: &[DcqEntry]) -> (Vec<[Act; 3]>, Option<usize>) {
-        let mut records = BlockRecords { cursor: Some(0), log, group: Vec::new() };
+        let mut records = BlockRecords { cursor: Some(0), log, group: Vec::new(), qp_cursors: HashMap::new() };
         let mut acts = vec![[Act::unknown(Source::Lost); 3]; entries.len()];
         let taken = records.walk(entries, &mut acts);
         (acts, taken)
@@ -271,6 +324,29 @@ mod tests {
         let (acts, taken) = walk(log, &[entry(0, DcqStatus::FAILED), entry(2, DcqStatus::COMPLETED)]);
         assert_eq!(taken, Some(2));
         assert_eq!((acts[0][0].total(), acts[1][0].by_aiv), (0, 2));
+    }
+
+    #[test]
+    fn an_rdma_transfer_takes_its_wqes_and_the_reader_of_its_last_cqe_and_a_host_act_fails_its_check() {
+        use crate::evidence::{Check, Checks};
+        // Three WQEs behind two doorbells, by block 1's core; only the last has a CQE, read by the core.
+        let b1 = Doer::Block(1);
+        let by_core = [sqe(b1, b1, 4, None), sqe(b1, b1, 4, None), sqe(b1, b1, 5, Some(FlagReader::Core))];
+        let [wqes, rung, seen] = rdma_acts(&by_core);
+        assert_eq!((wqes.source, wqes.by_aiv, wqes.aiv_blocks, wqes.by_host), (Source::TwinModel, 3, Some([1, 1]), 0));
+        assert_eq!((rung.by_aiv, rung.by_host, seen.by_aiv, seen.by_host), (2, 0, 1, 0));
+        assert_eq!(Checks::of(&wqes, &rung, &seen).aiv_direct(), Check::Yes);
+        // The same transfer with a Host-written WQE, a Host ring, a CQE the Host read first: each check says no.
+        let host = [sqe(Doer::Host, b1, 4, None), sqe(b1, Doer::Host, 5, Some(FlagReader::Host))];
+        let [wqes, rung, seen] = rdma_acts(&host);
+        let checks = Checks::of(&wqes, &rung, &seen);
+        assert_eq!(
+            (checks.kernel_writes_descriptors, checks.kernel_rings_doorbell, checks.device_observes_completion),
+            (Check::No, Check::No, Check::No)
+        );
+        // A CQE nobody read (or no CQE at all) names no reader.
+        assert_eq!(rdma_acts(&[sqe(b1, b1, 1, Some(FlagReader::Unread))])[2].unattributed, 1);
+        assert_eq!(rdma_acts(&[sqe(b1, b1, 1, None)])[2].unattributed, 1);
     }
 
     #[test]

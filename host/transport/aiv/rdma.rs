@@ -652,6 +652,16 @@ impl Rdma {
     }
 
     /// The peer NIC and remote QPN of `slot` on `block`, for messages.
+    /// The number of the QP in block `block`'s `slot` (`None`: no QP, or a submit is setting the slot up again).
+    pub(super) fn qpn_of(&self, block: usize, slot: u32) -> Option<u32> {
+        let entry = self.slots.get(block)?.get(slot as usize)?;
+        let state = entry.state.try_lock().ok()?;
+        match &*state {
+            SlotState::Ready(qp) | SlotState::Broken { qp, .. } => Some(qp.qpn),
+            _ => None,
+        }
+    }
+
     pub(super) fn describe_slot(&self, block: usize, slot: u32) -> String {
         let Some(entry) = self.slots.get(block).and_then(|b| b.get(slot as usize)) else {
             return format!("QP slot {slot} (none)");
