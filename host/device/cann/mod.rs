@@ -673,6 +673,28 @@ impl CannDevice {
         move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
     }
 
+    /// One of the in-process twin's provenance logs, read by `read` (a channel's SQE log or a QP's WQE log,
+    /// `what`); not observable on the vendor's runtime, not recorded while the records are off.
+    fn read_twin_log(
+        &self,
+        what: std::fmt::Arguments<'_>,
+        read: impl FnOnce() -> Result<(u64, u64), String>,
+    ) -> ChannelLog {
+        if self.runtime != CannRuntime::Twin {
+            return ChannelLog::NotObservable;
+        }
+        if !cann_twin::control::provenance_recorded() {
+            return ChannelLog::NotRecorded;
+        }
+        match read() {
+            Ok((first, end)) => ChannelLog::Read { first, end },
+            Err(error) => {
+                tracing::warn!(device = self.id, %what, %error, "no provenance log");
+                ChannelLog::NotObservable
+            }
+        }
+    }
+
     /// On the twin runtime, the exception that stopped the channel as its SDMA engine recorded it (the NPU gives the
     /// Host no per-channel record: docs/hardware.md section 4), with the faults of the block's core.
     fn twin_channel_exception(&self, channel: u32) -> Option<ChannelException> {
@@ -1315,35 +1337,15 @@ impl DeviceBackend for CannDevice {
     }
 
     fn read_channel_log(&self, channel: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
-        if self.runtime != CannRuntime::Twin {
-            return ChannelLog::NotObservable;
-        }
-        if !cann_twin::control::provenance_recorded() {
-            return ChannelLog::NotRecorded;
-        }
-        match cann_twin::control::sqe_log(self.id as i32, channel, from, out) {
-            Ok((first, end)) => ChannelLog::Read { first, end },
-            Err(error) => {
-                tracing::warn!(device = self.id, channel, %error, "no SQE log for the channel");
-                ChannelLog::NotObservable
-            }
-        }
+        self.read_twin_log(format_args!("SDMA channel {channel}"), || {
+            cann_twin::control::sqe_log(self.id as i32, channel, from, out).map_err(|error| error.to_string())
+        })
     }
 
     fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
-        if self.runtime != CannRuntime::Twin {
-            return ChannelLog::NotObservable;
-        }
-        if !cann_twin::control::provenance_recorded() {
-            return ChannelLog::NotRecorded;
-        }
-        match cann_twin::nic::qp_log(self.id as i32, qpn, from, out) {
-            Ok((first, end)) => ChannelLog::Read { first, end },
-            Err(error) => {
-                tracing::warn!(device = self.id, qpn, %error, "no WQE log for the QP");
-                ChannelLog::NotObservable
-            }
-        }
+        self.read_twin_log(format_args!("QP {qpn:#x}"), || {
+            cann_twin::nic::qp_log(self.id as i32, qpn, from, out).map_err(|error| error.to_string())
+        })
     }
 
     fn channel_exception(&self, channel: u32) -> Option<ChannelException> {
