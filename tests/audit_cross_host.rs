@@ -86,6 +86,9 @@ fn the_cross_host_section_reports_tcp_and_aiv_on_the_rdma_route_and_cleans_up() 
     let aiv = size.protocol("aiv").expect("aiv");
     assert_eq!((aiv.runs.len(), aiv.clean_runs), (1, 1), "aiv failed: {:?}", aiv.failures);
     assert_eq!(aiv.route.as_deref(), Some("rdma"), "{aiv:?}");
+    // Across the namespaces the twin NIC's QP log shows the kernel wrote, rang and saw completion; tcp is a Host path.
+    assert_eq!(aiv.aiv_direct.as_deref(), Some("yes"), "{aiv:?}");
+    assert_eq!(tcp.aiv_direct.as_deref(), Some("no"), "{tcp:?}");
     assert!(aiv.median_bytes_per_second.is_some_and(|b| b > 0.0), "{aiv:?}");
     // At 64 KiB only the Host CPU target is set; its verdict is one of the three.
     assert_eq!(size.targets.len(), 1);

@@ -124,6 +124,10 @@ pub struct CrossHostProtocol {
     pub route: Option<String>,
     /// The evidence's runtime kind (`twin`, `npu`, `none`), as the bench reported it.
     pub runtime: Option<String>,
+    /// The runs' AIV-direct verdict from their evidence (`evidence.checks.aiv_direct`): `no` if any run's is, `yes`
+    /// if every run's is, else `unknown` (`None`: no run reported one).
+    #[serde(default)]
+    pub aiv_direct: Option<String>,
     /// Each distinct failure message, in the order first seen.
     pub failures: Vec<String>,
 }
@@ -141,6 +145,9 @@ pub struct CrossHostRun {
     pub failed_batches: u64,
     pub routes: BTreeMap<String, u64>,
     pub runtime: Option<String>,
+    /// The run's AIV-direct verdict (`yes`, `no`, `unknown`), derived by the bench from the transfers' observed acts.
+    #[serde(default)]
+    pub aiv_direct: Option<String>,
     /// Why the run failed: the target did not start, the initiator failed, or its first failed transfer's reason.
     pub error: Option<String>,
 }
@@ -233,7 +240,16 @@ impl CrossHostProtocol {
             }
         }
         let route = (!routes.is_empty()).then(|| routes.keys().cloned().collect::<Vec<_>>().join(", "));
+        let verdicts: Vec<&str> = runs.iter().filter_map(|r| r.aiv_direct.as_deref()).collect();
+        let aiv_direct = if verdicts.contains(&"no") {
+            Some("no")
+        } else if !verdicts.is_empty() && verdicts.len() == runs.len() && verdicts.iter().all(|v| *v == "yes") {
+            Some("yes")
+        } else {
+            (!verdicts.is_empty()).then_some("unknown")
+        };
         CrossHostProtocol {
+            aiv_direct: aiv_direct.map(str::to_owned),
             protocol: protocol.into(),
             clean_runs: clean.len(),
             median_bytes_per_second: median(clean.iter().map(|r| r.bytes_per_second).collect()),
@@ -318,16 +334,18 @@ impl CrossHostReport {
             self.threads,
             block_name(BANDWIDTH_TARGET_BLOCK),
         );
-        let _ =
-            writeln!(md, "| block | protocol | clean runs | GB/s | Host CPU µs/transfer (process) | p50 µs | route |");
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(
+            md,
+            "| block | protocol | clean runs | GB/s | Host CPU µs/transfer (process) | p50 µs | route | AIV-direct |"
+        );
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
         let number =
             |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
         for size in &self.sizes {
             for p in &size.protocols {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {}/{} | {} | {} | {} | {} |",
+                    "| {} | {} | {}/{} | {} | {} | {} | {} | {} |",
                     block_name(size.block_size),
                     p.protocol,
                     p.clean_runs,
@@ -336,6 +354,7 @@ impl CrossHostReport {
                     number(p.median_process_cpu_ns_per_transfer, 1e3, 1),
                     number(p.median_latency_p50_ns, 1e3, 1),
                     p.route.as_deref().unwrap_or(if p.protocol == "tcp" { "-" } else { "not recorded" }),
+                    p.aiv_direct.as_deref().unwrap_or("not recorded"),
                 );
             }
         }
@@ -573,6 +592,7 @@ fn read_document(run: &mut CrossHostRun, document: &serde_json::Value) {
     run.latency_p50_ns = document["batch_latency_ns"]["p50"].as_f64();
     run.process_cpu_ns_per_transfer = evidence["per_transfer"]["process_host_cpu_ns"].as_f64();
     run.runtime = evidence["runtime"]["kind"].as_str().map(str::to_owned);
+    run.aiv_direct = evidence["checks"]["aiv_direct"].as_str().map(str::to_owned);
     if let Some(routes) = evidence["routes"].as_object() {
         run.routes = routes.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect();
     }
@@ -705,11 +725,23 @@ mod tests {
                        "first_failure": "kernel rejected the request: route is not SDMA"},
             "batch_latency_ns": {"p50": 1500},
             "evidence": {"runtime": {"kind": "twin"}, "routes": {"rdma": 32},
+                         "checks": {"aiv_direct": "yes"},
                          "per_transfer": {"process_host_cpu_ns": 2500.0}},
         });
         let mut r = CrossHostRun::default();
         read_document(&mut r, &document);
         assert_eq!(r.routes.get("rdma"), Some(&32));
+        assert_eq!(r.aiv_direct.as_deref(), Some("yes"));
+        // A protocol's verdict: no if any run's is no, yes only if every run's is yes.
+        let with = |verdicts: &[Option<&str>]| {
+            let runs =
+                verdicts.iter().map(|v| CrossHostRun { aiv_direct: v.map(str::to_owned), ..r.clone() }).collect();
+            CrossHostProtocol::from_runs("aiv", runs).aiv_direct
+        };
+        assert_eq!(with(&[Some("yes"), Some("yes")]).as_deref(), Some("yes"));
+        assert_eq!(with(&[Some("yes"), Some("no")]).as_deref(), Some("no"));
+        assert_eq!(with(&[Some("yes"), None]).as_deref(), Some("unknown"));
+        assert_eq!(with(&[None]), None);
         assert_eq!(r.runtime.as_deref(), Some("twin"));
         assert!(!r.clean());
         assert!(r.error.as_deref().is_some_and(|e| e.contains("route is not SDMA")), "{:?}", r.error);
