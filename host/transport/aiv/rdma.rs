@@ -100,6 +100,16 @@ enum SlotState {
     Failed { reason: String, retry_at: Instant, replaces: Option<u32> },
 }
 
+impl SlotState {
+    /// The slot's QP, connected or broken.
+    fn qp(&self) -> Option<&Qp> {
+        match self {
+            SlotState::Ready(qp) | SlotState::Broken { qp, .. } => Some(qp),
+            _ => None,
+        }
+    }
+}
+
 /// One slot of one block.
 #[derive(Debug, Default)]
 struct Slot {
@@ -541,10 +551,7 @@ impl Rdma {
         let _ = entry.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         // Busy: a submit is setting the slot up again right now (the QP these requests used is being replaced).
         let mut state = entry.state.try_lock().ok()?;
-        let qpn = match &*state {
-            SlotState::Ready(qp) | SlotState::Broken { qp, .. } => Some(qp.qpn),
-            _ => None,
-        };
+        let qpn = state.qp().map(|qp| qp.qpn);
         if let (Some(why), SlotState::Ready(qp)) = (qp_failed, &*state) {
             let qp = qp.clone();
             tracing::info!(block, slot, qpn = qp.qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
@@ -651,17 +658,14 @@ impl Rdma {
         }
     }
 
-    /// The peer NIC and remote QPN of `slot` on `block`, for messages.
     /// The number of the QP in block `block`'s `slot` (`None`: no QP, or a submit is setting the slot up again).
     pub(super) fn qpn_of(&self, block: usize, slot: u32) -> Option<u32> {
         let entry = self.slots.get(block)?.get(slot as usize)?;
         let state = entry.state.try_lock().ok()?;
-        match &*state {
-            SlotState::Ready(qp) | SlotState::Broken { qp, .. } => Some(qp.qpn),
-            _ => None,
-        }
+        state.qp().map(|qp| qp.qpn)
     }
 
+    /// The peer NIC and remote QPN of `slot` on `block`, for messages.
     pub(super) fn describe_slot(&self, block: usize, slot: u32) -> String {
         let Some(entry) = self.slots.get(block).and_then(|b| b.get(slot as usize)) else {
             return format!("QP slot {slot} (none)");
@@ -669,11 +673,11 @@ impl Rdma {
         let Ok(state) = entry.state.try_lock() else {
             return format!("QP slot {slot} of block {block} (being set up again)");
         };
-        match &*state {
-            SlotState::Ready(qp) | SlotState::Broken { qp, .. } => {
+        match state.qp() {
+            Some(qp) => {
                 format!("QP {:#x} (block {block}, slot {slot}) to NIC {} QP {:#x}", qp.qpn, qp.peer_nic, qp.remote_qpn)
             }
-            _ => format!("QP slot {slot} of block {block} (replaced since)"),
+            None => format!("QP slot {slot} of block {block} (replaced since)"),
         }
     }
 }

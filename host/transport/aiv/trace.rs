@@ -39,6 +39,19 @@ impl Inner {
         self.device.device_id() as i32
     }
 
+    /// Block `index`'s trace switch in its kernel arguments: the ring's device address and its depth.
+    fn trace_switch(&self, index: usize) -> (&AtomicU64, &AtomicU32) {
+        // SAFETY: the words lie inside the kernel-argument mapping (`block_args_word`), 8- and 4-aligned (the mapping
+        // is page-aligned, BlockArgs 128 bytes, the fields at 80 and 88), and live as long as `self`; the kernel only
+        // reads them.
+        unsafe {
+            (
+                &*self.block_args_word(index, std::mem::offset_of!(BlockArgs, trace_ring)).cast::<AtomicU64>(),
+                &*self.block_args_word(index, std::mem::offset_of!(BlockArgs, trace_depth)).cast::<AtomicU32>(),
+            )
+        }
+    }
+
     /// The address of word `offset` of block `index`'s arguments in the kernel-argument mapping.
     fn block_args_word(&self, index: usize, offset: usize) -> *mut u8 {
         // SAFETY (of the pointer's use by the callers): the mapping holds BlockArgs[blocks] from
@@ -77,14 +90,7 @@ impl AivTransport {
                 (Some(held), true) => (held._mapping.device_addr(), held.ring.depth()),
                 _ => (0, 0),
             };
-            // SAFETY: the words lie inside the kernel-argument mapping (`block_args_word`), 8- and 4-aligned (the
-            // mapping is page-aligned, BlockArgs 128 bytes, the fields at 80 and 88); the kernel only reads them.
-            let (ring_word, depth_word) = unsafe {
-                (
-                    &*inner.block_args_word(i, std::mem::offset_of!(BlockArgs, trace_ring)).cast::<AtomicU64>(),
-                    &*inner.block_args_word(i, std::mem::offset_of!(BlockArgs, trace_depth)).cast::<AtomicU32>(),
-                )
-            };
+            let (ring_word, depth_word) = inner.trace_switch(i);
             // The depth before the address (Release): a kernel that reads the new address reads its depth.
             if ring != 0 {
                 depth_word.store(ring_depth, Ordering::Release);
@@ -114,11 +120,7 @@ impl Inner {
         let behind = || {
             self.blocks.iter().enumerate().filter(|(i, block)| {
                 let control = block.control();
-                // SAFETY: as in set_trace (`block_args_word`: inside the mapping, 8-aligned).
-                let wanted = unsafe {
-                    &*self.block_args_word(*i, std::mem::offset_of!(BlockArgs, trace_ring)).cast::<AtomicU64>()
-                }
-                .load(Ordering::Acquire);
+                let wanted = self.trace_switch(*i).0.load(Ordering::Acquire);
                 control.running.load(Ordering::Acquire) == 1
                     && control.halt_count.load(Ordering::Acquire) == control.resume_count.load(Ordering::Acquire)
                     && control.trace_ring_seen.load(Ordering::Acquire) != wanted

@@ -840,7 +840,9 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
 /// last `aclrtResetDevice` already freed is skipped.
 pub(crate) fn destroy(device: i32) {
     let Some(engines) = lock(&ENGINES).remove(&device) else { return };
-    provenance::unwatch(device);
+    // Its SDMA channels only: the device's NIC QPs keep their watches until they are destroyed.
+    let channels: Vec<_> = engines.channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect();
+    provenance::unwatch(&channels);
     {
         let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
         for channel in &engines.channels {

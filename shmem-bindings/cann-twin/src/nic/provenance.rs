@@ -174,7 +174,7 @@ pub(crate) fn watch(qp: &Arc<QpProvenance>) {
 
 /// Ends the records of a destroyed QP (its log stays readable through whoever holds it).
 pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
-    records::unwatch_channel(&qp.records);
+    records::unwatch(std::slice::from_ref(&qp.records));
     let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
     let next: Vec<_> = qps.iter().filter(|held| !Arc::ptr_eq(held, qp)).cloned().collect();
     *qps = Arc::new(next);

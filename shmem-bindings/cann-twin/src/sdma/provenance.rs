@@ -576,16 +576,12 @@ pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
     publish(&mut watches, next);
 }
 
-/// Stops watching one channel's SQ (a twin NIC QP's, when the QP is destroyed).
-pub(crate) fn unwatch_channel(channel: &Arc<ChannelProvenance>) {
+/// Stops watching these channels' SQs (a device's SDMA channels when its engines go, a twin NIC QP's when the QP
+/// is destroyed); the other channels of the same device stay watched.
+pub(crate) fn unwatch(channels: &[Arc<ChannelProvenance>]) {
     let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
-    let next: Vec<_> = watches.channels.iter().filter(|c| !Arc::ptr_eq(c, channel)).cloned().collect();
-    publish(&mut watches, next);
-}
-
-pub(crate) fn unwatch(device: i32) {
-    let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
-    let next: Vec<_> = watches.channels.iter().filter(|channel| channel.device != device).cloned().collect();
+    let next: Vec<_> =
+        watches.channels.iter().filter(|held| !channels.iter().any(|gone| Arc::ptr_eq(held, gone))).cloned().collect();
     publish(&mut watches, next);
 }
 
