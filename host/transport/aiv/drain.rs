@@ -198,7 +198,7 @@ impl Inner {
             let observed = match transfer.rdma_slot {
                 Some(slot) => {
                     let qpn = self.rdma.qpn_of(block.index as usize, slot);
-                    records.attribute_rdma(&*self.device, block.index, qpn, entry)
+                    records.attribute_rdma(&*self.device, block.index, slot, qpn, entry)
                 }
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };

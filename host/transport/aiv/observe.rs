@@ -36,8 +36,11 @@ pub(super) struct BlockRecords {
     log: Vec<LoggedSqe>,
     /// The transfers of the group being walked (indices into the acts), waiting for the group's flag.
     group: Vec<usize>,
-    /// Per QP (by number) the block's RDMA transfers went on: the position of the next WQE no transfer took yet.
-    qp_cursors: HashMap<u32, u64>,
+    /// Per QP slot of the block: the number of the QP the slot's last RDMA transfer went on, and the position in
+    /// that QP's log of the next WQE no transfer took yet. One entry per slot: a replaced QP's entry is replaced with
+    /// it (the new QP's log starts at 0), so the map stays as small as the block's slots and a reused QP number
+    /// starts afresh.
+    qp_cursors: HashMap<u32, (u32, u64)>,
 }
 
 impl BlockRecords {
@@ -184,12 +187,13 @@ fn add(act: &mut Act, doer: Doer) {
 }
 
 impl BlockRecords {
-    /// The acts of one RDMA transfer of this block, drained in DCQ order: from the log of QP `qpn` (`None`: the QP is
-    /// being replaced right now, so the transfer's records cannot be found).
+    /// The acts of one RDMA transfer of this block, drained in DCQ order: from the log of QP `qpn`, the QP of slot
+    /// `slot` (`None`: the QP is being replaced right now, so the transfer's records cannot be found).
     pub(super) fn attribute_rdma(
         &mut self,
         device: &dyn DeviceBackend,
         block: u32,
+        slot: u32,
         qpn: Option<u32>,
         entry: &DcqEntry,
     ) -> [Act; 3] {
@@ -201,7 +205,10 @@ impl BlockRecords {
         }
         let Some(qpn) = qpn else { return [Act::unknown(Source::Lost); 3] };
         // A QP's log starts at 0 when the NIC creates it, before any WQE.
-        let cursor = *self.qp_cursors.entry(qpn).or_insert(0);
+        let cursor = match self.qp_cursors.get(&slot) {
+            Some(&(known, cursor)) if known == qpn => cursor,
+            _ => 0,
+        };
         self.log.clear();
         let (first, end) = match device.read_qp_log(qpn, cursor, &mut self.log) {
             ChannelLog::NotRecorded => return [Act::unknown(Source::NotRecorded); 3],
@@ -214,10 +221,10 @@ impl BlockRecords {
             if status == DcqStatus::COMPLETED {
                 tracing::warn!(block, qpn, cursor, first, end, wqes, "the QP's log does not hold the transfer's WQEs");
             }
-            self.qp_cursors.insert(qpn, end);
+            self.qp_cursors.insert(slot, (qpn, end));
             return [Act::unknown(Source::Lost); 3];
         }
-        self.qp_cursors.insert(qpn, cursor + wqes as u64);
+        self.qp_cursors.insert(slot, (qpn, cursor + wqes as u64));
         rdma_acts(&self.log[..wqes])
     }
 }
@@ -355,5 +362,67 @@ mod tests {
         assert_eq!((sqes.source, sqes.by_aiv, sqes.aiv_blocks), (Source::KernelTally, 7, Some([3, 3])));
         assert_eq!((doorbells.by_aiv, seen.by_aiv), (1, 1));
         assert_eq!(kernel_tally(3, &entry(7, DcqStatus::TIMEOUT))[2].by_aiv, 0);
+    }
+
+    /// A backend whose only working call is `read_qp_log`, over one log per QP number (each starting at 0).
+    #[derive(Debug, Default)]
+    struct QpLogs(std::sync::Mutex<HashMap<u32, Vec<LoggedSqe>>>);
+
+    #[rustfmt::skip]
+    impl DeviceBackend for QpLogs {
+        fn backend_name(&self) -> &'static str { "qp-logs" }
+        fn device_id(&self) -> u32 { 0 }
+        fn runtime_label(&self) -> crate::evidence::RuntimeLabel { unreachable!("not used by the walk") }
+        fn as_any(&self) -> &dyn std::any::Any { self }
+        fn allocate(&self, _: u64) -> Result<crate::device::DeviceBuffer, crate::device::DeviceError> { unreachable!() }
+        fn is_mapped(&self, _: u64, _: u64) -> bool { unreachable!() }
+        fn is_own_memory(&self, _: u64, _: u64) -> bool { unreachable!() }
+        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<(), crate::device::DeviceError> { unreachable!() }
+        fn copy_from_device(&self, _: u64, _: &mut [u8]) -> Result<(), crate::device::DeviceError> { unreachable!() }
+        fn advertisement(&self) -> crate::device::DeviceAdvertisement { unreachable!() }
+        fn import(&self, _: &crate::device::DeviceAdvertisement, _: &crate::device::ExportedRegion)
+            -> Result<crate::device::ImportedWindow, crate::device::DeviceError> { unreachable!() }
+        fn allocate_shared(&self, _: usize) -> Result<crate::device::SharedMemory, crate::device::DeviceError> {
+            unreachable!()
+        }
+        fn open_channels(&self, _: u32, _: u32)
+            -> Result<Vec<crate::device::ChannelInfo>, crate::device::DeviceError> { unreachable!() }
+        fn channel_exception(&self, _: u32) -> Option<crate::device::ChannelException> { unreachable!() }
+        fn reset_channel(&self, _: u32) -> Result<(), crate::device::DeviceError> { unreachable!() }
+        fn launch(&self, _: u64, _: u32)
+            -> Result<std::sync::Arc<dyn crate::device::Launch>, crate::device::DeviceError> { unreachable!() }
+        fn cycles_per_second(&self) -> u64 { unreachable!() }
+        fn create_stream(&self) -> Result<std::sync::Arc<dyn crate::device::CopyStream>, crate::device::DeviceError> {
+            unreachable!()
+        }
+        fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<LoggedSqe>) -> ChannelLog {
+            let logs = self.0.lock().expect("logs");
+            let log = logs.get(&qpn).map_or(&[][..], Vec::as_slice);
+            out.extend_from_slice(&log[(from as usize).min(log.len())..]);
+            ChannelLog::Read { first: from, end: log.len() as u64 }
+        }
+    }
+
+    #[test]
+    fn a_replaced_qp_starts_its_slot_afresh_even_under_a_reused_number() {
+        let device = QpLogs::default();
+        let wqe = || sqe(B0, B0, 1, Some(FlagReader::Core));
+        let mut records = BlockRecords::default();
+        let done = entry(2, DcqStatus::COMPLETED);
+        let aiv_direct = |acts: [Act; 3]| acts.iter().all(|act| act.by_aiv > 0 && act.by_host == 0);
+        // Slot 0's QP 7 carries two transfers of 2 WQEs each.
+        device.0.lock().expect("logs").insert(7, vec![wqe(); 4]);
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
+        // The slot's QP is replaced by QP 9: its log starts at 0, and the slot's entry is replaced, not added to.
+        device.0.lock().expect("logs").insert(9, vec![wqe(); 2]);
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(9), &done)));
+        assert_eq!(records.qp_cursors.len(), 1, "one entry per slot: {:?}", records.qp_cursors);
+        // Replaced again by a QP that reuses number 7, with a new log: attributed from 0, not from the old cursor 4.
+        device.0.lock().expect("logs").insert(7, vec![wqe(); 2]);
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
+        // A second slot has its own cursor; a transfer whose WQEs the log lacks is lost.
+        assert_eq!(records.attribute_rdma(&device, 0, 1, Some(11), &done)[0].source, Source::Lost);
+        assert_eq!(records.qp_cursors.len(), 2);
     }
 }
