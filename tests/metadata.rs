@@ -295,6 +295,31 @@ fn http_backend_publishes_mooncake_keys_and_engines_find_each_other() {
     }
 }
 
+/// A peer publishes its descriptor before it registers memory (Mooncake's transfer_engine_bench target does): an
+/// engine that asked for the first buffer in between has the empty descriptor cached, and must still see the buffer
+/// once it is registered, without an explicit refresh.
+#[test]
+fn the_first_buffer_address_of_a_peer_that_registers_after_the_open_is_found() {
+    let server = http_server();
+    let url = server.url();
+    let first = engine("127.0.0.1:17111", &url);
+    let second = engine("127.0.0.1:17112", &url);
+    let error = first.get_first_buffer_address(second.name()).expect_err("no buffer yet");
+    assert!(error.to_string().contains("exposes no buffer"), "{error}");
+    let buffer = Buffer::register(&second, 4096);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let found = loop {
+        match first.get_first_buffer_address(second.name()) {
+            Ok(address) => break address,
+            Err(error) => assert!(Instant::now() < deadline, "never found after registration: {error}"),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(found, buffer.addr());
+    drop((first, second));
+    drop(buffer);
+}
+
 #[test]
 fn http_backend_uses_the_cluster_prefix_and_rejects_malformed_descriptors() {
     let server = http_server();

@@ -816,9 +816,19 @@ impl TransferEngine {
         batch_ids.iter().map(|&id| self.batch_status(id)).collect()
     }
 
-    /// Address of the first buffer of a segment (its lowest address).
+    /// Address of the first buffer of a segment (its lowest address). A segment cached with no buffer is fetched
+    /// again first, rate-limited like a transfer's stale-descriptor refresh.
     pub fn get_first_buffer_address(&self, target: &str) -> Result<u64> {
-        let segment = self.segment(self.open_segment(target)?)?;
+        let id = self.open_segment(target)?;
+        let mut segment = self.segment(id)?;
+        if segment.buffers.iter().next().is_none() && self.may_refresh_stale(id) {
+            // A peer publishes its descriptor before it registers memory: one opened in between is cached with no
+            // buffer, so it is fetched again (at most once per STALE_REFRESH_INTERVAL) before the call fails.
+            match self.refresh_segment(id) {
+                Ok(()) => segment = self.segment(id)?,
+                Err(error) => tracing::debug!(segment = %target, %error, "descriptor refresh failed"),
+            }
+        }
         let first = segment.buffers.iter().next().map(|buffer| buffer.addr);
         first.ok_or_else(|| EngineError::SegmentNotFound {
             name: target.to_owned(),
