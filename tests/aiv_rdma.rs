@@ -311,3 +311,60 @@ fn the_twin_nic_observes_the_kernel_writing_the_wqes_ringing_and_reading_each_cq
     }
     a.engine.free_batch(batch).expect("free");
 }
+
+/// The negative case, through the whole engine: the kernel's SQ doorbells are diverted (test-only mis-wiring) and a
+/// Host thread rings them instead. The data still moves; the WQEs stay the kernel's and it still reads the CQEs, but
+/// the NIC saw the Host ring: exactly the doorbell check of each RDMA transfer turns to no.
+#[test]
+fn sq_doorbells_rung_by_the_host_turn_the_doorbell_check_to_no() {
+    use aiv_transport::evidence::Check;
+    let (mut a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    a.modify(|bytes| bytes[..4 << 20].fill(0x5A));
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    // The QP is set up (and its first WQE rung by the kernel) before the divert.
+    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    a.twin().divert_sq_doorbells(true);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let forwarder = {
+        let (stop, twin) = (stop.clone(), a.twin());
+        std::thread::spawn(move || {
+            let (mut forwarded, mut rung) = (std::collections::HashMap::new(), 0);
+            while !stop.load(std::sync::atomic::Ordering::Acquire) {
+                rung += twin.forward_sq_doorbells(&mut forwarded);
+                std::thread::yield_now();
+            }
+            rung
+        })
+    };
+    let requests = [
+        request(Opcode::Write, &a, 0, peer, &b, 0, 4096),
+        request(Opcode::Write, &a, 1 << 20, peer, &b, 1 << 20, (2 << 20) + 5),
+    ];
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let _ = a.engine.wait_batch(batch).expect("wait");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let rung = forwarder.join().expect("forwarder");
+    a.twin().divert_sq_doorbells(false);
+    assert!(rung >= 1, "the Host forwarded no doorbell");
+    for task in 0..requests.len() {
+        let status = a.engine.transfer_status(batch, task).expect("status");
+        assert_eq!(status.state, TransferState::Completed, "task {task}: {:?}", a.engine.task_reason(batch, task));
+        let evidence = a.engine.task_evidence(batch, task).expect("task").expect("evidence");
+        assert_eq!(evidence.route, Some("rdma"), "{evidence:?}");
+        let (written, rung, seen) = (evidence.descriptors_written, evidence.doorbells_rung, evidence.completion_seen);
+        assert!(written.by_aiv >= 1 && written.by_host == 0, "task {task}: {evidence:?}");
+        assert!(rung.by_host >= 1 && rung.by_aiv == 0, "the Host rang, no core: task {task}: {evidence:?}");
+        assert_eq!(seen.by_aiv, 1, "the kernel still read the CQE: {evidence:?}");
+        let checks = evidence.checks();
+        assert_eq!((checks.kernel_writes_descriptors, checks.kernel_rings_doorbell), (Check::Yes, Check::No));
+        assert_eq!(checks.aiv_direct(), Check::No, "task {task}: {evidence:?}");
+    }
+    a.engine.free_batch(batch).expect("free");
+    assert!(b.read(0..4096) == a.read(0..4096), "the first WRITE landed");
+    assert!(b.read(1 << 20..(3 << 20) + 5) == a.read(1 << 20..(3 << 20) + 5), "the second WRITE landed");
+    // Restored: the kernel's own doorbells again.
+    let after = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(after[0].0, TransferState::Completed, "{after:?}");
+}

@@ -46,6 +46,23 @@ impl TwinControls {
     pub fn fail_next_destinations(&self, count: u32) {
         cann_twin::control::fail_next_destinations(self.device, count);
     }
+    /// Test-only mis-wiring: the cores' SQ doorbells on the device's NIC QPs are parked, not applied
+    /// (`cann_twin::nic::divert`), until restored.
+    pub fn divert_sq_doorbells(&self, diverted: bool) {
+        cann_twin::nic::divert::divert_core_sq_doorbells(self.device, diverted);
+    }
+    /// Rings, as the Host, each QP's last parked SQ doorbell that is newer than `forwarded` (per QPN); returns how
+    /// many it rang.
+    pub fn forward_sq_doorbells(&self, forwarded: &mut std::collections::HashMap<u32, u32>) -> usize {
+        let mut rung = 0;
+        for (qpn, count, word) in cann_twin::nic::divert::diverted_sq_doorbells(self.device) {
+            if forwarded.insert(qpn, count) != Some(count) {
+                cann_twin::nic::divert::host_ring_sq_doorbell(self.device, qpn, word).expect("the Host's ring");
+                rung += 1;
+            }
+        }
+        rung
+    }
 }
 
 impl Node {

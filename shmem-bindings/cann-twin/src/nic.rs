@@ -45,6 +45,7 @@
 //! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
 //! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
 
+pub mod divert;
 pub(crate) mod provenance;
 pub(crate) mod wire;
 
@@ -861,6 +862,9 @@ pub fn counters(device: i32) -> Result<NicCounters, NicError> {
 pub(crate) fn register_write(device_va: u64, bytes: &[u8], origin: u32) -> Option<Result<(), RegisterFault>> {
     let base = device_va - device_va % page() as u64;
     let qp = NIC_PAGES.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned()?;
+    if divert::park(qp.info.device, qp.info.qpn, device_va - base, bytes, origin) {
+        return Some(Ok(()));
+    }
     Some(qp.doorbell(device_va - base, bytes, origin))
 }
 
