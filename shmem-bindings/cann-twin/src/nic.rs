@@ -19,6 +19,9 @@
 //!   requests is outstanding: at most [`QpConfig::max_outstanding`] (default [`DEFAULT_OUTSTANDING`]) and
 //!   [`WINDOW_BYTES`] of messages (a single larger message travels alone). A reader thread per connection hands the
 //!   responses (one per request) to the engine.
+//! - Payloads move in place: a WRITE's bytes go from the initiator's device memory to the socket at each send (a
+//!   retransmission reads them again), and on the target a large WRITE's from the socket into the registered memory
+//!   once it is checked (`Nic::land_write`; docs/rdma.md, "Data movement").
 //! - Completions are strictly in WQE order: a response completes the oldest outstanding request only if it carries
 //!   that request's PSN (others are ignored); a READ's bytes land in local memory then. The engine writes a CQE at
 //!   the CQ's producer index with the owner bit of the lap, never over a CQE the consumer has not released, and
@@ -455,6 +458,45 @@ fn read_device(address: u64, len: usize) -> Result<Vec<u8>, aclError> {
         unsafe { out.set_len(len) };
     }
     Ok(out)
+}
+
+/// Whether `len` bytes of device memory at `address` translate for reading.
+fn device_readable(address: u64, len: usize) -> bool {
+    let guard = space();
+    guard.as_ref().is_some_and(|space| space.translate(address as usize, len, false).is_ok())
+}
+
+/// Lends `len` bytes of device memory at `address` to `send` (as [`wire::Lend`] asks), translated under the space's
+/// read lock, held only for the one call.
+fn lend_device(
+    address: u64,
+    len: usize,
+    send: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
+) -> Option<std::io::Result<usize>> {
+    let guard = space();
+    let segments = guard.as_ref()?.translate(address as usize, len, false).ok()?;
+    // SAFETY: each segment was translated under the read lock held for this call, so it stays mapped while the
+    // slices live; they are only read (by the socket's write), never through Rust code.
+    let slices: Vec<std::io::IoSlice<'_>> = segments
+        .iter()
+        .map(|segment| std::io::IoSlice::new(unsafe { std::slice::from_raw_parts(segment.ptr, segment.len) }))
+        .collect();
+    Some(send(&slices))
+}
+
+/// Lends the device memory of `len` bytes at `address` to `fill` to be written (as [`wire::Land`] asks): its first
+/// contiguous piece, translated for writing under the space's read lock, held only for the one call.
+fn land_device(
+    address: u64,
+    len: usize,
+    fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<usize>,
+) -> Option<std::io::Result<usize>> {
+    let guard = space();
+    let segments = guard.as_ref()?.translate(address as usize, len, true).ok()?;
+    let first = segments.first()?;
+    // SAFETY: translated for writing under the read lock held for this call; the socket's read writes into it.
+    let piece = unsafe { std::slice::from_raw_parts_mut(first.ptr, first.len) };
+    Some(fill(piece))
 }
 
 /// Writes a CQE: bytes 4..32 first, then its first word (with the owner bit) with release ordering, so that a
@@ -899,6 +941,8 @@ impl Nic {
         let stop = || self.shutdown.load(Ordering::Acquire);
         let mut target: Option<Arc<Qp>> = None;
         let mut initiator = 0u32;
+        // A large WRITE's payload goes from the socket straight into the target's memory (land_write).
+        conn.land_writes_in_place();
         loop {
             let frame = match conn.receive(Instant::now() + IDLE_TICK, &stop) {
                 Ok(Some(frame)) => frame,
@@ -928,6 +972,28 @@ impl Nic {
                         }
                         Verdict::Execute => {
                             let status = self.apply_write(rkey, va, &bytes);
+                            Responder::of(&mut responders, initiator).executed(psn, status);
+                            status
+                        }
+                    };
+                    drop(responders);
+                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
+                    Frame::Ack { psn, status }
+                }
+                (Frame::WriteHead { psn, rkey, va, len }, Some(qp)) => {
+                    let mut responders = lock(&qp.responders);
+                    let status = match Responder::of(&mut responders, initiator).verdict(psn) {
+                        // Their payloads are discarded by the next receive.
+                        Verdict::Drop => {
+                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        Verdict::Again(status) => {
+                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
+                            status
+                        }
+                        Verdict::Execute => {
+                            let Ok(status) = self.land_write(&mut conn, rkey, va, len, &stop) else { break };
                             Responder::of(&mut responders, initiator).executed(psn, status);
                             status
                         }
@@ -1009,6 +1075,27 @@ impl Nic {
                 status::SUCCESS as u8
             }
             Err(_) => self.refuse(),
+        }
+    }
+
+    /// [`Self::apply_write`] for a large WRITE whose payload still waits in `conn`: checked first, then read from
+    /// the socket into the target's memory in place (refused: read and discarded, nothing touched). `Err`: the
+    /// payload did not arrive within [`wire::PAYLOAD_WAIT`] (the connection is given up, the WRITE not executed).
+    fn land_write(&self, conn: &mut Conn, rkey: u32, va: u64, len: u32, stop: &dyn Fn() -> bool) -> Result<u8, ()> {
+        let deadline = Instant::now() + wire::PAYLOAD_WAIT;
+        if !self.check_remote(rkey, va, u64::from(len), true) {
+            conn.receive_payload(None, deadline, stop).map_err(drop)?;
+            return Ok(self.refuse());
+        }
+        let total = len as usize;
+        let mut land = |offset: usize, fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<usize>| {
+            land_device(va + offset as u64, total - offset, fill)
+        };
+        if conn.receive_payload(Some(&mut land), deadline, stop).map_err(drop)? {
+            self.counters.writes_applied.fetch_add(1, Ordering::Relaxed);
+            Ok(status::SUCCESS as u8)
+        } else {
+            Ok(self.refuse())
         }
     }
 
@@ -1307,7 +1394,7 @@ struct Link {
 struct Request {
     psn: u32,
     frame: Frame,
-    /// Where a READ's bytes land.
+    /// Where a READ's bytes land; where a WRITE's are read from at each send.
     local_va: u64,
     /// Retransmissions so far.
     retries: u8,
@@ -1616,10 +1703,12 @@ impl Engine<'_> {
         }
         let psn = self.psn.wrapping_add(1);
         let frame = if opcode == OPCODE_RDMA_WRITE {
-            match read_device(local_va, msg_len as usize) {
-                Ok(bytes) => Frame::Write { psn, rkey, va: remote_va, bytes },
-                Err(_) => return done(opcode, status::LOCAL_PROT_ERR),
+            // The payload is read from local memory at each send, in place (a retransmission reads it again, as a
+            // NIC's DMA does); it must translate now.
+            if !device_readable(local_va, msg_len as usize) {
+                return done(opcode, status::LOCAL_PROT_ERR);
             }
+            Frame::WriteHead { psn, rkey, va: remote_va, len: msg_len }
         } else {
             Frame::Read { psn, rkey, va: remote_va, len: msg_len }
         };
@@ -1654,7 +1743,19 @@ impl Engine<'_> {
         }
         let (Some(link), Stage::Pending(request)) = (self.link.as_mut(), &mut self.window[pos].stage) else { return };
         let limit = request.deadline.saturating_duration_since(Instant::now());
-        if link.conn.send(&request.frame, limit).is_err() {
+        let sent = match request.frame {
+            Frame::WriteHead { len, .. } => {
+                let (head, _) = request.frame.parts();
+                let (local, total) = (request.local_va, len as usize);
+                let mut lend =
+                    |offset: usize, send: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>| {
+                        lend_device(local + offset as u64, total - offset, send)
+                    };
+                link.conn.send_lent(&head, total, &mut lend, request.deadline)
+            }
+            _ => link.conn.send(&request.frame, limit),
+        };
+        if sent.is_err() {
             return self.drop_link();
         }
         // The attempt's timer runs from when the request has left.

@@ -918,3 +918,56 @@ fn the_provenance_records_name_the_host_as_writer_and_reader_of_a_host_driven_qp
     assert_eq!(flags, [None, Some(FlagReader::Host)]);
     assert!(log[0].doorbell > doorbell, "a later doorbell");
 }
+
+/// WRITEs of at least 256 KiB travel the target's in-place path: the payload goes from the socket straight into the
+/// registered memory once the request is checked. A duplicate (its ACK lost) is answered without being applied
+/// again, a refused one touches nothing, and after each the connection still carries the next WRITE's bytes.
+#[test]
+fn large_writes_land_in_place_and_duplicate_or_refused_ones_touch_nothing() {
+    let (a, b) = (14, 15);
+    nic::open(a, loopback()).expect("opens");
+    nic::open(b, loopback()).expect("opens");
+    let size = 1usize << 20;
+    let (local, lkeys, local_content) = buffer(a, 2 * size, 41, Access::default());
+    let (remote, rkeys, _) = buffer(b, 2 * size, 42, Access::REMOTE_ALL);
+    let config = QpConfig { timeout: Duration::from_millis(300), ..fast() };
+    let (mut qp, _) = connect(a, b, config);
+
+    // Applied in place, once; its ACK is lost, and the retransmission is answered without touching the target.
+    nic::drop_responses(b, 1).expect("the next ACK is lost");
+    let (served, applied) = {
+        let counters = nic::counters(b).expect("counters");
+        (counters.requests_served, counters.writes_applied)
+    };
+    qp.post(WRITE, size as u32, rkeys.rkey, remote, lkeys.lkey, local);
+    qp.ring();
+    let started = Instant::now();
+    while nic::counters(b).expect("counters").requests_served == served {
+        assert!(started.elapsed() < WAIT, "the target never saw the WRITE");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(download(api(), remote as *const c_void, size) == local_content[..size], "landed in place");
+    let marker = vec![0xA5; size];
+    upload(api(), remote as *mut c_void, &marker);
+    assert_eq!(qp.poll().status, status::SUCCESS, "the retransmission was acknowledged");
+    assert!(download(api(), remote as *const c_void, size) == marker, "the duplicate was not applied again");
+    assert_eq!(nic::counters(b).expect("counters").writes_applied, applied + 1, "applied once");
+    qp.release();
+
+    // The next large WRITE, right behind the discarded duplicate payload: its bytes, at its place.
+    let half = size / 2;
+    let cqe = qp.one(WRITE, half as u32 + 3, rkeys.rkey, remote + size as u64 + 5, lkeys.lkey, local + 7);
+    assert_eq!(cqe.status, status::SUCCESS);
+    let landed = download(api(), (remote + size as u64 + 5) as *const c_void, half + 3);
+    assert!(landed == local_content[7..7 + half + 3], "the bytes after a discarded payload are the next WRITE's");
+
+    // A large WRITE that runs past the registration: refused, the target untouched, the QP in error.
+    nic::deregister_memory(b, rkeys.lkey).expect("deregisters");
+    let small = nic::register_memory(b, remote, size as u64, Access::REMOTE_ALL).expect("registers");
+    let before = download(api(), remote as *const c_void, 2 * size);
+    let cqe = qp.one(WRITE, size as u32, small.rkey, remote + 4096, lkeys.lkey, local);
+    assert_eq!(cqe.status, status::REMOTE_ACCESS_ERR);
+    assert!(download(api(), remote as *const c_void, 2 * size) == before, "the target is untouched");
+    nic::close(a).expect("closes");
+    nic::close(b).expect("closes");
+}

@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 pub const MAX_MESSAGE: u32 = 16 << 20;
 /// Largest frame body accepted from the wire: a message and its header.
 pub const MAX_FRAME: usize = MAX_MESSAGE as usize + 64;
+/// Longest a large WRITE's payload may take to arrive once its fixed fields are in (its connection is given up
+/// after that, the WRITE unexecuted).
+pub(crate) const PAYLOAD_WAIT: Duration = Duration::from_secs(2);
 /// Longest a blocking read waits before its caller looks at its stop conditions again.
 pub(crate) const READ_TICK: Duration = Duration::from_millis(20);
 
@@ -33,13 +36,56 @@ const HELLO_ACK: u8 = 5;
 /// One decoded frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Frame {
-    Hello { qpn: u32, from: u32 },
-    HelloAck { status: u8 },
-    Write { psn: u32, rkey: u32, va: u64, bytes: Vec<u8> },
-    Read { psn: u32, rkey: u32, va: u64, len: u32 },
-    Ack { psn: u32, status: u8 },
-    ReadResponse { psn: u32, status: u8, bytes: Vec<u8> },
+    Hello {
+        qpn: u32,
+        from: u32,
+    },
+    HelloAck {
+        status: u8,
+    },
+    Write {
+        psn: u32,
+        rkey: u32,
+        va: u64,
+        bytes: Vec<u8>,
+    },
+    Read {
+        psn: u32,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    },
+    Ack {
+        psn: u32,
+        status: u8,
+    },
+    ReadResponse {
+        psn: u32,
+        status: u8,
+        bytes: Vec<u8>,
+    },
+    /// A WRITE of `len` bytes whose payload is not held here: the head a sender sends before lending the payload
+    /// in place ([`Conn::send_lent`]), and what [`Conn::receive`] returns for a large WRITE when the connection lands
+    /// payloads in place (the payload then waits in the connection for [`Conn::receive_payload`]). Never decoded
+    /// from a body.
+    WriteHead {
+        psn: u32,
+        rkey: u32,
+        va: u64,
+        len: u32,
+    },
 }
+
+/// A payload a sender reads in place: `lend(offset, send)` calls `send` with slices holding the payload from byte
+/// `offset` on (to its end, or less) and returns what `send` returned; `None` when the payload cannot be read.
+pub(crate) type Lend<'a> =
+    dyn FnMut(usize, &mut dyn FnMut(&[IoSlice<'_>]) -> std::io::Result<usize>) -> Option<std::io::Result<usize>> + 'a;
+
+/// Where a receiver lands a payload in place: `land(offset, fill)` calls `fill` with the destination of the payload
+/// from byte `offset` on (one contiguous piece, to the payload's end or less) and returns what `fill` returned (the
+/// bytes it filled); `None` when the destination cannot be written.
+pub(crate) type Land<'a> =
+    dyn FnMut(usize, &mut dyn FnMut(&mut [u8]) -> std::io::Result<usize>) -> Option<std::io::Result<usize>> + 'a;
 
 struct Cursor<'a>(&'a [u8]);
 
@@ -110,6 +156,16 @@ impl Frame {
                 head.push(*status);
                 &[]
             }
+            Frame::WriteHead { psn, rkey, va, len } => {
+                head.push(WRITE);
+                head.extend_from_slice(&psn.to_le_bytes());
+                head.extend_from_slice(&rkey.to_le_bytes());
+                head.extend_from_slice(&va.to_le_bytes());
+                head.extend_from_slice(&len.to_le_bytes());
+                let body = (head.len() - 4) as u32 + *len;
+                head[..4].copy_from_slice(&body.to_le_bytes());
+                return (head, &[]);
+            }
             Frame::ReadResponse { psn, status, bytes } => {
                 head.push(READ_RESPONSE);
                 head.extend_from_slice(&psn.to_le_bytes());
@@ -175,6 +231,10 @@ pub(crate) struct Conn {
     write_timeout: Option<Duration>,
     /// A large frame whose fixed fields have arrived: its payload is read straight into its own buffer.
     partial: Option<Partial>,
+    /// Large WRITEs are returned as [`Frame::WriteHead`] with their payload left to [`Conn::receive_payload`].
+    in_place: bool,
+    /// Bytes of a returned [`Frame::WriteHead`]'s payload not yet taken (first from `buffer`, then the socket).
+    payload_left: usize,
 }
 
 /// A WRITE or READ_RESPONSE frame of at least [`DIRECT_PAYLOAD`] bytes, its payload still arriving.
@@ -257,7 +317,170 @@ impl Conn {
         // No Nagle: a request or an acknowledgement leaves at once.
         let _ = stream.set_nodelay(true);
         let _ = stream.set_nonblocking(false);
-        Conn { stream, buffer: Vec::new(), start: 0, end: 0, read_timeout: None, write_timeout: None, partial: None }
+        Conn {
+            stream,
+            buffer: Vec::new(),
+            start: 0,
+            end: 0,
+            read_timeout: None,
+            write_timeout: None,
+            partial: None,
+            in_place: false,
+            payload_left: 0,
+        }
+    }
+
+    /// From now on, a WRITE of at least [`DIRECT_PAYLOAD`] bytes is returned as [`Frame::WriteHead`] as soon as its
+    /// fixed fields are in, and its payload waits for [`Conn::receive_payload`] (a target lands it in device memory
+    /// without a copy in between).
+    pub(crate) fn land_writes_in_place(&mut self) {
+        self.in_place = true;
+    }
+
+    fn set_read_wait(&mut self, deadline: Instant) -> bool {
+        let now = Instant::now();
+        if now >= deadline {
+            return false;
+        }
+        let wait = Some((deadline - now).min(READ_TICK).max(Duration::from_millis(1)));
+        if self.read_timeout != wait {
+            let _ = self.stream.set_read_timeout(wait);
+            self.read_timeout = wait;
+        }
+        true
+    }
+
+    /// Takes the payload of the [`Frame::WriteHead`] just returned: into `land` (`None`: discarded), reading the
+    /// socket in slices of at most [`READ_TICK`] until `deadline`. `Ok(true)`: all of it landed; `Ok(false)`: it was
+    /// taken, but the destination refused it from some byte on (the rest discarded). An error leaves the connection
+    /// unusable (the payload did not all arrive by `deadline`, or the peer closed it).
+    pub(crate) fn receive_payload(
+        &mut self,
+        mut land: Option<&mut Land<'_>>,
+        deadline: Instant,
+        stop: &dyn Fn() -> bool,
+    ) -> Result<bool, WireError> {
+        let total = std::mem::take(&mut self.payload_left);
+        let mut at = 0;
+        let mut landed = true;
+        // The part that arrived with the fixed fields.
+        while at < total && self.start < self.end {
+            let take = (self.end - self.start).min(total - at);
+            let held = &self.buffer[self.start..self.start + take];
+            let filled = match land.as_mut().filter(|_| landed) {
+                Some(land) => land(at, &mut |dst: &mut [u8]| {
+                    let n = dst.len().min(held.len());
+                    dst[..n].copy_from_slice(&held[..n]);
+                    Ok(n)
+                }),
+                None => Some(Ok(take)),
+            };
+            let n = match filled {
+                Some(Ok(n)) if n > 0 => n,
+                _ => {
+                    landed = false;
+                    take
+                }
+            };
+            self.start += n;
+            at += n;
+        }
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        // The rest, from the socket.
+        while at < total {
+            if stop() {
+                return Err(WireError::Stopped);
+            }
+            if !self.set_read_wait(deadline) {
+                return Err(WireError::Closed);
+            }
+            let want = total - at;
+            let stream = &mut self.stream;
+            let read = match land.as_mut().filter(|_| landed) {
+                Some(land) => land(at, &mut |dst: &mut [u8]| {
+                    let n = dst.len().min(want);
+                    stream.read(&mut dst[..n])
+                }),
+                None => None,
+            };
+            let read = match read {
+                Some(read) => read,
+                None => {
+                    landed &= land.is_none();
+                    if self.buffer.len() < READ_CHUNK {
+                        self.buffer.resize(READ_CHUNK, 0);
+                    }
+                    let n = want.min(self.buffer.len());
+                    self.stream.read(&mut self.buffer[..n])
+                }
+            };
+            match read {
+                Ok(0) => return Err(WireError::Closed),
+                Ok(n) => at += n,
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) => {
+                }
+                Err(_) => return Err(WireError::Closed),
+            }
+        }
+        Ok(landed)
+    }
+
+    /// Sends `head` (a [`Frame::WriteHead`]'s, from [`Frame::parts`]) and then `len` payload bytes that `lend`
+    /// lends in place, one vectored write per loan, each waiting at most [`READ_TICK`] for the socket, until
+    /// `deadline`. A payload `lend` cannot read, or a frame cut short, leaves the connection unusable.
+    pub(crate) fn send_lent(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        lend: &mut Lend<'_>,
+        deadline: Instant,
+    ) -> Result<(), WireError> {
+        let (mut head_at, mut at) = (0, 0);
+        while head_at < head.len() || at < len {
+            let now = Instant::now();
+            if now >= deadline {
+                return Err(WireError::Closed);
+            }
+            let wait = Some((deadline - now).min(READ_TICK).max(Duration::from_millis(1)));
+            if self.write_timeout != wait {
+                let _ = self.stream.set_write_timeout(wait);
+                self.write_timeout = wait;
+            }
+            let stream = &mut self.stream;
+            let rest = &head[head_at..];
+            let written = if at < len {
+                lend(at, &mut |slices: &[IoSlice<'_>]| {
+                    if rest.is_empty() {
+                        stream.write_vectored(slices)
+                    } else {
+                        let mut all = Vec::with_capacity(slices.len() + 1);
+                        all.push(IoSlice::new(rest));
+                        all.extend_from_slice(slices);
+                        stream.write_vectored(&all)
+                    }
+                })
+                .ok_or(WireError::Closed)?
+            } else {
+                stream.write(rest)
+            };
+            let written = match written {
+                Ok(0) => return Err(WireError::Closed),
+                Ok(written) => written,
+                Err(error)
+                    if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut | ErrorKind::Interrupted) =>
+                {
+                    continue
+                }
+                Err(_) => return Err(WireError::Closed),
+            };
+            let from_head = written.min(head.len() - head_at);
+            head_at += from_head;
+            at += written - from_head;
+        }
+        Ok(())
     }
 
     /// A second handle on the same connection (for a reader thread beside a sender), with a buffer of its own.
@@ -280,6 +503,10 @@ impl Conn {
     /// The next frame, waiting until `deadline` (`Ok(None)`: none complete by then); `stop` is looked at every
     /// [`READ_TICK`]. Bytes of an incomplete frame are kept for the next call.
     pub(crate) fn receive(&mut self, deadline: Instant, stop: &dyn Fn() -> bool) -> Result<Option<Frame>, WireError> {
+        if self.payload_left > 0 {
+            // The caller did not take the last WriteHead's payload: it is discarded, never read as frames.
+            self.receive_payload(None, deadline.max(Instant::now() + PAYLOAD_WAIT), stop)?;
+        }
         loop {
             if let Some(partial) = self.partial.as_mut() {
                 if partial.payload.len() == partial.len {
@@ -333,6 +560,13 @@ impl Conn {
                 let head = &self.buffer[at + 4..self.end];
                 if let Some((frame, payload_len)) = Frame::large_head(head, len)? {
                     let fields = len - payload_len;
+                    if let (true, Frame::Write { psn, rkey, va, .. }) = (self.in_place, &frame) {
+                        // The payload's first bytes stay in the buffer, the rest in the socket.
+                        let frame = Frame::WriteHead { psn: *psn, rkey: *rkey, va: *va, len: payload_len as u32 };
+                        self.start = at + 4 + fields;
+                        self.payload_left = payload_len;
+                        return Ok(Some(frame));
+                    }
                     let mut payload = Vec::with_capacity(payload_len);
                     payload.extend_from_slice(&head[fields..]);
                     (self.start, self.end) = (0, 0);
