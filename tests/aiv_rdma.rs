@@ -312,6 +312,55 @@ fn the_twin_nic_observes_the_kernel_writing_the_wqes_ringing_and_reading_each_cq
     a.engine.free_batch(batch).expect("free");
 }
 
+/// A submit holds its QP slot's lock while it checks the QP (through a whole handshake when it sets one up). The
+/// drain never waits for it: transfers drained meanwhile complete with their evidence from the QP they were posted
+/// on, and a failure learnt meanwhile still has the QP replaced. (The evidence used to be looked up through the slot
+/// and came out lost, so a loaded run's AIV-direct verdict read unknown.)
+#[test]
+fn transfers_drained_while_a_submit_holds_their_qp_slot_keep_their_evidence() {
+    use aiv_transport::evidence::Check;
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    let requests: Vec<TransferRequest> =
+        (0..4).map(|i| request(Opcode::Write, &a, i << 20, peer, &b, i << 20, (64 << 10) + i * 8)).collect();
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    {
+        let transport = a.device.transport();
+        let _held = transport.hold_rdma_slots_for_tests();
+        let _ = a.engine.wait_batch(batch).expect("wait");
+        for task in 0..requests.len() {
+            let status = a.engine.transfer_status(batch, task).expect("status");
+            assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, task));
+            let evidence = a.engine.task_evidence(batch, task).expect("task").expect("evidence");
+            assert_eq!(evidence.descriptors_written.source, Source::TwinModel, "not lost: {evidence:?}");
+            assert_eq!(evidence.checks().aiv_direct(), Check::Yes, "task {task}: {evidence:?}");
+        }
+    }
+    a.engine.free_batch(batch).expect("free");
+    // A remote access error drained while the slots are held: the next submit still replaces the QP in error.
+    for (_, lkey) in b.device.transport().rdma_registrations() {
+        cann_twin::nic::deregister_memory(device_of(&b), lkey).expect("deregister");
+    }
+    let batch = a.engine.allocate_batch(1).expect("batch");
+    a.engine.submit_transfer(batch, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]).expect("submit");
+    {
+        let transport = a.device.transport();
+        let _held = transport.hold_rdma_slots_for_tests();
+        let _ = a.engine.wait_batch(batch).expect("wait");
+        assert_eq!(a.engine.transfer_status(batch, 0).expect("status").state, TransferState::Failed);
+        let reason = a.engine.task_reason(batch, 0).expect("reason").unwrap_or_default();
+        assert!(reason.contains("remote access error") && reason.contains("QP 0x"), "{reason}");
+    }
+    a.engine.free_batch(batch).expect("free");
+    b.engine.refresh_rdma_registration().expect("register again");
+    a.engine.refresh_segment(peer).expect("refresh");
+    let again = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(again[0].0, TransferState::Completed, "{again:?}");
+}
+
 /// The negative case, through the whole engine: the kernel's SQ doorbells are diverted (test-only mis-wiring) and a
 /// Host thread rings them instead. The data still moves; the WQEs stay the kernel's and it still reads the CQEs, but
 /// the NIC saw the Host ring: exactly the doorbell check of each RDMA transfer turns to no.

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::block::{DrainScratch, HostBlock};
-use super::inflight::InFlight;
+use super::inflight::{InFlight, PostedOn};
 use super::submit::decode_ticket;
 use super::Inner;
 use crate::config::LaunchMode;
@@ -169,11 +169,11 @@ impl Inner {
         // RDMA transfers took no SQE of the channel: they are left out of the walk (their acts come from their QP's
         // WQE log, `attribute_rdma`, below).
         walked.clear();
-        walked.extend(finished.iter().filter(|(_, transfer)| transfer.rdma_slot.is_none()).map(|&(i, _)| {
-            match &entries[i].1 {
+        walked.extend(finished.iter().filter(|(_, transfer)| transfer.rdma.is_none()).map(
+            |&(i, _)| match &entries[i].1 {
                 Ok(entry) | Err(UndecodableCompletion { entry }) => *entry,
-            }
-        }));
+            },
+        ));
         records.attribute(&*self.device, block.index, walked, acts);
         // Recover first, so that a caller who sees the failure can submit again at once.
         if group_failed {
@@ -195,11 +195,8 @@ impl Inner {
                     &undecodable.entry
                 }
             };
-            let observed = match transfer.rdma_slot {
-                Some(slot) => {
-                    let qpn = self.rdma.qpn_of(block.index as usize, slot);
-                    records.attribute_rdma(&*self.device, block.index, slot, qpn, entry)
-                }
+            let observed = match transfer.rdma {
+                Some(posted) => records.attribute_rdma(&*self.device, block.index, posted, entry),
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };
             self.finish(block, entry, transfer, (drain_share, calls_share), observed, exception.as_ref());
@@ -240,18 +237,18 @@ impl Inner {
         evidence.descriptors = u64::from(entry.sqes.get());
         evidence.doorbells = u64::from(entry.doorbells.get());
         evidence.host_cpu_ns = drain_share;
-        evidence.route = Some(if transfer.rdma_slot.is_some() { "rdma" } else { "sdma" });
+        evidence.route = Some(if transfer.rdma.is_some() { "rdma" } else { "sdma" });
         let syndrome = Syndrome(entry.syndrome.get());
         let status = DcqStatus(entry.status.get());
         let channel = block.index;
         // The RDMA route: the QP the request went on, told of the outcome (a QP error has it replaced).
-        let rdma = transfer.rdma_slot.map(|slot| {
+        let rdma = transfer.rdma.map(|PostedOn { slot, qpn }| {
             let qp_failed = (syndrome == Syndrome::RDMA_QP_ERROR
                 || syndrome.rdma_cqe().is_some()
                 || matches!(status, DcqStatus::TIMEOUT | DcqStatus::ABORTED))
             .then(|| syndrome.describe());
-            let described = self.rdma.describe_slot(channel as usize, slot);
-            self.rdma.drained(channel as usize, slot, qp_failed.as_deref());
+            let described = self.rdma.describe_qp(channel as usize, slot, qpn);
+            self.rdma.drained(channel as usize, slot, qpn, qp_failed.as_deref());
             described
         });
         if let Some(qp) = rdma.filter(|_| status != DcqStatus::COMPLETED) {

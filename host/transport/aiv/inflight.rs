@@ -14,8 +14,16 @@ pub(super) struct InFlight {
     /// The [`crate::transport::window::Peer::id`] of the peer the transfer reaches, if not this device's own memory.
     pub(super) peer: Option<u64>,
     pub(super) length: u64,
-    /// The RDMA route's QP slot the request was posted on (`None`: SDMA).
-    pub(super) rdma_slot: Option<u32>,
+    /// The RDMA route's QP the request was posted on (`None`: SDMA).
+    pub(super) rdma: Option<PostedOn>,
+}
+
+/// The QP slot of its block a request on the RDMA route was posted on, and the number of the slot's QP then (it
+/// stays the slot's QP until the request is drained).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct PostedOn {
+    pub(super) slot: u32,
+    pub(super) qpn: u32,
 }
 
 /// The transfers in flight on one block, by request-ring slot. The kernel completes a block's requests in ring order

@@ -181,6 +181,14 @@ impl AivTransport {
         self.inner.rdma.reregister()
     }
 
+    /// Test-only: holds the lock of every RDMA QP slot until the returned guard drops, as a submit holds its slot's
+    /// while it checks or sets its QP up (a QP handshake can take seconds). Draining must not wait for it: the
+    /// transfers in flight complete with their evidence meanwhile (`tests/aiv_rdma.rs`).
+    #[doc(hidden)]
+    pub fn hold_rdma_slots_for_tests(&self) -> impl Sized + '_ {
+        self.inner.rdma.hold_slots()
+    }
+
     /// Sets how the initiator side sends its QP handshakes (the engine's metadata service; once).
     pub fn set_connection_sender(&self, sender: Arc<ConnectionSender>) {
         self.inner.rdma.set_sender(sender);

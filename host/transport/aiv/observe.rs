@@ -24,6 +24,7 @@ use std::collections::HashMap;
 
 use cann_twin::control::{Doer, FlagReader, LoggedSqe};
 
+use super::inflight::PostedOn;
 use crate::device::{ChannelLog, DeviceBackend};
 use crate::evidence::{Act, Source};
 use crate::kernel_abi::{DcqEntry, DcqStatus};
@@ -187,23 +188,23 @@ fn add(act: &mut Act, doer: Doer) {
 }
 
 impl BlockRecords {
-    /// The acts of one RDMA transfer of this block, drained in DCQ order: from the log of QP `qpn`, the QP of slot
-    /// `slot` (`None`: the QP is being replaced right now, so the transfer's records cannot be found).
+    /// The acts of one RDMA transfer of this block, drained in DCQ order: from the log of the QP it was posted on
+    /// (`posted`: the QP its slot held when the transfer was submitted, recorded with the transfer, so the walk never
+    /// depends on the slot's state at drain time).
     pub(super) fn attribute_rdma(
         &mut self,
         device: &dyn DeviceBackend,
         block: u32,
-        slot: u32,
-        qpn: Option<u32>,
+        posted: PostedOn,
         entry: &DcqEntry,
     ) -> [Act; 3] {
+        let PostedOn { slot, qpn } = posted;
         let status = DcqStatus(entry.status.get());
         let wqes = entry.sqes.get() as usize;
         if wqes == 0 && status == DcqStatus::FAILED {
             // Refused before posting (no QP, a QP in error): no WQE, no doorbell, no CQE.
             return [observed(&[], |_| Doer::Unattributed), observed(&[], |_| Doer::Unattributed), none()];
         }
-        let Some(qpn) = qpn else { return [Act::unknown(Source::Lost); 3] };
         // A QP's log starts at 0 when the NIC creates it, before any WQE.
         let cursor = match self.qp_cursors.get(&slot) {
             Some(&(known, cursor)) if known == qpn => cursor,
@@ -412,17 +413,17 @@ mod tests {
         let aiv_direct = |acts: [Act; 3]| acts.iter().all(|act| act.by_aiv > 0 && act.by_host == 0);
         // Slot 0's QP 7 carries two transfers of 2 WQEs each.
         device.0.lock().expect("logs").insert(7, vec![wqe(); 4]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
         // The slot's QP is replaced by QP 9: its log starts at 0, and the slot's entry is replaced, not added to.
         device.0.lock().expect("logs").insert(9, vec![wqe(); 2]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(9), &done)));
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 9 }, &done)));
         assert_eq!(records.qp_cursors.len(), 1, "one entry per slot: {:?}", records.qp_cursors);
         // Replaced again by a QP that reuses number 7, with a new log: attributed from 0, not from the old cursor 4.
         device.0.lock().expect("logs").insert(7, vec![wqe(); 2]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, 0, Some(7), &done)));
+        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
         // A second slot has its own cursor; a transfer whose WQEs the log lacks is lost.
-        assert_eq!(records.attribute_rdma(&device, 0, 1, Some(11), &done)[0].source, Source::Lost);
+        assert_eq!(records.attribute_rdma(&device, 0, PostedOn { slot: 1, qpn: 11 }, &done)[0].source, Source::Lost);
         assert_eq!(records.qp_cursors.len(), 2);
     }
 }

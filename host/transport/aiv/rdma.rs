@@ -116,6 +116,9 @@ struct Slot {
     state: Mutex<SlotState>,
     /// Requests posted on this slot whose completion has not been drained.
     in_flight: AtomicU32,
+    /// A QP failure a drain learnt while a submit held `state` (the QP number and why): the next submit applies it.
+    /// The drain never waits for `state`, which a submit may hold through a whole QP handshake.
+    failed: Mutex<Option<(u32, String)>>,
 }
 
 /// What a peer's slot is given for.
@@ -132,6 +135,9 @@ pub(super) struct RdmaRequest {
     pub(super) lkey: u32,
     pub(super) rkey: u32,
     pub(super) slot: u32,
+    /// The QP the request goes on: the slot's QP when the request was counted in flight, which stays the slot's QP
+    /// until the request is drained (a QP is replaced only when nothing is in flight on it).
+    pub(super) qpn: u32,
 }
 
 /// The RDMA route of one device.
@@ -350,9 +356,9 @@ impl Rdma {
                 ),
             )
         })?;
-        self.ensure_qp(block, slot, segment, peer_nic).map_err(|reason| (FailureKind::Unreachable, reason))?;
-        self.slots[block][slot as usize].in_flight.fetch_add(1, Ordering::AcqRel);
-        Ok(RdmaRequest { flags: REQUEST_ROUTE_RDMA | slot << REQUEST_QP_SHIFT, lkey, rkey, slot })
+        let qpn =
+            self.ensure_qp(block, slot, segment, peer_nic).map_err(|reason| (FailureKind::Unreachable, reason))?;
+        Ok(RdmaRequest { flags: REQUEST_ROUTE_RDMA | slot << REQUEST_QP_SHIFT, lkey, rkey, slot, qpn })
     }
 
     /// The slot index of `device`, giving it a free one (or one whose peer has nothing in flight) the first time.
@@ -394,16 +400,22 @@ impl Rdma {
         word(std::mem::offset_of!(QpRecord, error_status))
     }
 
-    /// Makes slot `slot` of `block` hold a connected QP to `peer_nic`.
-    fn ensure_qp(&self, block: usize, slot: u32, segment: &str, peer_nic: SocketAddr) -> Result<(), String> {
+    /// Makes slot `slot` of `block` hold a connected QP to `peer_nic` and counts one request in flight on it, under
+    /// the slot's lock (so the QP cannot be replaced before the request is drained); returns the QP's number.
+    fn ensure_qp(&self, block: usize, slot: u32, segment: &str, peer_nic: SocketAddr) -> Result<u32, String> {
         let entry = &self.slots[block][slot as usize];
         let mut state = lock(&entry.state);
+        let parked = lock(&entry.failed).take();
         if let SlotState::Ready(qp) = &*state {
             let error = self.kernel_error(block, slot, qp.qpn);
-            if error == 0 && qp.peer_nic == peer_nic {
-                return Ok(());
+            let failed = parked.filter(|(qpn, _)| *qpn == qp.qpn).map(|(_, why)| why);
+            if error == 0 && failed.is_none() && qp.peer_nic == peer_nic {
+                entry.in_flight.fetch_add(1, Ordering::AcqRel);
+                return Ok(qp.qpn);
             }
-            let why = if error != 0 {
+            let why = if let Some(why) = failed {
+                why
+            } else if error != 0 {
                 format!("the kernel put it in error (status {error:#x})")
             } else {
                 format!("the peer's NIC moved to {peer_nic}")
@@ -437,8 +449,10 @@ impl Rdma {
         }
         match self.handshake(block, slot, segment, peer_nic, replaces) {
             Ok(qp) => {
+                let qpn = qp.qpn;
                 *state = SlotState::Ready(qp);
-                Ok(())
+                entry.in_flight.fetch_add(1, Ordering::AcqRel);
+                Ok(qpn)
             }
             Err(error) => {
                 let reason = format!(
@@ -544,20 +558,25 @@ impl Rdma {
         }
     }
 
-    /// A drained request of `slot` on `block`: uncounts it; a failure that says the QP is in error marks the slot
-    /// for replacement. Returns the slot's QPN for messages.
-    pub(super) fn drained(&self, block: usize, slot: u32, qp_failed: Option<&str>) -> Option<u32> {
-        let entry = self.slots.get(block)?.get(slot as usize)?;
+    /// A drained request of `slot` on `block` that went on QP `qpn`: uncounts it; a failure that says the QP is in
+    /// error marks the slot for replacement. Never waits for the slot's lock: while a submit holds it, the failure
+    /// is parked for the next submit to apply.
+    pub(super) fn drained(&self, block: usize, slot: u32, qpn: u32, qp_failed: Option<&str>) {
+        let Some(entry) = self.slots.get(block).and_then(|b| b.get(slot as usize)) else { return };
         let _ = entry.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-        // Busy: a submit is setting the slot up again right now (the QP these requests used is being replaced).
-        let mut state = entry.state.try_lock().ok()?;
-        let qpn = state.qp().map(|qp| qp.qpn);
-        if let (Some(why), SlotState::Ready(qp)) = (qp_failed, &*state) {
-            let qp = qp.clone();
-            tracing::info!(block, slot, qpn = qp.qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
-            *state = SlotState::Broken { qp, why: why.to_owned() };
+        let Some(why) = qp_failed else { return };
+        match entry.state.try_lock() {
+            Ok(mut state) => {
+                if let SlotState::Ready(qp) = &*state {
+                    if qp.qpn == qpn {
+                        let qp = qp.clone();
+                        tracing::info!(block, slot, qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
+                        *state = SlotState::Broken { qp, why: why.to_owned() };
+                    }
+                }
+            }
+            Err(_) => *lock(&entry.failed) = Some((qpn, why.to_owned())),
         }
-        qpn
     }
 
     /// The target side of the handshake: a Connection request from a peer's initiator.
@@ -658,26 +677,22 @@ impl Rdma {
         }
     }
 
-    /// The number of the QP in block `block`'s `slot` (`None`: no QP, or a submit is setting the slot up again).
-    pub(super) fn qpn_of(&self, block: usize, slot: u32) -> Option<u32> {
-        let entry = self.slots.get(block)?.get(slot as usize)?;
-        let state = entry.state.try_lock().ok()?;
-        state.qp().map(|qp| qp.qpn)
+    /// Test-only: every slot's lock, held as a submit holds one while it checks or sets its slot up.
+    pub(super) fn hold_slots(&self) -> Vec<std::sync::MutexGuard<'_, impl Sized>> {
+        self.slots.iter().flatten().map(|slot| lock(&slot.state)).collect()
     }
 
-    /// The peer NIC and remote QPN of `slot` on `block`, for messages.
-    pub(super) fn describe_slot(&self, block: usize, slot: u32) -> String {
-        let Some(entry) = self.slots.get(block).and_then(|b| b.get(slot as usize)) else {
-            return format!("QP slot {slot} (none)");
-        };
-        let Ok(state) = entry.state.try_lock() else {
-            return format!("QP slot {slot} of block {block} (being set up again)");
-        };
-        match state.qp() {
-            Some(qp) => {
-                format!("QP {:#x} (block {block}, slot {slot}) to NIC {} QP {:#x}", qp.qpn, qp.peer_nic, qp.remote_qpn)
-            }
-            None => format!("QP slot {slot} of block {block} (replaced since)"),
+    /// QP `qpn` of `slot` on `block`, with its peer NIC and remote QPN while it is still the slot's, for messages.
+    pub(super) fn describe_qp(&self, block: usize, slot: u32, qpn: u32) -> String {
+        let peer = self
+            .slots
+            .get(block)
+            .and_then(|b| b.get(slot as usize))
+            .and_then(|entry| entry.state.try_lock().ok())
+            .and_then(|state| state.qp().filter(|qp| qp.qpn == qpn).map(|qp| (qp.peer_nic, qp.remote_qpn)));
+        match peer {
+            Some((nic, remote)) => format!("QP {qpn:#x} (block {block}, slot {slot}) to NIC {nic} QP {remote:#x}"),
+            None => format!("QP {qpn:#x} (block {block}, slot {slot})"),
         }
     }
 }

@@ -10,7 +10,7 @@ use std::sync::MutexGuard;
 use zerocopy::little_endian::{U32, U64};
 
 use super::block::{HostBlock, Producer};
-use super::inflight::InFlight;
+use super::inflight::{InFlight, PostedOn};
 use super::rdma::Route;
 use super::Inner;
 use crate::config::LaunchMode;
@@ -160,7 +160,7 @@ impl Inner {
                         slot: transfer.slot,
                         peer: Some(peer.id()),
                         length: transfer.length,
-                        rdma_slot: Some(request.slot),
+                        rdma: Some(PostedOn { slot: request.slot, qpn: request.qpn }),
                     };
                     return Some((entry, inflight));
                 }
@@ -175,7 +175,7 @@ impl Inner {
             }
         };
         let entry = request_entry(id, src, dst, &transfer);
-        Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma_slot: None }))
+        Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma: None }))
     }
 
     /// Resolves the batch's transfers into request entries, spreads them over the blocks and posts them.
