@@ -10,6 +10,7 @@
 #
 #   sudo bash benches/rdma_vs_tcp.sh                 # 1 MiB and 64 KiB, 3 rounds of 3 s per protocol
 #   ROUNDS=5 SECONDS_PER_RUN=5 SIZES="1048576" bash benches/rdma_vs_tcp.sh
+#   OPERATION=read sudo bash benches/rdma_vs_tcp.sh  # RDMA READ (the audit's --cross-host measures both)
 set -euo pipefail
 
 AIV=${AIV:-target/release/aiv}
@@ -19,6 +20,8 @@ SIZES=${SIZES:-"1048576 65536"}
 BATCH=${BATCH:-8}
 THREADS=${THREADS:-2}
 BUFFER=${BUFFER:-268435456}
+OPERATION=${OPERATION:-write}
+case "$OPERATION" in write | read) ;; *) echo "rdma_vs_tcp: OPERATION must be write or read, not $OPERATION" >&2; exit 2 ;; esac
 
 [ "$(id -u)" = 0 ] || { echo "rdma_vs_tcp: needs root (network namespaces)" >&2; exit 2; }
 command -v ip >/dev/null || { echo "rdma_vs_tcp: needs ip (Debian package iproute2)" >&2; exit 2; }
@@ -88,7 +91,7 @@ run_initiator() {
     local proto=$1 segment=$2 size=$3 out="$work/run.json"
     ip netns exec "$ns_a" env -u MOONCAKE_CONFIG_PATH timeout $((SECONDS_PER_RUN + 60)) "$AIV" bench \
         --protocol "$proto" --metadata_server P2PHANDSHAKE --local_server_name "$addr_a" --segment_id "$segment" \
-        --operation write --block_size "$size" --batch_size "$BATCH" --threads "$THREADS" \
+        --operation "$OPERATION" --block_size "$size" --batch_size "$BATCH" --threads "$THREADS" \
         --buffer_size "$BUFFER" --duration "$SECONDS_PER_RUN" --json >"$out" 2>"$work/run.err" || {
         echo "rdma_vs_tcp: the $proto initiator failed:" >&2
         cat "$work/run.err" >&2
@@ -104,7 +107,7 @@ EOF
 }
 
 echo "rdma_vs_tcp: $ROUNDS rounds of ${SECONDS_PER_RUN} s per protocol and size, batch $BATCH, $THREADS threads," \
-    "WRITE, namespaces $ns_a ($addr_a) -> $ns_b ($addr_b) over one veth pair; twin runtime"
+    "${OPERATION^^}, namespaces $ns_a ($addr_a) -> $ns_b ($addr_b) over one veth pair; twin runtime"
 results="$work/results"
 : >"$results"
 for size in $SIZES; do

@@ -74,29 +74,31 @@ fn the_cross_host_section_reports_tcp_and_aiv_on_the_rdma_route_and_cleans_up() 
     let cross = report.cross_host.as_ref().expect("a cross_host section");
     assert!(cross.ran, "not run: {:?}", cross.not_run_reason);
     assert_eq!(cross.label, TWIN_LABEL);
-    assert_eq!((cross.rounds, cross.operation.as_str()), (1, "write"));
-    assert_eq!(cross.sizes.len(), 1);
-    let size = &cross.sizes[0];
-    assert_eq!(size.block_size, 64 << 10);
-    assert_eq!(size.protocols.iter().map(|p| p.protocol.as_str()).collect::<Vec<_>>(), ["tcp", "aiv"]);
-    let tcp = size.protocol("tcp").expect("tcp");
-    assert_eq!((tcp.runs.len(), tcp.clean_runs), (1, 1), "tcp failed: {:?}", tcp.failures);
-    assert!(tcp.median_bytes_per_second.is_some_and(|b| b > 0.0), "{tcp:?}");
-    assert!(tcp.median_process_cpu_ns_per_transfer.is_some_and(|c| c > 0.0), "{tcp:?}");
-    let aiv = size.protocol("aiv").expect("aiv");
-    assert_eq!((aiv.runs.len(), aiv.clean_runs), (1, 1), "aiv failed: {:?}", aiv.failures);
-    assert_eq!(aiv.route.as_deref(), Some("rdma"), "{aiv:?}");
-    // Across the namespaces the twin NIC's QP log shows the kernel wrote, rang and saw completion; tcp is a Host path.
-    assert_eq!(aiv.aiv_direct.as_deref(), Some("yes"), "{aiv:?}");
-    assert_eq!(tcp.aiv_direct.as_deref(), Some("no"), "{tcp:?}");
-    assert!(aiv.median_bytes_per_second.is_some_and(|b| b > 0.0), "{aiv:?}");
-    // At 64 KiB only the Host CPU target is set; its verdict is one of the three.
-    assert_eq!(size.targets.len(), 1);
-    assert_eq!(size.targets[0].target, "host_cpu");
-    assert!(["yes", "no"].contains(&size.targets[0].met.as_str()), "{:?}", size.targets);
+    assert_eq!((cross.rounds, cross.operations.clone()), (1, vec!["write".to_owned(), "read".to_owned()]));
+    assert_eq!(cross.sizes.len(), 2, "WRITE and READ at 64 KiB");
+    for (size, operation) in cross.sizes.iter().zip(["write", "read"]) {
+        assert_eq!((size.block_size, size.operation.as_str()), (64 << 10, operation));
+        assert_eq!(size.protocols.iter().map(|p| p.protocol.as_str()).collect::<Vec<_>>(), ["tcp", "aiv"]);
+        let tcp = size.protocol("tcp").expect("tcp");
+        assert_eq!((tcp.runs.len(), tcp.clean_runs), (1, 1), "{operation}: tcp failed: {:?}", tcp.failures);
+        assert!(tcp.median_bytes_per_second.is_some_and(|b| b > 0.0), "{tcp:?}");
+        assert!(tcp.median_process_cpu_ns_per_transfer.is_some_and(|c| c > 0.0), "{tcp:?}");
+        let aiv = size.protocol("aiv").expect("aiv");
+        assert_eq!((aiv.runs.len(), aiv.clean_runs), (1, 1), "{operation}: aiv failed: {:?}", aiv.failures);
+        assert_eq!(aiv.route.as_deref(), Some("rdma"), "{aiv:?}");
+        // Across the namespaces the twin NIC's QP log shows the kernel wrote, rang and saw completion; tcp is a Host
+        // path.
+        assert_eq!(aiv.aiv_direct.as_deref(), Some("yes"), "{operation}: {aiv:?}");
+        assert_eq!(tcp.aiv_direct.as_deref(), Some("no"), "{operation}: {tcp:?}");
+        assert!(aiv.median_bytes_per_second.is_some_and(|b| b > 0.0), "{aiv:?}");
+        // At 64 KiB only the Host CPU target is set; its verdict is one of the three.
+        assert_eq!(size.targets.len(), 1);
+        assert_eq!(size.targets[0].target, "host_cpu");
+        assert!(["yes", "no"].contains(&size.targets[0].met.as_str()), "{:?}", size.targets);
+    }
     let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
     assert!(md.contains("## Cross-host: aiv vs tcp between two hosts (twin runtime, unverified on hardware)"), "{md}");
-    assert!(md.contains("| 64 KiB | tcp | 1/1 |"), "{md}");
+    assert!(md.contains("| 64 KiB | WRITE | tcp | 1/1 |") && md.contains("| 64 KiB | READ | aiv | 1/1 |"), "{md}");
     // --compare shows the cross-host medians side by side.
     let compared = Command::new(env!("CARGO_BIN_EXE_aiv"))
         .args(["audit", "--compare"])
@@ -105,7 +107,7 @@ fn the_cross_host_section_reports_tcp_and_aiv_on_the_rdma_route_and_cleans_up() 
         .expect("aiv audit --compare runs");
     let text = String::from_utf8_lossy(&compared.stdout);
     assert!(text.contains("## Cross-host (twin runtime, unverified on hardware)"), "{text}");
-    assert!(text.contains("| 64 KiB | tcp |") && text.contains("| 1.00 |"), "{text}");
+    assert!(text.contains("| 64 KiB | READ | tcp |") && text.contains("| 1.00 |"), "{text}");
 }
 
 #[test]

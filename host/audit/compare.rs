@@ -105,8 +105,11 @@ fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
         return;
     };
     let _ = writeln!(out, "## Cross-host ({})\n", y.label);
-    let _ = writeln!(out, "| block | protocol | GB/s A | GB/s B | B/A | CPU/transfer µs A | B | B/A | route A | B |");
-    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(
+        out,
+        "| block | operation | protocol | GB/s A | GB/s B | B/A | CPU/transfer µs A | B | B/A | route A | B |"
+    );
+    let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|---|---|");
     let figure =
         |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
     let over = |p: Option<f64>, q: Option<f64>| match (p, q) {
@@ -114,7 +117,7 @@ fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
         _ => "-".into(),
     };
     for sb in &y.sizes {
-        let sa = x.sizes.iter().find(|s| s.block_size == sb.block_size);
+        let sa = x.sizes.iter().find(|s| s.block_size == sb.block_size && s.operation == sb.operation);
         for pb in &sb.protocols {
             let pa = sa.and_then(|s| s.protocol(&pb.protocol));
             let bw = (pa.and_then(|p| p.median_bytes_per_second), pb.median_bytes_per_second);
@@ -124,8 +127,9 @@ fn cross_host(out: &mut String, a: &AuditReport, b: &AuditReport) {
             };
             let _ = writeln!(
                 out,
-                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                 block_name(sb.block_size),
+                sb.operation.to_uppercase(),
                 pb.protocol,
                 figure(bw.0, 1e9, 3),
                 figure(bw.1, 1e9, 3),

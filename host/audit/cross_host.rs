@@ -21,6 +21,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::child;
+use crate::transfer::Opcode;
 
 /// The label of every figure of the section on the twin runtime.
 pub const TWIN_LABEL: &str = "twin runtime, unverified on hardware";
@@ -32,6 +33,8 @@ pub const BANDWIDTH_TARGET_BLOCK: u64 = 1 << 20;
 pub const CPU_TARGET: f64 = 0.1;
 /// The block sizes without `--sizes`.
 pub const DEFAULT_SIZES: [u64; 2] = [1 << 20, 64 << 10];
+/// The operations without `--cross-operations`.
+pub const DEFAULT_OPERATIONS: [Opcode; 2] = [Opcode::Write, Opcode::Read];
 /// The protocols, in the first round's order.
 const PROTOCOLS: [&str; 2] = ["tcp", "aiv"];
 /// The addresses of the two ends of the veth pair (a /24 of their own, inside the namespaces only).
@@ -57,17 +60,28 @@ pub struct CrossHostOptions {
     pub batch_size: usize,
     /// Initiator threads.
     pub threads: usize,
+    /// The operations, in order: each is measured at every block size (WRITE pushes the initiator's bytes to the
+    /// target, READ pulls the target's).
+    pub operations: Vec<Opcode>,
 }
 
 impl CrossHostOptions {
-    /// The defaults of `benches/rdma_vs_tcp.sh`: 1 MiB and 64 KiB, batches of 8 from 2 threads, WRITE.
+    /// The defaults of `benches/rdma_vs_tcp.sh` (1 MiB and 64 KiB, batches of 8 from 2 threads), WRITE then READ.
     pub fn new(program: Option<PathBuf>, rounds: usize, seconds: Duration) -> CrossHostOptions {
-        CrossHostOptions { program, sizes: DEFAULT_SIZES.to_vec(), rounds, seconds, batch_size: 8, threads: 2 }
+        CrossHostOptions {
+            program,
+            sizes: DEFAULT_SIZES.to_vec(),
+            rounds,
+            seconds,
+            batch_size: 8,
+            threads: 2,
+            operations: DEFAULT_OPERATIONS.to_vec(),
+        }
     }
 
-    /// Runs in all: sizes x rounds x protocols.
+    /// Runs in all: operations x sizes x rounds x protocols.
     pub fn runs(&self) -> usize {
-        self.sizes.len() * self.rounds * PROTOCOLS.len()
+        self.operations.len() * self.sizes.len() * self.rounds * PROTOCOLS.len()
     }
 
     /// The buffer each side registers: the largest span, at least 1 MiB.
@@ -87,7 +101,10 @@ pub struct CrossHostReport {
     pub not_run_reason: Option<String>,
     /// The namespaces, the veth pair and the addresses, as made.
     pub setup: String,
-    pub operation: String,
+    /// The operations measured (`write`, `read`), in order; a report written before READ was measured has none
+    /// recorded here and measured WRITE.
+    #[serde(default = "write_only")]
+    pub operations: Vec<String>,
     pub batch_size: usize,
     pub threads: usize,
     pub rounds: usize,
@@ -95,9 +112,20 @@ pub struct CrossHostReport {
     pub sizes: Vec<CrossHostSize>,
 }
 
-/// One block size: per protocol its runs and medians, the ratios aiv/tcp and the targets' verdicts.
+fn write_only() -> Vec<String> {
+    vec!["write".into()]
+}
+
+fn write() -> String {
+    "write".into()
+}
+
+/// One operation at one block size: per protocol its runs and medians, the ratios aiv/tcp and the targets' verdicts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CrossHostSize {
+    /// `write` or `read` (a report written before READ was measured: `write`).
+    #[serde(default = "write")]
+    pub operation: String,
     pub block_size: u64,
     pub protocols: Vec<CrossHostProtocol>,
     /// aiv's median bandwidth over tcp's (`None` if either has no clean run).
@@ -267,10 +295,11 @@ impl CrossHostProtocol {
 }
 
 impl CrossHostSize {
-    /// One block size's figures from its runs per protocol (tcp first, then aiv).
-    pub fn new(block_size: u64, tcp: CrossHostProtocol, aiv: CrossHostProtocol) -> CrossHostSize {
+    /// One operation's figures at one block size from its runs per protocol (tcp first, then aiv).
+    pub fn new(operation: Opcode, block_size: u64, tcp: CrossHostProtocol, aiv: CrossHostProtocol) -> CrossHostSize {
         let targets = verdicts(block_size, &tcp, &aiv);
         CrossHostSize {
+            operation: operation.as_str().into(),
             block_size,
             bandwidth_ratio: ratio(aiv.median_bytes_per_second, tcp.median_bytes_per_second),
             cpu_ratio: ratio(aiv.median_process_cpu_ns_per_transfer, tcp.median_process_cpu_ns_per_transfer),
@@ -303,7 +332,7 @@ impl CrossHostReport {
             ran: false,
             not_run_reason: Some(reason),
             setup: String::new(),
-            operation: "write".into(),
+            operations: options.operations.iter().map(|op| op.as_str().to_owned()).collect(),
             batch_size: options.batch_size,
             threads: options.threads,
             rounds: options.rounds,
@@ -322,31 +351,33 @@ impl CrossHostReport {
         let _ = writeln!(
             md,
             "{}. Per run a fresh `aiv bench --mode target` in the second namespace and an `aiv bench --json` \
-             initiator in the first; {} rounds of {:.2} s per protocol and block size, the protocols' order \
-             alternating; {}, batches of {} from {} threads. Medians over the runs with no failed batch; Host CPU \
+             initiator in the first; {} rounds of {:.2} s per protocol, operation and block size, the protocols' \
+             order alternating; {}, batches of {} from {} threads. Medians over the runs with no failed batch; Host CPU \
              per transfer is the initiator's whole process (the twin's device threads left out). Targets (issue \
              18): aiv bandwidth >= {BANDWIDTH_TARGET}x tcp at {}, aiv Host CPU <= {CPU_TARGET}x tcp.\n",
             self.setup,
             self.rounds,
             self.seconds_per_run,
-            self.operation.to_uppercase(),
+            self.operations.iter().map(|op| op.to_uppercase()).collect::<Vec<_>>().join(" and "),
             self.batch_size,
             self.threads,
             block_name(BANDWIDTH_TARGET_BLOCK),
         );
         let _ = writeln!(
             md,
-            "| block | protocol | clean runs | GB/s | Host CPU µs/transfer (process) | p50 µs | route | AIV-direct |"
+            "| block | operation | protocol | clean runs | GB/s | Host CPU µs/transfer (process) | p50 µs | route | \
+             AIV-direct |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         let number =
             |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
         for size in &self.sizes {
             for p in &size.protocols {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {}/{} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} |",
                     block_name(size.block_size),
+                    size.operation.to_uppercase(),
                     p.protocol,
                     p.clean_runs,
                     p.runs.len(),
@@ -359,15 +390,16 @@ impl CrossHostReport {
             }
         }
         let _ = writeln!(md);
-        let _ = writeln!(md, "| block | target | aiv/tcp | met | why |");
-        let _ = writeln!(md, "|---|---|---|---|---|");
+        let _ = writeln!(md, "| block | operation | target | aiv/tcp | met | why |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|");
         for size in &self.sizes {
             for t in &size.targets {
                 let sign = if t.target == "bandwidth" { ">=" } else { "<=" };
                 let _ = writeln!(
                     md,
-                    "| {} | {} {sign} {} | {} | **{}** | {} |",
+                    "| {} | {} | {} {sign} {} | {} | **{}** | {} |",
                     block_name(size.block_size),
+                    size.operation.to_uppercase(),
                     t.target,
                     t.limit,
                     number(t.ratio, 1.0, 3),
@@ -386,8 +418,9 @@ impl CrossHostReport {
                     let first = p.failures.first()?;
                     let failed = p.runs.iter().filter(|r| r.error.is_some()).count();
                     Some(format!(
-                        "- {} {}, {failed} of {} runs failed; the first: {first}",
+                        "- {} {} {}, {failed} of {} runs failed; the first: {first}",
                         block_name(s.block_size),
+                        s.operation.to_uppercase(),
                         p.protocol,
                         p.runs.len()
                     ))
@@ -535,7 +568,7 @@ fn run_once(
     options: &CrossHostOptions,
     program: &Path,
     protocol: &str,
-    block_size: u64,
+    (operation, block_size): (Opcode, u64),
     (round, slot): (usize, usize),
 ) -> CrossHostRun {
     let mut run = CrossHostRun { round, slot, ..CrossHostRun::default() };
@@ -552,7 +585,7 @@ fn run_once(
     };
     let mut initiator = bench_command(program, &ns.a, protocol, ADDR_A, buffer);
     initiator
-        .args(["--segment_id", &target.name, "--operation", "write"])
+        .args(["--segment_id", &target.name, "--operation", operation.as_str()])
         .args(["--block_size", &block_size.to_string(), "--batch_size", &options.batch_size.to_string()])
         .args(["--threads", &options.threads.to_string()])
         .args(["--duration", &format!("{:.3}", options.seconds.as_secs_f64()), "--json"]);
@@ -616,29 +649,33 @@ pub fn run(options: &CrossHostOptions, progress: &mut dyn FnMut(&str)) -> CrossH
         Err(reason) => return CrossHostReport::not_run(options, format!("cannot make the namespaces: {reason}")),
     };
     let mut sizes = Vec::new();
-    for &block_size in &options.sizes {
-        let mut runs: [Vec<CrossHostRun>; 2] = [Vec::new(), Vec::new()];
-        for round in 0..options.rounds {
-            for slot in 0..PROTOCOLS.len() {
-                // tcp first on even rounds, aiv first on odd ones.
-                let index = (slot + round) % PROTOCOLS.len();
-                let protocol = PROTOCOLS[index];
-                let run = run_once(&ns, options, program, protocol, block_size, (round, slot));
-                progress(&format!(
-                    "cross-host {} round {}: {protocol} {}",
-                    block_name(block_size),
-                    round + 1,
-                    if run.clean() { format!("{:.3} GB/s", run.bytes_per_second / 1e9) } else { "failed".into() }
-                ));
-                runs[index].push(run);
+    for &operation in &options.operations {
+        for &block_size in &options.sizes {
+            let mut runs: [Vec<CrossHostRun>; 2] = [Vec::new(), Vec::new()];
+            for round in 0..options.rounds {
+                for slot in 0..PROTOCOLS.len() {
+                    // tcp first on even rounds, aiv first on odd ones.
+                    let index = (slot + round) % PROTOCOLS.len();
+                    let protocol = PROTOCOLS[index];
+                    let run = run_once(&ns, options, program, protocol, (operation, block_size), (round, slot));
+                    progress(&format!(
+                        "cross-host {} {} round {}: {protocol} {}",
+                        operation.as_str().to_uppercase(),
+                        block_name(block_size),
+                        round + 1,
+                        if run.clean() { format!("{:.3} GB/s", run.bytes_per_second / 1e9) } else { "failed".into() }
+                    ));
+                    runs[index].push(run);
+                }
             }
+            let [tcp, aiv] = runs;
+            sizes.push(CrossHostSize::new(
+                operation,
+                block_size,
+                CrossHostProtocol::from_runs("tcp", tcp),
+                CrossHostProtocol::from_runs("aiv", aiv),
+            ));
         }
-        let [tcp, aiv] = runs;
-        sizes.push(CrossHostSize::new(
-            block_size,
-            CrossHostProtocol::from_runs("tcp", tcp),
-            CrossHostProtocol::from_runs("aiv", aiv),
-        ));
     }
     let on_npu = sizes
         .iter()
@@ -651,7 +688,7 @@ pub fn run(options: &CrossHostOptions, progress: &mut dyn FnMut(&str)) -> CrossH
         ran: true,
         not_run_reason: None,
         setup: ns.describe(),
-        operation: "write".into(),
+        operations: options.operations.iter().map(|op| op.as_str().to_owned()).collect(),
         batch_size: options.batch_size,
         threads: options.threads,
         rounds: options.rounds,
@@ -683,28 +720,33 @@ mod tests {
         let tcp = CrossHostProtocol::from_runs("tcp", vec![run(1e9, 10_000.0), run(3e9, 30_000.0), run(2e9, 20_000.0)]);
         // aiv: 0.9x the bandwidth, 0.05x the CPU: both met.
         let aiv = CrossHostProtocol::from_runs("aiv", vec![run(1.8e9, 1_000.0), run(1.8e9, 1_000.0)]);
-        let size = CrossHostSize::new(1 << 20, tcp.clone(), aiv);
+        let size = CrossHostSize::new(Opcode::Write, 1 << 20, tcp.clone(), aiv);
         assert_eq!(size.bandwidth_ratio, Some(0.9));
         assert_eq!(size.cpu_ratio, Some(0.05));
         assert_eq!(size.targets.iter().map(|t| t.met.as_str()).collect::<Vec<_>>(), ["yes", "yes"]);
         // aiv: 0.5x the bandwidth, 0.2x the CPU: neither met.
         let slow = CrossHostProtocol::from_runs("aiv", vec![run(1e9, 4_000.0)]);
-        let size = CrossHostSize::new(1 << 20, tcp.clone(), slow.clone());
+        let size = CrossHostSize::new(Opcode::Write, 1 << 20, tcp.clone(), slow.clone());
         assert_eq!(size.targets.iter().map(|t| t.met.as_str()).collect::<Vec<_>>(), ["no", "no"]);
         assert!(size.targets[0].why.contains("0.500"), "{}", size.targets[0].why);
         // At 64 KiB only the CPU target is set.
-        let size = CrossHostSize::new(64 << 10, tcp.clone(), slow);
+        let size = CrossHostSize::new(Opcode::Write, 64 << 10, tcp.clone(), slow);
         assert_eq!(size.targets.len(), 1);
         assert_eq!(size.targets[0].target, "host_cpu");
         // aiv failing every run: "no", naming its failure; its route is still recorded.
         let dead = CrossHostProtocol::from_runs("aiv", vec![failed("route is not SDMA"), failed("route is not SDMA")]);
         assert_eq!(dead.failures, ["route is not SDMA"]);
         assert_eq!(dead.route.as_deref(), Some("rdma"));
-        let size = CrossHostSize::new(1 << 20, tcp, dead.clone());
+        let size = CrossHostSize::new(Opcode::Write, 1 << 20, tcp, dead.clone());
         assert_eq!(size.bandwidth_ratio, None);
         assert!(size.targets.iter().all(|t| t.met == "no" && t.why.contains("route is not SDMA")));
         // tcp failing: the reference is missing, so "unknown".
-        let size = CrossHostSize::new(1 << 20, CrossHostProtocol::from_runs("tcp", vec![failed("refused")]), dead);
+        let size = CrossHostSize::new(
+            Opcode::Write,
+            1 << 20,
+            CrossHostProtocol::from_runs("tcp", vec![failed("refused")]),
+            dead,
+        );
         assert!(size.targets.iter().all(|t| t.met == "unknown"));
     }
 
@@ -760,15 +802,41 @@ mod tests {
         report.ran = true;
         report.not_run_reason = None;
         report.setup = "Two network namespaces".into();
-        report.sizes = vec![CrossHostSize::new(1 << 20, tcp, aiv)];
+        let read_tcp = CrossHostProtocol::from_runs("tcp", vec![run(1e9, 10_000.0)]);
+        let read_aiv = CrossHostProtocol::from_runs("aiv", vec![run(0.9e9, 900.0)]);
+        report.sizes = vec![
+            CrossHostSize::new(Opcode::Write, 1 << 20, tcp, aiv),
+            CrossHostSize::new(Opcode::Read, 1 << 20, read_tcp, read_aiv),
+        ];
         let mut md = String::new();
         report.markdown(&mut md);
-        assert!(md.contains("| 1 MiB | tcp | 1/1 | 2.000 | 20.0 | 1.0 | - |"), "{md}");
-        assert!(md.contains("| 1 MiB | aiv | 0/1 | - | - | - | rdma |"), "{md}");
-        assert!(md.contains("| 1 MiB | bandwidth >= 0.8 | - | **no** |"), "{md}");
-        assert!(md.contains("- 1 MiB aiv, 1 of 1 runs failed; the first: route is not SDMA"), "{md}");
+        assert!(md.contains("WRITE and READ, batches of 8 from 2 threads"), "{md}");
+        assert!(md.contains("| 1 MiB | WRITE | tcp | 1/1 | 2.000 | 20.0 | 1.0 | - |"), "{md}");
+        assert!(md.contains("| 1 MiB | WRITE | aiv | 0/1 | - | - | - | rdma |"), "{md}");
+        assert!(md.contains("| 1 MiB | WRITE | bandwidth >= 0.8 | - | **no** |"), "{md}");
+        assert!(md.contains("| 1 MiB | READ | aiv | 1/1 | 0.900 | 0.9 |"), "{md}");
+        assert!(md.contains("| 1 MiB | READ | bandwidth >= 0.8 | 0.900 | **yes** |"), "{md}");
+        assert!(md.contains("| 1 MiB | READ | host_cpu <= 0.1 | 0.090 | **yes** |"), "{md}");
+        assert!(md.contains("- 1 MiB WRITE aiv, 1 of 1 runs failed; the first: route is not SDMA"), "{md}");
         let json = serde_json::to_string(&report).expect("serializes");
         let back: CrossHostReport = serde_json::from_str(&json).expect("parses");
         assert_eq!(back, report);
+    }
+
+    /// A report written when the section measured WRITE only (no `operations`, no per-size `operation`) reads as
+    /// WRITE.
+    #[test]
+    fn a_report_from_before_read_was_measured_reads_as_write() {
+        let options = CrossHostOptions::new(None, 1, Duration::from_secs(1));
+        let mut report = CrossHostReport::not_run(&options, "x".into());
+        let tcp = CrossHostProtocol::from_runs("tcp", vec![run(2e9, 20_000.0)]);
+        report.sizes = vec![CrossHostSize::new(Opcode::Read, 1 << 20, tcp.clone(), tcp)];
+        let mut json = serde_json::to_value(&report).expect("serializes");
+        json.as_object_mut().expect("object").remove("operations");
+        json["sizes"][0].as_object_mut().expect("object").remove("operation");
+        json.as_object_mut().expect("object").insert("operation".into(), "write".into());
+        let back: CrossHostReport = serde_json::from_value(json).expect("parses");
+        assert_eq!(back.operations, ["write"]);
+        assert_eq!(back.sizes[0].operation, "write");
     }
 }

@@ -67,10 +67,17 @@ enum Mode {
     Target,
 }
 
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, ValueEnum)]
 enum Operation {
     Read,
     Write,
+}
+
+fn opcode(operation: Operation) -> Opcode {
+    match operation {
+        Operation::Read => Opcode::Read,
+        Operation::Write => Opcode::Write,
+    }
 }
 
 /// Flags and defaults follow transfer_engine_bench. For tcp without --segment_id, a second engine of this process
@@ -194,13 +201,16 @@ struct AuditArgs {
     trace: bool,
     /// Also measure aiv against tcp between two hosts, after everything else: two network namespaces joined by one
     /// veth pair (made and deleted by the audit; needs root and `ip`, else the section says "not run" and why), per
-    /// run an `aiv bench` target in one and an initiator in the other, WRITE, batches of 8 from 2 threads (or
-    /// --batch-size, --threads), block sizes 1 MiB and 64 KiB (or --sizes), --rounds rounds of --cell-seconds per
-    /// protocol alternating the order; reports the medians of bandwidth and whole-process Host CPU per transfer, the
-    /// ratios aiv/tcp against the targets (bandwidth >= 0.8x at 1 MiB, Host CPU <= 0.1x), the route aiv took
-    /// and each failure (twin runtime: unverified on hardware; docs/multihost.md)
+    /// run an `aiv bench` target in one and an initiator in the other, WRITE then READ (or --cross-operations),
+    /// batches of 8 from 2 threads (or --batch-size, --threads), block sizes 1 MiB and 64 KiB (or --sizes), --rounds
+    /// rounds of --cell-seconds per protocol alternating the order; reports the medians of bandwidth and
+    /// whole-process Host CPU per transfer, the ratios aiv/tcp against the targets (bandwidth >= 0.8x at 1 MiB, Host
+    /// CPU <= 0.1x), the route aiv took and each failure (twin runtime: unverified on hardware; docs/multihost.md)
     #[arg(long = "cross-host")]
     cross_host: bool,
+    /// The operations the cross-host section measures, in order (comma-separated)
+    #[arg(long = "cross-operations", value_enum, value_delimiter = ',', requires = "cross_host", num_args = 1..)]
+    cross_operations: Vec<Operation>,
     /// Directory for report.json and report.md (default: aiv-audit-<UTC time> here)
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -538,10 +548,7 @@ fn run_audit_with(
     } else if !args.full {
         options.fit_quick_budget();
     }
-    options.operation = match args.operation {
-        Operation::Read => Opcode::Read,
-        Operation::Write => Opcode::Write,
-    };
+    options.operation = opcode(args.operation);
     options.faults = !args.no_faults;
     options.trace = args.trace;
     // The killed-peer round runs this binary as the target in another process.
@@ -554,6 +561,10 @@ fn run_audit_with(
         }
         cross.batch_size = args.batch_size.unwrap_or(cross.batch_size);
         cross.threads = args.threads.unwrap_or(cross.threads);
+        if !args.cross_operations.is_empty() {
+            cross.operations = args.cross_operations.iter().map(|&op| opcode(op)).collect();
+            cross.operations.dedup();
+        }
         options.cross_host = Some(cross);
     }
     options.allocation = !args.no_alloc;
@@ -641,10 +652,7 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     };
     aiv_transport::cpu_time::set_section_clock(args.section_clock);
     let params = BenchParams {
-        operation: match args.operation {
-            Operation::Read => Opcode::Read,
-            Operation::Write => Opcode::Write,
-        },
+        operation: opcode(args.operation),
         protocol,
         buffer_size: args.buffer_size,
         batch_size: args.batch_size,
