@@ -51,6 +51,7 @@
 pub mod divert;
 mod layout;
 pub(crate) mod provenance;
+mod responder;
 mod types;
 pub(crate) mod wire;
 
@@ -82,10 +83,9 @@ use layout::{
     DB_CMD_SQ, DB_CQ_INDEX_MASK, DB_INDEX_SHIFT, DB_SQ_INDEX_MASK, DB_TAG_MASK, WQE_OPCODE_MASK, WQE_OWNER_BIT,
     WQE_SGE_NUM_SHIFT, WQE_SIGNALED_BIT,
 };
+use responder::Responder;
 use wire::{Conn, Frame, WireError, MAX_MESSAGE};
 
-/// How often the listener looks for a connection (it accepts without blocking, to see its shutdown).
-const ACCEPT_TICK: Duration = Duration::from_millis(5);
 /// The longest an idle engine sleeps between two looks at its state (doorbells and shutdown wake it at once).
 const IDLE_TICK: Duration = Duration::from_millis(200);
 
@@ -662,148 +662,6 @@ pub(crate) fn register_write(device_va: u64, bytes: &[u8], origin: u32) -> Optio
 }
 
 impl Nic {
-    fn listen(self: &Arc<Self>, listener: TcpListener) {
-        let mut accepted = 0u64;
-        while !self.shutdown.load(Ordering::Acquire) {
-            match listener.accept() {
-                Ok((stream, _)) => {
-                    let mut responders = lock(&self.responders);
-                    let (done, running): (Vec<_>, Vec<_>) = responders.drain(..).partition(|h| h.is_finished());
-                    done.into_iter().for_each(|handle| drop(handle.join()));
-                    *responders = running;
-                    if responders.len() >= MAX_CONNECTIONS {
-                        continue;
-                    }
-                    accepted += 1;
-                    let nic = Arc::clone(self);
-                    let name = format!("cann-twin-nic-d{}-r{accepted}", self.device);
-                    if let Ok(handle) = spawn(name, move || nic.serve(Conn::new(stream))) {
-                        responders.push(handle);
-                    }
-                }
-                Err(_) => std::thread::sleep(ACCEPT_TICK),
-            }
-        }
-    }
-
-    /// One accepted connection: the handshake naming the target QP, then requests until the peer closes, a frame
-    /// is malformed or the NIC shuts down.
-    fn serve(&self, mut conn: Conn) {
-        let stop = || self.shutdown.load(Ordering::Acquire);
-        let mut target: Option<Arc<Qp>> = None;
-        let mut initiator = 0u32;
-        // A large WRITE's payload goes from the socket straight into the target's memory (land_write).
-        conn.land_writes_in_place();
-        loop {
-            let frame = match conn.receive(Instant::now() + IDLE_TICK, &stop) {
-                Ok(Some(frame)) => frame,
-                Ok(None) => continue,
-                Err(_) => break,
-            };
-            if self.link_down.load(Ordering::Acquire) {
-                // The link is down: the frame is lost, nothing is applied or answered.
-                continue;
-            }
-            let reply = match (frame, &target) {
-                (Frame::Hello { qpn, from }, None) => {
-                    target = lock(&self.qps).get(&qpn).cloned();
-                    initiator = from;
-                    Frame::HelloAck { status: u8::from(target.is_none()) }
-                }
-                (Frame::Write { psn, rkey, va, bytes }, Some(qp)) => {
-                    let mut responders = lock(&qp.responders);
-                    let status = match Responder::of(&mut responders, initiator).verdict(psn) {
-                        Verdict::Drop => {
-                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        Verdict::Again(status) => {
-                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
-                            status
-                        }
-                        Verdict::Execute => {
-                            let status = self.apply_write(rkey, va, &bytes);
-                            Responder::of(&mut responders, initiator).executed(psn, status);
-                            status
-                        }
-                    };
-                    drop(responders);
-                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
-                    Frame::Ack { psn, status }
-                }
-                (Frame::WriteHead { psn, rkey, va, len }, Some(qp)) => {
-                    let mut responders = lock(&qp.responders);
-                    let status = match Responder::of(&mut responders, initiator).verdict(psn) {
-                        // Their payloads are discarded by the next receive.
-                        Verdict::Drop => {
-                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        Verdict::Again(status) => {
-                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
-                            status
-                        }
-                        Verdict::Execute => {
-                            let Ok(status) = self.land_write(&mut conn, rkey, va, len, &stop) else { break };
-                            Responder::of(&mut responders, initiator).executed(psn, status);
-                            status
-                        }
-                    };
-                    drop(responders);
-                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
-                    Frame::Ack { psn, status }
-                }
-                (Frame::Read { psn, rkey, va, len }, Some(qp)) => {
-                    let mut responders = lock(&qp.responders);
-                    let read = match Responder::of(&mut responders, initiator).verdict(psn) {
-                        Verdict::Drop => {
-                            self.counters.requests_dropped.fetch_add(1, Ordering::Relaxed);
-                            continue;
-                        }
-                        // The READ that was refused, asked again: refused again.
-                        Verdict::Again(status) if status != 0 => {
-                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
-                            Err(status)
-                        }
-                        // A duplicate READ is read again (its response replayed from memory as it is now).
-                        Verdict::Again(_) => {
-                            self.counters.duplicates_answered.fetch_add(1, Ordering::Relaxed);
-                            self.serve_read(rkey, va, len)
-                        }
-                        Verdict::Execute => {
-                            let read = self.serve_read(rkey, va, len);
-                            let status = read.as_ref().err().copied().unwrap_or(0);
-                            Responder::of(&mut responders, initiator).executed(psn, status);
-                            read
-                        }
-                    };
-                    drop(responders);
-                    self.counters.requests_served.fetch_add(1, Ordering::Relaxed);
-                    match read {
-                        Ok(bytes) => Frame::ReadResponse { psn, status: 0, bytes },
-                        Err(status) => Frame::ReadResponse { psn, status, bytes: Vec::new() },
-                    }
-                }
-                // Anything else breaks the protocol: the connection is closed.
-                _ => break,
-            };
-            let withheld = !matches!(reply, Frame::HelloAck { .. })
-                && self
-                    .drop_responses
-                    .fetch_update(Ordering::AcqRel, Ordering::Acquire, |left| left.checked_sub(1))
-                    .is_ok();
-            if withheld {
-                // Served, but the response is lost on the way back.
-                continue;
-            }
-            let refused = matches!(reply, Frame::HelloAck { status: 1 });
-            if conn.send(&reply, Duration::from_secs(1)).is_err() || refused {
-                break;
-            }
-        }
-        conn.close();
-    }
-
     /// The registration `rkey` names, if `[va, va + len)` lies inside it and it grants the right.
     fn check_remote(&self, rkey: u32, va: u64, len: u64, write: bool) -> bool {
         self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| {
@@ -811,114 +669,8 @@ impl Nic {
         })
     }
 
-    fn refuse(&self) -> u8 {
-        self.counters.requests_refused.fetch_add(1, Ordering::Relaxed);
-        status::REMOTE_ACCESS_ERR as u8
-    }
-
-    fn apply_write(&self, rkey: u32, va: u64, bytes: &[u8]) -> u8 {
-        if !self.check_remote(rkey, va, bytes.len() as u64, true) {
-            return self.refuse();
-        }
-        match write_device(va, bytes) {
-            Ok(()) => {
-                self.counters.writes_applied.fetch_add(1, Ordering::Relaxed);
-                status::SUCCESS as u8
-            }
-            Err(_) => self.refuse(),
-        }
-    }
-
-    /// [`Self::apply_write`] for a large WRITE whose payload still waits in `conn`: checked first, then read from
-    /// the socket into the target's memory in place (refused: read and discarded, nothing touched). `Err`: the
-    /// payload did not arrive within [`wire::PAYLOAD_WAIT`] (the connection is given up, the WRITE not executed).
-    fn land_write(&self, conn: &mut Conn, rkey: u32, va: u64, len: u32, stop: &dyn Fn() -> bool) -> Result<u8, ()> {
-        let deadline = Instant::now() + wire::PAYLOAD_WAIT;
-        if !self.check_remote(rkey, va, u64::from(len), true) {
-            conn.receive_payload(None, deadline, stop).map_err(drop)?;
-            return Ok(self.refuse());
-        }
-        let total = len as usize;
-        let mut land = |offset: usize, fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<usize>| {
-            land_device(va + offset as u64, total - offset, fill)
-        };
-        if conn.receive_payload(Some(&mut land), deadline, stop).map_err(drop)? {
-            self.counters.writes_applied.fetch_add(1, Ordering::Relaxed);
-            Ok(status::SUCCESS as u8)
-        } else {
-            Ok(self.refuse())
-        }
-    }
-
-    fn serve_read(&self, rkey: u32, va: u64, len: u32) -> Result<Vec<u8>, u8> {
-        if len > MAX_MESSAGE || !self.check_remote(rkey, va, u64::from(len), false) {
-            return Err(self.refuse());
-        }
-        read_device(va, len as usize).map_err(|_| self.refuse())
-    }
-
     fn check_local(&self, lkey: u32, va: u64, len: u64) -> bool {
         self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| r.keys.lkey == lkey && r.holds(va, len))
-    }
-}
-
-/// Initiator QPs a target QP keeps the request sequence of (RC connects one; more are served, the oldest
-/// forgotten first).
-const RESPONDERS: usize = 8;
-
-/// A target QP's view of one initiator QP's requests: requests execute strictly in PSN order, each at most once.
-#[derive(Clone, Copy, Debug)]
-struct Responder {
-    initiator: u32,
-    /// The PSN expected next (an initiator's first request has PSN 1).
-    next: u32,
-    /// The request refused (PSN, status): every later one of this initiator is dropped.
-    refused: Option<(u32, u8)>,
-}
-
-/// What a target does with a request.
-enum Verdict {
-    /// The next in order: execute it.
-    Execute,
-    /// Executed before (a retransmission): answer with this status without executing a WRITE again.
-    Again(u8),
-    /// Past a gap (an earlier request was lost: the initiator goes back N) or after the refused request: neither
-    /// executed nor answered.
-    Drop,
-}
-
-impl Responder {
-    /// The record of `initiator` in `all`, made if absent.
-    fn of(all: &mut VecDeque<Responder>, initiator: u32) -> &mut Responder {
-        let at = match all.iter().position(|r| r.initiator == initiator) {
-            Some(at) => at,
-            None => {
-                if all.len() >= RESPONDERS {
-                    all.pop_front();
-                }
-                all.push_back(Responder { initiator, next: 1, refused: None });
-                all.len() - 1
-            }
-        };
-        &mut all[at]
-    }
-
-    fn verdict(&self, psn: u32) -> Verdict {
-        match self.refused {
-            Some((refused, status)) if psn == refused => Verdict::Again(status),
-            Some((refused, _)) if psn_before(psn, refused) => Verdict::Again(0),
-            Some(_) => Verdict::Drop,
-            None if psn == self.next => Verdict::Execute,
-            None if psn_before(psn, self.next) => Verdict::Again(0),
-            None => Verdict::Drop,
-        }
-    }
-
-    fn executed(&mut self, psn: u32, status: u8) {
-        self.next = psn.wrapping_add(1);
-        if status != 0 {
-            self.refused = Some((psn, status));
-        }
     }
 }
 
