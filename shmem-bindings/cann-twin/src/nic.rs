@@ -52,6 +52,7 @@ pub mod divert;
 mod engine;
 mod layout;
 pub(crate) mod provenance;
+mod qp;
 mod responder;
 mod types;
 pub(crate) mod wire;
@@ -79,12 +80,8 @@ use ascendcl_sys::sys::*;
 use crate::memory::{page, Segment};
 use crate::runtime::{perform_copy, space, with_space_mut};
 use crate::sdma::{write_device, RegisterFault};
-use engine::Event;
-use layout::{
-    CQE_OPCODE_MASK, CQE_OWNER_BIT, CQE_QPN_MASK, CQE_STATUS_SHIFT, CQE_WQE_INDEX_SHIFT, DB_CMD_CQ_PTR, DB_CMD_SHIFT,
-    DB_CMD_SQ, DB_CQ_INDEX_MASK, DB_INDEX_SHIFT, DB_SQ_INDEX_MASK, DB_TAG_MASK,
-};
-use responder::Responder;
+use layout::DB_TAG_MASK;
+use qp::{Qp, QpInner};
 use wire::{Conn, Frame};
 
 /// The longest an idle engine sleeps between two looks at its state (doorbells and shutdown wake it at once).
@@ -132,47 +129,6 @@ struct Nic {
     listener: Mutex<Option<JoinHandle<()>>>,
     /// The responder threads, one per accepted connection.
     responders: Mutex<Vec<JoinHandle<()>>>,
-}
-
-#[derive(Debug)]
-struct QpInner {
-    state: QpState,
-    peer: Option<(SocketAddr, u32)>,
-    exception: Option<QpException>,
-    /// Free-running SQ producer index from the doorbells.
-    producer: u32,
-    head: u32,
-    cq_producer: u32,
-    cq_consumer: u32,
-    first_error: Option<(u32, u32)>,
-    cq_broken: bool,
-    cqes_lost: u64,
-    shutdown: bool,
-    /// Responses (and connection losses) the reader thread of the link of that generation handed over.
-    inbox: VecDeque<(u64, Event)>,
-    /// Payload bytes in `inbox`.
-    inbox_bytes: usize,
-}
-
-/// One QP and its CQ.
-#[derive(Debug)]
-struct Qp {
-    info: QpInfo,
-    config: QpConfig,
-    page: u64,
-    inner: Mutex<QpInner>,
-    wake: Condvar,
-    /// The connection [`connect_qp`] made, for the engine to take.
-    handoff: Mutex<Option<Conn>>,
-    /// As target: the request sequence of each initiator QP served (a few; the oldest is forgotten first).
-    responders: Mutex<VecDeque<Responder>>,
-    engine: Mutex<Option<JoinHandle<()>>>,
-    /// The reader threads of the engine's connections (one running at a time).
-    readers: Mutex<Vec<JoinHandle<()>>>,
-    /// The activity record of the config's `wake_block`, signalled after each CQE.
-    activity: Option<Arc<crate::kernel::Activity>>,
-    /// Who wrote each WQE taken, rang its doorbell and first read its CQE ([`provenance`]).
-    provenance: Arc<provenance::QpProvenance>,
 }
 
 static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
@@ -677,151 +633,5 @@ impl Nic {
 
     fn check_local(&self, lkey: u32, va: u64, len: u64) -> bool {
         self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| r.keys.lkey == lkey && r.holds(va, len))
-    }
-}
-
-/// One WQE's outcome.
-struct Completion {
-    opcode: u32,
-    status: u32,
-    bytes: u32,
-    signaled: bool,
-}
-
-impl Qp {
-    /// Stops the engine, unregisters the page and frees the queues; returns the threads left running.
-    fn destroy(&self, deadline: Instant) -> usize {
-        NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).remove(&self.page);
-        provenance::unwatch(&self.provenance);
-        {
-            let mut inner = lock(&self.inner);
-            inner.shutdown = true;
-            self.wake.notify_all();
-        }
-        let mut left = join_until(lock(&self.engine).take().into_iter().collect(), deadline);
-        left += join_until(std::mem::take(&mut *lock(&self.readers)), deadline);
-        if let Some(conn) = lock(&self.handoff).take() {
-            conn.close();
-        }
-        let _ = with_space_mut(|space| {
-            let _ = space.free(self.info.sq_base as usize);
-            let _ = space.free(self.info.cq_base as usize);
-            space.give_register_page(self.page as usize);
-            Ok(())
-        });
-        left
-    }
-
-    /// Records the first exception and moves the QP to the error state.
-    fn fail(&self, inner: &mut QpInner, fault: QpFault) {
-        if inner.exception.is_none() {
-            inner.exception = Some(QpException { device: self.info.device, qpn: self.info.qpn, fault });
-        }
-        inner.state = QpState::Error;
-        self.wake.notify_all();
-    }
-
-    fn doorbell(&self, offset: u64, bytes: &[u8], origin: u32) -> Result<(), RegisterFault> {
-        let refused =
-            || RegisterFault::QpRefused { device: self.info.device, qpn: self.info.qpn, offset, width: bytes.len() };
-        let mut inner = lock(&self.inner);
-        let word = match <[u8; 8]>::try_from(bytes) {
-            Ok(word) if offset == SQ_DOORBELL_OFFSET || offset == CQ_DOORBELL_OFFSET => u64::from_le_bytes(word),
-            _ => {
-                self.fail(&mut inner, QpFault::RegisterAccess { offset, width: bytes.len() });
-                return Err(refused());
-            }
-        };
-        let tag = (word & DB_TAG_MASK) as u32;
-        let command = (word >> DB_CMD_SHIFT & 0xF) as u32;
-        let (want_tag, want_command) =
-            if offset == SQ_DOORBELL_OFFSET { (self.info.qpn, DB_CMD_SQ) } else { (self.info.cqn, DB_CMD_CQ_PTR) };
-        if u64::from(command) != want_command {
-            self.fail(&mut inner, QpFault::DoorbellCommand { offset, command });
-            return Err(refused());
-        }
-        if tag != want_tag {
-            self.fail(&mut inner, QpFault::DoorbellTag { offset, tag });
-            return Err(refused());
-        }
-        if offset == SQ_DOORBELL_OFFSET {
-            let index = (word >> DB_INDEX_SHIFT & DB_SQ_INDEX_MASK) as u16;
-            let producer = inner.producer.wrapping_add(u32::from(index.wrapping_sub(inner.producer as u16)));
-            if producer.wrapping_sub(inner.head) > self.info.sq_depth {
-                let head = inner.head;
-                self.fail(&mut inner, QpFault::SqOverflow { producer, head, depth: self.info.sq_depth });
-                return Err(refused());
-            }
-            inner.producer = producer;
-            if crate::sdma::provenance::recording() {
-                self.provenance.rung(origin);
-            }
-        } else {
-            let index = (word >> DB_INDEX_SHIFT & DB_CQ_INDEX_MASK) as u32;
-            let consumer =
-                inner.cq_consumer.wrapping_add(index.wrapping_sub(inner.cq_consumer) & DB_CQ_INDEX_MASK as u32);
-            if consumer.wrapping_sub(inner.cq_consumer) > inner.cq_producer.wrapping_sub(inner.cq_consumer) {
-                let producer = inner.cq_producer;
-                self.fail(&mut inner, QpFault::CqBeyondProducer { consumer, producer });
-                return Err(refused());
-            }
-            inner.cq_consumer = consumer;
-        }
-        self.wake.notify_all();
-        Ok(())
-    }
-
-    fn stopping(&self, nic: &Nic) -> bool {
-        nic.shutdown.load(Ordering::Acquire) || lock(&self.inner).shutdown
-    }
-
-    /// Writes the CQE of the WQE at `index` if a CQ slot is free (`false`: the CQ is full). After a CQ overrun or
-    /// a queue fault nothing is written and the completion is counted as lost.
-    fn try_complete(&self, nic: &Nic, index: u32, completion: &Completion, taken: provenance::Taken) -> bool {
-        let depth = self.info.cq_depth;
-        let recording = crate::sdma::provenance::recording();
-        let mut inner = lock(&self.inner);
-        if inner.cq_broken {
-            inner.cqes_lost += 1;
-            drop(inner);
-            if recording {
-                self.provenance.completed(taken);
-            }
-            return true;
-        }
-        if inner.cq_producer.wrapping_sub(inner.cq_consumer) >= depth {
-            return false;
-        }
-        let producer = inner.cq_producer;
-        drop(inner);
-        let owner = if producer & depth != 0 { 0 } else { CQE_OWNER_BIT };
-        let byte4 = completion.opcode & CQE_OPCODE_MASK
-            | owner
-            | (completion.status & 0xFF) << CQE_STATUS_SHIFT
-            | (index & 0xFFFF) << CQE_WQE_INDEX_SHIFT;
-        let mut cqe = [0u8; CQE_BYTES as usize];
-        cqe[0..4].copy_from_slice(&byte4.to_le_bytes());
-        cqe[12..16].copy_from_slice(&(self.info.qpn & CQE_QPN_MASK).to_le_bytes());
-        cqe[16..20].copy_from_slice(&completion.bytes.to_le_bytes());
-        let address = self.info.cq_base + u64::from(producer & (depth - 1)) * CQE_BYTES;
-        if recording {
-            // Before the CQE is written: a reader that sees it finds its record.
-            let first_word = u64::from_le_bytes(cqe[0..8].try_into().expect("8 bytes"));
-            self.provenance.cqe_landing(taken, producer, first_word);
-        }
-        let mut inner = lock(&self.inner);
-        if write_cqe(address, &cqe).is_err() {
-            self.fail(&mut inner, QpFault::QueueFault { address });
-            inner.cq_broken = true;
-            inner.cqes_lost += 1;
-            return true;
-        }
-        inner.cq_producer = producer.wrapping_add(1);
-        drop(inner);
-        nic.counters.cqes_written.fetch_add(1, Ordering::Relaxed);
-        if let Some(activity) = &self.activity {
-            activity.progressed();
-        }
-        true
     }
 }

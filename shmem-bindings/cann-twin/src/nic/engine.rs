@@ -13,10 +13,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use super::layout::{WQE_OPCODE_MASK, WQE_OWNER_BIT, WQE_SGE_NUM_SHIFT, WQE_SIGNALED_BIT};
+use super::qp::{Completion, Qp};
 use super::wire::{Conn, Frame, WireError, MAX_MESSAGE};
 use super::{
-    device_readable, handshake, lend_device, lock, provenance, psn_before, read_device, spawn, status, Completion, Nic,
-    Qp, QpFault, QpState, IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
+    device_readable, handshake, lend_device, lock, provenance, psn_before, read_device, spawn, status, Nic, QpFault,
+    QpState, IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
 };
 use crate::sdma::write_device;
 

@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::qp::Qp;
 use super::wire::{self, Conn, Frame, MAX_MESSAGE};
-use super::{land_device, lock, psn_before, read_device, spawn, status, Nic, Qp, IDLE_TICK, MAX_CONNECTIONS};
+use super::{land_device, lock, psn_before, read_device, spawn, status, Nic, IDLE_TICK, MAX_CONNECTIONS};
 use crate::sdma::write_device;
 
 /// How often the listener looks for a connection (it accepts without blocking, to see its shutdown).
