@@ -47,6 +47,12 @@
 //! Every wait is bounded; nothing from the wire or from device memory can panic the model; threads are named
 //! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
 //! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
+//!
+//! The files: this one holds the NIC's state, its registrations, the helpers that reach device memory and the calls
+//! above; `nic/types.rs` the public types and limits, `nic/layout.rs` roce.h's constants re-declared, `nic/qp.rs` a
+//! QP (its doorbells, CQEs and teardown), `nic/engine.rs` the initiator's engine and reader threads,
+//! `nic/responder.rs` the listener and responder threads, `nic/wire.rs` the frames, `nic/provenance.rs` the QP
+//! records and `nic/divert.rs` the test-only doorbell divert.
 
 pub mod divert;
 mod engine;
