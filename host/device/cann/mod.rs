@@ -29,6 +29,7 @@
 //! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
 //! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).
 
+mod errors;
 pub mod heap;
 mod runtime_kind;
 mod settings;
@@ -52,6 +53,7 @@ use cann_shmem_sys::sys::{aclshmemx_uniqueid_t, ACLSHMEMX_INIT_WITH_UNIQUEID, AC
 use cann_shmem_sys::ShmemApi;
 use zerocopy::FromBytes;
 
+use self::errors::{runtime, shmem_error};
 use self::heap::RangeAllocator;
 use self::runtime_kind::{runtime_label, same_loaded_object};
 use crate::config::AivOptions;
@@ -75,14 +77,6 @@ pub const SHMEM_LOCAL_MEM_BYTES: u64 = 32 << 20;
 pub const EXPORT_WITHOUT_PID_CHECK: u64 = 0x1;
 /// How long a non-root PE waits for PE 0's unique id.
 pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
-
-fn runtime(device: u32, step: &'static str) -> impl Fn(ascendcl_sys::Error) -> DeviceError {
-    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-}
-
-fn shmem_error(device: u32, step: &'static str) -> impl Fn(cann_shmem_sys::Error) -> DeviceError {
-    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-}
 
 thread_local! {
     /// The device this thread last bound with `aclrtSetDevice` (ACL's current device is per thread).
