@@ -34,6 +34,7 @@ pub mod heap;
 mod runtime_kind;
 mod settings;
 pub mod stream;
+mod vmm;
 
 pub use self::runtime_kind::{identify_runtime, CannRuntime};
 pub use self::settings::{CannSettings, DEFAULT_COUNTER_HZ};
@@ -56,6 +57,7 @@ use zerocopy::FromBytes;
 use self::errors::{runtime, shmem_error};
 use self::heap::RangeAllocator;
 use self::runtime_kind::{runtime_label, same_loaded_object};
+use self::vmm::{map_physical, unmap_physical, Mapping, Unwind};
 use crate::config::AivOptions;
 use crate::device::{
     ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
@@ -81,14 +83,6 @@ pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 thread_local! {
     /// The device this thread last bound with `aclrtSetDevice` (ACL's current device is per thread).
     static BOUND_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
-}
-
-/// A physical allocation mapped at a reserved device range.
-#[derive(Debug)]
-struct Mapping {
-    handle: usize,
-    address: u64,
-    length: u64,
 }
 
 /// The loaded transfer kernel.
@@ -129,28 +123,6 @@ impl fmt::Debug for CannDevice {
             .field("shmem_pe", &self.settings.shmem_pe)
             .field("heap", &format_args!("{:#x}+{:#x}", self.heap.base(), self.heap.len()))
             .finish()
-    }
-}
-
-/// Undoes the steps of a bring-up that failed half-way, in reverse order.
-struct Unwind {
-    steps: Vec<Box<dyn FnOnce()>>,
-}
-
-impl Unwind {
-    fn push(&mut self, step: impl FnOnce() + 'static) {
-        self.steps.push(Box::new(step));
-    }
-    fn disarm(mut self) {
-        self.steps.clear();
-    }
-}
-
-impl Drop for Unwind {
-    fn drop(&mut self) {
-        while let Some(step) = self.steps.pop() {
-            step();
-        }
     }
 }
 
@@ -608,56 +580,6 @@ fn missing_exchange(device: u32) -> DeviceError {
             "device {device}: SHMEM with more than one PE needs the unique-id exchange over the metadata channel; \
              open the device through TransferEngine::device()"
         ),
-    }
-}
-
-/// `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess` for `length` bytes of
-/// HBM on device `id`; undo steps are pushed onto `unwind`.
-fn map_physical(acl: &'static AclApi, id: u32, length: u64, unwind: &mut Unwind) -> Result<Mapping, DeviceError> {
-    let location = aclrtMemLocation { id, r#type: ACL_MEM_LOCATION_TYPE_DEVICE };
-    let prop = aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_HBM_MEM_HUGE,
-        location,
-        reserve: 0,
-    };
-    let size = usize::try_from(length).map_err(|_| DeviceError::OutOfMemory {
-        device: id,
-        length,
-        reason: "larger than the address space".into(),
-    })?;
-    let handle = acl::vmm::malloc_physical(acl, size, &prop, 0).map_err(runtime(id, "allocate physical HBM"))?;
-    let handle_value = handle as usize;
-    unwind.push(move || {
-        // SAFETY: the handle is live and unmapped by the time this runs (steps undo in reverse).
-        let _ = unsafe { acl::vmm::free_physical(acl, handle_value as aclrtDrvMemHandle) };
-    });
-    let address = acl::vmm::reserve_address(acl, size, 0, 0, 0).map_err(runtime(id, "reserve device addresses"))?;
-    let address_value = address as usize;
-    unwind.push(move || {
-        // SAFETY: the range is reserved and unmapped by the time this runs.
-        let _ = unsafe { acl::vmm::release_address(acl, address_value as *mut c_void) };
-    });
-    // SAFETY: `address` is the range reserved above, `handle` the live physical allocation of the same size.
-    unsafe { acl::vmm::map(acl, address, size, 0, handle, 0) }.map_err(runtime(id, "map HBM"))?;
-    unwind.push(move || {
-        // SAFETY: mapped above, unused once bring-up failed.
-        let _ = unsafe { acl::vmm::unmap(acl, address_value as *mut c_void) };
-    });
-    let access = aclrtMemAccessDesc { flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE, location, rsv: [0; 12] };
-    // SAFETY: `[address, address + size)` was mapped above.
-    unsafe { acl::vmm::set_access(acl, address, size, &[access]) }.map_err(runtime(id, "grant access to HBM"))?;
-    Ok(Mapping { handle: handle_value, address: address as u64, length })
-}
-
-/// Undoes [`map_physical`].
-fn unmap_physical(acl: &AclApi, mapping: &Mapping) {
-    // SAFETY: the mapping is live and, at teardown, no longer used by the Host or a kernel.
-    unsafe {
-        let _ = acl::vmm::unmap(acl, mapping.address as *mut c_void);
-        let _ = acl::vmm::release_address(acl, mapping.address as *mut c_void);
-        let _ = acl::vmm::free_physical(acl, mapping.handle as aclrtDrvMemHandle);
     }
 }
 
