@@ -27,6 +27,14 @@
 //! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
 //!    `aclshmem_finalize`, `aclrtResetDevice` (never `aclFinalize`: ACL initialisation is process-wide).
 //!
+//! Files: steps 1-4 in `open.rs`, with the heap's VMM mapping (and the undo list of a failed bring-up) in `vmm.rs`;
+//! the settings from `AIV_*` variables in `settings.rs`; which runtime the tables are in `runtime_kind.rs`; step 5's
+//! workspace address in `workspace.rs`; step 6 in `launch.rs`; what only the twin runtime linked in offers (its NIC,
+//! provenance logs, SDMA exception records) in `twin.rs`; the wording of runtime errors in `errors.rs`; the heap's
+//! allocator in `heap.rs`; the ubshmem copy streams in `stream.rs`. This file keeps the device, its [`DeviceBackend`]
+//! implementation (memory, imports, Host memory, channels, the RDMA calls), the registry a launch finds the device's
+//! `Arc` in, and teardown (step 7).
+//!
 //! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
 //! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).
 
