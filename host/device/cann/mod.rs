@@ -6,8 +6,9 @@
 //!
 //! Step by step (docs/hardware.md sections 3, 4, 6; docs/device.md, "The `cann` device backend"):
 //! 1. `aclInit` (a repeated initialisation is accepted), `aclrtSetDevice`, `aclrtCreateStreamWithConfig`.
-//! 2. SHMEM: PE 0 `aclshmemx_get_uniqueid` and publishes the 136 bytes through [`UniqueIdExchange`]; other PEs fetch
-//!    them; every PE `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
+//! 2. SHMEM: PE 0 `aclshmemx_get_uniqueid` and publishes the 136 bytes through
+//!    [`UniqueIdExchange`](crate::device::UniqueIdExchange); other PEs fetch them; every PE
+//!    `aclshmemx_set_attr_uniqueid_args`, sets `data_op_engine_type = SDMA`, `aclshmemx_init_attr`.
 //! 3. HBM heap: `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess`, exported
 //!    with `aclrtMemExportToShareableHandle` (the handle is the advertised `export_id`).
 //! 4. Kernel: `aclrtBinaryLoadFromData(kernel object)` -> `aclrtBinaryGetFunction("aiv_transfer_kernel")`. The NPU
@@ -26,14 +27,33 @@
 //! 7. Teardown (drop): unload the binary, unmap imports and the heap, free physical memory, destroy the stream,
 //!    `aclshmem_finalize`, `aclrtResetDevice` (never `aclFinalize`: ACL initialisation is process-wide).
 //!
+//! Files: steps 1-4 in `open.rs`, with the heap's VMM mapping (and the undo list of a failed bring-up) in `vmm.rs`;
+//! the settings from `AIV_*` variables in `settings.rs`; which runtime the tables are in `runtime_kind.rs`; step 5's
+//! workspace address in `workspace.rs`; step 6 in `launch.rs`; what only the twin runtime linked in offers (its NIC,
+//! provenance logs, SDMA exception records) in `twin.rs`; the wording of runtime errors in `errors.rs`; the heap's
+//! allocator in `heap.rs`; the ubshmem copy streams in `stream.rs`. This file keeps the device, its [`DeviceBackend`]
+//! implementation (memory, imports, Host memory, channels, the RDMA calls), the registry a launch finds the device's
+//! `Arc` in, and teardown (step 7).
+//!
 //! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
 //! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).
 
+mod errors;
 pub mod heap;
+mod launch;
+mod open;
+mod runtime_kind;
+mod settings;
 pub mod stream;
+mod twin;
+mod vmm;
+mod workspace;
+
+pub use self::runtime_kind::{identify_runtime, CannRuntime};
+pub use self::settings::{CannSettings, DEFAULT_COUNTER_HZ};
 
 use std::collections::HashMap;
-use std::ffi::{c_void, CString};
+use std::ffi::c_void;
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -41,19 +61,19 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::result as acl;
 use ascendcl_sys::sys::*;
 use ascendcl_sys::AclApi;
-use cann_shmem_sys::device_state::{self, StateHeader};
 use cann_shmem_sys::result as shmem;
-use cann_shmem_sys::sys::{aclshmemx_uniqueid_t, ACLSHMEMX_INIT_WITH_UNIQUEID, ACLSHMEM_DATA_OP_SDMA};
 use cann_shmem_sys::ShmemApi;
 use zerocopy::FromBytes;
 
+use self::errors::runtime;
 use self::heap::RangeAllocator;
-use crate::config::AivOptions;
+use self::runtime_kind::same_loaded_object;
+use self::vmm::{unmap_physical, Mapping, Unwind};
 use crate::device::{
     ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
-    DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    DeviceError, ExportedRegion, ImportedWindow, Launch, SdmaSyndrome, SharedMemory,
 };
-use crate::evidence::{RuntimeKind, RuntimeLabel};
+use crate::evidence::RuntimeLabel;
 use crate::kernel_abi::{ChannelRecord, FlagArea, CHANNEL_RECORD_BYTES, SQE_BYTES};
 
 /// Bytes of SHMEM's SDMA workspace (docs/hardware.md section 4).
@@ -65,103 +85,14 @@ pub const MAX_CHANNELS: u32 = 48;
 /// SHMEM symmetric-heap size asked for at bootstrap. The data path uses the backend's own VMM heap, so SHMEM's heap
 /// only has to exist; 32 MiB is a guess at a size SHMEM accepts (*unverified on hardware*).
 pub const SHMEM_LOCAL_MEM_BYTES: u64 = 32 << 20;
-/// Rate of the AIV system counter, the unit of the kernel's wait budget: 50 MHz on Atlas A2/A3 per AscendC's
-/// `GetSystemCycle` documentation (docs/hardware.md section 8; *unverified on hardware*); override with
-/// `AIV_NPU_COUNTER_HZ`.
-pub const DEFAULT_COUNTER_HZ: u64 = 50_000_000;
 /// `aclrtMemExportToShareableHandle` flag: no PID validation on import (docs/hardware.md section 7).
 pub const EXPORT_WITHOUT_PID_CHECK: u64 = 0x1;
 /// How long a non-root PE waits for PE 0's unique id.
 pub const UID_FETCH_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Bring-up settings of the CANN backend that are not in mooncake.json.
-#[derive(Clone, Debug)]
-pub struct CannSettings {
-    /// This process's SHMEM PE (`AIV_SHMEM_PE`, default 0).
-    pub shmem_pe: i32,
-    /// Number of SHMEM PEs (`AIV_SHMEM_N_PES`, default 1).
-    pub shmem_pes: i32,
-    /// Device address of SHMEM's SDMA workspace (`AIV_SDMA_WORKSPACE_ADDR`, hex with or without `0x`): an explicit
-    /// override; without it `open_channels` finds the address in SHMEM's state (module doc, step 5).
-    pub workspace_addr: Option<u64>,
-    /// The NPU kernel object (`AIV_NPU_KERNEL_OBJECT`, a file path; default: the one embedded in this build, if any).
-    pub kernel_object: Option<&'static [u8]>,
-    /// AIV counter rate (`AIV_NPU_COUNTER_HZ`, default [`DEFAULT_COUNTER_HZ`]).
-    pub counter_hz: u64,
-}
-
-impl CannSettings {
-    /// Reads the `AIV_*` variables above; a malformed value is an error naming it.
-    pub fn from_env(device: u32) -> Result<CannSettings, DeviceError> {
-        let invalid = |name: &str, value: &str, expected: &str| DeviceError::Invalid {
-            device,
-            operation: "read CANN settings",
-            reason: format!("{name}={value:?} is not {expected}"),
-        };
-        let integer = |name: &str, default: i64| -> Result<i64, DeviceError> {
-            match std::env::var(name) {
-                Ok(value) => value.trim().parse().map_err(|_| invalid(name, &value, "an integer")),
-                Err(_) => Ok(default),
-            }
-        };
-        let shmem_pe = integer("AIV_SHMEM_PE", 0)?;
-        let shmem_pes = integer("AIV_SHMEM_N_PES", 1)?;
-        let counter_hz = integer("AIV_NPU_COUNTER_HZ", DEFAULT_COUNTER_HZ as i64)?;
-        let workspace_addr = match std::env::var("AIV_SDMA_WORKSPACE_ADDR") {
-            Ok(value) => Some(
-                u64::from_str_radix(value.trim().trim_start_matches("0x"), 16)
-                    .map_err(|_| invalid("AIV_SDMA_WORKSPACE_ADDR", &value, "a hexadecimal address"))?,
-            ),
-            Err(_) => None,
-        };
-        if shmem_pes < 1 || shmem_pe < 0 || shmem_pe >= shmem_pes || counter_hz <= 0 {
-            return Err(DeviceError::Invalid {
-                device,
-                operation: "read CANN settings",
-                reason: format!(
-                    "need 0 <= AIV_SHMEM_PE ({shmem_pe}) < AIV_SHMEM_N_PES ({shmem_pes}) and AIV_NPU_COUNTER_HZ > 0"
-                ),
-            });
-        }
-        // A kernel object built separately (e.g. by hand with the flags of docs/hardware.md section 3) replaces the
-        // embedded one; read once and kept for the life of the process, as the runtime may point into it.
-        let kernel_object = match std::env::var_os("AIV_NPU_KERNEL_OBJECT") {
-            Some(path) => Some(&*Box::leak(
-                std::fs::read(&path)
-                    .map_err(|source| DeviceError::Os { device, operation: "read AIV_NPU_KERNEL_OBJECT", source })?
-                    .into_boxed_slice(),
-            )),
-            None => crate::device::kernel_image::NPU_KERNEL_OBJECT,
-        };
-        Ok(CannSettings {
-            shmem_pe: shmem_pe as i32,
-            shmem_pes: shmem_pes as i32,
-            workspace_addr,
-            kernel_object,
-            counter_hz: counter_hz as u64,
-        })
-    }
-}
-
-fn runtime(device: u32, step: &'static str) -> impl Fn(ascendcl_sys::Error) -> DeviceError {
-    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-}
-
-fn shmem_error(device: u32, step: &'static str) -> impl Fn(cann_shmem_sys::Error) -> DeviceError {
-    move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-}
-
 thread_local! {
     /// The device this thread last bound with `aclrtSetDevice` (ACL's current device is per thread).
     static BOUND_DEVICE: std::cell::Cell<i32> = const { std::cell::Cell::new(-1) };
-}
-
-/// A physical allocation mapped at a reserved device range.
-#[derive(Debug)]
-struct Mapping {
-    handle: usize,
-    address: u64,
-    length: u64,
 }
 
 /// The loaded transfer kernel.
@@ -170,78 +101,6 @@ struct Kernel {
     binary: usize,
     function: usize,
 }
-
-/// Which CANN runtime a device's tables are resolved to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CannRuntime {
-    /// The vendor's libraries (`libascendcl.so`, `libshmem.so`, `libcann_hixl.so`), loaded by the `-sys` crates'
-    /// loaders, on an NPU.
-    Vendor,
-    /// The twin runtime's shared library (the `cann-twin` cdylib) loaded by the same loaders in place of the vendor's,
-    /// identified by what it reports ([`identify_runtime`]). Driven exactly as the vendor's runtime (stream
-    /// exceptions, no channel reset, HiXL from the loaded library) except for the kernel object and counter rate,
-    /// which are the twin's.
-    LoadedTwin,
-    /// The twin runtime (`cann_twin`) linked into this process.
-    Twin,
-}
-
-/// Whether two functions lie in one loaded object (the dynamic loader's base address of each, by `dladdr`): one copy
-/// of a library however it was named. When the loader cannot say, they are taken to be.
-fn same_loaded_object(a: *const c_void, b: *const c_void) -> bool {
-    let base = |address: *const c_void| {
-        // SAFETY: all-zero is a valid `Dl_info` (null pointers); dladdr only reads the loader's tables and fills it.
-        let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-        // SAFETY: `info` is a live out-pointer; any address may be asked about.
-        (unsafe { libc::dladdr(address, &mut info) } != 0).then_some(info.dli_fbase as usize)
-    };
-    match (base(a), base(b)) {
-        (Some(a), Some(b)) => a == b,
-        _ => true,
-    }
-}
-
-/// What a loaded ACL library says it is, by the one rule the backend uses to choose its kernel object: the version
-/// string `aclsysGetCANNVersion` reports for the CANN package. Exactly [`cann_twin::TWIN_VERSION_STRING`]: the twin
-/// runtime of this build ([`CannRuntime::LoadedTwin`], which runs the twin kernel object embedded in this binary).
-/// Any other answer, or no answer (the call missing or failing): the vendor's runtime ([`CannRuntime::Vendor`],
-/// which runs the NPU kernel object). The twin runtime of another version (`cann-twin <other>`) is refused: the twin
-/// kernel object and the runtime that runs it are built from one tree. File names are never looked at.
-pub fn identify_runtime(acl: &AclApi) -> Result<CannRuntime, String> {
-    let Ok(version) = acl::version::package(acl, ACL_PKG_NAME_CANN) else {
-        return Ok(CannRuntime::Vendor);
-    };
-    // Kept for the records' runtime label (the process loads one vendor ACL): no second call to ask again.
-    let _ = REPORTED_VERSION.set(version.clone());
-    if version == cann_twin::TWIN_VERSION_STRING {
-        return Ok(CannRuntime::LoadedTwin);
-    }
-    match version.strip_prefix(cann_twin::RUNTIME_NAME).filter(|rest| rest.is_empty() || rest.starts_with(' ')) {
-        Some(_) => Err(format!(
-            "{} is the twin runtime {version:?}, but this binary's twin kernel object is for {:?}: load the twin \
-             runtime built with this binary (tests/support/twin_cann_libs.sh)",
-            acl.path().display(),
-            cann_twin::TWIN_VERSION_STRING
-        )),
-        None => Ok(CannRuntime::Vendor),
-    }
-}
-
-/// The label of `runtime`: the twin's version string for either twin, or what the vendor's ACL reported for the CANN
-/// package when [`identify_runtime`] asked (`"unknown"` when it reported nothing).
-fn runtime_label(runtime: CannRuntime) -> RuntimeLabel {
-    match runtime {
-        CannRuntime::Twin | CannRuntime::LoadedTwin => {
-            RuntimeLabel::new(RuntimeKind::Twin, cann_twin::TWIN_VERSION_STRING)
-        }
-        CannRuntime::Vendor => {
-            RuntimeLabel::new(RuntimeKind::Npu, REPORTED_VERSION.get().map_or("unknown", String::as_str))
-        }
-    }
-}
-
-/// The CANN package version the loaded ACL reported to [`identify_runtime`].
-static REPORTED_VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
 
 /// One NPU driven through CANN.
 pub struct CannDevice {
@@ -277,252 +136,7 @@ impl fmt::Debug for CannDevice {
     }
 }
 
-/// Undoes the steps of a bring-up that failed half-way, in reverse order.
-struct Unwind {
-    steps: Vec<Box<dyn FnOnce()>>,
-}
-
-impl Unwind {
-    fn push(&mut self, step: impl FnOnce() + 'static) {
-        self.steps.push(Box::new(step));
-    }
-    fn disarm(mut self) {
-        self.steps.clear();
-    }
-}
-
-impl Drop for Unwind {
-    fn drop(&mut self) {
-        while let Some(step) = self.steps.pop() {
-            step();
-        }
-    }
-}
-
 impl CannDevice {
-    /// Brings the device up (steps 1-4 of the module doc). Every failure names its step and the ACL/SHMEM code,
-    /// and undoes the steps already done.
-    pub fn open(
-        options: &AivOptions,
-        settings: CannSettings,
-        exchange: Option<&dyn UniqueIdExchange>,
-    ) -> Result<Arc<CannDevice>, DeviceError> {
-        let id = options.device_id;
-        let acl = ascendcl_sys::api().map_err(runtime(id, "load the ACL runtime"))?;
-        let kind = identify_runtime(acl).map_err(|detail| DeviceError::Runtime {
-            device: id,
-            step: "identify the loaded ACL runtime",
-            detail,
-        })?;
-        let shmem_api = cann_shmem_sys::api().map_err(shmem_error(id, "load the SHMEM library"))?;
-        if kind == CannRuntime::LoadedTwin
-            && !same_loaded_object(
-                acl.address("aclInit").unwrap_or(std::ptr::null()),
-                shmem_api.address("aclshmem_my_pe").unwrap_or(std::ptr::null()),
-            )
-        {
-            return Err(DeviceError::Runtime {
-                device: id,
-                step: "check the SHMEM library",
-                detail: format!(
-                    "the twin runtime's SHMEM works only in the copy of the runtime that holds its ACL state, but \
-                     SHMEM was loaded from {} and ACL from {}, two copies: point AIV_SHMEM_LIB (and AIV_HIXL_LIB) at \
-                     the file AIV_ASCENDCL_LIB names",
-                    shmem_api.path().display(),
-                    acl.path().display()
-                ),
-            });
-        }
-        let settings = match kind {
-            // The twin runtime cannot run the NPU object; it runs the twin's, at the twin's counter rate.
-            CannRuntime::LoadedTwin => {
-                tracing::info!(
-                    device = id,
-                    library = %acl.path().display(),
-                    "the loaded ACL runtime is the twin runtime: loading the twin kernel object"
-                );
-                CannSettings {
-                    kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
-                    counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
-                    ..settings
-                }
-            }
-            _ => settings,
-        };
-        Self::open_with(options, settings, (kind, acl, shmem_api), exchange)
-    }
-
-    /// Brings the device up on the twin runtime (`cann_twin`): the same steps, with the ACL and SHMEM tables
-    /// resolved to the twin's functions in this process, the twin's kernel object (the kernel built for the CPU model
-    /// of AscendC) and the twin's counter rate. The SHMEM PE settings come from the environment as on an NPU
-    /// ([`CannSettings::from_env`]); each device id has its own instance of the twin's SHMEM library.
-    pub fn open_on_twin(
-        options: &AivOptions,
-        exchange: Option<&dyn UniqueIdExchange>,
-    ) -> Result<Arc<CannDevice>, DeviceError> {
-        let settings = CannSettings {
-            kernel_object: Some(crate::device::kernel_image::TWIN_KERNEL_OBJECT),
-            counter_hz: cann_twin::kernel::SYSTEM_COUNTER_HZ,
-            ..CannSettings::from_env(options.device_id)?
-        };
-        // One SHMEM instance per device of the process (SHMEM itself is one PE per process; the twin loads it once
-        // per device so that a process can hold several devices, each one PE).
-        let shmem = cann_twin::shmem_api_instance(options.device_id as usize).ok_or_else(|| DeviceError::Invalid {
-            device: options.device_id,
-            operation: "open on the twin runtime",
-            reason: format!(
-                "device ids 0 to {} have a SHMEM instance on the twin runtime",
-                cann_twin::SHMEM_INSTANCES - 1
-            ),
-        })?;
-        if options.record_provenance {
-            // Before this device's rings are written, so that every SQE its engines consume has a known writer.
-            cann_twin::control::record_provenance(true);
-        }
-        Self::open_with(options, settings, (CannRuntime::Twin, cann_twin::acl_api(), shmem), exchange)
-    }
-
-    fn open_with(
-        options: &AivOptions,
-        settings: CannSettings,
-        (runtime_kind, acl, shmem_api): (CannRuntime, &'static AclApi, &'static ShmemApi),
-        exchange: Option<&dyn UniqueIdExchange>,
-    ) -> Result<Arc<CannDevice>, DeviceError> {
-        let id = options.device_id;
-        let kernel_object = settings.kernel_object.ok_or_else(|| DeviceError::Unavailable {
-            backend: "cann",
-            reason: "this build has no NPU kernel object: build with `--features cann` where bisheng or ccec is \
-                     found (AIV_CANN_HOME or ASCEND_HOME_PATH), with AIV_REQUIRE_NPU_KERNEL=1 to make its absence \
-                     a build error"
-                .into(),
-        })?;
-        let device = i32::try_from(id).map_err(|_| DeviceError::Invalid {
-            device: id,
-            operation: "open",
-            reason: "device id does not fit an ACL device id".into(),
-        })?;
-        let mut unwind = Unwind { steps: Vec::new() };
-
-        // 1. ACL.
-        match acl::runtime::init(acl, None) {
-            Ok(()) => {}
-            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_REPEAT_INITIALIZE)) => {}
-            Err(error) => return Err(runtime(id, "aclInit")(error)),
-        }
-        acl::device::set(acl, device).map_err(runtime(id, "set the device"))?;
-        BOUND_DEVICE.with(|bound| bound.set(device));
-        unwind.push(move || {
-            let _ = acl::device::reset(acl, device);
-        });
-        let stream = acl::stream::create_with_config(acl, 0, 0).map_err(runtime(id, "create the kernel stream"))?;
-        let stream_handle = stream as usize;
-        unwind.push(move || {
-            // SAFETY: the stream was created above and nothing else holds it.
-            let _ = unsafe { acl::stream::destroy(acl, stream_handle as aclrtStream) };
-        });
-
-        // 2. SHMEM bootstrap by unique id, with the SDMA data engine.
-        let mut uid = if settings.shmem_pe == 0 {
-            let uid = shmem::bootstrap::get_uniqueid(shmem_api).map_err(shmem_error(id, "get the SHMEM unique id"))?;
-            if settings.shmem_pes > 1 {
-                let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
-                exchange.publish(&uid.to_bytes()).map_err(|reason| DeviceError::Runtime {
-                    device: id,
-                    step: "publish the SHMEM unique id",
-                    detail: reason,
-                })?;
-            }
-            uid
-        } else {
-            let exchange = exchange.ok_or_else(|| missing_exchange(id))?;
-            let bytes = exchange.fetch(UID_FETCH_TIMEOUT).map_err(|reason| DeviceError::Runtime {
-                device: id,
-                step: "fetch the SHMEM unique id from PE 0",
-                detail: reason,
-            })?;
-            aclshmemx_uniqueid_t::from_bytes(&bytes)
-        };
-        let mut attr = shmem::bootstrap::set_attr_uniqueid_args(
-            shmem_api,
-            settings.shmem_pe,
-            settings.shmem_pes,
-            SHMEM_LOCAL_MEM_BYTES,
-            &mut uid,
-        )
-        .map_err(shmem_error(id, "set the SHMEM attributes"))?;
-        attr.option_attr.data_op_engine_type = ACLSHMEM_DATA_OP_SDMA;
-        shmem::bootstrap::init_attr(shmem_api, ACLSHMEMX_INIT_WITH_UNIQUEID, &mut attr)
-            .map_err(shmem_error(id, "initialise SHMEM with the SDMA engine"))?;
-        unwind.push(move || {
-            let _ = shmem::bootstrap::finalize(shmem_api);
-        });
-
-        // 3. The HBM heap through VMM, exported for peers.
-        let heap_mapping = map_physical(acl, id, options.hbm_size, &mut unwind)?;
-        let export_handle = heap_mapping.handle;
-        // SAFETY: the physical handle was created by map_physical and is live.
-        // Flag 0x1 disables the runtime's PID check on import (docs/hardware.md section 7): the peer engine is another
-        // process whose PID this one does not learn. It widens who may import the heap.
-        let export_id = unsafe {
-            acl::vmm::export_to_shareable_handle(
-                acl,
-                export_handle as aclrtDrvMemHandle,
-                ACL_MEM_HANDLE_TYPE_NONE,
-                EXPORT_WITHOUT_PID_CHECK,
-            )
-        }
-        .map_err(runtime(id, "export the HBM heap"))?;
-
-        // 4. The transfer kernel.
-        // SAFETY: the object is 'static, so it outlives the binary; no options are passed.
-        let binary = unsafe { acl::kernel::load_from_data(acl, kernel_object, None) }
-            .map_err(runtime(id, "load the kernel binary"))?;
-        let binary_handle = binary as usize;
-        unwind.push(move || {
-            // SAFETY: the binary was loaded above and no kernel of it was launched.
-            let _ = unsafe { acl::kernel::unload(acl, binary_handle as aclrtBinHandle) };
-        });
-        let entry = CString::new(crate::device::kernel_image::NPU_KERNEL_ENTRY).map_err(|_| DeviceError::Invalid {
-            device: id,
-            operation: "open",
-            reason: "kernel entry name has a NUL".into(),
-        })?;
-        // SAFETY: the binary is live.
-        let function = unsafe { acl::kernel::get_function(acl, binary, &entry) }
-            .map_err(runtime(id, "find the kernel entry aiv_transfer_kernel"))?;
-
-        unwind.disarm();
-        let identity = match runtime_kind {
-            CannRuntime::Vendor | CannRuntime::LoadedTwin => {
-                format!("cann-{}-{id}-pe{}", std::process::id(), settings.shmem_pe)
-            }
-            CannRuntime::Twin => format!("cann-twin-{}-{id}-pe{}", std::process::id(), settings.shmem_pe),
-        };
-        tracing::info!(device = id, pe = settings.shmem_pe, pes = settings.shmem_pes, "CANN device opened");
-        let heap = Arc::new(RangeAllocator::new(heap_mapping.address, heap_mapping.length));
-        let runtime_label = runtime_label(runtime_kind);
-        let device = Arc::new(CannDevice {
-            runtime: runtime_kind,
-            runtime_label,
-            acl,
-            shmem: shmem_api,
-            id,
-            identity,
-            settings,
-            stream: stream_handle,
-            heap_mapping,
-            heap,
-            export_id,
-            kernel: Kernel { binary: binary_handle, function: function as usize },
-            imports: Mutex::new(HashMap::new()),
-            channels: Mutex::new(Vec::new()),
-            stream_error: Mutex::new(None),
-            pending_host_args: Mutex::new(Vec::new()),
-        });
-        register(&device);
-        Ok(device)
-    }
-
     /// Binds this thread to the device once (ACL's current device is per thread).
     fn bind(&self) -> Result<(), DeviceError> {
         let device = self.id as i32;
@@ -551,80 +165,6 @@ impl CannDevice {
         .map_err(runtime(self.id, step))
     }
 
-    /// Finds the device address of SHMEM's SDMA workspace and names where it came from (module doc, step 5): the
-    /// override, else SHMEM's host state `g_state`, else the device copy of the state. When every source fails, the
-    /// error lists each with its reason. *Unverified on hardware*: the two state sources follow SHMEM's source.
-    fn discover_workspace(&self) -> Result<(u64, &'static str), DeviceError> {
-        let found = |address: u64, source: &'static str| {
-            tracing::info!(device = self.id, source, workspace = %format_args!("{address:#x}"), "SDMA workspace found");
-            Ok((address, source))
-        };
-        if let Some(address) = self.settings.workspace_addr {
-            return found(address, "AIV_SDMA_WORKSPACE_ADDR");
-        }
-        let mut tried = vec!["AIV_SDMA_WORKSPACE_ADDR: not set".to_string()];
-        match self.workspace_from_host_state() {
-            Ok(address) => return found(address, device_state::HOST_STATE_SYMBOL),
-            Err(reason) => tried.push(format!("{}: {reason}", device_state::HOST_STATE_SYMBOL)),
-        }
-        match self.workspace_from_device_state() {
-            Ok(address) => return found(address, "the device state copy"),
-            Err(reason) => tried.push(format!("device state at {:#x}: {reason}", device_state::DEVICE_STATE_ADDR)),
-        }
-        Err(DeviceError::Unavailable {
-            backend: "cann",
-            reason: format!(
-                "device {}: the address of SHMEM's SDMA workspace was not found; tried {}. Set \
-                 AIV_SDMA_WORKSPACE_ADDR (hex) to it (see docs/HARDWARE_TESTING.md)",
-                self.id,
-                tried.join("; ")
-            ),
-        })
-    }
-
-    /// The workspace address in `libshmem.so`'s `g_state`, or why it cannot be used.
-    fn workspace_from_host_state(&self) -> Result<u64, String> {
-        match shmem::state::host_state(self.shmem) {
-            Ok(state) => self.accept_state(state.header, state.sdma_workspace_addr),
-            Err(cann_shmem_sys::Error::MissingSymbol(missing)) => {
-                Err(format!("symbol not exported by {}", missing.path.display()))
-            }
-            Err(cann_shmem_sys::Error::StateLayout { detail, .. }) => Err(detail),
-            Err(other) => Err(other.to_string()),
-        }
-    }
-
-    /// The workspace address in the device copy of SHMEM's state (two `aclrtMemcpy` D2H: the header, then the
-    /// address word once the header is accepted), or why it cannot be used.
-    fn workspace_from_device_state(&self) -> Result<u64, String> {
-        let detail = |error: DeviceError| match error {
-            DeviceError::Runtime { detail, .. } => detail,
-            other => other.to_string(),
-        };
-        let mut header = [0u8; device_state::HEADER_BYTES];
-        self.read_device(device_state::DEVICE_STATE_ADDR, &mut header, "read SHMEM's device state").map_err(detail)?;
-        let header = StateHeader::from_bytes(&header);
-        device_state::check_version(header.version)?;
-        let mut word = [0u8; 8];
-        let address = device_state::DEVICE_STATE_ADDR + device_state::SDMA_WORKSPACE_ADDR_OFFSET as u64;
-        self.read_device(address, &mut word, "read SHMEM's device state").map_err(detail)?;
-        self.accept_state(header, u64::from_ne_bytes(word))
-    }
-
-    /// Checks that a state copy (version already accepted) belongs to this process's PE and has a workspace.
-    fn accept_state(&self, header: StateHeader, workspace: u64) -> Result<u64, String> {
-        if header.mype != self.settings.shmem_pe || header.npes != self.settings.shmem_pes {
-            return Err(format!(
-                "mype {} of npes {} is not this process's PE {} of {}",
-                header.mype, header.npes, self.settings.shmem_pe, self.settings.shmem_pes
-            ));
-        }
-        if workspace == 0 {
-            return Err("sdma_workspace_addr is 0 (SHMEM set up no SDMA transport)".into());
-        }
-        Ok(workspace)
-    }
-
     /// This device as the `Arc` it was opened as (for [`CannDevice::launch_function`] through a `&dyn DeviceBackend`).
     pub fn self_arc(&self) -> Option<Arc<CannDevice>> {
         registry_lookup(self)
@@ -633,277 +173,6 @@ impl CannDevice {
     /// Which runtime the device's tables are resolved to.
     pub fn runtime(&self) -> CannRuntime {
         self.runtime
-    }
-
-    /// Checks the kernel stream for an exception without waiting for the kernel (at most 1 ms): a launch that ended
-    /// with an error is recorded as the stream error; a kernel still running is not an error.
-    fn poll_stream(&self) {
-        if self.bind().is_err() {
-            return;
-        }
-        // SAFETY: the stream lives as long as the device.
-        match unsafe { acl::stream::synchronize_with_timeout(self.acl, self.stream as aclrtStream, 1) } {
-            Ok(()) => {}
-            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => {}
-            Err(error) => {
-                tracing::warn!(device = self.id, error = %error, "kernel stream exception");
-                *self.stream_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
-            }
-        }
-    }
-
-    /// The RDMA route's NIC calls reach the twin NIC only when the twin runtime is linked in this process; on the
-    /// vendor's runtime (and the twin loaded in its place, whose NIC is that copy's) they are not implemented.
-    fn twin_nic(&self, operation: &str) -> Result<(), DeviceError> {
-        match self.runtime {
-            CannRuntime::Twin => Ok(()),
-            _ => Err(DeviceError::Unavailable {
-                backend: "cann",
-                reason: format!(
-                    "RDMA route: {operation}: not implemented on the vendor's runtime (it would need HCCP's \
-                     RaQpAiCreate in libra.so, which returns the QP's queues and doorbells as HccpAiQpInfo, and the \
-                     matching registration calls; unverified on hardware)"
-                ),
-            }),
-        }
-    }
-
-    fn nic_error(&self, step: &'static str) -> impl Fn(cann_twin::nic::NicError) -> DeviceError {
-        let device = self.id;
-        move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-    }
-
-    /// One of the in-process twin's provenance logs, read by `read` (a channel's SQE log or a QP's WQE log,
-    /// `what`); not observable on the vendor's runtime, not recorded while the records are off.
-    fn read_twin_log(
-        &self,
-        what: std::fmt::Arguments<'_>,
-        read: impl FnOnce() -> Result<(u64, u64), String>,
-    ) -> ChannelLog {
-        if self.runtime != CannRuntime::Twin {
-            return ChannelLog::NotObservable;
-        }
-        if !cann_twin::control::provenance_recorded() {
-            return ChannelLog::NotRecorded;
-        }
-        match read() {
-            Ok((first, end)) => ChannelLog::Read { first, end },
-            Err(error) => {
-                tracing::warn!(device = self.id, %what, %error, "no provenance log");
-                ChannelLog::NotObservable
-            }
-        }
-    }
-
-    /// On the twin runtime, the exception that stopped the channel as its SDMA engine recorded it (the NPU gives the
-    /// Host no per-channel record: docs/hardware.md section 4), with the faults of the block's core.
-    fn twin_channel_exception(&self, channel: u32) -> Option<ChannelException> {
-        let device = self.id as i32;
-        let faults: Vec<String> = cann_twin::control::kernel_faults()
-            .into_iter()
-            .filter(|fault| fault.device == device && fault.block == channel)
-            .map(|fault| fault.to_string())
-            .collect();
-        let exception = cann_twin::control::channel_exception(device, channel).ok().flatten();
-        match exception {
-            Some(exception) => {
-                let mut detail = format!("twin runtime SDMA syndrome {:#x}", exception.syndrome.0);
-                if let Some(access) = exception.register {
-                    detail.push_str(&format!(
-                        "; refused register write of {} bytes at offset {:#x}",
-                        access.width, access.offset
-                    ));
-                }
-                if !faults.is_empty() {
-                    detail.push_str(&format!("; {}", faults.join("; ")));
-                }
-                Some(ChannelException {
-                    channel,
-                    sq_id: exception.sq_id,
-                    head: exception.head,
-                    tail: exception.tail,
-                    syndrome: SdmaSyndrome(exception.syndrome.0),
-                    sqe: exception.sqe,
-                    detail: Some(detail),
-                })
-            }
-            None if !faults.is_empty() => Some(ChannelException {
-                channel,
-                sq_id: channel,
-                head: 0,
-                tail: 0,
-                syndrome: SdmaSyndrome::KERNEL_FAULT,
-                sqe: [0; SQE_BYTES as usize],
-                detail: Some(faults.join("; ")),
-            }),
-            None => None,
-        }
-    }
-
-    /// The stream error recorded by a launch wait, if any.
-    pub fn stream_error(&self) -> Option<String> {
-        self.stream_error.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-fn missing_exchange(device: u32) -> DeviceError {
-    DeviceError::Unavailable {
-        backend: "cann",
-        reason: format!(
-            "device {device}: SHMEM with more than one PE needs the unique-id exchange over the metadata channel; \
-             open the device through TransferEngine::device()"
-        ),
-    }
-}
-
-/// `aclrtMallocPhysical` -> `aclrtReserveMemAddress` -> `aclrtMapMem` -> `aclrtMemSetAccess` for `length` bytes of
-/// HBM on device `id`; undo steps are pushed onto `unwind`.
-fn map_physical(acl: &'static AclApi, id: u32, length: u64, unwind: &mut Unwind) -> Result<Mapping, DeviceError> {
-    let location = aclrtMemLocation { id, r#type: ACL_MEM_LOCATION_TYPE_DEVICE };
-    let prop = aclrtPhysicalMemProp {
-        handleType: ACL_MEM_HANDLE_TYPE_NONE,
-        allocationType: ACL_MEM_ALLOCATION_TYPE_PINNED,
-        memAttr: ACL_HBM_MEM_HUGE,
-        location,
-        reserve: 0,
-    };
-    let size = usize::try_from(length).map_err(|_| DeviceError::OutOfMemory {
-        device: id,
-        length,
-        reason: "larger than the address space".into(),
-    })?;
-    let handle = acl::vmm::malloc_physical(acl, size, &prop, 0).map_err(runtime(id, "allocate physical HBM"))?;
-    let handle_value = handle as usize;
-    unwind.push(move || {
-        // SAFETY: the handle is live and unmapped by the time this runs (steps undo in reverse).
-        let _ = unsafe { acl::vmm::free_physical(acl, handle_value as aclrtDrvMemHandle) };
-    });
-    let address = acl::vmm::reserve_address(acl, size, 0, 0, 0).map_err(runtime(id, "reserve device addresses"))?;
-    let address_value = address as usize;
-    unwind.push(move || {
-        // SAFETY: the range is reserved and unmapped by the time this runs.
-        let _ = unsafe { acl::vmm::release_address(acl, address_value as *mut c_void) };
-    });
-    // SAFETY: `address` is the range reserved above, `handle` the live physical allocation of the same size.
-    unsafe { acl::vmm::map(acl, address, size, 0, handle, 0) }.map_err(runtime(id, "map HBM"))?;
-    unwind.push(move || {
-        // SAFETY: mapped above, unused once bring-up failed.
-        let _ = unsafe { acl::vmm::unmap(acl, address_value as *mut c_void) };
-    });
-    let access = aclrtMemAccessDesc { flags: ACL_RT_MEM_ACCESS_FLAGS_READWRITE, location, rsv: [0; 12] };
-    // SAFETY: `[address, address + size)` was mapped above.
-    unsafe { acl::vmm::set_access(acl, address, size, &[access]) }.map_err(runtime(id, "grant access to HBM"))?;
-    Ok(Mapping { handle: handle_value, address: address as u64, length })
-}
-
-/// Undoes [`map_physical`].
-fn unmap_physical(acl: &AclApi, mapping: &Mapping) {
-    // SAFETY: the mapping is live and, at teardown, no longer used by the Host or a kernel.
-    unsafe {
-        let _ = acl::vmm::unmap(acl, mapping.address as *mut c_void);
-        let _ = acl::vmm::release_address(acl, mapping.address as *mut c_void);
-        let _ = acl::vmm::free_physical(acl, mapping.handle as aclrtDrvMemHandle);
-    }
-}
-
-/// A launch on the backend's stream, waited for with a bounded stream synchronisation.
-struct CannLaunch {
-    device: Arc<CannDevice>,
-}
-
-impl fmt::Debug for CannLaunch {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CannLaunch").field("device", &self.device.id).finish()
-    }
-}
-
-impl Launch for CannLaunch {
-    fn wait(&self, timeout: Duration) -> bool {
-        let device = &self.device;
-        if device.bind().is_err() {
-            return false;
-        }
-        let timeout_ms = i32::try_from(timeout.as_millis()).unwrap_or(i32::MAX).max(1);
-        // Launches queued before the synchronisation starts are the ones it proves passed.
-        let queued = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).len();
-        // SAFETY: the stream lives as long as the device, which this launch holds.
-        match unsafe { acl::stream::synchronize_with_timeout(device.acl, device.stream as aclrtStream, timeout_ms) } {
-            Ok(()) => {
-                // The launches queued before the synchronisation have passed: their host arguments may go.
-                let mut pending = device.pending_host_args.lock().unwrap_or_else(|p| p.into_inner());
-                let passed = queued.min(pending.len()); // another wait may have released some already
-                pending.drain(..passed);
-                true
-            }
-            Err(error) if error.code() == Some(ascendcl_sys::AclError(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT)) => false,
-            Err(error) => {
-                // The kernel ended with an exception (docs/hardware.md section 4: errors surface as a stream/task
-                // exception on the Host): remember it for channel_exception.
-                tracing::warn!(device = device.id, error = %error, "kernel stream exception");
-                *device.stream_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(error.to_string());
-                true
-            }
-        }
-    }
-}
-
-impl CannDevice {
-    /// Launches another kernel of the loaded binary by name (`aclrtBinaryGetFunction` on each call) with one 8-byte
-    /// argument on `block_dim` blocks of the kernel stream, after whatever the stream holds: for microbenchmarks and
-    /// tests of the kernel object (on the twin runtime, e.g. `aiv_bench_post_kernel`). Not on the transfer path.
-    pub fn launch_function(
-        self: &Arc<Self>,
-        name: &str,
-        argument: u64,
-        block_dim: u32,
-    ) -> Result<Arc<dyn Launch>, DeviceError> {
-        self.bind()?;
-        let entry = CString::new(name).map_err(|_| DeviceError::Invalid {
-            device: self.id,
-            operation: "launch a kernel by name",
-            reason: format!("{name:?} has a NUL"),
-        })?;
-        // SAFETY: the binary is loaded for the device's lifetime.
-        let function = unsafe { acl::kernel::get_function(self.acl, self.kernel.binary as aclrtBinHandle, &entry) }
-            .map_err(runtime(self.id, "find a kernel of the loaded binary"))?;
-        self.launch_on(function as usize, argument, block_dim)
-    }
-
-    fn launch_arc(self: &Arc<Self>, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError> {
-        self.launch_on(self.kernel.function, kernel_args, block_dim)
-    }
-
-    fn launch_on(
-        self: &Arc<Self>,
-        function: usize,
-        kernel_args: u64,
-        block_dim: u32,
-    ) -> Result<Arc<dyn Launch>, DeviceError> {
-        self.bind()?;
-        let mut engine = aclrtLaunchKernelAttr {
-            id: ACL_RT_LAUNCH_KERNEL_ATTR_ENGINE_TYPE,
-            value: aclrtLaunchKernelAttrValue { engineType: ACL_RT_ENGINE_TYPE_AIV },
-        };
-        let mut config = aclrtLaunchKernelCfg { attrs: &mut engine, numAttrs: 1 };
-        // The header does not say when the runtime has finished reading host arguments, so the 8 bytes stay alive
-        // (boxed, in `pending_host_args`) until a stream synchronisation has passed every launch queued so far.
-        let mut args = Box::new(kernel_args.to_le_bytes());
-        // SAFETY: the function and stream are live for the device's lifetime; the argument is the device address of
-        // `KernelArgs`, which the transport keeps (with everything it names) until the launch is waited for; `args`
-        // is kept unchanged until the stream has passed the launch (below and in `CannLaunch::wait`).
-        unsafe {
-            acl::kernel::launch_with_host_args(
-                self.acl,
-                function as aclrtFuncHandle,
-                block_dim,
-                self.stream as aclrtStream,
-                Some(&mut config),
-                &mut args[..],
-            )
-        }
-        .map_err(runtime(self.id, "launch aiv_transfer_kernel"))?;
-        self.pending_host_args.lock().unwrap_or_else(|p| p.into_inner()).push(args);
-        Ok(Arc::new(CannLaunch { device: self.clone() }))
     }
 }
 
