@@ -154,9 +154,11 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
 }
 
 /// [`poll_until_charged`] for a wait that can count what it still waits for: `left` returns how many units (e.g.
-/// completion entries) are still missing, 0 when the wait is over. Once some have arrived, a nap also ends no later
-/// than when the rate seen so far (from the first look to the last arrival) says the rest will be in, so the end of a
-/// long batch is seen within about [`POLL_NAP_MIN`] of it, not a sixteenth of the whole wait. Once that moment has
+/// completion entries) are still missing, 0 when the wait is over. Once some have arrived, it closes in on when the
+/// rate seen so far (from the first look to the last arrival) says the rest will be in: naps of half the time left
+/// to that moment, but at least a thirty-second of the time waited (each look wakes a thread, and on the twin a woken
+/// thread also pays for the device threads' network work), so the end of a long batch is seen within about 3% of
+/// the wait (at least [`POLL_NAP_MIN`]), with a handful of looks. Once that moment has
 /// passed, a nap lasts about as long as the wait is already late (at most a sixteenth of the time waited and
 /// [`POLL_NAP_MAX`]): the end is seen within twice its lateness, with a few looks instead of one every
 /// [`POLL_NAP_MIN`].
@@ -165,11 +167,12 @@ pub fn poll_until_paced(left: impl FnMut() -> u64, timeout: Duration) -> (bool, 
 }
 
 /// [`poll_until_paced`] for a wait that similar waits say takes about `expected`: it expects nothing in the first
-/// half of that (its quiet time: until a unit arrives it naps towards the half, at most [`POLL_PACED_NAP_MAX`] at a
-/// time, instead of from [`POLL_NAP_MIN`] up), then closes in on the expected end (or on the end the arrivals say, if
-/// that is sooner) with naps of half the time left, at most a sixteenth of the time waited, and once that end has
-/// passed backs off by its lateness as [`poll_until_paced`] does. A wait that ends near its expected end is seen
-/// within a few [`POLL_NAP_MIN`] of it, with about as few looks as before.
+/// three quarters of that (its quiet time: until a unit arrives it naps towards it, at most [`POLL_PACED_NAP_MAX`] at
+/// a time, instead of from [`POLL_NAP_MIN`] up), then closes in on the expected end (or on the end the arrivals say,
+/// if that is sooner) with naps of half the time left, at least a thirty-second of the time waited, at most
+/// [`POLL_NAP_MAX`], and once that end has passed backs off by its lateness as [`poll_until_paced`] does. A wait that
+/// ends near its expected end is seen within about 3% of it (at least [`POLL_NAP_MIN`]), with about five looks; one
+/// that ends in its quiet time is seen at the quiet time's end.
 pub fn poll_until_paced_expecting(
     mut left: impl FnMut() -> u64,
     timeout: Duration,
@@ -178,7 +181,7 @@ pub fn poll_until_paced_expecting(
     let started = Instant::now();
     let expected = expected.map(|expected| expected.min(timeout));
     let pace = std::cell::Cell::new(Pace {
-        due: expected.and_then(|expected| started.checked_add(expected / 2)),
+        due: expected.and_then(|expected| started.checked_add(expected * 3 / 4)),
         ..Pace::default()
     });
     let expected_end = expected.and_then(|expected| started.checked_add(expected));
@@ -268,7 +271,7 @@ pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
 fn nap(eta: Option<Eta>, elapsed: Duration) -> Duration {
     match eta {
         Some(Eta::Quiet(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
-        Some(Eta::Ahead(ahead)) => (ahead / 2).min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+        Some(Eta::Ahead(ahead)) => (ahead / 2).max(elapsed / 32).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
         Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
         None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
     }
@@ -354,13 +357,13 @@ mod tests {
     #[test]
     fn a_quiet_or_late_paced_wait_looks_few_times() {
         let started = Instant::now();
-        let early = std::cell::Cell::new(0u32);
+        let early = std::cell::RefCell::new(Vec::new());
         let (done, _) = poll_until_paced_expecting(
             || {
-                // The looks after the spin window and inside the quiet time.
+                // The looks well after the spin window (whose spins and yields each look) and inside the quiet time.
                 let at = started.elapsed();
-                if at > POLL_SPIN_WINDOW * 2 && at < Duration::from_millis(14) {
-                    early.set(early.get() + 1);
+                if at > Duration::from_millis(1) && at < Duration::from_millis(21) {
+                    early.borrow_mut().push(at);
                 }
                 u64::from(at < Duration::from_millis(30))
             },
@@ -368,8 +371,10 @@ mod tests {
             Some(Duration::from_millis(30)),
         );
         assert!(done && started.elapsed() < Duration::from_secs(1), "{:?}", started.elapsed());
-        // Naps of up to 4 ms towards 15 ms: about 4 looks (from 50 µs up it would be about 60).
-        assert!(early.get() <= 6, "{} looks inside the quiet time", early.get());
+        // Naps of up to 4 ms towards 22.5 ms (three quarters of the 30 ms expected): about 6 looks (from 50 µs up
+        // it would be about 80).
+        let early = early.into_inner();
+        assert!(early.len() <= 8, "{} looks inside the quiet time: {early:?}", early.len());
         // Due at once (one unit arrived early, the rest "due" immediately) and then late for 30 ms.
         let started = Instant::now();
         let looks = std::cell::Cell::new(0u32);
@@ -445,23 +450,35 @@ mod tests {
         let at = |seen: &Pace, now: Duration| nap(paced_eta(seen, end, t0 + now), now);
         assert_eq!(at(&quiet, ms(10)), ms(4), "through the quiet time in the longest paced naps");
         assert_eq!(at(&quiet, ms(39)), ms(1), "to the end of the quiet time");
-        // After the quiet time, far from the end: a sixteenth of the time waited (as without an expected end).
-        assert_eq!(at(&quiet, ms(48)), ms(3).min(POLL_NAP_MAX), "a sixteenth, at most the longest nap");
-        // Near the end: half the time left, not a sixteenth of the wait (5 ms at 78 ms).
-        assert_eq!(at(&quiet, ms(78)), ms(1));
-        assert_eq!(at(&quiet, us(79_600)), us(200));
-        assert_eq!(at(&quiet, us(79_990)), POLL_NAP_MIN);
+        // After the quiet time: half the time left, at least a thirty-second of the time waited, at most the longest
+        // nap (a long wait is seen within about 3% of its end, with few looks).
+        assert_eq!(at(&quiet, ms(48)), POLL_NAP_MAX, "half of 32 ms left, at most the longest nap");
+        assert_eq!(at(&quiet, us(79_600)), POLL_NAP_MAX, "a thirty-second of 79.6 ms, at most the longest nap");
+        // A shorter wait, expected to end at 8 ms: half the time left while that is longer than a thirty-second of
+        // the wait, then a thirty-second (never below the shortest nap).
+        let short = Some(t0 + ms(8));
+        let near =
+            |now: Duration| nap(paced_eta(&Pace { due: Some(t0 + ms(4)), ..Pace::default() }, short, t0 + now), now);
+        assert_eq!(near(ms(6)), ms(1));
+        assert_eq!(near(us(7_400)), us(300));
+        assert_eq!(near(us(7_900)), us(7_900) / 32);
+        assert_eq!(nap(paced_eta(&Pace::default(), Some(t0 + us(1_000)), t0 + us(990)), us(990)), POLL_NAP_MIN);
         // Late: as long as it is late (then capped by a sixteenth of the wait and the longest nap).
         assert_eq!(at(&quiet, us(80_020)), POLL_NAP_MIN);
         assert_eq!(at(&quiet, us(80_300)), us(300));
         assert_eq!(at(&quiet, ms(100)), POLL_NAP_MAX);
         // Arrivals that put the end at 60 ms: closing in on 60 ms instead.
         let arrived = Pace { due: Some(t0 + ms(60)), measured: true, ..Pace::default() };
-        assert_eq!(at(&arrived, ms(59)), us(500));
         assert_eq!(at(&arrived, ms(61)), ms(1), "late from 60 ms on");
+        let early = Pace { due: Some(t0 + us(6_400)), measured: true, ..Pace::default() };
+        assert_eq!(
+            nap(paced_eta(&early, short, t0 + ms(6)), ms(6)),
+            us(200),
+            "the arrivals' end, not the expected one"
+        );
         // Arrivals that put it later than expected: the expected end still counts.
-        let slow = Pace { due: Some(t0 + ms(200)), measured: true, ..Pace::default() };
-        assert_eq!(at(&slow, ms(79)), us(500));
+        let slow = Pace { due: Some(t0 + ms(20)), measured: true, ..Pace::default() };
+        assert_eq!(nap(paced_eta(&slow, short, t0 + us(7_400)), us(7_400)), us(300));
         // Without an expected end or arrivals: a sixteenth of the wait, as poll_until.
         assert_eq!(nap(paced_eta(&Pace::default(), None, t0 + ms(8)), ms(8)), us(500));
     }

@@ -247,11 +247,14 @@ impl Inner {
                 || syndrome.rdma_cqe().is_some()
                 || matches!(status, DcqStatus::TIMEOUT | DcqStatus::ABORTED))
             .then(|| syndrome.describe());
-            let described = self.rdma.describe_qp(channel as usize, slot, qpn);
+            // Named for a failure's message only (before `drained` may mark the slot broken); a completed transfer
+            // formats nothing.
+            let described =
+                (status != DcqStatus::COMPLETED).then(|| self.rdma.describe_qp(channel as usize, slot, qpn));
             self.rdma.drained(channel as usize, slot, qpn, qp_failed.as_deref());
             described
         });
-        if let Some(qp) = rdma.filter(|_| status != DcqStatus::COMPLETED) {
+        if let Some(qp) = rdma.flatten() {
             let peer = transfer.peer.map(|id| self.windows.peer_name(id)).unwrap_or_default();
             let (kind, what) = match syndrome.rdma_cqe() {
                 Some((cqe, _)) if cqe == crate::kernel_abi::roce::CqeStatus::TRANSPORT_RETRY_EXC_ERR => {
