@@ -155,24 +155,24 @@ pub fn poll_until_charged(ready: impl FnMut() -> bool, timeout: Duration) -> (bo
 
 /// [`poll_until_charged`] for a wait that can count what it still waits for: `left` returns how many units (e.g.
 /// completion entries) are still missing, 0 when the wait is over. Once some have arrived, it closes in on when the
-/// rate seen so far (from the first look to the last arrival) says the rest will be in: naps of half the time left
-/// to that moment, but at least a thirty-second of the time waited (each look wakes a thread, and on the twin a woken
-/// thread also pays for the device threads' network work), so the end of a long batch is seen within about 3% of
-/// the wait (at least [`POLL_NAP_MIN`]), with a handful of looks. Once that moment has
-/// passed, a nap lasts about as long as the wait is already late (at most a sixteenth of the time waited and
-/// [`POLL_NAP_MAX`]): the end is seen within twice its lateness, with a few looks instead of one every
-/// [`POLL_NAP_MIN`].
+/// rate seen so far (from the first look to the last arrival) says the rest will be in, with naps of half the time
+/// left to that moment: for a wait of many units at most a sixteenth of the time waited (its looks drain what
+/// arrived, and its end is seen within about [`POLL_NAP_MIN`]), for one of at most [`FEW_UNITS`] at least a
+/// thirty-second (each look wakes a thread, and on the twin a woken thread also pays for the device threads' network
+/// work; its end is seen within about 3% of the wait, with a handful of looks). Once that moment has passed, a nap
+/// lasts about as long as the wait is already late (at most a sixteenth of the time waited and [`POLL_NAP_MAX`]):
+/// the end is seen within twice its lateness, with a few looks instead of one every [`POLL_NAP_MIN`].
 pub fn poll_until_paced(left: impl FnMut() -> u64, timeout: Duration) -> (bool, u64) {
     poll_until_paced_expecting(left, timeout, None)
 }
 
 /// [`poll_until_paced`] for a wait that similar waits say takes about `expected`: it expects nothing in the first
-/// three quarters of that (its quiet time: until a unit arrives it naps towards it, at most [`POLL_PACED_NAP_MAX`] at
-/// a time, instead of from [`POLL_NAP_MIN`] up), then closes in on the expected end (or on the end the arrivals say,
-/// if that is sooner) with naps of half the time left, at least a thirty-second of the time waited, at most
-/// [`POLL_NAP_MAX`], and once that end has passed backs off by its lateness as [`poll_until_paced`] does. A wait that
-/// ends near its expected end is seen within about 3% of it (at least [`POLL_NAP_MIN`]), with about five looks; one
-/// that ends in its quiet time is seen at the quiet time's end.
+/// part of that, its quiet time (until a unit arrives it naps towards the quiet time's end, at most
+/// [`POLL_PACED_NAP_MAX`] at a time, instead of from [`POLL_NAP_MIN`] up): three quarters of `expected` for a wait of
+/// at most [`FEW_UNITS`] units, half for one of more (its looks then drain what arrived while the rest is in
+/// flight). It then closes in on the expected end (or on the end the arrivals say, if that is sooner) as
+/// [`poll_until_paced`] closes in on the end the arrivals say, and once that end has passed backs off by its
+/// lateness. A wait of few units that ends in its quiet time is seen at the quiet time's end.
 pub fn poll_until_paced_expecting(
     mut left: impl FnMut() -> u64,
     timeout: Duration,
@@ -180,10 +180,7 @@ pub fn poll_until_paced_expecting(
 ) -> (bool, u64) {
     let started = Instant::now();
     let expected = expected.map(|expected| expected.min(timeout));
-    let pace = std::cell::Cell::new(Pace {
-        due: expected.and_then(|expected| started.checked_add(expected * 3 / 4)),
-        ..Pace::default()
-    });
+    let pace = std::cell::Cell::new(Pace::default());
     let expected_end = expected.and_then(|expected| started.checked_add(expected));
     let mut look = || {
         let missing = left();
@@ -191,6 +188,13 @@ pub fn poll_until_paced_expecting(
             return true;
         }
         let mut seen = pace.get();
+        if seen.first.is_none() {
+            // The quiet time, from what the first look found missing: a wait for a few units naps through three
+            // quarters of the expected time; one for many through half, so that its looks drain what has arrived
+            // while the rest is in flight rather than all of it at the end.
+            let quiet = expected.map(|e| if missing <= FEW_UNITS { e * 3 / 4 } else { e / 2 });
+            seen.due = quiet.and_then(|quiet| started.checked_add(quiet));
+        }
         seen.look(Instant::now(), missing);
         pace.set(seen);
         false
@@ -214,7 +218,7 @@ fn paced_eta(seen: &Pace, expected_end: Option<Instant>, now: Instant) -> Option
     // Before the end: close in on it. After: back off by as long as it is already late, so a wait whose estimate was
     // early naps a few times at POLL_NAP_MIN and then longer, not every 50 µs until it ends.
     Some(match end.checked_duration_since(now) {
-        Some(ahead) => Eta::Ahead(ahead),
+        Some(ahead) => Eta::Ahead { ahead, few: seen.first.is_some_and(|(_, units)| units <= FEW_UNITS) },
         None => Eta::Late(now.duration_since(end)),
     })
 }
@@ -257,10 +261,20 @@ enum Eta {
     /// Nothing is expected for this much longer (the wait's quiet time; nothing has arrived yet).
     Quiet(Duration),
     /// The rest is due this much later (at the rate seen so far, or as similar waits took).
-    Ahead(Duration),
+    Ahead {
+        ahead: Duration,
+        /// The wait is for at most [`FEW_UNITS`] units (what its first look found missing).
+        few: bool,
+    },
     /// The rest was due this long ago.
     Late(Duration),
 }
+
+/// A paced wait for at most this many units (what its first look found missing) naps through three quarters of its
+/// expected time and closes in with naps of at least a thirty-second of the time waited; a wait for more naps
+/// through half and closes in with naps of at most a sixteenth, so that its looks drain what arrived while the rest
+/// is in flight and its end is seen within a few shortest naps (`poll_until_paced_expecting`).
+pub const FEW_UNITS: u64 = 32;
 
 /// The longest nap of a paced wait through its quiet time (`poll_until_paced_expecting`).
 pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
@@ -271,7 +285,10 @@ pub const POLL_PACED_NAP_MAX: Duration = Duration::from_millis(4);
 fn nap(eta: Option<Eta>, elapsed: Duration) -> Duration {
     match eta {
         Some(Eta::Quiet(ahead)) => ahead.clamp(POLL_NAP_MIN, POLL_PACED_NAP_MAX),
-        Some(Eta::Ahead(ahead)) => (ahead / 2).max(elapsed / 32).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+        // Few units: little to drain at each look, so fewer, longer naps (at least a thirty-second of the wait).
+        Some(Eta::Ahead { ahead, few: true }) => (ahead / 2).max(elapsed / 32).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
+        // Many: its looks drain what arrived, and the end is seen within a few shortest naps.
+        Some(Eta::Ahead { ahead, few: false }) => (ahead / 2).min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
         Some(Eta::Late(late)) => late.min(elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
         None => (elapsed / 16).clamp(POLL_NAP_MIN, POLL_NAP_MAX),
     }
@@ -445,42 +462,79 @@ mod tests {
         let t0 = Instant::now();
         let ms = Duration::from_millis;
         let us = Duration::from_micros;
-        let quiet = Pace { due: Some(t0 + ms(40)), ..Pace::default() };
+        // A wait for many units (its first look found 512 missing) and one for few (8).
+        let many = Pace { first: Some((t0, 512)), last_missing: 512, due: Some(t0 + ms(40)), measured: false };
+        let few = Pace { first: Some((t0, 8)), last_missing: 8, ..many };
         let end = Some(t0 + ms(80));
         let at = |seen: &Pace, now: Duration| nap(paced_eta(seen, end, t0 + now), now);
-        assert_eq!(at(&quiet, ms(10)), ms(4), "through the quiet time in the longest paced naps");
-        assert_eq!(at(&quiet, ms(39)), ms(1), "to the end of the quiet time");
-        // After the quiet time: half the time left, at least a thirty-second of the time waited, at most the longest
-        // nap (a long wait is seen within about 3% of its end, with few looks).
-        assert_eq!(at(&quiet, ms(48)), POLL_NAP_MAX, "half of 32 ms left, at most the longest nap");
-        assert_eq!(at(&quiet, us(79_600)), POLL_NAP_MAX, "a thirty-second of 79.6 ms, at most the longest nap");
-        // A shorter wait, expected to end at 8 ms: half the time left while that is longer than a thirty-second of
-        // the wait, then a thirty-second (never below the shortest nap).
+        assert_eq!(at(&many, ms(10)), ms(4), "through the quiet time in the longest paced naps");
+        assert_eq!(at(&many, ms(39)), ms(1), "to the end of the quiet time");
+        // Many units, after the quiet time, far from the end: a sixteenth of the time waited, at most the longest nap.
+        assert_eq!(at(&many, ms(48)), ms(3).min(POLL_NAP_MAX));
+        // Near the end: half the time left, not a sixteenth of the wait.
+        assert_eq!(at(&many, ms(78)), ms(1));
+        assert_eq!(at(&many, us(79_600)), us(200));
+        assert_eq!(at(&many, us(79_990)), POLL_NAP_MIN);
+        // Few units: half the time left but at least a thirty-second of the time waited (a long wait is seen within
+        // about 3% of its end, with few looks).
+        assert_eq!(at(&few, us(79_600)), POLL_NAP_MAX, "a thirty-second of 79.6 ms, at most the longest nap");
         let short = Some(t0 + ms(8));
-        let near =
-            |now: Duration| nap(paced_eta(&Pace { due: Some(t0 + ms(4)), ..Pace::default() }, short, t0 + now), now);
+        let few_short = Pace { due: Some(t0 + ms(5)), ..few };
+        let near = |now: Duration| nap(paced_eta(&few_short, short, t0 + now), now);
         assert_eq!(near(ms(6)), ms(1));
         assert_eq!(near(us(7_400)), us(300));
         assert_eq!(near(us(7_900)), us(7_900) / 32);
-        assert_eq!(nap(paced_eta(&Pace::default(), Some(t0 + us(1_000)), t0 + us(990)), us(990)), POLL_NAP_MIN);
-        // Late: as long as it is late (then capped by a sixteenth of the wait and the longest nap).
-        assert_eq!(at(&quiet, us(80_020)), POLL_NAP_MIN);
-        assert_eq!(at(&quiet, us(80_300)), us(300));
-        assert_eq!(at(&quiet, ms(100)), POLL_NAP_MAX);
+        // Late, either way: as long as it is late (then capped by a sixteenth of the wait and the longest nap).
+        for seen in [&many, &few] {
+            assert_eq!(at(seen, us(80_020)), POLL_NAP_MIN);
+            assert_eq!(at(seen, us(80_300)), us(300));
+            assert_eq!(at(seen, ms(100)), POLL_NAP_MAX);
+        }
         // Arrivals that put the end at 60 ms: closing in on 60 ms instead.
-        let arrived = Pace { due: Some(t0 + ms(60)), measured: true, ..Pace::default() };
+        let arrived = Pace { due: Some(t0 + ms(60)), measured: true, ..many };
+        assert_eq!(at(&arrived, ms(59)), us(500));
         assert_eq!(at(&arrived, ms(61)), ms(1), "late from 60 ms on");
-        let early = Pace { due: Some(t0 + us(6_400)), measured: true, ..Pace::default() };
+        let early = Pace { due: Some(t0 + us(6_400)), measured: true, ..few_short };
         assert_eq!(
             nap(paced_eta(&early, short, t0 + ms(6)), ms(6)),
             us(200),
             "the arrivals' end, not the expected one"
         );
         // Arrivals that put it later than expected: the expected end still counts.
-        let slow = Pace { due: Some(t0 + ms(20)), measured: true, ..Pace::default() };
-        assert_eq!(nap(paced_eta(&slow, short, t0 + us(7_400)), us(7_400)), us(300));
+        let slow = Pace { due: Some(t0 + ms(200)), measured: true, ..many };
+        assert_eq!(at(&slow, ms(79)), us(500));
         // Without an expected end or arrivals: a sixteenth of the wait, as poll_until.
         assert_eq!(nap(paced_eta(&Pace::default(), None, t0 + ms(8)), ms(8)), us(500));
+    }
+
+    /// The quiet time comes from the first look: three quarters of the expected time for a few units, half for many.
+    #[test]
+    fn a_wait_for_many_units_ends_its_quiet_time_at_half_of_the_expected_time() {
+        for (units, quiet_ms) in [(FEW_UNITS, 15u64), (FEW_UNITS + 1, 10)] {
+            let started = Instant::now();
+            let looks = std::cell::RefCell::new(Vec::new());
+            let (done, _) = poll_until_paced_expecting(
+                || {
+                    let at = started.elapsed();
+                    looks.borrow_mut().push(at);
+                    u64::from(at < Duration::from_millis(20)) * units
+                },
+                Duration::from_secs(5),
+                Some(Duration::from_millis(20)),
+            );
+            assert!(done);
+            // The first look after the spin window that is not a quiet nap's: at the quiet time's end, not before.
+            let looks = looks.into_inner();
+            let first_close = looks.iter().find(|at| **at >= Duration::from_millis(quiet_ms));
+            assert!(first_close.is_some(), "{units} units: {looks:?}");
+            let between = looks
+                .iter()
+                .filter(|at| **at > Duration::from_millis(1) && **at < Duration::from_millis(quiet_ms))
+                .count();
+            // Naps of up to 4 ms towards the quiet time's end: at most ceil(quiet / 4) looks before it (plus one for
+            // a nap that ends early).
+            assert!(between <= (quiet_ms as usize).div_ceil(4) + 1, "{units} units: {looks:?}");
+        }
     }
 
     #[test]

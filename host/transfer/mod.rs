@@ -20,6 +20,7 @@ pub mod validated;
 
 pub use completion::{
     poll_until, poll_until_charged, poll_until_paced, poll_until_paced_expecting, CompletionPoller, CompletionSignal,
+    FEW_UNITS,
 };
 pub use descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use failure::{CodeFamily, FailureKind, PathCode, TransferFailure};

@@ -7,9 +7,9 @@ use std::time::Duration;
 
 /// What the waits of one aiv transport learned of its pace: the time per byte of the waits that covered at least
 /// [`WaitPace::MIN_BYTES`] (an average weighted 1/4 towards the newest). A wait of `n` bytes then expects to take `n`
-/// times that (`transfer::poll_until_paced_expecting`): it naps through the first three quarters instead of looking
-/// from 50 µs up (on a slow route, such as the twin NIC across hosts, that saves most of its looks), and closes in on
-/// the expected end, so an end near it is seen within about 3% of the wait rather than a sixteenth of it.
+/// times that (`transfer::poll_until_paced_expecting`): it naps through the first part of it (three quarters for a
+/// wait of few entries, half for one of many) instead of looking from 50 µs up (on a slow route, such as the twin NIC
+/// across hosts, that saves most of its looks), and closes in on the expected end.
 #[derive(Debug, Default)]
 pub(crate) struct WaitPace {
     /// Picoseconds per byte (0: nothing learned yet).
