@@ -80,6 +80,22 @@ fn pair(route_a: RouteMode, route_b: RouteMode) -> (Node, Node) {
     (a, b)
 }
 
+/// Withdraws `node`'s NIC registrations behind its peers' backs: their WRITEs into it get REMOTE_ACCESS_ERR.
+fn withdraw_registrations(node: &Node) {
+    for (_, lkey) in node.device.transport().rdma_registrations() {
+        cann_twin::nic::deregister_memory(device_of(node), lkey).expect("deregister");
+    }
+}
+
+/// Two engines on the RDMA route, `b` opened by `a`, their QP set up by a first 4 KiB WRITE.
+fn warm_rdma_pair() -> (Node, Node, SegmentId) {
+    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    (a, b, peer)
+}
+
 #[test]
 fn rdma_writes_and_reads_of_random_sizes_and_offsets_move_the_data() {
     let mut rng = rand::rngs::StdRng::seed_from_u64(18);
@@ -143,14 +159,9 @@ fn the_engine_refuses_an_out_of_bounds_remote_range_before_posting() {
 
 #[test]
 fn a_range_the_target_nic_refuses_fails_that_transfer_and_the_next_batch_works() {
-    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
-    let ok = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
-    assert_eq!(ok[0].0, TransferState::Completed, "{ok:?}");
+    let (a, b, peer) = warm_rdma_pair();
     // Withdraw the target's registration behind the initiator's back: its NIC answers REMOTE_ACCESS_ERR.
-    for (_, lkey) in b.device.transport().rdma_registrations() {
-        cann_twin::nic::deregister_memory(device_of(&b), lkey).expect("deregister");
-    }
+    withdraw_registrations(&b);
     let refused = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 4096, 4096)]);
     assert_eq!(refused[0].0, TransferState::Failed, "{refused:?}");
     let reason = refused[0].1.clone().unwrap_or_default();
@@ -170,10 +181,7 @@ fn a_range_the_target_nic_refuses_fails_that_transfer_and_the_next_batch_works()
 
 #[test]
 fn a_dropped_target_fails_pending_transfers_within_the_timeout_and_new_ones_fast() {
-    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
-    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
-    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    let (a, b, peer) = warm_rdma_pair();
     let requests: Vec<TransferRequest> =
         (0..8).map(|i| request(Opcode::Write, &a, i << 20, peer, &b, i << 20, 1 << 20)).collect();
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
@@ -319,10 +327,7 @@ fn the_twin_nic_observes_the_kernel_writing_the_wqes_ringing_and_reading_each_cq
 #[test]
 fn transfers_drained_while_a_submit_holds_their_qp_slot_keep_their_evidence() {
     use aiv_transport::evidence::Check;
-    let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
-    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
-    let warm = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
-    assert_eq!(warm[0].0, TransferState::Completed, "{warm:?}");
+    let (a, b, peer) = warm_rdma_pair();
     let requests: Vec<TransferRequest> =
         (0..4).map(|i| request(Opcode::Write, &a, i << 20, peer, &b, i << 20, (64 << 10) + i * 8)).collect();
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
@@ -341,9 +346,7 @@ fn transfers_drained_while_a_submit_holds_their_qp_slot_keep_their_evidence() {
     }
     a.engine.free_batch(batch).expect("free");
     // A remote access error drained while the slots are held: the next submit still replaces the QP in error.
-    for (_, lkey) in b.device.transport().rdma_registrations() {
-        cann_twin::nic::deregister_memory(device_of(&b), lkey).expect("deregister");
-    }
+    withdraw_registrations(&b);
     let batch = a.engine.allocate_batch(1).expect("batch");
     a.engine.submit_transfer(batch, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]).expect("submit");
     {
