@@ -79,6 +79,11 @@ impl CrossHostOptions {
         }
     }
 
+    /// The operations as the report names them (`write`, `read`).
+    fn operation_names(&self) -> Vec<String> {
+        self.operations.iter().map(|op| op.as_str().to_owned()).collect()
+    }
+
     /// Runs in all: operations x sizes x rounds x protocols.
     pub fn runs(&self) -> usize {
         self.operations.len() * self.sizes.len() * self.rounds * PROTOCOLS.len()
@@ -332,7 +337,7 @@ impl CrossHostReport {
             ran: false,
             not_run_reason: Some(reason),
             setup: String::new(),
-            operations: options.operations.iter().map(|op| op.as_str().to_owned()).collect(),
+            operations: options.operation_names(),
             batch_size: options.batch_size,
             threads: options.threads,
             rounds: options.rounds,
@@ -688,7 +693,7 @@ pub fn run(options: &CrossHostOptions, progress: &mut dyn FnMut(&str)) -> CrossH
         ran: true,
         not_run_reason: None,
         setup: ns.describe(),
-        operations: options.operations.iter().map(|op| op.as_str().to_owned()).collect(),
+        operations: options.operation_names(),
         batch_size: options.batch_size,
         threads: options.threads,
         rounds: options.rounds,

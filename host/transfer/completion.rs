@@ -188,14 +188,15 @@ pub fn poll_until_paced_expecting(
             return true;
         }
         let mut seen = pace.get();
-        if seen.first.is_none() {
+        let first_look = seen.first.is_none();
+        seen.look(Instant::now(), missing);
+        if first_look {
             // The quiet time, from what the first look found missing: a wait for a few units naps through three
             // quarters of the expected time; one for many through half, so that its looks drain what has arrived
             // while the rest is in flight rather than all of it at the end.
-            let quiet = expected.map(|e| if missing <= FEW_UNITS { e * 3 / 4 } else { e / 2 });
+            let quiet = expected.map(|e| if seen.few() { e * 3 / 4 } else { e / 2 });
             seen.due = quiet.and_then(|quiet| started.checked_add(quiet));
         }
-        seen.look(Instant::now(), missing);
         pace.set(seen);
         false
     };
@@ -218,7 +219,7 @@ fn paced_eta(seen: &Pace, expected_end: Option<Instant>, now: Instant) -> Option
     // Before the end: close in on it. After: back off by as long as it is already late, so a wait whose estimate was
     // early naps a few times at POLL_NAP_MIN and then longer, not every 50 µs until it ends.
     Some(match end.checked_duration_since(now) {
-        Some(ahead) => Eta::Ahead { ahead, few: seen.first.is_some_and(|(_, units)| units <= FEW_UNITS) },
+        Some(ahead) => Eta::Ahead { ahead, few: seen.few() },
         None => Eta::Late(now.duration_since(end)),
     })
 }
@@ -235,6 +236,11 @@ struct Pace {
 }
 
 impl Pace {
+    /// Whether the wait is for at most [`FEW_UNITS`] units (what its first look found missing).
+    fn few(&self) -> bool {
+        self.first.is_some_and(|(_, units)| units <= FEW_UNITS)
+    }
+
     /// A look at `now` found `missing` units still out (more than 0).
     fn look(&mut self, now: Instant, missing: u64) {
         let Some((at, before)) = self.first else {

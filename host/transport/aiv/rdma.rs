@@ -565,17 +565,15 @@ impl Rdma {
         let Some(entry) = self.slots.get(block).and_then(|b| b.get(slot as usize)) else { return };
         let _ = entry.in_flight.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
         let Some(why) = qp_failed else { return };
-        match entry.state.try_lock() {
-            Ok(mut state) => {
-                if let SlotState::Ready(qp) = &*state {
-                    if qp.qpn == qpn {
-                        let qp = qp.clone();
-                        tracing::info!(block, slot, qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
-                        *state = SlotState::Broken { qp, why: why.to_owned() };
-                    }
-                }
+        let Ok(mut state) = entry.state.try_lock() else {
+            *lock(&entry.failed) = Some((qpn, why.to_owned()));
+            return;
+        };
+        if let SlotState::Ready(qp) = &*state {
+            if qp.qpn == qpn {
+                tracing::info!(block, slot, qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
+                *state = SlotState::Broken { qp: qp.clone(), why: why.to_owned() };
             }
-            Err(_) => *lock(&entry.failed) = Some((qpn, why.to_owned())),
         }
     }
 
