@@ -39,10 +39,11 @@ fn stalled_clients_do_not_stall_others_and_are_dropped_in_bounded_time() {
     let limits =
         ServerLimits { io_timeout, first_request_timeout, tick: Duration::from_millis(50), ..Default::default() };
     let fixture = Fixture::with_limits(limits);
-    // Half a first header, then silence: closed at the first-request deadline, counted from the accept.
+    // Half a first header, then silence: closed at the first-request deadline, counted from the accept (so the
+    // test's clock starts before the connect: started after it, it read 498 ms for a 500 ms deadline in a CI run).
+    let first_at = Instant::now();
     let mut stalled_first = fixture.connect();
     stalled_first.write_all(&[1, 2, 3]).expect("partial header");
-    let first_at = Instant::now();
     // One request served, then half a header and silence: closed once the in-request timeout has passed.
     let mut stalled_later = fixture.connect();
     stalled_later.write_all(&header(WireOpcode::Read, WireVersion::V2, fixture.base(), 64)).expect("send");
