@@ -361,7 +361,7 @@ acl_entry! {
         }
         runtime().ready()?;
         let space = space();
-        for segment in device_segments(space.as_ref(), dev_ptr as usize, count, true)? {
+        for segment in device_segments(space.as_ref(), dev_ptr as usize, count, true)?.iter() {
             // SAFETY: a translated device segment, valid while the space's read lock is held.
             unsafe { core::ptr::write_bytes(segment.ptr, value as u8, segment.len) };
         }

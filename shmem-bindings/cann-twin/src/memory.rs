@@ -43,6 +43,30 @@ pub(crate) struct Segment {
     pub len: usize,
 }
 
+/// What a translation found: one contiguous range (an allocation, a registered window: no heap allocation, as the
+/// SDMA engines translate three ranges per SQE) or the pieces of a VMM reservation's mappings.
+#[derive(Clone, Debug)]
+pub(crate) enum Segments {
+    One([Segment; 1]),
+    Many(Vec<Segment>),
+}
+
+impl Segments {
+    pub(crate) fn one(ptr: *mut u8, len: usize) -> Segments {
+        Segments::One([Segment { ptr, len }])
+    }
+}
+
+impl std::ops::Deref for Segments {
+    type Target = [Segment];
+    fn deref(&self) -> &[Segment] {
+        match self {
+            Segments::One(one) => one,
+            Segments::Many(many) => many,
+        }
+    }
+}
+
 /// One `aclrtMalloc` allocation.
 #[derive(Debug)]
 struct HeapAllocation {
@@ -508,7 +532,7 @@ impl Space {
     /// memsets, and the other Host paths of the twin): it marks the SQ slots the range covers as the calling
     /// thread's (the Host's, unless an SDMA engine's thread: see `crate::sdma::provenance`). The emulated cores
     /// translate through their own op and report their writes themselves.
-    pub(crate) fn translate(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
+    pub(crate) fn translate(&self, address: usize, len: usize, write: bool) -> Result<Segments, aclError> {
         let segments = self.translate_range(address, len, write)?;
         if write {
             crate::sdma::provenance::thread_wrote(address as u64, len as u64);
@@ -516,15 +540,14 @@ impl Space {
         Ok(segments)
     }
 
-    fn translate_range(&self, address: usize, len: usize, write: bool) -> Result<Vec<Segment>, aclError> {
+    fn translate_range(&self, address: usize, len: usize, write: bool) -> Result<Segments, aclError> {
         let end = address.checked_add(len).ok_or(ACL_ERROR_INVALID_PARAM)?;
         if let Some((&start, allocation)) = self.heap.range(..=address).next_back() {
             if address - start < allocation.size {
                 if end - start > allocation.size {
                     return Err(ACL_ERROR_RT_PARAM_INVALID);
                 }
-                let ptr = (self.heap_view + (address - self.base)) as *mut u8;
-                return Ok(vec![Segment { ptr, len }]);
+                return Ok(Segments::one((self.heap_view + (address - self.base)) as *mut u8, len));
             }
         }
         if let Some((&start, window)) = self.registered.range(..=address).next_back() {
@@ -532,8 +555,7 @@ impl Space {
                 if end - start > window.size || (write && window.readonly) {
                     return Err(ACL_ERROR_RT_PARAM_INVALID);
                 }
-                let ptr = (window.host + (address - start)) as *mut u8;
-                return Ok(vec![Segment { ptr, len }]);
+                return Ok(Segments::one((window.host + (address - start)) as *mut u8, len));
             }
         }
         if let Some((&start, reservation)) = self.reservations.range(..=address).next_back() {
@@ -558,7 +580,7 @@ impl Space {
                     segments.push(Segment { ptr: (mapping.view + (cursor - at)) as *mut u8, len: take });
                     cursor += take;
                 }
-                return Ok(segments);
+                return Ok(Segments::Many(segments));
             }
         }
         Err(ACL_ERROR_RT_PARAM_INVALID)

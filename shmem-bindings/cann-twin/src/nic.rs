@@ -224,7 +224,7 @@ fn write_cqe(address: u64, cqe: &[u8; CQE_BYTES as usize]) -> Result<(), aclErro
     // SAFETY: translated under the read lock held here; `from` is live and only read.
     unsafe { perform_copy(&rest, &from) };
     let word = u32::from_le_bytes([cqe[0], cqe[1], cqe[2], cqe[3]]);
-    match first.as_slice() {
+    match &*first {
         [one] if one.ptr as usize % 4 == 0 => {
             // SAFETY: a 4-byte aligned word of device memory translated under the read lock held here.
             unsafe { AtomicU32::from_ptr(one.ptr.cast()) }.store(word, Ordering::Release);

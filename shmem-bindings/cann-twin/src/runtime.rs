@@ -12,7 +12,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, RwLock, RwLockReadGuard};
 
 use ascendcl_sys::sys::*;
 
-use crate::memory::{Physical, Segment, Space};
+use crate::memory::{Physical, Segment, Segments, Space};
 use crate::stream::{Stream, Task};
 
 /// Devices reported when `AIV_TWIN_DEVICES` is unset or not a number in `1..=1024`.
@@ -255,7 +255,7 @@ pub(crate) fn device_segments(
     address: usize,
     len: usize,
     write: bool,
-) -> Result<Vec<Segment>, aclError> {
+) -> Result<Segments, aclError> {
     match space {
         Some(space) if space.contains(address) => space.translate(address, len, write),
         _ => Err(ACL_ERROR_RT_INVALID_MEMORY_TYPE),
@@ -272,7 +272,7 @@ pub(crate) fn plan_copy(
     src: usize,
     count: usize,
     kind: aclrtMemcpyKind,
-) -> Result<(Vec<Segment>, Vec<Segment>), aclError> {
+) -> Result<(Segments, Segments), aclError> {
     let contains = |address: usize| space.is_some_and(|space| space.contains(address));
     let dst_device = contains(dst);
     let src_device = contains(src);
@@ -290,7 +290,7 @@ pub(crate) fn plan_copy(
     if dest_max < count {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    let side = |address: usize, device: bool, write: bool| -> Result<Vec<Segment>, aclError> {
+    let side = |address: usize, device: bool, write: bool| -> Result<Segments, aclError> {
         if device {
             device_segments(space, address, count, write)
         } else {
@@ -299,7 +299,7 @@ pub(crate) fn plan_copy(
                 // A Host range running into the device address space.
                 return Err(ACL_ERROR_RT_PARAM_INVALID);
             }
-            Ok(vec![Segment { ptr: address as *mut u8, len: count }])
+            Ok(Segments::one(address as *mut u8, count))
         }
     };
     Ok((side(dst, dst_device, true)?, side(src, src_device, false)?))

@@ -434,7 +434,7 @@ fn heap_alloc(instance: usize, size: usize, align: usize, zero: bool) -> Option<
     if zero {
         let guard = space();
         let segments = guard.as_ref()?.translate(address, size, true).ok()?;
-        for segment in segments {
+        for segment in segments.iter() {
             // SAFETY: translated under the read lock still held, for `size` bytes in all.
             unsafe { core::ptr::write_bytes(segment.ptr, 0, segment.len) };
         }
