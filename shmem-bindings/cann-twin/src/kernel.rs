@@ -56,6 +56,14 @@ pub const POLL_WINDOW: Duration = Duration::from_micros(200);
 /// The longest nap of a polling core: the latency a Host publish can see when the kernel was idle (the NPU kernel
 /// never naps; the twin does so that idle cores do not hold the machine's CPUs, with no signal from the Host).
 pub const MAX_NAP: Duration = Duration::from_micros(250);
+/// The shortest nap of a polling core.
+pub const MIN_NAP: Duration = Duration::from_micros(50);
+/// A polling core naps 1/NAP_RAMP of the time it has polled, from [`MIN_NAP`] to [`MAX_NAP`]: naps reach
+/// [`MAX_NAP`] after 32 ms, so a core idle between the batches of a busy Host (a few ms) still naps [`MIN_NAP`] and
+/// takes the next batch within about that (at a sixteenth, the ramp until this change, a 4 ms gap meant 250 µs naps:
+/// the paired 64 KiB and 256 KiB aiv/memcpy ratios gained about 0.05-0.09 from the slower ramp, docs/RESULTS.md), while
+/// a core idle for longer still wakes only every [`MAX_NAP`].
+pub const NAP_RAMP: u64 = 128;
 
 /// How long a device reset waits for the cores of an aborted launch to stop.
 pub const ABORT_WAIT: Duration = Duration::from_secs(2);
@@ -658,7 +666,7 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
         core.clock.hint_waits(now);
         std::thread::yield_now();
     } else {
-        let nap = Duration::from_nanos(polled / 16).clamp(Duration::from_micros(50), MAX_NAP);
+        let nap = Duration::from_nanos(polled / NAP_RAMP).clamp(MIN_NAP, MAX_NAP);
         // Progress since the last hint (so possibly after the poll that just failed): poll again instead.
         let now_seen = core.activity.seq.load(Ordering::SeqCst);
         if now_seen != core.activity_seen.get() {
