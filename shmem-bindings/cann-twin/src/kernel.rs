@@ -448,6 +448,11 @@ impl Activity {
     }
 }
 
+/// The nap of a core that has polled unchanged memory for `polled_ns` (past its [`POLL_WINDOW`]): [`NAP_RAMP`].
+fn core_nap(polled_ns: u64) -> Duration {
+    Duration::from_nanos(polled_ns / NAP_RAMP).clamp(MIN_NAP, MAX_NAP)
+}
+
 /// What one core works with.
 struct CoreContext {
     device: i32,
@@ -666,7 +671,7 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
         core.clock.hint_waits(now);
         std::thread::yield_now();
     } else {
-        let nap = Duration::from_nanos(polled / NAP_RAMP).clamp(MIN_NAP, MAX_NAP);
+        let nap = core_nap(polled);
         // Progress since the last hint (so possibly after the poll that just failed): poll again instead.
         let now_seen = core.activity.seq.load(Ordering::SeqCst);
         if now_seen != core.activity_seen.get() {
@@ -931,6 +936,20 @@ mod tests {
         assert!(live.executing_ns >= 9_000_000, "{live:?}");
         assert!(done.polling_ns >= live.polling_ns + 4_000_000, "{live:?} then {done:?}");
         assert!(done.executing_ns >= live.executing_ns && done.executing_ns < done.polling_ns, "{done:?}");
+    }
+
+    /// A core idle for the few ms between a busy Host's batches naps the shortest nap, so it takes the next batch
+    /// within about 50 µs; one idle for longer naps up to the longest.
+    #[test]
+    fn naps_stay_short_through_a_gap_between_batches_and_reach_the_longest_after_32_ms() {
+        let ms = |n: u64| n * 1_000_000;
+        assert_eq!(core_nap(ms(0)), MIN_NAP);
+        assert_eq!(core_nap(ms(5)), MIN_NAP, "a 5 ms gap between batches");
+        assert_eq!(core_nap(ms(6)), MIN_NAP);
+        assert_eq!(core_nap(ms(16)), Duration::from_nanos(ms(16) / NAP_RAMP));
+        assert!(core_nap(ms(16)) > MIN_NAP && core_nap(ms(16)) < MAX_NAP);
+        assert_eq!(core_nap(ms(32)), MAX_NAP);
+        assert_eq!(core_nap(ms(10_000)), MAX_NAP, "a long-idle core wakes no more often than before");
     }
 
     /// A single hint, or hints whose count does not rise, add no polling: each starts a new interval.
