@@ -23,44 +23,55 @@ struct Trap {
     jmp_buf at_start;
 };
 
-thread_local Trap* g_trap = nullptr;
+// Each op receives the block's Trap as its context (aiv_twin_run_block installs the core with it): no thread-local
+// lookup per call, which in this dlopen'ed object would be a __tls_get_addr call.
+Trap& trap_of(void* context) { return *static_cast<Trap*>(context); }
 
-[[noreturn]] void leave_block() { longjmp(g_trap->at_start, 1); }
+[[noreturn]] void leave_block(Trap& trap) { longjmp(trap.at_start, 1); }
 
-void check_abort() {
-    if (*g_trap->abort != 0) leave_block();
+void check_abort(Trap& trap) {
+    if (*trap.abort != 0) leave_block(trap);
 }
 
-void* trap_translate(void*, uint64_t addr, uint64_t len) {
-    check_abort();
-    return g_trap->ops->translate(g_trap->context, addr, len);
+void* trap_translate(void* context, uint64_t addr, uint64_t len) {
+    Trap& trap = trap_of(context);
+    check_abort(trap);
+    return trap.ops->translate(trap.context, addr, len);
 }
 
-int trap_register_write(void*, uint64_t addr, const void* data, uint32_t len) {
-    check_abort();
-    if (!g_trap->ops->register_write) return AIV_CPU_REG_NOT_REGISTER;
-    return g_trap->ops->register_write(g_trap->context, addr, data, len);
+int trap_register_write(void* context, uint64_t addr, const void* data, uint32_t len) {
+    Trap& trap = trap_of(context);
+    check_abort(trap);
+    if (!trap.ops->register_write) return AIV_CPU_REG_NOT_REGISTER;
+    return trap.ops->register_write(trap.context, addr, data, len);
 }
 
-uint64_t trap_system_counter(void*) { return g_trap->ops->system_counter(g_trap->context); }
-
-void trap_idle_hint(void*, uint32_t unchanged_fills) {
-    check_abort();
-    if (g_trap->ops->idle_hint) g_trap->ops->idle_hint(g_trap->context, unchanged_fills);
+uint64_t trap_system_counter(void* context) {
+    Trap& trap = trap_of(context);
+    return trap.ops->system_counter(trap.context);
 }
 
-void trap_fault(void*, uint32_t kind, uint64_t addr, uint64_t len) {
-    if (g_trap->ops->fault) g_trap->ops->fault(g_trap->context, kind, addr, len);
-    leave_block();
+void trap_idle_hint(void* context, uint32_t unchanged_fills) {
+    Trap& trap = trap_of(context);
+    check_abort(trap);
+    if (trap.ops->idle_hint) trap.ops->idle_hint(trap.context, unchanged_fills);
+}
+
+void trap_fault(void* context, uint32_t kind, uint64_t addr, uint64_t len) {
+    Trap& trap = trap_of(context);
+    if (trap.ops->fault) trap.ops->fault(trap.context, kind, addr, len);
+    leave_block(trap);
 }
 
 // No abort check: the bytes are already in HBM (or the UB), so the record must be made.
-void trap_gm_written(void*, uint64_t addr, uint64_t len) {
-    if (g_trap->ops->gm_written) g_trap->ops->gm_written(g_trap->context, addr, len);
+void trap_gm_written(void* context, uint64_t addr, uint64_t len) {
+    Trap& trap = trap_of(context);
+    if (trap.ops->gm_written) trap.ops->gm_written(trap.context, addr, len);
 }
 
-void trap_gm_read(void*, uint64_t addr, const void* data, uint64_t len) {
-    if (g_trap->ops->gm_read) g_trap->ops->gm_read(g_trap->context, addr, data, len);
+void trap_gm_read(void* context, uint64_t addr, const void* data, uint64_t len) {
+    Trap& trap = trap_of(context);
+    if (trap.ops->gm_read) trap.ops->gm_read(trap.context, addr, data, len);
 }
 
 // The model's table; aiv_twin_run_block copies it per block with the runtime's records_on.
@@ -102,12 +113,10 @@ __attribute__((visibility("default"))) int aiv_twin_run_block(const AivCpuCoreOp
     trap.ops = ops;
     trap.context = context;
     trap.abort = abort;
-    g_trap = &trap;
     // On this frame too: the model reads it for the whole block.
     AivCpuCoreOps model_ops = kTrapOps;
     model_ops.records_on = ops->records_on;
-    if (aiv_cpu_core_enter(&model_ops, nullptr, block_idx, block_num) != 0) {
-        g_trap = nullptr;
+    if (aiv_cpu_core_enter(&model_ops, &trap, block_idx, block_num) != 0) {
         return AIV_TWIN_BLOCK_REFUSED;
     }
     int outcome = AIV_TWIN_BLOCK_RETURNED;
@@ -122,7 +131,6 @@ __attribute__((visibility("default"))) int aiv_twin_run_block(const AivCpuCoreOp
         outcome = AIV_TWIN_BLOCK_TRAPPED;
     }
     *dirty = aiv_cpu_core_leave();
-    g_trap = nullptr;
     return outcome;
 }
 
