@@ -14,6 +14,8 @@
 // static TLS surplus when it is dlopen'ed, which has room for a few pointers, not 4 KiB. Installed by
 // aiv_cpu_core_enter (or by the first access of a thread without a core) and freed by aiv_cpu_core_leave.
 __thread aiv_cpu::FastCache* aiv_cpu::fast_cache __attribute__((tls_model("initial-exec"))) = nullptr;
+__thread aiv_cpu::UbArea* aiv_cpu::ub_area __attribute__((tls_model("initial-exec"))) = nullptr;
+__thread uint32_t aiv_cpu::ub_inline_epoch __attribute__((tls_model("initial-exec"))) = 0;
 aiv_cpu::FastCache& aiv_cpu::fast_install() {
     if (!fast_cache) fast_cache = new aiv_cpu::FastCache();
     return *fast_cache;
@@ -123,8 +125,8 @@ struct Core {
     std::vector<Range> unordered_writes;  // scalar UB writes not yet ordered before later DMA
     AivCpuCoreStats stats;                // scalar_loads / scalar_stores live in aiv_cpu::fast
     uint64_t stores_at_fill = 0;          // aiv_cpu::fast().scalar_stores at the last fill that read HBM
-    uint8_t ub[kUbBytes];
-    uint16_t ub_epoch[kUbBytes / kGranule];  // the inline UB stores' ordering record (kernel_operator.h)
+    uint16_t epoch = 1;                   // the UB ordering epoch (aiv_cpu::UbArea): >= 1
+    aiv_cpu::UbArea ub;                   // the unified buffer and its ordering record
 };
 
 // Whether the runtime records what gm_written / gm_read report (ABI 3): skipped while it does not.
@@ -299,7 +301,7 @@ uint8_t* ub_range(Core& c, uint64_t ub_addr, uint64_t len) {
         raise(c, AIV_CPU_FAULT_UB_RANGE, ub_addr, len);
         return nullptr;
     }
-    return c.ub + ub_addr;
+    return c.ub.bytes + ub_addr;
 }
 
 bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
@@ -307,14 +309,14 @@ bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a <
 // Every scalar UB write so far is ordered before DMA issued from now on.
 void order_scalar_ub(Core& c) {
     c.unordered_writes.clear();
-    aiv_cpu::FastCache& f = aiv_cpu::fast();
-    if (++f.epoch == 0) {  // wrapped: no granule may keep a stale epoch equal to a future one
-        memset(c.ub_epoch, 0, sizeof(c.ub_epoch));
-        f.epoch = 1;
+    if (++c.epoch == 0) {  // wrapped: no granule may keep a stale epoch equal to a future one
+        memset(c.ub.epoch, 0, sizeof(c.ub.epoch));
+        c.epoch = 1;
     }
+    if (aiv_cpu::ub_inline_epoch != 0) aiv_cpu::ub_inline_epoch = c.epoch;
 }
 
-void pending_changed(Core& c) { aiv_cpu::fast().ub_inline = c.pending.empty(); }
+void pending_changed(Core& c) { aiv_cpu::ub_inline_epoch = c.pending.empty() ? c.epoch : 0; }
 
 // Asks the CPU for write ownership of the `len` bytes after a UB -> GM burst to `hbm`, where a ring's next burst
 // goes: the lines the SDMA engine's thread read on the ring's last lap then move to this thread while the core
@@ -332,7 +334,7 @@ void prefetch_next(uint8_t* hbm, uint64_t len) {
 // Runs one burst: UB -> GM to `hbm` (translate's answer for it) if not null, else to the runtime's register page;
 // GM -> UB from HBM.
 void execute(Core& c, const DmaOp& op, void* hbm) {
-    uint8_t* local = c.ub + op.ub;
+    uint8_t* local = c.ub.bytes + op.ub;
     if (op.out) {
         if (hbm) {
             memcpy(hbm, local, op.len);
@@ -390,10 +392,10 @@ void issue(Core& c, bool out, uint64_t gm, uint64_t ub, uint64_t len) {
     bool unordered = false;
     for (const Range& w : c.unordered_writes) unordered = unordered || overlaps(w.from, w.len, ub, len);
     // No early exit: the loop vectorises (a 2 KiB burst is 512 granules).
-    const uint16_t epoch = aiv_cpu::fast().epoch;
+    const uint16_t epoch = c.epoch;
     uint32_t current = 0;
     for (uint64_t g = ub / kGranule, last = (ub + len + kGranule - 1) / kGranule; g < last; ++g) {
-        current |= c.ub_epoch[g] == epoch ? 1u : 0u;
+        current |= c.ub.epoch[g] == epoch ? 1u : 0u;
     }
     unordered = unordered || current != 0;
     if (unordered) raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
@@ -453,10 +455,8 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     g_core->block_num = block_num;
     memset(&g_core->stats, 0, sizeof(g_core->stats));  // the unified buffer: zeroed by Core()'s value-initialisation
     memset(&aiv_cpu::fast(), 0, sizeof(aiv_cpu::FastCache));
-    aiv_cpu::fast().ub = g_core->ub;
-    aiv_cpu::fast().ub_epoch = g_core->ub_epoch;
-    aiv_cpu::fast().epoch = 1;
-    aiv_cpu::fast().ub_inline = true;
+    aiv_cpu::ub_area = &g_core->ub;
+    aiv_cpu::ub_inline_epoch = g_core->epoch;
     g_core->resident.reserve(512);
     g_core->pending.reserve(64);
     return 0;
@@ -474,6 +474,8 @@ extern "C" uint32_t aiv_cpu_core_leave(void) {
     const uint32_t dirty = aiv_cpu_core_dirty_lines();
     delete g_core;
     g_core = nullptr;
+    aiv_cpu::ub_area = nullptr;
+    aiv_cpu::ub_inline_epoch = 0;
     delete aiv_cpu::fast_cache;
     aiv_cpu::fast_cache = nullptr;
     return dirty;
@@ -553,6 +555,8 @@ void ub_store(uint64_t ub_addr, const void* in, uint32_t n) {
     memcpy(p, in, n);
     c.unordered_writes.push_back(Range{ub_addr, n});
 }
+
+void ub_store_word(uint64_t ub_addr, uint64_t word) { ub_store(ub_addr, &word, sizeof(word)); }
 
 }  // namespace aiv_cpu
 

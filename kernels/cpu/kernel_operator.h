@@ -65,6 +65,7 @@ void gm_load(uint64_t device_addr, void* out, uint32_t n);
 void gm_store(uint64_t device_addr, const void* in, uint32_t n);
 void ub_load(uint64_t ub_addr, void* out, uint32_t n);
 void ub_store(uint64_t ub_addr, const void* in, uint32_t n);
+void ub_store_word(uint64_t ub_addr, uint64_t word);  // ub_store of one 8-byte word
 
 // The inline hit path of GetValue / SetValue. A scalar access within one line that the core's data cache holds
 // WHOLLY VALID touches nothing but the cached bytes (as the model's out-of-line path does for such a line: no HBM
@@ -78,24 +79,32 @@ struct FastLine {             // the head of the model's cache line
     uint64_t dirty;           // bit i: byte i written by this core and not yet cleaned
 };
 constexpr uint32_t kFastUbBytes = 192u * 1024u;  // TOTAL_UB_SIZE for dav-2201
-constexpr uint32_t kUbGranule = 8;                // the unit in which inline UB stores are ordered (see ub_epoch)
+constexpr uint32_t kUbGranule = 8;                // the unit in which inline UB stores are ordered (see UbArea)
 struct FastCache {
     uint64_t tag[kFastSlots];    // line address | 1 (0: empty; a zeroed thread has no hit)
     FastLine* line[kFastSlots];
     uint64_t scalar_loads;       // AivCpuCoreStats counters, kept here so that hits count too
     uint64_t scalar_stores;
     uint32_t unchanged_fills;    // poll detection (model only; a scalar store since the last fill resets it)
-    // The inline path of 8-byte-aligned 8-byte scalar UB stores (LocalTensor::SetValue). It is taken only while no
-    // DMA burst is pending (a pending burst may read or write any UB byte: the model's out-of-line path checks those
-    // accesses), and it records each store for the pipe-order check of later bursts as the out-of-line path does:
-    // ub_epoch[g] = epoch for the 8-byte granule g it wrote, where epoch moves on at every point that orders
-    // earlier scalar UB writes before later DMA (WaitFlag<S_MTE3/S_MTE2>, PipeBarrier<PIPE_ALL>). A burst whose UB
-    // range holds a granule of the current epoch reads a store that nothing ordered before it.
-    uint8_t* ub;                 // the core's unified buffer (null: no core installed)
-    uint16_t* ub_epoch;          // kFastUbBytes / kUbGranule entries
-    uint16_t epoch;              // >= 1 while a core is installed
-    bool ub_inline;              // a core is installed and no DMA burst is pending
 };
+// The core's unified buffer and the ordering record of the inline path of 8-byte-aligned 8-byte scalar UB stores
+// (LocalTensor::SetValue). That path is taken only while no DMA burst is pending (a pending burst may read or write
+// any UB byte: the model's out-of-line path checks those accesses), and it records each store for the pipe-order
+// check of later bursts as the out-of-line path does: epoch[g] = the current epoch for the 8-byte granule g it wrote,
+// where the epoch moves on at every point that orders earlier scalar UB writes before later DMA
+// (WaitFlag<S_MTE3/S_MTE2>, PipeBarrier<PIPE_ALL>). A burst whose UB range holds a granule of the current epoch reads
+// a store that nothing ordered before it.
+struct UbArea {
+    uint8_t bytes[kFastUbBytes];
+    uint16_t epoch[kFastUbBytes / kUbGranule];
+};
+// The inline UB path's state, as two initial-exec TLS words rather than fields behind a pointer: a store into the
+// unified buffer cannot alias them (their types differ from the stores'), so the compiler keeps them in registers
+// across the eight stores of an SQE instead of reloading them after each one. ub_area is the installed core's area
+// (null with none); ub_inline_epoch is the current epoch (>= 1) while a core is installed and no DMA burst is
+// pending, and 0 otherwise, when every UB store takes the out-of-line path.
+extern __thread UbArea* ub_area __attribute__((tls_model("initial-exec")));
+extern __thread uint32_t ub_inline_epoch __attribute__((tls_model("initial-exec")));
 // The calling thread's table, through an initial-exec TLS pointer: no __tls_get_addr call (and its clobbered
 // registers) per access, and only 8 bytes of static TLS, which a shared object loaded later (the twin runtime's
 // kernel object, dlopen'ed) may still claim; the 4 KiB table itself is ordinary thread-local storage.
@@ -129,21 +138,29 @@ inline void load(uint64_t device_addr, T* out) {
 template <typename T>
 inline void ub_store_value(uint64_t ub_addr, const T& in) {
     if constexpr (sizeof(T) == kUbGranule) {
-        FastCache* f = fast_cache;
+        // Read before the branch, so that one read serves every store of a straight-line sequence.
+        const uint32_t epoch = ub_inline_epoch;
+        UbArea* const area = ub_area;
+        uint64_t word;
+        memcpy(&word, &in, sizeof(T));
         // Expected: the kernel's UB stores are 8-byte words of its stages while no burst is pending, and the layout
         // keeps this path straight-line (the SQE stage is eight of them per SQE).
-        if (__builtin_expect(f != nullptr && f->ub_inline && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes, 1)) {
-            uint64_t word;
-            memcpy(&word, &in, sizeof(T));
-            // Every field read before the stores, which the compiler must otherwise assume may change them.
-            uint8_t* const ub = f->ub;
-            uint16_t* const epochs = f->ub_epoch;
-            const uint16_t epoch = f->epoch;
-            // A typed store: the unified buffer is only ever read back with byte copies, which may alias it.
-            *reinterpret_cast<uint64_t*>(ub + ub_addr) = word;
-            epochs[ub_addr / kUbGranule] = epoch;
+        if (__builtin_expect(epoch != 0 && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes, 1)) {
+            // Stores of types that are neither of the state's (see UbArea). The unified buffer is only ever read
+            // back with byte copies, which may alias anything.
+            struct Word {
+                uint64_t bits;
+            };
+            struct Stamp {
+                uint16_t value;
+            };
+            reinterpret_cast<Word*>(area->bytes + ub_addr)->bits = word;
+            reinterpret_cast<Stamp*>(area->epoch + ub_addr / kUbGranule)->value = static_cast<uint16_t>(epoch);
             return;
         }
+        // By value: a word whose address the slow path took would be written to the stack on the fast path too.
+        ub_store_word(ub_addr, word);
+        return;
     }
     ub_store(ub_addr, &in, sizeof(T));
 }
