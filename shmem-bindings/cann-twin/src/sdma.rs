@@ -364,13 +364,14 @@ pub(crate) struct Progress {
 /// The doorbell register of a [`Channel`].
 #[derive(Debug, Default)]
 pub(crate) struct Doorbell {
-    /// Accepted doorbell writes.
+    /// Accepted doorbell writes. A doorbell stores the tail and its origin, then counts itself with one SeqCst
+    /// read-modify-write, which publishes both: whoever reads the new count reads that tail (or a later one).
     pub count: AtomicU64,
     /// The register's value (the tail the engine runs to). A doorbell stores it and counts itself without the state
     /// lock; it takes the lock to notify only when the engine sleeps.
     pub tail: AtomicU32,
-    /// The engine waits on `wake` (set by it under the state lock before it sleeps, then the tail checked again):
-    /// with the doorbell's store of the tail before its look at this, one of the two sees the other (both SeqCst).
+    /// The engine waits on `wake` (set by it under the state lock before it sleeps, then the count checked again):
+    /// with the doorbell's count before its look at this, one of the two sees the other (all four SeqCst).
     pub engine_asleep: AtomicBool,
     /// Test-only ([`crate::control::divert_core_doorbells`]): while set, a core's accepted doorbell write does not
     /// reach the register; its tail is parked in `diverted` for the test to forward.
@@ -417,8 +418,11 @@ impl Channel {
         if provenance::recording() {
             self.provenance.rung(origin);
         }
-        self.doorbell.origin.store(origin, Ordering::SeqCst);
-        self.doorbell.tail.store(tail, Ordering::SeqCst);
+        // One read-modify-write per ring: the two stores before it need no ordering of their own (the count
+        // publishes them), and each SeqCst store would be a second and third fenced write of the line the polling
+        // engine keeps reading.
+        self.doorbell.origin.store(origin, Ordering::Relaxed);
+        self.doorbell.tail.store(tail, Ordering::Relaxed);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
             // The engine holds the lock from its look at the tail until it waits: taking it here means it waits.
@@ -598,7 +602,7 @@ impl Channel {
                         break (tail, self.doorbell.origin.load(Ordering::SeqCst));
                     }
                     self.doorbell.engine_asleep.store(true, Ordering::SeqCst);
-                    if self.doorbell.tail.load(Ordering::SeqCst) != tail {
+                    if self.doorbell.count.load(Ordering::SeqCst) != rung {
                         // Rung between the look above and going to sleep.
                         self.doorbell.engine_asleep.store(false, Ordering::SeqCst);
                         continue;
