@@ -278,16 +278,25 @@ impl ChannelProvenance {
             return;
         }
         let sqe = super::SQE_BYTES as u64;
+        // Slots touched: [first, last); wholly covered: [whole_first, whole_last) (the ring ends on a slot boundary).
         let (first, last) = ((from - self.sq_base) / sqe, (to - self.sq_base).div_ceil(sqe));
-        for slot in first..last {
-            let (start, stop) = (self.sq_base + slot * sqe, self.sq_base + (slot + 1) * sqe);
+        let (whole_first, whole_last) = ((from - self.sq_base).div_ceil(sqe), (to - self.sq_base) / sqe);
+        let partly = |slot: u64| {
             let cell = &self.shadow[slot as usize];
-            if address <= start && end >= stop {
-                cell.store(writer, Ordering::Release);
-            } else if cell.load(Ordering::Relaxed) != writer {
+            if cell.load(Ordering::Relaxed) != writer {
                 cell.store(WRITER_OTHER, Ordering::Release);
             }
+        };
+        if whole_first >= whole_last {
+            (first..last).for_each(partly);
+            return;
         }
+        (first..whole_first).for_each(partly);
+        // The common case, a landing of whole SQEs: a plain run of stores.
+        for cell in &self.shadow[whole_first as usize..whole_last as usize] {
+            cell.store(writer, Ordering::Release);
+        }
+        (whole_last..last).for_each(partly);
     }
 
     /// The writer of slot `slot`, read by the engine when it reads the SQE.
@@ -705,6 +714,37 @@ mod tests {
             ]
         );
         assert!(log.iter().all(|sqe| sqe.flag.is_none()));
+    }
+
+    proptest::proptest! {
+        /// `mark` against the rule it implements, slot by slot: a slot wholly inside the write takes the writer; a
+        /// slot the write only touches keeps the writer if it is the same, else becomes unattributable.
+        #[test]
+        fn mark_follows_the_rule_slot_by_slot(
+            writes in proptest::collection::vec((0u64..0x1400, 0u64..0x300, 0u32..3), 1..12),
+        ) {
+            let (base, depth) = (0x1000u64, 8u32);
+            let channel = ChannelProvenance::new(9, base, depth);
+            let mut model = vec![WRITER_UNKNOWN; depth as usize];
+            let sqe = super::super::SQE_BYTES as u64;
+            for (address, len, who) in writes {
+                let writer = [WRITER_HOST, block_writer(0), block_writer(5)][who as usize];
+                channel.mark(writer, address, len);
+                for (slot, cell) in model.iter_mut().enumerate() {
+                    let (start, stop) = (base + slot as u64 * sqe, base + (slot as u64 + 1) * sqe);
+                    if len == 0 || address >= stop || address + len <= start {
+                        continue;
+                    }
+                    if address <= start && address + len >= stop {
+                        *cell = writer;
+                    } else if *cell != writer {
+                        *cell = WRITER_OTHER;
+                    }
+                }
+                let marked: Vec<u32> = (0..depth).map(|slot| channel.writer_of(slot)).collect();
+                proptest::prop_assert_eq!(&marked, &model);
+            }
+        }
     }
 
     #[test]
