@@ -811,7 +811,7 @@ impl Session {
 
     /// The path's error-recovery rounds (run after the data check, as they end the target): `out_of_bounds` (4 x
     /// 64 KiB WRITEs, the second running 4 KiB past the target's buffer), `killed_peer` (the target process SIGKILLed
-    /// 20 ms into a batch of 64 WRITEs of 1 MiB, then a new transfer to it); `stalled_engine` is not injected. The
+    /// 20 ms into a batch of 256 WRITEs of 1 MiB, then a new transfer to it); `stalled_engine` is not injected. The
     /// wheel's batch calls return one code per batch, so each transfer's state is the batch's.
     pub fn fault_rounds(&mut self) -> Vec<report::FaultRound> {
         let not = |fault: &str, reason: String| report::FaultRound::not_injected(PATH, fault, reason);
@@ -858,12 +858,14 @@ impl Session {
                 }
             }
         };
-        // killed_peer: the target dies 20 ms into a batch of 64 MiB.
+        // killed_peer: the target dies 20 ms into a batch of 256 MiB. The twin moves 64 MiB in about 21 ms on a fast
+        // machine, so a batch of that size could end before the kill: this one takes several times the delay.
         let mib = 1u64 << 20;
-        // 64 requests of 1 MiB, over the buffer again and again when it is smaller than 64 MiB.
+        // 256 requests of 1 MiB, over the buffer again and again when it is smaller than 256 MiB.
         let slots = (size / mib).max(1);
         let piece = mib.min(size);
-        let big: Vec<(u64, u64, u64)> = (0..64u64).map(|i| ((i % slots) * piece, (i % slots) * piece, piece)).collect();
+        let big: Vec<(u64, u64, u64)> =
+            (0..256u64).map(|i| ((i % slots) * piece, (i % slots) * piece, piece)).collect();
         let pid = target.child.id() as libc::pid_t;
         let killer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
