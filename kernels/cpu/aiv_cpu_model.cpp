@@ -306,6 +306,10 @@ uint8_t* ub_range(Core& c, uint64_t ub_addr, uint64_t len) {
 
 bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a < b + blen && b < a + alen; }
 
+// The inline UB path's epoch (kernel_operator.h), derived from the core's: 0 while a burst is pending. Called
+// whenever the epoch or the pending bursts change.
+void inline_state_changed(const Core& c) { aiv_cpu::ub_inline_epoch = c.pending.empty() ? c.epoch : 0; }
+
 // Every scalar UB write so far is ordered before DMA issued from now on.
 void order_scalar_ub(Core& c) {
     c.unordered_writes.clear();
@@ -313,10 +317,8 @@ void order_scalar_ub(Core& c) {
         memset(c.ub.epoch, 0, sizeof(c.ub.epoch));
         c.epoch = 1;
     }
-    if (aiv_cpu::ub_inline_epoch != 0) aiv_cpu::ub_inline_epoch = c.epoch;
+    inline_state_changed(c);
 }
-
-void pending_changed(Core& c) { aiv_cpu::ub_inline_epoch = c.pending.empty() ? c.epoch : 0; }
 
 // Asks the CPU for write ownership of the `len` bytes after a UB -> GM burst to `hbm`, where a ring's next burst
 // goes: the lines the SDMA engine's thread read on the ring's last lap then move to this thread while the core
@@ -380,7 +382,7 @@ void complete(Core& c, bool out, uint64_t upto, bool all = false) {
         }
     }
     c.pending.resize(kept);
-    pending_changed(c);
+    inline_state_changed(c);
 }
 
 void complete_all(Core& c) { complete(c, false, 0, true); }
@@ -406,7 +408,7 @@ void issue(Core& c, bool out, uint64_t gm, uint64_t ub, uint64_t len) {
     }
     progress(c);
     c.pending.push_back(DmaOp{out, gm, ub, len, c.next_seq++, nullptr});
-    pending_changed(c);
+    inline_state_changed(c);
 }
 
 // A scalar access of UB: it must not touch what a pending burst reads (UB -> GM, for a write) or writes (GM -> UB).
@@ -456,7 +458,7 @@ extern "C" int aiv_cpu_core_enter(const AivCpuCoreOps* ops, void* context, uint3
     memset(&g_core->stats, 0, sizeof(g_core->stats));  // the unified buffer: zeroed by Core()'s value-initialisation
     memset(&aiv_cpu::fast(), 0, sizeof(aiv_cpu::FastCache));
     aiv_cpu::ub_area = &g_core->ub;
-    aiv_cpu::ub_inline_epoch = g_core->epoch;
+    inline_state_changed(*g_core);
     g_core->resident.reserve(512);
     g_core->pending.reserve(64);
     return 0;
