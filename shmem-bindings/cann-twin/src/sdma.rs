@@ -395,8 +395,12 @@ fn read_segments(segments: &[Segment], out: &mut [u8]) {
     unsafe { perform_copy(&host, segments) };
 }
 
-/// Whether this CPU has `clwb` (CPUID leaf 7, EBX bit 24): 0 unknown, 1 no, 2 yes.
-static CLWB: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+/// Whether this CPU has `clwb` (`std::arch::is_x86_feature_detected!` does not know it): CPUID leaf 7, if the CPU
+/// has that leaf, EBX bit 24.
+#[cfg(target_arch = "x86_64")]
+static HAS_CLWB: LazyLock<bool> = LazyLock::new(|| {
+    core::arch::x86_64::__cpuid(0).eax >= 7 && core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 24) != 0
+});
 
 /// Speed only: `clwb` on the cache lines of `[ptr, ptr + len)`, which this engine thread has just read. On the AMD
 /// EPYC VM the twin is measured on, the next writer of those lines (the emulated core landing the next lap of SQEs)
@@ -406,15 +410,7 @@ static CLWB: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
 fn hand_back(ptr: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
     {
-        let mut known = CLWB.load(Ordering::Relaxed);
-        if known == 0 {
-            // `std::arch::is_x86_feature_detected!` does not know clwb: CPUID leaf 7 (if the CPU has it), EBX bit 24.
-            let has =
-                core::arch::x86_64::__cpuid(0).eax >= 7 && core::arch::x86_64::__cpuid_count(7, 0).ebx & (1 << 24) != 0;
-            known = if has { 2 } else { 1 };
-            CLWB.store(known, Ordering::Relaxed);
-        }
-        if known == 2 {
+        if *HAS_CLWB {
             let mut line = ptr as usize & !63;
             while line < ptr as usize + len {
                 // SAFETY: `line` is within a line of memory this thread just read (translated, mapped); clwb changes
@@ -458,7 +454,7 @@ impl Channel {
         self.doorbell.tail.store(tail, Ordering::Relaxed);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
-            // The engine holds the lock from its look at the tail until it waits: taking it here means it waits.
+            // The engine holds the lock from its look at the count until it waits: taking it here means it waits.
             let _state = lock(&self.state);
             self.wake.notify_all();
         }
