@@ -284,17 +284,15 @@ impl ChannelProvenance {
         let sqe = super::SQE_BYTES as u64;
         // Slots touched: [first, last); wholly covered: [whole_first, whole_last) (the ring ends on a slot boundary).
         let (first, last) = ((from - self.sq_base) / sqe, (to - self.sq_base).div_ceil(sqe));
-        let (whole_first, whole_last) = ((from - self.sq_base).div_ceil(sqe), (to - self.sq_base) / sqe);
+        // A write within one slot, or across two without covering either, covers none wholly: an empty middle.
+        let whole_first = (from - self.sq_base).div_ceil(sqe);
+        let whole_last = ((to - self.sq_base) / sqe).max(whole_first);
         let partly = |slot: u64| {
             let cell = &self.shadow[slot as usize];
             if cell.load(Ordering::Relaxed) != writer {
                 cell.store(WRITER_OTHER as u16, Ordering::Release);
             }
         };
-        if whole_first >= whole_last {
-            (first..last).for_each(partly);
-            return;
-        }
         (first..whole_first).for_each(partly);
         // The common case, a landing of whole SQEs: a plain run of stores.
         for cell in &self.shadow[whole_first as usize..whole_last as usize] {
