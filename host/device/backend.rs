@@ -361,6 +361,9 @@ impl SdmaSyndrome {
     pub const BAD_REGISTER_WRITE: SdmaSyndrome = SdmaSyndrome(0x16);
     /// The block's AIV core faulted (an access outside device memory, a broken AscendC rule; the detail says which).
     pub const KERNEL_FAULT: SdmaSyndrome = SdmaSyndrome(0x17);
+    /// A copy SQE whose opcode word, kernel credit, pointer mode or link type is not what SHMEM writes for a copy
+    /// (the twin runtime refuses it; docs/twin-runtime.md).
+    pub const BAD_FIELDS: SdmaSyndrome = SdmaSyndrome(0x18);
     /// The CANN runtime reported an exception on the kernel's stream (no per-SQE status exists on the NPU:
     /// docs/hardware.md section 4); the queue context is read back from the channel record.
     pub const STREAM_EXCEPTION: SdmaSyndrome = SdmaSyndrome(0x20);
@@ -376,6 +379,7 @@ impl SdmaSyndrome {
             SdmaSyndrome::BAD_TAIL => "doorbell tail is outside the ring".into(),
             SdmaSyndrome::BAD_REGISTER_WRITE => "a doorbell register write of the wrong width or offset".into(),
             SdmaSyndrome::KERNEL_FAULT => "the block's AIV core faulted".into(),
+            SdmaSyndrome::BAD_FIELDS => "copy SQE fields are not SHMEM's for a copy".into(),
             SdmaSyndrome::STREAM_EXCEPTION => "the runtime reported an exception on the kernel's stream".into(),
             SdmaSyndrome(other) => format!("unknown syndrome {other:#x}"),
         }

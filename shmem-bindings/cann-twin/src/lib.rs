@@ -99,10 +99,11 @@
 //! [`control::Syndrome::REGISTER_ACCESS`] exception naming offset and width. C return values: 0 accepted, -1 not a
 //! register page, -2 refused, -3 null source.
 //!
-//! Syndromes (the twin's own values; no public source gives STARS syndromes; 0x10-0x15 equal the root crate's
-//! `SdmaSyndrome`): 0x10 type not SDMA, 0x11 opcode not copy, 0x12 length 0 or above 1 MiB, 0x13 source does not
-//! translate for reading, 0x14 destination does not translate for writing, 0x15 doorbell tail `>= sq_depth`, 0x16
-//! register access of the wrong width or offset, 0x17 SQ slot or record no longer translates.
+//! Syndromes (the twin's own values; no public source gives STARS syndromes; 0x10-0x16 and 0x18 equal the root
+//! crate's `SdmaSyndrome`): 0x10 type not SDMA, 0x11 opcode not copy, 0x12 length 0 or above 1 MiB, 0x13 source does
+//! not translate for reading, 0x14 destination does not translate for writing, 0x15 doorbell tail `>= sq_depth`, 0x16
+//! register access of the wrong width or offset, 0x17 SQ slot or record no longer translates, 0x18 a copy SQE's
+//! opcode word, kernel credit, pointer mode or link type is not SHMEM's for a copy.
 //!
 //! [`nic`] is a twin RoCE NIC per device for the device-initiated RDMA path (docs/rdma.md, "The twin NIC"): memory
 //! registration with lkey/rkey, reliable-connected QPs whose SQ and CQ live in device memory and whose doorbells

@@ -48,6 +48,13 @@ pub const SQE_TYPE_SDMA: u16 = 11;
 pub const SQE_TYPE_MASK: u16 = 0x3f;
 /// The copy opcode (bits 7:0 of the u32 at offset 16).
 pub const SQE_OPCODE_COPY: u32 = 0;
+/// The whole opcode word of a copy as SHMEM's `aclshmemi_fill_sdma_sqe` writes it: opcode 0, `sssv`, `dssv`, `sns`
+/// and `dns` set (bits 9-12), QoS 6 (bits 16:13), every other bit (`ie2`, `sro`, `dro`, `partid`, `mpam`) clear.
+pub const SQE_COPY_OPCODE_WORD: u32 = SQE_OPCODE_COPY | 0xf << 9 | 6 << 13;
+/// `kernel_credit` of an SDMA SQE (`ACLSHMEM_STARS_DEFAULT_KERNEL_CREDIT`).
+pub const SQE_KERNEL_CREDIT_SDMA: u8 = 240;
+/// `link_type` of a copy (no link).
+pub const SQE_LINK_TYPE_NONE: u8 = 255;
 /// Largest length of one SQE (SHMEM cuts puts at `1024 * 1024`).
 pub const SQE_MAX_LENGTH: u32 = 1 << 20;
 /// Offset of the doorbell (SQ tail) register in the register page (`ACLSHMEM_STARS_SQ_TAIL_OFFSET`, A2/A3).
@@ -251,6 +258,10 @@ impl Syndrome {
     pub const REGISTER_ACCESS: Syndrome = Syndrome(0x16);
     /// The SQ slot or the channel record no longer translates (the workspace or ring was freed under the engine).
     pub const QUEUE_FAULT: Syndrome = Syndrome(0x17);
+    /// A copy SQE whose other control fields are not SHMEM's for a copy: the opcode word
+    /// ([`SQE_COPY_OPCODE_WORD`]), `kernel_credit` ([`SQE_KERNEL_CREDIT_SDMA`]), `ptr_mode` (0) or `link_type`
+    /// ([`SQE_LINK_TYPE_NONE`]). What STARS does with other values is not public; the twin refuses them.
+    pub const BAD_FIELDS: Syndrome = Syndrome(0x18);
 }
 
 /// A refused register access: where in the page and how wide.
@@ -539,6 +550,13 @@ impl Channel {
         }
         if sqe.opcode() != SQE_OPCODE_COPY {
             return Err((Syndrome::BAD_OPCODE, raw));
+        }
+        if sqe.opcode_word != SQE_COPY_OPCODE_WORD
+            || sqe.kernel_credit != SQE_KERNEL_CREDIT_SDMA
+            || sqe.ptr_mode != 0
+            || sqe.link_type != SQE_LINK_TYPE_NONE
+        {
+            return Err((Syndrome::BAD_FIELDS, raw));
         }
         if sqe.length == 0 || sqe.length > SQE_MAX_LENGTH {
             return Err((Syndrome::BAD_LENGTH, raw));

@@ -217,6 +217,27 @@ fn a_wrong_opcode_stops_the_channel() {
     bad_sqe_stops_the_channel(2, |src, dst| sqe(11, 1, src as u64, dst as u64, 4096), Syndrome::BAD_OPCODE);
 }
 
+/// A copy SQE whose other control fields are not SHMEM's for a copy: one field changed at a time.
+#[test]
+fn a_copy_sqe_with_other_control_fields_stops_the_channel() {
+    let changed = |channel: u32, at: usize, value: u8| {
+        bad_sqe_stops_the_channel(
+            channel,
+            move |src, dst| {
+                let mut raw = copy_sqe(src, dst, 4096);
+                raw[at] = value;
+                raw
+            },
+            Syndrome::BAD_FIELDS,
+        )
+    };
+    changed(20, 14, 0); // kernel_credit 0 instead of 240
+    changed(21, 15, 1); // ptr_mode 1
+    changed(22, 17, 0); // the opcode word's sssv..dns bits and the low QoS bits cleared
+    changed(23, 18, 1); // sro set
+    changed(24, 48, 0); // link_type 0 instead of 255
+}
+
 #[test]
 fn length_zero_stops_the_channel() {
     bad_sqe_stops_the_channel(3, |src, dst| copy_sqe(src, dst, 0), Syndrome::BAD_LENGTH);
