@@ -107,8 +107,10 @@ AIV_DEVICE_FN void flush_for_device(__gm__ void* p, uint32_t) {
 }
 
 // Builds SQE `sqe` in slot `slot` (< AIV_SQE_STAGE_SLOTS) of the UB stage with scalar UB stores. The stage must not
-// be rewritten while a land_sqes DMA reads it: land_sqes waits for its DMA before it returns.
-AIV_DEVICE_FN void stage_sqe(uint32_t slot, const AivSdmaSqe& sqe) {
+// be rewritten while a land_sqes DMA reads it: land_sqes waits for its DMA before it returns. With `whole` false only
+// the words holding task_id, length and the two addresses (0, 3, 4 and 5) are written: the caller knows the slot
+// already holds an SQE whose other words (1, 2, 6 and 7) equal this one's.
+AIV_DEVICE_FN void stage_sqe(uint32_t slot, const AivSdmaSqe& sqe, bool whole) {
     AscendC::LocalTensor<uint64_t> ub;
     ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECIN);
     ub.address_.bufferAddr = AIV_NPU_UB_SQE_STAGE_OFFSET + slot * AIV_SQE_BYTES;
@@ -134,15 +136,17 @@ AIV_DEVICE_FN void stage_sqe(uint32_t slot, const AivSdmaSqe& sqe) {
                       __builtin_offsetof(AivSdmaSqe, dst_addr_high) == 44 && __builtin_offsetof(AivSdmaSqe, reserved3) == 52 &&
                       sizeof(AivSdmaSqe) == AIV_SQE_BYTES,
                   "stage_sqe composes the words of this layout");
-    // Eight statements, not a loop: the words stay in registers.
+    // Separate statements, not a loop: the words stay in registers.
     ub.SetValue(0, words[0]);
-    ub.SetValue(1, words[1]);
-    ub.SetValue(2, words[2]);
     ub.SetValue(3, words[3]);
     ub.SetValue(4, words[4]);
     ub.SetValue(5, words[5]);
-    ub.SetValue(6, words[6]);
-    ub.SetValue(7, words[7]);
+    if (whole) {
+        ub.SetValue(1, words[1]);
+        ub.SetValue(2, words[2]);
+        ub.SetValue(6, words[6]);
+        ub.SetValue(7, words[7]);
+    }
 }
 
 // Lands stage slots [0, count) in the SQ at `dst` with one UB -> GM DMA, ordered after the scalar stores that built

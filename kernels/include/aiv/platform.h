@@ -18,7 +18,9 @@
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
 //     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
 //     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines and the Host
-//     void stage_sqe(slot, const AivSdmaSqe&)              build an SQE in slot < AIV_SQE_STAGE_SLOTS of the stage
+//     void stage_sqe(slot, const AivSdmaSqe&, whole)       build an SQE in slot < AIV_SQE_STAGE_SLOTS of the stage
+//                                                          (whole false: only the words of task_id, length and the
+//                                                          addresses; the slot holds the rest already)
 //     void land_sqes(AIV_GM void* dst, count)              copy stage slots [0, count) to the SQ at dst; on return
 //                                                          they are in HBM and the stage may be rebuilt
 //     void ring_doorbell(context, sq_reg_base, tail,       the doorbell write (docs/hardware.md section 4), and the

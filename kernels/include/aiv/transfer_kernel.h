@@ -87,6 +87,7 @@ struct Block {
     uint64_t sqes_retired;   // of those, SQEs known to have executed (up to the last completed flag)
     uint32_t unrung;         // SQEs written since the last doorbell
     uint32_t staged;         // SQEs built in the UB stage and not yet landed in the SQ (the last `staged` before tail)
+    uint32_t stage_primed;   // stage slots [0, stage_primed) hold a whole copy SQE of this launch (see post_copy)
     uint32_t doorbells;      // doorbells rung in the current group
     uint16_t stream_id;
     uint64_t flag_seq;       // last flag value posted
@@ -221,7 +222,12 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
     sqe.dst_addr_low = static_cast<uint32_t>(dst);
     sqe.dst_addr_high = static_cast<uint32_t>(dst >> 32);
     sqe.link_type = AIV_SQE_LINK_TYPE_NONE;
-    aiv_platform::stage_sqe(b.staged, sqe);
+    // Every SQE staged here differs from the others only in words 0, 3, 4 and 5 (task_id and the stream id, length,
+    // the addresses): a slot staged since the channel was loaded keeps words 1, 2, 6 and 7, and only the four are
+    // rewritten (half the scalar UB stores per SQE).
+    const bool whole = b.staged >= b.stage_primed;
+    aiv_platform::stage_sqe(b.staged, sqe, whole);
+    if (whole) b.stage_primed = b.staged + 1;
     b.staged += 1;
     b.sq_tail = sq_next(b.sq_tail, b.sq_depth);
     b.sqes_posted += 1;
@@ -801,6 +807,7 @@ AIV_DEVICE_FN void load_channel(Block& b) {
     b.sqes_retired = 0;
     b.unrung = 0;
     b.staged = 0;
+    b.stage_primed = 0;
 }
 
 // The last flag sequence number posted on this block (by an earlier launch, too).
