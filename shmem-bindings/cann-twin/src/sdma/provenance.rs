@@ -569,7 +569,7 @@ static PENDING: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's copy of the watch list and the generation it was taken at.
-    static CACHED: RefCell<(u64, Arc<Watches>)> = RefCell::new((0, Arc::default()));
+    static CACHED: RefCell<Cached> = RefCell::new(Cached::default());
     /// The writer id of a write this thread makes through the device address space: the Host unless the thread is
     /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]).
     static THREAD_WRITER: std::cell::Cell<u32> = const { std::cell::Cell::new(WRITER_HOST) };
@@ -615,15 +615,70 @@ fn near_an_sq(address: u64, end: u64) -> bool {
     end > SQ_LOW.load(Ordering::Acquire) && address < SQ_HIGH.load(Ordering::Acquire)
 }
 
-/// Runs `body` on the calling thread's current copy of the watch list.
-fn with_watches(body: impl FnOnce(&Watches)) {
+/// A thread's copy of the watch list, and what its last lookups found in it.
+#[derive(Debug, Default)]
+struct Cached {
+    /// The [`WATCH_GENERATION`] `watches` was taken at; the memo holds for it only.
+    generation: u64,
+    watches: Arc<Watches>,
+    memo: Memo,
+}
+
+/// What a thread's last lookups of its writes in the watch list found. A core writes the same few places over and
+/// over (its SQ's next landing place, its channel record): the memo answers those without a search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Memo {
+    /// A span between two SQs (or before the first, or after the last) that a lookup found: a write wholly inside
+    /// it overlaps no SQ. Empty at first.
+    gap: (u64, u64),
+    /// The SQ (an index into the watch list) that last wholly held a write.
+    hit: usize,
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo { gap: (0, 0), hit: usize::MAX }
+    }
+}
+
+impl Memo {
+    /// The SQs of `ranges` (ascending, disjoint: [`Watches::ranges`]) that `[address, end)` overlaps, as indices.
+    fn overlapping(&mut self, ranges: &[(u64, u64)], address: u64, end: u64) -> std::ops::Range<usize> {
+        if self.gap.0 <= address && end <= self.gap.1 {
+            return 0..0;
+        }
+        // Disjoint SQs: a write inside one overlaps no other.
+        if let Some(&(sq_start, sq_end)) = ranges.get(self.hit) {
+            if sq_start <= address && end <= sq_end {
+                return self.hit..self.hit + 1;
+            }
+        }
+        // The first SQ that ends after `address`, then each one that starts before `end`.
+        let first = ranges.partition_point(|&(_, sq_end)| sq_end <= address);
+        let overlapping = ranges[first..].iter().take_while(|&&(sq_start, _)| sq_start < end).count();
+        match ranges.get(first) {
+            Some(&(sq_start, sq_end)) if overlapping == 1 && sq_start <= address && end <= sq_end => self.hit = first,
+            _ if overlapping == 0 => {
+                // Every SQ before `first` ends at or before `address`; the one at `first` starts at or after `end`.
+                let after = first.checked_sub(1).map_or(0, |before| ranges[before].1);
+                self.gap = (after, ranges.get(first).map_or(u64::MAX, |&(sq_start, _)| sq_start));
+            }
+            _ => {}
+        }
+        first..first + overlapping
+    }
+}
+
+/// Runs `body` on the calling thread's current copy of the watch list and its memo.
+fn with_watches(body: impl FnOnce(&mut Cached)) {
     let generation = WATCH_GENERATION.load(Ordering::Acquire);
     CACHED.with(|cached| {
         let mut cached = cached.borrow_mut();
-        if cached.0 != generation {
-            *cached = (generation, WATCHES.read().unwrap_or_else(|p| p.into_inner()).clone());
+        if cached.generation != generation {
+            let watches = WATCHES.read().unwrap_or_else(|p| p.into_inner()).clone();
+            *cached = Cached { generation, watches, memo: Memo::default() };
         }
-        body(&cached.1);
+        body(&mut cached);
     });
 }
 
@@ -633,11 +688,9 @@ pub(crate) fn wrote(writer: u32, address: u64, len: u64) {
     if len == 0 || !recording() || !near_an_sq(address, end) {
         return;
     }
-    with_watches(|watches| {
-        // The first SQ that ends after `address`, then each one that starts before `end`.
-        let first = watches.ranges.partition_point(|&(_, sq_end)| sq_end <= address);
-        let overlapping = watches.ranges[first..].iter().take_while(|&&(sq_start, _)| sq_start < end).count();
-        for channel in &watches.channels[first..first + overlapping] {
+    with_watches(|cached| {
+        let found = cached.memo.overlapping(&cached.watches.ranges, address, end);
+        for channel in &cached.watches.channels[found] {
             channel.mark(writer, address, len);
         }
     });
@@ -672,7 +725,8 @@ fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
-    with_watches(|watches| {
+    with_watches(|cached| {
+        let watches = &cached.watches;
         for (channel, &of) in watches.channels.iter().zip(&watches.devices) {
             if device.is_none_or(|device| device == of) {
                 channel.read(by_core, address, data);
@@ -747,6 +801,30 @@ mod tests {
                 }
                 let marked: Vec<u32> = (0..depth).map(|slot| channel.writer_of(slot)).collect();
                 proptest::prop_assert_eq!(&marked, &model);
+            }
+        }
+
+        /// The memo answers every write as a search of the whole list would: the SQs it overlaps, no more, no
+        /// fewer, whatever the writes before it left in the memo.
+        #[test]
+        fn the_memo_finds_the_sqs_a_write_overlaps(
+            layout in proptest::collection::vec((0u64..0x300, 1u64..0x300), 0..5),
+            writes in proptest::collection::vec((0u64..0x1000, 1u64..0x200), 1..40),
+        ) {
+            // Ascending, disjoint SQs: each one starts a gap (possibly empty) after the previous one's end.
+            let mut ranges = Vec::new();
+            let mut at = 0;
+            for (gap, len) in layout {
+                ranges.push((at + gap, at + gap + len));
+                at += gap + len;
+            }
+            let mut memo = Memo::default();
+            for (address, len) in writes {
+                let end = address + len;
+                let expected: Vec<usize> =
+                    (0..ranges.len()).filter(|&i| ranges[i].0 < end && address < ranges[i].1).collect();
+                let found: Vec<usize> = memo.overlapping(&ranges, address, end).collect();
+                proptest::prop_assert_eq!(&found, &expected, "write [{:#x}, {:#x}) in {:x?}", address, end, ranges);
             }
         }
     }
