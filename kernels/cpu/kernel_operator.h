@@ -100,7 +100,7 @@ struct UbArea {
 };
 // The inline UB path's state, as two initial-exec TLS words rather than fields behind a pointer: a store into the
 // unified buffer cannot alias them (their types differ from the stores'), so the compiler keeps them in registers
-// across the eight stores of an SQE instead of reloading them after each one. ub_area is the installed core's area
+// across the stores of an SQE instead of reloading them after each one. ub_area is the installed core's area
 // (null with none); ub_inline_epoch is the current epoch (>= 1) while a core is installed and no DMA burst is
 // pending, and 0 otherwise, when every UB store takes the out-of-line path.
 extern __thread UbArea* ub_area __attribute__((tls_model("initial-exec")));
@@ -144,7 +144,7 @@ inline void ub_store_value(uint64_t ub_addr, const T& in) {
         uint64_t word;
         memcpy(&word, &in, sizeof(T));
         // Expected: the kernel's UB stores are 8-byte words of its stages while no burst is pending, and the layout
-        // keeps this path straight-line (the SQE stage is eight of them per SQE).
+        // keeps this path straight-line (the SQE stage is four or eight of them per SQE).
         if (__builtin_expect(epoch != 0 && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes, 1)) {
             // Stores of types that are neither of the state's (see UbArea). The unified buffer is only ever read
             // back with byte copies, which may alias anything.
