@@ -72,10 +72,14 @@ fn record(channel: u32) -> (u64, u64, u32) {
     (u64_at(8), u64_at(16), u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")))
 }
 
-/// An SDMA copy SQE (docs/hardware.md section 4).
+/// An SDMA copy SQE with SHMEM's control fields (docs/hardware.md section 4).
 fn copy_sqe(src: u64, dst: u64, length: u32) -> [u8; 64] {
     let mut raw = [0u8; 64];
     raw[0..2].copy_from_slice(&11u16.to_le_bytes());
+    raw[14] = 240;
+    let word = (1u32 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (6 << 13);
+    raw[16..20].copy_from_slice(&word.to_le_bytes());
+    raw[48] = 255;
     raw[28..32].copy_from_slice(&length.to_le_bytes());
     raw[32..40].copy_from_slice(&src.to_le_bytes());
     raw[40..48].copy_from_slice(&dst.to_le_bytes());
