@@ -87,7 +87,7 @@ struct Block {
     uint64_t sqes_retired;   // of those, SQEs known to have executed (up to the last completed flag)
     uint32_t unrung;         // SQEs written since the last doorbell
     uint32_t staged;         // SQEs built in the UB stage and not yet landed in the SQ (the last `staged` before tail)
-    uint32_t stage_primed;   // stage slots [0, stage_primed) hold a whole copy SQE of this launch (see post_copy)
+    uint32_t stage_primed;   // stage slots [0, stage_primed) hold a whole copy SQE since load_channel (post_copy)
     uint32_t doorbells;      // doorbells rung in the current group
     uint16_t stream_id;
     uint64_t flag_seq;       // last flag value posted
