@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use cann_twin::control::{self, ChannelOccupancy, DeviceOccupancy};
 use cann_twin::register_write;
-use common::{api, download, malloc, pattern, sdma_workspace as workspace, upload};
+use common::{api, copy_sqe, download, malloc, pattern, sdma_workspace as workspace, upload};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -19,20 +19,6 @@ fn record(channel: u32) -> (u32, u64, u64) {
     let bytes = download(api(), (workspace() + 64 + 64 * u64::from(channel)) as *const c_void, 64);
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     (u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")), u64_at(8), u64_at(16))
-}
-
-/// A copy SQE as docs/hardware.md section 4 lays it out.
-fn copy_sqe(src: u64, dst: u64, length: u32) -> [u8; 64] {
-    let mut raw = [0u8; 64];
-    raw[0..2].copy_from_slice(&11u16.to_le_bytes());
-    raw[14] = 240;
-    let word = (1u32 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (6 << 13);
-    raw[16..20].copy_from_slice(&word.to_le_bytes());
-    raw[28..32].copy_from_slice(&length.to_le_bytes());
-    raw[32..40].copy_from_slice(&src.to_le_bytes());
-    raw[40..48].copy_from_slice(&dst.to_le_bytes());
-    raw[48] = 255;
-    raw
 }
 
 fn channel_of(snapshot: &DeviceOccupancy, index: u32) -> ChannelOccupancy {

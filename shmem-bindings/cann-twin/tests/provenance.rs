@@ -4,6 +4,8 @@
 //! the Host reads D2H (or nobody reads). The core-side attributions need a kernel: `tests/cann_on_twin.rs` of the
 //! root crate. The ACL and SHMEM entry points are called directly (the twin's C exports), not through the tables.
 
+mod common;
+
 use core::ffi::c_void;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
@@ -13,6 +15,7 @@ use cann_shmem_sys::sys::*;
 use cann_twin::acl::{aclInit, aclrtMalloc, aclrtMemcpy, aclrtSetDevice};
 use cann_twin::control::{self, Provenance};
 use cann_twin::shmem::{aclshmemx_get_uniqueid, aclshmemx_init_attr, aclshmemx_set_attr_uniqueid_args};
+use common::copy_sqe;
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -70,20 +73,6 @@ fn record(channel: u32) -> (u64, u64, u32) {
     let bytes = download(workspace() + 64 + 64 * u64::from(channel), 64);
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     (u64_at(8), u64_at(16), u32::from_le_bytes(bytes[0..4].try_into().expect("4 bytes")))
-}
-
-/// An SDMA copy SQE with SHMEM's control fields (docs/hardware.md section 4).
-fn copy_sqe(src: u64, dst: u64, length: u32) -> [u8; 64] {
-    let mut raw = [0u8; 64];
-    raw[0..2].copy_from_slice(&11u16.to_le_bytes());
-    raw[14] = 240;
-    let word = (1u32 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (6 << 13);
-    raw[16..20].copy_from_slice(&word.to_le_bytes());
-    raw[48] = 255;
-    raw[28..32].copy_from_slice(&length.to_le_bytes());
-    raw[32..40].copy_from_slice(&src.to_le_bytes());
-    raw[40..48].copy_from_slice(&dst.to_le_bytes());
-    raw
 }
 
 fn wait_head(channel: u32, head: u32) {

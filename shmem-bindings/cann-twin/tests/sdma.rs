@@ -32,19 +32,11 @@ fn record(channel: u32) -> Record {
     Record { head: u32_at(0), sq_base: u64_at(8), reg_base: u64_at(16), depth: u32_at(24), sq_id: u32_at(28) }
 }
 
-/// An SDMA SQE built from docs/hardware.md section 4 (not from the twin's decoder).
+/// [`common::copy_sqe`] with type `kind` and opcode `opcode` (bits 7:0 of the word at offset 16).
 fn sqe(kind: u16, opcode: u8, src: u64, dst: u64, length: u32) -> [u8; 64] {
-    let mut raw = [0u8; 64];
+    let mut raw = common::copy_sqe(src, dst, length);
     raw[0..2].copy_from_slice(&kind.to_le_bytes());
-    raw[14] = 240;
-    let word = u32::from(opcode) | (1 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (6 << 13);
-    raw[16..20].copy_from_slice(&word.to_le_bytes());
-    raw[28..32].copy_from_slice(&length.to_le_bytes());
-    raw[32..36].copy_from_slice(&(src as u32).to_le_bytes());
-    raw[36..40].copy_from_slice(&((src >> 32) as u32).to_le_bytes());
-    raw[40..44].copy_from_slice(&(dst as u32).to_le_bytes());
-    raw[44..48].copy_from_slice(&((dst >> 32) as u32).to_le_bytes());
-    raw[48] = 255;
+    raw[16] = opcode;
     raw
 }
 

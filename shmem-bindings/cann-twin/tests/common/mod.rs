@@ -106,3 +106,19 @@ pub fn sdma_workspace() -> u64 {
         state.sdma_workspace_addr
     })
 }
+
+/// A 64-byte SDMA copy SQE of `length` bytes with SHMEM's control fields, built from docs/hardware.md section 4 (not
+/// from the twin's constants or decoder): type 11, kernel credit 240, the opcode word of a copy (opcode 0, sssv, dssv,
+/// sns and dns set, QoS 6), link type 255. The twin's engine refuses a copy SQE with other control fields.
+pub fn copy_sqe(src: u64, dst: u64, length: u32) -> [u8; 64] {
+    let mut raw = [0u8; 64];
+    raw[0..2].copy_from_slice(&11u16.to_le_bytes());
+    raw[14] = 240;
+    let word = (1u32 << 9) | (1 << 10) | (1 << 11) | (1 << 12) | (6 << 13);
+    raw[16..20].copy_from_slice(&word.to_le_bytes());
+    raw[28..32].copy_from_slice(&length.to_le_bytes());
+    raw[32..40].copy_from_slice(&src.to_le_bytes());
+    raw[40..48].copy_from_slice(&dst.to_le_bytes());
+    raw[48] = 255;
+    raw
+}
