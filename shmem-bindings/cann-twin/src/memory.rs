@@ -43,8 +43,9 @@ pub(crate) struct Segment {
     pub len: usize,
 }
 
-/// What a translation found: one contiguous range (an allocation, a registered window: no heap allocation, as the
-/// SDMA engines translate three ranges per SQE) or the pieces of a VMM reservation's mappings.
+/// What a translation found: one contiguous range (in an allocation, a registered window or one mapping of a VMM
+/// reservation: no heap allocation, as the SDMA engines translate three ranges per SQE) or the pieces of a range
+/// across several mappings of a reservation.
 #[derive(Clone, Debug)]
 pub(crate) enum Segments {
     One([Segment; 1]),
@@ -560,22 +561,30 @@ impl Space {
         }
         if let Some((&start, reservation)) = self.reservations.range(..=address).next_back() {
             if address - start < reservation.len {
-                let mut segments = Vec::new();
-                let mut cursor = address;
-                while cursor < end {
+                // The mapping holding `cursor`, if it allows the access.
+                let mapped = |cursor: usize| -> Result<(usize, &Mapping), aclError> {
                     let (&at, mapping) =
                         reservation.mappings.range(..=cursor).next_back().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
-                    if cursor - at >= mapping.len {
-                        return Err(ACL_ERROR_RT_PARAM_INVALID);
-                    }
                     let allowed = if write {
                         mapping.access == ACL_RT_MEM_ACCESS_FLAGS_READWRITE
                     } else {
                         mapping.access != ACL_RT_MEM_ACCESS_FLAGS_NONE
                     };
-                    if !allowed {
+                    if cursor - at >= mapping.len || !allowed {
                         return Err(ACL_ERROR_RT_PARAM_INVALID);
                     }
+                    Ok((at, mapping))
+                };
+                let (at, first) = mapped(address)?;
+                if end - at <= first.len {
+                    // Within one mapping, the common case (the project's HBM heap is one reservation mapped in one
+                    // piece, and the SDMA engines translate three ranges of it per SQE): no list to allocate.
+                    return Ok(Segments::one((first.view + (address - at)) as *mut u8, len));
+                }
+                let mut segments = Vec::new();
+                let mut cursor = address;
+                while cursor < end {
+                    let (at, mapping) = mapped(cursor)?;
                     let take = (at + mapping.len - cursor).min(end - cursor);
                     segments.push(Segment { ptr: (mapping.view + (cursor - at)) as *mut u8, len: take });
                     cursor += take;
