@@ -16,6 +16,7 @@
 __thread aiv_cpu::FastCache* aiv_cpu::fast_cache __attribute__((tls_model("initial-exec"))) = nullptr;
 __thread aiv_cpu::UbArea* aiv_cpu::ub_area __attribute__((tls_model("initial-exec"))) = nullptr;
 __thread uint32_t aiv_cpu::ub_inline_epoch __attribute__((tls_model("initial-exec"))) = 0;
+__thread uint32_t aiv_cpu::ub_inline_limit __attribute__((tls_model("initial-exec"))) = 0;
 aiv_cpu::FastCache& aiv_cpu::fast_install() {
     if (!fast_cache) fast_cache = new aiv_cpu::FastCache();
     return *fast_cache;
@@ -308,7 +309,10 @@ bool overlaps(uint64_t a, uint64_t alen, uint64_t b, uint64_t blen) { return a <
 
 // The inline UB path's epoch (kernel_operator.h), derived from the core's: 0 while a burst is pending. Called
 // whenever the epoch or the pending bursts change.
-void inline_state_changed(const Core& c) { aiv_cpu::ub_inline_epoch = c.pending.empty() ? c.epoch : 0; }
+void inline_state_changed(const Core& c) {
+    aiv_cpu::ub_inline_epoch = c.pending.empty() ? c.epoch : 0;
+    aiv_cpu::ub_inline_limit = c.pending.empty() ? aiv_cpu::kFastUbBytes : 0;
+}
 
 // Every scalar UB write so far is ordered before DMA issued from now on.
 void order_scalar_ub(Core& c) {
@@ -393,11 +397,14 @@ void issue(Core& c, bool out, uint64_t gm, uint64_t ub, uint64_t len) {
     if (!ub_range(c, ub, len)) return;
     bool unordered = false;
     for (const Range& w : c.unordered_writes) unordered = unordered || overlaps(w.from, w.len, ub, len);
-    // No early exit: the loop vectorises (a 2 KiB burst is 512 granules).
     const uint16_t epoch = c.epoch;
     uint32_t current = 0;
-    for (uint64_t g = ub / kGranule, last = (ub + len + kGranule - 1) / kGranule; g < last; ++g) {
-        current |= c.ub.epoch[g] == epoch ? 1u : 0u;
+    // Only the inline path stamps granules, and only with the epoch it last stored in: no store in this epoch, no
+    // granule of it. Otherwise no early exit: the loop vectorises (a 2 KiB burst is 256 granules).
+    if (c.ub.stamped == epoch) {
+        for (uint64_t g = ub / kGranule, last = (ub + len + kGranule - 1) / kGranule; g < last; ++g) {
+            current |= c.ub.epoch[g] == epoch ? 1u : 0u;
+        }
     }
     unordered = unordered || current != 0;
     if (unordered) raise(c, AIV_CPU_FAULT_PIPE_ORDER, ub, len);
@@ -478,6 +485,7 @@ extern "C" uint32_t aiv_cpu_core_leave(void) {
     g_core = nullptr;
     aiv_cpu::ub_area = nullptr;
     aiv_cpu::ub_inline_epoch = 0;
+    aiv_cpu::ub_inline_limit = 0;
     delete aiv_cpu::fast_cache;
     aiv_cpu::fast_cache = nullptr;
     return dirty;

@@ -94,17 +94,23 @@ struct FastCache {
 // where the epoch moves on at every point that orders earlier scalar UB writes before later DMA
 // (WaitFlag<S_MTE3/S_MTE2>, PipeBarrier<PIPE_ALL>). A burst whose UB range holds a granule of the current epoch reads
 // a store that nothing ordered before it.
+// `stamped` is the epoch of the inline path's last store: a burst issued in another epoch finds no granule of its own
+// epoch without looking (the kernel orders its stores before each burst, so that is the usual case). 16 bits, as the
+// epochs are, and so of no type of the thread-local words below.
 struct UbArea {
     uint8_t bytes[kFastUbBytes];
     uint16_t epoch[kFastUbBytes / kUbGranule];
+    uint16_t stamped;
 };
-// The inline UB path's state, as two initial-exec TLS words rather than fields behind a pointer: a store into the
-// unified buffer cannot alias them (their types differ from the stores'), so the compiler keeps them in registers
-// across the stores of an SQE instead of reloading them after each one. ub_area is the installed core's area
-// (null with none); ub_inline_epoch is the current epoch (>= 1) while a core is installed and no DMA burst is
-// pending, and 0 otherwise, when every UB store takes the out-of-line path.
+// The inline UB path's state, as initial-exec TLS words rather than fields behind a pointer: a store into the unified
+// buffer cannot alias them (their types differ from the stores'), so the compiler keeps them in registers across the
+// stores of an SQE instead of reloading them after each one. ub_area is the installed core's area (null with none);
+// ub_inline_epoch is the current epoch (>= 1) while a core is installed and no DMA burst is pending, and 0 otherwise,
+// when every UB store takes the out-of-line path.
 extern __thread UbArea* ub_area __attribute__((tls_model("initial-exec")));
 extern __thread uint32_t ub_inline_epoch __attribute__((tls_model("initial-exec")));
+// kFastUbBytes while ub_inline_epoch is not 0, and 0 while it is: the inline path's whole test is ub_addr < limit.
+extern __thread uint32_t ub_inline_limit __attribute__((tls_model("initial-exec")));
 // The calling thread's table, through an initial-exec TLS pointer: no __tls_get_addr call (and its clobbered
 // registers) per access, and only 8 bytes of static TLS, which a shared object loaded later (the twin runtime's
 // kernel object, dlopen'ed) may still claim; the 4 KiB table itself is ordinary thread-local storage.
@@ -140,12 +146,14 @@ inline void ub_store_value(uint64_t ub_addr, const T& in) {
     if constexpr (sizeof(T) == kUbGranule) {
         // Read before the branch, so that one read serves every store of a straight-line sequence.
         const uint32_t epoch = ub_inline_epoch;
+        const uint32_t limit = ub_inline_limit;
         UbArea* const area = ub_area;
         uint64_t word;
         memcpy(&word, &in, sizeof(T));
         // Expected: the kernel's UB stores are 8-byte words of its stages while no burst is pending, and the layout
-        // keeps this path straight-line (the SQE stage is four or eight of them per SQE).
-        if (__builtin_expect(epoch != 0 && ub_addr % kUbGranule == 0 && ub_addr < kFastUbBytes, 1)) {
+        // keeps this path straight-line (the SQE stage is four or eight of them per SQE). One compare per store
+        // (the alignment test folds away for the stage's constant offsets): the limit is 0 whenever the epoch is.
+        if (__builtin_expect(ub_addr < limit && ub_addr % kUbGranule == 0, 1)) {
             // Stores of types that are neither of the state's (see UbArea). The unified buffer is only ever read
             // back with byte copies, which may alias anything.
             struct Word {
@@ -156,6 +164,7 @@ inline void ub_store_value(uint64_t ub_addr, const T& in) {
             };
             reinterpret_cast<Word*>(area->bytes + ub_addr)->bits = word;
             reinterpret_cast<Stamp*>(area->epoch + ub_addr / kUbGranule)->value = static_cast<uint16_t>(epoch);
+            area->stamped = static_cast<uint16_t>(epoch);
             return;
         }
         // By value: a word whose address the slow path took would be written to the stack on the fast path too.
@@ -275,7 +284,7 @@ template <typename T>
 class LocalTensor {
 public:
     using PrimType = T;
-    __aicore__ inline LocalTensor() { memset(&address_, 0, sizeof(address_)); }
+    __aicore__ inline LocalTensor() : address_{} {}
     template <typename S>
     __aicore__ inline void SetValue(const uint32_t index, const S value) const {
         aiv_cpu::ub_store_value(ub_addr(index), static_cast<PrimType>(value));
