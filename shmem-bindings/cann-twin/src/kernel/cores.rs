@@ -205,11 +205,12 @@ unsafe extern "C" fn op_translate(context: *mut c_void, device_addr: u64, len: u
     // Read before the space: a change after this read moves the generation, so what is remembered below under it
     // is looked up again next time.
     let generation = crate::runtime::space_generation();
-    if let Some(host) = core.remembered(address, len, generation) {
-        return host;
-    }
+    // The refusal first: one compare answers a doorbell register, which no remembered object holds.
     if core.refused.get() == (address, len, generation) {
         return std::ptr::null_mut();
+    }
+    if let Some(host) = core.remembered(address, len, generation) {
+        return host;
     }
     let refuse = || {
         core.refused.set((address, len, generation));
