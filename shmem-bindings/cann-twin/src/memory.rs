@@ -267,7 +267,8 @@ impl Space {
     fn take_va(&mut self, len: usize, align: usize) -> Result<usize, aclError> {
         let mut found = None;
         for (&start, &free_len) in &self.free {
-            let Some(aligned) = round_up(start, align) else { continue };
+            // Aligned as a device address (the space's own start is only page-aligned for sure), as an offset.
+            let Some(aligned) = round_up(self.base + start, align).map(|address| address - self.base) else { continue };
             if aligned - start <= free_len && free_len - (aligned - start) >= len {
                 found = Some((start, free_len, aligned));
                 break;

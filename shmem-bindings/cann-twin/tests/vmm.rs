@@ -174,3 +174,26 @@ fn reserve_map_access_unmap_with_data() {
         assert_eq!(api.aclrtFree(heap), ACL_SUCCESS);
     }
 }
+
+/// A reservation's alignment is of the device address itself, whatever alignment the Host gave the address space's
+/// mapping (the kernel aligns a large anonymous mapping to 2 MiB at most, and only by its own choice): 2 MiB by
+/// default, and any larger power of two asked for. Aligned memory allocations follow the same rule.
+#[test]
+fn reservations_and_large_allocations_are_aligned_as_device_addresses() {
+    let api = api();
+    // SAFETY: every pointer is a live local or a device address the twin checks.
+    unsafe {
+        for (alignment, expected) in [(0usize, MIB2), (MIB2, MIB2), (64 << 20, 64 << 20), (1 << 30, 1 << 30)] {
+            let mut va = core::ptr::null_mut();
+            assert_eq!(
+                api.aclrtReserveMemAddress(&mut va, MIB2, alignment, core::ptr::null_mut(), 0).expect("resolved"),
+                ACL_SUCCESS
+            );
+            assert_eq!(va as usize % expected, 0, "alignment {alignment:#x}: {va:?}");
+            assert_eq!(api.aclrtReleaseMemAddress(va).expect("resolved"), ACL_SUCCESS);
+        }
+        let big = malloc(api, 3 * MIB2);
+        assert_eq!(big as usize % MIB2, 0, "an allocation of 2 MiB or more starts on a 2 MiB boundary: {big:?}");
+        assert_eq!(api.aclrtFree(big), ACL_SUCCESS);
+    }
+}
