@@ -6,7 +6,7 @@
 //! the four checks are derived from the counts ([`TransferEvidence::checks`]). docs/evidence.md documents every field
 //! of the serialised form.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Which device runtime a record was observed on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -121,6 +121,9 @@ pub struct Act {
     pub by_aiv: u64,
     /// The lowest and highest block whose core did it (`None` when `by_aiv` is 0).
     pub aiv_blocks: Option<[u32; 2]>,
+    /// Times a task on the AI CPU (the NPU's control CPU cores, which run AI-CPU kernels such as HiXL's batch
+    /// transfer) did it; on the twin, its emulated AI CPU. Never an AIV core.
+    pub by_aicpu: u64,
     /// Times the Host did it (a Host thread, or a runtime library on the Host's behalf).
     pub by_host: u64,
     /// Times it was done and cannot be attributed to one doer (on the twin: an SQ slot nobody wrote since the ring
@@ -133,17 +136,32 @@ impl Act {
     /// An act with nothing counted, for a `source` that holds no counts ([`Source::NotRecorded`],
     /// [`Source::NotObservable`], [`Source::Lost`]).
     pub const fn unknown(source: Source) -> Act {
-        Act { source, by_aiv: 0, aiv_blocks: None, by_host: 0, unattributed: 0 }
+        Act { source, by_aiv: 0, aiv_blocks: None, by_aicpu: 0, by_host: 0, unattributed: 0 }
     }
 
     /// `count` acts by the Host, from `source`.
     pub const fn host(source: Source, count: u64) -> Act {
-        Act { source, by_aiv: 0, aiv_blocks: None, by_host: count, unattributed: 0 }
+        Act { source, by_aiv: 0, aiv_blocks: None, by_aicpu: 0, by_host: count, unattributed: 0 }
+    }
+
+    /// `count` acts by AI-CPU tasks, from `source`.
+    pub const fn aicpu(source: Source, count: u64) -> Act {
+        Act { source, by_aiv: 0, aiv_blocks: None, by_aicpu: count, by_host: 0, unattributed: 0 }
     }
 
     /// Every time the act was done.
     pub fn total(&self) -> u64 {
-        self.by_aiv.saturating_add(self.by_host).saturating_add(self.unattributed)
+        self.by_aiv.saturating_add(self.by_aicpu).saturating_add(self.by_host).saturating_add(self.unattributed)
+    }
+
+    /// The kinds of doer the counts name (an observed act only; empty for one done zero times).
+    fn doers(&self) -> Doers {
+        Doers {
+            aiv: self.by_aiv > 0,
+            aicpu: self.by_aicpu > 0,
+            host: self.by_host > 0,
+            unattributed: self.unattributed > 0,
+        }
     }
 
     /// Whether the act was done by AIV cores only: observed, at least once by a core, never by the Host, and (unless
@@ -151,15 +169,19 @@ impl Act {
     fn check(&self, unattributed_allowed: bool) -> Check {
         if !self.source.is_observed() {
             Check::Unknown
-        } else if self.by_aiv > 0 && self.by_host == 0 && (unattributed_allowed || self.unattributed == 0) {
+        } else if self.by_aiv > 0
+            && self.by_aicpu == 0
+            && self.by_host == 0
+            && (unattributed_allowed || self.unattributed == 0)
+        {
             Check::Yes
         } else {
             Check::No
         }
     }
 
-    /// `"<aiv> of <total> <noun> by AIV block a-b; <host> by Host[; <n> unattributed]"`, or the reason the counts are
-    /// missing.
+    /// `"<aiv> of <total> <noun> by AIV block a-b[; <n> by AI CPU]; <host> by Host[; <n> unattributed]"`, or the
+    /// reason the counts are missing.
     pub fn describe(&self, noun: &str) -> String {
         if !self.source.is_observed() {
             return self.source.describe().to_string();
@@ -169,7 +191,11 @@ impl Act {
             Some([low, high]) => format!(" by AIV blocks {low}-{high}"),
             None => " by AIV cores".to_string(),
         };
-        let mut text = format!("{} of {} {noun}{blocks}; {} by Host", self.by_aiv, self.total(), self.by_host);
+        let mut text = format!("{} of {} {noun}{blocks}", self.by_aiv, self.total());
+        if self.by_aicpu > 0 {
+            text.push_str(&format!("; {} by AI CPU", self.by_aicpu));
+        }
+        text.push_str(&format!("; {} by Host", self.by_host));
         if self.unattributed > 0 {
             text.push_str(&format!("; {} unattributed", self.unattributed));
         }
@@ -257,6 +283,162 @@ impl Checks {
     }
 }
 
+/// Which kinds of doer an act's counts name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Doers {
+    aiv: bool,
+    aicpu: bool,
+    host: bool,
+    unattributed: bool,
+}
+
+impl Doers {
+    fn union(self, other: Doers) -> Doers {
+        Doers {
+            aiv: self.aiv || other.aiv,
+            aicpu: self.aicpu || other.aicpu,
+            host: self.host || other.host,
+            unattributed: self.unattributed || other.unattributed,
+        }
+    }
+
+    fn none(self) -> bool {
+        self == Doers::default()
+    }
+}
+
+/// Who submitted a transfer's work (or a run's), derived from its acts: the "submitted by" verdict of `aiv bench`,
+/// the audit's report and `aiv audit --inspect`, in these five words only (docs/evidence.md, "Who submitted").
+///
+/// The submission acts are writing the descriptors and ringing the doorbell; completion decides only between
+/// `AIV-direct` and `mixed` (an AIV submission whose completion the Host observed is not AIV-direct).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Submitter {
+    /// Every act by AIV cores: the four checks all yes.
+    #[serde(rename = "AIV-direct")]
+    AivDirect,
+    /// Descriptors written and doorbells rung by AI-CPU tasks only (the Host launched them; how many launches a
+    /// transfer cost is [`TransferEvidence::host_launches`]).
+    #[serde(rename = "AI-CPU-submitted")]
+    AiCpuSubmitted,
+    /// Descriptors written and doorbells rung by the Host only (for a path that hands nothing to an engine, such as
+    /// the in-process copy: completion seen by the Host only).
+    #[serde(rename = "Host-submitted")]
+    HostSubmitted,
+    /// The submission acts were done by more than one kind of doer (or by one and by somebody one cannot name), or
+    /// by AIV cores with completion seen by someone else.
+    #[serde(rename = "mixed")]
+    Mixed,
+    /// A submission act was not observed, or nothing was done that names a doer.
+    #[serde(rename = "unknown")]
+    Unknown,
+}
+
+impl Submitter {
+    /// Every value, in the order reports list them.
+    pub const ALL: [Submitter; 5] = [
+        Submitter::AivDirect,
+        Submitter::AiCpuSubmitted,
+        Submitter::HostSubmitted,
+        Submitter::Mixed,
+        Submitter::Unknown,
+    ];
+
+    /// `AIV-direct`, `AI-CPU-submitted`, `Host-submitted`, `mixed` or `unknown`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Submitter::AivDirect => "AIV-direct",
+            Submitter::AiCpuSubmitted => "AI-CPU-submitted",
+            Submitter::HostSubmitted => "Host-submitted",
+            Submitter::Mixed => "mixed",
+            Submitter::Unknown => "unknown",
+        }
+    }
+
+    /// The value [`Submitter::as_str`] names, if any.
+    pub fn parse(text: &str) -> Option<Submitter> {
+        Submitter::ALL.into_iter().find(|submitter| submitter.as_str() == text)
+    }
+
+    /// The submitter of a transfer whose three acts are these.
+    pub fn of(descriptors: &Act, doorbells: &Act, completion: &Act) -> Submitter {
+        if !descriptors.source.is_observed() || !doorbells.source.is_observed() {
+            return Submitter::Unknown;
+        }
+        let mut doers = descriptors.doers().union(doorbells.doers());
+        if doers.none() {
+            // Nothing was handed to an engine (a Host-side copy): whoever saw the copy end did the work.
+            if !completion.source.is_observed() {
+                return Submitter::Unknown;
+            }
+            doers = completion.doers();
+        }
+        let named = [doers.aiv, doers.aicpu, doers.host].into_iter().filter(|&named| named).count();
+        match (named, doers.unattributed) {
+            (0, _) => Submitter::Unknown,
+            (1, false) if doers.aiv => match Checks::of(descriptors, doorbells, completion).aiv_direct() {
+                Check::Yes => Submitter::AivDirect,
+                Check::Unknown => Submitter::Unknown,
+                Check::No => Submitter::Mixed,
+            },
+            (1, false) if doers.aicpu => Submitter::AiCpuSubmitted,
+            (1, false) => Submitter::HostSubmitted,
+            _ => Submitter::Mixed,
+        }
+    }
+}
+
+impl std::fmt::Display for Submitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How many transfers each [`Submitter`] verdict went to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubmitterCounts {
+    #[serde(rename = "AIV-direct")]
+    pub aiv_direct: u64,
+    #[serde(rename = "AI-CPU-submitted")]
+    pub ai_cpu_submitted: u64,
+    #[serde(rename = "Host-submitted")]
+    pub host_submitted: u64,
+    pub mixed: u64,
+    pub unknown: u64,
+}
+
+impl SubmitterCounts {
+    fn slot(&mut self, submitter: Submitter) -> &mut u64 {
+        match submitter {
+            Submitter::AivDirect => &mut self.aiv_direct,
+            Submitter::AiCpuSubmitted => &mut self.ai_cpu_submitted,
+            Submitter::HostSubmitted => &mut self.host_submitted,
+            Submitter::Mixed => &mut self.mixed,
+            Submitter::Unknown => &mut self.unknown,
+        }
+    }
+
+    /// Transfers whose verdict was `submitter`.
+    pub fn get(&self, submitter: Submitter) -> u64 {
+        let mut copy = *self;
+        *copy.slot(submitter)
+    }
+
+    /// `"3 AIV-direct, 1 mixed"`: the verdicts that occurred, in [`Submitter::ALL`] order (`"none"` if none).
+    pub fn describe(&self) -> String {
+        let parts: Vec<String> = Submitter::ALL
+            .into_iter()
+            .filter(|&submitter| self.get(submitter) > 0)
+            .map(|submitter| format!("{} {submitter}", self.get(submitter)))
+            .collect();
+        if parts.is_empty() {
+            "none".to_string()
+        } else {
+            parts.join(", ")
+        }
+    }
+}
+
 /// The record one transfer leaves behind, whichever transport carried it.
 ///
 /// Non-exhaustive: fields may be added; code outside the crate builds one with [`TransferEvidence::new`] and sets
@@ -281,6 +463,10 @@ pub struct TransferEvidence {
     /// Calls the Host made into the device runtime on this transfer's behalf, counted by the `-sys` loader tables
     /// (a call made for k transfers counts 1/k, rounded up per transfer).
     pub host_device_api_calls: u64,
+    /// Kernel launches (AIV or AI-CPU kernels) the Host made for this transfer's window, counted where the launch
+    /// call is made; shared by the `window` transfers like the acts (an AI-CPU-submitted batch of k transfers that
+    /// cost one launch has 1 here and `window` k).
+    pub host_launches: u64,
     /// Work descriptors written for this transfer, its completion descriptors included (on aiv: the kernel's tally).
     pub descriptors: u64,
     /// Doorbells rung for this transfer (a doorbell shared by k transfers counts 1/k, rounded up per transfer).
@@ -310,6 +496,7 @@ impl TransferEvidence {
             completion_seen: Act::unknown(Source::NotRecorded),
             window: 1,
             host_device_api_calls: 0,
+            host_launches: 0,
             descriptors: 0,
             doorbells: 0,
             host_cpu_ns: 0,
@@ -327,6 +514,11 @@ impl TransferEvidence {
     pub fn is_aiv_direct(&self) -> bool {
         self.checks().aiv_direct() == Check::Yes
     }
+
+    /// Who submitted the transfer's work, derived from the three acts.
+    pub fn submitter(&self) -> Submitter {
+        Submitter::of(&self.descriptors_written, &self.doorbells_rung, &self.completion_seen)
+    }
 }
 
 /// One act summed over many records: each record's counts weighted by 1 / its `window`, so that a window the
@@ -339,6 +531,8 @@ pub struct ActTotals {
     pub by_aiv: f64,
     /// The lowest and highest block seen doing it.
     pub aiv_blocks: Option<[u32; 2]>,
+    /// Times an AI-CPU task did it.
+    pub by_aicpu: f64,
     /// Times the Host did it.
     pub by_host: f64,
     /// Times it was done by nobody attributable.
@@ -352,6 +546,7 @@ impl ActTotals {
         }
         let share = 1.0 / f64::from(window.max(1));
         self.by_aiv += act.by_aiv as f64 * share;
+        self.by_aicpu += act.by_aicpu as f64 * share;
         self.by_host += act.by_host as f64 * share;
         self.unattributed += act.unattributed as f64 * share;
         self.aiv_blocks = span(self.aiv_blocks, act.aiv_blocks);
@@ -364,6 +559,7 @@ impl ActTotals {
             }
         }
         self.by_aiv += other.by_aiv;
+        self.by_aicpu += other.by_aicpu;
         self.by_host += other.by_host;
         self.unattributed += other.unattributed;
         self.aiv_blocks = span(self.aiv_blocks, other.aiv_blocks);
@@ -382,6 +578,7 @@ impl ActTotals {
             source,
             by_aiv: round(self.by_aiv),
             aiv_blocks: self.aiv_blocks.filter(|_| round(self.by_aiv) > 0),
+            by_aicpu: round(self.by_aicpu),
             by_host: round(self.by_host),
             unattributed: round(self.unattributed),
         }
@@ -432,6 +629,10 @@ pub struct EvidenceTally {
     pub completion_seen: ActTotals,
     /// Per check (kernel on AIV, descriptors, doorbell, completion, all four), how the transfers' own came out.
     pub per_transfer: [CheckCounts; 5],
+    /// How many transfers' own "submitted by" verdict came out as each word.
+    pub per_transfer_submitters: SubmitterCounts,
+    /// Host kernel launches, summed (each record's weighted 1 / its `window`, as the acts are).
+    pub host_launches: f64,
 }
 
 impl EvidenceTally {
@@ -442,6 +643,8 @@ impl EvidenceTally {
         self.descriptors_written.add(&evidence.descriptors_written, evidence.window);
         self.doorbells_rung.add(&evidence.doorbells_rung, evidence.window);
         self.completion_seen.add(&evidence.completion_seen, evidence.window);
+        self.host_launches += evidence.host_launches as f64 / f64::from(evidence.window.max(1));
+        *self.per_transfer_submitters.slot(evidence.submitter()) += 1;
         let checks = evidence.checks();
         for (counts, check) in
             self.per_transfer.iter_mut().zip(checks.as_array().into_iter().chain([checks.aiv_direct()]))
@@ -459,6 +662,10 @@ impl EvidenceTally {
         self.descriptors_written.merge(&other.descriptors_written);
         self.doorbells_rung.merge(&other.doorbells_rung);
         self.completion_seen.merge(&other.completion_seen);
+        self.host_launches += other.host_launches;
+        for submitter in Submitter::ALL {
+            *self.per_transfer_submitters.slot(submitter) += other.per_transfer_submitters.get(submitter);
+        }
         for (mine, theirs) in self.per_transfer.iter_mut().zip(other.per_transfer) {
             mine.yes += theirs.yes;
             mine.no += theirs.no;
@@ -471,8 +678,22 @@ impl EvidenceTally {
         Checks::of(&self.descriptors_written.as_act(), &self.doorbells_rung.as_act(), &self.completion_seen.as_act())
     }
 
-    /// The verdict for people: `AIV-direct: yes (twin runtime, cann-twin 0.1.0)`, then one line per check with its
-    /// counts and how many transfers' own checks agreed.
+    /// The run's "submitted by" verdict, derived from the summed acts by the rules of one transfer's.
+    pub fn submitter(&self) -> Submitter {
+        Submitter::of(&self.descriptors_written.as_act(), &self.doorbells_rung.as_act(), &self.completion_seen.as_act())
+    }
+
+    /// Host kernel launches per transfer (0 with no transfers).
+    pub fn host_launches_per_transfer(&self) -> f64 {
+        if self.transfers == 0 {
+            0.0
+        } else {
+            self.host_launches / self.transfers as f64
+        }
+    }
+
+    /// The verdict for people: `submitted by: AIV-direct (twin runtime, cann-twin 0.1.0; ...)`, the AIV-direct
+    /// verdict, then one line per check with its counts and how many transfers' own checks agreed.
     pub fn verdict_lines(&self) -> Vec<String> {
         let runtime = self.runtime.unwrap_or(RuntimeLabel::NONE);
         let checks = self.checks();
@@ -480,12 +701,20 @@ impl EvidenceTally {
             let c = self.per_transfer[i];
             format!("transfers: {} yes, {} no, {} unknown", c.yes, c.no, c.unknown)
         };
-        let mut lines = vec![format!(
-            "AIV-direct: {} ({runtime}; {} transfers, {})",
-            checks.aiv_direct().as_str(),
-            self.transfers,
-            per(4)
-        )];
+        let launches = if self.host_launches > 0.0 {
+            format!("; {:.3} Host kernel launches per transfer", self.host_launches_per_transfer())
+        } else {
+            String::new()
+        };
+        let mut lines = vec![
+            format!(
+                "submitted by: {} ({runtime}; {} transfers: {}{launches})",
+                self.submitter(),
+                self.transfers,
+                self.per_transfer_submitters.describe()
+            ),
+            format!("  AIV-direct: {} ({})", checks.aiv_direct().as_str(), per(4)),
+        ];
         let acts = [
             (
                 "kernel writes the descriptors",
@@ -521,7 +750,7 @@ mod tests {
     use super::*;
 
     fn by_aiv(count: u64) -> Act {
-        Act { source: Source::TwinModel, by_aiv: count, aiv_blocks: Some([0, 1]), by_host: 0, unattributed: 0 }
+        Act { aiv_blocks: Some([0, 1]), ..Act { by_aiv: count, ..Act::unknown(Source::TwinModel) } }
     }
 
     #[test]
@@ -576,8 +805,9 @@ mod tests {
         assert_eq!(tally.checks().aiv_direct(), Check::Yes);
         assert_eq!(tally.per_transfer[4], CheckCounts { yes: 2, no: 0, unknown: 0 });
         let lines = tally.verdict_lines();
-        assert!(lines[0].starts_with("AIV-direct: yes (twin runtime, cann-twin 0.1.0; 2 transfers"), "{lines:?}");
-        assert!(lines[2].contains("64 of 64 descriptors by AIV blocks 0-1; 0 by Host"), "{lines:?}");
+        assert_eq!(lines[0], "submitted by: AIV-direct (twin runtime, cann-twin 0.1.0; 2 transfers: 2 AIV-direct)");
+        assert!(lines[1].starts_with("  AIV-direct: yes (transfers: 2 yes, 0 no, 0 unknown)"), "{lines:?}");
+        assert!(lines[3].contains("64 of 64 descriptors by AIV blocks 0-1; 0 by Host"), "{lines:?}");
         // One more transfer whose SQE the Host wrote turns the run's descriptor check, and only that one, to no.
         record.descriptors_written = Act { by_host: 1, ..by_aiv(1) };
         record.window = 1;
@@ -585,7 +815,64 @@ mod tests {
         let checks = tally.checks();
         assert_eq!(checks.as_array(), [Check::Yes, Check::No, Check::Yes, Check::Yes]);
         assert_eq!(tally.per_transfer[1], CheckCounts { yes: 2, no: 1, unknown: 0 });
-        assert!(tally.verdict_lines()[0].starts_with("AIV-direct: no"), "{:?}", tally.verdict_lines());
+        let lines = tally.verdict_lines();
+        assert!(
+            lines[0]
+                .starts_with("submitted by: mixed (twin runtime, cann-twin 0.1.0; 3 transfers: 2 AIV-direct, 1 mixed"),
+            "{lines:?}"
+        );
+        assert!(lines[1].starts_with("  AIV-direct: no"), "{lines:?}");
+    }
+
+    #[test]
+    fn who_submitted_tells_the_three_submitters_apart_and_can_come_out_each_way() {
+        let aiv = [by_aiv(64), by_aiv(2), by_aiv(1)];
+        assert_eq!(Submitter::of(&aiv[0], &aiv[1], &aiv[2]), Submitter::AivDirect);
+        // HiXL's AI-CPU kernel builds the SQEs and commits the tail; the Host learns completion from a flag.
+        let aicpu = Act::aicpu(Source::TwinModel, 8);
+        let host = Act::host(Source::TwinModel, 1);
+        assert_eq!(Submitter::of(&aicpu, &Act::aicpu(Source::TwinModel, 1), &host), Submitter::AiCpuSubmitted);
+        assert_eq!(Submitter::of(&host, &host, &host), Submitter::HostSubmitted);
+        // A Host-side copy hands nothing to an engine: who saw it end did the work.
+        let nothing = Act::host(Source::HostCode, 0);
+        assert_eq!(Submitter::of(&nothing, &nothing, &Act::host(Source::HostCode, 1)), Submitter::HostSubmitted);
+        // One act by another doer, or by nobody one can name, makes it mixed.
+        assert_eq!(Submitter::of(&Act { by_host: 1, ..by_aiv(63) }, &aiv[1], &aiv[2]), Submitter::Mixed);
+        assert_eq!(Submitter::of(&aiv[0], &aicpu, &aiv[2]), Submitter::Mixed);
+        assert_eq!(Submitter::of(&Act { unattributed: 1, ..by_aiv(63) }, &aiv[1], &aiv[2]), Submitter::Mixed);
+        assert_eq!(Submitter::of(&aicpu, &Act { by_host: 1, ..aicpu }, &host), Submitter::Mixed);
+        // AIV submission with the Host seeing completion is not AIV-direct.
+        assert_eq!(Submitter::of(&aiv[0], &aiv[1], &host), Submitter::Mixed);
+        // Unobserved submission acts, or nothing that names a doer, say nothing.
+        let lost = Act::unknown(Source::Lost);
+        assert_eq!(Submitter::of(&lost, &aiv[1], &aiv[2]), Submitter::Unknown);
+        assert_eq!(Submitter::of(&aiv[0], &aiv[1], &Act::unknown(Source::NotObservable)), Submitter::Unknown);
+        let unnamed = Act { unattributed: 2, ..Act::unknown(Source::TwinModel) };
+        assert_eq!(Submitter::of(&unnamed, &unnamed, &aiv[2]), Submitter::Unknown);
+        for submitter in Submitter::ALL {
+            assert_eq!(Submitter::parse(submitter.as_str()), Some(submitter));
+            assert_eq!(serde_json::to_value(submitter).unwrap(), submitter.as_str());
+        }
+    }
+
+    #[test]
+    fn an_act_by_the_ai_cpu_fails_its_aiv_check_and_is_described() {
+        let act = Act { by_aicpu: 3, ..by_aiv(5) };
+        assert_eq!(Checks::of(&act, &by_aiv(1), &by_aiv(1)).kernel_writes_descriptors, Check::No);
+        assert_eq!(act.describe("SQEs"), "5 of 8 SQEs by AIV blocks 0-1; 3 by AI CPU; 0 by Host");
+        let mut tally = EvidenceTally::default();
+        let mut record = TransferEvidence::new("adxl", RuntimeLabel::new(RuntimeKind::Twin, "cann-twin 0.1.0"));
+        record.descriptors_written = Act::aicpu(Source::TwinModel, 8);
+        record.doorbells_rung = Act::aicpu(Source::TwinModel, 1);
+        record.completion_seen = Act::host(Source::HostCalls, 1);
+        record.window = 4;
+        record.host_launches = 1;
+        for _ in 0..4 {
+            tally.add(&record);
+        }
+        assert_eq!(tally.submitter(), Submitter::AiCpuSubmitted);
+        assert_eq!(tally.host_launches_per_transfer(), 0.25);
+        assert_eq!(tally.verdict_lines()[0], "submitted by: AI-CPU-submitted (twin runtime, cann-twin 0.1.0; 4 transfers: 4 AI-CPU-submitted; 0.250 Host kernel launches per transfer)");
     }
 
     #[test]

@@ -100,7 +100,7 @@ fn the_wheel_runs_in_the_same_rounds_with_nonzero_figures_a_passed_data_check_an
     assert_eq!(verdict.kernel_writes_descriptors, "no", "{:?}", verdict.lines);
     assert!(verdict.transfers > 0);
     assert!(
-        verdict.lines[2].contains("by Host") && verdict.lines[2].contains("recorded by the twin"),
+        verdict.lines[3].contains("by Host") && verdict.lines[3].contains("recorded by the twin"),
         "{:?}",
         verdict.lines
     );

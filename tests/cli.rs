@@ -92,7 +92,11 @@ fn bench_over_aiv_reports_aiv_direct_evidence() {
     assert!(stderr.lines().any(|l| l.starts_with("Test completed: duration ")), "{stderr}");
     let stdout = String::from_utf8_lossy(&output.stdout);
     // The verdict comes from what the twin's device model recorded, with the counts behind each check.
-    assert!(stdout.contains("AIV-direct: yes (twin runtime, cann-twin "), "the verdict names its runtime:\n{stdout}");
+    assert!(
+        stdout.contains("submitted by: AIV-direct (twin runtime, cann-twin "),
+        "the verdict names its runtime:\n{stdout}"
+    );
+    assert!(stdout.contains("  AIV-direct: yes (transfers: "), "{stdout}");
     assert!(stdout.contains("  kernel on the AIV cores: yes"), "{stdout}");
     for check in ["kernel writes the descriptors", "kernel rings the doorbell", "completion observed on the Device"] {
         let line = stdout.lines().find(|l| l.trim_start().starts_with(check)).unwrap_or_else(|| panic!("{stdout}"));
@@ -417,8 +421,8 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
         .expect("runs");
     let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(stdout.contains("aiv      AIV-direct: yes (twin runtime"), "{stdout}");
-    assert!(stdout.contains("tcp      AIV-direct: no"), "{stdout}");
+    assert!(stdout.contains("aiv      submitted by: AIV-direct (twin runtime"), "{stdout}");
+    assert!(stdout.contains("tcp      submitted by: Host-submitted"), "{stdout}");
     assert!(stderr.contains("audit: 3/3 4 KiB x 1 x 1 thread round 1"), "plain progress when not a terminal: {stderr}");
     let json = out.join("report.json");
     assert!(json.is_file() && out.join("report.md").is_file(), "{stdout}");

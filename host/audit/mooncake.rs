@@ -456,6 +456,7 @@ pub fn tally_from_counts(counts: Option<&TwinCounts>, transfers: u64, runtime: O
         sources: vec![act.source],
         by_aiv: act.by_aiv as f64,
         aiv_blocks: None,
+        by_aicpu: act.by_aicpu as f64,
         by_host: act.by_host as f64,
         unattributed: act.unattributed as f64,
     };
@@ -472,7 +473,7 @@ pub fn tally_from_counts(counts: Option<&TwinCounts>, transfers: u64, runtime: O
     let host_copies = c.host_sync_copies.saturating_add(c.host_stream_copies);
     let act = |source: Source, by_aiv: u64, by_host: u64, unattributed: u64| {
         if source.is_observed() {
-            Act { source, by_aiv, aiv_blocks: None, by_host, unattributed }
+            Act { source, by_aiv, aiv_blocks: None, by_aicpu: 0, by_host, unattributed }
         } else {
             Act::unknown(source)
         }
@@ -1040,7 +1041,9 @@ mod tests {
         assert_eq!(checks.aiv_direct(), Check::No);
         assert_eq!(checks.kernel_writes_descriptors, Check::No);
         assert_eq!(checks.device_observes_completion, Check::No);
-        assert!(tally.verdict_lines()[0].starts_with("AIV-direct: no (twin runtime, cann-twin 0.1.0"));
+        let lines = tally.verdict_lines();
+        assert!(lines[0].starts_with("submitted by: Host-submitted (twin runtime, cann-twin 0.1.0"), "{lines:?}");
+        assert!(lines[1].starts_with("  AIV-direct: no"), "{lines:?}");
 
         // Kernels that wrote every SQE, rang every doorbell and saw every flag, with the records on: yes.
         let kernel = TwinCounts {

@@ -148,7 +148,7 @@ impl BlockRecords {
 
 /// An act counted from the twin's log: nothing yet.
 fn none() -> Act {
-    Act { source: Source::TwinModel, by_aiv: 0, aiv_blocks: None, by_host: 0, unattributed: 0 }
+    Act::unknown(Source::TwinModel)
 }
 
 /// The act of `sqes` by the doer `who` names for each.
@@ -248,6 +248,7 @@ fn kernel_tally(block: u32, entry: &DcqEntry) -> [Act; 3] {
         source: Source::KernelTally,
         by_aiv: count,
         aiv_blocks: (count > 0).then_some([block, block]),
+        by_aicpu: 0,
         // The aiv path makes no Host call that writes device memory, rings a doorbell or reads a flag while a
         // transfer is in flight: its calls on a transfer's behalf (a launch, a channel reset, an exception query)
         // are counted in `host_device_api_calls`.
