@@ -732,7 +732,7 @@ mod tests {
 }
 
 /// The version of [`report_json`]'s document; bumped when a field changes meaning or goes away.
-pub const REPORT_SCHEMA: &str = "aiv-bench/2";
+pub const REPORT_SCHEMA: &str = "aiv-bench/3";
 
 /// A run as one JSON document (`aiv bench --json`), for the audit and for scripts: the parameters, the results with
 /// the same-run memcpy reference, batch latency quantiles, and the evidence: the records' runtime, the four
@@ -789,6 +789,7 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
         "evidence": {
             "transfers": evidence.transfers,
             "runtime": tally.runtime,
+            "submitted_by": tally.submitter(),
             "checks": checks,
             "acts": {
                 "descriptors_written": tally.descriptors_written,
@@ -796,9 +797,11 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
                 "completion_seen": tally.completion_seen,
             },
             "per_transfer_checks": per_transfer_checks,
+            "per_transfer_submitted_by": tally.per_transfer_submitters,
             "routes": evidence.routes,
             "per_transfer": {
                 "host_device_api_calls": evidence.host_device_api_calls,
+                "host_launches": tally.host_launches_per_transfer(),
                 "descriptors": evidence.descriptors,
                 "doorbells": evidence.doorbells,
                 "host_cpu_ns": evidence.host_cpu_ns,

@@ -444,7 +444,7 @@ impl SubmitterCounts {
 /// Non-exhaustive: fields may be added; code outside the crate builds one with [`TransferEvidence::new`] and sets
 /// the fields it knows. Its serialised form (`serde`, as `aiv bench --json` writes it) is documented field by field
 /// in docs/evidence.md.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 #[non_exhaustive]
 pub struct TransferEvidence {
     /// The transport that carried the transfer (`"local"`, `"aiv"`, `"tcp"`, ...).
@@ -463,10 +463,10 @@ pub struct TransferEvidence {
     /// Calls the Host made into the device runtime on this transfer's behalf, counted by the `-sys` loader tables
     /// (a call made for k transfers counts 1/k, rounded up per transfer).
     pub host_device_api_calls: u64,
-    /// Kernel launches (AIV or AI-CPU kernels) the Host made for this transfer's window, counted where the launch
-    /// call is made; shared by the `window` transfers like the acts (an AI-CPU-submitted batch of k transfers that
-    /// cost one launch has 1 here and `window` k).
-    pub host_launches: u64,
+    /// This transfer's share of the kernel launches (AIV or AI-CPU kernels) the Host made for it, counted where the
+    /// launch call is made: a launch made for k transfers counts 1/k in each (a persistent kernel launched once
+    /// before the run counts for none).
+    pub host_launches: f64,
     /// Work descriptors written for this transfer, its completion descriptors included (on aiv: the kernel's tally).
     pub descriptors: u64,
     /// Doorbells rung for this transfer (a doorbell shared by k transfers counts 1/k, rounded up per transfer).
@@ -496,7 +496,7 @@ impl TransferEvidence {
             completion_seen: Act::unknown(Source::NotRecorded),
             window: 1,
             host_device_api_calls: 0,
-            host_launches: 0,
+            host_launches: 0.0,
             descriptors: 0,
             doorbells: 0,
             host_cpu_ns: 0,
@@ -631,7 +631,7 @@ pub struct EvidenceTally {
     pub per_transfer: [CheckCounts; 5],
     /// How many transfers' own "submitted by" verdict came out as each word.
     pub per_transfer_submitters: SubmitterCounts,
-    /// Host kernel launches, summed (each record's weighted 1 / its `window`, as the acts are).
+    /// Host kernel launches, summed (each record holds its own share).
     pub host_launches: f64,
 }
 
@@ -643,7 +643,7 @@ impl EvidenceTally {
         self.descriptors_written.add(&evidence.descriptors_written, evidence.window);
         self.doorbells_rung.add(&evidence.doorbells_rung, evidence.window);
         self.completion_seen.add(&evidence.completion_seen, evidence.window);
-        self.host_launches += evidence.host_launches as f64 / f64::from(evidence.window.max(1));
+        self.host_launches += evidence.host_launches;
         *self.per_transfer_submitters.slot(evidence.submitter()) += 1;
         let checks = evidence.checks();
         for (counts, check) in
@@ -851,7 +851,7 @@ mod tests {
         assert_eq!(Submitter::of(&unnamed, &unnamed, &aiv[2]), Submitter::Unknown);
         for submitter in Submitter::ALL {
             assert_eq!(Submitter::parse(submitter.as_str()), Some(submitter));
-            assert_eq!(serde_json::to_value(submitter).unwrap(), submitter.as_str());
+            assert_eq!(serde_json::to_value(submitter).expect("serialises"), submitter.as_str());
         }
     }
 
@@ -866,7 +866,7 @@ mod tests {
         record.doorbells_rung = Act::aicpu(Source::TwinModel, 1);
         record.completion_seen = Act::host(Source::HostCalls, 1);
         record.window = 4;
-        record.host_launches = 1;
+        record.host_launches = 0.25;
         for _ in 0..4 {
             tally.add(&record);
         }

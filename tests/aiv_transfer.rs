@@ -5,7 +5,7 @@
 mod common;
 
 use aiv_transport::config::LaunchMode;
-use aiv_transport::evidence::{Check, Source};
+use aiv_transport::evidence::{Check, Source, Submitter};
 use aiv_transport::{Opcode, TransferRequest, TransferState};
 use common::{node, options, writes};
 use rand::{Rng, RngCore, SeedableRng};
@@ -20,6 +20,7 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
     // Device-runtime calls the transfers of each round were charged (counted by the loader tables).
     let mut calls = [0u64; 4];
+    let mut launches = [0f64; 4];
     for round in 0..4 {
         // Disjoint random ranges: lengths from 1 byte to 2.5 MiB (not multiples of 1 MiB), random offsets.
         let mut requests = Vec::new();
@@ -74,9 +75,12 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
             assert_eq!(evidence.descriptors_written.by_host + evidence.doorbells_rung.by_host, 0, "{evidence:?}");
             assert!(evidence.descriptors_written.by_aiv >= 1, "{evidence:?}");
             assert_eq!(evidence.checks().as_array(), [Check::Yes; 4], "{evidence:?}");
+            assert_eq!(evidence.submitter(), Submitter::AivDirect, "{evidence:?}");
+            assert_eq!(evidence.descriptors_written.by_aicpu + evidence.doorbells_rung.by_aicpu, 0, "{evidence:?}");
             let data_sqes = request.length.div_ceil(1 << 20);
             assert_eq!(evidence.descriptors, data_sqes + 1, "data SQEs plus the flag SQE: {evidence:?}");
             *calls.get_mut(round).expect("4 rounds") += evidence.host_device_api_calls;
+            *launches.get_mut(round).expect("4 rounds") += evidence.host_launches;
             assert!(evidence.doorbells >= 1 && evidence.doorbells <= data_sqes + 1, "{evidence:?}");
             if doorbell_batch == 1 {
                 assert_eq!(evidence.doorbells, data_sqes + 1, "eager: one doorbell per SQE: {evidence:?}");
@@ -92,6 +96,13 @@ fn random_round_trip(mode: LaunchMode, doorbell_batch: u32, seed: u64) {
     match mode {
         LaunchMode::Persistent => assert_eq!(calls[1..], [0, 0, 0], "{calls:?}"),
         LaunchMode::PerBatch => assert!(calls[1..].iter().sum::<u64>() >= 2, "the launches are counted: {calls:?}"),
+    }
+    // The launches themselves: none charged to a transfer of the persistent kernel; one per per-batch submit, shared
+    // by the transfers drained after it (so each round's transfers carry about one launch between them).
+    let total: f64 = launches.iter().sum();
+    match mode {
+        LaunchMode::Persistent => assert_eq!(total, 0.0, "{launches:?}"),
+        LaunchMode::PerBatch => assert!((2.0..=4.0 + 1e-9).contains(&total), "one launch per submit: {launches:?}"),
     }
 }
 

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use aiv_transport::audit::report::KvCache;
 use aiv_transport::audit::{self, compare::compare, AuditOptions, AuditReport, Silent, Workload, AUDIT_SCHEMA};
+use aiv_transport::evidence::Submitter;
 use aiv_transport::{EngineConfig, Opcode, Protocol};
 
 fn small_kv() -> KvCache {
@@ -62,11 +63,14 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     // The verdicts come from the transfers' evidence: yes for aiv, no for the Host-submitted paths.
     let verdict = |path: &str| report.verdicts.iter().find(|v| v.path == path).expect("a verdict per path");
     assert_eq!(verdict("aiv").aiv_direct, "yes", "{:?}", verdict("aiv").lines);
+    assert_eq!(verdict("aiv").submitted_by, Submitter::AivDirect, "{:?}", verdict("aiv").lines);
+    assert_eq!(verdict("aiv").per_transfer_submitted_by.aiv_direct, verdict("aiv").transfers);
     for path in ["adxl", "tcp"] {
         let v = verdict(path);
         assert_eq!((v.aiv_direct.as_str(), v.kernel_writes_descriptors.as_str()), ("no", "no"), "{:?}", v.lines);
         assert!(v.transfers > 0);
     }
+    assert_eq!(verdict("tcp").submitted_by, Submitter::HostSubmitted, "{:?}", verdict("tcp").lines);
 
     // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
     // round 0 and first in round 1.
@@ -172,7 +176,10 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let text = std::fs::read_to_string(md).expect("report.md");
     assert!(text.contains("![bandwidth vs size](bandwidth_vs_size.svg)"), "{text}");
     assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
-    assert!(text.contains("| aiv | **yes** |") && text.contains("| tcp | **no** |"), "{text}");
+    assert!(
+        text.contains("| aiv | **AIV-direct** | yes |") && text.contains("| tcp | **Host-submitted** | no |"),
+        "{text}"
+    );
     assert!(text.contains("| aiv | killed_peer |") && text.contains("- tcp: 4 of 4 pending at the kill"), "{text}");
     assert!(text.contains("| device | aiv, adxl | 32 MiB | 32 MiB | 1 | the request was reached |"), "{text}");
     let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");
@@ -185,9 +192,15 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(same.contains("| aiv |") && same.contains("| 1.00 |"), "{same}");
     let mut turned = back.clone();
     turned.verdicts[0].aiv_direct = "no".into();
+    turned.verdicts[0].submitted_by = Submitter::Mixed;
     turned.environment.cpus += 2;
     let diff = compare(&report, &turned);
-    assert!(diff.contains("**Verdict changed** for `aiv`: AIV-direct yes in A, no in B"), "{diff}");
+    assert!(
+        diff.contains(
+            "**Verdict changed** for `aiv`: submitted by AIV-direct (AIV-direct yes) in A, mixed (AIV-direct no) in B"
+        ),
+        "{diff}"
+    );
     assert!(diff.contains("Different machines") && diff.contains("logical CPUs"), "{diff}");
     // The error-recovery rounds and allocation success are compared too.
     assert!(same.contains("## Error recovery") && same.contains("| aiv | killed_peer |"), "{same}");
@@ -276,9 +289,11 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("report.json");
-    std::fs::write(&path, r#"{"schema": "aiv-bench/2"}"#).expect("written");
-    let error = AuditReport::read(&path).expect_err("another schema");
-    assert!(error.contains("aiv-bench/2") && error.contains(AUDIT_SCHEMA), "{error}");
+    for other in ["aiv-bench/3", "aiv-audit/1"] {
+        std::fs::write(&path, format!(r#"{{"schema": "{other}"}}"#)).expect("written");
+        let error = AuditReport::read(&path).expect_err("another schema");
+        assert!(error.contains(other) && error.contains(AUDIT_SCHEMA), "{error}");
+    }
     std::fs::write(&path, "{").expect("written");
     assert!(AuditReport::read(&path).expect_err("not JSON").contains("not JSON"));
     assert!(AuditReport::read(&dir.path().join("missing.json")).expect_err("missing").contains("missing.json"));

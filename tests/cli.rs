@@ -119,7 +119,9 @@ fn bench_over_aiv_reports_aiv_direct_evidence() {
 /// carries the run's checks with their counts: the twin's for aiv, none for tcp, whose checks are all "no".
 #[test]
 fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
-    for (protocol, runtime, direct) in [("aiv", Some("twin"), true), ("tcp", Some("none"), false)] {
+    for (protocol, runtime, direct, submitter) in
+        [("aiv", Some("twin"), true, "AIV-direct"), ("tcp", Some("none"), false, "Host-submitted")]
+    {
         let output = aiv()
             .args(["bench", "--protocol", protocol, "--duration", "0.2", "--buffer_size", "8mb", "--threads", "1"])
             .args(["--batch_size", "4", "--block_size", "4096", "--json"])
@@ -131,7 +133,7 @@ fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
         let stdout = String::from_utf8(output.stdout).expect("UTF-8");
         assert_eq!(stdout.lines().count(), 1, "one document, nothing else:\n{stdout}");
         let document: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
-        assert_eq!(document["schema"], "aiv-bench/2", "{document}");
+        assert_eq!(document["schema"], "aiv-bench/3", "{document}");
         assert_eq!(document["workload"]["protocol"], protocol, "{document}");
         assert!(document["result"]["completed_batches"].as_u64().is_some_and(|n| n > 0), "{document}");
         assert!(document["batch_latency_ns"]["p50"].as_u64().is_some_and(|ns| ns > 0), "{document}");
@@ -148,6 +150,10 @@ fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
         assert_eq!(written["by_host"].as_f64().is_some_and(|n| n >= 1.0), !direct, "{document}");
         let transfers = evidence["transfers"].as_u64().expect("transfers");
         assert_eq!(evidence["per_transfer_checks"]["aiv_direct"][verdict], transfers, "{document}");
+        assert_eq!(evidence["submitted_by"], submitter, "{document}");
+        assert_eq!(evidence["per_transfer_submitted_by"][submitter], transfers, "{document}");
+        assert_eq!(written["by_aicpu"], 0.0, "{document}");
+        assert_eq!(evidence["per_transfer"]["host_launches"], 0.0, "persistent kernel: {document}");
     }
 }
 
@@ -427,7 +433,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     let json = out.join("report.json");
     assert!(json.is_file() && out.join("report.md").is_file(), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
-    assert_eq!(report["schema"], "aiv-audit/1");
+    assert_eq!(report["schema"], "aiv-audit/2");
     assert_eq!(report["command"][0], "aiv", "the program is recorded by name, not by where it lies");
     assert_eq!(report["faults"], serde_json::json!([]), "--no-faults leaves the error-recovery rounds out");
     assert_eq!(report["allocation"], serde_json::json!([]), "--no-alloc leaves allocation success out");

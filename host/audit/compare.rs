@@ -51,16 +51,20 @@ pub fn compare(a: &AuditReport, b: &AuditReport) -> String {
     }
     for verdict in &b.verdicts {
         match a.verdicts.iter().find(|v| v.path == verdict.path) {
-            Some(before) if before.aiv_direct != verdict.aiv_direct => {
+            Some(before) if before.submitted_by != verdict.submitted_by || before.aiv_direct != verdict.aiv_direct => {
                 let _ = writeln!(
                     out,
-                    "**Verdict changed** for `{}`: AIV-direct {} in A, {} in B.\n",
-                    verdict.path, before.aiv_direct, verdict.aiv_direct
+                    "**Verdict changed** for `{}`: submitted by {} (AIV-direct {}) in A, {} (AIV-direct {}) in B.\n",
+                    verdict.path, before.submitted_by, before.aiv_direct, verdict.submitted_by, verdict.aiv_direct
                 );
             }
             Some(_) => {}
             None => {
-                let _ = writeln!(out, "`{}` is only in B (AIV-direct {}).\n", verdict.path, verdict.aiv_direct);
+                let _ = writeln!(
+                    out,
+                    "`{}` is only in B (submitted by {}, AIV-direct {}).\n",
+                    verdict.path, verdict.submitted_by, verdict.aiv_direct
+                );
             }
         }
     }

@@ -161,6 +161,10 @@ pub struct CrossHostProtocol {
     /// if every run's is, else `unknown` (`None`: no run reported one).
     #[serde(default)]
     pub aiv_direct: Option<String>,
+    /// Who submitted (`evidence.submitted_by`): the runs' word if every run reported the same one, `mixed` if runs
+    /// named different submitters, else `unknown` (`None`: no run reported one).
+    #[serde(default)]
+    pub submitted_by: Option<String>,
     /// Each distinct failure message, in the order first seen.
     pub failures: Vec<String>,
 }
@@ -181,6 +185,9 @@ pub struct CrossHostRun {
     /// The run's AIV-direct verdict (`yes`, `no`, `unknown`), derived by the bench from the transfers' observed acts.
     #[serde(default)]
     pub aiv_direct: Option<String>,
+    /// The run's "submitted by" verdict (`AIV-direct`, `AI-CPU-submitted`, `Host-submitted`, `mixed`, `unknown`).
+    #[serde(default)]
+    pub submitted_by: Option<String>,
     /// Why the run failed: the target did not start, the initiator failed, or its first failed transfer's reason.
     pub error: Option<String>,
 }
@@ -281,8 +288,19 @@ impl CrossHostProtocol {
         } else {
             (!verdicts.is_empty()).then_some("unknown")
         };
+        let words: Vec<&str> = runs.iter().filter_map(|r| r.submitted_by.as_deref()).collect();
+        let mut named: Vec<&str> = words.iter().copied().filter(|word| *word != "unknown").collect();
+        named.sort_unstable();
+        named.dedup();
+        let submitted_by = match named.as_slice() {
+            _ if words.is_empty() => None,
+            [one] if words.len() == runs.len() && words.iter().all(|word| word == one) => Some(*one),
+            [_, _, ..] => Some("mixed"),
+            _ => Some("unknown"),
+        };
         CrossHostProtocol {
             aiv_direct: aiv_direct.map(str::to_owned),
+            submitted_by: submitted_by.map(str::to_owned),
             protocol: protocol.into(),
             clean_runs: clean.len(),
             median_bytes_per_second: median(clean.iter().map(|r| r.bytes_per_second).collect()),
@@ -371,16 +389,16 @@ impl CrossHostReport {
         let _ = writeln!(
             md,
             "| block | operation | protocol | clean runs | GB/s | Host CPU µs/transfer (process) | p50 µs | route | \
-             AIV-direct |"
+             submitted by | AIV-direct |"
         );
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|---|");
         let number =
             |v: Option<f64>, scale: f64, digits: usize| v.map_or("-".into(), |v| format!("{:.digits$}", v / scale));
         for size in &self.sizes {
             for p in &size.protocols {
                 let _ = writeln!(
                     md,
-                    "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {}/{} | {} | {} | {} | {} | {} | {} |",
                     block_name(size.block_size),
                     size.operation.to_uppercase(),
                     p.protocol,
@@ -390,6 +408,7 @@ impl CrossHostReport {
                     number(p.median_process_cpu_ns_per_transfer, 1e3, 1),
                     number(p.median_latency_p50_ns, 1e3, 1),
                     p.route.as_deref().unwrap_or(if p.protocol == "tcp" { "-" } else { "not recorded" }),
+                    p.submitted_by.as_deref().unwrap_or("not recorded"),
                     p.aiv_direct.as_deref().unwrap_or("not recorded"),
                 );
             }
@@ -631,6 +650,7 @@ fn read_document(run: &mut CrossHostRun, document: &serde_json::Value) {
     run.process_cpu_ns_per_transfer = evidence["per_transfer"]["process_host_cpu_ns"].as_f64();
     run.runtime = evidence["runtime"]["kind"].as_str().map(str::to_owned);
     run.aiv_direct = evidence["checks"]["aiv_direct"].as_str().map(str::to_owned);
+    run.submitted_by = evidence["submitted_by"].as_str().map(str::to_owned);
     if let Some(routes) = evidence["routes"].as_object() {
         run.routes = routes.iter().filter_map(|(k, v)| Some((k.clone(), v.as_u64()?))).collect();
     }
@@ -772,7 +792,7 @@ mod tests {
                        "first_failure": "kernel rejected the request: route is not SDMA"},
             "batch_latency_ns": {"p50": 1500},
             "evidence": {"runtime": {"kind": "twin"}, "routes": {"rdma": 32},
-                         "checks": {"aiv_direct": "yes"},
+                         "checks": {"aiv_direct": "yes"}, "submitted_by": "AIV-direct",
                          "per_transfer": {"process_host_cpu_ns": 2500.0}},
         });
         let mut r = CrossHostRun::default();
@@ -789,6 +809,17 @@ mod tests {
         assert_eq!(with(&[Some("yes"), Some("no")]).as_deref(), Some("no"));
         assert_eq!(with(&[Some("yes"), None]).as_deref(), Some("unknown"));
         assert_eq!(with(&[None]), None);
+        // Who submitted: the runs' one word, mixed when they name different submitters, else unknown.
+        assert_eq!(r.submitted_by.as_deref(), Some("AIV-direct"));
+        let by = |words: &[Option<&str>]| {
+            let runs = words.iter().map(|w| CrossHostRun { submitted_by: w.map(str::to_owned), ..r.clone() }).collect();
+            CrossHostProtocol::from_runs("aiv", runs).submitted_by
+        };
+        assert_eq!(by(&[Some("AIV-direct"), Some("AIV-direct")]).as_deref(), Some("AIV-direct"));
+        assert_eq!(by(&[Some("AIV-direct"), Some("Host-submitted")]).as_deref(), Some("mixed"));
+        assert_eq!(by(&[Some("AIV-direct"), Some("unknown")]).as_deref(), Some("unknown"));
+        assert_eq!(by(&[Some("AIV-direct"), None]).as_deref(), Some("unknown"));
+        assert_eq!(by(&[None]), None);
         assert_eq!(r.runtime.as_deref(), Some("twin"));
         assert!(!r.clean());
         assert!(r.error.as_deref().is_some_and(|e| e.contains("route is not SDMA")), "{:?}", r.error);

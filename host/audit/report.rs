@@ -8,11 +8,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::EngineConfig;
-use crate::evidence::{Check, EvidenceTally};
+use crate::evidence::{Check, EvidenceTally, Submitter, SubmitterCounts};
 use crate::transfer::Protocol;
 
 /// The version of `report.json`'s layout: a reader refuses another.
-pub const AUDIT_SCHEMA: &str = "aiv-audit/1";
+pub const AUDIT_SCHEMA: &str = "aiv-audit/2";
 
 /// The whole report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -739,6 +739,13 @@ impl WorkloadReport {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct PathVerdict {
     pub path: String,
+    /// Who submitted the path's work: `AIV-direct`, `AI-CPU-submitted`, `Host-submitted`, `mixed` or `unknown`
+    /// ([`Submitter`]), derived from the summed acts.
+    pub submitted_by: Submitter,
+    /// How many transfers' own verdicts came out as each word.
+    pub per_transfer_submitted_by: SubmitterCounts,
+    /// Host kernel launches per transfer (AIV or AI-CPU kernels the Host launched for the path's transfers).
+    pub host_launches_per_transfer: f64,
     /// `yes`, `no` or `unknown`, and the four checks.
     pub aiv_direct: String,
     pub kernel_on_aiv: String,
@@ -756,31 +763,19 @@ pub struct PathVerdict {
 
 impl PathVerdict {
     pub(crate) fn new(path: Protocol, tally: &EvidenceTally, first_failure: Option<String>) -> PathVerdict {
-        let checks = tally.checks();
-        let s = |check: Check| check.as_str().to_owned();
-        PathVerdict {
-            path: path.as_str().into(),
-            aiv_direct: s(checks.aiv_direct()),
-            kernel_on_aiv: s(checks.kernel_on_aiv),
-            kernel_writes_descriptors: s(checks.kernel_writes_descriptors),
-            kernel_rings_doorbell: s(checks.kernel_rings_doorbell),
-            device_observes_completion: s(checks.device_observes_completion),
-            runtime: tally.runtime.map(|runtime| runtime.to_string()),
-            transfers: tally.transfers,
-            lines: tally.verdict_lines(),
-            first_failure,
-        }
+        PathVerdict::from_tally(path.as_str(), tally, first_failure)
     }
-}
 
-impl PathVerdict {
-    /// The verdict of a path that is not one of this engine's protocols (mooncake-ascend), from a tally of the acts
-    /// its runtime counted: the same checks, by the same rules, as [`PathVerdict::new`].
+    /// The verdict of `path` (one of this engine's protocols, or a path it does not carry itself, such as
+    /// mooncake-ascend) from a tally of the acts its transfers or its runtime counted.
     pub fn from_tally(path: &str, tally: &EvidenceTally, first_failure: Option<String>) -> PathVerdict {
         let checks = tally.checks();
         let s = |check: Check| check.as_str().to_owned();
         PathVerdict {
             path: path.into(),
+            submitted_by: tally.submitter(),
+            per_transfer_submitted_by: tally.per_transfer_submitters,
+            host_launches_per_transfer: tally.host_launches_per_transfer(),
             aiv_direct: s(checks.aiv_direct()),
             kernel_on_aiv: s(checks.kernel_on_aiv),
             kernel_writes_descriptors: s(checks.kernel_writes_descriptors),
@@ -900,18 +895,20 @@ impl AuditReport {
             let _ = writeln!(md);
         }
         let _ = writeln!(md, "## Verdicts (from every transfer's evidence)\n");
-        let _ = writeln!(md, "| path | AIV-direct | kernel on AIV | writes descriptors | rings doorbell | completion on Device | transfers |");
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|");
+        let _ = writeln!(md, "| path | submitted by | AIV-direct | kernel on AIV | writes descriptors | rings doorbell | completion on Device | Host launches/transfer | transfers |");
+        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
         for v in &self.verdicts {
             let _ = writeln!(
                 md,
-                "| {} | **{}** | {} | {} | {} | {} | {} |",
+                "| {} | **{}** | {} | {} | {} | {} | {} | {:.3} | {} |",
                 v.path,
+                v.submitted_by,
                 v.aiv_direct,
                 v.kernel_on_aiv,
                 v.kernel_writes_descriptors,
                 v.kernel_rings_doorbell,
                 v.device_observes_completion,
+                v.host_launches_per_transfer,
                 v.transfers
             );
         }

@@ -32,6 +32,17 @@ const DRAIN_BACKOFF_MAX: Duration = Duration::from_millis(16);
 /// within this of their publish, or at the next status query.
 const DRAIN_IDLE_MAX: Duration = Duration::from_millis(4);
 
+/// What each transfer of a drain pass is charged for the Host work nobody's transfer did alone.
+#[derive(Clone, Copy, Debug)]
+struct Shares {
+    /// Host CPU of collection that drained nothing yet, per transfer.
+    cpu_ns: u64,
+    /// Device-runtime calls, per transfer (rounded up).
+    calls: u64,
+    /// Kernel launches, per transfer.
+    launches: f64,
+}
+
 impl Inner {
     pub(super) fn drain_loop(self: std::sync::Arc<Self>) {
         // Every CPU nanosecond of this thread (wake-ups and idle checks included) is charged to the transfers drained
@@ -183,6 +194,7 @@ impl Inner {
         // A call made for k transfers counts 1/k, rounded up per transfer.
         self.unattributed_calls.add(ascendcl_sys::calls::thread_total().saturating_sub(calls));
         let calls_share = self.unattributed_calls.take().div_ceil(u64::from(count.max(1)));
+        let launches_share = self.uncharged_launches.take() as f64 / f64::from(count.max(1));
         let calls = ascendcl_sys::calls::thread_total();
         let mut sdma_acts = acts.iter();
         for (i, transfer) in finished.drain(..) {
@@ -199,7 +211,8 @@ impl Inner {
                 Some(posted) => records.attribute_rdma(&*self.device, block.index, posted, entry),
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };
-            self.finish(block, entry, transfer, (drain_share, calls_share), observed, exception.as_ref());
+            let shares = Shares { cpu_ns: drain_share, calls: calls_share, launches: launches_share };
+            self.finish(block, entry, transfer, shares, observed, exception.as_ref());
         }
         let producer = block.producer.lock().unwrap_or_else(|p| p.into_inner());
         // The kernel may be waiting for the requests this publishes. (It never waits for DCQ space: the Host keeps at
@@ -224,7 +237,7 @@ impl Inner {
         block: &HostBlock,
         entry: &DcqEntry,
         transfer: InFlight,
-        (drain_share, calls_share): (u64, u64),
+        shares: Shares,
         observed: [Act; 3],
         exception: Option<&crate::device::ChannelException>,
     ) {
@@ -233,10 +246,11 @@ impl Inner {
         evidence.descriptors_written = descriptors_written;
         evidence.doorbells_rung = doorbells_rung;
         evidence.completion_seen = completion_seen;
-        evidence.host_device_api_calls = calls_share;
+        evidence.host_device_api_calls = shares.calls;
+        evidence.host_launches = shares.launches;
         evidence.descriptors = u64::from(entry.sqes.get());
         evidence.doorbells = u64::from(entry.doorbells.get());
-        evidence.host_cpu_ns = drain_share;
+        evidence.host_cpu_ns = shares.cpu_ns;
         evidence.route = Some(if transfer.rdma.is_some() { "rdma" } else { "sdma" });
         let syndrome = Syndrome(entry.syndrome.get());
         let status = DcqStatus(entry.status.get());

@@ -110,6 +110,9 @@ struct Inner {
     /// Device-runtime calls made for transfers not yet drained (submits' imports and launches, drain passes' channel
     /// queries, resets and relaunches), counted by the loader tables; shared by the transfers drained next.
     unattributed_calls: CpuCarry,
+    /// Kernel launches made for transfers not yet drained (per-batch launches, relaunches for a backlog or after
+    /// recovery; not the persistent kernel's launch at start): shared by the transfers drained next.
+    uncharged_launches: CpuCarry,
     /// Threads waiting through the [`CompletionPoller`].
     attached_waiters: AtomicU32,
     /// When the last of them detached.
@@ -213,6 +216,7 @@ impl Inner {
     fn launch(&self) -> Result<(), DeviceError> {
         let launch = self.device.launch(self.kernel_args.device_addr(), self.blocks.len() as u32)?;
         self.launches.fetch_add(1, Ordering::Relaxed);
+        self.uncharged_launches.add(1);
         let mut launches = self.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner());
         launches.retain(|launch| !launch.wait(Duration::ZERO));
         launches.push(launch);

@@ -133,6 +133,7 @@ impl AivTransport {
             probe_interval: options.peer_probe_interval,
             unattributed_cpu: CpuCarry::default(),
             unattributed_calls: CpuCarry::default(),
+            uncharged_launches: CpuCarry::default(),
             attached_waiters: AtomicU32::new(0),
             last_detach: Mutex::new(None),
             host_finished: AtomicU32::new(0),
@@ -142,6 +143,8 @@ impl AivTransport {
         });
         if inner.launch_mode == LaunchMode::Persistent {
             inner.launch()?;
+            // The persistent kernel's one launch is made for the whole run, not for any transfer.
+            inner.uncharged_launches.take();
         }
         let drain_inner = inner.clone();
         let thread = std::thread::Builder::new()
