@@ -119,7 +119,8 @@ impl Process {
         }
     }
 
-    /// Waits (bounded) for the process to exit; returns whether it succeeded, echoing its output.
+    /// Waits (bounded) for the process to exit; returns whether it succeeded, echoing its output. Once it exited, its
+    /// output is read to its end (both pipes closed: the readers' senders dropped), within 10 s.
     fn finish(mut self, limit: Duration) -> (bool, Vec<String>) {
         drop(self.stdin.take());
         let deadline = Instant::now() + limit;
@@ -132,8 +133,21 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::sleep(Duration::from_millis(50));
-        let lines: Vec<String> = self.lines.try_iter().collect();
+        let mut lines: Vec<String> = Vec::new();
+        if status.is_some() {
+            let end = Instant::now() + Duration::from_secs(10);
+            loop {
+                match self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                    Ok(line) => lines.push(line),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        panic!("{}: exited, but its output did not end within 10 s: {lines:#?}", self.name)
+                    }
+                }
+            }
+        } else {
+            lines.extend(self.lines.try_iter());
+        }
         for line in &lines {
             eprintln!("[{}] {line}", self.name);
         }
