@@ -90,8 +90,20 @@ fn the_abort_flag_ends_a_long_wait_early() {
     twin.stall_channel(0, true);
     twin.stall_channel(1, true);
     let transport = a.device.transport().clone();
+    let stalled = a.twin();
+    // The abort comes once the kernel waits: a group takes the abort epoch when it starts, before it rings its SQEs,
+    // so it is raised when every group is rung on the stalled channels (the two data SQEs and one flag SQE per
+    // group; a group on each channel, or both transfers in one).
     let aborter = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(200));
+        common::wait_until(Duration::from_secs(10), || {
+            let rung = [stalled.rung_sqes(0), stalled.rung_sqes(1)];
+            let groups = rung.iter().filter(|&&count| count > 0).count() as u32;
+            if groups > 0 && rung.iter().sum::<u32>() == 2 + groups {
+                Ok(())
+            } else {
+                Err(format!("the two transfers and their flags rung on the stalled channels 0 and 1: {rung:?}"))
+            }
+        });
         transport.abort();
     });
     let started = Instant::now();

@@ -232,28 +232,63 @@ fn route_auto_between_engines_of_one_process_stays_on_sdma() {
     assert_eq!(wqes(&a), before, "no WQE");
 }
 
+/// QPs created on `node`'s NIC so far: every QP handshake an initiator starts creates one (destroyed again when the
+/// handshake fails).
+fn qps_created(node: &Node) -> u64 {
+    cann_twin::nic::counters(device_of(node)).map(|c| c.qps_created).unwrap_or(0)
+}
+
 #[test]
 fn a_failed_qp_handshake_fails_transfers_fast_with_its_reason_then_retries() {
+    use aiv_transport::transport::aiv::HANDSHAKE_RETRY;
     let (a, b) = pair(RouteMode::Rdma, RouteMode::Rdma);
     let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
     // The target still advertises its NIC but can no longer create QPs: its handler refuses the handshake.
     cann_twin::nic::close(device_of(&b)).expect("close the target's NIC");
+    let write = [request(Opcode::Write, &a, 0, peer, &b, 0, 4096)];
+    let handshakes = qps_created(&a);
     let started = Instant::now();
-    let first = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    let first = run(&a, &write);
+    let ended = Instant::now();
     assert_eq!(first[0].0, TransferState::Failed, "{first:?}");
     let reason = first[0].1.clone().unwrap_or_default();
     assert!(reason.contains("QP handshake") && reason.contains("refused"), "{reason}");
     assert!(started.elapsed() < Duration::from_secs(5), "bounded: {:?}", started.elapsed());
-    // Within the retry interval the next transfer fails at once with the same reason.
-    let quick = Instant::now();
-    let second = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
-    assert_eq!(second[0].0, TransferState::Failed, "{second:?}");
+    assert_eq!(qps_created(&a), handshakes + 1, "the transfer tried one QP handshake");
+    // Within the retry interval the next transfer fails with the same reason, without a new handshake. The
+    // interval began when the handshake failed, after its transfer started (`opened`): a handshake by a transfer
+    // that ended before `opened + HANDSHAKE_RETRY` came inside it. A transfer slower than the interval tries a new
+    // handshake (which opens a new interval): on such a machine the next transfer is tried, up to 20 in all.
+    let (mut opened, mut last_handshake_ended) = (started, ended);
+    let mut inside = None;
+    for _ in 0..20 {
+        let before = qps_created(&a);
+        let began = Instant::now();
+        let next = run(&a, &write);
+        let done = Instant::now();
+        assert_eq!(next[0].0, TransferState::Failed, "{next:?}");
+        match qps_created(&a) - before {
+            0 => {
+                inside = Some(next);
+                break;
+            }
+            1 => {
+                let after = done.duration_since(opened);
+                assert!(after >= HANDSHAKE_RETRY, "a new QP handshake {after:?} into the retry interval");
+                (opened, last_handshake_ended) = (began, done);
+            }
+            more => panic!("{more} QP handshakes for one transfer"),
+        }
+    }
+    let second = inside.expect("in 20 transfers none came within the retry interval of the previous handshake");
     assert_eq!(second[0].1, first[0].1, "the same reason, without a new handshake");
-    assert!(quick.elapsed() < aiv_transport::transport::aiv::HANDSHAKE_RETRY, "{:?}", quick.elapsed());
-    // After it, a transfer tries again (and fails again: the NIC is still closed).
-    std::thread::sleep(aiv_transport::transport::aiv::HANDSHAKE_RETRY);
-    let third = run(&a, &[request(Opcode::Write, &a, 0, peer, &b, 0, 4096)]);
+    // After it, a transfer tries again (and fails again: the NIC is still closed). The interval of the last handshake
+    // has ended by HANDSHAKE_RETRY after that handshake's transfer returned.
+    std::thread::sleep((last_handshake_ended + HANDSHAKE_RETRY).saturating_duration_since(Instant::now()));
+    let before = qps_created(&a);
+    let third = run(&a, &write);
     assert_eq!(third[0].0, TransferState::Failed, "{third:?}");
+    assert_eq!(qps_created(&a), before + 1, "after the retry interval the transfer tried a new QP handshake");
 }
 
 #[test]

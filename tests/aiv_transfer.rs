@@ -265,7 +265,11 @@ fn a_newer_group_is_not_reported_before_its_data_has_moved() {
     twin.stall_channel(0, true);
     let batch = a.engine.allocate_batch(requests.len()).expect("batch");
     a.engine.submit_transfer(batch, &requests).expect("submit");
-    std::thread::sleep(std::time::Duration::from_millis(50));
+    // Released once the kernel has rung both groups on the stalled channel: 100 data SQEs and a flag SQE per group.
+    common::wait_until(std::time::Duration::from_secs(10), || match twin.rung_sqes(0) {
+        102 => Ok(()),
+        rung => Err(format!("the kernel rang both groups (102 SQEs) on the stalled channel 0: {rung} rung")),
+    });
     twin.stall_channel(0, false);
     let status = a.engine.wait_batch(batch).expect("wait");
     // Read right after the batch completed: 100 data SQEs and 2 flag SQEs must all have executed.

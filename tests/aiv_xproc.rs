@@ -2,9 +2,10 @@
 //! --protocol aiv`) in a child process, which fills its device memory with `bench::target_pattern` and exports it
 //! through its twin device's export service; this process imports it (memfd over a Unix socket, authenticated by uid
 //! and the descriptor's secret) and moves data with its own twin device's SDMA engine. Under P2P handshake, the HTTP
-//! metadata server, and etcd (`AIV_TEST_ETCD`, set by tests/run.sh; skipped with a message when unset). Then peer
-//! loss: SIGKILL of a target with transfers pending; what is not loss (a stopped target whose probes time out); and
-//! recovery of a peer that answers again. Floods of the export socket: the hostile tier (`tests/hostile/export.rs`).
+//! metadata server, and etcd (`AIV_TEST_ETCD`, set by tests/run.sh; skipped with a `SKIPPED` line when unset, failing
+//! instead under `CI=true`). Then peer loss: SIGKILL of a target with transfers pending; what is not loss (a stopped
+//! target whose probes time out); and recovery of a peer that answers again. Floods of the export socket: the hostile
+//! tier (`tests/hostile/export.rs`).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
@@ -24,6 +25,8 @@ use std::sync::Arc;
 mod flood;
 #[path = "common/lease.rs"]
 mod lease;
+#[path = "common/skip.rs"]
+mod skip;
 
 const TARGET_BYTES: u64 = 4 << 20;
 
@@ -262,10 +265,11 @@ fn aiv_between_processes_under_the_http_metadata_server() {
 
 #[test]
 fn aiv_between_processes_under_etcd() {
-    let Ok(endpoint) = std::env::var("AIV_TEST_ETCD").map(|e| e.trim().to_owned()) else {
-        eprintln!(
-            "skipped aiv_between_processes_under_etcd: AIV_TEST_ETCD is not set (tests/run.sh starts etcd on \
-             loopback and sets it)"
+    let Some(endpoint) = std::env::var("AIV_TEST_ETCD").ok().map(|e| e.trim().to_owned()).filter(|e| !e.is_empty())
+    else {
+        skip::skip(
+            "AIV_TEST_ETCD is not set (tests/run.sh starts etcd on loopback and sets it; by hand: `export \
+             AIV_TEST_ETCD=\"$(tests/support/etcd.sh start | tail -n 1)\"`)",
         );
         return;
     };

@@ -1,7 +1,8 @@
 //! `aiv audit --cross-host` end to end: the binary makes two network namespaces and a veth pair, runs an
 //! `aiv bench` target in one and initiators in the other, and reports the section (docs/multihost.md). Needs root
-//! and `ip`; skipped with a printed reason otherwise. The kernel drives the RDMA route: aiv's run must complete on
-//! it (its figures are the twin NIC's, so only their presence is checked, not the targets' verdicts).
+//! and `ip`; skipped otherwise (a `SKIPPED` line, tests/common/skip.rs), failing instead under `CI=true`. The kernel
+//! drives the RDMA route: aiv's run must complete on it (its figures are the twin NIC's, so only their presence is
+//! checked, not the targets' verdicts).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -9,6 +10,9 @@ use std::time::{Duration, Instant};
 use aiv_transport::audit::cross_host::{CrossHostOptions, TWIN_LABEL};
 use aiv_transport::audit::{self, AuditOptions, AuditReport, Silent, Workload};
 use aiv_transport::{EngineConfig, Protocol};
+
+#[path = "common/skip.rs"]
+mod skip;
 
 /// Why the cross-host section cannot run here, if it cannot.
 fn cannot_run() -> Option<String> {
@@ -37,7 +41,7 @@ fn namespaces_of(pid: u32) -> Vec<String> {
 #[test]
 fn the_cross_host_section_reports_tcp_and_aiv_on_the_rdma_route_and_cleans_up() {
     if let Some(reason) = cannot_run() {
-        eprintln!("SKIP: the_cross_host_section_reports_tcp_figures_and_aiv_with_its_route_and_cleans_up: {reason}");
+        skip::skip(&reason);
         return;
     }
     let dir = tempfile::tempdir().expect("temp dir");

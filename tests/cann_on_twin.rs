@@ -623,9 +623,46 @@ fn occupancy() {
         assert_eq!(devices.len(), 1);
         devices[0].clone()
     };
-    // Let the kernel settle into its wait first.
+    // Let the kernel settle into its wait first: the window below starts once every block is in the poll that
+    // follows its last work. A core held by the twin parks at its next idle hint (a hint comes only from the 16th
+    // unchanged read of memory on), so every block parked means every block polls; once released, a core counts the
+    // time it was parked as polling of the same poll, so the window starts when each block's polling time has moved
+    // past its value while parked (parked, nothing is added).
     let (_, _) = run(&node, &local_writes(&node, 1, 4096));
-    std::thread::sleep(Duration::from_millis(20));
+    let blocks: Vec<u32> = cann_twin::control::occupancy(device)
+        .cores
+        .iter()
+        .filter(|core| core.running > 0)
+        .map(|core| core.block)
+        .collect();
+    assert!(!blocks.is_empty(), "the persistent kernel's blocks run");
+    cann_twin::control::hold_cores(device, true);
+    aiv::wait_until(Duration::from_secs(5), || {
+        let mut parked = cann_twin::control::parked_cores(device);
+        parked.sort_unstable();
+        parked.dedup();
+        if parked == blocks {
+            Ok(())
+        } else {
+            Err(format!("every block of the kernel ({blocks:?}) parked at an idle hint; parked: {parked:?}"))
+        }
+    });
+    let polling = |occupancy: &cann_twin::control::DeviceOccupancy| -> Vec<u64> {
+        blocks
+            .iter()
+            .map(|&block| occupancy.cores.iter().find(|core| core.block == block).map_or(0, |core| core.polling_ns))
+            .collect()
+    };
+    let parked = polling(&cann_twin::control::occupancy(device));
+    cann_twin::control::hold_cores(device, false);
+    aiv::wait_until(Duration::from_secs(5), || {
+        let now = polling(&cann_twin::control::occupancy(device));
+        if now.iter().zip(&parked).all(|(now, parked)| now > parked) {
+            Ok(())
+        } else {
+            Err(format!("every block polling again after its release: polling ns {now:?}, parked at {parked:?}"))
+        }
+    });
     let before = OccupancySnapshot::take(&[device], true);
     std::thread::sleep(Duration::from_millis(100));
     let idle = OccupancySnapshot::take(&[device], true).since(&before);

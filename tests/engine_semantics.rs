@@ -259,15 +259,30 @@ fn a_waiting_thread_is_charged_to_the_tasks_it_waited_for() {
     let batch = engine.allocate_batch(2).expect("batch");
     engine.submit_transfer(batch, &requests).expect("submit");
     let started = std::time::Instant::now();
+    let (tid_sender, tid) = std::sync::mpsc::channel();
     let waiter = {
         let engine = engine.clone();
         std::thread::spawn(move || {
+            // SAFETY: gettid has no preconditions.
+            tid_sender.send(unsafe { libc::gettid() }).expect("the test waits for the thread id");
             let cpu = aiv_transport::cpu_time::thread_cpu_time_ns();
             let status = engine.wait_batch(batch).expect("wait");
             (status.state, aiv_transport::cpu_time::thread_cpu_time_ns() - cpu)
         })
     };
-    std::thread::sleep(Duration::from_millis(30));
+    // Released once the waiter sleeps in wait_batch: after sending its id, its only sleep is that wait's (the batch
+    // has no poller, so the waiter sleeps until the transport finishes the tasks).
+    let stat = format!("/proc/self/task/{}/stat", tid.recv().expect("the waiter's thread id"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = std::fs::read_to_string(&stat).expect("the waiter's thread is listed");
+        let state = text.rsplit_once(')').map(|(_, rest)| rest.trim_start().chars().next());
+        if state == Some(Some('S')) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "the waiter never slept in wait_batch: {text}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     assert_eq!(held.release(), 2);
     let (state, waiter_cpu) = waiter.join().expect("waiter");
     let wall = started.elapsed();

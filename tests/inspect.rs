@@ -10,6 +10,9 @@ use aiv_transport::audit::inspect::{
     MAX_EVIDENCE,
 };
 
+#[path = "common/skip.rs"]
+mod skip;
+
 /// The compiler named by `var` (CC, CXX), else `fallback`, if it runs.
 fn compiler(var: &str, fallback: &str) -> Option<String> {
     let name = std::env::var(var).unwrap_or_else(|_| fallback.to_owned());
@@ -17,11 +20,12 @@ fn compiler(var: &str, fallback: &str) -> Option<String> {
     runs.then_some(name)
 }
 
-/// Builds `source` (written to `dir/name`) into `dir/lib<stem>.so`; `None` (with the reason printed) when there is no
-/// compiler.
+/// Builds `source` (written to `dir/name`) into `dir/lib<stem>.so`; `None` (the test skipped, [`skip::skip`]) when
+/// there is no compiler.
 fn shared_library(dir: &Path, name: &str, source: &str, cxx: bool) -> Option<PathBuf> {
     let Some(cc) = (if cxx { compiler("CXX", "c++") } else { compiler("CC", "cc") }) else {
-        eprintln!("skipped: no {} compiler found", if cxx { "C++" } else { "C" });
+        let (language, variable, fallback) = if cxx { ("C++", "CXX", "c++") } else { ("C", "CC", "cc") };
+        skip::skip(&format!("no {language} compiler runs (${variable}, else {fallback}) to build the fixture {name}"));
         return None;
     };
     let src = dir.join(name);
@@ -249,8 +253,10 @@ fn unreadable_and_malformed_inputs_are_reported_by_name() {
     let truncated = dir.path().join("truncated.so");
     let not_zip = dir.path().join("broken-0.1-py3-none-any.whl");
     std::fs::write(&not_zip, "this is not a zip archive\n").expect("writes");
+    // A real library cut short where a C compiler runs; else an ELF header's first bytes alone (nothing skipped).
     let mut elf = b"\x7fELF\x02\x01\x01\0".to_vec();
-    if let Some(lib) = shared_library(dir.path(), "hostcopy.c", HOST_COPY_C, false) {
+    if compiler("CC", "cc").is_some() {
+        let lib = shared_library(dir.path(), "hostcopy.c", HOST_COPY_C, false).expect("a C compiler runs");
         elf = std::fs::read(lib).expect("reads");
         elf.truncate(200);
     }

@@ -3,8 +3,9 @@
 //! Tiers here: the handshake server's answers, the HTTP metadata server's REST rules, and two engines in this process
 //! finding each other through each backend (P2P handshake, HTTP, etcd). Hostile bytes and floods against these
 //! servers: the hostile tier (`tests/hostile/`). The etcd tests need a running
-//! etcd: `export AIV_TEST_ETCD="$(tests/support/etcd.sh start | tail -n 1)"`; without it they print why they are
-//! skipped and pass.
+//! etcd: `export AIV_TEST_ETCD="$(tests/support/etcd.sh start | tail -n 1)"`; without it they are skipped (a
+//! `SKIPPED` line, tests/common/skip.rs), except under `CI=true`, where they fail. Likewise the IPv6 test without an
+//! IPv6 loopback.
 
 #[path = "common/http.rs"]
 mod http_support;
@@ -20,6 +21,8 @@ use aiv_transport::{EngineConfig, EngineError, TransferEngine};
 
 #[path = "common/flood.rs"]
 mod flood;
+#[path = "common/skip.rs"]
+mod skip;
 
 /// A registered buffer that outlives the engine using it.
 struct Buffer(Vec<u8>);
@@ -106,8 +109,8 @@ fn p2p_engines_are_named_by_their_rpc_port_and_find_each_other() {
 
 #[test]
 fn p2p_works_over_ipv6_loopback_when_available() {
-    if std::net::TcpListener::bind("[::1]:0").is_err() {
-        eprintln!("skipped: this machine has no IPv6 loopback");
+    if let Err(error) = std::net::TcpListener::bind("[::1]:0") {
+        skip::skip(&format!("this machine has no IPv6 loopback (binding [::1]:0: {error})"));
         return;
     }
     let first = engine("::1", "P2PHANDSHAKE");
@@ -450,13 +453,13 @@ fn metadata_server_cli_serves_on_loopback() {
 
 // ----- etcd -----
 
-fn etcd_endpoint(test: &str) -> Option<String> {
+fn etcd_endpoint() -> Option<String> {
     match std::env::var("AIV_TEST_ETCD") {
         Ok(endpoint) if !endpoint.trim().is_empty() => Some(endpoint.trim().to_owned()),
         _ => {
-            eprintln!(
-                "skipped {test}: AIV_TEST_ETCD is not set (run `export AIV_TEST_ETCD=\"$(tests/support/etcd.sh start | \
-                 tail -n 1)\"` to test against a real etcd on loopback)"
+            skip::skip(
+                "AIV_TEST_ETCD is not set (run `export AIV_TEST_ETCD=\"$(tests/support/etcd.sh start | tail -n 1)\"` \
+                 to test against a real etcd on loopback)",
             );
             None
         }
@@ -471,7 +474,7 @@ fn fresh_cluster() -> String {
 
 #[test]
 fn etcd_backend_engines_find_each_other() {
-    let Some(endpoint) = etcd_endpoint("etcd_backend_engines_find_each_other") else { return };
+    let Some(endpoint) = etcd_endpoint() else { return };
     let options = MetadataOptions { cluster_id: Some(fresh_cluster()), ..MetadataOptions::default() };
     let start = |name: &str, server: &str| {
         let mut config = EngineConfig::new(name);

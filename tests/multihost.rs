@@ -5,8 +5,8 @@
 //! and after the link is back transfers to it complete again); a target process SIGKILLed with transfers pending;
 //! one initiator interleaving batches to two targets. Every engine is a child process in its host: this test binary
 //! re-executed as a role (`role_child`, driven by `AIV_MH_ROLE`), talking to the test over stdin and stdout lines
-//! that start with `MH `; every read from a child is bounded. Skipped with `SKIP: <reason>` where namespaces cannot
-//! be created, except under `CI=true`. docs/multihost.md.
+//! that start with `MH `; every read from a child is bounded. Skipped (a `SKIPPED: <test>: <reason>` line,
+//! tests/common/skip.rs) where namespaces cannot be created, failing instead under `CI=true`. docs/multihost.md.
 
 use std::io::BufRead;
 use std::time::{Duration, Instant};
@@ -560,7 +560,7 @@ fn budget() -> Duration {
 }
 
 fn two_hosts_under_the_p2p_handshake(proto: Proto) {
-    let Some(hosts) = Hosts::create("tcp_between_two_hosts_under_the_p2p_handshake", 2) else { return };
+    let Some(hosts) = Hosts::create(2) else { return };
     let target = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
     let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
     let t = initiator.open(&target);
@@ -576,13 +576,13 @@ struct Etcd {
 }
 
 /// Starts a private etcd in host `host` on its address (client port 2379) with a temporary data dir; `None` (after
-/// a SKIP line) when there is no etcd binary and this is not CI.
-fn start_etcd(hosts: &Hosts, host: usize, test: &str) -> Option<Etcd> {
+/// a `SKIPPED` line) when there is no etcd binary and this is not CI.
+fn start_etcd(hosts: &Hosts, host: usize) -> Option<Etcd> {
     let found = std::env::var_os("PATH")
         .map(|path| std::env::split_paths(&path).any(|dir| dir.join("etcd").is_file()))
         .unwrap_or(false);
     if !found {
-        netns::skip(test, "no etcd on PATH (tests/support/etcd.sh installs Debian's etcd-server)");
+        netns::skip("no etcd on PATH (tests/support/etcd.sh installs Debian's etcd-server)");
         return None;
     }
     let dir = tempfile::tempdir().expect("a temporary data dir");
@@ -623,9 +623,8 @@ fn start_etcd(hosts: &Hosts, host: usize, test: &str) -> Option<Etcd> {
 }
 
 fn two_hosts_with_etcd_metadata_on_a_third(proto: Proto) {
-    let test = "tcp_between_two_hosts_with_etcd_metadata_on_a_third";
-    let Some(hosts) = Hosts::create(test, 3) else { return };
-    let Some(etcd) = start_etcd(&hosts, 2, test) else { return };
+    let Some(hosts) = Hosts::create(3) else { return };
+    let Some(etcd) = start_etcd(&hosts, 2) else { return };
     let url = etcd.url.clone();
     // With a store the segment is named as given (host:port), not after the RPC port.
     let target = start_target(&hosts, 1, &format!("{}:17001", hosts.addr(1)), &url, proto);
@@ -636,7 +635,7 @@ fn two_hosts_with_etcd_metadata_on_a_third(proto: Proto) {
 }
 
 fn three_hosts_one_initiator_interleaving_batches_to_two_targets(proto: Proto) {
-    let Some(hosts) = Hosts::create("three_hosts_one_initiator_interleaving_batches_to_two_targets", 3) else {
+    let Some(hosts) = Hosts::create(3) else {
         return;
     };
     let first = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
@@ -657,7 +656,7 @@ fn three_hosts_one_initiator_interleaving_batches_to_two_targets(proto: Proto) {
 }
 
 fn a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_another_continues(proto: Proto) {
-    let Some(hosts) = Hosts::create("link_down", 3) else { return };
+    let Some(hosts) = Hosts::create(3) else { return };
     let cut = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
     let other = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE", proto);
     let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
@@ -706,7 +705,7 @@ fn a_target_host_whose_link_goes_down_fails_its_transfers_in_budget_while_anothe
 }
 
 fn a_killed_target_process_fails_its_pending_transfers_in_budget_while_another_continues(proto: Proto) {
-    let Some(hosts) = Hosts::create("killed_target", 3) else { return };
+    let Some(hosts) = Hosts::create(3) else { return };
     let mut doomed = start_target(&hosts, 1, hosts.addr(1), "P2PHANDSHAKE", proto);
     let survivor = start_target(&hosts, 2, hosts.addr(2), "P2PHANDSHAKE", proto);
     let mut initiator = Driver::start(&hosts, 0, hosts.addr(0), "P2PHANDSHAKE", proto);
@@ -795,16 +794,22 @@ fn aiv_a_killed_target_process_fails_its_pending_transfers_in_budget_while_anoth
 /// process nor any namespace behind (the link helpers run on the way).
 #[test]
 fn the_harness_deletes_its_namespaces_and_kills_its_children_when_a_test_panics() {
+    // Created outside the closure, so that a skip's panic under CI=true is not taken for the one on purpose; moved
+    // into it, so that the unwinding drops them.
+    let Some(hosts) = Hosts::create(2) else { return };
     let created = std::sync::Mutex::new(None);
-    let outcome = std::panic::catch_unwind(|| {
-        let Some(hosts) = Hosts::create("the_harness_deletes_its_namespaces", 2) else { return };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let hosts = hosts;
         let sleeper = hosts.spawn("sleeper@h1", hosts.command(1, "sleep", &["60"]));
         hosts.link_down(1);
         hosts.link_up(1);
         *created.lock().expect("lock") = Some((hosts.namespaces(), sleeper.pid()));
         panic!("on purpose, with hosts and a child alive");
-    });
-    let Some((namespaces, pid)) = created.into_inner().expect("lock") else { return };
+    }));
+    let Some((namespaces, pid)) = created.into_inner().expect("lock") else {
+        // It failed before the child was made: that failure is the test's.
+        std::panic::resume_unwind(outcome.expect_err("the closure always panics"));
+    };
     assert!(outcome.is_err(), "the closure panicked");
     let list = netns::ip(&["netns", "list"]).expect("ip netns list");
     for namespace in &namespaces {

@@ -17,6 +17,8 @@
 //! doctor's report. Nothing in this file has been run on an NPU yet.
 #[path = "common/peer_engine.rs"]
 mod peer_engine;
+#[path = "common/skip.rs"]
+mod skip;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -31,7 +33,7 @@ fn selected() -> bool {
     if std::env::var("AIV_NPU_TESTS").as_deref() == Ok("1") {
         return true;
     }
-    println!("SKIPPED: hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
+    skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
     false
 }
 
@@ -87,7 +89,7 @@ fn read_device(device: &aiv_transport::engine::AivDevice, addr: u64, length: u64
 #[ignore = "hardware: run by npu_hardware's main test as its peer process"]
 fn npu_peer_process() {
     if std::env::var("AIV_NPU_ROLE").as_deref() != Ok("peer") {
-        println!("SKIPPED: the peer half of the two-process tests (started by them)");
+        println!("nothing to do: the peer half of the two-process tests, run by them with AIV_NPU_ROLE=peer");
     } else {
         serve_as_peer();
     }

@@ -26,7 +26,7 @@ echo "etcd at $AIV_TEST_ETCD"
 
 step "iproute2 for the multi-host tests in network namespaces (installs Debian's iproute2 if missing)"
 # tests/multihost.rs builds its hosts with `ip netns`, veth pairs and a bridge (root needed); without them it skips
-# with a SKIP line, and fails under CI=true.
+# with a SKIPPED line, and fails under CI=true.
 if command -v ip >/dev/null 2>&1; then
     ip -V
 elif [[ $(id -u) -eq 0 ]]; then
@@ -59,12 +59,14 @@ echo "Python virtualenv with aiv_transport at $AIV_TEST_PYTHON_VENV"
 # cannot be had; a developer without registry access may set AIV_SKIP_ABI=1, which CI refuses.
 step "vendor headers for the ABI check (torch-npu wheel)"
 check_abi=1
+abi_skipped=""
 if [[ "${AIV_SKIP_ABI:-}" == 1 ]]; then
     if [[ "${CI:-}" == true ]]; then
         echo "AIV_SKIP_ABI=1 is not accepted in CI" >&2
         exit 1
     fi
-    echo "SKIPPED by AIV_SKIP_ABI=1: the bindings will NOT be checked against the vendor headers"
+    abi_skipped="SKIPPED: ABI conformance: AIV_SKIP_ABI=1, so the bindings are NOT checked against the vendor headers"
+    echo "$abi_skipped"
     check_abi=0
 else
     AIV_CANN_INCLUDE="$(bash tests/abi_headers.sh)"
@@ -99,6 +101,12 @@ bash tests/python/run.sh 2>&1 | tee -a "$log"
 python_status=${PIPESTATUS[0]}
 [[ "$status" == 0 ]] && status=$python_status
 set -e
+# Every skip of the run (never under CI=true, where a skip fails): its SKIPPED line (docs/ARCHITECTURE.md, "Tests").
+# Not anchored: with one test thread cargo prints "test <name> ... " before the test runs, so a line can follow it.
+skipped=$( { [[ -n "$abi_skipped" ]] && echo "$abi_skipped"; grep -o 'SKIPPED: .*' "$log"; } || true)
+if [[ -n "$skipped" ]]; then
+    printf '\n== skipped (a prerequisite is missing here)\n%s\n' "$skipped"
+fi
 # One closing line for the whole run: cargo prints a summary per test binary, the last of which is often an empty
 # doc-test binary.
 # pytest's closing line ("40 passed, 2 skipped in 31.20s", framed by "=" without -q) is counted the same way.

@@ -5,11 +5,12 @@
 //!     export AIV_TEST_MOONCAKE_VENV="$(tests/support/mooncake.sh)"
 //!     cargo test --test tcp_mooncake_interop -- --test-threads=1
 //!
-//! Without it every test prints why it skipped and passes. Metadata: Mooncake's own `http_metadata_server.py` on
-//! 127.0.0.1, with this engine publishing through its HTTP metadata backend (`metadata::http`). Every Mooncake process gets `MC_TCP_BIND_ADDRESS=127.0.0.1` so it
-//! listens on and advertises loopback (by default it advertises the host's interface address).
-//! P2PHANDSHAKE variants run the real handshake between the processes: Mooncake opens `127.0.0.1:<our rpc port>`
-//! and we open `127.0.0.1:<its rpc port>`.
+//! Without it every test is skipped (a `SKIPPED` line, tests/common/skip.rs), failing instead under `CI=true`.
+//! Metadata: Mooncake's own `http_metadata_server.py` on 127.0.0.1, with this engine publishing through its HTTP
+//! metadata backend (`metadata::http`). Every Mooncake process gets `MC_TCP_BIND_ADDRESS=127.0.0.1` so it listens on
+//! and advertises loopback (by default it advertises the host's interface address). P2PHANDSHAKE variants run the
+//! real handshake between the processes: Mooncake opens `127.0.0.1:<our rpc port>` and we open
+//! `127.0.0.1:<its rpc port>`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
@@ -28,21 +29,22 @@ use aiv_transport::transfer::{BufferSet, RegisteredBuffer};
 use aiv_transport::transport::tcp::{ServerLimits, TcpDataServer, TcpOptions, WireVersion};
 use aiv_transport::{Opcode, Protocol, TransferEngine, TransferRequest, TransferState};
 
+#[path = "common/skip.rs"]
+mod skip;
+
 /// One Mooncake scenario at a time: they are heavy for a 2-core machine.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn venv(test: &str) -> Option<PathBuf> {
+fn venv() -> Option<PathBuf> {
     match std::env::var_os("AIV_TEST_MOONCAKE_VENV") {
         Some(path) if Path::new(&path).join("bin/python").exists() => Some(PathBuf::from(path)),
         Some(path) => {
-            eprintln!(
-                "{test}: skipped: AIV_TEST_MOONCAKE_VENV={path:?} has no bin/python (run tests/support/mooncake.sh)"
-            );
+            skip::skip(&format!("AIV_TEST_MOONCAKE_VENV={path:?} has no bin/python (run tests/support/mooncake.sh)"));
             None
         }
         None => {
-            eprintln!(
-                "{test}: skipped: set AIV_TEST_MOONCAKE_VENV=\"$(tests/support/mooncake.sh)\" to run it against the real Mooncake wheel"
+            skip::skip(
+                "set AIV_TEST_MOONCAKE_VENV=\"$(tests/support/mooncake.sh)\" to run it against the real Mooncake wheel",
             );
             None
         }
@@ -117,7 +119,8 @@ impl Process {
         }
     }
 
-    /// Waits (bounded) for the process to exit; returns whether it succeeded, echoing its output.
+    /// Waits (bounded) for the process to exit; returns whether it succeeded, echoing its output. Once it exited, its
+    /// output is read to its end (both pipes closed: the readers' senders dropped), within 10 s.
     fn finish(mut self, limit: Duration) -> (bool, Vec<String>) {
         drop(self.stdin.take());
         let deadline = Instant::now() + limit;
@@ -130,8 +133,21 @@ impl Process {
             }
             std::thread::sleep(Duration::from_millis(20));
         };
-        std::thread::sleep(Duration::from_millis(50));
-        let lines: Vec<String> = self.lines.try_iter().collect();
+        let mut lines: Vec<String> = Vec::new();
+        if status.is_some() {
+            let end = Instant::now() + Duration::from_secs(10);
+            loop {
+                match self.lines.recv_timeout(end.saturating_duration_since(Instant::now())) {
+                    Ok(line) => lines.push(line),
+                    Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                    Err(mpsc::RecvTimeoutError::Timeout) => {
+                        panic!("{}: exited, but its output did not end within 10 s: {lines:#?}", self.name)
+                    }
+                }
+            }
+        } else {
+            lines.extend(self.lines.try_iter());
+        }
         for line in &lines {
             eprintln!("[{}] {line}", self.name);
         }
@@ -218,8 +234,8 @@ fn peer_script() -> PathBuf {
 }
 
 /// Mooncake's Python initiator reads, writes and reads back an aiv target's buffer; the target then checks it.
-fn python_initiator_against_aiv_target(test: &str, mooncake_v1: bool, p2p: bool) {
-    let Some(venv) = venv(test) else { return };
+fn python_initiator_against_aiv_target(mooncake_v1: bool, p2p: bool) {
+    let Some(venv) = venv() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let metadata = (!p2p).then(|| Metadata::start(&venv));
     let url = metadata.as_ref().map_or("P2PHANDSHAKE".to_string(), |m| m.url.clone());
@@ -253,22 +269,22 @@ fn python_initiator_against_aiv_target(test: &str, mooncake_v1: bool, p2p: bool)
 
 #[test]
 fn mooncake_python_initiator_against_aiv_target_http() {
-    python_initiator_against_aiv_target("mooncake_python_initiator_against_aiv_target_http", false, false);
+    python_initiator_against_aiv_target(false, false);
 }
 
 #[test]
 fn mooncake_python_initiator_against_aiv_target_p2p() {
-    python_initiator_against_aiv_target("mooncake_python_initiator_against_aiv_target_p2p", false, true);
+    python_initiator_against_aiv_target(false, true);
 }
 
 #[test]
 fn mooncake_python_initiator_v1_against_aiv_target_http() {
-    python_initiator_against_aiv_target("mooncake_python_initiator_v1_against_aiv_target_http", true, false);
+    python_initiator_against_aiv_target(true, false);
 }
 
 /// An aiv initiator reads, writes and reads back a Mooncake Python target's buffer; the target then checks it.
-fn aiv_initiator_against_python_target(test: &str, aiv_version: WireVersion, p2p: bool) {
-    let Some(venv) = venv(test) else { return };
+fn aiv_initiator_against_python_target(aiv_version: WireVersion, p2p: bool) {
+    let Some(venv) = venv() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let metadata = (!p2p).then(|| Metadata::start(&venv));
     let url = metadata.as_ref().map_or("P2PHANDSHAKE".to_string(), |m| m.url.clone());
@@ -310,23 +326,23 @@ fn aiv_initiator_against_python_target(test: &str, aiv_version: WireVersion, p2p
 
 #[test]
 fn aiv_initiator_against_mooncake_python_target_http() {
-    aiv_initiator_against_python_target("aiv_initiator_against_mooncake_python_target_http", WireVersion::V2, false);
+    aiv_initiator_against_python_target(WireVersion::V2, false);
 }
 
 #[test]
 fn aiv_initiator_against_mooncake_python_target_p2p() {
-    aiv_initiator_against_python_target("aiv_initiator_against_mooncake_python_target_p2p", WireVersion::V2, true);
+    aiv_initiator_against_python_target(WireVersion::V2, true);
 }
 
 #[test]
 fn aiv_v1_initiator_against_mooncake_python_target_http() {
-    aiv_initiator_against_python_target("aiv_v1_initiator_against_mooncake_python_target_http", WireVersion::V1, false);
+    aiv_initiator_against_python_target(WireVersion::V1, false);
 }
 
 /// Mooncake's Python initiator against a bare aiv data server whose descriptor is published by hand: the server's
 /// per-framing counters show which framing Mooncake really spoke (v1 with `MC_TCP_PROTO=1`, else v2).
-fn python_initiator_framing(test: &str, mooncake_v1: bool) {
-    let Some(venv) = venv(test) else { return };
+fn python_initiator_framing(mooncake_v1: bool) {
+    let Some(venv) = venv() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let metadata = Metadata::start(&venv);
     let size = 1usize << 20;
@@ -363,7 +379,7 @@ fn python_initiator_framing(test: &str, mooncake_v1: bool) {
     let (ok, lines) = Process::spawn("mooncake-py", command).finish(Duration::from_secs(60));
     assert!(ok && lines.iter().any(|l| l == "INITIATOR ok"), "Mooncake's initiator reported failure");
     let (v1, v2) = (server.served_with(WireVersion::V1), server.served_with(WireVersion::V2));
-    eprintln!("{test}: served {v1} v1 and {v2} v2 requests");
+    eprintln!("{}: served {v1} v1 and {v2} v2 requests", skip::test_name());
     if mooncake_v1 {
         assert!(v1 > 0 && v2 == 0, "MC_TCP_PROTO=1: expected only v1 requests, got {v1} v1 / {v2} v2");
     } else {
@@ -376,12 +392,12 @@ fn python_initiator_framing(test: &str, mooncake_v1: bool) {
 
 #[test]
 fn mooncake_python_initiator_speaks_v2_to_an_aiv_server() {
-    python_initiator_framing("mooncake_python_initiator_speaks_v2_to_an_aiv_server", false);
+    python_initiator_framing(false);
 }
 
 #[test]
 fn mooncake_python_initiator_speaks_v1_to_an_aiv_server_when_told() {
-    python_initiator_framing("mooncake_python_initiator_speaks_v1_to_an_aiv_server_when_told", true);
+    python_initiator_framing(true);
 }
 
 fn bench_result(lines: &[String]) -> Option<(u64, f64)> {
@@ -392,8 +408,8 @@ fn bench_result(lines: &[String]) -> Option<(u64, f64)> {
 }
 
 /// Mooncake's transfer_engine_bench as initiator against an aiv target, both directions, v2 and v1.
-fn transfer_engine_bench_initiator_against_aiv_target(test: &str, p2p: bool) {
-    let Some(venv) = venv(test) else { return };
+fn transfer_engine_bench_initiator_against_aiv_target(p2p: bool) {
+    let Some(venv) = venv() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let metadata = (!p2p).then(|| Metadata::start(&venv));
     let url = metadata.as_ref().map_or("P2PHANDSHAKE".to_string(), |m| m.url.clone());
@@ -420,21 +436,18 @@ fn transfer_engine_bench_initiator_against_aiv_target(test: &str, p2p: bool) {
 
 #[test]
 fn transfer_engine_bench_initiator_against_aiv_target_http() {
-    transfer_engine_bench_initiator_against_aiv_target(
-        "transfer_engine_bench_initiator_against_aiv_target_http",
-        false,
-    );
+    transfer_engine_bench_initiator_against_aiv_target(false);
 }
 
 #[test]
 fn transfer_engine_bench_initiator_against_aiv_target_p2p() {
-    transfer_engine_bench_initiator_against_aiv_target("transfer_engine_bench_initiator_against_aiv_target_p2p", true);
+    transfer_engine_bench_initiator_against_aiv_target(true);
 }
 
 /// The aiv bench workload as initiator against Mooncake's transfer_engine_bench target.
 #[test]
 fn aiv_initiator_against_transfer_engine_bench_target_http() {
-    let Some(venv) = venv("aiv_initiator_against_transfer_engine_bench_target_http") else { return };
+    let Some(venv) = venv() else { return };
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let metadata = Metadata::start(&venv);
     let name = format!("127.0.0.1:{}", free_port());

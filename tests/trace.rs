@@ -7,7 +7,6 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
 
 use aiv_transport::config::LaunchMode;
 use aiv_transport::kernel_abi::{
@@ -208,8 +207,8 @@ fn an_overflowing_trace_ring_counts_its_drops_and_the_transfers_complete() {
     fill(&mut a, 4);
     fill(&mut b, 5);
     a.engine.set_trace_ring_depth(8);
+    // set_trace returns once each persistent kernel acknowledged the switch.
     a.engine.set_trace(true).expect("trace on");
-    std::thread::sleep(Duration::from_millis(20));
     // 32 transfers a batch with a doorbell per SQE: far more than 8 entries before the kernel publishes.
     run_batches(&a, &b, 2, 32, 64 << 10, 6);
     let log = a.engine.take_trace();
@@ -219,7 +218,6 @@ fn an_overflowing_trace_ring_counts_its_drops_and_the_transfers_complete() {
     assert!(log.device.iter().all(|e| (1..=5).contains(&e.stage())));
     // Tracing off again: later batches record nothing on the device and still complete.
     a.engine.set_trace(false).expect("trace off");
-    std::thread::sleep(Duration::from_millis(20));
     let _ = a.engine.take_trace();
     run_batches(&a, &b, 1, 4, 64 << 10, 7);
     let after = a.engine.take_trace();

@@ -2,7 +2,7 @@
 #![allow(dead_code)]
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::DeviceBuffer;
@@ -37,6 +37,11 @@ impl TwinControls {
     /// SQEs channel `channel` executed so far.
     pub fn executed_sqes(&self, channel: u32) -> u64 {
         cann_twin::control::sqes_executed(self.device, channel).expect("the runtime's channel")
+    }
+    /// SQEs rung on channel `channel` and not executed yet (its doorbell's tail past its engine's head).
+    pub fn rung_sqes(&self, channel: u32) -> u32 {
+        let window = cann_twin::control::sq_window(self.device, channel).expect("the runtime's channel");
+        (window.tail + window.depth - window.head) % window.depth
     }
     /// Stalls (or releases) every copy stream of the device: queued copies wait, synchronisations time out.
     pub fn stall_streams(&self, stalled: bool) {
@@ -144,4 +149,17 @@ pub fn writes(from: &Node, to: &Node, count: u64, length: u64) -> Vec<TransferRe
             protocol: None,
         })
         .collect()
+}
+
+/// Polls `check` (every millisecond) until it returns `Ok`; past `within`, panics with its last `Err`, which says what
+/// has not happened. For tests that wait for a state of the engine or the twin instead of sleeping for a guessed time.
+pub fn wait_until(within: Duration, mut check: impl FnMut() -> Result<(), String>) {
+    let deadline = Instant::now() + within;
+    loop {
+        match check() {
+            Ok(()) => return,
+            Err(what) if Instant::now() >= deadline => panic!("not within {within:?}: {what}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
 }

@@ -14,9 +14,14 @@
 //! reaps it (bounded), and dropping [`Hosts`] kills whatever still runs in its namespaces and deletes them, also when
 //! the test panics. Every `ip` call is bounded (10 s) and its failure is reported with its stderr.
 //!
-//! When namespaces cannot be created (no `ip`, no permission) [`Hosts::create`] prints `SKIP: <reason>` and returns
-//! `None`, so the test passes, except under `CI=true`, where it panics with the reason: CI runs these tests.
+//! When namespaces cannot be created (no `ip`, no permission) [`Hosts::create`] skips the test through
+//! `tests/common/skip.rs` (a `SKIPPED: <test>: <reason>` line) and returns `None`, so the test passes, except under
+//! `CI=true`, where it panics with the reason: CI runs these tests.
 #![allow(dead_code)]
+
+#[path = "skip.rs"]
+mod skip;
+pub use skip::skip;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::process::CommandExt;
@@ -29,18 +34,6 @@ use std::time::{Duration, Instant};
 const IP_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bound of reaping a killed child.
 const REAP_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Whether this run is CI's (`CI=true`), where nothing may be skipped.
-pub fn in_ci() -> bool {
-    std::env::var("CI").as_deref() == Ok("true")
-}
-
-/// Prints why `test` is skipped and returns; panics instead under `CI=true`.
-pub fn skip(test: &str, reason: &str) {
-    let message = format!("SKIP: {test}: {reason}");
-    assert!(!in_ci(), "{message} (CI=true: CI must run the multi-host tests)");
-    eprintln!("{message}");
-}
 
 /// Runs `command` to its end within `within`, killing it past that; its stdout, or an error naming the command
 /// with its exit status and stderr.
@@ -125,9 +118,9 @@ pub struct Hosts {
 static NEXT_SET: AtomicU32 = AtomicU32::new(0);
 
 impl Hosts {
-    /// `count` hosts for `test`, or `None` (after printing `SKIP: <reason>`) when namespaces, veth pairs or a bridge
-    /// cannot be created here (whatever was created is deleted first). Panics under `CI=true` instead of skipping.
-    pub fn create(test: &str, count: usize) -> Option<Hosts> {
+    /// `count` hosts for the running test, or `None` (after [`skip`]) when namespaces, veth pairs or a bridge cannot
+    /// be created here (whatever was created is deleted first). Panics under `CI=true` instead of skipping.
+    pub fn create(count: usize) -> Option<Hosts> {
         assert!((1..=200).contains(&count), "1 to 200 hosts");
         let pid = std::process::id();
         let set = NEXT_SET.fetch_add(1, Ordering::Relaxed);
@@ -139,14 +132,14 @@ impl Hosts {
             sweep_dead_runs();
         }
         if let Err(reason) = ip(&["netns", "add", &switch]) {
-            skip(test, &format!("network namespaces cannot be created here ({reason})"));
+            skip(&format!("network namespaces cannot be created here ({reason})"));
             return None;
         }
         let mut hosts = Hosts { switch, hosts: Vec::new(), subnet };
         if let Err(reason) = hosts.build(&prefix, count) {
             // Namespaces, but no bridge or veth here (a container without those modules, say): deleted again.
             drop(hosts);
-            skip(test, &format!("{count} hosts cannot be built from namespaces here ({reason})"));
+            skip(&format!("{count} hosts cannot be built from namespaces here ({reason})"));
             return None;
         }
         Some(hosts)

@@ -5,8 +5,8 @@ The engine under test is chosen by env AIV_PYTEST_ENGINE: `aiv_transport` (defau
 both, so the suite encodes what the real Mooncake does; tests of this project's extensions (device memory, the
 `ascend`/`aiv` protocols) are skipped under `mooncake` with the reason.
 
-Prerequisites and where they come from (missing ones skip the tests that need them, naming what is missing, except
-with CI=true, where a missing prerequisite fails):
+Prerequisites and where they come from (missing ones skip the tests that need them through `missing`, naming what is
+missing, except with CI=true, where a missing prerequisite fails):
   - the engine module: `aiv_transport` (the wheel built from this repository with maturin) or, under
     AIV_PYTEST_ENGINE=mooncake, `mooncake.engine` (tests/support/mooncake.sh makes a virtualenv with it);
   - numpy (for the numpy-buffer test), installed in the interpreter running pytest;
@@ -15,6 +15,12 @@ with CI=true, where a missing prerequisite fails):
   - AIV_TEST_ETCD: an etcd endpoint host:port, for the etcd metadata tests (tests/support/etcd.sh start);
   - AIV_TEST_AIV_BIN or target/debug/aiv: this project's `aiv` binary, whose `metadata-server` serves the HTTP
     metadata tests (`cargo build --bin aiv`).
+
+Skipped tests: every one, for whatever reason, gets a line `SKIPPED: <test id>: <reason>` in the closing summary
+(`pytest_terminal_summary` below; pytest itself shows a skip only as an `s` unless asked with -rs), the convention of
+the Rust tests too (docs/ARCHITECTURE.md, "Tests"). A test of an aiv_transport extension under
+AIV_PYTEST_ENGINE=mooncake (`ours_only`) is skipped even with CI=true: the engine under test lacks it, nothing is
+missing.
 
 Seeds: every random choice comes from random.Random(seed) with seed derived from AIV_PYTEST_SEED (random when unset)
 and the test's id; a failing test's report names both.
@@ -66,7 +72,8 @@ if ENGINE not in ("aiv_transport", "mooncake"):
 
 
 def missing(what: str, provider: str):
-    """Skip (or, with CI=true, fail) because a prerequisite is missing."""
+    """Skip (or, with CI=true, fail) because a prerequisite is missing: the one way a test of this suite skips for
+    something missing (its SKIPPED line comes from pytest_terminal_summary)."""
     message = f"missing {what}; {provider}"
     if CI:
         pytest.fail(f"{message} (CI=true: a missing prerequisite is a failure)", pytrace=False)
@@ -77,6 +84,13 @@ def ours_only(what: str):
     """Skip under AIV_PYTEST_ENGINE=mooncake: the test needs this project's extension `what`."""
     if IS_MOONCAKE:
         pytest.skip(f"needs {what}, an aiv_transport extension the real Mooncake engine lacks")
+
+
+def pytest_terminal_summary(terminalreporter):
+    """A `SKIPPED: <test id>: <reason>` line per skipped test, whatever skipped it."""
+    for report in terminalreporter.stats.get("skipped", []):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"SKIPPED: {report.nodeid}: {reason.removeprefix('Skipped: ')}")
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -277,8 +277,8 @@ pub fn nic_link_down(device: i32, down: bool) -> Result<(), crate::nic::NicError
     crate::nic::set_link_down(device, down)
 }
 
-/// The counters of `device`'s twin NIC: WQEs executed, CQEs written, retransmissions, requests served and refused
-/// as target ([`crate::nic::counters`]).
+/// The counters of `device`'s twin NIC: QPs created, WQEs executed, CQEs written, retransmissions, requests served
+/// and refused as target ([`crate::nic::counters`]).
 pub fn nic_counters(device: i32) -> Result<crate::nic::NicCounters, crate::nic::NicError> {
     crate::nic::counters(device)
 }

@@ -109,6 +109,7 @@ impl Region {
 
 #[derive(Debug, Default)]
 struct Counters {
+    qps_created: AtomicU64,
     wqes_executed: AtomicU64,
     cqes_written: AtomicU64,
     retries: AtomicU64,
@@ -478,6 +479,7 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
     provenance::watch(&qp.provenance);
     lock(&nic.qps).insert(qpn, Arc::clone(&qp));
     NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
+    nic.counters.qps_created.fetch_add(1, Ordering::Relaxed);
     Ok(info)
 }
 
@@ -607,6 +609,7 @@ pub fn counters(device: i32) -> Result<NicCounters, NicError> {
     let nic = nic(device)?;
     let c = &nic.counters;
     Ok(NicCounters {
+        qps_created: c.qps_created.load(Ordering::Relaxed),
         wqes_executed: c.wqes_executed.load(Ordering::Relaxed),
         cqes_written: c.cqes_written.load(Ordering::Relaxed),
         retries: c.retries.load(Ordering::Relaxed),

@@ -2,6 +2,8 @@
 //! its unmangled C name.
 
 mod common;
+#[path = "../../../tests/common/skip.rs"]
+mod skip;
 
 use std::process::Command;
 
@@ -47,13 +49,13 @@ fn every_shmem_symbol_is_implemented() {
 #[test]
 fn the_cdylib_exports_the_functions_unmangled() {
     let Some(library) = cdylib() else {
-        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        skip::skip("CARGO is not set (the test binary was not run by cargo), so the cdylib cannot be built");
         return;
     };
     let output = match Command::new("nm").args(["-D", "--defined-only"]).arg(&library).output() {
         Ok(output) if output.status.success() => output,
         _ => {
-            eprintln!("skipped: nm is not available");
+            skip::skip("nm (binutils) does not run here, so the cdylib's exports cannot be listed");
             return;
         }
     };
@@ -81,7 +83,7 @@ fn the_cdylib_exports_the_functions_unmangled() {
 fn the_cdylib_loads_as_libascendcl_and_moves_data() {
     use ascendcl_sys::sys::*;
     let Some(library) = cdylib() else {
-        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        skip::skip("CARGO is not set (the test binary was not run by cargo), so the cdylib cannot be built");
         return;
     };
     // The loader's override path, as a user pointing AIV_ASCENDCL_LIB at the twin would. The loaded copy has its

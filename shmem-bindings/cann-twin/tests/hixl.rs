@@ -3,6 +3,8 @@
 //! process (a re-exec of this binary), out-of-bounds entries, a killed server and hostile bytes on its port.
 
 mod common;
+#[path = "../../../tests/common/skip.rs"]
+mod skip;
 
 use core::ffi::c_void;
 use std::ffi::CString;
@@ -683,7 +685,7 @@ fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
         return;
     }
     let Some(library) = cdylib() else {
-        eprintln!("skipped: CARGO is not set, so the cdylib cannot be built");
+        skip::skip("CARGO is not set (the test binary was not run by cargo), so the cdylib cannot be built");
         return;
     };
     // Both tables from the one library, as a user pointing AIV_ASCENDCL_LIB and AIV_HIXL_LIB at the twin would: the

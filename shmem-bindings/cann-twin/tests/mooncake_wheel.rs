@@ -1,6 +1,7 @@
 //! Mooncake's real Ascend build (`mooncake-transfer-engine-npu`, unmodified) on the twin runtime, two processes.
 //!
-//! Runs when both variables are set (tests/run.sh sets them; CI refuses to skip):
+//! Runs when both variables are set (tests/run.sh sets them; without them the tests are skipped with a `SKIPPED` line,
+//! tests/common/skip.rs, and fail under `CI=true`):
 //!
 //!     export AIV_TEST_MOONCAKE_NPU_VENV="$(tests/support/mooncake_npu.sh)"
 //!     export AIV_TEST_TWIN_CANN_LIBS="$(tests/support/twin_cann_libs.sh)"
@@ -19,9 +20,12 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
+#[path = "../../../tests/common/skip.rs"]
+mod skip;
+
 const TARGET_SIZE: usize = 8 << 20;
 
-fn inputs(test: &str) -> Option<(PathBuf, PathBuf)> {
+fn inputs() -> Option<(PathBuf, PathBuf)> {
     let venv = std::env::var_os("AIV_TEST_MOONCAKE_NPU_VENV").map(PathBuf::from);
     let libs = std::env::var_os("AIV_TEST_TWIN_CANN_LIBS").map(PathBuf::from);
     match (venv, libs) {
@@ -33,13 +37,11 @@ fn inputs(test: &str) -> Option<(PathBuf, PathBuf)> {
             Some((venv, libs))
         }
         _ => {
-            let message = format!(
-                "{test}: SKIPPED: set AIV_TEST_MOONCAKE_NPU_VENV=\"$(tests/support/mooncake_npu.sh)\" and \
+            skip::skip(
+                "set AIV_TEST_MOONCAKE_NPU_VENV=\"$(tests/support/mooncake_npu.sh)\" and \
                  AIV_TEST_TWIN_CANN_LIBS=\"$(tests/support/twin_cann_libs.sh)\" to run Mooncake's Ascend wheel on \
-                 the twin runtime (tests/run.sh does)"
+                 the twin runtime (tests/run.sh does)",
             );
-            assert!(std::env::var("CI").as_deref() != Ok("true"), "{message}; CI must not skip it");
-            eprintln!("{message}");
             None
         }
     }
@@ -159,8 +161,8 @@ static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs the target and the initiator with `env` (the wheel's `ASCEND_*` switches) and checks everything, including
 /// that the initiator's log has `mode_log` (the wheel's own line saying it took the mode `env` asks for).
-fn run_pair(test: &str, env: &[(&str, &str)], mode_log: &str) {
-    let Some((venv, libs)) = inputs(test) else {
+fn run_pair(env: &[(&str, &str)], mode_log: &str) {
+    let Some((venv, libs)) = inputs() else {
         return;
     };
     let _serial = SERIAL.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -202,25 +204,17 @@ fn run_pair(test: &str, env: &[(&str, &str)], mode_log: &str) {
 /// The default: synchronous transfers, auto-connect on (what vLLM-Ascend gets).
 #[test]
 fn two_processes_move_verified_data_through_adxl_on_the_twin() {
-    run_pair("two_processes_move_verified_data_through_adxl_on_the_twin", &[], "Set AutoConnect to: 1");
+    run_pair(&[], "Set AutoConnect to: 1");
 }
 
 /// `ASCEND_USE_ASYNC_TRANSFER`: `TransferAsync` and `GetTransferStatus` polled by Mooncake's query thread.
 #[test]
 fn async_transfers_move_verified_data_on_the_twin() {
-    run_pair(
-        "async_transfers_move_verified_data_on_the_twin",
-        &[("ASCEND_USE_ASYNC_TRANSFER", "1")],
-        "Use async transfer",
-    );
+    run_pair(&[("ASCEND_USE_ASYNC_TRANSFER", "1")], "Use async transfer");
 }
 
 /// `ASCEND_AUTO_CONNECT=0`: Mooncake calls `Connect` once per peer before transferring.
 #[test]
 fn explicit_connect_moves_verified_data_on_the_twin() {
-    run_pair(
-        "explicit_connect_moves_verified_data_on_the_twin",
-        &[("ASCEND_AUTO_CONNECT", "0")],
-        "Set AutoConnect to: 0",
-    );
+    run_pair(&[("ASCEND_AUTO_CONNECT", "0")], "Set AutoConnect to: 0");
 }

@@ -580,10 +580,16 @@ fn close_joins_every_thread_and_the_device_can_open_again() {
     assert_eq!(cqe.status, status::TRANSPORT_RETRY_EXC_ERR);
     let attempts = u32::from(config.retry_count) + 1;
     assert!(started.elapsed() < config.timeout * attempts + Duration::from_millis(750), "{:?}", started.elapsed());
-    // A WQE in flight (being retried) when the initiator's NIC closes: abandoned, and every thread joined.
+    // A WQE in flight (being retried) when the initiator's NIC closes: abandoned, and every thread joined. Closed once
+    // the NIC has retried it.
+    let retried = nic::counters(a).expect("counters").retries;
     second.post(WRITE, 64, rkeys.rkey, remote, lkeys.lkey, local);
     second.ring();
-    std::thread::sleep(Duration::from_millis(20));
+    let started = Instant::now();
+    while nic::counters(a).expect("counters").retries == retried {
+        assert!(started.elapsed() < WAIT, "the NIC did not retry the WQE to the closed target");
+        std::thread::sleep(Duration::from_millis(1));
+    }
     let started = Instant::now();
     // `close` joins every thread it started (listener, responders, QP engines) or says how many were left.
     nic::close(a).expect("every thread of NIC 6 ends");

@@ -213,6 +213,8 @@ pub struct QpStatus {
 /// A NIC's counters since [`open`](super::open).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct NicCounters {
+    /// QPs created ([`create_qp`](super::create_qp) calls that succeeded; destroyed ones stay counted).
+    pub qps_created: u64,
     /// WQEs whose operation completed successfully.
     pub wqes_executed: u64,
     /// CQEs written (every status).
