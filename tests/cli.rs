@@ -534,7 +534,7 @@ fn audit_inspect_reads_the_kernels_and_names_a_missing_path() {
     let output = aiv().args(["audit", "--inspect", kernels, "--json"]).output().expect("runs");
     assert!(output.status.success());
     let report: serde_json::Value = serde_json::from_slice(&output.stdout).expect("JSON");
-    assert_eq!(report["schema"], "aiv-inspect/1");
+    assert_eq!(report["schema"], "aiv-inspect/2");
 
     let output = aiv().args(["audit", "--inspect", "/nonexistent"]).output().expect("runs");
     assert!(!output.status.success());

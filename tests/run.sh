@@ -49,6 +49,11 @@ AIV_TEST_TWIN_CANN_LIBS="$(AIV_MOONCAKE_NPU_VENV="$AIV_TEST_MOONCAKE_NPU_VENV" b
 export AIV_TEST_TWIN_CANN_LIBS
 echo "Ascend wheel virtualenv at $AIV_TEST_MOONCAKE_NPU_VENV, twin CANN libraries in $AIV_TEST_TWIN_CANN_LIBS"
 
+step "MemFabric Hybrid's wheel for the static inspection test over real wheels (pip download into the ignored .aiv-cache)"
+AIV_TEST_MEMFABRIC_WHEEL="$(bash tests/support/memfabric.sh | tail -n 1)"
+export AIV_TEST_MEMFABRIC_WHEEL
+echo "memfabric-hybrid wheel at $AIV_TEST_MEMFABRIC_WHEEL"
+
 step "the Python package (maturin wheel in a virtualenv, with pytest and numpy) for the pytest suite"
 AIV_TEST_PYTHON_VENV="$(bash tests/support/python.sh | tail -n 1)"
 export AIV_TEST_PYTHON_VENV

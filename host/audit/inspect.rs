@@ -1,11 +1,11 @@
 //! `aiv audit --inspect PATH...`: static inspection of wheels, ELF files and source trees for the four checks of AIV
 //! direct-drive (a kernel on the AIV cores, descriptors written by the kernel, the doorbell rung by the kernel,
-//! completion observed on the Device), with the evidence for and against each and a verdict per component
-//! (docs/inspect.md).
+//! completion observed on the Device), with the evidence for and against each and a "submitted by" verdict per
+//! component in the five words of the run evidence ([`Submitter`]; docs/inspect.md).
 //!
-//! Self-contained: std, serde, `object` (ELF), `cpp_demangle` (C++ names) and `zip` (wheels) only. What a vendor
-//! library does inside a call is outside what this can see, and a verdict from inspection is not an observation of a
-//! run: [`CAVEAT`] says so in every report.
+//! Self-contained: std, serde, `serde_json` (AI-CPU op registrations), `object` (ELF), `cpp_demangle` (C++ names) and
+//! `zip` (wheels) only. What a vendor library does inside a call is outside what this can see, and a verdict from
+//! inspection is not an observation of a run: [`CAVEAT`] says so in every report.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -15,8 +15,10 @@ use std::path::{Path, PathBuf};
 use object::{Object, ObjectSection, ObjectSymbol};
 use serde::{Deserialize, Serialize};
 
+pub use crate::evidence::Submitter;
+
 /// The `schema` of an [`InspectReport`].
-pub const INSPECT_SCHEMA: &str = "aiv-inspect/1";
+pub const INSPECT_SCHEMA: &str = "aiv-inspect/2";
 
 /// The standing caveat of every report.
 pub const CAVEAT: &str = "Static inspection sees names, markers and structures in files; what a closed-source \
@@ -24,9 +26,21 @@ vendor library does inside a call (whether it writes descriptors or rings a door
 Device) is outside what it can see. A verdict from inspection is not an observation of a run: the audit's run \
 verdicts come from the evidence its transfers recorded.";
 
+/// The ELF `e_machine` of the NPU's device objects: `EM_HIIPU`, 0x1029, as the Ascend runtime writes it into the
+/// device ELF images it dumps (hicann/runtime `src/dfx/adump/adump/exception/dump_ELF.cpp`). That the device
+/// compiler's kernel objects carry the same number is inferred from the machine's name (`objdump` reads an operator's
+/// kernel object as `elf64-hiipu`); no public source of the compiler states the number (docs/inspect.md, "Device
+/// objects").
+pub const NPU_ELF_MACHINE: u16 = 0x1029;
+
+/// `EM_AARCH64`, 183: the machine the Ascend runtime's ELF program loader takes for an AI-CPU kernel (hicann/runtime
+/// `src/runtime/core/src/kernel/program.cc`, `ElfProgram::ParserBinary`). Named in evidence text only: an AArch64
+/// image is not by itself an AI-CPU kernel.
+pub const AICPU_ELF_MACHINE: u16 = 183;
+
 /// At most this much of one binary (an ELF file, or an ELF inside a wheel) is read.
 pub const MAX_BINARY_BYTES: u64 = 64 << 20;
-/// Source files larger than this are skipped.
+/// Source files (and AI-CPU op registrations) larger than this are skipped.
 pub const MAX_SOURCE_BYTES: u64 = 4 << 20;
 /// At most this many evidence items are kept per component; the rest are counted in `evidence_dropped`.
 pub const MAX_EVIDENCE: usize = 10_000;
@@ -40,6 +54,52 @@ const MAX_DEPTH: usize = 64;
 const DCCI_NEAR_LINES: usize = 20;
 
 const SOURCE_EXTENSIONS: &[&str] = &["c", "cc", "cpp", "cxx", "h", "hh", "hpp", "rs", "py", "cu", "cuh", "asc"];
+/// Files read only for AI-CPU op registrations (`opKernelLib=AICPUKernel`), never for names.
+const REGISTRATION_EXTENSIONS: &[&str] = &["ini", "json"];
+
+/// AI-CPU ops whose public source shows them submitting the copies from the AI CPU: the op's name, and what its
+/// body does, with the source.
+const AICPU_COPY_OPS: &[(&str, &str)] = &[
+    (
+        "HixlBatchPut",
+        "HiXL's AI-CPU batch write: its body hands the list to HCOMM's batch transfer on the AI-CPU thread \
+         (hicann/hixl src/ops/hixl_kernel/hixl_batch_transfer.cc)",
+    ),
+    (
+        "HixlBatchGet",
+        "HiXL's AI-CPU batch read: its body hands the list to HCOMM's batch transfer on the AI-CPU thread \
+         (hicann/hixl src/ops/hixl_kernel/hixl_batch_transfer.cc)",
+    ),
+    (
+        "HixlFabricMemBatchRead",
+        "HiXL FabricMem's AI-CPU batch read: its body builds STARS SDMA SQEs on the AI CPU and publishes them to the \
+         RTSQ (hicann/hixl src/ops/hixl_kernel/fabric_mem_aicpu_kernel.cc, fabric_mem_stars_sdma.cc)",
+    ),
+    (
+        "HixlFabricMemBatchWrite",
+        "HiXL FabricMem's AI-CPU batch write: its body builds STARS SDMA SQEs on the AI CPU and publishes them to the \
+         RTSQ (hicann/hixl src/ops/hixl_kernel/fabric_mem_aicpu_kernel.cc, fabric_mem_stars_sdma.cc)",
+    ),
+    (
+        "HybmBatchRead",
+        "MemFabric's AI-CPU batch read: its body hands the list to HCOMM's batch transfer on the AI-CPU thread \
+         (memfabric_hybrid src/hybm/ops/hybm_kernel/hybm_batch_transfer.cc, in the public copy \
+         NoCoder0/memfabric_hybrid)",
+    ),
+    (
+        "HybmBatchWrite",
+        "MemFabric's AI-CPU batch write: its body hands the list to HCOMM's batch transfer on the AI-CPU thread \
+         (memfabric_hybrid src/hybm/ops/hybm_kernel/hybm_batch_transfer.cc, in the public copy \
+         NoCoder0/memfabric_hybrid)",
+    ),
+];
+
+/// AI-CPU ops known from public source that submit no copy themselves.
+const AICPU_OTHER_OPS: &[(&str, &str)] = &[(
+    "HixlSyncTransferContext",
+    "HiXL's AI-CPU transfer-context op: it sets up the AI-CPU side's transfer context, no copy \
+     (hicann/hixl src/ops/hixl_kernel/hixl_sync_transfer_context.cc)",
+)];
 
 /// What one inspection found: every component of every path, the files that could not be read, and the caveat.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -67,11 +127,11 @@ pub struct Problem {
 pub enum ComponentKind {
     /// An ELF file inside a wheel.
     WheelElf,
-    /// The Python/C/C++ sources of a wheel, together.
+    /// The Python/C/C++ sources (and AI-CPU op registrations) of a wheel, together.
     WheelSources,
     /// An ELF file given as a path.
     Elf,
-    /// A group of source files of a tree (or a single source file given as a path).
+    /// A group of source files of a tree (or a single source file or registration given as a path).
     SourceTree,
 }
 
@@ -86,27 +146,6 @@ impl ComponentKind {
     }
 }
 
-/// The verdict on one component.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
-pub enum Verdict {
-    #[serde(rename = "AIV-direct")]
-    AivDirect,
-    #[serde(rename = "Host-submitted")]
-    HostSubmitted,
-    #[serde(rename = "undetermined")]
-    Undetermined,
-}
-
-impl Verdict {
-    pub fn label(self) -> &'static str {
-        match self {
-            Verdict::AivDirect => "AIV-direct",
-            Verdict::HostSubmitted => "Host-submitted",
-            Verdict::Undetermined => "undetermined",
-        }
-    }
-}
-
 /// One component: its evidence and verdict.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Component {
@@ -115,16 +154,18 @@ pub struct Component {
     pub kind: ComponentKind,
     /// The path given on the command line this component was found under.
     pub root: String,
-    /// Source files read for it (0 for an ELF).
+    /// Source files (and AI-CPU op registrations) read for it (0 for an ELF).
     pub files_read: usize,
     pub evidence: Vec<Evidence>,
     /// Evidence items past [`MAX_EVIDENCE`], not kept.
     pub evidence_dropped: usize,
-    pub verdict: Verdict,
+    /// Who submits, in the five words of the run evidence: `AIV-direct`, `AI-CPU-submitted`, `Host-submitted`,
+    /// `mixed`, `unknown`.
+    pub verdict: Submitter,
     pub reason: String,
 }
 
-/// Which check an item bears on: 1 to 4, or `"host_submission"` (against checks 2 to 4).
+/// Which check an item bears on: 1 to 4, `"ai_cpu_submission"` or `"host_submission"` (both against checks 2 to 4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Check {
     /// 1: a kernel runs on the AIV cores.
@@ -135,13 +176,21 @@ pub enum Check {
     Doorbell,
     /// 4: completion is observed on the Device.
     Completion,
+    /// Submission of the copies by AI-CPU kernels: against checks 2 and 3 (the AI CPU, not the AIV, submits).
+    AiCpuSubmission,
     /// Host submission of the copies: against checks 2 to 4.
     HostSubmission,
 }
 
 impl Check {
-    const ALL: [Check; 5] =
-        [Check::Kernel, Check::Descriptors, Check::Doorbell, Check::Completion, Check::HostSubmission];
+    const ALL: [Check; 6] = [
+        Check::Kernel,
+        Check::Descriptors,
+        Check::Doorbell,
+        Check::Completion,
+        Check::AiCpuSubmission,
+        Check::HostSubmission,
+    ];
 
     fn title(self) -> &'static str {
         match self {
@@ -149,6 +198,7 @@ impl Check {
             Check::Descriptors => "check 2: the kernel writes the DMA descriptors itself",
             Check::Doorbell => "check 3: the kernel rings the doorbell itself",
             Check::Completion => "check 4: completion is observed on the Device",
+            Check::AiCpuSubmission => "AI-CPU submission (against checks 2-3)",
             Check::HostSubmission => "Host submission (against checks 2-4)",
         }
     }
@@ -161,6 +211,7 @@ impl Serialize for Check {
             Check::Descriptors => serializer.serialize_u8(2),
             Check::Doorbell => serializer.serialize_u8(3),
             Check::Completion => serializer.serialize_u8(4),
+            Check::AiCpuSubmission => serializer.serialize_str("ai_cpu_submission"),
             Check::HostSubmission => serializer.serialize_str("host_submission"),
         }
     }
@@ -179,29 +230,37 @@ impl<'de> Deserialize<'de> for Check {
             Raw::Number(2) => Ok(Check::Descriptors),
             Raw::Number(3) => Ok(Check::Doorbell),
             Raw::Number(4) => Ok(Check::Completion),
+            Raw::Text(text) if text == "ai_cpu_submission" => Ok(Check::AiCpuSubmission),
             Raw::Text(text) if text == "host_submission" => Ok(Check::HostSubmission),
-            _ => Err(serde::de::Error::custom("check: 1 to 4 or \"host_submission\"")),
+            _ => Err(serde::de::Error::custom("check: 1 to 4, \"ai_cpu_submission\" or \"host_submission\"")),
         }
     }
 }
 
-/// Whether an item speaks for the check, against it, or is only context (a descriptor or doorbell name in Host code,
-/// which does not count).
+/// Whether an item speaks for the check, against it, or is only context or a name.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum Stance {
+    /// Counts for the check.
     For,
+    /// Counts against AIV direct-drive: Host or AI-CPU submission.
     Against,
+    /// Context, never counted: a descriptor or doorbell name in Host code, an AI-CPU kernel that nothing shows
+    /// submitting copies.
     Neutral,
+    /// A name only, never counted: a symbol, section or variable whose name mentions ascend, aicore or kernel, a
+    /// variable named after a launch API, an ELF image for another processor, an AI-CPU op's name not tied to a
+    /// launch.
+    Mentions,
 }
 
 /// The class of an item.
 #[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq, PartialOrd, Ord, Hash)]
 #[serde(rename_all = "snake_case")]
 pub enum EvidenceClass {
-    /// AscendC/CCE markers in source; an embedded device object in a binary.
+    /// AscendC/CCE markers in source; a device object in a binary (an ELF for the NPU's machine).
     DeviceKernel,
-    /// A kernel-launch API (`aclrtLaunchKernel*`, `aclrtBinaryLoad*`, `rtKernelLaunch*`).
+    /// A kernel-launch API (`aclrtLaunchKernel*`, `aclrtBinaryLoad*`, `aclrtBinaryGetFunction`, `rtKernelLaunch*`).
     KernelLaunch,
     /// SQE/WQE/CQE structures.
     Descriptor,
@@ -211,6 +270,9 @@ pub enum EvidenceClass {
     ShmemDeviceApi,
     /// Flag or CQE polling, `dcci` near polling.
     DeviceCompletion,
+    /// An AI-CPU kernel: an op registered with `opKernelLib=AICPUKernel`, the `.so` holding an op's body, an op's
+    /// name where a kernel is launched, a path into the runtime's AI-CPU op directory.
+    AiCpuKernel,
     /// A Host copy or transfer call.
     HostSubmission,
 }
@@ -221,19 +283,207 @@ pub struct Evidence {
     pub class: EvidenceClass,
     pub check: Check,
     pub for_or_against: Stance,
-    /// What was found.
+    /// What was found, and why it counts (or does not).
     pub what: String,
-    /// `file:line`, or `symbol NAME (...)`, or `section NAME`.
+    /// `file:line`, or `symbol NAME (...)`, or `section NAME ...`, or `ELF header`.
     pub location: String,
     /// Found only on a comment line: reported, never counted for a verdict.
     pub in_comment: bool,
-    /// Found in device code (a source file with device-kernel markers outside comments, or an embedded device
-    /// object).
+    /// Found in AIV device code (a source file with device-kernel markers outside comments, or a device object).
     pub in_device_code: bool,
+    /// Found in AI-CPU code (a source file of an AI-CPU kernel, or the `.so` holding an AI-CPU op's body).
+    #[serde(default)]
+    pub in_ai_cpu_code: bool,
 }
 
-/// Inspects every path: wheels, ELF files, source trees and single source files. A path that does not exist, and a
-/// file that cannot be read or parsed, is a [`Problem`] of the report, never a panic.
+impl Evidence {
+    fn new(class: EvidenceClass, check: Check, stance: Stance, what: String, location: String) -> Evidence {
+        Evidence {
+            class,
+            check,
+            for_or_against: stance,
+            what,
+            location,
+            in_comment: false,
+            in_device_code: false,
+            in_ai_cpu_code: false,
+        }
+    }
+
+    fn device(mut self) -> Evidence {
+        self.in_device_code = true;
+        self
+    }
+
+    fn ai_cpu(mut self) -> Evidence {
+        self.in_ai_cpu_code = true;
+        self
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// AI-CPU ops: the ones public source shows, and the ones an input registers.
+
+/// One op registered with `opKernelLib=AICPUKernel` (a `.ini` section or a `.json` entry).
+#[derive(Clone, Debug)]
+struct Registration {
+    op: String,
+    function: String,
+    kernel_so: String,
+    /// `file:line` of the op's entry.
+    at: String,
+}
+
+/// The AI-CPU op registrations in reach of a component: the ones of its input (wheel or tree), and the ones given
+/// as paths.
+#[derive(Clone, Debug, Default)]
+struct AiCpuOps {
+    registered: Vec<Registration>,
+    /// Directories (as shown) holding a registration: the sources beside it are the AI-CPU kernel's.
+    dirs: BTreeMap<String, String>,
+}
+
+/// What an AI-CPU op name is.
+#[derive(Clone, Copy)]
+enum AiCpuOp<'a> {
+    /// One [`AICPU_COPY_OPS`] names: its body submits copies.
+    Copy(&'static str),
+    /// One [`AICPU_OTHER_OPS`] names.
+    Other(&'static str),
+    /// One an input registers, which public source does not show.
+    Registered(&'a Registration),
+}
+
+impl AiCpuOps {
+    fn add(&mut self, shown: &str, registrations: Vec<Registration>) {
+        if let Some(first) = registrations.first() {
+            let dir = shown.rsplit_once('/').map_or("", |(dir, _)| dir).to_owned();
+            self.dirs.entry(dir).or_insert_with(|| first.at.clone());
+        }
+        self.registered.extend(registrations);
+    }
+
+    /// The op this name (a function name, exactly) is, if any.
+    fn op(&self, name: &str) -> Option<AiCpuOp<'_>> {
+        if let Some(&(_, what)) = AICPU_COPY_OPS.iter().find(|(op, _)| *op == name) {
+            return Some(AiCpuOp::Copy(what));
+        }
+        if let Some(&(_, what)) = AICPU_OTHER_OPS.iter().find(|(op, _)| *op == name) {
+            return Some(AiCpuOp::Other(what));
+        }
+        self.registered.iter().find(|r| r.function == name || r.op == name).map(AiCpuOp::Registered)
+    }
+
+    /// Whether `text` holds any op's name (a cheap look before demangling a symbol).
+    fn named_in(&self, text: &str) -> bool {
+        AICPU_COPY_OPS.iter().chain(AICPU_OTHER_OPS).any(|(op, _)| text.contains(op))
+            || self.registered.iter().any(|r| text.contains(&r.function) || text.contains(&r.op))
+    }
+
+    /// The registration whose `kernelSo` is this file name.
+    fn kernel_so(&self, file_name: &str) -> Option<&Registration> {
+        self.registered.iter().find(|r| r.kernel_so == file_name)
+    }
+}
+
+impl AiCpuOp<'_> {
+    fn submits(self) -> bool {
+        matches!(self, AiCpuOp::Copy(_))
+    }
+
+    fn stance(self) -> Stance {
+        if self.submits() {
+            Stance::Against
+        } else {
+            Stance::Neutral
+        }
+    }
+
+    /// What the op is, for evidence text.
+    fn describe(self) -> String {
+        match self {
+            AiCpuOp::Copy(what) => format!("{what}; so the AI CPU submits these copies"),
+            AiCpuOp::Other(what) => format!("{what}; an AI-CPU kernel that submits no copy"),
+            AiCpuOp::Registered(r) => format!(
+                "registered as an AI-CPU op at {} (`{}` in `{}`); nothing here shows whether it submits copies",
+                r.at, r.function, r.kernel_so
+            ),
+        }
+    }
+}
+
+/// The `opKernelLib=AICPUKernel` entries of a `.ini` (`[Op]` sections of `opInfo.*` keys, as HiXL's
+/// `libcann_hixl_kernel.ini`) or `.json` (`{"Op": {"opInfo": {...}}}`, as the runtime's AI-CPU op config) file.
+fn parse_registrations(shown: &str, extension: &str, text: &str) -> Vec<Registration> {
+    if !text.contains("AICPUKernel") {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    if extension == "ini" {
+        let mut section: Option<(String, usize, BTreeMap<String, String>)> = None;
+        let finish = |section: Option<(String, usize, BTreeMap<String, String>)>, out: &mut Vec<Registration>| {
+            if let Some((op, line, keys)) = section {
+                if keys.get("opInfo.opKernelLib").map(String::as_str) == Some("AICPUKernel") {
+                    out.push(Registration {
+                        function: keys.get("opInfo.functionName").cloned().unwrap_or_else(|| op.clone()),
+                        kernel_so: keys.get("opInfo.kernelSo").cloned().unwrap_or_default(),
+                        op,
+                        at: format!("{shown}:{line}"),
+                    });
+                }
+            }
+        };
+        for (index, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if let Some(name) = line.strip_prefix('[').and_then(|rest| rest.strip_suffix(']')) {
+                finish(section.take(), &mut out);
+                section = Some((name.trim().to_owned(), index + 1, BTreeMap::new()));
+            } else if let (Some((key, value)), Some((_, _, keys))) = (line.split_once('='), section.as_mut()) {
+                keys.insert(key.trim().to_owned(), value.trim().to_owned());
+            }
+        }
+        finish(section, &mut out);
+    } else if let Ok(serde_json::Value::Object(ops)) = serde_json::from_str::<serde_json::Value>(text) {
+        for (op, entry) in &ops {
+            let info = &entry["opInfo"];
+            if info["opKernelLib"].as_str() != Some("AICPUKernel") {
+                continue;
+            }
+            let quoted = format!("\"{op}\"");
+            let line = text.lines().position(|l| l.contains(&quoted)).map_or(1, |i| i + 1);
+            out.push(Registration {
+                op: op.clone(),
+                function: info["functionName"].as_str().unwrap_or(op).to_owned(),
+                kernel_so: info["kernelSo"].as_str().unwrap_or_default().to_owned(),
+                at: format!("{shown}:{line}"),
+            });
+        }
+    }
+    out
+}
+
+/// The evidence of one registration entry.
+fn registration_evidence(registration: &Registration, ops: &AiCpuOps) -> Evidence {
+    let op = ops.op(&registration.function).unwrap_or(AiCpuOp::Registered(registration));
+    let what = match op {
+        AiCpuOp::Registered(_) => format!(
+            "AI-CPU op `{}` registered with opKernelLib=AICPUKernel (function `{}` in `{}`): an AI-CPU kernel; \
+             nothing here shows whether it submits copies",
+            registration.op, registration.function, registration.kernel_so
+        ),
+        known => format!(
+            "AI-CPU op `{}` registered with opKernelLib=AICPUKernel (function `{}` in `{}`): {}",
+            registration.op,
+            registration.function,
+            registration.kernel_so,
+            known.describe()
+        ),
+    };
+    Evidence::new(EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, op.stance(), what, registration.at.clone())
+}
+
+/// Inspects every path: wheels, ELF files, source trees, single source files and AI-CPU op registrations. A path
+/// that does not exist, and a file that cannot be read or parsed, is a [`Problem`] of the report, never a panic.
 pub fn inspect(paths: &[PathBuf]) -> InspectReport {
     let mut report = InspectReport {
         schema: INSPECT_SCHEMA.to_owned(),
@@ -242,8 +492,21 @@ pub fn inspect(paths: &[PathBuf]) -> InspectReport {
         problems: Vec::new(),
         caveat: CAVEAT.to_owned(),
     };
+    // Registrations given as paths are in reach of every component: a kernel .so given beside its .ini is known.
+    let mut given = AiCpuOps::default();
     for path in paths {
-        inspect_path(path, &mut report);
+        let extension = extension_of(path);
+        if REGISTRATION_EXTENSIONS.contains(&extension.as_str()) && path.is_file() {
+            let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            if let Ok(Some(text)) = read_source(path, len) {
+                let shown = path.display().to_string();
+                let registrations = parse_registrations(&shown, &extension, &text);
+                given.add(&shown, registrations);
+            }
+        }
+    }
+    for path in paths {
+        inspect_path(path, &given, &mut report);
     }
     report
 }
@@ -252,7 +515,11 @@ fn problem(report: &mut InspectReport, path: impl Into<String>, what: impl Into<
     report.problems.push(Problem { path: path.into(), problem: what.into() });
 }
 
-fn inspect_path(path: &Path, report: &mut InspectReport) {
+fn extension_of(path: &Path) -> String {
+    path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase()
+}
+
+fn inspect_path(path: &Path, given: &AiCpuOps, report: &mut InspectReport) {
     let shown = path.display().to_string();
     let meta = match std::fs::metadata(path) {
         Ok(meta) => meta,
@@ -260,19 +527,20 @@ fn inspect_path(path: &Path, report: &mut InspectReport) {
         Err(e) => return problem(report, shown, format!("unreadable: {e}")),
     };
     if meta.is_dir() {
-        return inspect_tree(path, report);
+        return inspect_tree(path, given, report);
     }
     let mut head = [0u8; 4];
     let got = match std::fs::File::open(path).and_then(|mut f| read_up_to(&mut f, &mut head)) {
         Ok(got) => got,
         Err(e) => return problem(report, shown, format!("unreadable: {e}")),
     };
-    let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+    let extension = extension_of(path);
     if got == 4 && head == *b"\x7fELF" {
         match read_bounded(path, MAX_BINARY_BYTES) {
             Ok(data) => {
                 let mut sink = Sink::default();
-                match inspect_elf(&data, &mut sink) {
+                let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned());
+                match inspect_elf(&data, file_name.as_deref(), given, &mut sink) {
                     Ok(()) => report.components.push(sink.finish(shown.clone(), ComponentKind::Elf, &shown, 0)),
                     Err(e) => problem(report, shown, format!("malformed ELF: {e}")),
                 }
@@ -280,7 +548,7 @@ fn inspect_path(path: &Path, report: &mut InspectReport) {
             Err(e) => problem(report, shown, format!("unreadable: {e}")),
         }
     } else if extension == "whl" || extension == "zip" || (got == 4 && head == *b"PK\x03\x04") {
-        inspect_wheel(path, report);
+        inspect_wheel(path, given, report);
     } else if SOURCE_EXTENSIONS.contains(&extension.as_str()) {
         let mut files = Vec::new();
         match read_source(path, meta.len()) {
@@ -291,11 +559,30 @@ fn inspect_path(path: &Path, report: &mut InspectReport) {
         let macros = device_macros(&files);
         let mut sink = Sink::default();
         for file in &files {
-            scan_source(file, &macros, &mut sink);
+            scan_source(file, &macros, given, &mut sink);
+        }
+        report.components.push(sink.finish(shown.clone(), ComponentKind::SourceTree, &shown, 1));
+    } else if REGISTRATION_EXTENSIONS.contains(&extension.as_str()) {
+        let text = match read_source(path, meta.len()) {
+            Ok(Some(text)) => text,
+            Ok(None) => return problem(report, shown, "not a text file, or larger than 4 MiB"),
+            Err(e) => return problem(report, shown, format!("unreadable: {e}")),
+        };
+        let registrations = parse_registrations(&shown, &extension, &text);
+        if registrations.is_empty() {
+            return problem(report, shown, "not an AI-CPU op registration (no entry with opKernelLib=AICPUKernel)");
+        }
+        let mut sink = Sink::default();
+        for registration in &registrations {
+            sink.push(registration_evidence(registration, given));
         }
         report.components.push(sink.finish(shown.clone(), ComponentKind::SourceTree, &shown, 1));
     } else {
-        problem(report, shown, "not a wheel, an ELF file, a directory or a source file (by name or content)");
+        problem(
+            report,
+            shown,
+            "not a wheel, an ELF file, a directory, a source file or an AI-CPU op registration (by name or content)",
+        );
     }
 }
 
@@ -335,6 +622,17 @@ fn text_of(data: Vec<u8>) -> Option<String> {
 // ---------------------------------------------------------------------------------------------------------------
 // Collecting one component's evidence, and its verdict.
 
+/// An AI-CPU op's name met outside AI-CPU code: it counts (the Host side of an AI-CPU path) only when the same
+/// component launches a kernel, which [`Sink::finish`] knows.
+struct PendingOp {
+    name: String,
+    /// How it was found (`its name as a string in .rodata`).
+    found: String,
+    stance: Stance,
+    describe: String,
+    location: String,
+}
+
 #[derive(Default)]
 struct Sink {
     evidence: Vec<Evidence>,
@@ -345,6 +643,9 @@ struct Sink {
     counted: BTreeMap<(EvidenceClass, Stance), usize>,
     /// Items only in comments.
     commented: usize,
+    /// Counted AI-CPU submission items from AI-CPU code itself (not a launch of an op).
+    ai_cpu_code: usize,
+    pending: Vec<PendingOp>,
 }
 
 impl Sink {
@@ -353,6 +654,12 @@ impl Sink {
             self.commented += 1;
         } else {
             *self.counted.entry((item.class, item.for_or_against)).or_default() += 1;
+            if item.in_ai_cpu_code
+                && item.for_or_against == Stance::Against
+                && item.class != EvidenceClass::HostSubmission
+            {
+                self.ai_cpu_code += 1;
+            }
         }
         if self.evidence.len() >= MAX_EVIDENCE {
             self.dropped += 1;
@@ -368,50 +675,116 @@ impl Sink {
         }
     }
 
+    /// An AI-CPU op's name met outside AI-CPU code, decided at [`Sink::finish`].
+    fn pending_op(&mut self, name: &str, op: AiCpuOp<'_>, found: String, location: String) {
+        if self.seen.insert((EvidenceClass::AiCpuKernel, name.to_owned(), location.clone())) {
+            self.pending.push(PendingOp {
+                name: name.to_owned(),
+                found,
+                stance: op.stance(),
+                describe: op.describe(),
+                location,
+            });
+        }
+    }
+
     fn has(&self, class: EvidenceClass, stance: Stance) -> bool {
         self.counted.get(&(class, stance)).is_some_and(|&n| n > 0)
     }
 
-    fn finish(self, name: String, kind: ComponentKind, root: &str, files_read: usize) -> Component {
+    fn finish(mut self, name: String, kind: ComponentKind, root: &str, files_read: usize) -> Component {
+        let launch = self.has(EvidenceClass::KernelLaunch, Stance::For);
+        for op in std::mem::take(&mut self.pending) {
+            let (stance, what) = if launch {
+                let side =
+                    if op.stance == Stance::Against { "the Host side of an AI-CPU-submitted path: " } else { "" };
+                (
+                    op.stance,
+                    format!(
+                        "launches the AI-CPU op `{}` ({}, and a kernel launch API in this component): {side}{}",
+                        op.name, op.found, op.describe
+                    ),
+                )
+            } else {
+                (
+                    Stance::Mentions,
+                    format!(
+                        "names the AI-CPU op `{}` ({}), but nothing in this component launches a kernel: a name only",
+                        op.name, op.found
+                    ),
+                )
+            };
+            self.push(Evidence::new(EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, stance, what, op.location));
+        }
+
         let kernel =
             self.has(EvidenceClass::DeviceKernel, Stance::For) || self.has(EvidenceClass::KernelLaunch, Stance::For);
-        let descriptors = [EvidenceClass::Descriptor, EvidenceClass::Doorbell, EvidenceClass::ShmemDeviceApi]
+        let aiv = [EvidenceClass::Descriptor, EvidenceClass::Doorbell, EvidenceClass::ShmemDeviceApi]
             .iter()
             .any(|&class| self.has(class, Stance::For));
+        let ai_cpu = [EvidenceClass::AiCpuKernel, EvidenceClass::Descriptor, EvidenceClass::Doorbell]
+            .iter()
+            .any(|&class| self.has(class, Stance::Against));
         let host = self.has(EvidenceClass::HostSubmission, Stance::Against);
-        let (verdict, reason) = if kernel && descriptors && !host {
-            (
-                Verdict::AivDirect,
-                "device-kernel evidence and descriptor/doorbell evidence from device code, and no Host-submission \
-                 evidence"
+        let (verdict, reason) = match (aiv, ai_cpu, host) {
+            (true, false, false) if kernel => (
+                Submitter::AivDirect,
+                "device-kernel evidence and descriptor/doorbell evidence from device code, and no Host- or \
+                 AI-CPU-submission evidence"
                     .to_owned(),
-            )
-        } else if host && !descriptors {
-            let reason = if kernel {
-                "Host-submission evidence and no descriptor/doorbell evidence from device code (a kernel is there, \
-                 but nothing shows it writes descriptors)"
-            } else {
-                "Host-submission evidence and no descriptor/doorbell evidence from device code"
-            };
-            (Verdict::HostSubmitted, reason.to_owned())
-        } else if host && descriptors {
-            (Verdict::Undetermined, "both Host-submission and device-descriptor evidence".to_owned())
-        } else if descriptors {
-            (Verdict::Undetermined, "device-descriptor evidence but no device-kernel evidence".to_owned())
-        } else if kernel {
-            (
-                Verdict::Undetermined,
+            ),
+            (true, false, false) => {
+                (Submitter::Unknown, "device-descriptor evidence but no device-kernel evidence".to_owned())
+            }
+            (false, true, false) if self.ai_cpu_code > 0 => (
+                Submitter::AiCpuSubmitted,
+                "AI-CPU-submission evidence from AI-CPU code (an AI-CPU kernel writes the descriptors or is an op \
+                 that submits copies), and no AIV device-descriptor or Host-submission evidence"
+                    .to_owned(),
+            ),
+            (false, true, false) => (
+                Submitter::AiCpuSubmitted,
+                "AI-CPU-submission evidence: it launches or registers AI-CPU ops that submit the copies (the Host \
+                 side of an AI-CPU-submitted path), and no AIV device-descriptor or Host-submission evidence"
+                    .to_owned(),
+            ),
+            (false, false, true) => {
+                let reason = if kernel {
+                    "Host-submission evidence and no descriptor/doorbell evidence from device code (a kernel is \
+                     there, but nothing shows it writes descriptors)"
+                } else {
+                    "Host-submission evidence and no descriptor/doorbell evidence from device code"
+                };
+                (Submitter::HostSubmitted, reason.to_owned())
+            }
+            (true, false, true) => (Submitter::Mixed, "both Host-submission and device-descriptor evidence".to_owned()),
+            (false, true, true) => (Submitter::Mixed, "both Host-submission and AI-CPU-submission evidence".to_owned()),
+            (true, true, false) => {
+                (Submitter::Mixed, "both AI-CPU-submission and device-descriptor evidence".to_owned())
+            }
+            (true, true, true) => {
+                (Submitter::Mixed, "Host-submission, AI-CPU-submission and device-descriptor evidence".to_owned())
+            }
+            (false, false, false) if kernel => (
+                Submitter::Unknown,
                 "device-kernel evidence (or a kernel launch) only: nothing shows who writes the descriptors and \
                  rings the doorbell"
                     .to_owned(),
-            )
-        } else if self.commented > 0 {
-            (
-                Verdict::Undetermined,
+            ),
+            (false, false, false) if self.has(EvidenceClass::AiCpuKernel, Stance::Neutral) => (
+                Submitter::Unknown,
+                "an AI-CPU kernel only: nothing shows it writes the descriptors and rings the doorbell".to_owned(),
+            ),
+            (false, false, false) if self.counted.keys().any(|&(_, stance)| stance == Stance::Mentions) => (
+                Submitter::Unknown,
+                "no evidence either way: only names that mention a device word or an op, which are never evidence"
+                    .to_owned(),
+            ),
+            (false, false, false) if self.commented > 0 => (
+                Submitter::Unknown,
                 "no evidence either way outside comments (comments alone never decide a verdict)".to_owned(),
-            )
-        } else {
-            (Verdict::Undetermined, "no evidence either way".to_owned())
+            ),
+            (false, false, false) => (Submitter::Unknown, "no evidence either way".to_owned()),
         };
         Component {
             name,
@@ -438,7 +811,7 @@ fn classify_name(name: &str, qualified: &str) -> Option<(EvidenceClass, Check, &
         return Some((C::HostSubmission, Check::HostSubmission, "Host copy call (ACL runtime memcpy)"));
     }
     if name.starts_with("HixlCSClientBatchPut") || name.starts_with("HixlCSClientBatchGet") {
-        return Some((C::HostSubmission, Check::HostSubmission, "HiXL client batch transfer call"));
+        return Some((C::HostSubmission, Check::HostSubmission, "HiXL client batch transfer call (a Host API)"));
     }
     if matches!(name, "HcclBatchPut" | "HcclBatchGet" | "HcclPut" | "HcclGet") || name.starts_with("hcclMemcpy") {
         return Some((C::HostSubmission, Check::HostSubmission, "HCCL memory-transport call"));
@@ -446,13 +819,10 @@ fn classify_name(name: &str, qualified: &str) -> Option<(EvidenceClass, Check, &
     if matches!(name, "TransferSync" | "TransferAsync")
         && (qualified.contains("AdxlEngine") || qualified.contains("adxl::"))
     {
-        return Some((C::HostSubmission, Check::HostSubmission, "ADXL engine transfer call"));
+        return Some((C::HostSubmission, Check::HostSubmission, "ADXL engine transfer call (a Host API)"));
     }
     // Kernel launch (Host side of check 1).
-    if name.starts_with("aclrtLaunchKernel")
-        || name.starts_with("aclrtBinaryLoad")
-        || name.starts_with("rtKernelLaunch")
-    {
+    if is_launch_api(name) {
         return Some((C::KernelLaunch, Check::Kernel, "kernel launch / device binary load API"));
     }
     // Completion (check 4), before the descriptor rule: `poll_cq` names a CQ.
@@ -474,6 +844,19 @@ fn classify_name(name: &str, qualified: &str) -> Option<(EvidenceClass, Check, &
         return Some((C::ShmemDeviceApi, Check::Descriptors, "SHMEM device API call"));
     }
     None
+}
+
+/// The launch and device-binary APIs, by the start of their names.
+const LAUNCH_APIS: &[&str] = &["aclrtLaunchKernel", "aclrtBinaryLoad", "aclrtBinaryGetFunction", "rtKernelLaunch"];
+
+fn is_launch_api(name: &str) -> bool {
+    LAUNCH_APIS.iter().any(|api| name.starts_with(api))
+}
+
+/// The launch API a variable's name is made of (`pAclrtLaunchKernelWithConfig`, `g_rtKernelLaunch`), if any.
+fn launch_api_in(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    LAUNCH_APIS.iter().copied().find(|api| lower.contains(&api.to_ascii_lowercase()))
 }
 
 /// Device-kernel markers of AscendC/CCE device code, as identifiers.
@@ -572,7 +955,37 @@ fn line_markers(line: &str) -> Vec<&'static str> {
     found
 }
 
-fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, sink: &mut Sink) {
+/// Whether `id` (a slice of `line`) is the name of a function defined on this line: a type before it, `(` after it,
+/// and no `;` ending the line (`uint32_t HixlBatchPut(HixlOneSideOpParam *param) {`).
+fn defines(line: &str, id: &str) -> bool {
+    let start = id.as_ptr() as usize - line.as_ptr() as usize;
+    let before = line[..start].trim_end();
+    let after = line[start + id.len()..].trim_start();
+    let typed = before.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '*' || c == '&');
+    let keyword = ["return", "else", "case"].iter().any(|k| before.ends_with(k));
+    typed && !keyword && after.starts_with('(') && !line.trim_end().ends_with(';')
+}
+
+/// Why a source file is AI-CPU code, if it is: it lies beside an AI-CPU op registration, or it defines an AI-CPU op.
+fn ai_cpu_code_of(file: &SourceFile, ops: &AiCpuOps) -> Option<String> {
+    let dir = file.shown.rsplit_once('/').map_or("", |(dir, _)| dir);
+    if let Some(at) = ops.dirs.get(dir) {
+        return Some(format!("beside the AI-CPU op registration at {at}"));
+    }
+    for line in file.text.lines() {
+        if is_comment_line(line, &file.extension) {
+            continue;
+        }
+        for (id, _) in identifiers(line) {
+            if ops.op(id).is_some() && defines(line, id) {
+                return Some(format!("defines the AI-CPU op `{id}`"));
+            }
+        }
+    }
+    None
+}
+
+fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, ops: &AiCpuOps, sink: &mut Sink) {
     let lines: Vec<&str> = file.text.lines().collect();
     // Device code: device-kernel markers outside comments.
     let device_code = lines.iter().any(|line| {
@@ -580,6 +993,8 @@ fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, sink: &mut S
             && (!line_markers(line).is_empty()
                 || identifiers(line).iter().any(|&(id, _)| device_marker(id).is_some() || macros.contains_key(id)))
     });
+    // AI-CPU code: the sources of an AI-CPU kernel (device code wins: an AIV kernel is not an AI-CPU one).
+    let ai_cpu_code = if device_code { None } else { ai_cpu_code_of(file, ops) };
     let mut polls = Vec::new();
     let mut dccis = Vec::new();
     for (index, line) in lines.iter().enumerate() {
@@ -596,6 +1011,7 @@ fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, sink: &mut S
                     location: location.clone(),
                     in_comment,
                     in_device_code: device_code,
+                    in_ai_cpu_code: ai_cpu_code.is_some(),
                 });
             }
         };
@@ -618,19 +1034,42 @@ fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, sink: &mut S
                 add(sink, EvidenceClass::DeviceKernel, Check::Kernel, what, Stance::For);
             } else if id == "dcci" {
                 dccis.push(index);
+            } else if let Some(op) = ops.op(id) {
+                match &ai_cpu_code {
+                    // An op's body: the file is the AI-CPU kernel's.
+                    Some(_) if defines(line, id) => {
+                        let what = format!("defines the AI-CPU op `{id}` in AI-CPU code: {}", op.describe());
+                        add(sink, EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, what, op.stance());
+                    }
+                    // Its name elsewhere in its own kernel (a log message, a declaration): nothing more.
+                    Some(_) => {}
+                    None if in_comment => {
+                        let what = format!("names the AI-CPU op `{id}` in a comment: a name only");
+                        add(sink, EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, what, Stance::Mentions);
+                    }
+                    None => sink.pending_op(id, op, "its name in Host code".to_owned(), location.clone()),
+                }
             } else if let Some((class, check, what)) = classify_name(id, if path.contains("::") { path } else { line })
             {
                 let stance = match class {
                     EvidenceClass::HostSubmission => Stance::Against,
                     EvidenceClass::KernelLaunch => Stance::For,
                     _ if device_code => Stance::For,
+                    // Descriptors written and doorbells rung by an AI-CPU kernel: against the AIV doing it.
+                    EvidenceClass::Descriptor | EvidenceClass::Doorbell if ai_cpu_code.is_some() => Stance::Against,
                     _ => Stance::Neutral,
                 };
                 if class == EvidenceClass::DeviceCompletion {
                     polls.push(index);
                 }
                 let shown = if path.contains("::") { path } else { id };
-                add(sink, class, check, format!("{what}: `{shown}`"), stance);
+                let what = match (&ai_cpu_code, stance) {
+                    (Some(why), Stance::Against) if class != EvidenceClass::HostSubmission => {
+                        format!("{what} in AI-CPU code (this file {why}): `{shown}`")
+                    }
+                    _ => format!("{what}: `{shown}`"),
+                };
+                add(sink, class, check, what, stance);
             }
         }
     }
@@ -646,15 +1085,18 @@ fn scan_source(file: &SourceFile, macros: &HashMap<String, String>, sink: &mut S
                 location: format!("{}:{}", file.shown, index + 1),
                 in_comment,
                 in_device_code: device_code,
+                in_ai_cpu_code: ai_cpu_code.is_some(),
             });
         }
     }
 }
 
 /// A source tree: files grouped by their first three path segments relative to the root.
-fn inspect_tree(root: &Path, report: &mut InspectReport) {
+fn inspect_tree(root: &Path, given: &AiCpuOps, report: &mut InspectReport) {
     let shown_root = root.display().to_string();
     let mut groups: BTreeMap<String, Vec<SourceFile>> = BTreeMap::new();
+    // AI-CPU op registrations, by group: (file shown, its entries).
+    let mut registrations: BTreeMap<String, Vec<(String, Vec<Registration>)>> = BTreeMap::new();
     let mut stack = vec![(root.to_path_buf(), 0usize)];
     while let Some((dir, depth)) = stack.pop() {
         let entries = match std::fs::read_dir(&dir) {
@@ -678,8 +1120,10 @@ fn inspect_tree(root: &Path, report: &mut InspectReport) {
                 }
                 continue;
             }
-            let extension = path.extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
-            if !kind.is_file() || !SOURCE_EXTENSIONS.contains(&extension.as_str()) {
+            let extension = extension_of(&path);
+            let source = SOURCE_EXTENSIONS.contains(&extension.as_str());
+            let registration = REGISTRATION_EXTENSIONS.contains(&extension.as_str());
+            if !kind.is_file() || !(source || registration) {
                 continue;
             }
             let relative = path.strip_prefix(root).unwrap_or(&path);
@@ -695,23 +1139,48 @@ fn inspect_tree(root: &Path, report: &mut InspectReport) {
                 }
             };
             let group = segments.iter().take(3).cloned().collect::<Vec<_>>().join("/");
-            groups.entry(group).or_default().push(SourceFile { shown: segments.join("/"), extension, text });
+            let shown = segments.join("/");
+            if source {
+                groups.entry(group).or_default().push(SourceFile { shown, extension, text });
+            } else {
+                let found = parse_registrations(&shown, &extension, &text);
+                if !found.is_empty() {
+                    registrations.entry(group).or_default().push((shown, found));
+                }
+            }
         }
     }
-    // Device-qualifier macros are taken from the whole tree: a kernel uses the one its platform header defines.
+    // Device-qualifier macros and AI-CPU op registrations are taken from the whole tree: a kernel uses the qualifier
+    // its platform header defines, and a Host file launches the ops another directory registers.
     let mut macros = HashMap::new();
     for files in groups.values() {
         for (name, at) in device_macros(files) {
             macros.entry(name).or_insert(at);
         }
     }
+    let mut ops = given.clone();
+    for entries in registrations.values() {
+        for (shown, found) in entries {
+            ops.add(shown, found.clone());
+        }
+    }
+    for group in registrations.keys() {
+        groups.entry(group.clone()).or_default();
+    }
     for (group, mut files) in groups {
         files.sort_by(|a, b| a.shown.cmp(&b.shown));
         let mut sink = Sink::default();
-        for file in &files {
-            scan_source(file, &macros, &mut sink);
+        let mut read = files.len();
+        for (_, found) in registrations.get(&group).map(Vec::as_slice).unwrap_or_default() {
+            read += 1;
+            for registration in found {
+                sink.push(registration_evidence(registration, &ops));
+            }
         }
-        report.components.push(sink.finish(group, ComponentKind::SourceTree, &shown_root, files.len()));
+        for file in &files {
+            scan_source(file, &macros, &ops, &mut sink);
+        }
+        report.components.push(sink.finish(group, ComponentKind::SourceTree, &shown_root, read));
     }
 }
 
@@ -730,13 +1199,27 @@ fn demangle(name: &str) -> String {
     name.to_owned()
 }
 
-/// The name rules applied to one (possibly demangled) symbol name: each identifier of it.
+/// A symbol that is never evidence: a C++ guard variable, vtable, VTT, typeinfo or typeinfo name, or a thread-local
+/// wrapper. Their names repeat a class's or variable's name (`guard variable for ock::mf::env::ASCEND_HOME_PATH`),
+/// and none of them is a device object.
+fn is_cxx_runtime_symbol(raw: &str, demangled: &str) -> bool {
+    ["_ZGV", "_ZTV", "_ZTT", "_ZTI", "_ZTS", "_ZTC", "_ZTH", "_ZTW"].iter().any(|prefix| raw.starts_with(prefix))
+        || ["guard variable for ", "vtable for ", "VTT for ", "typeinfo for ", "typeinfo name for ", "{vtable("]
+            .iter()
+            .any(|prefix| demangled.starts_with(prefix))
+}
+
+/// The function's or variable's own name in a (demangled) symbol: the last identifier before the parameter list.
+fn own_name(demangled: &str) -> &str {
+    let head = demangled.split('(').next().unwrap_or(demangled);
+    identifiers(head).last().map(|&(id, _)| id).unwrap_or(head)
+}
+
+/// The name rules applied to one (possibly demangled) symbol name of a device object: each identifier of it.
 fn classify_symbol(demangled: &str) -> Option<(EvidenceClass, Check, &'static str)> {
     let ids = identifiers(demangled);
-    // The function's own name is the last identifier before the parameter list.
     let head = demangled.split('(').next().unwrap_or(demangled);
-    let own = identifiers(head).last().map(|&(id, _)| id).unwrap_or(demangled);
-    classify_name(own, head).or_else(|| {
+    classify_name(own_name(demangled), head).or_else(|| {
         // Device objects' symbols: any part of the name (a kernel's local structures, e.g. `CopySqe::fill`).
         ids.iter().find_map(|&(id, _)| {
             classify_name(id, head).filter(|(c, _, _)| !matches!(c, EvidenceClass::HostSubmission))
@@ -744,12 +1227,76 @@ fn classify_symbol(demangled: &str) -> Option<(EvidenceClass, Check, &'static st
     })
 }
 
-fn inspect_elf(data: &[u8], sink: &mut Sink) -> Result<(), String> {
+/// The symbol rule for a Host ELF: the function's own name, with its qualifier for ADXL's methods.
+fn classify_name_of_symbol(demangled: &str) -> Option<(EvidenceClass, Check, &'static str)> {
+    let head = demangled.split('(').next().unwrap_or(demangled);
+    classify_name(own_name(demangled), head)
+}
+
+fn inspect_elf(data: &[u8], file_name: Option<&str>, ops: &AiCpuOps, sink: &mut Sink) -> Result<(), String> {
     let file = object::File::parse(data).map_err(|e| e.to_string())?;
     if file.format() != object::BinaryFormat::Elf {
         return Err("not an ELF file".to_owned());
     }
-    let host_machine = elf_machine(data);
+    let own_machine = elf_machine(data);
+    let own_shown = own_machine.map_or_else(|| "unknown".to_owned(), |m| format!("{m:#06x}"));
+    // The file itself a device object: an ELF for the NPU's machine (a kernel object given or shipped as a file).
+    let npu = own_machine == Some(NPU_ELF_MACHINE);
+    if npu {
+        sink.push_once(
+            Evidence::new(
+                EvidenceClass::DeviceKernel,
+                Check::Kernel,
+                Stance::For,
+                format!(
+                    "this file is an ELF for machine {NPU_ELF_MACHINE:#06x} (EM_HIIPU, the NPU's AI Core): a device \
+                     object, so its symbols and strings are device code"
+                ),
+                format!("ELF header (e_machine {NPU_ELF_MACHINE:#06x})"),
+            )
+            .device(),
+        );
+    }
+    // An AI-CPU kernel .so: the kernelSo an op registration names, or the file that holds an AI-CPU op's body.
+    let mut ai_cpu = false;
+    if !npu {
+        if let Some(registration) = file_name.and_then(|name| ops.kernel_so(name)) {
+            ai_cpu = true;
+            let what = format!(
+                "this file is `{}`, the kernelSo of the AI-CPU op `{}` registered at {}: an AI-CPU kernel .so, so \
+                 its descriptor and doorbell names are AI-CPU code",
+                registration.kernel_so, registration.op, registration.at
+            );
+            let location = format!("file name {}", registration.kernel_so);
+            sink.push_once(
+                Evidence::new(EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, Stance::Neutral, what, location)
+                    .ai_cpu(),
+            );
+        }
+        for (table, symbols) in [(".dynsym", file.dynamic_symbols()), (".symtab", file.symbols())] {
+            for symbol in symbols {
+                let Ok(raw) = symbol.name() else { continue };
+                let text = symbol.kind() == object::SymbolKind::Text;
+                if symbol.is_undefined() || !text || raw.is_empty() || !ops.named_in(raw) {
+                    continue;
+                }
+                let name = demangle(raw);
+                let own = own_name(&name);
+                let Some(op) = ops.op(own) else { continue };
+                ai_cpu = true;
+                let what = format!(
+                    "defines the AI-CPU op `{own}` (a function symbol): this file holds the op's body, an AI-CPU \
+                     kernel .so; {}",
+                    op.describe()
+                );
+                let location = format!("symbol {raw} ({table})");
+                sink.push_once(
+                    Evidence::new(EvidenceClass::AiCpuKernel, Check::AiCpuSubmission, op.stance(), what, location)
+                        .ai_cpu(),
+                );
+            }
+        }
+    }
     // Symbols: imports (undefined) and definitions, from .dynsym and .symtab.
     // A name in both tables is reported once, from .dynsym.
     let mut named = BTreeSet::new();
@@ -760,58 +1307,96 @@ fn inspect_elf(data: &[u8], sink: &mut Sink) -> Result<(), String> {
                 continue;
             }
             let name = demangle(raw);
+            if is_cxx_runtime_symbol(raw, &name) {
+                continue;
+            }
             let undefined = symbol.is_undefined();
-            if let Some((class, check, what)) = classify_name_of_symbol(&name) {
+            let location = format!("symbol {raw} ({table}{})", if undefined { ", undefined" } else { "" });
+            let base = name.split('(').next().unwrap_or(&name).to_owned();
+            if npu {
+                if let Some((class, check, what)) = classify_symbol(&name) {
+                    let stance = if class == EvidenceClass::HostSubmission { Stance::Against } else { Stance::For };
+                    let what = format!("{what}: symbol `{base}` of this device object");
+                    sink.push_once(Evidence::new(class, check, stance, what, location).device());
+                }
+                continue;
+            }
+            let own = own_name(&name);
+            if let Some(op) = ops.op(own) {
+                if undefined || symbol.kind() != object::SymbolKind::Text {
+                    let verb = if undefined { "imports" } else { "defines" };
+                    sink.pending_op(own, op, format!("{verb} a symbol of that name"), location);
+                }
+                continue;
+            }
+            let data_variable = !undefined && symbol.kind() == object::SymbolKind::Data;
+            if data_variable {
+                if let Some(api) = launch_api_in(own) {
+                    let what = format!(
+                        "a variable named after the launch API `{api}*`: `{base}` (by its name a function pointer \
+                         filled at run time; a variable is neither a launch nor a device object)"
+                    );
+                    let item =
+                        Evidence::new(EvidenceClass::KernelLaunch, Check::Kernel, Stance::Mentions, what, location);
+                    sink.push_once(item);
+                    continue;
+                }
+            }
+            let classified = classify_name_of_symbol(&name).filter(|(class, _, _)| {
+                !(data_variable && matches!(class, EvidenceClass::HostSubmission | EvidenceClass::KernelLaunch))
+            });
+            if let Some((class, check, what)) = classified {
                 let stance = match class {
                     EvidenceClass::HostSubmission => Stance::Against,
                     EvidenceClass::KernelLaunch => Stance::For,
+                    EvidenceClass::Descriptor | EvidenceClass::Doorbell if ai_cpu => Stance::Against,
                     _ => Stance::Neutral, // a descriptor or doorbell name in Host code does not count
                 };
                 let verb = if undefined { "imports" } else { "defines" };
-                let base = name.split('(').next().unwrap_or(&name).to_owned();
-                sink.push_once(Evidence {
-                    class,
-                    check,
-                    for_or_against: stance,
-                    what: format!("{what}: {verb} `{base}`"),
-                    location: format!("symbol {raw} ({table}{})", if undefined { ", undefined" } else { "" }),
-                    in_comment: false,
-                    in_device_code: false,
-                });
-            } else if !undefined && symbol.kind() == object::SymbolKind::Data && mentions_device(&name) {
-                sink.push_once(Evidence {
-                    class: EvidenceClass::DeviceKernel,
-                    check: Check::Kernel,
-                    for_or_against: Stance::For,
-                    what: format!("embedded blob named like a device object: `{name}`"),
-                    location: format!("symbol {raw} ({table})"),
-                    in_comment: false,
-                    in_device_code: true,
-                });
+                let what = if ai_cpu && stance == Stance::Against && class != EvidenceClass::HostSubmission {
+                    format!("{what} in an AI-CPU kernel .so: {verb} `{base}`")
+                } else {
+                    format!("{what}: {verb} `{base}`")
+                };
+                let mut item = Evidence::new(class, check, stance, what, location);
+                item.in_ai_cpu_code = ai_cpu;
+                sink.push_once(item);
+            } else if data_variable && mentions_device(&name) {
+                let what = format!(
+                    "a data variable whose name mentions ascend, aicore or kernel: `{base}` (a name, not a device \
+                     object: no device ELF header is there)"
+                );
+                sink.push_once(Evidence::new(
+                    EvidenceClass::DeviceKernel,
+                    Check::Kernel,
+                    Stance::Mentions,
+                    what,
+                    location,
+                ));
             }
         }
     }
-    // Sections: device objects by name, embedded ELF images for another machine, and the names a binary looks up at
-    // run time (strings of its read-only data).
+    // Sections: embedded ELF images (a device object is one for the NPU's machine), names of sections, and the
+    // names a binary looks up at run time (strings of its read-only data).
     let mut embedded = 0usize;
     for section in file.sections() {
         let name = section.name().unwrap_or("").to_owned();
         let Ok(bytes) = section.data() else { continue };
-        let device_named = mentions_device(&name);
-        if device_named {
-            sink.push_once(Evidence {
-                class: EvidenceClass::DeviceKernel,
-                check: Check::Kernel,
-                for_or_against: Stance::For,
-                what: format!("section named like a device object: `{name}`"),
-                location: format!("section {name}"),
-                in_comment: false,
-                in_device_code: true,
-            });
-            scan_device_blob(bytes, &format!("section {name}"), sink);
+        if mentions_device(&name) && !bytes.starts_with(b"\x7fELF") {
+            let what = format!(
+                "a section whose name mentions ascend, aicore or kernel: `{name}` (a name only: its bytes start with \
+                 no ELF header, so it is not counted as a device object)"
+            );
+            let location = format!("section {name}");
+            sink.push_once(Evidence::new(EvidenceClass::DeviceKernel, Check::Kernel, Stance::Mentions, what, location));
         }
         if section.kind() == object::SectionKind::Text {
             continue;
+        }
+        let read_only =
+            matches!(section.kind(), object::SectionKind::ReadOnlyData | object::SectionKind::ReadOnlyString);
+        if npu && (read_only || section.kind() == object::SectionKind::Data) {
+            scan_device_blob(bytes, &format!("section {name}"), sink);
         }
         let mut at = 0;
         while embedded < MAX_EMBEDDED {
@@ -821,64 +1406,90 @@ fn inspect_elf(data: &[u8], sink: &mut Sink) -> Result<(), String> {
             let image = &bytes[offset..];
             let Some(machine) = elf_machine(image) else { continue };
             embedded += 1;
-            if Some(machine) == host_machine {
+            if Some(machine) == own_machine {
                 continue;
             }
             let location = format!("section {name} at offset {offset:#x}");
-            sink.push_once(Evidence {
-                class: EvidenceClass::DeviceKernel,
-                check: Check::Kernel,
-                for_or_against: Stance::For,
-                what: format!(
-                    "embedded ELF for another machine (e_machine {machine}, this file's {})",
-                    host_machine.map_or_else(|| "unknown".to_owned(), |m| m.to_string())
-                ),
-                location: location.clone(),
-                in_comment: false,
-                in_device_code: true,
-            });
+            if machine != NPU_ELF_MACHINE {
+                let aarch64 = if machine == AICPU_ELF_MACHINE {
+                    " (AArch64: the machine the Ascend runtime loads as AI-CPU kernels, and a Host library's too)"
+                } else {
+                    ""
+                };
+                let what = format!(
+                    "embedded ELF for machine {machine:#06x}{aarch64} at offset {offset:#x} in {name}, not this \
+                     file's machine {own_shown}: an image for another processor, not the NPU's \
+                     {NPU_ELF_MACHINE:#06x}, so not counted as a device object"
+                );
+                sink.push_once(Evidence::new(
+                    EvidenceClass::DeviceKernel,
+                    Check::Kernel,
+                    Stance::Mentions,
+                    what,
+                    location,
+                ));
+                continue;
+            }
+            let what = format!(
+                "embedded ELF for machine {NPU_ELF_MACHINE:#06x} (EM_HIIPU, the NPU's AI Core) at offset {offset:#x} \
+                 in {name}: a device object, so its symbols and strings are device code"
+            );
+            sink.push_once(
+                Evidence::new(EvidenceClass::DeviceKernel, Check::Kernel, Stance::For, what, location.clone()).device(),
+            );
             if let Ok(inner) = object::File::parse(image) {
                 for symbol in inner.symbols().chain(inner.dynamic_symbols()) {
                     let Ok(raw) = symbol.name() else { continue };
                     let demangled = demangle(raw);
                     if let Some((class, check, what)) = classify_symbol(&demangled) {
                         let stance = if class == EvidenceClass::HostSubmission { Stance::Against } else { Stance::For };
-                        sink.push_once(Evidence {
-                            class,
-                            check,
-                            for_or_against: stance,
-                            what: format!("{what}: device symbol `{demangled}`"),
-                            location: format!("{location}, symbol {raw}"),
-                            in_comment: false,
-                            in_device_code: true,
-                        });
+                        let what = format!("{what}: symbol `{demangled}` of the embedded device object");
+                        let location = format!("{location}, symbol {raw}");
+                        sink.push_once(Evidence::new(class, check, stance, what, location).device());
                     }
                 }
             }
-            if !device_named {
-                scan_device_blob(image, &location, sink);
-            }
+            scan_device_blob(image, &location, sink);
         }
-        if !device_named
-            && matches!(section.kind(), object::SectionKind::ReadOnlyData | object::SectionKind::ReadOnlyString)
-        {
+        if !npu && read_only {
             for (offset, text) in strings(bytes) {
+                let location = format!("section {name} at offset {offset:#x}");
+                if text.contains("op_impl/aicpu") {
+                    let what = format!(
+                        "a path into the runtime's AI-CPU op directory: `{text}` (it loads an AI-CPU kernel's \
+                         registration; nothing here shows what that kernel does)"
+                    );
+                    let item = Evidence::new(
+                        EvidenceClass::AiCpuKernel,
+                        Check::AiCpuSubmission,
+                        Stance::Neutral,
+                        what,
+                        location.clone(),
+                    );
+                    sink.push_once(if ai_cpu { item.ai_cpu() } else { item });
+                }
                 for (id, path) in identifiers(text) {
-                    if let Some((class, check, what)) = classify_name(id, path) {
-                        if matches!(class, EvidenceClass::HostSubmission | EvidenceClass::KernelLaunch) {
+                    if let Some(op) = ops.op(id) {
+                        if !ai_cpu {
+                            sink.pending_op(id, op, format!("its name as a string in {name}"), location.clone());
+                        }
+                        continue;
+                    }
+                    let Some((class, check, what)) = classify_name(id, path) else { continue };
+                    let item = match class {
+                        EvidenceClass::HostSubmission | EvidenceClass::KernelLaunch => {
                             let stance =
                                 if class == EvidenceClass::HostSubmission { Stance::Against } else { Stance::For };
-                            sink.push_once(Evidence {
-                                class,
-                                check,
-                                for_or_against: stance,
-                                what: format!("{what}: string `{id}` (a name looked up at run time, or a message)"),
-                                location: format!("section {name} at offset {offset:#x}"),
-                                in_comment: false,
-                                in_device_code: false,
-                            });
+                            let what = format!("{what}: string `{id}` (a name looked up at run time, or a message)");
+                            Evidence::new(class, check, stance, what, location.clone())
                         }
-                    }
+                        EvidenceClass::Descriptor | EvidenceClass::Doorbell if ai_cpu => {
+                            let what = format!("{what} in an AI-CPU kernel .so: string `{id}`");
+                            Evidence::new(class, check, Stance::Against, what, location.clone()).ai_cpu()
+                        }
+                        _ => continue,
+                    };
+                    sink.push_once(item);
                 }
             }
         }
@@ -886,28 +1497,15 @@ fn inspect_elf(data: &[u8], sink: &mut Sink) -> Result<(), String> {
     Ok(())
 }
 
-/// The symbol rule for a Host ELF: the function's own name, with its qualifier for ADXL's methods.
-fn classify_name_of_symbol(demangled: &str) -> Option<(EvidenceClass, Check, &'static str)> {
-    let head = demangled.split('(').next().unwrap_or(demangled);
-    let own = identifiers(head).last().map(|&(id, _)| id)?;
-    classify_name(own, head)
-}
-
-/// Strings of a device blob, by the name rules: all of them count as device code.
+/// Strings of a device object, by the name rules: all of them count as device code.
 fn scan_device_blob(bytes: &[u8], location: &str, sink: &mut Sink) {
     for (offset, text) in strings(bytes) {
         for (id, path) in identifiers(text) {
             if let Some((class, check, what)) = classify_name(id, path) {
                 let stance = if class == EvidenceClass::HostSubmission { Stance::Against } else { Stance::For };
-                sink.push_once(Evidence {
-                    class,
-                    check,
-                    for_or_against: stance,
-                    what: format!("{what}: `{id}` in a device object"),
-                    location: format!("{location}, string at offset {offset:#x}"),
-                    in_comment: false,
-                    in_device_code: true,
-                });
+                let what = format!("{what}: `{id}` in a device object");
+                let location = format!("{location}, string at offset {offset:#x}");
+                sink.push_once(Evidence::new(class, check, stance, what, location).device());
             }
         }
     }
@@ -962,7 +1560,7 @@ fn strings(bytes: &[u8]) -> impl Iterator<Item = (usize, &str)> {
 // ---------------------------------------------------------------------------------------------------------------
 // Wheels.
 
-fn inspect_wheel(path: &Path, report: &mut InspectReport) {
+fn inspect_wheel(path: &Path, given: &AiCpuOps, report: &mut InspectReport) {
     let shown = path.display().to_string();
     let wheel = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| shown.clone());
     let file = match std::fs::File::open(path) {
@@ -973,8 +1571,32 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
         Ok(archive) => archive,
         Err(e) => return problem(report, shown, format!("not a readable zip archive (wheel): {e}")),
     };
-    let mut sources = Vec::new();
     let mut read = 0u64;
+    // First the AI-CPU op registrations: the ELF members and sources are read knowing them.
+    let mut ops = given.clone();
+    let mut registrations: Vec<(String, Vec<Registration>)> = Vec::new();
+    for index in 0..archive.len() {
+        let Ok(mut entry) = archive.by_index(index) else { continue };
+        let inner = entry.name().to_owned();
+        let extension = extension_of(Path::new(&inner));
+        if entry.is_dir() || !REGISTRATION_EXTENSIONS.contains(&extension.as_str()) || entry.size() > MAX_SOURCE_BYTES {
+            continue;
+        }
+        let mut data = Vec::new();
+        if let Err(e) = (&mut entry).take(MAX_SOURCE_BYTES + 1).read_to_end(&mut data) {
+            problem(report, format!("{wheel}!{inner}"), format!("unreadable zip entry: {e}"));
+            continue;
+        }
+        read += data.len() as u64;
+        if let Some(text) = text_of(data) {
+            let found = parse_registrations(&inner, &extension, &text);
+            if !found.is_empty() {
+                ops.add(&inner, found.clone());
+                registrations.push((inner, found));
+            }
+        }
+    }
+    let mut sources = Vec::new();
     for index in 0..archive.len() {
         if read >= MAX_WHEEL_BYTES {
             let left = archive.len() - index;
@@ -993,7 +1615,10 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
         }
         let inner = entry.name().to_owned();
         let member = format!("{wheel}!{inner}");
-        let extension = Path::new(&inner).extension().and_then(|e| e.to_str()).unwrap_or("").to_ascii_lowercase();
+        let extension = extension_of(Path::new(&inner));
+        if REGISTRATION_EXTENSIONS.contains(&extension.as_str()) {
+            continue;
+        }
         let mut data = Vec::new();
         if SOURCE_EXTENSIONS.contains(&extension.as_str()) {
             if entry.size() > MAX_SOURCE_BYTES {
@@ -1025,22 +1650,28 @@ fn inspect_wheel(path: &Path, report: &mut InspectReport) {
         }
         read += data.len() as u64;
         let mut sink = Sink::default();
-        match inspect_elf(&data, &mut sink) {
+        let file_name = inner.rsplit('/').next();
+        match inspect_elf(&data, file_name, &ops, &mut sink) {
             Ok(()) => report.components.push(sink.finish(member, ComponentKind::WheelElf, &shown, 0)),
             Err(e) => problem(report, member, format!("malformed ELF: {e}")),
         }
     }
-    if !sources.is_empty() {
+    if !sources.is_empty() || !registrations.is_empty() {
         let macros = device_macros(&sources);
         let mut sink = Sink::default();
+        for (_, found) in &registrations {
+            for registration in found {
+                sink.push(registration_evidence(registration, &ops));
+            }
+        }
         for file in &sources {
-            scan_source(file, &macros, &mut sink);
+            scan_source(file, &macros, &ops, &mut sink);
         }
         report.components.push(sink.finish(
             format!("{wheel}!sources"),
             ComponentKind::WheelSources,
             &shown,
-            sources.len(),
+            sources.len() + registrations.len(),
         ));
     }
 }
@@ -1077,8 +1708,7 @@ impl InspectReport {
                 empty.push(component.name.as_str());
                 continue;
             }
-            let _ =
-                writeln!(out, "## {} ({}): {}\n", component.name, component.kind.label(), component.verdict.label());
+            let _ = writeln!(out, "## {} ({}): {}\n", component.name, component.kind.label(), component.verdict);
             let _ = writeln!(out, "Reason: {}.", component.reason);
             if component.files_read > 0 {
                 let _ = writeln!(out, "Files read: {}.", component.files_read);
@@ -1088,8 +1718,11 @@ impl InspectReport {
                 if items.is_empty() {
                     continue;
                 }
-                // Counted items first, then context, then comments; the same finding in one file on one line.
-                items.sort_by_key(|e| (e.in_comment, e.for_or_against == Stance::Neutral));
+                // Counted items first, then context, then names, then comments; the same finding in one file on one
+                // line.
+                items.sort_by_key(|e| {
+                    (e.in_comment, matches!(e.for_or_against, Stance::Neutral | Stance::Mentions), e.for_or_against)
+                });
                 let mut groups: Vec<(Finding, Vec<&str>)> = Vec::new();
                 for item in &items {
                     let (file, line) = match item.location.rsplit_once(':') {
@@ -1109,7 +1742,8 @@ impl InspectReport {
                     let stance = match stance {
                         Stance::For => "for",
                         Stance::Against => "against",
-                        Stance::Neutral => "context outside device code (not counted)",
+                        Stance::Neutral => "context (not counted)",
+                        Stance::Mentions => "mentions only (a name, not counted)",
                     };
                     let comment = if *in_comment { ", comment only (not counted)" } else { "" };
                     let mut at = file.to_string();
@@ -1136,7 +1770,7 @@ impl InspectReport {
             out.push('\n');
         }
         if !empty.is_empty() {
-            let _ = writeln!(out, "## No evidence either way (undetermined)\n\n{}\n", empty.join(", "));
+            let _ = writeln!(out, "## No evidence either way (unknown)\n\n{}\n", empty.join(", "));
         }
         if !self.problems.is_empty() {
             let _ = writeln!(out, "## Not inspected\n");
@@ -1147,5 +1781,53 @@ impl InspectReport {
         }
         let _ = writeln!(out, "## Caveat\n\n{}", self.caveat);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registrations_are_read_from_ini_and_json() {
+        let ini = "[HixlBatchPut]\nopInfo.opKernelLib=AICPUKernel\nopInfo.kernelSo=libcann_hixl_kernel.so\n\
+                   opInfo.functionName=HixlBatchPut\n\n[NotAicpu]\nopInfo.opKernelLib=TBEKernel\n";
+        let found = parse_registrations("ops/k.ini", "ini", ini);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].op.as_str(), found[0].function.as_str()), ("HixlBatchPut", "HixlBatchPut"));
+        assert_eq!((found[0].kernel_so.as_str(), found[0].at.as_str()), ("libcann_hixl_kernel.so", "ops/k.ini:1"));
+        let json = "{\n  \"Other\": {\"opInfo\": {\"opKernelLib\": \"TBEKernel\"}},\n  \"HybmBatchRead\": {\n    \
+                    \"opInfo\": {\"functionName\": \"HybmBatchRead\", \"kernelSo\": \"libk.so\", \
+                    \"opKernelLib\": \"AICPUKernel\"}\n  }\n}\n";
+        let found = parse_registrations("k.json", "json", json);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((found[0].op.as_str(), found[0].at.as_str()), ("HybmBatchRead", "k.json:3"));
+        assert!(parse_registrations("x.json", "json", "{\"a\": 1}").is_empty());
+        assert!(parse_registrations("x.json", "json", "not json AICPUKernel").is_empty());
+    }
+
+    #[test]
+    fn a_definition_is_told_from_a_call_and_a_declaration() {
+        let check = |line: &str, name: &str| {
+            let id = identifiers(line).into_iter().map(|(id, _)| id).find(|&id| id == name).expect("the name");
+            defines(line, id)
+        };
+        assert!(check("uint32_t HixlBatchPut(HixlOneSideOpParam *param) {", "HixlBatchPut"));
+        assert!(check("extern \"C\" unsigned *HixlBatchGet(", "HixlBatchGet"));
+        assert!(!check("uint32_t HixlBatchPut(HixlOneSideOpParam *param);", "HixlBatchPut"));
+        assert!(!check("    ret = HybmBatchRead(&readParam);", "HybmBatchRead"));
+        assert!(!check("    return HybmBatchRead(param)", "HybmBatchRead"));
+        assert!(!check("constexpr const char *kPut = \"HixlBatchPut\";", "HixlBatchPut"));
+    }
+
+    #[test]
+    fn cxx_runtime_symbols_and_names_are_told_apart() {
+        for raw in ["_ZGVN3ock2mf3env16ASCEND_HOME_PATHE", "_ZTVN8mooncake21AscendDirectTransportE", "_ZTSN1a1bE"] {
+            assert!(is_cxx_runtime_symbol(raw, &demangle(raw)), "{raw}");
+        }
+        assert!(!is_cxx_runtime_symbol("_ZN3ock2mf3env16ASCEND_HOME_PATHE", "ock::mf::env::ASCEND_HOME_PATH"));
+        assert_eq!(launch_api_in("pAclrtLaunchKernelWithConfig"), Some("aclrtLaunchKernel"));
+        assert_eq!(launch_api_in("gAscendAclLibName"), None);
+        assert_eq!(own_name("ock::mf::DlAclApi::pAclrtBinaryGetFunction"), "pAclrtBinaryGetFunction");
     }
 }
