@@ -851,7 +851,7 @@ mod tests {
         assert_eq!(Submitter::of(&unnamed, &unnamed, &aiv[2]), Submitter::Unknown);
         for submitter in Submitter::ALL {
             assert_eq!(Submitter::parse(submitter.as_str()), Some(submitter));
-            assert_eq!(serde_json::to_value(submitter).unwrap(), submitter.as_str());
+            assert_eq!(serde_json::to_value(submitter).expect("serialises"), submitter.as_str());
         }
     }
 
