@@ -131,8 +131,9 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
 }
 
 /// Turns the provenance records on or off for the whole process (off by default: they cost the post path, see
-/// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: a slot
-/// written while they were off is attributed to nobody (`sqes_unknown`).
+/// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: turning
+/// them on when they were off forgets who wrote each SQ slot, so a slot not written since is attributed to nobody
+/// (`sqes_unknown`).
 pub fn record_provenance(on: bool) {
     crate::sdma::provenance::set_recording(on);
 }
@@ -160,9 +161,9 @@ pub fn provenance(device: i32, index: u32) -> Result<Provenance, ControlError> {
     Ok(channel(device, index)?.provenance.snapshot())
 }
 
-/// Zeroes the channel's provenance tallies and forgets its pending flags (they count as neither seen nor unseen).
-/// Who wrote each SQ slot last is kept: a slot written before the reset and executed after it is still attributed
-/// to its writer.
+/// Zeroes the channel's provenance tallies, forgets its pending flags (they count as neither seen nor unseen) and
+/// forgets who wrote each SQ slot: a slot written before the reset and not written again before the engine executes
+/// it is attributed to nobody (`sqes_unknown`).
 pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
     channel(device, index)?.provenance.reset();
     Ok(())

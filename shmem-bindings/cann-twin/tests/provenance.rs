@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::sys::*;
 use cann_shmem_sys::sys::*;
 use cann_twin::acl::{aclInit, aclrtMalloc, aclrtMemcpy, aclrtSetDevice};
-use cann_twin::control::{self, Provenance};
+use cann_twin::control::{self, Doer, Provenance};
 use cann_twin::shmem::{aclshmemx_get_uniqueid, aclshmemx_init_attr, aclshmemx_set_attr_uniqueid_args};
 use common::copy_sqe;
 
@@ -148,4 +148,27 @@ fn an_engine_written_slot_and_an_anonymous_doorbell_are_unknown_and_an_unread_fl
     assert_eq!((seen.sqes_by_host, seen.sqes_unknown), (2, 1), "{seen:?}");
     assert_eq!((seen.doorbells_unknown, seen.doorbells_by_host), (1, 1), "{seen:?}");
     assert_eq!((seen.flags_landed, seen.flags_unseen, seen.flags_seen_by_host), (1, 1, 0), "{seen:?}");
+}
+
+/// A reset of the records forgets who wrote each SQ slot: an SQE the Host wrote before the reset and the engine
+/// executes after it is unattributed; one the Host wrote again after the reset is the Host's.
+#[test]
+fn a_reset_forgets_who_wrote_each_slot() {
+    let channel = 42;
+    workspace();
+    let (sq, _, head) = record(channel);
+    assert_eq!(head, 0);
+    let from = control::sqe_log_position(0, channel).expect("the channel exists");
+    let (src, dst) = (malloc(8192), malloc(8192));
+    upload(sq, &[copy_sqe(src, dst, 4096), copy_sqe(src + 4096, dst + 4096, 4096)].concat());
+    control::reset_provenance(0, channel).expect("reset");
+    upload(sq + 64, &copy_sqe(src + 4096, dst + 4096, 4096));
+    control::host_ring_doorbell(0, channel, 2).expect("ring");
+    wait_head(channel, 2);
+    let seen = provenance(channel);
+    assert_eq!((seen.sqes_unknown, seen.sqes_by_host), (1, 1), "{seen:?}");
+    let mut log = Vec::new();
+    control::sqe_log(0, channel, from, &mut log).expect("the log");
+    let writers: Vec<Doer> = log.iter().map(|sqe| sqe.writer).collect();
+    assert_eq!(writers, [Doer::Unattributed, Doer::Host]);
 }

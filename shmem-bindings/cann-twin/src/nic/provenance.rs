@@ -233,4 +233,23 @@ mod tests {
         qp.records.read_log(1, &mut log);
         assert_eq!((log[0].writer, log[0].flag), (records::Doer::Unattributed, None), "never written, no CQE");
     }
+
+    #[test]
+    fn turning_the_records_on_forgets_who_wrote_each_wqe_slot_and_turning_them_on_again_does_not() {
+        let was = records::recording();
+        let (sq, cq) = (0x7100_0000, 0x7200_0000);
+        let qp = Arc::new(QpProvenance::new(7, sq, 4, cq, 4));
+        watch(&qp);
+        records::set_recording(true);
+        qp.records.mark(records::WRITER_HOST, sq, 128);
+        records::set_recording(true);
+        assert_eq!(qp.records.writer_of(0), records::WRITER_HOST, "on while on: nothing was written unmarked");
+        // Off, then on: a write made meanwhile was not marked, so the slot's writer from before is forgotten.
+        records::set_recording(false);
+        records::set_recording(true);
+        let unknown = records::WRITER_UNKNOWN;
+        assert_eq!((qp.records.writer_of(0), qp.records.writer_of(1)), (unknown, unknown));
+        unwatch(&qp);
+        records::set_recording(was);
+    }
 }

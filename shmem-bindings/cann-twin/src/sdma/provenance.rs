@@ -301,6 +301,13 @@ impl ChannelProvenance {
         (whole_last..last).for_each(partly);
     }
 
+    /// Forgets every slot's writer: each slot is [`WRITER_UNKNOWN`] until its next write.
+    fn forget_writers(&self) {
+        for cell in self.shadow.iter() {
+            cell.store(WRITER_UNKNOWN as u16, Ordering::Release);
+        }
+    }
+
     /// The writer of slot `slot`, read by the engine when it reads the SQE.
     pub(crate) fn writer_of(&self, slot: u32) -> u32 {
         self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| u32::from(cell.load(Ordering::Acquire)))
@@ -492,9 +499,10 @@ impl ChannelProvenance {
         }
     }
 
-    /// Zeroes the tallies and drops pending flags (they count neither way); the shadow array (who wrote each slot
-    /// last) is kept: it is a fact about memory, not a count.
+    /// Zeroes the tallies, drops pending flags (they count neither way) and forgets who wrote each slot: a slot
+    /// written before the reset and not written again after it is unattributed when the engine executes it.
     pub(crate) fn reset(&self) {
+        self.forget_writers();
         self.sqes.by_block.reset();
         self.sqes.by_host.store(0, Ordering::Relaxed);
         self.sqes.unknown.store(0, Ordering::Relaxed);
@@ -548,9 +556,27 @@ static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// The address of [`RECORDING`]'s byte, for the kernel model (`CoreOps::records_on`), which reads it atomically.
 pub(crate) const RECORDING_BYTE: *const u8 = RECORDING.as_ptr().cast_const().cast::<u8>();
 
-/// Turns the records on or off for the process (each channel keeps what it recorded).
+/// Serialises [`set_recording`] (a turn on forgets the slots' writers before the records are on).
+static TOGGLE: Mutex<()> = Mutex::new(());
+
+/// Turns the records on or off for the process (each channel keeps its tallies and log). Turning them on when they
+/// were off first forgets who wrote each slot of every watched SQ (SDMA channels and twin NIC QPs): writes made
+/// while the records were off were not marked, so a slot's writer from before would otherwise be credited with
+/// them.
 pub(crate) fn set_recording(on: bool) {
+    let _toggle = TOGGLE.lock().unwrap_or_else(|p| p.into_inner());
+    if on && !RECORDING.load(Ordering::Acquire) {
+        forget_watched_writers();
+    }
     RECORDING.store(on, Ordering::Release);
+}
+
+/// Forgets the slot writers of every watched SQ ([`ChannelProvenance::forget_writers`]).
+fn forget_watched_writers() {
+    let watches = WATCHES.read().unwrap_or_else(|p| p.into_inner()).clone();
+    for channel in &watches.channels {
+        channel.forget_writers();
+    }
 }
 
 /// Whether the records are kept.
@@ -770,6 +796,16 @@ mod tests {
             ]
         );
         assert!(log.iter().all(|sqe| sqe.flag.is_none()));
+    }
+
+    #[test]
+    fn a_reset_forgets_who_wrote_each_slot() {
+        let channel = ChannelProvenance::new(9, 0x1000, 4);
+        channel.mark(block_writer(1), 0x1000, 256);
+        channel.reset();
+        assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_UNKNOWN));
+        channel.mark(WRITER_HOST, 0x1040, 64);
+        assert_eq!((channel.writer_of(0), channel.writer_of(1)), (WRITER_UNKNOWN, WRITER_HOST));
     }
 
     proptest::proptest! {
