@@ -55,6 +55,7 @@ fn child() {
         "provenance_host_reads_flag" => provenance_host_reads_flag(),
         "provenance_host_writes_sqes" => provenance_host_writes_sqes(),
         "provenance_written_while_off" => provenance_written_while_off(),
+        "provenance_host_rings_too" => provenance_host_rings_too(),
         "occupancy" => occupancy(),
         other => panic!("unknown case {other}"),
     }
@@ -362,6 +363,11 @@ fn sqes_rewritten_while_the_records_are_off_are_not_credited_to_the_kernel_that_
     in_child("provenance_written_while_off");
 }
 
+#[test]
+fn a_host_ring_of_sqes_the_kernel_rang_too_counts_both_ringers_and_turns_only_the_doorbell_check_to_no() {
+    in_child("provenance_host_rings_too");
+}
+
 /// The provenance records of channels 0 and 1 of device 0 (the two blocks' channels), reset first.
 fn provenance_reset() {
     for channel in 0..2 {
@@ -646,6 +652,33 @@ fn provenance_written_while_off() {
     let seen = provenance_of(channel);
     eprintln!("channel {channel}: {seen:?}");
     assert_eq!((seen.sqes_unknown, total(&seen.sqes_by_block)), (2, 0), "{seen:?}");
+    assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
+}
+
+/// The kernel writes and rings one transfer's SQEs while the engines are stalled, and a Host thread rings the same
+/// tail again (test-only) before the engines run. The engine takes one doorbell that both rang: the transfer's
+/// doorbell act counts each ringer once (1 by AIV, 1 by the Host), so exactly the doorbell check turns to no.
+fn provenance_host_rings_too() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(4));
+    let StalledWrite { batch, channel, .. } = stalled_write(&node, two_pending);
+    let window = cann_twin::control::sq_window(0, channel).expect("channel");
+    cann_twin::control::host_ring_doorbell(0, channel, window.tail).expect("the test-only Host doorbell");
+    for c in 0..2 {
+        cann_twin::control::set_stalled(0, c, false).expect("release the engine");
+    }
+    let status = node.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
+    let rung = &evidence.doorbells_rung;
+    assert_eq!((rung.by_aiv, rung.by_host, rung.unattributed), (1, 1, 0), "{evidence:?}");
+    assert_eq!(rung.aiv_blocks, Some([channel, channel]), "{evidence:?}");
+    assert_checks(std::slice::from_ref(&evidence), [Check::Yes, Check::Yes, Check::No, Check::Yes]);
+    let seen = provenance_of(channel);
+    eprintln!("channel {channel}: {seen:?}");
+    assert_eq!((seen.doorbells_by_host, seen.doorbells_unknown), (1, 0), "{seen:?}");
+    assert!(!seen.doorbells_by_block.is_empty(), "{seen:?}");
+    assert!(seen.doorbells_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
     assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
 }
 

@@ -7,7 +7,7 @@
 
 pub use crate::occupancy::StreamOccupancy;
 pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
-pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, LOG_CAPACITY};
+pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -133,7 +133,7 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
 /// Turns the provenance records on or off for the whole process (off by default: they cost the post path, see
 /// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: turning
 /// them on when they were off forgets who wrote each SQ slot, so a slot not written since is attributed to nobody
-/// (`sqes_unknown`).
+/// (`sqes_unknown`), and so is a doorbell rung while they were off.
 pub fn record_provenance(on: bool) {
     crate::sdma::provenance::set_recording(on);
 }
@@ -233,7 +233,8 @@ pub struct SqWindow {
 }
 
 /// The consumption log of channel `(device, index)`: every SQE its engine executed while the provenance records were
-/// on, in execution order, each with its writer, the ringer of the doorbell that exposed it, that doorbell's count,
+/// on, in execution order, each with its writer, the ringers of the doorbell that exposed it (every accepted
+/// doorbell write since the engine's previous take of the tail), that doorbell's count,
 /// and for a flag SQE who read the flag first ([`LoggedSqe`]). Appends to `out` the entries from log position `from`
 /// on that are still kept (the log keeps the last [`LOG_CAPACITY`]); returns the position of the first entry
 /// appended (greater than `from` when older ones were lost) and the position after the last. A flag's reader is

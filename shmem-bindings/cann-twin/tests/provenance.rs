@@ -172,3 +172,30 @@ fn a_reset_forgets_who_wrote_each_slot() {
     let writers: Vec<Doer> = log.iter().map(|sqe| sqe.writer).collect();
     assert_eq!(writers, [Doer::Unattributed, Doer::Host]);
 }
+
+/// SQEs exposed by two doorbell writes before the engine took the tail (the Host's test-only ring, then a
+/// `register_write` whose caller the twin cannot name) name both ringers, each SQE; each ring is tallied once.
+#[test]
+fn sqes_exposed_by_two_rings_before_the_engine_took_the_tail_name_both_ringers() {
+    let channel = 43;
+    workspace();
+    let (sq, reg, head) = record(channel);
+    assert_eq!(head, 0);
+    let from = control::sqe_log_position(0, channel).expect("the channel exists");
+    let (src, dst) = (malloc(8192), malloc(8192));
+    upload(sq, &[copy_sqe(src, dst, 4096), copy_sqe(src + 4096, dst + 4096, 4096)].concat());
+    control::set_stalled(0, channel, true).expect("stall");
+    control::host_ring_doorbell(0, channel, 2).expect("the test-only Host doorbell");
+    cann_twin::register_write(reg + 8, &2u32.to_le_bytes()).expect("accepted");
+    control::set_stalled(0, channel, false).expect("release");
+    wait_head(channel, 2);
+    let seen = provenance(channel);
+    assert_eq!((seen.doorbells_by_host, seen.doorbells_unknown), (1, 1), "{seen:?}");
+    let mut log = Vec::new();
+    control::sqe_log(0, channel, from, &mut log).expect("the log");
+    assert_eq!(log.len(), 2);
+    for sqe in &log {
+        assert_eq!(sqe.ringers.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Unattributed], "{sqe:?}");
+        assert_eq!(sqe.doorbell, log[0].doorbell, "one take of the tail: {sqe:?}");
+    }
+}

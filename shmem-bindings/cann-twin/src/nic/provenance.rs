@@ -5,7 +5,8 @@
 //! - the SQ is watched like an SDMA channel's (64-byte slots): a core's DMA into it, or a Host write, marks the slots
 //!   it covers with its writer, and the NIC reads a slot's writer when it takes the WQE;
 //! - an accepted SQ doorbell records its origin (the ringing core's block, the Host's test-only path, or a caller the
-//!   twin cannot name); a WQE's ringer is that of the last doorbell before the NIC took it;
+//!   twin cannot name); a WQE's ringers are those of every SQ doorbell since the NIC's previous take of a WQE that
+//!   found new doorbells ([`records::RingerTake`]);
 //! - the NIC counts each CQE as a landing and logs the WQE before it writes the CQE (a reader that sees the CQE finds
 //!   the entry); the first read that covers the CQE's first 8 bytes and returns them claims it: a core's line fill or
 //!   GM -> UB DMA, or a Host runtime copy.
@@ -20,9 +21,9 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use crate::sdma::provenance::{self as records, ChannelProvenance};
+use crate::sdma::provenance::{self as records, ChannelProvenance, RingerTake, Ringers};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -38,9 +39,12 @@ pub(crate) struct QpProvenance {
     cqe_value: Box<[AtomicU64]>,
     /// CQEs waiting for their first read.
     pending: AtomicU32,
-    /// Accepted SQ doorbells, and who rang the last one (a `WRITER_*` id).
+    /// Accepted SQ doorbells (while the records are off too).
     doorbells: AtomicU64,
-    ringer: AtomicU32,
+    /// Who rang since the NIC's last take that found new doorbells ([`Ringers`] bits).
+    ringers: AtomicU64,
+    /// The NIC's side (its engine thread's): the doorbell count at its last take and the set it took then.
+    take: Mutex<(u64, RingerTake)>,
 }
 
 /// CQ bytes per CQE (docs/rdma.md section 3).
@@ -58,30 +62,37 @@ impl QpProvenance {
             cqe_value: cells(cq_depth),
             pending: AtomicU32::new(0),
             doorbells: AtomicU64::new(0),
-            ringer: AtomicU32::new(records::WRITER_UNKNOWN),
+            ringers: AtomicU64::new(0),
+            take: Mutex::default(),
         }
     }
 
-    /// An accepted SQ doorbell by `origin`.
-    pub(crate) fn rung(&self, origin: u32) {
-        self.ringer.store(origin, Ordering::Relaxed);
+    /// An accepted SQ doorbell by `origin`, counted; its origin is recorded if `recorded` (the records are on).
+    pub(crate) fn rung(&self, origin: u32, recorded: bool) {
+        if recorded {
+            self.ringers.fetch_or(Ringers::bit(origin), Ordering::Relaxed);
+            self.records.rung(origin);
+        }
         self.doorbells.fetch_add(1, Ordering::Release);
-        self.records.rung(origin);
     }
 
-    /// Who wrote the WQE at SQ index `index` last, who rang the last doorbell, and the doorbell count: read by the
-    /// NIC when it takes the WQE.
+    /// Who wrote the WQE at SQ index `index` last, who rang the doorbells since the NIC's previous take that found
+    /// new ones, and the doorbell count: read by the NIC (its engine thread) when it takes the WQE.
     pub(crate) fn taken(&self, index: u32, depth: u32) -> Taken {
-        Taken {
-            writer: self.records.writer_of(index & (depth - 1)),
-            ringer: self.ringer.load(Ordering::Relaxed),
-            doorbell: self.doorbells.load(Ordering::Acquire),
-        }
+        let doorbell = self.doorbells.load(Ordering::Acquire);
+        let mut take = self.take.lock().unwrap_or_else(|p| p.into_inner());
+        let ringers = if take.0 == doorbell {
+            take.1.current()
+        } else {
+            take.0 = doorbell;
+            take.1.take(&self.ringers, records::recording_epoch())
+        };
+        Taken { writer: self.records.writer_of(index & (depth - 1)), ringers, doorbell }
     }
 
     /// A taken WQE completed without a CQE (unsignaled, or its CQE was lost): logged and tallied.
     pub(crate) fn completed(&self, taken: Taken) {
-        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, None);
+        self.records.consumed(taken.writer, taken.ringers, taken.doorbell, None);
     }
 
     /// The NIC is about to write CQE `first_word ..` at producer index `producer` for the taken WQE: logged with
@@ -95,7 +106,7 @@ impl QpProvenance {
             self.pending.fetch_add(1, Ordering::AcqRel);
             PENDING.fetch_add(1, Ordering::AcqRel);
         }
-        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, Some(sequence));
+        self.records.consumed(taken.writer, taken.ringers, taken.doorbell, Some(sequence));
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims each CQE it covers whose first 8
@@ -147,7 +158,7 @@ impl QpProvenance {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Taken {
     writer: u32,
-    ringer: u32,
+    ringers: Ringers,
     doorbell: u64,
 }
 
@@ -210,7 +221,7 @@ mod tests {
     fn a_cqe_is_claimed_by_the_first_read_that_returns_its_first_word_and_the_log_names_the_reader() {
         let qp = QpProvenance::new(7, 0x10_0000, 4, 0x20_0000, 4);
         qp.records.mark(records::block_writer(1), 0x10_0040, 64);
-        qp.rung(records::block_writer(1));
+        qp.rung(records::block_writer(1), true);
         let taken = qp.taken(1, 4);
         qp.cqe_landing(taken, 5, 0xABCD);
         // A line of the CQ: CQE slot 1 (producer 5 of depth 4) is its bytes 32..40.
@@ -226,12 +237,32 @@ mod tests {
         qp.records.read_log(0, &mut log);
         assert_eq!(log.len(), 1);
         let entry = log[0];
-        assert_eq!((entry.writer, entry.ringer, entry.doorbell), (records::Doer::Block(1), records::Doer::Block(1), 1));
+        let b1 = records::Doer::Block(1);
+        assert_eq!((entry.writer, entry.ringers, entry.doorbell), (b1, Ringers::from(b1), 1));
         assert_eq!(entry.flag, Some(records::FlagReader::Host));
         qp.completed(qp.taken(2, 4));
         log.clear();
         qp.records.read_log(1, &mut log);
         assert_eq!((log[0].writer, log[0].flag), (records::Doer::Unattributed, None), "never written, no CQE");
+    }
+
+    #[test]
+    fn a_wqe_exposed_by_two_doorbells_before_the_nic_took_it_names_both_ringers() {
+        let qp = QpProvenance::new(7, 0x10_0000, 4, 0x20_0000, 4);
+        let b1 = records::Doer::Block(1);
+        qp.rung(records::WRITER_HOST, true);
+        qp.rung(records::block_writer(1), true);
+        qp.completed(qp.taken(0, 4));
+        // The next WQE, taken with no doorbell since: the same doorbell; then one rung by the core alone.
+        qp.completed(qp.taken(1, 4));
+        qp.rung(records::block_writer(1), true);
+        qp.completed(qp.taken(2, 4));
+        let mut log = Vec::new();
+        qp.records.read_log(0, &mut log);
+        let who: Vec<(Ringers, u64)> = log.iter().map(|entry| (entry.ringers, entry.doorbell)).collect();
+        let both = Ringers::of(&[records::Doer::Host, b1]);
+        assert_eq!(who, [(both, 2), (both, 2), (Ringers::from(b1), 3)]);
+        assert_eq!(qp.records.snapshot().doorbells_by_host, 1, "each ring tallied once");
     }
 
     #[test]

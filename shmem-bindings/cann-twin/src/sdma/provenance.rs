@@ -6,7 +6,8 @@
 //!   `gm_written` op of `kernels/cpu/aiv_cpu_core.h`; every Host-side write translated by the device address space
 //!   for writing, from [`crate::memory`]);
 //! - the engine reads the slot's writer when it reads the SQE, and tallies it when the SQE has executed;
-//! - an accepted doorbell write tallies its origin (the ringing core's block, or the Host's test-only path);
+//! - an accepted doorbell write tallies its origin (the ringing core's block, or the Host's test-only path) and joins
+//!   the doorbell's set of ringers, which the engine takes with the tail ([`RingerTake`]);
 //! - the engine's 8-byte flag copy publishes the flag (address and value) before it stores it; the first read that
 //!   covers the word and returns that value claims it (a core's line fill or GM -> UB DMA through the `gm_read`
 //!   op, or a Host runtime copy to Host memory).
@@ -33,6 +34,8 @@ pub(crate) const WRITER_HOST: u32 = 1;
 pub(crate) const WRITER_OTHER: u32 = 2;
 /// Writer id of block `k` is `WRITER_BLOCK0 + k`.
 pub(crate) const WRITER_BLOCK0: u32 = 3;
+/// The bits of a [`Ringers`] set that mean nobody one can name (the ids [`WRITER_UNKNOWN`] and [`WRITER_OTHER`]).
+const UNATTRIBUTED_BITS: u64 = 1 << WRITER_UNKNOWN | 1 << WRITER_OTHER;
 /// Blocks tallied in lock-free counters; higher ones go to a map under a mutex.
 const DIRECT_BLOCKS: usize = 64;
 /// Flags of one channel that can wait to be read at a time (the transfer kernel has at most two unexecuted flag
@@ -119,16 +122,21 @@ pub const LOG_CAPACITY: u64 = 8192;
 const CLAIM_SLOTS: u64 = 1024;
 /// Bits of a landing sequence the flag slots keep (above the address in their key).
 const SEQUENCE_BITS: u32 = 64 - ADDRESS_BITS;
+/// Bits of a writer id in a log entry (the shadow keeps 16), above the landing sequence's.
+const WRITER_BITS: u32 = 16;
+/// The landing sequence's part of a log entry's `writer_landing`.
+const LANDING_MASK: u64 = (1 << (64 - WRITER_BITS)) - 1;
 
 /// The consumption log of one channel: written by its engine thread only, read by anyone.
 #[derive(Debug)]
 struct SqeLog {
-    /// Per entry: the writer id (low 32 bits) and the id of the doorbell's ringer (high 32 bits).
-    who: Box<[AtomicU64]>,
+    /// Per entry: the set of the doorbell's ringers ([`Ringers`]).
+    ringers: Box<[AtomicU64]>,
     /// Per entry: the doorbell count when the engine took the tail that exposed the SQE.
     doorbell: Box<[AtomicU64]>,
-    /// Per entry: the flag's landing sequence for a flag SQE, 0 for a data SQE.
-    landing: Box<[AtomicU64]>,
+    /// Per entry: the writer id (the top [`WRITER_BITS`]) and the flag's landing sequence for a flag SQE, 0 for a
+    /// data SQE (the rest).
+    writer_landing: Box<[AtomicU64]>,
     /// Entries written (the next entry's position).
     written: AtomicU64,
     /// Per landing sequence modulo [`CLAIM_SLOTS`]: `(sequence << 2) | 1` if a core read the flag first, `| 2` if the
@@ -140,9 +148,9 @@ impl SqeLog {
     fn new() -> SqeLog {
         let cells = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[AtomicU64]>>();
         SqeLog {
-            who: cells(LOG_CAPACITY),
+            ringers: cells(LOG_CAPACITY),
             doorbell: cells(LOG_CAPACITY),
-            landing: cells(LOG_CAPACITY),
+            writer_landing: cells(LOG_CAPACITY),
             written: AtomicU64::new(0),
             claims: cells(CLAIM_SLOTS),
         }
@@ -168,6 +176,15 @@ impl Doer {
             block => Doer::Block(block - WRITER_BLOCK0),
         }
     }
+
+    /// The writer id of this doer ([`WRITER_UNKNOWN`] for nobody one can name).
+    fn id(self) -> u32 {
+        match self {
+            Doer::Block(block) => block_writer(block),
+            Doer::Host => WRITER_HOST,
+            Doer::Unattributed => WRITER_UNKNOWN,
+        }
+    }
 }
 
 /// Who first read a flag SQE's landed value.
@@ -181,14 +198,124 @@ pub enum FlagReader {
     Unread,
 }
 
+/// Everyone who rang the doorbell that exposed an SQE (or a twin NIC's WQE): every accepted doorbell write since the
+/// engine's previous take of the tail, each doer once. Never empty in a log entry: a doorbell nobody recorded (rung
+/// while the records were off) names [`Doer::Unattributed`].
+///
+/// A set of bits, one per writer id below 64: the Host, nobody one can name, blocks 0 to 60 (an NPU has 48 AIV
+/// cores; a block numbered 61 or more counts as unattributed).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Ringers(u64);
+
+impl Ringers {
+    /// The set's bit for a ring by `origin` (a `WRITER_*` id).
+    #[inline]
+    pub(crate) fn bit(origin: u32) -> u64 {
+        if origin < 64 {
+            1 << origin
+        } else {
+            1 << WRITER_OTHER
+        }
+    }
+
+    /// The set of these doers.
+    pub fn of(doers: &[Doer]) -> Ringers {
+        Ringers(doers.iter().fold(0, |set, &doer| set | Ringers::bit(doer.id())))
+    }
+
+    /// Everyone in either set.
+    pub fn union(self, other: Ringers) -> Ringers {
+        Ringers(self.0 | other.0)
+    }
+
+    /// Whether `doer` rang.
+    pub fn contains(self, doer: Doer) -> bool {
+        self.0 & Ringers::bit(doer.id()) != 0 || (doer == Doer::Unattributed && self.0 & UNATTRIBUTED_BITS != 0)
+    }
+
+    /// Each doer in the set once: the Host, then blocks in ascending order, then [`Doer::Unattributed`].
+    pub fn iter(self) -> impl Iterator<Item = Doer> {
+        let named = self.0 & !UNATTRIBUTED_BITS;
+        let unattributed = self.0 & UNATTRIBUTED_BITS != 0;
+        (0..64u32)
+            .filter(move |&id| named >> id & 1 != 0)
+            .map(Doer::of)
+            .chain(unattributed.then_some(Doer::Unattributed))
+    }
+
+    /// How many doers the set names.
+    pub fn len(self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether the set names nobody.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl From<Doer> for Ringers {
+    fn from(doer: Doer) -> Ringers {
+        Ringers::of(&[doer])
+    }
+}
+
+impl std::fmt::Debug for Ringers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+/// The engine's side of a doorbell's set of ringers (an SDMA channel's engine, a twin NIC QP's): each ring joins
+/// the set the engine has not taken yet ([`Ringers::bit`], one atomic OR, before the ring stores its tail with
+/// release); each take of the tail swaps that set out.
+///
+/// A take that finds the set empty keeps the previous take's set: no ring came since (an engine resuming the same
+/// tail after an interruption), or every ring since had joined before the previous take (a ring caught between its
+/// OR and its tail or count by that take joins that take's set). Unless the records were turned on or off since the
+/// previous take: the rings in between were not recorded, and the set is unattributed (as it is with no previous
+/// take).
+#[derive(Debug, Default)]
+pub(crate) struct RingerTake {
+    /// The set of the last take (0: none yet).
+    set: u64,
+    /// [`RECORDING_EPOCH`] at the last take.
+    epoch: u64,
+}
+
+impl RingerTake {
+    /// A take of the tail: swaps out the set the rings since the previous take joined (`joined`) and returns the
+    /// ringers of the SQEs that tail exposes; `epoch` is [`recording_epoch`] now.
+    pub(crate) fn take(&mut self, joined: &AtomicU64, epoch: u64) -> Ringers {
+        let taken = joined.swap(0, Ordering::Acquire);
+        let same = std::mem::replace(&mut self.epoch, epoch) == epoch;
+        self.set = match taken {
+            0 if same && self.set != 0 => self.set,
+            0 => 1 << WRITER_UNKNOWN,
+            taken => taken,
+        };
+        Ringers(self.set)
+    }
+
+    /// The ringers of the last take (unattributed before any).
+    pub(crate) fn current(&self) -> Ringers {
+        Ringers(if self.set == 0 { 1 << WRITER_UNKNOWN } else { self.set })
+    }
+
+    /// Forgets the last take (the SQEs it exposed were dropped: a channel reset).
+    pub(crate) fn forget(&mut self) {
+        self.set = 0;
+    }
+}
+
 /// One executed SQE, as [`crate::control::sqe_log`] reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct LoggedSqe {
     /// Who wrote its 64 bytes last.
     pub writer: Doer,
-    /// Who rang the doorbell that exposed it (the last ring before the engine took the tail).
-    pub ringer: Doer,
+    /// Who rang the doorbell that exposed it: every ring since the engine's previous take of the tail.
+    pub ringers: Ringers,
     /// The doorbell count when the engine took that tail: SQEs with the same number were exposed together.
     pub doorbell: u64,
     /// For a flag SQE (an engine's 8-byte flag copy), who read the flag first; `None` for a data SQE.
@@ -197,8 +324,8 @@ pub struct LoggedSqe {
 
 impl LoggedSqe {
     /// An entry as the log would report it (for tests of code that reads the log).
-    pub fn new_for_tests(writer: Doer, ringer: Doer, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
-        LoggedSqe { writer, ringer, doorbell, flag }
+    pub fn new_for_tests(writer: Doer, ringers: Ringers, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
+        LoggedSqe { writer, ringers, doorbell, flag }
     }
 }
 
@@ -313,16 +440,19 @@ impl ChannelProvenance {
         self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| u32::from(cell.load(Ordering::Acquire)))
     }
 
-    /// The engine executed an SQE whose writer (read with it) was `writer`, exposed by the doorbell rung by `ringer`
-    /// that the engine took at doorbell count `doorbell`; `landing` is the flag's landing sequence for a flag SQE.
-    /// Tallies it and appends it to the consumption log (called by the channel's engine thread only).
-    pub(crate) fn consumed(&self, writer: u32, ringer: u32, doorbell: u64, landing: Option<u64>) {
+    /// The engine executed an SQE whose writer (read with it) was `writer`, exposed by the doorbell rung by
+    /// `ringers` that the engine took at doorbell count `doorbell`; `landing` is the flag's landing sequence for a
+    /// flag SQE. Tallies it and appends it to the consumption log (called by the channel's engine thread only).
+    pub(crate) fn consumed(&self, writer: u32, ringers: Ringers, doorbell: u64, landing: Option<u64>) {
         let log = &self.log;
         let at = log.written.load(Ordering::Relaxed);
         let index = (at % LOG_CAPACITY) as usize;
-        log.who[index].store(u64::from(writer) | (u64::from(ringer) << 32), Ordering::Relaxed);
+        // The shadow's writer ids fit in 16 bits; another id is unattributable, as the shadow keeps it.
+        let kept = if writer >> WRITER_BITS == 0 { writer } else { WRITER_OTHER };
+        let writer_landing = u64::from(kept) << (64 - WRITER_BITS) | landing.unwrap_or(0) & LANDING_MASK;
+        log.ringers[index].store(ringers.0, Ordering::Relaxed);
         log.doorbell[index].store(doorbell, Ordering::Relaxed);
-        log.landing[index].store(landing.unwrap_or(0), Ordering::Relaxed);
+        log.writer_landing[index].store(writer_landing, Ordering::Relaxed);
         // Release: a reader that sees the new count sees the entry.
         log.written.store(at + 1, Ordering::Release);
         self.tally(writer);
@@ -448,8 +578,8 @@ impl ChannelProvenance {
         let first = out.len();
         for at in start..end {
             let index = (at % LOG_CAPACITY) as usize;
-            let who = log.who[index].load(Ordering::Relaxed);
-            let landing = log.landing[index].load(Ordering::Relaxed);
+            let writer_landing = log.writer_landing[index].load(Ordering::Relaxed);
+            let landing = writer_landing & LANDING_MASK;
             let flag = (landing != 0).then(|| {
                 let low = landing & ((1 << SEQUENCE_BITS) - 1);
                 let claim = log.claims[(low % CLAIM_SLOTS) as usize].load(Ordering::Acquire);
@@ -460,8 +590,8 @@ impl ChannelProvenance {
                 }
             });
             out.push(LoggedSqe {
-                writer: Doer::of(who as u32),
-                ringer: Doer::of((who >> 32) as u32),
+                writer: Doer::of((writer_landing >> (64 - WRITER_BITS)) as u32),
+                ringers: Ringers(log.ringers[index].load(Ordering::Relaxed)),
                 doorbell: log.doorbell[index].load(Ordering::Relaxed),
                 flag,
             });
@@ -559,15 +689,28 @@ pub(crate) const RECORDING_BYTE: *const u8 = RECORDING.as_ptr().cast_const().cas
 /// Serialises [`set_recording`] (a turn on forgets the slots' writers before the records are on).
 static TOGGLE: Mutex<()> = Mutex::new(());
 
+/// Bumped by every turn of the records on or off ([`RingerTake`]: rings between two takes of a tail were recorded
+/// only if it did not move).
+static RECORDING_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The number of turns of the records on or off so far.
+pub(crate) fn recording_epoch() -> u64 {
+    RECORDING_EPOCH.load(Ordering::Acquire)
+}
+
 /// Turns the records on or off for the process (each channel keeps its tallies and log). Turning them on when they
 /// were off first forgets who wrote each slot of every watched SQ (SDMA channels and twin NIC QPs): writes made
 /// while the records were off were not marked, so a slot's writer from before would otherwise be credited with
 /// them.
 pub(crate) fn set_recording(on: bool) {
     let _toggle = TOGGLE.lock().unwrap_or_else(|p| p.into_inner());
-    if on && !RECORDING.load(Ordering::Acquire) {
+    if on == RECORDING.load(Ordering::Acquire) {
+        return;
+    }
+    if on {
         forget_watched_writers();
     }
+    RECORDING_EPOCH.fetch_add(1, Ordering::AcqRel);
     RECORDING.store(on, Ordering::Release);
 }
 
@@ -778,24 +921,58 @@ mod tests {
         assert_eq!(channel.writer_of(0), block_writer(2), "the same writer again");
         channel.mark(WRITER_HOST, 0x0, 0x10000);
         assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_HOST));
-        channel.consumed(channel.writer_of(0), block_writer(70), 1, None);
-        channel.consumed(block_writer(70), block_writer(70), 1, None);
-        channel.consumed(WRITER_OTHER, WRITER_HOST, 2, None);
+        let (b7, host) = (Ringers::from(Doer::Block(7)), Ringers::from(Doer::Host));
+        channel.consumed(channel.writer_of(0), b7, 1, None);
+        channel.consumed(block_writer(70), b7, 1, None);
+        channel.consumed(WRITER_OTHER, Ringers::of(&[Doer::Host, Doer::Block(7)]), 2, None);
         let seen = channel.snapshot();
         assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block), (1, 1, vec![(70, 1)]));
         // The log has the same three, in order, with their ringers and doorbell counts.
         let mut log = Vec::new();
         assert_eq!(channel.read_log(0, &mut log), (0, 3));
-        let who: Vec<(Doer, Doer, u64)> = log.iter().map(|sqe| (sqe.writer, sqe.ringer, sqe.doorbell)).collect();
-        assert_eq!(
-            who,
-            [
-                (Doer::Host, Doer::Block(70), 1),
-                (Doer::Block(70), Doer::Block(70), 1),
-                (Doer::Unattributed, Doer::Host, 2)
-            ]
-        );
+        let who: Vec<(Doer, Ringers, u64)> = log.iter().map(|sqe| (sqe.writer, sqe.ringers, sqe.doorbell)).collect();
+        let both = Ringers::of(&[Doer::Block(7), Doer::Host]);
+        assert_eq!(who, [(Doer::Host, b7, 1), (Doer::Block(70), b7, 1), (Doer::Unattributed, both, 2)]);
+        assert_eq!(log[2].ringers.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Block(7)]);
+        assert!(host.contains(Doer::Host) && !host.contains(Doer::Block(7)));
         assert!(log.iter().all(|sqe| sqe.flag.is_none()));
+    }
+
+    #[test]
+    fn a_ringer_set_names_each_doer_once_and_a_block_it_cannot_name_as_unattributed() {
+        let set = Ringers::of(&[Doer::Block(47), Doer::Unattributed, Doer::Host, Doer::Block(0), Doer::Host]);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Block(0), Doer::Block(47), Doer::Unattributed]);
+        assert_eq!(set.len(), 4);
+        // An engine's write and a nameless caller are both unattributed: named once.
+        let nameless = Ringers(Ringers::bit(WRITER_OTHER) | Ringers::bit(WRITER_UNKNOWN));
+        assert_eq!(nameless.iter().collect::<Vec<_>>(), [Doer::Unattributed]);
+        assert!(nameless.contains(Doer::Unattributed) && !nameless.contains(Doer::Host));
+        assert_eq!(Ringers::from(Doer::Block(60)).iter().collect::<Vec<_>>(), [Doer::Block(60)]);
+        assert_eq!(Ringers::from(Doer::Block(61)).iter().collect::<Vec<_>>(), [Doer::Unattributed]);
+        assert!(Ringers::default().is_empty() && Ringers::default().iter().next().is_none());
+    }
+
+    #[test]
+    fn a_take_has_every_ringer_since_the_previous_one_and_keeps_its_set_when_none_joined_since() {
+        let joined = AtomicU64::new(0);
+        let mut take = RingerTake::default();
+        assert_eq!(take.current(), Ringers::from(Doer::Unattributed), "nothing taken yet");
+        let ring = |origin: u32| joined.fetch_or(Ringers::bit(origin), Ordering::Relaxed);
+        ring(WRITER_HOST);
+        ring(block_writer(3));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 5), Ringers::of(&[Doer::Host, Doer::Block(3)]));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 5), Ringers::from(Doer::Block(3)), "only the rings since the previous take");
+        // Rings counted after the take whose bits the previous take had: its set again.
+        assert_eq!(take.take(&joined, 5), Ringers::from(Doer::Block(3)));
+        assert_eq!(take.current(), Ringers::from(Doer::Block(3)));
+        // The records were turned off or on since: the rings in between were not recorded.
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Unattributed));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Block(3)));
+        take.forget();
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Unattributed), "after a reset, nobody recorded");
     }
 
     #[test]
@@ -869,7 +1046,7 @@ mod tests {
     fn the_log_names_a_flags_first_reader_when_read_and_says_where_it_starts_after_an_overrun() {
         let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
         let landing = channel.flag_landing(0x8008, 5);
-        channel.consumed(block_writer(0), block_writer(0), 1, Some(landing));
+        channel.consumed(block_writer(0), Ringers::from(Doer::Block(0)), 1, Some(landing));
         let mut log = Vec::new();
         channel.read_log(0, &mut log);
         assert_eq!(log[0].flag, Some(FlagReader::Unread), "landed, not read yet");
@@ -881,7 +1058,7 @@ mod tests {
         assert_eq!(log[0].flag, Some(FlagReader::Core));
         // A reader that fell more than LOG_CAPACITY behind is told where the kept entries start.
         for _ in 0..LOG_CAPACITY + 4 {
-            channel.consumed(WRITER_HOST, WRITER_HOST, 3, None);
+            channel.consumed(WRITER_HOST, Ringers::from(Doer::Host), 3, None);
         }
         log.clear();
         let (first, end) = channel.read_log(0, &mut log);
