@@ -139,6 +139,7 @@ impl BlockRecords {
         let mut act = none();
         match reader {
             Some(FlagReader::Core) => act.by_aiv = 1,
+            Some(FlagReader::AiCpu) => act.by_aicpu = 1,
             Some(FlagReader::Host) => act.by_host = 1,
             _ => act.unattributed = 1,
         }
@@ -193,6 +194,7 @@ fn add(act: &mut Act, doer: Doer) {
                 Some([low, high]) => [low.min(block), high.max(block)],
             });
         }
+        Doer::AiCpu => act.by_aicpu += 1,
         Doer::Host => act.by_host += 1,
         Doer::Unattributed => act.unattributed += 1,
     }
@@ -247,6 +249,7 @@ fn rdma_acts(wqes: &[LoggedSqe]) -> [Act; 3] {
     let mut completion = none();
     match wqes.last().and_then(|wqe| wqe.flag) {
         Some(FlagReader::Core) => completion.by_aiv = 1,
+        Some(FlagReader::AiCpu) => completion.by_aicpu = 1,
         Some(FlagReader::Host) => completion.by_host = 1,
         Some(FlagReader::Unread) | None => completion.unattributed = 1,
     }
@@ -356,6 +359,31 @@ mod tests {
         // The RDMA route counts a WQE's doorbell the same way.
         let [_, rung, _] = rdma_acts(&[rung_by(B0, &[Doer::Unattributed, B0], 9, Some(FlagReader::Core))]);
         assert_eq!((rung.by_aiv, rung.unattributed), (1, 1));
+    }
+
+    #[test]
+    fn acts_of_the_ai_cpu_count_as_the_ai_cpus_never_as_a_core_or_the_host() {
+        use crate::evidence::{Check, Checks, Submitter};
+        let aicpu = Doer::AiCpu;
+        // A group the AI CPU wrote, rang and whose flag it read first.
+        let log = vec![sqe(aicpu, aicpu, 1, None), sqe(aicpu, aicpu, 1, Some(FlagReader::AiCpu))];
+        let (acts, taken) = walk(log, &[entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(2));
+        for act in acts[0] {
+            assert_eq!((act.by_aicpu, act.by_aiv, act.by_host, act.unattributed), (act.total(), 0, 0, 0), "{act:?}");
+        }
+        assert_eq!((acts[0][0].by_aicpu, acts[0][1].by_aicpu, acts[0][2].by_aicpu), (2, 1, 1));
+        let checks = Checks::of(&acts[0][0], &acts[0][1], &acts[0][2]);
+        assert_eq!(checks.aiv_direct(), Check::No);
+        assert_eq!(Submitter::of(&acts[0][0], &acts[0][1], &acts[0][2]), Submitter::AiCpuSubmitted);
+        // A core's SQEs rung by the AI CPU as well: 1 by AIV and 1 by the AI CPU, the doorbell check fails.
+        let log = vec![rung_by(B0, &[B0, aicpu], 2, Some(FlagReader::Core))];
+        let (acts, _) = walk(log, &[entry(1, DcqStatus::COMPLETED)]);
+        assert_eq!((acts[0][1].by_aiv, acts[0][1].by_aicpu, acts[0][1].by_host), (1, 1, 0));
+        assert_eq!(Checks::of(&acts[0][0], &acts[0][1], &acts[0][2]).kernel_rings_doorbell, Check::No);
+        // On the RDMA route: a WQE the AI CPU wrote and whose CQE it read.
+        let [wqes, _, seen] = rdma_acts(&[sqe(aicpu, B0, 1, Some(FlagReader::AiCpu))]);
+        assert_eq!((wqes.by_aicpu, wqes.by_host, seen.by_aicpu, seen.by_aiv), (1, 0, 1, 0));
     }
 
     #[test]

@@ -147,16 +147,18 @@ pub fn provenance_recorded() -> bool {
 /// wrote each SQE its engine executed, who rang each doorbell it accepted, and who first read each completion flag
 /// it landed, each recorded where the act happened (docs/twin-runtime.md, "Provenance records"):
 ///
-/// - `sqes_by_block` / `sqes_by_host` / `sqes_unknown`: per executed SQE, the last writer of its 64-byte slot, as
-///   marked by the write itself (an emulated core's DMA landing or cache-line write-back; a Host-side write through
-///   the device address space: a runtime copy, a memset, any other Host path of the twin). Unknown: the slot was not
-///   written since the channel was created, or an SDMA engine's copy wrote it, or two writers each wrote part of it.
-/// - `doorbells_by_block` / `doorbells_by_host` / `doorbells_unknown`: per accepted doorbell write, the ringing core's
-///   block, the Host's test-only [`host_ring_doorbell`], or [`crate::register_write`] (caller unknown).
-/// - `flags_landed` / `flags_seen_by_core` / `flags_seen_by_host` / `flags_unseen`: per 8-byte flag copy the engine
-///   executed, whether the first read that covered the word and returned the landed value was a core's (line fill or
-///   GM -> UB DMA) or the Host's (a runtime copy into Host memory), or none (overwritten by a later flag first, still
-///   unread, or more than four pending on the channel).
+/// - `sqes_by_block` / `sqes_by_host` / `sqes_by_aicpu` / `sqes_unknown`: per executed SQE, the last writer of its
+///   64-byte slot, as marked by the write itself (an emulated core's DMA landing or cache-line write-back; a write
+///   through the device address space by a Host thread or an AI-CPU thread: a runtime copy, a memset, any other Host
+///   path of the twin). Unknown: the slot was not written since the channel was created (or its records were reset,
+///   or turned on), or an SDMA engine's copy wrote it, or two writers each wrote part of it.
+/// - `doorbells_by_block` / `doorbells_by_host` / `doorbells_by_aicpu` / `doorbells_unknown`: per accepted doorbell
+///   write, the ringing core's block, the Host's test-only [`host_ring_doorbell`], the AI CPU's register path, or
+///   [`crate::register_write`] (caller unknown).
+/// - `flags_landed` / `flags_seen_by_core` / `flags_seen_by_host` / `flags_seen_by_aicpu` / `flags_unseen`: per 8-byte
+///   flag copy the engine executed, whether the first read that covered the word and returned the landed value was a
+///   core's (line fill or GM -> UB DMA), a Host thread's or an AI-CPU thread's (a runtime copy into Host memory), or
+///   none (overwritten by a later flag first, still unread, or more than four pending on the channel).
 pub fn provenance(device: i32, index: u32) -> Result<Provenance, ControlError> {
     Ok(channel(device, index)?.provenance.snapshot())
 }
@@ -176,6 +178,25 @@ pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
 pub fn host_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
     channel(device, index)?.ring(tail, crate::sdma::provenance::WRITER_HOST);
     Ok(())
+}
+
+/// **Test-only**: the AI CPU rings channel `(device, index)`'s doorbell with `tail`, through the register path an
+/// AI-CPU kernel's doorbell takes (the channel's register page, as a core's write): tallied as the AI CPU's
+/// ([`Provenance::doorbells_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the records. A tail
+/// outside the ring stops the channel, as a core's would.
+pub fn aicpu_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
+    let register = channel(device, index)?.reg_base + crate::sdma::DOORBELL_OFFSET;
+    crate::sdma::aicpu_register_write(register, &tail.to_le_bytes())
+        .map_err(|_| ControlError::NoSuchChannel { device, channel: index })
+}
+
+/// **Test-only**: marks the calling thread as the AI CPU's, for good: its writes through the device address space
+/// (runtime copies and memsets into device memory, also when a stream runs them) are the AI CPU's
+/// ([`Provenance::sqes_by_aicpu`]), never the Host's, and so are the completion flags and CQEs its runtime copies
+/// read first ([`Provenance::flags_seen_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the
+/// records; call it on a thread of the test's own.
+pub fn mark_aicpu_thread() {
+    crate::sdma::provenance::mark_aicpu_thread();
 }
 
 /// **Test-only, deliberately mis-wired**: while `diverted`, an emulated core's accepted doorbell write to channel

@@ -943,8 +943,14 @@ pub fn register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault>
     register_write_through(&RegisterCache::default(), device_va, bytes, provenance::WRITER_OTHER)
 }
 
+/// [`register_write`] by the AI CPU: the path of an AI-CPU kernel's doorbell (an SDMA channel's tail, a twin NIC QP's
+/// SQ doorbell), recorded with the AI CPU as its origin ([`crate::control::Provenance::doorbells_by_aicpu`]).
+pub(crate) fn aicpu_register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+    register_write_through(&RegisterCache::default(), device_va, bytes, provenance::WRITER_AICPU)
+}
+
 /// [`register_write`] through a core's [`RegisterCache`], by `origin` (a `provenance::WRITER_*` id: the ringing
-/// core's block).
+/// core's block, or the AI CPU).
 pub(crate) fn register_write_through(
     cache: &RegisterCache,
     device_va: u64,

@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use crate::sdma::provenance::{self as records, ChannelProvenance, RingerTake, Ringers};
+use crate::sdma::provenance::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -111,7 +111,7 @@ impl QpProvenance {
 
     /// A read of `[address, address + data.len())` that returned `data`: claims each CQE it covers whose first 8
     /// bytes it returned.
-    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+    fn read(&self, reader: Reader, address: u64, data: &[u8]) {
         if self.pending.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -138,7 +138,7 @@ impl QpProvenance {
             if self.cqe_key[slot as usize].compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
                 PENDING.fetch_sub(1, Ordering::AcqRel);
-                self.records.claim(key, by_core);
+                self.records.claim(key, reader);
             }
         }
     }
@@ -194,8 +194,9 @@ pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
     qp.forget_pending();
 }
 
-/// A read that returned `data` from `[address, ..)`, by a core of `device` (`Some`) or by the Host (`None`).
-pub(crate) fn read(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
+/// A read by `reader` that returned `data` from `[address, ..)`: a core of `device` (`Some`), or a runtime copy of a
+/// Host or AI-CPU thread (`None`).
+pub(crate) fn read(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -207,7 +208,7 @@ pub(crate) fn read(device: Option<i32>, by_core: bool, address: u64, data: &[u8]
         }
         for qp in cached.1.iter() {
             if device.is_none_or(|device| device == qp.device) {
-                qp.read(by_core, address, data);
+                qp.read(reader, address, data);
             }
         }
     });
@@ -226,11 +227,11 @@ mod tests {
         qp.cqe_landing(taken, 5, 0xABCD);
         // A line of the CQ: CQE slot 1 (producer 5 of depth 4) is its bytes 32..40.
         let mut line = [0u8; 64];
-        qp.read(true, 0x20_0000, &line);
+        qp.read(Reader::Core, 0x20_0000, &line);
         assert_eq!(qp.records.snapshot().flags_seen_by_core, 0, "a read of the old bytes claims nothing");
         line[32..40].copy_from_slice(&0xABCDu64.to_le_bytes());
-        qp.read(false, 0x20_0000 + 8, &line[8..]);
-        qp.read(true, 0x20_0000, &line);
+        qp.read(Reader::Host, 0x20_0000 + 8, &line[8..]);
+        qp.read(Reader::Core, 0x20_0000, &line);
         let seen = qp.records.snapshot();
         assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (1, 1, 0), "Host first");
         let mut log = Vec::new();
@@ -257,12 +258,17 @@ mod tests {
         qp.completed(qp.taken(1, 4));
         qp.rung(records::block_writer(1), true);
         qp.completed(qp.taken(2, 4));
+        // One by the AI CPU.
+        qp.rung(records::WRITER_AICPU, true);
+        qp.completed(qp.taken(3, 4));
         let mut log = Vec::new();
         qp.records.read_log(0, &mut log);
         let who: Vec<(Ringers, u64)> = log.iter().map(|entry| (entry.ringers, entry.doorbell)).collect();
         let both = Ringers::of(&[records::Doer::Host, b1]);
-        assert_eq!(who, [(both, 2), (both, 2), (Ringers::from(b1), 3)]);
-        assert_eq!(qp.records.snapshot().doorbells_by_host, 1, "each ring tallied once");
+        let aicpu = Ringers::from(records::Doer::AiCpu);
+        assert_eq!(who, [(both, 2), (both, 2), (Ringers::from(b1), 3), (aicpu, 4)]);
+        let seen = qp.records.snapshot();
+        assert_eq!((seen.doorbells_by_host, seen.doorbells_by_aicpu), (1, 1), "each ring tallied once: {seen:?}");
     }
 
     #[test]

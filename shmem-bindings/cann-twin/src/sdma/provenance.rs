@@ -27,13 +27,17 @@ use crossbeam_utils::CachePadded;
 
 /// Writer id of a slot nobody wrote since the channel was created (the twin's zeroing of the ring).
 pub(crate) const WRITER_UNKNOWN: u32 = 0;
-/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory).
+/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory) by a Host
+/// thread.
 pub(crate) const WRITER_HOST: u32 = 1;
 /// Writer id of a slot written last by a device-side agent that is not a core (an SDMA engine's copy), or partly
 /// by one writer and partly by another: not attributable.
 pub(crate) const WRITER_OTHER: u32 = 2;
+/// Writer id of the AI CPU (the NPU's control CPU, running AI-CPU kernels): a write through the device address space
+/// by a thread marked as the AI CPU's ([`mark_aicpu_thread`]), or a doorbell it rang. Never a core, never the Host.
+pub(crate) const WRITER_AICPU: u32 = 3;
 /// Writer id of block `k` is `WRITER_BLOCK0 + k`.
-pub(crate) const WRITER_BLOCK0: u32 = 3;
+pub(crate) const WRITER_BLOCK0: u32 = 4;
 /// The bits of a [`Ringers`] set that mean nobody one can name (the ids [`WRITER_UNKNOWN`] and [`WRITER_OTHER`]).
 const UNATTRIBUTED_BITS: u64 = 1 << WRITER_UNKNOWN | 1 << WRITER_OTHER;
 /// Blocks tallied in lock-free counters; higher ones go to a map under a mutex.
@@ -107,7 +111,7 @@ pub(crate) struct ChannelProvenance {
     sq_bytes: u64,
     /// Per slot: the id of its last writer (`WRITER_*`).
     /// 16 bits a slot, so that a landing of 32 SQEs marks one cache line (which the engine reads, on its own core):
-    /// writer ids that do not fit (blocks 65533 and up) are kept as [`WRITER_OTHER`].
+    /// writer ids that do not fit (blocks 65532 and up) are kept as [`WRITER_OTHER`].
     shadow: Box<[AtomicU16]>,
     sqes: CachePadded<SqeTally>,
     doorbells: CachePadded<DoorbellTally>,
@@ -164,6 +168,8 @@ pub enum Doer {
     Block(u32),
     /// A Host-side write or ring.
     Host,
+    /// The AI CPU: a write by one of its threads, or a ring through its register path.
+    AiCpu,
     /// Nobody one can name (see [`Provenance::sqes_unknown`]).
     Unattributed,
 }
@@ -172,6 +178,7 @@ impl Doer {
     fn of(id: u32) -> Doer {
         match id {
             WRITER_HOST => Doer::Host,
+            WRITER_AICPU => Doer::AiCpu,
             WRITER_UNKNOWN | WRITER_OTHER => Doer::Unattributed,
             block => Doer::Block(block - WRITER_BLOCK0),
         }
@@ -182,6 +189,7 @@ impl Doer {
         match self {
             Doer::Block(block) => block_writer(block),
             Doer::Host => WRITER_HOST,
+            Doer::AiCpu => WRITER_AICPU,
             Doer::Unattributed => WRITER_UNKNOWN,
         }
     }
@@ -194,16 +202,49 @@ pub enum FlagReader {
     Core,
     /// A Host runtime copy.
     Host,
+    /// A runtime copy by an AI-CPU thread.
+    AiCpu,
     /// Nobody yet, or never (a later landing on the same word replaced it unread).
     Unread,
+}
+
+/// Who made a read that may claim a landed flag or CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// An emulated core (a line fill or a GM -> UB DMA).
+    Core,
+    /// A runtime copy to Host memory by a Host thread.
+    Host,
+    /// A runtime copy to Host memory by an AI-CPU thread.
+    AiCpu,
+}
+
+impl Reader {
+    /// The reader of a runtime copy made by the calling thread.
+    fn of_thread() -> Reader {
+        if thread_writer() == WRITER_AICPU {
+            Reader::AiCpu
+        } else {
+            Reader::Host
+        }
+    }
+
+    /// Its code in a claim slot of the log (0: no claim).
+    fn code(self) -> u64 {
+        match self {
+            Reader::Core => 1,
+            Reader::Host => 2,
+            Reader::AiCpu => 3,
+        }
+    }
 }
 
 /// Everyone who rang the doorbell that exposed an SQE (or a twin NIC's WQE): every accepted doorbell write since the
 /// engine's previous take of the tail, each doer once. Never empty in a log entry: a doorbell nobody recorded (rung
 /// while the records were off) names [`Doer::Unattributed`].
 ///
-/// A set of bits, one per writer id below 64: the Host, nobody one can name, blocks 0 to 60 (an NPU has 48 AIV
-/// cores; a block numbered 61 or more counts as unattributed).
+/// A set of bits, one per writer id below 64: the Host, the AI CPU, nobody one can name, blocks 0 to 59 (an NPU has
+/// 48 AIV cores; a block numbered 60 or more counts as unattributed).
 #[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct Ringers(u64);
 
@@ -233,7 +274,7 @@ impl Ringers {
         self.0 & Ringers::bit(doer.id()) != 0 || (doer == Doer::Unattributed && self.0 & UNATTRIBUTED_BITS != 0)
     }
 
-    /// Each doer in the set once: the Host, then blocks in ascending order, then [`Doer::Unattributed`].
+    /// Each doer in the set once: the Host, the AI CPU, then blocks in ascending order, then [`Doer::Unattributed`].
     pub fn iter(self) -> impl Iterator<Item = Doer> {
         let named = self.0 & !UNATTRIBUTED_BITS;
         let unattributed = self.0 & UNATTRIBUTED_BITS != 0;
@@ -333,6 +374,7 @@ impl LoggedSqe {
 struct SqeTally {
     by_block: PerBlock,
     by_host: AtomicU64,
+    by_aicpu: AtomicU64,
     unknown: AtomicU64,
 }
 
@@ -340,6 +382,7 @@ struct SqeTally {
 struct DoorbellTally {
     by_block: PerBlock,
     by_host: AtomicU64,
+    by_aicpu: AtomicU64,
     unknown: AtomicU64,
 }
 
@@ -352,6 +395,7 @@ struct FlagTally {
     landed: AtomicU64,
     seen_by_core: AtomicU64,
     seen_by_host: AtomicU64,
+    seen_by_aicpu: AtomicU64,
 }
 
 /// What [`crate::control::provenance`] reports for one channel; see its documentation.
@@ -361,8 +405,11 @@ pub struct Provenance {
     /// SQEs the engine consumed (executed) whose 64 bytes an emulated core of block `k` wrote last: `(k, count)`,
     /// ascending by block, blocks with no SQE left out.
     pub sqes_by_block: Vec<(u32, u64)>,
-    /// SQEs consumed whose bytes a Host-side write (a runtime copy or memset into device memory) wrote last.
+    /// SQEs consumed whose bytes a Host-side write (a runtime copy or memset into device memory) by a Host thread
+    /// wrote last.
     pub sqes_by_host: u64,
+    /// SQEs consumed whose bytes a write by an AI-CPU thread wrote last.
+    pub sqes_by_aicpu: u64,
     /// SQEs consumed whose slot nobody wrote since the channel was created, or that an SDMA engine's copy wrote,
     /// or that two writers each wrote part of: not attributable to one writer.
     pub sqes_unknown: u64,
@@ -370,6 +417,8 @@ pub struct Provenance {
     pub doorbells_by_block: Vec<(u32, u64)>,
     /// Accepted doorbell writes through the Host's test-only path ([`crate::control::host_ring_doorbell`]).
     pub doorbells_by_host: u64,
+    /// Accepted doorbell writes through the AI CPU's register path.
+    pub doorbells_by_aicpu: u64,
     /// Accepted doorbell writes through [`crate::register_write`] (a caller the twin cannot name).
     pub doorbells_unknown: u64,
     /// Completion flags (the engine's 8-byte flag copies) landed on this channel.
@@ -377,10 +426,13 @@ pub struct Provenance {
     /// Of those, flags whose first read returning the landed value was an emulated core's (a line fill of its
     /// scalar load, or a GM -> UB DMA, covering the word).
     pub flags_seen_by_core: u64,
-    /// Flags whose first such read was a Host runtime copy to Host memory (`aclrtMemcpy` D2H, or a stream copy).
+    /// Flags whose first such read was a Host runtime copy to Host memory (`aclrtMemcpy` D2H, or a stream copy) by a
+    /// Host thread.
     pub flags_seen_by_host: u64,
+    /// Flags whose first such read was a runtime copy to Host memory by an AI-CPU thread.
+    pub flags_seen_by_aicpu: u64,
     /// Flags never read with their value: overwritten by a later landing before any read, still pending, or not
-    /// tracked (more than four pending at once). `flags_landed - flags_seen_by_core - flags_seen_by_host`.
+    /// tracked (more than four pending at once). `flags_landed` less the three `flags_seen_by_*`.
     pub flags_unseen: u64,
 }
 
@@ -463,6 +515,9 @@ impl ChannelProvenance {
             WRITER_HOST => {
                 self.sqes.by_host.fetch_add(1, Ordering::Relaxed);
             }
+            WRITER_AICPU => {
+                self.sqes.by_aicpu.fetch_add(1, Ordering::Relaxed);
+            }
             WRITER_UNKNOWN | WRITER_OTHER => {
                 self.sqes.unknown.fetch_add(1, Ordering::Relaxed);
             }
@@ -470,11 +525,14 @@ impl ChannelProvenance {
         }
     }
 
-    /// An accepted doorbell write by `origin` (`WRITER_HOST`, `WRITER_OTHER` or a block's id).
+    /// An accepted doorbell write by `origin` (`WRITER_HOST`, `WRITER_AICPU`, `WRITER_OTHER` or a block's id).
     pub(crate) fn rung(&self, origin: u32) {
         match origin {
             WRITER_HOST => {
                 self.doorbells.by_host.fetch_add(1, Ordering::Relaxed);
+            }
+            WRITER_AICPU => {
+                self.doorbells.by_aicpu.fetch_add(1, Ordering::Relaxed);
             }
             WRITER_UNKNOWN | WRITER_OTHER => {
                 self.doorbells.unknown.fetch_add(1, Ordering::Relaxed);
@@ -522,19 +580,23 @@ impl ChannelProvenance {
         self.flags.landings.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Records that landing `sequence` was first read by a core (`by_core`) or by the Host: tallied, and named in
-    /// the log entries that carry the landing.
-    pub(crate) fn claim(&self, sequence: u64, by_core: bool) {
-        let seen = if by_core { &self.flags.seen_by_core } else { &self.flags.seen_by_host };
+    /// Records that landing `sequence` was first read by `reader`: tallied, and named in the log entries that carry
+    /// the landing.
+    pub(crate) fn claim(&self, sequence: u64, reader: Reader) {
+        let seen = match reader {
+            Reader::Core => &self.flags.seen_by_core,
+            Reader::Host => &self.flags.seen_by_host,
+            Reader::AiCpu => &self.flags.seen_by_aicpu,
+        };
         seen.fetch_add(1, Ordering::Relaxed);
         let low = sequence & ((1 << SEQUENCE_BITS) - 1);
-        let claim = (low << 2) | if by_core { 1 } else { 2 };
+        let claim = (low << 2) | reader.code();
         self.log.claims[(low % CLAIM_SLOTS) as usize].store(claim, Ordering::Release);
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims every pending flag it covers whose
     /// landed value it returned.
-    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+    pub(crate) fn read(&self, reader: Reader, address: u64, data: &[u8]) {
         let flags = &self.flags;
         if flags.pending.load(Ordering::Acquire) == 0 {
             return;
@@ -559,7 +621,7 @@ impl ChannelProvenance {
                 flags.pending.fetch_sub(1, Ordering::AcqRel);
                 PENDING.fetch_sub(1, Ordering::AcqRel);
                 // The key keeps the sequence's low bits; the claim is found by them.
-                self.claim(key >> ADDRESS_BITS, by_core);
+                self.claim(key >> ADDRESS_BITS, reader);
             }
         }
     }
@@ -586,6 +648,7 @@ impl ChannelProvenance {
                 match (claim >> 2 == low, claim & 3) {
                     (true, 1) => FlagReader::Core,
                     (true, 2) => FlagReader::Host,
+                    (true, 3) => FlagReader::AiCpu,
                     _ => FlagReader::Unread,
                 }
             });
@@ -615,17 +678,21 @@ impl ChannelProvenance {
         let landed = flags.landed.load(Ordering::Relaxed);
         let seen_by_core = flags.seen_by_core.load(Ordering::Relaxed);
         let seen_by_host = flags.seen_by_host.load(Ordering::Relaxed);
+        let seen_by_aicpu = flags.seen_by_aicpu.load(Ordering::Relaxed);
         Provenance {
             sqes_by_block: self.sqes.by_block.snapshot(),
             sqes_by_host: self.sqes.by_host.load(Ordering::Relaxed),
+            sqes_by_aicpu: self.sqes.by_aicpu.load(Ordering::Relaxed),
             sqes_unknown: self.sqes.unknown.load(Ordering::Relaxed),
             doorbells_by_block: self.doorbells.by_block.snapshot(),
             doorbells_by_host: self.doorbells.by_host.load(Ordering::Relaxed),
+            doorbells_by_aicpu: self.doorbells.by_aicpu.load(Ordering::Relaxed),
             doorbells_unknown: self.doorbells.unknown.load(Ordering::Relaxed),
             flags_landed: landed,
             flags_seen_by_core: seen_by_core,
             flags_seen_by_host: seen_by_host,
-            flags_unseen: landed.saturating_sub(seen_by_core + seen_by_host),
+            flags_seen_by_aicpu: seen_by_aicpu,
+            flags_unseen: landed.saturating_sub(seen_by_core + seen_by_host + seen_by_aicpu),
         }
     }
 
@@ -635,9 +702,11 @@ impl ChannelProvenance {
         self.forget_writers();
         self.sqes.by_block.reset();
         self.sqes.by_host.store(0, Ordering::Relaxed);
+        self.sqes.by_aicpu.store(0, Ordering::Relaxed);
         self.sqes.unknown.store(0, Ordering::Relaxed);
         self.doorbells.by_block.reset();
         self.doorbells.by_host.store(0, Ordering::Relaxed);
+        self.doorbells.by_aicpu.store(0, Ordering::Relaxed);
         self.doorbells.unknown.store(0, Ordering::Relaxed);
         for slot in &self.flags.slots {
             if slot.key.swap(0, Ordering::AcqRel) != 0 {
@@ -648,6 +717,7 @@ impl ChannelProvenance {
         self.flags.landed.store(0, Ordering::Relaxed);
         self.flags.seen_by_core.store(0, Ordering::Relaxed);
         self.flags.seen_by_host.store(0, Ordering::Relaxed);
+        self.flags.seen_by_aicpu.store(0, Ordering::Relaxed);
     }
 }
 
@@ -740,13 +810,38 @@ thread_local! {
     /// This thread's copy of the watch list and the generation it was taken at.
     static CACHED: RefCell<Cached> = RefCell::new(Cached::default());
     /// The writer id of a write this thread makes through the device address space: the Host unless the thread is
-    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]).
+    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]) or the AI CPU's ([`WRITER_AICPU`]).
     static THREAD_WRITER: std::cell::Cell<u32> = const { std::cell::Cell::new(WRITER_HOST) };
 }
 
 /// Marks the calling thread as a device-side agent that is not a core (an SDMA engine thread).
 pub(crate) fn mark_device_thread() {
     THREAD_WRITER.with(|writer| writer.set(WRITER_OTHER));
+}
+
+/// Marks the calling thread as the AI CPU's: its writes through the device address space are the AI CPU's
+/// ([`WRITER_AICPU`]), and so are the flags and CQEs its runtime copies read first.
+pub(crate) fn mark_aicpu_thread() {
+    THREAD_WRITER.with(|writer| writer.set(WRITER_AICPU));
+}
+
+/// The writer id of the calling thread's writes through the device address space.
+pub(crate) fn thread_writer() -> u32 {
+    THREAD_WRITER.with(|writer| writer.get())
+}
+
+/// Runs `work` with the calling thread acting as `writer` (a stream's worker running a copy a thread of that kind
+/// submitted), then restores the thread's own writer id.
+pub(crate) fn acting_as<R>(writer: u32, work: impl FnOnce() -> R) -> R {
+    /// Restores the thread's writer id, also when `work` unwinds.
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREAD_WRITER.with(|writer| writer.set(self.0));
+        }
+    }
+    let _restore = Restore(THREAD_WRITER.with(|own| own.replace(writer)));
+    work()
 }
 
 pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
@@ -870,27 +965,30 @@ pub(crate) fn thread_wrote(address: u64, len: u64) {
     if len == 0 || !recording() || !near_an_sq(address, address.saturating_add(len)) {
         return;
     }
-    wrote(THREAD_WRITER.with(|writer| writer.get()), address, len);
+    wrote(thread_writer(), address, len);
 }
 
-/// A read of device memory at `address` that returned `data` by the Host (a runtime copy): it may observe a flag of
-/// any channel.
-pub(crate) fn read(by_core: bool, address: u64, data: &[u8]) {
-    read_on(None, by_core, address, data);
+/// A runtime copy's read of device memory at `address` into Host memory that returned `data`, by the calling thread
+/// (the Host's, or the AI CPU's if the thread is marked so): it may observe a flag of any channel.
+pub(crate) fn read(address: u64, data: &[u8]) {
+    if !recording() || data.len() < 8 {
+        return;
+    }
+    read_on(None, Reader::of_thread(), address, data);
 }
 
 /// A read by a core of `device`: the flags it can observe are those of its own device's channels (a core reads its
 /// device's memory; flags land in the memory of the device whose engine executes them).
 pub(crate) fn core_read(device: i32, address: u64, data: &[u8]) {
-    read_on(Some(device), true, address, data);
+    read_on(Some(device), Reader::Core, address, data);
 }
 
-fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
+fn read_on(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
     if !recording() || data.len() < 8 {
         return;
     }
     // The twin NIC's CQEs (one relaxed load when none waits to be read).
-    crate::nic::provenance::read(device, by_core, address, data);
+    crate::nic::provenance::read(device, reader, address, data);
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -898,7 +996,7 @@ fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
         let watches = &cached.watches;
         for (channel, &of) in watches.channels.iter().zip(&watches.devices) {
             if device.is_none_or(|device| device == of) {
-                channel.read(by_core, address, data);
+                channel.read(reader, address, data);
             }
         }
     });
@@ -947,8 +1045,8 @@ mod tests {
         let nameless = Ringers(Ringers::bit(WRITER_OTHER) | Ringers::bit(WRITER_UNKNOWN));
         assert_eq!(nameless.iter().collect::<Vec<_>>(), [Doer::Unattributed]);
         assert!(nameless.contains(Doer::Unattributed) && !nameless.contains(Doer::Host));
-        assert_eq!(Ringers::from(Doer::Block(60)).iter().collect::<Vec<_>>(), [Doer::Block(60)]);
-        assert_eq!(Ringers::from(Doer::Block(61)).iter().collect::<Vec<_>>(), [Doer::Unattributed]);
+        assert_eq!(Ringers::from(Doer::Block(59)).iter().collect::<Vec<_>>(), [Doer::Block(59)]);
+        assert_eq!(Ringers::from(Doer::Block(60)).iter().collect::<Vec<_>>(), [Doer::Unattributed]);
         assert!(Ringers::default().is_empty() && Ringers::default().iter().next().is_none());
     }
 
@@ -1052,7 +1150,7 @@ mod tests {
         assert_eq!(log[0].flag, Some(FlagReader::Unread), "landed, not read yet");
         let mut line = [0u8; 64];
         line[8..16].copy_from_slice(&5u64.to_le_bytes());
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         log.clear();
         assert_eq!(channel.read_log(0, &mut log), (0, 1));
         assert_eq!(log[0].flag, Some(FlagReader::Core));
@@ -1073,13 +1171,13 @@ mod tests {
         let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
         channel.flag_landing(0x8008, 5);
         let mut line = [0u8; 64];
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         assert_eq!(channel.snapshot().flags_seen_by_core, 0, "a read of the old value sees nothing");
         line[8..16].copy_from_slice(&5u64.to_le_bytes());
-        channel.read(false, 0x8010, &line[16..]);
+        channel.read(Reader::Host, 0x8010, &line[16..]);
         assert_eq!(channel.snapshot().flags_seen_by_host, 0, "a read not covering the word");
-        channel.read(false, 0x8000, &line);
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Host, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         let seen = channel.snapshot();
         assert_eq!(
             (seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core, seen.flags_unseen),
@@ -1088,7 +1186,7 @@ mod tests {
         channel.flag_landing(0x8008, 6);
         channel.flag_landing(0x8008, 7);
         line[8..16].copy_from_slice(&7u64.to_le_bytes());
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         let seen = channel.snapshot();
         assert_eq!((seen.flags_landed, seen.flags_seen_by_core, seen.flags_unseen), (3, 1, 1), "6 was overwritten");
     }
