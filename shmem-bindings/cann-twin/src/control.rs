@@ -1,6 +1,5 @@
-//! Fault injection and observation for tests: the explicit control API issue 14 asks for. Nothing here is part of
-//! the CANN interface, and nothing in the model calls it; a test reaches the device only through it or through the
-//! C ABI.
+//! Fault injection and observation for tests: an explicit control API. Nothing here is part of the CANN interface,
+//! and nothing in the model calls it; a test reaches the device only through it or through the C ABI.
 //!
 //! Channels are named by `(device, channel)`: the device whose SHMEM initialisation created the SDMA engines and
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).

@@ -1,5 +1,6 @@
-//! The twin NIC: a CPU model of a RoCE NIC per device, for the device-initiated RDMA path of issue 18 (docs/rdma.md,
-//! "The twin NIC"). Twin runtime only, unverified on hardware; nothing in the kernel or the engine uses it yet.
+//! The twin NIC: a CPU model of a RoCE NIC per device, for the device-initiated RDMA path (docs/rdma.md, "The twin
+//! NIC"), driven by the transfer kernel's RDMA route and the aiv transport's setup. Twin runtime only, unverified on
+//! hardware.
 //!
 //! - [`open`] starts a device's NIC: a TCP listener for the wire protocol (`nic/wire.rs`) between twin NICs.
 //! - [`register_memory`] registers a device-memory range under a pair of keys; a remote access is checked against
