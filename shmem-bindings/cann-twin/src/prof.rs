@@ -96,7 +96,8 @@ struct Config {
 struct State {
     /// Set by `aclprofInit`, cleared by `aclprofFinalize`.
     path: Option<PathBuf>,
-    /// Every live config, by its address (boxed: the address is the handle).
+    /// Every live config, by its address (boxed: the address is the handle and must not move as the list grows).
+    #[allow(clippy::vec_box)]
     configs: Vec<Box<Config>>,
     /// Running sessions: the config's address and what it recorded.
     sessions: Vec<Session>,
