@@ -296,6 +296,9 @@ pub struct BenchOutcome {
     /// What the run kept busy: the twin's AIV cores (executing vs polling) and SDMA engines, Host CPU by thread role
     /// (docs/occupancy.md). On the vendor's runtime the device part says it is not exposed.
     pub occupancy: crate::occupancy::Occupancy,
+    /// When the run began and ended, in the profiler's time (Unix microseconds): the window whose tasks the run's
+    /// device-side observer counts ([`observe_run`]).
+    pub window: crate::device::cann::profiler::Window,
 }
 
 impl BenchOutcome {
@@ -455,6 +458,7 @@ fn run_threads(
     let occupancy_before = occupancy_snapshot(engine);
     let host_threads_before = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
     let bench_threads_cpu = AtomicU64::new(0);
+    let window_start = crate::device::cann::profiler::now_us();
     let started = Instant::now();
     let error: Mutex<Option<EngineError>> = Mutex::new(None);
     let latencies = Mutex::new(latency_histogram());
@@ -506,6 +510,7 @@ fn run_threads(
         stop.store(true, Ordering::Relaxed);
     });
     let elapsed = started.elapsed();
+    let window = crate::device::cann::profiler::Window::since(window_start);
     let host_threads_after = crate::cpu_time::process_thread_cpu(&crate::device::DEVICE_THREAD_PREFIXES);
     let mut occupancy = occupancy_snapshot(engine).since(&occupancy_before);
     if let Some(error) = error.into_inner().unwrap_or_else(|p| p.into_inner()) {
@@ -539,6 +544,7 @@ fn run_threads(
         evidence,
         bytes_per_batch,
         occupancy,
+        window,
     })
 }
 
@@ -703,6 +709,7 @@ mod tests {
             first_failure: None,
             evidence: EvidenceSummary::default(),
             bytes_per_batch: 128 * 65536,
+            window: crate::device::cann::profiler::Window { start_us: 0.0, end_us: 0.0 },
             occupancy: {
                 let before = crate::occupancy::OccupancySnapshot::take(&[], false);
                 crate::occupancy::OccupancySnapshot::take(&[], false).since(&before)
@@ -732,7 +739,7 @@ mod tests {
 }
 
 /// The version of [`report_json`]'s document; bumped when a field changes meaning or goes away.
-pub const REPORT_SCHEMA: &str = "aiv-bench/3";
+pub const REPORT_SCHEMA: &str = "aiv-bench/4";
 
 /// A run as one JSON document (`aiv bench --json`), for the audit and for scripts: the parameters, the results with
 /// the same-run memcpy reference, batch latency quantiles, and the evidence: the records' runtime, the four
@@ -790,6 +797,7 @@ pub fn report_json(params: &BenchParams, report: &LoopbackReport, target: &str) 
             "transfers": evidence.transfers,
             "runtime": tally.runtime,
             "submitted_by": tally.submitter(),
+            "observer": tally.observer,
             "checks": checks,
             "acts": {
                 "descriptors_written": tally.descriptors_written,
@@ -946,6 +954,31 @@ pub fn serve_target(
 /// Runs the workload over a device path (`aiv`, `adxl`, `ubshmem`: `params.protocol`) between two devices of this process: the initiator engine (named
 /// `config.local_hostname`, device `config.aiv.device_id`) and a target engine on the next device id, each with
 /// `buffer_size` bytes of device memory registered; then the memcpy reference over the same two buffers.
+/// CANN's profiler for a run of `protocol` on `devices` under `config`: started for aiv on `device_backend: "cann"`
+/// (the vendor's runtime, or the twin's library loaded in its place), where the aiv transfers' device-side acts are
+/// self-reported and the profiler is the run's independent device-side observer (docs/evidence.md, "The profiler");
+/// `None` otherwise. Start it before the engines open (their kernels launch inside the session) and hand it to
+/// [`observe_run`] after they closed. A profiler that cannot start is `Some(Err(why))`: the run goes on.
+pub fn start_observer(
+    config: &crate::config::EngineConfig,
+    protocol: Protocol,
+    devices: &[u32],
+) -> Option<std::result::Result<crate::device::cann::profiler::ProfilerSession, String>> {
+    (config.aiv.device_backend == crate::config::DeviceBackendKind::Cann && protocol == Protocol::Aiv)
+        .then(|| crate::device::cann::profiler::ProfilerSession::start_vendor(devices))
+}
+
+/// Stops `session` (from [`start_observer`]) and sets what it saw in the run's window as the run's observer.
+pub fn observe_run(
+    report: &mut LoopbackReport,
+    session: Option<std::result::Result<crate::device::cann::profiler::ProfilerSession, String>>,
+) {
+    if let Some(session) = session {
+        let window = report.outcome.window;
+        report.outcome.evidence.tally.observer = Some(crate::device::cann::profiler::observer(session, &[window]));
+    }
+}
+
 pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) -> Result<LoopbackReport> {
     params.validate()?;
     let hbm = config.aiv.hbm_size;
@@ -959,6 +992,8 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
             ),
         });
     }
+    // Before the engines open: their kernels launch inside the profiling session.
+    let session = start_observer(config, params.protocol, &[config.aiv.device_id, config.aiv.device_id + 1]);
     let initiator = TransferEngine::new(config.clone())?;
     let target = TransferEngine::new(target_config(config))?;
     let (initiator_device, target_device) = (initiator.device()?, target.device()?);
@@ -990,9 +1025,13 @@ pub fn run_aiv_pair(config: &crate::config::EngineConfig, params: &BenchParams) 
     drop(local);
     drop(initiator_device);
     drop(initiator);
+    // The target too, before the profiler stops: its kernels have ended by then.
+    drop((remote, target_device, target));
     let outcome = outcome?;
     let memcpy_bytes_per_second = memcpy_reference_on_host(span, params)?;
-    Ok(LoopbackReport { outcome, memcpy_bytes_per_second })
+    let mut report = LoopbackReport { outcome, memcpy_bytes_per_second };
+    observe_run(&mut report, session);
+    Ok(report)
 }
 
 /// The configuration of an in-process target engine for `config`'s initiator: the next device id. With P2P

@@ -80,10 +80,12 @@ pub enum Source {
     /// The twin runtime's device model, where the act happened: the writer of each SQ slot an SDMA engine consumed,
     /// the origin of each doorbell register write, the first reader of each completion flag.
     TwinModel,
-    /// The NPU's view: device-side counts are the kernel's own tallies in the transfer's completion entry; Host-side
-    /// counts are the Host calls made on the transfer's behalf that could have done the act (counted by the `-sys`
-    /// loader tables), and the Host has no other way to do it.
-    KernelTally,
+    /// The device-side counts (`by_aiv`) are the kernel's own tallies in the transfer's completion entry, which no
+    /// independent device-side observer saw; the Host-side counts (`by_host`) are the classified calls any thread of
+    /// the process made through the `-sys` loader tables while the transfer was in flight
+    /// (`ascendcl_sys::calls::HostActs`). Not [observed](Source::is_observed): a check it supports alone is never
+    /// `yes` (docs/evidence.md, "Self-reported acts").
+    SelfReported,
     /// Calls into the device runtime made on the transfer's behalf, counted by the `-sys` loader tables (a Host
     /// path's stream copies, submits and synchronisations).
     HostCalls,
@@ -92,9 +94,15 @@ pub enum Source {
 }
 
 impl Source {
-    /// Whether the counts mean something (the act was recorded).
+    /// Whether the counts were observed by somebody other than the doer (the twin's device model, the loader
+    /// tables, the Host code): only such counts can make a check `yes` alone.
     pub fn is_observed(self) -> bool {
-        !matches!(self, Source::NotRecorded | Source::NotObservable | Source::Lost)
+        matches!(self, Source::TwinModel | Source::HostCalls | Source::HostCode)
+    }
+
+    /// Whether the counts mean something: observed, or [self-reported](Source::SelfReported).
+    pub fn has_counts(self) -> bool {
+        self.is_observed() || self == Source::SelfReported
     }
 
     /// How this source is named in printed verdicts.
@@ -104,7 +112,7 @@ impl Source {
             Source::NotObservable => "not observable on this runtime",
             Source::Lost => "records lost (a failed group, or the log overran)",
             Source::TwinModel => "recorded by the twin's device model",
-            Source::KernelTally => "kernel tallies and counted Host calls",
+            Source::SelfReported => "self-reported by the kernel",
             Source::HostCalls => "counted Host runtime calls",
             Source::HostCode => "counted in the Host code",
         }
@@ -165,25 +173,30 @@ impl Act {
     }
 
     /// Whether the act was done by AIV cores only: observed, at least once by a core, never by the Host, and (unless
-    /// `unattributed_allowed`) never by anybody else.
-    fn check(&self, unattributed_allowed: bool) -> Check {
-        if !self.source.is_observed() {
+    /// `unattributed_allowed`) never by anybody else. A [self-reported](Source::SelfReported) act is `no` on the
+    /// counts of others that it holds (the Host calls the loader tables counted) or when the kernel reports doing
+    /// nothing, and otherwise only as `yes` as the run's independent device-side observer makes it.
+    fn check(&self, unattributed_allowed: bool, observer: Corroboration) -> Check {
+        let others = self.by_aicpu > 0 || self.by_host > 0 || (!unattributed_allowed && self.unattributed > 0);
+        if !self.source.has_counts() {
             Check::Unknown
-        } else if self.by_aiv > 0
-            && self.by_aicpu == 0
-            && self.by_host == 0
-            && (unattributed_allowed || self.unattributed == 0)
-        {
+        } else if others || self.by_aiv == 0 {
+            Check::No
+        } else if self.source.is_observed() {
             Check::Yes
         } else {
-            Check::No
+            match observer {
+                Corroboration::Corroborates => Check::Yes,
+                Corroboration::Contradicts => Check::No,
+                Corroboration::Silent => Check::Unknown,
+            }
         }
     }
 
     /// `"<aiv> of <total> <noun> by AIV block a-b[; <n> by AI CPU]; <host> by Host[; <n> unattributed]"`, or the
     /// reason the counts are missing.
     pub fn describe(&self, noun: &str) -> String {
-        if !self.source.is_observed() {
+        if !self.source.has_counts() {
             return self.source.describe().to_string();
         }
         let blocks = match self.aiv_blocks {
@@ -200,6 +213,102 @@ impl Act {
             text.push_str(&format!("; {} unattributed", self.unattributed));
         }
         text
+    }
+}
+
+/// Task counts by type that an independent device-side observer saw in a window: CANN's profiler (or the twin's
+/// model of it), its task records whose execution overlapped the window, by task type (docs/evidence.md, "The
+/// profiler").
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ObservedTasks {
+    /// Kernels on the AI Vector cores (`KERNEL_AIVEC`, `KERNEL_MIX_AIV`).
+    pub aiv_kernels: u64,
+    /// AI-CPU tasks (`KERNEL_AICPU`).
+    pub aicpu_tasks: u64,
+    /// Copy and memset tasks (`MEMCPY_ASYNC`, `MEMSET_ASYNC`, `MEMCPY_ASYNC_WITHOUT_SDMA`, ...): the runtime's own
+    /// descriptors, written on a Host call's behalf.
+    pub copy_tasks: u64,
+    /// Every other task type seen, by its name (other kernels, event and notify records, stream waits, ...).
+    pub other_tasks: std::collections::BTreeMap<String, u64>,
+}
+
+impl ObservedTasks {
+    /// `"only the AIV kernel ran (1 launch), 0 copy tasks"`, or what else ran.
+    pub fn describe(&self) -> String {
+        let count = |n: u64, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+        let others: u64 = self.other_tasks.values().sum();
+        if self.aiv_kernels > 0 && self.copy_tasks == 0 && self.aicpu_tasks == 0 && others == 0 {
+            return format!(
+                "only the AIV kernel ran ({}), 0 copy tasks",
+                count(self.aiv_kernels, "launch", "launches")
+            );
+        }
+        let mut parts = vec![
+            count(self.copy_tasks, "copy task", "copy tasks"),
+            count(self.aicpu_tasks, "AI-CPU task", "AI-CPU tasks"),
+            count(self.aiv_kernels, "AIV kernel launch", "AIV kernel launches"),
+        ];
+        if others > 0 {
+            let names: Vec<String> = self.other_tasks.iter().map(|(name, count)| format!("{count} {name}")).collect();
+            parts.push(format!("other tasks: {}", names.join(", ")));
+        }
+        parts.join(", ")
+    }
+}
+
+/// What a run's independent device-side observer (CANN's profiler on `device_backend: "cann"`) made of the run's
+/// window, or why there was none. [`EvidenceTally::observer`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+pub enum DeviceObserver {
+    /// The profiler ran around the run and its task records were read back.
+    Profiler {
+        /// The tasks whose execution overlapped the run's window.
+        tasks: ObservedTasks,
+    },
+    /// No observer: the profiler is missing, failed, or its records could not be read.
+    Unavailable {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What an observer says of self-reported acts by AIV cores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Corroboration {
+    /// It saw the AIV kernel run and nothing else: no copy, no AI-CPU task, no other task.
+    Corroborates,
+    /// It saw a copy task or an AI-CPU task in the window: somebody else may have written descriptors.
+    Contradicts,
+    /// There was none, or it saw no AIV kernel, or it saw other tasks beside it.
+    Silent,
+}
+
+impl DeviceObserver {
+    fn corroboration(&self) -> Corroboration {
+        match self {
+            DeviceObserver::Unavailable { .. } => Corroboration::Silent,
+            DeviceObserver::Profiler { tasks } if tasks.copy_tasks > 0 || tasks.aicpu_tasks > 0 => {
+                Corroboration::Contradicts
+            }
+            DeviceObserver::Profiler { tasks } if tasks.aiv_kernels > 0 && tasks.other_tasks.is_empty() => {
+                Corroboration::Corroborates
+            }
+            DeviceObserver::Profiler { .. } => Corroboration::Silent,
+        }
+    }
+
+    fn saw_aiv_kernel(&self) -> bool {
+        matches!(self, DeviceObserver::Profiler { tasks } if tasks.aiv_kernels > 0)
+    }
+
+    /// `"profiler: only the AIV kernel ran (1 launch), 0 copy tasks"` or `"no independent device-side observer:
+    /// <why>"`.
+    pub fn describe(&self) -> String {
+        match self {
+            DeviceObserver::Profiler { tasks } => format!("profiler: {}", tasks.describe()),
+            DeviceObserver::Unavailable { reason } => format!("no independent device-side observer: {reason}"),
+        }
     }
 }
 
@@ -240,23 +349,37 @@ pub struct Checks {
 }
 
 impl Checks {
-    /// The checks of a transfer whose three acts are these.
+    /// The checks of a transfer whose three acts are these (no independent device-side observer: a
+    /// [self-reported](Source::SelfReported) act makes its check `unknown` at best).
     pub fn of(descriptors: &Act, doorbells: &Act, completion: &Act) -> Checks {
+        Checks::observed(descriptors, doorbells, completion, None)
+    }
+
+    /// The checks of acts whose window `observer` watched (a run's, [`EvidenceTally::observer`]).
+    pub fn observed(descriptors: &Act, doorbells: &Act, completion: &Act, observer: Option<&DeviceObserver>) -> Checks {
         let acts = [descriptors, doorbells, completion];
+        let corroboration = observer.map_or(Corroboration::Silent, DeviceObserver::corroboration);
         let kernel_on_aiv = if acts.iter().any(|act| act.source.is_observed() && act.by_aiv > 0) {
             Check::Yes
-        } else if acts.iter().all(|act| act.source.is_observed()) {
+        } else if acts.iter().any(|act| act.source == Source::SelfReported && act.by_aiv > 0) {
+            // The kernel says it ran: the observer must have seen it run.
+            if observer.is_some_and(DeviceObserver::saw_aiv_kernel) {
+                Check::Yes
+            } else {
+                Check::Unknown
+            }
+        } else if acts.iter().all(|act| act.source.has_counts()) {
             Check::No
         } else {
             Check::Unknown
         };
         Checks {
             kernel_on_aiv,
-            kernel_writes_descriptors: descriptors.check(false),
-            kernel_rings_doorbell: doorbells.check(false),
+            kernel_writes_descriptors: descriptors.check(false, corroboration),
+            kernel_rings_doorbell: doorbells.check(false, corroboration),
             // A flag overwritten by the next one before anybody read it is covered by that next flag's read (an
             // SDMA engine executes a channel's SQEs in order).
-            device_observes_completion: completion.check(true),
+            device_observes_completion: completion.check(true, corroboration),
         }
     }
 
@@ -360,15 +483,27 @@ impl Submitter {
         Submitter::ALL.into_iter().find(|submitter| submitter.as_str() == text)
     }
 
-    /// The submitter of a transfer whose three acts are these.
+    /// The submitter of a transfer whose three acts are these (no independent device-side observer).
     pub fn of(descriptors: &Act, doorbells: &Act, completion: &Act) -> Submitter {
-        if !descriptors.source.is_observed() || !doorbells.source.is_observed() {
+        Submitter::observed(descriptors, doorbells, completion, None)
+    }
+
+    /// The submitter of acts whose window `observer` watched. Self-reported acts by AIV cores alone are
+    /// `AIV-direct` only as the four checks are, with the observer; a Host act the loader tables counted among them
+    /// makes them `mixed`.
+    pub fn observed(
+        descriptors: &Act,
+        doorbells: &Act,
+        completion: &Act,
+        observer: Option<&DeviceObserver>,
+    ) -> Submitter {
+        if !descriptors.source.has_counts() || !doorbells.source.has_counts() {
             return Submitter::Unknown;
         }
         let mut doers = descriptors.doers().union(doorbells.doers());
         if doers.none() {
             // Nothing was handed to an engine (a Host-side copy): whoever saw the copy end did the work.
-            if !completion.source.is_observed() {
+            if !completion.source.has_counts() {
                 return Submitter::Unknown;
             }
             doers = completion.doers();
@@ -376,11 +511,13 @@ impl Submitter {
         let named = [doers.aiv, doers.aicpu, doers.host].into_iter().filter(|&named| named).count();
         match (named, doers.unattributed) {
             (0, _) => Submitter::Unknown,
-            (1, false) if doers.aiv => match Checks::of(descriptors, doorbells, completion).aiv_direct() {
-                Check::Yes => Submitter::AivDirect,
-                Check::Unknown => Submitter::Unknown,
-                Check::No => Submitter::Mixed,
-            },
+            (1, false) if doers.aiv => {
+                match Checks::observed(descriptors, doorbells, completion, observer).aiv_direct() {
+                    Check::Yes => Submitter::AivDirect,
+                    Check::Unknown => Submitter::Unknown,
+                    Check::No => Submitter::Mixed,
+                }
+            }
             (1, false) if doers.aicpu => Submitter::AiCpuSubmitted,
             (1, false) => Submitter::HostSubmitted,
             _ => Submitter::Mixed,
@@ -571,7 +708,13 @@ impl ActTotals {
         let source = match self.sources.as_slice() {
             [] => Source::NotRecorded,
             [one] => *one,
-            many => many.iter().copied().find(|source| !source.is_observed()).unwrap_or(many[0]),
+            // The weakest: a source without counts, else a self-report, else the first.
+            many => many
+                .iter()
+                .copied()
+                .find(|source| !source.has_counts())
+                .or_else(|| many.iter().copied().find(|source| !source.is_observed()))
+                .unwrap_or(many[0]),
         };
         let round = |count: f64| count.round() as u64;
         Act {
@@ -633,6 +776,11 @@ pub struct EvidenceTally {
     pub per_transfer_submitters: SubmitterCounts,
     /// Host kernel launches, summed (each record holds its own share).
     pub host_launches: f64,
+    /// The run's independent device-side observer, where the records' device-side acts are
+    /// [self-reported](Source::SelfReported) (set by the caller that ran it: `aiv bench`, the audit); `None`: none
+    /// was asked for. The run's checks and verdict use it; each transfer's own do not (it sees a window, not a
+    /// transfer).
+    pub observer: Option<DeviceObserver>,
 }
 
 impl EvidenceTally {
@@ -659,6 +807,9 @@ impl EvidenceTally {
         if self.runtime.is_none() {
             self.runtime = other.runtime;
         }
+        if self.observer.is_none() {
+            self.observer.clone_from(&other.observer);
+        }
         self.descriptors_written.merge(&other.descriptors_written);
         self.doorbells_rung.merge(&other.doorbells_rung);
         self.completion_seen.merge(&other.completion_seen);
@@ -673,14 +824,54 @@ impl EvidenceTally {
         }
     }
 
-    /// The run's checks, derived from the summed acts.
+    /// The run's checks, derived from the summed acts and the run's observer.
     pub fn checks(&self) -> Checks {
-        Checks::of(&self.descriptors_written.as_act(), &self.doorbells_rung.as_act(), &self.completion_seen.as_act())
+        Checks::observed(
+            &self.descriptors_written.as_act(),
+            &self.doorbells_rung.as_act(),
+            &self.completion_seen.as_act(),
+            self.observer.as_ref(),
+        )
     }
 
-    /// The run's "submitted by" verdict, derived from the summed acts by the rules of one transfer's.
+    /// The run's "submitted by" verdict, derived from the summed acts and the run's observer by the rules of one
+    /// transfer's.
     pub fn submitter(&self) -> Submitter {
-        Submitter::of(&self.descriptors_written.as_act(), &self.doorbells_rung.as_act(), &self.completion_seen.as_act())
+        Submitter::observed(
+            &self.descriptors_written.as_act(),
+            &self.doorbells_rung.as_act(),
+            &self.completion_seen.as_act(),
+            self.observer.as_ref(),
+        )
+    }
+
+    /// Whether some record's acts were [self-reported](Source::SelfReported).
+    pub fn self_reported(&self) -> bool {
+        [&self.descriptors_written, &self.doorbells_rung, &self.completion_seen]
+            .iter()
+            .any(|totals| totals.sources.contains(&Source::SelfReported))
+    }
+
+    /// `"device acts self-reported by the kernel; 0 Host submissions counted; profiler: ..."`: every source behind
+    /// a run whose device-side acts are self-reported (`None` for other runs).
+    pub fn sources_clause(&self) -> Option<String> {
+        if !self.self_reported() {
+            return None;
+        }
+        let round = |count: f64| count.round() as u64;
+        let mut clause = format!(
+            "device acts self-reported by the kernel; {} Host submissions counted",
+            round(self.descriptors_written.by_host)
+        );
+        let reads = round(self.completion_seen.by_host);
+        if reads > 0 {
+            clause.push_str(&format!(", {reads} Host completion reads counted"));
+        }
+        let observer =
+            self.observer.clone().unwrap_or(DeviceObserver::Unavailable { reason: "none ran for this run".into() });
+        clause.push_str("; ");
+        clause.push_str(&observer.describe());
+        Some(clause)
     }
 
     /// Host kernel launches per transfer (0 with no transfers).
@@ -706,9 +897,10 @@ impl EvidenceTally {
         } else {
             String::new()
         };
+        let sources = self.sources_clause().map(|clause| format!("; {clause}")).unwrap_or_default();
         let mut lines = vec![
             format!(
-                "submitted by: {} ({runtime}; {} transfers: {}{launches})",
+                "submitted by: {} ({runtime}{sources}; {} transfers: {}{launches})",
                 self.submitter(),
                 self.transfers,
                 self.per_transfer_submitters.describe()
@@ -873,6 +1065,70 @@ mod tests {
         assert_eq!(tally.submitter(), Submitter::AiCpuSubmitted);
         assert_eq!(tally.host_launches_per_transfer(), 0.25);
         assert_eq!(tally.verdict_lines()[0], "submitted by: AI-CPU-submitted (twin runtime, cann-twin 0.1.0; 4 transfers: 4 AI-CPU-submitted; 0.250 Host kernel launches per transfer)");
+    }
+
+    #[test]
+    fn self_reported_acts_are_yes_only_with_an_observer_that_saw_only_the_aiv_kernel() {
+        let reported = |count: u64| Act {
+            source: Source::SelfReported,
+            by_aiv: count,
+            aiv_blocks: Some([0, 1]),
+            ..Act::unknown(Source::SelfReported)
+        };
+        let acts = [reported(64), reported(2), reported(1)];
+        let seen = |tasks: ObservedTasks| DeviceObserver::Profiler { tasks };
+        let clean = seen(ObservedTasks { aiv_kernels: 1, ..ObservedTasks::default() });
+        let copied = seen(ObservedTasks { aiv_kernels: 1, copy_tasks: 2, ..ObservedTasks::default() });
+        let aicpu = seen(ObservedTasks { aiv_kernels: 1, aicpu_tasks: 1, ..ObservedTasks::default() });
+        let other = seen(ObservedTasks {
+            aiv_kernels: 1,
+            other_tasks: [("EVENT_RECORD".to_string(), 1)].into_iter().collect(),
+            ..ObservedTasks::default()
+        });
+        let none_ran = seen(ObservedTasks::default());
+        let missing = DeviceObserver::Unavailable { reason: "no libmsprofiler.so".into() };
+        let verdict = |observer: Option<&DeviceObserver>| {
+            (
+                Checks::observed(&acts[0], &acts[1], &acts[2], observer).aiv_direct(),
+                Submitter::observed(&acts[0], &acts[1], &acts[2], observer),
+            )
+        };
+        // The kernel's word alone is never yes.
+        assert_eq!(verdict(None), (Check::Unknown, Submitter::Unknown));
+        assert_eq!(verdict(Some(&missing)), (Check::Unknown, Submitter::Unknown));
+        assert_eq!(verdict(Some(&none_ran)), (Check::Unknown, Submitter::Unknown));
+        assert_eq!(verdict(Some(&other)), (Check::Unknown, Submitter::Unknown));
+        assert_eq!(Checks::observed(&acts[0], &acts[1], &acts[2], Some(&none_ran)).kernel_on_aiv, Check::Unknown);
+        // Corroborated: yes; contradicted by a copy or an AI-CPU task: no, mixed.
+        assert_eq!(verdict(Some(&clean)), (Check::Yes, Submitter::AivDirect));
+        assert_eq!(verdict(Some(&copied)), (Check::No, Submitter::Mixed));
+        assert_eq!(verdict(Some(&aicpu)), (Check::No, Submitter::Mixed));
+        // A Host act the loader tables counted while in flight: no, mixed, whatever the observer says.
+        let host = Act { by_host: 1, ..reported(64) };
+        assert_eq!(Checks::observed(&host, &acts[1], &acts[2], Some(&clean)).aiv_direct(), Check::No);
+        assert_eq!(Submitter::observed(&host, &acts[1], &acts[2], None), Submitter::Mixed);
+        // The run's line names every source.
+        let mut tally = EvidenceTally::default();
+        let mut record = TransferEvidence::new("aiv", RuntimeLabel::new(RuntimeKind::Npu, "8.0.RC1"));
+        (record.descriptors_written, record.doorbells_rung, record.completion_seen) = (acts[0], acts[1], acts[2]);
+        tally.add(&record);
+        assert_eq!(tally.submitter(), Submitter::Unknown);
+        tally.observer = Some(clean);
+        assert_eq!(
+            tally.verdict_lines()[0],
+            "submitted by: AIV-direct (NPU, CANN 8.0.RC1; device acts self-reported by the kernel; 0 Host \
+             submissions counted; profiler: only the AIV kernel ran (1 launch), 0 copy tasks; 1 transfers: 1 unknown)"
+        );
+        tally.observer = Some(missing);
+        assert_eq!(
+            tally.verdict_lines()[0],
+            "submitted by: unknown (NPU, CANN 8.0.RC1; device acts self-reported by the kernel; 0 Host submissions \
+             counted; no independent device-side observer: no libmsprofiler.so; 1 transfers: 1 unknown)"
+        );
+        assert!(tally.verdict_lines()[3].contains("(self-reported by the kernel;"), "{:?}", tally.verdict_lines());
+        let json = serde_json::to_value(&tally.observer).expect("serialises");
+        assert_eq!(json["outcome"], "unavailable");
+        assert_eq!(serde_json::to_value(Source::SelfReported).expect("serialises"), "self_reported");
     }
 
     #[test]

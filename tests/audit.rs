@@ -289,7 +289,7 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("report.json");
-    for other in ["aiv-bench/3", "aiv-audit/1"] {
+    for other in ["aiv-bench/4", "aiv-audit/2"] {
         std::fs::write(&path, format!(r#"{{"schema": "{other}"}}"#)).expect("written");
         let error = AuditReport::read(&path).expect_err("another schema");
         assert!(error.contains(other) && error.contains(AUDIT_SCHEMA), "{error}");

@@ -10,6 +10,12 @@
 //!     export AIV_TEST_TWIN_CANN_LIBS="$(tests/support/twin_cann_libs.sh | tail -n 1)"
 //!     cargo test --features cann --test cann_vendor_path_on_twin
 //!
+//! The aiv transfers' device-side acts are self-reported there (no SQE log to read): each transfer's own verdict is
+//! `unknown`, and the run's is `AIV-direct` only with the profiler's corroboration (the twin's model of CANN's
+//! profiler, loaded as `libmsprofiler.so` from the same file), its line naming every source. A Host thread's copy
+//! while transfers are in flight turns it (counted by the loader tables, and seen by the profiler even when the copy
+//! bypasses the tables); without the profiler it is `unknown`, never `yes`.
+//!
 //! SHMEM is one PE per process, and the loaders' tables are process-wide, so every case runs in processes of its own:
 //! this binary re-runs itself with `AIV_VENDOR_TWIN_CASE` naming the case. The data test is two processes, PE 0
 //! (device 0) and PE 1 (device 1), SHMEM's unique id passed through PE 0's segment descriptor as on two NPUs.
@@ -27,8 +33,13 @@ use std::sync::mpsc::{channel, Receiver};
 use std::time::{Duration, Instant};
 
 use aiv_transport::config::DeviceBackendKind;
+use aiv_transport::device::cann::profiler::{self, ProfilerSession, Window};
 use aiv_transport::device::cann::{CannDevice, CannRuntime};
+use aiv_transport::evidence::{DeviceObserver, EvidenceTally, Source, Submitter, TransferEvidence};
 use aiv_transport::{Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
+use ascendcl_sys::result as acl;
+use ascendcl_sys::sys::{aclError, aclrtMemcpyKind, ACL_MEMCPY_HOST_TO_DEVICE, ACL_SUCCESS};
+use core::ffi::c_void;
 use rand::{Rng, SeedableRng};
 
 const CASE: &str = "AIV_VENDOR_TWIN_CASE";
@@ -61,7 +72,10 @@ fn libraries() -> Option<PathBuf> {
 /// The loaders' override variables, each naming `library` (the twin is one library: ACL, SHMEM and HiXL must be
 /// the one loaded copy, whose SHMEM workspace lives in that copy's device memory).
 fn loader_env(library: &std::path::Path) -> Vec<(&'static str, std::ffi::OsString)> {
-    ["AIV_ASCENDCL_LIB", "AIV_SHMEM_LIB", "AIV_HIXL_LIB"].into_iter().map(|var| (var, library.into())).collect()
+    ["AIV_ASCENDCL_LIB", "AIV_SHMEM_LIB", "AIV_HIXL_LIB", "AIV_MSPROFILER_LIB"]
+        .into_iter()
+        .map(|var| (var, library.into()))
+        .collect()
 }
 
 /// A child process of this binary (or of `aiv`) killed when dropped, with its stdout lines on a channel.
@@ -185,6 +199,8 @@ fn child() {
         "missing_symbol" => missing_symbol(),
         "two_copies" => two_copies(),
         "two_hixl_copies" => two_hixl_copies(),
+        "host_acts" => host_acts(),
+        "no_profiler" => no_profiler(),
         other => panic!("unknown case {other}"),
     }
     println!("case {case} passed");
@@ -197,6 +213,22 @@ fn aiv_ubshmem_and_adxl_move_random_ranges_between_two_processes_on_the_twin_run
     env.push(("AIV_SHMEM_PE", "0".into()));
     env.push(("AIV_SHMEM_N_PES", "2".into()));
     in_child("pe0", &env);
+}
+
+#[test]
+fn a_host_copy_while_aiv_transfers_are_in_flight_turns_the_verdict_counted_by_the_tables_and_seen_by_the_profiler() {
+    let Some(dir) = libraries() else { return };
+    in_child("host_acts", &loader_env(&dir.join("libascendcl.so")));
+}
+
+#[test]
+fn without_the_profiler_the_self_reported_aiv_verdict_is_unknown_not_yes() {
+    let Some(dir) = libraries() else { return };
+    // libmetadef.so has no aclprof* symbol: the profiling table does not load.
+    let mut env = loader_env(&dir.join("libascendcl.so"));
+    env.retain(|(name, _)| *name != "AIV_MSPROFILER_LIB");
+    env.push(("AIV_MSPROFILER_LIB", dir.join("libmetadef.so").into()));
+    in_child("no_profiler", &env);
 }
 
 #[test]
@@ -315,6 +347,8 @@ fn pe1() {
 /// batches against PE 1's buffer, every byte a READ brings checked through the runtime's D2H copy against the model
 /// of PE 1's memory that every WRITE updates; at the end PE 1 checks its whole memory against the model.
 fn pe0() {
+    // Before the engine opens: its kernel launches inside the profiling session.
+    let session = ProfilerSession::start_vendor(&[0]).expect("the twin's profiler, loaded as libmsprofiler.so");
     let engine = engine(0);
     let mut peer = Process::case(
         "pe1",
@@ -340,12 +374,18 @@ fn pe0() {
 
     let mut model = pattern(0, BUFFER);
     let mut rng = rand::rngs::StdRng::seed_from_u64(0x7e57_c0de);
+    let mut aiv = Observed::default();
     for protocol in [Protocol::Aiv, Protocol::Ubshmem, Protocol::Adxl] {
         let mut moved = 0u64;
         for _ in 0..4 {
             for opcode in [Opcode::Write, Opcode::Read] {
-                moved +=
+                let (bytes, evidence, window) =
                     batch(&engine, &device, &buffer, (segment, peer_addr), &mut model, (opcode, protocol), &mut rng);
+                moved += bytes;
+                if protocol == Protocol::Aiv {
+                    aiv.windows.push(window);
+                    evidence.iter().for_each(|evidence| aiv.tally.add(evidence));
+                }
             }
         }
         println!("CHECK {}: {moved} bytes moved and checked", protocol.as_str());
@@ -362,10 +402,42 @@ fn pe0() {
         verified.is_some() && status.is_some_and(|status| status.success()),
         "PE 1 did not confirm its memory ({status:?}):\n{stdout}\n{stderr}"
     );
+    // The engine is gone (its kernel returned): the profiler's records are complete.
+    let tasks = session.stop().expect("the profiler's records");
+    let lines = aiv.verdict(&tasks);
+    assert!(
+        lines[0].starts_with(&format!(
+            "submitted by: AIV-direct (twin runtime, {}; device acts self-reported by the kernel; 0 Host \
+             submissions counted; profiler: only the AIV kernel ran",
+            cann_twin::TWIN_VERSION_STRING
+        )),
+        "{lines:#?}"
+    );
+    assert!(lines[1].starts_with("  AIV-direct: yes"), "{lines:#?}");
+}
+
+/// The aiv transfers of a run and the windows they were in flight in.
+#[derive(Default)]
+struct Observed {
+    tally: EvidenceTally,
+    windows: Vec<Window>,
+}
+
+impl Observed {
+    /// The run's verdict lines with `tasks` (the profiler's records) as its observer; printed.
+    fn verdict(&mut self, tasks: &profiler::ProfiledTasks) -> Vec<String> {
+        self.tally.observer = Some(DeviceObserver::Profiler { tasks: tasks.observed(&self.windows) });
+        let lines = self.tally.verdict_lines();
+        for line in &lines {
+            println!("{line}");
+        }
+        lines
+    }
 }
 
 /// One batch of 1 to 8 requests of `opcode` over `protocol`, each in a slot of its own on both sides, of random
-/// length (1 byte to a slot, across the 1 MiB SQE size) at random offsets. Returns the bytes moved.
+/// length (1 byte to a slot, across the 1 MiB SQE size) at random offsets. Returns the bytes moved, the tasks'
+/// evidence and the window from submit to the end of the wait (the Host's own copies around it left out).
 fn batch(
     engine: &TransferEngine,
     device: &aiv_transport::engine::AivDevice,
@@ -374,7 +446,7 @@ fn batch(
     model: &mut [u8],
     (opcode, protocol): (Opcode, Protocol),
     rng: &mut impl Rng,
-) -> u64 {
+) -> (u64, Vec<TransferEvidence>, Window) {
     let slots = (BUFFER / SLOT) as usize;
     let count = rng.gen_range(1..=8usize);
     let mut local_slots: Vec<usize> = (0..slots).collect();
@@ -413,10 +485,13 @@ fn batch(
         })
         .collect();
     let id = engine.allocate_batch(requests.len()).expect("batch");
+    let start = profiler::now_us();
     engine.submit_transfer(id, &requests).expect("submit");
     let status = engine.wait_batch(id).expect("wait");
+    let window = Window::since(start);
     let name = protocol.as_str();
     let mut moved = 0;
+    let mut evidences = Vec::new();
     for (task, &(local, remote, length)) in cases.iter().enumerate() {
         let state = engine.transfer_status(id, task).expect("status").state;
         let reason = engine.task_reason(id, task).expect("task");
@@ -424,8 +499,16 @@ fn batch(
         let evidence = engine.task_evidence(id, task).expect("task").expect("evidence");
         assert_eq!(evidence.path, name, "{evidence:?}");
         if protocol == Protocol::Aiv {
-            assert!(evidence.is_aiv_direct(), "aiv task {task}: the kernel did not build and submit: {evidence:?}");
+            // The kernel's word alone, with no Host act counted while it was in flight: neither yes nor no.
+            let acts = [&evidence.descriptors_written, &evidence.doorbells_rung, &evidence.completion_seen];
+            assert!(acts.iter().all(|act| act.source == Source::SelfReported && act.by_host == 0), "{evidence:?}");
+            assert!(
+                evidence.descriptors_written.by_aiv > 0,
+                "aiv task {task}: the kernel reports no SQE: {evidence:?}"
+            );
+            assert_eq!(evidence.submitter(), Submitter::Unknown, "aiv task {task}: {evidence:?}");
         }
+        evidences.push(evidence);
         let mut landed = vec![0u8; length as usize];
         device.read(buffer.addr() + local, &mut landed).expect("D2H");
         let (local, remote, length) = (local as usize, remote as usize, length as usize);
@@ -440,7 +523,7 @@ fn batch(
     }
     assert_eq!(status.state, TransferState::Completed, "{name} {opcode:?} batch");
     engine.free_batch(id).expect("free");
-    moved
+    (moved, evidences, window)
 }
 
 /// With a `libshmem.so` that lacks SHMEM's functions the device does not open, and the error names the first
@@ -478,4 +561,191 @@ fn two_copies() {
     let shmem = std::env::var("AIV_SHMEM_LIB").expect("AIV_SHMEM_LIB");
     assert!(error.contains("two copies") && error.contains(&acl) && error.contains(&shmem), "{error}");
     println!("the device refused: {error}");
+}
+
+/// Aiv batches of one process on its own device memory (`count` rounds of 4 transfers of 2 MiB from one half of
+/// `buffer` to the other), into `observed`.
+fn local_batches(
+    engine: &TransferEngine,
+    buffer: &aiv_transport::device::DeviceBuffer,
+    count: usize,
+    observed: &mut Observed,
+) {
+    let half = buffer.len() / 2;
+    for round in 0..count {
+        let requests: Vec<TransferRequest> = (0..4u64)
+            .map(|i| TransferRequest {
+                opcode: if round % 2 == 0 { Opcode::Write } else { Opcode::Read },
+                source: buffer.addr() + i * SLOT,
+                target_id: SegmentId::LOCAL,
+                target_offset: buffer.addr() + half + i * SLOT,
+                length: SLOT,
+                protocol: Some(Protocol::Aiv),
+            })
+            .collect();
+        let start = profiler::now_us();
+        let id = engine.allocate_batch(requests.len()).expect("batch");
+        engine.submit_transfer(id, &requests).expect("submit");
+        let status = engine.wait_batch(id).expect("wait");
+        observed.windows.push(Window::since(start));
+        assert_eq!(status.state, TransferState::Completed, "local aiv batch {round}");
+        for task in 0..requests.len() {
+            let evidence = engine.task_evidence(id, task).expect("task").expect("evidence");
+            assert_eq!(evidence.descriptors_written.source, Source::SelfReported, "{evidence:?}");
+            observed.tally.add(&evidence);
+        }
+        engine.free_batch(id).expect("free");
+    }
+}
+
+/// Runs `run` (aiv batches) while another thread calls `copy` (a Host copy into device memory) over and over, from
+/// its first copy on until `run` returns; the copies made.
+fn with_a_host_copier(copy: &(dyn Fn() + Sync), run: impl FnOnce()) -> u64 {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let (stop, copies) = (AtomicBool::new(false), AtomicU64::new(0));
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !stop.load(Ordering::Relaxed) {
+                copy();
+                copies.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while copies.load(Ordering::Relaxed) == 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        run();
+        stop.store(true, Ordering::Relaxed);
+    });
+    copies.into_inner()
+}
+
+/// Three runs of aiv transfers on one device, under one profiling session: a clean one (AIV-direct with the
+/// profiler's corroboration); one while a Host thread copies through the loader table (`aclrtMemcpy` H2D: the
+/// transfers in flight count it, so they are mixed with or without the profiler, and the profiler sees the copy
+/// tasks); one while the Host thread copies through the library's exported `aclrtMemcpy` directly, bypassing the
+/// tables (counted nowhere, but the profiler sees the copy tasks: mixed).
+fn host_acts() {
+    let session = ProfilerSession::start_vendor(&[0]).expect("the twin's profiler, loaded as libmsprofiler.so");
+    let engine = engine(0);
+    let device = engine.device().expect("device 0 on the loaded twin runtime");
+    check_loaded_twin(&device);
+    let buffer = device.allocate(8 * SLOT).expect("HBM");
+    let scratch = device.allocate(1 << 20).expect("HBM");
+    // SAFETY: the buffer outlives every batch below, each waited for.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+    let bytes = vec![0x3cu8; 1 << 20];
+    let acl = ascendcl_sys::api().expect("the loaded ACL table");
+
+    let mut clean = Observed::default();
+    local_batches(&engine, &buffer, 8, &mut clean);
+
+    // Through the loader table: counted.
+    let counted_copy = || {
+        acl::device::set(acl, 0).expect("device 0 on the copier thread");
+        // SAFETY: a live Host buffer and device memory of its length.
+        unsafe {
+            acl::memory::memcpy(
+                acl,
+                scratch.addr() as *mut c_void,
+                bytes.len(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        }
+        .expect("H2D through the table");
+    };
+    let mut counted = Observed::default();
+    let copies = with_a_host_copier(&counted_copy, || local_batches(&engine, &buffer, 24, &mut counted));
+    assert!(copies > 0);
+
+    // Around the tables: the library's own symbol, as a C caller in the process would call it.
+    let library = std::env::var_os("AIV_ASCENDCL_LIB").expect("AIV_ASCENDCL_LIB");
+    // SAFETY: the loaded twin library (the same file, so the same loaded object); only its aclrtMemcpy is used, with
+    // the prototype ascendcl-sys declares.
+    let raw = unsafe { libloading::Library::new(&library) }.expect("the library");
+    type Memcpy = unsafe extern "C" fn(*mut c_void, usize, *const c_void, usize, aclrtMemcpyKind) -> aclError;
+    // SAFETY: as above.
+    let memcpy: libloading::Symbol<'_, Memcpy> = unsafe { raw.get(b"aclrtMemcpy\0") }.expect("aclrtMemcpy");
+    let raw_copy = || {
+        acl::device::set(acl, 0).expect("device 0 on the copier thread");
+        // SAFETY: as above.
+        let code = unsafe {
+            memcpy(
+                scratch.addr() as *mut c_void,
+                bytes.len(),
+                bytes.as_ptr().cast(),
+                bytes.len(),
+                ACL_MEMCPY_HOST_TO_DEVICE,
+            )
+        };
+        assert_eq!(code, ACL_SUCCESS);
+    };
+    let mut bypassed = Observed::default();
+    let copies = with_a_host_copier(&raw_copy, || local_batches(&engine, &buffer, 24, &mut bypassed));
+    assert!(copies > 0);
+
+    engine.unregister_memory(buffer.addr()).expect("unregister");
+    drop((buffer, scratch, device, engine));
+    let tasks = session.stop().expect("the profiler's records");
+
+    // Clean: AIV-direct, the line naming every source.
+    let lines = clean.verdict(&tasks);
+    assert!(lines[0].starts_with("submitted by: AIV-direct (twin runtime, "), "{lines:#?}");
+    assert!(
+        lines[0].contains(
+            "; device acts self-reported by the kernel; 0 Host submissions counted; profiler: only the AIV kernel ran"
+        ),
+        "{lines:#?}"
+    );
+    // Counted: the transfers in flight during a copy count it; mixed with the profiler and without it.
+    let host: f64 = counted.tally.descriptors_written.by_host;
+    assert!(host > 0.0, "no Host copy was counted against a transfer in flight");
+    let mut without = counted.tally.clone();
+    without.observer = None;
+    assert_eq!(without.submitter(), Submitter::Mixed, "{:#?}", without.verdict_lines());
+    let lines = counted.verdict(&tasks);
+    assert!(lines[0].starts_with("submitted by: mixed (twin runtime, "), "{lines:#?}");
+    assert!(!lines[0].contains("; 0 Host submissions counted"), "{lines:#?}");
+    let Some(DeviceObserver::Profiler { tasks: seen }) = &counted.tally.observer else { panic!("an observer") };
+    assert!(seen.copy_tasks > 0, "the profiler saw no copy task: {seen:?}");
+    // Bypassed: nothing counted, so the kernel's word alone would be unknown; the profiler's copy tasks make it mixed.
+    assert_eq!(bypassed.tally.descriptors_written.by_host, 0.0, "a copy around the tables was counted");
+    let mut without = bypassed.tally.clone();
+    without.observer = None;
+    assert_eq!(without.submitter(), Submitter::Unknown, "{:#?}", without.verdict_lines());
+    let lines = bypassed.verdict(&tasks);
+    assert!(lines[0].starts_with("submitted by: mixed (twin runtime, "), "{lines:#?}");
+    assert!(
+        lines[0].contains("; 0 Host submissions counted; profiler: ") && lines[0].contains(" copy task"),
+        "{lines:#?}"
+    );
+    assert!(lines[1].starts_with("  AIV-direct: no"), "{lines:#?}");
+}
+
+/// The profiling library lacks the profiler: the transfers move, and the run's verdict is unknown, saying why.
+fn no_profiler() {
+    let session = ProfilerSession::start_vendor(&[0]);
+    let reason = session.as_ref().expect_err("libmetadef.so has no profiler").clone();
+    assert!(reason.contains("aclprofInit"), "{reason}");
+    let engine = engine(0);
+    let device = engine.device().expect("device 0 on the loaded twin runtime");
+    let buffer = device.allocate(8 * SLOT).expect("HBM");
+    // SAFETY: the buffer outlives every batch below, each waited for.
+    unsafe { engine.register_memory(buffer.addr(), buffer.len(), &device.location()) }.expect("register");
+    let mut run = Observed::default();
+    local_batches(&engine, &buffer, 4, &mut run);
+    engine.unregister_memory(buffer.addr()).expect("unregister");
+    drop((buffer, device, engine));
+    run.tally.observer = Some(profiler::observer(session, &run.windows));
+    let lines = run.tally.verdict_lines();
+    lines.iter().for_each(|line| println!("{line}"));
+    assert_eq!(run.tally.submitter(), Submitter::Unknown);
+    assert!(
+        lines[0].starts_with("submitted by: unknown (twin runtime, ")
+            && lines[0].contains("; device acts self-reported by the kernel; 0 Host submissions counted; no independent device-side observer: the profiler: "),
+        "{lines:#?}"
+    );
+    assert!(lines[1].starts_with("  AIV-direct: unknown"), "{lines:#?}");
 }

@@ -133,7 +133,7 @@ fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
         let stdout = String::from_utf8(output.stdout).expect("UTF-8");
         assert_eq!(stdout.lines().count(), 1, "one document, nothing else:\n{stdout}");
         let document: serde_json::Value = serde_json::from_str(&stdout).expect("valid JSON");
-        assert_eq!(document["schema"], "aiv-bench/3", "{document}");
+        assert_eq!(document["schema"], "aiv-bench/4", "{document}");
         assert_eq!(document["workload"]["protocol"], protocol, "{document}");
         assert!(document["result"]["completed_batches"].as_u64().is_some_and(|n| n > 0), "{document}");
         assert!(document["batch_latency_ns"]["p50"].as_u64().is_some_and(|ns| ns > 0), "{document}");
@@ -433,7 +433,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     let json = out.join("report.json");
     assert!(json.is_file() && out.join("report.md").is_file(), "{stdout}");
     let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("JSON");
-    assert_eq!(report["schema"], "aiv-audit/2");
+    assert_eq!(report["schema"], "aiv-audit/3");
     assert_eq!(report["command"][0], "aiv", "the program is recorded by name, not by where it lies");
     assert_eq!(report["faults"], serde_json::json!([]), "--no-faults leaves the error-recovery rounds out");
     assert_eq!(report["allocation"], serde_json::json!([]), "--no-alloc leaves allocation success out");

@@ -223,6 +223,14 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     options.validate()?;
     let started_utc = report::utc_now();
     let started = Instant::now();
+    // The aiv path on the vendor's runtime: CANN's profiler observes its cells (docs/evidence.md, "The profiler"),
+    // started before the engines open and stopped after they closed; each aiv cell's window is counted.
+    let observer_session = options
+        .paths
+        .iter()
+        .find(|path| **path == Protocol::Aiv)
+        .and_then(|&path| bench::start_observer(config, path, &[config.aiv.device_id, config.aiv.device_id + 1]));
+    let mut aiv_windows = Vec::new();
     let rig = Rig::new(config, options)?;
     let total = options.workloads.len() * options.rounds * (options.paths.len() + 1)
         + if options.faults { 3 * options.paths.len() } else { 0 }
@@ -289,6 +297,9 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                     failures[index] = outcome.first_failure.clone();
                 }
                 tallies[index].merge(&outcome.evidence.tally);
+                if path == Protocol::Aiv {
+                    aiv_windows.push(outcome.window);
+                }
                 per_path[index].push(round_result(round, slot, &outcome));
                 // Same bounds on both sides: adding cannot fail.
                 let _ = latencies[index].add(&outcome.batch_latencies);
@@ -333,6 +344,11 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     }
     let mut registration = rig.registration.clone();
     rig.withdraw();
+    if let (Some(session), Some(index)) =
+        (observer_session, options.paths.iter().position(|path| *path == Protocol::Aiv))
+    {
+        tallies[index].observer = Some(crate::device::cann::profiler::observer(session, &aiv_windows));
+    }
     let allocation = if options.allocation {
         let request = options.alloc_request.unwrap_or(config.aiv.hbm_size);
         let allocation = alloc::measure(config, &options.paths, request);

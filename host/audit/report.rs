@@ -12,7 +12,7 @@ use crate::evidence::{Check, EvidenceTally, Submitter, SubmitterCounts};
 use crate::transfer::Protocol;
 
 /// The version of `report.json`'s layout: a reader refuses another.
-pub const AUDIT_SCHEMA: &str = "aiv-audit/2";
+pub const AUDIT_SCHEMA: &str = "aiv-audit/3";
 
 /// The whole report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -757,6 +757,10 @@ pub struct PathVerdict {
     pub transfers: u64,
     /// The verdict and each check with its counts and source, as `aiv bench` prints them.
     pub lines: Vec<String>,
+    /// The run's independent device-side observer where the path's device-side acts are self-reported (aiv on the
+    /// vendor's runtime: CANN's profiler over the path's cells), else `None`.
+    #[serde(default)]
+    pub observer: Option<crate::evidence::DeviceObserver>,
     /// The first failure a batch of this path reported, if any.
     pub first_failure: Option<String>,
 }
@@ -784,6 +788,7 @@ impl PathVerdict {
             runtime: tally.runtime.map(|runtime| runtime.to_string()),
             transfers: tally.transfers,
             lines: tally.verdict_lines(),
+            observer: tally.observer.clone(),
             first_failure,
         }
     }

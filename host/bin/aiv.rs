@@ -677,6 +677,12 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
             format!("in-process target on {:?} device {}", config.aiv.device_backend, config.aiv.device_id + 1);
         return print_bench_report(&params, &report, &target, args.json);
     }
+    // An initiator's aiv run on the vendor's runtime: CANN's profiler observes it (started before the engine opens).
+    let session = if matches!(args.mode, Mode::Initiator) {
+        bench::start_observer(&config, protocol, &[config.aiv.device_id])
+    } else {
+        None
+    };
     let engine = TransferEngine::new(config.clone()).map_err(|e| e.to_string())?;
     // tcp without --segment_id: a second engine of this process is the target, so every byte crosses the wire.
     let wire_target = if protocol == Protocol::Tcp && args.segment_id.is_none() && matches!(args.mode, Mode::Initiator)
@@ -729,13 +735,17 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
         (None, Some(segment)) if protocol == Protocol::Aiv => bench::run_aiv_against_segment(&engine, &params, segment),
         (None, Some(segment)) => bench::run_against_segment(&engine, &params, segment),
         (None, None) => bench::run_loopback(&engine, &params),
-    }
-    .map_err(|e| e.to_string())?;
+    };
     let target = match (&wire_target, remote_segment) {
         (Some(target), _) => format!("target engine {:?} of this process over loopback tcp", target.name()),
         (None, Some(segment)) => format!("target segment {segment:?} of another process"),
         (None, None) => "in-process target (this engine's own segment)".to_string(),
     };
+    // The engines close (their kernels end) before the profiler stops.
+    drop(wire_target);
+    drop(engine);
+    let mut report = report.map_err(|e| e.to_string())?;
+    bench::observe_run(&mut report, session);
     print_bench_report(&params, &report, &target, args.json)
 }
 
@@ -986,6 +996,7 @@ mod tests {
                     evidence: Default::default(),
                     bytes_per_batch: u64::MAX,
                     batch_latencies: bench::latency_histogram(),
+                    window: aiv_transport::device::cann::profiler::Window { start_us: 0.0, end_us: 0.0 },
                     occupancy: {
                         let before = aiv_transport::occupancy::OccupancySnapshot::take(&[], false);
                         aiv_transport::occupancy::OccupancySnapshot::take(&[], false).since(&before)

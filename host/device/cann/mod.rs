@@ -42,6 +42,7 @@ mod errors;
 pub mod heap;
 mod launch;
 mod open;
+pub mod profiler;
 mod runtime_kind;
 mod settings;
 pub mod stream;

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use super::block::{DrainScratch, HostBlock};
 use super::inflight::{InFlight, PostedOn};
+use super::observe::{add_host_acts, HostMark};
 use super::submit::decode_ticket;
 use super::Inner;
 use crate::config::LaunchMode;
@@ -150,6 +151,8 @@ impl Inner {
             // Dropping `completions` publishes the new head: the kernel may reuse the slots.
         };
         block.drained.store(new_head, Ordering::Release);
+        // The completions were seen now: every Host act since a transfer's submit counts against it.
+        let drain_mark = if self.host_marks { HostMark::now() } else { HostMark::default() };
         let count = entries.len() as u32;
         // Per block (its drainer holds the drain lock): no counter shared by every draining thread.
         block.completions.fetch_add(u64::from(count), Ordering::Relaxed);
@@ -160,7 +163,11 @@ impl Inner {
                 .is_ok_and(|entry| matches!(DcqStatus(entry.status.get()), DcqStatus::TIMEOUT | DcqStatus::ABORTED))
         });
         // Read the exception before deciding FAILED vs TIMEOUT, and before the reset clears it.
-        let exception = if group_failed { self.device.channel_exception(block.index) } else { None };
+        let exception = if group_failed {
+            ascendcl_sys::calls::own_work(|| self.device.channel_exception(block.index))
+        } else {
+            None
+        };
         {
             let mut inflight = block.inflight_map();
             for (i, (position, entry)) in entries.iter().enumerate() {
@@ -207,10 +214,11 @@ impl Inner {
                     &undecodable.entry
                 }
             };
-            let observed = match transfer.rdma {
+            let mut observed = match transfer.rdma {
                 Some(posted) => records.attribute_rdma(&*self.device, block.index, posted, entry),
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };
+            add_host_acts(&mut observed, transfer.host_mark, drain_mark);
             let shares = Shares { cpu_ns: drain_share, calls: calls_share, launches: launches_share };
             self.finish(block, entry, transfer, shares, observed, exception.as_ref());
         }
@@ -334,7 +342,7 @@ impl Inner {
         if halted == control.resume_count.load(Ordering::Acquire) {
             return;
         }
-        if let Err(error) = self.device.reset_channel(block.index) {
+        if let Err(error) = ascendcl_sys::calls::own_work(|| self.device.reset_channel(block.index)) {
             tracing::error!(block = block.index, %error, "channel reset failed; the block stays halted");
             return;
         }

@@ -16,6 +16,9 @@ pub(super) struct InFlight {
     pub(super) length: u64,
     /// The RDMA route's QP the request was posted on (`None`: SDMA).
     pub(super) rdma: Option<PostedOn>,
+    /// The process's classified Host calls when the transfer was submitted (zero where the device model observes
+    /// the acts: no mark is taken there).
+    pub(super) host_mark: super::observe::HostMark,
 }
 
 /// The QP slot of its block a request on the RDMA route was posted on, and the number of the slot's QP then (it

@@ -87,6 +87,8 @@ pub struct AivTransport {
 #[derive(Debug)]
 struct Inner {
     device: Arc<dyn DeviceBackend>,
+    /// Whether transfers take Host marks (`observe::HostMark`): where their acts are self-reported.
+    host_marks: bool,
     launch_mode: LaunchMode,
     blocks: Vec<HostBlock>,
     kernel_args: SharedMemory,
@@ -213,14 +215,19 @@ impl AivTransport {
 }
 
 impl Inner {
+    /// Launches the transfer kernel. The launch and the waits on earlier launches are this transport's own work, not
+    /// Host acts on the transfers in flight (`ascendcl_sys::calls::own_work`; counted in `host_launches` and
+    /// `host_device_api_calls`).
     fn launch(&self) -> Result<(), DeviceError> {
-        let launch = self.device.launch(self.kernel_args.device_addr(), self.blocks.len() as u32)?;
-        self.launches.fetch_add(1, Ordering::Relaxed);
-        self.uncharged_launches.add(1);
-        let mut launches = self.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner());
-        launches.retain(|launch| !launch.wait(Duration::ZERO));
-        launches.push(launch);
-        Ok(())
+        ascendcl_sys::calls::own_work(|| {
+            let launch = self.device.launch(self.kernel_args.device_addr(), self.blocks.len() as u32)?;
+            self.launches.fetch_add(1, Ordering::Relaxed);
+            self.uncharged_launches.add(1);
+            let mut launches = self.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner());
+            launches.retain(|launch| !launch.wait(Duration::ZERO));
+            launches.push(launch);
+            Ok(())
+        })
     }
 
     /// Sleeps for `period`, or until shutdown.
@@ -257,7 +264,7 @@ impl Drop for AivTransport {
         let launches = std::mem::take(&mut *inner.launches_in_flight.lock().unwrap_or_else(|p| p.into_inner()));
         let mut all_returned = true;
         for launch in launches {
-            all_returned &= launch.wait(Duration::from_secs(3));
+            all_returned &= ascendcl_sys::calls::own_work(|| launch.wait(Duration::from_secs(3)));
         }
         if !all_returned {
             // A kernel still running uses the rings and control blocks: leak them rather than free them under it.

@@ -10,7 +10,9 @@
 //! follows a group's last transfer closes the group. A group whose flag nobody read (a later landing replaced it
 //! before any read) was seen through the next flag that was read. Where the walk cannot follow (a failed group and
 //! its channel reset, entries the log no longer keeps) the transfers' acts are `lost` and the walk starts again at
-//! the log's end. On the vendor's runtime the acts come from the kernel's tallies in each DCQ entry.
+//! the log's end. On the vendor's runtime there is no such log: the device-side acts are the kernel's own tallies in
+//! each DCQ entry (`self_reported`), and the Host-side acts are the classified loader-table calls any thread made
+//! while the transfer was in flight ([`HostMark`]: a mark at submit, another at drain).
 //!
 //! A transfer on the RDMA route takes no SQE: its acts come from the twin NIC's log of the transfer's QP
 //! ([`cann_twin::nic::qp_log`]), one entry per WQE in WQE order (the kernel posts a QP's WQEs in request order, and
@@ -22,6 +24,7 @@
 
 use std::collections::HashMap;
 
+use ascendcl_sys::calls::{act, HostActs};
 use cann_twin::control::{Doer, FlagReader, LoggedSqe, Ringers};
 
 use super::inflight::PostedOn;
@@ -61,7 +64,7 @@ impl BlockRecords {
     ) {
         acts.clear();
         let Some(cursor) = self.cursor else {
-            acts.extend(entries.iter().map(|entry| kernel_tally(block, entry)));
+            acts.extend(entries.iter().map(|entry| self_reported(block, entry)));
             return;
         };
         self.log.clear();
@@ -71,7 +74,7 @@ impl BlockRecords {
                 return;
             }
             ChannelLog::NotObservable => {
-                acts.extend(entries.iter().map(|entry| kernel_tally(block, entry)));
+                acts.extend(entries.iter().map(|entry| self_reported(block, entry)));
                 return;
             }
             ChannelLog::Read { first, end } => (first, end),
@@ -226,7 +229,8 @@ impl BlockRecords {
         self.log.clear();
         let (first, end) = match device.read_qp_log(qpn, cursor, &mut self.log) {
             ChannelLog::NotRecorded => return [Act::unknown(Source::NotRecorded); 3],
-            ChannelLog::NotObservable => return kernel_tally(block, entry),
+            // The QP's WQEs are the kernel's word alone; the Host counts come at drain.
+            ChannelLog::NotObservable => return self_reported(block, entry),
             ChannelLog::Read { first, end } => (first, end),
         };
         if status != DcqStatus::COMPLETED || first != cursor || self.log.len() < wqes {
@@ -256,22 +260,48 @@ fn rdma_acts(wqes: &[LoggedSqe]) -> [Act; 3] {
     [observed(wqes, |wqe| wqe.writer), doorbells(wqes), completion]
 }
 
-/// The NPU's view of one transfer: the kernel's tallies in its DCQ entry.
-fn kernel_tally(block: u32, entry: &DcqEntry) -> [Act; 3] {
+/// The device-side acts of one transfer where no log shows them: the kernel's own tallies in its DCQ entry. The
+/// Host-side counts are 0 here and set at drain from the transfer's [`HostMark`]s ([`add_host_acts`]).
+fn self_reported(block: u32, entry: &DcqEntry) -> [Act; 3] {
     let tally = |count: u64| Act {
-        source: Source::KernelTally,
+        source: Source::SelfReported,
         by_aiv: count,
         aiv_blocks: (count > 0).then_some([block, block]),
         by_aicpu: 0,
-        // The aiv path makes no Host call that writes device memory, rings a doorbell or reads a flag while a
-        // transfer is in flight: its calls on a transfer's behalf (a launch, a channel reset, an exception query)
-        // are counted in `host_device_api_calls`.
         by_host: 0,
         unattributed: 0,
     };
     // The kernel publishes a COMPLETED entry only after it read the flag that covers the transfer.
     let seen = u64::from(DcqStatus(entry.status.get()) == DcqStatus::COMPLETED);
     [tally(u64::from(entry.sqes.get())), tally(u64::from(entry.doorbells.get())), tally(seen)]
+}
+
+/// The classified loader-table calls every thread of the process had made (outside the transports' own work) at
+/// one moment, as the three acts count them: calls that could write a descriptor (they write device memory or
+/// submit device work), that could ring a doorbell (they submit device work), that could read a completion.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct HostMark([u64; 3]);
+
+impl HostMark {
+    /// The counts now (`ascendcl_sys::calls::HostActs::now`).
+    pub(super) fn now() -> HostMark {
+        let acts = HostActs::now();
+        HostMark([
+            acts.with_any(act::WRITES_DEVICE | act::SUBMITS),
+            acts.with_any(act::SUBMITS),
+            acts.with_any(act::READS_COMPLETION),
+        ])
+    }
+}
+
+/// Sets the Host counts of a transfer's self-reported acts: the calls made between its submit (`submitted`) and its
+/// drain (`drained`). Acts of any other source are left as they are (on the twin the device model saw every act).
+pub(super) fn add_host_acts(acts: &mut [Act; 3], submitted: HostMark, drained: HostMark) {
+    for ((act, then), now) in acts.iter_mut().zip(submitted.0).zip(drained.0) {
+        if act.source == Source::SelfReported {
+            act.by_host = now.saturating_sub(then);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -428,11 +458,27 @@ mod tests {
     }
 
     #[test]
-    fn without_a_log_the_acts_come_from_the_kernel_tally() {
-        let [sqes, doorbells, seen] = kernel_tally(3, &entry(7, DcqStatus::COMPLETED));
-        assert_eq!((sqes.source, sqes.by_aiv, sqes.aiv_blocks), (Source::KernelTally, 7, Some([3, 3])));
+    fn without_a_log_the_acts_are_self_reported_and_host_calls_in_flight_are_counted_against_them() {
+        use crate::evidence::{Check, Checks, Submitter};
+        let [sqes, doorbells, seen] = self_reported(3, &entry(7, DcqStatus::COMPLETED));
+        assert_eq!((sqes.source, sqes.by_aiv, sqes.aiv_blocks), (Source::SelfReported, 7, Some([3, 3])));
         assert_eq!((doorbells.by_aiv, seen.by_aiv), (1, 1));
-        assert_eq!(kernel_tally(3, &entry(7, DcqStatus::TIMEOUT))[2].by_aiv, 0);
+        assert_eq!(self_reported(3, &entry(7, DcqStatus::TIMEOUT))[2].by_aiv, 0);
+        // No Host call in flight: the kernel's word alone, so unknown (never yes).
+        let mut acts = self_reported(3, &entry(7, DcqStatus::COMPLETED));
+        add_host_acts(&mut acts, HostMark([5, 2, 9]), HostMark([5, 2, 9]));
+        assert_eq!(acts.map(|act| act.by_host), [0, 0, 0]);
+        assert_eq!(Checks::of(&acts[0], &acts[1], &acts[2]).aiv_direct(), Check::Unknown);
+        assert_eq!(Submitter::of(&acts[0], &acts[1], &acts[2]), Submitter::Unknown);
+        // One Host copy (writes, submits and reads) while it was in flight: each act counts it, and it is mixed.
+        add_host_acts(&mut acts, HostMark([5, 2, 9]), HostMark([6, 3, 10]));
+        assert_eq!(acts.map(|act| act.by_host), [1, 1, 1]);
+        assert_eq!(Checks::of(&acts[0], &acts[1], &acts[2]).aiv_direct(), Check::No);
+        assert_eq!(Submitter::of(&acts[0], &acts[1], &acts[2]), Submitter::Mixed);
+        // The twin's records are left alone.
+        let mut modelled = [none(); 3];
+        add_host_acts(&mut modelled, HostMark([0; 3]), HostMark([4; 3]));
+        assert_eq!(modelled.map(|act| act.by_host), [0, 0, 0]);
     }
 
     /// A backend whose only working call is `read_qp_log`, over one log per QP number (each starting at 0).

@@ -116,8 +116,12 @@ impl AivTransport {
                 block_args.as_bytes().len(),
             );
         }
+        // Where no device log shows who did the acts (the vendor's runtime), the acts are self-reported and every
+        // transfer takes Host marks at submit and drain (`observe::HostMark`).
+        let host_marks = device.channel_log_position(0).is_none();
         let inner = Arc::new(Inner {
             device,
+            host_marks,
             launch_mode: options.launch_mode,
             blocks,
             kernel_args,

@@ -11,6 +11,7 @@ use zerocopy::little_endian::{U32, U64};
 
 use super::block::{HostBlock, Producer};
 use super::inflight::{InFlight, PostedOn};
+use super::observe::HostMark;
 use super::rdma::Route;
 use super::Inner;
 use crate::config::LaunchMode;
@@ -110,6 +111,7 @@ impl Inner {
         &self,
         block: usize,
         id: u64,
+        host_mark: HostMark,
         transfer: Transfer,
         last_peer: &mut Option<(
             std::sync::Arc<crate::transfer::Segment>,
@@ -161,6 +163,7 @@ impl Inner {
                         peer: Some(peer.id()),
                         length: transfer.length,
                         rdma: Some(PostedOn { slot: request.slot, qpn: request.qpn }),
+                        host_mark,
                     };
                     return Some((entry, inflight));
                 }
@@ -175,7 +178,7 @@ impl Inner {
             }
         };
         let entry = request_entry(id, src, dst, &transfer);
-        Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma: None }))
+        Some((entry, InFlight { slot: transfer.slot, peer, length: transfer.length, rdma: None, host_mark }))
     }
 
     /// Resolves the batch's transfers into request entries, spreads them over the blocks and posts them.
@@ -186,6 +189,8 @@ impl Inner {
         let section = Section::start();
         // Device-runtime calls this submit makes (a first import, a per-batch launch), counted by the loader tables.
         let calls = ascendcl_sys::calls::thread_total();
+        // Where the acts are self-reported: every Host act from here to the drain counts against these transfers.
+        let host_mark = if self.host_marks { HostMark::now() } else { HostMark::default() };
         let blocks = self.blocks.len();
         // The batch goes to the blocks in equal contiguous runs. The first run goes to the calling thread's home
         // block when nothing is in flight there (a thread that waits for each transfer keeps to one block, and the
@@ -216,7 +221,7 @@ impl Inner {
             for transfer in transfers.by_ref().take(run_length) {
                 let id = next_id;
                 next_id += 1;
-                if let Some(entry) = self.resolve_entry(block_index, id, transfer, &mut last_peer) {
+                if let Some(entry) = self.resolve_entry(block_index, id, host_mark, transfer, &mut last_peer) {
                     resolved.push(entry);
                 }
             }

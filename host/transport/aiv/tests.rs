@@ -59,7 +59,13 @@ fn the_kernel_rejects_malformed_requests_on_its_own() {
     {
         let mut producer = block.producer.lock().expect("producer");
         for (entry, slot) in cases.iter().zip(&slots) {
-            let inflight = InFlight { slot: slot.clone(), peer: None, length: entry.length.get(), rdma: None };
+            let inflight = InFlight {
+                slot: slot.clone(),
+                peer: None,
+                length: entry.length.get(),
+                rdma: None,
+                host_mark: Default::default(),
+            };
             producer.backlog.push_back((*entry, inflight));
         }
         assert_eq!(block.post_backlog(producer, None), 4);
@@ -109,7 +115,8 @@ fn a_poll_drains_in_the_calling_thread_and_reports_a_drain_elsewhere() {
             opcode: U32::new(REQUEST_OPCODE_WRITE),
             ..RequestEntry::default()
         };
-        let inflight = InFlight { slot: slot.clone(), peer: None, length: 4096, rdma: None };
+        let inflight =
+            InFlight { slot: slot.clone(), peer: None, length: 4096, rdma: None, host_mark: Default::default() };
         producer.backlog.push_back((entry, inflight));
         assert_eq!(block.post_backlog(producer, None), 1);
     }

@@ -90,10 +90,31 @@
 //! Tables are identified by their Rust type name (`AclApi`, `HixlApi`, `ShmemApi`, `HcclApi`): two tables of the
 //! same type (the twin's and a vendor's `AclApi` in one process) share one set of counters per thread.
 //!
+//! # Host acts: calls that could act on device work, process-wide
+//!
+//! Each table classifies its functions once, in its declaration (the `acts` section of
+//! [`dynamic_library!`](crate::dynamic_library)): a function that can write device memory ([`act::WRITES_DEVICE`]),
+//! submit device work ([`act::SUBMITS`]) or read a completion ([`act::READS_COMPLETION`]) carries those bits; every
+//! other function carries none. A call of a classified function, made by **any thread of the process**, adds 1 to
+//! one process-wide count per class (one relaxed atomic add). [`HostActs::now`] reads them: take it when work is
+//! handed to the device and again when its completion is seen, and [`HostActs::since`] gives the classified calls
+//! made by anybody in between: the Host acts that could have written its descriptors, rung its doorbell or read its
+//! completion.
+//!
+//! A caller's calls for its own device work that are not acts on that work (a transport's launch of its own kernel,
+//! its queries and resets of its own channels) are made inside [`own_work`]: they are counted in separate
+//! process-wide counts ([`HostActs::own_work`]), never in [`HostActs::now`]. Everything else about them is counted
+//! as usual ([`thread_total`], the per-function counts).
+//!
+//! Blind spots: calls that do not go through these tables (above), and other processes' calls.
+//!
 //! # Cost
 //!
 //! A counted call adds two thread-local increments (the function's counter and the thread's total: a relaxed load
-//! and store each, no read-modify-write, no lock) to the call. The first counted call of a thread through a table
+//! and store each, no read-modify-write, no lock) to the call; a call of a classified function adds one relaxed
+//! atomic add to a process-wide counter (the class and whether the call is own work are read from the same
+//! thread-local as the total; the class is a constant at the call site, so an unclassified call pays nothing for
+//! it). The first counted call of a thread through a table
 //! allocates that thread's counters for the table and registers them in a process-wide list (one lock); the
 //! thread's exit folds them into the totals (one lock). Snapshots take that lock, never the call path.
 //!
@@ -265,9 +286,116 @@ fn registry() -> MutexGuard<'static, Registry> {
     REGISTRY.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The calling thread's count of every counted call, and how deep it is in [`own_work`] scopes.
+struct ThreadState {
+    total: Cell<u64>,
+    own_work: Cell<u32>,
+}
+
 thread_local! {
-    static THREAD_TOTAL: Cell<u64> = const { Cell::new(0) };
+    static THREAD: ThreadState = const { ThreadState { total: Cell::new(0), own_work: Cell::new(0) } };
     static THREAD_SERIAL: Cell<u64> = const { Cell::new(0) };
+}
+
+/// The classes of [`dynamic_library!`](crate::dynamic_library)'s `acts` section: what a call of a function can do
+/// to device work in flight. A function's class is the union of the bits that apply; 0 (no act) for the others.
+pub mod act {
+    /// Can write device memory (a copy to the device or between devices, a memset, a load of device code).
+    pub const WRITES_DEVICE: u8 = 1;
+    /// Can submit device work: a task on a stream or queue (a copy, a kernel launch, a notify or event record, a
+    /// stream wait), which the runtime hands to an engine by writing its descriptor and ringing its doorbell.
+    pub const SUBMITS: u8 = 2;
+    /// Can read a completion: a copy from the device (it may read a completion flag), a stream or event
+    /// synchronisation or query, a batch status query.
+    pub const READS_COMPLETION: u8 = 4;
+    /// Every bit.
+    pub const ALL: u8 = WRITES_DEVICE | SUBMITS | READS_COMPLETION;
+
+    /// `"writes device memory, submits device work, reads a completion"`: the bits of `class`, in words.
+    pub fn describe(class: u8) -> String {
+        let words: Vec<&str> = [
+            (WRITES_DEVICE, "writes device memory"),
+            (SUBMITS, "submits device work"),
+            (READS_COMPLETION, "reads a completion"),
+        ]
+        .into_iter()
+        .filter(|(bit, _)| class & bit != 0)
+        .map(|(_, word)| word)
+        .collect();
+        if words.is_empty() {
+            "no act".to_string()
+        } else {
+            words.join(", ")
+        }
+    }
+}
+
+/// Classified calls made outside [`own_work`], per class (index: the class bits).
+static HOST_ACTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+/// Classified calls made inside [`own_work`], per class.
+static OWN_ACTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+
+/// Process-wide counts of the calls of classified functions (see "Host acts" above), per class: a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostActs {
+    counts: [u64; 8],
+}
+
+impl HostActs {
+    /// The classified calls every thread of the process has made so far outside [`own_work`] scopes. Seven relaxed
+    /// loads; no lock.
+    #[inline]
+    pub fn now() -> HostActs {
+        Self::read(&HOST_ACTS)
+    }
+
+    /// The classified calls made so far inside [`own_work`] scopes (counted apart from [`HostActs::now`]).
+    pub fn own_work() -> HostActs {
+        Self::read(&OWN_ACTS)
+    }
+
+    #[inline]
+    fn read(counters: &[AtomicU64; 8]) -> HostActs {
+        let mut counts = [0; 8];
+        for (count, counter) in counts.iter_mut().zip(counters).skip(1) {
+            *count = counter.load(Ordering::Relaxed);
+        }
+        HostActs { counts }
+    }
+
+    /// The calls made between `earlier` and this snapshot.
+    pub fn since(&self, earlier: &HostActs) -> HostActs {
+        let mut counts = [0; 8];
+        for ((count, now), before) in counts.iter_mut().zip(self.counts).zip(earlier.counts) {
+            *count = now.saturating_sub(before);
+        }
+        HostActs { counts }
+    }
+
+    /// The calls whose class has any bit of `mask` (e.g. [`act::SUBMITS`]).
+    pub fn with_any(&self, mask: u8) -> u64 {
+        self.counts.iter().enumerate().filter(|(class, _)| *class as u8 & mask != 0).map(|(_, count)| count).sum()
+    }
+
+    /// Every classified call.
+    pub fn total(&self) -> u64 {
+        self.with_any(act::ALL)
+    }
+}
+
+/// Runs `work` as the calling code's own device work: the classified calls it makes on this thread are counted in
+/// [`HostActs::own_work`], not in [`HostActs::now`] (every other count as usual). For a transport's calls that are
+/// not acts on the transfers in flight: its launch of its own kernel, the queries and resets of its own channels.
+pub fn own_work<R>(work: impl FnOnce() -> R) -> R {
+    struct Scope;
+    impl Drop for Scope {
+        fn drop(&mut self) {
+            THREAD.with(|thread| thread.own_work.set(thread.own_work.get().saturating_sub(1)));
+        }
+    }
+    THREAD.with(|thread| thread.own_work.set(thread.own_work.get().saturating_add(1)));
+    let _scope = Scope;
+    work()
 }
 
 /// A number naming the calling thread in the registry (never reused; `ThreadId` is not available during thread-local
@@ -282,12 +410,20 @@ fn thread_serial() -> u64 {
     })
 }
 
-/// Counts one call of function `index` of the table whose per-thread counters are `counts`. Called by the methods
+/// Counts one call of function `index` of the table whose per-thread counters are `counts`; `class` is the
+/// function's class (its `acts` entry, 0 for none: a constant at every call site). Called by the methods
 /// `dynamic_library!` generates, just before they call the library.
 #[doc(hidden)]
 #[inline(always)]
-pub fn __count(counts: &'static LocalKey<ThreadCounts>, table: &'static TableInfo, index: usize) {
-    THREAD_TOTAL.with(|total| total.set(total.get() + 1));
+pub fn __count(counts: &'static LocalKey<ThreadCounts>, table: &'static TableInfo, index: usize, class: u8) {
+    let own = THREAD.with(|thread| {
+        thread.total.set(thread.total.get() + 1);
+        thread.own_work.get() != 0
+    });
+    if class != 0 {
+        let counters = if own { &OWN_ACTS } else { &HOST_ACTS };
+        counters[usize::from(class & act::ALL)].fetch_add(1, Ordering::Relaxed);
+    }
     if counts
         .try_with(|counts| {
             let counter = &counts.slot().counts[index];
@@ -309,7 +445,7 @@ fn count_late(table: &'static TableInfo, index: usize) {
 
 /// The number of counted calls the calling thread has made through every table since it started.
 pub fn thread_total() -> u64 {
-    THREAD_TOTAL.with(Cell::get)
+    THREAD.with(|thread| thread.total.get())
 }
 
 /// The calling thread's counts, per table and function (functions never called are left out).

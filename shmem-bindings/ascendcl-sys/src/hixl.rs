@@ -36,6 +36,7 @@ use core::ffi::{c_char, c_void};
 use core::mem::{align_of, offset_of, size_of};
 use std::sync::OnceLock;
 
+use crate::calls::act::{READS_COMPLETION, SUBMITS, WRITES_DEVICE};
 use crate::loader::{LibrarySpec, LoadError, ASCEND_HOME_LIBRARY_DIRS};
 
 /// `typedef uint32_t HixlStatus`.
@@ -346,6 +347,15 @@ crate::dynamic_library! {
             desc_list: *const HixlOneSideOpDesc,
             timeout_ms: u32,
         ) -> HixlStatus;
+    }
+    // What a call can do to device work in flight (`calls::HostActs`): a batch is device work the library submits
+    // (its AI-CPU kernel or its copies write device memory); a status query reads a completion.
+    acts {
+        HixlCSClientBatchPutAsync: WRITES_DEVICE | SUBMITS;
+        HixlCSClientBatchGetAsync: WRITES_DEVICE | SUBMITS;
+        HixlCSClientQueryCompleteStatus: READS_COMPLETION;
+        HixlCSClientBatchPutSync: WRITES_DEVICE | SUBMITS | READS_COMPLETION;
+        HixlCSClientBatchGetSync: WRITES_DEVICE | SUBMITS | READS_COMPLETION;
     }
 }
 

@@ -17,6 +17,11 @@ macro_rules! __return_type {
 /// A table of function pointers resolved from one shared library, or from an in-process resolver (a runtime
 /// linked into the process, such as the CPU twin) with no library behind it.
 ///
+/// An `acts` section (may be left out) classifies functions once, by what a call can do to device work in flight:
+/// `name: class;` with the bits of [`calls::act`](crate::calls::act) (`WRITES_DEVICE | SUBMITS`, ...); a name the
+/// table does not declare does not compile, and a function not listed has class 0. A call of a classified function
+/// is also counted process-wide by its class ([`calls::HostActs`](crate::calls::HostActs)).
+///
 /// `required` symbols must all resolve or loading fails with
 /// [`LoadError::MissingRequiredSymbol`](crate::loader::LoadError); `optional` ones (only newer CANN versions export
 /// them) may be absent. An `optional_data` section (may be left out) names global variables: each becomes an
@@ -46,6 +51,9 @@ macro_rules! dynamic_library {
         }
         $(optional_data {
             $( $(#[$dmeta:meta])* static $dname:ident; )*
+        })?
+        $(acts {
+            $( $aname:ident : $aclass:expr; )*
         })?
     ) => {
         $(#[$meta])*
@@ -85,6 +93,16 @@ macro_rules! dynamic_library {
                 &[$(stringify!($fname),)* $(stringify!($oname),)*],
             );
 
+            const __NAMES: &[&str] = &[$(stringify!($fname),)* $(stringify!($oname),)*];
+
+            /// Each function's class (the `acts` section; 0 for a function not listed), by counter index.
+            const __ACTS: [u8; __NAMES.len()] = {
+                #[allow(unused_mut)]
+                let mut acts = [0u8; __NAMES.len()];
+                $($( acts[__Function::$aname as usize] |= $aclass; )*)?
+                acts
+            };
+
             ::std::thread_local! {
                 static __COUNTS: $crate::calls::ThreadCounts = const { $crate::calls::ThreadCounts::__new(&__TABLE) };
             }
@@ -98,6 +116,18 @@ macro_rules! dynamic_library {
                     $crate::calls::Counter::__find(&__COUNTS, &__TABLE, function)
                 }
 
+                /// The class of `function` (a C name this table declares) in the table's `acts` section (the bits of
+                /// [`calls::act`](crate::calls::act); 0 for a function that is not classified), or `None` if the
+                /// table declares no such function.
+                pub fn act_class(function: &str) -> ::core::option::Option<u8> {
+                    __NAMES.iter().position(|name| *name == function).map(|index| __ACTS[index])
+                }
+
+                /// Every classified function of the table with its class, in declaration order.
+                pub fn classified_functions() -> ::std::vec::Vec<(&'static str, u8)> {
+                    __NAMES.iter().zip(__ACTS).filter(|(_, class)| *class != 0).map(|(name, class)| (*name, class)).collect()
+                }
+
                 $(
                     $(#[$fmeta])*
                     #[doc = concat!("Calls `", stringify!($fname), "`, counted (`ascendcl_sys::calls`).")]
@@ -109,7 +139,12 @@ macro_rules! dynamic_library {
                     #[inline]
                     #[allow(clippy::too_many_arguments)]
                     pub unsafe fn $fname(&self, $($pname: $pty),*) -> $crate::__return_type!($($ret)?) {
-                        $crate::calls::__count(&__COUNTS, &__TABLE, __Function::$fname as usize);
+                        $crate::calls::__count(
+                            &__COUNTS,
+                            &__TABLE,
+                            __Function::$fname as usize,
+                            __ACTS[__Function::$fname as usize],
+                        );
                         // SAFETY: the caller upholds the C contract; the pointer has the declared prototype (the
                         // constructors' contracts) and stays valid while `self` lives.
                         unsafe { (self.$fname.__function())($($pname),*) }
@@ -134,7 +169,12 @@ macro_rules! dynamic_library {
                     ) -> ::core::result::Result<$crate::__return_type!($($oret)?), $crate::loader::MissingSymbol> {
                         match &self.$oname {
                             ::core::option::Option::Some(function) => {
-                                $crate::calls::__count(&__COUNTS, &__TABLE, __Function::$oname as usize);
+                                $crate::calls::__count(
+                                    &__COUNTS,
+                                    &__TABLE,
+                                    __Function::$oname as usize,
+                                    __ACTS[__Function::$oname as usize],
+                                );
                                 // SAFETY: as for a required function.
                                 ::core::result::Result::Ok(unsafe { (function.__function())($($opname),*) })
                             }

@@ -10,6 +10,7 @@
 use core::ffi::{c_char, c_void};
 
 use crate::abi::AbiManifest;
+use crate::calls::act::{READS_COMPLETION, SUBMITS, WRITES_DEVICE};
 use crate::loader::{LibrarySpec, ASCEND_HOME_LIBRARY_DIRS};
 
 /// Every ACL call returns this: 0 on success, else an error code (see [`ACL_ERROR_CODES`]).
@@ -754,6 +755,23 @@ crate::dynamic_library! {
             expect_ptr: *mut c_void,
             flags: u64,
         ) -> aclError;
+    }
+    // What a call can do to device work in flight (`calls::HostActs`; docs/evidence.md, "Host calls counted").
+    acts {
+        aclrtSynchronizeStream: READS_COMPLETION;
+        aclrtSynchronizeStreamWithTimeout: READS_COMPLETION;
+        // A synchronous memset or copy: the runtime writes a task, rings its stream and waits for its completion.
+        aclrtMemset: WRITES_DEVICE | SUBMITS | READS_COMPLETION;
+        aclrtMemcpy: WRITES_DEVICE | SUBMITS | READS_COMPLETION;
+        aclrtMemcpyAsync: WRITES_DEVICE | SUBMITS;
+        aclrtMemcpyBatch: WRITES_DEVICE | SUBMITS | READS_COMPLETION;
+        aclrtRecordNotify: SUBMITS;
+        aclrtWaitAndResetNotify: SUBMITS;
+        aclrtLaunchKernel: SUBMITS;
+        aclrtLaunchKernelWithHostArgs: SUBMITS;
+        aclrtStreamAbort: SUBMITS;
+        // Loads device code into device memory.
+        aclrtBinaryLoadFromData: WRITES_DEVICE;
     }
 }
 

@@ -30,6 +30,25 @@ fn acl_declarations_match_the_vendor_headers() {
 
 #[test]
 #[ignore = "needs the vendor headers: run through tests/run.sh, or set AIV_CANN_INCLUDE and pass --ignored"]
+fn profiling_declarations_match_the_vendor_headers() {
+    let dirs = vendor_include_dirs();
+    let manifest = ascendcl_sys::prof::abi_manifest();
+    let work = tempfile::tempdir().expect("temporary directory");
+    if let Err(failure) = compile_check(&manifest.to_cpp(), "prof_abi.cpp", &dirs, work.path()) {
+        panic!("{failure}");
+    }
+    // A wrong one fails: the data types as a 32-bit word.
+    let mut wrong = ascendcl_sys::prof::abi_manifest();
+    let create = wrong.functions.iter_mut().find(|f| f.name == "aclprofCreateConfig").expect("declared");
+    create.params[4] = "uint32_t".into();
+    let failure = compile_check(&wrong.to_cpp(), "prof_wrong.cpp", &dirs, work.path())
+        .expect_err("a wrong declaration must not compile");
+    assert!(failure.stderr.contains("aclprofCreateConfig"), "{}", failure.stderr);
+    println!("{}", manifest.summary("ACL profiling"));
+}
+
+#[test]
+#[ignore = "needs the vendor headers: run through tests/run.sh, or set AIV_CANN_INCLUDE and pass --ignored"]
 fn each_kind_of_wrong_acl_declaration_fails_against_the_vendor_headers() {
     let dirs = vendor_include_dirs();
     let work = tempfile::tempdir().expect("temporary directory");

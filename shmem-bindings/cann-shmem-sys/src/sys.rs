@@ -12,6 +12,7 @@
 use core::ffi::{c_char, c_void};
 use core::mem::{align_of, offset_of, size_of};
 
+use ascendcl_sys::calls::act::{SUBMITS, WRITES_DEVICE};
 use ascendcl_sys::loader::{LibrarySpec, ASCEND_HOME_LIBRARY_DIRS};
 
 /// Length of `aclshmemx_init_attr_t::ip_port`, NUL included.
@@ -221,6 +222,12 @@ ascendcl_sys::dynamic_library! {
         /// SHMEM's host copy of its state (`aclshmem_device_host_state_t g_state`, see [`crate::device_state`]):
         /// not public API, so a build that hides it (or renames it) simply leaves this `None`.
         static g_state;
+    }
+    // What a call can do to device work in flight (`ascendcl_sys::calls::HostActs`): initialisation builds the SDMA
+    // workspace and its queues in device memory; `calloc` clears device memory.
+    acts {
+        aclshmemx_init_attr: WRITES_DEVICE | SUBMITS;
+        aclshmem_calloc: WRITES_DEVICE;
     }
 }
 

@@ -388,6 +388,7 @@ acl_entry! {
         // Occupancy: a copy with device memory on a side is the device's copy work (docs/occupancy.md).
         let reaches_device =
             space.as_ref().is_some_and(|space| space.contains(dst as usize) || space.contains(src as usize));
+        let profiled = crate::prof::started();
         crate::occupancy::timed_sync_copy(current.filter(|_| reaches_device), count, || {
             // SAFETY: device segments translated under the read lock still held; Host segments valid by the C
             // contract.
@@ -396,6 +397,10 @@ acl_entry! {
             unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
         });
         crate::evidence::note_sync_copy(count);
+        if reaches_device {
+            // A copy task of the calling thread's device (stream 0: no stream of the caller's) for the profiler.
+            crate::prof::ran(current.unwrap_or(0), 0, crate::prof::TaskType::Memcpy, profiled);
+        }
         Ok(())
     }
 }

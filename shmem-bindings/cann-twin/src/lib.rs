@@ -22,6 +22,7 @@
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
 //! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
+//! | profiler ([`prof`]) | every function of `ascendcl_sys::prof::ProfApi` (`aclprofInit`, `aclprofCreateConfig`, `aclprofStart`, `aclprofStop`, `aclprofDestroyConfig`, `aclprofFinalize`): a model recording the twin's copies and kernel launches as task records, in-process table [`prof_api`] (resolver [`resolve_prof`]), exported under the C names |
 //!
 //! # Not yet implemented
 //!
@@ -192,6 +193,7 @@ pub mod kernel;
 mod memory;
 pub mod nic;
 mod occupancy;
+pub mod prof;
 mod runtime;
 pub mod sdma;
 pub mod shmem;
@@ -200,6 +202,7 @@ pub mod vmm_share;
 
 pub use acl::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 pub use hixl::{hixl_api, resolve_hixl};
+pub use prof::{prof_api, resolve as resolve_prof};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
 pub use shmem::{resolve_shmem, resolve_shmem_instance, shmem_api, shmem_api_instance, SHMEM_INSTANCES};

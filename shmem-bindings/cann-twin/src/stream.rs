@@ -43,6 +43,8 @@ struct Queue {
 /// One stream.
 pub(crate) struct Stream {
     pub device: i32,
+    /// The stream's number in the profiler's records (`crate::prof`).
+    serial: u32,
     queue: Mutex<Queue>,
     changed: Condvar,
     worker: Mutex<Option<JoinHandle<()>>>,
@@ -63,8 +65,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 impl Stream {
     /// A stream of `device` whose worker runs tasks with `run`.
     pub(crate) fn spawn(device: i32, run: fn(&Task) -> aclError) -> Result<Arc<Stream>, aclError> {
+        static SERIAL: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(1);
         let stream = Arc::new(Stream {
             device,
+            serial: SERIAL.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             queue: Mutex::new(Queue::default()),
             changed: Condvar::new(),
             worker: Mutex::new(None),
@@ -109,10 +113,20 @@ impl Stream {
                 Task::Kernel { .. } => crate::occupancy::StreamWork::Kernel,
             };
             let open = self.counters.started(work);
+            let profiled = crate::prof::started();
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
                 .unwrap_or(ACL_ERROR_RT_INTERNAL_ERROR);
-            // Counted before a synchronisation can see the task done.
+            // Counted (and recorded by the profiler, one hook per task kind) before a synchronisation can see the
+            // task done.
             self.counters.ended(open, code == ACL_SUCCESS);
+            match &task {
+                Task::Copy { .. } => {
+                    crate::prof::ran(self.device, self.serial, crate::prof::TaskType::Memcpy, profiled)
+                }
+                Task::Kernel { .. } => {
+                    crate::prof::ran(self.device, self.serial, crate::prof::TaskType::KernelAivec, profiled)
+                }
+            }
             // What the task holds (a launch holds its binary) is released before a synchronisation can see it done.
             drop(task);
             let mut queue = lock(&self.queue);
