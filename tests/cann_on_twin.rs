@@ -54,6 +54,8 @@ fn child() {
         "provenance_host_rings" => provenance_host_rings(),
         "provenance_host_reads_flag" => provenance_host_reads_flag(),
         "provenance_host_writes_sqes" => provenance_host_writes_sqes(),
+        "provenance_written_while_off" => provenance_written_while_off(),
+        "provenance_host_rings_too" => provenance_host_rings_too(),
         "occupancy" => occupancy(),
         other => panic!("unknown case {other}"),
     }
@@ -356,6 +358,16 @@ fn sqes_the_host_rewrites_before_they_execute_turn_only_the_descriptor_check_to_
     in_child("provenance_host_writes_sqes");
 }
 
+#[test]
+fn sqes_rewritten_while_the_records_are_off_are_not_credited_to_the_kernel_that_wrote_them_before() {
+    in_child("provenance_written_while_off");
+}
+
+#[test]
+fn a_host_ring_of_sqes_the_kernel_rang_too_counts_both_ringers_and_turns_only_the_doorbell_check_to_no() {
+    in_child("provenance_host_rings_too");
+}
+
 /// The provenance records of channels 0 and 1 of device 0 (the two blocks' channels), reset first.
 fn provenance_reset() {
     for channel in 0..2 {
@@ -574,6 +586,26 @@ fn provenance_host_reads_flag() {
     assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
 }
 
+/// Whether the kernel took the request, wrote its SQEs (one data SQE and the flag SQE) and rang them on `channel`.
+fn two_pending(channel: u32) -> bool {
+    let window = cann_twin::control::sq_window(0, channel).expect("channel");
+    window.tail.wrapping_sub(window.head) % window.depth >= 2
+}
+
+/// A Host thread rewrites the rung, unexecuted SQE slots of `channel` through the runtime: the same bytes, read D2H
+/// and written back H2D.
+fn host_rewrites_pending_sqes(channel: u32) {
+    let window = cann_twin::control::sq_window(0, channel).expect("channel");
+    let mut slot = window.head;
+    while slot != window.tail {
+        let address = window.sq_base + u64::from(slot) * 64;
+        let mut sqe = [0u8; 64];
+        let (read, write) = (host_read(address, &mut sqe), host_write(address, &sqe));
+        assert_eq!((read, write), (0, 0), "the Host reads and rewrites SQ slot {slot}");
+        slot = (slot + 1) % window.depth;
+    }
+}
+
 /// Variant (a): the engines are stalled while the kernel posts and rings one transfer; a Host thread then rewrites
 /// the rung, unexecuted SQE slots through the runtime (the same bytes, read D2H and written back H2D), and the
 /// engines run. The SQEs the engine consumes are the Host's; the doorbell stays the block's, the flag is read by the
@@ -581,22 +613,8 @@ fn provenance_host_reads_flag() {
 fn provenance_host_writes_sqes() {
     let mut node = aiv::node(provenance_options(), 8 << 20);
     node.modify(|bytes| bytes[..1 << 20].fill(7));
-    // The kernel took the request, wrote its SQEs (one data SQE and the flag SQE) and rang.
-    let pending = |channel: u32| {
-        let window = cann_twin::control::sq_window(0, channel).expect("channel");
-        window.tail.wrapping_sub(window.head) % window.depth >= 2
-    };
-    let StalledWrite { batch, channel, .. } = stalled_write(&node, pending);
-    let window = cann_twin::control::sq_window(0, channel).expect("channel");
-    let mut slot = window.head;
-    while slot != window.tail {
-        let address = window.sq_base + u64::from(slot) * 64;
-        let mut sqe = [0u8; 64];
-        // The Host writes back exactly what the kernel wrote.
-        let (read, write) = (host_read(address, &mut sqe), host_write(address, &sqe));
-        assert_eq!((read, write), (0, 0), "the Host reads and rewrites SQ slot {slot}");
-        slot = (slot + 1) % window.depth;
-    }
+    let StalledWrite { batch, channel, .. } = stalled_write(&node, two_pending);
+    host_rewrites_pending_sqes(channel);
     for c in 0..2 {
         cann_twin::control::set_stalled(0, c, false).expect("release the engine");
     }
@@ -608,6 +626,59 @@ fn provenance_host_writes_sqes() {
     let seen = provenance_of(channel);
     eprintln!("channel {channel}: {seen:?}");
     assert_eq!((seen.sqes_by_host, total(&seen.sqes_by_block)), (2, 0), "{seen:?}");
+    assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
+}
+
+/// The kernel writes and rings one transfer's SQEs while the engines are stalled; the records are turned off, a Host
+/// thread rewrites those slots (not recorded), and the records are turned on again before the engines run. The slots
+/// were written while nobody recorded: their writer is unknown, not the kernel that wrote them before. The doorbell
+/// (rung while the records were on) stays the block's and the flag is read by the core.
+fn provenance_written_while_off() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(8));
+    let StalledWrite { batch, channel, .. } = stalled_write(&node, two_pending);
+    cann_twin::control::record_provenance(false);
+    host_rewrites_pending_sqes(channel);
+    cann_twin::control::record_provenance(true);
+    for c in 0..2 {
+        cann_twin::control::set_stalled(0, c, false).expect("release the engine");
+    }
+    let status = node.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
+    let written = &evidence.descriptors_written;
+    assert_eq!((written.by_aiv, written.by_host, written.unattributed), (0, 0, 2), "{evidence:?}");
+    assert_checks(std::slice::from_ref(&evidence), [Check::Yes, Check::No, Check::Yes, Check::Yes]);
+    let seen = provenance_of(channel);
+    eprintln!("channel {channel}: {seen:?}");
+    assert_eq!((seen.sqes_unknown, total(&seen.sqes_by_block)), (2, 0), "{seen:?}");
+    assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
+}
+
+/// The kernel writes and rings one transfer's SQEs while the engines are stalled, and a Host thread rings the same
+/// tail again (test-only) before the engines run. The engine takes one doorbell that both rang: the transfer's
+/// doorbell act counts each ringer once (1 by AIV, 1 by the Host), so exactly the doorbell check turns to no.
+fn provenance_host_rings_too() {
+    let mut node = aiv::node(provenance_options(), 8 << 20);
+    node.modify(|bytes| bytes[..1 << 20].fill(4));
+    let StalledWrite { batch, channel, .. } = stalled_write(&node, two_pending);
+    let window = cann_twin::control::sq_window(0, channel).expect("channel");
+    cann_twin::control::host_ring_doorbell(0, channel, window.tail).expect("the test-only Host doorbell");
+    for c in 0..2 {
+        cann_twin::control::set_stalled(0, c, false).expect("release the engine");
+    }
+    let status = node.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", node.engine.task_reason(batch, 0));
+    let evidence = node.engine.task_evidence(batch, 0).expect("task").expect("evidence recorded");
+    let rung = &evidence.doorbells_rung;
+    assert_eq!((rung.by_aiv, rung.by_host, rung.unattributed), (1, 1, 0), "{evidence:?}");
+    assert_eq!(rung.aiv_blocks, Some([channel, channel]), "{evidence:?}");
+    assert_checks(std::slice::from_ref(&evidence), [Check::Yes, Check::Yes, Check::No, Check::Yes]);
+    let seen = provenance_of(channel);
+    eprintln!("channel {channel}: {seen:?}");
+    assert_eq!((seen.doorbells_by_host, seen.doorbells_unknown), (1, 0), "{seen:?}");
+    assert!(!seen.doorbells_by_block.is_empty(), "{seen:?}");
+    assert!(seen.doorbells_by_block.iter().all(|&(block, _)| block == channel), "{seen:?}");
     assert!(node.read(0..4096) == node.read(4 << 20..(4 << 20) + 4096));
 }
 

@@ -22,7 +22,7 @@
 
 use std::collections::HashMap;
 
-use cann_twin::control::{Doer, FlagReader, LoggedSqe};
+use cann_twin::control::{Doer, FlagReader, LoggedSqe, Ringers};
 
 use super::inflight::PostedOn;
 use crate::device::{ChannelLog, DeviceBackend};
@@ -139,6 +139,7 @@ impl BlockRecords {
         let mut act = none();
         match reader {
             Some(FlagReader::Core) => act.by_aiv = 1,
+            Some(FlagReader::AiCpu) => act.by_aicpu = 1,
             Some(FlagReader::Host) => act.by_host = 1,
             _ => act.unattributed = 1,
         }
@@ -160,15 +161,26 @@ fn observed(sqes: &[LoggedSqe], who: impl Fn(&LoggedSqe) -> Doer) -> Act {
     act
 }
 
-/// The doorbells that exposed `sqes` (one per distinct doorbell count), by who rang each.
+/// The doorbells that exposed `sqes` (one per distinct doorbell count), each counted once for every doer that rang
+/// it (a doorbell the Host and a core both rang before the engine took it: 1 by the Host, 1 by AIV).
 fn doorbells(sqes: &[LoggedSqe]) -> Act {
     let mut act = none();
-    let mut last = None;
+    // The doorbell being walked and the union of its entries' ringers (an engine that resumed the same tail may log
+    // a later ring's set beside the first one's).
+    let mut current: Option<(u64, Ringers)> = None;
     for sqe in sqes {
-        if last != Some(sqe.doorbell) {
-            last = Some(sqe.doorbell);
-            add(&mut act, sqe.ringer);
-        }
+        current = match current {
+            Some((doorbell, ringers)) if doorbell == sqe.doorbell => Some((doorbell, ringers.union(sqe.ringers))),
+            done => {
+                if let Some((_, ringers)) = done {
+                    ringers.iter().for_each(|ringer| add(&mut act, ringer));
+                }
+                Some((sqe.doorbell, sqe.ringers))
+            }
+        };
+    }
+    if let Some((_, ringers)) = current {
+        ringers.iter().for_each(|ringer| add(&mut act, ringer));
     }
     act
 }
@@ -182,6 +194,7 @@ fn add(act: &mut Act, doer: Doer) {
                 Some([low, high]) => [low.min(block), high.max(block)],
             });
         }
+        Doer::AiCpu => act.by_aicpu += 1,
         Doer::Host => act.by_host += 1,
         Doer::Unattributed => act.unattributed += 1,
     }
@@ -236,6 +249,7 @@ fn rdma_acts(wqes: &[LoggedSqe]) -> [Act; 3] {
     let mut completion = none();
     match wqes.last().and_then(|wqe| wqe.flag) {
         Some(FlagReader::Core) => completion.by_aiv = 1,
+        Some(FlagReader::AiCpu) => completion.by_aicpu = 1,
         Some(FlagReader::Host) => completion.by_host = 1,
         Some(FlagReader::Unread) | None => completion.unattributed = 1,
     }
@@ -273,7 +287,11 @@ mod tests {
     }
 
     fn sqe(writer: Doer, ringer: Doer, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
-        LoggedSqe::new_for_tests(writer, ringer, doorbell, flag)
+        LoggedSqe::new_for_tests(writer, Ringers::from(ringer), doorbell, flag)
+    }
+
+    fn rung_by(writer: Doer, ringers: &[Doer], doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
+        LoggedSqe::new_for_tests(writer, Ringers::of(ringers), doorbell, flag)
     }
 
     fn walk(log: Vec<LoggedSqe>, entries: &[DcqEntry]) -> (Vec<[Act; 3]>, Option<usize>) {
@@ -315,6 +333,57 @@ mod tests {
         assert_eq!(acts[0][2].by_host, 1, "the next flag read was the Host's: {acts:?}");
         // The second's flag SQE was exposed by a Host ring: 2 doorbells, 1 by the Host.
         assert_eq!((acts[1][1].by_aiv, acts[1][1].by_host), (1, 1));
+    }
+
+    #[test]
+    fn a_doorbell_rung_by_the_host_and_a_core_counts_each_ringer_once_and_fails_the_doorbell_check() {
+        use crate::evidence::{Check, Checks};
+        // Two data SQEs and the flag SQE behind one doorbell that the Host and block 0's core both rang.
+        let both = [Doer::Host, B0];
+        let log = vec![
+            rung_by(B0, &both, 4, None),
+            rung_by(B0, &both, 4, None),
+            rung_by(B0, &both, 4, Some(FlagReader::Core)),
+        ];
+        let (acts, taken) = walk(log, &[entry(3, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(3));
+        let rung = acts[0][1];
+        assert_eq!((rung.by_aiv, rung.by_host, rung.unattributed, rung.aiv_blocks), (1, 1, 0, Some([0, 0])));
+        let checks = Checks::of(&acts[0][0], &rung, &acts[0][2]);
+        assert_eq!((checks.kernel_writes_descriptors, checks.kernel_rings_doorbell), (Check::Yes, Check::No));
+        // The same doorbell logged with the core's set first and both after (the engine resumed the same tail):
+        // the doorbell's ringers are the union, counted once each.
+        let log = vec![rung_by(B0, &[B0], 4, None), rung_by(B0, &both, 4, Some(FlagReader::Core))];
+        let (acts, _) = walk(log, &[entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!((acts[0][1].by_aiv, acts[0][1].by_host), (1, 1));
+        // The RDMA route counts a WQE's doorbell the same way.
+        let [_, rung, _] = rdma_acts(&[rung_by(B0, &[Doer::Unattributed, B0], 9, Some(FlagReader::Core))]);
+        assert_eq!((rung.by_aiv, rung.unattributed), (1, 1));
+    }
+
+    #[test]
+    fn acts_of_the_ai_cpu_count_as_the_ai_cpus_never_as_a_core_or_the_host() {
+        use crate::evidence::{Check, Checks, Submitter};
+        let aicpu = Doer::AiCpu;
+        // A group the AI CPU wrote, rang and whose flag it read first.
+        let log = vec![sqe(aicpu, aicpu, 1, None), sqe(aicpu, aicpu, 1, Some(FlagReader::AiCpu))];
+        let (acts, taken) = walk(log, &[entry(2, DcqStatus::COMPLETED)]);
+        assert_eq!(taken, Some(2));
+        for act in acts[0] {
+            assert_eq!((act.by_aicpu, act.by_aiv, act.by_host, act.unattributed), (act.total(), 0, 0, 0), "{act:?}");
+        }
+        assert_eq!((acts[0][0].by_aicpu, acts[0][1].by_aicpu, acts[0][2].by_aicpu), (2, 1, 1));
+        let checks = Checks::of(&acts[0][0], &acts[0][1], &acts[0][2]);
+        assert_eq!(checks.aiv_direct(), Check::No);
+        assert_eq!(Submitter::of(&acts[0][0], &acts[0][1], &acts[0][2]), Submitter::AiCpuSubmitted);
+        // A core's SQEs rung by the AI CPU as well: 1 by AIV and 1 by the AI CPU, the doorbell check fails.
+        let log = vec![rung_by(B0, &[B0, aicpu], 2, Some(FlagReader::Core))];
+        let (acts, _) = walk(log, &[entry(1, DcqStatus::COMPLETED)]);
+        assert_eq!((acts[0][1].by_aiv, acts[0][1].by_aicpu, acts[0][1].by_host), (1, 1, 0));
+        assert_eq!(Checks::of(&acts[0][0], &acts[0][1], &acts[0][2]).kernel_rings_doorbell, Check::No);
+        // On the RDMA route: a WQE the AI CPU wrote and whose CQE it read.
+        let [wqes, _, seen] = rdma_acts(&[sqe(aicpu, B0, 1, Some(FlagReader::AiCpu))]);
+        assert_eq!((wqes.by_aicpu, wqes.by_host, seen.by_aicpu, seen.by_aiv), (1, 0, 1, 0));
     }
 
     #[test]

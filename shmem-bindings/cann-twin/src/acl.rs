@@ -432,7 +432,8 @@ acl_entry! {
         let target = runtime.stream(stream as usize)?;
         drop(runtime);
         let device = target.device;
-        target.submit(Task::Copy { device, dst, dest_max, src, count, kind });
+        let by = crate::sdma::provenance::thread_writer();
+        target.submit(Task::Copy { device, dst, dest_max, src, count, kind, by });
         crate::evidence::note_stream_copy(count);
         Ok(())
     }

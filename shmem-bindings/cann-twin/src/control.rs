@@ -7,7 +7,7 @@
 
 pub use crate::occupancy::StreamOccupancy;
 pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
-pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, LOG_CAPACITY};
+pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -131,8 +131,9 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
 }
 
 /// Turns the provenance records on or off for the whole process (off by default: they cost the post path, see
-/// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: a slot
-/// written while they were off is attributed to nobody (`sqes_unknown`).
+/// docs/twin-runtime.md, "Provenance records"). Turn them on before the SQEs to be attributed are written: turning
+/// them on when they were off forgets who wrote each SQ slot, so a slot not written since is attributed to nobody
+/// (`sqes_unknown`), and so is a doorbell rung while they were off.
 pub fn record_provenance(on: bool) {
     crate::sdma::provenance::set_recording(on);
 }
@@ -146,23 +147,25 @@ pub fn provenance_recorded() -> bool {
 /// wrote each SQE its engine executed, who rang each doorbell it accepted, and who first read each completion flag
 /// it landed, each recorded where the act happened (docs/twin-runtime.md, "Provenance records"):
 ///
-/// - `sqes_by_block` / `sqes_by_host` / `sqes_unknown`: per executed SQE, the last writer of its 64-byte slot, as
-///   marked by the write itself (an emulated core's DMA landing or cache-line write-back; a Host-side write through
-///   the device address space: a runtime copy, a memset, any other Host path of the twin). Unknown: the slot was not
-///   written since the channel was created, or an SDMA engine's copy wrote it, or two writers each wrote part of it.
-/// - `doorbells_by_block` / `doorbells_by_host` / `doorbells_unknown`: per accepted doorbell write, the ringing core's
-///   block, the Host's test-only [`host_ring_doorbell`], or [`crate::register_write`] (caller unknown).
-/// - `flags_landed` / `flags_seen_by_core` / `flags_seen_by_host` / `flags_unseen`: per 8-byte flag copy the engine
-///   executed, whether the first read that covered the word and returned the landed value was a core's (line fill or
-///   GM -> UB DMA) or the Host's (a runtime copy into Host memory), or none (overwritten by a later flag first, still
-///   unread, or more than four pending on the channel).
+/// - `sqes_by_block` / `sqes_by_host` / `sqes_by_aicpu` / `sqes_unknown`: per executed SQE, the last writer of its
+///   64-byte slot, as marked by the write itself (an emulated core's DMA landing or cache-line write-back; a write
+///   through the device address space by a Host thread or an AI-CPU thread: a runtime copy, a memset, any other Host
+///   path of the twin). Unknown: the slot was not written since the channel was created (or its records were reset,
+///   or turned on), or an SDMA engine's copy wrote it, or two writers each wrote part of it.
+/// - `doorbells_by_block` / `doorbells_by_host` / `doorbells_by_aicpu` / `doorbells_unknown`: per accepted doorbell
+///   write, the ringing core's block, the Host's test-only [`host_ring_doorbell`], the AI CPU's register path, or
+///   [`crate::register_write`] (caller unknown).
+/// - `flags_landed` / `flags_seen_by_core` / `flags_seen_by_host` / `flags_seen_by_aicpu` / `flags_unseen`: per 8-byte
+///   flag copy the engine executed, whether the first read that covered the word and returned the landed value was a
+///   core's (line fill or GM -> UB DMA), a Host thread's or an AI-CPU thread's (a runtime copy into Host memory), or
+///   none (overwritten by a later flag first, still unread, or more than four pending on the channel).
 pub fn provenance(device: i32, index: u32) -> Result<Provenance, ControlError> {
     Ok(channel(device, index)?.provenance.snapshot())
 }
 
-/// Zeroes the channel's provenance tallies and forgets its pending flags (they count as neither seen nor unseen).
-/// Who wrote each SQ slot last is kept: a slot written before the reset and executed after it is still attributed
-/// to its writer.
+/// Zeroes the channel's provenance tallies, forgets its pending flags (they count as neither seen nor unseen) and
+/// forgets who wrote each SQ slot: a slot written before the reset and not written again before the engine executes
+/// it is attributed to nobody (`sqes_unknown`).
 pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
     channel(device, index)?.provenance.reset();
     Ok(())
@@ -175,6 +178,25 @@ pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
 pub fn host_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
     channel(device, index)?.ring(tail, crate::sdma::provenance::WRITER_HOST);
     Ok(())
+}
+
+/// **Test-only**: the AI CPU rings channel `(device, index)`'s doorbell with `tail`, through the register path an
+/// AI-CPU kernel's doorbell takes (the channel's register page, as a core's write): tallied as the AI CPU's
+/// ([`Provenance::doorbells_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the records. A tail
+/// outside the ring stops the channel, as a core's would.
+pub fn aicpu_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
+    let register = channel(device, index)?.reg_base + crate::sdma::DOORBELL_OFFSET;
+    crate::sdma::aicpu_register_write(register, &tail.to_le_bytes())
+        .map_err(|_| ControlError::NoSuchChannel { device, channel: index })
+}
+
+/// **Test-only**: marks the calling thread as the AI CPU's, for good: its writes through the device address space
+/// (runtime copies and memsets into device memory, also when a stream runs them) are the AI CPU's
+/// ([`Provenance::sqes_by_aicpu`]), never the Host's, and so are the completion flags and CQEs its runtime copies
+/// read first ([`Provenance::flags_seen_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the
+/// records; call it on a thread of the test's own.
+pub fn mark_aicpu_thread() {
+    crate::sdma::provenance::mark_aicpu_thread();
 }
 
 /// **Test-only, deliberately mis-wired**: while `diverted`, an emulated core's accepted doorbell write to channel
@@ -232,7 +254,8 @@ pub struct SqWindow {
 }
 
 /// The consumption log of channel `(device, index)`: every SQE its engine executed while the provenance records were
-/// on, in execution order, each with its writer, the ringer of the doorbell that exposed it, that doorbell's count,
+/// on, in execution order, each with its writer, the ringers of the doorbell that exposed it (every accepted
+/// doorbell write since the engine's previous take of the tail), that doorbell's count,
 /// and for a flag SQE who read the flag first ([`LoggedSqe`]). Appends to `out` the entries from log position `from`
 /// on that are still kept (the log keeps the last [`LOG_CAPACITY`]); returns the position of the first entry
 /// appended (greater than `from` when older ones were lost) and the position after the last. A flag's reader is

@@ -9,7 +9,8 @@
 //! - kernels: launches queued by `aclrtLaunchKernel` / `aclrtLaunchKernelWithHostArgs` and their blocks;
 //! - the SDMA engines of every live channel (SHMEM instances not finalised): SQEs executed and accepted doorbells,
 //!   and, while the provenance records are on (`control::record_provenance`), who wrote each SQE, who rang each
-//!   doorbell and who first read each completion flag (docs/twin-runtime.md, "Provenance records");
+//!   doorbell and who first read each completion flag (docs/twin-runtime.md, "Provenance records"); version 2 names
+//!   the AI CPU beside the kernel's cores and the Host;
 //! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin's ADXL moves every
 //!   transfer's bytes with them, on each side), stream copies queued by `aclrtMemcpyAsync`, and stream
 //!   synchronisations that returned success (the Host learning that its stream copies completed);
@@ -21,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ascendcl_sys::sys::{aclError, ACL_ERROR_INVALID_PARAM, ACL_SUCCESS};
 
-/// The layout version of [`CannTwinEvidence`].
-pub const EVIDENCE_VERSION: u32 = 1;
+/// The layout version of [`CannTwinEvidence`] (a caller setting it gets that structure, with its values).
+pub const EVIDENCE_VERSION_1: u32 = 1;
+/// The layout version of [`CannTwinEvidenceV2`], the newest.
+pub const EVIDENCE_VERSION: u32 = 2;
 
 static KERNELS_LAUNCHED: AtomicU64 = AtomicU64::new(0);
 static KERNEL_BLOCKS_LAUNCHED: AtomicU64 = AtomicU64::new(0);
@@ -70,8 +73,10 @@ pub extern "C" fn cannTwinEvidenceNote(what: u32, count: u64) -> i32 {
     0
 }
 
-/// What [`cannTwinEvidence`] writes (C layout, every field a `uint64_t` after the two `uint32_t` and the version
-/// string). A caller sets `version` to [`EVIDENCE_VERSION`] and `size` to the bytes it allocated.
+/// What [`cannTwinEvidence`] writes for version 1 (C layout, every field a `uint64_t` after the two `uint32_t` and
+/// the version string). A caller sets `version` to [`EVIDENCE_VERSION_1`] and `size` to the bytes it allocated. The
+/// attributions name the kernel's cores and the Host only: SQEs, doorbells and flags of the AI CPU are in none of
+/// these fields (version 2 has them).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CannTwinEvidence {
@@ -108,11 +113,35 @@ pub struct CannTwinEvidence {
     pub adxl_descs_served: u64,
 }
 
-/// The counts now (see the module documentation).
+/// What [`cannTwinEvidence`] writes for version 2: the version-1 fields in their places (`version` 2 and `size` in
+/// `base`), then the AI CPU's. A caller sets `base.version` to [`EVIDENCE_VERSION`] and `base.size` to the bytes it
+/// allocated.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CannTwinEvidenceV2 {
+    pub base: CannTwinEvidence,
+    /// SQEs executed whose slot an AI-CPU thread wrote last (while the provenance records were on).
+    pub sqes_by_aicpu: u64,
+    /// Accepted doorbell writes through the AI CPU's register path (while the records were on).
+    pub doorbells_by_aicpu: u64,
+    /// Flags whose first read returning the landed value was an AI-CPU thread's runtime copy.
+    pub flags_seen_by_aicpu: u64,
+    /// AI-CPU kernels launched and their blocks: 0 until the twin launches AI-CPU kernels.
+    pub aicpu_kernels_launched: u64,
+    pub aicpu_kernel_blocks_launched: u64,
+}
+
+/// The version-1 counts now (see the module documentation).
 pub fn snapshot() -> CannTwinEvidence {
-    let mut out = CannTwinEvidence {
+    let base = snapshot_v2().base;
+    CannTwinEvidence { version: EVIDENCE_VERSION_1, size: std::mem::size_of::<CannTwinEvidence>() as u32, ..base }
+}
+
+/// The version-2 counts now (see the module documentation).
+pub fn snapshot_v2() -> CannTwinEvidenceV2 {
+    let mut base = CannTwinEvidence {
         version: EVIDENCE_VERSION,
-        size: std::mem::size_of::<CannTwinEvidence>() as u32,
+        size: std::mem::size_of::<CannTwinEvidenceV2>() as u32,
         provenance_recorded: u64::from(crate::control::provenance_recorded()),
         kernels_launched: KERNELS_LAUNCHED.load(Ordering::Relaxed),
         kernel_blocks_launched: KERNEL_BLOCKS_LAUNCHED.load(Ordering::Relaxed),
@@ -127,33 +156,39 @@ pub fn snapshot() -> CannTwinEvidence {
         adxl_descs_served: ADXL_DESCS_SERVED.load(Ordering::Relaxed),
         ..CannTwinEvidence::default()
     };
-    for (i, byte) in crate::TWIN_VERSION_STRING.bytes().take(out.runtime.len() - 1).enumerate() {
-        out.runtime[i] = byte as c_char;
+    for (i, byte) in crate::TWIN_VERSION_STRING.bytes().take(base.runtime.len() - 1).enumerate() {
+        base.runtime[i] = byte as c_char;
     }
+    let mut out = CannTwinEvidenceV2 { base, ..CannTwinEvidenceV2::default() };
     for channel in crate::sdma::all_channels() {
-        out.sdma_channels += 1;
-        out.sqes_executed += channel.progress.executed.load(Ordering::Relaxed);
-        out.doorbells_rung += channel.doorbell.count.load(Ordering::Relaxed);
+        let base = &mut out.base;
+        base.sdma_channels += 1;
+        base.sqes_executed += channel.progress.executed.load(Ordering::Relaxed);
+        base.doorbells_rung += channel.doorbell.count.load(Ordering::Relaxed);
         let p = channel.provenance.snapshot();
-        out.sqes_by_kernel += p.sqes_by_block.iter().map(|(_, n)| n).sum::<u64>();
-        out.sqes_by_host += p.sqes_by_host;
-        out.sqes_unknown += p.sqes_unknown;
-        out.doorbells_by_kernel += p.doorbells_by_block.iter().map(|(_, n)| n).sum::<u64>();
-        out.doorbells_by_host += p.doorbells_by_host;
-        out.doorbells_unknown += p.doorbells_unknown;
-        out.flags_landed += p.flags_landed;
-        out.flags_seen_by_kernel += p.flags_seen_by_core;
-        out.flags_seen_by_host += p.flags_seen_by_host;
+        base.sqes_by_kernel += p.sqes_by_block.iter().map(|(_, n)| n).sum::<u64>();
+        base.sqes_by_host += p.sqes_by_host;
+        base.sqes_unknown += p.sqes_unknown;
+        base.doorbells_by_kernel += p.doorbells_by_block.iter().map(|(_, n)| n).sum::<u64>();
+        base.doorbells_by_host += p.doorbells_by_host;
+        base.doorbells_unknown += p.doorbells_unknown;
+        base.flags_landed += p.flags_landed;
+        base.flags_seen_by_kernel += p.flags_seen_by_core;
+        base.flags_seen_by_host += p.flags_seen_by_host;
+        out.sqes_by_aicpu += p.sqes_by_aicpu;
+        out.doorbells_by_aicpu += p.doorbells_by_aicpu;
+        out.flags_seen_by_aicpu += p.flags_seen_by_aicpu;
     }
     out
 }
 
-/// Twin-only (not a CANN function): writes [`snapshot`] into `out`, whose `version` must be [`EVIDENCE_VERSION`]
-/// and `size` at least the structure's; `ACL_ERROR_INVALID_PARAM` otherwise (nothing written).
+/// Twin-only (not a CANN function): writes the counts in the layout of the `version` the caller set in `out`: 1,
+/// [`snapshot`] (a [`CannTwinEvidence`]); 2, [`snapshot_v2`] (a [`CannTwinEvidenceV2`]). `size` must be at least
+/// that structure's; `ACL_ERROR_INVALID_PARAM` otherwise, or for another version (nothing written).
 ///
 /// # Safety
 ///
-/// `out` is null or points to `out->size` writable bytes.
+/// `out` is null or points to `out->size` writable bytes, aligned for a `uint64_t`.
 #[no_mangle]
 pub unsafe extern "C" fn cannTwinEvidence(out: *mut CannTwinEvidence) -> aclError {
     if out.is_null() {
@@ -161,13 +196,29 @@ pub unsafe extern "C" fn cannTwinEvidence(out: *mut CannTwinEvidence) -> aclErro
     }
     // SAFETY: the caller's contract: `out` is readable for the two header words.
     let (version, size) = unsafe { ((*out).version, (*out).size) };
-    if version != EVIDENCE_VERSION || (size as usize) < std::mem::size_of::<CannTwinEvidence>() {
+    let needed = match version {
+        EVIDENCE_VERSION_1 => std::mem::size_of::<CannTwinEvidence>(),
+        EVIDENCE_VERSION => std::mem::size_of::<CannTwinEvidenceV2>(),
+        _ => return ACL_ERROR_INVALID_PARAM,
+    };
+    if (size as usize) < needed {
         return ACL_ERROR_INVALID_PARAM;
     }
-    match std::panic::catch_unwind(snapshot) {
+    match std::panic::catch_unwind(snapshot_v2) {
+        Ok(evidence) if version == EVIDENCE_VERSION_1 => {
+            let v1 = CannTwinEvidence {
+                version: EVIDENCE_VERSION_1,
+                size: std::mem::size_of::<CannTwinEvidence>() as u32,
+                ..evidence.base
+            };
+            // SAFETY: `out` holds at least the version-1 structure's bytes (checked above), aligned (the contract).
+            unsafe { out.write(v1) };
+            ACL_SUCCESS
+        }
         Ok(evidence) => {
-            // SAFETY: `out` holds at least the structure's bytes (checked above).
-            unsafe { out.write(evidence) };
+            // SAFETY: `out` holds at least the version-2 structure's bytes (checked above) and is aligned for a
+            // `uint64_t`, as the version-2 structure is (the contract).
+            unsafe { out.cast::<CannTwinEvidenceV2>().write(evidence) };
             ACL_SUCCESS
         }
         Err(_) => ascendcl_sys::sys::ACL_ERROR_RT_INTERNAL_ERROR,
@@ -193,7 +244,7 @@ mod tests {
         assert_eq!(cannTwinEvidenceNote(1, 3), 0);
         assert_eq!(cannTwinEvidenceNote(7, 3), -1);
         let mut out = CannTwinEvidence {
-            version: EVIDENCE_VERSION,
+            version: EVIDENCE_VERSION_1,
             size: std::mem::size_of::<CannTwinEvidence>() as u32,
             ..Default::default()
         };
@@ -206,5 +257,54 @@ mod tests {
         assert!(out.adxl_transfers > before.adxl_transfers && out.adxl_descs >= before.adxl_descs + 3);
         let name: Vec<u8> = out.runtime.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         assert_eq!(name, crate::TWIN_VERSION_STRING.as_bytes());
+    }
+
+    /// A buffer of `words` u64 (so aligned as the structures are), every byte 0xEE, with the header set.
+    fn buffer(words: usize, version: u32, size: usize) -> Vec<u64> {
+        let mut buffer = vec![u64::from_le_bytes([0xEE; 8]); words];
+        buffer[0] = u64::from(version) | (size as u64) << 32;
+        buffer
+    }
+
+    fn bytes(buffer: &[u64]) -> Vec<u8> {
+        buffer.iter().flat_map(|word| word.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn a_version_1_caller_gets_the_version_1_layout_and_a_version_2_caller_the_longer_one() {
+        let (v1, v2) = (std::mem::size_of::<CannTwinEvidence>(), std::mem::size_of::<CannTwinEvidenceV2>());
+        // Two u32, 32 bytes of name, 24 counts; then five more.
+        assert_eq!((v1, v2), (8 + 32 + 24 * 8, 8 + 32 + 29 * 8));
+        assert_eq!(std::mem::offset_of!(CannTwinEvidenceV2, sqes_by_aicpu), v1);
+        let words = v2 / 8 + 4;
+        // Version 1 with exactly its size: the version-1 structure, nothing written past it.
+        let mut one = buffer(words, EVIDENCE_VERSION_1, v1);
+        // SAFETY: `one` holds `words` u64, more than the size it claims, aligned for u64.
+        assert_eq!(unsafe { cannTwinEvidence(one.as_mut_ptr().cast()) }, ACL_SUCCESS);
+        let written = bytes(&one);
+        let header = |at: usize| u32::from_le_bytes(written[at..at + 4].try_into().expect("4 bytes")) as usize;
+        assert_eq!((header(0), header(4)), (1, v1));
+        assert!(written[v1..].iter().all(|&byte| byte == 0xEE), "written past the version-1 structure");
+        assert!(written[8..v1].iter().any(|&byte| byte != 0xEE), "the version-1 structure is written");
+        // Version 2 with the version-1 size: refused, nothing written.
+        let mut short = buffer(words, EVIDENCE_VERSION, v1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { cannTwinEvidence(short.as_mut_ptr().cast()) }, ACL_ERROR_INVALID_PARAM);
+        assert!(bytes(&short)[8..].iter().all(|&byte| byte == 0xEE));
+        // Version 2 with its size: the version-2 structure, the same name and counts in the version-1 places.
+        let mut two = buffer(words, EVIDENCE_VERSION, v2);
+        note_sync_copy(1);
+        // SAFETY: as above.
+        assert_eq!(unsafe { cannTwinEvidence(two.as_mut_ptr().cast()) }, ACL_SUCCESS);
+        let written = bytes(&two);
+        assert!(written[v2..].iter().all(|&byte| byte == 0xEE), "written past the version-2 structure");
+        // SAFETY: `two` holds a version-2 structure now (written above), aligned for u64.
+        let two = unsafe { two.as_ptr().cast::<CannTwinEvidenceV2>().read() };
+        // SAFETY: `one` holds a version-1 structure.
+        let one = unsafe { one.as_ptr().cast::<CannTwinEvidence>().read() };
+        assert_eq!((two.base.version, two.base.size as usize), (EVIDENCE_VERSION, v2));
+        assert_eq!(two.base.runtime, one.runtime);
+        assert!(two.base.host_sync_copies > one.host_sync_copies, "a copy counted between them: {two:?}");
+        assert_eq!((two.aicpu_kernels_launched, two.aicpu_kernel_blocks_launched), (0, 0));
     }
 }

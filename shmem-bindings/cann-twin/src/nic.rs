@@ -572,9 +572,10 @@ pub fn qp_provenance(device: i32, qpn: u32) -> Result<crate::control::Provenance
 }
 
 /// Appends to `out` QP `qpn`'s log entries from position `from` on, one per WQE completed while the records were on,
-/// in WQE order: who wrote it, who rang the last SQ doorbell before the NIC took it (and that doorbell's count), and
-/// for a WQE with a CQE who read the CQE first (`flag`; `None`: an unsignaled WQE, or its CQE was lost). Returns the
-/// position of the first entry appended and the position after the last, as [`crate::control::sqe_log`] does.
+/// in WQE order: who wrote it, who rang the SQ doorbells since the NIC's previous take of a WQE that found new ones
+/// (and the count of accepted SQ doorbells when it took it), and for a WQE with a CQE who read the CQE first (`flag`;
+/// `None`: an unsignaled WQE, or its CQE was lost). Returns the position of the first entry appended and the position
+/// after the last, as [`crate::control::sqe_log`] does.
 pub fn qp_log(
     device: i32,
     qpn: u32,

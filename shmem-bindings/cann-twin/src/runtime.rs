@@ -332,7 +332,8 @@ pub(crate) unsafe fn perform_copy(dst: &[Segment], src: &[Segment]) {
 }
 
 /// After a runtime copy of `count` bytes from `src` to `dst`: when it copied device memory into Host memory, the
-/// Host observed what it copied (a landed completion flag among it is recorded as seen by the Host).
+/// calling thread observed what it copied (a landed completion flag among it is recorded as seen by the Host, or by
+/// the AI CPU if the thread is the AI CPU's).
 ///
 /// # Safety
 ///
@@ -342,14 +343,15 @@ pub(crate) unsafe fn host_observed(space: Option<&Space>, dst: usize, src: usize
     if device(src) && !device(dst) {
         // SAFETY: the caller's contract.
         let bytes = unsafe { std::slice::from_raw_parts(dst as *const u8, count) };
-        crate::sdma::provenance::read(false, src as u64, bytes);
+        crate::sdma::provenance::read(src as u64, bytes);
     }
 }
 
-/// Runs one stream task on a worker thread.
+/// Runs one stream task on a worker thread (a copy as the thread that submitted it: its writes and reads are that
+/// thread's for the provenance records).
 pub(crate) fn run_task(task: &Task) -> aclError {
     match *task {
-        Task::Copy { device, dst, dest_max, src, count, kind } => {
+        Task::Copy { device, dst, dest_max, src, count, kind, by } => crate::sdma::provenance::acting_as(by, || {
             // An injected device fault (`control::fail_next_destinations`): the copy engine finds its destination
             // unmapped, as a copy to freed memory would.
             if crate::sdma::take_injected_destination_fault(device) {
@@ -368,7 +370,7 @@ pub(crate) fn run_task(task: &Task) -> aclError {
                 }
                 Err(code) => code,
             }
-        }
+        }),
         Task::Kernel { device, ref launch } => crate::kernel::run(device, launch),
     }
 }

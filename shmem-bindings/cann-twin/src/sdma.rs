@@ -375,8 +375,8 @@ pub(crate) struct Progress {
 /// The doorbell register of a [`Channel`].
 #[derive(Debug, Default)]
 pub(crate) struct Doorbell {
-    /// Accepted doorbell writes. A doorbell stores the tail and its origin, then counts itself with one SeqCst
-    /// read-modify-write, which publishes both: whoever reads the new count reads that tail (or a later one).
+    /// Accepted doorbell writes. A doorbell joins the set of ringers and stores the tail, then counts itself with one
+    /// SeqCst read-modify-write, which publishes both: whoever reads the new count reads that tail (or a later one).
     pub count: AtomicU64,
     /// The register's value (the tail the engine runs to). A doorbell stores it and counts itself without the state
     /// lock; it takes the lock to notify only when the engine sleeps.
@@ -389,9 +389,10 @@ pub(crate) struct Doorbell {
     pub divert: AtomicBool,
     /// `(diverted writes << 32) | last diverted tail`.
     pub diverted: AtomicU64,
-    /// Who rang last (a `provenance::WRITER_*` id), stored before the tail: the ringer of the tail the engine takes
-    /// (of a later ring, if one came between: a channel has one ringer unless a test rings it too).
-    pub origin: AtomicU32,
+    /// Who rang since the engine last took the tail (a [`provenance::Ringers`] set of `WRITER_*` bits, joined by
+    /// each ring while the records are on before it stores the tail with release): an engine that reads a tail
+    /// finds its ringer in the set it swaps out after ([`provenance::RingerTake`]).
+    pub ringers: AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -457,12 +458,13 @@ impl Channel {
     pub(crate) fn ring(&self, tail: u32, origin: u32) {
         if provenance::recording() {
             self.provenance.rung(origin);
+            // Before the tail: an engine that reads this tail (acquire) takes a set holding this ringer.
+            self.doorbell.ringers.fetch_or(provenance::Ringers::bit(origin), Ordering::Relaxed);
         }
-        // One read-modify-write per ring: the two stores before it need no ordering of their own (the count
-        // publishes them), and each SeqCst store would be a second and third fenced write of the line the polling
-        // engine keeps reading.
-        self.doorbell.origin.store(origin, Ordering::Relaxed);
-        self.doorbell.tail.store(tail, Ordering::Relaxed);
+        // Off, one read-modify-write per ring (the count); on, one more on this line (the set) and the tally's. The
+        // tail's store needs release only (the count publishes it; the engine's read of it acquires the set's OR), and
+        // a SeqCst store would be a second fenced write of the line the polling engine keeps reading.
+        self.doorbell.tail.store(tail, Ordering::Release);
         self.doorbell.count.fetch_add(1, Ordering::SeqCst);
         if self.doorbell.engine_asleep.load(Ordering::SeqCst) {
             // The engine holds the lock from its look at the count until it waits: taking it here means it waits.
@@ -529,9 +531,14 @@ impl Channel {
         Ok(())
     }
 
-    /// Executes the SQE at `head`, exposed by the doorbell `ringer` rang (the engine took it at doorbell count
+    /// Executes the SQE at `head`, exposed by the doorbell `ringers` rang (the engine took it at doorbell count
     /// `doorbell`); on a fault returns the syndrome and the raw SQE.
-    fn execute(&self, head: u32, ringer: u32, doorbell: u64) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
+    fn execute(
+        &self,
+        head: u32,
+        ringers: provenance::Ringers,
+        doorbell: u64,
+    ) -> Result<(), (Syndrome, [u8; SQE_BYTES])> {
         let guard = space();
         let Some(space) = guard.as_ref() else { return Err((Syndrome::QUEUE_FAULT, [0; SQE_BYTES])) };
         let slot = self.sq_base + u64::from(head) * SQE_BYTES as u64;
@@ -578,7 +585,7 @@ impl Channel {
                 // the flag (the kernel, then the Host draining the completions it covers) finds this SQE tallied.
                 if recording {
                     let landing = self.provenance.flag_landing(dst as u64, value);
-                    self.provenance.consumed(writer, ringer, doorbell, Some(landing));
+                    self.provenance.consumed(writer, ringers, doorbell, Some(landing));
                 }
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
@@ -588,7 +595,7 @@ impl Channel {
                 // SAFETY: both sides were translated under the read lock held here, for `length` bytes each.
                 unsafe { perform_copy(&to, &from) };
                 if recording {
-                    self.provenance.consumed(writer, ringer, doorbell, None);
+                    self.provenance.consumed(writer, ringers, doorbell, None);
                 }
             }
         }
@@ -621,10 +628,12 @@ impl Channel {
         let mut head = 0u32;
         // Doorbells counted when the engine last took the tail: a later one is new work.
         let mut seen = 0u64;
+        // Who rang the doorbells the engine took.
+        let mut ringers = provenance::RingerTake::default();
         loop {
             self.poll_briefly(seen);
             // The tail, and who rang it.
-            let (tail, ringer) = {
+            let (tail, rung_by) = {
                 let mut state = lock(&self.state);
                 loop {
                     self.interrupt.store(false, Ordering::Relaxed);
@@ -635,6 +644,9 @@ impl Channel {
                         let tail = self.doorbell.tail.load(Ordering::SeqCst) % self.depth;
                         self.doorbell.tail.store(tail, Ordering::SeqCst);
                         head = tail;
+                        // The rings of the dropped SQEs are forgotten with them.
+                        self.doorbell.ringers.store(0, Ordering::Relaxed);
+                        ringers.forget();
                         self.progress.head.store(head, Ordering::Relaxed);
                         // A record that no longer translates (the workspace was freed) makes the next SQE fault.
                         let _ = space().as_ref().map(|space| self.publish_head(space, head));
@@ -648,8 +660,10 @@ impl Channel {
                     let rung = self.doorbell.count.load(Ordering::SeqCst);
                     let tail = self.doorbell.tail.load(Ordering::SeqCst);
                     if !state.stalled && state.exception.is_none() && tail != head {
+                        // Who rang since the last take, swapped out after the tail was read.
+                        let rung_by = ringers.take(&self.doorbell.ringers, provenance::recording_epoch());
                         seen = rung;
-                        break (tail, self.doorbell.origin.load(Ordering::SeqCst));
+                        break (tail, rung_by);
                     }
                     self.doorbell.engine_asleep.store(true, Ordering::SeqCst);
                     if self.doorbell.count.load(Ordering::SeqCst) != rung {
@@ -677,7 +691,7 @@ impl Channel {
             let mut executed = 0u64;
             let mut fault = None;
             while head != tail && !self.interrupt.load(Ordering::Acquire) {
-                match self.execute(head, ringer, seen) {
+                match self.execute(head, rung_by, seen) {
                     Ok(()) => {
                         head = (head + 1) % self.depth;
                         self.progress.head.store(head, Ordering::Relaxed);
@@ -929,8 +943,14 @@ pub fn register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault>
     register_write_through(&RegisterCache::default(), device_va, bytes, provenance::WRITER_OTHER)
 }
 
+/// [`register_write`] by the AI CPU: the path of an AI-CPU kernel's doorbell (an SDMA channel's tail, a twin NIC QP's
+/// SQ doorbell), recorded with the AI CPU as its origin ([`crate::control::Provenance::doorbells_by_aicpu`]).
+pub(crate) fn aicpu_register_write(device_va: u64, bytes: &[u8]) -> Result<(), RegisterFault> {
+    register_write_through(&RegisterCache::default(), device_va, bytes, provenance::WRITER_AICPU)
+}
+
 /// [`register_write`] through a core's [`RegisterCache`], by `origin` (a `provenance::WRITER_*` id: the ringing
-/// core's block).
+/// core's block, or the AI CPU).
 pub(crate) fn register_write_through(
     cache: &RegisterCache,
     device_va: u64,

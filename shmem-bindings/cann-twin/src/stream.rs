@@ -23,8 +23,9 @@ fn held(device: i32) -> bool {
 }
 
 pub(crate) enum Task {
-    /// A copy, re-validated when it runs (the memory may have been freed since submission).
-    Copy { device: i32, dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind },
+    /// A copy, re-validated when it runs (the memory may have been freed since submission); `by` is the provenance
+    /// writer id of the thread that submitted it (a Host thread, or the AI CPU's), which the worker acts as.
+    Copy { device: i32, dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind, by: u32 },
     /// A kernel launch on the stream's device (`crate::kernel`).
     Kernel { device: i32, launch: Box<crate::kernel::Launch> },
 }

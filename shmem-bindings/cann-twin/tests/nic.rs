@@ -897,7 +897,7 @@ fn the_provenance_records_name_the_host_as_writer_and_reader_of_a_host_driven_qp
     let doorbell = log[0].doorbell;
     for entry in &log {
         assert_eq!(entry.writer, Doer::Host, "{entry:?}");
-        assert_eq!(entry.ringer, Doer::Unattributed, "{entry:?}");
+        assert_eq!(entry.ringers.iter().collect::<Vec<_>>(), [Doer::Unattributed], "{entry:?}");
         assert_eq!(entry.doorbell, doorbell, "one doorbell exposed all three: {entry:?}");
         assert_eq!(entry.flag, Some(FlagReader::Host), "each CQE was first read D2H: {entry:?}");
     }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::sys::*;
 use cann_shmem_sys::sys::*;
 use cann_twin::acl::{aclInit, aclrtMalloc, aclrtMemcpy, aclrtSetDevice};
-use cann_twin::control::{self, Provenance};
+use cann_twin::control::{self, Doer, Provenance};
 use cann_twin::shmem::{aclshmemx_get_uniqueid, aclshmemx_init_attr, aclshmemx_set_attr_uniqueid_args};
 use common::copy_sqe;
 
@@ -148,4 +148,117 @@ fn an_engine_written_slot_and_an_anonymous_doorbell_are_unknown_and_an_unread_fl
     assert_eq!((seen.sqes_by_host, seen.sqes_unknown), (2, 1), "{seen:?}");
     assert_eq!((seen.doorbells_unknown, seen.doorbells_by_host), (1, 1), "{seen:?}");
     assert_eq!((seen.flags_landed, seen.flags_unseen, seen.flags_seen_by_host), (1, 1, 0), "{seen:?}");
+}
+
+/// A reset of the records forgets who wrote each SQ slot: an SQE the Host wrote before the reset and the engine
+/// executes after it is unattributed; one the Host wrote again after the reset is the Host's.
+#[test]
+fn a_reset_forgets_who_wrote_each_slot() {
+    let channel = 42;
+    workspace();
+    let (sq, _, head) = record(channel);
+    assert_eq!(head, 0);
+    let from = control::sqe_log_position(0, channel).expect("the channel exists");
+    let (src, dst) = (malloc(8192), malloc(8192));
+    upload(sq, &[copy_sqe(src, dst, 4096), copy_sqe(src + 4096, dst + 4096, 4096)].concat());
+    control::reset_provenance(0, channel).expect("reset");
+    upload(sq + 64, &copy_sqe(src + 4096, dst + 4096, 4096));
+    control::host_ring_doorbell(0, channel, 2).expect("ring");
+    wait_head(channel, 2);
+    let seen = provenance(channel);
+    assert_eq!((seen.sqes_unknown, seen.sqes_by_host), (1, 1), "{seen:?}");
+    let mut log = Vec::new();
+    control::sqe_log(0, channel, from, &mut log).expect("the log");
+    let writers: Vec<Doer> = log.iter().map(|sqe| sqe.writer).collect();
+    assert_eq!(writers, [Doer::Unattributed, Doer::Host]);
+}
+
+/// SQEs exposed by two doorbell writes before the engine took the tail (the Host's test-only ring, then a
+/// `register_write` whose caller the twin cannot name) name both ringers, each SQE; each ring is tallied once.
+#[test]
+fn sqes_exposed_by_two_rings_before_the_engine_took_the_tail_name_both_ringers() {
+    let channel = 43;
+    workspace();
+    let (sq, reg, head) = record(channel);
+    assert_eq!(head, 0);
+    let from = control::sqe_log_position(0, channel).expect("the channel exists");
+    let (src, dst) = (malloc(8192), malloc(8192));
+    upload(sq, &[copy_sqe(src, dst, 4096), copy_sqe(src + 4096, dst + 4096, 4096)].concat());
+    control::set_stalled(0, channel, true).expect("stall");
+    control::host_ring_doorbell(0, channel, 2).expect("the test-only Host doorbell");
+    cann_twin::register_write(reg + 8, &2u32.to_le_bytes()).expect("accepted");
+    control::set_stalled(0, channel, false).expect("release");
+    wait_head(channel, 2);
+    let seen = provenance(channel);
+    assert_eq!((seen.doorbells_by_host, seen.doorbells_unknown), (1, 1), "{seen:?}");
+    let mut log = Vec::new();
+    control::sqe_log(0, channel, from, &mut log).expect("the log");
+    assert_eq!(log.len(), 2);
+    for sqe in &log {
+        assert_eq!(sqe.ringers.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Unattributed], "{sqe:?}");
+        assert_eq!(sqe.doorbell, log[0].doorbell, "one take of the tail: {sqe:?}");
+    }
+}
+
+/// An AI-CPU thread (marked by the test-only hook) writes a data SQE with `aclrtMemcpy` H2D and the flag SQE with a
+/// stream copy it queues, rings through the AI CPU's register path and reads the landed flag D2H: every act is the
+/// AI CPU's, none a core's or the Host's, and the version-2 evidence counts them.
+#[test]
+fn sqes_a_doorbell_and_a_flag_of_an_ai_cpu_thread_are_the_ai_cpus() {
+    let channel = 44;
+    workspace();
+    let (sq, _, head) = record(channel);
+    assert_eq!(head, 0);
+    let from = control::sqe_log_position(0, channel).expect("the channel exists");
+    let (src, dst, flags) = (malloc(4096), malloc(4096), malloc(64));
+    upload(flags, &5u64.to_le_bytes());
+    upload(flags + 8, &0u64.to_le_bytes());
+    let before = cann_twin::evidence::snapshot_v2();
+    std::thread::spawn(move || {
+        control::mark_aicpu_thread();
+        // SAFETY: plain value argument.
+        assert_eq!(unsafe { aclrtSetDevice(0) }, ACL_SUCCESS);
+        upload(sq, &copy_sqe(src, dst, 4096));
+        let flag_sqe = copy_sqe(flags, flags + 8, 8);
+        let api = cann_twin::acl_api();
+        let mut stream = core::ptr::null_mut();
+        // SAFETY: `stream` is writable; `flag_sqe` stays alive until the stream is synchronised below.
+        unsafe {
+            assert_eq!(api.aclrtCreateStream(&mut stream), ACL_SUCCESS);
+            let code = api.aclrtMemcpyAsync(
+                (sq + 64) as *mut c_void,
+                64,
+                flag_sqe.as_ptr().cast(),
+                64,
+                ACL_MEMCPY_HOST_TO_DEVICE,
+                stream,
+            );
+            assert_eq!(code, ACL_SUCCESS);
+            assert_eq!(api.aclrtSynchronizeStream(stream), ACL_SUCCESS);
+            assert_eq!(api.aclrtDestroyStream(stream), ACL_SUCCESS);
+        }
+        control::aicpu_ring_doorbell(0, channel, 2).expect("the AI CPU's doorbell");
+        wait_head(channel, 2);
+        assert_eq!(download(flags + 8, 8), 5u64.to_le_bytes(), "the flag landed and the AI CPU read it");
+    })
+    .join()
+    .expect("the AI-CPU thread");
+    let seen = provenance(channel);
+    let sqes = (seen.sqes_by_aicpu, seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block.len());
+    assert_eq!(sqes, (2, 0, 0, 0), "{seen:?}");
+    let doorbells = (seen.doorbells_by_aicpu, seen.doorbells_by_host, seen.doorbells_unknown);
+    assert_eq!((doorbells, seen.doorbells_by_block.len()), ((1, 0, 0), 0), "{seen:?}");
+    let flags_seen = (seen.flags_seen_by_aicpu, seen.flags_seen_by_host, seen.flags_seen_by_core, seen.flags_unseen);
+    assert_eq!((seen.flags_landed, flags_seen), (1, (1, 0, 0, 0)), "{seen:?}");
+    let mut log = Vec::new();
+    control::sqe_log(0, channel, from, &mut log).expect("the log");
+    let who: Vec<_> = log.iter().map(|sqe| (sqe.writer, sqe.ringers.iter().collect::<Vec<_>>(), sqe.flag)).collect();
+    let aicpu = Doer::AiCpu;
+    assert_eq!(who, [(aicpu, vec![aicpu], None), (aicpu, vec![aicpu], Some(control::FlagReader::AiCpu))]);
+    // Version 2 of the evidence counts them (no other test of this binary acts as the AI CPU).
+    let after = cann_twin::evidence::snapshot_v2();
+    let sqes = after.sqes_by_aicpu - before.sqes_by_aicpu;
+    let doorbells = after.doorbells_by_aicpu - before.doorbells_by_aicpu;
+    let flags_seen = after.flags_seen_by_aicpu - before.flags_seen_by_aicpu;
+    assert_eq!((sqes, doorbells, flags_seen), (2, 1, 1), "{after:?}");
 }

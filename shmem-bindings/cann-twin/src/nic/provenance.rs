@@ -5,7 +5,8 @@
 //! - the SQ is watched like an SDMA channel's (64-byte slots): a core's DMA into it, or a Host write, marks the slots
 //!   it covers with its writer, and the NIC reads a slot's writer when it takes the WQE;
 //! - an accepted SQ doorbell records its origin (the ringing core's block, the Host's test-only path, or a caller the
-//!   twin cannot name); a WQE's ringer is that of the last doorbell before the NIC took it;
+//!   twin cannot name); a WQE's ringers are those of every SQ doorbell since the NIC's previous take of a WQE that
+//!   found new doorbells ([`records::RingerTake`]);
 //! - the NIC counts each CQE as a landing and logs the WQE before it writes the CQE (a reader that sees the CQE finds
 //!   the entry); the first read that covers the CQE's first 8 bytes and returns them claims it: a core's line fill or
 //!   GM -> UB DMA, or a Host runtime copy.
@@ -20,9 +21,9 @@
 
 use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use crate::sdma::provenance::{self as records, ChannelProvenance};
+use crate::sdma::provenance::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -38,9 +39,12 @@ pub(crate) struct QpProvenance {
     cqe_value: Box<[AtomicU64]>,
     /// CQEs waiting for their first read.
     pending: AtomicU32,
-    /// Accepted SQ doorbells, and who rang the last one (a `WRITER_*` id).
+    /// Accepted SQ doorbells (while the records are off too).
     doorbells: AtomicU64,
-    ringer: AtomicU32,
+    /// Who rang since the NIC's last take that found new doorbells ([`Ringers`] bits).
+    ringers: AtomicU64,
+    /// The NIC's side (its engine thread's): the doorbell count at its last take and the set it took then.
+    take: Mutex<(u64, RingerTake)>,
 }
 
 /// CQ bytes per CQE (docs/rdma.md section 3).
@@ -58,30 +62,37 @@ impl QpProvenance {
             cqe_value: cells(cq_depth),
             pending: AtomicU32::new(0),
             doorbells: AtomicU64::new(0),
-            ringer: AtomicU32::new(records::WRITER_UNKNOWN),
+            ringers: AtomicU64::new(0),
+            take: Mutex::default(),
         }
     }
 
-    /// An accepted SQ doorbell by `origin`.
-    pub(crate) fn rung(&self, origin: u32) {
-        self.ringer.store(origin, Ordering::Relaxed);
+    /// An accepted SQ doorbell by `origin`, counted; its origin is recorded if `recorded` (the records are on).
+    pub(crate) fn rung(&self, origin: u32, recorded: bool) {
+        if recorded {
+            self.ringers.fetch_or(Ringers::bit(origin), Ordering::Relaxed);
+            self.records.rung(origin);
+        }
         self.doorbells.fetch_add(1, Ordering::Release);
-        self.records.rung(origin);
     }
 
-    /// Who wrote the WQE at SQ index `index` last, who rang the last doorbell, and the doorbell count: read by the
-    /// NIC when it takes the WQE.
+    /// Who wrote the WQE at SQ index `index` last, who rang the doorbells since the NIC's previous take that found
+    /// new ones, and the doorbell count: read by the NIC (its engine thread) when it takes the WQE.
     pub(crate) fn taken(&self, index: u32, depth: u32) -> Taken {
-        Taken {
-            writer: self.records.writer_of(index & (depth - 1)),
-            ringer: self.ringer.load(Ordering::Relaxed),
-            doorbell: self.doorbells.load(Ordering::Acquire),
-        }
+        let doorbell = self.doorbells.load(Ordering::Acquire);
+        let mut take = self.take.lock().unwrap_or_else(|p| p.into_inner());
+        let ringers = if take.0 == doorbell {
+            take.1.current()
+        } else {
+            take.0 = doorbell;
+            take.1.take(&self.ringers, records::recording_epoch())
+        };
+        Taken { writer: self.records.writer_of(index & (depth - 1)), ringers, doorbell }
     }
 
     /// A taken WQE completed without a CQE (unsignaled, or its CQE was lost): logged and tallied.
     pub(crate) fn completed(&self, taken: Taken) {
-        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, None);
+        self.records.consumed(taken.writer, taken.ringers, taken.doorbell, None);
     }
 
     /// The NIC is about to write CQE `first_word ..` at producer index `producer` for the taken WQE: logged with
@@ -95,12 +106,12 @@ impl QpProvenance {
             self.pending.fetch_add(1, Ordering::AcqRel);
             PENDING.fetch_add(1, Ordering::AcqRel);
         }
-        self.records.consumed(taken.writer, taken.ringer, taken.doorbell, Some(sequence));
+        self.records.consumed(taken.writer, taken.ringers, taken.doorbell, Some(sequence));
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims each CQE it covers whose first 8
     /// bytes it returned.
-    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+    fn read(&self, reader: Reader, address: u64, data: &[u8]) {
         if self.pending.load(Ordering::Acquire) == 0 {
             return;
         }
@@ -127,7 +138,7 @@ impl QpProvenance {
             if self.cqe_key[slot as usize].compare_exchange(key, 0, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
                 self.pending.fetch_sub(1, Ordering::AcqRel);
                 PENDING.fetch_sub(1, Ordering::AcqRel);
-                self.records.claim(key, by_core);
+                self.records.claim(key, reader);
             }
         }
     }
@@ -147,7 +158,7 @@ impl QpProvenance {
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Taken {
     writer: u32,
-    ringer: u32,
+    ringers: Ringers,
     doorbell: u64,
 }
 
@@ -183,8 +194,9 @@ pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
     qp.forget_pending();
 }
 
-/// A read that returned `data` from `[address, ..)`, by a core of `device` (`Some`) or by the Host (`None`).
-pub(crate) fn read(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
+/// A read by `reader` that returned `data` from `[address, ..)`: a core of `device` (`Some`), or a runtime copy of a
+/// Host or AI-CPU thread (`None`).
+pub(crate) fn read(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -196,7 +208,7 @@ pub(crate) fn read(device: Option<i32>, by_core: bool, address: u64, data: &[u8]
         }
         for qp in cached.1.iter() {
             if device.is_none_or(|device| device == qp.device) {
-                qp.read(by_core, address, data);
+                qp.read(reader, address, data);
             }
         }
     });
@@ -210,27 +222,71 @@ mod tests {
     fn a_cqe_is_claimed_by_the_first_read_that_returns_its_first_word_and_the_log_names_the_reader() {
         let qp = QpProvenance::new(7, 0x10_0000, 4, 0x20_0000, 4);
         qp.records.mark(records::block_writer(1), 0x10_0040, 64);
-        qp.rung(records::block_writer(1));
+        qp.rung(records::block_writer(1), true);
         let taken = qp.taken(1, 4);
         qp.cqe_landing(taken, 5, 0xABCD);
         // A line of the CQ: CQE slot 1 (producer 5 of depth 4) is its bytes 32..40.
         let mut line = [0u8; 64];
-        qp.read(true, 0x20_0000, &line);
+        qp.read(Reader::Core, 0x20_0000, &line);
         assert_eq!(qp.records.snapshot().flags_seen_by_core, 0, "a read of the old bytes claims nothing");
         line[32..40].copy_from_slice(&0xABCDu64.to_le_bytes());
-        qp.read(false, 0x20_0000 + 8, &line[8..]);
-        qp.read(true, 0x20_0000, &line);
+        qp.read(Reader::Host, 0x20_0000 + 8, &line[8..]);
+        qp.read(Reader::Core, 0x20_0000, &line);
         let seen = qp.records.snapshot();
         assert_eq!((seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core), (1, 1, 0), "Host first");
         let mut log = Vec::new();
         qp.records.read_log(0, &mut log);
         assert_eq!(log.len(), 1);
         let entry = log[0];
-        assert_eq!((entry.writer, entry.ringer, entry.doorbell), (records::Doer::Block(1), records::Doer::Block(1), 1));
+        let b1 = records::Doer::Block(1);
+        assert_eq!((entry.writer, entry.ringers, entry.doorbell), (b1, Ringers::from(b1), 1));
         assert_eq!(entry.flag, Some(records::FlagReader::Host));
         qp.completed(qp.taken(2, 4));
         log.clear();
         qp.records.read_log(1, &mut log);
         assert_eq!((log[0].writer, log[0].flag), (records::Doer::Unattributed, None), "never written, no CQE");
+    }
+
+    #[test]
+    fn a_wqe_exposed_by_two_doorbells_before_the_nic_took_it_names_both_ringers() {
+        let qp = QpProvenance::new(7, 0x10_0000, 4, 0x20_0000, 4);
+        let b1 = records::Doer::Block(1);
+        qp.rung(records::WRITER_HOST, true);
+        qp.rung(records::block_writer(1), true);
+        qp.completed(qp.taken(0, 4));
+        // The next WQE, taken with no doorbell since: the same doorbell; then one rung by the core alone.
+        qp.completed(qp.taken(1, 4));
+        qp.rung(records::block_writer(1), true);
+        qp.completed(qp.taken(2, 4));
+        // One by the AI CPU.
+        qp.rung(records::WRITER_AICPU, true);
+        qp.completed(qp.taken(3, 4));
+        let mut log = Vec::new();
+        qp.records.read_log(0, &mut log);
+        let who: Vec<(Ringers, u64)> = log.iter().map(|entry| (entry.ringers, entry.doorbell)).collect();
+        let both = Ringers::of(&[records::Doer::Host, b1]);
+        let aicpu = Ringers::from(records::Doer::AiCpu);
+        assert_eq!(who, [(both, 2), (both, 2), (Ringers::from(b1), 3), (aicpu, 4)]);
+        let seen = qp.records.snapshot();
+        assert_eq!((seen.doorbells_by_host, seen.doorbells_by_aicpu), (1, 1), "each ring tallied once: {seen:?}");
+    }
+
+    #[test]
+    fn turning_the_records_on_forgets_who_wrote_each_wqe_slot_and_turning_them_on_again_does_not() {
+        let was = records::recording();
+        let (sq, cq) = (0x7100_0000, 0x7200_0000);
+        let qp = Arc::new(QpProvenance::new(7, sq, 4, cq, 4));
+        watch(&qp);
+        records::set_recording(true);
+        qp.records.mark(records::WRITER_HOST, sq, 128);
+        records::set_recording(true);
+        assert_eq!(qp.records.writer_of(0), records::WRITER_HOST, "on while on: nothing was written unmarked");
+        // Off, then on: a write made meanwhile was not marked, so the slot's writer from before is forgotten.
+        records::set_recording(false);
+        records::set_recording(true);
+        let unknown = records::WRITER_UNKNOWN;
+        assert_eq!((qp.records.writer_of(0), qp.records.writer_of(1)), (unknown, unknown));
+        unwatch(&qp);
+        records::set_recording(was);
     }
 }

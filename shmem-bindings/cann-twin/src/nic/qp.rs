@@ -142,9 +142,7 @@ impl Qp {
                 return Err(refused());
             }
             inner.producer = producer;
-            if crate::sdma::provenance::recording() {
-                self.provenance.rung(origin);
-            }
+            self.provenance.rung(origin, crate::sdma::provenance::recording());
         } else {
             let index = (word >> DB_INDEX_SHIFT & DB_CQ_INDEX_MASK) as u32;
             let consumer =

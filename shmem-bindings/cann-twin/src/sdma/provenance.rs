@@ -6,7 +6,8 @@
 //!   `gm_written` op of `kernels/cpu/aiv_cpu_core.h`; every Host-side write translated by the device address space
 //!   for writing, from [`crate::memory`]);
 //! - the engine reads the slot's writer when it reads the SQE, and tallies it when the SQE has executed;
-//! - an accepted doorbell write tallies its origin (the ringing core's block, or the Host's test-only path);
+//! - an accepted doorbell write tallies its origin (the ringing core's block, or the Host's test-only path) and joins
+//!   the doorbell's set of ringers, which the engine takes with the tail ([`RingerTake`]);
 //! - the engine's 8-byte flag copy publishes the flag (address and value) before it stores it; the first read that
 //!   covers the word and returns that value claims it (a core's line fill or GM -> UB DMA through the `gm_read`
 //!   op, or a Host runtime copy to Host memory).
@@ -26,13 +27,19 @@ use crossbeam_utils::CachePadded;
 
 /// Writer id of a slot nobody wrote since the channel was created (the twin's zeroing of the ring).
 pub(crate) const WRITER_UNKNOWN: u32 = 0;
-/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory).
+/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory) by a Host
+/// thread.
 pub(crate) const WRITER_HOST: u32 = 1;
 /// Writer id of a slot written last by a device-side agent that is not a core (an SDMA engine's copy), or partly
 /// by one writer and partly by another: not attributable.
 pub(crate) const WRITER_OTHER: u32 = 2;
+/// Writer id of the AI CPU (the NPU's control CPU, running AI-CPU kernels): a write through the device address space
+/// by a thread marked as the AI CPU's ([`mark_aicpu_thread`]), or a doorbell it rang. Never a core, never the Host.
+pub(crate) const WRITER_AICPU: u32 = 3;
 /// Writer id of block `k` is `WRITER_BLOCK0 + k`.
-pub(crate) const WRITER_BLOCK0: u32 = 3;
+pub(crate) const WRITER_BLOCK0: u32 = 4;
+/// The bits of a [`Ringers`] set that mean nobody one can name (the ids [`WRITER_UNKNOWN`] and [`WRITER_OTHER`]).
+const UNATTRIBUTED_BITS: u64 = 1 << WRITER_UNKNOWN | 1 << WRITER_OTHER;
 /// Blocks tallied in lock-free counters; higher ones go to a map under a mutex.
 const DIRECT_BLOCKS: usize = 64;
 /// Flags of one channel that can wait to be read at a time (the transfer kernel has at most two unexecuted flag
@@ -104,7 +111,7 @@ pub(crate) struct ChannelProvenance {
     sq_bytes: u64,
     /// Per slot: the id of its last writer (`WRITER_*`).
     /// 16 bits a slot, so that a landing of 32 SQEs marks one cache line (which the engine reads, on its own core):
-    /// writer ids that do not fit (blocks 65533 and up) are kept as [`WRITER_OTHER`].
+    /// writer ids that do not fit (blocks 65532 and up) are kept as [`WRITER_OTHER`].
     shadow: Box<[AtomicU16]>,
     sqes: CachePadded<SqeTally>,
     doorbells: CachePadded<DoorbellTally>,
@@ -119,16 +126,21 @@ pub const LOG_CAPACITY: u64 = 8192;
 const CLAIM_SLOTS: u64 = 1024;
 /// Bits of a landing sequence the flag slots keep (above the address in their key).
 const SEQUENCE_BITS: u32 = 64 - ADDRESS_BITS;
+/// Bits of a writer id in a log entry (the shadow keeps 16), above the landing sequence's.
+const WRITER_BITS: u32 = 16;
+/// The landing sequence's part of a log entry's `writer_landing`.
+const LANDING_MASK: u64 = (1 << (64 - WRITER_BITS)) - 1;
 
 /// The consumption log of one channel: written by its engine thread only, read by anyone.
 #[derive(Debug)]
 struct SqeLog {
-    /// Per entry: the writer id (low 32 bits) and the id of the doorbell's ringer (high 32 bits).
-    who: Box<[AtomicU64]>,
+    /// Per entry: the set of the doorbell's ringers ([`Ringers`]).
+    ringers: Box<[AtomicU64]>,
     /// Per entry: the doorbell count when the engine took the tail that exposed the SQE.
     doorbell: Box<[AtomicU64]>,
-    /// Per entry: the flag's landing sequence for a flag SQE, 0 for a data SQE.
-    landing: Box<[AtomicU64]>,
+    /// Per entry: the writer id (the top [`WRITER_BITS`]) and the flag's landing sequence for a flag SQE, 0 for a
+    /// data SQE (the rest).
+    writer_landing: Box<[AtomicU64]>,
     /// Entries written (the next entry's position).
     written: AtomicU64,
     /// Per landing sequence modulo [`CLAIM_SLOTS`]: `(sequence << 2) | 1` if a core read the flag first, `| 2` if the
@@ -140,9 +152,9 @@ impl SqeLog {
     fn new() -> SqeLog {
         let cells = |n: u64| (0..n).map(|_| AtomicU64::new(0)).collect::<Box<[AtomicU64]>>();
         SqeLog {
-            who: cells(LOG_CAPACITY),
+            ringers: cells(LOG_CAPACITY),
             doorbell: cells(LOG_CAPACITY),
-            landing: cells(LOG_CAPACITY),
+            writer_landing: cells(LOG_CAPACITY),
             written: AtomicU64::new(0),
             claims: cells(CLAIM_SLOTS),
         }
@@ -156,6 +168,8 @@ pub enum Doer {
     Block(u32),
     /// A Host-side write or ring.
     Host,
+    /// The AI CPU: a write by one of its threads, or a ring through its register path.
+    AiCpu,
     /// Nobody one can name (see [`Provenance::sqes_unknown`]).
     Unattributed,
 }
@@ -164,8 +178,19 @@ impl Doer {
     fn of(id: u32) -> Doer {
         match id {
             WRITER_HOST => Doer::Host,
+            WRITER_AICPU => Doer::AiCpu,
             WRITER_UNKNOWN | WRITER_OTHER => Doer::Unattributed,
             block => Doer::Block(block - WRITER_BLOCK0),
+        }
+    }
+
+    /// The writer id of this doer ([`WRITER_UNKNOWN`] for nobody one can name).
+    fn id(self) -> u32 {
+        match self {
+            Doer::Block(block) => block_writer(block),
+            Doer::Host => WRITER_HOST,
+            Doer::AiCpu => WRITER_AICPU,
+            Doer::Unattributed => WRITER_UNKNOWN,
         }
     }
 }
@@ -177,8 +202,151 @@ pub enum FlagReader {
     Core,
     /// A Host runtime copy.
     Host,
+    /// A runtime copy by an AI-CPU thread.
+    AiCpu,
     /// Nobody yet, or never (a later landing on the same word replaced it unread).
     Unread,
+}
+
+/// Who made a read that may claim a landed flag or CQE.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Reader {
+    /// An emulated core (a line fill or a GM -> UB DMA).
+    Core,
+    /// A runtime copy to Host memory by a Host thread.
+    Host,
+    /// A runtime copy to Host memory by an AI-CPU thread.
+    AiCpu,
+}
+
+impl Reader {
+    /// The reader of a runtime copy made by the calling thread.
+    fn of_thread() -> Reader {
+        if thread_writer() == WRITER_AICPU {
+            Reader::AiCpu
+        } else {
+            Reader::Host
+        }
+    }
+
+    /// Its code in a claim slot of the log (0: no claim).
+    fn code(self) -> u64 {
+        match self {
+            Reader::Core => 1,
+            Reader::Host => 2,
+            Reader::AiCpu => 3,
+        }
+    }
+}
+
+/// Everyone who rang the doorbell that exposed an SQE (or a twin NIC's WQE): every accepted doorbell write since the
+/// engine's previous take of the tail, each doer once. Never empty in a log entry: a doorbell nobody recorded (rung
+/// while the records were off) names [`Doer::Unattributed`].
+///
+/// A set of bits, one per writer id below 64: the Host, the AI CPU, nobody one can name, blocks 0 to 59 (an NPU has
+/// 48 AIV cores; a block numbered 60 or more counts as unattributed).
+#[derive(Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Ringers(u64);
+
+impl Ringers {
+    /// The set's bit for a ring by `origin` (a `WRITER_*` id).
+    #[inline]
+    pub(crate) fn bit(origin: u32) -> u64 {
+        if origin < 64 {
+            1 << origin
+        } else {
+            1 << WRITER_OTHER
+        }
+    }
+
+    /// The set of these doers.
+    pub fn of(doers: &[Doer]) -> Ringers {
+        Ringers(doers.iter().fold(0, |set, &doer| set | Ringers::bit(doer.id())))
+    }
+
+    /// Everyone in either set.
+    pub fn union(self, other: Ringers) -> Ringers {
+        Ringers(self.0 | other.0)
+    }
+
+    /// Whether `doer` rang.
+    pub fn contains(self, doer: Doer) -> bool {
+        self.0 & Ringers::bit(doer.id()) != 0 || (doer == Doer::Unattributed && self.0 & UNATTRIBUTED_BITS != 0)
+    }
+
+    /// Each doer in the set once: the Host, the AI CPU, then blocks in ascending order, then [`Doer::Unattributed`].
+    pub fn iter(self) -> impl Iterator<Item = Doer> {
+        let named = self.0 & !UNATTRIBUTED_BITS;
+        let unattributed = self.0 & UNATTRIBUTED_BITS != 0;
+        (0..64u32)
+            .filter(move |&id| named >> id & 1 != 0)
+            .map(Doer::of)
+            .chain(unattributed.then_some(Doer::Unattributed))
+    }
+
+    /// How many doers the set names.
+    pub fn len(self) -> usize {
+        self.iter().count()
+    }
+
+    /// Whether the set names nobody.
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl From<Doer> for Ringers {
+    fn from(doer: Doer) -> Ringers {
+        Ringers::of(&[doer])
+    }
+}
+
+impl std::fmt::Debug for Ringers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_set().entries(self.iter()).finish()
+    }
+}
+
+/// The engine's side of a doorbell's set of ringers (an SDMA channel's engine, a twin NIC QP's): each ring joins
+/// the set the engine has not taken yet ([`Ringers::bit`], one atomic OR, before the ring stores its tail with
+/// release); each take of the tail swaps that set out.
+///
+/// A take that finds the set empty keeps the previous take's set: no ring came since (an engine resuming the same
+/// tail after an interruption), or every ring since had joined before the previous take (a ring caught between its
+/// OR and its tail or count by that take joins that take's set). Unless the records were turned on or off since the
+/// previous take: the rings in between were not recorded, and the set is unattributed (as it is with no previous
+/// take).
+#[derive(Debug, Default)]
+pub(crate) struct RingerTake {
+    /// The set of the last take (0: none yet).
+    set: u64,
+    /// [`RECORDING_EPOCH`] at the last take.
+    epoch: u64,
+}
+
+impl RingerTake {
+    /// A take of the tail: swaps out the set the rings since the previous take joined (`joined`) and returns the
+    /// ringers of the SQEs that tail exposes; `epoch` is [`recording_epoch`] now.
+    pub(crate) fn take(&mut self, joined: &AtomicU64, epoch: u64) -> Ringers {
+        let taken = joined.swap(0, Ordering::Acquire);
+        let same = std::mem::replace(&mut self.epoch, epoch) == epoch;
+        self.set = match taken {
+            0 if same && self.set != 0 => self.set,
+            0 => 1 << WRITER_UNKNOWN,
+            taken => taken,
+        };
+        Ringers(self.set)
+    }
+
+    /// The ringers of the last take (unattributed before any).
+    pub(crate) fn current(&self) -> Ringers {
+        Ringers(if self.set == 0 { 1 << WRITER_UNKNOWN } else { self.set })
+    }
+
+    /// Forgets the last take (the SQEs it exposed were dropped: a channel reset).
+    pub(crate) fn forget(&mut self) {
+        self.set = 0;
+    }
 }
 
 /// One executed SQE, as [`crate::control::sqe_log`] reports it.
@@ -187,8 +355,8 @@ pub enum FlagReader {
 pub struct LoggedSqe {
     /// Who wrote its 64 bytes last.
     pub writer: Doer,
-    /// Who rang the doorbell that exposed it (the last ring before the engine took the tail).
-    pub ringer: Doer,
+    /// Who rang the doorbell that exposed it: every ring since the engine's previous take of the tail.
+    pub ringers: Ringers,
     /// The doorbell count when the engine took that tail: SQEs with the same number were exposed together.
     pub doorbell: u64,
     /// For a flag SQE (an engine's 8-byte flag copy), who read the flag first; `None` for a data SQE.
@@ -197,8 +365,8 @@ pub struct LoggedSqe {
 
 impl LoggedSqe {
     /// An entry as the log would report it (for tests of code that reads the log).
-    pub fn new_for_tests(writer: Doer, ringer: Doer, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
-        LoggedSqe { writer, ringer, doorbell, flag }
+    pub fn new_for_tests(writer: Doer, ringers: Ringers, doorbell: u64, flag: Option<FlagReader>) -> LoggedSqe {
+        LoggedSqe { writer, ringers, doorbell, flag }
     }
 }
 
@@ -206,6 +374,7 @@ impl LoggedSqe {
 struct SqeTally {
     by_block: PerBlock,
     by_host: AtomicU64,
+    by_aicpu: AtomicU64,
     unknown: AtomicU64,
 }
 
@@ -213,6 +382,7 @@ struct SqeTally {
 struct DoorbellTally {
     by_block: PerBlock,
     by_host: AtomicU64,
+    by_aicpu: AtomicU64,
     unknown: AtomicU64,
 }
 
@@ -225,6 +395,7 @@ struct FlagTally {
     landed: AtomicU64,
     seen_by_core: AtomicU64,
     seen_by_host: AtomicU64,
+    seen_by_aicpu: AtomicU64,
 }
 
 /// What [`crate::control::provenance`] reports for one channel; see its documentation.
@@ -234,8 +405,11 @@ pub struct Provenance {
     /// SQEs the engine consumed (executed) whose 64 bytes an emulated core of block `k` wrote last: `(k, count)`,
     /// ascending by block, blocks with no SQE left out.
     pub sqes_by_block: Vec<(u32, u64)>,
-    /// SQEs consumed whose bytes a Host-side write (a runtime copy or memset into device memory) wrote last.
+    /// SQEs consumed whose bytes a Host-side write (a runtime copy or memset into device memory) by a Host thread
+    /// wrote last.
     pub sqes_by_host: u64,
+    /// SQEs consumed whose bytes a write by an AI-CPU thread wrote last.
+    pub sqes_by_aicpu: u64,
     /// SQEs consumed whose slot nobody wrote since the channel was created, or that an SDMA engine's copy wrote,
     /// or that two writers each wrote part of: not attributable to one writer.
     pub sqes_unknown: u64,
@@ -243,6 +417,8 @@ pub struct Provenance {
     pub doorbells_by_block: Vec<(u32, u64)>,
     /// Accepted doorbell writes through the Host's test-only path ([`crate::control::host_ring_doorbell`]).
     pub doorbells_by_host: u64,
+    /// Accepted doorbell writes through the AI CPU's register path.
+    pub doorbells_by_aicpu: u64,
     /// Accepted doorbell writes through [`crate::register_write`] (a caller the twin cannot name).
     pub doorbells_unknown: u64,
     /// Completion flags (the engine's 8-byte flag copies) landed on this channel.
@@ -250,10 +426,13 @@ pub struct Provenance {
     /// Of those, flags whose first read returning the landed value was an emulated core's (a line fill of its
     /// scalar load, or a GM -> UB DMA, covering the word).
     pub flags_seen_by_core: u64,
-    /// Flags whose first such read was a Host runtime copy to Host memory (`aclrtMemcpy` D2H, or a stream copy).
+    /// Flags whose first such read was a Host runtime copy to Host memory (`aclrtMemcpy` D2H, or a stream copy) by a
+    /// Host thread.
     pub flags_seen_by_host: u64,
+    /// Flags whose first such read was a runtime copy to Host memory by an AI-CPU thread.
+    pub flags_seen_by_aicpu: u64,
     /// Flags never read with their value: overwritten by a later landing before any read, still pending, or not
-    /// tracked (more than four pending at once). `flags_landed - flags_seen_by_core - flags_seen_by_host`.
+    /// tracked (more than four pending at once). `flags_landed` less the three `flags_seen_by_*`.
     pub flags_unseen: u64,
 }
 
@@ -301,21 +480,31 @@ impl ChannelProvenance {
         (whole_last..last).for_each(partly);
     }
 
+    /// Forgets every slot's writer: each slot is [`WRITER_UNKNOWN`] until its next write.
+    fn forget_writers(&self) {
+        for cell in self.shadow.iter() {
+            cell.store(WRITER_UNKNOWN as u16, Ordering::Release);
+        }
+    }
+
     /// The writer of slot `slot`, read by the engine when it reads the SQE.
     pub(crate) fn writer_of(&self, slot: u32) -> u32 {
         self.shadow.get(slot as usize).map_or(WRITER_UNKNOWN, |cell| u32::from(cell.load(Ordering::Acquire)))
     }
 
-    /// The engine executed an SQE whose writer (read with it) was `writer`, exposed by the doorbell rung by `ringer`
-    /// that the engine took at doorbell count `doorbell`; `landing` is the flag's landing sequence for a flag SQE.
-    /// Tallies it and appends it to the consumption log (called by the channel's engine thread only).
-    pub(crate) fn consumed(&self, writer: u32, ringer: u32, doorbell: u64, landing: Option<u64>) {
+    /// The engine executed an SQE whose writer (read with it) was `writer`, exposed by the doorbell rung by
+    /// `ringers` that the engine took at doorbell count `doorbell`; `landing` is the flag's landing sequence for a
+    /// flag SQE. Tallies it and appends it to the consumption log (called by the channel's engine thread only).
+    pub(crate) fn consumed(&self, writer: u32, ringers: Ringers, doorbell: u64, landing: Option<u64>) {
         let log = &self.log;
         let at = log.written.load(Ordering::Relaxed);
         let index = (at % LOG_CAPACITY) as usize;
-        log.who[index].store(u64::from(writer) | (u64::from(ringer) << 32), Ordering::Relaxed);
+        // The shadow's writer ids fit in 16 bits; another id is unattributable, as the shadow keeps it.
+        let kept = if writer >> WRITER_BITS == 0 { writer } else { WRITER_OTHER };
+        let writer_landing = u64::from(kept) << (64 - WRITER_BITS) | landing.unwrap_or(0) & LANDING_MASK;
+        log.ringers[index].store(ringers.0, Ordering::Relaxed);
         log.doorbell[index].store(doorbell, Ordering::Relaxed);
-        log.landing[index].store(landing.unwrap_or(0), Ordering::Relaxed);
+        log.writer_landing[index].store(writer_landing, Ordering::Relaxed);
         // Release: a reader that sees the new count sees the entry.
         log.written.store(at + 1, Ordering::Release);
         self.tally(writer);
@@ -326,6 +515,9 @@ impl ChannelProvenance {
             WRITER_HOST => {
                 self.sqes.by_host.fetch_add(1, Ordering::Relaxed);
             }
+            WRITER_AICPU => {
+                self.sqes.by_aicpu.fetch_add(1, Ordering::Relaxed);
+            }
             WRITER_UNKNOWN | WRITER_OTHER => {
                 self.sqes.unknown.fetch_add(1, Ordering::Relaxed);
             }
@@ -333,11 +525,14 @@ impl ChannelProvenance {
         }
     }
 
-    /// An accepted doorbell write by `origin` (`WRITER_HOST`, `WRITER_OTHER` or a block's id).
+    /// An accepted doorbell write by `origin` (`WRITER_HOST`, `WRITER_AICPU`, `WRITER_OTHER` or a block's id).
     pub(crate) fn rung(&self, origin: u32) {
         match origin {
             WRITER_HOST => {
                 self.doorbells.by_host.fetch_add(1, Ordering::Relaxed);
+            }
+            WRITER_AICPU => {
+                self.doorbells.by_aicpu.fetch_add(1, Ordering::Relaxed);
             }
             WRITER_UNKNOWN | WRITER_OTHER => {
                 self.doorbells.unknown.fetch_add(1, Ordering::Relaxed);
@@ -385,19 +580,23 @@ impl ChannelProvenance {
         self.flags.landings.fetch_add(1, Ordering::Relaxed) + 1
     }
 
-    /// Records that landing `sequence` was first read by a core (`by_core`) or by the Host: tallied, and named in
-    /// the log entries that carry the landing.
-    pub(crate) fn claim(&self, sequence: u64, by_core: bool) {
-        let seen = if by_core { &self.flags.seen_by_core } else { &self.flags.seen_by_host };
+    /// Records that landing `sequence` was first read by `reader`: tallied, and named in the log entries that carry
+    /// the landing.
+    pub(crate) fn claim(&self, sequence: u64, reader: Reader) {
+        let seen = match reader {
+            Reader::Core => &self.flags.seen_by_core,
+            Reader::Host => &self.flags.seen_by_host,
+            Reader::AiCpu => &self.flags.seen_by_aicpu,
+        };
         seen.fetch_add(1, Ordering::Relaxed);
         let low = sequence & ((1 << SEQUENCE_BITS) - 1);
-        let claim = (low << 2) | if by_core { 1 } else { 2 };
+        let claim = (low << 2) | reader.code();
         self.log.claims[(low % CLAIM_SLOTS) as usize].store(claim, Ordering::Release);
     }
 
     /// A read of `[address, address + data.len())` that returned `data`: claims every pending flag it covers whose
     /// landed value it returned.
-    fn read(&self, by_core: bool, address: u64, data: &[u8]) {
+    pub(crate) fn read(&self, reader: Reader, address: u64, data: &[u8]) {
         let flags = &self.flags;
         if flags.pending.load(Ordering::Acquire) == 0 {
             return;
@@ -422,7 +621,7 @@ impl ChannelProvenance {
                 flags.pending.fetch_sub(1, Ordering::AcqRel);
                 PENDING.fetch_sub(1, Ordering::AcqRel);
                 // The key keeps the sequence's low bits; the claim is found by them.
-                self.claim(key >> ADDRESS_BITS, by_core);
+                self.claim(key >> ADDRESS_BITS, reader);
             }
         }
     }
@@ -441,20 +640,21 @@ impl ChannelProvenance {
         let first = out.len();
         for at in start..end {
             let index = (at % LOG_CAPACITY) as usize;
-            let who = log.who[index].load(Ordering::Relaxed);
-            let landing = log.landing[index].load(Ordering::Relaxed);
+            let writer_landing = log.writer_landing[index].load(Ordering::Relaxed);
+            let landing = writer_landing & LANDING_MASK;
             let flag = (landing != 0).then(|| {
                 let low = landing & ((1 << SEQUENCE_BITS) - 1);
                 let claim = log.claims[(low % CLAIM_SLOTS) as usize].load(Ordering::Acquire);
                 match (claim >> 2 == low, claim & 3) {
                     (true, 1) => FlagReader::Core,
                     (true, 2) => FlagReader::Host,
+                    (true, 3) => FlagReader::AiCpu,
                     _ => FlagReader::Unread,
                 }
             });
             out.push(LoggedSqe {
-                writer: Doer::of(who as u32),
-                ringer: Doer::of((who >> 32) as u32),
+                writer: Doer::of((writer_landing >> (64 - WRITER_BITS)) as u32),
+                ringers: Ringers(log.ringers[index].load(Ordering::Relaxed)),
                 doorbell: log.doorbell[index].load(Ordering::Relaxed),
                 flag,
             });
@@ -478,28 +678,35 @@ impl ChannelProvenance {
         let landed = flags.landed.load(Ordering::Relaxed);
         let seen_by_core = flags.seen_by_core.load(Ordering::Relaxed);
         let seen_by_host = flags.seen_by_host.load(Ordering::Relaxed);
+        let seen_by_aicpu = flags.seen_by_aicpu.load(Ordering::Relaxed);
         Provenance {
             sqes_by_block: self.sqes.by_block.snapshot(),
             sqes_by_host: self.sqes.by_host.load(Ordering::Relaxed),
+            sqes_by_aicpu: self.sqes.by_aicpu.load(Ordering::Relaxed),
             sqes_unknown: self.sqes.unknown.load(Ordering::Relaxed),
             doorbells_by_block: self.doorbells.by_block.snapshot(),
             doorbells_by_host: self.doorbells.by_host.load(Ordering::Relaxed),
+            doorbells_by_aicpu: self.doorbells.by_aicpu.load(Ordering::Relaxed),
             doorbells_unknown: self.doorbells.unknown.load(Ordering::Relaxed),
             flags_landed: landed,
             flags_seen_by_core: seen_by_core,
             flags_seen_by_host: seen_by_host,
-            flags_unseen: landed.saturating_sub(seen_by_core + seen_by_host),
+            flags_seen_by_aicpu: seen_by_aicpu,
+            flags_unseen: landed.saturating_sub(seen_by_core + seen_by_host + seen_by_aicpu),
         }
     }
 
-    /// Zeroes the tallies and drops pending flags (they count neither way); the shadow array (who wrote each slot
-    /// last) is kept: it is a fact about memory, not a count.
+    /// Zeroes the tallies, drops pending flags (they count neither way) and forgets who wrote each slot: a slot
+    /// written before the reset and not written again after it is unattributed when the engine executes it.
     pub(crate) fn reset(&self) {
+        self.forget_writers();
         self.sqes.by_block.reset();
         self.sqes.by_host.store(0, Ordering::Relaxed);
+        self.sqes.by_aicpu.store(0, Ordering::Relaxed);
         self.sqes.unknown.store(0, Ordering::Relaxed);
         self.doorbells.by_block.reset();
         self.doorbells.by_host.store(0, Ordering::Relaxed);
+        self.doorbells.by_aicpu.store(0, Ordering::Relaxed);
         self.doorbells.unknown.store(0, Ordering::Relaxed);
         for slot in &self.flags.slots {
             if slot.key.swap(0, Ordering::AcqRel) != 0 {
@@ -510,6 +717,7 @@ impl ChannelProvenance {
         self.flags.landed.store(0, Ordering::Relaxed);
         self.flags.seen_by_core.store(0, Ordering::Relaxed);
         self.flags.seen_by_host.store(0, Ordering::Relaxed);
+        self.flags.seen_by_aicpu.store(0, Ordering::Relaxed);
     }
 }
 
@@ -548,9 +756,40 @@ static RECORDING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool:
 /// The address of [`RECORDING`]'s byte, for the kernel model (`CoreOps::records_on`), which reads it atomically.
 pub(crate) const RECORDING_BYTE: *const u8 = RECORDING.as_ptr().cast_const().cast::<u8>();
 
-/// Turns the records on or off for the process (each channel keeps what it recorded).
+/// Serialises [`set_recording`] (a turn on forgets the slots' writers before the records are on).
+static TOGGLE: Mutex<()> = Mutex::new(());
+
+/// Bumped by every turn of the records on or off ([`RingerTake`]: rings between two takes of a tail were recorded
+/// only if it did not move).
+static RECORDING_EPOCH: AtomicU64 = AtomicU64::new(0);
+
+/// The number of turns of the records on or off so far.
+pub(crate) fn recording_epoch() -> u64 {
+    RECORDING_EPOCH.load(Ordering::Acquire)
+}
+
+/// Turns the records on or off for the process (each channel keeps its tallies and log). Turning them on when they
+/// were off first forgets who wrote each slot of every watched SQ (SDMA channels and twin NIC QPs): writes made
+/// while the records were off were not marked, so a slot's writer from before would otherwise be credited with
+/// them.
 pub(crate) fn set_recording(on: bool) {
+    let _toggle = TOGGLE.lock().unwrap_or_else(|p| p.into_inner());
+    if on == RECORDING.load(Ordering::Acquire) {
+        return;
+    }
+    if on {
+        forget_watched_writers();
+    }
+    RECORDING_EPOCH.fetch_add(1, Ordering::AcqRel);
     RECORDING.store(on, Ordering::Release);
+}
+
+/// Forgets the slot writers of every watched SQ ([`ChannelProvenance::forget_writers`]).
+fn forget_watched_writers() {
+    let watches = WATCHES.read().unwrap_or_else(|p| p.into_inner()).clone();
+    for channel in &watches.channels {
+        channel.forget_writers();
+    }
 }
 
 /// Whether the records are kept.
@@ -571,13 +810,38 @@ thread_local! {
     /// This thread's copy of the watch list and the generation it was taken at.
     static CACHED: RefCell<Cached> = RefCell::new(Cached::default());
     /// The writer id of a write this thread makes through the device address space: the Host unless the thread is
-    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]).
+    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]) or the AI CPU's ([`WRITER_AICPU`]).
     static THREAD_WRITER: std::cell::Cell<u32> = const { std::cell::Cell::new(WRITER_HOST) };
 }
 
 /// Marks the calling thread as a device-side agent that is not a core (an SDMA engine thread).
 pub(crate) fn mark_device_thread() {
     THREAD_WRITER.with(|writer| writer.set(WRITER_OTHER));
+}
+
+/// Marks the calling thread as the AI CPU's: its writes through the device address space are the AI CPU's
+/// ([`WRITER_AICPU`]), and so are the flags and CQEs its runtime copies read first.
+pub(crate) fn mark_aicpu_thread() {
+    THREAD_WRITER.with(|writer| writer.set(WRITER_AICPU));
+}
+
+/// The writer id of the calling thread's writes through the device address space.
+pub(crate) fn thread_writer() -> u32 {
+    THREAD_WRITER.with(|writer| writer.get())
+}
+
+/// Runs `work` with the calling thread acting as `writer` (a stream's worker running a copy a thread of that kind
+/// submitted), then restores the thread's own writer id.
+pub(crate) fn acting_as<R>(writer: u32, work: impl FnOnce() -> R) -> R {
+    /// Restores the thread's writer id, also when `work` unwinds.
+    struct Restore(u32);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            THREAD_WRITER.with(|writer| writer.set(self.0));
+        }
+    }
+    let _restore = Restore(THREAD_WRITER.with(|own| own.replace(writer)));
+    work()
 }
 
 pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
@@ -701,27 +965,30 @@ pub(crate) fn thread_wrote(address: u64, len: u64) {
     if len == 0 || !recording() || !near_an_sq(address, address.saturating_add(len)) {
         return;
     }
-    wrote(THREAD_WRITER.with(|writer| writer.get()), address, len);
+    wrote(thread_writer(), address, len);
 }
 
-/// A read of device memory at `address` that returned `data` by the Host (a runtime copy): it may observe a flag of
-/// any channel.
-pub(crate) fn read(by_core: bool, address: u64, data: &[u8]) {
-    read_on(None, by_core, address, data);
+/// A runtime copy's read of device memory at `address` into Host memory that returned `data`, by the calling thread
+/// (the Host's, or the AI CPU's if the thread is marked so): it may observe a flag of any channel.
+pub(crate) fn read(address: u64, data: &[u8]) {
+    if !recording() || data.len() < 8 {
+        return;
+    }
+    read_on(None, Reader::of_thread(), address, data);
 }
 
 /// A read by a core of `device`: the flags it can observe are those of its own device's channels (a core reads its
 /// device's memory; flags land in the memory of the device whose engine executes them).
 pub(crate) fn core_read(device: i32, address: u64, data: &[u8]) {
-    read_on(Some(device), true, address, data);
+    read_on(Some(device), Reader::Core, address, data);
 }
 
-fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
+fn read_on(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
     if !recording() || data.len() < 8 {
         return;
     }
     // The twin NIC's CQEs (one relaxed load when none waits to be read).
-    crate::nic::provenance::read(device, by_core, address, data);
+    crate::nic::provenance::read(device, reader, address, data);
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }
@@ -729,7 +996,7 @@ fn read_on(device: Option<i32>, by_core: bool, address: u64, data: &[u8]) {
         let watches = &cached.watches;
         for (channel, &of) in watches.channels.iter().zip(&watches.devices) {
             if device.is_none_or(|device| device == of) {
-                channel.read(by_core, address, data);
+                channel.read(reader, address, data);
             }
         }
     });
@@ -752,24 +1019,68 @@ mod tests {
         assert_eq!(channel.writer_of(0), block_writer(2), "the same writer again");
         channel.mark(WRITER_HOST, 0x0, 0x10000);
         assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_HOST));
-        channel.consumed(channel.writer_of(0), block_writer(70), 1, None);
-        channel.consumed(block_writer(70), block_writer(70), 1, None);
-        channel.consumed(WRITER_OTHER, WRITER_HOST, 2, None);
+        let (b7, host) = (Ringers::from(Doer::Block(7)), Ringers::from(Doer::Host));
+        channel.consumed(channel.writer_of(0), b7, 1, None);
+        channel.consumed(block_writer(70), b7, 1, None);
+        channel.consumed(WRITER_OTHER, Ringers::of(&[Doer::Host, Doer::Block(7)]), 2, None);
         let seen = channel.snapshot();
         assert_eq!((seen.sqes_by_host, seen.sqes_unknown, seen.sqes_by_block), (1, 1, vec![(70, 1)]));
         // The log has the same three, in order, with their ringers and doorbell counts.
         let mut log = Vec::new();
         assert_eq!(channel.read_log(0, &mut log), (0, 3));
-        let who: Vec<(Doer, Doer, u64)> = log.iter().map(|sqe| (sqe.writer, sqe.ringer, sqe.doorbell)).collect();
-        assert_eq!(
-            who,
-            [
-                (Doer::Host, Doer::Block(70), 1),
-                (Doer::Block(70), Doer::Block(70), 1),
-                (Doer::Unattributed, Doer::Host, 2)
-            ]
-        );
+        let who: Vec<(Doer, Ringers, u64)> = log.iter().map(|sqe| (sqe.writer, sqe.ringers, sqe.doorbell)).collect();
+        let both = Ringers::of(&[Doer::Block(7), Doer::Host]);
+        assert_eq!(who, [(Doer::Host, b7, 1), (Doer::Block(70), b7, 1), (Doer::Unattributed, both, 2)]);
+        assert_eq!(log[2].ringers.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Block(7)]);
+        assert!(host.contains(Doer::Host) && !host.contains(Doer::Block(7)));
         assert!(log.iter().all(|sqe| sqe.flag.is_none()));
+    }
+
+    #[test]
+    fn a_ringer_set_names_each_doer_once_and_a_block_it_cannot_name_as_unattributed() {
+        let set = Ringers::of(&[Doer::Block(47), Doer::Unattributed, Doer::Host, Doer::Block(0), Doer::Host]);
+        assert_eq!(set.iter().collect::<Vec<_>>(), [Doer::Host, Doer::Block(0), Doer::Block(47), Doer::Unattributed]);
+        assert_eq!(set.len(), 4);
+        // An engine's write and a nameless caller are both unattributed: named once.
+        let nameless = Ringers(Ringers::bit(WRITER_OTHER) | Ringers::bit(WRITER_UNKNOWN));
+        assert_eq!(nameless.iter().collect::<Vec<_>>(), [Doer::Unattributed]);
+        assert!(nameless.contains(Doer::Unattributed) && !nameless.contains(Doer::Host));
+        assert_eq!(Ringers::from(Doer::Block(59)).iter().collect::<Vec<_>>(), [Doer::Block(59)]);
+        assert_eq!(Ringers::from(Doer::Block(60)).iter().collect::<Vec<_>>(), [Doer::Unattributed]);
+        assert!(Ringers::default().is_empty() && Ringers::default().iter().next().is_none());
+    }
+
+    #[test]
+    fn a_take_has_every_ringer_since_the_previous_one_and_keeps_its_set_when_none_joined_since() {
+        let joined = AtomicU64::new(0);
+        let mut take = RingerTake::default();
+        assert_eq!(take.current(), Ringers::from(Doer::Unattributed), "nothing taken yet");
+        let ring = |origin: u32| joined.fetch_or(Ringers::bit(origin), Ordering::Relaxed);
+        ring(WRITER_HOST);
+        ring(block_writer(3));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 5), Ringers::of(&[Doer::Host, Doer::Block(3)]));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 5), Ringers::from(Doer::Block(3)), "only the rings since the previous take");
+        // Rings counted after the take whose bits the previous take had: its set again.
+        assert_eq!(take.take(&joined, 5), Ringers::from(Doer::Block(3)));
+        assert_eq!(take.current(), Ringers::from(Doer::Block(3)));
+        // The records were turned off or on since: the rings in between were not recorded.
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Unattributed));
+        ring(block_writer(3));
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Block(3)));
+        take.forget();
+        assert_eq!(take.take(&joined, 6), Ringers::from(Doer::Unattributed), "after a reset, nobody recorded");
+    }
+
+    #[test]
+    fn a_reset_forgets_who_wrote_each_slot() {
+        let channel = ChannelProvenance::new(9, 0x1000, 4);
+        channel.mark(block_writer(1), 0x1000, 256);
+        channel.reset();
+        assert!((0..4).all(|slot| channel.writer_of(slot) == WRITER_UNKNOWN));
+        channel.mark(WRITER_HOST, 0x1040, 64);
+        assert_eq!((channel.writer_of(0), channel.writer_of(1)), (WRITER_UNKNOWN, WRITER_HOST));
     }
 
     proptest::proptest! {
@@ -833,19 +1144,19 @@ mod tests {
     fn the_log_names_a_flags_first_reader_when_read_and_says_where_it_starts_after_an_overrun() {
         let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
         let landing = channel.flag_landing(0x8008, 5);
-        channel.consumed(block_writer(0), block_writer(0), 1, Some(landing));
+        channel.consumed(block_writer(0), Ringers::from(Doer::Block(0)), 1, Some(landing));
         let mut log = Vec::new();
         channel.read_log(0, &mut log);
         assert_eq!(log[0].flag, Some(FlagReader::Unread), "landed, not read yet");
         let mut line = [0u8; 64];
         line[8..16].copy_from_slice(&5u64.to_le_bytes());
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         log.clear();
         assert_eq!(channel.read_log(0, &mut log), (0, 1));
         assert_eq!(log[0].flag, Some(FlagReader::Core));
         // A reader that fell more than LOG_CAPACITY behind is told where the kept entries start.
         for _ in 0..LOG_CAPACITY + 4 {
-            channel.consumed(WRITER_HOST, WRITER_HOST, 3, None);
+            channel.consumed(WRITER_HOST, Ringers::from(Doer::Host), 3, None);
         }
         log.clear();
         let (first, end) = channel.read_log(0, &mut log);
@@ -860,13 +1171,13 @@ mod tests {
         let channel = Arc::new(ChannelProvenance::new(9, 0x1000, 4));
         channel.flag_landing(0x8008, 5);
         let mut line = [0u8; 64];
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         assert_eq!(channel.snapshot().flags_seen_by_core, 0, "a read of the old value sees nothing");
         line[8..16].copy_from_slice(&5u64.to_le_bytes());
-        channel.read(false, 0x8010, &line[16..]);
+        channel.read(Reader::Host, 0x8010, &line[16..]);
         assert_eq!(channel.snapshot().flags_seen_by_host, 0, "a read not covering the word");
-        channel.read(false, 0x8000, &line);
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Host, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         let seen = channel.snapshot();
         assert_eq!(
             (seen.flags_landed, seen.flags_seen_by_host, seen.flags_seen_by_core, seen.flags_unseen),
@@ -875,7 +1186,7 @@ mod tests {
         channel.flag_landing(0x8008, 6);
         channel.flag_landing(0x8008, 7);
         line[8..16].copy_from_slice(&7u64.to_le_bytes());
-        channel.read(true, 0x8000, &line);
+        channel.read(Reader::Core, 0x8000, &line);
         let seen = channel.snapshot();
         assert_eq!((seen.flags_landed, seen.flags_seen_by_core, seen.flags_unseen), (3, 1, 1), "6 was overwritten");
     }
