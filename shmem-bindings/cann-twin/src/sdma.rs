@@ -9,7 +9,8 @@
 //! control request, then executes the SQEs from its head up to the tail, strictly in order, each one read through
 //! the device address space's translation (never a raw device address):
 //!
-//! 1. validate: type 11 (SDMA), opcode 0 (copy), length in `1..=1 MiB`, source translatable for reading and
+//! 1. validate: type 11 (SDMA), opcode 0 (copy), the other control fields of a copy (`link_type` SHMEM's 255 or
+//!    HiXL's on-chip 0), length in `1..=1 MiB`, source translatable for reading and
 //!    destination for writing (inside one allocation, mapping or registered window each);
 //! 2. copy through the device view; an 8-byte copy between 8-byte aligned addresses (SHMEM's completion flags) is
 //!    one atomic load and one atomic store with release ordering, so a reader that acquires the flag sees every
@@ -53,8 +54,11 @@ pub const SQE_OPCODE_COPY: u32 = 0;
 pub const SQE_COPY_OPCODE_WORD: u32 = SQE_OPCODE_COPY | 0xf << 9 | 6 << 13;
 /// `kernel_credit` of an SDMA SQE (`ACLSHMEM_STARS_DEFAULT_KERNEL_CREDIT`).
 pub const SQE_KERNEL_CREDIT_SDMA: u8 = 240;
-/// `link_type` of a copy (no link).
+/// `link_type` of a copy as SHMEM writes it (no link).
 pub const SQE_LINK_TYPE_NONE: u8 = 255;
+/// `link_type` of an on-chip copy (`LINK_ONCHIP`, "same-device / LocalCopy SDMA"), as HiXL's AI-CPU SQEs set it
+/// (`hicann/hixl` `src/hixl/fabric_mem/fabric_mem_a3_rtsq.h`).
+pub const SQE_LINK_TYPE_ONCHIP: u8 = 0;
 /// Largest length of one SQE (SHMEM cuts puts at `1024 * 1024`).
 pub const SQE_MAX_LENGTH: u32 = 1 << 20;
 /// Offset of the doorbell (SQ tail) register in the register page (`ACLSHMEM_STARS_SQ_TAIL_OFFSET`, A2/A3).
@@ -258,9 +262,10 @@ impl Syndrome {
     pub const REGISTER_ACCESS: Syndrome = Syndrome(0x16);
     /// The SQ slot or the channel record no longer translates (the workspace or ring was freed under the engine).
     pub const QUEUE_FAULT: Syndrome = Syndrome(0x17);
-    /// A copy SQE whose other control fields are not SHMEM's for a copy: the opcode word
+    /// A copy SQE whose other control fields are not those of a copy as SHMEM or HiXL writes it: the opcode word
     /// ([`SQE_COPY_OPCODE_WORD`]), `kernel_credit` ([`SQE_KERNEL_CREDIT_SDMA`]), `ptr_mode` (0) or `link_type`
-    /// ([`SQE_LINK_TYPE_NONE`]). What STARS does with other values is not public; the twin refuses them.
+    /// ([`SQE_LINK_TYPE_NONE`], SHMEM's, or [`SQE_LINK_TYPE_ONCHIP`], HiXL's). What STARS does with other values is
+    /// not public; the twin refuses them.
     pub const BAD_FIELDS: Syndrome = Syndrome(0x18);
 }
 
@@ -561,7 +566,7 @@ impl Channel {
         if sqe.opcode_word != SQE_COPY_OPCODE_WORD
             || sqe.kernel_credit != SQE_KERNEL_CREDIT_SDMA
             || sqe.ptr_mode != 0
-            || sqe.link_type != SQE_LINK_TYPE_NONE
+            || !matches!(sqe.link_type, SQE_LINK_TYPE_NONE | SQE_LINK_TYPE_ONCHIP)
         {
             return Err((Syndrome::BAD_FIELDS, raw));
         }
