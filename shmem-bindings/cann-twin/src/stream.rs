@@ -28,6 +28,9 @@ pub(crate) enum Task {
     Copy { device: i32, dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind, by: u32 },
     /// A kernel launch on the stream's device (`crate::kernel`).
     Kernel { device: i32, launch: Box<crate::kernel::Launch> },
+    /// An AI-CPU kernel launch on the stream's device (`crate::aicpu`): the worker hands it to an AI-CPU thread and
+    /// waits for it, at most the launch's timeout.
+    AiCpu { device: i32, launch: std::sync::Arc<crate::aicpu::Launch> },
 }
 
 #[derive(Default)]
@@ -106,7 +109,7 @@ impl Stream {
             };
             let work = match &task {
                 Task::Copy { count, .. } => crate::occupancy::StreamWork::Copy { bytes: *count as u64 },
-                Task::Kernel { .. } => crate::occupancy::StreamWork::Kernel,
+                Task::Kernel { .. } | Task::AiCpu { .. } => crate::occupancy::StreamWork::Kernel,
             };
             let open = self.counters.started(work);
             let code = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| run(&task)))
