@@ -8,9 +8,9 @@
 //! threads through [`crate::cpu_time::process_threads`].
 //!
 //! - **Device**: on the twin runtime linked into this process, per device: per block index, nanoseconds executing
-//!   and polling on its emulated AIV core; per SDMA channel, nanoseconds busy and SQEs executed; the runtime's copies
-//!   (stream copy tasks, synchronous copies): busy nanoseconds, counts and bytes (a CPU model's figures, unverified
-//!   on hardware). On any other runtime (the vendor's, or the twin loaded as a library, whose
+//!   and polling on its emulated AIV core; per SDMA channel, nanoseconds busy and SQEs executed; the emulated AI
+//!   CPU's threads: nanoseconds executing, polling and idle, and its tasks; the runtime's copies (stream copy tasks,
+//!   synchronous copies): busy nanoseconds, counts and bytes (a CPU model's figures, unverified on hardware). On any other runtime (the vendor's, or the twin loaded as a library, whose
 //!   counters live in that library's copy of the twin) the device part is [`DeviceReport::NotExposed`], with the
 //!   reason: never zeros.
 //! - **Host CPU by role**: on-CPU time of this process's threads (`/proc/self/task/*/schedstat`), grouped by
@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::cpu_time::ThreadCpu;
 use crate::device::cann::CannRuntime;
 
+pub use cann_twin::control::AiCpuOccupancy as TwinAiCpuOccupancy;
 pub use cann_twin::control::DeviceOccupancy as TwinDeviceOccupancy;
 pub use cann_twin::control::StreamOccupancy as TwinStreamOccupancy;
 
@@ -50,6 +51,8 @@ pub enum ThreadRole {
     DeviceModelAivCores,
     /// The twin's SDMA channel engines (`cann-twin-sdma-*`): device model, not Host.
     DeviceModelSdmaEngines,
+    /// The twin's emulated AI CPU (`cann-twin-aicpu*`): device model, not Host.
+    DeviceModelAiCpu,
     /// The twin's other threads (stream workers, HiXL and VMM services): device model, not Host.
     DeviceModelOther,
 }
@@ -59,10 +62,13 @@ impl ThreadRole {
     pub fn of(name: &str) -> ThreadRole {
         const AIV_CORES: &str = "cann-twin-aiv";
         const SDMA_ENGINES: &str = "cann-twin-sdma";
+        const AI_CPU: &str = "cann-twin-aicpu";
         if name.starts_with(AIV_CORES) {
             ThreadRole::DeviceModelAivCores
         } else if name.starts_with(SDMA_ENGINES) {
             ThreadRole::DeviceModelSdmaEngines
+        } else if name.starts_with(AI_CPU) {
+            ThreadRole::DeviceModelAiCpu
         } else if crate::device::DEVICE_THREAD_PREFIXES.iter().any(|prefix| name.starts_with(prefix)) {
             ThreadRole::DeviceModelOther
         } else if name.starts_with("aiv-drain") {
@@ -84,7 +90,10 @@ impl ThreadRole {
     pub fn is_device_model(self) -> bool {
         matches!(
             self,
-            ThreadRole::DeviceModelAivCores | ThreadRole::DeviceModelSdmaEngines | ThreadRole::DeviceModelOther
+            ThreadRole::DeviceModelAivCores
+                | ThreadRole::DeviceModelSdmaEngines
+                | ThreadRole::DeviceModelAiCpu
+                | ThreadRole::DeviceModelOther
         )
     }
 
@@ -99,6 +108,7 @@ impl ThreadRole {
             ThreadRole::Caller => "caller/other",
             ThreadRole::DeviceModelAivCores => "aiv cores",
             ThreadRole::DeviceModelSdmaEngines => "sdma engines",
+            ThreadRole::DeviceModelAiCpu => "ai cpu",
             ThreadRole::DeviceModelOther => "other",
         }
     }
@@ -219,7 +229,24 @@ fn device_since(now: &TwinDeviceOccupancy, then: Option<&TwinDeviceOccupancy>) -
         })
         .collect();
     let streams = stream_since(&now.streams, then.map(|then| &then.streams), wall_ns);
-    DeviceFigures { device: now.device, wall_ns, cores, channels, streams }
+    let aicpu = aicpu_since(&now.aicpu, then.map(|then| &then.aicpu));
+    DeviceFigures { device: now.device, wall_ns, cores, channels, streams, aicpu }
+}
+
+fn aicpu_since(now: &TwinAiCpuOccupancy, then: Option<&TwinAiCpuOccupancy>) -> AiCpuFigures {
+    let since = |figure: fn(&TwinAiCpuOccupancy) -> u64| figure(now).saturating_sub(then.map_or(0, figure));
+    let (executing_ns, polling_ns, idle_ns) =
+        (since(|a| a.executing_ns), since(|a| a.polling_ns), since(|a| a.idle_ns));
+    AiCpuFigures {
+        threads: now.threads,
+        executing_ns,
+        polling_ns,
+        idle_ns,
+        busy_fraction: fraction(executing_ns + polling_ns, executing_ns + polling_ns + idle_ns),
+        tasks_launched: since(|a| a.tasks_launched),
+        tasks_run: since(|a| a.tasks_run),
+        tasks_failed: since(|a| a.tasks_failed),
+    }
 }
 
 fn stream_since(now: &TwinStreamOccupancy, then: Option<&TwinStreamOccupancy>, wall_ns: u64) -> StreamFigures {
@@ -326,6 +353,49 @@ pub struct DeviceFigures {
     pub channels: Vec<ChannelFigures>,
     /// The runtime's copies (stream copy tasks, synchronous copies) and the streams' kernel-launch tasks.
     pub streams: StreamFigures,
+    /// The emulated AI CPU's threads and tasks.
+    pub aicpu: AiCpuFigures,
+}
+
+/// The emulated AI CPU of one device between two snapshots (docs/occupancy.md: executing, polling, idle).
+#[derive(Clone, Copy, Debug, Default, Serialize)]
+pub struct AiCpuFigures {
+    /// Its threads at the later snapshot.
+    pub threads: u32,
+    /// Running tasks, their polling left out.
+    pub executing_ns: u64,
+    /// Tasks polling device memory (room in their SDMA ring, their completion word).
+    pub polling_ns: u64,
+    /// Threads waiting for a task.
+    pub idle_ns: u64,
+    /// `(executing + polling) / (executing + polling + idle)`: the share of its threads' time spent on tasks.
+    pub busy_fraction: Option<f64>,
+    /// AI-CPU kernel launches queued, tasks finished, tasks failed.
+    pub tasks_launched: u64,
+    pub tasks_run: u64,
+    pub tasks_failed: u64,
+}
+
+impl fmt::Display for AiCpuFigures {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.tasks_launched == 0 && self.tasks_run == 0 && self.executing_ns + self.polling_ns == 0 {
+            return write!(f, "AI CPU: no task");
+        }
+        write!(
+            f,
+            "AI CPU: {} threads executing {}, polling {}, idle {} ({} busy; {} tasks",
+            self.threads,
+            Ns(self.executing_ns),
+            Ns(self.polling_ns),
+            Ns(self.idle_ns),
+            percent(self.busy_fraction),
+            self.tasks_run
+        )?;
+        if self.tasks_failed > 0 {
+            write!(f, ", {} failed", self.tasks_failed)?;
+        }
+        write!(f, ")")
+    }
 }
 
 /// The runtime's copy work on one device between two snapshots (docs/occupancy.md: what is timed). Busy times are
@@ -491,7 +561,7 @@ impl fmt::Display for DeviceFigures {
         if idle > 0 && !busy.is_empty() {
             write!(f, "; {idle} channels idle")?;
         }
-        write!(f, "; {}", self.streams)
+        write!(f, "; {}; {}", self.aicpu, self.streams)
     }
 }
 
@@ -594,6 +664,7 @@ mod tests {
             ("tcp-accept", ThreadRole::Tcp),
             ("cann-twin-aiv-d", ThreadRole::DeviceModelAivCores),
             ("cann-twin-sdma-", ThreadRole::DeviceModelSdmaEngines),
+            ("cann-twin-aicpu", ThreadRole::DeviceModelAiCpu),
             ("cann-twin-strea", ThreadRole::DeviceModelOther),
             ("main", ThreadRole::Caller),
             ("tokio-runtime-w", ThreadRole::Caller),
@@ -784,8 +855,25 @@ mod tests {
                 sync_copy_bytes: 1536,
                 ..StreamFigures::default()
             },
+            aicpu: AiCpuFigures {
+                threads: 4,
+                executing_ns: 2_000_000,
+                polling_ns: 3_000_000,
+                idle_ns: 195_000_000,
+                busy_fraction: fraction(5_000_000, 200_000_000),
+                tasks_launched: 7,
+                tasks_run: 7,
+                tasks_failed: 0,
+            },
         };
         let text = figures.to_string();
+        assert!(
+            text.contains("; AI CPU: 4 threads executing 2.0 ms, polling 3.0 ms, idle 195.0 ms (2.5% busy; 7 tasks)"),
+            "{text}"
+        );
+        assert_eq!(AiCpuFigures::default().to_string(), "AI CPU: no task");
+        let failed = AiCpuFigures { tasks_run: 2, tasks_failed: 1, ..figures.aicpu };
+        assert!(failed.to_string().ends_with("(2.5% busy; 2 tasks, 1 failed)"), "{failed}");
         assert!(text.contains("block 0 executing 1.2 ms, polling 48.8 ms (2.4% busy)"), "{text}");
         assert!(text.contains("channel 0 busy 3.0 ms (6.0%, 9 SQEs)") && text.contains("1 channels idle"), "{text}");
         assert!(text.contains("; stream copies busy 12.3 ms (24.6%, 4096 copies, 16 MiB)"), "{text}");

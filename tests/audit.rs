@@ -1,6 +1,6 @@
 //! `aiv audit` end to end on the twin runtime: a short audit of aiv, adxl and tcp whose report must say what the
-//! evidence says (aiv AIV-direct, the Host-submitted paths not), interleave the paths round by round, round-trip
-//! through report.json, and compare; plus the option checks and the schema guard.
+//! evidence says (aiv AIV-direct, adxl AI-CPU-submitted, tcp Host-submitted), interleave the paths round by round,
+//! round-trip through report.json, and compare; plus the option checks and the schema guard.
 
 use std::time::Duration;
 
@@ -60,7 +60,8 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert_eq!(report.environment.device_backend, "twin");
     assert!(report.runtime().is_some_and(|r| r.starts_with("twin runtime")), "{:?}", report.runtime());
 
-    // The verdicts come from the transfers' evidence: yes for aiv, no for the Host-submitted paths.
+    // The verdicts come from the transfers' evidence: yes for aiv, no for the others; who submitted: aiv's kernel,
+    // adxl's AI-CPU tasks (the twin's HiXL in client-server mode), tcp's Host.
     let verdict = |path: &str| report.verdicts.iter().find(|v| v.path == path).expect("a verdict per path");
     assert_eq!(verdict("aiv").aiv_direct, "yes", "{:?}", verdict("aiv").lines);
     assert_eq!(verdict("aiv").submitted_by, Submitter::AivDirect, "{:?}", verdict("aiv").lines);
@@ -71,6 +72,8 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
         assert!(v.transfers > 0);
     }
     assert_eq!(verdict("tcp").submitted_by, Submitter::HostSubmitted, "{:?}", verdict("tcp").lines);
+    assert_eq!(verdict("adxl").submitted_by, Submitter::AiCpuSubmitted, "{:?}", verdict("adxl").lines);
+    assert_eq!(verdict("adxl").per_transfer_submitted_by.ai_cpu_submitted, verdict("adxl").transfers);
 
     // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
     // round 0 and first in round 1.
@@ -177,7 +180,9 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(text.contains("![bandwidth vs size](bandwidth_vs_size.svg)"), "{text}");
     assert!(text.contains("Twin runtime: a CPU model of an NPU, not an NPU"), "{text}");
     assert!(
-        text.contains("| aiv | **AIV-direct** | yes |") && text.contains("| tcp | **Host-submitted** | no |"),
+        text.contains("| aiv | **AIV-direct** | yes |")
+            && text.contains("| adxl | **AI-CPU-submitted** | no |")
+            && text.contains("| tcp | **Host-submitted** | no |"),
         "{text}"
     );
     assert!(text.contains("| aiv | killed_peer |") && text.contains("- tcp: 4 of 4 pending at the kill"), "{text}");
@@ -289,7 +294,7 @@ fn bad_options_and_other_schemas_are_refused_by_name() {
 
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("report.json");
-    for other in ["aiv-bench/4", "aiv-audit/2"] {
+    for other in ["aiv-bench/3", "aiv-audit/1"] {
         std::fs::write(&path, format!(r#"{{"schema": "{other}"}}"#)).expect("written");
         let error = AuditReport::read(&path).expect_err("another schema");
         assert!(error.contains(other) && error.contains(AUDIT_SCHEMA), "{error}");

@@ -1,10 +1,12 @@
-//! Twin end-to-end tests of the Host-submitted baselines `adxl` and `ubshmem`: random data both ways, one
-//! batch mixing all four protocols, the evidence each path records (only `aiv` is AIV-direct), ADXL's buffer pool
-//! made visible, and failures and timeouts that end FAILED / TIMEOUT with their reasons. Runs on the CPU twin only.
+//! Twin end-to-end tests of the baselines `adxl` (AI-CPU-submitted through the twin's HiXL) and `ubshmem`
+//! (Host-submitted): random data both ways, one batch mixing all four protocols, the evidence each path records (only
+//! `aiv` is AIV-direct), ADXL's buffer pool made visible, and failures and timeouts that end FAILED / TIMEOUT with
+//! their reasons. Runs on the CPU twin only.
 //!
-//! The Host paths' acts are checked against the loader tables' process-wide counts of the same run
-//! (`ascendcl_sys::calls::process()` before and after): the tests of this binary take one lock, so the calls counted
-//! between two snapshots are the run's.
+//! ubshmem's acts are checked against the loader tables' process-wide counts of the same run
+//! (`ascendcl_sys::calls::process()` before and after), adxl's against the provenance records of the AI CPU's SDMA
+//! channels of the initiator's device: the tests of this binary take one lock, so what is counted between two
+//! snapshots is the run's.
 
 #[path = "common/aiv.rs"]
 mod common;
@@ -12,7 +14,7 @@ mod common;
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use aiv_transport::evidence::{Act, Check, Source, TransferEvidence};
+use aiv_transport::evidence::{Act, Check, Source, Submitter, TransferEvidence};
 use ascendcl_sys::calls::CallCounts;
 
 use aiv_transport::config::{AivOptions, LaunchMode};
@@ -55,6 +57,16 @@ struct Outcome {
     evidence: Vec<Option<TransferEvidence>>,
     /// The calls the loader tables counted, process-wide, from before the submission until every task finished.
     calls: CallCounts,
+    /// SQEs the AI CPU wrote that the SDMA channels of device 0's AI CPU executed meanwhile (their provenance records).
+    aicpu_sqes: u64,
+}
+
+/// SQEs written by the AI CPU that device 0's AI-CPU channels have executed (their provenance records, summed).
+fn aicpu_sqes() -> u64 {
+    cann_twin::control::aicpu_channels(0)
+        .into_iter()
+        .map(|channel| cann_twin::control::provenance(0, channel).expect("an AI-CPU channel").sqes_by_aicpu)
+        .sum()
 }
 
 impl Outcome {
@@ -69,17 +81,19 @@ impl Outcome {
 }
 
 fn run(engine: &TransferEngine, requests: &[TransferRequest]) -> Outcome {
-    let before = ascendcl_sys::calls::process();
+    let (before, aicpu_before) = (ascendcl_sys::calls::process(), aicpu_sqes());
     let batch = engine.allocate_batch(requests.len()).expect("batch");
     engine.submit_transfer(batch, requests).expect("submit");
     engine.wait_batch(batch).expect("wait");
     let calls = ascendcl_sys::calls::process().since(&before);
+    let aicpu_sqes = aicpu_sqes() - aicpu_before;
     let n = requests.len();
     let outcome = Outcome {
         states: (0..n).map(|t| engine.transfer_status(batch, t).expect("status").state).collect(),
         reasons: (0..n).map(|t| engine.task_reason(batch, t).expect("reason")).collect(),
         evidence: (0..n).map(|t| engine.task_evidence(batch, t).expect("evidence")).collect(),
         calls,
+        aicpu_sqes,
     };
     engine.free_batch(batch).expect("free");
     outcome
@@ -152,21 +166,34 @@ fn run_and_check_around(
     outcome
 }
 
+/// The twin-only evidence reads of the adxl path (charged to no transfer).
+const EVIDENCE_READ: &str = "cannTwinHixlClientEvidence";
+
+/// HiXL calls the loader tables counted in a run, the twin-only evidence reads left out.
+fn hixl_calls(calls: &CallCounts) -> u64 {
+    calls
+        .entries()
+        .iter()
+        .filter(|call| call.table == "HixlApi" && call.function != EVIDENCE_READ)
+        .map(|c| c.count)
+        .sum()
+}
+
 /// adxl on the twin runtime: the cann backend's HiXL path (a HiXL server per device, a client per peer, batch
-/// put/get), every byte checked; the HiXL library builds and submits the descriptors on the Host.
+/// put/get), every byte checked; the twin's HiXL runs each batch as HiXL's client-server mode does, on AI-CPU
+/// tasks, and the records say so.
 #[test]
 fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
     let _serial = serial();
     let (a, b, peer) = pair(8 << 20, 73);
     let mut rng = rand::rngs::StdRng::seed_from_u64(74);
-    let (mut moved, mut copied) = (0u64, 0u64);
+    let mut tasks = 0u64;
     for _ in 0..3 {
         let mut requests = random_requests(&mut rng, &a, &b, peer, &[Protocol::Adxl; 4]);
         requests[0].length = 4096;
         requests[1].length = (3 << 20) / 2;
-        // HiXL's copies run on its worker threads, bound to the device that made the client or server: the
-        // occupancy counts them as that device's copy-engine work (the twin's CPU model). Only the transfers are
-        // measured, not the reads that check them.
+        // HiXL's AI-CPU tasks run on the emulated AI CPU of the client's device (a's, device 0): its occupancy
+        // counts them. Only the transfers are measured, not the reads that check them.
         let outcome = run_and_check_around(&a, &b, &requests, |run| {
             let before = aiv_transport::occupancy::OccupancySnapshot::take(&[0, 1], true);
             let outcome = run();
@@ -174,36 +201,38 @@ fn adxl_through_hixl_on_the_twin_runtime_moves_random_data() {
             let aiv_transport::occupancy::DeviceReport::TwinModel { devices } = &occupancy.device else {
                 panic!("the twin's figures: {occupancy:?}")
             };
-            copied += devices.iter().map(|device| device.streams.sync_copy_bytes).sum::<u64>();
+            tasks += devices[0].aicpu.tasks_run;
             outcome
         });
-        moved += requests.iter().map(|request| request.length).sum::<u64>();
         for evidence in outcome.evidence() {
             assert_eq!(evidence.path, "adxl");
             assert_eq!(evidence.runtime.kind, aiv_transport::evidence::RuntimeKind::Twin, "{evidence:?}");
             assert_eq!(evidence.checks().as_array(), [Check::No; 4], "{evidence:?}");
+            assert_eq!(evidence.submitter(), Submitter::AiCpuSubmitted, "{evidence:?}");
         }
-        assert_adxl_acts_are_the_counted_calls(&outcome);
+        assert_adxl_acts_are_the_ai_cpus(&outcome);
     }
     let counters = a.device.adxl().counters();
     assert_eq!((counters.timeouts, counters.failures), (0, 0), "{counters:?}");
-    assert!(copied >= moved, "HiXL's copies of {moved} bytes are counted: {copied} bytes");
+    assert!(tasks >= 3, "HiXL's AI-CPU tasks ran on device 0's AI CPU: {tasks}");
 }
 
-/// A run's adxl records against the loader tables' counts of the same run: each batch's acts (shared, `window` k)
-/// sum to the submits and final queries counted, its list entries to the transfers, and the transfers' calls to the
-/// calls counted, within the rounding up of a batch's share (at most k - 1 per batch of k) and less the calls charged
-/// to nobody (the HiXL thread's device binding, made once when it starts).
-fn assert_adxl_acts_are_the_counted_calls(outcome: &Outcome) {
+/// A run's adxl records: each batch's acts (shared, `window` k) come from the twin HiXL's records of its AI-CPU
+/// tasks: every SQE written and every doorbell rung by the AI CPU (at least one SQE per transfer, plus one flag SQE
+/// per launch), one flag per launch read first by the AI CPU, nothing by the Host; one launch per 128 transfers, so
+/// each transfer's share of the Host's launches lies between 1/k and 1. The SQEs sum to what the AI CPU's channels
+/// executed by their own records, and the transfers' calls to the HiXL calls counted (less the evidence reads),
+/// within the rounding up of a batch's share (at most k - 1 per batch of k).
+fn assert_adxl_acts_are_the_ai_cpus(outcome: &Outcome) {
     let evidence = outcome.evidence();
-    let hixl = |function: &str| outcome.calls.get("HixlApi", function);
-    let (mut entries, mut submits, mut completions, mut batches, mut charged, mut slack) = (0, 0, 0, 0, 0, 0);
+    let (mut sqes, mut batches, mut charged, mut slack) = (0, 0, 0, 0);
     let mut index = 0;
     while index < evidence.len() {
         // The transfers of one batch are consecutive tasks sharing one set of acts.
         let first = evidence[index];
         let k = first.window as usize;
         assert!(k >= 1 && index + k <= evidence.len(), "{first:?}");
+        let launches = k.div_ceil(128) as u64;
         for e in &evidence[index..index + k] {
             assert_eq!(e.window, first.window);
             assert_eq!(
@@ -211,27 +240,29 @@ fn assert_adxl_acts_are_the_counted_calls(outcome: &Outcome) {
                 (first.descriptors_written, first.doorbells_rung, first.completion_seen)
             );
             for act in [e.descriptors_written, e.doorbells_rung, e.completion_seen] {
-                assert_eq!((act.source, act.by_aiv, act.unattributed), (Source::HostCalls, 0, 0), "{e:?}");
+                assert_eq!(
+                    (act.source, act.by_aiv, act.by_host, act.unattributed),
+                    (Source::TwinModel, 0, 0, 0),
+                    "{e:?}"
+                );
             }
+            assert!((e.host_launches - launches as f64 / k as f64).abs() < 1e-9, "{e:?}");
+            assert!(e.host_launches >= 1.0 / k as f64 && e.host_launches <= 1.0, "{e:?}");
             charged += e.host_device_api_calls;
         }
-        assert_eq!(first.descriptors_written.by_host, k as u64, "one list entry per transfer of the batch: {first:?}");
-        assert_eq!(first.doorbells_rung.by_host, 1, "one submit per batch: {first:?}");
-        assert_eq!(first.completion_seen.by_host, 1, "one query saw the batch complete: {first:?}");
-        entries += first.descriptors_written.by_host;
-        submits += first.doorbells_rung.by_host;
-        completions += first.completion_seen.by_host;
+        assert!(
+            first.descriptors_written.by_aicpu >= k as u64 + launches,
+            "an SQE per transfer, a flag per launch: {first:?}"
+        );
+        assert!(first.doorbells_rung.by_aicpu >= launches, "a doorbell per launch at least: {first:?}");
+        assert_eq!(first.completion_seen.by_aicpu, launches, "a flag per launch, read first by the AI CPU: {first:?}");
+        sqes += first.descriptors_written.by_aicpu;
         batches += 1;
         slack += k as u64 - 1;
         index += k;
     }
-    assert_eq!(entries, evidence.len() as u64);
-    assert_eq!(submits, hixl("HixlCSClientBatchPutAsync") + hixl("HixlCSClientBatchGetAsync"), "{:?}", outcome.calls);
-    assert!(completions <= hixl("HixlCSClientQueryCompleteStatus"), "{:?}", outcome.calls);
-    // HiXL's own calls: the ACL calls in the process-wide counts may be other threads' (the aiv transport's probe,
-    // an import of the peer's memory for another path).
-    let counted: u64 =
-        outcome.calls.entries().iter().filter(|call| call.table == "HixlApi").map(|call| call.count).sum();
+    assert_eq!(sqes, outcome.aicpu_sqes, "the AI CPU's channels' own records: {batches} batches");
+    let counted = hixl_calls(&outcome.calls);
     assert!(
         counted <= charged && charged <= counted + slack,
         "{batches} batches: {charged} calls charged, {counted} counted (+{slack} rounding): {:?}",
@@ -308,8 +339,10 @@ fn ubshmem_acts_of_a_four_piece_copy_are_its_counted_calls() {
     assert_ubshmem_acts_are_the_counted_calls(&outcome);
 }
 
-/// Two WRITEs submitted together to one connected peer are one HiXL batch: one submit of two list entries and one
-/// final status query, shared by both (window 2).
+/// Two WRITEs submitted together to one connected peer are one HiXL batch: one AI-CPU launch of two entries (two data
+/// SQEs and a flag SQE, written and rung by the AI CPU, the flag read first by it), shared by both (window 2): each
+/// transfer's share of the Host's launches is 1/2. The test-only mis-wiring of the twin's HiXL (Host copies instead
+/// of the AI CPU) turns the same batch's verdict to Host-submitted.
 #[test]
 fn adxl_acts_of_a_batch_of_two_are_shared_and_counted() {
     let _serial = serial();
@@ -325,8 +358,9 @@ fn adxl_acts_of_a_batch_of_two_are_shared_and_counted() {
     // Warm up: connects the client (its calls charged to that transfer).
     let warm = run(&a.engine, &[write(0)]);
     assert_eq!(warm.states, [TransferState::Completed]);
-    let hixl_calls: u64 = warm.calls.entries().iter().filter(|c| c.table == "HixlApi").map(|c| c.count).sum();
-    assert_eq!(warm.evidence()[0].host_device_api_calls, hixl_calls, "connect, submit and queries: {:?}", warm.calls);
+    let calls = hixl_calls(&warm.calls);
+    assert_eq!(warm.evidence()[0].host_device_api_calls, calls, "connect, submit and queries: {:?}", warm.calls);
+    assert_eq!(warm.calls.get("HixlApi", EVIDENCE_READ), 2, "the client's counts read before and after the batch");
     let outcome = run(&a.engine, &[write(0), write(1 << 20)]);
     assert_eq!(outcome.states, [TransferState::Completed; 2], "{:?}", outcome.reasons);
     let hixl = |function: &str| outcome.calls.get("HixlApi", function);
@@ -334,17 +368,34 @@ fn adxl_acts_of_a_batch_of_two_are_shared_and_counted() {
     let queries = hixl("HixlCSClientQueryCompleteStatus");
     for e in outcome.evidence() {
         assert_eq!(e.window, 2, "{e:?}");
-        assert_eq!(e.descriptors_written, Act::host(Source::HostCalls, 2), "{e:?}");
-        assert_eq!(e.doorbells_rung, Act::host(Source::HostCalls, 1), "{e:?}");
-        assert_eq!(e.completion_seen, Act::host(Source::HostCalls, 1), "{e:?}");
+        assert_eq!(e.descriptors_written, Act::aicpu(Source::TwinModel, 3), "two data SQEs and a flag SQE: {e:?}");
+        assert!(e.doorbells_rung.by_aicpu >= 1 && e.doorbells_rung.total() == e.doorbells_rung.by_aicpu, "{e:?}");
+        assert_eq!(e.completion_seen, Act::aicpu(Source::TwinModel, 1), "{e:?}");
+        assert_eq!(e.host_launches, 0.5, "one launch for two transfers: {e:?}");
         assert_eq!(
             e.host_device_api_calls,
             (1 + queries).div_ceil(2),
             "its half of the submit and the {queries} queries"
         );
         assert_eq!(e.checks().as_array(), [Check::No; 4]);
+        assert_eq!(e.submitter(), Submitter::AiCpuSubmitted);
     }
-    assert_adxl_acts_are_the_counted_calls(&outcome);
+    assert_eq!(outcome.aicpu_sqes, 3, "the AI CPU's channels executed those three SQEs");
+    assert_adxl_acts_are_the_ai_cpus(&outcome);
+
+    // Mis-wired (test-only): the twin's HiXL clients on a's device move the batch with Host copies instead.
+    cann_twin::control::hixl_host_copies(0, true);
+    let wired = run(&a.engine, &[write(0), write(1 << 20)]);
+    cann_twin::control::hixl_host_copies(0, false);
+    assert_eq!(wired.states, [TransferState::Completed; 2], "{:?}", wired.reasons);
+    assert_eq!(wired.aicpu_sqes, 0, "the AI CPU's channels ran nothing");
+    for e in wired.evidence() {
+        // The client read each 64 KiB WRITE's bytes with one runtime copy.
+        assert_eq!(e.descriptors_written, Act::host(Source::TwinModel, 2), "{e:?}");
+        assert_eq!(e.doorbells_rung, Act::host(Source::TwinModel, 2), "{e:?}");
+        assert_eq!(e.completion_seen, Act::host(Source::TwinModel, 2), "{e:?}");
+        assert_eq!((e.host_launches, e.submitter()), (0.0, Submitter::HostSubmitted), "{e:?}");
+    }
 }
 
 #[test]
@@ -380,8 +431,10 @@ fn ubshmem_moves_random_data_over_the_stream_pool() {
     assert_eq!(counters.synchronisations, expected_copies, "{counters:?}");
 }
 
+/// The engine that carries adxl's copies, the AI CPU's SDMA channels of a's device, stalled: the batch ends TIMEOUT
+/// at `baseline_timeout`, and after the release the next one is served.
 #[test]
-fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
+fn adxl_stalled_ai_cpu_times_out_with_its_status_and_recovers() {
     let _serial = serial();
     let (a, b, peer) = pair(4 << 20, 101);
     let write = |length: u64| TransferRequest {
@@ -394,11 +447,10 @@ fn adxl_stalled_peer_times_out_with_its_status_and_recovers() {
     };
     // Warm up: the first transfer connects a's HiXL client to b's server.
     assert_eq!(run(&a.engine, &[write(4096)]).states, [TransferState::Completed]);
-    let server = b.device.adxl().hixl_server().expect("b's HiXL server");
-    assert!(cann_twin::control::stall_hixl_server(&server, true));
+    cann_twin::control::set_aicpu_stalled(0, true).expect("a's AI CPU");
     let started = Instant::now();
     let outcome = run(&a.engine, &[write(4096), write(1 << 20)]);
-    cann_twin::control::stall_hixl_server(&server, false);
+    cann_twin::control::set_aicpu_stalled(0, false).expect("a's AI CPU");
     assert_eq!(outcome.states, [TransferState::Timeout, TransferState::Timeout], "{:?}", outcome.reasons);
     let reason = outcome.reasons[0].clone().expect("reason");
     assert!(reason.contains(&AdxlStatus::TIMEOUT.0.to_string()) && reason.contains("TIMEOUT"), "{reason}");
@@ -502,11 +554,11 @@ fn adxl_client_has_adxls_shape_connect_sync_async_and_status_codes() {
     }
     assert_eq!(status, AdxlTransferStatus::Completed);
     assert!(client.release(&request));
-    // A stalled peer: the status is the transport's TIMEOUT code, read back from the task.
-    let server = b.device.adxl().hixl_server().expect("b's HiXL server");
-    assert!(cann_twin::control::stall_hixl_server(&server, true));
+    // A stalled AI CPU (the engine of adxl's copies): the status is the transport's TIMEOUT code, read back from the
+    // task.
+    cann_twin::control::set_aicpu_stalled(0, true).expect("a's AI CPU");
     let status = client.transfer_sync(remote, Opcode::Write, &[op(0, 4096)], Duration::from_secs(5));
-    cann_twin::control::stall_hixl_server(&server, false);
+    cann_twin::control::set_aicpu_stalled(0, false).expect("a's AI CPU");
     assert_eq!(status, AdxlStatus::TIMEOUT);
     assert_eq!(client.disconnect(remote), AdxlStatus::SUCCESS);
     assert_eq!(client.disconnect(remote), AdxlStatus::NOT_CONNECTED);

@@ -3,8 +3,9 @@
 //!
 //! Faults: `out_of_bounds` (one request of the batch runs past the target's registered buffer; every path), and
 //! `stalled_engine` (the engine that carries the path's copies stops: the aiv SDMA channels of the initiator's
-//! device, the ubshmem stream copies of that device, the target's HiXL server for adxl), injected through the twin
-//! runtime's control API; a path or runtime without that control says so instead.
+//! device, the ubshmem stream copies of that device, the SDMA channels of that device's AI CPU for adxl, whose
+//! HiXL runs its batches on AI-CPU tasks), injected through the twin runtime's control API; a path or runtime without
+//! that control says so instead.
 //! The third round, `killed_peer` (a peer in another process SIGKILLed with the batch pending), is [`super::peer`].
 
 use std::time::{Duration, Instant};
@@ -22,7 +23,6 @@ pub(super) const LENGTH: u64 = 64 << 10;
 /// Where the rounds run: the rig's engines and one path's buffers.
 pub(super) struct Site<'a> {
     pub initiator: &'a TransferEngine,
-    pub target: &'a TransferEngine,
     pub segment: SegmentId,
     pub local: u64,
     pub remote: u64,
@@ -37,13 +37,12 @@ pub(super) fn rounds(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> 
     let mut requests = batch(path, site);
     requests[1].target_offset = site.remote + site.size - 4096;
     rounds.push(round(path, "out_of_bounds", site, &requests, None)?);
-    let injected = stall(config, path, site, true);
+    let injected = stall(config, path, true);
     let round = match injected {
         Ok(()) => {
-            let result =
-                round(path, "stalled_engine", site, &batch(path, site), Some(&|| stall(config, path, site, false)));
+            let result = round(path, "stalled_engine", site, &batch(path, site), Some(&|| stall(config, path, false)));
             // Released even if the round failed.
-            let _ = stall(config, path, site, false);
+            let _ = stall(config, path, false);
             result?
         }
         Err(reason) => FaultRound::not_injected(path.as_str(), "stalled_engine", reason),
@@ -122,12 +121,7 @@ pub(super) fn ms(duration: Duration) -> f64 {
 }
 
 /// Stalls (`true`) or releases the engine that carries `path`'s copies, through the twin runtime's control API.
-pub(super) fn stall(
-    config: &EngineConfig,
-    path: Protocol,
-    site: &Site<'_>,
-    stalled: bool,
-) -> std::result::Result<(), String> {
+pub(super) fn stall(config: &EngineConfig, path: Protocol, stalled: bool) -> std::result::Result<(), String> {
     if config.aiv.device_backend != DeviceBackendKind::Twin {
         return Err(
             "the vendor's runtime has no fault control: only the twin runtime's control API can stall an engine".into(),
@@ -146,13 +140,8 @@ pub(super) fn stall(
             Ok(())
         }
         Protocol::Adxl => {
-            let address = site.target.device().map_err(|e| e.to_string())?.advertisement().hixl_server;
-            let address = address.ok_or_else(|| "the target advertises no HiXL server".to_owned())?;
-            if cann_twin::control::stall_hixl_server(&address, stalled) {
-                Ok(())
-            } else {
-                Err(format!("the target's HiXL server address {address:?} is not ip:port"))
-            }
+            // The twin's HiXL runs the initiator's batches on its device's AI CPU, whose SDMA channels copy.
+            cann_twin::control::set_aicpu_stalled(device, stalled).map_err(|e| e.to_string())
         }
         Protocol::Tcp => Err("tcp moves Host memory over sockets: the twin runtime has no engine of it to stall (a \
                               killed peer process, the killed_peer round, is the fault that applies)"

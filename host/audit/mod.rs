@@ -330,7 +330,6 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             let buffers = rig.buffers(path);
             let site = faults::Site {
                 initiator: &rig.initiator,
-                target: &rig.target,
                 segment: rig.segment,
                 local: buffers.local,
                 remote: buffers.remote,

@@ -4,9 +4,9 @@
 //! (the time to detect), each transfer's fate, what a new transfer to the dead segment does, and whether the next
 //! batch to the rig's in-process target is served.
 //!
-//! The batch is held pending by the engine that carries the path's copies: aiv's SDMA channels and ubshmem's stream
-//! copies of the initiator's device (the twin runtime's control API, as `stalled_engine`), and for adxl and tcp,
-//! whose copies the peer serves (the twin's HiXL server, the tcp data server), by stopping the peer (SIGSTOP) first.
+//! The batch is held pending by the engine that carries the path's copies: aiv's SDMA channels, ubshmem's stream
+//! copies and adxl's AI-CPU SDMA channels of the initiator's device (the twin runtime's control API, as
+//! `stalled_engine`), and for tcp, whose copies the peer's data server serves, by stopping the peer (SIGSTOP) first.
 //! The child is always killed and reaped, also on every error path ([`Peer`]'s `Drop`); should this process die
 //! first, the child gets SIGKILL from the kernel (`PR_SET_PDEATHSIG`, tied to the spawning thread, which outlives the
 //! round), and it serves at most 60 s anyway.
@@ -140,11 +140,11 @@ fn with_peer(
     }
     // Hold the batch pending.
     let hold = match path {
-        Protocol::Aiv | Protocol::Ubshmem => match faults::stall(config, path, site, true) {
-            Ok(()) => Hold { release: Some(Box::new(move || drop(faults::stall(config, path, site, false)))) },
+        Protocol::Aiv | Protocol::Ubshmem | Protocol::Adxl => match faults::stall(config, path, true) {
+            Ok(()) => Hold { release: Some(Box::new(move || drop(faults::stall(config, path, false)))) },
             Err(reason) => return not_injected(format!("cannot hold the batch pending: {reason}")),
         },
-        Protocol::Adxl | Protocol::Tcp => match peer.stop() {
+        Protocol::Tcp => match peer.stop() {
             Ok(()) => Hold { release: None },
             Err(reason) => return not_injected(format!("cannot hold the batch pending: {reason}")),
         },

@@ -12,7 +12,7 @@ use crate::evidence::{Check, EvidenceTally, Submitter, SubmitterCounts};
 use crate::transfer::Protocol;
 
 /// The version of `report.json`'s layout: a reader refuses another.
-pub const AUDIT_SCHEMA: &str = "aiv-audit/3";
+pub const AUDIT_SCHEMA: &str = "aiv-audit/2";
 
 /// The whole report.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -283,7 +283,8 @@ impl TransferEngine {
     // ----- Device memory and the aiv transport (see docs/device.md). -----
 
     /// The device of this engine (created on first call from `config.aiv`: the twin runtime by default), with the `aiv`
-    /// transport and the Host-submitted baselines `adxl` and `ubshmem` installed and the device's exported memory advertised in this engine's descriptor.
+    /// transport and the baselines `adxl` (through HiXL) and `ubshmem` (Host-submitted) installed and the device's
+    /// exported memory advertised in this engine's descriptor.
     ///
     /// Allocate device memory with `device.allocate(len)`, then `register_memory(buf.addr(), buf.len(),
     /// &device.location())`.

@@ -7,7 +7,7 @@ use std::fmt;
 pub enum Protocol {
     /// AIV direct-drive: an AscendC kernel on the AI Vector cores builds and submits the descriptors.
     Aiv,
-    /// Host-submitted one-sided engine (ADXL / HiXL shape), a baseline.
+    /// One-sided engine through HiXL (ADXL's shape), a baseline: HiXL's client-server mode submits from AI-CPU kernels.
     Adxl,
     /// Host worker and stream pool over exported/imported device memory (Mooncake's UBShmem shape), a baseline.
     Ubshmem,

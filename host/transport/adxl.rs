@@ -1,7 +1,9 @@
-//! The `adxl` baseline: Host-submitted one-sided transfers with ADXL's shape (docs/hardware.md section 7), through
-//! the device's HiXL library (`hixl` submodule: a HiXL server per device, a client per remote engine, batch put/get,
-//! status polling) — the vendor's on an NPU, the twin runtime's on the CPU ([`DeviceBackend::hixl`]). Nothing runs on
-//! the AIV cores; the HiXL library builds and submits the descriptors on the Host.
+//! The `adxl` baseline: one-sided transfers with ADXL's shape (docs/hardware.md section 7), through the device's HiXL
+//! library (`hixl` submodule: a HiXL server per device, a client per remote engine, batch put/get, status polling) —
+//! the vendor's on an NPU, the twin runtime's on the CPU ([`DeviceBackend::hixl`]). Nothing runs on the AIV cores.
+//! HiXL's client-server mode with a device endpoint submits each batch from AI-CPU kernels the library launches
+//! (`hicann/hixl` `src/hixl/cs/hixl_cs_client.cc`); the twin's HiXL does the same on its emulated AI CPU, and its
+//! records make the path AI-CPU-submitted in the evidence. On the vendor's runtime who submitted is not observable.
 //!
 //! ADXL's behaviour made visible: the first transfer to a peer engine connects its client (a failure is
 //! NOT_CONNECTED), a peer the device's probe found gone is refused at once, and every outcome carries an ADXL status

@@ -23,17 +23,29 @@
 //!   103901; a call that returns a code -> that code (PARAM_INVALID 103900 and others FAILED, TIMEOUT 103901 TIMEOUT).
 //!   A batch abandoned at its deadline is queried again before later batches, so its handle is released.
 //!
-//! Evidence (docs/evidence.md, "Host paths"): the acts of one batch are shared by its k transfers (`window` k), all
-//! `Source::HostCalls`, read from the Host thread's loader-table counters ([`ascendcl_sys::calls`]) around the calls:
-//! `descriptors_written` = the list entries passed to the submit call(s) the table counted (k when the submit was
-//! made), `doorbells_rung` = the submit calls (`HixlCSClientBatchPutAsync`/`...GetAsync`), `completion_seen` = the
-//! status queries (`HixlCSClientQueryCompleteStatus`) that returned the batch's final state (0 when the batch was
-//! abandoned at its deadline or a query failed). Host device-API calls per transfer: its share (1/k, rounded up) of
-//! every counted call made for the batch (submit and all its status queries), plus, for the first transfer of the
-//! batch, every counted call made getting its client (create, registrations and connect when the client is new,
-//! counted even when the connect fails). Not charged to any transfer: the queries that reap batches abandoned
-//! earlier (their transfers were already finished), the thread's device binding. `descriptors` is the transfer's
-//! own list entry (1 when passed), `doorbells` its share of the submits, not what HiXL writes.
+//! Evidence (docs/evidence.md, "The Host paths", adxl): the acts of one batch are shared by its k transfers (`window` k).
+//! - **When the library keeps per-client records** (the twin runtime's HiXL exports the twin-only, optional
+//!   `cannTwinHixlClientEvidence`; [`HixlApi`] resolves it or not): the batch's acts are the difference of the client's
+//!   counts read before the submit and after the final status (`Source::TwinModel`): `descriptors_written` the SQEs
+//!   its AI-CPU tasks had executed, by who wrote each (`by_aicpu`, ...); `doorbells_rung` the doorbells that exposed
+//!   them, by ringer; `completion_seen` their flags, by first reader; for a batch the library moved over its wire path
+//!   instead, each client-side runtime copy of its data is a descriptor, a doorbell and a completion by the Host.
+//!   `host_launches`: the AI-CPU launches the library made for the batch (one per 128 entries), 1/k of them per
+//!   transfer. Records that were off (`Source::NotRecorded`) or that the library could not read (`Source::Lost`)
+//!   leave the acts unknown. A batch abandoned at its deadline may finish later: its acts then count in the next
+//!   batch of that client.
+//! - **When it does not** (the vendor's HiXL): who wrote the descriptors and rang the doorbells is not observable
+//!   (`Source::NotObservable`; the vendor's HiXL runs a device endpoint's batches on AI-CPU kernels, which this
+//!   process cannot see); `completion_seen` is the status queries (`HixlCSClientQueryCompleteStatus`) that returned
+//!   the batch's final state (`Source::HostCalls`, 0 when the batch was abandoned at its deadline or a query failed);
+//!   `host_launches` 0 (the library's launches are made inside it, through no table of this process).
+//!
+//! Host device-API calls per transfer: its share (1/k, rounded up) of every counted call made for the batch (submit
+//! and all its status queries), plus, for the first transfer of the batch, every counted call made getting its client
+//! (create, registrations and connect when the client is new, counted even when the connect fails). Not charged to any
+//! transfer: the queries that reap batches abandoned earlier (their transfers were already finished), the thread's
+//! device binding, and the twin-only evidence reads. `descriptors` and `doorbells` are the transfer's share (1/k,
+//! rounded up) of the batch's counts (0 when not observable).
 //!
 //! Endpoints are [`EndpointDesc::device`] (HCCS, the device id as address and physical id): *unverified on
 //! hardware*, like everything here; checked against the fake `libcann_hixl.so` only.
@@ -45,7 +57,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ascendcl_sys::hixl::{self, safe, CommMem, CompleteHandle, EndpointDesc, HixlApi, HixlOneSideOpDesc};
+use ascendcl_sys::hixl::{
+    self, safe, CannTwinHixlEvidence, CommMem, CompleteHandle, EndpointDesc, HixlApi, HixlClientHandle,
+    HixlOneSideOpDesc,
+};
 
 use super::{AdxlStatus, Shared};
 use crate::cpu_time::{thread_cpu_time_ns, Section};
@@ -171,8 +186,6 @@ struct Queue {
 /// The HiXL loader-table counters the evidence reads (`None` only if `HixlApi` stopped declaring a name: then 0).
 #[derive(Clone, Copy, Debug)]
 struct HixlCounters {
-    put: Option<ascendcl_sys::calls::Counter>,
-    get: Option<ascendcl_sys::calls::Counter>,
     query: Option<ascendcl_sys::calls::Counter>,
 }
 
@@ -182,16 +195,97 @@ fn read(counter: Option<ascendcl_sys::calls::Counter>) -> u64 {
 
 impl HixlCounters {
     fn new() -> Self {
-        HixlCounters {
-            put: HixlApi::counter("HixlCSClientBatchPutAsync"),
-            get: HixlApi::counter("HixlCSClientBatchGetAsync"),
-            query: HixlApi::counter("HixlCSClientQueryCompleteStatus"),
+        HixlCounters { query: HixlApi::counter("HixlCSClientQueryCompleteStatus") }
+    }
+}
+
+/// The twin-only per-client counts of the HiXL library (`cannTwinHixlClientEvidence`), when it has the function and
+/// answers for the client.
+fn client_tallies(api: &HixlApi, client: HixlClientHandle) -> Option<CannTwinHixlEvidence> {
+    let mut out = CannTwinHixlEvidence::new();
+    // SAFETY: the client is live; `out` is a whole structure whose header says so.
+    match unsafe { api.cannTwinHixlClientEvidence(client, &mut out) } {
+        Ok(status) if status == hixl::HIXL_SUCCESS => Some(out),
+        _ => None,
+    }
+}
+
+/// The three acts of one batch (shared by its k transfers), the launches it cost and its descriptor and doorbell
+/// counts.
+#[derive(Clone, Copy, Debug)]
+struct BatchActs {
+    descriptors: Act,
+    doorbells: Act,
+    completion: Act,
+    launches: u64,
+    descriptor_count: u64,
+    doorbell_count: u64,
+}
+
+impl BatchActs {
+    /// The acts the library's records show between `before` and `after` (the twin's HiXL: `Source::TwinModel`): the
+    /// AI-CPU ops' SQEs by writer, the doorbells that exposed them by ringer, their flags by first reader; and for a
+    /// batch the library moved over its wire path, each of its client-side runtime copies (written, submitted and
+    /// seen complete by the Host). `None` for either: the records could not be read (`Source::Lost`).
+    fn observed(before: Option<CannTwinHixlEvidence>, after: Option<CannTwinHixlEvidence>) -> BatchActs {
+        let (Some(before), Some(after)) = (before, after) else {
+            return BatchActs::unknown(Source::Lost);
+        };
+        let d = |f: fn(&CannTwinHixlEvidence) -> u64| f(&after).saturating_sub(f(&before));
+        let launches = d(|e| e.launches);
+        if d(|e| e.unrecorded_launches) > 0 {
+            return BatchActs { launches, ..BatchActs::unknown(Source::NotRecorded) };
+        }
+        if d(|e| e.log_entries_lost) > 0 {
+            return BatchActs { launches, ..BatchActs::unknown(Source::Lost) };
+        }
+        let copies = d(|e| e.host_copies);
+        let act = |aicpu: u64, host: u64, aiv: u64, unattributed: u64| Act {
+            source: Source::TwinModel,
+            by_aiv: aiv,
+            aiv_blocks: None,
+            by_aicpu: aicpu,
+            by_host: host + copies,
+            unattributed,
+        };
+        let descriptors =
+            act(d(|e| e.sqes_by_aicpu), d(|e| e.sqes_by_host), d(|e| e.sqes_by_aiv), d(|e| e.sqes_unattributed));
+        let doorbells = act(
+            d(|e| e.doorbells_by_aicpu),
+            d(|e| e.doorbells_by_host),
+            d(|e| e.doorbells_by_aiv),
+            d(|e| e.doorbells_unattributed),
+        );
+        let completion =
+            act(d(|e| e.flags_by_aicpu), d(|e| e.flags_by_host), d(|e| e.flags_by_aiv), d(|e| e.flags_unread));
+        BatchActs {
+            descriptor_count: descriptors.total(),
+            doorbell_count: doorbells.total(),
+            descriptors,
+            doorbells,
+            completion,
+            launches,
         }
     }
 
-    /// The submit calls this thread has made.
-    fn submits(&self) -> u64 {
-        read(self.put) + read(self.get)
+    /// A library without the records (the vendor's HiXL): who wrote the descriptors and rang the doorbells is not
+    /// observable; the Host's status queries that returned the batch's final state are its completion, as counted.
+    fn vendor(calls: &BatchCalls) -> BatchActs {
+        BatchActs {
+            completion: Act::host(Source::HostCalls, calls.completions),
+            ..BatchActs::unknown(Source::NotObservable)
+        }
+    }
+
+    fn unknown(source: Source) -> BatchActs {
+        BatchActs {
+            descriptors: Act::unknown(source),
+            doorbells: Act::unknown(source),
+            completion: Act::unknown(source),
+            launches: 0,
+            descriptor_count: 0,
+            doorbell_count: 0,
+        }
     }
 }
 
@@ -202,10 +296,6 @@ struct BatchCalls {
     connect: u64,
     /// Every counted call made for the batch itself: submit and status queries (shared by its transfers).
     batch: u64,
-    /// Submit calls made.
-    submits: u64,
-    /// List entries passed to the submit calls made.
-    entries: u64,
     /// Status queries that returned the batch's final state.
     completions: u64,
 }
@@ -484,54 +574,67 @@ impl Worker {
         let shared = self.state.shared.clone();
         let api = self.api();
         let timeout = shared.timeout;
-        let counters = self.counters;
+        // The library's own records of who did each act (the twin's HiXL), or none (the vendor's).
+        let records = api.is_resolved("cannTwinHixlClientEvidence");
         // The batch's acts are shared by its transfers: window k, each act's counts the batch's.
-        let evidence = |job: &Job, calls: &BatchCalls, api_calls: u64, k: u64, cpu: u64| {
+        let evidence = |job: &Job, acts: &BatchActs, api_calls: u64, k: u64, cpu: u64| {
             let mut evidence = TransferEvidence::new("adxl", shared.device.runtime_label());
             evidence.window = u32::try_from(k).unwrap_or(u32::MAX);
-            evidence.descriptors_written = Act::host(Source::HostCalls, calls.entries);
-            evidence.doorbells_rung = Act::host(Source::HostCalls, calls.submits);
-            evidence.completion_seen = Act::host(Source::HostCalls, calls.completions);
+            evidence.descriptors_written = acts.descriptors;
+            evidence.doorbells_rung = acts.doorbells;
+            evidence.completion_seen = acts.completion;
             evidence.host_device_api_calls = api_calls;
-            // Its own list entry, if it was passed; its share of the submits.
-            evidence.descriptors = u64::from(calls.entries > 0);
-            evidence.doorbells = calls.submits.div_ceil(k);
+            // Its share of the batch's AI-CPU launches, descriptors and doorbells.
+            evidence.host_launches = acts.launches as f64 / k as f64;
+            evidence.descriptors = acts.descriptor_count.div_ceil(k);
+            evidence.doorbells = acts.doorbell_count.div_ceil(k);
             evidence.host_cpu_ns = job.submit_cpu_ns + cpu;
             evidence
         };
-        let finish_all =
-            |group: Vec<Job>, outcome: Result<(), (AdxlStatus, String)>, calls: BatchCalls, cpu_mark: &mut u64| {
-                let now = thread_cpu_time_ns();
-                let k = group.len() as u64;
-                let share = (now.saturating_sub(*cpu_mark) + shared.carry.take()) / k;
-                *cpu_mark = now;
-                let per_job = calls.batch.div_ceil(k);
-                for (index, job) in group.into_iter().enumerate() {
-                    let api_calls = per_job + if index == 0 { calls.connect } else { 0 };
-                    let evidence = evidence(&job, &calls, api_calls, k, share);
-                    match &outcome {
-                        Ok(()) => {
-                            job.slot.complete(job.length, evidence);
-                        }
-                        Err((status, detail)) => {
-                            job.slot.fail_with_evidence(status.failure(detail.clone()), evidence);
-                        }
+        let finish_all = |group: Vec<Job>,
+                          outcome: Result<(), (AdxlStatus, String)>,
+                          calls: BatchCalls,
+                          acts: BatchActs,
+                          cpu_mark: &mut u64| {
+            let now = thread_cpu_time_ns();
+            let k = group.len() as u64;
+            let share = (now.saturating_sub(*cpu_mark) + shared.carry.take()) / k;
+            *cpu_mark = now;
+            let per_job = calls.batch.div_ceil(k);
+            for (index, job) in group.into_iter().enumerate() {
+                let api_calls = per_job + if index == 0 { calls.connect } else { 0 };
+                let evidence = evidence(&job, &acts, api_calls, k, share);
+                match &outcome {
+                    Ok(()) => {
+                        job.slot.complete(job.length, evidence);
+                    }
+                    Err((status, detail)) => {
+                        job.slot.fail_with_evidence(status.failure(detail.clone()), evidence);
                     }
                 }
-            };
+            }
+        };
         shared.counters.groups.fetch_add(1, Ordering::Relaxed);
         let mut calls = BatchCalls::default();
         let connect_before = ascendcl_sys::calls::thread_total();
         let client = self.client(&group[0]).map(|client| client.client.as_raw());
         calls.connect = ascendcl_sys::calls::thread_total().saturating_sub(connect_before);
+        // Nothing was handed to the library yet: no act.
+        let nothing = if records {
+            BatchActs::observed(Some(CannTwinHixlEvidence::new()), Some(CannTwinHixlEvidence::new()))
+        } else {
+            BatchActs::vendor(&calls)
+        };
         let raw = match client {
             Ok(raw) => raw,
             Err(detail) => {
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
-                finish_all(group, Err((AdxlStatus::NOT_CONNECTED, detail)), calls, cpu_mark);
+                finish_all(group, Err((AdxlStatus::NOT_CONNECTED, detail)), calls, nothing, cpu_mark);
                 return;
             }
         };
+        // Read before the batch's own calls are counted: the evidence reads are charged to nobody.
+        let tallies_before = if records { client_tallies(api, raw) } else { None };
         let batch_before = ascendcl_sys::calls::thread_total();
         let list: Vec<HixlOneSideOpDesc> = group
             .iter()
@@ -542,7 +645,7 @@ impl Worker {
             })
             .collect();
         let put = group[0].opcode == Opcode::Write;
-        let submits_before = counters.submits();
+        let counters = self.counters;
         // SAFETY: the client is connected; local ranges are this device's registered heap (checked at submit),
         // remote ranges lie in the peer's registered buffers (checked by the engine); HiXL checks both again.
         let submitted = unsafe {
@@ -552,9 +655,6 @@ impl Worker {
                 hixl::result::client_batch_get_async(api, raw, &list)
             }
         };
-        // Counted where the call is made: the entries went to HiXL only if the table counted the submit.
-        calls.submits = counters.submits().saturating_sub(submits_before);
-        calls.entries = calls.submits * list.len() as u64;
         let handle = match submitted {
             Ok(handle) => handle,
             Err(error) => {
@@ -562,7 +662,12 @@ impl Worker {
                 let status = if status == AdxlStatus::SUCCESS { AdxlStatus::FAILED } else { status };
                 shared.counters.failures.fetch_add(1, Ordering::Relaxed);
                 calls.batch = ascendcl_sys::calls::thread_total().saturating_sub(batch_before);
-                finish_all(group, Err((status, format!("HiXL refused the batch: {error}"))), calls, cpu_mark);
+                let acts = if records {
+                    BatchActs::observed(tallies_before, client_tallies(api, raw))
+                } else {
+                    BatchActs::vendor(&calls)
+                };
+                finish_all(group, Err((status, format!("HiXL refused the batch: {error}"))), calls, acts, cpu_mark);
                 return;
             }
         };
@@ -616,7 +721,12 @@ impl Worker {
             }
         }
         calls.batch = ascendcl_sys::calls::thread_total().saturating_sub(batch_before);
-        finish_all(group, outcome, calls, cpu_mark);
+        let acts = if records {
+            BatchActs::observed(tallies_before, client_tallies(api, raw))
+        } else {
+            BatchActs::vendor(&calls)
+        };
+        finish_all(group, outcome, calls, acts, cpu_mark);
     }
 }
 
@@ -627,12 +737,6 @@ mod tests {
     #[test]
     fn every_counter_the_evidence_reads_is_declared_by_the_hixl_table() {
         let counters = HixlCounters::new();
-        for (name, counter) in [
-            ("HixlCSClientBatchPutAsync", counters.put),
-            ("HixlCSClientBatchGetAsync", counters.get),
-            ("HixlCSClientQueryCompleteStatus", counters.query),
-        ] {
-            assert_eq!(counter.map(|counter| counter.function()), Some(name));
-        }
+        assert_eq!(counters.query.map(|counter| counter.function()), Some("HixlCSClientQueryCompleteStatus"));
     }
 }

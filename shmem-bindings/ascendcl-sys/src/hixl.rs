@@ -204,8 +204,92 @@ crate::c_struct! {
     }
 }
 
+crate::c_struct! {
+    /// **Twin-only, not a HiXL type**: what `cannTwinHixlClientEvidence` writes about one client of the twin
+    /// runtime's HiXL (`cann-twin`), version [`TWIN_HIXL_EVIDENCE_VERSION`]: counts since the client was created,
+    /// each made where the act happened. The vendor's HiXL has no such function (the table's symbol is optional).
+    ///
+    /// A caller sets `version` and `size` (at least this structure's bytes). Batches run by the AI CPU (`device_*`)
+    /// count, from the consumption log of the AI CPU's SDMA channel, the SQEs their AI-CPU ops had executed (by who
+    /// wrote each), the doorbells that exposed them (one per doorbell the engine took, by each ringer) and the flag
+    /// SQEs (by who read each flag first); batches the twin moved over its TCP wire path (`wire_*`) count the runtime
+    /// copies the client's Host thread made for their data.
+    pub struct CannTwinHixlEvidence {
+        pub version: u32,
+        pub size: u32,
+        /// Batches submitted (accepted) and their entries.
+        pub batches: u64,
+        pub entries: u64,
+        /// Batches run by AI-CPU ops, and the AI-CPU kernel launches the client made for them (one per 128 entries).
+        pub device_batches: u64,
+        pub launches: u64,
+        /// Launches whose ops ran while the provenance records were off (their acts are not recorded).
+        pub unrecorded_launches: u64,
+        /// Consumption-log entries the ops could not read (the log had dropped them).
+        pub log_entries_lost: u64,
+        pub sqes_by_aicpu: u64,
+        pub sqes_by_host: u64,
+        pub sqes_by_aiv: u64,
+        pub sqes_unattributed: u64,
+        pub doorbells_by_aicpu: u64,
+        pub doorbells_by_host: u64,
+        pub doorbells_by_aiv: u64,
+        pub doorbells_unattributed: u64,
+        pub flags_by_aicpu: u64,
+        pub flags_by_host: u64,
+        pub flags_by_aiv: u64,
+        pub flags_unread: u64,
+        /// Batches moved over the twin's TCP wire path, and the client-side runtime copies (`aclrtMemcpy`, each
+        /// written, submitted and seen complete by the Host) of their data, with the bytes.
+        pub wire_batches: u64,
+        pub host_copies: u64,
+        pub host_copy_bytes: u64,
+    }
+}
+
+/// The layout version of [`CannTwinHixlEvidence`].
+pub const TWIN_HIXL_EVIDENCE_VERSION: u32 = 1;
+
+impl CannTwinHixlEvidence {
+    /// An empty structure with `version` and `size` set, ready for `cannTwinHixlClientEvidence`.
+    pub fn new() -> Self {
+        CannTwinHixlEvidence {
+            version: TWIN_HIXL_EVIDENCE_VERSION,
+            size: size_of::<CannTwinHixlEvidence>() as u32,
+            batches: 0,
+            entries: 0,
+            device_batches: 0,
+            launches: 0,
+            unrecorded_launches: 0,
+            log_entries_lost: 0,
+            sqes_by_aicpu: 0,
+            sqes_by_host: 0,
+            sqes_by_aiv: 0,
+            sqes_unattributed: 0,
+            doorbells_by_aicpu: 0,
+            doorbells_by_host: 0,
+            doorbells_by_aiv: 0,
+            doorbells_unattributed: 0,
+            flags_by_aicpu: 0,
+            flags_by_host: 0,
+            flags_by_aiv: 0,
+            flags_unread: 0,
+            wire_batches: 0,
+            host_copies: 0,
+            host_copy_bytes: 0,
+        }
+    }
+}
+
+impl Default for CannTwinHixlEvidence {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 // The layouts of the definitions named in the module documentation (LP64), pinned at compile time.
 const _: () = {
+    assert!(size_of::<CannTwinHixlEvidence>() == 8 + 21 * 8 && align_of::<CannTwinHixlEvidence>() == 8);
     assert!(size_of::<CommAddr>() == 40 && align_of::<CommAddr>() == 4);
     assert!(size_of::<EndpointLoc>() == 64 && align_of::<EndpointLoc>() == 4);
     assert!(size_of::<EndpointDesc>() == 160 && align_of::<EndpointDesc>() == 4);
@@ -346,6 +430,13 @@ crate::dynamic_library! {
             list_num: u32,
             desc_list: *const HixlOneSideOpDesc,
             timeout_ms: u32,
+        ) -> HixlStatus;
+        /// **Twin-only, not a HiXL API** (`cann-twin` exports it; the vendor's library does not): the client's
+        /// counts ([`CannTwinHixlEvidence`]). `HIXL_PARAM_INVALID` for an unknown client, a null pointer, another
+        /// version or a smaller size (nothing written).
+        fn cannTwinHixlClientEvidence(
+            client_handle: HixlClientHandle,
+            evidence: *mut CannTwinHixlEvidence,
         ) -> HixlStatus;
     }
     // What a call can do to device work in flight (`calls::HostActs`): a batch is device work the library submits
@@ -772,8 +863,8 @@ mod tests {
                 ("reserved", 30)
             ]
         );
-        assert_eq!(HixlApi::function_decls().len(), 15);
-        assert_eq!(HixlApi::function_decls().iter().filter(|f| f.optional).count(), 2);
+        assert_eq!(HixlApi::function_decls().len(), 16);
+        assert_eq!(HixlApi::function_decls().iter().filter(|f| f.optional).count(), 3);
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! the channel's index in the workspace (0 to [`crate::sdma::MAX_CHANNELS`] - 1).
 
 pub use crate::occupancy::StreamOccupancy;
-pub use crate::occupancy::{ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
+pub use crate::occupancy::{AiCpuOccupancy, ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
 pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
@@ -109,8 +109,9 @@ pub fn hold_device_streams(device: i32, held: bool) {
 }
 
 /// Stalls (`true`) or releases the HiXL server listening at `address` (`"ip:port"`, as its endpoint names it): each
-/// request it receives waits unanswered until the release, so clients see their own deadlines pass, as with a
-/// stalled NPU. `false` if `address` is not an `ip:port`.
+/// request it receives on the wire path waits unanswered until the release, so clients see their own deadlines pass,
+/// as with a stalled NPU. The device path's batches never reach the server (its memory is imported): stall the
+/// client's AI CPU for them ([`set_aicpu_stalled`]). `false` if `address` is not an `ip:port`.
 pub fn stall_hixl_server(address: &str, stalled: bool) -> bool {
     match address.parse::<std::net::SocketAddr>() {
         Ok(address) => {
@@ -119,6 +120,33 @@ pub fn stall_hixl_server(address: &str, stalled: bool) -> bool {
         }
         Err(_) => false,
     }
+}
+
+/// Stalls (`true`) or releases the AI CPU's SDMA channels of `device` (made now if the device's AI CPU has none
+/// yet): their engines execute nothing (doorbells still set the tail), so an AI-CPU task waits for its completion word
+/// until released, its deadline, or its batch's link is revoked. The AI CPU's channels are `AICPU_CHANNEL_BASE +
+/// n` (`sdma::AICPU_CHANNEL_BASE`); [`set_stalled`] reaches one of them. Channels made anew after the device's reset
+/// are not stalled.
+pub fn set_aicpu_stalled(device: i32, stalled: bool) -> Result<(), ControlError> {
+    let channels = crate::sdma::aicpu_channels(device)
+        .map_err(|_| ControlError::NoSuchChannel { device, channel: crate::sdma::AICPU_CHANNEL_BASE })?;
+    channels.iter().for_each(|channel| channel.set_stalled(stalled));
+    Ok(())
+}
+
+/// The AI CPU's SDMA channels of `device` that exist now (indices from `sdma::AICPU_CHANNEL_BASE`), for the
+/// provenance records ([`provenance`], [`sqe_log`]): empty before the device's first AI-CPU task.
+pub fn aicpu_channels(device: i32) -> Vec<u32> {
+    (crate::sdma::AICPU_CHANNEL_BASE..crate::sdma::AICPU_CHANNEL_BASE + crate::sdma::AICPU_CHANNELS)
+        .filter(|&index| crate::sdma::channel(device, index).is_some())
+        .collect()
+}
+
+/// **Test-only, deliberately mis-wired**: while `on`, the twin's HiXL clients on `device` move every batch over the
+/// wire path, with Host runtime copies on both sides, instead of the AI CPU's SDMA channels they use for device
+/// memory: the records then name the Host. Nothing in the model, the CANN interface or any configuration reaches it.
+pub fn hixl_host_copies(device: i32, on: bool) {
+    crate::hixl::set_host_copies(device, on);
 }
 
 /// Withholds (`true`) or grants again an export of this process (its `u64` shareable handle): while withheld, every

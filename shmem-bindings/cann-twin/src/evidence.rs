@@ -38,10 +38,17 @@ static ADXL_TRANSFERS: AtomicU64 = AtomicU64::new(0);
 static ADXL_DESCS: AtomicU64 = AtomicU64::new(0);
 static ADXL_REQUESTS_SERVED: AtomicU64 = AtomicU64::new(0);
 static ADXL_DESCS_SERVED: AtomicU64 = AtomicU64::new(0);
+static AICPU_KERNELS_LAUNCHED: AtomicU64 = AtomicU64::new(0);
+static AICPU_KERNEL_BLOCKS_LAUNCHED: AtomicU64 = AtomicU64::new(0);
 
 pub(crate) fn note_launch(blocks: u32) {
     KERNELS_LAUNCHED.fetch_add(1, Ordering::Relaxed);
     KERNEL_BLOCKS_LAUNCHED.fetch_add(u64::from(blocks), Ordering::Relaxed);
+}
+
+pub(crate) fn note_aicpu_launch(blocks: u32) {
+    AICPU_KERNELS_LAUNCHED.fetch_add(1, Ordering::Relaxed);
+    AICPU_KERNEL_BLOCKS_LAUNCHED.fetch_add(u64::from(blocks), Ordering::Relaxed);
 }
 
 pub(crate) fn note_sync_copy(bytes: usize) {
@@ -126,7 +133,7 @@ pub struct CannTwinEvidenceV2 {
     pub doorbells_by_aicpu: u64,
     /// Flags whose first read returning the landed value was an AI-CPU thread's runtime copy.
     pub flags_seen_by_aicpu: u64,
-    /// AI-CPU kernels launched and their blocks: 0 until the twin launches AI-CPU kernels.
+    /// AI-CPU kernels launched (queued on a stream: the twin's HiXL launches its batch op so) and their blocks.
     pub aicpu_kernels_launched: u64,
     pub aicpu_kernel_blocks_launched: u64,
 }
@@ -159,7 +166,12 @@ pub fn snapshot_v2() -> CannTwinEvidenceV2 {
     for (i, byte) in crate::TWIN_VERSION_STRING.bytes().take(base.runtime.len() - 1).enumerate() {
         base.runtime[i] = byte as c_char;
     }
-    let mut out = CannTwinEvidenceV2 { base, ..CannTwinEvidenceV2::default() };
+    let mut out = CannTwinEvidenceV2 {
+        base,
+        aicpu_kernels_launched: AICPU_KERNELS_LAUNCHED.load(Ordering::Relaxed),
+        aicpu_kernel_blocks_launched: AICPU_KERNEL_BLOCKS_LAUNCHED.load(Ordering::Relaxed),
+        ..CannTwinEvidenceV2::default()
+    };
     for channel in crate::sdma::all_channels() {
         let base = &mut out.base;
         base.sdma_channels += 1;
@@ -294,6 +306,7 @@ mod tests {
         // Version 2 with its size: the version-2 structure, the same name and counts in the version-1 places.
         let mut two = buffer(words, EVIDENCE_VERSION, v2);
         note_sync_copy(1);
+        note_aicpu_launch(1);
         // SAFETY: as above.
         assert_eq!(unsafe { cannTwinEvidence(two.as_mut_ptr().cast()) }, ACL_SUCCESS);
         let written = bytes(&two);
@@ -305,6 +318,7 @@ mod tests {
         assert_eq!((two.base.version, two.base.size as usize), (EVIDENCE_VERSION, v2));
         assert_eq!(two.base.runtime, one.runtime);
         assert!(two.base.host_sync_copies > one.host_sync_copies, "a copy counted between them: {two:?}");
-        assert_eq!((two.aicpu_kernels_launched, two.aicpu_kernel_blocks_launched), (0, 0));
+        assert!(two.aicpu_kernels_launched >= 1, "an AI-CPU launch counted before it: {two:?}");
+        assert!(two.aicpu_kernel_blocks_launched >= two.aicpu_kernels_launched, "{two:?}");
     }
 }

@@ -1,30 +1,46 @@
 //! HiXL's plain C client/server API (`ascendcl_sys::hixl::HixlApi`), implemented on the twin: resolved in-process
 //! by [`resolve_hixl`] ([`hixl_api`]) and exported under the C names from the cdylib, with
-//! [`HixlCSClientGetRemoteMem`], which `hixl_cs.h` declares and `HixlApi` does not.
+//! [`HixlCSClientGetRemoteMem`], which `hixl_cs.h` declares and `HixlApi` does not, and the twin-only
+//! [`cannTwinHixlClientEvidence`] (not a HiXL API: a client's records, which `HixlApi` declares optional).
 //!
-//! Modelled as Host-submitted, as the vendor's library runs on the Host: a server listens on the TCP address of its
-//! [`HixlServerDesc`] (`server_ip`, `server_port`); a client connects to the address of its [`HixlClientDesc`]; a
-//! batch put or get moves the bytes over that one TCP connection, each side reading and writing its own memory only
-//! through its own process's ACL copies (`aclrtMemcpy` with `ACL_MEMCPY_DEFAULT`, so device and Host registrations
-//! both work). Endpoints are accepted and not interpreted (no HCCS, RoCE or UB is modelled).
+//! A server listens on the TCP address of its [`HixlServerDesc`] (`server_ip`, `server_port`); a client connects to
+//! the address of its [`HixlClientDesc`] and gets the server's registrations in the hello answer. Then a batch takes
+//! one of two paths:
+//!
+//! - **the device path** (module `device`): HiXL's client-server mode with a device endpoint, as the vendor's library
+//!   runs it. The server exports its DEVICE registrations; a client with a device imports them into its own device
+//!   address space at connect; a batch between device memory and live imports is copied to device memory and
+//!   launched as AI-CPU tasks on the client's stream (one per 128 entries), which write SQEs into an SDMA channel of
+//!   the emulated AI CPU (module `aicpu`), followed by a copy of a device constant 1 into the batch's Host flag;
+//!   the status query reads that flag and the batch's error status only;
+//! - **the wire path**, for what cannot be imported (remote HOST memory, which HiXL's HCCS client-server mode does
+//!   not reach; a client without a device; memory a server could not export): the bytes go over the one TCP
+//!   connection, each side reading and writing its own memory only through its own process's ACL copies
+//!   (`aclrtMemcpy` with `ACL_MEMCPY_DEFAULT`, so device and Host registrations both work). Host-submitted, and its
+//!   records say so.
+//!
+//! Endpoints are accepted and not interpreted (no HCCS, RoCE or UB transport is modelled).
 //!
 //! Checks: every local range of a batch must lie inside one of the client's registrations, every remote range
 //! inside one of the server's registrations (the list the server sent at connect, checked again by the server
 //! against its registrations of the moment), else the call returns `HIXL_PARAM_INVALID` and submits nothing.
 //! Handles are ids looked up in tables, never dereferenced: an unknown handle is `HIXL_PARAM_INVALID`.
 //!
-//! Wire protocol (little-endian; docs/twin-runtime.md has the full table):
-//! - hello, client to server: `HIXLTWN1`, `u32` version 1; the server answers `HIXLTWN1`, `u32` status, `u32` count,
-//!   then `count` times `(u64 addr, u64 size, i32 CommMemType, u32 tag length, tag)` of its registrations (at most
-//!   [`MAX_REGISTRATIONS`], tags at most [`MAX_TAG_LEN`] bytes): what [`HixlCSClientGetRemoteMem`] returns;
+//! Wire protocol (little-endian, [`VERSION`] 2; docs/twin-runtime.md has the full table):
+//! - hello, client to server: `HIXLTWN1`, `u32` version; the server answers `HIXLTWN1`, `u32` status, `u32` count,
+//!   `u64` its registry's export token, then `count` times `(u64 addr, u64 size, i32 CommMemType, u32 tag length,
+//!   u64 export token, u64 stamp, u32 registry slot, u32 0, tag)` of its registrations (at most
+//!   [`MAX_REGISTRATIONS`], tags at most [`MAX_TAG_LEN`] bytes): what [`HixlCSClientGetRemoteMem`] returns, and what
+//!   the device path imports;
 //! - request: `u32` op (1 put, 2 get), `u32` 0, `u64` remote address, `u64` length (at most [`MAX_ENTRY_LEN`]);
 //!   a put is followed by `length` bytes, answered by one `u32` status; a get is answered by a `u32` status, and
 //!   when it is 0 by `length` bytes and a second `u32` status (a copy that failed midway still sends the bytes).
 //!
 //! Bounds: connect within the call's `timeout_ms`; a batch within its deadline (the Sync calls' `timeout_ms`,
-//! [`ASYNC_TIMEOUT`] for the Async ones, counted from submission), else `HIXL_COMPLETE_STATUS_TIMEOUT` and the
-//! connection is closed (the stream is out of step); a vanished server fails the batch at once (reset or end of
-//! stream) or at its deadline. The server: the hello within [`HELLO_TIMEOUT`], a frame's remaining bytes within
+//! [`ASYNC_TIMEOUT`] for the Async ones, counted from submission), else `HIXL_COMPLETE_STATUS_TIMEOUT` (on the wire
+//! path the connection is then closed: the stream is out of step; on the device path the task stops at the deadline);
+//! a vanished server fails the batch at once (reset or end of stream, which the client's worker also watches for while
+//! idle: the device path's link is then revoked) or at its deadline. The server: the hello within [`HELLO_TIMEOUT`], a frame's remaining bytes within
 //! [`FRAME_TIMEOUT`] of its first, at most [`MAX_CONNECTIONS`] connections; anything malformed closes that
 //! connection only.
 
@@ -42,6 +58,10 @@ use std::time::{Duration, Instant};
 
 use ascendcl_sys::hixl::*;
 use ascendcl_sys::sys::{ACL_MEMCPY_DEFAULT, ACL_SUCCESS};
+
+mod device;
+
+pub use device::{RegionExport, MAX_KERNEL_ENTRIES};
 
 /// What [`HixlApi::path`] reports for [`hixl_api`].
 pub const IN_PROCESS_HIXL_PATH: &str = "cann-twin HiXL (in-process)";
@@ -64,8 +84,13 @@ pub const MAX_ENTRY_LEN: u64 = 1 << 32;
 pub const MAX_TAG_LEN: usize = 255;
 /// The protocol's magic.
 pub const MAGIC: &[u8; 8] = b"HIXLTWN1";
-/// The protocol's version.
-pub const VERSION: u32 = 1;
+/// The protocol's version (2: the hello answer carries the exports of the device path).
+pub const VERSION: u32 = 2;
+/// Bytes of the hello answer before its registrations: magic, status, count, the registry's token.
+pub const HELLO_ANSWER_BYTES: usize = 24;
+/// Bytes of one registration in the hello answer before its tag: address, size, `CommMemType`, tag length, export
+/// token (0: not exported), stamp, slot, a reserved 0.
+pub const HELLO_ENTRY_BYTES: usize = 48;
 /// Request opcode of a put.
 pub const OP_PUT: u32 = 1;
 /// Request opcode of a get.
@@ -111,13 +136,14 @@ fn acl_copy(dst: usize, src: usize, len: usize) -> Status {
     }
 }
 
-/// A registered range, its `CommMemType` and its tag.
+/// A registered range, its `CommMemType`, its tag and (a server's DEVICE registration) its export.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Region {
     addr: u64,
     size: u64,
     kind: i32,
     tag: Vec<u8>,
+    export: Option<RegionExport>,
 }
 
 fn inside<'a>(regions: impl IntoIterator<Item = &'a Region>, addr: u64, len: u64) -> bool {
@@ -147,7 +173,7 @@ fn region_of(mem: *const CommMem, tag: *const c_char) -> Result<Region, HixlStat
     if addr == 0 || mem.size == 0 || addr.checked_add(mem.size).is_none() {
         return Err(HIXL_PARAM_INVALID);
     }
-    Ok(Region { addr, size: mem.size, kind: mem.r#type.0, tag })
+    Ok(Region { addr, size: mem.size, kind: mem.r#type.0, tag, export: None })
 }
 
 /// Handle tables: handles are ids (never 0), never pointers into this process.
@@ -293,6 +319,8 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 struct ServerState {
     regions: Vec<(usize, Region)>,
     listening: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// The registry page of the device path (`None` if it could not be made: every batch then takes the wire path).
+    registry: Option<device::Registry>,
 }
 
 #[derive(Debug)]
@@ -335,7 +363,13 @@ fn wait_while_stalled(address: SocketAddr, stop: &AtomicBool) {
     }
 }
 
-fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<Vec<Region>>>, device: Option<i32>) {
+fn accept_loop(
+    listener: TcpListener,
+    stop: Arc<AtomicBool>,
+    regions: Arc<Mutex<Vec<Region>>>,
+    device: Option<i32>,
+    registry: u64,
+) {
     let address = listener.local_addr().ok();
     let live = Arc::new(AtomicUsize::new(0));
     let mut workers: Vec<JoinHandle<()>> = Vec::new();
@@ -352,7 +386,9 @@ fn accept_loop(listener: TcpListener, stop: Arc<AtomicBool>, regions: Arc<Mutex<
                 let spawned =
                     std::thread::Builder::new().name(format!("{}hixl-conn", crate::THREAD_PREFIX)).spawn(move || {
                         bind_device(device);
-                        let _ = catch_unwind(AssertUnwindSafe(|| serve_connection(stream, &stop, &regions, address)));
+                        let _ = catch_unwind(AssertUnwindSafe(|| {
+                            serve_connection(stream, &stop, &regions, address, registry)
+                        }));
                         live_done.fetch_sub(1, Ordering::Relaxed);
                     });
                 match spawned {
@@ -377,6 +413,7 @@ fn serve_connection(
     stop: &AtomicBool,
     regions: &Mutex<Vec<Region>>,
     address: Option<SocketAddr>,
+    registry: u64,
 ) {
     let _ = stream.set_nodelay(true);
     let _ = stream.set_nonblocking(false);
@@ -388,15 +425,21 @@ fn serve_connection(
         return;
     }
     let listed: Vec<Region> = lock(regions).clone();
-    let mut reply = Vec::with_capacity(16 + 16 * listed.len());
+    let mut reply = Vec::with_capacity(HELLO_ANSWER_BYTES + HELLO_ENTRY_BYTES * listed.len());
     reply.extend_from_slice(MAGIC);
     reply.extend_from_slice(&HIXL_SUCCESS.to_le_bytes());
     reply.extend_from_slice(&(listed.len() as u32).to_le_bytes());
+    reply.extend_from_slice(&registry.to_le_bytes());
     for region in &listed {
+        let export = region.export.unwrap_or(RegionExport { token: 0, slot: 0, stamp: 0 });
         reply.extend_from_slice(&region.addr.to_le_bytes());
         reply.extend_from_slice(&region.size.to_le_bytes());
         reply.extend_from_slice(&region.kind.to_le_bytes());
         reply.extend_from_slice(&(region.tag.len() as u32).to_le_bytes());
+        reply.extend_from_slice(&export.token.to_le_bytes());
+        reply.extend_from_slice(&export.stamp.to_le_bytes());
+        reply.extend_from_slice(&export.slot.to_le_bytes());
+        reply.extend_from_slice(&0u32.to_le_bytes());
         reply.extend_from_slice(&region.tag);
     }
     if write_full(&mut stream, &reply, Instant::now() + FRAME_TIMEOUT, stop).is_err() {
@@ -506,7 +549,9 @@ pub unsafe extern "C" fn HixlCSServerCreate(
         let endpoints = unsafe { core::slice::from_raw_parts(desc.endpoint_list, desc.endpoint_list_num as usize) };
         device_bound_if(endpoints)?;
         let device = crate::runtime::runtime().current_device().ok();
-        let server = Arc::new(Server { address, device, state: Mutex::default(), shared: Arc::default() });
+        // The device path's registry: without one (no memfd, no export service) batches take the wire path.
+        let state = ServerState { registry: device::Registry::new().ok(), ..ServerState::default() };
+        let server = Arc::new(Server { address, device, state: Mutex::new(state), shared: Arc::default() });
         let id = servers().insert(server);
         // SAFETY: non-null, writable by the C contract.
         unsafe { server_handle.write(id as HixlServerHandle) };
@@ -514,7 +559,8 @@ pub unsafe extern "C" fn HixlCSServerCreate(
     })
 }
 
-/// `HixlCSServerRegMem`: `mem` becomes reachable by clients (those connecting from now on see it listed).
+/// `HixlCSServerRegMem`: `mem` becomes reachable by clients (those connecting from now on see it listed). DEVICE
+/// memory of this process that is one heap allocation or lies in one mapping is exported for the device path.
 ///
 /// # Safety
 /// The C contract; `mem` stays allocated until unregistered.
@@ -530,7 +576,11 @@ pub unsafe extern "C" fn HixlCSServerRegMem(
         not_null(mem_handle)?;
         let region = region_of(mem, mem_tag)?;
         let mut state = lock(&server.state);
-        let id = add_registration(&mut state.regions, region)?;
+        let ServerState { regions, registry, .. } = &mut *state;
+        let id = add_registration(regions, region)?;
+        if let (Some(registry), Some((_, added))) = (registry.as_mut(), regions.last_mut()) {
+            added.export = registry.export(added);
+        }
         server.publish(&state);
         // SAFETY: non-null, writable by the C contract.
         unsafe { mem_handle.write(id as MemHandle) };
@@ -555,9 +605,10 @@ pub unsafe extern "C" fn HixlCSServerListen(server_handle: HixlServerHandle, bac
         listener.set_nonblocking(true).map_err(|_| HIXL_FAILED)?;
         let stop = Arc::new(AtomicBool::new(false));
         let (thread_stop, regions, device) = (stop.clone(), server.shared.clone(), server.device);
+        let registry = state.registry.as_ref().map_or(0, device::Registry::token);
         let thread = std::thread::Builder::new()
             .name(format!("{}hixl-server", crate::THREAD_PREFIX))
-            .spawn(move || accept_loop(listener, thread_stop, regions, device))
+            .spawn(move || accept_loop(listener, thread_stop, regions, device, registry))
             .map_err(|_| HIXL_FAILED)?;
         state.listening = Some((stop, thread));
         Ok(())
@@ -597,7 +648,13 @@ pub unsafe extern "C" fn HixlCSServerUnregMem(server_handle: HixlServerHandle, m
     guard(|| {
         let server = server_of(server_handle)?;
         let mut state = lock(&server.state);
-        remove_registration(&mut state.regions, mem_handle)?;
+        let ServerState { regions, registry, .. } = &mut *state;
+        let export = regions.iter().find(|(id, _)| *id == mem_handle as usize).and_then(|(_, region)| region.export);
+        remove_registration(regions, mem_handle)?;
+        // Its importers see it gone (the registry's stamp), later imports are refused.
+        if let (Some(export), Some(registry)) = (export, registry.as_mut()) {
+            registry.withdraw(&export);
+        }
         server.publish(&state);
         Ok(())
     })
@@ -615,6 +672,14 @@ pub unsafe extern "C" fn HixlCSServerDestroy(server_handle: HixlServerHandle) ->
         if let Some((stop, thread)) = listening {
             stop.store(true, Ordering::Relaxed);
             let _ = thread.join();
+        }
+        // Every export withdrawn, the registry's stamps zeroed (importers see their imports gone).
+        let mut state = lock(&server.state);
+        let ServerState { regions, registry, .. } = &mut *state;
+        if let Some(mut registry) = registry.take() {
+            for export in regions.iter().filter_map(|(_, region)| region.export) {
+                registry.withdraw(&export);
+            }
         }
         Ok(())
     })
@@ -637,8 +702,11 @@ struct Batch {
     put: bool,
     entries: Vec<HixlOneSideOpDesc>,
     deadline: Instant,
+    /// The wire path's outcome (the client's worker sets it).
     outcome: Mutex<Outcome>,
     done: Condvar,
+    /// On the device path: the batch's launches, Host flag and error status (its outcome is read from them).
+    device: Option<device::DeviceBatch>,
 }
 
 impl Batch {
@@ -654,6 +722,23 @@ struct Connection {
     queue: mpsc::Sender<Arc<Batch>>,
     stream: TcpStream,
     thread: JoinHandle<()>,
+    /// The server's registrations imported for the device path (`None`: every batch takes the wire path).
+    imports: Option<device::Imports>,
+}
+
+impl Connection {
+    /// Ends the connection: its link revoked (device batches on it stop), the socket shut, the worker joined (bounded:
+    /// it checks its stop flag at least every 100 ms). The imports are handed back, to be dropped once the client's
+    /// stream no longer runs a batch that uses them.
+    fn close(self) -> Option<device::Imports> {
+        if let Some(imports) = &self.imports {
+            imports.link.revoke();
+        }
+        let _ = self.stream.shutdown(Shutdown::Both);
+        drop(self.queue);
+        let _ = self.thread.join();
+        self.imports
+    }
 }
 
 #[derive(Debug, Default)]
@@ -665,6 +750,22 @@ struct ClientState {
     next_batch: usize,
     /// What the last `HixlCSClientGetRemoteMem` handed out (kept until the next call or destroy).
     remote_view: Option<RemoteView>,
+    /// The client's device resources (its stream, the constant 1), made at its first connect with imports.
+    slot: Option<device::Slot>,
+    /// Device batches seen final (or abandoned) while their launches or Host-flag copy still ran: dropped once quiet.
+    retired: Vec<Arc<Batch>>,
+    /// Imports of connections that ended while batches may still have used them: dropped once the stream is idle.
+    old_imports: Vec<device::Imports>,
+}
+
+impl ClientState {
+    /// Drops the retired device batches that no longer run.
+    fn reap(&mut self) {
+        self.retired.retain(|batch| !batch.device.as_ref().is_none_or(device::DeviceBatch::quiet));
+        if self.retired.is_empty() && self.pending.values().all(|batch| batch.device.is_none()) {
+            self.old_imports.clear();
+        }
+    }
 }
 
 /// The server's registrations as `HixlCSClientGetRemoteMem` returns them: arrays this module owns.
@@ -687,6 +788,8 @@ struct Client {
     stop: Arc<AtomicBool>,
     /// Set when the connection failed: later batches fail at once.
     broken: Arc<AtomicBool>,
+    /// Its counts ([`cannTwinHixlClientEvidence`]).
+    tallies: Arc<device::Tallies>,
 }
 
 // SAFETY: a HixlOneSideOpDesc is plain addresses (integers to this module: every access goes through aclrtMemcpy).
@@ -726,6 +829,7 @@ pub unsafe extern "C" fn HixlCSClientCreate(
             state: Mutex::default(),
             stop: Arc::new(AtomicBool::new(false)),
             broken: Arc::new(AtomicBool::new(false)),
+            tallies: Arc::default(),
         });
         let id = clients().insert(client);
         // SAFETY: non-null, writable by the C contract.
@@ -771,7 +875,10 @@ pub unsafe extern "C" fn HixlCSClientUnregMem(client_handle: HixlClientHandle, m
     })
 }
 
-fn hello(address: SocketAddr, deadline: Instant, stop: &AtomicBool) -> Result<(TcpStream, Vec<Region>), HixlStatus> {
+/// What the hello answer gave: the stream, the server's registrations, its registry's token.
+type Hello = (TcpStream, Vec<Region>, u64);
+
+fn hello(address: SocketAddr, deadline: Instant, stop: &AtomicBool) -> Result<Hello, HixlStatus> {
     let left = deadline.saturating_duration_since(Instant::now());
     if left.is_zero() {
         return Err(HIXL_TIMEOUT);
@@ -786,15 +893,16 @@ fn hello(address: SocketAddr, deadline: Instant, stop: &AtomicBool) -> Result<(T
     request[..8].copy_from_slice(MAGIC);
     request[8..].copy_from_slice(&VERSION.to_le_bytes());
     write_full(&mut stream, &request, deadline, stop).map_err(io)?;
-    let mut head = [0u8; 16];
+    let mut head = [0u8; HELLO_ANSWER_BYTES];
     read_full(&mut stream, &mut head, Some(deadline), stop).map_err(io)?;
     let count = u32_at(&head, 12) as usize;
     if &head[..8] != MAGIC || u32_at(&head, 8) != HIXL_SUCCESS || count > MAX_REGISTRATIONS {
         return Err(HIXL_FAILED);
     }
+    let registry = u64_at(&head, 16);
     let mut remote = Vec::with_capacity(count);
     for _ in 0..count {
-        let mut entry = [0u8; 24];
+        let mut entry = [0u8; HELLO_ENTRY_BYTES];
         read_full(&mut stream, &mut entry, Some(deadline), stop).map_err(io)?;
         let tag_len = u32_at(&entry, 20) as usize;
         if tag_len > MAX_TAG_LEN {
@@ -803,12 +911,17 @@ fn hello(address: SocketAddr, deadline: Instant, stop: &AtomicBool) -> Result<(T
         let mut tag = vec![0u8; tag_len];
         read_full(&mut stream, &mut tag, Some(deadline), stop).map_err(io)?;
         let kind = u32_at(&entry, 16) as i32;
-        remote.push(Region { addr: u64_at(&entry, 0), size: u64_at(&entry, 8), kind, tag });
+        let (token, stamp, slot) = (u64_at(&entry, 24), u64_at(&entry, 32), u32_at(&entry, 40));
+        let export =
+            (token != 0 && (slot as usize) < device::REGISTRY_SLOTS).then_some(RegionExport { token, slot, stamp });
+        remote.push(Region { addr: u64_at(&entry, 0), size: u64_at(&entry, 8), kind, tag, export });
     }
-    Ok((stream, remote))
+    Ok((stream, remote, registry))
 }
 
-/// `HixlCSClientConnect`: TCP connect and hello, both within `timeout_ms` (`HIXL_TIMEOUT` past it).
+/// `HixlCSClientConnect`: TCP connect and hello, both within `timeout_ms` (`HIXL_TIMEOUT` past it). A client with a
+/// device then imports the server's exported DEVICE registrations into its own device address space (the device
+/// path); what cannot be imported is left to the wire path.
 ///
 /// # Safety
 /// None beyond the C contract.
@@ -824,27 +937,38 @@ pub unsafe extern "C" fn HixlCSClientConnect(client_handle: HixlClientHandle, ti
             if !client.broken.load(Ordering::Relaxed) {
                 return Err(HIXL_PARAM_INVALID);
             }
-            // A connection that failed is replaced: its worker has failed or fails every batch it holds.
-            if let Some(Connection { queue, stream, thread, .. }) = state.connection.take() {
-                let _ = stream.shutdown(Shutdown::Both);
-                drop(queue);
-                let _ = thread.join();
+            // A connection that failed is replaced: its worker has failed or fails every batch it holds, and the
+            // device batches on its link stop.
+            if let Some(imports) = state.connection.take().and_then(Connection::close) {
+                state.old_imports.push(imports);
             }
+            state.reap();
         }
         let deadline = Instant::now() + Duration::from_millis(u64::from(timeout_ms));
-        let (stream, remote) = hello(client.address, deadline, &client.stop)?;
+        let (stream, remote, registry) = hello(client.address, deadline, &client.stop)?;
+        let imports = match client.device {
+            Some(device) => {
+                let imports = device::import(registry, &remote);
+                if imports.is_some() && state.slot.is_none() {
+                    state.slot = device::Slot::new(device).ok();
+                }
+                imports.filter(|_| state.slot.is_some())
+            }
+            None => None,
+        };
         let worker_stream = stream.try_clone().map_err(|_| HIXL_FAILED)?;
         let (queue, batches) = mpsc::channel::<Arc<Batch>>();
         let (stop, broken, device) = (client.stop.clone(), client.broken.clone(), client.device);
+        let (link, tallies) = (imports.as_ref().map(|imports| Arc::clone(&imports.link)), client.tallies.clone());
         client.broken.store(false, Ordering::Relaxed);
         let thread = std::thread::Builder::new()
             .name(format!("{}hixl-client", crate::THREAD_PREFIX))
             .spawn(move || {
                 bind_device(device);
-                run_client(worker_stream, batches, &stop, &broken)
+                run_client(worker_stream, batches, &stop, &broken, link.as_deref(), &tallies)
             })
             .map_err(|_| HIXL_FAILED)?;
-        state.connection = Some(Connection { remote, queue, stream, thread });
+        state.connection = Some(Connection { remote, queue, stream, thread, imports });
         Ok(())
     })
 }
@@ -895,22 +1019,65 @@ pub unsafe extern "C" fn HixlCSClientGetRemoteMem(
     })
 }
 
-fn run_client(mut stream: TcpStream, batches: mpsc::Receiver<Arc<Batch>>, stop: &AtomicBool, broken: &AtomicBool) {
+/// Whether the server closed or reset the connection (a peek that does not wait: the server sends nothing unasked).
+fn peer_gone(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = [0u8; 1];
+    // SAFETY: peeks at most one byte into a live local buffer, without blocking.
+    let read =
+        unsafe { libc::recv(stream.as_raw_fd(), byte.as_mut_ptr().cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) };
+    match read {
+        0 => true,
+        n if n > 0 => false,
+        _ => !matches!(
+            std::io::Error::last_os_error().kind(),
+            ErrorKind::WouldBlock | ErrorKind::Interrupted | ErrorKind::TimedOut
+        ),
+    }
+}
+
+/// The client's worker: runs the wire path's batches in order, and while idle watches the connection (every
+/// [`POLL`]): a server that is gone (its process killed, or destroyed) breaks the client and revokes the device path's
+/// link, so device batches on it fail.
+fn run_client(
+    mut stream: TcpStream,
+    batches: mpsc::Receiver<Arc<Batch>>,
+    stop: &AtomicBool,
+    broken: &AtomicBool,
+    link: Option<&device::Link>,
+    tallies: &device::Tallies,
+) {
+    let lost = |stream: &TcpStream| {
+        broken.store(true, Ordering::Relaxed);
+        let _ = stream.shutdown(Shutdown::Both);
+        if let Some(link) = link {
+            link.revoke();
+        }
+    };
     let mut staging = Vec::with_capacity(CHUNK + 64);
-    while let Ok(batch) = batches.recv() {
+    loop {
+        let batch = match batches.recv_timeout(POLL) {
+            Ok(batch) => batch,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if !broken.load(Ordering::Relaxed) && !stop.load(Ordering::Relaxed) && peer_gone(&stream) {
+                    lost(&stream);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         if broken.load(Ordering::Relaxed) || stop.load(Ordering::Relaxed) {
             batch.finish(Outcome::Failed);
             continue;
         }
-        let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(&mut stream, &batch, &mut staging, stop)))
+        let outcome = catch_unwind(AssertUnwindSafe(|| run_batch(&mut stream, &batch, &mut staging, stop, tallies)))
             .unwrap_or(Err(Io::Gone));
         match outcome {
             Ok(true) => batch.finish(Outcome::Completed),
             Ok(false) => batch.finish(Outcome::Failed),
             Err(io) => {
                 // The stream is out of step or gone: no later batch may use it.
-                broken.store(true, Ordering::Relaxed);
-                let _ = stream.shutdown(Shutdown::Both);
+                lost(&stream);
                 batch.finish(if io == Io::Timeout { Outcome::Timeout } else { Outcome::Failed });
             }
         }
@@ -922,7 +1089,13 @@ fn run_client(mut stream: TcpStream, batches: mpsc::Receiver<Arc<Batch>>, stop: 
 /// Entries are pipelined in windows of [`WINDOW`]: the window's requests (with a put's bytes) are sent, coalesced
 /// into writes of up to 1 MiB, then its answers are read. Neither side can block the other for good: a window's
 /// put answers are `4 * WINDOW` bytes and its get requests `24 * WINDOW`, far below any socket buffer.
-fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut Vec<u8>, stop: &AtomicBool) -> Result<bool, Io> {
+fn run_batch(
+    stream: &mut TcpStream,
+    batch: &Batch,
+    staging: &mut Vec<u8>,
+    stop: &AtomicBool,
+    tallies: &device::Tallies,
+) -> Result<bool, Io> {
     let deadline = batch.deadline;
     let mut all_ok = true;
     for window in batch.entries.chunks(WINDOW) {
@@ -943,11 +1116,13 @@ fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut Vec<u8>, stop:
                 let n = (len - done).min((CHUNK - staging.len()) as u64) as usize;
                 let at = staging.len();
                 staging.resize(at + n, 0);
-                if local_ok[index] && acl_copy(staging[at..].as_mut_ptr() as usize, (local + done) as usize, n).is_err()
-                {
-                    // The bytes must still go (zeros, already there): the stream stays in step.
-                    local_ok[index] = false;
-                    staging[at..].fill(0);
+                if local_ok[index] {
+                    tallies.host_copy(n);
+                    if acl_copy(staging[at..].as_mut_ptr() as usize, (local + done) as usize, n).is_err() {
+                        // The bytes must still go (zeros, already there): the stream stays in step.
+                        local_ok[index] = false;
+                        staging[at..].fill(0);
+                    }
                 }
                 done += n as u64;
             }
@@ -968,8 +1143,9 @@ fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut Vec<u8>, stop:
             while done < len {
                 let n = (len - done).min(CHUNK as u64) as usize;
                 read_full(stream, &mut staging[..n], Some(deadline), stop)?;
-                if ok && acl_copy((local + done) as usize, staging.as_ptr() as usize, n).is_err() {
-                    ok = false;
+                if ok {
+                    tallies.host_copy(n);
+                    ok = acl_copy((local + done) as usize, staging.as_ptr() as usize, n).is_ok();
                 }
                 done += n as u64;
             }
@@ -980,14 +1156,50 @@ fn run_batch(stream: &mut TcpStream, batch: &Batch, staging: &mut Vec<u8>, stop:
     Ok(all_ok)
 }
 
-/// Checks and queues a batch; the id of its handle.
+/// Test-only mis-wiring ([`crate::control::hixl_host_copies`]): the devices whose clients' batches all take the wire
+/// path (Host copies).
+static HOST_COPIES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Makes every batch of the clients on `device` take the wire path (`true`), or lets the device path run again.
+pub(crate) fn set_host_copies(device: i32, on: bool) {
+    let mut devices = lock(&HOST_COPIES);
+    devices.retain(|&other| other != device);
+    if on {
+        devices.push(device);
+    }
+}
+
+fn host_copies(device: Option<i32>) -> bool {
+    device.is_some_and(|device| lock(&HOST_COPIES).contains(&device))
+}
+
+/// A submitted batch: its client, its handle's id, the batch, and (device path) the stream it runs on.
+struct Submitted {
+    client: Arc<Client>,
+    id: usize,
+    batch: Arc<Batch>,
+    stream: Option<Arc<crate::stream::Stream>>,
+}
+
+/// Whether `[address, address + len)` is device memory of this process (its first and last byte device addresses).
+fn device_range(address: u64, len: u64) -> bool {
+    let end = address.saturating_add(len.saturating_sub(1));
+    crate::runtime::is_device_address(address as usize) && crate::runtime::is_device_address(end as usize)
+}
+
+/// Checks a batch and hands it to its path; the id of its handle.
+///
+/// The device path when the connection imported the server's memory, the client has its slot, every remote range lies
+/// in one live import and every local range is device memory of this process (HiXL's HCCS client-server mode does not
+/// reach remote Host memory: `hicann/hixl` `benchmarks/performance.md`); the wire path otherwise.
 fn submit(
     client_handle: HixlClientHandle,
     put: bool,
     list_num: u32,
     desc_list: *const HixlOneSideOpDesc,
     timeout: Duration,
-) -> Result<(Arc<Client>, usize, Arc<Batch>), HixlStatus> {
+    with_flag: bool,
+) -> Result<Submitted, HixlStatus> {
     let client = client_of(client_handle)?;
     not_null(desc_list)?;
     if list_num == 0 {
@@ -1017,19 +1229,52 @@ fn submit(
     if pending + entries.len() > MAX_PENDING {
         return Err(HIXL_RESOURCE_EXHAUSTED);
     }
-    let batch = Arc::new(Batch {
-        put,
-        entries,
-        deadline: Instant::now() + timeout,
-        outcome: Mutex::new(Outcome::Waiting),
-        done: Condvar::new(),
-    });
-    connection.queue.send(batch.clone()).map_err(|_| HIXL_FAILED)?;
+    let deadline = Instant::now() + timeout;
+    let relocated: Option<Vec<HixlOneSideOpDesc>> = match (&state.slot, &connection.imports) {
+        (Some(_), Some(imports)) if !host_copies(client.device) => entries
+            .iter()
+            .map(|entry| {
+                let remote = imports.link.relocate(entry.remote_buf as u64, entry.len)?;
+                device_range(entry.local_buf as u64, entry.len)
+                    .then_some(HixlOneSideOpDesc { remote_buf: remote as *mut c_void, ..*entry })
+            })
+            .collect(),
+        _ => None,
+    };
+    let (batch, stream) = match (relocated, &state.slot, &connection.imports) {
+        (Some(list), Some(slot), Some(imports)) => {
+            let launched = device::launch(slot, &imports.link, &client.tallies, put, &list, deadline, with_flag)?;
+            client.tallies.batch(entries.len(), true);
+            let batch = Arc::new(Batch {
+                put,
+                entries,
+                deadline,
+                outcome: Mutex::new(Outcome::Waiting),
+                done: Condvar::new(),
+                device: Some(launched),
+            });
+            (batch, Some(slot.stream()))
+        }
+        _ => {
+            let batch = Arc::new(Batch {
+                put,
+                entries,
+                deadline,
+                outcome: Mutex::new(Outcome::Waiting),
+                done: Condvar::new(),
+                device: None,
+            });
+            connection.queue.send(batch.clone()).map_err(|_| HIXL_FAILED)?;
+            client.tallies.batch(batch.entries.len(), false);
+            (batch, None)
+        }
+    };
     state.next_batch += 1;
     let id = state.next_batch;
     state.pending.insert(id, batch.clone());
+    state.reap();
     drop(state);
-    Ok((client, id, batch))
+    Ok(Submitted { client, id, batch, stream })
 }
 
 fn submit_async(
@@ -1040,7 +1285,7 @@ fn submit_async(
     complete_handle: *mut CompleteHandle,
 ) -> Status {
     not_null(complete_handle)?;
-    let (_, id, _) = submit(client_handle, put, list_num, desc_list, ASYNC_TIMEOUT)?;
+    let Submitted { id, .. } = submit(client_handle, put, list_num, desc_list, ASYNC_TIMEOUT, true)?;
     // SAFETY: non-null, writable by the C contract.
     unsafe { complete_handle.write(id as CompleteHandle) };
     Ok(())
@@ -1056,20 +1301,43 @@ fn submit_sync(
     if timeout_ms == 0 {
         return Err(HIXL_PARAM_INVALID);
     }
-    let (client, id, batch) =
-        submit(client_handle, put, list_num, desc_list, Duration::from_millis(u64::from(timeout_ms)))?;
-    // The worker ends the batch by its deadline; the extra second only covers scheduling.
-    let limit = batch.deadline + Duration::from_secs(1);
-    let mut outcome = lock(&batch.outcome);
-    while *outcome == Outcome::Waiting {
-        let left = limit.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
+    let timeout = Duration::from_millis(u64::from(timeout_ms));
+    let Submitted { client, id, batch, stream } = submit(client_handle, put, list_num, desc_list, timeout, false)?;
+    let outcome = match (&batch.device, stream) {
+        // The device path's Sync calls wait for the client's stream (`aclrtSynchronizeStreamWithTimeout`), then read
+        // the batch's error status.
+        (Some(launched), Some(stream)) => {
+            let left = batch.deadline.saturating_duration_since(Instant::now());
+            let synchronized = stream.synchronize(Some(left));
+            if synchronized == ascendcl_sys::sys::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT || launched.timed_out() {
+                Outcome::Timeout
+            } else if launched.failed() {
+                Outcome::Failed
+            } else {
+                Outcome::Completed
+            }
         }
-        outcome = batch.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
+        _ => {
+            // The worker ends the batch by its deadline; the extra second only covers scheduling.
+            let limit = batch.deadline + Duration::from_secs(1);
+            let mut outcome = lock(&batch.outcome);
+            while *outcome == Outcome::Waiting {
+                let left = limit.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                outcome = batch.done.wait_timeout(outcome, left).unwrap_or_else(|p| p.into_inner()).0;
+            }
+            *outcome
+        }
+    };
+    let mut state = lock(&client.state);
+    state.pending.remove(&id);
+    if batch.device.as_ref().is_some_and(|launched| !launched.quiet()) {
+        state.retired.push(batch);
     }
-    let outcome = *outcome;
-    lock(&client.state).pending.remove(&id);
+    state.reap();
+    drop(state);
     match outcome {
         Outcome::Completed => Ok(()),
         Outcome::Waiting | Outcome::Timeout => Err(HIXL_TIMEOUT),
@@ -1151,7 +1419,21 @@ pub unsafe extern "C" fn HixlCSClientQueryCompleteStatus(
         let mut state = lock(&client.state);
         let id = complete_handle as usize;
         let batch = state.pending.get(&id).cloned().ok_or(HIXL_PARAM_INVALID)?;
-        let outcome = *lock(&batch.outcome);
+        let outcome = match &batch.device {
+            // The device path: the Host flag and the error status only (no synchronisation, no copy).
+            Some(launched) if launched.landed() => {
+                if launched.timed_out() {
+                    Outcome::Timeout
+                } else if launched.failed() {
+                    Outcome::Failed
+                } else {
+                    Outcome::Completed
+                }
+            }
+            Some(_) if Instant::now() >= batch.deadline => Outcome::Timeout,
+            Some(_) => Outcome::Waiting,
+            None => *lock(&batch.outcome),
+        };
         let status = match outcome {
             Outcome::Waiting => HIXL_COMPLETE_STATUS_WAITING,
             Outcome::Completed => HIXL_COMPLETE_STATUS_COMPLETED,
@@ -1160,6 +1442,10 @@ pub unsafe extern "C" fn HixlCSClientQueryCompleteStatus(
         };
         if outcome != Outcome::Waiting {
             state.pending.remove(&id);
+            if batch.device.is_some() {
+                // Its list is freed once nothing of it runs (the next submit reaps it).
+                state.retired.push(batch);
+            }
         }
         // SAFETY: non-null, writable by the C contract.
         unsafe { complete_status.write(status) };
@@ -1177,12 +1463,42 @@ pub unsafe extern "C" fn HixlCSClientDestroy(client_handle: HixlClientHandle) ->
     guard(|| {
         let client = clients().items.remove(&(client_handle as usize)).ok_or(HIXL_PARAM_INVALID)?;
         client.stop.store(true, Ordering::Relaxed);
-        let connection = lock(&client.state).connection.take();
-        if let Some(Connection { queue, stream, thread, .. }) = connection {
-            let _ = stream.shutdown(Shutdown::Both);
-            drop(queue);
-            let _ = thread.join();
+        let mut state = std::mem::take(&mut *lock(&client.state));
+        // The link revoked first: the device batches still queued or running stop at their next check.
+        let imports = state.connection.take().and_then(Connection::close);
+        // Every task of the stream runs (at once, for a revoked link), then the worker is joined.
+        drop(state.slot.take());
+        drop(state);
+        // Nothing uses the windows any more.
+        drop(imports);
+        Ok(())
+    })
+}
+
+/// **Twin-only, not a HiXL API** (the vendor's library has no such function; `ascendcl_sys::hixl::HixlApi` declares
+/// it optional): the counts of one client ([`CannTwinHixlEvidence`]), made where each act happened: the AI-CPU ops'
+/// SQEs, doorbells and flags from the consumption log of the AI CPU's channel, the launches the client made, the wire
+/// path's Host copies. The caller sets `version` ([`TWIN_HIXL_EVIDENCE_VERSION`]) and `size` (at least the
+/// structure's); `HIXL_PARAM_INVALID` for an unknown client, a null pointer, another version or a smaller size
+/// (nothing written).
+///
+/// # Safety
+/// `evidence` is null or points to `evidence->size` writable bytes, aligned for a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cannTwinHixlClientEvidence(
+    client_handle: HixlClientHandle,
+    evidence: *mut CannTwinHixlEvidence,
+) -> HixlStatus {
+    guard(|| {
+        let client = client_of(client_handle)?;
+        not_null(evidence)?;
+        // SAFETY: non-null; the contract makes the two header words readable.
+        let (version, size) = unsafe { ((*evidence).version, (*evidence).size) };
+        if version != TWIN_HIXL_EVIDENCE_VERSION || (size as usize) < core::mem::size_of::<CannTwinHixlEvidence>() {
+            return Err(HIXL_PARAM_INVALID);
         }
+        // SAFETY: non-null, at least the structure's size and aligned (checked and the contract).
+        unsafe { evidence.write(client.tallies.snapshot()) };
         Ok(())
     })
 }
@@ -1223,6 +1539,7 @@ hixl_exports! {
     HixlCSClientBatchGetSync,
     HixlCSClientQueryCompleteStatus,
     HixlCSClientDestroy,
+    cannTwinHixlClientEvidence,
 }
 
 /// The process-wide HiXL table resolved to this runtime, built once.

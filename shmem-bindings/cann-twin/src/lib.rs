@@ -21,7 +21,7 @@
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
-//! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
+//! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, and the twin-only `cannTwinHixlClientEvidence`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
 //! | profiler ([`prof`]) | every function of `ascendcl_sys::prof::ProfApi` (`aclprofInit`, `aclprofCreateConfig`, `aclprofStart`, `aclprofStop`, `aclprofDestroyConfig`, `aclprofFinalize`): a model recording the twin's copies and kernel launches as task records, in-process table [`prof_api`] (resolver [`resolve_prof`]), exported under the C names |
 //!
 //! # Not yet implemented
@@ -70,15 +70,20 @@
 //! allocation; the importer maps the exporter's heap memfd range as a device window of its own. `aclrtIpcMemClose`
 //! unmaps (importer) or withdraws (exporter); `aclrtFree` withdraws the allocation's keys.
 //!
-//! # HiXL
+//! # HiXL and the AI CPU
 //!
-//! [`hixl`]: HiXL's C client/server API, Host-submitted over TCP: the server listens on its description's
-//! `server_ip:server_port`, a client connects there, and batch put/get move the bytes over that connection, each
-//! side copying its own memory through its own ACL (`aclrtMemcpy`). Local ranges must lie in the client's
-//! registrations and remote ranges in the server's (sent at connect, checked again by the server), else the call is
-//! `HIXL_PARAM_INVALID`; at most 4096 unqueried entries per client (`HIXL_RESOURCE_EXHAUSTED`); Connect and Sync
-//! calls bounded by their `timeout_ms`, Async batches by 10 s; a vanished server fails pending batches at once.
-//! Codes are `hixl_cs.h`'s; which case gets which is documented in docs/twin-runtime.md (mostly guesses).
+//! [`hixl`]: HiXL's C client/server API. The server listens on its description's `server_ip:server_port`, a client
+//! connects there. A batch between device memory runs as HiXL's client-server mode with a device endpoint does: the
+//! server's DEVICE registrations are exported and imported into the client's device address space at connect, and each
+//! batch is launched as AI-CPU tasks (one per 128 entries) on the client's stream; the emulated AI CPU (module
+//! `aicpu`: per device a pool of threads, and SDMA channels of its own, indices 64 and up) writes the SQEs, rings the
+//! doorbells and reads the completion flags, and the records say so. What cannot be imported (remote Host memory) moves
+//! over the TCP connection with each side's own `aclrtMemcpy`. Local ranges must lie in the client's registrations and
+//! remote ranges in the server's (sent at connect), else the call is `HIXL_PARAM_INVALID`; at most 4096 unqueried
+//! entries per client (`HIXL_RESOURCE_EXHAUSTED`); Connect and Sync calls bounded by their `timeout_ms`, Async batches
+//! by 10 s; a vanished server fails pending batches at once. Codes are `hixl_cs.h`'s; which case gets which is
+//! documented in docs/twin-runtime.md (mostly guesses). The twin-only `cannTwinHixlClientEvidence` (not a HiXL API)
+//! reports a client's records.
 //!
 //! # The device side: SHMEM, SDMA engines, register pages
 //!
@@ -186,6 +191,7 @@ use std::sync::OnceLock;
 
 pub mod acl;
 mod acl_compat;
+mod aicpu;
 pub mod control;
 pub mod evidence;
 pub mod hixl;

@@ -31,6 +31,9 @@ pub(crate) fn page() -> usize {
     // SAFETY: `sysconf` has no preconditions.
     *PAGE.get_or_init(|| usize::try_from(unsafe { libc::sysconf(libc::_SC_PAGESIZE) }).unwrap_or(4096).max(4096))
 }
+/// The owner recorded for heap allocations a library of the runtime makes for itself (the twin's HiXL: its batches'
+/// descriptor lists, its constant): no device reset frees them ([`Space::free_device`]); their owner does.
+pub(crate) const LIBRARY_OWNED: i32 = -1;
 /// The VMM granularity the twin reports and enforces (2 MiB).
 pub(crate) const GRANULARITY: usize = 2 << 20;
 /// The granularity for 1 GiB-page memory attributes.
@@ -123,6 +126,8 @@ impl Physical {
 struct Mapping {
     len: usize,
     handle: usize,
+    /// Where the mapped range starts in the physical allocation.
+    offset: usize,
     /// Device view address of the mapped range's first byte.
     view: usize,
     access: aclrtMemAccessFlags,
@@ -332,6 +337,22 @@ impl Space {
         Ok((&self.heap_fd, address - self.base, start))
     }
 
+    /// The physical handle and the offset in it behind `[address, address + size)` (`size > 0`), when the range lies
+    /// in one mapping of a reservation (what a range export of mapped memory shares).
+    pub(crate) fn mapped_range(&self, address: usize, size: usize) -> Result<(usize, usize), aclError> {
+        let end = address.checked_add(size).ok_or(ACL_ERROR_INVALID_PARAM)?;
+        let (&start, reservation) =
+            self.reservations.range(..=address).next_back().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        if address - start >= reservation.len {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        let (&at, mapping) = reservation.mappings.range(..=address).next_back().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        if address - at >= mapping.len || end - at > mapping.len {
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        Ok((mapping.handle, mapping.offset + (address - at)))
+    }
+
     /// `aclrtFree`: `address` must be what `malloc` returned.
     pub(crate) fn free(&mut self, address: usize) -> Result<(), aclError> {
         let allocation = self.heap.remove(&address).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
@@ -429,7 +450,9 @@ impl Space {
             return Err(ACL_ERROR_RT_PARAM_INVALID);
         }
         let view = physical.view + offset;
-        reservation.mappings.insert(address, Mapping { len, handle, view, access: ACL_RT_MEM_ACCESS_FLAGS_READWRITE });
+        reservation
+            .mappings
+            .insert(address, Mapping { len, handle, offset, view, access: ACL_RT_MEM_ACCESS_FLAGS_READWRITE });
         physical.mapped += 1;
         Ok(())
     }

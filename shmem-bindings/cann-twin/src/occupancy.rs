@@ -23,6 +23,10 @@
 //!   queue (after any hold) to the task's end (the copy done or refused), just before the worker publishes the
 //!   completion a synchronisation waits for. A kernel-launch task is timed the same way but counted apart
 //!   (`kernel_tasks`): it is AIV work (the cores' figures), not copy-engine time.
+//! - **AI CPU** (the emulated AI CPU's threads, `crate::aicpu`): a thread is **executing** from taking an AI-CPU task
+//!   to the task's end, less the time it spent **polling** device memory for progress (waiting for room in its
+//!   channel's ring or for its completion word: each wait from its start to its end, spin, yield and naps included);
+//!   **idle** is the rest of the thread's life (waiting for a task).
 //! - **Synchronous copy busy**: an `aclrtMemcpy` with device memory on at least one side, from just after its
 //!   arguments were checked and translated to the end of the copy, charged to the calling thread's current device. A
 //!   Host-to-Host copy, or one from a thread with no current device, is not counted.
@@ -302,6 +306,102 @@ pub(crate) fn timed_sync_copy<R>(device: Option<i32>, bytes: usize, copy: impl F
     copy()
 }
 
+/// The emulated AI CPU of one device: its threads' time (executing a task, polling device memory within one, idle)
+/// and its tasks.
+#[derive(Debug, Default)]
+pub(crate) struct AiCpuCounters(Mutex<AiCpuState>);
+
+#[derive(Debug, Default)]
+struct AiCpuState {
+    /// Per thread, in creation order.
+    threads: Vec<AiCpuThread>,
+    /// Finished tasks' totals.
+    executing_ns: u64,
+    polling_ns: u64,
+    launched: u64,
+    run: u64,
+    failed: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct AiCpuThread {
+    started_ns: u64,
+    /// The start of the task it runs now.
+    task_since: Option<u64>,
+    /// Polling of that task so far.
+    task_polling_ns: u64,
+}
+
+impl AiCpuCounters {
+    /// A thread of the AI CPU starts now; its index for the other calls.
+    pub(crate) fn thread_started(&self) -> usize {
+        let mut state = lock(&self.0);
+        state.threads.push(AiCpuThread { started_ns: monotonic_ns(), ..AiCpuThread::default() });
+        state.threads.len() - 1
+    }
+
+    /// An AI-CPU task was launched (queued on a stream).
+    pub(crate) fn launched(&self) {
+        lock(&self.0).launched += 1;
+    }
+
+    /// Thread `thread` takes a task now.
+    pub(crate) fn task_started(&self, thread: usize) {
+        let now = monotonic_ns();
+        if let Some(slot) = lock(&self.0).threads.get_mut(thread) {
+            slot.task_since = Some(now);
+            slot.task_polling_ns = 0;
+        }
+    }
+
+    /// Thread `thread`'s task polled device memory for `ns`.
+    pub(crate) fn polled(&self, thread: usize, ns: u64) {
+        if let Some(slot) = lock(&self.0).threads.get_mut(thread) {
+            slot.task_polling_ns = slot.task_polling_ns.saturating_add(ns);
+        }
+    }
+
+    /// Thread `thread`'s task ended now (`succeeded`, or it failed).
+    pub(crate) fn task_ended(&self, thread: usize, succeeded: bool) {
+        let now = monotonic_ns();
+        let mut state = lock(&self.0);
+        let Some(slot) = state.threads.get_mut(thread) else { return };
+        let Some(since) = slot.task_since.take() else { return };
+        let total = now.saturating_sub(since);
+        let polling = slot.task_polling_ns.min(total);
+        slot.task_polling_ns = 0;
+        state.executing_ns = state.executing_ns.saturating_add(total - polling);
+        state.polling_ns = state.polling_ns.saturating_add(polling);
+        state.run += 1;
+        state.failed += u64::from(!succeeded);
+    }
+
+    fn snapshot(&self, now: u64) -> AiCpuOccupancy {
+        let state = lock(&self.0);
+        let mut out = AiCpuOccupancy {
+            threads: state.threads.len() as u32,
+            executing_ns: state.executing_ns,
+            polling_ns: state.polling_ns,
+            tasks_launched: state.launched,
+            tasks_run: state.run,
+            tasks_failed: state.failed,
+            ..AiCpuOccupancy::default()
+        };
+        for thread in &state.threads {
+            out.thread_ns = out.thread_ns.saturating_add(now.saturating_sub(thread.started_ns));
+            if let Some(since) = thread.task_since {
+                let total = now.saturating_sub(since);
+                let polling = thread.task_polling_ns.min(total);
+                out.executing_ns = out.executing_ns.saturating_add(total - polling);
+                out.polling_ns = out.polling_ns.saturating_add(polling);
+                out.running += 1;
+            }
+        }
+        out.idle_ns = out.thread_ns.saturating_sub(out.executing_ns.saturating_add(out.polling_ns));
+        out
+    }
+}
+
 /// One device's counters.
 #[derive(Debug)]
 struct DeviceCounters {
@@ -310,6 +410,7 @@ struct DeviceCounters {
     live: Vec<Arc<CoreClock>>,
     channels: BTreeMap<u32, Arc<ChannelBusy>>,
     streams: Arc<StreamCounters>,
+    aicpu: Arc<AiCpuCounters>,
 }
 
 impl DeviceCounters {
@@ -320,6 +421,7 @@ impl DeviceCounters {
             live: Vec::new(),
             channels: BTreeMap::new(),
             streams: Arc::default(),
+            aicpu: Arc::default(),
         }
     }
 }
@@ -364,6 +466,13 @@ pub(crate) fn channel_counters(device: i32, index: u32) -> Arc<ChannelBusy> {
     Arc::clone(counters.channels.entry(index).or_default())
 }
 
+/// The AI-CPU counters of `device` (the same ones for the device's whole life in the process).
+pub(crate) fn aicpu_counters(device: i32) -> Arc<AiCpuCounters> {
+    let mut devices = lock(&DEVICES);
+    let counters = devices.entry(device).or_insert_with(DeviceCounters::new);
+    Arc::clone(&counters.aicpu)
+}
+
 /// The stream and synchronous-copy counters of `device` (the same ones for the device's whole life in the process).
 pub(crate) fn stream_counters(device: i32) -> Arc<StreamCounters> {
     let mut devices = lock(&DEVICES);
@@ -388,6 +497,32 @@ pub struct DeviceOccupancy {
     pub channels: Vec<ChannelOccupancy>,
     /// The runtime's copies (stream copy tasks, synchronous copies) and the streams' kernel-launch tasks.
     pub streams: StreamOccupancy,
+    /// The emulated AI CPU's threads and tasks.
+    pub aicpu: AiCpuOccupancy,
+}
+
+/// The emulated AI CPU of one device (module docs: what executing, polling and idle are), cumulative. A task in
+/// progress counts up to the snapshot; the task counts are of finished tasks, except `tasks_launched`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AiCpuOccupancy {
+    /// AI-CPU threads started on the device (they live as long as the process).
+    pub threads: u32,
+    /// The threads' lives so far, summed: `executing_ns + polling_ns + idle_ns`.
+    pub thread_ns: u64,
+    /// Running tasks, their polling left out.
+    pub executing_ns: u64,
+    /// Tasks polling device memory (room in their ring, their completion word).
+    pub polling_ns: u64,
+    /// Waiting for a task.
+    pub idle_ns: u64,
+    /// AI-CPU kernel launches queued on the device's streams.
+    pub tasks_launched: u64,
+    /// Tasks finished (succeeded or failed) and failed.
+    pub tasks_run: u64,
+    pub tasks_failed: u64,
+    /// Threads running a task now.
+    pub running: u32,
 }
 
 impl DeviceOccupancy {
@@ -498,6 +633,7 @@ pub(crate) fn snapshot(device: i32) -> DeviceOccupancy {
         cores: cores.into_values().collect(),
         channels,
         streams: counters.streams.snapshot(now),
+        aicpu: counters.aicpu.snapshot(now),
     }
 }
 

@@ -139,6 +139,8 @@ impl Runtime {
         }
         self.init = Init::Finalized;
         for device in 0..self.device_count as i32 {
+            // The AI CPU's channels go with the device's engines, before its memory.
+            crate::sdma::destroy_aicpu(device);
             if self.device_refs[device as usize] > 0 {
                 with_existing_space_mut(|space| space.free_device(device));
             }
@@ -201,6 +203,8 @@ impl Runtime {
         while crate::kernel::running_on(device) && std::time::Instant::now() < deadline {
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
+        // The AI CPU's channels go with the device's engines, before its memory (an AI-CPU task still running fails).
+        crate::sdma::destroy_aicpu(device);
         with_existing_space_mut(|space| space.free_device(device));
         Ok(streams)
     }
@@ -372,5 +376,6 @@ pub(crate) fn run_task(task: &Task) -> aclError {
             }
         }),
         Task::Kernel { device, ref launch } => crate::kernel::run(device, launch),
+        Task::AiCpu { device, ref launch } => crate::aicpu::run(device, launch),
     }
 }

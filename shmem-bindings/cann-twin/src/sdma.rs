@@ -5,11 +5,16 @@
 //! `hicann/shmem` `src/device/gm2gm/engine/shmemi_device_sdma.h` and `shmem_device_sdma.hpp`); the layouts are
 //! defined in this module and pinned by a unit test, independently of the root crate's `kernel_abi`.
 //!
+//! Two groups of channels per device: SHMEM's (`create`, 48, records in SHMEM's SDMA workspace) and the AI CPU's
+//! (`aicpu_channels`, one per AI-CPU thread, numbered from [`AICPU_CHANNEL_BASE`], records in a block of their own,
+//! made with the device's first AI-CPU task and destroyed with its last reset). The engines are the same.
+//!
 //! One engine thread per channel. It sleeps until a doorbell (an accepted [`register_write`] of the tail) or a
 //! control request, then executes the SQEs from its head up to the tail, strictly in order, each one read through
 //! the device address space's translation (never a raw device address):
 //!
-//! 1. validate: type 11 (SDMA), opcode 0 (copy), length in `1..=1 MiB`, source translatable for reading and
+//! 1. validate: type 11 (SDMA), opcode 0 (copy), the other control fields of a copy (`link_type` SHMEM's 255 or
+//!    HiXL's on-chip 0), length in `1..=1 MiB`, source translatable for reading and
 //!    destination for writing (inside one allocation, mapping or registered window each);
 //! 2. copy through the device view; an 8-byte copy between 8-byte aligned addresses (SHMEM's completion flags) is
 //!    one atomic load and one atomic store with release ordering, so a reader that acquires the flag sees every
@@ -53,8 +58,11 @@ pub const SQE_OPCODE_COPY: u32 = 0;
 pub const SQE_COPY_OPCODE_WORD: u32 = SQE_OPCODE_COPY | 0xf << 9 | 6 << 13;
 /// `kernel_credit` of an SDMA SQE (`ACLSHMEM_STARS_DEFAULT_KERNEL_CREDIT`).
 pub const SQE_KERNEL_CREDIT_SDMA: u8 = 240;
-/// `link_type` of a copy (no link).
+/// `link_type` of a copy as SHMEM writes it (no link).
 pub const SQE_LINK_TYPE_NONE: u8 = 255;
+/// `link_type` of an on-chip copy (`LINK_ONCHIP`, "same-device / LocalCopy SDMA"), as HiXL's AI-CPU SQEs set it
+/// (`hicann/hixl` `src/hixl/fabric_mem/fabric_mem_a3_rtsq.h`).
+pub const SQE_LINK_TYPE_ONCHIP: u8 = 0;
 /// Largest length of one SQE (SHMEM cuts puts at `1024 * 1024`).
 pub const SQE_MAX_LENGTH: u32 = 1 << 20;
 /// Offset of the doorbell (SQ tail) register in the register page (`ACLSHMEM_STARS_SQ_TAIL_OFFSET`, A2/A3).
@@ -76,6 +84,17 @@ pub const SQ_DEPTH: u32 = 2048;
 /// The value the twin writes to the workspace's `flag` word once the records are filled (a guess: non-zero means
 /// "filled", which is all the backend checks).
 pub const WORKSPACE_FLAG_FILLED: u32 = 1;
+/// The index of the AI CPU's first SDMA channel on a device: its channel `n` is `AICPU_CHANNEL_BASE + n`, apart from
+/// SHMEM's `0..MAX_CHANNELS` (the twin's numbering).
+pub const AICPU_CHANNEL_BASE: u32 = 64;
+/// The AI CPU's SDMA channels per device: one per AI-CPU thread (`aicpu::POOL_THREADS`).
+pub const AICPU_CHANNELS: u32 = crate::aicpu::POOL_THREADS;
+/// Bytes per AI-CPU channel in its records block: the channel record, then its completion word.
+pub const AICPU_SLOT_BYTES: usize = 128;
+/// Offset of an AI-CPU channel's completion word (8 bytes, the destination of its flag SQEs) from its record.
+pub const AICPU_COMPLETION_OFFSET: u64 = 64;
+/// Offset of an AI-CPU channel's flag source word (8 bytes, the source of its flag SQEs) from its record.
+pub const AICPU_FLAG_SOURCE_OFFSET: u64 = 72;
 /// How long an idle engine polls its doorbell before it sleeps (device-side CPU of the twin, never the Host's).
 pub const ENGINE_POLL_WINDOW: Duration = Duration::from_micros(50);
 /// How long [`crate::control::reset_channel`] waits for the engine.
@@ -124,6 +143,56 @@ impl Le<'_> {
 }
 
 impl SdmaSqe {
+    /// A copy of `length` bytes from `src` to `dst` as HiXL's AI-CPU kernels fill one (`hicann/hixl`
+    /// `src/hixl/fabric_mem/fabric_mem_stars_sdma.cc` with the layout of `fabric_mem_a3_rtsq.h`): the SQE zeroed,
+    /// then type 11, the stream and task ids, `kernel_credit` 240, `sssv`, `dssv`, `sns` and `dns` set, QoS 6, the
+    /// opcode left 0 (a copy), and `link_type` 0 (on-chip).
+    pub fn onchip_copy(src: u64, dst: u64, length: u32, rt_stream_id: u16, task_id: u16) -> SdmaSqe {
+        SdmaSqe {
+            type_word: SQE_TYPE_SDMA,
+            rt_stream_id,
+            task_id,
+            kernel_credit: SQE_KERNEL_CREDIT_SDMA,
+            opcode_word: SQE_COPY_OPCODE_WORD,
+            length,
+            src_addr_low: src as u32,
+            src_addr_high: (src >> 32) as u32,
+            dst_addr_low: dst as u32,
+            dst_addr_high: (dst >> 32) as u32,
+            link_type: SQE_LINK_TYPE_ONCHIP,
+            ..SdmaSqe::default()
+        }
+    }
+
+    /// The 64 little-endian bytes of the SQE.
+    pub fn to_bytes(&self) -> [u8; SQE_BYTES] {
+        let mut out = [0u8; SQE_BYTES];
+        let mut put = |at: usize, bytes: &[u8]| out[at..at + bytes.len()].copy_from_slice(bytes);
+        put(0, &self.type_word.to_le_bytes());
+        put(2, &self.block_dim.to_le_bytes());
+        put(4, &self.rt_stream_id.to_le_bytes());
+        put(6, &self.task_id.to_le_bytes());
+        put(8, &self.reserved0.to_le_bytes());
+        put(12, &self.reserved1.to_le_bytes());
+        put(14, &[self.kernel_credit, self.ptr_mode]);
+        put(16, &self.opcode_word.to_le_bytes());
+        put(20, &self.src_stream_id.to_le_bytes());
+        put(22, &self.src_sub_stream_id.to_le_bytes());
+        put(24, &self.dst_stream_id.to_le_bytes());
+        put(26, &self.dst_sub_stream_id.to_le_bytes());
+        put(28, &self.length.to_le_bytes());
+        put(32, &self.src_addr_low.to_le_bytes());
+        put(36, &self.src_addr_high.to_le_bytes());
+        put(40, &self.dst_addr_low.to_le_bytes());
+        put(44, &self.dst_addr_high.to_le_bytes());
+        put(48, &[self.link_type]);
+        put(49, &self.reserved2);
+        for (i, word) in self.reserved3.iter().enumerate() {
+            put(52 + 4 * i, &word.to_le_bytes());
+        }
+        out
+    }
+
     /// Decodes 64 little-endian bytes.
     pub fn from_bytes(raw: &[u8; SQE_BYTES]) -> SdmaSqe {
         let le = Le(raw);
@@ -258,9 +327,10 @@ impl Syndrome {
     pub const REGISTER_ACCESS: Syndrome = Syndrome(0x16);
     /// The SQ slot or the channel record no longer translates (the workspace or ring was freed under the engine).
     pub const QUEUE_FAULT: Syndrome = Syndrome(0x17);
-    /// A copy SQE whose other control fields are not SHMEM's for a copy: the opcode word
+    /// A copy SQE whose other control fields are not those of a copy as SHMEM or HiXL writes it: the opcode word
     /// ([`SQE_COPY_OPCODE_WORD`]), `kernel_credit` ([`SQE_KERNEL_CREDIT_SDMA`]), `ptr_mode` (0) or `link_type`
-    /// ([`SQE_LINK_TYPE_NONE`]). What STARS does with other values is not public; the twin refuses them.
+    /// ([`SQE_LINK_TYPE_NONE`], SHMEM's, or [`SQE_LINK_TYPE_ONCHIP`], HiXL's). What STARS does with other values is
+    /// not public; the twin refuses them.
     pub const BAD_FIELDS: Syndrome = Syndrome(0x18);
 }
 
@@ -350,6 +420,8 @@ pub(crate) struct Channel {
     reset: Condvar,
     /// Set (under `state`) by every request the engine must see between two SQEs.
     interrupt: AtomicBool,
+    /// Set when the channel is shut down: a waiter on its progress (the AI CPU) stops waiting.
+    closed: AtomicBool,
     /// What the engine writes per SQE, on its own cache line (the ringing core's thread must not lose its line to
     /// them).
     pub progress: CachePadded<Progress>,
@@ -490,7 +562,18 @@ impl Channel {
     }
 
     pub(crate) fn shut_down(&self) {
+        self.closed.store(true, Ordering::Release);
         self.request(|state| state.shutdown = true);
+    }
+
+    /// Whether the channel was shut down (its engine executes nothing more).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// The progress signal of the channel (bumped when a flag lands and when a run stops).
+    pub(crate) fn activity(&self) -> &crate::kernel::Activity {
+        &self.activity
     }
 
     /// Drops the pending SQEs (head := tail) and clears the exception; waits at most [`RESET_WAIT`].
@@ -561,7 +644,7 @@ impl Channel {
         if sqe.opcode_word != SQE_COPY_OPCODE_WORD
             || sqe.kernel_credit != SQE_KERNEL_CREDIT_SDMA
             || sqe.ptr_mode != 0
-            || sqe.link_type != SQE_LINK_TYPE_NONE
+            || !matches!(sqe.link_type, SQE_LINK_TYPE_NONE | SQE_LINK_TYPE_ONCHIP)
         {
             return Err((Syndrome::BAD_FIELDS, raw));
         }
@@ -768,6 +851,8 @@ pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
 
 /// Engines by device.
 static ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// The AI CPU's channels by device ([`aicpu_channels`]).
+static AICPU_ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 /// Register pages by device address: the channel whose doorbell each holds.
 static REGISTERS: LazyLock<RwLock<HashMap<u64, Arc<Channel>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
 /// Bumped, under [`REGISTERS`]' write lock, by every change of it: a [`RegisterCache`] filled before is stale.
@@ -778,14 +863,28 @@ static REGISTERS_GENERATION: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug, Default)]
 pub(crate) struct RegisterCache(std::cell::RefCell<Option<(u64, Arc<Channel>, u64)>>);
 
-/// The channel `(device, channel)`, if that device has engines.
+/// The channel `(device, channel)`, if that device has engines: one of SHMEM's (index below [`MAX_CHANNELS`]) or
+/// one of the AI CPU's (index [`AICPU_CHANNEL_BASE`] and up).
 pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
-    lock(&ENGINES).get(&device).and_then(|engines| engines.channels.get(channel as usize).cloned())
+    let of = |map: &Mutex<HashMap<i32, Engines>>| {
+        lock(map)
+            .get(&device)
+            .and_then(|engines| engines.channels.iter().find(|candidate| candidate.index == channel).cloned())
+    };
+    if channel >= AICPU_CHANNEL_BASE {
+        of(&AICPU_ENGINES)
+    } else {
+        lock(&ENGINES).get(&device).and_then(|engines| engines.channels.get(channel as usize).cloned())
+    }
 }
 
-/// Every live channel of every device (for the twin-only evidence counts, [`crate::evidence`]).
+/// Every live channel of every device, SHMEM's and the AI CPU's (for the twin-only evidence counts,
+/// [`crate::evidence`]).
 pub(crate) fn all_channels() -> Vec<Arc<Channel>> {
-    lock(&ENGINES).values().flat_map(|engines| engines.channels.iter().cloned()).collect()
+    let mut all: Vec<Arc<Channel>> =
+        lock(&ENGINES).values().flat_map(|engines| engines.channels.iter().cloned()).collect();
+    all.extend(lock(&AICPU_ENGINES).values().flat_map(|engines| engines.channels.iter().cloned()));
+    all
 }
 
 /// Writes `bytes` at `address` through the device view (the space read-locked).
@@ -799,18 +898,44 @@ pub(crate) fn write_device(address: u64, bytes: &[u8]) -> Result<(), aclError> {
     Ok(())
 }
 
-/// Creates the SDMA workspace and `count` channels of `depth` SQEs on `device`, with one engine thread each;
-/// returns the workspace's device address.
-pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclError> {
-    let mut engines = lock(&ENGINES);
-    if engines.contains_key(&device) {
+/// Where a group's channel records live.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Records {
+    /// SHMEM's SDMA workspace: the flag info, then one record per channel from [`CHANNEL_RECORDS_OFFSET`].
+    Workspace,
+    /// The AI CPU's block: per channel [`AICPU_SLOT_BYTES`], the record first, then its completion word and flag
+    /// source ([`AICPU_COMPLETION_OFFSET`], [`AICPU_FLAG_SOURCE_OFFSET`]).
+    AiCpu,
+}
+
+impl Records {
+    fn block_bytes(self, count: u32) -> usize {
+        match self {
+            Records::Workspace => WORKSPACE_BYTES,
+            Records::AiCpu => (count as usize * AICPU_SLOT_BYTES).max(page()),
+        }
+    }
+
+    fn offset(self, n: u32) -> usize {
+        match self {
+            Records::Workspace => CHANNEL_RECORDS_OFFSET + n as usize * CHANNEL_RECORD_BYTES,
+            Records::AiCpu => n as usize * AICPU_SLOT_BYTES,
+        }
+    }
+}
+
+/// Makes `count` channels of `depth` SQEs on `device`, numbered from `first`, with their records block, rings,
+/// register pages and one engine thread each, registered for doorbells and watched by the provenance records.
+fn build(device: i32, first: u32, count: u32, depth: u32, records: Records) -> Result<Engines, aclError> {
+    let block_bytes = records.block_bytes(count);
+    if records == Records::Workspace && CHANNEL_RECORDS_OFFSET + count as usize * CHANNEL_RECORD_BYTES > block_bytes {
         return Err(ACL_ERROR_RT_INTERNAL_ERROR);
     }
     let ring_bytes = depth as usize * SQE_BYTES;
     let mut allocations = Vec::new();
     let mut register_pages = Vec::new();
     let made = with_space_mut(|space| {
-        allocations.push(space.malloc(WORKSPACE_BYTES, device)?);
+        allocations.push(space.malloc(block_bytes, device)?);
         for _ in 0..count {
             allocations.push(space.malloc(ring_bytes, device)?);
             register_pages.push(space.take_register_page()?);
@@ -830,16 +955,19 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
         undo(&allocations, &register_pages);
         return Err(code);
     }
-    let workspace = allocations[0] as u64;
-    let mut image = vec![0u8; WORKSPACE_BYTES];
-    image[0..4].copy_from_slice(&WORKSPACE_FLAG_FILLED.to_le_bytes());
-    image[4..8].copy_from_slice(&count.to_le_bytes());
+    let base = allocations[0] as u64;
+    let mut image = vec![0u8; block_bytes];
+    if records == Records::Workspace {
+        image[0..4].copy_from_slice(&WORKSPACE_FLAG_FILLED.to_le_bytes());
+        image[4..8].copy_from_slice(&count.to_le_bytes());
+    }
     let mut channels = Vec::new();
-    for index in 0..count {
-        let record_at = CHANNEL_RECORDS_OFFSET + index as usize * CHANNEL_RECORD_BYTES;
+    for n in 0..count {
+        let index = first + n;
+        let record_at = records.offset(n);
         let record = ChannelRecord {
-            sq_base: allocations[1 + index as usize] as u64,
-            sq_reg_base: register_pages[index as usize] as u64,
+            sq_base: allocations[1 + n as usize] as u64,
+            sq_reg_base: register_pages[n as usize] as u64,
             sq_depth: depth,
             sq_id: index,
             cq_id: index,
@@ -853,7 +981,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             device,
             index,
             sq_id: index,
-            record: workspace + record_at as u64,
+            record: base + record_at as u64,
             sq_base: record.sq_base,
             depth,
             reg_base: record.sq_reg_base,
@@ -861,6 +989,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
             wake: Condvar::new(),
             reset: Condvar::new(),
             interrupt: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
             activity: crate::kernel::Activity::of(device, index),
@@ -869,7 +998,7 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
         }));
     }
     let zero_ring = vec![0u8; ring_bytes];
-    let written = write_device(workspace, &image)
+    let written = write_device(base, &image)
         .and_then(|()| allocations[1..].iter().try_for_each(|&ring| write_device(ring as u64, &zero_ring)));
     if let Err(code) = written {
         undo(&allocations, &register_pages);
@@ -900,14 +1029,40 @@ pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclErro
         REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
     provenance::watch(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
-    engines.insert(device, Engines { channels, threads, allocations, register_pages });
+    Ok(Engines { channels, threads, allocations, register_pages })
+}
+
+/// Creates the SDMA workspace and `count` channels of `depth` SQEs on `device`, with one engine thread each;
+/// returns the workspace's device address.
+pub(crate) fn create(device: i32, count: u32, depth: u32) -> Result<u64, aclError> {
+    let mut engines = lock(&ENGINES);
+    if engines.contains_key(&device) {
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
+    }
+    let made = build(device, 0, count, depth, Records::Workspace)?;
+    let workspace = made.allocations[0] as u64;
+    engines.insert(device, made);
     Ok(workspace)
 }
 
-/// Stops and joins `device`'s engines, then frees its workspace, rings and register pages. Memory the device's
-/// last `aclrtResetDevice` already freed is skipped.
-pub(crate) fn destroy(device: i32) {
-    let Some(engines) = lock(&ENGINES).remove(&device) else { return };
+/// The AI CPU's channels on `device` ([`AICPU_CHANNELS`] of [`SQ_DEPTH`] SQEs, numbered from
+/// [`AICPU_CHANNEL_BASE`]), created on first use: an RTSQ per AI-CPU thread, separate from SHMEM's channels and with
+/// no record in SHMEM's workspace. Each channel's record lies in a block of its own, followed by the channel's
+/// completion word and flag source. Destroyed with the device's last `aclrtResetDevice` ([`destroy_aicpu`]).
+pub(crate) fn aicpu_channels(device: i32) -> Result<Vec<Arc<Channel>>, aclError> {
+    let mut engines = lock(&AICPU_ENGINES);
+    if let Some(made) = engines.get(&device) {
+        return Ok(made.channels.clone());
+    }
+    let made = build(device, AICPU_CHANNEL_BASE, AICPU_CHANNELS, SQ_DEPTH, Records::AiCpu)?;
+    let channels = made.channels.clone();
+    engines.insert(device, made);
+    Ok(channels)
+}
+
+/// Stops and joins the engines of a group, then frees its records block, rings and register pages. Memory already
+/// freed is skipped.
+fn tear_down(engines: Engines) {
     // Its SDMA channels only: the device's NIC QPs keep their watches until they are destroyed.
     let channels: Vec<_> = engines.channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect();
     provenance::unwatch(&channels);
@@ -929,6 +1084,20 @@ pub(crate) fn destroy(device: i32) {
         engines.register_pages.iter().for_each(|&address| space.give_register_page(address));
         Ok(())
     });
+}
+
+/// Stops and joins `device`'s engines, then frees its workspace, rings and register pages. Memory the device's
+/// last `aclrtResetDevice` already freed is skipped.
+pub(crate) fn destroy(device: i32) {
+    let Some(engines) = lock(&ENGINES).remove(&device) else { return };
+    tear_down(engines);
+}
+
+/// Stops and joins the AI CPU's channels of `device` and frees their memory (the device's last `aclrtResetDevice`,
+/// before the device's memory goes, or `aclFinalize`); the next AI-CPU task on the device makes new ones.
+pub(crate) fn destroy_aicpu(device: i32) {
+    let Some(engines) = lock(&AICPU_ENGINES).remove(&device) else { return };
+    tear_down(engines);
 }
 
 /// A write of `bytes` by the device (an AIV core's `copy_ubuf_to_gm` whose destination is a register page) to

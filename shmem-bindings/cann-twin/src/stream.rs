@@ -28,6 +28,9 @@ pub(crate) enum Task {
     Copy { device: i32, dst: usize, dest_max: usize, src: usize, count: usize, kind: aclrtMemcpyKind, by: u32 },
     /// A kernel launch on the stream's device (`crate::kernel`).
     Kernel { device: i32, launch: Box<crate::kernel::Launch> },
+    /// An AI-CPU kernel launch on the stream's device (`crate::aicpu`): the worker hands it to an AI-CPU thread and
+    /// waits for it, at most the launch's timeout.
+    AiCpu { device: i32, launch: std::sync::Arc<crate::aicpu::Launch> },
 }
 
 #[derive(Default)]
@@ -110,7 +113,7 @@ impl Stream {
             };
             let work = match &task {
                 Task::Copy { count, .. } => crate::occupancy::StreamWork::Copy { bytes: *count as u64 },
-                Task::Kernel { .. } => crate::occupancy::StreamWork::Kernel,
+                Task::Kernel { .. } | Task::AiCpu { .. } => crate::occupancy::StreamWork::Kernel,
             };
             let open = self.counters.started(work);
             let profiled = crate::prof::started();
@@ -125,6 +128,9 @@ impl Stream {
                 }
                 Task::Kernel { .. } => {
                     crate::prof::ran(self.device, self.serial, crate::prof::TaskType::KernelAivec, profiled)
+                }
+                Task::AiCpu { .. } => {
+                    crate::prof::ran(self.device, self.serial, crate::prof::TaskType::KernelAicpu, profiled)
                 }
             }
             // What the task holds (a launch holds its binary) is released before a synchronisation can see it done.

@@ -2,7 +2,8 @@
 //! `aclrtMemImportFromShareableHandle[V2]`. The importer's physical handle is backed by the *same memfd pages* as
 //! the exporter's `aclrtMallocPhysical` allocation, so what one process's device side writes the other's reads.
 //! IPC keys (`aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose`) share `aclrtMalloc` ranges
-//! on the same service (see the section at the end of this file and docs/twin-runtime.md).
+//! on the same service (see the section at the end of this file and docs/twin-runtime.md), and so do the twin-internal
+//! range exports of the twin's HiXL server (`export_range`, `import_range`: request op 3).
 //!
 //! # The shareable handle
 //!
@@ -22,7 +23,7 @@
 //! same effective uid (others are closed at once, unanswered).
 //!
 //! Wire: the request is exactly [`REQUEST_LEN`] (16) bytes: [`REQUEST_MAGIC`] (4), the op (u32 LE: 1 VMM import,
-//! 2 IPC import), the shareable handle or key value (u64 LE). The reply is exactly [`REPLY_LEN`] (24) bytes:
+//! 2 IPC import, 3 range import), the shareable handle, key value or range token (u64 LE). The reply is exactly [`REPLY_LEN`] (24) bytes:
 //! [`REPLY_MAGIC`] (4), a status (u32 LE, [`Status`]), the size (u64 LE), the offset in the memfd (u64 LE; 0 for
 //! VMM); with status OK the memfd is attached
 //! (`SCM_RIGHTS`). A request of the wrong magic, op or length is answered `BadRequest`; a handle not exported
@@ -85,6 +86,8 @@ pub const REPLY_MAGIC: [u8; 4] = *b"CTVR";
 pub const OP_IMPORT: u32 = 1;
 /// The request's op for an IPC key import.
 pub const OP_IPC_IMPORT: u32 = 2;
+/// The request's op for a twin-internal range import (`export_range`: a HiXL server's registration, its registry).
+pub const OP_RANGE_IMPORT: u32 = 3;
 /// The prefix of a twin IPC key; 16 lowercase hex digits of the key value (laid out as a shareable handle) follow.
 pub const IPC_KEY_PREFIX: &str = "cann-twin-ipc-";
 /// The length of a twin IPC key, without its NUL.
@@ -179,6 +182,14 @@ struct IpcImport {
     host: usize,
 }
 
+/// One twin-internal range export ([`export_range`]): `size` bytes at `offset` of a memfd.
+#[derive(Debug)]
+struct RangeExport {
+    fd: Arc<OwnedFd>,
+    offset: usize,
+    size: usize,
+}
+
 #[derive(Debug, Default)]
 struct Exports {
     /// By shareable handle.
@@ -189,11 +200,13 @@ struct Exports {
     ipc: HashMap<u64, IpcExport>,
     /// IPC imports by key value.
     ipc_imported: HashMap<u64, IpcImport>,
+    /// Twin-internal range exports by token.
+    ranges: HashMap<u64, RangeExport>,
 }
 
 impl Exports {
     fn is_empty(&self) -> bool {
-        self.live.is_empty() && self.ipc.is_empty()
+        self.live.is_empty() && self.ipc.is_empty() && self.ranges.is_empty()
     }
 }
 
@@ -232,6 +245,7 @@ fn forget_inherited(service: &mut Option<Service>) {
     with_exports(|exports| {
         exports.live.retain(|&value, _| handle_pid(value) == pid);
         exports.ipc.retain(|&value, _| handle_pid(value) == pid);
+        exports.ranges.retain(|&value, _| handle_pid(value) == pid);
     });
 }
 
@@ -593,7 +607,7 @@ fn admit(waiting: &mut Vec<Waiting>, stream: UnixStream, uid: u32) {
 fn answer(connection: &Waiting) {
     let request = &connection.request;
     let op = u32::from_le_bytes([request[4], request[5], request[6], request[7]]);
-    if request[..4] != REQUEST_MAGIC || (op != OP_IMPORT && op != OP_IPC_IMPORT) {
+    if request[..4] != REQUEST_MAGIC || !matches!(op, OP_IMPORT | OP_IPC_IMPORT | OP_RANGE_IMPORT) {
         send_reply(&connection.stream, Status::BadRequest, (0, 0), None);
         return;
     }
@@ -605,6 +619,10 @@ fn answer(connection: &Waiting) {
             None
         } else if op == OP_IMPORT {
             exports.live.get(&handle).map(|export| (Arc::clone(&export.fd), export.size, 0, export.check_pid))
+        } else if op == OP_RANGE_IMPORT {
+            // Range exports admit every process of this uid (HiXL exports with
+            // `ACL_RT_VMM_EXPORT_FLAG_DISABLE_PID_VALIDATION`).
+            exports.ranges.get(&handle).map(|export| (Arc::clone(&export.fd), export.size, export.offset, false))
         } else {
             exports
                 .ipc
@@ -848,7 +866,7 @@ fn attempt(pid: u32, op: u32, shareable: u64, deadline: Instant) -> Result<Attem
     let fits = match op {
         // A VMM export is a whole physical allocation: its own memfd, granularity-sized.
         OP_IMPORT => offset == 0 && size % GRANULARITY == 0 && file_len == Some(size),
-        // An IPC export is a range of the exporter's heap memfd.
+        // An IPC export is a range of the exporter's heap memfd; a range export, of a memfd.
         _ => offset.checked_add(size).is_some_and(|end| file_len.is_some_and(|len| end <= len)),
     };
     if rc != 0 || size == 0 || !fits {
@@ -879,6 +897,134 @@ fn fetch_from(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, usize, usiz
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Twin-internal range exports: how the twin's HiXL server shares the memory behind a registration (and its registry
+// page) with its clients, as the vendor's shares it through VMM export and import. Not ACL calls.
+
+/// Shares `size` bytes at `offset` of `fd` (a memfd: the heap or a physical allocation behind device memory, or a
+/// page of the exporter's own) on this process's export service, with every process of this uid; returns the token
+/// that names it (laid out as a shareable handle: this pid, random bits). Withdrawn by [`withdraw_range`].
+pub(crate) fn export_range(fd: Arc<OwnedFd>, offset: usize, size: usize) -> Result<u64, aclError> {
+    if size == 0 {
+        return Err(ACL_ERROR_INVALID_PARAM);
+    }
+    let pid = u64::from(own_pid());
+    if pid >> PID_BITS != 0 {
+        return Err(ACL_ERROR_RT_INTERNAL_ERROR);
+    }
+    let mut service = lock(&SERVICE);
+    forget_inherited(&mut service);
+    let token = with_exports(|exports| -> Result<u64, aclError> {
+        let token = loop {
+            let random = random_token()?;
+            let candidate = (pid << TOKEN_BITS) | random;
+            if random != 0 && !exports.ranges.contains_key(&candidate) {
+                break candidate;
+            }
+        };
+        exports.ranges.insert(token, RangeExport { fd, offset, size });
+        Ok(token)
+    })?;
+    if service.is_none() {
+        match Service::start() {
+            Ok(started) => *service = Some(started),
+            Err(code) => {
+                with_exports(|exports| exports.ranges.remove(&token));
+                return Err(code);
+            }
+        }
+    }
+    Ok(token)
+}
+
+/// Withdraws a range export (later imports fail; mappings already made stay). Stops the service with the last export.
+pub(crate) fn withdraw_range(token: u64) {
+    let mut service = lock(&SERVICE);
+    let now_empty = with_exports(|exports| exports.ranges.remove(&token).is_some() && exports.is_empty());
+    if now_empty {
+        if let Some(running) = service.take() {
+            running.stop();
+        }
+    }
+}
+
+/// The memfd and offset behind device range `[address, address + size)` of this process, if it lies in one heap
+/// allocation or one mapping of a physical allocation: what [`export_range`] shares for it.
+pub(crate) fn backing_of(address: u64, size: u64) -> Result<(Arc<OwnedFd>, usize), aclError> {
+    let (address, size) = (
+        usize::try_from(address).map_err(|_| ACL_ERROR_INVALID_PARAM)?,
+        usize::try_from(size).map_err(|_| ACL_ERROR_INVALID_PARAM)?,
+    );
+    // Lock order: the runtime, then the space.
+    let runtime = runtime();
+    let guard = crate::runtime::space();
+    let space = guard.as_ref().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    if let Ok((fd, offset, _)) = space.heap_range(address, size) {
+        return Ok((Arc::new(dup(fd)?), offset));
+    }
+    let (handle, offset) = space.mapped_range(address, size)?;
+    let physical = runtime.physical.get(&handle).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+    Ok((Arc::new(dup(physical.fd())?), offset))
+}
+
+/// A range another process (or this one) exported with [`export_range`], mapped into this process: `size` bytes at
+/// `host`, in a shared mapping unmapped on drop.
+#[derive(Debug)]
+pub(crate) struct RangeMapping {
+    view: usize,
+    map_len: usize,
+    /// The range's first byte in this process.
+    pub host: usize,
+    pub size: usize,
+}
+
+impl Drop for RangeMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `import_range`, owned by this value; whoever gave the range a device window
+        // removed it first (the space's write lock), so no translation to it is live.
+        unsafe { libc::munmap(self.view as *mut libc::c_void, self.map_len) };
+    }
+}
+
+/// Maps the range `token` names, from this process's exports or through the exporter's service (within
+/// [`IMPORT_TIMEOUT`]; `ACL_ERROR_RT_IPC_ERROR` when the exporter is gone).
+pub(crate) fn import_range(token: u64) -> Result<RangeMapping, aclError> {
+    let pid = handle_pid(token);
+    if pid == 0 || token & TOKEN_MASK == 0 {
+        return Err(ACL_ERROR_RT_INVALID_HANDLE);
+    }
+    let (fd, size, offset) = if pid == own_pid() {
+        with_exports(|exports| -> Result<(OwnedFd, usize, usize), aclError> {
+            let export = exports.ranges.get(&token).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+            Ok((dup(&export.fd)?, export.size, export.offset))
+        })?
+    } else {
+        fetch(pid, OP_RANGE_IMPORT, token)?
+    };
+    let page = crate::memory::page();
+    let first = offset / page * page;
+    let in_page = offset - first;
+    let map_len = (in_page + size).div_ceil(page) * page;
+    let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
+    // SAFETY: a new shared mapping of a range the memfd holds (checked by `fetch`, or this process's own export), at
+    // an address the kernel picks.
+    let view = unsafe {
+        libc::mmap(
+            core::ptr::null_mut(),
+            map_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE,
+            fd.as_raw_fd(),
+            file_offset,
+        )
+    };
+    if view == libc::MAP_FAILED {
+        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
+    }
+    let view = view as usize;
+    Ok(RangeMapping { view, map_len, host: view + in_page, size })
 }
 
 // ---------------------------------------------------------------------------------------------------------------

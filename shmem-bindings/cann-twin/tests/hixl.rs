@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::*;
 use ascendcl_sys::sys::*;
 use ascendcl_sys::AclApi;
-use cann_twin::hixl::{HIXL_EXPORTED, MAGIC, MAX_PENDING, VERSION};
+use cann_twin::hixl::{HELLO_ANSWER_BYTES, HELLO_ENTRY_BYTES, HIXL_EXPORTED, MAGIC, MAX_PENDING, VERSION};
 use common::{api, cdylib, download, pattern, upload};
 use proptest::prelude::*;
 
@@ -179,6 +179,65 @@ impl Client {
         let handle = self.submit(put, list).expect("submit");
         self.wait(handle, Duration::from_secs(20))
     }
+
+    /// The twin-only counts of this client (`cannTwinHixlClientEvidence`).
+    fn evidence(&self) -> CannTwinHixlEvidence {
+        let mut out = CannTwinHixlEvidence::new();
+        // SAFETY: `out` is a whole structure and says so; the handle is looked up.
+        let code = unsafe { hixl().cannTwinHixlClientEvidence(self.raw, &mut out).expect("the twin exports it") };
+        assert_eq!(code, HIXL_SUCCESS);
+        out
+    }
+}
+
+/// `later - earlier`, field by field.
+fn since(later: &CannTwinHixlEvidence, earlier: &CannTwinHixlEvidence) -> CannTwinHixlEvidence {
+    let words = |e: &CannTwinHixlEvidence| -> Vec<u64> {
+        // SAFETY: the structure is `#[repr(C)]`: two u32, then u64 counts only (pinned in ascendcl-sys).
+        let bytes =
+            unsafe { core::slice::from_raw_parts((e as *const CannTwinHixlEvidence).cast::<u8>(), size_of_val(e)) };
+        bytes[8..].chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect()
+    };
+    let diff: Vec<u64> = words(later).iter().zip(words(earlier)).map(|(a, b)| a - b).collect();
+    let mut out = CannTwinHixlEvidence::new();
+    // SAFETY: as above; `diff` holds exactly the structure's u64 counts.
+    unsafe {
+        core::ptr::copy_nonoverlapping(
+            diff.as_ptr(),
+            (&mut out as *mut CannTwinHixlEvidence).cast::<u8>().add(8).cast(),
+            diff.len(),
+        )
+    };
+    out
+}
+
+/// Runs `body` with `device` current on the calling thread (device 0 again after).
+fn on_device<T>(api: &AclApi, device: i32, body: impl FnOnce() -> T) -> T {
+    // SAFETY: plain values.
+    assert_eq!(unsafe { api.aclrtSetDevice(device) }, ACL_SUCCESS);
+    let out = body();
+    // SAFETY: plain values.
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
+    out
+}
+
+/// The provenance records of `device`'s AI-CPU channels, summed.
+fn aicpu_records(device: i32) -> cann_twin::control::Provenance {
+    let mut sum = cann_twin::control::Provenance::default();
+    for channel in cann_twin::control::aicpu_channels(device) {
+        let p = cann_twin::control::provenance(device, channel).expect("an AI-CPU channel");
+        sum.sqes_by_aicpu += p.sqes_by_aicpu;
+        sum.sqes_by_host += p.sqes_by_host;
+        sum.sqes_unknown += p.sqes_unknown + p.sqes_by_block.iter().map(|(_, n)| n).sum::<u64>();
+        sum.doorbells_by_aicpu += p.doorbells_by_aicpu;
+        sum.doorbells_by_host += p.doorbells_by_host;
+        sum.doorbells_unknown += p.doorbells_unknown + p.doorbells_by_block.iter().map(|(_, n)| n).sum::<u64>();
+        sum.flags_landed += p.flags_landed;
+        sum.flags_seen_by_aicpu += p.flags_seen_by_aicpu;
+        sum.flags_seen_by_host += p.flags_seen_by_host;
+        sum.flags_seen_by_core += p.flags_seen_by_core;
+    }
+    sum
 }
 
 impl Drop for Client {
@@ -296,6 +355,132 @@ fn put_and_get_between_two_devices_of_one_process() {
     assert_eq!(client.query(handle), Err(HIXL_PARAM_INVALID));
 }
 
+/// The device path, as HiXL's client-server mode runs it: a put batch of 200 entries between device memory is two
+/// AI-CPU launches on the client's stream; every SQE the AI CPU's SDMA channels executed for it was written by the
+/// AI CPU, every doorbell rung by it, both flags read first by it, and the Host copied none of the data. The
+/// test-only mis-wiring (`control::hixl_host_copies`) moves a batch with Host copies instead, and the records say so.
+#[test]
+fn a_device_batch_is_the_ai_cpus_in_the_records_and_the_host_copy_mis_wiring_turns_them_to_the_host() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    cann_twin::control::record_provenance(true);
+    let size = 4 * MIB;
+    let remote = malloc_on(api, 0, size);
+    let local = malloc_on(api, 1, size);
+    let server = Server::start(&[mem(remote, size)]);
+    // The client on device 3: that device's AI CPU is this test's alone.
+    let client = on_device(api, 3, || Client::connect(server.port, &[mem(local, size)]).expect("connect"));
+    let source = pattern(size, 17);
+    upload(api, local, &source);
+    upload(api, remote, &vec![0u8; size]);
+    // 200 entries: 128 and 72 per launch; the first of 2.5 MiB (three SQEs of at most 1 MiB), the others 4 KiB.
+    let mut list = vec![op(remote, 0, local, 0, 5 * MIB / 2)];
+    list.extend((1..200).map(|i| op(remote, 3 * MIB + i * 4096, local, 3 * MIB + i * 4096, 4096)));
+    let (before, records_before, occupancy_before) =
+        (client.evidence(), aicpu_records(3), cann_twin::control::occupancy(3).aicpu);
+    assert_eq!(client.run(true, &list), HIXL_COMPLETE_STATUS_COMPLETED);
+    let seen = download(api, remote, size);
+    for e in &list {
+        let (r, l, n) =
+            (e.remote_buf as usize - remote as usize, e.local_buf as usize - local as usize, e.len as usize);
+        assert!(seen[r..r + n] == source[l..l + n], "entry at remote offset {r}");
+    }
+    let d = since(&client.evidence(), &before);
+    assert_eq!((d.batches, d.entries, d.device_batches, d.wire_batches, d.launches), (1, 200, 1, 0, 2), "{d:?}");
+    // 3 + 199 data SQEs and one flag SQE per launch.
+    assert_eq!((d.sqes_by_aicpu, d.sqes_by_host, d.sqes_by_aiv, d.sqes_unattributed), (204, 0, 0, 0), "{d:?}");
+    assert!(d.doorbells_by_aicpu >= 2, "at least one doorbell per launch: {d:?}");
+    assert_eq!((d.doorbells_by_host, d.doorbells_by_aiv, d.doorbells_unattributed), (0, 0, 0), "{d:?}");
+    assert_eq!((d.flags_by_aicpu, d.flags_by_host, d.flags_by_aiv, d.flags_unread), (2, 0, 0, 0), "{d:?}");
+    assert_eq!((d.host_copies, d.host_copy_bytes, d.log_entries_lost, d.unrecorded_launches), (0, 0, 0, 0));
+    // The AI CPU's channels' own records (device 3's, this client's alone) agree.
+    let records = aicpu_records(3);
+    assert_eq!(records.sqes_by_aicpu - records_before.sqes_by_aicpu, 204, "{records:?}");
+    // The records count register writes; the log one per doorbell the engine took (two writes it took together
+    // count once there).
+    assert!(records.doorbells_by_aicpu - records_before.doorbells_by_aicpu >= d.doorbells_by_aicpu, "{records:?}");
+    assert_eq!(records.flags_seen_by_aicpu - records_before.flags_seen_by_aicpu, 2, "{records:?}");
+    assert_eq!(
+        (records.sqes_by_host, records.sqes_unknown, records.doorbells_by_host, records.doorbells_unknown),
+        (records_before.sqes_by_host, records_before.sqes_unknown, records_before.doorbells_by_host, 0),
+        "{records:?}"
+    );
+    assert_eq!((records.flags_seen_by_host, records.flags_seen_by_core), (0, 0), "{records:?}");
+    // The AI CPU's occupancy: two tasks ran on its threads.
+    let occupancy = cann_twin::control::occupancy(3).aicpu;
+    assert_eq!(occupancy.threads, 4, "{occupancy:?}");
+    assert_eq!(occupancy.tasks_run - occupancy_before.tasks_run, 2, "{occupancy:?}");
+    assert_eq!(occupancy.tasks_launched - occupancy_before.tasks_launched, 2, "{occupancy:?}");
+    assert!(
+        occupancy.executing_ns + occupancy.polling_ns > occupancy_before.executing_ns + occupancy_before.polling_ns
+    );
+    assert_eq!(occupancy.executing_ns + occupancy.polling_ns + occupancy.idle_ns, occupancy.thread_ns);
+
+    // A get batch, both ways through the device path, checked on the client's side.
+    let served = pattern(size, 71);
+    upload(api, remote, &served);
+    let before = client.evidence();
+    assert_eq!(client.run(false, &[op(remote, 5, local, 7, 3 * MIB)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert!(download(api, (local as usize + 7) as *const c_void, 3 * MIB)[..] == served[5..5 + 3 * MIB]);
+    let d = since(&client.evidence(), &before);
+    assert_eq!((d.device_batches, d.launches, d.sqes_by_aicpu, d.flags_by_aicpu, d.host_copies), (1, 1, 4, 1, 0));
+
+    // Mis-wired (test-only): the same kind of batch with Host copies. Now the Host did it all, and the AI CPU nothing.
+    upload(api, local, &pattern(size, 23));
+    cann_twin::control::hixl_host_copies(3, true);
+    let before = client.evidence();
+    let records_before = aicpu_records(3);
+    let status = client.run(true, &list[..2]);
+    cann_twin::control::hixl_host_copies(3, false);
+    assert_eq!(status, HIXL_COMPLETE_STATUS_COMPLETED);
+    let d = since(&client.evidence(), &before);
+    assert_eq!((d.batches, d.device_batches, d.wire_batches, d.launches), (1, 0, 1, 0), "{d:?}");
+    assert_eq!((d.sqes_by_aicpu, d.doorbells_by_aicpu, d.flags_by_aicpu), (0, 0, 0), "{d:?}");
+    // The put's data read by the Host from the client's memory: 2.5 MiB in 1 MiB pieces, and 4 KiB.
+    assert_eq!((d.host_copies, d.host_copy_bytes), (4, (5 * MIB / 2 + 4096) as u64), "{d:?}");
+    assert_eq!(aicpu_records(3).sqes_by_aicpu, records_before.sqes_by_aicpu, "the AI CPU's channels ran nothing");
+    assert!(download(api, remote, 5 * MIB / 2) == pattern(size, 23)[..5 * MIB / 2]);
+}
+
+/// A stalled AI CPU (its SDMA channels hold every SQE): a Sync batch on the device path ends `HIXL_TIMEOUT` at its
+/// deadline, the kernel drops its SQEs (the channel reset), and after the release the next batch runs.
+#[test]
+fn a_stalled_ai_cpu_times_the_batch_out_and_the_next_one_runs() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let api = api();
+    let remote = malloc_on(api, 0, MIB);
+    let local = malloc_on(api, 1, MIB);
+    let server = Server::start(&[mem(remote, MIB)]);
+    // The client on device 4, whose AI CPU only this test stalls.
+    let client = on_device(api, 4, || Client::connect(server.port, &[mem(local, MIB)]).expect("connect"));
+    cann_twin::control::set_aicpu_stalled(4, true).expect("the AI CPU's channels");
+    upload(api, local, &pattern(MIB, 3));
+    upload(api, remote, &vec![0u8; MIB]);
+    let list = [op(remote, 0, local, 0, MIB)];
+    let (before, tasks_before) = (client.evidence(), cann_twin::control::occupancy(4).aicpu.tasks_run);
+    let started = Instant::now();
+    // SAFETY: live list; ranges checked by the twin.
+    let code = unsafe { hixl().HixlCSClientBatchPutSync(client.raw, 1, list.as_ptr(), 300).expect("resolved") };
+    let took = started.elapsed();
+    // The kernel itself stops at the deadline too (its SQEs dropped by the channel's reset): wait for it before the
+    // release.
+    while cann_twin::control::occupancy(4).aicpu.tasks_run == tasks_before {
+        assert!(started.elapsed() < Duration::from_secs(5), "the AI-CPU task did not end");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    cann_twin::control::set_aicpu_stalled(4, false).expect("released");
+    assert_eq!(code, HIXL_TIMEOUT);
+    assert!(took >= Duration::from_millis(290) && took < Duration::from_millis(1500), "{took:?}");
+    assert_eq!(since(&client.evidence(), &before).device_batches, 1);
+    assert!(download(api, remote, MIB) == vec![0u8; MIB], "the dropped SQE never ran");
+    assert_eq!(client.run(true, &list), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert!(download(api, remote, MIB) == pattern(MIB, 3));
+}
+
 #[test]
 fn out_of_bounds_entries_and_bad_arguments_are_refused() {
     if std::env::var_os(ROLE).is_some() {
@@ -403,9 +588,13 @@ fn a_range_the_server_withdrew_fails_its_batch_and_the_stream_stays_in_step() {
     upload(api, a, &vec![0u8; MIB]);
     upload(api, local, &pattern(MIB, 12));
     // The client still lists b (it connected before), the server refuses it: the batch fails, its other entries run.
+    // b's import is withdrawn (its registry stamp is gone), so these batches take the wire path, where the server
+    // checks its registrations of the moment.
+    let before = client.evidence();
     let list = [op(a, 0, local, 0, 4096), op(b, 0, local, 0, 4096), op(a, 8192, local, 8192, 4096)];
     assert_eq!(client.run(true, &list), HIXL_COMPLETE_STATUS_FAILED);
     assert_eq!(client.run(false, &[op(b, 0, local, 0, 64)]), HIXL_COMPLETE_STATUS_FAILED);
+    assert_eq!(since(&client.evidence(), &before).wire_batches, 2);
     let seen = download(api, a, 3 * 4096);
     assert!(seen[..4096] == pattern(MIB, 12)[..4096] && seen[8192..] == pattern(MIB, 12)[8192..3 * 4096]);
     // Many small entries in one batch (pipelined windows), both ways, every byte checked.
@@ -419,7 +608,11 @@ fn a_range_the_server_withdrew_fails_its_batch_and_the_stream_stays_in_step() {
     }
     let puts: Vec<_> = (0..1000).map(|i| op(a, MIB - (i + 1) * 1000, local, i * 1000, 1000)).collect();
     upload(api, local, &pattern(MIB, 5));
+    let before = client.evidence();
     assert_eq!(client.run(true, &puts), HIXL_COMPLETE_STATUS_COMPLETED);
+    // a is still live: the device path, 8 launches of at most 128 entries.
+    let d = since(&client.evidence(), &before);
+    assert_eq!((d.device_batches, d.launches), (1, 8), "{d:?}");
     let seen = download(api, a, MIB);
     let sent = pattern(MIB, 5);
     for i in 0..1000 {
@@ -537,8 +730,10 @@ fn a_server_in_a_child_process() {
     let child = Child::spawn();
     let local = malloc_on(api, 1, size);
     let client = Client::connect(child.port, &[mem(local, size)]).expect("connect");
-    // Get the child's pattern, unaligned.
+    // Get the child's pattern, unaligned: the device path, its memory imported from the child.
+    let before = client.evidence();
     assert_eq!(client.run(false, &[op(child.remote, 3, local, 5, size - 8)]), HIXL_COMPLETE_STATUS_COMPLETED);
+    assert_eq!(since(&client.evidence(), &before).device_batches, 1);
     assert_eq!(download(api, (local as usize + 5) as *const c_void, size - 8), pattern(size, 42)[3..size - 5]);
     // Put new bytes, get them back into the other half.
     upload(api, local, &pattern(MIB, 77));
@@ -561,8 +756,10 @@ fn a_killed_server_fails_pending_transfers_in_bounded_time() {
     let client = Client::connect(child.port, &[mem(local, size)]).expect("connect");
     // Far more than can move before the kill: 4000 gets of 2 MiB.
     let list = vec![op(child.remote, 0, local, 0, size); 4000];
+    let before = client.evidence();
     let pending = client.submit(false, &list).expect("submit");
     let queued = client.submit(true, &list[..1]).expect("submit");
+    assert_eq!(since(&client.evidence(), &before).device_batches, 2, "both on the AI CPU, the child's memory imported");
     std::thread::sleep(Duration::from_millis(50));
     child.child.kill().expect("kill");
     let _ = child.child.wait();
@@ -585,13 +782,17 @@ fn silent_peer(answer_hello: bool, remote: usize) -> u32 {
         if answer_hello {
             let mut hello = [0u8; 12];
             let _ = stream.read_exact(&mut hello);
+            // Version 2: no registry (token 0), one registration without an export (token 0): the wire path.
             let mut reply = MAGIC.to_vec();
             reply.extend_from_slice(&HIXL_SUCCESS.to_le_bytes());
             reply.extend_from_slice(&1u32.to_le_bytes());
+            reply.extend_from_slice(&0u64.to_le_bytes());
             reply.extend_from_slice(&(remote as u64).to_le_bytes());
             reply.extend_from_slice(&(MIB as u64).to_le_bytes());
             reply.extend_from_slice(&COMM_MEM_TYPE_DEVICE.0.to_le_bytes());
             reply.extend_from_slice(&0u32.to_le_bytes());
+            reply.extend_from_slice(&[0u8; 24]);
+            assert_eq!(reply.len(), HELLO_ANSWER_BYTES + HELLO_ENTRY_BYTES);
             let _ = stream.write_all(&reply);
         }
         std::thread::sleep(Duration::from_secs(5));
@@ -681,13 +882,25 @@ proptest! {
 
 #[test]
 fn the_cdylib_loads_as_libcann_hixl_and_moves_data() {
-    if std::env::var_os(ROLE).is_some() {
-        return;
-    }
     let Some(library) = cdylib() else {
         skip::skip("CARGO is not set (the test binary was not run by cargo), so the cdylib cannot be built");
         return;
     };
+    match std::env::var(ROLE).ok().as_deref() {
+        // In a process of its own: two copies of the runtime in one process cannot both run the VMM export service,
+        // which the device path of each copy's HiXL server uses (the other tests' servers here are the linked copy's).
+        None => {
+            let status = Command::new(std::env::current_exe().expect("test binary"))
+                .args(["--exact", "the_cdylib_loads_as_libcann_hixl_and_moves_data", "--nocapture"])
+                .env(ROLE, "cdylib")
+                .status()
+                .expect("run the child");
+            assert!(status.success(), "the child failed: {status}");
+            return;
+        }
+        Some("cdylib") => {}
+        Some(_) => return,
+    }
     // Both tables from the one library, as a user pointing AIV_ASCENDCL_LIB and AIV_HIXL_LIB at the twin would: the
     // loaded copy has its own runtime, separate from the one linked into this test.
     let path = library.into_os_string();

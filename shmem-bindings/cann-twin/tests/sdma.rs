@@ -227,7 +227,25 @@ fn a_copy_sqe_with_other_control_fields_stops_the_channel() {
     changed(21, 15, 1); // ptr_mode 1
     changed(22, 17, 0); // the opcode word's sssv..dns bits and the low QoS bits cleared
     changed(23, 18, 1); // sro set
-    changed(24, 48, 0); // link_type 0 instead of 255
+    changed(24, 48, 1); // link_type 1: neither SHMEM's 255 nor HiXL's on-chip 0
+}
+
+/// `link_type` 0 (on-chip, as HiXL's AI-CPU SQEs set it) is accepted as well as SHMEM's 255: the copy runs.
+#[test]
+fn an_on_chip_copy_sqe_runs() {
+    workspace();
+    let channel = 25;
+    let data = pattern(4096, 25);
+    let (src, dst) = (malloc(api(), 4096), malloc(api(), 4096));
+    upload(api(), src, &data);
+    let record = record(channel);
+    let mut onchip = copy_sqe(src, dst, 4096);
+    onchip[48] = 0;
+    post(&record, record.head, &[onchip]);
+    ring(&record, record.head + 1);
+    wait_head(channel, record.head + 1);
+    assert_eq!(control::channel_exception(0, channel), Ok(None));
+    assert!(download(api(), dst, 4096) == data, "the on-chip copy landed");
 }
 
 #[test]

@@ -440,7 +440,7 @@ fn hostile_connections_are_bounded() {
 
     // A request of the wrong op or magic; a short request followed by a close; then the real one still works.
     let mut wrong_op = request(shareable);
-    wrong_op[4] = 3;
+    wrong_op[4] = 4;
     assert_eq!(raw_request(&wrong_op).map(|r| r.0), Some(vmm_share::Status::BadRequest as u32));
     assert_eq!(raw_request(b"GET / HTTP/1.0\r\n").map(|r| r.0), Some(vmm_share::Status::BadRequest as u32));
     {

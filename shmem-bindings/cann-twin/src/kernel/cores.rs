@@ -86,7 +86,7 @@ impl Activity {
     }
 
     /// Naps at most `nap`, less if the device progresses after `seen`; returns the progress count at the end.
-    fn nap(&self, seen: u64, nap: Duration) -> u64 {
+    pub(crate) fn nap(&self, seen: u64, nap: Duration) -> u64 {
         self.sleepers.fetch_add(1, Ordering::SeqCst);
         let deadline = Instant::now() + nap;
         let mut guard = lock(&self.lock);
