@@ -982,7 +982,7 @@ pub(crate) struct RangeMapping {
 
 impl Drop for RangeMapping {
     fn drop(&mut self) {
-        // SAFETY: the mapping made in `import_range`, owned by this value; whoever gave the range a device window
+        // SAFETY: the mapping made in `map_range`, owned by this value; whoever gave the range a device window
         // removed it first (the space's write lock), so no translation to it is live.
         unsafe { libc::munmap(self.view as *mut libc::c_void, self.map_len) };
     }
@@ -1003,13 +1003,18 @@ pub(crate) fn import_range(token: u64) -> Result<RangeMapping, aclError> {
     } else {
         fetch(pid, OP_RANGE_IMPORT, token)?
     };
+    map_range(&fd, offset, size)
+}
+
+/// Maps `size` bytes at `offset` of the memfd `fd` (an export's, checked by `fetch` or this process's own) shared,
+/// readable and writable, at an address the kernel picks.
+fn map_range(fd: &OwnedFd, offset: usize, size: usize) -> Result<RangeMapping, aclError> {
     let page = crate::memory::page();
     let first = offset / page * page;
     let in_page = offset - first;
     let map_len = (in_page + size).div_ceil(page) * page;
     let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
-    // SAFETY: a new shared mapping of a range the memfd holds (checked by `fetch`, or this process's own export), at
-    // an address the kernel picks.
+    // SAFETY: a new shared mapping of a range the memfd holds, at an address the kernel picks.
     let view = unsafe {
         libc::mmap(
             core::ptr::null_mut(),
@@ -1248,51 +1253,23 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
     if with_exports(|exports| exports.ipc_imported.contains_key(&value)) {
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
-    let page = crate::memory::page();
-    let first = offset / page * page;
-    let in_page = offset - first;
-    let map_len = (in_page + size).div_ceil(page) * page;
-    let file_offset = libc::off_t::try_from(first).map_err(|_| ACL_ERROR_RT_INTERNAL_ERROR)?;
-    // SAFETY: a new shared mapping of a range the exporter's memfd holds (checked by `fetch` or owned here), at an
-    // address the kernel picks.
-    let view = unsafe {
-        libc::mmap(
-            core::ptr::null_mut(),
-            map_len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_SHARED | libc::MAP_NORESERVE,
-            fd.as_raw_fd(),
-            file_offset,
-        )
-    };
-    if view == libc::MAP_FAILED {
-        return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
-    }
-    let view = view as usize;
-    let host = view + in_page;
-    let unmap = || {
-        // SAFETY: the mapping made above, not registered (or no longer).
-        unsafe { libc::munmap(view as *mut libc::c_void, map_len) };
-    };
-    let address = match crate::runtime::with_space_mut(|space| space.register(host, size, false)) {
-        Ok(address) => address,
-        Err(code) => {
-            unmap();
-            return Err(code);
-        }
-    };
+    // Unmapped when dropped, until the import is recorded.
+    let mapping = map_range(&fd, offset, size)?;
+    let host = mapping.host;
+    let address = crate::runtime::with_space_mut(|space| space.register(host, size, false))?;
     let recorded = with_exports(|exports| {
         if exports.ipc_imported.contains_key(&value) {
             return false;
         }
-        exports.ipc_imported.insert(value, IpcImport { view, map_len, host });
+        exports.ipc_imported.insert(value, IpcImport { view: mapping.view, map_len: mapping.map_len, host });
         true
     });
     if !recorded {
         let _ = crate::runtime::with_space_mut(|space| space.unregister(host));
-        unmap();
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
+    // The import owns the mapping now (`ipc_close` unmaps it).
+    std::mem::forget(mapping);
     Ok(address)
 }
 
