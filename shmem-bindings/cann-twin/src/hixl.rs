@@ -1241,34 +1241,21 @@ fn submit(
             .collect(),
         _ => None,
     };
-    let (batch, stream) = match (relocated, &state.slot, &connection.imports) {
+    let on_device = match (relocated, &state.slot, &connection.imports) {
         (Some(list), Some(slot), Some(imports)) => {
             let launched = device::launch(slot, &imports.link, &client.tallies, put, &list, deadline, with_flag)?;
-            client.tallies.batch(entries.len(), true);
-            let batch = Arc::new(Batch {
-                put,
-                entries,
-                deadline,
-                outcome: Mutex::new(Outcome::Waiting),
-                done: Condvar::new(),
-                device: Some(launched),
-            });
-            (batch, Some(slot.stream()))
+            Some((launched, slot.stream()))
         }
-        _ => {
-            let batch = Arc::new(Batch {
-                put,
-                entries,
-                deadline,
-                outcome: Mutex::new(Outcome::Waiting),
-                done: Condvar::new(),
-                device: None,
-            });
-            connection.queue.send(batch.clone()).map_err(|_| HIXL_FAILED)?;
-            client.tallies.batch(batch.entries.len(), false);
-            (batch, None)
-        }
+        _ => None,
     };
+    let (device, stream) = on_device.map_or((None, None), |(launched, stream)| (Some(launched), Some(stream)));
+    let batch =
+        Arc::new(Batch { put, entries, deadline, outcome: Mutex::new(Outcome::Waiting), done: Condvar::new(), device });
+    if stream.is_none() {
+        // Not importable: the batch runs on the connection's wire worker.
+        connection.queue.send(batch.clone()).map_err(|_| HIXL_FAILED)?;
+    }
+    client.tallies.batch(batch.entries.len(), stream.is_some());
     state.next_batch += 1;
     let id = state.next_batch;
     state.pending.insert(id, batch.clone());
