@@ -112,6 +112,9 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let sdma = |path: &str| cell(path).sdma_busy_per_second.expect("the twin's counters").median;
     assert!(sdma("aiv") > 0.0 && sdma("tcp") == 0.0, "aiv {} tcp {}", sdma("aiv"), sdma("tcp"));
     assert!(cell("aiv").aiv_executing_share.expect("the twin's counters").median > 0.0);
+    // The AI CPU ran adxl's batches (HiXL's client-server mode) and nothing of aiv's or tcp's.
+    let aicpu = |path: &str| cell(path).aicpu_busy_per_second.expect("the twin's counters").median;
+    assert!(aicpu("adxl") > 0.0 && aicpu("aiv") == 0.0 && aicpu("tcp") == 0.0, "{}", aicpu("adxl"));
 
     // Error recovery: an out-of-bounds request fails alone on every path; a stalled engine fails aiv's and adxl's
     // batch, which then serve the next; tcp has no engine to stall and says so.

@@ -212,6 +212,7 @@ fn cell_occupancy(occupancy: &crate::occupancy::Occupancy) -> report::CellOccupa
             cell.sdma_busy_ns = Some(devices.iter().flat_map(|d| d.channels.iter()).map(|c| c.busy_ns).sum());
             cell.runtime_copy_busy_ns =
                 Some(devices.iter().map(|d| d.streams.copy_busy_ns + d.streams.sync_copy_busy_ns).sum());
+            cell.aicpu_busy_ns = Some(devices.iter().map(|d| d.aicpu.executing_ns + d.aicpu.polling_ns).sum());
         }
         crate::occupancy::DeviceReport::NotExposed { reason } => cell.not_exposed = Some(reason.clone()),
     }

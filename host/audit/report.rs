@@ -597,6 +597,9 @@ pub struct CellOccupancy {
     pub sdma_busy_ns: Option<u64>,
     /// The runtime's copy work (stream copy tasks and synchronous copies), summed.
     pub runtime_copy_busy_ns: Option<u64>,
+    /// The emulated AI CPU's threads running tasks (executing and polling), summed over its threads.
+    #[serde(default)]
+    pub aicpu_busy_ns: Option<u64>,
     /// CPU of the twin's device-model threads (its cost as a CPU model, never a Host figure).
     pub device_model_cpu_ns: Option<u64>,
     /// Why the device figures are missing, when they are.
@@ -618,6 +621,11 @@ impl CellOccupancy {
     /// Seconds of runtime copy work per second of the cell.
     pub fn runtime_copy_busy_per_second(&self) -> Option<f64> {
         (self.wall_ns > 0).then(|| self.runtime_copy_busy_ns.map(|b| b as f64 / self.wall_ns as f64)).flatten()
+    }
+
+    /// Thread-seconds of AI-CPU tasks per second of the cell.
+    pub fn aicpu_busy_per_second(&self) -> Option<f64> {
+        (self.wall_ns > 0).then(|| self.aicpu_busy_ns.map(|b| b as f64 / self.wall_ns as f64)).flatten()
     }
 }
 
@@ -651,6 +659,9 @@ pub struct CellStats {
     pub aiv_executing_share: Option<Stats>,
     pub sdma_busy_per_second: Option<Stats>,
     pub runtime_copy_busy_per_second: Option<Stats>,
+    /// AI-CPU thread-seconds running tasks per second of the cell.
+    #[serde(default)]
+    pub aicpu_busy_per_second: Option<Stats>,
     pub device_model_cpu_ns_per_transfer: Option<Stats>,
     /// The batch latencies of every round together, as `[quantile, ns]` points from 0 to 1 (empty: none measured).
     pub latency_cdf: Vec<[f64; 2]>,
@@ -712,6 +723,7 @@ impl WorkloadReport {
                     aiv_executing_share: of(&|r| r.occupancy.aiv_executing_share()),
                     sdma_busy_per_second: of(&|r| r.occupancy.sdma_busy_per_second()),
                     runtime_copy_busy_per_second: of(&|r| r.occupancy.runtime_copy_busy_per_second()),
+                    aicpu_busy_per_second: of(&|r| r.occupancy.aicpu_busy_per_second()),
                     device_model_cpu_ns_per_transfer: of(&|r| {
                         r.occupancy
                             .device_model_cpu_ns
@@ -979,15 +991,16 @@ impl AuditReport {
                 let _ = writeln!(md, "Occupancy (both devices; the twin runtime's model figures):\n");
                 let _ = writeln!(
                     md,
-                    "| path | AIV cores executing share | SDMA engine-s per s | runtime copy s per s | device-model CPU/transfer µs |"
+                    "| path | AIV cores executing share | AI CPU busy s per s | SDMA engine-s per s | runtime copy s per s | device-model CPU/transfer µs |"
                 );
-                let _ = writeln!(md, "|---|---|---|---|---|");
+                let _ = writeln!(md, "|---|---|---|---|---|---|");
                 for cell in &workload.paths {
                     let _ = writeln!(
                         md,
-                        "| {} | {} | {} | {} | {} |",
+                        "| {} | {} | {} | {} | {} | {} |",
                         cell.path,
                         stat(cell.aiv_executing_share.as_ref(), 1.0, 2),
+                        stat(cell.aicpu_busy_per_second.as_ref(), 1.0, 2),
                         stat(cell.sdma_busy_per_second.as_ref(), 1.0, 2),
                         stat(cell.runtime_copy_busy_per_second.as_ref(), 1.0, 2),
                         stat(cell.device_model_cpu_ns_per_transfer.as_ref(), 1e-3, 2)
