@@ -242,10 +242,16 @@ fn this_project_tree() {
     assert_eq!(kernels.verdict, Submitter::AivDirect, "{}", kernels.reason);
     // The kernel's qualifier macro is resolved through the platform header that defines it.
     assert!(kernels.evidence.iter().any(|e| e.what.contains("AIV_DEVICE_FN")), "AIV_DEVICE_FN is a device marker");
-    for name in ["host/transport/adxl", "host/transport/ubshmem.rs"] {
-        let c = component(&report, name);
-        assert_eq!(c.verdict, Submitter::HostSubmitted, "{name}: {}", c.reason);
-    }
+    let ubshmem = component(&report, "host/transport/ubshmem.rs");
+    assert_eq!(ubshmem.verdict, Submitter::HostSubmitted, "{}", ubshmem.reason);
+    // The adxl path reaches HiXL only through `ascendcl_sys::hixl`'s safe wrappers, whose names inspection does not
+    // classify (who submits is HiXL's business: its client-server mode from the AI CPU, docs/evidence.md): nothing
+    // outside comments decides, so no verdict is claimed.
+    let adxl = component(&report, "host/transport/adxl");
+    assert_eq!(adxl.verdict, Submitter::Unknown, "{}", adxl.reason);
+    // Where the C names are declared, they are the Host side of HiXL's API.
+    let bindings = component(&report, "shmem-bindings/ascendcl-sys/src");
+    assert!(has(bindings, EvidenceClass::HostSubmission, "HixlCSClientBatchPutAsync"), "{:?}", bindings.evidence.len());
     assert!(report.components.iter().all(|c| !c.name.starts_with("target/") && !c.name.starts_with(".git/")));
 }
 
