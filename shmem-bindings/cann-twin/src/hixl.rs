@@ -1054,6 +1054,22 @@ fn peer_gone(stream: &TcpStream) -> bool {
     }
 }
 
+/// Whether the client's server is gone (its connection closed or reset: its process killed, or its server destroyed),
+/// looked at when a device batch ends: the imported memory outlives its exporter, so a batch that ran on into it
+/// after the server went did not reach the server. The client is then broken and its link revoked, as its worker
+/// does when it finds the loss while idle.
+fn server_lost(client: &Client, state: &ClientState) -> bool {
+    let Some(connection) = state.connection.as_ref() else { return true };
+    if client.broken.load(Ordering::Relaxed) || peer_gone(&connection.stream) {
+        client.broken.store(true, Ordering::Relaxed);
+        if let Some(imports) = &connection.imports {
+            imports.link.revoke();
+        }
+        return true;
+    }
+    false
+}
+
 /// The client's worker: runs the wire path's batches in order, and while idle watches the connection (every
 /// [`POLL`]): a server that is gone (its process killed, or destroyed) breaks the client and revokes the device path's
 /// link, so device batches on it fail.
@@ -1316,7 +1332,7 @@ fn submit_sync(
             let synchronized = stream.synchronize(Some(left));
             if synchronized == ascendcl_sys::sys::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT || launched.timed_out() {
                 Outcome::Timeout
-            } else if launched.failed() {
+            } else if launched.failed() || server_lost(&client, &lock(&client.state)) {
                 Outcome::Failed
             } else {
                 Outcome::Completed
@@ -1429,7 +1445,7 @@ pub unsafe extern "C" fn HixlCSClientQueryCompleteStatus(
             Some(launched) if launched.landed() => {
                 if launched.timed_out() {
                     Outcome::Timeout
-                } else if launched.failed() {
+                } else if launched.failed() || server_lost(&client, &state) {
                     Outcome::Failed
                 } else {
                     Outcome::Completed
