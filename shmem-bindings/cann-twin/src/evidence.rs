@@ -11,11 +11,16 @@
 //!   and, while the provenance records are on (`control::record_provenance`), who wrote each SQE, who rang each
 //!   doorbell and who first read each completion flag (docs/twin-runtime.md, "Provenance records"); version 2 names
 //!   the AI CPU beside the kernel's cores and the Host;
-//! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin's ADXL moves every
-//!   transfer's bytes with them, on each side), stream copies queued by `aclrtMemcpyAsync`, and stream
-//!   synchronisations that returned success (the Host learning that its stream copies completed);
+//! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin ADXL's TCP stand-in
+//!   moves every transfer's bytes with them, on each side; the twin HiXL's wire path too), stream copies queued by
+//!   `aclrtMemcpyAsync` (FabricMem's Host unfold), and stream synchronisations that returned success (the Host learning
+//!   that its stream copies completed). The twin HiXL's upload of a batch's list and the copy into its Host flag are
+//!   the AI-CPU launches' arguments and completion signal, counted with those launches, not here;
 //! - the twin's ADXL (`libllm_datadist.so`, which reports through [`cannTwinEvidenceNote`]): transfer calls made by
-//!   Host threads with their descriptors, and peer requests its server thread accepted with their ranges.
+//!   Host threads with their descriptors, and peer requests its TCP stand-in's server thread accepted with their
+//!   ranges.
+//!
+//! [`cannTwinRecordProvenance`] lets such a process turn the provenance records on before the acts it observes.
 
 use core::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
