@@ -309,10 +309,13 @@ pub unsafe extern "C" fn cannTwinEvidence(out: *mut CannTwinEvidence) -> aclErro
 /// now, else 0.
 #[no_mangle]
 pub extern "C" fn cannTwinRecordProvenance(on: u32) -> i32 {
-    if on != 0 && !crate::control::provenance_recorded() {
-        crate::control::record_provenance(true);
-    }
-    i32::from(crate::control::provenance_recorded())
+    std::panic::catch_unwind(|| {
+        if on != 0 && !crate::control::provenance_recorded() {
+            crate::control::record_provenance(true);
+        }
+        i32::from(crate::control::provenance_recorded())
+    })
+    .unwrap_or(0)
 }
 
 #[cfg(test)]
