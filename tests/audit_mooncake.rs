@@ -12,6 +12,7 @@ use aiv_transport::audit::mooncake::{self, MooncakeSetup};
 use aiv_transport::audit::report::KvCache;
 use aiv_transport::audit::{self, AuditOptions, AuditReport, Silent, Workload};
 use aiv_transport::config::DeviceBackendKind;
+use aiv_transport::evidence::Submitter;
 use aiv_transport::{EngineConfig, Opcode, Protocol};
 
 #[path = "common/skip.rs"]
@@ -98,24 +99,83 @@ fn the_wheel_runs_in_the_same_rounds_with_nonzero_figures_a_passed_data_check_an
     }
     let check = record.data_check.as_ref().expect("a data check");
     assert!(check.passed, "{check:?}");
+    // The wheel's defaults: the capability reported, LocalCommRes 1.3, ADXL's client-server engine, whose batches
+    // the twin's HiXL runs on the emulated AI CPU: AI-CPU-submitted, from the runtime's counts.
+    assert!(record.engine.as_deref().is_some_and(|e| e.starts_with("hixl_cs")), "{record:?}");
+    assert!(record.global_resource_config.is_none());
     let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend").expect("a verdict");
+    assert_eq!(verdict.submitted_by, Submitter::AiCpuSubmitted, "{:?}", verdict.lines);
     assert_eq!(verdict.aiv_direct, "no", "{:?}", verdict.lines);
     assert_eq!(verdict.kernel_writes_descriptors, "no", "{:?}", verdict.lines);
     assert!(verdict.transfers > 0);
+    assert!(verdict.host_launches_per_transfer > 0.0, "{:?}", verdict.lines);
     assert!(
-        verdict.lines[3].contains("by Host") && verdict.lines[3].contains("recorded by the twin"),
+        verdict.lines[3].contains("by AI CPU") && verdict.lines[3].contains("recorded by the twin"),
         "{:?}",
         verdict.lines
     );
     let evidence = record.evidence.as_ref().expect("twin counts");
     assert_eq!(evidence["kernels_launched"], 0, "{evidence:?}");
-    assert!(evidence["host_sync_copies"] > 0, "{evidence:?}");
+    assert_eq!(evidence["provenance_recorded"], 1, "the driver turned the records on: {evidence:?}");
+    assert!(evidence["aicpu_kernels_launched"] > 0 && evidence["sqes_by_aicpu"] > 0, "{evidence:?}");
+    assert_eq!(evidence["sqes_by_aicpu"], evidence["sqes_executed"], "every SQE the AI CPU's: {evidence:?}");
+    assert_eq!(evidence["doorbells_by_aicpu"], evidence["doorbells_rung"], "{evidence:?}");
+    assert_eq!((evidence["host_sync_copies"], evidence["host_stream_copies"]), (0, 0), "{evidence:?}");
     // Every transfer the cells made reached the twin's ADXL as a descriptor of a Host thread's transfer call.
     assert!(evidence["adxl_descs"] >= verdict.transfers && evidence["adxl_transfers"] > 0, "{evidence:?}");
+    assert_eq!(evidence["adxl_requests_served"], 0, "the TCP stand-in served nothing: {evidence:?}");
     let md = report.markdown();
     assert!(md.contains("## mooncake-ascend") && md.contains("Data check: **passed**"), "{md}");
     assert!(report.method.layout.contains("mooncake-ascend runs Mooncake's own wheel in two processes"));
     assert!(report.registration.iter().any(|r| r.memory == "mooncake-ascend device"), "{:?}", report.registration);
+}
+
+/// FabricMem (`--mooncake-global-resource-config` with a `fabric_memory` key, as `ASCEND_GLOBAL_RESOURCE_CONFIG`):
+/// with its AI-CPU unfold (the default) the verdict is AI-CPU-submitted; forcing its Host unfold
+/// (`fabric_memory.enable_aicpu_unfold: false`) turns the same audit Host-submitted: the verdict follows what the
+/// runtime saw done, not the path's name. Data checked both times.
+fn fabric_mem_audit(config: &str) -> (AuditReport, aiv_transport::audit::report::PathVerdict) {
+    let (venv, libs) = wheel_inputs().expect("checked by the caller");
+    let mut setup = mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("the wheel is found");
+    setup.global_resource_config = Some(config.to_owned());
+    let mut engine = EngineConfig::new("127.0.0.1");
+    engine.aiv.hbm_size = 64 << 20;
+    let workloads = vec![Workload::bench(64 << 10, 4, 1), Workload::kv_request(small_kv())];
+    let report = audit::run(&engine, &options(vec![Protocol::Tcp], workloads, Some(setup)), &Silent).expect("runs");
+    let record = report.mooncake.as_ref().expect("a mooncake record");
+    assert!(record.failed_cells.is_empty(), "{:?}", record.failed_cells);
+    assert!(record.data_check.as_ref().is_some_and(|c| c.passed), "{:?}", record.data_check);
+    assert_eq!(record.global_resource_config.as_deref(), Some(config));
+    assert!(record.engine.as_deref().is_some_and(|e| e.starts_with("fabric_mem")), "{record:?}");
+    for workload in &report.workloads {
+        let cell = workload.paths.iter().find(|c| c.path == "mooncake-ascend").expect("a mooncake-ascend cell");
+        assert_eq!(cell.failed_batches, 0, "{}", workload.name);
+        assert!(cell.bytes_per_second.is_some_and(|s| s.min > 0.0), "{}", workload.name);
+    }
+    let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend").cloned().expect("a verdict");
+    (report, verdict)
+}
+
+#[test]
+fn fabric_mem_with_ai_cpu_unfold_is_ai_cpu_submitted_and_forcing_host_unfold_turns_it_host_submitted() {
+    if wheel_inputs().is_none() {
+        return;
+    }
+    let (report, aicpu) = fabric_mem_audit(r#"{"fabric_memory":{"enable_aicpu_unfold":true}}"#);
+    assert_eq!(aicpu.submitted_by, Submitter::AiCpuSubmitted, "{:?}", aicpu.lines);
+    let evidence = report.mooncake.as_ref().and_then(|r| r.evidence.clone()).expect("counts");
+    assert!(evidence["aicpu_kernels_launched"] > 0 && evidence["sqes_by_aicpu"] == evidence["sqes_executed"]);
+    assert_eq!(evidence["host_stream_copies"], 0, "{evidence:?}");
+
+    let (report, host) =
+        fabric_mem_audit(r#"{"fabric_memory.enable_aicpu_unfold":false,"fabric_memory.task_stream_num":2}"#);
+    assert_eq!(host.submitted_by, Submitter::HostSubmitted, "{:?}", host.lines);
+    assert!(host.host_launches_per_transfer == 0.0, "{:?}", host.lines);
+    let evidence = report.mooncake.as_ref().and_then(|r| r.evidence.clone()).expect("counts");
+    assert_eq!((evidence["aicpu_kernels_launched"], evidence["sqes_executed"]), (0, 0), "{evidence:?}");
+    // One aclrtMemcpyAsync per operation, round-robin over the streams, each synchronised.
+    assert!(evidence["host_stream_copies"] >= host.transfers, "{evidence:?}");
+    assert!(evidence["host_stream_syncs"] > 0, "{evidence:?}");
 }
 
 /// The wheel's error-recovery rounds: an out-of-bounds request fails its batch and the next batch is served; the

@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::Deserialize;
+use cann_twin::evidence::CannTwinEvidenceV2;
 use serde_json::{json, Value};
 
 use super::kv;
@@ -28,6 +28,9 @@ use crate::transfer::{Opcode, Protocol, SegmentId};
 
 /// The path's name in reports and in `--paths`.
 pub const PATH: &str = "mooncake-ascend";
+
+/// Requests of 1 MiB in the `killed_peer` fault round's batch.
+const BIG_BATCH: u64 = 2048;
 
 /// The driver, embedded so that `aiv audit` runs it from any directory.
 const DRIVER: &str = include_str!("mooncake_driver.py");
@@ -42,6 +45,12 @@ pub struct MooncakeSetup {
     /// How long past a command's own duration an answer may take before the process counts as hung (45 s: the
     /// wheel's transfer timeout is 10 s per batch, its import and start a few seconds).
     pub reply_margin: Duration,
+    /// `ASCEND_GLOBAL_RESOURCE_CONFIG` for both processes (`None`: removed from their environment, so the wheel runs
+    /// with its defaults). A `fabric_memory` key in it makes the wheel pass `EnableUseFabricMem=1` and the JSON as
+    /// `GlobalResourceConfig` (`kvcache-ai/Mooncake` `mooncake-transfer-engine/src/transport/ascend_transport/
+    /// ascend_direct_transport/ascend_direct_transport.cpp`, `utils.cpp`), which selects FabricMem;
+    /// `fabric_memory.enable_aicpu_unfold` false its Host unfold.
+    pub global_resource_config: Option<String>,
 }
 
 /// How to install what the path needs, for skip reasons.
@@ -94,7 +103,12 @@ pub fn discover(
         return Err(format!("no {missing} in {} (the twin runtime's CANN libraries): {INSTALL_HINT}", libs.display()));
     }
     let absolute = |path: PathBuf| std::path::absolute(&path).unwrap_or(path);
-    Ok(MooncakeSetup { venv: absolute(venv), libs: absolute(libs), reply_margin: Duration::from_secs(45) })
+    Ok(MooncakeSetup {
+        venv: absolute(venv),
+        libs: absolute(libs),
+        reply_margin: Duration::from_secs(45),
+        global_resource_config: None,
+    })
 }
 
 /// Whether `venv/lib/python*/site-packages/mooncake/engine.so` exists.
@@ -119,8 +133,12 @@ pub fn round_order_with(paths: &[Protocol], mooncake: bool, round: usize) -> (Ve
     (all.into_iter().flatten().collect(), at)
 }
 
-/// The last lines a process wrote to stderr (its log), for failure reasons.
-type Tail = Arc<Mutex<VecDeque<String>>>;
+/// The last lines a process wrote to stderr (its log), for failure reasons, and the ADXL engine its
+/// `libllm_datadist.so` logged it selected.
+type Tail = Arc<Mutex<(VecDeque<String>, Option<String>)>>;
+
+/// How the twin's `libllm_datadist.so` logs the engine it selected (`cxx/adxl_engine.cpp`).
+const SELECTED_ENGINE: &str = "adxl-twin: selected engine:";
 
 /// One driver process: requests written by a thread of its own (a process that stops reading cannot block the
 /// audit), answers read by another, each awaited with a deadline.
@@ -144,15 +162,23 @@ impl Driver {
             }
             _ => setup.libs.clone().into_os_string(),
         };
-        let mut child = Command::new(setup.venv.join("bin/python"))
+        let mut command = Command::new(setup.venv.join("bin/python"));
+        command
             .arg("-c")
             .arg(DRIVER)
             .arg(role)
             .env("LD_LIBRARY_PATH", library_path)
             // Any value of MC_FORCE_TCP makes the wheel skip the Ascend transport (docs/mooncake-npu-wheel.md 8).
             .env_remove("MC_FORCE_TCP")
+            // FabricMem only as the audit asks (ASCEND_ENABLE_USE_FABRIC_MEM is read for a Store's engine only).
+            .env_remove("ASCEND_ENABLE_USE_FABRIC_MEM")
             .env("PYTHONUNBUFFERED", "1")
-            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONDONTWRITEBYTECODE", "1");
+        match &setup.global_resource_config {
+            Some(config) => command.env("ASCEND_GLOBAL_RESOURCE_CONFIG", config),
+            None => command.env_remove("ASCEND_GLOBAL_RESOURCE_CONFIG"),
+        };
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -168,7 +194,7 @@ impl Driver {
         };
         let (request_tx, request_rx) = mpsc::channel::<String>();
         let (answer_tx, answers) = mpsc::channel::<String>();
-        let tail: Tail = Arc::new(Mutex::new(VecDeque::new()));
+        let tail: Tail = Arc::new(Mutex::new((VecDeque::new(), None)));
         let mut threads = Vec::new();
         let spawn = |name: &str, body: Box<dyn FnOnce() + Send>| {
             std::thread::Builder::new().name(name.into()).spawn(body).map_err(|e| format!("{PATH}: thread: {e}"))
@@ -234,10 +260,15 @@ impl Driver {
         }
     }
 
+    /// The engine its ADXL logged it selected, if it did.
+    fn selected_engine(&self) -> Option<String> {
+        self.tail.lock().ok().and_then(|tail| tail.1.clone())
+    }
+
     /// Kills the process and describes its end.
     fn lost(&mut self, command: &str, how: &str) -> String {
         self.kill();
-        let tail = self.tail.lock().map(|t| t.iter().cloned().collect::<Vec<_>>().join(" | ")).unwrap_or_default();
+        let tail = self.tail.lock().map(|t| t.0.iter().cloned().collect::<Vec<_>>().join(" | ")).unwrap_or_default();
         let log = if tail.is_empty() { String::new() } else { format!("; its last log lines: {tail}") };
         format!("{PATH} {} process during `{command}`: {how}{log}", self.role)
     }
@@ -286,165 +317,103 @@ fn keep_tail(stderr: impl Read, tail: &Tail) {
     for line in BufReader::new(stderr).lines() {
         let Ok(line) = line else { break };
         if let Ok(mut tail) = tail.lock() {
-            if tail.len() == 6 {
-                tail.pop_front();
+            let (lines, engine) = &mut *tail;
+            if let Some(at) = line.find(SELECTED_ENGINE) {
+                let selected = line[at + SELECTED_ENGINE.len()..].split(", local_engine:").next().unwrap_or_default();
+                *engine = Some(selected.chars().take(200).collect());
             }
-            tail.push_back(line.chars().take(300).collect());
+            if lines.len() == 6 {
+                lines.pop_front();
+            }
+            lines.push_back(line.chars().take(300).collect());
         }
     }
 }
 
-/// The twin runtime's counts (`cannTwinEvidence`, shmem-bindings/cann-twin/src/evidence.rs), as the driver sends
-/// them; a field the runtime does not send is 0.
-#[derive(Clone, Debug, Default, Deserialize, PartialEq)]
-#[serde(default)]
-pub struct TwinCounts {
-    pub provenance_recorded: u64,
-    pub kernels_launched: u64,
-    pub kernel_blocks_launched: u64,
-    pub sdma_channels: u64,
-    pub sqes_executed: u64,
-    pub sqes_by_kernel: u64,
-    pub sqes_by_host: u64,
-    pub sqes_unknown: u64,
-    pub doorbells_rung: u64,
-    pub doorbells_by_kernel: u64,
-    pub doorbells_by_host: u64,
-    pub doorbells_unknown: u64,
-    pub flags_landed: u64,
-    pub flags_seen_by_kernel: u64,
-    pub flags_seen_by_host: u64,
-    pub host_sync_copies: u64,
-    pub host_sync_copy_bytes: u64,
-    pub host_stream_copies: u64,
-    pub host_stream_copy_bytes: u64,
-    pub host_stream_syncs: u64,
-    pub adxl_transfers: u64,
-    pub adxl_descs: u64,
-    pub adxl_requests_served: u64,
-    pub adxl_descs_served: u64,
+/// The twin runtime's counts (`cannTwinEvidence` version 2), in its one definition,
+/// [`cann_twin::evidence::CannTwinEvidenceV2`]: the driver gets the names of its counts (in layout order), the version
+/// and the size from [`evidence_spec`] and builds its ctypes structure from them, then sends the counts by name. A
+/// count the driver does not send is 0.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TwinCounts(pub CannTwinEvidenceV2);
+
+/// What the driver needs to read the counts: `{"version": 2, "size": <bytes>, "counts": [<name>, ...]}`.
+pub fn evidence_spec() -> Value {
+    json!({
+        "version": cann_twin::evidence::EVIDENCE_VERSION,
+        "size": std::mem::size_of::<CannTwinEvidenceV2>(),
+        "counts": CannTwinEvidenceV2::count_names().collect::<Vec<_>>(),
+    })
 }
 
 impl TwinCounts {
-    fn fields(&self) -> [(&'static str, u64); 24] {
-        [
-            ("provenance_recorded", self.provenance_recorded),
-            ("kernels_launched", self.kernels_launched),
-            ("kernel_blocks_launched", self.kernel_blocks_launched),
-            ("sdma_channels", self.sdma_channels),
-            ("sqes_executed", self.sqes_executed),
-            ("sqes_by_kernel", self.sqes_by_kernel),
-            ("sqes_by_host", self.sqes_by_host),
-            ("sqes_unknown", self.sqes_unknown),
-            ("doorbells_rung", self.doorbells_rung),
-            ("doorbells_by_kernel", self.doorbells_by_kernel),
-            ("doorbells_by_host", self.doorbells_by_host),
-            ("doorbells_unknown", self.doorbells_unknown),
-            ("flags_landed", self.flags_landed),
-            ("flags_seen_by_kernel", self.flags_seen_by_kernel),
-            ("flags_seen_by_host", self.flags_seen_by_host),
-            ("host_sync_copies", self.host_sync_copies),
-            ("host_sync_copy_bytes", self.host_sync_copy_bytes),
-            ("host_stream_copies", self.host_stream_copies),
-            ("host_stream_copy_bytes", self.host_stream_copy_bytes),
-            ("host_stream_syncs", self.host_stream_syncs),
-            ("adxl_transfers", self.adxl_transfers),
-            ("adxl_descs", self.adxl_descs),
-            ("adxl_requests_served", self.adxl_requests_served),
-            ("adxl_descs_served", self.adxl_descs_served),
-        ]
+    /// The counts a JSON object names (others 0); `None` for anything but an object.
+    pub fn from_json(value: &Value) -> Option<TwinCounts> {
+        let object = value.as_object()?;
+        let mut counts = CannTwinEvidenceV2::default();
+        for name in CannTwinEvidenceV2::count_names() {
+            if let (Some(slot), Some(count)) = (counts.count_mut(name), object.get(name).and_then(Value::as_u64)) {
+                *slot = count;
+            }
+        }
+        Some(TwinCounts(counts))
     }
 
-    /// `after - before`, field by field (a state field, `provenance_recorded` and `sdma_channels`, is `after`'s).
+    fn get(&self, name: &str) -> u64 {
+        self.0.count(name).unwrap_or(0)
+    }
+
+    /// Sets every count from `value(name)`.
+    fn from_fn(value: impl Fn(&'static str) -> u64) -> TwinCounts {
+        let mut counts = CannTwinEvidenceV2::default();
+        for name in CannTwinEvidenceV2::count_names() {
+            if let Some(slot) = counts.count_mut(name) {
+                *slot = value(name);
+            }
+        }
+        TwinCounts(counts)
+    }
+
+    /// `after - before`, count by count (the state counts: recorded only if both were, the larger channel count).
     fn delta(after: &TwinCounts, before: &TwinCounts) -> TwinCounts {
-        let d = |a: u64, b: u64| a.saturating_sub(b);
-        TwinCounts {
-            provenance_recorded: after.provenance_recorded.min(before.provenance_recorded),
-            sdma_channels: after.sdma_channels.max(before.sdma_channels),
-            kernels_launched: d(after.kernels_launched, before.kernels_launched),
-            kernel_blocks_launched: d(after.kernel_blocks_launched, before.kernel_blocks_launched),
-            sqes_executed: d(after.sqes_executed, before.sqes_executed),
-            sqes_by_kernel: d(after.sqes_by_kernel, before.sqes_by_kernel),
-            sqes_by_host: d(after.sqes_by_host, before.sqes_by_host),
-            sqes_unknown: d(after.sqes_unknown, before.sqes_unknown),
-            doorbells_rung: d(after.doorbells_rung, before.doorbells_rung),
-            doorbells_by_kernel: d(after.doorbells_by_kernel, before.doorbells_by_kernel),
-            doorbells_by_host: d(after.doorbells_by_host, before.doorbells_by_host),
-            doorbells_unknown: d(after.doorbells_unknown, before.doorbells_unknown),
-            flags_landed: d(after.flags_landed, before.flags_landed),
-            flags_seen_by_kernel: d(after.flags_seen_by_kernel, before.flags_seen_by_kernel),
-            flags_seen_by_host: d(after.flags_seen_by_host, before.flags_seen_by_host),
-            host_sync_copies: d(after.host_sync_copies, before.host_sync_copies),
-            host_sync_copy_bytes: d(after.host_sync_copy_bytes, before.host_sync_copy_bytes),
-            host_stream_copies: d(after.host_stream_copies, before.host_stream_copies),
-            host_stream_copy_bytes: d(after.host_stream_copy_bytes, before.host_stream_copy_bytes),
-            host_stream_syncs: d(after.host_stream_syncs, before.host_stream_syncs),
-            adxl_transfers: d(after.adxl_transfers, before.adxl_transfers),
-            adxl_descs: d(after.adxl_descs, before.adxl_descs),
-            adxl_requests_served: d(after.adxl_requests_served, before.adxl_requests_served),
-            adxl_descs_served: d(after.adxl_descs_served, before.adxl_descs_served),
-        }
+        TwinCounts::from_fn(|name| match name {
+            "provenance_recorded" => after.get(name).min(before.get(name)),
+            "sdma_channels" => after.get(name).max(before.get(name)),
+            _ => after.get(name).saturating_sub(before.get(name)),
+        })
     }
 
-    /// Adds `other` (another cell or the other process); state fields: recorded only if both were, channels summed.
+    /// Adds `other` (another cell or the other process); state counts: recorded only if both were, channels summed.
     fn add(&mut self, other: &TwinCounts) {
-        let recorded = if self == &TwinCounts::default() {
-            other.provenance_recorded
-        } else {
-            self.provenance_recorded.min(other.provenance_recorded)
-        };
-        let mut sum = TwinCounts::default();
-        for (((_, a), (_, b)), slot) in self.fields().iter().zip(other.fields().iter()).zip(sum.slots()) {
-            *slot = a.saturating_add(*b);
-        }
-        sum.provenance_recorded = recorded;
+        let empty = self == &TwinCounts::default();
+        let sum = TwinCounts::from_fn(|name| match name {
+            "provenance_recorded" if empty => other.get(name),
+            "provenance_recorded" => self.get(name).min(other.get(name)),
+            _ => self.get(name).saturating_add(other.get(name)),
+        });
         *self = sum;
     }
 
-    fn slots(&mut self) -> [&mut u64; 24] {
-        [
-            &mut self.provenance_recorded,
-            &mut self.kernels_launched,
-            &mut self.kernel_blocks_launched,
-            &mut self.sdma_channels,
-            &mut self.sqes_executed,
-            &mut self.sqes_by_kernel,
-            &mut self.sqes_by_host,
-            &mut self.sqes_unknown,
-            &mut self.doorbells_rung,
-            &mut self.doorbells_by_kernel,
-            &mut self.doorbells_by_host,
-            &mut self.doorbells_unknown,
-            &mut self.flags_landed,
-            &mut self.flags_seen_by_kernel,
-            &mut self.flags_seen_by_host,
-            &mut self.host_sync_copies,
-            &mut self.host_sync_copy_bytes,
-            &mut self.host_stream_copies,
-            &mut self.host_stream_copy_bytes,
-            &mut self.host_stream_syncs,
-            &mut self.adxl_transfers,
-            &mut self.adxl_descs,
-            &mut self.adxl_requests_served,
-            &mut self.adxl_descs_served,
-        ]
-    }
-
     fn as_map(&self) -> BTreeMap<String, u64> {
-        self.fields().iter().map(|(name, count)| ((*name).to_owned(), *count)).collect()
+        CannTwinEvidenceV2::count_names().map(|name| (name.to_owned(), self.get(name))).collect()
     }
 }
 
 /// The acts of `transfers` transfers from the twin runtime's counts in the Mooncake processes (`None`: the runtime
 /// has no evidence function, so nothing is observable), by the rules of docs/evidence.md:
 ///
-/// - descriptors: SQEs the SDMA engines executed, by their writer (kernel blocks, the Host, unattributed), plus
-///   every copy the Host submitted to the runtime (synchronous and stream copies, each the Host's descriptor) and
-///   every descriptor of an ADXL transfer call (made by a Host thread);
-/// - doorbells: accepted doorbell writes by their ringer, plus each Host copy submission (its own start) and each
-///   ADXL transfer call;
-/// - completion: flags first seen by a kernel or the Host, plus each synchronous copy's return and each stream
-///   synchronisation (the Host learning of completion).
+/// - descriptors: SQEs the SDMA engines executed, by their writer (kernel blocks, the AI CPU, the Host,
+///   unattributed), plus every copy the Host submitted to the runtime (synchronous and stream copies, each the Host's
+///   descriptor);
+/// - doorbells: accepted doorbell writes by their ringer, plus each Host copy submission (its own start);
+/// - completion: flags first seen by a kernel, the AI CPU or the Host, plus each synchronous copy's return and each
+///   stream synchronisation (the Host learning of completion);
+/// - Host launches: the kernels and AI-CPU kernels the Host launched (`host_launches`, not an act of submission).
+///
+/// The ADXL calls the twin's library counts (`adxl_transfers`, `adxl_descs`, `adxl_requests_served`) are context,
+/// not acts: what a call leads to is what the runtime saw done for it (AI-CPU SQEs for the client-server engine, Host
+/// copies for the TCP stand-in). The runtime counts the twin HiXL's upload of a batch's list and its Host-flag copy
+/// with the AI-CPU launches they belong to, not among the Host's copies.
 ///
 /// The SDMA attributions are observed when the provenance records were on, or when no engine executed anything
 /// (then there is nothing to attribute: the counts are exactly zero); otherwise that act is not recorded and its
@@ -460,7 +429,7 @@ pub fn tally_from_counts(counts: Option<&TwinCounts>, transfers: u64, runtime: O
         by_host: act.by_host as f64,
         unattributed: act.unattributed as f64,
     };
-    let Some(c) = counts else {
+    let Some(TwinCounts(c)) = counts else {
         let hidden = totals(Act::unknown(Source::NotObservable));
         tally.descriptors_written = hidden.clone();
         tally.doorbells_rung = hidden.clone();
@@ -468,35 +437,41 @@ pub fn tally_from_counts(counts: Option<&TwinCounts>, transfers: u64, runtime: O
         tally.per_transfer.iter_mut().for_each(|counts| counts.unknown = transfers);
         return tally;
     };
-    let recorded = c.provenance_recorded > 0;
+    let b = &c.base;
+    let recorded = b.provenance_recorded > 0;
     let source = |engine_acts: u64| if recorded || engine_acts == 0 { Source::TwinModel } else { Source::NotRecorded };
-    let host_copies = c.host_sync_copies.saturating_add(c.host_stream_copies);
-    let act = |source: Source, by_aiv: u64, by_host: u64, unattributed: u64| {
+    let host_copies = b.host_sync_copies.saturating_add(b.host_stream_copies);
+    let act = |source: Source, by_aiv: u64, by_aicpu: u64, by_host: u64, unattributed: u64| {
         if source.is_observed() {
-            Act { source, by_aiv, aiv_blocks: None, by_aicpu: 0, by_host, unattributed }
+            Act { source, by_aiv, aiv_blocks: None, by_aicpu, by_host, unattributed }
         } else {
             Act::unknown(source)
         }
     };
     tally.descriptors_written = totals(act(
-        source(c.sqes_executed),
-        c.sqes_by_kernel,
-        c.sqes_by_host.saturating_add(host_copies).saturating_add(c.adxl_descs),
-        c.sqes_unknown,
+        source(b.sqes_executed),
+        b.sqes_by_kernel,
+        c.sqes_by_aicpu,
+        b.sqes_by_host.saturating_add(host_copies),
+        b.sqes_unknown,
     ));
     tally.doorbells_rung = totals(act(
-        source(c.doorbells_rung),
-        c.doorbells_by_kernel,
-        c.doorbells_by_host.saturating_add(host_copies).saturating_add(c.adxl_transfers),
-        c.doorbells_unknown,
+        source(b.doorbells_rung),
+        b.doorbells_by_kernel,
+        c.doorbells_by_aicpu,
+        b.doorbells_by_host.saturating_add(host_copies),
+        b.doorbells_unknown,
     ));
-    let landed = c.flags_landed;
+    let landed = b.flags_landed;
+    let seen = b.flags_seen_by_kernel.saturating_add(b.flags_seen_by_host).saturating_add(c.flags_seen_by_aicpu);
     tally.completion_seen = totals(act(
         source(landed),
-        c.flags_seen_by_kernel,
-        c.flags_seen_by_host.saturating_add(c.host_sync_copies).saturating_add(c.host_stream_syncs),
-        landed.saturating_sub(c.flags_seen_by_kernel).saturating_sub(c.flags_seen_by_host),
+        b.flags_seen_by_kernel,
+        c.flags_seen_by_aicpu,
+        b.flags_seen_by_host.saturating_add(b.host_sync_copies).saturating_add(b.host_stream_syncs),
+        landed.saturating_sub(seen),
     ));
+    tally.host_launches = b.kernels_launched.saturating_add(c.aicpu_kernels_launched) as f64;
     // No record per transfer: the counts are whole-process deltas, so every transfer's own checks are unknown.
     tally.per_transfer.iter_mut().for_each(|counts| counts.unknown = transfers);
     tally
@@ -515,7 +490,7 @@ fn snapshot_of(value: Option<&Value>) -> Snapshot {
     Snapshot {
         host_cpu_ns: value.get("host_cpu_ns").and_then(Value::as_u64).unwrap_or(0),
         device_model_cpu_ns: value.get("device_model_cpu_ns").and_then(Value::as_u64).unwrap_or(0),
-        evidence: value.get("evidence").filter(|e| e.is_object()).and_then(|e| serde_json::from_value(e.clone()).ok()),
+        evidence: value.get("evidence").and_then(TwinCounts::from_json),
     }
 }
 
@@ -561,7 +536,11 @@ impl Session {
             counts: None,
             counts_observable: true,
             transfers: 0,
-            record: MooncakeRecord { caveats: caveats(), ..MooncakeRecord::default() },
+            record: MooncakeRecord {
+                caveats: caveats(),
+                global_resource_config: setup.global_resource_config.clone(),
+                ..MooncakeRecord::default()
+            },
             registration: None,
         };
         if let Err(reason) = session.open(setup) {
@@ -573,11 +552,13 @@ impl Session {
     fn open(&mut self, setup: &MooncakeSetup) -> std::result::Result<(), String> {
         let start = self.margin.max(Duration::from_secs(10)) + bulk_time(self.size);
         let mut target = Driver::spawn(setup, "target")?;
-        let answer = target.call(json!({"cmd": "init", "size": self.size, "fill": 0x5A}), start);
+        let evidence = evidence_spec();
+        let init = |fill: u8| json!({"cmd": "init", "size": self.size, "fill": fill, "evidence": evidence});
+        let answer = target.call(init(0x5A), start);
         self.target = Some(target);
         let target_init = answer?;
         let mut initiator = Driver::spawn(setup, "initiator")?;
-        let answer = initiator.call(json!({"cmd": "init", "size": self.size, "fill": 0xA5}), start);
+        let answer = initiator.call(init(0xA5), start);
         self.initiator = Some(initiator);
         let initiator_init = answer?;
         self.peer = target_init.get("name").and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -589,6 +570,7 @@ impl Session {
         // their segment before theirs.
         let peer = json!({"cmd": "connect", "peer": self.peer, "remote": self.remote});
         self.initiator.as_mut().map_or(Ok(json!({})), |initiator| initiator.call(peer, self.margin))?;
+        self.record.engine = self.initiator.as_ref().and_then(Driver::selected_engine);
         let text = |key: &str| initiator_init.get(key).and_then(Value::as_str).map(str::to_owned);
         self.record.wheel = text("wheel");
         self.record.python = text("python");
@@ -812,7 +794,7 @@ impl Session {
 
     /// The path's error-recovery rounds (run after the data check, as they end the target): `out_of_bounds` (4 x
     /// 64 KiB WRITEs, the second running 4 KiB past the target's buffer), `killed_peer` (the target process SIGKILLed
-    /// 20 ms into a batch of 256 WRITEs of 1 MiB, then a new transfer to it); `stalled_engine` is not injected. The
+    /// 20 ms into a batch of [`BIG_BATCH`] WRITEs of 1 MiB, then a new transfer to it); `stalled_engine` is not injected. The
     /// wheel's batch calls return one code per batch, so each transfer's state is the batch's.
     pub fn fault_rounds(&mut self) -> Vec<report::FaultRound> {
         let not = |fault: &str, reason: String| report::FaultRound::not_injected(PATH, fault, reason);
@@ -859,14 +841,15 @@ impl Session {
                 }
             }
         };
-        // killed_peer: the target dies 20 ms into a batch of 256 MiB. The twin moves 64 MiB in about 21 ms on a fast
-        // machine, so a batch of that size could end before the kill: this one takes several times the delay.
+        // killed_peer: the target dies 20 ms into a batch of 2 GiB. The client-server engine's AI CPU moves 256 MiB
+        // in about 20 ms on the twin (SDMA copies into the imported memory), so a smaller batch could end before the
+        // kill, or before the target's teardown closes its connection: this one takes several times the delay.
         let mib = 1u64 << 20;
-        // 256 requests of 1 MiB, over the buffer again and again when it is smaller than 256 MiB.
+        // 2048 requests of 1 MiB (within HiXL's 4096 unqueried entries per client), over the buffer again and again.
         let slots = (size / mib).max(1);
         let piece = mib.min(size);
         let big: Vec<(u64, u64, u64)> =
-            (0..256u64).map(|i| ((i % slots) * piece, (i % slots) * piece, piece)).collect();
+            (0..BIG_BATCH).map(|i| ((i % slots) * piece, (i % slots) * piece, piece)).collect();
         let pid = target.child.id() as libc::pid_t;
         let killer = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(20));
@@ -1027,50 +1010,90 @@ pub(crate) fn skip_workload(record: &mut MooncakeRecord, workload: &Workload, re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::evidence::Check;
+    use crate::evidence::{Check, Submitter};
 
-    fn mooncake_like() -> TwinCounts {
-        TwinCounts { host_sync_copies: 200, host_sync_copy_bytes: 200 << 20, ..TwinCounts::default() }
+    /// Counts by name (the others 0), as the driver sends them.
+    fn counts(list: &[(&str, u64)]) -> TwinCounts {
+        let object: serde_json::Map<String, Value> = list.iter().map(|(k, v)| ((*k).to_owned(), json!(v))).collect();
+        TwinCounts::from_json(&Value::Object(object)).expect("an object")
     }
 
     #[test]
     fn the_verdict_follows_the_counts_not_the_name() {
-        // Host copies only, no engine ran anything: observed, and every check no.
-        let tally = tally_from_counts(Some(&mooncake_like()), 100, Some("cann-twin 0.1.0"));
+        // Host copies only, no engine ran anything (the TCP stand-in): observed, every check no, Host-submitted.
+        let host = counts(&[("host_sync_copies", 200), ("host_sync_copy_bytes", 200 << 20), ("adxl_descs", 100)]);
+        let tally = tally_from_counts(Some(&host), 100, Some("cann-twin 0.1.0"));
         let checks = tally.checks();
         assert_eq!(checks.aiv_direct(), Check::No);
         assert_eq!(checks.kernel_writes_descriptors, Check::No);
         assert_eq!(checks.device_observes_completion, Check::No);
+        assert_eq!(tally.submitter(), Submitter::HostSubmitted);
         let lines = tally.verdict_lines();
         assert!(lines[0].starts_with("submitted by: Host-submitted (twin runtime, cann-twin 0.1.0"), "{lines:?}");
         assert!(lines[1].starts_with("  AIV-direct: no"), "{lines:?}");
 
+        // The client-server engine: the AI CPU wrote every SQE, rang every doorbell and read every flag, with the
+        // records on; the Host launched the AI-CPU kernels: AI-CPU-submitted, its launches counted.
+        let aicpu = counts(&[
+            ("provenance_recorded", 1),
+            ("sdma_channels", 4),
+            ("sqes_executed", 300),
+            ("sqes_by_aicpu", 300),
+            ("doorbells_rung", 40),
+            ("doorbells_by_aicpu", 40),
+            ("flags_landed", 40),
+            ("flags_seen_by_aicpu", 40),
+            ("aicpu_kernels_launched", 40),
+            ("aicpu_kernel_blocks_launched", 40),
+            ("adxl_transfers", 40),
+            ("adxl_descs", 260),
+        ]);
+        let tally = tally_from_counts(Some(&aicpu), 260, Some("cann-twin 0.1.0"));
+        assert_eq!(tally.submitter(), Submitter::AiCpuSubmitted, "{:?}", tally.verdict_lines());
+        assert_eq!(tally.checks().as_array(), [Check::No; 4]);
+        assert_eq!(tally.descriptors_written.by_aicpu, 300.0);
+        assert_eq!(tally.host_launches, 40.0);
+        assert!(tally.verdict_lines()[0].contains("Host kernel launches per transfer"), "{:?}", tally.verdict_lines());
+        // One Host stream copy of data among them (FabricMem's Host unfold would be all of them): mixed.
+        let mixed = counts(&[
+            ("host_stream_copies", 1),
+            ("provenance_recorded", 1),
+            ("sqes_executed", 3),
+            ("sqes_by_aicpu", 3),
+        ]);
+        assert_eq!(tally_from_counts(Some(&mixed), 3, None).submitter(), Submitter::Mixed);
+        // FabricMem's Host unfold: stream copies and synchronisations, no engine SQE: Host-submitted.
+        let unfolded = counts(&[("host_stream_copies", 300), ("host_stream_syncs", 40), ("provenance_recorded", 1)]);
+        assert_eq!(tally_from_counts(Some(&unfolded), 300, None).submitter(), Submitter::HostSubmitted);
+
         // Kernels that wrote every SQE, rang every doorbell and saw every flag, with the records on: yes.
-        let kernel = TwinCounts {
-            provenance_recorded: 1,
-            kernels_launched: 1,
-            sdma_channels: 2,
-            sqes_executed: 64,
-            sqes_by_kernel: 64,
-            doorbells_rung: 8,
-            doorbells_by_kernel: 8,
-            flags_landed: 8,
-            flags_seen_by_kernel: 8,
-            ..TwinCounts::default()
-        };
-        let checks = tally_from_counts(Some(&kernel), 64, Some("cann-twin 0.1.0")).checks();
+        let kernel = [
+            ("provenance_recorded", 1),
+            ("kernels_launched", 1),
+            ("sdma_channels", 2),
+            ("sqes_executed", 64),
+            ("sqes_by_kernel", 64),
+            ("doorbells_rung", 8),
+            ("doorbells_by_kernel", 8),
+            ("flags_landed", 8),
+            ("flags_seen_by_kernel", 8),
+        ];
+        let checks = tally_from_counts(Some(&counts(&kernel)), 64, Some("cann-twin 0.1.0")).checks();
         assert_eq!(checks.as_array(), [Check::Yes; 4]);
         assert_eq!(checks.aiv_direct(), Check::Yes);
 
         // The same engines with the records off: the engine acts are not recorded, so unknown, never yes or no.
-        let off = TwinCounts { provenance_recorded: 0, ..kernel.clone() };
-        let checks = tally_from_counts(Some(&off), 64, Some("cann-twin 0.1.0")).checks();
-        assert_eq!(checks.aiv_direct(), Check::Unknown);
-        assert_eq!(checks.kernel_writes_descriptors, Check::Unknown);
+        let mut off = kernel.to_vec();
+        off[0].1 = 0;
+        let tally = tally_from_counts(Some(&counts(&off)), 64, Some("cann-twin 0.1.0"));
+        assert_eq!(tally.checks().aiv_direct(), Check::Unknown);
+        assert_eq!(tally.checks().kernel_writes_descriptors, Check::Unknown);
+        assert_eq!(tally.submitter(), Submitter::Unknown);
 
         // One Host copy among the kernel's work turns the descriptor check to no.
-        let mixed = TwinCounts { host_sync_copies: 1, ..kernel };
-        let checks = tally_from_counts(Some(&mixed), 64, None).checks();
+        let mut one_copy = kernel.to_vec();
+        one_copy.push(("host_sync_copies", 1));
+        let checks = tally_from_counts(Some(&counts(&one_copy)), 64, None).checks();
         assert_eq!(checks.kernel_writes_descriptors, Check::No);
         assert_eq!(checks.aiv_direct(), Check::No);
 
@@ -1080,16 +1103,36 @@ mod tests {
     }
 
     #[test]
-    fn counts_subtract_and_add_field_by_field() {
-        let before = TwinCounts { host_sync_copies: 5, provenance_recorded: 1, sdma_channels: 2, ..Default::default() };
-        let after = TwinCounts { host_sync_copies: 9, provenance_recorded: 1, sdma_channels: 2, ..Default::default() };
+    fn counts_subtract_and_add_by_name_with_the_state_counts_apart() {
+        let before = counts(&[("host_sync_copies", 5), ("provenance_recorded", 1), ("sdma_channels", 2)]);
+        let after =
+            counts(&[("host_sync_copies", 9), ("provenance_recorded", 1), ("sdma_channels", 2), ("sqes_by_aicpu", 3)]);
         let delta = TwinCounts::delta(&after, &before);
-        assert_eq!((delta.host_sync_copies, delta.provenance_recorded, delta.sdma_channels), (4, 1, 2));
+        assert_eq!(
+            (delta.get("host_sync_copies"), delta.get("provenance_recorded"), delta.get("sdma_channels")),
+            (4, 1, 2)
+        );
+        assert_eq!(delta.get("sqes_by_aicpu"), 3);
         let mut sum = TwinCounts::default();
         sum.add(&delta);
-        sum.add(&TwinCounts { host_sync_copies: 1, provenance_recorded: 0, ..Default::default() });
-        assert_eq!((sum.host_sync_copies, sum.provenance_recorded), (5, 0));
+        sum.add(&counts(&[("host_sync_copies", 1), ("provenance_recorded", 0)]));
+        assert_eq!((sum.get("host_sync_copies"), sum.get("provenance_recorded")), (5, 0));
         assert_eq!(sum.as_map()["host_sync_copies"], 5);
+        assert_eq!(sum.as_map().len(), CannTwinEvidenceV2::count_names().count());
+        // Not an object: not observable.
+        assert!(TwinCounts::from_json(&Value::Null).is_none());
+    }
+
+    #[test]
+    fn the_driver_gets_the_layout_from_the_one_definition() {
+        let spec = evidence_spec();
+        let names: Vec<&str> = spec["counts"].as_array().expect("names").iter().filter_map(Value::as_str).collect();
+        assert_eq!(spec["version"], 2);
+        assert_eq!(spec["size"].as_u64(), Some(40 + 8 * names.len() as u64));
+        assert_eq!(names.first(), Some(&"provenance_recorded"));
+        assert!(names.contains(&"sqes_by_aicpu") && names.contains(&"aicpu_kernels_launched"));
+        // The driver keeps no list of its own.
+        assert!(!DRIVER.contains("\"sqes_by_kernel\""), "the driver must not name the counts itself");
     }
 
     #[test]

@@ -9,10 +9,13 @@ LD_LIBRARY_PATH:
 It reads one JSON object per line on stdin and answers each with one JSON object per line on stdout ({"ok": true,
 ...} or {"ok": false, "error": "..."}); its log goes to stderr. End of input ends it. Commands:
 
-    init {size, fill}          aclInit, aclrtSetDevice(0) (as torch_npu would), aclrtMalloc(size) filled with the
-                               byte `fill` through aclrtMemcpy, TransferEngine.initialize("127.0.0.1",
-                               "P2PHANDSHAKE", "ascend", ""), register_memory (timed); answers name, addr,
-                               register_s, runtime, wheel, python
+    init {size, fill, evidence}
+                               the twin runtime's provenance records on (cannTwinRecordProvenance), aclInit,
+                               aclrtSetDevice(0) (as torch_npu would), aclrtMalloc(size) filled with the byte `fill`
+                               through aclrtMemcpy, TransferEngine.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend",
+                               ""), register_memory (timed); answers name, addr, register_s, runtime, wheel, python.
+                               `evidence` is the layout of cannTwinEvidence to read ({version, size, counts: [name,
+                               ...]}, from cann_twin::evidence: the driver keeps no list of its own)
     snapshot                   process CPU (Host threads) and the twin's evidence counts now
     connect {peer, remote}     (initiator) one 64-byte read, so that the wheel's auto-connect happens before the
                                first cell, as the engine paths open their segment before theirs
@@ -54,38 +57,22 @@ ACL_MEMCPY_DEVICE_TO_HOST = 2
 CHUNK = 4 << 20
 MAX_LATENCIES = 200_000
 
-EVIDENCE_FIELDS = [
-    "provenance_recorded",
-    "kernels_launched",
-    "kernel_blocks_launched",
-    "sdma_channels",
-    "sqes_executed",
-    "sqes_by_kernel",
-    "sqes_by_host",
-    "sqes_unknown",
-    "doorbells_rung",
-    "doorbells_by_kernel",
-    "doorbells_by_host",
-    "doorbells_unknown",
-    "flags_landed",
-    "flags_seen_by_kernel",
-    "flags_seen_by_host",
-    "host_sync_copies",
-    "host_sync_copy_bytes",
-    "host_stream_copies",
-    "host_stream_copy_bytes",
-    "host_stream_syncs",
-    "adxl_transfers",
-    "adxl_descs",
-    "adxl_requests_served",
-    "adxl_descs_served",
-]
 
 
-class Evidence(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("size", ctypes.c_uint32), ("runtime", ctypes.c_char * 32)] + [
-        (name, ctypes.c_uint64) for name in EVIDENCE_FIELDS
-    ]
+def evidence_structure(spec):
+    """The ctypes structure of cannTwinEvidence's layout `spec` names (host/audit/mooncake.rs sends it with init, from
+    cann_twin::evidence): the header (uint32 version, uint32 size, char runtime[32]), then one uint64 per count name
+    in order. None when that layout does not have the size the Rust side gives."""
+
+    class Evidence(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("size", ctypes.c_uint32), ("runtime", ctypes.c_char * 32)] + [
+            (str(name), ctypes.c_uint64) for name in spec["counts"]
+        ]
+
+    if ctypes.sizeof(Evidence) != int(spec["size"]):
+        log(f"the evidence layout has {ctypes.sizeof(Evidence)} bytes, not {spec['size']}: counts not read")
+        return None
+    return Evidence
 
 
 def log(*parts):
@@ -114,9 +101,11 @@ class Side:
         self.acl.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
         try:
             self.evidence_fn = self.acl.cannTwinEvidence
-            self.evidence_fn.argtypes = [ctypes.POINTER(Evidence)]
+            self.evidence_fn.argtypes = [ctypes.c_void_p]
         except AttributeError:
             self.evidence_fn = None  # not the twin runtime: the counts are not observable
+        self.evidence_spec = None
+        self.evidence_type = None
         self.te = None
         self.memory = None
         self.size = 0
@@ -133,7 +122,15 @@ class Side:
         check(code, "aclrtMemcpy D2H")
         return buffer.raw
 
-    def init(self, size, fill):
+    def init(self, size, fill, spec):
+        if self.evidence_fn is not None and spec is not None:
+            self.evidence_spec, self.evidence_type = spec, evidence_structure(spec)
+            # The runtime's records on before anything runs, so that its counts say who did each act (twin-only).
+            try:
+                self.acl.cannTwinRecordProvenance.argtypes = [ctypes.c_uint32]
+                self.acl.cannTwinRecordProvenance(1)
+            except AttributeError:
+                log("the runtime has no cannTwinRecordProvenance: its engine acts are not recorded")
         check(self.acl.aclInit(None), "aclInit")
         check(self.acl.aclrtSetDevice(0), "aclrtSetDevice(0)")
         pointer = ctypes.c_void_p()
@@ -158,18 +155,18 @@ class Side:
             "name": f"127.0.0.1:{self.te.get_rpc_port()}",
             "addr": self.memory,
             "register_s": register_s,
-            "runtime": self.evidence().get("runtime") if self.evidence_fn else None,
+            "runtime": (self.evidence() or {}).get("runtime"),
             "wheel": wheel,
             "python": sys.version.split()[0],
         }
 
     def evidence(self):
-        if self.evidence_fn is None:
+        if self.evidence_fn is None or self.evidence_type is None:
             return None
-        out = Evidence(version=1, size=ctypes.sizeof(Evidence))
+        out = self.evidence_type(version=int(self.evidence_spec["version"]), size=ctypes.sizeof(self.evidence_type))
         if self.evidence_fn(ctypes.byref(out)) != 0:
             return None
-        counts = {name: getattr(out, name) for name in EVIDENCE_FIELDS}
+        counts = {str(name): getattr(out, str(name)) for name in self.evidence_spec["counts"]}
         counts["runtime"] = out.runtime.decode(errors="replace")
         return counts
 
@@ -336,7 +333,7 @@ def serve(role):
             request = json.loads(line)
             cmd = request.get("cmd")
             if cmd == "init":
-                answer = side.init(int(request["size"]), int(request["fill"]))
+                answer = side.init(int(request["size"]), int(request["fill"]), request.get("evidence"))
             elif cmd == "snapshot":
                 answer = side.snapshot()
             elif cmd == "run" and role == "initiator":

@@ -123,6 +123,12 @@ pub struct MooncakeRecord {
     pub wheel: Option<String>,
     pub python: Option<String>,
     pub runtime: Option<String>,
+    /// The ADXL engine the initiator's `libllm_datadist.so` selected, as it logged it (`hixl_cs, reason:LocalCommRes
+    /// version is 1.3`; `None`: no such line).
+    pub engine: Option<String>,
+    /// `ASCEND_GLOBAL_RESOURCE_CONFIG` as the audit set it for both processes (`--mooncake-global-resource-config`;
+    /// `None`: unset, the wheel's defaults).
+    pub global_resource_config: Option<String>,
     /// What the two processes' figures count, and how they differ from the other paths' layout.
     pub caveats: Vec<String>,
     /// The data check after the rounds: a known pattern written to the target and read back, compared.
@@ -1185,6 +1191,12 @@ impl MooncakeRecord {
             self.wheel.as_deref().unwrap_or("(version unknown)"),
             self.python.as_deref().unwrap_or("(unknown)"),
             self.runtime.as_deref().unwrap_or("without twin evidence (not observable)")
+        );
+        let _ = writeln!(
+            md,
+            "ADXL engine selected: {}; ASCEND_GLOBAL_RESOURCE_CONFIG: {}.\n",
+            self.engine.as_deref().unwrap_or("(not logged)"),
+            self.global_resource_config.as_deref().map_or("unset".to_owned(), |c| format!("`{c}`"))
         );
         for caveat in &self.caveats {
             let _ = writeln!(md, "- {caveat}");

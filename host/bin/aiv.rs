@@ -162,6 +162,11 @@ struct AuditArgs {
     /// tests/support/twin_cann_libs.sh builds them)
     #[arg(long = "twin-cann-libs", value_name = "DIR", env = "AIV_TWIN_CANN_LIBS")]
     twin_cann_libs: Option<PathBuf>,
+    /// ASCEND_GLOBAL_RESOURCE_CONFIG (JSON) for the mooncake-ascend processes (default: unset, the wheel's defaults,
+    /// which select ADXL's client-server engine); a fabric_memory key selects FabricMem, e.g.
+    /// '{"fabric_memory":{"enable_aicpu_unfold":false,"task_stream_num":4}}' its Host unfold
+    #[arg(long = "mooncake-global-resource-config", value_name = "JSON", env = "AIV_MOONCAKE_GLOBAL_RESOURCE_CONFIG")]
+    mooncake_global_resource_config: Option<String>,
     /// Block sizes to run instead of the matrix's, comma-separated (suffixes allowed: 4k, 1m); each with
     /// --batch-size and --threads
     #[arg(long, value_delimiter = ',', value_parser = |t: &str| bench::parse_buffer_size("--sizes", t))]
@@ -514,7 +519,10 @@ fn run_audit_with(
     // mooncake-ascend: by default when found; with --paths only when listed. Not found: skipped with the reason.
     let mooncake_wanted = args.paths.as_ref().is_none_or(|names| names.iter().any(|n| n == audit::mooncake::PATH));
     match audit::mooncake::discover(args.mooncake_npu_venv, args.twin_cann_libs, config.aiv.device_backend) {
-        Ok(setup) if mooncake_wanted => options.mooncake = Some(setup),
+        Ok(mut setup) if mooncake_wanted => {
+            setup.global_resource_config = args.mooncake_global_resource_config;
+            options.mooncake = Some(setup);
+        }
         Ok(_) => options.mooncake_skipped = Some("not selected (--paths does not list mooncake-ascend)".into()),
         Err(reason) => options.mooncake_skipped = Some(reason),
     }

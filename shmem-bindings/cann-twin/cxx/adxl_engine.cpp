@@ -1,23 +1,47 @@
-// libllm_datadist.so of the twin: adxl::AdxlEngine (docs/mooncake-npu-wheel.md section 5) over TCP between twin
-// processes, each side reaching its own memory only through its own process's ACL runtime (libascendcl.so, the
-// cann-twin cdylib). The real ADXL wire protocol is not public; this one is the twin's own, so both ends must be
-// the twin.
+// libllm_datadist.so of the twin: adxl::AdxlEngine (docs/mooncake-npu-wheel.md section 5), a thin C++ shim that
+// selects its engine as the vendor's does and runs it on the twin runtime (libascendcl.so, the cann-twin cdylib).
+// Twin runtime, unverified on hardware.
 //
-// Model: Initialize("ip:port", options) listens on exactly ip:port (port > 0). A transfer to a remote engine
-// ("ip:port" of its Initialize) runs on one TCP connection to it, opened by Connect or, with the option
-// AutoConnect=1, by the first transfer. Every local range must lie inside memory this engine registered with
-// RegisterMem and every remote range inside memory the peer registered: the peer checks all ranges of a request
-// before any byte moves; a range outside is refused with PARAM_INVALID. Each socket wait is bounded: a transfer by
-// its timeout (10 s when not positive), the peer's side of a request by 60 s per 1 MiB chunk, a connect by its
-// timeout. No C++ exception leaves the library: a member that meets one (say, out of memory) returns FAILED.
-// TransferAsync runs the transfer before it returns and GetTransferStatus reports the outcome once.
-// ExportToShareableHandle returns UNSUPPORTED.
+// Selection: Initialize(local_engine, options) asks the runtime's twin-only cannTwinAdxlSelectEngine
+// (shmem-bindings/cann-twin/src/adxl_options.rs), which parses and checks the options and picks the engine in the
+// order of HiXL's EngineFactory::CreateEngine (hicann/hixl src/hixl/engine/engine_factory.cc, called by the vendor's
+// AdxlEngine::Initialize in src/llm_datadist/api/adxl_engine_impl.cc): EnableUseFabricMem "1" -> FabricMem;
+// LocalCommRes JSON with version "1.3", or a GlobalResourceConfig comm_resource_config.protocol_desc -> the
+// client-server engine; otherwise the communication-domain engine. The choice is logged to stderr as the vendor's
+// LogSelectedEngine event ("adxl-twin: selected engine:<name>, reason:<why>, local_engine:<name>").
 //
-// Wire format (little-endian, the twin's own): hello {u32 magic, u32 version} answered by {u32 magic, u32 status};
-// request {u32 magic, u32 op, u64 count, count x {u64 remote_addr, u64 len}} answered by {u32 status}; when that is
-// SUCCESS the data follows (WRITE: client to peer, READ: peer to client, the ranges' bytes in order), then the peer
-// sends {u32 status} of the copies on its side.
+// - hixl_cs (CsEngine): HiXL's plain C client-server API of the runtime (HixlCS*, shmem-bindings/cann-twin/src/hixl.rs),
+//   as HixlEngine and its DirectClientHandler drive it (src/hixl/engine/hixl_engine.cc, direct_client_handler.cc): a
+//   server on the engine's own ip:port holding every registration, a client per remote engine (its registrations,
+//   then Connect), TransferSync -> HixlCSClientBatchPutSync / GetSync, TransferAsync -> ...PutAsync / GetAsync, and
+//   GetTransferStatus -> HixlCSClientQueryCompleteStatus. HiXL's codes are ADXL's (the handler casts them); complete
+//   statuses map as ToTransferStatus (src/hixl/engine/client_handler.h). On the twin a batch between device memory
+//   runs on the emulated AI CPU.
+// - fabric_mem (FabricEngine): the runtime's twin-only cannTwinFabricMem* functions
+//   (shmem-bindings/cann-twin/src/hixl/fabric_mem.rs), AI-CPU or Host unfold.
+// - comm (TcpEngine): the twin's stand-in for the HCCL communication-domain engine, which the twin does not model:
+//   its own TCP protocol between twin processes, each side reaching its own memory only with its own aclrtMemcpy
+//   (Host-submitted).
+//
+// The HiXL and twin-only functions are resolved at run time from the libascendcl.so this library links (dlsym on the
+// object that defines aclrtMemcpy), so the library loads against a runtime without them; Initialize then fails with
+// FAILED and a log line naming the missing function. No C++ exception leaves the library: a member that meets one
+// returns FAILED.
+//
+// TcpEngine's model: Initialize("ip:port") listens on exactly ip:port (port > 0). A transfer to a remote engine
+// ("ip:port" of its Initialize) runs on one TCP connection to it, opened by Connect or, with AutoConnect=1, by the
+// first transfer. Every local range must lie inside memory this engine registered with RegisterMem and every remote
+// range inside memory the peer registered: the peer checks all ranges of a request before any byte moves; a range
+// outside is refused with PARAM_INVALID. Each socket wait is bounded: a transfer by its timeout (10 s when not
+// positive), the peer's side of a request by 60 s per 1 MiB chunk, a connect by its timeout. TransferAsync runs the
+// transfer before it returns and GetTransferStatus reports the outcome once.
+//
+// TcpEngine's wire format (little-endian, the twin's own): hello {u32 magic, u32 version} answered by {u32 magic, u32
+// status}; request {u32 magic, u32 op, u64 count, count x {u64 remote_addr, u64 len}} answered by {u32 status}; when
+// that is SUCCESS the data follows (WRITE: client to peer, READ: peer to client, the ranges' bytes in order), then the
+// peer sends {u32 status} of the copies on its side.
 #include <arpa/inet.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -48,12 +72,82 @@ aclError aclrtMalloc(void **devPtr, size_t size, int policy);
 aclError aclrtFree(void *devPtr);
 aclError aclrtMallocHost(void **hostPtr, size_t size);
 aclError aclrtFreeHost(void *hostPtr);
+aclError aclrtGetDevice(int32_t *deviceId);
 // Twin-only, not a CANN function (shmem-bindings/cann-twin/src/evidence.rs): counts ADXL work for cannTwinEvidence.
 // Weak, so that this library still loads against a libascendcl.so without it.
 int cannTwinEvidenceNote(unsigned int what, unsigned long long count) __attribute__((weak));
 aclError aclrtGetCurrentContext(aclrtContext *context);
 aclError aclrtSetCurrentContext(aclrtContext context);
+
+// HiXL's C client-server API (hicann/hixl include/cs/hixl_cs.h and the hcomm types it includes; layouts as
+// ascendcl_sys::hixl pins them).
+typedef uint32_t HixlStatus;
+typedef void *HixlServerHandle;
+typedef void *HixlClientHandle;
+typedef void *CompleteHandle;
+typedef void *HixlMemHandle;
+struct EndpointDesc {
+    int32_t protocol;
+    int32_t addr_type;
+    uint8_t addr[36];
+    int32_t loc_type;
+    uint8_t loc[60];
+    uint8_t raws[52];
+};
+struct CommMem {
+    int32_t type;
+    void *addr;
+    uint64_t size;
+};
+struct HixlServerConfig {
+    const char *global_resource_config;
+    uint8_t reserved[120];
+};
+struct HixlClientConfig {
+    const char *global_resource_config;
+    uint8_t reserved[120];
+};
+struct HixlServerDesc {
+    const EndpointDesc *endpoint_list;
+    const char *server_ip;
+    uint32_t server_port;
+    uint32_t endpoint_list_num;
+    uint8_t reserved[104];
+};
+struct HixlClientDesc {
+    const EndpointDesc *local_endpoint;
+    const EndpointDesc *remote_endpoint;
+    const char *server_ip;
+    uint32_t server_port;
+    uint8_t tc;
+    uint8_t sl;
+    uint8_t reserved[98];
+};
+struct HixlOneSideOpDesc {
+    void *remote_buf;
+    void *local_buf;
+    uint64_t len;
+};
+
+// The twin-only engine selection (shmem-bindings/cann-twin/src/adxl_options.rs, CannTwinAdxlSelection).
+struct CannTwinAdxlSelection {
+    uint32_t version;
+    uint32_t engine;
+    int32_t auto_connect;
+    uint32_t aicpu_unfold;
+    uint32_t task_stream_num;
+    uint32_t reserved;
+    char reason[96];
+    char error[256];
+};
 }
+
+static_assert(sizeof(EndpointDesc) == 160, "EndpointDesc layout");
+static_assert(sizeof(CommMem) == 24, "CommMem layout");
+static_assert(sizeof(HixlServerDesc) == 128 && sizeof(HixlClientDesc) == 128, "HiXL descriptions");
+static_assert(sizeof(HixlServerConfig) == 128 && sizeof(HixlClientConfig) == 128, "HiXL configurations");
+static_assert(sizeof(HixlOneSideOpDesc) == 24, "HixlOneSideOpDesc layout");
+static_assert(sizeof(CannTwinAdxlSelection) == 376, "CannTwinAdxlSelection layout");
 
 namespace adxl {
 namespace {
@@ -226,21 +320,38 @@ std::map<void *, MemType> g_allocations;  // MallocMem's allocations
 
 }  // namespace
 
-class AdxlEngineImpl {
+// What every engine does for AdxlEngine (the vendor's hixl::Engine, src/hixl/engine/engine.h).
+class Engine {
 public:
-    ~AdxlEngineImpl() { Finalize(); }
+    virtual ~Engine() = default;
+    virtual void Finalize() = 0;
+    virtual Status RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) = 0;
+    virtual Status DeregisterMem(MemHandle handle) = 0;
+    virtual Status Connect(const std::string &remote, int32_t timeout_ms) = 0;
+    virtual Status Disconnect(const std::string &remote, int32_t timeout_ms) = 0;
+    virtual Status Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                            int32_t timeout_ms) = 0;
+    virtual Status Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                          TransferReq &req) = 0;
+    virtual Status Status_(const TransferReq &req, TransferStatus &status) = 0;
+};
 
-    Status Initialize(const std::string &local, const std::map<std::string, std::string> &options);
-    void Finalize();
-    Status RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle);
-    Status DeregisterMem(MemHandle handle);
-    Status Connect(const std::string &remote, int32_t timeout_ms);
-    Status Disconnect(const std::string &remote, int32_t timeout_ms);
+
+class TcpEngine final : public Engine {
+public:
+    ~TcpEngine() override { Finalize(); }
+
+    Status Initialize(const std::string &local, bool auto_connect);
+    void Finalize() override;
+    Status RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) override;
+    Status DeregisterMem(MemHandle handle) override;
+    Status Connect(const std::string &remote, int32_t timeout_ms) override;
+    Status Disconnect(const std::string &remote, int32_t timeout_ms) override;
     Status Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
-                    int32_t timeout_ms);
+                    int32_t timeout_ms) override;
     Status Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
-                  TransferReq &req);
-    Status Status_(const TransferReq &req, TransferStatus &status);
+                  TransferReq &req) override;
+    Status Status_(const TransferReq &req, TransferStatus &status) override;
 
 private:
     bool contains(uintptr_t addr, size_t len) const;  // callers hold regions_mu
@@ -275,20 +386,15 @@ private:
     uintptr_t next_request_ = 0;
 };
 
-Status AdxlEngineImpl::Initialize(const std::string &local, const std::map<std::string, std::string> &options) {
+Status TcpEngine::Initialize(const std::string &local, bool auto_connect) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (initialized_) {
-        log_error("Initialize", "already initialised as " + local_);
-        return FAILED;
-    }
     std::string host;
     int port = 0;
     if (!split_endpoint(local, host, port)) {
         log_error("Initialize", "engine name is not ip:port: " + local);
         return PARAM_INVALID;
     }
-    auto it = options.find("AutoConnect");
-    auto_connect_ = it != options.end() && it->second == "1";
+    auto_connect_ = auto_connect;
     aclrtContext context = nullptr;
     if (aclrtGetCurrentContext(&context) == 0) {
         context_ = context;
@@ -335,7 +441,7 @@ Status AdxlEngineImpl::Initialize(const std::string &local, const std::map<std::
     return SUCCESS;
 }
 
-void AdxlEngineImpl::Finalize() {
+void TcpEngine::Finalize() {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
     if (acceptor_.joinable()) {
@@ -366,7 +472,7 @@ void AdxlEngineImpl::Finalize() {
     initialized_ = false;
 }
 
-bool AdxlEngineImpl::contains(uintptr_t addr, size_t len) const {
+bool TcpEngine::contains(uintptr_t addr, size_t len) const {
     if (len == 0) {
         return true;
     }
@@ -382,7 +488,7 @@ bool AdxlEngineImpl::contains(uintptr_t addr, size_t len) const {
     return false;
 }
 
-Status AdxlEngineImpl::RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) {
+Status TcpEngine::RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) {
     if (mem.addr == 0 || mem.len == 0 || mem.addr + mem.len < mem.addr || (type != MEM_DEVICE && type != MEM_HOST)) {
         return PARAM_INVALID;
     }
@@ -394,7 +500,7 @@ Status AdxlEngineImpl::RegisterMem(const MemDesc &mem, MemType type, MemHandle &
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::DeregisterMem(MemHandle handle) {
+Status TcpEngine::DeregisterMem(MemHandle handle) {
     std::unique_lock<std::shared_mutex> lock(regions_mu_);
     auto it = regions_.find(static_cast<Region *>(handle));
     if (it == regions_.end()) {
@@ -404,7 +510,7 @@ Status AdxlEngineImpl::DeregisterMem(MemHandle handle) {
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::dial(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Connection> &out) {
+Status TcpEngine::dial(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Connection> &out) {
     std::string host;
     int port = 0;
     if (!split_endpoint(remote, host, port) || port == 0) {
@@ -467,7 +573,7 @@ Status AdxlEngineImpl::dial(const std::string &remote, int32_t timeout_ms, std::
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::Connect(const std::string &remote, int32_t timeout_ms) {
+Status TcpEngine::Connect(const std::string &remote, int32_t timeout_ms) {
     {
         std::lock_guard<std::mutex> lock(peers_mu_);
         if (peers_.count(remote) != 0) {
@@ -486,7 +592,7 @@ Status AdxlEngineImpl::Connect(const std::string &remote, int32_t timeout_ms) {
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::Disconnect(const std::string &remote, int32_t) {
+Status TcpEngine::Disconnect(const std::string &remote, int32_t) {
     std::shared_ptr<Connection> conn;
     {
         std::lock_guard<std::mutex> lock(peers_mu_);
@@ -501,7 +607,7 @@ Status AdxlEngineImpl::Disconnect(const std::string &remote, int32_t) {
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::exchange(Connection &conn, TransferOp op, const std::vector<TransferOpDesc> &descs,
+Status TcpEngine::exchange(Connection &conn, TransferOp op, const std::vector<TransferOpDesc> &descs,
                                 Clock::time_point deadline) {
     const int fd = conn.fd;
     std::vector<char> header(16 + descs.size() * sizeof(WireRange));
@@ -558,7 +664,7 @@ Status AdxlEngineImpl::exchange(Connection &conn, TransferOp op, const std::vect
     return peer_status == SUCCESS ? SUCCESS : FAILED;
 }
 
-Status AdxlEngineImpl::Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+Status TcpEngine::Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
                                 int32_t timeout_ms) {
     if (op != READ && op != WRITE) {
         return PARAM_INVALID;
@@ -617,7 +723,7 @@ Status AdxlEngineImpl::Transfer(const std::string &remote, TransferOp op, const 
     return status;
 }
 
-Status AdxlEngineImpl::Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+Status TcpEngine::Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
                               TransferReq &req) {
     Status status = Transfer(remote, op, descs, DEFAULT_TIMEOUT_MS);
     std::lock_guard<std::mutex> lock(requests_mu_);
@@ -628,7 +734,7 @@ Status AdxlEngineImpl::Submit(const std::string &remote, TransferOp op, const st
     return SUCCESS;
 }
 
-Status AdxlEngineImpl::Status_(const TransferReq &req, TransferStatus &status) {
+Status TcpEngine::Status_(const TransferReq &req, TransferStatus &status) {
     std::lock_guard<std::mutex> lock(requests_mu_);
     auto it = requests_.find(req);
     if (it == requests_.end()) {
@@ -641,7 +747,7 @@ Status AdxlEngineImpl::Status_(const TransferReq &req, TransferStatus &status) {
     return SUCCESS;
 }
 
-void AdxlEngineImpl::accept_loop() {
+void TcpEngine::accept_loop() {
     while (!stopping_) {
         int r = wait_fd(listen_fd_, POLLIN, Clock::now() + std::chrono::milliseconds(IDLE_POLL_MS));
         if (r != 1) {
@@ -676,7 +782,7 @@ void AdxlEngineImpl::accept_loop() {
     }
 }
 
-void AdxlEngineImpl::serve(ServerConnection *conn) {
+void TcpEngine::serve(ServerConnection *conn) {
     try {
         serve_connection(conn->fd);
     } catch (const std::exception &error) {
@@ -688,7 +794,7 @@ void AdxlEngineImpl::serve(ServerConnection *conn) {
     conn->done = true;
 }
 
-void AdxlEngineImpl::serve_connection(int fd) {
+void TcpEngine::serve_connection(int fd) {
     if (context_ != nullptr) {
         aclrtSetCurrentContext(context_);
     }
@@ -722,7 +828,7 @@ void AdxlEngineImpl::serve_connection(int fd) {
 }
 
 // One request after its header; anything but SUCCESS means the connection is out of step and is dropped.
-Status AdxlEngineImpl::serve_request(int fd, uint32_t op, uint64_t count) {
+Status TcpEngine::serve_request(int fd, uint32_t op, uint64_t count) {
     auto deadline = Clock::now() + std::chrono::milliseconds(PEER_REQUEST_TIMEOUT_MS);
     std::vector<WireRange> ranges(count);
     Status status = recv_all(fd, ranges.data(), count * sizeof(WireRange), deadline);
@@ -778,6 +884,826 @@ Status AdxlEngineImpl::serve_request(int fd, uint32_t op, uint64_t count) {
 }
 
 namespace {
+// The functions of the runtime this library linked, found at run time: the object that defines aclrtMemcpy, looked up
+// with dlsym (a runtime without one of them leaves it null).
+void *runtime_symbol(const char *name) {
+    static void *handle = [] {
+        Dl_info info{};
+        void *found = nullptr;
+        if (::dladdr(reinterpret_cast<void *>(&aclrtMemcpy), &info) != 0 && info.dli_fname != nullptr) {
+            found = ::dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+        }
+        return found != nullptr ? found : ::dlopen("libascendcl.so", RTLD_NOW | RTLD_NOLOAD);
+    }();
+    return handle == nullptr ? nullptr : ::dlsym(handle, name);
+}
+
+template <typename F>
+bool resolve_all(std::initializer_list<std::pair<F *, const char *>> wanted, std::string &missing) {
+    bool all = true;
+    for (const auto &entry : wanted) {
+        *entry.first = reinterpret_cast<F>(runtime_symbol(entry.second));
+        if (*entry.first == nullptr) {
+            missing += (missing.empty() ? "" : ", ") + std::string(entry.second);
+            all = false;
+        }
+    }
+    return all;
+}
+
+// Makes the engine's context current on the calling thread for a call (as the vendor's GetContextGuard), then
+// restores the caller's.
+class ContextGuard {
+public:
+    explicit ContextGuard(aclrtContext context) {
+        if (context != nullptr && aclrtGetCurrentContext(&saved_) == 0 && saved_ != context) {
+            switched_ = aclrtSetCurrentContext(context) == 0;
+        }
+    }
+    ~ContextGuard() {
+        if (switched_ && saved_ != nullptr) {
+            aclrtSetCurrentContext(saved_);
+        }
+    }
+    ContextGuard(const ContextGuard &) = delete;
+    ContextGuard &operator=(const ContextGuard &) = delete;
+
+private:
+    aclrtContext saved_ = nullptr;
+    bool switched_ = false;
+};
+
+void *request_key(uintptr_t &counter) {
+    counter += 16;
+    return reinterpret_cast<void *>(0x5e9e000000000000ULL + counter);
+}
+
+EndpointDesc device_endpoint(int32_t device) {
+    EndpointDesc endpoint{};
+    endpoint.protocol = 0;   // COMM_PROTOCOL_HCCS
+    endpoint.addr_type = 2;  // COMM_ADDR_TYPE_ID
+    std::memcpy(endpoint.addr, &device, sizeof(device));
+    endpoint.loc_type = 0;  // ENDPOINT_LOC_TYPE_DEVICE
+    std::memcpy(endpoint.loc, &device, sizeof(device));
+    return endpoint;
+}
+
+// hixl::ToTransferStatus (src/hixl/engine/client_handler.h).
+TransferStatus to_transfer_status(uint32_t complete) {
+    switch (complete) {
+        case 0:
+            return TransferStatus::WAITING;
+        case 1:
+            return TransferStatus::COMPLETED;
+        case 2:
+            return TransferStatus::TIMEOUT;
+        default:
+            return TransferStatus::FAILED;
+    }
+}
+}  // namespace
+
+// The client-server engine (HixlEngine with DirectClientHandler) over the runtime's HiXL C API.
+class CsEngine final : public Engine {
+public:
+    ~CsEngine() override { Finalize(); }
+    Status Initialize(const std::string &local, bool auto_connect);
+    void Finalize() override;
+    Status RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) override;
+    Status DeregisterMem(MemHandle handle) override;
+    Status Connect(const std::string &remote, int32_t timeout_ms) override;
+    Status Disconnect(const std::string &remote, int32_t timeout_ms) override;
+    Status Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                    int32_t timeout_ms) override;
+    Status Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                  TransferReq &req) override;
+    Status Status_(const TransferReq &req, TransferStatus &status) override;
+
+private:
+    struct Client {
+        std::mutex mu;  // one call on the handle at a time, as the handler's mutex_
+        HixlClientHandle handle = nullptr;
+        std::vector<HixlMemHandle> mems;
+        std::string ip;
+        EndpointDesc local{};
+        EndpointDesc remote{};
+    };
+    struct Registration {
+        MemDesc mem;
+        MemType type;
+    };
+    struct Request {
+        std::string remote;
+        std::shared_ptr<Client> client;
+        CompleteHandle complete;
+    };
+
+    Status client_for(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Client> &out);
+    Status create_client(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Client> &out);
+    void destroy_client(Client &client);
+    void auto_disconnect(const std::string &remote);
+    static std::vector<HixlOneSideOpDesc> hixl_list(const std::vector<TransferOpDesc> &descs);
+
+    HixlStatus (*server_create_)(const HixlServerDesc *, const HixlServerConfig *, HixlServerHandle *) = nullptr;
+    HixlStatus (*server_reg_mem_)(HixlServerHandle, const char *, const CommMem *, HixlMemHandle *) = nullptr;
+    HixlStatus (*server_listen_)(HixlServerHandle, uint32_t) = nullptr;
+    HixlStatus (*server_unreg_mem_)(HixlServerHandle, HixlMemHandle) = nullptr;
+    HixlStatus (*server_destroy_)(HixlServerHandle) = nullptr;
+    HixlStatus (*client_create_)(const HixlClientDesc *, const HixlClientConfig *, HixlClientHandle *) = nullptr;
+    HixlStatus (*client_connect_)(HixlClientHandle, uint32_t) = nullptr;
+    HixlStatus (*client_reg_mem_)(HixlClientHandle, const char *, const CommMem *, HixlMemHandle *) = nullptr;
+    HixlStatus (*client_unreg_mem_)(HixlClientHandle, HixlMemHandle) = nullptr;
+    HixlStatus (*put_async_)(HixlClientHandle, uint32_t, const HixlOneSideOpDesc *, CompleteHandle *) = nullptr;
+    HixlStatus (*get_async_)(HixlClientHandle, uint32_t, const HixlOneSideOpDesc *, CompleteHandle *) = nullptr;
+    HixlStatus (*put_sync_)(HixlClientHandle, uint32_t, const HixlOneSideOpDesc *, uint32_t) = nullptr;
+    HixlStatus (*get_sync_)(HixlClientHandle, uint32_t, const HixlOneSideOpDesc *, uint32_t) = nullptr;
+    HixlStatus (*query_)(HixlClientHandle, CompleteHandle, uint32_t *) = nullptr;
+    HixlStatus (*client_destroy_)(HixlClientHandle) = nullptr;
+
+    std::mutex mu_;
+    std::string local_;
+    bool auto_connect_ = false;
+    int32_t device_ = 0;
+    aclrtContext context_ = nullptr;
+    HixlServerHandle server_ = nullptr;
+    EndpointDesc endpoint_{};
+    std::map<HixlMemHandle, Registration> mems_;
+    std::map<std::string, std::shared_ptr<Client>> clients_;
+    std::map<void *, Request> requests_;
+    uintptr_t next_request_ = 0;
+};
+
+Status CsEngine::Initialize(const std::string &local, bool auto_connect) {
+    std::string missing;
+    bool found = resolve_all<void *>(
+        {
+            {reinterpret_cast<void **>(&server_create_), "HixlCSServerCreate"},
+            {reinterpret_cast<void **>(&server_reg_mem_), "HixlCSServerRegMem"},
+            {reinterpret_cast<void **>(&server_listen_), "HixlCSServerListen"},
+            {reinterpret_cast<void **>(&server_unreg_mem_), "HixlCSServerUnregMem"},
+            {reinterpret_cast<void **>(&server_destroy_), "HixlCSServerDestroy"},
+            {reinterpret_cast<void **>(&client_create_), "HixlCSClientCreate"},
+            {reinterpret_cast<void **>(&client_connect_), "HixlCSClientConnect"},
+            {reinterpret_cast<void **>(&client_reg_mem_), "HixlCSClientRegMem"},
+            {reinterpret_cast<void **>(&client_unreg_mem_), "HixlCSClientUnregMem"},
+            {reinterpret_cast<void **>(&put_async_), "HixlCSClientBatchPutAsync"},
+            {reinterpret_cast<void **>(&get_async_), "HixlCSClientBatchGetAsync"},
+            {reinterpret_cast<void **>(&put_sync_), "HixlCSClientBatchPutSync"},
+            {reinterpret_cast<void **>(&get_sync_), "HixlCSClientBatchGetSync"},
+            {reinterpret_cast<void **>(&query_), "HixlCSClientQueryCompleteStatus"},
+            {reinterpret_cast<void **>(&client_destroy_), "HixlCSClientDestroy"},
+        },
+        missing);
+    if (!found) {
+        log_error("Initialize", "the client-server engine needs HiXL's C API, which the loaded libascendcl.so lacks: " +
+                                    missing);
+        return FAILED;
+    }
+    std::string ip;
+    int port = 0;
+    if (!split_endpoint(local, ip, port)) {
+        log_error("Initialize", "engine name is not ip:port: " + local);
+        return PARAM_INVALID;
+    }
+    if (aclrtGetDevice(&device_) != 0) {
+        log_error("Initialize", "the client-server engine needs a current device (aclrtSetDevice)");
+        return FAILED;
+    }
+    aclrtGetCurrentContext(&context_);
+    endpoint_ = device_endpoint(device_);
+    HixlServerDesc desc{};
+    desc.endpoint_list = &endpoint_;
+    desc.endpoint_list_num = 1;
+    desc.server_ip = ip.c_str();
+    desc.server_port = static_cast<uint32_t>(port);
+    HixlServerConfig config{};
+    HixlStatus status = server_create_(&desc, &config, &server_);
+    if (status == SUCCESS && port > 0) {
+        status = server_listen_(server_, 64);
+    }
+    if (status != SUCCESS) {
+        log_error("Initialize", "HiXL server at " + local + " failed with " + std::to_string(status));
+        if (server_ != nullptr) {
+            server_destroy_(server_);
+            server_ = nullptr;
+        }
+        return status;
+    }
+    local_ = local;
+    auto_connect_ = auto_connect;
+    return SUCCESS;
+}
+
+void CsEngine::Finalize() {
+    std::map<std::string, std::shared_ptr<Client>> clients;
+    HixlServerHandle server = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        clients.swap(clients_);
+        requests_.clear();
+        mems_.clear();
+        server = server_;
+        server_ = nullptr;
+    }
+    ContextGuard context(context_);
+    for (auto &entry : clients) {
+        destroy_client(*entry.second);
+    }
+    if (server != nullptr) {
+        server_destroy_(server);
+    }
+}
+
+Status CsEngine::RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) {
+    if (mem.addr == 0 || (type != MEM_DEVICE && type != MEM_HOST)) {
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    std::lock_guard<std::mutex> lock(mu_);
+    if (server_ == nullptr) {
+        return FAILED;
+    }
+    for (const auto &entry : mems_) {
+        if (entry.second.mem.addr == mem.addr && entry.second.mem.len == mem.len) {
+            handle = entry.first;  // HixlServer::RegisterMem hands back the registration a duplicate names
+            return SUCCESS;
+        }
+    }
+    CommMem comm{type == MEM_DEVICE ? 0 : 1, reinterpret_cast<void *>(mem.addr), mem.len};
+    HixlMemHandle registered = nullptr;
+    HixlStatus status = server_reg_mem_(server_, nullptr, &comm, &registered);
+    if (status != SUCCESS) {
+        return status;
+    }
+    mems_[registered] = Registration{mem, type};
+    // Clients made before it know it too (the client's local ranges).
+    for (auto &entry : clients_) {
+        std::lock_guard<std::mutex> guard(entry.second->mu);
+        HixlMemHandle mine = nullptr;
+        if (client_reg_mem_(entry.second->handle, nullptr, &comm, &mine) == SUCCESS) {
+            entry.second->mems.push_back(mine);
+        }
+    }
+    handle = registered;
+    return SUCCESS;
+}
+
+Status CsEngine::DeregisterMem(MemHandle handle) {
+    ContextGuard context(context_);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = mems_.find(handle);
+    if (it == mems_.end()) {
+        return SUCCESS;  // HixlEngine::DeregisterMem: "not registered" is a warning
+    }
+    if (!clients_.empty()) {
+        log_error("DeregisterMem", "all clients must be disconnected before deregistration (" + local_ + ")");
+        return FAILED;
+    }
+    HixlStatus status = server_unreg_mem_(server_, handle);
+    if (status != SUCCESS) {
+        return status;
+    }
+    mems_.erase(it);
+    return SUCCESS;
+}
+
+Status CsEngine::create_client(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Client> &out) {
+    std::string ip;
+    int port = 0;
+    if (!split_endpoint(remote, ip, port) || port == 0) {
+        log_error("Connect", "remote engine name is not ip:port: " + remote);
+        return PARAM_INVALID;
+    }
+    auto client = std::make_shared<Client>();
+    client->ip = ip;
+    client->local = endpoint_;
+    client->remote = device_endpoint(0);
+    HixlClientDesc desc{};
+    desc.local_endpoint = &client->local;
+    desc.remote_endpoint = &client->remote;
+    desc.server_ip = client->ip.c_str();
+    desc.server_port = static_cast<uint32_t>(port);
+    HixlClientConfig config{};
+    HixlStatus status = client_create_(&desc, &config, &client->handle);
+    if (status != SUCCESS) {
+        return status;
+    }
+    std::vector<Registration> mems;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        for (const auto &entry : mems_) {
+            mems.push_back(entry.second);
+        }
+    }
+    for (const auto &registration : mems) {
+        CommMem comm{registration.type == MEM_DEVICE ? 0 : 1, reinterpret_cast<void *>(registration.mem.addr),
+                     registration.mem.len};
+        HixlMemHandle mine = nullptr;
+        status = client_reg_mem_(client->handle, nullptr, &comm, &mine);
+        if (status != SUCCESS) {
+            destroy_client(*client);
+            return status;
+        }
+        client->mems.push_back(mine);
+    }
+    status = client_connect_(client->handle, static_cast<uint32_t>(timeout_ms > 0 ? timeout_ms : 1000));
+    if (status != SUCCESS) {
+        log_error("Connect", "HiXL client to " + remote + " failed with " + std::to_string(status));
+        destroy_client(*client);
+        return status;
+    }
+    out = std::move(client);
+    return SUCCESS;
+}
+
+void CsEngine::destroy_client(Client &client) {
+    std::lock_guard<std::mutex> lock(client.mu);
+    if (client.handle == nullptr) {
+        return;
+    }
+    for (HixlMemHandle mem : client.mems) {
+        client_unreg_mem_(client.handle, mem);
+    }
+    client.mems.clear();
+    client_destroy_(client.handle);
+    client.handle = nullptr;
+}
+
+Status CsEngine::Connect(const std::string &remote, int32_t timeout_ms) {
+    if (remote == local_) {
+        log_error("Connect", "connection with self is not supported: " + remote);
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (clients_.count(remote) != 0) {
+            return ALREADY_CONNECTED;
+        }
+    }
+    std::shared_ptr<Client> client;
+    Status status = create_client(remote, timeout_ms, client);
+    if (status != SUCCESS) {
+        return status;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!clients_.emplace(remote, client).second) {
+        destroy_client(*client);
+        return ALREADY_CONNECTED;
+    }
+    return SUCCESS;
+}
+
+Status CsEngine::Disconnect(const std::string &remote, int32_t) {
+    std::shared_ptr<Client> client;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = clients_.find(remote);
+        if (it == clients_.end()) {
+            return NOT_CONNECTED;
+        }
+        client = it->second;
+        clients_.erase(it);
+        for (auto req = requests_.begin(); req != requests_.end();) {
+            req = req->second.client == client ? requests_.erase(req) : std::next(req);
+        }
+    }
+    ContextGuard context(context_);
+    destroy_client(*client);
+    return SUCCESS;
+}
+
+// HixlEngine::AutoDisconnect: with auto-connect, a failed transfer ends its client (the next transfer connects again).
+void CsEngine::auto_disconnect(const std::string &remote) {
+    if (auto_connect_) {
+        Disconnect(remote, 0);
+    }
+}
+
+// HixlEngine::AutoConnect: the client of `remote`, made now when auto-connect is on.
+Status CsEngine::client_for(const std::string &remote, int32_t timeout_ms, std::shared_ptr<Client> &out) {
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = clients_.find(remote);
+        if (it != clients_.end()) {
+            out = it->second;
+            return SUCCESS;
+        }
+    }
+    if (!auto_connect_) {
+        return NOT_CONNECTED;
+    }
+    Status status = Connect(remote, timeout_ms);
+    if (status != SUCCESS && status != ALREADY_CONNECTED) {
+        return status;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = clients_.find(remote);
+    if (it == clients_.end()) {
+        return NOT_CONNECTED;
+    }
+    out = it->second;
+    return SUCCESS;
+}
+
+std::vector<HixlOneSideOpDesc> CsEngine::hixl_list(const std::vector<TransferOpDesc> &descs) {
+    std::vector<HixlOneSideOpDesc> list(descs.size());
+    for (size_t i = 0; i < descs.size(); ++i) {
+        list[i].remote_buf = reinterpret_cast<void *>(descs[i].remote_addr);
+        list[i].local_buf = reinterpret_cast<void *>(descs[i].local_addr);
+        list[i].len = descs[i].len;
+    }
+    return list;
+}
+
+Status CsEngine::Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                          int32_t timeout_ms) {
+    if (op != READ && op != WRITE) {
+        return PARAM_INVALID;
+    }
+    if (descs.empty()) {
+        return SUCCESS;
+    }
+    if (descs.size() > UINT32_MAX) {
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    std::shared_ptr<Client> client;
+    Status status = client_for(remote, timeout_ms, client);
+    if (status != SUCCESS) {
+        return status;
+    }
+    auto list = hixl_list(descs);
+    const auto timeout = static_cast<uint32_t>(timeout_ms > 0 ? timeout_ms : DEFAULT_TIMEOUT_MS);
+    {
+        std::lock_guard<std::mutex> lock(client->mu);
+        if (client->handle == nullptr) {
+            return NOT_CONNECTED;
+        }
+        const auto count = static_cast<uint32_t>(list.size());
+        status = op == WRITE ? put_sync_(client->handle, count, list.data(), timeout)
+                             : get_sync_(client->handle, count, list.data(), timeout);
+    }
+    if (status != SUCCESS) {
+        log_error("Transfer", "HiXL batch to " + remote + " returned " + std::to_string(status) +
+                                  (status == PARAM_INVALID ? ": HiXL refused a range outside the registered memory"
+                                                           : ""));
+        auto_disconnect(remote);
+    }
+    return status;
+}
+
+Status CsEngine::Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                        TransferReq &req) {
+    if ((op != READ && op != WRITE) || descs.empty() || descs.size() > UINT32_MAX) {
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    std::shared_ptr<Client> client;
+    Status status = client_for(remote, 3000, client);  // kAutoConnectTimeout of hixl_engine.cc
+    if (status != SUCCESS) {
+        return status;
+    }
+    auto list = hixl_list(descs);
+    CompleteHandle complete = nullptr;
+    {
+        std::lock_guard<std::mutex> lock(client->mu);
+        if (client->handle == nullptr) {
+            return NOT_CONNECTED;
+        }
+        const auto count = static_cast<uint32_t>(list.size());
+        status = op == WRITE ? put_async_(client->handle, count, list.data(), &complete)
+                             : get_async_(client->handle, count, list.data(), &complete);
+    }
+    if (status != SUCCESS) {
+        log_error("Transfer", "HiXL async batch to " + remote + " returned " + std::to_string(status) +
+                                  (status == PARAM_INVALID ? ": HiXL refused a range outside the registered memory"
+                                                           : ""));
+        auto_disconnect(remote);
+        return status;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    void *key = request_key(next_request_);
+    requests_[key] = Request{remote, client, complete};
+    req = key;
+    return SUCCESS;
+}
+
+Status CsEngine::Status_(const TransferReq &req, TransferStatus &status) {
+    Request request;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = requests_.find(req);
+        if (it == requests_.end()) {
+            status = TransferStatus::FAILED;
+            return PARAM_INVALID;
+        }
+        request = it->second;
+    }
+    ContextGuard context(context_);
+    uint32_t complete = 0;
+    HixlStatus code = FAILED;
+    {
+        std::lock_guard<std::mutex> lock(request.client->mu);
+        if (request.client->handle != nullptr) {
+            code = query_(request.client->handle, request.complete, &complete);
+        }
+    }
+    if (code != SUCCESS) {
+        status = TransferStatus::FAILED;
+        {
+            std::lock_guard<std::mutex> lock(mu_);
+            requests_.erase(req);
+        }
+        auto_disconnect(request.remote);
+        return code;
+    }
+    status = to_transfer_status(complete);
+    if (status != TransferStatus::WAITING) {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.erase(req);
+    }
+    return SUCCESS;
+}
+
+// The FabricMem engine over the runtime's twin-only cannTwinFabricMem* functions.
+class FabricEngine final : public Engine {
+public:
+    ~FabricEngine() override { Finalize(); }
+    Status Initialize(const std::string &local, bool auto_connect, bool aicpu_unfold, uint32_t task_streams);
+    void Finalize() override;
+    Status RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) override;
+    Status DeregisterMem(MemHandle handle) override;
+    Status Connect(const std::string &remote, int32_t timeout_ms) override;
+    Status Disconnect(const std::string &remote, int32_t timeout_ms) override;
+    Status Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                    int32_t timeout_ms) override;
+    Status Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                  TransferReq &req) override;
+    Status Status_(const TransferReq &req, TransferStatus &status) override;
+
+private:
+    Status run(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs, int32_t timeout_ms,
+               uint64_t *request);
+
+    uint32_t (*create_)(const char *, uint32_t, uint32_t, uint64_t *) = nullptr;
+    uint32_t (*register_)(uint64_t, uint64_t, uint64_t, int32_t, uint64_t *) = nullptr;
+    uint32_t (*deregister_)(uint64_t, uint64_t) = nullptr;
+    uint32_t (*connect_)(uint64_t, const char *, uint32_t) = nullptr;
+    uint32_t (*disconnect_)(uint64_t, const char *) = nullptr;
+    uint32_t (*transfer_)(uint64_t, const char *, int32_t, const uint64_t *, uint64_t, int32_t, uint64_t *) = nullptr;
+    uint32_t (*query_)(uint64_t, uint64_t, int32_t *) = nullptr;
+    uint32_t (*destroy_)(uint64_t) = nullptr;
+
+    std::mutex mu_;
+    std::string local_;
+    bool auto_connect_ = false;
+    aclrtContext context_ = nullptr;
+    uint64_t engine_ = 0;
+    std::map<void *, uint64_t> requests_;
+    uintptr_t next_request_ = 0;
+};
+
+Status FabricEngine::Initialize(const std::string &local, bool auto_connect, bool aicpu_unfold,
+                                uint32_t task_streams) {
+    std::string missing;
+    bool found = resolve_all<void *>(
+        {
+            {reinterpret_cast<void **>(&create_), "cannTwinFabricMemCreate"},
+            {reinterpret_cast<void **>(&register_), "cannTwinFabricMemRegister"},
+            {reinterpret_cast<void **>(&deregister_), "cannTwinFabricMemDeregister"},
+            {reinterpret_cast<void **>(&connect_), "cannTwinFabricMemConnect"},
+            {reinterpret_cast<void **>(&disconnect_), "cannTwinFabricMemDisconnect"},
+            {reinterpret_cast<void **>(&transfer_), "cannTwinFabricMemTransfer"},
+            {reinterpret_cast<void **>(&query_), "cannTwinFabricMemQuery"},
+            {reinterpret_cast<void **>(&destroy_), "cannTwinFabricMemDestroy"},
+        },
+        missing);
+    if (!found) {
+        log_error("Initialize", "the FabricMem engine needs the twin runtime's FabricMem functions, which the loaded "
+                                "libascendcl.so lacks: " + missing);
+        return FAILED;
+    }
+    std::string ip;
+    int port = 0;
+    if (!split_endpoint(local, ip, port)) {
+        log_error("Initialize", "engine name is not ip:port: " + local);
+        return PARAM_INVALID;
+    }
+    aclrtGetCurrentContext(&context_);
+    Status status = create_(local.c_str(), aicpu_unfold ? 1 : 0, task_streams, &engine_);
+    if (status != SUCCESS) {
+        log_error("Initialize", "FabricMem engine at " + local + " failed with " + std::to_string(status));
+        engine_ = 0;
+        return status;
+    }
+    local_ = local;
+    auto_connect_ = auto_connect;
+    return SUCCESS;
+}
+
+void FabricEngine::Finalize() {
+    uint64_t engine = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        std::swap(engine, engine_);
+        requests_.clear();
+    }
+    if (engine != 0) {
+        ContextGuard context(context_);
+        destroy_(engine);
+    }
+}
+
+Status FabricEngine::RegisterMem(const MemDesc &mem, MemType type, MemHandle &handle) {
+    if (mem.addr == 0 || (type != MEM_DEVICE && type != MEM_HOST)) {
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    uint64_t registered = 0;
+    Status status = register_(engine_, mem.addr, mem.len, type == MEM_DEVICE ? 0 : 1, &registered);
+    if (status == SUCCESS) {
+        handle = reinterpret_cast<MemHandle>(static_cast<uintptr_t>(registered));
+    }
+    return status;
+}
+
+Status FabricEngine::DeregisterMem(MemHandle handle) {
+    ContextGuard context(context_);
+    return deregister_(engine_, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(handle)));
+}
+
+Status FabricEngine::Connect(const std::string &remote, int32_t timeout_ms) {
+    if (remote == local_) {
+        log_error("Connect", "connection with self is not supported: " + remote);
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    return connect_(engine_, remote.c_str(), static_cast<uint32_t>(timeout_ms > 0 ? timeout_ms : 1000));
+}
+
+Status FabricEngine::Disconnect(const std::string &remote, int32_t) {
+    ContextGuard context(context_);
+    return disconnect_(engine_, remote.c_str());
+}
+
+Status FabricEngine::run(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                         int32_t timeout_ms, uint64_t *request) {
+    if (op != READ && op != WRITE) {
+        return PARAM_INVALID;
+    }
+    ContextGuard context(context_);
+    std::vector<uint64_t> ops;
+    ops.reserve(descs.size() * 3);
+    for (const auto &desc : descs) {
+        ops.push_back(desc.local_addr);
+        ops.push_back(desc.remote_addr);
+        ops.push_back(desc.len);
+    }
+    const int32_t kind = op == WRITE ? 1 : 0;
+    Status status = transfer_(engine_, remote.c_str(), kind, ops.data(), descs.size(), timeout_ms, request);
+    if (status == NOT_CONNECTED && auto_connect_) {
+        status = Connect(remote, timeout_ms > 0 ? timeout_ms : 3000);
+        if (status == SUCCESS || status == ALREADY_CONNECTED) {
+            status = transfer_(engine_, remote.c_str(), kind, ops.data(), descs.size(), timeout_ms, request);
+        }
+    }
+    if (status != SUCCESS) {
+        log_error("Transfer", "FabricMem transfer to " + remote + " returned " + std::to_string(status) +
+                                  (status == PARAM_INVALID ? ": a range outside the registered memory" : ""));
+        if (auto_connect_) {
+            disconnect_(engine_, remote.c_str());
+        }
+    }
+    return status;
+}
+
+Status FabricEngine::Transfer(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                              int32_t timeout_ms) {
+    return run(remote, op, descs, timeout_ms, nullptr);
+}
+
+Status FabricEngine::Submit(const std::string &remote, TransferOp op, const std::vector<TransferOpDesc> &descs,
+                            TransferReq &req) {
+    uint64_t request = 0;
+    Status status = run(remote, op, descs, DEFAULT_TIMEOUT_MS, &request);
+    if (status != SUCCESS) {
+        return status;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    void *key = request_key(next_request_);
+    requests_[key] = request;
+    req = key;
+    return SUCCESS;
+}
+
+Status FabricEngine::Status_(const TransferReq &req, TransferStatus &status) {
+    uint64_t request = 0;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = requests_.find(req);
+        if (it == requests_.end()) {
+            status = TransferStatus::FAILED;
+            return PARAM_INVALID;
+        }
+        request = it->second;
+    }
+    int32_t value = 3;
+    Status code = query_(engine_, request, &value);
+    status = code == SUCCESS ? to_transfer_status(static_cast<uint32_t>(value)) : TransferStatus::FAILED;
+    if (code != SUCCESS || status != TransferStatus::WAITING) {
+        std::lock_guard<std::mutex> lock(mu_);
+        requests_.erase(req);
+    }
+    return code;
+}
+
+// AdxlEngine's state: the engine Initialize selected (the vendor's AdxlEngineImpl holding a hixl::Engine).
+class AdxlEngineImpl {
+public:
+    Status Initialize(const std::string &local, const std::map<std::string, std::string> &options);
+    void Finalize();
+    // The engine, kept alive for the caller's call even if another thread finalises meanwhile.
+    std::shared_ptr<Engine> engine() {
+        std::lock_guard<std::mutex> lock(mu_);
+        return engine_;
+    }
+
+private:
+    std::mutex mu_;
+    std::shared_ptr<Engine> engine_;
+};
+
+Status AdxlEngineImpl::Initialize(const std::string &local, const std::map<std::string, std::string> &options) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (engine_) {
+        log_error("Initialize", "already initialised");
+        return FAILED;
+    }
+    std::string ignored_host;
+    int ignored_port = 0;
+    if (!split_endpoint(local, ignored_host, ignored_port)) {
+        log_error("Initialize", "engine name is not ip:port: " + local);
+        return PARAM_INVALID;
+    }
+    using Select = uint32_t (*)(const char *const *, const char *const *, uint32_t, CannTwinAdxlSelection *);
+    auto select = reinterpret_cast<Select>(runtime_symbol("cannTwinAdxlSelectEngine"));
+    if (select == nullptr) {
+        log_error("Initialize", "the loaded libascendcl.so lacks cannTwinAdxlSelectEngine (the twin's ADXL runs only "
+                                "on the cann-twin runtime)");
+        return FAILED;
+    }
+    std::vector<const char *> keys, values;
+    for (const auto &option : options) {
+        keys.push_back(option.first.c_str());
+        values.push_back(option.second.c_str());
+    }
+    CannTwinAdxlSelection selection{};
+    selection.version = 1;
+    Status status = select(keys.data(), values.data(), static_cast<uint32_t>(keys.size()), &selection);
+    if (status != SUCCESS) {
+        selection.error[sizeof(selection.error) - 1] = '\0';
+        log_error("Initialize", std::string("options refused: ") + selection.error);
+        return status;
+    }
+    selection.reason[sizeof(selection.reason) - 1] = '\0';
+    static const char *const names[] = {"comm", "hixl_cs", "fabric_mem"};
+    const char *name = selection.engine < 3 ? names[selection.engine] : "unknown";
+    std::fprintf(stderr, "adxl-twin: selected engine:%s, reason:%s, local_engine:%s\n", name, selection.reason,
+                 local.c_str());
+    const bool auto_connect = selection.auto_connect == 1;
+    std::shared_ptr<Engine> engine;
+    if (selection.engine == 1) {
+        auto cs = std::make_shared<CsEngine>();
+        status = cs->Initialize(local, auto_connect);
+        engine = std::move(cs);
+    } else if (selection.engine == 2) {
+        auto fabric = std::make_shared<FabricEngine>();
+        status = fabric->Initialize(local, auto_connect, selection.aicpu_unfold != 0, selection.task_stream_num);
+        engine = std::move(fabric);
+    } else {
+        auto tcp = std::make_shared<TcpEngine>();
+        status = tcp->Initialize(local, auto_connect);
+        engine = std::move(tcp);
+    }
+    if (status == SUCCESS) {
+        engine_ = std::move(engine);
+    }
+    return status;
+}
+
+void AdxlEngineImpl::Finalize() {
+    std::shared_ptr<Engine> engine;
+    {
+        std::lock_guard<std::mutex> lock(mu_);
+        engine.swap(engine_);
+    }
+    if (engine) {
+        engine->Finalize();
+    }
+}
+
+namespace {
 std::string text(const ge::AscendString &s) {
     return std::string(s.GetString(), s.GetLength());
 }
@@ -794,12 +1720,31 @@ Status guarded(const char *name, Body body) {
     }
     return FAILED;
 }
+
+// Runs `body` on the initialised engine; FAILED when there is none (the vendor's "AdxlEngine is not initialized").
+template <typename Body>
+Status with_engine(const char *name, const std::unique_ptr<AdxlEngineImpl> &impl, Body body) {
+    return guarded(name, [&]() -> Status {
+        std::shared_ptr<Engine> engine = impl ? impl->engine() : nullptr;
+        if (!engine) {
+            return FAILED;
+        }
+        return body(*engine);
+    });
+}
 }  // namespace
 
 // A failed allocation leaves impl_ null: every member then returns FAILED.
 AdxlEngine::AdxlEngine() : impl_(new (std::nothrow) AdxlEngineImpl()) {}
 
-AdxlEngine::~AdxlEngine() = default;
+AdxlEngine::~AdxlEngine() {
+    guarded("~AdxlEngine", [&]() -> Status {
+        if (impl_) {
+            impl_->Finalize();
+        }
+        return SUCCESS;
+    });
+}
 
 Status AdxlEngine::Initialize(const ge::AscendString &local_engine,
                               const std::map<ge::AscendString, ge::AscendString> &options) {
@@ -825,19 +1770,20 @@ void AdxlEngine::Finalize() {
 }
 
 Status AdxlEngine::RegisterMem(const MemDesc &mem, MemType type, MemHandle &mem_handle) {
-    return guarded("RegisterMem", [&]() -> Status { return impl_ ? impl_->RegisterMem(mem, type, mem_handle) : FAILED; });
+    return with_engine("RegisterMem", impl_, [&](Engine &e) { return e.RegisterMem(mem, type, mem_handle); });
 }
 
 Status AdxlEngine::DeregisterMem(MemHandle mem_handle) {
-    return guarded("DeregisterMem", [&]() -> Status { return impl_ ? impl_->DeregisterMem(mem_handle) : FAILED; });
+    return with_engine("DeregisterMem", impl_, [&](Engine &e) { return e.DeregisterMem(mem_handle); });
 }
 
 Status AdxlEngine::Connect(const ge::AscendString &remote_engine, int32_t timeout_in_millis) {
-    return guarded("Connect", [&]() -> Status { return impl_ ? impl_->Connect(text(remote_engine), timeout_in_millis) : FAILED; });
+    return with_engine("Connect", impl_, [&](Engine &e) { return e.Connect(text(remote_engine), timeout_in_millis); });
 }
 
 Status AdxlEngine::Disconnect(const ge::AscendString &remote_engine, int32_t timeout_in_millis) {
-    return guarded("Disconnect", [&]() -> Status { return impl_ ? impl_->Disconnect(text(remote_engine), timeout_in_millis) : FAILED; });
+    return with_engine("Disconnect", impl_,
+                       [&](Engine &e) { return e.Disconnect(text(remote_engine), timeout_in_millis); });
 }
 
 Status AdxlEngine::TransferSync(const ge::AscendString &remote_engine, TransferOp operation,
@@ -845,7 +1791,9 @@ Status AdxlEngine::TransferSync(const ge::AscendString &remote_engine, TransferO
     if (cannTwinEvidenceNote != nullptr) {
         cannTwinEvidenceNote(1, op_descs.size());
     }
-    return guarded("TransferSync", [&]() -> Status { return impl_ ? impl_->Transfer(text(remote_engine), operation, op_descs, timeout_in_millis) : FAILED; });
+    return with_engine("TransferSync", impl_, [&](Engine &e) {
+        return e.Transfer(text(remote_engine), operation, op_descs, timeout_in_millis);
+    });
 }
 
 Status AdxlEngine::TransferAsync(const ge::AscendString &remote_engine, TransferOp operation,
@@ -854,23 +1802,28 @@ Status AdxlEngine::TransferAsync(const ge::AscendString &remote_engine, Transfer
     if (cannTwinEvidenceNote != nullptr) {
         cannTwinEvidenceNote(1, op_descs.size());
     }
-    return guarded("TransferAsync", [&]() -> Status { return impl_ ? impl_->Submit(text(remote_engine), operation, op_descs, req) : FAILED; });
+    return with_engine("TransferAsync", impl_,
+                       [&](Engine &e) { return e.Submit(text(remote_engine), operation, op_descs, req); });
 }
 
 Status AdxlEngine::GetTransferStatus(const TransferReq &req, TransferStatus &status) {
-    return guarded("GetTransferStatus", [&]() -> Status { return impl_ ? impl_->Status_(req, status) : FAILED; });
+    return with_engine("GetTransferStatus", impl_, [&](Engine &e) { return e.Status_(req, status); });
 }
 
+// Hixl::GetCapability (src/hixl/engine/hixl_impl.cc), which AdxlEngine::GetCapability calls: AUTO_CONNECT and
+// CLIENT_SERVER_COMM supported, unconditionally; another feature not supported (value 0); a negative one refused.
 Status AdxlEngine::GetCapability(FeatureType type, int32_t &value) {
+    if (static_cast<int32_t>(type) < 0) {
+        return PARAM_INVALID;
+    }
     switch (type) {
         case AUTO_CONNECT:
+        case CLIENT_SERVER_COMM:
             value = 1;
             return SUCCESS;
-        case CLIENT_SERVER_COMM:
+        default:
             value = 0;
             return SUCCESS;
-        default:
-            return UNSUPPORTED;
     }
 }
 

@@ -11,11 +11,16 @@
 //!   and, while the provenance records are on (`control::record_provenance`), who wrote each SQE, who rang each
 //!   doorbell and who first read each completion flag (docs/twin-runtime.md, "Provenance records"); version 2 names
 //!   the AI CPU beside the kernel's cores and the Host;
-//! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin's ADXL moves every
-//!   transfer's bytes with them, on each side), stream copies queued by `aclrtMemcpyAsync`, and stream
-//!   synchronisations that returned success (the Host learning that its stream copies completed);
+//! - copies submitted by Host threads: synchronous `aclrtMemcpy` calls that moved bytes (the twin ADXL's TCP stand-in
+//!   moves every transfer's bytes with them, on each side; the twin HiXL's wire path too), stream copies queued by
+//!   `aclrtMemcpyAsync` (FabricMem's Host unfold), and stream synchronisations that returned success (the Host learning
+//!   that its stream copies completed). The twin HiXL's upload of a batch's list and the copy into its Host flag are
+//!   the AI-CPU launches' arguments and completion signal, counted with those launches, not here;
 //! - the twin's ADXL (`libllm_datadist.so`, which reports through [`cannTwinEvidenceNote`]): transfer calls made by
-//!   Host threads with their descriptors, and peer requests its server thread accepted with their ranges.
+//!   Host threads with their descriptors, and peer requests its TCP stand-in's server thread accepted with their
+//!   ranges.
+//!
+//! [`cannTwinRecordProvenance`] lets such a process turn the provenance records on before the acts it observes.
 
 use core::ffi::c_char;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -80,62 +85,122 @@ pub extern "C" fn cannTwinEvidenceNote(what: u32, count: u64) -> i32 {
     0
 }
 
-/// What [`cannTwinEvidence`] writes for version 1 (C layout, every field a `uint64_t` after the two `uint32_t` and
-/// the version string). A caller sets `version` to [`EVIDENCE_VERSION_1`] and `size` to the bytes it allocated. The
-/// attributions name the kernel's cores and the Host only: SQEs, doorbells and flags of the AI CPU are in none of
-/// these fields (version 2 has them).
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CannTwinEvidence {
-    pub version: u32,
-    pub size: u32,
-    /// `cann-twin <version>`, NUL-terminated.
-    pub runtime: [c_char; 32],
-    /// 1 while the provenance records are on (the SQE, doorbell and flag attributions below are then observed).
-    pub provenance_recorded: u64,
-    pub kernels_launched: u64,
-    pub kernel_blocks_launched: u64,
-    /// SDMA channels alive now (0: no SHMEM with SDMA in this process, so no engine can consume a descriptor).
-    pub sdma_channels: u64,
-    pub sqes_executed: u64,
-    pub sqes_by_kernel: u64,
-    pub sqes_by_host: u64,
-    pub sqes_unknown: u64,
-    pub doorbells_rung: u64,
-    pub doorbells_by_kernel: u64,
-    pub doorbells_by_host: u64,
-    pub doorbells_unknown: u64,
-    pub flags_landed: u64,
-    pub flags_seen_by_kernel: u64,
-    pub flags_seen_by_host: u64,
-    pub host_sync_copies: u64,
-    pub host_sync_copy_bytes: u64,
-    pub host_stream_copies: u64,
-    pub host_stream_copy_bytes: u64,
-    pub host_stream_syncs: u64,
-    /// The twin's ADXL: transfer calls by Host threads and their descriptors; peer requests served and their ranges.
-    pub adxl_transfers: u64,
-    pub adxl_descs: u64,
-    pub adxl_requests_served: u64,
-    pub adxl_descs_served: u64,
+/// Defines an evidence structure (C layout) from its header fields, then its `u64` counts, and gives it the names of
+/// its own counts in layout order ([`CannTwinEvidence::OWN_COUNTS`]), so that readers in other languages build the
+/// layout from this one definition (`aiv audit`'s Mooncake driver gets the names from the Rust side).
+macro_rules! evidence_struct {
+    (
+        $(#[$meta:meta])*
+        pub struct $name:ident {
+            $( $(#[$head_meta:meta])* pub $head:ident: $head_type:ty, )*
+            ;
+            $( $(#[$count_meta:meta])* pub $count:ident: u64, )*
+        }
+    ) => {
+        $(#[$meta])*
+        #[repr(C)]
+        #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+        pub struct $name {
+            $( $(#[$head_meta])* pub $head: $head_type, )*
+            $( $(#[$count_meta])* pub $count: u64, )*
+        }
+
+        impl $name {
+            /// The names of this structure's own `u64` counts, in layout order.
+            pub const OWN_COUNTS: &'static [&'static str] = &[$(stringify!($count)),*];
+
+            fn own_count_mut(&mut self, name: &str) -> Option<&mut u64> {
+                match name {
+                    $(stringify!($count) => Some(&mut self.$count),)*
+                    _ => None,
+                }
+            }
+        }
+    };
 }
 
-/// What [`cannTwinEvidence`] writes for version 2: the version-1 fields in their places (`version` 2 and `size` in
-/// `base`), then the AI CPU's. A caller sets `base.version` to [`EVIDENCE_VERSION`] and `base.size` to the bytes it
-/// allocated.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct CannTwinEvidenceV2 {
-    pub base: CannTwinEvidence,
-    /// SQEs executed whose slot an AI-CPU thread wrote last (while the provenance records were on).
-    pub sqes_by_aicpu: u64,
-    /// Accepted doorbell writes through the AI CPU's register path (while the records were on).
-    pub doorbells_by_aicpu: u64,
-    /// Flags whose first read returning the landed value was an AI-CPU thread's runtime copy.
-    pub flags_seen_by_aicpu: u64,
-    /// AI-CPU kernels launched (queued on a stream: the twin's HiXL launches its batch op so) and their blocks.
-    pub aicpu_kernels_launched: u64,
-    pub aicpu_kernel_blocks_launched: u64,
+evidence_struct! {
+    /// What [`cannTwinEvidence`] writes for version 1 (C layout, every field a `uint64_t` after the two `uint32_t` and
+    /// the version string). A caller sets `version` to [`EVIDENCE_VERSION_1`] and `size` to the bytes it allocated.
+    /// The attributions name the kernel's cores and the Host only: SQEs, doorbells and flags of the AI CPU are in none
+    /// of these fields (version 2 has them).
+    pub struct CannTwinEvidence {
+        pub version: u32,
+        pub size: u32,
+        /// `cann-twin <version>`, NUL-terminated.
+        pub runtime: [c_char; 32],
+        ;
+        /// 1 while the provenance records are on (the SQE, doorbell and flag attributions below are then observed).
+        pub provenance_recorded: u64,
+        pub kernels_launched: u64,
+        pub kernel_blocks_launched: u64,
+        /// SDMA channels alive now (SHMEM's and the AI CPU's; 0: no engine can consume a descriptor).
+        pub sdma_channels: u64,
+        pub sqes_executed: u64,
+        pub sqes_by_kernel: u64,
+        pub sqes_by_host: u64,
+        pub sqes_unknown: u64,
+        pub doorbells_rung: u64,
+        pub doorbells_by_kernel: u64,
+        pub doorbells_by_host: u64,
+        pub doorbells_unknown: u64,
+        pub flags_landed: u64,
+        pub flags_seen_by_kernel: u64,
+        pub flags_seen_by_host: u64,
+        pub host_sync_copies: u64,
+        pub host_sync_copy_bytes: u64,
+        pub host_stream_copies: u64,
+        pub host_stream_copy_bytes: u64,
+        pub host_stream_syncs: u64,
+        /// The twin's ADXL: transfer calls by Host threads and their descriptors; peer requests served and their
+        /// ranges.
+        pub adxl_transfers: u64,
+        pub adxl_descs: u64,
+        pub adxl_requests_served: u64,
+        pub adxl_descs_served: u64,
+    }
+}
+
+evidence_struct! {
+    /// What [`cannTwinEvidence`] writes for version 2: the version-1 fields in their places (`version` 2 and `size` in
+    /// `base`), then the AI CPU's. A caller sets `base.version` to [`EVIDENCE_VERSION`] and `base.size` to the bytes
+    /// it allocated.
+    pub struct CannTwinEvidenceV2 {
+        pub base: CannTwinEvidence,
+        ;
+        /// SQEs executed whose slot an AI-CPU thread wrote last (while the provenance records were on).
+        pub sqes_by_aicpu: u64,
+        /// Accepted doorbell writes through the AI CPU's register path (while the records were on).
+        pub doorbells_by_aicpu: u64,
+        /// Flags whose first read returning the landed value was an AI-CPU thread's runtime copy.
+        pub flags_seen_by_aicpu: u64,
+        /// AI-CPU kernels launched (queued on a stream: the twin's HiXL launches its batch op so) and their blocks.
+        pub aicpu_kernels_launched: u64,
+        pub aicpu_kernel_blocks_launched: u64,
+    }
+}
+
+impl CannTwinEvidenceV2 {
+    /// The names of every `u64` count of version 2 in layout order (version 1's, then its own): the layout after the
+    /// header (`uint32_t version`, `uint32_t size`, `char runtime[32]`), one `uint64_t` each.
+    pub fn count_names() -> impl Iterator<Item = &'static str> {
+        CannTwinEvidence::OWN_COUNTS.iter().chain(CannTwinEvidenceV2::OWN_COUNTS).copied()
+    }
+
+    /// The count called `name`, if there is one.
+    pub fn count(&self, name: &str) -> Option<u64> {
+        let mut copy = *self;
+        copy.count_mut(name).map(|count| *count)
+    }
+
+    /// The count called `name`, to set it, if there is one.
+    pub fn count_mut(&mut self, name: &str) -> Option<&mut u64> {
+        if CannTwinEvidence::OWN_COUNTS.contains(&name) {
+            self.base.own_count_mut(name)
+        } else {
+            self.own_count_mut(name)
+        }
+    }
 }
 
 /// The version-1 counts now (see the module documentation).
@@ -237,6 +302,22 @@ pub unsafe extern "C" fn cannTwinEvidence(out: *mut CannTwinEvidence) -> aclErro
     }
 }
 
+/// Twin-only (not a CANN function): turns the provenance records of this process on (`on` nonzero) or leaves them as
+/// they are (0: the records are never turned off from here, as the engine never turns them off), so that an observer
+/// that loaded this runtime as `libascendcl.so` (`aiv audit`'s Mooncake driver) sees who did each act
+/// ([`crate::control::record_provenance`]: turn them on before the acts to be attributed). Returns 1 if they are on
+/// now, else 0.
+#[no_mangle]
+pub extern "C" fn cannTwinRecordProvenance(on: u32) -> i32 {
+    std::panic::catch_unwind(|| {
+        if on != 0 && !crate::control::provenance_recorded() {
+            crate::control::record_provenance(true);
+        }
+        i32::from(crate::control::provenance_recorded())
+    })
+    .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +369,20 @@ mod tests {
         // Two u32, 32 bytes of name, 24 counts; then five more.
         assert_eq!((v1, v2), (8 + 32 + 24 * 8, 8 + 32 + 29 * 8));
         assert_eq!(std::mem::offset_of!(CannTwinEvidenceV2, sqes_by_aicpu), v1);
+        // The names give the layout: the header, then one u64 per name, in order.
+        assert_eq!(8 + 32 + 8 * CannTwinEvidenceV2::count_names().count(), v2);
+        let mut numbered = CannTwinEvidenceV2::default();
+        for (i, name) in CannTwinEvidenceV2::count_names().enumerate() {
+            *numbered.count_mut(name).expect("a count") = i as u64 + 1;
+        }
+        // SAFETY: a version-2 structure is plain data: its bytes after the header are its counts.
+        let raw: &[u8] =
+            unsafe { std::slice::from_raw_parts((&numbered as *const CannTwinEvidenceV2).cast::<u8>(), v2) };
+        for (i, word) in raw[40..].chunks_exact(8).enumerate() {
+            assert_eq!(u64::from_le_bytes(word.try_into().expect("8 bytes")), i as u64 + 1);
+        }
+        assert_eq!(numbered.count("sqes_by_aicpu"), Some(25));
+        assert_eq!(numbered.count("runtime"), None);
         let words = v2 / 8 + 4;
         // Version 1 with exactly its size: the version-1 structure, nothing written past it.
         let mut one = buffer(words, EVIDENCE_VERSION_1, v1);

@@ -60,6 +60,7 @@ use ascendcl_sys::hixl::*;
 use ascendcl_sys::sys::{ACL_MEMCPY_DEFAULT, ACL_SUCCESS};
 
 mod device;
+pub mod fabric_mem;
 
 pub use device::{RegionExport, MAX_KERNEL_ENTRIES};
 
@@ -340,10 +341,6 @@ impl Server {
     }
 }
 
-fn server_of(handle: HixlServerHandle) -> Result<Arc<Server>, HixlStatus> {
-    servers().items.get(&(handle as usize)).cloned().ok_or(HIXL_PARAM_INVALID)
-}
-
 /// Servers whose connections hold every request before serving it (`control::stall_hixl_server`).
 static STALLED: Mutex<Vec<SocketAddr>> = Mutex::new(Vec::new());
 
@@ -548,15 +545,86 @@ pub unsafe extern "C" fn HixlCSServerCreate(
         // SAFETY: non-null; the C contract makes it `endpoint_list_num` readable descriptors.
         let endpoints = unsafe { core::slice::from_raw_parts(desc.endpoint_list, desc.endpoint_list_num as usize) };
         device_bound_if(endpoints)?;
-        let device = crate::runtime::runtime().current_device().ok();
-        // The device path's registry: without one (no memfd, no export service) batches take the wire path.
-        let state = ServerState { registry: device::Registry::new().ok(), ..ServerState::default() };
-        let server = Arc::new(Server { address, device, state: Mutex::new(state), shared: Arc::default() });
-        let id = servers().insert(server);
+        let id = create_server(address, crate::runtime::runtime().current_device().ok());
         // SAFETY: non-null, writable by the C contract.
         unsafe { server_handle.write(id as HixlServerHandle) };
         Ok(())
     })
+}
+
+/// A server at `address` (bound by [`listen_server`]) whose threads make `device` current; its id. Also the control
+/// server of the twin's FabricMem engine (module `fabric_mem`), which serves the same hello.
+pub(crate) fn create_server(address: SocketAddr, device: Option<i32>) -> usize {
+    // The device path's registry: without one (no memfd, no export service) batches take the wire path.
+    let state = ServerState { registry: device::Registry::new().ok(), ..ServerState::default() };
+    let server = Arc::new(Server { address, device, state: Mutex::new(state), shared: Arc::default() });
+    servers().insert(server)
+}
+
+/// Registers `region` with server `id` (a DEVICE range exported for importers); the registration's handle.
+fn register_with_server(id: usize, region: Region) -> Result<usize, HixlStatus> {
+    let server = servers().items.get(&id).cloned().ok_or(HIXL_PARAM_INVALID)?;
+    let mut state = lock(&server.state);
+    let ServerState { regions, registry, .. } = &mut *state;
+    let handle = add_registration(regions, region)?;
+    if let (Some(registry), Some((_, added))) = (registry.as_mut(), regions.last_mut()) {
+        added.export = registry.export(added);
+    }
+    server.publish(&state);
+    Ok(handle)
+}
+
+/// Binds server `id`'s address and starts serving.
+fn listen_server(id: usize) -> Status {
+    let server = servers().items.get(&id).cloned().ok_or(HIXL_PARAM_INVALID)?;
+    let mut state = lock(&server.state);
+    if state.listening.is_some() {
+        return Err(HIXL_PARAM_INVALID);
+    }
+    let listener = TcpListener::bind(server.address).map_err(|_| HIXL_FAILED)?;
+    listener.set_nonblocking(true).map_err(|_| HIXL_FAILED)?;
+    let stop = Arc::new(AtomicBool::new(false));
+    let (thread_stop, regions, device) = (stop.clone(), server.shared.clone(), server.device);
+    let registry = state.registry.as_ref().map_or(0, device::Registry::token);
+    let thread = std::thread::Builder::new()
+        .name(format!("{}hixl-server", crate::THREAD_PREFIX))
+        .spawn(move || accept_loop(listener, thread_stop, regions, device, registry))
+        .map_err(|_| HIXL_FAILED)?;
+    state.listening = Some((stop, thread));
+    Ok(())
+}
+
+/// Removes registration `handle` of server `id`: its importers see it gone, later imports are refused.
+fn unregister_with_server(id: usize, handle: usize) -> Status {
+    let server = servers().items.get(&id).cloned().ok_or(HIXL_PARAM_INVALID)?;
+    let mut state = lock(&server.state);
+    let ServerState { regions, registry, .. } = &mut *state;
+    let export = regions.iter().find(|(other, _)| *other == handle).and_then(|(_, region)| region.export);
+    remove_registration(regions, handle as MemHandle)?;
+    if let (Some(export), Some(registry)) = (export, registry.as_mut()) {
+        registry.withdraw(&export);
+    }
+    server.publish(&state);
+    Ok(())
+}
+
+/// Stops server `id` (its listener and every connection, within about 100 ms), withdraws its exports, forgets it.
+fn destroy_server(id: usize) -> Status {
+    let server = servers().items.remove(&id).ok_or(HIXL_PARAM_INVALID)?;
+    let listening = lock(&server.state).listening.take();
+    if let Some((stop, thread)) = listening {
+        stop.store(true, Ordering::Relaxed);
+        let _ = thread.join();
+    }
+    // Every export withdrawn, the registry's stamps zeroed (importers see their imports gone).
+    let mut state = lock(&server.state);
+    let ServerState { regions, registry, .. } = &mut *state;
+    if let Some(mut registry) = registry.take() {
+        for export in regions.iter().filter_map(|(_, region)| region.export) {
+            registry.withdraw(&export);
+        }
+    }
+    Ok(())
 }
 
 /// `HixlCSServerRegMem`: `mem` becomes reachable by clients (those connecting from now on see it listed). DEVICE
@@ -572,16 +640,9 @@ pub unsafe extern "C" fn HixlCSServerRegMem(
     mem_handle: *mut MemHandle,
 ) -> HixlStatus {
     guard(|| {
-        let server = server_of(server_handle)?;
         not_null(mem_handle)?;
         let region = region_of(mem, mem_tag)?;
-        let mut state = lock(&server.state);
-        let ServerState { regions, registry, .. } = &mut *state;
-        let id = add_registration(regions, region)?;
-        if let (Some(registry), Some((_, added))) = (registry.as_mut(), regions.last_mut()) {
-            added.export = registry.export(added);
-        }
-        server.publish(&state);
+        let id = register_with_server(server_handle as usize, region)?;
         // SAFETY: non-null, writable by the C contract.
         unsafe { mem_handle.write(id as MemHandle) };
         Ok(())
@@ -595,23 +656,8 @@ pub unsafe extern "C" fn HixlCSServerRegMem(
 #[no_mangle]
 pub unsafe extern "C" fn HixlCSServerListen(server_handle: HixlServerHandle, backlog: u32) -> HixlStatus {
     guard(|| {
-        let server = server_of(server_handle)?;
         let _ = backlog;
-        let mut state = lock(&server.state);
-        if state.listening.is_some() {
-            return Err(HIXL_PARAM_INVALID);
-        }
-        let listener = TcpListener::bind(server.address).map_err(|_| HIXL_FAILED)?;
-        listener.set_nonblocking(true).map_err(|_| HIXL_FAILED)?;
-        let stop = Arc::new(AtomicBool::new(false));
-        let (thread_stop, regions, device) = (stop.clone(), server.shared.clone(), server.device);
-        let registry = state.registry.as_ref().map_or(0, device::Registry::token);
-        let thread = std::thread::Builder::new()
-            .name(format!("{}hixl-server", crate::THREAD_PREFIX))
-            .spawn(move || accept_loop(listener, thread_stop, regions, device, registry))
-            .map_err(|_| HIXL_FAILED)?;
-        state.listening = Some((stop, thread));
-        Ok(())
+        listen_server(server_handle as usize)
     })
 }
 
@@ -645,19 +691,7 @@ fn remove_registration(registrations: &mut Vec<(usize, Region)>, handle: MemHand
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn HixlCSServerUnregMem(server_handle: HixlServerHandle, mem_handle: MemHandle) -> HixlStatus {
-    guard(|| {
-        let server = server_of(server_handle)?;
-        let mut state = lock(&server.state);
-        let ServerState { regions, registry, .. } = &mut *state;
-        let export = regions.iter().find(|(id, _)| *id == mem_handle as usize).and_then(|(_, region)| region.export);
-        remove_registration(regions, mem_handle)?;
-        // Its importers see it gone (the registry's stamp), later imports are refused.
-        if let (Some(export), Some(registry)) = (export, registry.as_mut()) {
-            registry.withdraw(&export);
-        }
-        server.publish(&state);
-        Ok(())
-    })
+    guard(|| unregister_with_server(server_handle as usize, mem_handle as usize))
 }
 
 /// `HixlCSServerDestroy`: stops listening, closes every connection (within about 100 ms), forgets the handle.
@@ -666,23 +700,7 @@ pub unsafe extern "C" fn HixlCSServerUnregMem(server_handle: HixlServerHandle, m
 /// None beyond the C contract.
 #[no_mangle]
 pub unsafe extern "C" fn HixlCSServerDestroy(server_handle: HixlServerHandle) -> HixlStatus {
-    guard(|| {
-        let server = servers().items.remove(&(server_handle as usize)).ok_or(HIXL_PARAM_INVALID)?;
-        let listening = lock(&server.state).listening.take();
-        if let Some((stop, thread)) = listening {
-            stop.store(true, Ordering::Relaxed);
-            let _ = thread.join();
-        }
-        // Every export withdrawn, the registry's stamps zeroed (importers see their imports gone).
-        let mut state = lock(&server.state);
-        let ServerState { regions, registry, .. } = &mut *state;
-        if let Some(mut registry) = registry.take() {
-            for export in regions.iter().filter_map(|(_, region)| region.export) {
-                registry.withdraw(&export);
-            }
-        }
-        Ok(())
-    })
+    guard(|| destroy_server(server_handle as usize))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1036,6 +1054,22 @@ fn peer_gone(stream: &TcpStream) -> bool {
     }
 }
 
+/// Whether the client's server is gone (its connection closed or reset: its process killed, or its server destroyed),
+/// looked at when a device batch ends: the imported memory outlives its exporter, so a batch that ran on into it
+/// after the server went did not reach the server. The client is then broken and its link revoked, as its worker
+/// does when it finds the loss while idle.
+fn server_lost(client: &Client, state: &ClientState) -> bool {
+    let Some(connection) = state.connection.as_ref() else { return true };
+    if client.broken.load(Ordering::Relaxed) || peer_gone(&connection.stream) {
+        client.broken.store(true, Ordering::Relaxed);
+        if let Some(imports) = &connection.imports {
+            imports.link.revoke();
+        }
+        return true;
+    }
+    false
+}
+
 /// The client's worker: runs the wire path's batches in order, and while idle watches the connection (every
 /// [`POLL`]): a server that is gone (its process killed, or destroyed) breaks the client and revokes the device path's
 /// link, so device batches on it fail.
@@ -1298,7 +1332,7 @@ fn submit_sync(
             let synchronized = stream.synchronize(Some(left));
             if synchronized == ascendcl_sys::sys::ACL_ERROR_RT_STREAM_SYNC_TIMEOUT || launched.timed_out() {
                 Outcome::Timeout
-            } else if launched.failed() {
+            } else if launched.failed() || server_lost(&client, &lock(&client.state)) {
                 Outcome::Failed
             } else {
                 Outcome::Completed
@@ -1411,7 +1445,7 @@ pub unsafe extern "C" fn HixlCSClientQueryCompleteStatus(
             Some(launched) if launched.landed() => {
                 if launched.timed_out() {
                     Outcome::Timeout
-                } else if launched.failed() {
+                } else if launched.failed() || server_lost(&client, &state) {
                     Outcome::Failed
                 } else {
                     Outcome::Completed

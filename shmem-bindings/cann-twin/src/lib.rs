@@ -191,6 +191,7 @@ use std::sync::OnceLock;
 
 pub mod acl;
 mod acl_compat;
+pub mod adxl_options;
 mod aicpu;
 pub mod control;
 pub mod evidence;

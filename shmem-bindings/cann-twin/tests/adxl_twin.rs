@@ -1,8 +1,10 @@
 //! The twin's `libllm_datadist.so` and `libmetadef.so` (`cxx/`) through their C++ ABI: `cxx/adxl_selftest.cpp`,
 //! compiled here with the system's C++ compiler against the libraries `tests/support/twin_cann_libs.sh` built, runs
-//! engines over loopback TCP in one process (names, connect and its bounds, verified transfers across chunk sizes,
+//! engines over loopback in one process (names, connect and its bounds, verified transfers across chunk sizes,
 //! out-of-bounds and overflowing ranges refused, a peer speaking something else, a peer that goes away, async
-//! status, the static members).
+//! status, the static members; the engine each option path selects, shown by the runtime's evidence counts: AI-CPU
+//! acts for the client-server engine and FabricMem's AI-CPU unfold, Host stream copies for its Host unfold, Host
+//! copies for the communication-domain stand-in; options the vendor refuses refused).
 //!
 //!     export AIV_TEST_TWIN_CANN_LIBS="$(tests/support/twin_cann_libs.sh)"
 //!     cargo test -p cann-twin --test adxl_twin
@@ -47,7 +49,12 @@ fn the_adxl_engine_passes_its_self_test() {
         .status()
         .unwrap_or_else(|error| panic!("run {compiler}: {error}"));
     assert!(status.success(), "compiling adxl_selftest.cpp failed: {status}");
+    // The evidence layout from its one definition: the version-2 size, then each count's offset after the header.
+    use cann_twin::evidence::CannTwinEvidenceV2;
+    let mut args = vec![std::mem::size_of::<CannTwinEvidenceV2>().to_string()];
+    args.extend(CannTwinEvidenceV2::count_names().enumerate().map(|(i, name)| format!("{name}={}", 40 + 8 * i)));
     let mut child = Command::new(&exe)
+        .args(&args)
         .env("LD_LIBRARY_PATH", &libs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

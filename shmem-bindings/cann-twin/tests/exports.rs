@@ -69,12 +69,17 @@ fn the_cdylib_exports_the_functions_unmangled() {
         })
         .collect();
     let shmem = cann_twin::shmem::SHMEM_EXPORTED.iter().chain(cann_twin::hixl::HIXL_EXPORTED);
-    for name in cann_twin::EXPORTED.iter().chain(shmem).chain(&[
+    // The twin-only functions of the twin's libllm_datadist.so (engine selection, FabricMem) and of the audit's
+    // Mooncake driver (evidence, provenance records).
+    let twin_only = cann_twin::hixl::fabric_mem::FABRIC_MEM_EXPORTED.iter().chain(&[
         "aiv_twin_register_write",
         "g_state",
         "cannTwinEvidence",
         "cannTwinEvidenceNote",
-    ]) {
+        "cannTwinRecordProvenance",
+        "cannTwinAdxlSelectEngine",
+    ]);
+    for name in cann_twin::EXPORTED.iter().chain(shmem).chain(twin_only) {
         assert!(exported.contains(name), "{name} is not exported unmangled by {}", library.display());
     }
 }

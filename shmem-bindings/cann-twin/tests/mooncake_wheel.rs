@@ -160,8 +160,9 @@ impl Drop for Peer {
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Runs the target and the initiator with `env` (the wheel's `ASCEND_*` switches) and checks everything, including
-/// that the initiator's log has `mode_log` (the wheel's own line saying it took the mode `env` asks for).
-fn run_pair(env: &[(&str, &str)], mode_log: &str) {
+/// that the initiator's log has `mode_log` (the wheel's own line saying it took the mode `env` asks for) and that its
+/// ADXL selected `engine` (the twin's `libllm_datadist.so` logs the choice as the vendor's `LogSelectedEngine`).
+fn run_pair(env: &[(&str, &str)], mode_log: &str, engine: &str) {
     let Some((venv, libs)) = inputs() else {
         return;
     };
@@ -195,26 +196,52 @@ fn run_pair(env: &[(&str, &str)], mode_log: &str) {
         assert!(!text.contains("Traceback"), "{side} raised\n{text}");
     }
     assert!(initiator_stderr.contains(mode_log), "the initiator's log lacks {mode_log:?}\n{initiator_stderr}");
+    if engine == "hixl_cs" {
+        assert!(
+            initiator_stderr.contains(CLIENT_SERVER),
+            "the wheel did not ask for client-server\n{initiator_stderr}"
+        );
+    }
+    let selected = format!("adxl-twin: selected engine:{engine},");
+    assert!(initiator_stderr.contains(&selected), "the initiator's ADXL did not select {engine}\n{initiator_stderr}");
+    // Refused by the engine's check of the registrations (the client-server engine's HiXL client holds the server's
+    // list from its connect, FabricMem its imports), not by a bound of the twin's memory.
     assert!(
-        initiator_stderr.contains("refused a range outside its registered memory"),
-        "the out-of-bounds transfers were not refused by the peer's ADXL check\n{initiator_stderr}"
+        initiator_stderr.contains("a range outside the registered memory"),
+        "the out-of-bounds transfers were not refused by the engine's check\n{initiator_stderr}"
     );
 }
 
-/// The default: synchronous transfers, auto-connect on (what vLLM-Ascend gets).
+/// The wheel's log line when `CLIENT_SERVER_COMM` is reported (the twin's `GetCapability` answers 1, as the vendor's).
+const CLIENT_SERVER: &str = "Client-Server mode enabled, set LocalCommRes to {\"version\":\"1.3\"}";
+
+/// The default: synchronous transfers, auto-connect on (what vLLM-Ascend gets); the capability reported, so the
+/// wheel passes `LocalCommRes` 1.3 and ADXL runs the client-server engine (HiXL's, on the twin's AI CPU).
 #[test]
 fn two_processes_move_verified_data_through_adxl_on_the_twin() {
-    run_pair(&[], "Set AutoConnect to: 1");
+    run_pair(&[], "Set AutoConnect to: 1", "hixl_cs");
 }
 
 /// `ASCEND_USE_ASYNC_TRANSFER`: `TransferAsync` and `GetTransferStatus` polled by Mooncake's query thread.
 #[test]
 fn async_transfers_move_verified_data_on_the_twin() {
-    run_pair(&[("ASCEND_USE_ASYNC_TRANSFER", "1")], "Use async transfer");
+    run_pair(&[("ASCEND_USE_ASYNC_TRANSFER", "1")], "Use async transfer", "hixl_cs");
 }
 
 /// `ASCEND_AUTO_CONNECT=0`: Mooncake calls `Connect` once per peer before transferring.
 #[test]
 fn explicit_connect_moves_verified_data_on_the_twin() {
-    run_pair(&[("ASCEND_AUTO_CONNECT", "0")], "Set AutoConnect to: 0");
+    run_pair(&[("ASCEND_AUTO_CONNECT", "0")], "Set AutoConnect to: 0", "hixl_cs");
+}
+
+/// `ASCEND_GLOBAL_RESOURCE_CONFIG` with a `fabric_memory` key: the wheel passes `EnableUseFabricMem=1`, which wins
+/// over `LocalCommRes`: FabricMem, AI-CPU unfold (the default).
+#[test]
+fn fabric_mem_moves_verified_data_on_the_twin() {
+    let config = r#"{"fabric_memory":{"enable_aicpu_unfold":true}}"#;
+    run_pair(
+        &[("ASCEND_GLOBAL_RESOURCE_CONFIG", config)],
+        "fabric mem enabled via ASCEND_GLOBAL_RESOURCE_CONFIG",
+        "fabric_mem",
+    );
 }

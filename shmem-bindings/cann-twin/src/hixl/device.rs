@@ -502,19 +502,10 @@ pub(super) fn launch(
     });
     let batch =
         DeviceBatch { host_flag: with_flag.then(|| Box::new(AtomicU64::new(0))), shared: Arc::clone(&shared), descs };
-    // SAFETY: `bytes` is a live Host buffer of the length passed; `descs` was allocated above for as many bytes.
-    let copied = unsafe {
-        crate::acl::aclrtMemcpy(
-            descs as *mut core::ffi::c_void,
-            bytes.len(),
-            bytes.as_ptr().cast(),
-            bytes.len(),
-            ACL_MEMCPY_HOST_TO_DEVICE,
-        )
-    };
-    if copied != ACL_SUCCESS {
-        return Err(HIXL_FAILED);
-    }
+    // The vendor's client uploads the list with a synchronous `aclrtMemcpy`: the launches' arguments, part of the
+    // launches (as a kernel launch's own argument copy), so the process's evidence counts them with the AI-CPU launches
+    // (`aicpu_kernels_launched`), not among the Host's copies of data.
+    crate::sdma::write_device(descs, &bytes).map_err(|_| HIXL_FAILED)?;
     shared.launches_left.store(chunks as u32, Ordering::Release);
     let timeout = deadline.saturating_duration_since(Instant::now()) + LAUNCH_SLACK;
     for chunk in 0..chunks {
@@ -535,8 +526,9 @@ pub(super) fn launch(
         let by = crate::sdma::provenance::thread_writer();
         let dst = flag.as_ptr() as usize;
         let (device, src) = (slot.device, slot.const_one as usize);
+        // The completion signal of the launches (the vendor's `aclrtMemcpyAsync` of `dev_const_one`): not a copy of
+        // data, so not among the Host's stream copies in the process's evidence either.
         slot.stream.submit(Task::Copy { device, dst, dest_max: 8, src, count: 8, kind: ACL_MEMCPY_DEVICE_TO_HOST, by });
-        crate::evidence::note_stream_copy(8);
     }
     Ok(batch)
 }
