@@ -483,7 +483,7 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     /// Platform cycles per second (the unit of `BlockArgs::wait_budget`).
     fn cycles_per_second(&self) -> u64;
 
-    // ---- Host-submitted baselines (docs/hardware.md section 7) ----
+    // ---- the baselines: UBShmem's copy streams, HiXL (docs/hardware.md section 7) ----
     /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
     fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
     /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl

@@ -37,7 +37,8 @@ impl AivDevice {
         let identity = options.host_identity.clone().unwrap_or_else(|| crate::device::HostIdentity::current().0);
         let windows = Arc::new(PeerWindows::with_identity(backend.clone(), identity));
         let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
-        // The Host-submitted baselines on the same device and memory; both start their threads on first use.
+        // The baselines on the same device and memory (HiXL's, UBShmem's copy streams); both start their threads on
+        // first use.
         let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
         let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
         Ok(AivDevice { backend, transport, adxl, ubshmem })
