@@ -227,7 +227,7 @@ struct AuditArgs {
     /// each check of AIV direct-drive, and a verdict (docs/inspect.md)
     #[arg(long, num_args = 1.., value_name = "PATH", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "operation", "out", "compare"])]
     inspect: Option<Vec<PathBuf>>,
-    /// With --inspect: print the report as JSON (schema aiv-inspect/1) instead of text
+    /// With --inspect: print the report as JSON (schema aiv-inspect/2) instead of text
     #[arg(long, requires = "inspect")]
     json: bool,
     /// Run again the audit a report.json records: its command line, its mooncake.json text and the configuration
