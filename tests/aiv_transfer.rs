@@ -372,6 +372,31 @@ fn a_batch_waiter_sees_its_completions_by_polling_host_memory() {
     eprintln!("waited {:?} in all, {after:?} after the stall ended", started.elapsed());
 }
 
+/// `wait_batch_for` returns at the caller's limit with the batch still PENDING while its channels are stalled (the
+/// tasks' deadline is far off), and COMPLETED once they run again.
+#[test]
+fn a_bounded_batch_wait_returns_pending_at_its_limit_and_completed_once_the_work_is_done() {
+    let a = node(options(0, LaunchMode::Persistent, 8), 1 << 20);
+    let b = node(options(1, LaunchMode::Persistent, 8), 1 << 20);
+    let twin = a.twin();
+    let requests = writes(&a, &b, 4, 4096);
+    twin.stall_channel(0, true);
+    twin.stall_channel(1, true);
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let started = std::time::Instant::now();
+    let status = a.engine.wait_batch_for(batch, std::time::Duration::from_millis(100)).expect("wait");
+    let waited = started.elapsed();
+    assert_eq!(status.state, TransferState::Pending, "{:?}", a.engine.task_reason(batch, 0));
+    assert!(waited >= std::time::Duration::from_millis(100), "returned after {waited:?}, before its limit");
+    assert!(waited < std::time::Duration::from_secs(2), "returned {waited:?} after a 100 ms limit");
+    twin.stall_channel(0, false);
+    twin.stall_channel(1, false);
+    let status = a.engine.wait_batch_for(batch, std::time::Duration::from_secs(10)).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    a.engine.free_batch(batch).expect("free");
+}
+
 /// A thread that waits for each transfer keeps to one block (the other blocks' kernels can idle); a submit made while
 /// that block still has work in flight goes to another block.
 #[test]

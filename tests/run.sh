@@ -82,6 +82,8 @@ step "tests"
 log=$(mktemp)
 trap 'rm -f "$log"; bash tests/support/etcd.sh stop >/dev/null 2>&1 || true' EXIT
 set +e
+# host/capi's tests build libaiv_transport.so themselves (`cargo build -p aiv-transport-capi`, the cargo running them)
+# before compiling their C program against it: cargo builds no cdylib for a package's own integration tests.
 cargo test --workspace 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [[ "$check_abi" == 1 ]]; then

@@ -120,12 +120,13 @@ impl Batch {
         self.tasks().iter().filter(|task| !task.state_at(now).is_terminal()).count()
     }
 
-    /// Waits until every submitted task is terminal; bounded by the latest task deadline (the watchdog turns
-    /// overdue tasks to TIMEOUT when their state is read).
+    /// Waits until every submitted task is terminal, or until `until` (if given) has passed; bounded by the latest
+    /// task deadline either way (the watchdog turns overdue tasks to TIMEOUT when their state is read). The status
+    /// is PENDING only when `until` came first.
     ///
     /// With pollers (aiv), the waiting thread collects the completions itself and sleeps on the device's completion
     /// events; otherwise it sleeps on the [`CompletionSignal`] until the transports' threads finish the tasks.
-    pub(crate) fn wait(&self) -> TransferStatus {
+    pub(crate) fn wait(&self, until: Option<Instant>) -> TransferStatus {
         let pollers = self.pollers();
         for poller in &pollers {
             poller.attach();
@@ -156,6 +157,12 @@ impl Batch {
             };
             let Some(latest_deadline) = latest_deadline else {
                 break;
+            };
+            // The caller's own limit: the tasks' deadlines still bound every sleep below.
+            let latest_deadline = match until {
+                Some(until) if Instant::now() >= until => break,
+                Some(until) => latest_deadline.min(until),
+                None => latest_deadline,
             };
             let Some(first) = pollers.first() else {
                 // It sleeps until the paths' threads finish its tasks: its wake-ups are its only CPU here.

@@ -649,10 +649,20 @@ impl TransferEngine {
 
     /// Blocks until every task of the batch is terminal (bounded by the transfer timeout) and returns its status.
     pub fn wait_batch(&self, batch_id: BatchId) -> Result<TransferStatus> {
+        self.wait_batch_until(batch_id, None)
+    }
+
+    /// As [`Self::wait_batch`], returning after `timeout` at the latest: the status is then PENDING if some task is
+    /// still running (the wait is bounded by the transfer timeout too, so a `timeout` beyond it changes nothing).
+    pub fn wait_batch_for(&self, batch_id: BatchId, timeout: Duration) -> Result<TransferStatus> {
+        self.wait_batch_until(batch_id, Some(deadline_after(timeout)))
+    }
+
+    fn wait_batch_until(&self, batch_id: BatchId, until: Option<Instant>) -> Result<TransferStatus> {
         let batch = self.batch("wait batch", batch_id)?;
-        let Some(path) = batch.traced_path() else { return Ok(batch.wait()) };
+        let Some(path) = batch.traced_path() else { return Ok(batch.wait(until)) };
         let start = crate::trace::now_ns();
-        let status = batch.wait();
+        let status = batch.wait(until);
         let end = crate::trace::now_ns();
         let tasks = batch.tasks().len() as u64;
         let id = batch_id.0;
