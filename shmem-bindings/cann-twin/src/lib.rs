@@ -208,7 +208,7 @@ mod stream;
 pub mod vmm_share;
 
 pub use acl::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
-pub use hixl::{hixl_api, resolve_hixl};
+pub use hixl::{fabric_mem_api, hixl_api, resolve_hixl};
 pub use prof::{prof_api, resolve as resolve_prof};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
