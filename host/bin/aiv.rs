@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Say which device backends are usable here and, for `cann`, what was looked for and not found.
     Doctor,
-    /// The comparative audit: every path (aiv, adxl, ubshmem, tcp) on the same workloads in one process, rounds
+    /// The comparative audit: every path (aiv, adxl, adxl-fabric, ubshmem, tcp) on the same workloads in one process, rounds
     /// interleaved across paths, a same-run memcpy reference, verdicts from the transfers' evidence; writes
     /// report.json and report.md into a directory (docs/audit.md).
     Audit(AuditArgs),
@@ -91,7 +91,7 @@ struct BenchArgs {
     /// Transfer direction
     #[arg(long, value_enum, default_value = "read")]
     operation: Operation,
-    /// Protocol of every request: aiv, adxl, ubshmem or tcp, or Mooncake's `ascend`, which runs on
+    /// Protocol of every request: aiv, adxl, adxl-fabric, ubshmem or tcp, or Mooncake's `ascend`, which runs on
     /// `aiv.ascend_protocol` (default aiv). Default: the config's protocol
     #[arg(long)]
     protocol: Option<String>,

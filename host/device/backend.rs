@@ -66,6 +66,11 @@ pub struct DeviceAdvertisement {
     /// HiXL clients connect there. Absent when the server could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hixl_server: Option<String>,
+    /// Where the device's FabricMem engine's control server listens (`"ip:port"`), for the `adxl-fabric` baseline
+    /// (twin runtime only): peers' engines connect there. Absent when the device has no FabricMem engine (older
+    /// descriptors, the vendor's runtime, an engine that could not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_mem_server: Option<String>,
     /// Where the device's RDMA NIC listens and the keys of its registered memory, for the aiv transport's RDMA route
     /// (docs/rdma.md section 7). Absent: the device offers no RDMA route (older descriptors, the vendor's runtime,
     /// or `"route": "sdma"`).
@@ -489,6 +494,12 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl
     /// transfers fail saying so); `Some(Err)` when it should have one but it did not load.
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
+        None
+    }
+    /// The twin runtime's FabricMem engine functions the `adxl-fabric` baseline submits through (**twin-only**, not a
+    /// CANN API: [`ascendcl_sys::hixl::FabricMemApi`]). `None`: the backend has none; `Some(Err)` says why not (the
+    /// vendor's FabricMem is reachable only through ADXL's C++ engine).
+    fn fabric_mem(&self) -> Option<Result<&'static ascendcl_sys::hixl::FabricMemApi, String>> {
         None
     }
 

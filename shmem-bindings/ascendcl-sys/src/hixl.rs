@@ -528,6 +528,15 @@ pub fn api() -> Result<&'static HixlApi, Error> {
         .map_err(|error| Error::Load(error.clone()))
 }
 
+/// **Twin-only**: the FabricMem table resolved from the twin runtime loaded as the ACL library at `path` (the file the
+/// ACL table was loaded from), loaded once per process: the first path asked is the one kept.
+pub fn fabric_mem_api_in(path: &std::path::Path) -> Result<&'static FabricMemApi, Error> {
+    static API: OnceLock<Result<FabricMemApi, LoadError>> = OnceLock::new();
+    const SPEC: LibrarySpec = LibrarySpec { file_name: "libascendcl.so", override_var: "AIV_ASCENDCL_LIB", roots: &[] };
+    let candidate = crate::loader::Candidate { path: path.to_owned(), origin: "the loaded ACL library".into() };
+    API.get_or_init(|| FabricMemApi::load(&SPEC, &[candidate])).as_ref().map_err(|error| Error::Load(error.clone()))
+}
+
 /// Result layer: one function per CS call. Handles are raw; the caller keeps them live (or uses [`safe`]).
 pub mod result {
     use core::ffi::CStr;
