@@ -622,3 +622,25 @@ pub trait UniqueIdExchange: Send + Sync {
     /// PE > 0: the id PE 0 published, waiting at most `timeout`.
     fn fetch(&self, timeout: Duration) -> Result<[u8; 136], String>;
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fabric_mem_server` is optional both ways: an advertisement without it (an older peer, the vendor's runtime)
+    /// reads as a peer without a FabricMem engine, and one without an engine writes no such key.
+    #[test]
+    fn the_fabric_mem_server_field_is_backward_compatible() {
+        let older = serde_json::json!({
+            "device": "npu-0", "device_id": 0, "backend": "cann", "regions": [],
+            "hixl_server": "127.0.0.1:1"
+        });
+        let read: DeviceAdvertisement = serde_json::from_value(older.clone()).expect("an older advertisement reads");
+        assert_eq!((read.hixl_server.as_deref(), read.fabric_mem_server.as_deref()), (Some("127.0.0.1:1"), None));
+        assert_eq!(serde_json::to_value(&read).expect("writes"), older, "no key written for no engine");
+        let newer = DeviceAdvertisement { fabric_mem_server: Some("127.0.0.1:2".into()), ..read };
+        let value = serde_json::to_value(&newer).expect("writes");
+        assert_eq!(value["fabric_mem_server"], "127.0.0.1:2");
+        assert_eq!(serde_json::from_value::<DeviceAdvertisement>(value).expect("reads back"), newer);
+    }
+}
