@@ -118,7 +118,8 @@ pub struct AivOptions {
     pub ubshmem_workers: u32,
     /// `ubshmem_streams`: streams in the ubshmem stream pool (default 32, at least 4: a transfer uses 4).
     pub ubshmem_streams: u32,
-    /// `hixl_host`: the address the adxl baseline's HiXL server listens on and advertises (cann backend only).
+    /// `hixl_host`: the address the adxl baseline's HiXL server (cann backend only) and the adxl-fabric baseline's
+    /// FabricMem control server (twin runtime only) listen on and advertise.
     /// Default: `AIV_HIXL_HOST`, else the host part of `local_hostname` (filled in by the engine).
     pub hixl_host: Option<String>,
     /// `hixl_port`: that server's port; 0 (default) means `AIV_HIXL_PORT`, else a port the OS reports free.
@@ -130,7 +131,7 @@ pub struct AivOptions {
     /// ([`FabricMemoryOptions`]).
     pub fabric_memory: FabricMemoryOptions,
     /// `ascend_protocol`: the path that Mooncake's protocol name `"ascend"` (what vLLM-Ascend passes to
-    /// `initialize`) runs on here: `aiv` (default), `adxl`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
+    /// `initialize`) runs on here: `aiv` (default), `adxl`, `adxl-fabric`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
     /// `aiv`. See [`AivOptions::resolve_protocol`].
     pub ascend_protocol: Protocol,
     /// `record_provenance`: whether the twin runtime records who wrote each SQE its SDMA engines consume, who rang each

@@ -83,7 +83,7 @@ impl HostStage {
 /// One Host event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostEvent {
-    /// The path (`aiv`, `adxl`, `ubshmem`, `tcp`, `local`; `mixed` for a batch wait over several).
+    /// The path (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`, `tcp`, `local`; `mixed` for a batch wait over several).
     pub path: String,
     pub stage: HostStage,
     pub thread: ThreadTag,
