@@ -27,7 +27,7 @@ from aiv_transport import TransferEngine
 
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--protocol", default="aiv", choices=["aiv", "adxl", "ubshmem", "tcp", "ascend"])
+    parser.add_argument("--protocol", default="aiv", choices=["aiv", "adxl", "adxl-fabric", "ubshmem", "tcp", "ascend"])
     parser.add_argument("--operation", default="read", choices=["read", "write"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch_size", type=int, default=32)

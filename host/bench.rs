@@ -951,7 +951,7 @@ pub fn serve_target(
     Ok(())
 }
 
-/// Runs the workload over a device path (`aiv`, `adxl`, `ubshmem`: `params.protocol`) between two devices of this process: the initiator engine (named
+/// Runs the workload over a device path (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`: `params.protocol`) between two devices of this process: the initiator engine (named
 /// `config.local_hostname`, device `config.aiv.device_id`) and a target engine on the next device id, each with
 /// `buffer_size` bytes of device memory registered; then the memcpy reference over the same two buffers.
 /// CANN's profiler for a run of `protocol` on `devices` under `config`: started for aiv on `device_backend: "cann"`

@@ -118,13 +118,20 @@ pub struct AivOptions {
     pub ubshmem_workers: u32,
     /// `ubshmem_streams`: streams in the ubshmem stream pool (default 32, at least 4: a transfer uses 4).
     pub ubshmem_streams: u32,
-    /// `hixl_host`: the address the adxl baseline's HiXL server listens on and advertises (cann backend only).
+    /// `hixl_host`: the address the adxl baseline's HiXL server (cann backend only) and the adxl-fabric baseline's
+    /// FabricMem control server (twin runtime only) listen on and advertise.
     /// Default: `AIV_HIXL_HOST`, else the host part of `local_hostname` (filled in by the engine).
     pub hixl_host: Option<String>,
     /// `hixl_port`: that server's port; 0 (default) means `AIV_HIXL_PORT`, else a port the OS reports free.
     pub hixl_port: u16,
+    /// `fabric_mem_port`: the port of the adxl-fabric baseline's FabricMem control server (twin runtime only; it
+    /// listens on the HiXL host); 0 (default): a port the OS reports free.
+    pub fabric_mem_port: u16,
+    /// `fabric_memory`: the adxl-fabric baseline's FabricMem options, HiXL's `fabric_memory.*` keys
+    /// ([`FabricMemoryOptions`]).
+    pub fabric_memory: FabricMemoryOptions,
     /// `ascend_protocol`: the path that Mooncake's protocol name `"ascend"` (what vLLM-Ascend passes to
-    /// `initialize`) runs on here: `aiv` (default), `adxl`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
+    /// `initialize`) runs on here: `aiv` (default), `adxl`, `adxl-fabric`, `ubshmem` or `tcp`. Default: `AIV_ASCEND_PROTOCOL`, else
     /// `aiv`. See [`AivOptions::resolve_protocol`].
     pub ascend_protocol: Protocol,
     /// `record_provenance`: whether the twin runtime records who wrote each SQE its SDMA engines consume, who rang each
@@ -227,6 +234,8 @@ impl Default for AivOptions {
             ubshmem_streams: 32,
             hixl_host: None,
             hixl_port: 0,
+            fabric_mem_port: 0,
+            fabric_memory: FabricMemoryOptions::default(),
             ascend_protocol: Protocol::Aiv,
             record_provenance: true,
             route: RouteMode::Auto,
@@ -445,7 +454,7 @@ impl EngineConfig {
             aiv.ascend_protocol = parse_ascend_protocol(&text).map_err(|found| ConfigError::Invalid {
                 origin: "environment".into(),
                 key: ASCEND_PROTOCOL_ENV.into(),
-                expected: "one of aiv, adxl, ubshmem, tcp".into(),
+                expected: "one of aiv, adxl, adxl-fabric, ubshmem, tcp".into(),
                 found,
             })?;
         }
@@ -466,7 +475,7 @@ impl EngineConfig {
         let protocol = aiv.resolve_protocol(&protocol_name).map_err(|error| ConfigError::Invalid {
             origin: origin.to_owned(),
             key: protocol_key.into(),
-            expected: "one of aiv, adxl, ubshmem, tcp, or ascend (mapped by aiv.ascend_protocol)".into(),
+            expected: "one of aiv, adxl, adxl-fabric, ubshmem, tcp, or ascend (mapped by aiv.ascend_protocol)".into(),
             found: error.to_string(),
         })?;
 
@@ -548,9 +557,14 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     if let Some(port) = fields.integer("hixl_port", 0, u64::from(u16::MAX))? {
         aiv.hixl_port = port as u16;
     }
+    if let Some(port) = fields.integer("fabric_mem_port", 0, u64::from(u16::MAX))? {
+        aiv.fabric_mem_port = port as u16;
+    }
+    aiv.fabric_memory = read_fabric_memory(fields)?;
     if let Some(name) = fields.string("ascend_protocol")? {
-        aiv.ascend_protocol = parse_ascend_protocol(&name)
-            .map_err(|_| fields.invalid("ascend_protocol", "one of aiv, adxl, ubshmem, tcp", &Value::String(name)))?;
+        aiv.ascend_protocol = parse_ascend_protocol(&name).map_err(|_| {
+            fields.invalid("ascend_protocol", "one of aiv, adxl, adxl-fabric, ubshmem, tcp", &Value::String(name))
+        })?;
     }
     if let Some(on) = fields.boolean("record_provenance")? {
         aiv.record_provenance = on;
@@ -558,6 +572,80 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     read_rdma_options(fields, aiv)?;
     read_tcp_client_limits(fields, aiv)?;
     read_admission_limits(fields, aiv)
+}
+
+/// The adxl-fabric baseline's FabricMem options (`aiv.fabric_memory`), with HiXL's names, defaults and ranges
+/// (`fabric_memory.*` of its global resource configuration).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FabricMemoryOptions {
+    /// `enable_aicpu_unfold`: AI-CPU unfold (default `true`: batched SDMA SQEs written by AI-CPU launches, one launch
+    /// per 128 descriptors); `false`: Host unfold (one `aclrtMemcpyAsync` per operation).
+    pub enable_aicpu_unfold: bool,
+    /// `task_stream_num`: the Host unfold's streams, 1 to 8 (default 1); must be 1 with AI-CPU unfold, which HiXL
+    /// refuses otherwise.
+    pub task_stream_num: u32,
+}
+
+impl Default for FabricMemoryOptions {
+    fn default() -> Self {
+        FabricMemoryOptions { enable_aicpu_unfold: true, task_stream_num: 1 }
+    }
+}
+
+/// The most streams of FabricMem's Host unfold (`fabric_memory.task_stream_num`).
+pub const MAX_FABRIC_TASK_STREAMS: u64 = 8;
+
+/// `aiv.fabric_memory`: an object `{"enable_aicpu_unfold": bool, "task_stream_num": 1..8}`, or the flat keys
+/// `"fabric_memory.enable_aicpu_unfold"` / `"fabric_memory.task_stream_num"` of the `"aiv"` object (HiXL takes both
+/// forms); a key given both ways is refused.
+fn read_fabric_memory(fields: &Fields<'_>) -> Result<FabricMemoryOptions, ConfigError> {
+    let mut options = FabricMemoryOptions::default();
+    let nested = match fields.object.get("fabric_memory") {
+        None | Some(Value::Null) => None,
+        Some(Value::Object(object)) => Some(Fields { origin: fields.origin, object, prefix: "aiv.fabric_memory." }),
+        Some(other) => {
+            return Err(fields.invalid(
+                "fabric_memory",
+                "an object with enable_aicpu_unfold and task_stream_num",
+                other,
+            ))
+        }
+    };
+    let flat = |key: &str| format!("fabric_memory.{key}");
+    for key in ["enable_aicpu_unfold", "task_stream_num"] {
+        if nested.as_ref().is_some_and(|n| n.object.contains_key(key)) && fields.object.contains_key(&flat(key)) {
+            return Err(fields.invalid(
+                &flat(key),
+                "one form: the key inside \"fabric_memory\" or the flat key, not both",
+                &fields.object[&flat(key)],
+            ));
+        }
+    }
+    let unfold = match &nested {
+        Some(nested) if nested.object.contains_key("enable_aicpu_unfold") => nested.boolean("enable_aicpu_unfold")?,
+        _ => fields.boolean("fabric_memory.enable_aicpu_unfold")?,
+    };
+    let streams = match &nested {
+        Some(nested) if nested.object.contains_key("task_stream_num") => {
+            nested.integer("task_stream_num", 1, MAX_FABRIC_TASK_STREAMS)?
+        }
+        _ => fields.integer("fabric_memory.task_stream_num", 1, MAX_FABRIC_TASK_STREAMS)?,
+    };
+    if let Some(on) = unfold {
+        options.enable_aicpu_unfold = on;
+    }
+    if let Some(streams) = streams {
+        options.task_stream_num = streams as u32;
+    }
+    if options.enable_aicpu_unfold && options.task_stream_num != 1 {
+        return Err(fields.invalid(
+            "fabric_memory.task_stream_num",
+            "1 while fabric_memory.enable_aicpu_unfold is true (HiXL refuses more streams with AI-CPU unfold; set \
+             enable_aicpu_unfold to false for the Host unfold's 1 to 8)",
+            &Value::from(options.task_stream_num),
+        ));
+    }
+    Ok(options)
 }
 
 /// The RDMA route's options of the `"aiv"` object.
@@ -1015,6 +1103,44 @@ mod tests {
         ] {
             let message = parse(bad).expect_err(bad).to_string();
             assert!(message.contains(key), "{bad}: {message}");
+        }
+    }
+
+    #[test]
+    fn fabric_memory_options_take_hixls_names_defaults_and_ranges() {
+        let parse = |aiv: &str| {
+            EngineConfig::from_json(&format!(r#"{{"local_hostname": "h", "aiv": {aiv}}}"#), "test.json", &no_env)
+        };
+        let options = |aiv: &str| parse(aiv).expect("valid").aiv.fabric_memory;
+        assert_eq!(options("{}"), FabricMemoryOptions { enable_aicpu_unfold: true, task_stream_num: 1 });
+        let host = options(r#"{"fabric_memory": {"enable_aicpu_unfold": false, "task_stream_num": 8}}"#);
+        assert_eq!(host, FabricMemoryOptions { enable_aicpu_unfold: false, task_stream_num: 8 });
+        let flat = options(r#"{"fabric_memory.enable_aicpu_unfold": false, "fabric_memory.task_stream_num": 3}"#);
+        assert_eq!(flat, FabricMemoryOptions { enable_aicpu_unfold: false, task_stream_num: 3 });
+        for (aiv, names) in [
+            (
+                r#"{"fabric_memory": {"enable_aicpu_unfold": false, "task_stream_num": 9}}"#,
+                ["aiv.fabric_memory.task_stream_num", "from 1 to 8"],
+            ),
+            (
+                r#"{"fabric_memory": {"enable_aicpu_unfold": false, "task_stream_num": 0}}"#,
+                ["aiv.fabric_memory.task_stream_num", "from 1 to 8"],
+            ),
+            (r#"{"fabric_memory": {"task_stream_num": 2}}"#, ["aiv.fabric_memory.task_stream_num", "AI-CPU unfold"]),
+            (r#"{"fabric_memory.task_stream_num": 4}"#, ["aiv.fabric_memory.task_stream_num", "AI-CPU unfold"]),
+            (
+                r#"{"fabric_memory": {"enable_aicpu_unfold": "no"}}"#,
+                ["aiv.fabric_memory.enable_aicpu_unfold", "true or false"],
+            ),
+            (r#"{"fabric_memory": 1}"#, ["aiv.fabric_memory", "an object"]),
+            (
+                r#"{"fabric_memory": {"task_stream_num": 1}, "fabric_memory.task_stream_num": 1}"#,
+                ["aiv.fabric_memory.task_stream_num", "not both"],
+            ),
+            (r#"{"fabric_mem_port": 70000}"#, ["aiv.fabric_mem_port", "from 0 to 65535"]),
+        ] {
+            let message = parse(aiv).expect_err(aiv).to_string();
+            assert!(names.iter().all(|name| message.contains(name)), "{aiv}: {message}");
         }
     }
 

@@ -4,7 +4,7 @@
 //! - [`config`]: mooncake.json and this project's `"aiv"` options;
 //! - [`error`]: the engine's error enum and Mooncake's numeric codes;
 //! - [`engine`]: [`TransferEngine`], memory registration, segments, batches and request routing;
-//! - [`transport`]: the [`transport::Transport`] trait and the transports behind it (`aiv`, `adxl`, `ubshmem`, `tcp`,
+//! - [`transport`]: the [`transport::Transport`] trait and the transports behind it (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`, `tcp`,
 //!   and the in-process copy);
 //! - [`metadata`]: segment descriptors and where they are published (P2P handshake, HTTP, etcd);
 //! - [`evidence`]: what every transfer records about who did the work;
@@ -13,7 +13,7 @@
 //! - [`occupancy`]: per run, AIV core executing/polling and SDMA busy time (twin) and Host thread CPU by role;
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
 //! - [`doctor`]: what `aiv doctor` probes;
-//! - [`device`]: the device backend behind the device paths (`aiv`, `adxl`, `ubshmem`): CANN, on the twin runtime
+//! - [`device`]: the device backend behind the device paths (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`): CANN, on the twin runtime
 //!   (the default) or the vendor's libraries (feature `cann`);
 //! - [`kernel_abi`]: what the Host shares with the AIV transfer kernel (`kernels/`): layouts, ring index rules,
 //!   the typed ring views, the chunking rule.

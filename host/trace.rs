@@ -83,7 +83,7 @@ impl HostStage {
 /// One Host event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HostEvent {
-    /// The path (`aiv`, `adxl`, `ubshmem`, `tcp`, `local`; `mixed` for a batch wait over several).
+    /// The path (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`, `tcp`, `local`; `mixed` for a batch wait over several).
     pub path: String,
     pub stage: HostStage,
     pub thread: ThreadTag,
@@ -361,7 +361,7 @@ pub fn align_clocks(log: &TraceLog) -> Vec<ClockAlignment> {
 }
 
 /// Process ids of the trace: one per path, in this order (others after).
-const PATH_ORDER: [&str; 5] = ["aiv", "adxl", "ubshmem", "tcp", "local"];
+const PATH_ORDER: [&str; 6] = ["aiv", "adxl", "adxl-fabric", "ubshmem", "tcp", "local"];
 /// Thread ids of the device tracks (above any Linux tid, below 2^53).
 const BLOCK_TRACK_BASE: u64 = 1 << 40;
 const ENGINE_TRACK_BASE: u64 = 1 << 41;

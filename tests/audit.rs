@@ -1,5 +1,5 @@
-//! `aiv audit` end to end on the twin runtime: a short audit of aiv, adxl and tcp whose report must say what the
-//! evidence says (aiv AIV-direct, adxl AI-CPU-submitted, tcp Host-submitted), interleave the paths round by round,
+//! `aiv audit` end to end on the twin runtime: a short audit of aiv, adxl, adxl-fabric and tcp whose report must say
+//! what the evidence says (aiv AIV-direct, adxl and adxl-fabric AI-CPU-submitted, tcp Host-submitted), interleave the paths round by round,
 //! round-trip through report.json, and compare; plus the option checks and the schema guard.
 
 use std::time::Duration;
@@ -24,7 +24,7 @@ fn small_kv() -> KvCache {
 
 fn short_options() -> AuditOptions {
     AuditOptions {
-        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Tcp],
+        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::AdxlFabric, Protocol::Tcp],
         workloads: vec![
             Workload::bench(4096, 1, 1),
             Workload::bench(64 << 10, 4, 1),
@@ -56,17 +56,18 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     let options = short_options();
     let report = audit::run(&config, &options, &Silent).expect("the audit runs");
     assert_eq!(report.schema, AUDIT_SCHEMA);
-    assert_eq!(report.paths, ["aiv", "adxl", "tcp"]);
+    assert_eq!(report.paths, ["aiv", "adxl", "adxl-fabric", "tcp"]);
     assert_eq!(report.environment.device_backend, "twin");
     assert!(report.runtime().is_some_and(|r| r.starts_with("twin runtime")), "{:?}", report.runtime());
 
     // The verdicts come from the transfers' evidence: yes for aiv, no for the others; who submitted: aiv's kernel,
-    // adxl's AI-CPU tasks (the twin's HiXL in client-server mode), tcp's Host.
+    // adxl's AI-CPU tasks (the twin's HiXL in client-server mode), adxl-fabric's AI-CPU launches (the twin's
+    // FabricMem with AI-CPU unfold), tcp's Host.
     let verdict = |path: &str| report.verdicts.iter().find(|v| v.path == path).expect("a verdict per path");
     assert_eq!(verdict("aiv").aiv_direct, "yes", "{:?}", verdict("aiv").lines);
     assert_eq!(verdict("aiv").submitted_by, Submitter::AivDirect, "{:?}", verdict("aiv").lines);
     assert_eq!(verdict("aiv").per_transfer_submitted_by.aiv_direct, verdict("aiv").transfers);
-    for path in ["adxl", "tcp"] {
+    for path in ["adxl", "adxl-fabric", "tcp"] {
         let v = verdict(path);
         assert_eq!((v.aiv_direct.as_str(), v.kernel_writes_descriptors.as_str()), ("no", "no"), "{:?}", v.lines);
         assert!(v.transfers > 0);
@@ -74,6 +75,9 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert_eq!(verdict("tcp").submitted_by, Submitter::HostSubmitted, "{:?}", verdict("tcp").lines);
     assert_eq!(verdict("adxl").submitted_by, Submitter::AiCpuSubmitted, "{:?}", verdict("adxl").lines);
     assert_eq!(verdict("adxl").per_transfer_submitted_by.ai_cpu_submitted, verdict("adxl").transfers);
+    let fabric = verdict("adxl-fabric");
+    assert_eq!(fabric.submitted_by, Submitter::AiCpuSubmitted, "{:?}", fabric.lines);
+    assert_eq!(fabric.per_transfer_submitted_by.ai_cpu_submitted, fabric.transfers);
 
     // Every round visits every path once, in the first order rotated by the round, and the memcpy reference last in
     // round 0 and first in round 1.
@@ -88,16 +92,18 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(report.workloads[2].name.starts_with("KV request: 2 layers x K/V x 4 of 16 blocks of 4 KiB"));
     assert!(report.workloads[3].name.starts_with("store put/get: 8 objects of 1 KiB to 8 KiB"));
     for workload in &report.workloads {
-        assert_eq!(workload.paths.len(), 3);
+        assert_eq!(workload.paths.len(), 4);
         let slot = |path: &str, round: usize| {
             let cell = workload.paths.iter().find(|c| c.path == path).expect("cell");
             assert_eq!(cell.rounds.len(), 2, "{}: {path}", workload.name);
             cell.rounds.iter().find(|r| r.round == round).expect("round").slot
         };
-        assert_eq!([slot("aiv", 0), slot("adxl", 0), slot("tcp", 0)], [0, 1, 2], "{}", workload.name);
-        assert_eq!([slot("adxl", 1), slot("tcp", 1), slot("aiv", 1)], [1, 2, 3], "{}", workload.name);
+        let round0 = [slot("aiv", 0), slot("adxl", 0), slot("adxl-fabric", 0), slot("tcp", 0)];
+        assert_eq!(round0, [0, 1, 2, 3], "{}", workload.name);
+        let round1 = [slot("adxl", 1), slot("adxl-fabric", 1), slot("tcp", 1), slot("aiv", 1)];
+        assert_eq!(round1, [1, 2, 3, 4], "{}", workload.name);
         let reference: Vec<(usize, usize)> = workload.memcpy_rounds.iter().map(|r| (r.round, r.slot)).collect();
-        assert_eq!(reference, [(0, 3), (1, 0)]);
+        assert_eq!(reference, [(0, 4), (1, 0)]);
         for cell in &workload.paths {
             assert_eq!(cell.failed_batches, 0, "{}: {}: {:?}", workload.name, cell.path, cell.rounds);
             let bandwidth = cell.bytes_per_second.expect("measured");
@@ -115,19 +121,20 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     // The AI CPU ran adxl's batches (HiXL's client-server mode) and nothing of aiv's or tcp's.
     let aicpu = |path: &str| cell(path).aicpu_busy_per_second.expect("the twin's counters").median;
     assert!(aicpu("adxl") > 0.0 && aicpu("aiv") == 0.0 && aicpu("tcp") == 0.0, "{}", aicpu("adxl"));
+    assert!(aicpu("adxl-fabric") > 0.0, "the AI CPU ran adxl-fabric's launches: {}", aicpu("adxl-fabric"));
 
     // Error recovery: an out-of-bounds request fails alone on every path; a stalled engine fails aiv's and adxl's
     // batch, which then serve the next; tcp has no engine to stall and says so.
     let fault = |path: &str, fault: &str| {
         report.faults.iter().find(|f| f.path == path && f.fault == fault).expect("a round per path and fault")
     };
-    for path in ["aiv", "adxl", "tcp"] {
+    for path in ["aiv", "adxl", "adxl-fabric", "tcp"] {
         let oob = fault(path, "out_of_bounds");
         assert_eq!(oob.states, ["completed", "failed", "completed", "completed"], "{path}: {oob:?}");
         assert!(oob.first_reason.as_deref().is_some_and(|r| r.contains("target range")), "{path}: {oob:?}");
         assert_eq!(oob.next_batch_served, Some(true), "{path}: {oob:?}");
     }
-    for path in ["aiv", "adxl"] {
+    for path in ["aiv", "adxl", "adxl-fabric"] {
         let stalled = fault(path, "stalled_engine");
         assert!(stalled.injected && !stalled.states.iter().any(|s| s == "completed"), "{path}: {stalled:?}");
         assert!(stalled.ended_after_ms.is_some_and(|ms| ms < 20_000.0), "{path}: {stalled:?}");
@@ -138,7 +145,7 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     // A killed peer (a target in another process, SIGKILLed with the batch pending): every transfer was pending at
     // the kill and ends failed well inside the transfer timeout (30 s), a new transfer to the dead segment fails at
     // once, and the next batch to the in-process target is served.
-    for path in ["aiv", "adxl", "tcp"] {
+    for path in ["aiv", "adxl", "adxl-fabric", "tcp"] {
         let killed = fault(path, "killed_peer");
         assert!(killed.injected, "{path}: {killed:?}");
         assert_eq!(killed.pending_at_fault, Some(4), "{path}: {killed:?}");
@@ -162,7 +169,7 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
         assert_eq!(allocation.registered_bytes, 32 << 20, "{allocation:?}");
         assert!(allocation.first_refusal.is_none() && allocation.registration_s_per_gib.is_some(), "{allocation:?}");
     }
-    assert_eq!(report.allocation[0].paths, ["aiv", "adxl"]);
+    assert_eq!(report.allocation[0].paths, ["aiv", "adxl", "adxl-fabric"]);
 
     // report.json holds it all and reads back the same; report.md is made from it.
     let dir = tempfile::tempdir().expect("temp dir");
@@ -185,11 +192,13 @@ fn a_short_audit_reports_what_the_evidence_says_interleaved_and_round_trips() {
     assert!(
         text.contains("| aiv | **AIV-direct** | yes |")
             && text.contains("| adxl | **AI-CPU-submitted** | no |")
+            && text.contains("| adxl-fabric | **AI-CPU-submitted** | no |")
             && text.contains("| tcp | **Host-submitted** | no |"),
         "{text}"
     );
     assert!(text.contains("| aiv | killed_peer |") && text.contains("- tcp: 4 of 4 pending at the kill"), "{text}");
-    assert!(text.contains("| device | aiv, adxl | 32 MiB | 32 MiB | 1 | the request was reached |"), "{text}");
+    let allocation = "| device | aiv, adxl, adxl-fabric | 32 MiB | 32 MiB | 1 | the request was reached |";
+    assert!(text.contains(allocation), "{text}");
     let aiv_64k = report.workloads[1].paths.iter().find(|c| c.path == "aiv").expect("cell");
     let median = format!("{:.2}", aiv_64k.bytes_per_second.expect("measured").median * 1e-9);
     assert!(text.contains(&format!("| aiv | {median} [")), "report.md lacks report.json's median {median}:\n{text}");
@@ -231,7 +240,7 @@ fn a_traced_audit_writes_a_chrome_trace_per_path_and_states_the_overhead() {
     // Devices 6 and 7: the other audit test of this binary holds 0 and 1 while it runs.
     config.aiv.device_id = 6;
     let options = AuditOptions {
-        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
+        paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::AdxlFabric, Protocol::Ubshmem, Protocol::Tcp],
         workloads: vec![Workload::bench(64 << 10, 4, 1)],
         rounds: 1,
         faults: false,
@@ -239,7 +248,7 @@ fn a_traced_audit_writes_a_chrome_trace_per_path_and_states_the_overhead() {
         ..short_options()
     };
     let mut report = audit::run(&config, &options, &Silent).expect("the audit runs");
-    assert_eq!(report.traces.len(), 4, "{:?}", report.traces);
+    assert_eq!(report.traces.len(), 5, "{:?}", report.traces);
     // The measured rounds stay what they were: one per path, untraced.
     assert!(report.workloads[0].paths.iter().all(|cell| cell.rounds.len() == 1));
     let dir = tempfile::tempdir().expect("temp dir");

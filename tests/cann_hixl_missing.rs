@@ -1,6 +1,7 @@
 //! With feature `cann` and fake ACL/SHMEM libraries but no `libcann_hixl.so` (`AIV_HIXL_LIB` names a file that does
 //! not exist), the cann device still opens and serves the other paths, and an `adxl` transfer fails with the loader's
-//! error listing every path it tried. Its own test binary: the HiXL table is loaded once per process.
+//! error listing every path it tried; an `adxl-fabric` transfer fails saying the vendor has no FabricMem C API. Its own
+//! test binary: the HiXL table is loaded once per process.
 #![cfg(feature = "cann")]
 
 #[path = "common/cann.rs"]
@@ -42,4 +43,30 @@ fn adxl_without_the_hixl_library_fails_naming_every_path_tried() {
         run(&a.engine, &[request(Protocol::Ubshmem, Opcode::Write, a.buffer.addr(), peer, b.buffer.addr(), 8192)]);
     assert_eq!(outcome.states, [TransferState::Completed], "{:?}", outcome.reasons);
     assert_eq!(b.read(0, 8192), data);
+}
+
+/// On the vendor's runtime (the fakes) adxl-fabric is unavailable: no FabricMem engine is advertised, and a transfer
+/// fails at once, FAILED, saying that the vendor's FabricMem is reached only through ADXL's C++ engine.
+#[test]
+fn adxl_fabric_on_the_vendor_runtime_fails_saying_why() {
+    let _serial = serial();
+    let a = node(0);
+    let b = node(1);
+    assert!(
+        a.engine.local_descriptor().aiv.expect("aiv object").get("fabric_mem_server").is_none(),
+        "no FabricMem engine is advertised on the vendor's runtime"
+    );
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let outcome =
+        run(&a.engine, &[request(Protocol::AdxlFabric, Opcode::Write, a.buffer.addr(), peer, b.buffer.addr(), 4096)]);
+    assert_eq!(outcome.states, [TransferState::Failed]);
+    assert_eq!(AdxlStatus::of_failure(outcome.failures[0].as_ref().expect("failure")), AdxlStatus::FAILED);
+    let reason = outcome.reasons[0].clone().expect("reason");
+    assert!(
+        reason.starts_with("adxl-fabric: FAILED (503900)")
+            && reason.contains("adxl::AdxlEngine")
+            && reason.contains("EnableUseFabricMem")
+            && reason.contains("twin runtime only"),
+        "{reason}"
+    );
 }

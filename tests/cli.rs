@@ -117,18 +117,22 @@ fn bench_over_aiv_reports_aiv_direct_evidence() {
 
 /// `--json`: stdout is one JSON document (the report for people goes to stderr) that names the records' runtime and
 /// carries the run's checks with their counts: the twin's for aiv and adxl, none for tcp; adxl's and tcp's checks
-/// are all "no", and adxl's descriptors were written by the twin HiXL's AI-CPU tasks.
+/// are all "no", and adxl's descriptors were written by the twin HiXL's AI-CPU tasks, adxl-fabric's by the twin
+/// FabricMem's AI-CPU launches, or by the Host with `--fabric-host-unfold`.
 #[test]
 fn bench_json_is_one_document_naming_the_runtime_and_the_checks() {
-    for (protocol, runtime, direct, submitter) in [
-        ("aiv", Some("twin"), true, "AIV-direct"),
-        ("adxl", Some("twin"), false, "AI-CPU-submitted"),
-        ("tcp", Some("none"), false, "Host-submitted"),
+    for (protocol, extra, runtime, direct, submitter) in [
+        ("aiv", None, Some("twin"), true, "AIV-direct"),
+        ("adxl", None, Some("twin"), false, "AI-CPU-submitted"),
+        ("adxl-fabric", None, Some("twin"), false, "AI-CPU-submitted"),
+        ("adxl-fabric", Some("--fabric-host-unfold"), Some("twin"), false, "Host-submitted"),
+        ("tcp", None, Some("none"), false, "Host-submitted"),
     ] {
-        let aicpu = protocol == "adxl";
+        let aicpu = submitter == "AI-CPU-submitted";
         let output = aiv()
             .args(["bench", "--protocol", protocol, "--duration", "0.2", "--buffer_size", "8mb", "--threads", "1"])
             .args(["--batch_size", "4", "--block_size", "4096", "--json"])
+            .args(extra)
             .output()
             .expect("runs");
         let stderr = String::from_utf8_lossy(&output.stderr);
@@ -412,6 +416,29 @@ fn gflags_spellings_and_mooncake_only_flags_run() {
     assert!(String::from_utf8_lossy(&output.stderr).contains("--no_such_flag"));
 }
 
+/// `--fabric-host-unfold` runs adxl-fabric with FabricMem's Host unfold: its verdict, from the counts, turns
+/// Host-submitted (AI-CPU-submitted without the flag, bench_json_is_one_document_naming_the_runtime_and_the_checks).
+#[test]
+fn audit_with_the_fabric_host_unfold_finds_adxl_fabric_host_submitted() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("run");
+    let output = aiv()
+        .args(["audit", "--paths", "adxl-fabric", "--fabric-host-unfold", "--sizes", "4k", "--batch-size", "2"])
+        .args(["--rounds", "1", "--cell-seconds", "0.05", "--no-faults", "--no-alloc"])
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .expect("runs");
+    let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("adxl-fabric submitted by: Host-submitted"), "{stdout}");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("report.json")).expect("json")).expect("JSON");
+    assert_eq!(report["paths"], serde_json::json!(["adxl-fabric"]), "{report}");
+    let command: Vec<&str> = report["command"].as_array().expect("command").iter().filter_map(|w| w.as_str()).collect();
+    assert!(command.contains(&"--fabric-host-unfold"), "recorded for a rerun: {command:?}");
+}
+
 #[test]
 fn audit_writes_a_report_directory_and_compares_two_reports() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -460,6 +487,7 @@ fn audit_writes_a_report_directory_and_compares_two_reports() {
     let output = aiv().args(["audit", "--paths", "aiv,rdma"]).output().expect("runs");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(!output.status.success() && stderr.contains("--paths") && stderr.contains("rdma"), "{stderr}");
+    assert!(stderr.contains("adxl, adxl-fabric, ubshmem"), "the paths it provides: {stderr}");
 }
 
 /// `--rerun` repeats a report's command on its recorded configuration file and variables, not on the process's.

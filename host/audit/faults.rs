@@ -4,7 +4,8 @@
 //! Faults: `out_of_bounds` (one request of the batch runs past the target's registered buffer; every path), and
 //! `stalled_engine` (the engine that carries the path's copies stops: the aiv SDMA channels of the initiator's
 //! device, the ubshmem stream copies of that device, the SDMA channels of that device's AI CPU for adxl, whose
-//! HiXL runs its batches on AI-CPU tasks), injected through the twin runtime's control API; a path or runtime without
+//! HiXL runs its batches on AI-CPU tasks, and for adxl-fabric those of the AI CPU with AI-CPU unfold, the device's
+//! streams with Host unfold), injected through the twin runtime's control API; a path or runtime without
 //! that control says so instead.
 //! The third round, `killed_peer` (a peer in another process SIGKILLed with the batch pending), is [`super::peer`].
 
@@ -142,6 +143,15 @@ pub(super) fn stall(config: &EngineConfig, path: Protocol, stalled: bool) -> std
         Protocol::Adxl => {
             // The twin's HiXL runs the initiator's batches on its device's AI CPU, whose SDMA channels copy.
             cann_twin::control::set_aicpu_stalled(device, stalled).map_err(|e| e.to_string())
+        }
+        Protocol::AdxlFabric if config.aiv.fabric_memory.enable_aicpu_unfold => {
+            // AI-CPU unfold: the twin's FabricMem runs the initiator's batches on its device's AI CPU, as adxl.
+            cann_twin::control::set_aicpu_stalled(device, stalled).map_err(|e| e.to_string())
+        }
+        Protocol::AdxlFabric => {
+            // Host unfold: the engine's aclrtMemcpyAsync copies run on the device's streams.
+            cann_twin::control::hold_device_streams(device, stalled);
+            Ok(())
         }
         Protocol::Tcp => Err("tcp moves Host memory over sockets: the twin runtime has no engine of it to stall (a \
                               killed peer process, the killed_peer round, is the fault that applies)"

@@ -60,7 +60,7 @@ struct Rig {
     initiator: TransferEngine,
     target: TransferEngine,
     segment: SegmentId,
-    /// Device memory of the initiator's and the target's device (aiv, adxl, ubshmem), if a device path is audited.
+    /// Device memory of the initiator's and the target's device (aiv, adxl, adxl-fabric, ubshmem), if a device path is audited.
     device: Option<(crate::device::DeviceBuffer, crate::device::DeviceBuffer, Buffers)>,
     /// Host memory of both engines (tcp: the Host cannot reach device memory over sockets).
     host: Option<(Vec<u8>, Vec<u8>, Buffers)>,

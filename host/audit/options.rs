@@ -95,7 +95,7 @@ impl AuditOptions {
     /// [`QUICK_CELL_BUDGET`] ([`AuditOptions::fit_quick_budget`]).
     pub fn quick() -> AuditOptions {
         AuditOptions {
-            paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp],
+            paths: vec![Protocol::Aiv, Protocol::Adxl, Protocol::AdxlFabric, Protocol::Ubshmem, Protocol::Tcp],
             workloads: quick_workloads(),
             rounds: 5,
             cell: Duration::from_secs(1),
@@ -225,8 +225,8 @@ mod tests {
     fn the_quick_budget_shares_75_seconds_among_the_cells() {
         let mut options = AuditOptions::quick();
         options.fit_quick_budget();
-        // 4 paths x 4 workloads x 5 rounds = 80 cells.
-        assert_eq!(options.cell, Duration::from_micros(937_500));
+        // 5 paths x 4 workloads x 5 rounds = 100 cells.
+        assert_eq!(options.cell, Duration::from_millis(750));
         options.paths.truncate(1);
         options.fit_quick_budget();
         assert_eq!(options.cell, Duration::from_secs(1), "at most 1 s a cell");

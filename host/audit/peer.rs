@@ -140,10 +140,12 @@ fn with_peer(
     }
     // Hold the batch pending.
     let hold = match path {
-        Protocol::Aiv | Protocol::Ubshmem | Protocol::Adxl => match faults::stall(config, path, true) {
-            Ok(()) => Hold { release: Some(Box::new(move || drop(faults::stall(config, path, false)))) },
-            Err(reason) => return not_injected(format!("cannot hold the batch pending: {reason}")),
-        },
+        Protocol::Aiv | Protocol::Ubshmem | Protocol::Adxl | Protocol::AdxlFabric => {
+            match faults::stall(config, path, true) {
+                Ok(()) => Hold { release: Some(Box::new(move || drop(faults::stall(config, path, false)))) },
+                Err(reason) => return not_injected(format!("cannot hold the batch pending: {reason}")),
+            }
+        }
         Protocol::Tcp => match peer.stop() {
             Ok(()) => Hold { release: None },
             Err(reason) => return not_injected(format!("cannot hold the batch pending: {reason}")),

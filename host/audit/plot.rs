@@ -14,6 +14,7 @@ fn colour(path: &str) -> RGBColor {
     match path {
         "aiv" => RGBColor(200, 30, 30),
         "adxl" => RGBColor(30, 80, 200),
+        "adxl-fabric" => RGBColor(0, 160, 190),
         "ubshmem" => RGBColor(20, 140, 60),
         "tcp" => RGBColor(150, 60, 170),
         _ => RGBColor(90, 90, 90),

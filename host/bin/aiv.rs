@@ -30,7 +30,7 @@ struct Cli {
 enum Command {
     /// Say which device backends are usable here and, for `cann`, what was looked for and not found.
     Doctor,
-    /// The comparative audit: every path (aiv, adxl, ubshmem, tcp) on the same workloads in one process, rounds
+    /// The comparative audit: every path (aiv, adxl, adxl-fabric, ubshmem, tcp) on the same workloads in one process, rounds
     /// interleaved across paths, a same-run memcpy reference, verdicts from the transfers' evidence; writes
     /// report.json and report.md into a directory (docs/audit.md).
     Audit(AuditArgs),
@@ -91,7 +91,11 @@ struct BenchArgs {
     /// Transfer direction
     #[arg(long, value_enum, default_value = "read")]
     operation: Operation,
-    /// Protocol of every request: aiv, adxl, ubshmem or tcp, or Mooncake's `ascend`, which runs on
+    /// adxl-fabric with FabricMem's Host unfold (one aclrtMemcpyAsync per operation) instead of its default AI-CPU
+    /// unfold: sets `aiv.fabric_memory.enable_aicpu_unfold` false (twin runtime only)
+    #[arg(long = "fabric-host-unfold")]
+    fabric_host_unfold: bool,
+    /// Protocol of every request: aiv, adxl, adxl-fabric, ubshmem or tcp, or Mooncake's `ascend`, which runs on
     /// `aiv.ascend_protocol` (default aiv). Default: the config's protocol
     #[arg(long)]
     protocol: Option<String>,
@@ -167,6 +171,10 @@ struct AuditArgs {
     /// '{"fabric_memory":{"enable_aicpu_unfold":false,"task_stream_num":4}}' its Host unfold
     #[arg(long = "mooncake-global-resource-config", value_name = "JSON", env = "AIV_MOONCAKE_GLOBAL_RESOURCE_CONFIG")]
     mooncake_global_resource_config: Option<String>,
+    /// The adxl-fabric path with FabricMem's Host unfold instead of its default AI-CPU unfold: sets
+    /// `aiv.fabric_memory.enable_aicpu_unfold` false (twin runtime only)
+    #[arg(long = "fabric-host-unfold")]
+    fabric_host_unfold: bool,
     /// Block sizes to run instead of the matrix's, comma-separated (suffixes allowed: 4k, 1m); each with
     /// --batch-size and --threads
     #[arg(long, value_delimiter = ',', value_parser = |t: &str| bench::parse_buffer_size("--sizes", t))]
@@ -513,8 +521,11 @@ fn run_audit_with(
     use aiv_transport::audit::{self, AuditOptions, Workload};
     use aiv_transport::config::{RecordingEnvironment, CONFIG_PATH_ENV};
     let recording = RecordingEnvironment::new(env);
-    let config =
+    let mut config =
         EngineConfig::load_with(config_path.as_deref(), &recording, DEFAULT_SERVER_NAME).map_err(|e| e.to_string())?;
+    if args.fabric_host_unfold {
+        config.aiv.fabric_memory.enable_aicpu_unfold = false;
+    }
     let mut options = if args.full { AuditOptions::full() } else { AuditOptions::quick() };
     // mooncake-ascend: by default when found; with --paths only when listed. Not found: skipped with the reason.
     let mooncake_wanted = args.paths.as_ref().is_none_or(|names| names.iter().any(|n| n == audit::mooncake::PATH));
@@ -653,6 +664,9 @@ fn run_bench(config_path: Option<PathBuf>, args: BenchArgs) -> Result<(), String
     }
     if let Some(names) = args.device_name {
         config.device_name = names;
+    }
+    if args.fabric_host_unfold {
+        config.aiv.fabric_memory.enable_aicpu_unfold = false;
     }
     let protocol = match args.protocol {
         Some(name) => config.aiv.resolve_protocol(&name).map_err(|e| format!("--protocol: {e}"))?,

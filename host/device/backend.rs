@@ -66,6 +66,11 @@ pub struct DeviceAdvertisement {
     /// HiXL clients connect there. Absent when the server could not start.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hixl_server: Option<String>,
+    /// Where the device's FabricMem engine's control server listens (`"ip:port"`), for the `adxl-fabric` baseline
+    /// (twin runtime only): peers' engines connect there. Absent when the device has no FabricMem engine (older
+    /// descriptors, the vendor's runtime, an engine that could not start).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fabric_mem_server: Option<String>,
     /// Where the device's RDMA NIC listens and the keys of its registered memory, for the aiv transport's RDMA route
     /// (docs/rdma.md section 7). Absent: the device offers no RDMA route (older descriptors, the vendor's runtime,
     /// or `"route": "sdma"`).
@@ -491,6 +496,12 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
     fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
         None
     }
+    /// The twin runtime's FabricMem engine functions the `adxl-fabric` baseline submits through (**twin-only**, not a
+    /// CANN API: [`ascendcl_sys::hixl::FabricMemApi`]). `None`: the backend has none; `Some(Err)` says why not (the
+    /// vendor's FabricMem is reachable only through ADXL's C++ engine).
+    fn fabric_mem(&self) -> Option<Result<&'static ascendcl_sys::hixl::FabricMemApi, String>> {
+        None
+    }
 
     // ---- the RDMA route (docs/rdma.md section 7); every default: unavailable ----
     /// Opens the device's NIC listening on `listen` (port 0: any); returns the bound `ip:port`.
@@ -610,4 +621,26 @@ pub trait UniqueIdExchange: Send + Sync {
     fn publish(&self, uid: &[u8; 136]) -> Result<(), String>;
     /// PE > 0: the id PE 0 published, waiting at most `timeout`.
     fn fetch(&self, timeout: Duration) -> Result<[u8; 136], String>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `fabric_mem_server` is optional both ways: an advertisement without it (an older peer, the vendor's runtime)
+    /// reads as a peer without a FabricMem engine, and one without an engine writes no such key.
+    #[test]
+    fn the_fabric_mem_server_field_is_backward_compatible() {
+        let older = serde_json::json!({
+            "device": "npu-0", "device_id": 0, "backend": "cann", "regions": [],
+            "hixl_server": "127.0.0.1:1"
+        });
+        let read: DeviceAdvertisement = serde_json::from_value(older.clone()).expect("an older advertisement reads");
+        assert_eq!((read.hixl_server.as_deref(), read.fabric_mem_server.as_deref()), (Some("127.0.0.1:1"), None));
+        assert_eq!(serde_json::to_value(&read).expect("writes"), older, "no key written for no engine");
+        let newer = DeviceAdvertisement { fabric_mem_server: Some("127.0.0.1:2".into()), ..read };
+        let value = serde_json::to_value(&newer).expect("writes");
+        assert_eq!(value["fabric_mem_server"], "127.0.0.1:2");
+        assert_eq!(serde_json::from_value::<DeviceAdvertisement>(value).expect("reads back"), newer);
+    }
 }

@@ -1,13 +1,13 @@
-//! The device facade an engine hands out: one device backend with the `aiv` transport and the Host-submitted
-//! baselines `adxl` and `ubshmem` started on it, sharing one import cache and peer state.
+//! The device facade an engine hands out: one device backend with the `aiv` transport and the baselines `adxl`,
+//! `adxl-fabric` and `ubshmem` started on it, sharing one import cache and peer state.
 //!
-//! Owns: the start order of the three paths on a device. It must not move bytes: the transports do.
+//! Owns: the start order of the four paths on a device. It must not move bytes: the transports do.
 
 use std::sync::Arc;
 
 use crate::config::AivOptions;
 use crate::device::{DeviceAdvertisement, DeviceBackend, DeviceBuffer, DeviceError};
-use crate::transport::adxl::AdxlTransport;
+use crate::transport::adxl::{AdxlFabricTransport, AdxlTransport};
 use crate::transport::aiv::AivTransport;
 use crate::transport::ubshmem::UbshmemTransport;
 use crate::transport::window::PeerWindows;
@@ -18,6 +18,7 @@ pub struct AivDevice {
     backend: Arc<dyn DeviceBackend>,
     transport: Arc<AivTransport>,
     adxl: Arc<AdxlTransport>,
+    adxl_fabric: Arc<AdxlFabricTransport>,
     ubshmem: Arc<UbshmemTransport>,
 }
 
@@ -40,8 +41,10 @@ impl AivDevice {
         // The baselines on the same device and memory (HiXL's, UBShmem's copy streams); both start their threads on
         // first use.
         let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
+        // HiXL's FabricMem engine (twin runtime only): created now, its connections on first use.
+        let adxl_fabric = Arc::new(AdxlFabricTransport::new(backend.clone(), windows.clone(), options));
         let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
-        Ok(AivDevice { backend, transport, adxl, ubshmem })
+        Ok(AivDevice { backend, transport, adxl, adxl_fabric, ubshmem })
     }
 
     /// Allocates `length` bytes of device memory (HBM). Register it with
@@ -81,6 +84,11 @@ impl AivDevice {
         &self.adxl
     }
 
+    /// The `adxl-fabric` baseline transport on the device (twin runtime only).
+    pub fn adxl_fabric(&self) -> &Arc<AdxlFabricTransport> {
+        &self.adxl_fabric
+    }
+
     /// The `ubshmem` baseline transport on the device.
     pub fn ubshmem(&self) -> &Arc<UbshmemTransport> {
         &self.ubshmem
@@ -90,6 +98,7 @@ impl AivDevice {
     pub fn advertisement(&self) -> DeviceAdvertisement {
         let mut advertisement = self.backend.advertisement();
         advertisement.hixl_server = self.adxl.hixl_server();
+        advertisement.fabric_mem_server = self.adxl_fabric.server_address();
         advertisement.rdma = self.transport.rdma_advertisement();
         advertisement.host = Some(self.transport.host_identity().0);
         advertisement

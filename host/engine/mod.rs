@@ -330,6 +330,7 @@ impl TransferEngine {
         self.metadata.set_connection_handler(Some(device.transport().connection_handler()));
         self.install_transport(Protocol::Aiv, device.transport().clone());
         self.install_transport(Protocol::Adxl, device.adxl().clone());
+        self.install_transport(Protocol::AdxlFabric, device.adxl_fabric().clone());
         self.install_transport(Protocol::Ubshmem, device.ubshmem().clone());
         *slot = Some(device.clone());
         Ok(device)

@@ -9,6 +9,9 @@ pub enum Protocol {
     Aiv,
     /// One-sided engine through HiXL (ADXL's shape), a baseline: HiXL's client-server mode submits from AI-CPU kernels.
     Adxl,
+    /// One-sided engine through HiXL's FabricMem engine (Ascend Direct with FabricMem), a baseline, twin runtime only:
+    /// AI-CPU unfold by default (batched SDMA SQEs written by AI-CPU launches), Host unfold on request.
+    AdxlFabric,
     /// Host worker and stream pool over exported/imported device memory (Mooncake's UBShmem shape), a baseline.
     Ubshmem,
     /// Mooncake's TCP transport, wire compatible.
@@ -33,13 +36,15 @@ pub const MOONCAKE_ONLY_PROTOCOLS: &[&str] = &[
 
 impl Protocol {
     /// Every protocol this engine provides.
-    pub const ALL: [Protocol; 4] = [Protocol::Aiv, Protocol::Adxl, Protocol::Ubshmem, Protocol::Tcp];
+    pub const ALL: [Protocol; 5] =
+        [Protocol::Aiv, Protocol::Adxl, Protocol::AdxlFabric, Protocol::Ubshmem, Protocol::Tcp];
 
     /// The lower-case name used in mooncake.json, descriptors and the CLI.
     pub fn as_str(self) -> &'static str {
         match self {
             Protocol::Aiv => "aiv",
             Protocol::Adxl => "adxl",
+            Protocol::AdxlFabric => "adxl-fabric",
             Protocol::Ubshmem => "ubshmem",
             Protocol::Tcp => "tcp",
         }
@@ -62,11 +67,11 @@ impl fmt::Display for Protocol {
 pub enum ProtocolParseError {
     /// Mooncake provides it; this engine does not.
     #[error(
-        "protocol {0:?} is a Mooncake protocol that this engine does not provide (it provides aiv, adxl, ubshmem, tcp)"
+        "protocol {0:?} is a Mooncake protocol that this engine does not provide (it provides aiv, adxl, adxl-fabric, ubshmem, tcp)"
     )]
     MooncakeOnly(String),
     /// Nobody knows it.
-    #[error("unknown protocol {0:?} (this engine provides aiv, adxl, ubshmem, tcp)")]
+    #[error("unknown protocol {0:?} (this engine provides aiv, adxl, adxl-fabric, ubshmem, tcp)")]
     Unknown(String),
 }
 

@@ -9,10 +9,16 @@
 //! NOT_CONNECTED), a peer the device's probe found gone is refused at once, and every outcome carries an ADXL status
 //! code ([`AdxlStatus`]) in its reason.
 //!
+//! The `adxl-fabric` baseline ([`AdxlFabricTransport`], `fabric` submodule) is its sibling over HiXL's FabricMem
+//! engine (twin runtime only), with the same statuses and the same evidence reading.
+//!
 //! Owns: the HiXL path of one device. Touches no engine state beyond the task slots of the transfers it accepted.
 //! Every wait is bounded by `baseline_timeout`.
 
+mod fabric;
 mod hixl;
+
+pub use fabric::{AdxlFabricCounters, AdxlFabricTransport};
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -65,18 +71,31 @@ impl AdxlStatus {
 
     /// The task failure of a transfer that ended with this status; renders as `adxl: <NAME> (<code>): <detail>`.
     pub fn failure(self, detail: impl Into<String>) -> TransferFailure {
-        let kind = match self {
-            AdxlStatus::TIMEOUT => FailureKind::Timeout,
-            AdxlStatus::PARAM_INVALID => FailureKind::InvalidRequest,
-            AdxlStatus::NOT_CONNECTED => FailureKind::Unreachable,
-            _ => FailureKind::Device,
-        };
-        self.failure_of(kind, detail)
+        self.failure_of(self.kind(), detail)
     }
 
     /// As [`AdxlStatus::failure`], of a kind the status alone does not tell (a shutdown, a lost peer).
     pub fn failure_of(self, kind: FailureKind, detail: impl Into<String>) -> TransferFailure {
-        TransferFailure::new("adxl", kind, detail).with_code(CodeFamily::Adxl, i64::from(self.0), self.name())
+        self.failure_on("adxl", kind, detail)
+    }
+
+    /// As [`AdxlStatus::failure`], of `path` (`"adxl"`, `"adxl-fabric"`): renders as `<path>: <NAME> (<code>): ..`.
+    pub fn failure_at(self, path: &'static str, detail: impl Into<String>) -> TransferFailure {
+        self.failure_on(path, self.kind(), detail)
+    }
+
+    /// As [`AdxlStatus::failure_of`], of `path`.
+    pub fn failure_on(self, path: &'static str, kind: FailureKind, detail: impl Into<String>) -> TransferFailure {
+        TransferFailure::new(path, kind, detail).with_code(CodeFamily::Adxl, i64::from(self.0), self.name())
+    }
+
+    fn kind(self) -> FailureKind {
+        match self {
+            AdxlStatus::TIMEOUT => FailureKind::Timeout,
+            AdxlStatus::PARAM_INVALID => FailureKind::InvalidRequest,
+            AdxlStatus::NOT_CONNECTED => FailureKind::Unreachable,
+            _ => FailureKind::Device,
+        }
     }
 
     /// The status a task failure of this transport carries; FAILED for a failure without an ADXL code.

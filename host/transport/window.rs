@@ -1,4 +1,4 @@
-//! Address translation and peer state shared by every device path (`aiv`, `adxl`, `ubshmem`): both ends of a
+//! Address translation and peer state shared by every device path (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`): both ends of a
 //! validated transfer in the executing device's view, and whether the peer it reaches is still there.
 //!
 //! A peer segment's `aiv` object advertises its exported device regions; they are imported into this device once per

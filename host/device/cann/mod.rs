@@ -104,6 +104,12 @@ struct Kernel {
 }
 
 /// One NPU driven through CANN.
+/// Why `adxl-fabric` is unavailable on the vendor's runtime.
+pub const VENDOR_FABRIC_MEM: &str = "the vendor's FabricMem engine is reachable only through ADXL's C++ engine \
+     (adxl::AdxlEngine with the option EnableUseFabricMem=1), which this engine does not drive: adxl-fabric runs on \
+     the twin runtime only; on an NPU, the audit's mooncake-ascend path with --mooncake-global-resource-config runs \
+     FabricMem through Mooncake";
+
 pub struct CannDevice {
     runtime: CannRuntime,
     /// What every record drawn from this device names as its runtime.
@@ -266,6 +272,7 @@ impl DeviceBackend for CannDevice {
             // The VMM shareable handle is the capability.
             process_id: Some(std::process::id()),
             hixl_server: None,
+            fabric_mem_server: None,
             // The aiv transport adds the NIC and keys once it opened the NIC (crate::engine::AivDevice).
             rdma: None,
             host: Some(crate::device::HostIdentity::current().0),
@@ -416,6 +423,31 @@ impl DeviceBackend for CannDevice {
                 Ok(hixl) => Ok(hixl),
             }),
             CannRuntime::Twin => Some(Ok(cann_twin::hixl_api())),
+        }
+    }
+
+    /// Twin runtime only: the vendor's FabricMem engine has no C API.
+    fn fabric_mem(&self) -> Option<Result<&'static ascendcl_sys::hixl::FabricMemApi, String>> {
+        match self.runtime {
+            CannRuntime::Vendor => Some(Err(VENDOR_FABRIC_MEM.to_owned())),
+            CannRuntime::LoadedTwin => Some(match ascendcl_sys::hixl::fabric_mem_api_in(self.acl.path()) {
+                Err(error) => Err(format!("the twin runtime's FabricMem functions: {error}")),
+                // The twin's FabricMem moves memory through its own copy's ACL: it must be the ACL loaded here.
+                Ok(fabric)
+                    if !same_loaded_object(
+                        self.acl.address("aclInit").unwrap_or(std::ptr::null()),
+                        fabric.address("cannTwinFabricMemCreate").unwrap_or(std::ptr::null()),
+                    ) =>
+                {
+                    Err(format!(
+                        "the FabricMem functions of {} are another copy of the twin runtime than the ACL library {}",
+                        fabric.path().display(),
+                        self.acl.path().display()
+                    ))
+                }
+                Ok(fabric) => Ok(fabric),
+            }),
+            CannRuntime::Twin => Some(Ok(cann_twin::fabric_mem_api())),
         }
     }
 

@@ -213,13 +213,13 @@ fn client_tallies(api: &HixlApi, client: HixlClientHandle) -> Option<CannTwinHix
 /// The three acts of one batch (shared by its k transfers), the launches it cost and its descriptor and doorbell
 /// counts.
 #[derive(Clone, Copy, Debug)]
-struct BatchActs {
-    descriptors: Act,
-    doorbells: Act,
-    completion: Act,
-    launches: u64,
-    descriptor_count: u64,
-    doorbell_count: u64,
+pub(super) struct BatchActs {
+    pub(super) descriptors: Act,
+    pub(super) doorbells: Act,
+    pub(super) completion: Act,
+    pub(super) launches: u64,
+    pub(super) descriptor_count: u64,
+    pub(super) doorbell_count: u64,
 }
 
 impl BatchActs {
@@ -227,7 +227,7 @@ impl BatchActs {
     /// AI-CPU ops' SQEs by writer, the doorbells that exposed them by ringer, their flags by first reader; and for a
     /// batch the library moved over its wire path, each of its client-side runtime copies (written, submitted and
     /// seen complete by the Host). `None` for either: the records could not be read (`Source::Lost`).
-    fn observed(before: Option<CannTwinHixlEvidence>, after: Option<CannTwinHixlEvidence>) -> BatchActs {
+    pub(super) fn observed(before: Option<CannTwinHixlEvidence>, after: Option<CannTwinHixlEvidence>) -> BatchActs {
         let (Some(before), Some(after)) = (before, after) else {
             return BatchActs::unknown(Source::Lost);
         };
@@ -277,7 +277,7 @@ impl BatchActs {
         }
     }
 
-    fn unknown(source: Source) -> BatchActs {
+    pub(super) fn unknown(source: Source) -> BatchActs {
         BatchActs {
             descriptors: Act::unknown(source),
             doorbells: Act::unknown(source),

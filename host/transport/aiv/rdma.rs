@@ -718,6 +718,7 @@ mod tests {
             regions: Vec::new(),
             process_id: None,
             hixl_server: None,
+            fabric_mem_server: None,
             rdma: rdma.then(|| RdmaAdvertisement { nic: "127.0.0.1:1".into(), regions: Vec::new() }),
             host: host.map(str::to_owned),
         }

@@ -450,6 +450,58 @@ crate::dynamic_library! {
     }
 }
 
+crate::dynamic_library! {
+    /// **Twin-only, not a CANN API**: the CPU twin runtime's C functions of HiXL's FabricMem engine (`cann-twin`,
+    /// module `hixl::fabric_mem`). The vendor's FabricMem engine has no C API: it is reached only through ADXL's C++
+    /// engine (`adxl::AdxlEngine` with the option `EnableUseFabricMem`, `hicann/hixl` `include/adxl/`), so no vendor
+    /// library exports these names. Status codes are `adxl::Status` values (`PARAM_INVALID` 103900, `TIMEOUT` 103901,
+    /// `NOT_CONNECTED` 103902, `ALREADY_CONNECTED` 103903, `FAILED` 503900); a query's status is an
+    /// `adxl::TransferStatus` (0 waiting, 1 completed, 2 timeout, 3 failed). Engines are named by "ip:port" (a
+    /// literal address).
+    pub struct FabricMemApi;
+    required {
+        /// An engine on the calling thread's current device whose control server listens at `local_engine` (port 0:
+        /// none listens), with AI-CPU unfold (`aicpu_unfold` nonzero) or Host unfold over `task_stream_num` (1..=8)
+        /// streams.
+        fn cannTwinFabricMemCreate(
+            local_engine: *const c_char,
+            aicpu_unfold: u32,
+            task_stream_num: u32,
+            engine: *mut u64,
+        ) -> u32;
+        /// Registers `[addr, addr + len)`, `mem_type` 0 device, 1 Host; writes the registration's handle.
+        fn cannTwinFabricMemRegister(engine: u64, addr: u64, len: u64, mem_type: i32, handle: *mut u64) -> u32;
+        fn cannTwinFabricMemDeregister(engine: u64, handle: u64) -> u32;
+        /// Fetches and imports the peer `remote`'s registrations within `timeout_ms`.
+        fn cannTwinFabricMemConnect(engine: u64, remote: *const c_char, timeout_ms: u32) -> u32;
+        fn cannTwinFabricMemDisconnect(engine: u64, remote: *const c_char) -> u32;
+        /// `count` operations of three words (local address, remote address, length); `op` 1 writes, 0 reads. With
+        /// `request` null the call waits; otherwise it writes the request's id for `cannTwinFabricMemQuery`.
+        fn cannTwinFabricMemTransfer(
+            engine: u64,
+            remote: *const c_char,
+            op: i32,
+            ops: *const u64,
+            count: u64,
+            timeout_ms: i32,
+            request: *mut u64,
+        ) -> u32;
+        /// An Async transfer's `adxl::TransferStatus`; a final one releases the request.
+        fn cannTwinFabricMemQuery(engine: u64, request: u64, status: *mut i32) -> u32;
+        fn cannTwinFabricMemDestroy(engine: u64) -> u32;
+    }
+    optional {
+        /// The engine's counts, in the structure of `cannTwinHixlClientEvidence` ([`CannTwinHixlEvidence`]).
+        fn cannTwinFabricMemEvidence(engine: u64, evidence: *mut CannTwinHixlEvidence) -> u32;
+    }
+    // A transfer is device work the engine submits (its AI-CPU launches or its stream copies); a query reads a
+    // completion.
+    acts {
+        cannTwinFabricMemTransfer: WRITES_DEVICE | SUBMITS;
+        cannTwinFabricMemQuery: READS_COMPLETION;
+    }
+}
+
 crate::error_code!(
     /// A HiXL status other than success. `Debug` and `Display` name documented codes, e.g.
     /// `HixlError(503900 HIXL_FAILED)`.
@@ -474,6 +526,15 @@ pub fn api() -> Result<&'static HixlApi, Error> {
     API.get_or_init(|| HixlApi::load(&HIXL_LIBRARY, &HIXL_LIBRARY.candidates_from_process_env()))
         .as_ref()
         .map_err(|error| Error::Load(error.clone()))
+}
+
+/// **Twin-only**: the FabricMem table resolved from the twin runtime loaded as the ACL library at `path` (the file the
+/// ACL table was loaded from), loaded once per process: the first path asked is the one kept.
+pub fn fabric_mem_api_in(path: &std::path::Path) -> Result<&'static FabricMemApi, Error> {
+    static API: OnceLock<Result<FabricMemApi, LoadError>> = OnceLock::new();
+    const SPEC: LibrarySpec = LibrarySpec { file_name: "libascendcl.so", override_var: "AIV_ASCENDCL_LIB", roots: &[] };
+    let candidate = crate::loader::Candidate { path: path.to_owned(), origin: "the loaded ACL library".into() };
+    API.get_or_init(|| FabricMemApi::load(&SPEC, &[candidate])).as_ref().map_err(|error| Error::Load(error.clone()))
 }
 
 /// Result layer: one function per CS call. Handles are raw; the caller keeps them live (or uses [`safe`]).
@@ -865,6 +926,8 @@ mod tests {
         );
         assert_eq!(HixlApi::function_decls().len(), 16);
         assert_eq!(HixlApi::function_decls().iter().filter(|f| f.optional).count(), 3);
+        assert_eq!(FabricMemApi::function_decls().len(), 9);
+        assert_eq!(FabricMemApi::act_class("cannTwinFabricMemQuery"), Some(READS_COMPLETION));
     }
 
     #[test]

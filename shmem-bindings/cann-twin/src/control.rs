@@ -149,6 +149,13 @@ pub fn hixl_host_copies(device: i32, on: bool) {
     crate::hixl::set_host_copies(device, on);
 }
 
+/// **Test-only, deliberately mis-wired**: while `on`, the twin's FabricMem engines with AI-CPU unfold on `device`
+/// move every batch with synchronous Host runtime copies instead of AI-CPU launches: their records then name the
+/// Host. Nothing in the model, the CANN interface or any configuration reaches it.
+pub fn fabric_mem_host_copies(device: i32, on: bool) {
+    crate::hixl::fabric_mem::set_host_copies(device, on);
+}
+
 /// Withholds (`true`) or grants again an export of this process (its `u64` shareable handle): while withheld, every
 /// import of it, from this process or another, is answered as one of an unknown handle (`ACL_ERROR_RT_INVALID_HANDLE`)
 /// as if the exporter's memory were gone; mappings already made keep working. A fault for tests of peer loss and

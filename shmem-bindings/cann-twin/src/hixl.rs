@@ -1575,3 +1575,25 @@ pub fn hixl_api() -> &'static HixlApi {
         }
     })
 }
+
+/// What [`fabric_mem_api`]'s table reports as its path.
+pub const IN_PROCESS_FABRIC_MEM_PATH: &str = "cann-twin FabricMem (in-process)";
+
+/// **Twin-only**: the FabricMem engine's C functions ([`fabric_mem`]) as the process-wide table
+/// `ascendcl_sys::hixl::FabricMemApi`, built once.
+pub fn fabric_mem_api() -> &'static ascendcl_sys::hixl::FabricMemApi {
+    static API: OnceLock<ascendcl_sys::hixl::FabricMemApi> = OnceLock::new();
+    API.get_or_init(|| {
+        // SAFETY: `resolve_fabric_mem` returns only functions of module `fabric_mem` declared with the prototypes of
+        // the table's fields of the same names, callable from any thread for the life of the process.
+        match unsafe {
+            ascendcl_sys::hixl::FabricMemApi::from_resolver(
+                PathBuf::from(IN_PROCESS_FABRIC_MEM_PATH),
+                &fabric_mem::resolve_fabric_mem,
+            )
+        } {
+            Ok(api) => api,
+            Err(error) => panic!("cann-twin does not implement a required FabricMem symbol: {error}"),
+        }
+    })
+}

@@ -21,7 +21,7 @@
 //! | VMM sharing ([`vmm_share`]) | `aclrtMemExportToShareableHandle`, `aclrtMemExportToShareableHandleV2`, `aclrtMemImportFromShareableHandle`, `aclrtMemImportFromShareableHandleV2` |
 //! | IPC keys ([`vmm_share`]) | `aclrtIpcMemGetExportKey`, `aclrtIpcMemImportByKey`, `aclrtIpcMemClose` |
 //! | for Mooncake's Ascend wheel (`acl_compat`) | `aclrtGetCurrentContext`, `aclrtSetCurrentContext` (one context per device; setting it makes the device current on the thread), `aclrtGetPhyDevIdByLogicDevId`, `aclrtGetLogicDevIdByUserDevId` (identity), `aclrtPointerGetAttributes`, `aclrtStreamAbort`, `aclGetRecentErrMsg` (per thread), `aclrtGetSocName` (`"cann-twin"`); `aclrtMemcpyBatch` and `aclrtReserveMemAddressNoUCMemory` return `ACL_ERROR_RT_FEATURE_NOT_SUPPORT` |
-//! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, and the twin-only `cannTwinHixlClientEvidence`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names |
+//! | HiXL client/server ([`hixl`]) | every `HixlCS*` function of `ascendcl_sys::hixl::HixlApi` and `HixlCSClientGetRemoteMem`, and the twin-only `cannTwinHixlClientEvidence`, in-process table [`hixl_api`] (resolver [`resolve_hixl`]), exported under the C names; the twin-only FabricMem functions `cannTwinFabricMem*` ([`hixl::fabric_mem`]), in-process table [`fabric_mem_api`] |
 //! | profiler ([`prof`]) | every function of `ascendcl_sys::prof::ProfApi` (`aclprofInit`, `aclprofCreateConfig`, `aclprofStart`, `aclprofStop`, `aclprofDestroyConfig`, `aclprofFinalize`): a model recording the twin's copies and kernel launches as task records, in-process table [`prof_api`] (resolver [`resolve_prof`]), exported under the C names |
 //!
 //! # Not yet implemented
@@ -208,7 +208,7 @@ mod stream;
 pub mod vmm_share;
 
 pub use acl::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
-pub use hixl::{hixl_api, resolve_hixl};
+pub use hixl::{fabric_mem_api, hixl_api, resolve_hixl};
 pub use prof::{prof_api, resolve as resolve_prof};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};

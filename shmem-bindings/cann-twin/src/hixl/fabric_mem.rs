@@ -25,6 +25,13 @@
 //!   constant 1 copied into a Host flag per stream, polled, then each stream synchronised (`host_transfer_service.cc`).
 //!   Those are the ACL functions of this runtime, so its evidence counts them as the Host's copies.
 //!
+//! **Records** (twin-only, [`cannTwinFabricMemEvidence`], the structure of `cannTwinHixlClientEvidence`): an
+//! engine counts, where each act happens, its batches (`device_batches`: run by AI-CPU launches, `wire_batches`: moved
+//! by Host copies), its AI-CPU launches and the SQEs, doorbells and flags the AI CPU's channel log shows for them, and
+//! each `aclrtMemcpyAsync` it made for data (`host_copies`). A test-only mis-wiring
+//! ([`crate::control::fabric_mem_host_copies`]) makes an AI-CPU-unfold engine copy with the Host instead: the records
+//! then name the Host, whatever the option said.
+//!
 //! Status codes are `adxl::Status` values. Waits are bounded: a Sync transfer by its timeout (10 s when not
 //! positive), an Async one by 10 s from its submission, a connect by its timeout. A peer that has gone away (its
 //! control connection closed) fails the transfer and is forgotten.
@@ -36,7 +43,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use ascendcl_sys::hixl::{HixlOneSideOpDesc, COMM_MEM_TYPE_DEVICE, COMM_MEM_TYPE_HOST};
+use ascendcl_sys::hixl::{
+    CannTwinHixlEvidence, HixlOneSideOpDesc, COMM_MEM_TYPE_DEVICE, COMM_MEM_TYPE_HOST, TWIN_HIXL_EVIDENCE_VERSION,
+};
 use ascendcl_sys::sys::*;
 
 use super::device::{self, DeviceBatch, Imports, Slot, Tallies};
@@ -131,6 +140,8 @@ impl State {
 struct Engine {
     /// Its control server (a server of module `hixl`).
     server: usize,
+    /// The device it was created on.
+    device: i32,
     unfold: Unfold,
     state: Mutex<State>,
     tallies: Arc<Tallies>,
@@ -216,7 +227,14 @@ impl Engine {
                 return Err(if code == ascendcl_sys::hixl::HIXL_PARAM_INVALID { PARAM_INVALID } else { FAILED });
             }
         }
-        Ok(Engine { server, unfold, state: Mutex::default(), tallies: Arc::default(), stop: AtomicBool::new(false) })
+        Ok(Engine {
+            server,
+            device,
+            unfold,
+            state: Mutex::default(),
+            tallies: Arc::default(),
+            stop: AtomicBool::new(false),
+        })
     }
 
     fn register(&self, addr: u64, size: u64, host: bool) -> Checked<u64> {
@@ -335,6 +353,21 @@ impl Engine {
         if list.is_empty() {
             return Ok(None);
         }
+        let mis_wired = matches!(self.unfold, Unfold::AiCpu(_)) && host_copies(self.device);
+        self.tallies.batch(list.len(), matches!(self.unfold, Unfold::AiCpu(_)) && !mis_wired);
+        if mis_wired {
+            drop(state);
+            let outcome = self.copy_with_the_host(write, &list);
+            let outcome = self.still_there(remote, outcome)?;
+            if asynchronous {
+                let mut state = lock(&self.state);
+                let id = self.next_id(&mut state);
+                let request = Request::Host { flags: Vec::new(), streams: Vec::new(), deadline: Instant::now() };
+                state.requests.insert(id, request);
+                return Ok(Some(id));
+            }
+            return Ok(outcome);
+        }
         match &self.unfold {
             Unfold::AiCpu(slot) => {
                 let link = Arc::clone(&peer.imports.link);
@@ -371,6 +404,7 @@ impl Engine {
                     let (dst, src) = if write { (op.remote_buf, op.local_buf) } else { (op.local_buf, op.remote_buf) };
                     // SAFETY: both are device addresses of this process (relocated above); the twin's copy checks them.
                     acl(unsafe { crate::acl::aclrtMemcpyAsync(dst, len, src, len, kind, stream) })?;
+                    self.tallies.host_copy(len);
                 }
                 let used: Vec<usize> = streams.iter().copied().take(list.len()).collect();
                 if asynchronous {
@@ -401,6 +435,18 @@ impl Engine {
                 self.still_there(remote, outcome.map(|()| None))
             }
         }
+    }
+
+    /// The test-only mis-wiring: every operation one synchronous Host runtime copy (`aclrtMemcpy`), counted as such.
+    fn copy_with_the_host(&self, write: bool, list: &[HixlOneSideOpDesc]) -> Checked<Option<u64>> {
+        for op in list {
+            let len = op.len as usize;
+            let (dst, src) = if write { (op.remote_buf, op.local_buf) } else { (op.local_buf, op.remote_buf) };
+            // SAFETY: both are device addresses of this process (relocated by `resolve`); the twin's copy checks them.
+            acl(unsafe { crate::acl::aclrtMemcpy(dst, len, src, len, ACL_MEMCPY_DEVICE_TO_DEVICE) })?;
+            self.tallies.host_copy(len);
+        }
+        Ok(None)
     }
 
     fn next_id(&self, state: &mut State) -> u64 {
@@ -499,6 +545,23 @@ impl Drop for Engine {
             let _ = crate::runtime::with_space_mut(|space| space.free(*const_one as usize));
         }
     }
+}
+
+/// Test-only mis-wiring ([`crate::control::fabric_mem_host_copies`]): the devices whose AI-CPU-unfold engines copy
+/// with the Host instead.
+static HOST_COPIES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Makes the AI-CPU-unfold engines on `device` move every batch with Host copies (`true`), or lets them launch again.
+pub(crate) fn set_host_copies(device: i32, on: bool) {
+    let mut devices = lock(&HOST_COPIES);
+    devices.retain(|&other| other != device);
+    if on {
+        devices.push(device);
+    }
+}
+
+fn host_copies(device: i32) -> bool {
+    lock(&HOST_COPIES).contains(&device)
 }
 
 /// Synchronises every stream in `streams` by `deadline`: `TIMEOUT` past it, `FAILED` for a failed copy.
@@ -695,6 +758,33 @@ pub extern "C" fn cannTwinFabricMemDestroy(engine: u64) -> u32 {
     })
 }
 
+/// **Twin-only**: the counts of one engine since it was created, in the structure of `cannTwinHixlClientEvidence`
+/// (`device_batches` / `launches` / SQEs, doorbells and flags by who did each: its AI-CPU-unfold batches, from the
+/// consumption log of the AI CPU's channel; `wire_batches` / `host_copies` / `host_copy_bytes`: its batches moved by
+/// Host runtime copies and those copies). The caller sets `version` (`TWIN_HIXL_EVIDENCE_VERSION`) and `size` (at
+/// least the structure's); `PARAM_INVALID` for an unknown engine, a null pointer, another version or a smaller size
+/// (nothing written).
+///
+/// # Safety
+/// `evidence` is null or points to `evidence->size` writable bytes, aligned for a `uint64_t`.
+#[no_mangle]
+pub unsafe extern "C" fn cannTwinFabricMemEvidence(engine: u64, evidence: *mut CannTwinHixlEvidence) -> u32 {
+    guard(|| {
+        let engine = engine_of(engine)?;
+        if evidence.is_null() {
+            return Err(PARAM_INVALID);
+        }
+        // SAFETY: non-null; the contract makes the two header words readable.
+        let (version, size) = unsafe { ((*evidence).version, (*evidence).size) };
+        if version != TWIN_HIXL_EVIDENCE_VERSION || (size as usize) < core::mem::size_of::<CannTwinHixlEvidence>() {
+            return Err(PARAM_INVALID);
+        }
+        // SAFETY: non-null, at least the structure's size and aligned (checked and the contract).
+        unsafe { evidence.write(engine.tallies.snapshot()) };
+        Ok(())
+    })
+}
+
 /// The C names of the FabricMem functions (twin-only), exported by the cdylib.
 pub const FABRIC_MEM_EXPORTED: &[&str] = &[
     "cannTwinFabricMemCreate",
@@ -705,4 +795,22 @@ pub const FABRIC_MEM_EXPORTED: &[&str] = &[
     "cannTwinFabricMemTransfer",
     "cannTwinFabricMemQuery",
     "cannTwinFabricMemDestroy",
+    "cannTwinFabricMemEvidence",
 ];
+
+/// The address of the FabricMem function called `name` (one of [`FABRIC_MEM_EXPORTED`]), or `None`: the in-process
+/// resolver of `ascendcl_sys::hixl::FabricMemApi`. Each function has exactly the prototype declared there.
+pub fn resolve_fabric_mem(name: &str) -> Option<*const c_void> {
+    Some(match name {
+        "cannTwinFabricMemCreate" => cannTwinFabricMemCreate as *const c_void,
+        "cannTwinFabricMemRegister" => cannTwinFabricMemRegister as *const c_void,
+        "cannTwinFabricMemDeregister" => cannTwinFabricMemDeregister as *const c_void,
+        "cannTwinFabricMemConnect" => cannTwinFabricMemConnect as *const c_void,
+        "cannTwinFabricMemDisconnect" => cannTwinFabricMemDisconnect as *const c_void,
+        "cannTwinFabricMemTransfer" => cannTwinFabricMemTransfer as *const c_void,
+        "cannTwinFabricMemQuery" => cannTwinFabricMemQuery as *const c_void,
+        "cannTwinFabricMemDestroy" => cannTwinFabricMemDestroy as *const c_void,
+        "cannTwinFabricMemEvidence" => cannTwinFabricMemEvidence as *const c_void,
+        _ => return None,
+    })
+}
