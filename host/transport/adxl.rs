@@ -17,6 +17,7 @@
 
 mod fabric;
 mod hixl;
+mod jobs;
 
 pub use fabric::{AdxlFabricCounters, AdxlFabricTransport};
 

@@ -28,16 +28,17 @@
 //! descriptor, a doorbell and a completion by the Host, the AI-CPU launches as `host_launches` (1/k per transfer of a
 //! batch of k). The verdict comes from those counts, never from the option.
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ascendcl_sys::hixl::{CannTwinHixlEvidence, FabricMemApi};
 
 use super::hixl::BatchActs;
+use super::jobs::{batches, JobQueue};
 use super::AdxlStatus;
 use crate::config::{AivOptions, FabricMemoryOptions};
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
@@ -100,12 +101,6 @@ struct Job {
     submit_cpu_ns: u64,
 }
 
-#[derive(Debug, Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    stop: bool,
-}
-
 #[derive(Debug)]
 struct Shared {
     device: Arc<dyn DeviceBackend>,
@@ -117,8 +112,7 @@ struct Shared {
     carry: CpuCarry,
     /// The engine, or why there is none.
     engine: Result<Engine, String>,
-    queue: Mutex<Queue>,
-    queued: Condvar,
+    queue: JobQueue<Job>,
 }
 
 /// The adxl-fabric transport of one device.
@@ -227,8 +221,7 @@ impl AdxlFabricTransport {
             counters: Counters::default(),
             carry: CpuCarry::default(),
             engine,
-            queue: Mutex::new(Queue::default()),
-            queued: Condvar::new(),
+            queue: JobQueue::new(),
         });
         AdxlFabricTransport { shared, worker: Mutex::new(None) }
     }
@@ -361,21 +354,19 @@ impl Transport for AdxlFabricTransport {
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
-        self.shared.queued.notify_one();
+        self.shared.queue.push(jobs);
         self.shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
 }
 
 impl Drop for AdxlFabricTransport {
     fn drop(&mut self) {
-        self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
-        self.shared.queued.notify_all();
+        self.shared.queue.stop();
         if let Some(Ok(thread)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Bounded: the thread's longest wait is one connect or one batch poll of `baseline_timeout`.
             let _ = thread.join();
         }
-        for job in self.shared.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
+        for job in self.shared.queue.drain() {
             job.slot.fail(AdxlStatus::FAILED.failure_on(PATH, FailureKind::Shutdown, "transport shut down"));
         }
         // The engine is destroyed with `shared` (its last holder was the thread, joined above).
@@ -406,35 +397,11 @@ impl Worker {
             tracing::error!(%error, "adxl-fabric: Host thread cannot bind the device");
         }
         let mut cpu_mark = thread_cpu_time_ns();
-        loop {
-            let jobs: Vec<Job> = {
-                let mut queue = self.shared.queue.lock().unwrap_or_else(|p| p.into_inner());
-                while queue.jobs.is_empty() && !queue.stop {
-                    queue = self
-                        .shared
-                        .queued
-                        .wait_timeout(queue, Duration::from_millis(20))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-                if queue.stop {
-                    break;
-                }
-                queue.jobs.drain(..).collect()
-            };
+        while let Some(jobs) = self.shared.queue.wait() {
             self.reap_abandoned();
-            let mut jobs = jobs.into_iter().peekable();
-            while let Some(first) = jobs.next() {
-                let mut group = vec![first];
-                while let Some(next) = jobs.peek() {
-                    let head = &group[0];
-                    if group.len() < MAX_BATCH_ENTRIES && next.server == head.server && next.opcode == head.opcode {
-                        group.extend(jobs.next());
-                    } else {
-                        break;
-                    }
-                }
-                self.run_batch(group, &mut cpu_mark);
+            let together = |first: &Job, next: &Job| next.server == first.server && next.opcode == first.opcode;
+            for batch in batches(jobs, MAX_BATCH_ENTRIES, together) {
+                self.run_batch(batch, &mut cpu_mark);
             }
         }
     }

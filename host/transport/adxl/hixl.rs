@@ -50,10 +50,10 @@
 //! Endpoints are [`EndpointDesc::device`] (HCCS, the device id as address and physical id): *unverified on
 //! hardware*, like everything here; checked against the fake `libcann_hixl.so` only.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -62,6 +62,7 @@ use ascendcl_sys::hixl::{
     HixlOneSideOpDesc,
 };
 
+use super::jobs::{batches, JobQueue};
 use super::{AdxlStatus, Shared};
 use crate::cpu_time::{thread_cpu_time_ns, Section};
 use crate::device::DeviceAdvertisement;
@@ -175,12 +176,6 @@ impl Job {
     fn client_key(&self) -> String {
         format!("{}@{}", self.peer, self.server)
     }
-}
-
-#[derive(Debug, Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    stop: bool,
 }
 
 /// The HiXL loader-table counters the evidence reads (`None` only if `HixlApi` stopped declaring a name: then 0).
@@ -304,8 +299,7 @@ struct BatchCalls {
 struct State {
     shared: Arc<Shared>,
     api: Result<&'static HixlApi, String>,
-    queue: Mutex<Queue>,
-    queued: Condvar,
+    queue: JobQueue<Job>,
 }
 
 /// The HiXL submission backend of one device's adxl transport.
@@ -332,7 +326,7 @@ impl HixlPath {
                 None
             }
         };
-        let state = Arc::new(State { shared, api, queue: Mutex::new(Queue::default()), queued: Condvar::new() });
+        let state = Arc::new(State { shared, api, queue: JobQueue::new() });
         HixlPath { state, server: Mutex::new(server), worker: Mutex::new(None) }
     }
 
@@ -436,8 +430,7 @@ impl HixlPath {
         for job in &mut jobs {
             job.submit_cpu_ns = share;
         }
-        self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.extend(jobs);
-        self.state.queued.notify_one();
+        self.state.queue.push(jobs);
         // The hand-off to the Host thread is charged too.
         self.state.shared.carry.add(section.elapsed_ns().saturating_sub(share_mark));
     }
@@ -445,13 +438,12 @@ impl HixlPath {
 
 impl Drop for HixlPath {
     fn drop(&mut self) {
-        self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
-        self.state.queued.notify_all();
+        self.state.queue.stop();
         if let Some(Ok(thread)) = self.worker.lock().unwrap_or_else(|p| p.into_inner()).take() {
             // Bounded: the thread's longest wait is one connect or one batch poll of `baseline_timeout`.
             let _ = thread.join();
         }
-        for job in self.state.queue.lock().unwrap_or_else(|p| p.into_inner()).jobs.drain(..) {
+        for job in self.state.queue.drain() {
             job.slot.fail(AdxlStatus::FAILED.failure_of(crate::transfer::FailureKind::Shutdown, "transport shut down"));
         }
         let _ = self.state.shared.device.bind_thread();
@@ -480,38 +472,13 @@ impl Worker {
             tracing::error!(%error, "adxl: HiXL Host thread cannot bind the device");
         }
         let mut cpu_mark = thread_cpu_time_ns();
-        loop {
-            let jobs: Vec<Job> = {
-                let mut queue = self.state.queue.lock().unwrap_or_else(|p| p.into_inner());
-                while queue.jobs.is_empty() && !queue.stop {
-                    queue = self
-                        .state
-                        .queued
-                        .wait_timeout(queue, Duration::from_millis(20))
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
-                }
-                if queue.stop {
-                    break;
-                }
-                queue.jobs.drain(..).collect()
-            };
+        while let Some(jobs) = self.state.queue.wait() {
             self.reap_abandoned();
-            let mut jobs = jobs.into_iter().peekable();
-            while let Some(first) = jobs.next() {
-                let mut group = vec![first];
-                while let Some(next) = jobs.peek() {
-                    let head = &group[0];
-                    if group.len() < MAX_BATCH_ENTRIES
-                        && next.client_key() == head.client_key()
-                        && next.opcode == head.opcode
-                    {
-                        group.extend(jobs.next());
-                    } else {
-                        break;
-                    }
-                }
-                self.run_batch(group, &mut cpu_mark);
+            let together = |first: &Job, next: &Job| {
+                next.peer == first.peer && next.server == first.server && next.opcode == first.opcode
+            };
+            for batch in batches(jobs, MAX_BATCH_ENTRIES, together) {
+                self.run_batch(batch, &mut cpu_mark);
             }
         }
         // Clients are destroyed here, on the thread bound to the device.
