@@ -19,7 +19,7 @@ mod fabric;
 mod hixl;
 mod jobs;
 
-pub use fabric::{AdxlFabricCounters, AdxlFabricTransport};
+pub use fabric::AdxlFabricTransport;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -108,7 +108,8 @@ impl AdxlStatus {
     }
 }
 
-/// Counters of the adxl transport as a whole.
+/// Counters of the adxl transport (peers are HiXL clients) or the adxl-fabric one (peers are FabricMem engines) as a
+/// whole.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AdxlCounters {
     /// Peer engines connected (HiXL clients connected).
@@ -127,6 +128,17 @@ struct Counters {
     groups: AtomicU64,
     timeouts: AtomicU64,
     failures: AtomicU64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> AdxlCounters {
+        AdxlCounters {
+            connects: self.connects.load(Ordering::Relaxed),
+            groups: self.groups.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
+            failures: self.failures.load(Ordering::Relaxed),
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -174,13 +186,7 @@ impl AdxlTransport {
 
     /// Transport-wide counters.
     pub fn counters(&self) -> AdxlCounters {
-        let c = &self.shared.counters;
-        AdxlCounters {
-            connects: c.connects.load(Ordering::Relaxed),
-            groups: c.groups.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-        }
+        self.shared.counters.snapshot()
     }
 }
 

@@ -30,7 +30,7 @@
 
 use std::collections::HashSet;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -39,7 +39,7 @@ use ascendcl_sys::hixl::{CannTwinHixlEvidence, FabricMemApi};
 
 use super::hixl::BatchActs;
 use super::jobs::{batches, JobQueue};
-use super::AdxlStatus;
+use super::{AdxlCounters, AdxlStatus, Counters};
 use crate::config::{AivOptions, FabricMemoryOptions};
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
 use crate::device::{DeviceAdvertisement, DeviceBackend};
@@ -59,27 +59,6 @@ const STATUS_WAITING: i32 = 0;
 const STATUS_COMPLETED: i32 = 1;
 const STATUS_TIMEOUT: i32 = 2;
 const STATUS_FAILED: i32 = 3;
-
-/// Counters of the adxl-fabric transport as a whole.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AdxlFabricCounters {
-    /// Peer engines connected.
-    pub connects: u64,
-    /// Batches submitted.
-    pub groups: u64,
-    /// Batches that did not end in time.
-    pub timeouts: u64,
-    /// Batches that failed.
-    pub failures: u64,
-}
-
-#[derive(Debug, Default)]
-struct Counters {
-    connects: AtomicU64,
-    groups: AtomicU64,
-    timeouts: AtomicU64,
-    failures: AtomicU64,
-}
 
 /// The device's FabricMem engine.
 #[derive(Debug)]
@@ -231,15 +210,9 @@ impl AdxlFabricTransport {
         self.shared.engine.as_ref().ok().map(|engine| engine.address.clone())
     }
 
-    /// Transport-wide counters.
-    pub fn counters(&self) -> AdxlFabricCounters {
-        let c = &self.shared.counters;
-        AdxlFabricCounters {
-            connects: c.connects.load(Ordering::Relaxed),
-            groups: c.groups.load(Ordering::Relaxed),
-            timeouts: c.timeouts.load(Ordering::Relaxed),
-            failures: c.failures.load(Ordering::Relaxed),
-        }
+    /// Transport-wide counters (FabricMem engines connected, batches, timeouts, failures).
+    pub fn counters(&self) -> AdxlCounters {
+        self.shared.counters.snapshot()
     }
 
     fn ensure_worker(&self) -> Result<(), String> {
