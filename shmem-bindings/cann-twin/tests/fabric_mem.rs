@@ -96,6 +96,7 @@ impl Engine {
 
 impl Drop for Engine {
     fn drop(&mut self) {
+        // SAFETY: the handle this value created; destroyed once, here.
         let _ = unsafe { fabric().cannTwinFabricMemDestroy(self.raw) };
     }
 }
