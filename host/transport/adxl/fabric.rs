@@ -520,8 +520,8 @@ impl Worker {
             } else {
                 let unaligned = group.iter().any(|job| job.local % 64 != 0 || job.remote % 64 != 0);
                 let hint = if self.shared.host_unfold && unaligned {
-                    " (the Host unfold copies with aclrtMemcpyAsync, device to device, which needs 64-byte-aligned \
-                     addresses; a batch has an unaligned one)"
+                    " (the Host unfold's stream copies, device to device, need 64-byte-aligned addresses; a batch has \
+                     an unaligned one)"
                 } else {
                     ""
                 };
