@@ -5,11 +5,14 @@
 //! `aclrtMalloc`; the data of every transfer is checked by hash on both sides, and the twin runtime's own counts
 //! (`cannTwinEvidence` version 2, provenance records on) show the SQEs written and the doorbells rung by the AIV
 //! kernel and no Host runtime copy while the transfers ran. A target killed mid-batch gives Mooncake a failed status
-//! within the transfer timeout.
+//! within the transfer timeout. Without the wheel, a C++ program (`host/capi/tests/cxx/adxl_over_aiv_test.cpp`) checks
+//! the library's failure paths: ADXL's code and one log line for each, and `Initialize` failing with `FAILED` when the
+//! loaded `libascendcl.so` is no usable runtime (a stub with a handful of functions).
 //!
-//! Needs the wheel's virtualenv (`AIV_TEST_MOONCAKE_NPU_VENV`, from tests/support/mooncake_npu.sh) and g++ (the test
-//! runs tests/support/mooncake_over_aiv.sh, which builds the library, unless `AIV_TEST_MOONCAKE_OVER_AIV_LIBS` names
-//! its output already); without them the tests are skipped with a `SKIPPED` line (a failure under `CI=true`).
+//! Needs g++ (the tests run tests/support/mooncake_over_aiv.sh, which builds the library, unless
+//! `AIV_TEST_MOONCAKE_OVER_AIV_LIBS` names its output already) and, for the wheel's tests, its virtualenv
+//! (`AIV_TEST_MOONCAKE_NPU_VENV`, from tests/support/mooncake_npu.sh); without them the tests are skipped with a
+//! `SKIPPED` line (a failure under `CI=true`).
 
 #[path = "common/skip.rs"]
 mod skip;
@@ -36,8 +39,13 @@ fn inputs() -> Option<(PathBuf, PathBuf)> {
         );
         return None;
     };
+    Some((venv, library_dir()?))
+}
+
+/// The directory of tests/support/mooncake_over_aiv.sh (built once per test binary), or `None` (skipped: no g++).
+fn library_dir() -> Option<PathBuf> {
     if let Some(libs) = std::env::var_os("AIV_TEST_MOONCAKE_OVER_AIV_LIBS").map(PathBuf::from) {
-        return Some((venv, libs));
+        return Some(libs);
     }
     let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
     if Command::new(&cxx).arg("--version").output().map_or(true, |output| !output.status.success()) {
@@ -61,7 +69,7 @@ fn inputs() -> Option<(PathBuf, PathBuf)> {
         Ok(PathBuf::from(stdout.lines().last().unwrap_or_default().trim()))
     });
     match built {
-        Ok(libs) => Some((venv, libs.clone())),
+        Ok(libs) => Some(libs.clone()),
         Err(message) => panic!("{message}"),
     }
 }
@@ -301,4 +309,121 @@ fn a_target_killed_mid_batch_gives_mooncake_a_failed_status_within_the_transfer_
         killed_at.elapsed().as_secs_f64(),
         causes.join("\n")
     );
+}
+
+/// A `libascendcl.so` that is no usable runtime: only the functions the test program and the library call.
+const STUB_ACL: &str = r#"
+#include <stdint.h>
+#include <stdlib.h>
+int aclInit(const char *config) { (void)config; return 0; }
+int aclrtSetDevice(int32_t device) { (void)device; return 0; }
+int aclrtGetDevice(int32_t *device) { *device = 0; return 0; }
+int aclrtMalloc(void **ptr, size_t size, int policy) { (void)policy; *ptr = malloc(size); return *ptr ? 0 : 1; }
+int aclrtFree(void *ptr) { free(ptr); return 0; }
+int aclrtMallocHost(void **ptr, size_t size) { *ptr = malloc(size); return *ptr ? 0 : 1; }
+int aclrtFreeHost(void *ptr) { free(ptr); return 0; }
+"#;
+
+/// The test program (host/capi/tests/cxx/adxl_over_aiv_test.cpp) compiled into `out`, linked with `acl_dir`'s
+/// libascendcl.so and the library directory's libllm_datadist.so and libmetadef.so.
+fn error_program(libs: &Path, acl_dir: &Path, out: &Path) -> PathBuf {
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "g++".into());
+    let program = out.join("adxl_over_aiv_test");
+    let output = Command::new(&cxx)
+        .args(["-std=c++17", "-O1", "-g", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(&program)
+        .arg(repo().join("host/capi/tests/cxx/adxl_over_aiv_test.cpp"))
+        .arg(format!("-I{}", repo().join("shmem-bindings/cann-twin/cxx").display()))
+        .arg(format!("-L{}", acl_dir.display()))
+        .arg("-lascendcl")
+        .arg(format!("-L{}", libs.display()))
+        .args(["-lllm_datadist", "-lmetadef"])
+        .arg(format!("-Wl,-rpath,{}:{}", acl_dir.display(), libs.display()))
+        .output()
+        .expect("run the C++ compiler");
+    assert!(output.status.success(), "compiling the test program failed:\n{}", String::from_utf8_lossy(&output.stderr));
+    program
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").expect("bind").local_addr().expect("address").port()
+}
+
+/// Runs the test program's `case` (bounded), and returns its stderr (the library's log lines).
+fn run_case(program: &Path, case: &str) -> String {
+    let mut child = Command::new(program)
+        .args([case, &free_port().to_string()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the test program");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let _ = child.stdout.take().expect("stdout").read_to_string(&mut stdout);
+    let _ = child.stderr.take().expect("stderr").read_to_string(&mut stderr);
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains(&format!("case {case} passed")),
+        "case {case} failed ({status:?}):\n{stdout}\n{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn every_failure_returns_adxls_code_with_one_log_line_and_an_unusable_runtime_fails_initialize() {
+    let Some(libs) = library_dir() else { return };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let stub_dir = dir.path().join("stub");
+    std::fs::create_dir_all(&stub_dir).expect("mkdir");
+    std::fs::write(stub_dir.join("stub_acl.c"), STUB_ACL).expect("write the stub");
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+    let output = Command::new(&cc)
+        .args(["-shared", "-fPIC", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(stub_dir.join("libascendcl.so"))
+        .arg(stub_dir.join("stub_acl.c"))
+        .output()
+        .expect("run the C compiler");
+    assert!(output.status.success(), "compiling the stub failed:\n{}", String::from_utf8_lossy(&output.stderr));
+
+    let unusable = error_program(&libs, &stub_dir, &stub_dir);
+    let log = run_case(&unusable, "unusable");
+    // The engine could not open the loaded library as a device runtime: one line naming it and the cause.
+    let initialize: Vec<&str> = log.lines().filter(|line| line.starts_with("adxl-over-aiv: Initialize: ")).collect();
+    assert!(
+        initialize.iter().any(|line| line.contains("not created") && line.contains("libascendcl.so")),
+        "no Initialize line naming the runtime:\n{log}"
+    );
+    assert!(log.contains("adxl-over-aiv: Initialize: option EnableUseFabricMem=1"), "{log}");
+    assert!(log.contains("adxl-over-aiv: FreeMem: "), "{log}");
+    assert!(log.contains("adxl-over-aiv: RegisterMem: the engine is not initialized"), "{log}");
+
+    let twin_dir = dir.path().join("twin");
+    std::fs::create_dir_all(&twin_dir).expect("mkdir");
+    let twin = error_program(&libs, &libs, &twin_dir);
+    let log = run_case(&twin, "twin");
+    for expected in [
+        "adxl-over-aiv: RegisterMem: device memory",
+        "adxl-over-aiv: TransferSync: 127.0.0.1:",
+        "is not connected",
+        "a range outside registered memory",
+        "adxl-over-aiv: Connect: 127.0.0.1:1: ",
+        "adxl-over-aiv: DeregisterMem: ",
+    ] {
+        assert!(log.contains(expected), "no line with {expected:?}:\n{log}");
+    }
+    // Every line of the library is one line with its prefix and a member.
+    for line in log.lines().filter(|line| line.contains("adxl-over-aiv")) {
+        assert!(line.starts_with("adxl-over-aiv: "), "{line}");
+    }
 }
