@@ -44,8 +44,13 @@ pub struct ExportedRegion {
     pub addr: u64,
     /// Bytes.
     pub length: u64,
-    /// The shareable handle the importer presents (`aclrtMemExportToShareableHandle`'s `u64`).
+    /// The shareable handle the importer presents (`aclrtMemExportToShareableHandle`'s `u64`); 0 for a region
+    /// exported by IPC key.
     pub export_id: u64,
+    /// The IPC key the importer presents instead (`aclrtIpcMemGetExportKey`'s text), for a range of the runtime's
+    /// own allocations (`aclrtMalloc`) that lies outside the exported heap; absent for heap exports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipc_key: Option<String>,
 }
 
 /// What a device advertises in its segment descriptor's `aiv` object so peers can import its memory.

@@ -86,7 +86,8 @@ typedef enum aiv_mem_kind {
     AIV_MEM_AUTO = 0,
     /* Host memory (Mooncake's location "cpu:0"): reachable by the Host paths (protocol tcp). */
     AIV_MEM_HOST = 1,
-    /* Memory of the engine's device ("npu:<id>"), e.g. from aiv_device_alloc; anything else is refused. */
+    /* Memory of the engine's device ("npu:<id>"), e.g. from aiv_device_alloc or, with the "cann" backend, the
+     * runtime's own allocations on that device (aclrtMalloc); anything else is refused. */
     AIV_MEM_DEVICE = 2
 } aiv_mem_kind_t;
 
@@ -234,7 +235,13 @@ int aiv_string_free(char *string);
  * "protocol" defaults to "aiv" (not Mooncake's "tcp"); "local_hostname" is required unless MOONCAKE_LOCAL_HOSTNAME
  * is set; "aiv.device_id" names the device this engine drives (one engine per device in a process). One key is
  * this library's own: "rpc_port", the port of the engine's handshake server (default: a free one of
- * MC_MIN_RPC_PORT..MC_MAX_RPC_PORT); with P2PHANDSHAKE the segment name is "<host>:<rpc port>". config_json NULL
+ * MC_MIN_RPC_PORT..MC_MAX_RPC_PORT); with P2PHANDSHAKE the segment name is "<host>:<rpc port>". Another is the
+ * library's own too: "cann_libraries": {"ascendcl": path, "shmem": path, "hixl": path, "msprofiler": path} (each
+ * optional), the files the "cann" backend loads, as AIV_ASCENDCL_LIB, AIV_SHMEM_LIB, AIV_HIXL_LIB and
+ * AIV_MSPROFILER_LIB would name them, without touching the environment: a host program that loaded libascendcl.so
+ * itself passes that file, so that the engine drives the runtime the program's own allocations belong to. The
+ * libraries are loaded once per process: with "device_backend": "cann", an "ascendcl" that differs from the file
+ * loaded already is AIV_ERR_CONFIG. config_json NULL
  * or "" is "{}". With a device protocol the device is opened here (AIV_ERR_DEVICE if it cannot be).
  * On success *engine is the new handle; on failure NULL. */
 int aiv_engine_create(const char *config_json, aiv_engine_t **engine);

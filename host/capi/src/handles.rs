@@ -2,6 +2,7 @@
 //! and the batches submitted through it (with their task counts).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -45,6 +46,58 @@ impl Drop for Engine {
     }
 }
 
+/// The keys of `"cann_libraries"` and the loader override variables they stand for.
+const CANN_LIBRARY_KEYS: [(&str, &str); 4] = [
+    ("ascendcl", "AIV_ASCENDCL_LIB"),
+    ("shmem", "AIV_SHMEM_LIB"),
+    ("hixl", "AIV_HIXL_LIB"),
+    ("msprofiler", "AIV_MSPROFILER_LIB"),
+];
+
+/// The library's own key `"cann_libraries"`: `{"ascendcl": path, "shmem": path, "hixl": path, "msprofiler": path}`
+/// (each optional), the files the `cann` backend's loaders open, as the override variables would name them.
+fn cann_libraries(value: Option<serde_json::Value>) -> Result<Vec<(&'static str, PathBuf)>, Failure> {
+    let config_error = |message: String| Failure::new(code::CONFIG, message);
+    let object = match value {
+        None | Some(serde_json::Value::Null) => return Ok(Vec::new()),
+        Some(serde_json::Value::Object(object)) => object,
+        Some(found) => return Err(config_error(format!("cann_libraries: expected an object, found {found}"))),
+    };
+    let mut out = Vec::new();
+    for (key, value) in object {
+        let Some(&(_, var)) = CANN_LIBRARY_KEYS.iter().find(|(name, _)| *name == key) else {
+            return Err(config_error(format!(
+                "cann_libraries: unknown key {key:?} (expected ascendcl, shmem, hixl or msprofiler)"
+            )));
+        };
+        match value.as_str().filter(|path| !path.is_empty()) {
+            Some(path) => out.push((var, PathBuf::from(path))),
+            None => return Err(config_error(format!("cann_libraries.{key}: expected a file path, found {value}"))),
+        }
+    }
+    Ok(out)
+}
+
+/// With `"cann_libraries"."ascendcl"` and the `cann` backend: the ACL table this process loaded is that file (a
+/// table is loaded once per process; an engine created earlier may have loaded another).
+fn check_loaded_acl(libraries: &[(&'static str, PathBuf)], engine: &Engine) -> Result<(), Failure> {
+    let Some((_, wanted)) = libraries.iter().find(|(var, _)| *var == "AIV_ASCENDCL_LIB") else { return Ok(()) };
+    if engine.engine.config().aiv.device_backend != engine::config::DeviceBackendKind::Cann {
+        return Ok(());
+    }
+    match ascendcl_sys::api().ok().map(|api| api.path().to_path_buf()) {
+        Some(loaded) if loaded != *wanted => Err(Failure::new(
+            code::CONFIG,
+            format!(
+                "cann_libraries.ascendcl: this process loaded the ACL runtime from {} already, not from {}",
+                loaded.display(),
+                wanted.display()
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
 impl Engine {
     /// Starts an engine from the JSON text of `aiv_engine_create` (see the header for its keys).
     pub fn create(json: &str) -> Result<Engine, Failure> {
@@ -65,6 +118,7 @@ impl Engine {
                     .ok_or_else(|| config_error(format!("rpc_port: expected a port 1..=65535, found {found}")))?,
             ),
         };
+        let libraries = cann_libraries(object.remove("cann_libraries"))?;
         object.entry("protocol").or_insert_with(|| serde_json::Value::String("aiv".into()));
         let config =
             EngineConfig::from_json(&value.to_string(), "the aiv_engine_create configuration", &ProcessEnvironment)
@@ -75,6 +129,9 @@ impl Engine {
             options.rpc_ports = port..=port;
         }
         let device_path = config.protocol.is_device_path();
+        for (var, path) in &libraries {
+            ascendcl_sys::loader::set_program_override(var, path.clone());
+        }
         let engine = Engine {
             device_buffers: Mutex::new(BTreeMap::new()),
             device: Mutex::new(None),
@@ -86,6 +143,7 @@ impl Engine {
         if device_path {
             engine.device()?;
         }
+        check_loaded_acl(&libraries, &engine)?;
         Ok(engine)
     }
 

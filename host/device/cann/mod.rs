@@ -54,7 +54,7 @@ pub use self::runtime_kind::{identify_runtime, CannRuntime};
 pub use self::settings::{CannSettings, DEFAULT_COUNTER_HZ};
 
 use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{c_void, CString};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -125,6 +125,10 @@ pub struct CannDevice {
     export_id: u64,
     kernel: Kernel,
     imports: Mutex<HashMap<u64, (ImportedWindow, Mapping)>>,
+    /// Registered ranges of the runtime's own allocations (outside the heap) exported by IPC key, by address.
+    ipc_exports: Mutex<std::collections::BTreeMap<u64, ExportedRegion>>,
+    /// Peers' IPC-key exports mapped into this device, by key.
+    ipc_imports: Mutex<HashMap<String, ImportedWindow>>,
     channels: Mutex<Vec<(ChannelInfo, DeviceBuffer)>>,
     stream_error: Mutex<Option<String>>,
     // Boxed: the runtime may still read an argument after the vector grows, so the bytes must not move.
@@ -181,6 +185,48 @@ impl CannDevice {
     pub fn runtime(&self) -> CannRuntime {
         self.runtime
     }
+
+    /// Maps a peer's range exported by IPC key (once per key).
+    fn import_ipc(&self, key: &str, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
+        let mut imports = self.ipc_imports.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(window) = imports.get(key) {
+            return Ok(*window);
+        }
+        let text = CString::new(key).map_err(|_| DeviceError::Invalid {
+            device: self.id,
+            operation: "import",
+            reason: "an IPC key with a NUL byte".into(),
+        })?;
+        self.bind()?;
+        let address = acl::ipc::import_by_key(self.acl, &text, ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT)
+            .map_err(runtime(self.id, "import a peer's range by IPC key"))?;
+        let window = ImportedWindow { local_base: address as u64, remote_base: region.addr, length: region.length };
+        imports.insert(key.to_owned(), window);
+        Ok(window)
+    }
+
+    /// Whether `[addr, addr + length)` lies in one window of a peer's memory mapped into this device.
+    fn in_imported_window(&self, addr: u64, length: u64) -> bool {
+        let inside = |window: &ImportedWindow| {
+            addr.checked_sub(window.local_base)
+                .and_then(|offset| offset.checked_add(length))
+                .is_some_and(|end| end <= window.length)
+        };
+        self.imports.lock().unwrap_or_else(|p| p.into_inner()).values().any(|(window, _)| inside(window))
+            || self.ipc_imports.lock().unwrap_or_else(|p| p.into_inner()).values().any(inside)
+    }
+
+    /// Whether the runtime reports `addr` as memory of this device (`aclrtPointerGetAttributes`). False when the
+    /// runtime lacks the call or refuses the address.
+    fn is_runtime_device_memory(&self, addr: u64) -> bool {
+        // SAFETY: all-zero is a valid value of this plain C struct.
+        let mut attributes: aclrtPtrAttributes = unsafe { std::mem::zeroed() };
+        // SAFETY: any address may be asked about; `attributes` is a live out-parameter of the declared layout.
+        let code = unsafe { self.acl.aclrtPointerGetAttributes(addr as *const c_void, &mut attributes) };
+        code == Ok(ACL_SUCCESS)
+            && attributes.location.r#type == ACL_MEM_LOCATION_TYPE_DEVICE
+            && attributes.location.id == self.id
+    }
 }
 
 impl DeviceBackend for CannDevice {
@@ -211,16 +257,19 @@ impl DeviceBackend for CannDevice {
     }
 
     fn is_mapped(&self, addr: u64, length: u64) -> bool {
-        self.is_own_memory(addr, length)
-            || self.imports.lock().unwrap_or_else(|p| p.into_inner()).values().any(|(window, _)| {
-                addr.checked_sub(window.local_base)
-                    .and_then(|offset| offset.checked_add(length))
-                    .is_some_and(|end| end <= window.length)
-            })
+        self.is_own_memory(addr, length) || self.in_imported_window(addr, length)
     }
 
+    /// The heap, and allocations of the runtime on this device (`aclrtMalloc` by the host program: the runtime
+    /// says the address is memory of this device, and it is no peer's memory mapped here).
     fn is_own_memory(&self, addr: u64, length: u64) -> bool {
-        self.heap.contains(addr, length)
+        if self.heap.contains(addr, length) {
+            return true;
+        }
+        if length == 0 || addr.checked_add(length).is_none() || self.in_imported_window(addr, length) {
+            return false;
+        }
+        self.is_runtime_device_memory(addr)
     }
 
     /// `aclrtMemcpy` H2D.
@@ -264,11 +313,14 @@ impl DeviceBackend for CannDevice {
             device: self.identity.clone(),
             device_id: self.id,
             backend: "cann".into(),
-            regions: vec![ExportedRegion {
+            regions: std::iter::once(ExportedRegion {
                 addr: self.heap_mapping.address,
                 length: self.heap_mapping.length,
                 export_id: self.export_id,
-            }],
+                ipc_key: None,
+            })
+            .chain(self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()).values().cloned())
+            .collect(),
             // The VMM shareable handle is the capability.
             process_id: Some(std::process::id()),
             hixl_server: None,
@@ -331,6 +383,9 @@ impl DeviceBackend for CannDevice {
     fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError> {
         if exporter.device == self.identity {
             return Ok(ImportedWindow { local_base: region.addr, remote_base: region.addr, length: region.length });
+        }
+        if let Some(key) = &region.ipc_key {
+            return self.import_ipc(key, region);
         }
         let mut imports = self.imports.lock().unwrap_or_else(|p| p.into_inner());
         if let Some((window, _)) = imports.get(&region.export_id) {
@@ -464,18 +519,63 @@ impl DeviceBackend for CannDevice {
     fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
         // The whole heap was exported at bring-up (one VMM shareable handle); a registered range inside it is
         // reachable through that export already, and the advertisement keeps listing the heap as one region.
-        if !self.heap.contains(addr, length) {
+        if self.heap.contains(addr, length) {
+            return Ok(ExportedRegion {
+                addr: self.heap_mapping.address,
+                length: self.heap_mapping.length,
+                export_id: self.export_id,
+                ipc_key: None,
+            });
+        }
+        // Memory the host program allocated on this device itself (aclrtMalloc): exported by IPC key, as the range
+        // registered, for as long as it stays registered.
+        if !self.is_own_memory(addr, length) {
             return Err(DeviceError::Invalid {
                 device: self.id,
                 operation: "export a registered range",
-                reason: format!("[{addr:#x}, +{length}) is not inside this device's exported HBM heap"),
+                reason: format!(
+                    "[{addr:#x}, +{length}) is neither inside this device's exported HBM heap nor memory the runtime \
+                     reports as this device's"
+                ),
             });
         }
-        Ok(ExportedRegion {
-            addr: self.heap_mapping.address,
-            length: self.heap_mapping.length,
-            export_id: self.export_id,
-        })
+        let size = usize::try_from(length).map_err(|_| DeviceError::Invalid {
+            device: self.id,
+            operation: "export a registered range",
+            reason: "range larger than the address space".into(),
+        })?;
+        self.bind()?;
+        // SAFETY: the runtime reports the range's start as this device's memory; the export call checks the extent
+        // against the live allocation and refuses a range past its end.
+        let key = unsafe {
+            acl::ipc::get_export_key(
+                self.acl,
+                addr as *mut c_void,
+                size,
+                ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION,
+            )
+        }
+        .map_err(runtime(self.id, "export a registered range by IPC key"))?;
+        let key = String::from_utf8(key).map_err(|_| DeviceError::Runtime {
+            device: self.id,
+            step: "export a registered range by IPC key",
+            detail: "the runtime returned a key that is not UTF-8".into(),
+        })?;
+        let region = ExportedRegion { addr, length, export_id: 0, ipc_key: Some(key) };
+        self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()).insert(addr, region.clone());
+        Ok(region)
+    }
+
+    fn withdraw_range(&self, addr: u64) -> bool {
+        let Some(region) = self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()).remove(&addr) else {
+            return false;
+        };
+        if let Some(key) = region.ipc_key.and_then(|key| CString::new(key).ok()) {
+            let _ = self.bind();
+            // SAFETY: withdrawing the export; mappings peers made stay theirs (the runtime keeps the pages).
+            let _ = unsafe { acl::ipc::close(self.acl, &key) };
+        }
+        true
     }
 
     fn rdma_open(&self, listen: std::net::SocketAddr) -> Result<std::net::SocketAddr, DeviceError> {
@@ -746,6 +846,14 @@ impl Drop for CannDevice {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).clear();
         for (_, (_, mapping)) in self.imports.lock().unwrap_or_else(|p| p.into_inner()).drain() {
             unmap_physical(acl, &mapping);
+        }
+        let mut ipc_keys: Vec<String> =
+            self.ipc_imports.lock().unwrap_or_else(|p| p.into_inner()).drain().map(|(key, _)| key).collect();
+        let exports = std::mem::take(&mut *self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()));
+        ipc_keys.extend(exports.into_values().filter_map(|region| region.ipc_key));
+        for key in ipc_keys.into_iter().filter_map(|key| CString::new(key).ok()) {
+            // SAFETY: the kernel has returned; nothing of this device reaches imported or exported ranges any more.
+            let _ = unsafe { acl::ipc::close(acl, &key) };
         }
         unmap_physical(acl, &self.heap_mapping);
         // SAFETY: the stream is live and unused afterwards.

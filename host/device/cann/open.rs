@@ -244,6 +244,8 @@ impl CannDevice {
             export_id,
             kernel: Kernel { binary: binary_handle, function: function as usize },
             imports: Mutex::new(HashMap::new()),
+            ipc_exports: Mutex::new(std::collections::BTreeMap::new()),
+            ipc_imports: Mutex::new(HashMap::new()),
             channels: Mutex::new(Vec::new()),
             stream_error: Mutex::new(None),
             pending_host_args: Mutex::new(Vec::new()),

@@ -8,6 +8,7 @@ use std::ffi::{c_void, OsString};
 use std::fmt;
 use std::path::PathBuf;
 use std::ptr::NonNull;
+use std::sync::Mutex;
 
 /// Where one vendor library may be found.
 #[derive(Clone, Copy, Debug)]
@@ -53,8 +54,12 @@ impl LibrarySpec {
         out
     }
 
-    /// [`LibrarySpec::candidates`] with the process environment.
+    /// [`LibrarySpec::candidates`] with the process environment, where a path the program chose with
+    /// [`set_program_override`] for this library's override variable takes the variable's place.
     pub fn candidates_from_process_env(&self) -> Vec<Candidate> {
+        if let Some(path) = program_override(self.override_var) {
+            return vec![Candidate { path, origin: format!("{} (set by the program)", self.override_var) }];
+        }
         self.candidates(&|name| std::env::var_os(name))
     }
 
@@ -77,6 +82,26 @@ impl LibrarySpec {
         }
         Err(LoadError::NotFound { library: self.file_name, attempts })
     }
+}
+
+/// Paths the program chose for libraries, by override variable name ([`set_program_override`]).
+static PROGRAM_OVERRIDES: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+
+/// Makes `path` the only candidate of the library whose override variable is `override_var` (e.g.
+/// `AIV_ASCENDCL_LIB`), as if the variable were set to it, without touching the process environment (which other
+/// threads of a host program may be reading). It takes effect for tables not loaded yet: a table is loaded once per
+/// process, on first use, so a caller that needs a particular file checks the loaded table's path afterwards. A
+/// later call for the same variable replaces the path.
+pub fn set_program_override(override_var: &str, path: PathBuf) {
+    let mut overrides = PROGRAM_OVERRIDES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    overrides.retain(|(var, _)| var != override_var);
+    overrides.push((override_var.to_string(), path));
+}
+
+/// The path [`set_program_override`] chose for `override_var`, if any.
+pub fn program_override(override_var: &str) -> Option<PathBuf> {
+    let overrides = PROGRAM_OVERRIDES.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    overrides.iter().find(|(var, _)| var == override_var).map(|(_, path)| path.clone())
 }
 
 /// One failed candidate.
@@ -180,6 +205,21 @@ mod tests {
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<OsString> {
         move |name| pairs.iter().find(|(key, _)| *key == name).map(|(_, value)| OsString::from(value))
+    }
+
+    #[test]
+    fn a_program_override_is_the_only_candidate_and_a_later_one_replaces_it() {
+        const OWN: LibrarySpec =
+            LibrarySpec { file_name: "libown.so", override_var: "OWN_TEST_LIB", roots: &[("OWN_TEST_HOME", &["lib"])] };
+        assert_eq!(OWN.candidates_from_process_env().last().map(|c| c.path.clone()), Some("libown.so".into()));
+        set_program_override("OWN_TEST_LIB", "/a/libown.so".into());
+        set_program_override("OWN_TEST_LIB", "/b/libown.so".into());
+        let found = OWN.candidates_from_process_env();
+        assert_eq!(
+            found,
+            vec![Candidate { path: "/b/libown.so".into(), origin: "OWN_TEST_LIB (set by the program)".into() }]
+        );
+        assert_eq!(program_override("OTHER_TEST_LIB"), None);
     }
 
     #[test]

@@ -499,6 +499,14 @@ static int errors_main(void) {
     EXPECT_MESSAGE("rdma");
     EXPECT(AIV_ERR_CONFIG, aiv_engine_create("{\"local_hostname\": \"127.0.0.1\", \"rpc_port\": 70000}", &engine));
     EXPECT_MESSAGE("rpc_port");
+    EXPECT(AIV_ERR_CONFIG, aiv_engine_create("{\"local_hostname\": \"127.0.0.1\", \"cann_libraries\": 5}", &engine));
+    EXPECT_MESSAGE("cann_libraries: expected an object");
+    EXPECT(AIV_ERR_CONFIG,
+           aiv_engine_create("{\"local_hostname\": \"127.0.0.1\", \"cann_libraries\": {\"hccl\": \"x.so\"}}", &engine));
+    EXPECT_MESSAGE("cann_libraries: unknown key \"hccl\"");
+    EXPECT(AIV_ERR_CONFIG,
+           aiv_engine_create("{\"local_hostname\": \"127.0.0.1\", \"cann_libraries\": {\"ascendcl\": \"\"}}", &engine));
+    EXPECT_MESSAGE("cann_libraries.ascendcl: expected a file path");
     EXPECT(AIV_ERR_INVALID_ARGUMENT, aiv_engine_create("{}", NULL));
     if (engine != NULL) {
         fail("a failed aiv_engine_create left an engine");
