@@ -670,6 +670,8 @@ impl Channel {
                     let landing = self.provenance.flag_landing(dst as u64, value);
                     self.provenance.consumed(writer, ringers, doorbell, Some(landing));
                 }
+                // Counted before the store too: whoever sees the flag finds this SQE among the executed ones.
+                self.progress.executed.fetch_add(1, Ordering::Relaxed);
                 // SAFETY: as above.
                 unsafe { AtomicU64::from_ptr(to.cast()) }.store(value, Ordering::Release);
                 self.activity.progressed();
@@ -680,9 +682,9 @@ impl Channel {
                 if recording {
                     self.provenance.consumed(writer, ringers, doorbell, None);
                 }
+                self.progress.executed.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.progress.executed.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
