@@ -50,6 +50,7 @@ fn child() {
         "kernel_api" => kernel_api(),
         "stall_recovers" => stall_recovers(),
         "two_devices" => two_devices(),
+        "host_memory" => host_memory(),
         "provenance_aiv" => provenance_aiv(),
         "provenance_host_rings" => provenance_host_rings(),
         "provenance_host_reads_flag" => provenance_host_reads_flag(),
@@ -80,6 +81,11 @@ fn a_stalled_sdma_engine_times_out_within_the_kernel_budget_and_the_channels_are
 #[test]
 fn two_devices_of_one_process_each_with_its_shmem_instance_move_data_between_them() {
     in_child("two_devices");
+}
+
+#[test]
+fn registered_host_memory_of_the_runtime_is_reached_by_a_peer_devices_kernel_and_from_its_own() {
+    in_child("host_memory");
 }
 
 #[test]
@@ -322,6 +328,70 @@ fn stall_recovers() {
 }
 
 /// Two devices in one process, each one PE of its own SHMEM instance: aiv WRITEs and READs between them.
+/// `size` bytes of the runtime's Host memory (`aclrtMallocHost`), filled with `seed`'s bytes.
+fn malloc_host(size: usize, seed: u64) -> *mut u8 {
+    let mut host = std::ptr::null_mut();
+    // SAFETY: a live local; the twin checks the size.
+    assert_eq!(unsafe { cann_twin::acl::aclrtMallocHost(&mut host, size) }, 0, "aclrtMallocHost");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    // SAFETY: `size` bytes the runtime just returned, used by nothing else yet.
+    rng.fill_bytes(unsafe { std::slice::from_raw_parts_mut(host.cast::<u8>(), size) });
+    host.cast()
+}
+
+/// The bytes at `host` (Host memory of this process), copied.
+fn host_bytes(host: *const u8, range: std::ops::Range<usize>) -> Vec<u8> {
+    // SAFETY: callers pass ranges inside a live aclrtMallocHost allocation no transfer is writing.
+    unsafe { std::slice::from_raw_parts(host.add(range.start), range.len()) }.to_vec()
+}
+
+fn host_memory() {
+    let a = aiv::node(AivOptions { device_id: 0, ..options(LaunchMode::Persistent) }, 1 << 20);
+    let b = aiv::node(AivOptions { device_id: 1, ..options(LaunchMode::Persistent) }, 1 << 20);
+    let size = 256 << 10;
+    let (host_a, host_b) = (malloc_host(size, 7), malloc_host(size, 8));
+    let peer_b = b.bytes();
+    // SAFETY: both allocations stay live until after they are unregistered below, and every transfer has finished.
+    unsafe {
+        a.engine.register_memory(host_a as u64, size as u64, "cpu:0").expect("register a's Host memory");
+        b.engine.register_memory(host_b as u64, size as u64, "cpu:0").expect("register b's Host memory");
+    }
+    let before_b = host_bytes(host_b, 0..size);
+    let peer = a.engine.open_segment(b.engine.name()).expect("peer segment");
+    let request = |opcode, source: u64, target_offset: u64, length: u64| TransferRequest {
+        opcode,
+        source,
+        target_id: peer,
+        target_offset,
+        length,
+        protocol: None,
+    };
+    let slice = 64 << 10;
+    let requests = [
+        // a's device memory into b's Host memory, b's Host memory into a's device memory.
+        request(Opcode::Write, a.buffer.addr(), host_b as u64, slice),
+        request(Opcode::Read, a.buffer.addr() + slice, host_b as u64 + slice, slice),
+        // a's Host memory (through its device's window) into b's device memory.
+        request(Opcode::Write, host_a as u64, b.buffer.addr(), slice),
+    ];
+    let batch = a.engine.allocate_batch(requests.len()).expect("batch");
+    a.engine.submit_transfer(batch, &requests).expect("submit");
+    let status = a.engine.wait_batch(batch).expect("wait");
+    assert_eq!(status.state, TransferState::Completed, "{:?}", a.engine.task_reason(batch, 0));
+    let slice = slice as usize;
+    assert!(host_bytes(host_b, 0..slice) == a.read(0..slice), "b's Host memory does not hold what a wrote");
+    assert!(host_bytes(host_b, slice..size) == before_b[slice..], "b's Host memory changed past the write");
+    assert!(a.read(slice..2 * slice) == before_b[slice..2 * slice], "a read something else from b's Host memory");
+    assert!(b.read(0..slice) == host_bytes(host_a, 0..slice), "b's device memory does not hold a's Host bytes");
+    assert!(b.read(slice..1 << 20) == peer_b[slice..], "b's device memory changed past the write");
+    a.engine.unregister_memory(host_a as u64).expect("unregister");
+    b.engine.unregister_memory(host_b as u64).expect("unregister");
+    for host in [host_a, host_b] {
+        // SAFETY: what aclrtMallocHost returned, unregistered, no transfer running.
+        assert_eq!(unsafe { cann_twin::acl::aclrtFreeHost(host.cast()) }, 0, "aclrtFreeHost");
+    }
+}
+
 fn two_devices() {
     let mut a = aiv::node(AivOptions { device_id: 0, ..options(LaunchMode::Persistent) }, 4 << 20);
     let mut b = aiv::node(AivOptions { device_id: 1, ..options(LaunchMode::Persistent) }, 4 << 20);

@@ -436,6 +436,19 @@ pub trait DeviceBackend: Send + Sync + fmt::Debug {
         let _ = (addr, length);
         Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of registered ranges".into() })
     }
+    /// Offers `[addr, addr + length)` of this process's Host memory to peers' devices (done by the engine when Host
+    /// memory is registered, if the backend can): the advertisement lists it, at its Host address, from now on.
+    fn export_host_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        let _ = (addr, length);
+        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of Host memory".into() })
+    }
+    /// The device address of `[addr, addr + length)` when it lies in Host memory this backend exported
+    /// ([`Self::export_host_range`]), through the device window it registered for it: how a transfer reaches a
+    /// registered Host range of its own engine.
+    fn host_window(&self, addr: u64, length: u64) -> Option<u64> {
+        let _ = (addr, length);
+        None
+    }
     /// Withdraws the export of the range starting at `addr` (done when it is unregistered): new imports are refused,
     /// mappings made before stay valid. False if nothing was exported there.
     fn withdraw_range(&self, addr: u64) -> bool {

@@ -227,7 +227,7 @@ impl TransferEngine {
     /// conflicts with transfers, until it is unregistered and every transfer that uses it has finished.
     pub unsafe fn register_memory(&self, addr: u64, length: u64, location: &str) -> Result<()> {
         let device = lock(&self.device).clone();
-        let own_device = device.filter(|device| device.backend().is_own_memory(addr, length));
+        let own_device = device.clone().filter(|device| device.backend().is_own_memory(addr, length));
         // Mooncake's "*" (and an empty location) means: find out where the memory is, as Mooncake asks the runtime.
         // Memory of this engine's device gets the device's location, so Host paths refuse it instead of touching it.
         let location = match &own_device {
@@ -241,6 +241,12 @@ impl TransferEngine {
             if let Err(error) = device.backend().export_range(addr, length) {
                 write(&self.memory).remove(addr);
                 return Err(EngineError::InvalidArgument { operation: "register memory", reason: error.to_string() });
+            }
+        } else if let Some(device) = device {
+            // Other memory (Host memory) too, when the backend can share it (the `cann` backend, Host memory the
+            // runtime can give a key); otherwise it stays registered for this engine's paths only.
+            if let Err(error) = device.backend().export_host_range(addr, length) {
+                tracing::debug!(addr, length, %error, "registered memory not exported to peers' devices");
             }
         }
         tracing::debug!(addr, length, location = %location, "memory registered");

@@ -215,7 +215,12 @@ impl PeerWindows {
     ) -> Result<Resolved, ResolveError> {
         let device = &self.device;
         let length = transfer.length;
-        if !device.is_own_memory(transfer.local_addr, length) {
+        // Device memory of this engine, or registered Host memory the device reaches through its window.
+        let local = if device.is_own_memory(transfer.local_addr, length) {
+            transfer.local_addr
+        } else if let Some(window) = device.host_window(transfer.local_addr, length) {
+            window
+        } else {
             return Err(ResolveError::Range(format!(
                 "local range [{:#x}, +{length}) is not device memory of {} device {} (allocate it with \
                  engine.device()?.allocate() and register it)",
@@ -223,7 +228,7 @@ impl PeerWindows {
                 device.backend_name(),
                 device.device_id()
             )));
-        }
+        };
         let mut reached = None;
         let remote = if transfer.target.id == SegmentId::LOCAL {
             if !device.is_own_memory(transfer.remote_addr, length) {
@@ -246,9 +251,19 @@ impl PeerWindows {
                             .is_some_and(|end| end <= region.addr + region.length)
                 })
                 .ok_or_else(|| {
+                    // Registered by the peer but not exported (Host memory its runtime could not share): no AIV
+                    // kernel of another process reaches it.
+                    let registered = transfer.target.buffers.find_containing(transfer.remote_addr, length).is_ok();
                     ResolveError::Range(format!(
-                        "target range [{:#x}, +{length}) is in no exported region of segment {:?}",
-                        transfer.remote_addr, transfer.target.name
+                        "target range [{:#x}, +{length}) is in no exported region of segment {:?}{}",
+                        transfer.remote_addr,
+                        transfer.target.name,
+                        if registered {
+                            ": it is memory the peer registered without exporting it (Host memory its device runtime could \
+                             not share, for example), which no device of another process reaches"
+                        } else {
+                            ""
+                        }
                     ))
                 })?;
             let window = window.as_ref().map_err(|error| {
@@ -264,8 +279,8 @@ impl PeerWindows {
             remote
         };
         let (src, dst) = match transfer.opcode {
-            Opcode::Read => (remote, transfer.local_addr),
-            Opcode::Write => (transfer.local_addr, remote),
+            Opcode::Read => (remote, local),
+            Opcode::Write => (local, remote),
         };
         Ok(Resolved { src, dst, peer: reached })
     }

@@ -55,9 +55,8 @@ if [[ -n "${AIV_MOONCAKE_NPU_VENV:-}" ]]; then
         awk 'NF == 3 {print $3}' | sort -u)"
     missing="$(comm -23 <(echo "$needed") <(echo "$defined"))"
     if [[ -n "$missing" ]]; then
-        # libmooncake_store.so's IPC and export functions (mooncake.store only) are expected to be missing until
-        # cann-twin exports them; anything else is a gap for mooncake.engine too.
         log "not defined (needed by the wheel's libraries): $(echo "$missing" | tr '\n' ' ')"
+        exit 1
     fi
 fi
 echo "$out"

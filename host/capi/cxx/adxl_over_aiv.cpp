@@ -16,8 +16,9 @@
 //   "ip:port", the name peers pass. Option AutoConnect "1" makes a transfer to an unknown peer connect first;
 //   EnableUseFabricMem "1" is refused (UNSUPPORTED); other options are accepted and ignored.
 // - Finalize / the destructor: aiv_engine_destroy (bounded: running batches end by the transfer timeout).
-// - RegisterMem / DeregisterMem: aiv_register (MEM_DEVICE -> AIV_MEM_DEVICE, MEM_HOST -> AIV_MEM_HOST) /
-//   aiv_deregister; the handle is an object of this library.
+// - RegisterMem / DeregisterMem: aiv_register (MEM_DEVICE -> AIV_MEM_DEVICE, MEM_HOST -> AIV_MEM_HOST: the engine
+//   exports Host memory to peers' devices when the runtime can share it, e.g. Mooncake Store's aclrtMallocHost
+//   segment) / aiv_deregister; the handle is an object of this library.
 // - Connect / Disconnect: aiv_segment_open(name, timeout) / aiv_segment_close.
 // - TransferSync: aiv_submit, aiv_batch_wait(timeout), aiv_batch_free. A wait that times out leaves the batch
 //   running: it is kept and freed once it has finished (by a later call, or Finalize).
@@ -507,7 +508,8 @@ Status AdxlEngineImpl::Finished(const char *member, const std::string &peer, aiv
         break;
     }
     if (status.error == AIV_ERR_ADDRESS_NOT_REGISTERED || status.error == AIV_ERR_INVALID_ARGUMENT) {
-        log_line(member, "to %s: a range outside registered memory: %s", peer.c_str(), message.c_str());
+        log_line(member, "to %s: a range outside registered memory, or one aiv cannot reach: %s", peer.c_str(),
+                 message.c_str());
         return PARAM_INVALID;
     }
     log_line(member, "to %s: failed (peer lost or the device refused): %s", peer.c_str(), message.c_str());

@@ -39,7 +39,8 @@ extern "C" {
 
 #define AIV_OK 0
 /* A NULL or misaligned pointer, a bad enumeration value, a zero length or count, a nonzero reserved field, a
- * request the engine refused as malformed. */
+ * request the engine refused as malformed; in aiv_batch_status.error, a transfer its path cannot carry (a remote
+ * range in no memory the peer exports, e.g. Host memory the peer registered). */
 #define AIV_ERR_INVALID_ARGUMENT (-1)
 /* An engine, segment or batch handle that is not live: never returned, or destroyed/closed/freed. */
 #define AIV_ERR_INVALID_HANDLE (-2)

@@ -585,7 +585,7 @@ fn task_code(engine: &Engine, batch: BatchId, task: usize, state: TransferState)
         (_, Some(3)) => code::ADDRESS_NOT_REGISTERED,
         (_, Some(8)) => code::NOT_SUPPORTED,
         (_, Some(200)) => code::SEGMENT_NOT_FOUND,
-        (FailureKind::Rejected, _) => code::INVALID_ARGUMENT,
+        (FailureKind::Rejected | FailureKind::InvalidRequest, _) => code::INVALID_ARGUMENT,
         _ => code::TRANSFER_FAILED,
     }
 }

@@ -129,6 +129,13 @@ fn a_peer_killed_with_a_batch_in_flight_fails_it_within_the_transfer_timeout() {
 }
 
 #[test]
+fn a_transfer_into_host_memory_the_peer_registered_is_refused_as_an_invalid_argument_and_the_peer_stays_usable() {
+    let Some(output) = run_case(&["host-target"]) else { return };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("a write into the target's Host memory: state 2, error -1"), "{stdout}");
+}
+
+#[test]
 fn the_header_compiles_as_cpp() {
     let compiler = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
     if !available(&compiler) {

@@ -127,6 +127,9 @@ pub struct CannDevice {
     imports: Mutex<HashMap<u64, (ImportedWindow, Mapping)>>,
     /// Registered ranges of the runtime's own allocations (outside the heap) exported by IPC key, by address.
     ipc_exports: Mutex<std::collections::BTreeMap<u64, ExportedRegion>>,
+    /// The exports above that are Host memory registered for the device (`aclrtHostRegister`), unregistered when
+    /// withdrawn: Host start -> (device address of that start, length).
+    host_exports: Mutex<std::collections::BTreeMap<u64, (u64, u64)>>,
     /// Peers' IPC-key exports mapped into this device, by key.
     ipc_imports: Mutex<HashMap<String, ImportedWindow>>,
     channels: Mutex<Vec<(ChannelInfo, DeviceBuffer)>>,
@@ -566,14 +569,68 @@ impl DeviceBackend for CannDevice {
         Ok(region)
     }
 
+    fn export_host_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
+        let step = "export registered Host memory by IPC key";
+        let size = usize::try_from(length).map_err(|_| DeviceError::Invalid {
+            device: self.id,
+            operation: "export registered Host memory",
+            reason: "range larger than the address space".into(),
+        })?;
+        self.bind()?;
+        // SAFETY: the engine's caller keeps `[addr, +length)` mapped Host memory of this process while it stays
+        // registered; the window is removed when the export is withdrawn (or the device closes).
+        let device_addr =
+            unsafe { acl::host::register(self.acl, addr as *mut c_void, length, ACL_HOST_REGISTER_MAPPED) }
+                .map_err(runtime(self.id, "register Host memory for the device (for peers)"))?;
+        let unregister = || {
+            // SAFETY: registered above and not exported.
+            let _ = unsafe { acl::host::unregister(self.acl, addr as *mut c_void) };
+        };
+        // The key of the Host window: the runtime decides whether it can share those pages (the twin's
+        // `aclrtMallocHost` memory it can; CANN documents the key for `aclrtMalloc` memory only).
+        // SAFETY: the window registered above covers the whole range.
+        let key = match unsafe {
+            acl::ipc::get_export_key(self.acl, device_addr, size, ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION)
+        } {
+            Ok(key) => key,
+            Err(error) => {
+                unregister();
+                return Err(runtime(self.id, step)(error));
+            }
+        };
+        let Ok(key) = String::from_utf8(key) else {
+            unregister();
+            return Err(DeviceError::Runtime {
+                device: self.id,
+                step,
+                detail: "the runtime returned a key that is not UTF-8".into(),
+            });
+        };
+        let region = ExportedRegion { addr, length, export_id: 0, ipc_key: Some(key) };
+        self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()).insert(addr, region.clone());
+        self.host_exports.lock().unwrap_or_else(|p| p.into_inner()).insert(addr, (device_addr as u64, length));
+        Ok(region)
+    }
+
+    fn host_window(&self, addr: u64, length: u64) -> Option<u64> {
+        let exports = self.host_exports.lock().unwrap_or_else(|p| p.into_inner());
+        let (&start, &(device, size)) = exports.range(..=addr).next_back()?;
+        let end = addr.checked_add(length)?;
+        (end <= start + size).then(|| device + (addr - start))
+    }
+
     fn withdraw_range(&self, addr: u64) -> bool {
         let Some(region) = self.ipc_exports.lock().unwrap_or_else(|p| p.into_inner()).remove(&addr) else {
             return false;
         };
+        let _ = self.bind();
         if let Some(key) = region.ipc_key.and_then(|key| CString::new(key).ok()) {
-            let _ = self.bind();
             // SAFETY: withdrawing the export; mappings peers made stay theirs (the runtime keeps the pages).
             let _ = unsafe { acl::ipc::close(self.acl, &key) };
+        }
+        if self.host_exports.lock().unwrap_or_else(|p| p.into_inner()).remove(&addr).is_some() {
+            // SAFETY: the Host window export_host_range registered; its key is closed.
+            let _ = unsafe { acl::host::unregister(self.acl, addr as *mut c_void) };
         }
         true
     }
@@ -854,6 +911,10 @@ impl Drop for CannDevice {
         for key in ipc_keys.into_iter().filter_map(|key| CString::new(key).ok()) {
             // SAFETY: the kernel has returned; nothing of this device reaches imported or exported ranges any more.
             let _ = unsafe { acl::ipc::close(acl, &key) };
+        }
+        for host in std::mem::take(&mut *self.host_exports.lock().unwrap_or_else(|p| p.into_inner())).into_keys() {
+            // SAFETY: Host windows export_host_range registered; their keys are closed above.
+            let _ = unsafe { acl::host::unregister(acl, host as *mut c_void) };
         }
         unmap_physical(acl, &self.heap_mapping);
         // SAFETY: the stream is live and unused afterwards.

@@ -245,6 +245,7 @@ impl CannDevice {
             kernel: Kernel { binary: binary_handle, function: function as usize },
             imports: Mutex::new(HashMap::new()),
             ipc_exports: Mutex::new(std::collections::BTreeMap::new()),
+            host_exports: Mutex::new(std::collections::BTreeMap::new()),
             ipc_imports: Mutex::new(HashMap::new()),
             channels: Mutex::new(Vec::new()),
             stream_error: Mutex::new(None),

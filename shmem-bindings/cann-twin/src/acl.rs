@@ -307,7 +307,9 @@ acl_entry! {
 }
 
 acl_entry! {
-    /// `size` bytes of page-aligned Host memory (the NPU's is pinned; the twin's is an ordinary anonymous mapping).
+    /// `size` bytes of page-aligned Host memory (the NPU's is pinned; the twin's is a shared mapping of a memfd of
+    /// its own, so that an IPC key of a Host window onto it reaches the same pages from another process: see
+    /// `aclrtIpcMemGetExportKey`).
     fn aclrtMallocHost(host_ptr: *mut *mut c_void, size: usize) {
         not_null(host_ptr)?;
         positive(size)?;
@@ -315,21 +317,22 @@ acl_entry! {
         runtime.current_device()?;
         let page = page();
         let length = size.checked_add(page - 1).ok_or(ACL_ERROR_RT_MEMORY_ALLOCATION)? / page * page;
-        // SAFETY: a new private anonymous mapping at an address the kernel picks.
+        let fd = crate::memory::memfd(c"cann-twin-host", length)?;
+        // SAFETY: a new shared mapping of the whole fresh memfd, at an address the kernel picks.
         let address = unsafe {
             libc::mmap(
                 core::ptr::null_mut(),
                 length,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&fd),
                 0,
             )
         };
         if address == libc::MAP_FAILED {
             return Err(ACL_ERROR_RT_MEMORY_ALLOCATION);
         }
-        runtime.host.insert(address as usize, length);
+        runtime.host.insert(address as usize, crate::runtime::HostAllocation { length, fd: Arc::new(fd) });
         // SAFETY: checked non-null; writable by the C contract.
         unsafe { host_ptr.write(address) };
         Ok(())
@@ -337,14 +340,16 @@ acl_entry! {
 }
 
 acl_entry! {
-    /// Frees what `aclrtMallocHost` returned (the exact address).
+    /// Frees what `aclrtMallocHost` returned (the exact address); IPC keys of Host windows onto it stop being
+    /// served (importers keep their mappings of the pages).
     fn aclrtFreeHost(host_ptr: *mut c_void) {
         not_null(host_ptr)?;
         let mut runtime = runtime();
         runtime.ready()?;
-        let length = runtime.host.remove(&(host_ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        let allocation = runtime.host.remove(&(host_ptr as usize)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
+        crate::vmm_share::heap_released(host_ptr as usize);
         // SAFETY: the mapping `aclrtMallocHost` made, of that length, now forgotten by the runtime.
-        unsafe { libc::munmap(host_ptr, length) };
+        unsafe { libc::munmap(host_ptr, allocation.length) };
         Ok(())
     }
 }

@@ -170,7 +170,7 @@ pub(crate) struct Space {
     register_pages: std::collections::BTreeSet<usize>,
 }
 
-fn memfd(name: &core::ffi::CStr, size: usize) -> Result<OwnedFd, aclError> {
+pub(crate) fn memfd(name: &core::ffi::CStr, size: usize) -> Result<OwnedFd, aclError> {
     // SAFETY: `name` is NUL-terminated; the flags are valid.
     let raw = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if raw < 0 {
@@ -512,6 +512,14 @@ impl Space {
         self.registered.insert(address, Registered { host, size, window, span, readonly });
         self.registered_by_host.insert(host, address);
         Ok(address)
+    }
+
+    /// The Host address behind `[address, address + size)` (`size > 0`) when the range lies in one registered Host
+    /// window (`aclrtHostRegister`).
+    pub(crate) fn registered_host(&self, address: usize, size: usize) -> Option<usize> {
+        let end = address.checked_add(size)?;
+        let (&start, window) = self.registered.range(..=address).next_back()?;
+        (end - start <= window.size).then(|| window.host + (address - start))
     }
 
     /// `aclrtHostUnregister`: `host` must be a registered start.

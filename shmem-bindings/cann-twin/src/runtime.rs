@@ -25,6 +25,16 @@ enum Init {
     Finalized,
 }
 
+/// One `aclrtMallocHost` allocation: a shared mapping of its own memfd, so that an IPC key of a Host window onto it
+/// (`aclrtHostRegister`, then `aclrtIpcMemGetExportKey`) lets another process map the same pages.
+#[derive(Debug)]
+pub struct HostAllocation {
+    /// The mapped length (whole pages).
+    pub length: usize,
+    /// The memfd behind the mapping.
+    pub fd: Arc<std::os::fd::OwnedFd>,
+}
+
 /// Everything the runtime owns.
 #[derive(Debug)]
 pub(crate) struct Runtime {
@@ -36,8 +46,8 @@ pub(crate) struct Runtime {
     pub streams: HashMap<usize, Arc<Stream>>,
     /// The default (null) stream of each device, made on first use.
     default_streams: HashMap<i32, Arc<Stream>>,
-    /// `aclrtMallocHost` mappings: address -> mapped length.
-    pub host: HashMap<usize, usize>,
+    /// `aclrtMallocHost` mappings by address.
+    pub host: HashMap<usize, HostAllocation>,
     /// `aclrtMallocPhysical` allocations by handle value.
     pub physical: HashMap<usize, Physical>,
     next_handle: usize,

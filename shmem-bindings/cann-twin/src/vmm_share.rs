@@ -1203,8 +1203,19 @@ fn ipc_export(address: usize, size: usize, flags: u64) -> Result<String, aclErro
     let (fd, offset, allocation) = {
         let space = crate::runtime::space();
         let space = space.as_ref().filter(|space| space.contains(address)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
-        let (fd, offset, allocation) = space.heap_range(address, size)?;
-        (Arc::new(dup(fd)?), offset, allocation)
+        match space.heap_range(address, size) {
+            Ok((fd, offset, allocation)) => (Arc::new(dup(fd)?), offset, allocation),
+            // A Host window (`aclrtHostRegister`) onto `aclrtMallocHost` memory: the allocation's own memfd.
+            Err(code) => {
+                let host = space.registered_host(address, size).ok_or(code)?;
+                let (&start, allocation) = runtime
+                    .host
+                    .iter()
+                    .find(|(&start, allocation)| host >= start && host + size <= start + allocation.length)
+                    .ok_or(code)?;
+                (allocation.fd.clone(), host - start, start)
+            }
+        }
     };
     let pid = u64::from(own_pid());
     if pid >> PID_BITS != 0 {
@@ -1304,10 +1315,13 @@ fn key_bytes<'a>(key: *const core::ffi::c_char) -> &'a [u8] {
     unsafe { core::ffi::CStr::from_ptr(key) }.to_bytes()
 }
 
-/// Shares `[dev_ptr, dev_ptr + size)`, inside one `aclrtMalloc` allocation, under a key written to `key` (the
+/// Shares `[dev_ptr, dev_ptr + size)`, inside one `aclrtMalloc` allocation or inside one Host window
+/// (`aclrtHostRegister`) onto `aclrtMallocHost` memory, under a key written to `key` (the
 /// text `cann-twin-ipc-` and 16 hex digits, NUL-terminated; `len` must hold it: the vendor's is 65). `flags` as
 /// for VMM exports (`ACL_RT_IPC_MEM_EXPORT_FLAG_DISABLE_PID_VALIDATION` admits other processes; the default
 /// whitelist call is not declared, so 0 refuses them). Freeing the allocation or `aclrtIpcMemClose` withdraws it.
+/// The Host window case is a guess: CANN documents the key for `aclrtMalloc` memory; the twin lets the importer map
+/// the Host pages as a device window of its own, as it does device memory.
 ///
 /// # Safety
 ///

@@ -586,6 +586,60 @@ fn ipc_keys_in_process() {
     assert_eq!(unsafe { api.aclrtResetDevice(1) }, ACL_SUCCESS);
 }
 
+#[test]
+fn ipc_key_of_a_host_window_onto_malloc_host_memory_maps_the_same_pages() {
+    if std::env::var_os(ROLE).is_some() {
+        return;
+    }
+    let _serial = serial();
+    let api = api();
+    let size = 64 << 10;
+    let mut host = core::ptr::null_mut();
+    // SAFETY: a live local; the twin checks the size.
+    assert_eq!(unsafe { api.aclrtMallocHost(&mut host, size) }, ACL_SUCCESS);
+    let data = pattern(size, 29);
+    // SAFETY: `host` is `size` bytes of Host memory aclrtMallocHost returned, not used by anything else.
+    unsafe { core::ptr::copy_nonoverlapping(data.as_ptr(), host.cast::<u8>(), size) };
+    let mut window = core::ptr::null_mut();
+    // SAFETY: live locals; `host` stays allocated until the end of the test.
+    let code = unsafe { api.aclrtHostRegister(host, size as u64, ACL_HOST_REGISTER_MAPPED, &mut window) };
+    assert_eq!(code.expect("resolved"), ACL_SUCCESS);
+    let key = ipc_key(api, window, size, 1).expect("a key of the Host window");
+    // Host memory that is not aclrtMallocHost's has no pages another process could map.
+    let mut plain = vec![0u8; 2 * 4096];
+    // SAFETY: a page inside the live vector.
+    let page = unsafe { plain.as_mut_ptr().add(4096 - plain.as_ptr() as usize % 4096) }.cast::<c_void>();
+    let mut plain_window = core::ptr::null_mut();
+    // SAFETY: live locals; `plain` outlives the registration.
+    let code = unsafe { api.aclrtHostRegister(page, 4096, ACL_HOST_REGISTER_MAPPED, &mut plain_window) };
+    assert_eq!(code.expect("resolved"), ACL_SUCCESS);
+    assert_eq!(ipc_key(api, plain_window, 4096, 1), Err(ACL_ERROR_RT_PARAM_INVALID));
+    // SAFETY: registered above.
+    assert_eq!(unsafe { api.aclrtHostUnregister(page).expect("resolved") }, ACL_SUCCESS);
+
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { api.aclrtSetDevice(1) }, ACL_SUCCESS);
+    let imported = ipc_import(api, &key, 0).expect("import");
+    assert_eq!(download(api, imported, size), data, "written at the Host address, read through the import");
+    let back = pattern(4096, 31);
+    upload(api, imported, &back);
+    // SAFETY: the first 4096 bytes of the live allocation; no copy is running.
+    let seen = unsafe { core::slice::from_raw_parts(host.cast::<u8>(), 4096) };
+    assert_eq!(seen, back.as_slice(), "written through the import, seen at the Host address");
+    assert_eq!(ipc_close(api, &key), ACL_SUCCESS, "closes the import");
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { api.aclrtSetDevice(0) }, ACL_SUCCESS);
+    // SAFETY: registered above.
+    assert_eq!(unsafe { api.aclrtHostUnregister(host).expect("resolved") }, ACL_SUCCESS);
+    // Freeing the Host memory withdraws its key.
+    // SAFETY: what aclrtMallocHost returned.
+    assert_eq!(unsafe { api.aclrtFreeHost(host) }, ACL_SUCCESS);
+    assert_eq!(ipc_import(api, &key, 0), Err(ACL_ERROR_RT_INVALID_HANDLE));
+    assert!(!vmm_share::service_running());
+    // SAFETY: plain value argument.
+    assert_eq!(unsafe { api.aclrtResetDevice(1) }, ACL_SUCCESS);
+}
+
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
     // SAFETY: `fds` is a live array of two ints.

@@ -9,6 +9,10 @@
  *   aiv_transport_test peer-killed         the target is SIGKILLed with a batch in flight: the batch, and a batch
  *                                          submitted after, finish as failed or timed out within the transfer
  *                                          timeout
+ *   aiv_transport_test host-target         a transfer whose remote range is Host memory the target registered
+ *                                          (AIV_MEM_HOST) but could not export (the twin device backend exports
+ *                                          no Host memory) fails with AIV_ERR_INVALID_ARGUMENT naming the cause,
+ *                                          and the next transfer to the target's device memory completes
  *
  * The target is forked before any library call, so no thread of the library crosses the fork. The two processes
  * talk over a pair of pipes, one line per command and reply. Exit status 0: the case passed; otherwise a message
@@ -138,7 +142,8 @@ static void reply(const char *format, ...) {
 
 /* Serves the initiator's commands until it closes the pipe or says quit:
  *   fill <offset> <length> <seed>   writes seeded random bytes into the buffer; replies "ok <checksum>"
- *   sum <offset> <length>           replies "ok <checksum>" of the buffer's bytes */
+ *   sum <offset> <length>           replies "ok <checksum>" of the buffer's bytes
+ *   host                            registers a page of Host memory (AIV_MEM_HOST); replies "ok <address>" */
 static int target_main(int command_fd, int reply_fd) {
     role = "target";
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -173,6 +178,10 @@ static int target_main(int command_fd, int reply_fd) {
             }
             CHECK(aiv_copy_from_device(engine, host, buffer + offset, length));
             reply("ok %" PRIu64 "\n", checksum(host, length));
+        } else if (strncmp(line, "host", 4) == 0) {
+            static uint8_t page[4096] __attribute__((aligned(4096)));
+            CHECK(aiv_register(engine, (uint64_t)(uintptr_t)page, sizeof page, AIV_MEM_HOST));
+            reply("ok %" PRIu64 "\n", (uint64_t)(uintptr_t)page);
         } else if (strncmp(line, "quit", 4) == 0) {
             break;
         } else {
@@ -487,6 +496,44 @@ static int peer_killed_main(void) {
     return 0;
 }
 
+static int host_target_main(void) {
+    peer target = start_target();
+    uint64_t host = ask(&target, "host\n");
+    aiv_engine_t *engine = create_engine();
+    uint64_t local = device_buffer(engine);
+    aiv_segment_t segment = 0;
+    CHECK(aiv_segment_open(engine, target.name, 10000, &segment));
+    aiv_request_t to_host = {.opcode = AIV_OP_WRITE, .local_addr = local, .segment = segment,
+                             .remote_addr = host, .length = 4096};
+    aiv_batch_t batch = 0;
+    double started = now_ms();
+    CHECK(aiv_submit(engine, &to_host, 1, NULL, &batch));
+    aiv_batch_status_t status;
+    char *message = NULL;
+    CHECK(aiv_batch_wait(engine, batch, AIV_WAIT_DEFAULT, &status, &message));
+    double waited = now_ms() - started;
+    printf("a write into the target's Host memory: state %d, error %d, %.0f ms: %s\n", status.state, status.error,
+           waited, message != NULL ? message : "");
+    if (status.state != AIV_STATE_FAILED || status.error != AIV_ERR_INVALID_ARGUMENT || message == NULL ||
+        strstr(message, "registered without exporting it") == NULL || waited > TRANSFER_TIMEOUT_MS) {
+        fail("a write into the target's Host memory: state %d, error %d: %s", status.state, status.error,
+             message != NULL ? message : "(no message)");
+    }
+    CHECK(aiv_string_free(message));
+    CHECK(aiv_batch_free(engine, batch));
+    /* The peer is not lost: its device memory is reached as before. */
+    aiv_request_t to_device = {.opcode = AIV_OP_WRITE, .local_addr = local, .segment = segment,
+                               .remote_addr = target.addr, .length = 4096};
+    CHECK(aiv_submit(engine, &to_device, 1, NULL, &batch));
+    if (wait_batch(engine, batch).state != AIV_STATE_COMPLETED) {
+        fail("the write into the target's device memory after it did not complete");
+    }
+    CHECK(aiv_batch_free(engine, batch));
+    stop_target(&target);
+    CHECK(aiv_engine_destroy(engine));
+    return 0;
+}
+
 static int errors_main(void) {
     if (aiv_abi_version() != AIV_ABI_VERSION) {
         fail("library ABI %d, header %d", aiv_abi_version(), AIV_ABI_VERSION);
@@ -646,6 +693,9 @@ int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "peer-killed") == 0) {
         return peer_killed_main();
     }
-    fprintf(stderr, "usage: %s transfers <seed> | errors | peer-killed\n", argv[0]);
+    if (argc >= 2 && strcmp(argv[1], "host-target") == 0) {
+        return host_target_main();
+    }
+    fprintf(stderr, "usage: %s transfers <seed> | errors | peer-killed | host-target\n", argv[0]);
     return 2;
 }
