@@ -309,6 +309,54 @@ fn the_wheel_over_aiv_runs_beside_aiv_and_mooncake_ascend_and_its_counts_make_it
     assert!(compared.contains("| mooncake-ascend+aiv |"), "{compared}");
 }
 
+/// The command line: `--paths mooncake-ascend+aiv` alone runs it (no engine path), `--rerun` repeats that audit from
+/// its report.json, and `--compare` puts the two side by side, the path's row and verdict in it.
+#[test]
+fn the_command_line_runs_reruns_and_compares_the_path() {
+    let Some((venv, _, over_aiv)) = over_aiv_inputs() else { return };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let aiv = |args: &[&std::ffi::OsStr]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+            .arg("audit")
+            .args(args)
+            .env("AIV_MOONCAKE_NPU_VENV", &venv)
+            .env("AIV_MOONCAKE_OVER_AIV_LIBS", &over_aiv)
+            .output()
+            .expect("aiv runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let os = |text: &'static str| std::ffi::OsStr::new(text);
+    aiv(&[
+        os("--paths"),
+        os("mooncake-ascend+aiv"),
+        os("--sizes"),
+        os("64k"),
+        os("--rounds"),
+        os("1"),
+        os("--cell-seconds"),
+        os("0.1"),
+        os("--no-faults"),
+        os("--no-alloc"),
+        os("--out"),
+        first.as_os_str(),
+    ]);
+    aiv(&[os("--rerun"), first.join("report.json").as_os_str(), os("--out"), second.as_os_str()]);
+    for report in [&first, &second] {
+        let report = AuditReport::read(&report.join("report.json")).expect("a report");
+        assert_eq!(report.paths, ["mooncake-ascend+aiv"]);
+        let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend+aiv").expect("a verdict");
+        assert_eq!(verdict.submitted_by, Submitter::AivDirect, "{:?}", verdict.lines);
+        assert!(report.mooncake_over_aiv.as_ref().is_some_and(|r| r.data_check.as_ref().is_some_and(|c| c.passed)));
+    }
+    let rerun = AuditReport::read(&second.join("report.json")).expect("a report");
+    assert!(rerun.rerun_of.is_some(), "the rerun names the report it repeated");
+    let compared =
+        aiv(&[os("--compare"), first.join("report.json").as_os_str(), second.join("report.json").as_os_str()]);
+    assert!(compared.contains("| mooncake-ascend+aiv |"), "{compared}");
+}
+
 /// The verdict comes from the counts, not the path's name: `mooncake-ascend+aiv` pointed at a mis-wired directory
 /// (the twin's HiXL model as its libllm_datadist.so, the other files in place) runs, passes its data check, and comes
 /// out AI-CPU-submitted, not AIV-direct.
