@@ -257,6 +257,9 @@ fn the_wheel_over_aiv_runs_beside_aiv_and_mooncake_ascend_and_its_counts_make_it
     let over = mooncake::discover_over_aiv(Some(venv), Some(over_aiv), DeviceBackendKind::Twin).expect("found");
     let mut config = EngineConfig::new("127.0.0.1");
     config.aiv.hbm_size = 64 << 20;
+    // Devices 2 and 3 of this process's twin runtime: the other test with an aiv path, which may run at the same
+    // time, opens 0 and 1 (one SHMEM PE per device and process).
+    config.aiv.device_id = 2;
     let workloads = vec![Workload::bench(64 << 10, 4, 1), Workload::kv_request(small_kv())];
     let options = AuditOptions {
         mooncake: Some(ascend),
