@@ -118,6 +118,11 @@ fn caveats(variant: Variant) -> Vec<String> {
              process loaded; the wheel, its Python binding and its Ascend transport are unmodified."
                 .into(),
         );
+        caveats.push(
+            "Between its own cells its processes are not idle: the aiv kernel stays resident on each process's twin \
+             AIV cores, whose device-model threads poll and take CPU from the other paths' cells on a small machine."
+                .into(),
+        );
     }
     caveats.extend([
         "Separate processes: the wheel runs in two Python processes of its own (target and initiator), each with its \
@@ -131,6 +136,10 @@ fn caveats(variant: Variant) -> Vec<String> {
             .to_owned(),
         "Latency is per batch as the driver times it around batch_transfer_sync_read/write (Python's \
          perf_counter_ns), at most 200,000 batches a cell."
+            .to_owned(),
+        "The library directories tests/support/twin_cann_libs.sh and tests/support/mooncake_over_aiv.sh build hold \
+         unoptimised builds (cargo's dev profile) of the twin's libascendcl.so and of libaiv_transport.so, while the \
+         engine paths run the code of this binary as it was built."
             .to_owned(),
         "The verdict comes from the twin runtime's counts in those processes (cannTwinEvidence, twin-only), summed \
          over the cells: whole-process deltas, not per-transfer records. Twin runtime, unverified on hardware."
