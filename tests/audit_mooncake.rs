@@ -1,14 +1,15 @@
-//! `aiv audit`'s mooncake-ascend path: Mooncake's own Ascend wheel in two processes on the twin runtime, in the same
-//! rounds as the engine paths (when `AIV_TEST_MOONCAKE_NPU_VENV` and `AIV_TEST_TWIN_CANN_LIBS` are set, as
-//! tests/run.sh sets them; without them those tests are skipped with a `SKIPPED` line, failing instead under
-//! `CI=true`); the audit's own skip of a missing virtualenv, with the reason; a driver that dies or hangs mid-run
-//! failing its cells with a reason while the audit finishes and its processes are reaped (fake drivers, no wheel
-//! needed).
+//! `aiv audit`'s Mooncake paths: Mooncake's own Ascend wheel in two processes on the twin runtime, in the same
+//! rounds as the engine paths, with the twin's HiXL model as its `libllm_datadist.so` (`mooncake-ascend`, when
+//! `AIV_TEST_MOONCAKE_NPU_VENV` and `AIV_TEST_TWIN_CANN_LIBS` are set) and with `libllm_datadist.so` over aiv
+//! (`mooncake-ascend+aiv`, when `AIV_TEST_MOONCAKE_OVER_AIV_LIBS` is set too), as tests/run.sh sets them; without them
+//! those tests are skipped with a `SKIPPED` line, failing instead under `CI=true`. Also: the audit's own skip of a
+//! missing virtualenv or library directory, with the reason; a driver that dies or hangs mid-run failing its cells
+//! with a reason while the audit finishes and its processes are reaped (fake drivers, no wheel needed).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use aiv_transport::audit::mooncake::{self, MooncakeSetup};
+use aiv_transport::audit::mooncake::{self, MooncakeSetup, Variant};
 use aiv_transport::audit::report::KvCache;
 use aiv_transport::audit::{self, AuditOptions, AuditReport, Silent, Workload};
 use aiv_transport::config::DeviceBackendKind;
@@ -32,6 +33,10 @@ fn small_kv() -> KvCache {
 }
 
 fn options(paths: Vec<Protocol>, workloads: Vec<Workload>, setup: Option<MooncakeSetup>) -> AuditOptions {
+    let (mooncake, mooncake_over_aiv) = match setup {
+        Some(setup) if setup.variant == Variant::OverAiv => (None, Some(setup)),
+        setup => (setup, None),
+    };
     AuditOptions {
         paths,
         workloads,
@@ -41,7 +46,8 @@ fn options(paths: Vec<Protocol>, workloads: Vec<Workload>, setup: Option<Mooncak
         operation: Opcode::Write,
         command: vec!["aiv".into(), "audit".into(), "(test)".into()],
         faults: false,
-        mooncake: setup,
+        mooncake,
+        mooncake_over_aiv,
         ..AuditOptions::quick()
     }
 }
@@ -59,6 +65,20 @@ fn wheel_inputs() -> Option<(PathBuf, PathBuf)> {
             None
         }
     }
+}
+
+/// The directory of tests/support/mooncake_over_aiv.sh (`AIV_TEST_MOONCAKE_OVER_AIV_LIBS`, which tests/run.sh sets),
+/// with the wheel's virtualenv and the twin's libraries, or `None` (skipped).
+fn over_aiv_inputs() -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let (venv, twin) = wheel_inputs()?;
+    let Some(over_aiv) = std::env::var_os("AIV_TEST_MOONCAKE_OVER_AIV_LIBS").map(PathBuf::from) else {
+        skip::skip(
+            "set AIV_TEST_MOONCAKE_OVER_AIV_LIBS=\"$(tests/support/mooncake_over_aiv.sh)\" to run the wheel over aiv \
+             in the audit (tests/run.sh does)",
+        );
+        return None;
+    };
+    Some((venv, twin, over_aiv))
 }
 
 #[test]
@@ -180,10 +200,8 @@ fn fabric_mem_with_ai_cpu_unfold_is_ai_cpu_submitted_and_forcing_host_unfold_tur
 
 /// The wheel's error-recovery rounds: an out-of-bounds request fails its batch and the next batch is served; the
 /// target killed mid-batch fails the batch and a new transfer to it; a stalled engine is not injected, with why.
-#[test]
-fn the_wheel_has_error_recovery_rounds() {
-    let Some((venv, libs)) = wheel_inputs() else { return };
-    let setup = mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("the wheel is found");
+fn check_error_recovery_rounds(setup: MooncakeSetup) {
+    let path = setup.variant.path();
     let mut config = EngineConfig::new("127.0.0.1");
     config.aiv.hbm_size = 64 << 20;
     let options = AuditOptions {
@@ -192,9 +210,7 @@ fn the_wheel_has_error_recovery_rounds() {
         ..options(vec![Protocol::Tcp], vec![Workload::bench(64 << 10, 4, 1)], Some(setup))
     };
     let report = audit::run(&config, &options, &Silent).expect("the audit runs");
-    let round = |fault: &str| {
-        report.faults.iter().find(|r| r.path == "mooncake-ascend" && r.fault == fault).cloned().expect(fault)
-    };
+    let round = |fault: &str| report.faults.iter().find(|r| r.path == path && r.fault == fault).cloned().expect(fault);
     let oob = round("out_of_bounds");
     assert!(oob.injected, "{oob:?}");
     assert_eq!(oob.states, vec!["failed"; 4], "{oob:?}");
@@ -212,7 +228,200 @@ fn the_wheel_has_error_recovery_rounds() {
     assert_eq!(killed.dead_peer_state.as_deref(), Some("failed"), "{killed:?}");
     assert!(killed.ended_after_ms.is_some_and(|ms| ms < 30_000.0), "{killed:?}");
     let md = report.markdown();
-    assert!(md.contains("mooncake-ascend"), "{md}");
+    assert!(md.contains(&format!("| {path} | out_of_bounds |")), "{md}");
+}
+
+#[test]
+fn the_wheel_has_error_recovery_rounds() {
+    let Some((venv, libs)) = wheel_inputs() else { return };
+    check_error_recovery_rounds(mooncake::discover(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("found"));
+}
+
+/// The same rounds over aiv: the same calls of the wheel, the same expectations.
+#[test]
+fn the_wheel_over_aiv_has_error_recovery_rounds() {
+    let Some((venv, _, libs)) = over_aiv_inputs() else { return };
+    let setup = mooncake::discover_over_aiv(Some(venv), Some(libs), DeviceBackendKind::Twin).expect("found");
+    check_error_recovery_rounds(setup);
+}
+
+/// `mooncake-ascend+aiv` beside `aiv` and `mooncake-ascend`, in the same rounds on the same workloads: each takes a
+/// slot of its own in every round; the wheel over aiv moves the data (checked by hash) and the twin's counts in its
+/// processes show every SQE written and every doorbell rung by the AIV kernel, no Host runtime copy: AIV-direct, while
+/// the same wheel on the twin's HiXL model comes out AI-CPU-submitted in the same run. The record and the verdict
+/// survive report.json, and `--compare` reads them.
+#[test]
+fn the_wheel_over_aiv_runs_beside_aiv_and_mooncake_ascend_and_its_counts_make_it_aiv_direct() {
+    let Some((venv, twin, over_aiv)) = over_aiv_inputs() else { return };
+    let ascend = mooncake::discover(Some(venv.clone()), Some(twin), DeviceBackendKind::Twin).expect("found");
+    let over = mooncake::discover_over_aiv(Some(venv), Some(over_aiv), DeviceBackendKind::Twin).expect("found");
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    // Devices 2 and 3 of this process's twin runtime: the other test with an aiv path, which may run at the same
+    // time, opens 0 and 1 (one SHMEM PE per device and process).
+    config.aiv.device_id = 2;
+    let workloads = vec![Workload::bench(64 << 10, 4, 1), Workload::kv_request(small_kv())];
+    let options = AuditOptions {
+        mooncake: Some(ascend),
+        mooncake_over_aiv: Some(over),
+        ..options(vec![Protocol::Aiv], workloads, None)
+    };
+    let report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    assert_eq!(report.paths, ["aiv", "mooncake-ascend", "mooncake-ascend+aiv"]);
+    assert!(report.skipped.iter().all(|s| !s.path.starts_with("mooncake")), "{:?}", report.skipped);
+    for workload in &report.workloads {
+        let cell = |path: &str| workload.paths.iter().find(|c| c.path == path).cloned().expect(path);
+        let over = cell("mooncake-ascend+aiv");
+        assert!(over.bytes_per_second.is_some_and(|s| s.min > 0.0), "{}: {over:?}", workload.name);
+        assert!(over.latency_p50_ns.is_some_and(|s| s.min > 0.0), "{}", workload.name);
+        assert!(over.process_cpu_ns_per_transfer.is_some_and(|s| s.min > 0.0), "{}", workload.name);
+        assert_eq!(over.failed_batches, 0, "{}: {:?}", workload.name, report.verdicts);
+        // Round 1: aiv, mooncake-ascend, mooncake-ascend+aiv, memcpy; round 2: memcpy, then the order rotated by
+        // one: mooncake-ascend, mooncake-ascend+aiv, aiv.
+        let slots = |c: &aiv_transport::audit::report::CellStats| (c.rounds[0].slot, c.rounds[1].slot);
+        assert_eq!(slots(&cell("aiv")), (0, 3), "{}", workload.name);
+        assert_eq!(slots(&cell("mooncake-ascend")), (1, 1), "{}", workload.name);
+        assert_eq!(slots(&over), (2, 2), "{}", workload.name);
+    }
+    let record = report.mooncake_over_aiv.as_ref().expect("a mooncake-ascend+aiv record");
+    assert!(record.failed_cells.is_empty(), "{:?}", record.failed_cells);
+    assert!(record.data_check.as_ref().is_some_and(|c| c.passed), "{:?}", record.data_check);
+    assert_eq!(record.runtime.as_deref(), Some("cann-twin 0.1.0"), "{record:?}");
+    let verdict = |path: &str| report.verdicts.iter().find(|v| v.path == path).cloned().expect(path);
+    let over = verdict("mooncake-ascend+aiv");
+    assert_eq!(over.submitted_by, Submitter::AivDirect, "{:?}", over.lines);
+    assert_eq!((over.aiv_direct.as_str(), over.kernel_writes_descriptors.as_str()), ("yes", "yes"), "{:?}", over.lines);
+    assert!(over.transfers > 0);
+    let evidence = record.evidence.as_ref().expect("twin counts");
+    assert_eq!(evidence["provenance_recorded"], 1, "{evidence:?}");
+    assert!(evidence["sqes_by_kernel"] > 0 && evidence["sqes_by_kernel"] == evidence["sqes_executed"], "{evidence:?}");
+    assert_eq!(evidence["doorbells_by_kernel"], evidence["doorbells_rung"], "{evidence:?}");
+    assert_eq!((evidence["host_sync_copies"], evidence["host_stream_copies"]), (0, 0), "{evidence:?}");
+    assert_eq!((evidence["sqes_by_aicpu"], evidence["aicpu_kernels_launched"]), (0, 0), "{evidence:?}");
+    // The same wheel on the twin's HiXL model, in the same run: its counts say AI CPU.
+    assert_eq!(verdict("mooncake-ascend").submitted_by, Submitter::AiCpuSubmitted);
+    let md = report.markdown();
+    assert!(md.contains("## mooncake-ascend+aiv") && md.contains("## mooncake-ascend\n"), "{md}");
+    assert!(report.method.layout.contains("; mooncake-ascend+aiv runs Mooncake's own wheel"));
+    assert!(report.registration.iter().any(|r| r.memory == "mooncake-ascend+aiv device"), "{:?}", report.registration);
+    // report.json keeps both records, and --compare reads the path.
+    let json = serde_json::to_string(&report).expect("serialises");
+    let read: AuditReport = serde_json::from_str(&json).expect("reads back");
+    assert_eq!(read.mooncake_over_aiv.as_ref(), Some(record));
+    let compared = audit::compare::compare(&read, &report);
+    assert!(compared.contains("| mooncake-ascend+aiv |"), "{compared}");
+}
+
+/// The command line: `--paths mooncake-ascend+aiv` alone runs it (no engine path), `--rerun` repeats that audit from
+/// its report.json, and `--compare` puts the two side by side, the path's row and verdict in it.
+#[test]
+fn the_command_line_runs_reruns_and_compares_the_path() {
+    let Some((venv, _, over_aiv)) = over_aiv_inputs() else { return };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let aiv = |args: &[&std::ffi::OsStr]| {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+            .arg("audit")
+            .args(args)
+            .env("AIV_MOONCAKE_NPU_VENV", &venv)
+            .env("AIV_MOONCAKE_OVER_AIV_LIBS", &over_aiv)
+            .output()
+            .expect("aiv runs");
+        assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let (first, second) = (dir.path().join("first"), dir.path().join("second"));
+    let os = |text: &'static str| std::ffi::OsStr::new(text);
+    aiv(&[
+        os("--paths"),
+        os("mooncake-ascend+aiv"),
+        os("--sizes"),
+        os("64k"),
+        os("--rounds"),
+        os("1"),
+        os("--cell-seconds"),
+        os("0.1"),
+        os("--no-faults"),
+        os("--no-alloc"),
+        os("--out"),
+        first.as_os_str(),
+    ]);
+    aiv(&[os("--rerun"), first.join("report.json").as_os_str(), os("--out"), second.as_os_str()]);
+    for report in [&first, &second] {
+        let report = AuditReport::read(&report.join("report.json")).expect("a report");
+        assert_eq!(report.paths, ["mooncake-ascend+aiv"]);
+        let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend+aiv").expect("a verdict");
+        assert_eq!(verdict.submitted_by, Submitter::AivDirect, "{:?}", verdict.lines);
+        assert!(report.mooncake_over_aiv.as_ref().is_some_and(|r| r.data_check.as_ref().is_some_and(|c| c.passed)));
+    }
+    let rerun = AuditReport::read(&second.join("report.json")).expect("a report");
+    assert!(rerun.rerun_of.is_some(), "the rerun names the report it repeated");
+    let compared =
+        aiv(&[os("--compare"), first.join("report.json").as_os_str(), second.join("report.json").as_os_str()]);
+    assert!(compared.contains("| mooncake-ascend+aiv |"), "{compared}");
+}
+
+/// The verdict comes from the counts, not the path's name: `mooncake-ascend+aiv` pointed at a mis-wired directory
+/// (the twin's HiXL model as its libllm_datadist.so, the other files in place) runs, passes its data check, and comes
+/// out AI-CPU-submitted, not AIV-direct.
+#[test]
+fn a_mis_wired_library_directory_turns_the_same_path_not_aiv_direct() {
+    let Some((venv, twin, over_aiv)) = over_aiv_inputs() else { return };
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    for name in ["libascendcl.so", "libllm_datadist.so", "libmetadef.so"] {
+        std::os::unix::fs::symlink(twin.join(name), dir.path().join(name)).expect("symlink");
+    }
+    let engine = "libaiv_transport.so";
+    std::os::unix::fs::symlink(over_aiv.join(engine), dir.path().join(engine)).expect("symlink");
+    let setup = mooncake::discover_over_aiv(Some(venv), Some(dir.path().to_owned()), DeviceBackendKind::Twin)
+        .expect("every file is there");
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.hbm_size = 64 << 20;
+    let options = options(vec![Protocol::Tcp], vec![Workload::bench(64 << 10, 4, 1)], Some(setup));
+    let report = audit::run(&config, &options, &Silent).expect("the audit runs");
+    let record = report.mooncake_over_aiv.as_ref().expect("a mooncake-ascend+aiv record");
+    assert!(record.failed_cells.is_empty(), "{:?}", record.failed_cells);
+    assert!(record.data_check.as_ref().is_some_and(|c| c.passed), "{:?}", record.data_check);
+    let verdict = report.verdicts.iter().find(|v| v.path == "mooncake-ascend+aiv").expect("a verdict");
+    assert_eq!(verdict.submitted_by, Submitter::AiCpuSubmitted, "{:?}", verdict.lines);
+    assert_eq!(verdict.aiv_direct, "no", "{:?}", verdict.lines);
+    let evidence = record.evidence.as_ref().expect("twin counts");
+    assert_eq!(evidence["sqes_by_kernel"], 0, "{evidence:?}");
+    assert!(evidence["sqes_by_aicpu"] > 0, "{evidence:?}");
+}
+
+/// `--paths mooncake-ascend+aiv` without its library directory fails, naming the script that builds it; a default
+/// run without it leaves the path out with a line saying why, and records the reason (with the script) under "Not
+/// run".
+#[test]
+fn a_missing_over_aiv_directory_fails_when_asked_for_and_is_left_out_by_default() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let aiv = |args: &[&str], out: &Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+            .arg("audit")
+            .args(args)
+            .args(["--sizes", "4k", "--rounds", "1", "--cell-seconds", "0.05", "--no-faults", "--no-alloc"])
+            .arg("--mooncake-npu-venv")
+            .arg(dir.path().join("no-venv"))
+            .arg("--mooncake-over-aiv-libs")
+            .arg(dir.path().join("no-libs"))
+            .arg("--out")
+            .arg(out)
+            .output()
+            .expect("aiv runs")
+    };
+    let output = aiv(&["--paths", "tcp,mooncake-ascend+aiv"], &dir.path().join("asked"));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!output.status.success(), "{stderr}");
+    assert!(stderr.contains("--paths mooncake-ascend+aiv") && stderr.contains("tests/support/mooncake_over_aiv.sh"));
+    // Without --paths: every default path runs one 4 KiB cell, and the missing one is left out with a line.
+    let out = dir.path().join("all");
+    let output = aiv(&[], &out);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("mooncake-ascend+aiv left out: no virtualenv"), "{stderr}");
+    let report = AuditReport::read(&out.join("report.json")).expect("a report");
+    let skipped = report.skipped.iter().find(|s| s.path == "mooncake-ascend+aiv").expect("recorded under Not run");
+    assert!(skipped.reason.contains("tests/support/mooncake_over_aiv.sh"), "{}", skipped.reason);
 }
 
 #[test]

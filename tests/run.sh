@@ -49,6 +49,12 @@ AIV_TEST_TWIN_CANN_LIBS="$(AIV_MOONCAKE_NPU_VENV="$AIV_TEST_MOONCAKE_NPU_VENV" b
 export AIV_TEST_TWIN_CANN_LIBS
 echo "Ascend wheel virtualenv at $AIV_TEST_MOONCAKE_NPU_VENV, twin CANN libraries in $AIV_TEST_TWIN_CANN_LIBS"
 
+step "libllm_datadist.so over aiv (the wheel's ADXL as this project's engine; g++, libaiv_transport.so with feature cann)"
+# Built once here for tests/mooncake_over_aiv.rs and the audit's mooncake-ascend+aiv path (tests/audit_mooncake.rs).
+AIV_TEST_MOONCAKE_OVER_AIV_LIBS="$(bash tests/support/mooncake_over_aiv.sh | tail -n 1)"
+export AIV_TEST_MOONCAKE_OVER_AIV_LIBS
+echo "libllm_datadist.so over aiv in $AIV_TEST_MOONCAKE_OVER_AIV_LIBS"
+
 step "MemFabric Hybrid's wheel for the static inspection test over real wheels (pip download into the ignored .aiv-cache)"
 AIV_TEST_MEMFABRIC_WHEEL="$(bash tests/support/memfabric.sh | tail -n 1)"
 export AIV_TEST_MEMFABRIC_WHEEL

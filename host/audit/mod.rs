@@ -237,14 +237,12 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         + if options.faults { 3 * options.paths.len() } else { 0 }
         + usize::from(options.allocation)
         + if options.trace { options.workloads.len() * options.paths.len() } else { 0 };
-    let total = total
-        + if options.mooncake.is_some() {
-            options.workloads.len() * options.rounds + 1 + usize::from(options.faults)
-        } else {
-            0
-        };
+    let moon_setups = options.mooncake_setups();
+    let total =
+        total + moon_setups.len() * (options.workloads.len() * options.rounds + 1 + usize::from(options.faults));
     let total = total + options.cross_host.as_ref().map_or(0, |c| c.runs());
-    let mut moon = options.mooncake.as_ref().map(|setup| mooncake::Session::start(setup, options.buffer_size()));
+    let mut moons: Vec<mooncake::Session> =
+        moon_setups.iter().map(|setup| mooncake::Session::start(setup, options.buffer_size())).collect();
     let mut traces = Vec::new();
     let mut done = 0;
     let mut workloads = Vec::new();
@@ -257,15 +255,18 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         let mut latencies: Vec<hdrhistogram::Histogram<u64>> =
             (0..options.paths.len()).map(|_| bench::latency_histogram()).collect();
         let mut memcpy = Vec::new();
-        let mut moon_rounds: Vec<RoundResult> = Vec::new();
-        let mut moon_latencies = bench::latency_histogram();
+        let mut moon_rounds: Vec<Vec<RoundResult>> = vec![Vec::new(); moons.len()];
+        let mut moon_latencies: Vec<hdrhistogram::Histogram<u64>> =
+            moons.iter().map(|_| bench::latency_histogram()).collect();
         let moon_unsupported = mooncake::Session::unsupported(workload);
-        if let (Some(session), Some(reason)) = (moon.as_mut(), moon_unsupported.clone()) {
-            mooncake::skip_workload(&mut session.record, workload, reason);
+        if let Some(reason) = &moon_unsupported {
+            for session in &mut moons {
+                mooncake::skip_workload(&mut session.record, workload, reason.clone());
+            }
         }
         for round in 0..options.rounds {
             // The memcpy reference takes the round's first slot on odd rounds and its last on even ones.
-            let (order, moon_at) = mooncake::round_order_with(&options.paths, moon.is_some(), round);
+            let order = mooncake::round_order_with(&options.paths, moons.len(), round);
             let reference_first = round % 2 == 1;
             let mut slot = 0;
             let mut reference = |slot: usize, done: &mut usize| {
@@ -280,18 +281,22 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 reference(slot, &mut done);
                 slot += 1;
             }
-            // The engine paths in the round's order, then an end marker, so that the Mooncake path's slot can be
-            // last too.
-            for entry in order.into_iter().enumerate().map(Some).chain([None]) {
-                if moon_at == Some(entry.map_or(options.paths.len(), |(at, _)| at)) {
-                    if let Some(session) = moon.as_mut().filter(|_| moon_unsupported.is_none()) {
-                        session.run_cell(options, workload, (round, slot), &mut moon_rounds, &mut moon_latencies);
+            for entry in order {
+                let path = match entry {
+                    mooncake::Slot::Engine(path) => path,
+                    mooncake::Slot::Mooncake(at) => {
+                        let session = &mut moons[at];
+                        if moon_unsupported.is_none() {
+                            let (rounds, latencies) = (&mut moon_rounds[at], &mut moon_latencies[at]);
+                            session.run_cell(options, workload, (round, slot), rounds, latencies);
+                        }
+                        slot += 1;
+                        done += 1;
+                        let name = session.variant().path();
+                        progress.cell(done, total, &format!("{} round {}: {name}", workload.name(), round + 1));
+                        continue;
                     }
-                    slot += 1;
-                    done += 1;
-                    progress.cell(done, total, &format!("{} round {}: {}", workload.name(), round + 1, mooncake::PATH));
-                }
-                let Some((_, path)) = entry else { continue };
+                };
                 let index = options.paths.iter().position(|p| *p == path).expect("a listed path");
                 let outcome = measure(&rig, options, workload, path)?;
                 if outcome.failed_batches > 0 && failures[index].is_none() {
@@ -313,8 +318,10 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             }
         }
         workloads.push(WorkloadReport::new(workload.clone(), &options.paths, per_path, &latencies, memcpy));
-        if let (Some(report), true) = (workloads.last_mut(), moon.is_some() && moon_unsupported.is_none()) {
-            report.paths.push(mooncake::cell_stats(report, moon_rounds, &moon_latencies));
+        if let (Some(report), true) = (workloads.last_mut(), moon_unsupported.is_none()) {
+            for ((session, rounds), latencies) in moons.iter().zip(moon_rounds).zip(&moon_latencies) {
+                report.paths.push(mooncake::cell_stats(report, session.variant(), rounds, latencies));
+            }
         }
         if options.trace {
             let measured = workloads.last().expect("pushed above");
@@ -358,21 +365,23 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     } else {
         Vec::new()
     };
-    let mut moon_record = None;
-    let mut moon_verdict = None;
-    if let Some(mut session) = moon.take() {
+    let mut moon_records = std::collections::BTreeMap::new();
+    let mut moon_verdicts = Vec::new();
+    for mut session in moons {
+        let path = session.variant().path();
         session.verify();
         done += 1;
-        progress.cell(done, total, &format!("{}: data check", mooncake::PATH));
+        progress.cell(done, total, &format!("{path}: data check"));
         if options.faults {
             fault_rounds.extend(session.fault_rounds());
             done += 1;
-            progress.cell(done, total, &format!("error recovery: {}", mooncake::PATH));
+            progress.cell(done, total, &format!("error recovery: {path}"));
         }
         registration.extend(session.registration.clone());
+        let variant = session.variant();
         let (record, tally, first_failure) = session.finish();
-        moon_verdict = Some(PathVerdict::from_tally(mooncake::PATH, &tally, first_failure));
-        moon_record = Some(record);
+        moon_verdicts.push(PathVerdict::from_tally(path, &tally, first_failure));
+        moon_records.insert(variant, record);
     }
     // Between two network namespaces, after the in-process engines are gone (docs/multihost.md).
     let cross_host = options.cross_host.as_ref().map(|cross| {
@@ -388,7 +397,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         .zip(failures)
         .map(|((path, tally), first_failure)| PathVerdict::new(*path, tally, first_failure))
         .collect();
-    verdicts.extend(moon_verdict);
+    verdicts.extend(moon_verdicts);
     let (trace_records, trace_documents): (Vec<_>, Vec<_>) =
         traces.into_iter().map(|(record, document)| (record.clone(), (record.file, document))).unzip();
     let mut environment = report::Environment::probe(config);
@@ -410,7 +419,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
             .paths
             .iter()
             .map(|p| p.as_str().to_owned())
-            .chain(options.mooncake.as_ref().map(|_| mooncake::PATH.to_owned()))
+            .chain(options.mooncake_setups().iter().map(|setup| setup.variant.path().to_owned()))
             .collect(),
         skipped: skipped_paths(config, options),
         registration,
@@ -419,7 +428,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         plots: Vec::new(),
         faults: fault_rounds,
         allocation,
-        mooncake: moon_record,
+        mooncake: moon_records.remove(&mooncake::Variant::TwinHixl),
+        mooncake_over_aiv: moon_records.remove(&mooncake::Variant::OverAiv),
         traces: trace_records,
         trace_documents,
         cross_host,
@@ -453,8 +463,8 @@ fn method(options: &AuditOptions) -> report::Method {
                      block x (i x threads + t) in both buffers, as in transfer_engine_bench"
             .into(),
     };
-    if options.mooncake.is_some() {
-        method.layout.push_str(mooncake::LAYOUT);
+    for setup in options.mooncake_setups() {
+        method.layout.push_str(&setup.variant.layout());
     }
     method
 }
@@ -502,11 +512,10 @@ fn params_for(options: &AuditOptions, workload: &Workload, path: Protocol) -> Be
 /// Paths the audit knows of and did not run, with the reason.
 fn skipped_paths(config: &EngineConfig, options: &AuditOptions) -> Vec<report::Skipped> {
     let mut skipped = Vec::new();
-    if options.mooncake.is_none() {
-        skipped.push(report::Skipped {
-            path: mooncake::PATH.into(),
-            reason: options.mooncake_skipped.clone().unwrap_or_else(|| mooncake::NOT_CONFIGURED.into()),
-        });
+    for variant in mooncake::Variant::ALL {
+        if let Some(reason) = options.mooncake_skip_reason(variant) {
+            skipped.push(report::Skipped { path: variant.path().into(), reason });
+        }
     }
     if config.aiv.device_backend != DeviceBackendKind::Twin {
         skipped.push(report::Skipped {

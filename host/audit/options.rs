@@ -84,6 +84,12 @@ pub struct AuditOptions {
     pub mooncake: Option<mooncake::MooncakeSetup>,
     /// Why `mooncake-ascend` is not run, when `mooncake` is `None` (recorded under "Not run").
     pub mooncake_skipped: Option<String>,
+    /// Mooncake's own Ascend Direct over aiv (`mooncake-ascend+aiv`), run besides `paths` when set: the same wheel
+    /// with the directory of tests/support/mooncake_over_aiv.sh ([`mooncake::discover_over_aiv`]). Its slot follows
+    /// `mooncake-ascend`'s in the first round.
+    pub mooncake_over_aiv: Option<mooncake::MooncakeSetup>,
+    /// Why `mooncake-ascend+aiv` is not run, when `mooncake_over_aiv` is `None` (recorded under "Not run").
+    pub mooncake_over_aiv_skipped: Option<String>,
     /// `--trace`: after each workload's measured rounds, one traced cell per path, written as a Chrome trace file.
     pub trace: bool,
     /// `--cross-host`: after everything else, aiv against tcp between two network namespaces (`None`: not run).
@@ -111,6 +117,8 @@ impl AuditOptions {
             alloc_request: None,
             mooncake: None,
             mooncake_skipped: None,
+            mooncake_over_aiv: None,
+            mooncake_over_aiv_skipped: None,
             trace: false,
             cross_host: None,
         }
@@ -120,9 +128,26 @@ impl AuditOptions {
     /// a quick audit takes about 90 s on two cores with or without `mooncake-ascend`. For options left as
     /// [`AuditOptions::quick`] made them but for the paths.
     pub fn fit_quick_budget(&mut self) {
-        let slots = self.paths.len() + usize::from(self.mooncake.is_some());
+        let slots = self.paths.len() + self.mooncake_setups().len();
         let cells = (slots * self.workloads.len() * self.rounds).max(1) as u32;
         self.cell = (QUICK_CELL_BUDGET / cells).clamp(Duration::from_millis(500), Duration::from_secs(1));
+    }
+
+    /// The Mooncake paths to run, in the order of their slots: `mooncake-ascend`, then `mooncake-ascend+aiv`.
+    pub fn mooncake_setups(&self) -> Vec<&mooncake::MooncakeSetup> {
+        [self.mooncake.as_ref(), self.mooncake_over_aiv.as_ref()].into_iter().flatten().collect()
+    }
+
+    /// Why the Mooncake path `variant` is not run (`None`: it is).
+    pub fn mooncake_skip_reason(&self, variant: mooncake::Variant) -> Option<String> {
+        let (setup, skipped) = match variant {
+            mooncake::Variant::TwinHixl => (&self.mooncake, &self.mooncake_skipped),
+            mooncake::Variant::OverAiv => (&self.mooncake_over_aiv, &self.mooncake_over_aiv_skipped),
+        };
+        match setup {
+            Some(_) => None,
+            None => Some(skipped.clone().unwrap_or_else(|| variant.not_configured())),
+        }
     }
 
     /// `--full`: every path, the full matrix, 7 rounds of 1 s cells.
@@ -133,8 +158,19 @@ impl AuditOptions {
     /// Checks the options; the error names what is wrong.
     pub fn validate(&self) -> Result<()> {
         let invalid = |reason: String| EngineError::InvalidArgument { operation: "audit", reason };
-        if self.paths.is_empty() && self.mooncake.is_none() {
+        if self.paths.is_empty() && self.mooncake_setups().is_empty() {
             return Err(invalid("no path to audit (--paths is empty)".into()));
+        }
+        for (setup, variant) in
+            [(&self.mooncake, mooncake::Variant::TwinHixl), (&self.mooncake_over_aiv, mooncake::Variant::OverAiv)]
+        {
+            if let Some(setup) = setup.as_ref().filter(|setup| setup.variant != variant) {
+                return Err(invalid(format!(
+                    "the {} setup was given where {} belongs",
+                    setup.variant.path(),
+                    variant.path()
+                )));
+            }
         }
         for (i, path) in self.paths.iter().enumerate() {
             if self.paths[..i].contains(path) {

@@ -17,6 +17,8 @@ fn colour(path: &str) -> RGBColor {
         "adxl-fabric" => RGBColor(0, 160, 190),
         "ubshmem" => RGBColor(20, 140, 60),
         "tcp" => RGBColor(150, 60, 170),
+        "mooncake-ascend" => RGBColor(230, 140, 20),
+        "mooncake-ascend+aiv" => RGBColor(120, 70, 20),
         _ => RGBColor(90, 90, 90),
     }
 }

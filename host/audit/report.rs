@@ -50,6 +50,9 @@ pub struct AuditReport {
     /// The mooncake-ascend path (Mooncake's own Ascend wheel in two processes of its own), when it ran.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mooncake: Option<MooncakeRecord>,
+    /// The mooncake-ascend+aiv path (the same wheel with libllm_datadist.so over aiv), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mooncake_over_aiv: Option<MooncakeRecord>,
     /// The traced cells (`--trace`; empty without): one per workload and path, after the measured rounds.
     #[serde(default)]
     pub traces: Vec<TraceRecord>,
@@ -114,8 +117,8 @@ impl Allocation {
     }
 }
 
-/// What the mooncake-ascend path ran on and what it saw besides its cells' figures (docs/audit.md, "The
-/// mooncake-ascend path").
+/// What a Mooncake path (mooncake-ascend, mooncake-ascend+aiv) ran on and what it saw besides its cells' figures
+/// (docs/audit.md, "The Mooncake paths").
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MooncakeRecord {
     /// The wheel's version, the Python that ran it, and the runtime its processes loaded (`cann-twin 0.1.0`, or
@@ -141,7 +144,7 @@ pub struct MooncakeRecord {
     pub failed_cells: Vec<FailedCell>,
 }
 
-/// The mooncake-ascend path's data check.
+/// A Mooncake path's data check.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct DataCheck {
     pub passed: bool,
@@ -1149,7 +1152,14 @@ impl AuditReport {
             let _ = writeln!(md);
         }
         if let Some(mooncake) = &self.mooncake {
-            mooncake.markdown(&mut md);
+            mooncake.markdown(&mut md, "mooncake-ascend", "Mooncake's own Ascend Direct");
+        }
+        if let Some(mooncake) = &self.mooncake_over_aiv {
+            mooncake.markdown(
+                &mut md,
+                "mooncake-ascend+aiv",
+                "Mooncake's own Ascend Direct over aiv (its libllm_datadist.so this project's engine, protocol aiv)",
+            );
         }
         if let Some(cross) = &self.cross_host {
             cross.markdown(&mut md);
@@ -1183,11 +1193,11 @@ impl AuditReport {
 }
 
 impl MooncakeRecord {
-    fn markdown(&self, md: &mut String) {
-        let _ = writeln!(md, "## mooncake-ascend\n");
+    fn markdown(&self, md: &mut String, path: &str, what: &str) {
+        let _ = writeln!(md, "## {path}\n");
         let _ = writeln!(
             md,
-            "Mooncake's own Ascend Direct: mooncake-transfer-engine-npu {} on Python {}, runtime {}.\n",
+            "{what}: mooncake-transfer-engine-npu {} on Python {}, runtime {}.\n",
             self.wheel.as_deref().unwrap_or("(version unknown)"),
             self.python.as_deref().unwrap_or("(unknown)"),
             self.runtime.as_deref().unwrap_or("without twin evidence (not observable)")

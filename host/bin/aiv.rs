@@ -155,7 +155,7 @@ struct AuditArgs {
     #[arg(long)]
     full: bool,
     /// Paths to audit, comma-separated, in the first round's order (default: aiv,adxl,ubshmem,tcp, and
-    /// mooncake-ascend when its wheel and the twin's libraries are found)
+    /// mooncake-ascend and mooncake-ascend+aiv when their wheel and libraries are found)
     #[arg(long, value_delimiter = ',')]
     paths: Option<Vec<String>>,
     /// The virtualenv with Mooncake's Ascend wheel, for the mooncake-ascend path (default:
@@ -166,6 +166,10 @@ struct AuditArgs {
     /// tests/support/twin_cann_libs.sh builds them)
     #[arg(long = "twin-cann-libs", value_name = "DIR", env = "AIV_TWIN_CANN_LIBS")]
     twin_cann_libs: Option<PathBuf>,
+    /// The directory of libllm_datadist.so over aiv with the twin's libascendcl.so and libmetadef.so, for the
+    /// mooncake-ascend+aiv path (default: target/mooncake-over-aiv here; tests/support/mooncake_over_aiv.sh builds it)
+    #[arg(long = "mooncake-over-aiv-libs", value_name = "DIR", env = "AIV_MOONCAKE_OVER_AIV_LIBS")]
+    mooncake_over_aiv_libs: Option<PathBuf>,
     /// ASCEND_GLOBAL_RESOURCE_CONFIG (JSON) for the mooncake-ascend processes (default: unset, the wheel's defaults,
     /// which select ADXL's client-server engine); a fabric_memory key selects FabricMem, e.g.
     /// '{"fabric_memory":{"enable_aicpu_unfold":false,"task_stream_num":4}}' its Host unfold
@@ -527,24 +531,50 @@ fn run_audit_with(
         config.aiv.fabric_memory.enable_aicpu_unfold = false;
     }
     let mut options = if args.full { AuditOptions::full() } else { AuditOptions::quick() };
-    // mooncake-ascend: by default when found; with --paths only when listed. Not found: skipped with the reason.
-    let mooncake_wanted = args.paths.as_ref().is_none_or(|names| names.iter().any(|n| n == audit::mooncake::PATH));
-    match audit::mooncake::discover(args.mooncake_npu_venv, args.twin_cann_libs, config.aiv.device_backend) {
-        Ok(mut setup) if mooncake_wanted => {
-            setup.global_resource_config = args.mooncake_global_resource_config;
-            options.mooncake = Some(setup);
+    // The Mooncake paths: by default when found (else left out, with a line saying why); with --paths only when
+    // listed. mooncake-ascend listed but not found is skipped with the reason; mooncake-ascend+aiv listed but not
+    // found is an error naming the script that builds it.
+    for variant in audit::mooncake::Variant::ALL {
+        let listed = args.paths.as_ref().map(|names| names.iter().any(|n| n == variant.path()));
+        let libs = match variant {
+            audit::mooncake::Variant::TwinHixl => args.twin_cann_libs.clone(),
+            audit::mooncake::Variant::OverAiv => args.mooncake_over_aiv_libs.clone(),
+        };
+        let found =
+            audit::mooncake::discover_variant(variant, args.mooncake_npu_venv.clone(), libs, config.aiv.device_backend);
+        let (setup, skipped) = match (found, listed) {
+            (Ok(mut setup), None | Some(true)) => {
+                if variant == audit::mooncake::Variant::TwinHixl {
+                    setup.global_resource_config = args.mooncake_global_resource_config.clone();
+                }
+                (Some(setup), None)
+            }
+            (Ok(_), Some(false)) => (None, Some(format!("not selected (--paths does not list {})", variant.path()))),
+            (Err(reason), Some(true)) if variant == audit::mooncake::Variant::OverAiv => {
+                return Err(format!("--paths {}: {reason}", variant.path()));
+            }
+            (Err(reason), listed) => {
+                if listed.is_none() {
+                    eprintln!("aiv: audit: {} left out: {reason}", variant.path());
+                }
+                (None, Some(reason))
+            }
+        };
+        match variant {
+            audit::mooncake::Variant::TwinHixl => (options.mooncake, options.mooncake_skipped) = (setup, skipped),
+            audit::mooncake::Variant::OverAiv => {
+                (options.mooncake_over_aiv, options.mooncake_over_aiv_skipped) = (setup, skipped)
+            }
         }
-        Ok(_) => options.mooncake_skipped = Some("not selected (--paths does not list mooncake-ascend)".into()),
-        Err(reason) => options.mooncake_skipped = Some(reason),
     }
     if let Some(names) = args.paths {
         options.paths = names
             .iter()
-            .filter(|name| *name != audit::mooncake::PATH)
+            .filter(|name| audit::mooncake::Variant::from_path(name).is_none())
             .map(|name| config.aiv.resolve_protocol(name).map_err(|e| format!("--paths: {e}")))
             .collect::<Result<_, _>>()?;
     }
-    if options.paths.is_empty() && options.mooncake.is_none() {
+    if options.paths.is_empty() && options.mooncake_setups().is_empty() {
         let reason = options.mooncake_skipped.as_deref().unwrap_or("no path");
         return Err(format!("--paths: nothing to run: mooncake-ascend: {reason}"));
     }

@@ -1,8 +1,9 @@
-"""The driver of `aiv audit`'s mooncake-ascend path (host/audit/mooncake.rs embeds it and runs it with `python -c`).
+"""The driver of `aiv audit`'s Mooncake paths, mooncake-ascend and mooncake-ascend+aiv (host/audit/mooncake/driver.rs
+embeds it and runs it with `python -c`).
 
 One process per side, started once per audit with the Python of the virtualenv that holds Mooncake's Ascend wheel
-(mooncake-transfer-engine-npu) and the twin runtime's libascendcl.so, libllm_datadist.so and libmetadef.so on
-LD_LIBRARY_PATH:
+(mooncake-transfer-engine-npu) and the path's libascendcl.so (the twin runtime), libllm_datadist.so (the twin's HiXL
+model, or this project's engine over aiv) and libmetadef.so first on LD_LIBRARY_PATH:
 
     python -c SCRIPT target|initiator
 
@@ -60,7 +61,7 @@ MAX_LATENCIES = 200_000
 
 
 def evidence_structure(spec):
-    """The ctypes structure of cannTwinEvidence's layout `spec` names (host/audit/mooncake.rs sends it with init, from
+    """The ctypes structure of cannTwinEvidence's layout `spec` names (host/audit/mooncake/session.rs sends it with init, from
     cann_twin::evidence): the header (uint32 version, uint32 size, char runtime[32]), then one uint64 per count name
     in order. None when that layout does not have the size the Rust side gives."""
 
