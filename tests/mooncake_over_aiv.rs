@@ -315,6 +315,7 @@ fn a_target_killed_mid_batch_gives_mooncake_a_failed_status_within_the_transfer_
 const STUB_ACL: &str = r#"
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 int aclInit(const char *config) { (void)config; return 0; }
 int aclrtSetDevice(int32_t device) { (void)device; return 0; }
 int aclrtGetDevice(int32_t *device) { *device = 0; return 0; }
@@ -322,6 +323,12 @@ int aclrtMalloc(void **ptr, size_t size, int policy) { (void)policy; *ptr = mall
 int aclrtFree(void *ptr) { free(ptr); return 0; }
 int aclrtMallocHost(void **ptr, size_t size) { *ptr = malloc(size); return *ptr ? 0 : 1; }
 int aclrtFreeHost(void *ptr) { free(ptr); return 0; }
+int aclrtMemcpy(void *dst, size_t max, const void *src, size_t count, int kind) {
+    (void)kind;
+    if (count > max) return 1;
+    memcpy(dst, src, count);
+    return 0;
+}
 "#;
 
 /// The test program (host/capi/tests/cxx/adxl_over_aiv_test.cpp) compiled into `out`, linked with `acl_dir`'s

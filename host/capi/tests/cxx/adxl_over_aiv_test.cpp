@@ -7,7 +7,8 @@
 //                                      and without an engine, the static members, and Initialize failing with FAILED
 //   adxl_over_aiv_test twin PORT       on the twin runtime: an engine on 127.0.0.1:PORT with a registered aclrtMalloc
 //                                      buffer, connected to its own segment: a transfer within it, ranges outside
-//                                      registered memory, Connect/Disconnect states, an unreachable peer
+//                                      registered memory (refused, and no byte of the allocation, registered or not,
+//                                      changes), Connect/Disconnect states, an unreachable peer
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -22,7 +23,12 @@ int aclInit(const char *config);
 int aclrtSetDevice(int32_t device_id);
 int aclrtMalloc(void **dev_ptr, size_t size, int policy);
 int aclrtFree(void *dev_ptr);
+int aclrtMemcpy(void *dst, size_t dest_max, const void *src, size_t count, int kind);
 }
+
+// aclrtMemcpyKind (acl_rt.h).
+constexpr int kHostToDevice = 1;
+constexpr int kDeviceToHost = 2;
 
 namespace {
 
@@ -97,9 +103,10 @@ void unusable(const std::string &port) {
 void twin(const std::string &port) {
     CHECK(aclInit(nullptr) == 0);
     CHECK(aclrtSetDevice(0) == 0);
+    // Twice what is registered: the second half is device memory outside the registration.
     const size_t size = 1 << 20;
     void *buffer = nullptr;
-    CHECK(aclrtMalloc(&buffer, size, 0) == 0 && buffer != nullptr);
+    CHECK(aclrtMalloc(&buffer, 2 * size, 0) == 0 && buffer != nullptr);
     const uintptr_t base = reinterpret_cast<uintptr_t>(buffer);
     const std::string self = "127.0.0.1:" + port;
 
@@ -123,7 +130,12 @@ void twin(const std::string &port) {
     // A transfer within registered memory (its own segment).
     CHECK(engine.TransferSync(self.c_str(), adxl::WRITE, inside, 10000) == adxl::SUCCESS);
     CHECK(engine.TransferSync(self.c_str(), adxl::READ, inside, 10000) == adxl::SUCCESS);
-    // Ranges outside registered memory: PARAM_INVALID from the transfer's status.
+    // Ranges outside registered memory: PARAM_INVALID from the transfer's status, and no byte moves.
+    std::vector<unsigned char> pattern(2 * size);
+    for (size_t i = 0; i < pattern.size(); ++i) {
+        pattern[i] = static_cast<unsigned char>(i * 131 + i / 4093);
+    }
+    CHECK(aclrtMemcpy(buffer, 2 * size, pattern.data(), 2 * size, kHostToDevice) == 0);
     std::vector<adxl::TransferOpDesc> remote_outside{{base, base + size - 100, 4096}};
     CHECK(engine.TransferSync(self.c_str(), adxl::WRITE, remote_outside, 10000) == adxl::PARAM_INVALID);
     std::vector<adxl::TransferOpDesc> local_outside{{base + size, base, 4096}};
@@ -149,6 +161,12 @@ void twin(const std::string &port) {
         CHECK(engine.GetTransferStatus(req, status) == adxl::SUCCESS);
     }
     CHECK(status == adxl::TransferStatus::FAILED);
+    std::vector<unsigned char> after(2 * size);
+    CHECK(aclrtMemcpy(after.data(), 2 * size, buffer, 2 * size, kDeviceToHost) == 0);
+    // The one transfer inside (the asynchronous WRITE) moved its 4096 bytes; nothing else changed.
+    std::vector<unsigned char> expected = pattern;
+    std::memcpy(expected.data() + size / 2, pattern.data(), 4096);
+    CHECK(after == expected);
     CHECK(engine.Disconnect(self.c_str(), 100) == adxl::SUCCESS);
     CHECK(engine.TransferSync(self.c_str(), adxl::WRITE, inside, 1000) == adxl::NOT_CONNECTED);
     // A peer nobody answers for.
