@@ -360,6 +360,9 @@ fn free_port() -> u16 {
 fn run_case(program: &Path, case: &str) -> String {
     let mut child = Command::new(program)
         .args([case, &free_port().to_string()])
+        // The program's run path names its libraries; cargo's LD_LIBRARY_PATH (its target directory, where another
+        // test may have built libaiv_transport.so without feature cann) would take precedence over it.
+        .env_remove("LD_LIBRARY_PATH")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
