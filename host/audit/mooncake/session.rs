@@ -129,7 +129,7 @@ impl Session {
         }
     }
 
-    /// Which Mooncake path this session is.
+    /// Which Mooncake path these two processes run.
     pub fn variant(&self) -> Variant {
         self.variant
     }
