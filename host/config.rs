@@ -194,7 +194,7 @@ pub struct AivOptions {
     /// 3000 ms; 1..=600000).
     pub metadata_deadline: Option<Duration>,
     /// The handshake server's admission limits (`handshake_first_request_ms`, `handshake_max_connections`,
-    /// `handshake_max_per_source`; see `metadata::handshake::server`).
+    /// `handshake_max_per_source`, `handshake_max_connection_handlers`; see `metadata::handshake::server`).
     pub handshake: HandshakeLimits,
 }
 
@@ -272,11 +272,19 @@ pub struct HandshakeLimits {
     pub max_connections: usize,
     /// Of those, from one source: an IPv4 address or an IPv6 /64 (`handshake_max_per_source`, default 32).
     pub max_per_source: usize,
+    /// Connection handshakes answered at once by the transport's handler, each on a blocking thread
+    /// (`handshake_max_connection_handlers`, default 4); one over that is refused at once, saying so.
+    pub max_connection_handlers: usize,
 }
 
 impl Default for HandshakeLimits {
     fn default() -> Self {
-        HandshakeLimits { request_timeout: Duration::from_secs(1), max_connections: 256, max_per_source: 32 }
+        HandshakeLimits {
+            request_timeout: Duration::from_secs(1),
+            max_connections: 256,
+            max_per_source: 32,
+            max_connection_handlers: 4,
+        }
     }
 }
 
@@ -743,6 +751,9 @@ fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<()
     if let Some(count) = fields.integer("handshake_max_per_source", 1, 65_536)? {
         aiv.handshake.max_per_source = count as usize;
     }
+    if let Some(count) = fields.integer("handshake_max_connection_handlers", 1, 256)? {
+        aiv.handshake.max_connection_handlers = count as usize;
+    }
     if aiv.handshake.max_per_source > aiv.handshake.max_connections {
         let found = Value::from(aiv.handshake.max_per_source as u64);
         let expected = format!("at most handshake_max_connections ({})", aiv.handshake.max_connections);
@@ -1001,12 +1012,17 @@ mod tests {
         assert_eq!(config.aiv.tcp_max_connections_per_source, 16);
         let config = parse(
             r#"{"local_hostname": "h", "aiv": {"handshake_first_request_ms": 300, "handshake_max_connections": 40,
-                "handshake_max_per_source": 4}}"#,
+                "handshake_max_per_source": 4, "handshake_max_connection_handlers": 2}}"#,
         )
         .expect("valid handshake limits");
         let handshake = &config.aiv.handshake;
         assert_eq!(handshake.request_timeout, Duration::from_millis(300));
         assert_eq!((handshake.max_connections, handshake.max_per_source), (40, 4));
+        assert_eq!(handshake.max_connection_handlers, 2);
+        assert_eq!(HandshakeLimits::default().max_connection_handlers, 4);
+        let error = parse(r#"{"local_hostname": "h", "aiv": {"handshake_max_connection_handlers": 257}}"#)
+            .expect_err("above the range");
+        assert!(error.to_string().contains("aiv.handshake_max_connection_handlers"), "{error}");
         let config = parse(
             r#"{"local_hostname": "h", "aiv": {"tcp_max_connections": 200, "tcp_max_serving_threads": 8,
                 "tcp_idle_timeout_ms": 5000, "metadata_connect_timeout_ms": 250, "metadata_deadline_ms": 900}}"#,
@@ -1027,6 +1043,7 @@ mod tests {
             "tcp_max_connections_per_source",
             "handshake_first_request_ms",
             "handshake_max_connections",
+            "handshake_max_connection_handlers",
         ] {
             let error = parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": 0}}}}"#)).expect_err("zero");
             assert!(error.to_string().contains(&format!("aiv.{key}")), "{error}");

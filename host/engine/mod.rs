@@ -333,6 +333,14 @@ impl TransferEngine {
             let metadata = metadata.upgrade().ok_or("the engine's metadata service has shut down")?;
             metadata.send_connection(segment, payload).map_err(|error| error.to_string())
         }));
+        // The target side connects only to NICs the initiator's descriptor lists, resolved through this engine's
+        // own metadata (docs/rdma.md section 7).
+        let metadata = Arc::downgrade(&self.metadata);
+        device.transport().set_initiator_resolver(Arc::new(move |name: &str, source, fresh| {
+            let metadata = metadata.upgrade().ok_or("the engine's metadata service has shut down")?;
+            let descriptor = metadata.resolve_initiator(name, source, fresh)?;
+            Ok((descriptor, metadata.is_p2p().then(|| crate::metadata::canonical_ip(source.ip()))))
+        }));
         self.metadata.set_connection_handler(Some(device.transport().connection_handler()));
         self.install_transport(Protocol::Aiv, device.transport().clone());
         self.install_transport(Protocol::Adxl, device.adxl().clone());

@@ -22,7 +22,8 @@ use std::time::Duration;
 
 pub use crate::transfer::descriptor::{BufferDescriptor, DescriptorError, ProtocolList, SegmentDescriptor};
 pub use name::{SegmentName, SegmentNameError};
-pub use service::MetadataService;
+pub(crate) use service::canonical_ip;
+pub use service::{MetadataService, INITIATOR_CACHE_TTL};
 pub use store::{KeyLayout, RpcMeta};
 
 use crate::config::{ConfigError, Environment};

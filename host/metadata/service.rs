@@ -1,8 +1,11 @@
 //! One engine's metadata service: its handshake server, its segment name, and the backend its connection string
 //! picked. The engine talks to metadata only through this.
 
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::etcd::EtcdStore;
 use super::handshake::{Frame, FrameKind, HandshakeClient, HandshakeServer, HandshakeState, Notification};
@@ -13,10 +16,18 @@ use super::{MetadataBackend, MetadataConnection, MetadataOptions, RpcMeta, Segme
 use crate::config::EngineConfig;
 use crate::error::{EngineError, Result};
 
+/// How long a descriptor resolved for a Connection handshake's initiator is reused: one QP handshake per block and
+/// peer arrives in a burst, and one lookup serves them all.
+pub const INITIATOR_CACHE_TTL: Duration = Duration::from_secs(2);
+/// Initiators' descriptors cached at most (the oldest goes first).
+const INITIATOR_CACHE_ENTRIES: usize = 64;
+
 /// The metadata side of one engine; withdraws its keys and stops its handshake server when dropped.
 #[derive(Debug)]
 pub struct MetadataService {
     connection: MetadataConnection,
+    /// Descriptors of Connection handshake initiators, by name, with when they were fetched.
+    initiators: Mutex<HashMap<String, (Instant, SegmentDescriptor)>>,
     backend: Box<dyn MetadataBackend>,
     handshake: HandshakeServer,
     segment_name: String,
@@ -75,6 +86,7 @@ impl MetadataService {
         backend.publish_rpc_meta(&segment_name, &rpc_meta)?;
         tracing::info!(segment = %segment_name, rpc = %handshake.local_addr(), metadata = ?connection, "metadata service started");
         Ok(MetadataService {
+            initiators: Mutex::new(HashMap::new()),
             connection,
             backend,
             handshake,
@@ -154,9 +166,15 @@ impl MetadataService {
     }
 
     /// Sends a Connection handshake (Mooncake's `HandShakeDesc` JSON) to the engine serving segment `peer`, found
-    /// through its `rpc_meta`, and returns the reply payload. Bounded by the client's deadline; never retried.
+    /// through its `rpc_meta`, and returns the reply payload. The request carries this engine's segment name as
+    /// `local_server_name`: the target resolves this engine's descriptor by it ([`MetadataService::resolve_initiator`]).
+    /// Bounded by the client's deadline; never retried.
     pub fn send_connection(&self, peer: &str, payload: &serde_json::Value) -> Result<serde_json::Value> {
         let rpc = self.fetch_rpc_meta(peer)?;
+        let mut payload = payload.clone();
+        if let Some(object) = payload.as_object_mut() {
+            object.insert("local_server_name".into(), self.segment_name.clone().into());
+        }
         let request = Frame::typed(FrameKind::Connection, payload.to_string());
         let reply = self.client.exchange(&rpc.ip_or_host_name, rpc.rpc_port, &request)?;
         serde_json::from_slice(&reply.payload).map_err(|error| EngineError::Handshake {
@@ -164,6 +182,50 @@ impl MetadataService {
             operation: "connection handshake",
             reason: format!("the reply is not JSON: {error}"),
         })
+    }
+
+    /// The descriptor of the engine named `name` that sent a Connection handshake from `source`, through this
+    /// engine's own metadata, or why it cannot be trusted or found. With a store (HTTP, etcd) the store says; in P2P
+    /// mode the name is `host:rpc_port`, its host must be `source`'s address (checked before anything is fetched, so
+    /// the only lookup goes back to the sender's own host) and the descriptor comes from that handshake server.
+    /// A descriptor fetched within [`INITIATOR_CACHE_TTL`] is reused unless `fresh`. Bounded by the metadata
+    /// client's deadline.
+    pub fn resolve_initiator(
+        &self,
+        name: &str,
+        source: SocketAddr,
+        fresh: bool,
+    ) -> std::result::Result<SegmentDescriptor, String> {
+        if name.is_empty() {
+            return Err("the request names no local_server_name (the initiator's segment name)".into());
+        }
+        if matches!(self.connection, MetadataConnection::P2pHandshake) {
+            check_p2p_source(name, source.ip())?;
+        }
+        let cached = |cache: &HashMap<String, (Instant, SegmentDescriptor)>| {
+            cache.get(name).filter(|(at, _)| at.elapsed() < INITIATOR_CACHE_TTL).map(|(_, d)| d.clone())
+        };
+        if !fresh {
+            if let Some(descriptor) = cached(&self.initiators.lock().unwrap_or_else(|p| p.into_inner())) {
+                return Ok(descriptor);
+            }
+        }
+        let descriptor =
+            self.fetch(name).map_err(|error| format!("the initiator's descriptor {name:?} was not found: {error}"))?;
+        let mut cache = self.initiators.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() >= INITIATOR_CACHE_ENTRIES && !cache.contains_key(name) {
+            let oldest = cache.iter().min_by_key(|(_, (at, _))| *at).map(|(key, _)| key.clone());
+            if let Some(oldest) = oldest {
+                cache.remove(&oldest);
+            }
+        }
+        cache.insert(name.to_owned(), (Instant::now(), descriptor.clone()));
+        Ok(descriptor)
+    }
+
+    /// Whether this engine finds peers by P2P handshake (no store): peers then vouch only for their own host.
+    pub fn is_p2p(&self) -> bool {
+        matches!(self.connection, MetadataConnection::P2pHandshake)
     }
 
     /// Removes the descriptor and `rpc_meta`, and stops the handshake server. Idempotent; failures are logged.
@@ -180,6 +242,39 @@ impl MetadataService {
         }
         self.handshake.stop();
         tracing::debug!(segment = %self.segment_name, "metadata withdrawn");
+    }
+}
+
+/// The same address, an IPv4-mapped IPv6 address taken as its IPv4 one.
+pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// In P2P mode a handshake's initiator `name` (`host:rpc_port`) must name the host the handshake came from: its host
+/// is `source`, or resolves to it.
+fn check_p2p_source(name: &str, source: IpAddr) -> std::result::Result<(), String> {
+    let parsed = SegmentName::parse(name).map_err(|error| format!("local_server_name {name:?}: {error}"))?;
+    let Some(port) = parsed.port else {
+        return Err(format!("local_server_name {name:?} is not host:rpc_port (P2P handshake names are)"));
+    };
+    let source = canonical_ip(source);
+    let matches = match parsed.host.parse::<IpAddr>() {
+        Ok(ip) => canonical_ip(ip) == source,
+        Err(_) => (parsed.host.as_str(), port)
+            .to_socket_addrs()
+            .map(|mut addresses| addresses.any(|address| canonical_ip(address.ip()) == source))
+            .unwrap_or(false),
+    };
+    if matches {
+        Ok(())
+    } else {
+        Err(format!(
+            "local_server_name {name:?} names another host than the handshake's source {source}: with P2P handshake \
+             metadata an initiator vouches only for its own host"
+        ))
     }
 }
 

@@ -224,3 +224,198 @@ fn a_connection_closed_unanswered_is_retried_only_when_the_request_is_idempotent
         HandshakeClient::default().exchange("127.0.0.1", fake.address.port(), &notify).expect_err("not retried");
     assert!(error.to_string().contains("receive handshake reply"), "{error}");
 }
+
+/// A loopback listener the test owns: counts the connections it accepts and holds them open, silent (as a port that
+/// answers nothing), until dropped.
+struct Witness {
+    address: SocketAddr,
+    accepted: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Witness {
+    fn start() -> Witness {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let address = listener.local_addr().expect("address");
+        let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (counting, stopping) = (accepted.clone(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let mut held = Vec::new();
+            while !stopping.load(Ordering::SeqCst) {
+                match listener.accept() {
+                    Ok((stream, _)) => {
+                        counting.fetch_add(1, Ordering::SeqCst);
+                        held.push(stream);
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(2)),
+                }
+            }
+        });
+        Witness { address, accepted, stop, thread: Some(thread) }
+    }
+
+    fn accepted(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+}
+
+impl Drop for Witness {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// An engine on a twin device whose RDMA route is on (NIC on 127.0.0.1), with a short metadata deadline.
+fn rdma_node() -> crate::aiv::Node {
+    use aiv_transport::config::{LaunchMode, RouteMode};
+    let options = aiv_transport::config::AivOptions {
+        route: RouteMode::Rdma,
+        rdma_host: Some("127.0.0.1".into()),
+        rdma_sq_depth: 64,
+        metadata_deadline: Some(Duration::from_millis(500)),
+        metadata_connect_timeout: Some(Duration::from_millis(300)),
+        ..crate::aiv::options(0, LaunchMode::Persistent, 8)
+    };
+    crate::aiv::node(options, 1 << 20)
+}
+
+/// A Connection request as an initiator sends it, naming `initiator_nic` as its NIC and `server` as itself.
+fn connection_request(target: &crate::aiv::Node, initiator_nic: SocketAddr, server: Option<&str>) -> Frame {
+    let nic = target.device.transport().rdma_advertisement().expect("the target's NIC is open").nic;
+    let mut request = serde_json::json!({
+        "local_nic_path": initiator_nic.to_string(), "local_lid": 0, "local_gid": "", "peer_nic_path": nic,
+        "qp_num": [7], "payload": "", "reply_msg": ""
+    });
+    if let Some(server) = server {
+        request["local_server_name"] = server.into();
+    }
+    Frame::typed(FrameKind::Connection, request.to_string())
+}
+
+/// The reply's `reply_msg` (empty: accepted).
+fn reply_msg(reply: &Frame) -> String {
+    let reply: serde_json::Value = serde_json::from_slice(&reply.payload).expect("a JSON reply");
+    reply["reply_msg"].as_str().expect("a reply_msg").to_owned()
+}
+
+/// A Connection request whose `local_nic_path` names a listener the test owns, not the NIC of the peer it claims to
+/// be, makes the target connect nowhere: each variant (no name, a name on another host, a registered peer whose
+/// descriptor lists another NIC) is refused with a reply naming why, and the listener receives no connection. The
+/// legitimate peer's RDMA transfer still works afterwards.
+#[test]
+fn a_connection_request_naming_a_foreign_nic_makes_the_target_connect_nowhere() {
+    let target = rdma_node();
+    let peer = rdma_node();
+    let witness = Witness::start();
+    let port = target.engine.rpc_port();
+    let client = HandshakeClient::default();
+    let other_host = format!("127.0.0.9:{}", peer.engine.rpc_port());
+    let cases = [
+        (None, "local_server_name"),
+        (Some(other_host.as_str()), "another host"),
+        (Some(peer.engine.name()), "is not the NIC segment"),
+    ];
+    let replies: Vec<_> = cases
+        .iter()
+        .map(|(server, _)| client.exchange("127.0.0.1", port, &connection_request(&target, witness.address, *server)))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(witness.accepted(), 0, "the target connected to the NIC a request named");
+    for ((server, why), reply) in cases.iter().zip(replies) {
+        let reply = reply.unwrap_or_else(|error| panic!("naming {server:?}: a reply expected, got {error}"));
+        let refusal = reply_msg(&reply);
+        assert!(refusal.contains(why), "naming {server:?}: refused for {why:?}, got {refusal:?}");
+    }
+
+    // The legitimate peer still sets its QP up with the target and moves bytes over RDMA.
+    let segment = peer.engine.open_segment(target.engine.name()).expect("open the target");
+    let request = aiv_transport::TransferRequest {
+        opcode: aiv_transport::Opcode::Write,
+        source: peer.buffer.addr(),
+        target_id: segment,
+        target_offset: target.buffer.addr(),
+        length: 4096,
+        protocol: None,
+    };
+    let batch = peer.engine.allocate_batch(1).expect("batch");
+    peer.engine.submit_transfer(batch, &[request]).expect("submit");
+    let state = peer.engine.wait_batch_for(batch, Duration::from_secs(10)).expect("wait").state;
+    let reason = peer.engine.task_reason(batch, 0).expect("reason");
+    assert_eq!(state, aiv_transport::TransferState::Completed, "{reason:?}");
+}
+
+/// Threads of this process a Connection handler can start: the metadata runtime's (its blocking pool included) and
+/// the twin NICs' (one per QP).
+fn handshake_threads() -> usize {
+    std::fs::read_dir("/proc/self/task")
+        .expect("/proc/self/task")
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|name| name.starts_with("aiv-metadata") || name.starts_with("cann-twin-nic"))
+        .count()
+}
+
+fn open_descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").expect("/proc/self/fd").count()
+}
+
+/// 200 Connection requests at once, each naming a listener the test owns as its NIC and, as itself, a handshake
+/// port on the sender's host that accepts and never answers (the lookup waits its whole deadline): the target holds
+/// at most `handshake_max_connection_handlers` (4) handler calls, refuses the rest at once saying it is busy, and
+/// its threads and descriptors stay within a small bound; the listener receives no connection.
+#[test]
+fn parallel_connection_requests_hold_a_bounded_number_of_threads() {
+    crate::flood::raise_fd_limit();
+    let target = rdma_node();
+    let witness = Witness::start();
+    let tarpit = Witness::start();
+    let port = target.engine.rpc_port();
+    let server = format!("127.0.0.1:{}", tarpit.address.port());
+    let frame = connection_request(&target, witness.address, Some(&server)).encode();
+    let (threads_before, descriptors_before) = (handshake_threads(), open_descriptors());
+    let mut clients: Vec<TcpStream> = (0..200)
+        .filter_map(|_| {
+            let mut stream = TcpStream::connect(("127.0.0.1", port)).ok()?;
+            stream.set_write_timeout(Some(Duration::from_secs(2))).ok()?;
+            stream.write_all(&frame).ok()?;
+            Some(stream)
+        })
+        .collect();
+    let sent = clients.len();
+    let (mut threads_most, mut descriptors_most) = (0, 0);
+    let sampling = Instant::now();
+    while sampling.elapsed() < Duration::from_millis(1200) {
+        threads_most = threads_most.max(handshake_threads());
+        descriptors_most = descriptors_most.max(open_descriptors());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut busy = 0;
+    for client in &mut clients {
+        client.set_read_timeout(Some(Duration::from_secs(5))).expect("timeout");
+        let Ok(reply) = Frame::read_from(client) else { continue };
+        if reply_msg(&reply).contains("busy") {
+            busy += 1;
+        }
+    }
+    drop(clients);
+    let thread_growth = threads_most.saturating_sub(threads_before);
+    // The 200 client sockets are this test's own, not the target's.
+    let descriptor_growth = descriptors_most.saturating_sub(descriptors_before + sent);
+    eprintln!(
+        "200 parallel Connection requests ({sent} sent): {busy} refused as busy; handshake threads +{thread_growth}, \
+         descriptors +{descriptor_growth} (client sockets excluded); the tarpit saw {} lookups",
+        tarpit.accepted()
+    );
+    assert_eq!(witness.accepted(), 0, "the target connected to the NIC a request named");
+    assert!(busy > 0, "requests over the handler limit are refused as busy");
+    assert!(thread_growth <= 12, "handshake threads grew by {thread_growth}");
+    // Admission holds at most 32 connections of one source (two descriptors each, closed as their tasks end), and
+    // each of the 4 handler calls at most one lookup (both of its ends are in this process, with the tarpit).
+    assert!(descriptor_growth <= 2 * 32 + 48, "descriptors grew by {descriptor_growth}");
+}

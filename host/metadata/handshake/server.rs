@@ -12,6 +12,11 @@
 //! still waiting for its request, or answered and waiting for the client's close. A legitimate client sends its
 //! frame as it connects, so it is not the oldest for long; a flood of idle or reconnecting connections evicts its
 //! own. With nothing to evict, the new connection is closed. Each connection is a task, never a thread.
+//!
+//! A Connection request answered by a handler (the aiv transport's RDMA route) runs on a blocking thread: at most
+//! `max_connection_handlers` (4) such calls run at once; a request over that is refused at once, with a reply whose
+//! `reply_msg` says the server is busy, and never queued. A handler's refusal, failure or timeout is a reply with the
+//! reason in `reply_msg` too (Mooncake's way of refusing a handshake), so the initiator can say why.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr, TcpListener as StdTcpListener, ToSocketAddrs};
@@ -58,9 +63,11 @@ pub struct Notification {
     pub message: String,
 }
 
-/// Answers a Connection request's JSON payload (Mooncake's `HandShakeDesc`) with the reply payload, or says why it
-/// refuses (then the connection closes with no reply). Runs on a blocking thread, within [`CONNECTION_HANDLER_WAIT`].
-pub type ConnectionHandler = dyn Fn(&Value) -> std::result::Result<Value, String> + Send + Sync;
+/// Answers a Connection request's JSON payload (Mooncake's `HandShakeDesc`), sent from the socket address given
+/// (the handshake connection's source, which the handler may check the request against), with the reply payload, or
+/// says why it refuses (then the reply carries the reason in `reply_msg`). Runs on a blocking thread, within
+/// [`CONNECTION_HANDLER_WAIT`]; at most `handshake_max_connection_handlers` calls run at once.
+pub type ConnectionHandler = dyn Fn(&Value, SocketAddr) -> std::result::Result<Value, String> + Send + Sync;
 
 /// Bound on one Connection handler call (it may create and connect a QP).
 pub const CONNECTION_HANDLER_WAIT: Duration = Duration::from_secs(5);
@@ -227,6 +234,11 @@ impl HandshakeServer {
         self.admission.refused.load(Ordering::Relaxed)
     }
 
+    /// Connection requests refused so far because `max_connection_handlers` handler calls were running.
+    pub fn connection_handlers_busy(&self) -> u64 {
+        self.admission.handlers_busy.load(Ordering::Relaxed)
+    }
+
     /// The address the server listens on.
     pub fn local_addr(&self) -> SocketAddr {
         self.local_addr
@@ -370,6 +382,10 @@ fn has_pending_input(fd: std::os::fd::RawFd) -> bool {
 #[derive(Debug)]
 struct Admission {
     limits: HandshakeLimits,
+    /// Connection handler calls running now, at most `limits.max_connection_handlers`.
+    handlers: Arc<tokio::sync::Semaphore>,
+    /// Connection requests refused because every handler permit was taken.
+    handlers_busy: AtomicU64,
     table: Mutex<Table>,
     next: AtomicU64,
     evicted: AtomicU64,
@@ -379,6 +395,8 @@ struct Admission {
 impl Admission {
     fn new(limits: HandshakeLimits) -> Self {
         Admission {
+            handlers: Arc::new(tokio::sync::Semaphore::new(limits.max_connection_handlers.max(1))),
+            handlers_busy: AtomicU64::new(0),
             limits,
             table: Mutex::new(Table::default()),
             next: AtomicU64::new(1),
@@ -493,10 +511,10 @@ async fn accept_loop(
                     };
                     let state = state.clone();
                     let guard = Admitted { admission: admission.clone(), id };
-                    let timeout = admission.limits.request_timeout;
+                    let serving = admission.clone();
                     let task = tokio::spawn(async move {
                         let _guard = guard;
-                        serve_connection(stream, peer, &state, &phase, timeout).await;
+                        serve_connection(stream, peer, &state, &phase, &serving).await;
                     });
                     admission.started(id, task.abort_handle());
                 }
@@ -516,9 +534,9 @@ async fn serve_connection(
     peer: SocketAddr,
     state: &HandshakeState,
     phase: &AtomicU8,
-    request_timeout: Duration,
+    admission: &Admission,
 ) {
-    let reply = reply_to_request(&mut stream, peer, state, phase, request_timeout).await;
+    let reply = reply_to_request(&mut stream, peer, state, phase, admission).await;
     if let Some(reply) = reply {
         match tokio::time::timeout(IO_TIMEOUT, stream.write_all(&reply.encode())).await {
             Ok(Ok(())) => tracing::trace!(%peer, kind = ?reply.kind(), "handshake served"),
@@ -547,6 +565,14 @@ async fn serve_connection(
     .await;
 }
 
+/// A Connection reply that refuses, saying why: no NIC, no QP, the reason in `reply_msg`.
+fn connection_refusal(reason: &str) -> Value {
+    json!({
+        "local_nic_path": "", "local_lid": 0, "local_gid": "", "peer_nic_path": "",
+        "qp_num": [], "payload": "", "reply_msg": reason
+    })
+}
+
 /// Reads one request (all of it within `request_timeout`) and builds its reply; `None` (after logging why) when the
 /// request is refused.
 async fn reply_to_request(
@@ -554,8 +580,9 @@ async fn reply_to_request(
     peer: SocketAddr,
     state: &HandshakeState,
     phase: &AtomicU8,
-    request_timeout: Duration,
+    admission: &Admission,
 ) -> Option<Frame> {
+    let request_timeout = admission.limits.request_timeout;
     let frame = match tokio::time::timeout(request_timeout, Frame::read_from_async(stream)).await {
         Ok(Ok(frame)) => frame,
         Ok(Err(error)) => {
@@ -585,12 +612,37 @@ async fn reply_to_request(
     };
     let answer = match (kind, state.connection_handler()) {
         (FrameKind::Connection, Some(handler)) => {
-            let call = tokio::task::spawn_blocking(move || handler(&request));
-            match tokio::time::timeout(CONNECTION_HANDLER_WAIT, call).await {
-                Ok(Ok(answer)) => answer,
-                Ok(Err(error)) => Err(format!("the connection handler failed: {error}")),
-                Err(_) => Err(format!("the connection handler did not answer within {CONNECTION_HANDLER_WAIT:?}")),
-            }
+            let answer = match admission.handlers.clone().try_acquire_owned() {
+                Err(_) => {
+                    let busy = admission.handlers_busy.fetch_add(1, Ordering::Relaxed) + 1;
+                    Err(format!(
+                        "busy: {} connection handshakes are being answered (aiv.handshake_max_connection_handlers); \
+                         try again later ({busy} refused so far)",
+                        admission.limits.max_connection_handlers
+                    ))
+                }
+                Ok(permit) => {
+                    // The permit lives as long as the call, even one that outlives the wait below.
+                    let call = tokio::task::spawn_blocking(move || {
+                        let _permit = permit;
+                        handler(&request, peer)
+                    });
+                    match tokio::time::timeout(CONNECTION_HANDLER_WAIT, call).await {
+                        Ok(Ok(answer)) => answer,
+                        Ok(Err(error)) => Err(format!("the connection handler failed: {error}")),
+                        Err(_) => {
+                            Err(format!("the connection handler did not answer within {CONNECTION_HANDLER_WAIT:?}"))
+                        }
+                    }
+                }
+            };
+            // A refusal is a reply naming why (Mooncake's `reply_msg`), so the initiator can report it.
+            Ok(answer.unwrap_or_else(|reason| {
+                if let Some(suppressed) = REQUEST_REFUSED.admit() {
+                    tracing::warn!(%peer, %reason, suppressed, "connection handshake refused");
+                }
+                connection_refusal(&reason)
+            }))
         }
         _ => state.answer(kind, &request),
     };

@@ -43,7 +43,7 @@ mod submit;
 mod tests;
 mod trace;
 
-pub use rdma::{ConnectionSender, HANDSHAKE_RETRY};
+pub use rdma::{ConnectionSender, InitiatorResolver, HANDSHAKE_RETRY};
 pub use trace::DEFAULT_TRACE_DEPTH;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -199,11 +199,17 @@ impl AivTransport {
         self.inner.rdma.set_sender(sender);
     }
 
+    /// Sets how the target side resolves a handshake's initiator (the engine's metadata service; once). Without
+    /// one every RDMA Connection request is refused.
+    pub fn set_initiator_resolver(&self, resolver: Arc<InitiatorResolver>) {
+        self.inner.rdma.set_resolver(resolver);
+    }
+
     /// The target side of the QP handshake, for the engine's handshake server (holds the transport weakly).
     pub fn connection_handler(&self) -> Arc<crate::metadata::handshake::ConnectionHandler> {
         let inner = Arc::downgrade(&self.inner);
-        Arc::new(move |request: &serde_json::Value| match inner.upgrade() {
-            Some(inner) => inner.rdma.answer_connection(request),
+        Arc::new(move |request: &serde_json::Value, source: std::net::SocketAddr| match inner.upgrade() {
+            Some(inner) => inner.rdma.answer_connection(request, source),
             None => Err("the aiv transport has shut down".into()),
         })
     }

@@ -10,9 +10,17 @@
 //! set up on the first transfer from that block to that peer, within the handshake's deadline; after a QP error it
 //! is replaced on the next transfer, once no request on the old QP is in flight; after a failed handshake transfers
 //! to the peer fail fast with its reason for [`HANDSHAKE_RETRY`], then the next one tries again.
+//!
+//! The target side connects a responder QP only to a NIC the initiator's own descriptor lists: the request names the
+//! initiator (`local_server_name`, its segment name), the engine's metadata resolves that descriptor
+//! ([`InitiatorResolver`]) and `local_nic_path` must be its `aiv.rdma.nic`. In P2P mode the descriptor comes from
+//! the initiator's own handshake server, so the name's host and the NIC's address must both be the handshake's
+//! source address: a request can make this engine connect back only to the host it came from. Mooncake's RDMA
+//! transport likewise derives the peer's server name from the handshake's `local_nic_path` (`server@device`) and
+//! looks its segment descriptor up (kvcache-ai/Mooncake, `mooncake-transfer-engine/src/transport/rdma_transport/`).
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -26,6 +34,7 @@ use crate::device::{
 };
 use crate::kernel_abi::roce::QpRecord;
 use crate::kernel_abi::{QP_TABLE_SLOTS, REQUEST_QP_SHIFT, REQUEST_ROUTE_RDMA};
+use crate::metadata::SegmentDescriptor;
 
 /// How long transfers to a peer fail fast after its QP handshake failed, before the next one tries again.
 pub const HANDSHAKE_RETRY: Duration = Duration::from_millis(300);
@@ -35,6 +44,12 @@ pub const MAX_RESPONDERS: usize = 1024;
 /// Sends a Connection handshake to the engine serving a segment and returns the reply payload (set by the engine:
 /// its metadata service knows where the peer's handshake server is).
 pub type ConnectionSender = dyn Fn(&str, &Value) -> Result<Value, String> + Send + Sync;
+
+/// Resolves a Connection handshake's initiator (set by the engine: its metadata service): its descriptor by its
+/// segment name (`local_server_name`), the handshake's source address, and whether to bypass a cached copy; with the
+/// address its NIC must have when the initiator vouches only for its own host (P2P mode), or `None` (a store).
+pub type InitiatorResolver =
+    dyn Fn(&str, SocketAddr, bool) -> Result<(SegmentDescriptor, Option<IpAddr>), String> + Send + Sync;
 
 /// The path chosen for a transfer to a peer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -157,6 +172,7 @@ pub(super) struct Rdma {
     /// Which peer each slot index serves.
     owners: Mutex<Vec<Option<SlotOwner>>>,
     sender: OnceLock<Arc<ConnectionSender>>,
+    resolver: OnceLock<Arc<InitiatorResolver>>,
     /// Responder QPs made for peers' initiators: (initiator NIC, initiator QPN) -> this NIC's QPN, oldest first.
     responders: Mutex<VecDeque<((String, u32), u32)>>,
     closed: AtomicBool,
@@ -240,6 +256,7 @@ impl Rdma {
             slots,
             owners: Mutex::new((0..QP_TABLE_SLOTS).map(|_| None).collect()),
             sender: OnceLock::new(),
+            resolver: OnceLock::new(),
             responders: Mutex::new(VecDeque::new()),
             closed: AtomicBool::new(false),
         })
@@ -264,6 +281,10 @@ impl Rdma {
 
     pub(super) fn set_sender(&self, sender: Arc<ConnectionSender>) {
         let _ = self.sender.set(sender);
+    }
+
+    pub(super) fn set_resolver(&self, resolver: Arc<InitiatorResolver>) {
+        let _ = self.resolver.set(resolver);
     }
 
     /// The `rdma` object of the device's advertisement (`None` without a NIC).
@@ -577,8 +598,40 @@ impl Rdma {
         }
     }
 
-    /// The target side of the handshake: a Connection request from a peer's initiator.
-    pub(super) fn answer_connection(&self, request: &Value) -> Result<Value, String> {
+    /// Whether the initiator named in `request` lists `initiator` (`local_nic_path`) as its NIC in its descriptor, as
+    /// this engine's metadata resolves it from `source`; `Err` says why not. A NIC missing from a cached descriptor
+    /// is looked up once more, fresh (the initiator may have restarted on another NIC port).
+    fn check_initiator(&self, request: &Value, source: SocketAddr, initiator: SocketAddr) -> Result<(), String> {
+        let name = request.get("local_server_name").and_then(Value::as_str).unwrap_or("");
+        let resolver = self.resolver.get().ok_or("no metadata service to resolve the initiator through")?;
+        let mut listed = None;
+        for fresh in [false, true] {
+            let (descriptor, host) = resolver(name, source, fresh)?;
+            listed = descriptor
+                .aiv
+                .and_then(|aiv| serde_json::from_value::<DeviceAdvertisement>(aiv).ok())
+                .and_then(|advertisement| advertisement.rdma)
+                .map(|rdma| rdma.nic);
+            if listed.as_deref().and_then(|nic| nic.parse::<SocketAddr>().ok()) == Some(initiator) {
+                return match host {
+                    Some(host) if crate::metadata::canonical_ip(initiator.ip()) != host => Err(format!(
+                        "local_nic_path {initiator} is not on the handshake's source host {host}: with P2P handshake \
+                         metadata an initiator vouches only for its own host"
+                    )),
+                    _ => Ok(()),
+                };
+            }
+        }
+        Err(match listed {
+            Some(nic) => format!("local_nic_path {initiator} is not the NIC segment {name:?} lists ({nic})"),
+            None => format!("segment {name:?} lists no RDMA NIC (no aiv.rdma object), so not {initiator}"),
+        })
+    }
+
+    /// The target side of the handshake: a Connection request from a peer's initiator, sent from `source`. A
+    /// responder QP is created and connected only to a NIC the initiator's descriptor lists
+    /// ([`Rdma::check_initiator`]); anything else is refused with the reason in `reply_msg`, connecting nowhere.
+    pub(super) fn answer_connection(&self, request: &Value, source: SocketAddr) -> Result<Value, String> {
         let tcp_only = || {
             json!({"local_nic_path": "", "local_lid": 0, "local_gid": "", "peer_nic_path": "",
                    "qp_num": [], "payload": "", "reply_msg": ""})
@@ -610,6 +663,9 @@ impl Rdma {
         let Ok(initiator) = initiator_nic.parse::<SocketAddr>() else {
             return Ok(refuse(format!("local_nic_path {initiator_nic:?} is not ip:port")));
         };
+        if let Err(why) = self.check_initiator(request, source, initiator) {
+            return Ok(refuse(format!("the initiator is not verified: {why}")));
+        }
         // The initiator's earlier QPs it replaced: their responders go.
         let replaced: Vec<u32> = request
             .get("aiv_replaces")
