@@ -329,6 +329,30 @@ impl BenchOutcome {
     }
 }
 
+/// The requests of initiator thread `thread`'s batch: `batch_size` blocks of `block_size` bytes, interleaved with the
+/// other threads', at the same offsets of the local buffer (at `local_base`) and the target's (at `target_base`).
+fn thread_batch(
+    params: &BenchParams,
+    thread: usize,
+    target: SegmentId,
+    local_base: u64,
+    target_base: u64,
+) -> Vec<TransferRequest> {
+    (0..params.batch_size)
+        .map(|i| {
+            let offset = params.block_size * (i * params.threads + thread) as u64;
+            TransferRequest {
+                opcode: params.operation,
+                source: local_base + offset,
+                target_id: target,
+                target_offset: target_base + offset,
+                length: params.block_size,
+                protocol: Some(params.protocol),
+            }
+        })
+        .collect()
+}
+
 /// Runs the initiator side against `target` (an open segment of `engine`) whose buffer starts at `target_base`;
 /// `local_base` must be a buffer of `buffer_size` bytes registered with `engine`.
 pub fn run_initiator(
@@ -339,25 +363,53 @@ pub fn run_initiator(
     target_base: u64,
 ) -> Result<BenchOutcome> {
     params.validate()?;
-    let lists: Vec<Vec<Vec<TransferRequest>>> = (0..params.threads)
-        .map(|thread| {
-            let batch = (0..params.batch_size)
-                .map(|i| {
-                    let offset = params.block_size * (i * params.threads + thread) as u64;
-                    TransferRequest {
-                        opcode: params.operation,
-                        source: local_base + offset,
-                        target_id: target,
-                        target_offset: target_base + offset,
-                        length: params.block_size,
-                        protocol: Some(params.protocol),
-                    }
-                })
-                .collect();
-            vec![batch]
-        })
-        .collect();
+    let lists: Vec<Vec<Vec<TransferRequest>>> =
+        (0..params.threads).map(|thread| vec![thread_batch(params, thread, target, local_base, target_base)]).collect();
     run_request_lists(engine, params.duration, &lists)
+}
+
+/// Runs the initiator side against the segment named `segment` of another process, as [`run_initiator`], following
+/// a target that restarts under the same name (the same RPC port in P2P mode): after a batch that did not complete
+/// the segment is marked ([`TransferEngine::suspect_segment`]); before the next batch its descriptor is fetched again
+/// ([`TransferEngine::refresh_if_suspect`], the Python binding's recovery), and when the target's first buffer moved
+/// every thread rebuilds its requests at the new address. While the target is gone each batch fails (and counts as
+/// failed) and the next one tries the fetch again.
+pub fn run_following(
+    engine: &TransferEngine,
+    params: &BenchParams,
+    segment: &str,
+    local_base: u64,
+    target_base: u64,
+) -> Result<BenchOutcome> {
+    params.validate()?;
+    let target = engine.open_segment(segment)?;
+    // The target's first buffer, and how many times it moved (each thread rebuilds its batch when it did).
+    let base = AtomicU64::new(target_base);
+    let moves = AtomicU64::new(0);
+    let batches: Vec<Mutex<(u64, Vec<TransferRequest>)>> = (0..params.threads)
+        .map(|thread| Mutex::new((0, thread_batch(params, thread, target, local_base, target_base))))
+        .collect();
+    let step = |thread: usize, _iteration: usize, counters: &Counters, totals: &mut EvidenceTotals| {
+        if engine.refresh_if_suspect(segment) {
+            if let Ok(moved_to) = engine.get_first_buffer_address(segment) {
+                if base.swap(moved_to, Ordering::AcqRel) != moved_to {
+                    moves.fetch_add(1, Ordering::AcqRel);
+                }
+            }
+        }
+        let mut batch = batches[thread].lock().unwrap_or_else(|p| p.into_inner());
+        let current = moves.load(Ordering::Acquire);
+        if batch.0 != current {
+            *batch = (current, thread_batch(params, thread, target, local_base, base.load(Ordering::Acquire)));
+        }
+        let (latency, state) = run_one_batch(engine, &batch.1, counters, totals)?;
+        if state != TransferState::Completed {
+            engine.suspect_segment(segment);
+        }
+        Ok(latency)
+    };
+    let bytes_per_batch = params.block_size * params.batch_size as u64;
+    run_threads(engine, params.duration, params.threads, bytes_per_batch, &step)
 }
 
 /// Runs `lists.len()` initiator threads for `duration`: thread `t` submits the batches of `lists[t]` in turn, one at
@@ -379,7 +431,7 @@ pub fn run_request_lists(
         batches.iter().map(|batch| batch.iter().map(|r| r.length).sum::<u64>()).sum::<u64>() / batches.len() as u64;
     let step = |thread: usize, iteration: usize, counters: &Counters, totals: &mut EvidenceTotals| {
         let list = &lists[thread];
-        run_one_batch(engine, &list[iteration % list.len()], counters, totals)
+        run_one_batch(engine, &list[iteration % list.len()], counters, totals).map(|(latency, _)| latency)
     };
     run_threads(engine, duration, lists.len(), bytes_per_batch, &step)
 }
@@ -557,13 +609,13 @@ fn occupancy_snapshot(engine: &TransferEngine) -> crate::occupancy::OccupancySna
     crate::occupancy::OccupancySnapshot::take(&[first, first.saturating_add(1)], twin)
 }
 
-/// Runs one batch; returns its latency from submit to the end of the wait (batch allocation excluded).
+/// Runs one batch; returns its latency from submit to the end of the wait (batch allocation excluded) and its state.
 fn run_one_batch(
     engine: &TransferEngine,
     requests: &[TransferRequest],
     counters: &Counters,
     totals: &mut EvidenceTotals,
-) -> Result<Duration> {
+) -> Result<(Duration, TransferState)> {
     let batch = engine.allocate_batch(requests.len())?;
     let submitted = Instant::now();
     engine.submit_transfer(batch, requests)?;
@@ -572,7 +624,7 @@ fn run_one_batch(
     collect(engine, batch, requests.len(), totals)?;
     counters.finished(status.state == TransferState::Completed, || first_reason(engine, batch, requests.len()));
     engine.free_batch(batch)?;
-    Ok(latency)
+    Ok((latency, status.state))
 }
 
 /// One layerwise request ([`run_layerwise`]): per layer, compute then submit; then wait for every layer.
@@ -901,14 +953,13 @@ pub fn run_against_segment(engine: &TransferEngine, params: &BenchParams, segmen
     params.validate()?;
     let size = usize::try_from(params.buffer_size)
         .map_err(|_| EngineError::InvalidArgument { operation: "bench", reason: "buffer_size exceeds usize".into() })?;
-    let target = engine.open_segment(segment)?;
     let target_base = engine.get_first_buffer_address(segment)?;
     let mut local = host_buffer(size, 0xA5)?;
     let local_addr = local.as_mut_ptr() as u64;
     // SAFETY: the vector lives until the end of this function, after every batch has finished (run_initiator waits
     // for each batch) and after the registration is withdrawn below.
     unsafe { engine.register_memory(local_addr, params.buffer_size, "cpu:0")? };
-    let outcome = run_initiator(engine, params, target, local_addr, target_base);
+    let outcome = run_following(engine, params, segment, local_addr, target_base);
     engine.unregister_memory(local_addr)?;
     let outcome = outcome?;
     let mut scratch = host_buffer(size, 0x5A)?;
@@ -1138,12 +1189,11 @@ pub fn run_aiv_against_segment(engine: &TransferEngine, params: &BenchParams, se
         operation: "bench: fill device memory",
         reason: error.to_string(),
     })?;
-    let target = engine.open_segment(segment)?;
     let target_base = engine.get_first_buffer_address(segment)?;
-    // SAFETY: the buffer outlives every batch (run_initiator waits for each) and the registration is withdrawn before
+    // SAFETY: the buffer outlives every batch (run_following waits for each) and the registration is withdrawn before
     // it drops.
     unsafe { engine.register_memory(local.addr(), local.len(), &device.location())? };
-    let outcome = run_initiator(engine, params, target, local.addr(), target_base);
+    let outcome = run_following(engine, params, segment, local.addr(), target_base);
     engine.unregister_memory(local.addr())?;
     let outcome = outcome?;
     let memcpy_bytes_per_second = memcpy_reference_on_host(span.min(size), params)?;

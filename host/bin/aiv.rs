@@ -106,7 +106,9 @@ struct BenchArgs {
     #[arg(long = "local_server_name")]
     local_server_name: Option<String>,
     /// Segment to transfer with (default: this engine's own segment; for tcp, a second engine of this process
-    /// reached over loopback sockets)
+    /// reached over loopback sockets). An initiator follows a target that restarts under this name: after a batch
+    /// that did not complete, the next one fetches its descriptor again first. A target that stops answering fails
+    /// each pending batch as timed out after aiv.transfer_timeout_ms (default 30 s)
     #[arg(long = "segment_id")]
     segment_id: Option<String>,
     /// NIC list, kept for compatibility (default: the config's, else $MOONCAKE_DEVICE)

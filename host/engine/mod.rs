@@ -102,6 +102,9 @@ pub struct TransferEngine {
     /// When each open segment's descriptor was last fetched again because a request's target range was in none of
     /// its buffers ([`STALE_REFRESH_INTERVAL`] apart at most once).
     stale_refreshes: Mutex<HashMap<SegmentId, Instant>>,
+    /// Segments, by name, a transfer to which failed since their descriptor was last fetched
+    /// ([`Self::suspect_segment`]).
+    suspect_segments: Mutex<std::collections::HashSet<String>>,
 }
 
 /// A request whose target range is in no buffer of the cached descriptor fetches the descriptor again (the peer may
@@ -145,6 +148,7 @@ impl TransferEngine {
             tracer: Arc::default(),
             trace_depth: std::sync::atomic::AtomicU32::new(crate::transport::aiv::DEFAULT_TRACE_DEPTH),
             stale_refreshes: Mutex::new(HashMap::new()),
+            suspect_segments: Mutex::new(std::collections::HashSet::new()),
         };
         if engine.config.protocol == Protocol::Tcp {
             engine.enable_tcp_transport()?;
@@ -433,6 +437,33 @@ impl TransferEngine {
         segment.name = name;
         write(&self.segments).insert(Arc::new(segment));
         Ok(())
+    }
+
+    /// Marks segment `name` as one a transfer to failed: the next [`Self::refresh_if_suspect`] for it fetches its
+    /// descriptor again. A peer restarted under the same name (the same RPC port in P2P mode, the same name in a
+    /// store) then is found with its new data port, device and buffers. The Python binding and `aiv bench --mode
+    /// initiator` mark a segment after a failed transfer and refresh before the next submission to it.
+    pub fn suspect_segment(&self, name: &str) {
+        lock(&self.suspect_segments).insert(name.to_owned());
+    }
+
+    /// Fetches the descriptor of segment `name` again if it was marked by [`Self::suspect_segment`] since the last
+    /// fetch (clearing the mark); whether a new descriptor replaced the cached one. A fetch that fails (the peer is
+    /// still gone) keeps the cached descriptor, so transfers fail as they would without it (and mark it again).
+    pub fn refresh_if_suspect(&self, name: &str) -> bool {
+        if !lock(&self.suspect_segments).remove(name) {
+            return false;
+        }
+        match self.open_segment(name).and_then(|id| self.refresh_segment(id)) {
+            Ok(()) => {
+                tracing::debug!(segment = %name, "descriptor fetched again after a failed transfer");
+                true
+            }
+            Err(error) => {
+                tracing::debug!(segment = %name, %error, "descriptor kept: fetching it again failed");
+                false
+            }
+        }
     }
 
     /// Forgets an open segment.

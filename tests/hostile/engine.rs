@@ -133,3 +133,61 @@ fn after_the_fuzz_a_real_transfer_completes() {
     drop(local);
     assert_eq!(target.guards(), guard);
 }
+
+/// A tcp engine named after its RPC port, which is `rpc_port` when given, with `length` zeroed bytes registered.
+fn tcp_target(rpc_port: Option<u16>, length: usize) -> (TransferEngine, Box<[u8]>) {
+    let mut options = aiv_transport::metadata::MetadataOptions::default();
+    if let Some(port) = rpc_port {
+        options.rpc_ports = port..=port;
+    }
+    let engine = TransferEngine::with_metadata_options(EngineConfig::new("127.0.0.1"), &options).expect("target");
+    let memory: Box<[u8]> = vec![0u8; length].into_boxed_slice();
+    // SAFETY: the caller keeps the memory alive until after the engine is dropped.
+    unsafe { engine.register_memory(memory.as_ptr() as u64, length as u64, "cpu:0") }.expect("register");
+    (engine, memory)
+}
+
+/// The bench initiator (`aiv bench --mode initiator --segment_id ...`, tcp) follows a target that restarts on the
+/// same RPC port with another data port and another buffer: its later batches land in the new target's buffer.
+#[test]
+fn the_bench_initiator_follows_a_target_restarted_on_its_rpc_port() {
+    const LENGTH: usize = 64 << 10;
+    let (first, first_memory) = tcp_target(None, LENGTH);
+    let (rpc_port, name) = (first.rpc_port(), first.name().to_owned());
+    let initiator = TransferEngine::new(EngineConfig::new("127.0.0.1")).expect("initiator");
+    let params = aiv_transport::bench::BenchParams {
+        operation: Opcode::Write,
+        protocol: Protocol::Tcp,
+        buffer_size: LENGTH as u64,
+        batch_size: 1,
+        block_size: 4096,
+        duration: Duration::from_millis(1600),
+        threads: 1,
+        report_unit: "GB".parse().expect("unit"),
+        report_precision: 2,
+    };
+    std::thread::scope(|scope| {
+        let run = scope.spawn(|| aiv_transport::bench::run_against_segment(&initiator, &params, &name));
+        std::thread::sleep(Duration::from_millis(400));
+        drop(first);
+        drop(first_memory);
+        let (second, second_memory) = tcp_target(Some(rpc_port), LENGTH);
+        assert_eq!(second.name(), name, "the new target has the old one's name");
+        let restarted = Instant::now();
+        // SAFETY: reads our own live allocation; volatile, as the engine's server threads write it.
+        let written = || unsafe { std::ptr::read_volatile(second_memory.as_ptr()) } == 0xA5;
+        while !written() && restarted.elapsed() < Duration::from_millis(1500) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let recovered = restarted.elapsed();
+        let report = run.join().expect("the bench thread").expect("the bench run");
+        eprintln!(
+            "bench across a target restart: {} batches completed, {} failed, first batch into the new target \
+             {recovered:?} after it registered",
+            report.outcome.completed_batches, report.outcome.failed_batches
+        );
+        assert!(written(), "no batch reached the restarted target ({:?})", report.outcome.first_failure);
+        drop(second);
+        drop(second_memory);
+    });
+}

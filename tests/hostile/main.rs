@@ -9,7 +9,7 @@
 //! | `http_store` | the HTTP metadata server | random requests (methods, targets, headers, lengths, bodies), store bounds; and the client against random answers |
 //! | `export` | the twin export service (Unix socket) | random request lines, wrong and missing secrets, silence, a flood of another uid, idle same-uid connections |
 //! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits |
-//! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer |
+//! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer; the bench initiator across a target restarted on its RPC port |
 //!
 //! Memory: every fuzz test keeps unregistered neighbours around the memory it registers and checks, after the last
 //! case, that they are untouched, and that the service still serves a legitimate request. The fuzz tests use

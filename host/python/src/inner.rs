@@ -4,7 +4,7 @@
 //! `engine.rs` holds the Python class; every method there calls one of these with the GIL released, inside
 //! `guarded`.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use aiv_transport::config::{AivOptions, ProcessEnvironment};
@@ -29,8 +29,6 @@ pub(crate) struct Inner {
     /// Batches started with empty lists: Mooncake gives them an id whose status is success. Each holds an engine
     /// batch (so ids stay unique) with no task.
     empty_batches: Mutex<BTreeSet<u64>>,
-    /// Segments a synchronous transfer to which failed: fetched again before the next submission to them.
-    suspect_segments: Mutex<HashSet<String>>,
     /// The engine's device, once this binding opened it (a device protocol, or `allocate_device_buffer`).
     device: Mutex<Option<Arc<AivDevice>>>,
     /// For Notify messages and probes.
@@ -80,7 +78,6 @@ impl Inner {
             device_buffers: Mutex::new(BTreeMap::new()),
             managed: Mutex::new(HashMap::new()),
             empty_batches: Mutex::new(BTreeSet::new()),
-            suspect_segments: Mutex::new(HashSet::new()),
             device: Mutex::new(None),
             handshake,
             engine,
@@ -168,7 +165,8 @@ impl Inner {
             lock(&self.empty_batches).insert(batch.0);
             return Ok(batch);
         }
-        self.refresh_if_suspect(target);
+        // A segment a synchronous transfer to which failed is fetched again first (TransferEngine::suspect_segment).
+        self.engine.refresh_if_suspect(target);
         let protocol = hint_protocol(&self.engine.config().aiv, hint);
         self.engine
             .batch_transfer_async_over(opcode, target, buffers, peers, lengths, protocol)
@@ -236,7 +234,10 @@ impl Inner {
         };
         if let Err(error) = moved {
             tracing::warn!(operation, segment = %target, requests = buffers.len(), %error, "transfer failed");
-            self.suspect_segment(target);
+            // The next submission to it fetches its descriptor again, so a peer restarted under the same name is
+            // found with its new buffers. Mooncake's Python engine drops a segment when a submission fails and the
+            // segment's status check fails too (docs/python.md says where the two differ).
+            self.engine.suspect_segment(target);
             return -1;
         }
         if let Some((name, message)) = notify {
@@ -246,27 +247,6 @@ impl Inner {
             }
         }
         0
-    }
-
-    /// After a failed synchronous transfer to `target`: the next submission to it fetches its descriptor again
-    /// first ([`Inner::refresh_if_suspect`]), so a peer restarted under the same name (etcd metadata) is found with
-    /// its new buffers. Mooncake's Python engine drops a segment when a submission fails and the segment's status
-    /// check fails too (docs/python.md says where the two differ).
-    fn suspect_segment(&self, target: &str) {
-        lock(&self.suspect_segments).insert(target.to_owned());
-    }
-
-    /// Fetches the descriptor of `target` again if a transfer to it failed since the last fetch. A fetch that fails
-    /// (the peer is gone) keeps the cached descriptor, so calls fail as they would without it.
-    fn refresh_if_suspect(&self, target: &str) {
-        if !lock(&self.suspect_segments).remove(target) {
-            return;
-        }
-        let refreshed = self.engine.open_segment(target).and_then(|id| self.engine.refresh_segment(id));
-        match refreshed {
-            Ok(()) => tracing::debug!(segment = %target, "descriptor fetched again after a failed transfer"),
-            Err(error) => tracing::debug!(segment = %target, %error, "descriptor kept: fetching it again failed"),
-        }
     }
 
     pub(crate) fn start_batch(
