@@ -402,7 +402,7 @@ pub fn run_following(
         if batch.0 != current {
             *batch = (current, thread_batch(params, thread, target, local_base, base.load(Ordering::Acquire)));
         }
-        let (latency, state) = run_one_batch(engine, &batch.1, counters, totals)?;
+        let (latency, state) = run_one_batch(engine, &batch.1, counters, totals, Some(segment))?;
         if state != TransferState::Completed {
             engine.suspect_segment(segment);
         }
@@ -431,7 +431,7 @@ pub fn run_request_lists(
         batches.iter().map(|batch| batch.iter().map(|r| r.length).sum::<u64>()).sum::<u64>() / batches.len() as u64;
     let step = |thread: usize, iteration: usize, counters: &Counters, totals: &mut EvidenceTotals| {
         let list = &lists[thread];
-        run_one_batch(engine, &list[iteration % list.len()], counters, totals).map(|(latency, _)| latency)
+        run_one_batch(engine, &list[iteration % list.len()], counters, totals, None).map(|(latency, _)| latency)
     };
     run_threads(engine, duration, lists.len(), bytes_per_batch, &step)
 }
@@ -610,11 +610,13 @@ fn occupancy_snapshot(engine: &TransferEngine) -> crate::occupancy::OccupancySna
 }
 
 /// Runs one batch; returns its latency from submit to the end of the wait (batch allocation excluded) and its state.
+/// A batch to the segment named `segment` that timed out is reported with the segment and the timeout that ended it.
 fn run_one_batch(
     engine: &TransferEngine,
     requests: &[TransferRequest],
     counters: &Counters,
     totals: &mut EvidenceTotals,
+    segment: Option<&str>,
 ) -> Result<(Duration, TransferState)> {
     let batch = engine.allocate_batch(requests.len())?;
     let submitted = Instant::now();
@@ -622,7 +624,23 @@ fn run_one_batch(
     let status = engine.wait_batch(batch)?;
     let latency = submitted.elapsed();
     collect(engine, batch, requests.len(), totals)?;
-    counters.finished(status.state == TransferState::Completed, || first_reason(engine, batch, requests.len()));
+    counters.finished(status.state == TransferState::Completed, || {
+        let reason = first_reason(engine, batch, requests.len());
+        // The batch's state says failed when any task did; a task's own state says whether it timed out.
+        let timed_out = || {
+            (0..requests.len())
+                .any(|task| engine.transfer_status(batch, task).is_ok_and(|task| task.state == TransferState::Timeout))
+        };
+        match segment {
+            Some(segment) if timed_out() => Some(format!(
+                "batch to segment {segment:?} timed out: no completion within aiv.transfer_timeout_ms ({} ms), the \
+                 target stalled or became unreachable with the batch in flight: {}",
+                engine.config().aiv.transfer_timeout.as_millis(),
+                reason.as_deref().unwrap_or("no task reason recorded")
+            )),
+            _ => reason,
+        }
+    });
     engine.free_batch(batch)?;
     Ok((latency, status.state))
 }

@@ -1,5 +1,7 @@
 //! One engine's metadata service: its handshake server, its segment name, and the backend its connection string
-//! picked. The engine talks to metadata only through this.
+//! picked. The engine talks to metadata only through this. It also resolves the initiator of a Connection handshake
+//! for the transport that answers it ([`MetadataService::resolve_initiator`]): through the store, or in P2P mode only
+//! from the handshake's own source host, cached for [`INITIATOR_CACHE_TTL`].
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};

@@ -191,3 +191,78 @@ fn the_bench_initiator_follows_a_target_restarted_on_its_rpc_port() {
         drop(second_memory);
     });
 }
+
+/// Kills and reaps a child process when dropped (also when the test fails).
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The bench initiator against an `aiv bench --mode target` process that is SIGSTOPped mid-run: no batch hangs past
+/// the transfer timeout (1 s here); the run ends with the failed batches counted and the cause named, within the
+/// run's duration plus one transfer timeout and one metadata deadline.
+#[test]
+fn the_bench_initiator_reports_a_stopped_target_as_timed_out_with_the_cause() {
+    use std::io::BufRead;
+    let mut target = Reaped(
+        std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+            .args(["bench", "--mode", "target", "--protocol", "tcp", "--buffer_size", "1mb", "--duration", "30"])
+            .args(["--metadata_server", "P2PHANDSHAKE", "--local_server_name", "127.0.0.1"])
+            .env_remove("MOONCAKE_CONFIG_PATH")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("aiv runs"),
+    );
+    let stdout = target.0.stdout.take().expect("stdout");
+    let (lines, ready) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let line = ready.recv_timeout(Duration::from_secs(20)).expect("the target's ready line");
+    let name = line.split_whitespace().nth(4).expect("aiv bench target: segment NAME ...").to_owned();
+    let mut config = EngineConfig::new("127.0.0.1");
+    config.aiv.transfer_timeout = Duration::from_secs(1);
+    config.aiv.metadata_deadline = Some(Duration::from_millis(500));
+    let initiator = TransferEngine::new(config).expect("initiator");
+    let params = aiv_transport::bench::BenchParams {
+        operation: Opcode::Write,
+        protocol: Protocol::Tcp,
+        buffer_size: 64 << 10,
+        batch_size: 1,
+        block_size: 4096,
+        duration: Duration::from_millis(1200),
+        threads: 1,
+        report_unit: "GB".parse().expect("unit"),
+        report_precision: 2,
+    };
+    let started = Instant::now();
+    let report = std::thread::scope(|scope| {
+        let run = scope.spawn(|| aiv_transport::bench::run_against_segment(&initiator, &params, &name));
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(target.0.id() as libc::pid_t, libc::SIGSTOP) }, 0, "SIGSTOP");
+        run.join().expect("the bench thread").expect("the bench run")
+    });
+    // The run's duration, then the memcpy reference (as long, at most 2 s); the stall adds at most one transfer
+    // timeout and one metadata deadline.
+    let took = started.elapsed();
+    let outcome = &report.outcome;
+    eprintln!(
+        "bench against a stopped target: {} completed, {} failed in {took:?}; first failure: {:?}",
+        outcome.completed_batches, outcome.failed_batches, outcome.first_failure
+    );
+    assert!(outcome.completed_batches > 0 && outcome.failed_batches > 0, "completed before the stop, failed after");
+    let cause = outcome.first_failure.as_deref().unwrap_or("");
+    assert!(
+        cause.contains("timed out") && cause.contains(&name) && cause.contains("1000 ms"),
+        "the failure names the timeout and the peer: {cause:?}"
+    );
+    assert!(took < Duration::from_millis(2 * 1200 + 1000 + 500 + 1500), "the run took {took:?}");
+}
