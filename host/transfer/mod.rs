@@ -2,8 +2,9 @@
 //!
 //! Owns the vocabulary of a transfer — requests and opcodes, states and statuses with Mooncake's numeric values, the
 //! validated [`Transfer`] a transport receives, the [`TaskSlot`] it writes the outcome into, the batch's
-//! [`CompletionSignal`], opened [`Segment`]s with their descriptors, the registered-buffer set and its bounds rule, and
-//! the [`Protocol`] names. Mooncake keeps the same types at the bottom of its transfer engine
+//! [`CompletionSignal`], opened [`Segment`]s with their descriptors, the registered-buffer set and its bounds rule, the
+//! checked copy of Host memory ([`host_copy`]: an unmapped page is an error, not a crash), and the [`Protocol`]
+//! names. Mooncake keeps the same types at the bottom of its transfer engine
 //! (`mooncake-transfer-engine/include/transport/transport.h`).
 //!
 //! Must not import the engine, a transport, metadata or a device backend: everything above builds on this module.
@@ -11,6 +12,7 @@
 pub mod completion;
 pub mod descriptor;
 pub mod failure;
+pub mod host_copy;
 pub mod memory;
 pub mod protocol;
 pub mod request;

@@ -1,14 +1,15 @@
 //! The in-process path: a Host-protocol transfer whose target is this engine's own segment.
 //!
-//! A `tcp` transfer into one's own memory needs no socket, so it is copied in place by the submitting thread. The
-//! evidence counts what this code does (docs/evidence.md, "Host paths"), `Source::HostCode`, window 1: no
-//! descriptor is written and no doorbell rung (nothing is handed to an engine: both 0), and the copying thread sees
-//! the copy end (counted when the copy returns: 1).
+//! A `tcp` transfer into one's own memory needs no socket, so it is copied in place by the submitting thread, by the
+//! checked copy ([`crate::transfer::host_copy`]): a page unmapped since registration fails that transfer, it does not
+//! crash the process. The evidence counts what this code does (docs/evidence.md, "Host paths"), `Source::HostCode`,
+//! window 1: no descriptor is written and no doorbell rung (nothing is handed to an engine: both 0), and the copying
+//! thread sees the copy end (counted when the copy returns: 1).
 
 use super::Transport;
 use crate::cpu_time::thread_cpu_time_ns;
 use crate::evidence::{Act, Source, TransferEvidence};
-use crate::transfer::{Opcode, Transfer};
+use crate::transfer::{host_copy, FailureKind, Opcode, Transfer, TransferFailure};
 
 /// Copies validated transfers within this process.
 #[derive(Debug, Default)]
@@ -31,14 +32,19 @@ impl Transport for LocalTransport {
                 Opcode::Read => (transfer.remote_addr, transfer.local_addr),
                 Opcode::Write => (transfer.local_addr, transfer.remote_addr),
             };
-            // SAFETY: the engine checked that both ranges lie inside buffers registered with this engine (the local
-            // segment is this engine's own registration), and `register_memory`'s contract keeps them valid until
-            // unregistered. `copy` (memmove) tolerates overlapping ranges.
-            unsafe {
-                std::ptr::copy(from as *const u8, to as *mut u8, transfer.length as usize);
+            // Both ranges lie inside buffers registered with this engine (checked by the engine); the checked copy
+            // turns a page unmapped since registration into this transfer's failure, and copies overlapping ranges
+            // as memmove does.
+            match host_copy::copy(to, from, transfer.length as usize) {
+                Ok(()) => done.push((transfer, 1)),
+                Err(error) => {
+                    transfer.slot.fail(TransferFailure::new(
+                        "local",
+                        FailureKind::InvalidRequest,
+                        format!("registered memory is not mapped in this process: {error}"),
+                    ));
+                }
             }
-            // The copy returned: this thread has seen it end.
-            done.push((transfer, 1));
         }
         let host_cpu_ns = thread_cpu_time_ns().saturating_sub(cpu_started) / count.max(1);
         for (transfer, copies_seen) in done {

@@ -10,6 +10,7 @@
 //! | `export` | the twin export service (Unix socket) | random request lines, wrong and missing secrets, silence, a flood of another uid, idle same-uid connections |
 //! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits |
 //! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer; the bench initiator across a target restarted on its RPC port |
+//! | `memory` | registered memory | ranges unmapped after registration (tcp server and client, the local path; in a child process, with either copy primitive), the null page, large registration batches |
 //!
 //! Memory: every fuzz test keeps unregistered neighbours around the memory it registers and checks, after the last
 //! case, that they are untouched, and that the service still serves a legitimate request. The fuzz tests use
@@ -28,6 +29,7 @@ mod clients;
 mod engine;
 mod handshake;
 mod http_store;
+mod memory;
 mod tcp_data;
 
 use std::io::{Read, Write};

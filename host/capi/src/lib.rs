@@ -388,8 +388,9 @@ pub extern "C" fn aiv_copy_from_device(
 
 // ----- Registration. -----
 
-fn register_one(engine: &Engine, addr: u64, length: u64, kind: u32) -> Result<(), Failure> {
-    let location = match kind {
+/// The location a region of `kind` is registered with.
+fn region_location(engine: &Engine, addr: u64, length: u64, kind: u32) -> Result<String, Failure> {
+    Ok(match kind {
         MEM_AUTO => "*".to_owned(),
         MEM_HOST => "cpu:0".to_owned(),
         MEM_DEVICE => {
@@ -403,7 +404,11 @@ fn register_one(engine: &Engine, addr: u64, length: u64, kind: u32) -> Result<()
             device.location()
         }
         other => return Err(Failure::invalid(format!("kind {other} is not an aiv_mem_kind"))),
-    };
+    })
+}
+
+fn register_one(engine: &Engine, addr: u64, length: u64, kind: u32) -> Result<(), Failure> {
+    let location = region_location(engine, addr, length, kind)?;
     // SAFETY: the header passes the engine's contract to the caller: the range is memory of this process that stays
     // valid, and is not accessed in conflict with transfers, until it is deregistered and its transfers are done.
     unsafe { engine.engine.register_memory(addr, length, &location) }.map_err(Failure::from)
@@ -415,7 +420,7 @@ pub extern "C" fn aiv_register(handle: *mut AivEngine, addr: u64, length: u64, k
     guard("aiv_register", || register_one(&*engine_of(handle)?, addr, length, kind))
 }
 
-/// `aiv_register_batch`.
+/// `aiv_register_batch`: all or nothing, with one publication of the descriptor for the whole batch.
 #[no_mangle]
 pub extern "C" fn aiv_register_batch(handle: *mut AivEngine, regions: *const AivMemRegion, count: usize) -> c_int {
     guard("aiv_register_batch", || {
@@ -426,16 +431,23 @@ pub extern "C" fn aiv_register_batch(handle: *mut AivEngine, regions: *const Aiv
                 return Err(Failure::invalid(format!("regions[{index}].reserved is not 0")));
             }
         }
+        let mut locations = Vec::with_capacity(regions.len());
         for (index, region) in regions.iter().enumerate() {
-            if let Err(failure) = register_one(&engine, region.addr, region.length, region.kind) {
-                // All or nothing: the regions registered before this one are registered no more.
-                for done in &regions[..index] {
-                    let _ = engine.engine.unregister_memory(done.addr);
-                }
-                return Err(Failure::new(failure.code, format!("regions[{index}]: {}", failure.message)));
-            }
+            let location = region_location(&engine, region.addr, region.length, region.kind)
+                .map_err(|failure| Failure::new(failure.code, format!("regions[{index}]: {}", failure.message)))?;
+            locations.push(location);
         }
-        Ok(())
+        let batch: Vec<(u64, u64, &str)> = regions
+            .iter()
+            .zip(&locations)
+            .map(|(region, location)| (region.addr, region.length, location.as_str()))
+            .collect();
+        // SAFETY: as `register_one`, for every region. The engine unregisters the regions of this call registered
+        // before a refused one.
+        unsafe { engine.engine.register_memory_batch(&batch) }.map_err(|(index, error)| {
+            let failure = Failure::from(error);
+            Failure::new(failure.code, format!("regions[{index}]: {}", failure.message))
+        })
     })
 }
 

@@ -153,7 +153,8 @@ impl TransferEngine {
         self.call(py, "unregister_memory", -1, move |inner| inner.unregister(buffer_addr))
     }
 
-    /// Registers several buffers; stops at the first failure and returns its code (0 when all succeed).
+    /// Registers several buffers, all or nothing, publishing the descriptor once: 0 when all succeed, else the code
+    /// of the first one refused (and none of them stays registered).
     #[pyo3(signature = (buffer_addresses, capacities, location = "*".to_owned()))]
     fn batch_register_memory(
         &self,
@@ -171,24 +172,14 @@ impl TransferEngine {
                 );
                 return -1;
             }
-            for (&addr, &capacity) in buffer_addresses.iter().zip(&capacities) {
-                let code = inner.register(addr, capacity, &location);
-                if code != 0 {
-                    return code;
-                }
-            }
-            0
+            inner.register_batch(&buffer_addresses, &capacities, &location)
         })
     }
 
-    /// Unregisters several buffers; every one is tried, the first failure's code is returned (0 when none fails).
+    /// Unregisters several buffers, publishing the descriptor once; every one is tried, the first failure's code is
+    /// returned (0 when none fails).
     fn batch_unregister_memory(&self, py: Python<'_>, buffer_addresses: Vec<u64>) -> i32 {
-        self.call(py, "batch_unregister_memory", -1, move |inner| {
-            buffer_addresses
-                .iter()
-                .map(|&addr| inner.unregister(addr))
-                .fold(0, |first, code| if first != 0 { first } else { code })
-        })
+        self.call(py, "batch_unregister_memory", -1, move |inner| inner.unregister_batch(&buffer_addresses))
     }
 
     /// Writes `length` bytes of local `buffer` to `peer_buffer_address` of segment `target_hostname`. 0 or -1.

@@ -116,34 +116,65 @@ impl Inner {
     }
 
     pub(crate) fn register(&self, addr: u64, length: u64, location: &str) -> i32 {
-        let location = match location.trim() {
+        self.register_batch(&[addr], &[length], location)
+    }
+
+    /// The location a region is registered with: `"*"`/empty resolved to a device buffer's location, or -1 (as
+    /// Mooncake's InvalidArgument) for a range partly inside a device buffer.
+    fn resolve_location(&self, addr: u64, length: u64, location: &str) -> Result<String, i32> {
+        match location.trim() {
             "*" | "" => match device_memory(Some(self), addr, length.max(1)) {
-                Ok(Some(device)) => device.location(),
-                Ok(None) => "*".to_owned(),
+                Ok(Some(device)) => Ok(device.location()),
+                Ok(None) => Ok("*".to_owned()),
                 // Registered as Host memory it could reach a Host copy (tcp): refused, as Mooncake's InvalidArgument.
                 Err(reason) => {
                     tracing::warn!(addr, length, %reason, "register_memory refused");
-                    return -1;
+                    Err(-1)
                 }
             },
-            other => other.to_owned(),
-        };
-        // SAFETY: Mooncake's contract, passed on to the Python caller (docs/python.md): the range is memory of this
+            other => Ok(other.to_owned()),
+        }
+    }
+
+    /// Registers `addrs[i], lengths[i]` (lists of one length), all or nothing, with one publication of the
+    /// descriptor: 0, or the code of the first region refused (none of them stays registered).
+    pub(crate) fn register_batch(&self, addrs: &[u64], lengths: &[u64], location: &str) -> i32 {
+        let mut locations = Vec::with_capacity(addrs.len());
+        for (&addr, &length) in addrs.iter().zip(lengths) {
+            match self.resolve_location(addr, length, location) {
+                Ok(resolved) => locations.push(resolved),
+                Err(code) => return code,
+            }
+        }
+        let regions: Vec<(u64, u64, &str)> = addrs
+            .iter()
+            .zip(lengths)
+            .zip(&locations)
+            .map(|((&addr, &length), location)| (addr, length, location.as_str()))
+            .collect();
+        // SAFETY: Mooncake's contract, passed on to the Python caller (docs/python.md): each range is memory of this
         // process that stays valid until it is unregistered and every transfer using it has finished.
-        match unsafe { self.engine.register_memory(addr, length, &location) } {
+        match unsafe { self.engine.register_memory_batch(&regions) } {
             Ok(()) => 0,
-            Err(error) => {
-                tracing::warn!(addr, length, location = %location, %error, "register_memory failed");
+            Err((index, error)) => {
+                let (addr, length, location) = regions.get(index).copied().unwrap_or((0, 0, ""));
+                tracing::warn!(addr, length, location, index, %error, "register_memory failed");
                 -error.mooncake_code()
             }
         }
     }
 
     pub(crate) fn unregister(&self, addr: u64) -> i32 {
-        match self.engine.unregister_memory(addr) {
+        self.unregister_batch(&[addr])
+    }
+
+    /// Unregisters every buffer of `addrs` that is registered, with one publication of the descriptor: 0, or the
+    /// code of the first address that starts no registered buffer.
+    pub(crate) fn unregister_batch(&self, addrs: &[u64]) -> i32 {
+        match self.engine.unregister_memory_batch(addrs) {
             Ok(()) => 0,
             Err(error) => {
-                tracing::warn!(addr, %error, "unregister_memory failed");
+                tracing::warn!(%error, "unregister_memory failed");
                 -error.mooncake_code()
             }
         }
@@ -445,9 +476,15 @@ pub(crate) fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length:
         };
     }
     // SAFETY: Host memory at an address the caller gave, as Mooncake's write_bytes_to_buffer copies to it: the
-    // caller guarantees it is writable memory of this process (docs/python.md). Device memory never gets here.
-    unsafe { memory::write_host(addr, data) };
-    0
+    // caller guarantees it is writable memory of this process (docs/python.md); an unmapped page is an error of
+    // the checked copy. Device memory never gets here.
+    match unsafe { memory::write_host(addr, data) } {
+        Ok(()) => 0,
+        Err(reason) => {
+            tracing::warn!(addr, length, %reason, "write_bytes_to_buffer failed");
+            -1
+        }
+    }
 }
 
 /// Why `read_bytes_from_buffer` could not read.
@@ -486,8 +523,9 @@ pub(crate) fn read_bytes(inner: Option<&Inner>, addr: u64, length: u64) -> Resul
         return Ok(out);
     }
     // SAFETY: Host memory at an address the caller gave, as Mooncake's read_bytes_from_buffer reads it: the caller
-    // guarantees it is readable memory of this process (docs/python.md). Device memory never gets here.
-    unsafe { memory::read_host(addr, &mut out, size) };
+    // guarantees it is readable memory of this process (docs/python.md); an unmapped page is an error of the
+    // checked copy. Device memory never gets here.
+    unsafe { memory::read_host(addr, &mut out, size) }.map_err(ReadError::Argument)?;
     Ok(out)
 }
 

@@ -1,12 +1,14 @@
 //! Memory the binding hands out: Host buffers of `allocate_managed_buffer`, device buffers of
 //! `allocate_device_buffer` (recorded process-wide so that any engine's `write_bytes_to_buffer` finds the device
-//! that owns an address), and the byte copies of `write_bytes_to_buffer` / `read_bytes_from_buffer`.
+//! that owns an address), and the byte copies of `write_bytes_to_buffer` / `read_bytes_from_buffer` (checked copies:
+//! an unmapped page is an error, not a crash).
 
 use std::alloc::Layout;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use aiv_transport::engine::AivDevice;
+use aiv_transport::transfer::host_copy;
 
 /// Alignment of managed Host buffers (a page).
 const HOST_ALIGN: usize = 4096;
@@ -104,26 +106,30 @@ pub fn check_host_range(addr: u64, length: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Copies `data` to Host memory at `addr`.
+/// Copies `data` to Host memory at `addr`, by the checked copy ([`host_copy`]): a page of the range that is not
+/// mapped is an error naming the range, not a crash of the interpreter.
 ///
 /// # Safety
-/// `[addr, addr + data.len())` must be writable Host memory of this process that nothing else accesses meanwhile
-/// (Mooncake's `write_bytes_to_buffer` makes the same demand of its caller).
-pub unsafe fn write_host(addr: u64, data: &[u8]) {
-    // SAFETY: the caller guarantees the destination; the source is a live slice that cannot overlap it mutably.
-    unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), addr as *mut u8, data.len()) };
+/// `[addr, addr + data.len())` must be Host memory of this process that nothing else accesses meanwhile (Mooncake's
+/// `write_bytes_to_buffer` makes the same demand of its caller); an unmapped page is caught, a mapped range that
+/// belongs to something else is not.
+pub unsafe fn write_host(addr: u64, data: &[u8]) -> Result<(), String> {
+    host_copy::copy(addr, data.as_ptr() as u64, data.len())
+        .map_err(|error| format!("[{addr:#x}, +{}) is not writable memory of this process: {error}", data.len()))
 }
 
-/// Appends `length` bytes of Host memory at `addr` to the empty `out`, whose capacity the caller reserved.
+/// Appends `length` bytes of Host memory at `addr` to the empty `out`, whose capacity the caller reserved, by the
+/// checked copy: a page that is not mapped is an error naming the range (and `out` stays empty).
 ///
 /// # Safety
-/// `[addr, addr + length)` must be readable Host memory of this process.
-pub unsafe fn read_host(addr: u64, out: &mut Vec<u8>, length: usize) {
-    assert!(out.is_empty() && out.capacity() >= length, "read_host: reserve the capacity first");
-    // SAFETY: the caller guarantees the source; `out` has room for `length` bytes, which the copy initialises
-    // before the length is set.
-    unsafe {
-        std::ptr::copy_nonoverlapping(addr as *const u8, out.as_mut_ptr(), length);
-        out.set_len(length);
+/// `[addr, addr + length)` must be Host memory of this process (an unmapped page is caught).
+pub unsafe fn read_host(addr: u64, out: &mut Vec<u8>, length: usize) -> Result<(), String> {
+    if !out.is_empty() || out.capacity() < length {
+        return Err("read_host: reserve the capacity first".into());
     }
+    host_copy::copy(out.as_mut_ptr() as u64, addr, length)
+        .map_err(|error| format!("[{addr:#x}, +{length}) is not readable memory of this process: {error}"))?;
+    // SAFETY: the copy initialised the first `length` bytes of the reserved capacity.
+    unsafe { out.set_len(length) };
+    Ok(())
 }

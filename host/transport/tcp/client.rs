@@ -36,7 +36,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use super::io::{iovec, write_all_vectored_observed, Inbound, Patience, SendCall, MAX_IOVECS};
+use super::io::{iovec, is_unmapped_destination, write_all_vectored_observed, Inbound, Patience, SendCall, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::cpu_time::thread_cpu_time_ns as thread_cpu_ns;
 use crate::evidence::{Act, Source, TransferEvidence};
@@ -578,7 +578,14 @@ fn send_group(
         share.store(now.saturating_sub(cpu_mark) / count as u64, Ordering::Release);
         cpu_mark = now;
         if let Err(error) = sent {
-            let reason = format!("send to {}: {error}", connection.address);
+            let reason = if error.raw_os_error() == Some(libc::EFAULT) {
+                format!(
+                    "send to {}: the source range of a WRITE in this send is not mapped in this process ({error})",
+                    connection.address
+                )
+            } else {
+                format!("send to {}: {error}", connection.address)
+            };
             for job in sent_without_reply.into_iter().chain(jobs) {
                 job.fail(network_failure(&error, reason.clone()));
             }
@@ -660,6 +667,15 @@ impl Reader {
                     cpu_mark = now;
                     job.complete(cpu, replies);
                 }
+                Err(error) if is_unmapped_destination(&error) => {
+                    // The reply's payload was read and dropped: the stream is in step, only this transfer fails.
+                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    job.fail(TransferFailure::new(
+                        "tcp",
+                        FailureKind::InvalidRequest,
+                        format!("reply from {}: local buffer of the READ: {error}", self.address),
+                    ));
+                }
                 Err(error) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
                     self.broken.store(true, Ordering::Release);
@@ -698,7 +714,7 @@ fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mu
                 return Err(io::Error::new(
                     io::ErrorKind::PermissionDenied,
                     format!(
-                        "target rejected [{:#x}, +{}) (not inside one registered buffer)",
+                        "target rejected [{:#x}, +{}) (not inside one registered buffer, or not mapped there)",
                         job.transfer.remote_addr, job.transfer.length
                     ),
                 ))
@@ -708,8 +724,8 @@ fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mu
     }
     if job.transfer.opcode == Opcode::Read {
         // SAFETY: the engine checked that `[local_addr, local_addr + length)` lies inside one registered local
-        // buffer (and the transport checked again before queuing); `register_memory`'s contract keeps it writable
-        // until the transfer completes.
+        // buffer (and the transport checked again before queuing); a page of it unmapped since is an error of the
+        // checked copy (or of read(2)), not a crash.
         unsafe { inbound.payload(job.transfer.local_addr as *mut u8, job.transfer.length as usize, patience)? };
         if version == WireVersion::V1 {
             // v1 has no status frame: the payload is the reply.

@@ -1,8 +1,10 @@
 //! Raw socket I/O shared by the data server and the client lanes.
 //!
-//! Bytes move between sockets and registered memory through `read(2)` and vectored `sendmsg(2)` on raw addresses,
-//! never through Rust references to that memory: the memory belongs to the user (or to a peer's request), other
-//! threads may touch it, and a range unmapped behind our back makes the kernel answer EFAULT instead of crashing the process.
+//! Bytes move between sockets and registered memory through `read(2)` and vectored `sendmsg(2)` on raw addresses, and
+//! from the receive buffer into registered memory through the checked copy ([`crate::transfer::host_copy`]), never
+//! through Rust references to that memory or a CPU copy: the memory belongs to the user (or to a peer's request),
+//! other threads may touch it, and a range unmapped behind our back makes the kernel answer EFAULT instead of
+//! crashing the process.
 //! Sockets carry a short receive/send timeout (the "tick"); each blocking call is retried tick by tick while a
 //! [`Patience`] allows it, so every wait is bounded and a stop request is noticed within one tick.
 
@@ -98,31 +100,6 @@ pub(crate) unsafe fn read_some(fd: RawFd, dst: *mut u8, len: usize, patience: &m
         }
         return Err(error);
     }
-}
-
-/// Reads exactly `len` bytes into raw memory; EOF before the end is `UnexpectedEof`.
-///
-/// # Safety
-/// As [`read_some`].
-pub(crate) unsafe fn read_exact_raw(
-    fd: RawFd,
-    dst: *mut u8,
-    len: usize,
-    patience: &mut Patience<'_>,
-) -> io::Result<()> {
-    let mut done = 0;
-    while done < len {
-        // SAFETY: `dst + done .. dst + len` is inside the range the caller vouched for.
-        let got = unsafe { read_some(fd, dst.add(done), len - done, patience)? };
-        if got == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::UnexpectedEof,
-                format!("peer closed the connection {done} of {len} bytes into a transfer"),
-            ));
-        }
-        done += got;
-    }
-    Ok(())
 }
 
 /// The most iovecs handed to one `writev(2)` (Linux's IOV_MAX is 1024).
@@ -301,26 +278,49 @@ impl Inbound {
         Ok(Some(frame))
     }
 
-    /// Moves the next `len` payload bytes to raw memory at `dst`: what is buffered is copied, a large remainder is
-    /// read directly into place.
+    /// Moves the next `len` payload bytes to raw memory at `dst`: what is buffered is copied by the checked copy
+    /// ([`crate::transfer::host_copy`]), a large remainder is read directly into place by `read(2)`; both report a
+    /// page of the destination that is not mapped as an error instead of crashing.
+    ///
+    /// When the destination is not mapped, the rest of the payload is still read (and dropped), so the stream stays
+    /// in step with the peer, and the error is an [`UnmappedDestination`] (see [`is_unmapped_destination`]); any
+    /// other error leaves the stream out of step.
     ///
     /// # Safety
-    /// `[dst, dst + len)` must be writable memory of this process for the duration of the call.
+    /// `[dst, dst + len)` must be memory of this process that nothing else relies on while the call runs (or
+    /// unmapped, which is reported as above).
     pub(crate) unsafe fn payload(&mut self, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<()> {
         let mut done = 0;
         while done < len {
             let take = self.buffered().min(len - done);
             if take > 0 {
-                // SAFETY: source is inside our buffer's filled part; destination inside the caller's range; a
-                // private buffer never overlaps registered memory.
-                unsafe { std::ptr::copy_nonoverlapping(self.buffer.as_ptr().add(self.start), dst.add(done), take) };
+                // SAFETY: source is inside our buffer's filled part; the destination is checked by the kernel.
+                let source = unsafe { self.buffer.as_ptr().add(self.start) } as u64;
+                let copied = crate::transfer::host_copy::copy(dst as u64 + done as u64, source, take);
                 self.start += take;
+                if let Err(error) = copied {
+                    return Err(self.skip_rest(dst, len, done + error.done, done + take, error.cause, patience));
+                }
                 done += take;
                 continue;
             }
             if len - done >= DIRECT_READ_MIN {
-                // SAFETY: inside the caller's range.
-                return unsafe { read_exact_raw(self.fd, dst.add(done), len - done, patience) };
+                // SAFETY: inside the caller's range; read(2) reports EFAULT for a page that is not mapped.
+                let got = unsafe { read_some(self.fd, dst.add(done), len - done, patience) };
+                match got {
+                    Ok(0) => {
+                        return Err(io::Error::new(
+                            io::ErrorKind::UnexpectedEof,
+                            format!("peer closed the connection {done} of {len} bytes into a transfer"),
+                        ))
+                    }
+                    Ok(got) => done += got,
+                    Err(error) if error.raw_os_error() == Some(libc::EFAULT) => {
+                        return Err(self.skip_rest(dst, len, done, done, error, patience));
+                    }
+                    Err(error) => return Err(error),
+                }
+                continue;
             }
             if self.fill(patience)? == 0 {
                 return Err(io::Error::new(
@@ -331,6 +331,56 @@ impl Inbound {
         }
         Ok(())
     }
+
+    /// After a fault at byte `stored` of a `len`-byte payload for `dst`, with `consumed` bytes of it taken from the
+    /// stream: reads and drops the rest. Returns the [`UnmappedDestination`] error, or the stream's own error if the
+    /// rest could not be read.
+    fn skip_rest(
+        &mut self,
+        dst: *mut u8,
+        len: usize,
+        stored: usize,
+        consumed: usize,
+        cause: io::Error,
+        patience: &mut Patience<'_>,
+    ) -> io::Error {
+        let mut left = len - consumed;
+        while left > 0 {
+            let take = self.buffered().min(left);
+            if take > 0 {
+                self.start += take;
+                left -= take;
+                continue;
+            }
+            match self.fill(patience) {
+                Ok(0) => {
+                    return io::Error::new(
+                        io::ErrorKind::UnexpectedEof,
+                        format!("peer closed the connection {} of {len} bytes into a transfer", len - left),
+                    )
+                }
+                Ok(_) => {}
+                Err(error) => return error,
+            }
+        }
+        io::Error::other(UnmappedDestination { addr: dst as u64, len, stored, cause })
+    }
+}
+
+/// A payload's destination is not mapped in this process: its bytes were read from the socket and dropped.
+#[derive(Debug, thiserror::Error)]
+#[error("destination [{addr:#x}, +{len}) is not mapped in this process (at byte {stored}: {cause}); payload dropped")]
+pub(crate) struct UnmappedDestination {
+    addr: u64,
+    len: usize,
+    /// Bytes stored before the fault.
+    stored: usize,
+    cause: io::Error,
+}
+
+/// Whether `error` is an [`UnmappedDestination`] (the stream is still in step with the peer).
+pub(crate) fn is_unmapped_destination(error: &io::Error) -> bool {
+    error.get_ref().is_some_and(|inner| inner.is::<UnmappedDestination>())
 }
 
 #[cfg(test)]

@@ -38,7 +38,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::io::{iovec, write_all_vectored, Inbound, Patience, MAX_IOVECS};
+use super::io::{iovec, is_unmapped_destination, write_all_vectored, Inbound, Patience, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::log_limit::LogLimiter;
 use crate::transfer::BufferSet;
@@ -52,6 +52,7 @@ static REJECTED_FRAME: [u8; STATUS_LEN] = Status::REJECTED.encode();
 /// Warnings a flood could repeat without end.
 static LIMIT_REFUSED: LogLimiter = LogLimiter::per_second(5);
 static ACCEPT_FAILED: LogLimiter = LogLimiter::per_second(5);
+static UNMAPPED_WRITE: LogLimiter = LogLimiter::per_second(5);
 /// Connections accepted per poller turn, so parked connections are read between bursts of accepts.
 const ACCEPT_BURST: usize = 64;
 /// The listen backlog asked for (capped by the kernel's somaxconn).
@@ -851,8 +852,24 @@ fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<bool> {
                     outbound.flush(fd, &mut patience)?;
                 }
                 // SAFETY: `[addr, addr + length)` lies inside one buffer registered with the engine (checked just
-                // above under the registry lock); `register_memory`'s contract makes it writable process memory.
-                unsafe { inbound.payload(addr, length, &mut patience)? };
+                // above under the registry lock); a page of it unmapped since is an error of the checked copy.
+                if let Err(error) = unsafe { inbound.payload(addr, length, &mut patience) } {
+                    if is_unmapped_destination(&error) {
+                        // The payload was read and dropped: the peer gets REJECTED (v2), then the connection closes,
+                        // as for a range outside the registered buffers.
+                        shared.rejected.fetch_add(1, Ordering::Relaxed);
+                        if let Some(suppressed) = UNMAPPED_WRITE.admit() {
+                            tracing::warn!(%error, suppressed, "tcp data server: WRITE into registered memory that is \
+                                not mapped; request rejected ({suppressed} more like this in the last second)");
+                        }
+                        if header.version == WireVersion::V2 {
+                            outbound.push_status(&REJECTED_FRAME);
+                            patience.restart("write rejection", shared.limits.io_timeout);
+                            outbound.flush(fd, &mut patience)?;
+                        }
+                    }
+                    return Err(error);
+                }
                 if header.version == WireVersion::V2 {
                     // The OK frame leaves only after the last byte is in memory (the copy above has returned).
                     outbound.push_status(&OK_FRAME);
