@@ -126,6 +126,7 @@ fn target_scenario() {
             .transfer_sync_read(&name, local.addr, gone.addr + 100, length)
             .expect_err("a READ of unmapped target memory reported success");
         eprintln!("{length} B: write: {write}; read: {read}");
+        assert!(write.to_string().contains("rejected"), "the target answered REJECTED: {write}");
     }
     // The target is alive and serves its mapped buffer.
     initiator.transfer_sync_write(&name, local.addr, kept.addr + 64, LARGE).expect("WRITE into the kept buffer");
@@ -159,6 +160,9 @@ fn initiator_scenario() {
             .transfer_sync_write(&name, gone.addr + 100, remote.addr, length)
             .expect_err("a WRITE from an unmapped local buffer reported success");
         eprintln!("{length} B: read: {read}; write: {write}");
+        for error in [read.to_string(), write.to_string()] {
+            assert!(error.contains("not mapped"), "the failure names the unmapped local memory: {error}");
+        }
     }
     assert_eq!(remote.bytes(0, REGION), vec![0x44; REGION], "the target's memory changed");
     initiator.transfer_sync_read(&name, kept.addr, remote.addr, LARGE).expect("READ into the kept buffer");

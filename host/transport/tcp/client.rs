@@ -334,6 +334,9 @@ struct Connection {
     expect: mpsc::Sender<Expected>,
     broken: Arc<AtomicBool>,
     outstanding: Arc<AtomicUsize>,
+    /// Why a send on this connection failed, for the reader to fail the transfers it holds with (set before the
+    /// connection is shut down, so the reader, woken by the shutdown, finds it).
+    send_failure: Arc<Mutex<Option<String>>>,
     last_used: Instant,
 }
 
@@ -366,12 +369,14 @@ fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
                 let (expect, expectations) = mpsc::channel();
                 let broken = Arc::new(AtomicBool::new(false));
                 let outstanding = Arc::new(AtomicUsize::new(0));
+                let send_failure = Arc::new(Mutex::new(None));
                 let reader = Reader {
                     stream: reader_stream,
                     address,
                     expectations,
                     broken: broken.clone(),
                     outstanding: outstanding.clone(),
+                    send_failure: send_failure.clone(),
                     io_timeout: options.io_timeout,
                 };
                 std::thread::Builder::new().name(format!("tcp-reply-{}", lane.index)).spawn(move || reader.run())?;
@@ -383,6 +388,7 @@ fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
                     expect,
                     broken,
                     outstanding,
+                    send_failure,
                     last_used: Instant::now(),
                 });
             }
@@ -586,6 +592,7 @@ fn send_group(
             } else {
                 format!("send to {}: {error}", connection.address)
             };
+            *lock(&connection.send_failure) = Some(reason.clone());
             for job in sent_without_reply.into_iter().chain(jobs) {
                 job.fail(network_failure(&error, reason.clone()));
             }
@@ -647,6 +654,7 @@ struct Reader {
     expectations: mpsc::Receiver<Expected>,
     broken: Arc<AtomicBool>,
     outstanding: Arc<AtomicUsize>,
+    send_failure: Arc<Mutex<Option<String>>>,
     io_timeout: Duration,
 }
 
@@ -681,7 +689,13 @@ impl Reader {
                     self.broken.store(true, Ordering::Release);
                     let _ = self.stream.shutdown(Shutdown::Both);
                     tracing::debug!(address = %self.address, %error, "tcp reply failed; closing the connection");
-                    job.fail(network_failure(&error, format!("reply from {}: {error}", self.address)));
+                    // A failed send (its reason recorded by the writer) explains a missing reply better than the
+                    // closed stream does.
+                    let reason = match lock(&self.send_failure).clone() {
+                        Some(send) => format!("{send} (no reply: {error})"),
+                        None => format!("reply from {}: {error}", self.address),
+                    };
+                    job.fail(network_failure(&error, reason));
                     // Requests pipelined behind this one share its fate: the stream is out of step or closed.
                     while let Ok(expected) = self.expectations.recv() {
                         self.outstanding.fetch_sub(1, Ordering::AcqRel);
