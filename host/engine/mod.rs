@@ -4,6 +4,10 @@
 //! The engine owns validation: no request reaches a transport before its local range lies inside one registered
 //! local buffer and its target range inside one buffer of the target segment. It never moves bytes itself; the
 //! transports behind [`Transport`] do.
+//!
+//! Registration refuses what cannot be memory (the null page; Host ranges with a page that is not mapped, asked of
+//! the kernel) and publishes the descriptor once per call, a batch included, so registering n regions costs time
+//! linear in n.
 
 mod adxl_client;
 mod batch;
