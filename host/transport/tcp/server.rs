@@ -7,7 +7,10 @@
 //! Framing (docs/mooncake.md section 4): connections are persistent; a request whose range is not inside one
 //! registered buffer (zero size and overflow included) is answered with `REJECTED` in v2 and the connection closed,
 //! in v1 just closed; memory is not touched. Replies are coalesced: the statuses and READ payloads of requests that
-//! arrived together leave in one `writev`, flushed before the server waits for more input.
+//! arrived together leave in one `writev`, flushed before the server waits for more input. A WRITE into registered
+//! memory that is not mapped (unmapped since registration) has its payload read and dropped, then is answered like a
+//! range outside the buffers; a READ of such memory ends its connection (`sendmsg` reports EFAULT). Neither crashes
+//! the process (docs/tcp.md, "Memory that is not mapped").
 //!
 //! Connections and threads (docs/tcp.md, "Connections"): a connection holds a thread only while it has a request in
 //! hand. The poller (`tcp-accept`, epoll) accepts, and holds every connection that is waiting for a request
