@@ -164,7 +164,8 @@ impl TransferEngine {
     ) -> i32 {
         self.call(py, "batch_register_memory", -1, move |inner| {
             if buffer_addresses.len() != capacities.len() {
-                tracing::warn!(
+                limited!(
+                    warn,
                     addresses = buffer_addresses.len(),
                     capacities = capacities.len(),
                     "batch_register_memory: the lists differ in length"
@@ -531,7 +532,7 @@ impl TransferEngine {
     fn get_first_buffer_address(&self, py: Python<'_>, segment_name: String) -> u64 {
         self.call(py, "get_first_buffer_address", 0, move |inner| {
             inner.engine.get_first_buffer_address(&segment_name).unwrap_or_else(|error| {
-                tracing::warn!(segment = %segment_name, %error, "get_first_buffer_address failed");
+                limited!(warn, segment = %segment_name, %error, "get_first_buffer_address failed");
                 0
             })
         })
@@ -657,7 +658,7 @@ impl TransferEngine {
         f: impl FnOnce(&Inner) -> T + Send,
     ) -> T {
         let Some(inner) = self.inner() else {
-            tracing::warn!(operation, "the engine is not initialized: call initialize() first");
+            limited!(warn, operation, "the engine is not initialized: call initialize() first");
             return failure;
         };
         py.detach(move || guarded(operation, failure, || f(&inner)))
@@ -673,7 +674,7 @@ impl TransferEngine {
     ) -> i32 {
         let device_id = self.device_id;
         if self.starting.swap(true, Ordering::AcqRel) {
-            tracing::warn!("initialize: this TransferEngine is already initialized; create another one instead");
+            limited!(warn, "initialize: this TransferEngine is already initialized; create another one instead");
             return -1;
         }
         let started = py.detach(move || {
@@ -681,7 +682,7 @@ impl TransferEngine {
                 match Inner::start(&local_hostname, &server, &protocol, &device_name, device_id) {
                     Ok(inner) => Some(inner),
                     Err(error) => {
-                        tracing::error!(
+                        limited!(error,
                             local_hostname = %local_hostname, metadata_server = %server, protocol = %protocol, %error,
                             "initialize failed"
                         );
@@ -713,7 +714,7 @@ fn guarded<T>(operation: &'static str, failure: T, f: impl FnOnce() -> T) -> T {
                 .map(|text| (*text).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
-            tracing::error!(operation, panic = %message, "internal error, reported as this call's failure");
+            limited!(error, operation, panic = %message, "internal error, reported as this call's failure");
             failure
         }
     }
