@@ -23,7 +23,7 @@
 //!   off (5 ms doubling to 500 ms). Failed accepts are logged through a rate limiter.
 //! - time: each request, headers and body, must arrive within `request_timeout` of the moment its connection started
 //!   waiting for it (the accept, or the previous reply); slow bytes do not extend it. A connection idle that long is
-//!   closed.
+//!   closed, and so is one whose reply has not been taken (read by the client) by then.
 //! - memory: request bodies being read draw on one budget of `max_buffered_bytes` shared by all connections. A PUT
 //!   reserves its declared `Content-Length` before any byte of its body is read (a chunked body reserves as it
 //!   arrives); a body that can never fit (above `max_body_bytes` or the whole budget) is refused with 413 at once, and
@@ -77,6 +77,8 @@ const EVICT_WHEN_OUT_OF_DESCRIPTORS: usize = 16;
 const BUDGET_WAIT: Duration = Duration::from_millis(100);
 /// The listen backlog asked for (capped by the kernel's somaxconn).
 const LISTEN_BACKLOG: libc::c_int = 4096;
+/// Past a waiting connection's deadline, how long hyper's own header deadline gets to end it before the server does.
+const OVERDUE_GRACE: Duration = Duration::from_millis(100);
 /// Bound on waiting for the accept loop to stop.
 const STOP_WAIT: Duration = Duration::from_secs(2);
 
@@ -393,13 +395,39 @@ fn serve(stream: tokio::net::TcpStream, peer: SocketAddr, store: &Store) {
         });
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder.timer(TokioTimer::new()).header_read_timeout(timeout).max_buf_size(READ_BUFFER_BYTES);
-        let served = builder.serve_connection(TokioIo::new(stream), service).await;
-        if let Err(error) = served {
-            tracing::debug!(%peer, %error, phase = connection_slot.phase(),
-                "HTTP metadata connection ended with an error");
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        tokio::select! {
+            served = connection => {
+                if let Err(error) = served {
+                    tracing::debug!(%peer, %error, phase = connection_slot.phase(),
+                        "HTTP metadata connection ended with an error");
+                }
+            }
+            () = overdue(&connection_slot, timeout) => {
+                tracing::debug!(%peer, "HTTP metadata connection closed: its reply was not taken, or its next request \
+                    did not come, within the request deadline");
+            }
         }
     });
     admission.started(id, task.abort_handle());
+}
+
+/// Completes when a connection waiting between requests (a reply being written, or the next request's headers
+/// being read) is past its deadline: `timeout` from its last reply, and a moment of grace for hyper's own header
+/// deadline to end it first. hyper has no deadline on writing a reply; this is it, so a client that never reads
+/// cannot hold its connection. Body reads and answers have their own bounds: it only looks again after them.
+async fn overdue(slot: &Slot, timeout: Duration) {
+    loop {
+        let deadline = slot.deadline(timeout) + OVERDUE_GRACE;
+        if std::time::Instant::now() < deadline {
+            tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)).await;
+            continue;
+        }
+        if matches!(slot.phase(), FRESH | IDLE) {
+            return;
+        }
+        tokio::time::sleep(timeout).await;
+    }
 }
 
 /// One request, between the connection's phases: answering (or reading a body) while it is handled, idle after.

@@ -490,3 +490,42 @@ fn request_bodies_draw_on_the_http_metadata_servers_buffered_bytes_budget() {
     );
     drop(stalled);
 }
+
+/// A client that asks for a large value and never reads the reply does not hold its connection past the request
+/// deadline: the reply must be taken, and the next request must arrive, within `request_timeout` of the answer.
+#[test]
+fn a_reply_never_read_does_not_hold_an_http_metadata_connection() {
+    let timeout = Duration::from_millis(400);
+    let limits = StoreLimits { max_body_bytes: 8 << 20, ..StoreLimits::default() };
+    let server_limits = MetadataServerLimits { request_timeout: timeout, ..MetadataServerLimits::default() };
+    let server = MetadataHttpServer::start_with("127.0.0.1:0".parse().expect("address"), limits, server_limits)
+        .expect("server starts");
+    let put = http_support::bounded_http(
+        server.local_addr(),
+        "PUT",
+        "/metadata?key=large",
+        &vec![b'l'; 8 << 20],
+        Duration::from_secs(3),
+    );
+    assert_eq!(put.map(|reply| reply.0), Ok(200));
+    let mut stream = TcpStream::connect(server.local_addr()).expect("connect");
+    // A small receive buffer, so the reply stalls in the server's writes.
+    let size: libc::c_int = 4096;
+    // SAFETY: setsockopt(2) reads one c_int from a live local.
+    unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
+    stream.write_all(b"GET /metadata?key=large HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").expect("send");
+    assert!(eventually(Duration::from_secs(1), || server.connections() == 1), "the GET's connection is held");
+    let started = Instant::now();
+    let closed = eventually(Duration::from_secs(3), || server.connections() == 0);
+    eprintln!("a reply never read: connection closed {closed} after {:?}", started.elapsed());
+    assert!(closed, "the connection of a reply never read is still held after {:?}", started.elapsed());
+    drop(stream);
+}
