@@ -60,6 +60,32 @@ fn the_http_metadata_store_is_bounded_in_bytes_and_keys_and_says_which_limit() {
     server.stop();
 }
 
+/// Runs `aiv <args>`, which must exit (within 10 s) with a failure; its stderr.
+fn refused_start(args: &[&str]) -> String {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("aiv runs");
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("aiv {args:?} kept running");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut stderr = String::new();
+    child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
+    assert!(!status.success(), "aiv {args:?}: {status:?}");
+    stderr
+}
+
 #[test]
 fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
     for (flag, named) in [
@@ -68,29 +94,16 @@ fn aiv_metadata_server_refuses_a_limit_outside_its_range_by_name() {
         ("--max-buffered-bytes", "metadata_server_max_buffered_bytes = 0"),
         ("--request-timeout-ms", "metadata_server_request_timeout_ms = 0"),
     ] {
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"))
-            .args(["metadata-server", "--port", "0", flag, "0"])
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("aiv runs");
-        let started = Instant::now();
-        let status = loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                break status;
-            }
-            if started.elapsed() > Duration::from_secs(10) {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("aiv metadata-server {flag} 0 kept running");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let mut stderr = String::new();
-        child.stderr.take().expect("stderr").read_to_string(&mut stderr).expect("read stderr");
-        assert!(!status.success(), "{flag} 0: {status:?}");
+        let stderr = refused_start(&["metadata-server", "--port", "0", flag, "0"]);
         assert!(stderr.contains(named) && stderr.contains("1..="), "{flag} 0: {stderr}");
     }
+    // The same limits from mooncake.json's "aiv" object, read when --config names a file.
+    let config = std::env::temp_dir().join(format!("aiv-hostile-metadata-server-{}.json", std::process::id()));
+    std::fs::write(&config, r#"{"local_hostname": "h", "aiv": {"metadata_server_max_connections": 0}}"#)
+        .expect("write");
+    let stderr = refused_start(&["--config", config.to_str().expect("utf-8 path"), "metadata-server", "--port", "0"]);
+    let _ = std::fs::remove_file(&config);
+    assert!(stderr.contains("aiv.metadata_server_max_connections") && stderr.contains("from 1 to 65536"), "{stderr}");
 }
 
 /// One request as a fuzzer builds it: a method, a target, a version, headers and a body, any of them malformed; or
