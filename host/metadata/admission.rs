@@ -291,3 +291,66 @@ impl AsyncWrite for AdmittedStream {
         Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    /// A client's end of a connection, and what admitting the server's end gave.
+    type Held = (std::net::TcpStream, Result<(AdmittedStream, u64, Arc<Slot>), &'static str>);
+
+    /// A loopback connection: the client's end (std) and the server's end (tokio, registered on `runtime`).
+    fn connection(runtime: &tokio::runtime::Runtime) -> (std::net::TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let client = std::net::TcpStream::connect(listener.local_addr().expect("address")).expect("connect");
+        let (server, _) = listener.accept().expect("accept");
+        server.set_nonblocking(true).expect("non-blocking");
+        let _entered = runtime.enter();
+        (client, TcpStream::from_std(server).expect("tokio stream"))
+    }
+
+    #[test]
+    fn the_cap_evicts_fresh_then_idle_then_body_oldest_first_never_one_answering_or_with_input() {
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let admission = Arc::new(Admission::new(4));
+        let admit = || -> Held {
+            let (client, server) = connection(&runtime);
+            std::thread::sleep(Duration::from_millis(2));
+            let admitted = admission.admit(server).map_err(|_| "refused");
+            (client, admitted)
+        };
+        let mut held: Vec<_> = (0..4).map(|_| admit()).collect();
+        let slot = |held: &[Held], n: usize| held[n].1.as_ref().expect("admitted").2.clone();
+        // Four fresh connections a, b, c, d; a fifth evicts the oldest, a.
+        held.push(admit());
+        assert_eq!((admission.evicted(), slot(&held, 0).phase()), (1, EVICTED));
+        // b answers, c reads a body, d is idle; e (fresh) has its request waiting: f evicts d.
+        assert!(slot(&held, 1).begin(ANSWERING));
+        assert!(slot(&held, 2).begin(ANSWERING) && slot(&held, 2).advance(ANSWERING, BODY));
+        assert!(slot(&held, 3).begin(ANSWERING));
+        slot(&held, 3).rest();
+        let send = |held: &mut [Held], n: usize| {
+            held[n].0.write_all(b"G").expect("send");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        send(&mut held, 4);
+        held.push(admit());
+        assert_eq!((admission.evicted(), slot(&held, 3).phase(), slot(&held, 4).phase()), (2, EVICTED, FRESH));
+        // With f's request waiting too, g evicts c, stalled in its body.
+        send(&mut held, 5);
+        held.push(admit());
+        assert_eq!((admission.evicted(), slot(&held, 2).phase()), (3, EVICTED));
+        // With g's waiting as well, only b is left, and it is answering: h is refused.
+        send(&mut held, 6);
+        let (_client, refused) = admit();
+        assert!(refused.is_err());
+        assert_eq!((admission.evicted(), admission.refused(), admission.held()), (3, 1, 4));
+        assert_eq!(slot(&held, 1).phase(), ANSWERING);
+        // A stream dropped (g's) leaves the table; an evicted one dropped (c's) changes nothing.
+        held.truncate(6);
+        drop(held.remove(2));
+        assert_eq!(admission.held(), 3);
+    }
+}
