@@ -28,7 +28,7 @@
 //!   reserves its declared `Content-Length` before any byte of its body is read (a chunked body reserves as it
 //!   arrives); a body that can never fit (above `max_body_bytes` or the whole budget) is refused with 413 at once, and
 //!   one that does not fit now evicts a stalled body reader or is refused with 503 (`Retry-After: 1`). Bytes are held
-//!   in buffers sized by what arrived, never by what was declared; hyper's read buffer of a connection is at most
+//!   in buffers sized by what arrived, never by what was declared; hyper's read buffer of a connection is capped at
 //!   64 KiB. After a large body is released the allocator is asked (within half a second) to return free memory to
 //!   the system (`malloc_trim`), so a flood's memory does not stay with the process.
 //!
@@ -174,8 +174,9 @@ impl Drop for Reservation {
 }
 
 /// Asks the C allocator to give free memory back to the system. glibc keeps freed blocks of its heaps (and raises
-/// its mmap threshold after freeing a large mapped block, so later large bodies land in the heap too); without this
-/// a flood of large bodies would leave its memory with the process after the bodies are gone.
+/// its mmap threshold after freeing a large mapped block, so later large bodies land in the heap too: the dynamic
+/// `M_MMAP_THRESHOLD` of the mallopt(3) manual page); without this a flood of large bodies would leave its memory
+/// with the process after the bodies are gone.
 fn trim_heap() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim(3) only releases free memory of the allocator's own arenas.
