@@ -196,6 +196,9 @@ pub struct AivOptions {
     /// The handshake server's admission limits (`handshake_first_request_ms`, `handshake_max_connections`,
     /// `handshake_max_per_source`, `handshake_max_connection_handlers`; see `metadata::handshake::server`).
     pub handshake: HandshakeLimits,
+    /// The HTTP metadata server's limits (`metadata_server_max_connections`, `metadata_server_max_buffered_bytes`,
+    /// `metadata_server_request_timeout_ms`; see `metadata::http_server`), read by `aiv metadata-server --config`.
+    pub metadata_server_limits: MetadataServerLimits,
 }
 
 impl AivOptions {
@@ -258,6 +261,7 @@ impl Default for AivOptions {
             metadata_connect_timeout: None,
             metadata_deadline: None,
             handshake: HandshakeLimits::default(),
+            metadata_server_limits: MetadataServerLimits::default(),
         }
     }
 }
@@ -285,6 +289,59 @@ impl Default for HandshakeLimits {
             max_per_source: 32,
             max_connection_handlers: 4,
         }
+    }
+}
+
+/// Accepted range of `metadata_server_max_connections`.
+pub const METADATA_SERVER_MAX_CONNECTIONS: std::ops::RangeInclusive<u64> = 1..=65_536;
+/// Accepted range of `metadata_server_max_buffered_bytes`: 1 byte to 1 TiB.
+pub const METADATA_SERVER_MAX_BUFFERED_BYTES: std::ops::RangeInclusive<u64> = 1..=(1 << 40);
+/// Accepted range of `metadata_server_request_timeout_ms`: 1 ms to 10 minutes.
+pub const METADATA_SERVER_REQUEST_TIMEOUT_MS: std::ops::RangeInclusive<u64> = 1..=600_000;
+
+/// Limits of the HTTP metadata server (`metadata::http_server`): the connections it holds, how long a request may
+/// take to arrive, and the request body bytes it buffers. Its store's own bounds are `StoreLimits`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MetadataServerLimits {
+    /// Connections held at once; a new one over it evicts a waiting one or is closed
+    /// (`metadata_server_max_connections`, default 1024, well under the usual descriptor limit).
+    pub max_connections: usize,
+    /// Request body bytes all connections together may buffer; a PUT that does not fit is refused with 503
+    /// (`metadata_server_max_buffered_bytes`, default 64 MiB).
+    pub max_buffered_bytes: u64,
+    /// Each request, headers and body, must arrive within this of the moment its connection started waiting for it
+    /// (`metadata_server_request_timeout_ms`, default 10 s).
+    pub request_timeout: Duration,
+}
+
+impl Default for MetadataServerLimits {
+    fn default() -> Self {
+        MetadataServerLimits {
+            max_connections: 1024,
+            max_buffered_bytes: 64 << 20,
+            request_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl MetadataServerLimits {
+    /// Checks each limit lies in its range; the error names the key, its value and the range.
+    pub fn validate(&self) -> Result<(), String> {
+        let limits = [
+            ("metadata_server_max_connections", self.max_connections as u64, METADATA_SERVER_MAX_CONNECTIONS),
+            ("metadata_server_max_buffered_bytes", self.max_buffered_bytes, METADATA_SERVER_MAX_BUFFERED_BYTES),
+            (
+                "metadata_server_request_timeout_ms",
+                self.request_timeout.as_millis().min(u128::from(u64::MAX)) as u64,
+                METADATA_SERVER_REQUEST_TIMEOUT_MS,
+            ),
+        ];
+        for (name, value, range) in limits {
+            if !range.contains(&value) {
+                return Err(format!("{name} = {value} is outside {}..={}", range.start(), range.end()));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -579,7 +636,8 @@ fn read_aiv_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Con
     }
     read_rdma_options(fields, aiv)?;
     read_tcp_client_limits(fields, aiv)?;
-    read_admission_limits(fields, aiv)
+    read_admission_limits(fields, aiv)?;
+    read_metadata_server_limits(fields, &mut aiv.metadata_server_limits)
 }
 
 /// The adxl-fabric baseline's FabricMem options (`aiv.fabric_memory`), with HiXL's names, defaults and ranges
@@ -758,6 +816,26 @@ fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<()
         let found = Value::from(aiv.handshake.max_per_source as u64);
         let expected = format!("at most handshake_max_connections ({})", aiv.handshake.max_connections);
         return Err(fields.invalid("handshake_max_per_source", &expected, &found));
+    }
+    Ok(())
+}
+
+/// The HTTP metadata server's limits in the `"aiv"` object.
+fn read_metadata_server_limits(fields: &Fields<'_>, limits: &mut MetadataServerLimits) -> Result<(), ConfigError> {
+    let (low, high) = (*METADATA_SERVER_MAX_CONNECTIONS.start(), *METADATA_SERVER_MAX_CONNECTIONS.end());
+    if let Some(count) = fields.integer("metadata_server_max_connections", low, high)? {
+        limits.max_connections = count as usize;
+    }
+    if let Some(bytes) = fields.size("metadata_server_max_buffered_bytes")? {
+        if !METADATA_SERVER_MAX_BUFFERED_BYTES.contains(&bytes) {
+            let expected = "a size from 1 byte to 1 TiB (1099511627776 bytes)";
+            return Err(fields.invalid("metadata_server_max_buffered_bytes", expected, &Value::from(bytes)));
+        }
+        limits.max_buffered_bytes = bytes;
+    }
+    let (low, high) = (*METADATA_SERVER_REQUEST_TIMEOUT_MS.start(), *METADATA_SERVER_REQUEST_TIMEOUT_MS.end());
+    if let Some(ms) = fields.integer("metadata_server_request_timeout_ms", low, high)? {
+        limits.request_timeout = Duration::from_millis(ms);
     }
     Ok(())
 }
@@ -1048,6 +1126,40 @@ mod tests {
             let error = parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": 0}}}}"#)).expect_err("zero");
             assert!(error.to_string().contains(&format!("aiv.{key}")), "{error}");
         }
+    }
+
+    #[test]
+    fn metadata_server_limits_are_read_and_checked() {
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"metadata_server_max_connections": 64,
+                "metadata_server_max_buffered_bytes": "8mb", "metadata_server_request_timeout_ms": 1500}}"#,
+        )
+        .expect("valid metadata server limits");
+        let limits = &config.aiv.metadata_server_limits;
+        assert_eq!((limits.max_connections, limits.max_buffered_bytes), (64, 8 << 20));
+        assert_eq!(limits.request_timeout, Duration::from_millis(1500));
+        assert_eq!(
+            parse(r#"{"local_hostname": "h"}"#).expect("defaults").aiv.metadata_server_limits,
+            MetadataServerLimits::default()
+        );
+        for (key, value, range) in [
+            ("metadata_server_max_connections", "0", "from 1 to 65536"),
+            ("metadata_server_max_connections", "65537", "from 1 to 65536"),
+            ("metadata_server_max_buffered_bytes", "0", "1 TiB"),
+            ("metadata_server_max_buffered_bytes", "\"2tb\"", "1 TiB"),
+            ("metadata_server_request_timeout_ms", "0", "from 1 to 600000"),
+            ("metadata_server_request_timeout_ms", "600001", "from 1 to 600000"),
+        ] {
+            let error =
+                parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": {value}}}}}"#)).expect_err("out of range");
+            let text = error.to_string();
+            assert!(text.contains(&format!("aiv.{key}")) && text.contains(range), "{key} = {value}: {text}");
+        }
+        let outside = MetadataServerLimits { max_connections: 0, ..MetadataServerLimits::default() };
+        let error = outside.validate().expect_err("zero connections");
+        assert!(error.contains("metadata_server_max_connections = 0") && error.contains("1..=65536"), "{error}");
+        let outside = MetadataServerLimits { request_timeout: Duration::ZERO, ..MetadataServerLimits::default() };
+        assert!(outside.validate().expect_err("zero timeout").contains("metadata_server_request_timeout_ms = 0"));
     }
 
     #[test]

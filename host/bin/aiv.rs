@@ -59,6 +59,18 @@ struct MetadataServerArgs {
     /// Most keys stored (a PUT of a new key past it: HTTP 507)
     #[arg(long, default_value_t = 65_536)]
     max_keys: usize,
+    /// Connections held at once; a new one over it evicts a waiting one, else is closed (default:
+    /// aiv.metadata_server_max_connections of --config, else 1024; 1..=65536)
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Request body bytes all connections together may buffer; a PUT that does not fit gets HTTP 503 (default:
+    /// aiv.metadata_server_max_buffered_bytes of --config, else 64 MiB; 1..=2^40)
+    #[arg(long)]
+    max_buffered_bytes: Option<u64>,
+    /// Each request, headers and body, must arrive within this many milliseconds of its connection starting to wait
+    /// for it (default: aiv.metadata_server_request_timeout_ms of --config, else 10000; 1..=600000)
+    #[arg(long)]
+    request_timeout_ms: Option<u64>,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -411,7 +423,7 @@ fn main() -> ExitCode {
         }
         Command::Audit(args) => run_audit(cli.config, args),
         Command::Bench(args) => run_bench(cli.config, args),
-        Command::MetadataServer(args) => run_metadata_server(&args),
+        Command::MetadataServer(args) => run_metadata_server(cli.config, &args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -422,14 +434,32 @@ fn main() -> ExitCode {
     }
 }
 
-fn run_metadata_server(args: &MetadataServerArgs) -> Result<(), String> {
+/// The HTTP metadata server: its server limits from `--config`'s `aiv` object (only when a file is given
+/// explicitly), each overridden by its flag; store limits from the flags.
+fn run_metadata_server(config_path: Option<PathBuf>, args: &MetadataServerArgs) -> Result<(), String> {
     let address = std::net::SocketAddr::new(args.host, args.port);
     let limits = aiv_transport::metadata::http_server::StoreLimits {
         max_body_bytes: args.max_body_bytes,
         max_total_bytes: args.max_total_bytes,
         max_keys: args.max_keys,
     };
-    let server = aiv_transport::metadata::http_server::MetadataHttpServer::start_with_limits(address, limits)
+    let mut server_limits = match config_path {
+        Some(path) => {
+            let env = aiv_transport::config::ProcessEnvironment;
+            EngineConfig::from_file(&path, &env).map_err(|e| e.to_string())?.aiv.metadata_server_limits
+        }
+        None => aiv_transport::config::MetadataServerLimits::default(),
+    };
+    if let Some(count) = args.max_connections {
+        server_limits.max_connections = count;
+    }
+    if let Some(bytes) = args.max_buffered_bytes {
+        server_limits.max_buffered_bytes = bytes;
+    }
+    if let Some(ms) = args.request_timeout_ms {
+        server_limits.request_timeout = Duration::from_millis(ms);
+    }
+    let server = aiv_transport::metadata::http_server::MetadataHttpServer::start_with(address, limits, server_limits)
         .map_err(|e| e.to_string())?;
     println!("aiv metadata-server: serving {} (connection string for engines)", server.url());
     server.wait();

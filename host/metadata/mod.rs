@@ -6,6 +6,7 @@
 //! metadata server, and [`MetadataService`], which ties them together for one engine. It never touches registered
 //! memory and never moves bytes.
 
+mod admission;
 pub mod etcd;
 pub mod handshake;
 pub mod http;

@@ -6,8 +6,8 @@
 //! |---|---|---|
 //! | `tcp_data` | the tcp data port (Mooncake's TCP wire) | random byte streams and random frames (any opcode, version, address, size, payload length), truncation, stalls, a flood of idle connections while a client is served |
 //! | `handshake` | the P2P handshake port | random frames and bytes, hostile protocols (HTTP, TLS), silence, a reconnecting flood, Connection frames naming a NIC that is not the claimed peer's (one at a time and 200 at once: no connection out, bounded threads); and the client against random replies |
-//! | `http_store` | the HTTP metadata server | random requests (methods, targets, headers, lengths, bodies), store bounds; and the client against random answers |
-//! | `export` | the twin export service (Unix socket) | random request lines, wrong and missing secrets, silence, a flood of another uid, idle same-uid connections |
+//! | `http_store` | the HTTP metadata server | random requests (methods, targets, headers, lengths, bodies), store bounds, withheld bodies against the buffered-bytes budget (memory measured in an `aiv metadata-server` child), idle connections past the connection cap and past the descriptor limit, dribbled requests against the request deadline, a reply never read; and the client against random answers |
+//! | `export` | the twin runtime's export service (`cann_twin::vmm_share`, an abstract Unix socket) | structured requests: the magic or not, every op (VMM, IPC and range imports, unknown ones), any handle, key or token, lengths around 16; only the live export gets a memfd (raw bytes, forged handles, idle and over-limit connections: the runtime's own `vmm_share` test) |
 //! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits |
 //! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer; the bench initiator across a target restarted on its RPC port |
 //! | `memory` | registered memory | ranges unmapped after registration (tcp server and client, the local path; in a child process, with either copy primitive), the null page, large registration batches |
@@ -27,6 +27,7 @@ mod tcp_wire;
 
 mod clients;
 mod engine;
+mod export;
 mod handshake;
 mod http_store;
 mod memory;

@@ -10,7 +10,10 @@ transfer_submit_write return 0 (no batch) when the segment cannot be opened; tra
 """
 
 import os
+import re
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -259,3 +262,41 @@ def test_segment_unknown_to_the_metadata_service(te, metadata_for, rng, metadata
     assert timed(lambda: engine.batch_transfer_sync_read(nobody, [local.addr], [1 << 20], [64])) == -1
     assert timed(lambda: engine.batch_transfer_async_write(nobody, [local.addr], [1 << 20], [64])) == 0
     assert engine.unregister_memory(local.addr) == 0
+
+
+def test_failed_calls_in_a_loop_log_a_bounded_number_of_lines():
+    """A retry loop against a dead peer (1,000 failing transfer_sync_write calls) logs at most a few warning lines a
+    second per kind of failure, the rest counted (`suppressed`), instead of one line per call. Run in a fresh
+    interpreter so that its stderr holds only these calls' lines."""
+    ours_only("rate-limited warnings (Mooncake logs one line per failed call)")
+    script = (
+        "import ctypes, mmap, socket, time\n"
+        "import aiv_transport\n"
+        "s = socket.socket(); s.bind(('127.0.0.1', 0)); port = s.getsockname()[1]; s.close()\n"
+        "e = aiv_transport.TransferEngine()\n"
+        "assert e.initialize('127.0.0.1', 'P2PHANDSHAKE', 'tcp', '') == 0\n"
+        "m = mmap.mmap(-1, 1 << 16)\n"
+        "addr = ctypes.addressof(ctypes.c_char.from_buffer(m))\n"
+        "assert e.register_memory(addr, 1 << 16) == 0\n"
+        "start, calls, codes = time.monotonic(), 0, set()\n"
+        "while calls < 1000 or time.monotonic() - start < 1.5:\n"
+        "    codes.add(e.transfer_sync_write(f'127.0.0.1:{port}', addr, 0x1000, 64))\n"
+        "    calls += 1\n"
+        "print('codes', sorted(codes), 'calls', calls, 'seconds', time.monotonic() - start, flush=True)\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "RUST_LOG"}
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, (run.stdout, run.stderr[-2000:])
+    words = run.stdout.split()
+    assert words[:2] == ["codes", "[-1]"], run.stdout
+    calls, seconds = int(words[-3]), float(words[-1])
+    warnings = [line for line in run.stderr.splitlines() if "WARN" in line]
+    # Each call site logs at most 5 lines a second; a failed transfer passes through a few of them.
+    allowed = 4 * 5 * (int(seconds) + 2)
+    assert len(warnings) <= allowed, (
+        f"{len(warnings)} warning lines for {calls} failed calls in {seconds:.1f} s (at most {allowed}):\n"
+        + "\n".join(warnings[:20])
+    )
+    # The calls left out are counted: a line of a later second says how many.
+    suppressed = [int(n) for n in re.findall(r"suppressed=(\d+)", run.stderr)]
+    assert any(n > 0 for n in suppressed), f"no line reports the suppressed count:\n" + "\n".join(warnings[:20])

@@ -165,7 +165,8 @@ impl TransferEngine {
     ) -> i32 {
         self.call(py, "batch_register_memory", -1, move |inner| {
             if buffer_addresses.len() != capacities.len() {
-                tracing::warn!(
+                limited!(
+                    warn,
                     addresses = buffer_addresses.len(),
                     capacities = capacities.len(),
                     "batch_register_memory: the lists differ in length"
@@ -522,7 +523,7 @@ impl TransferEngine {
     fn get_first_buffer_address(&self, py: Python<'_>, segment_name: String) -> u64 {
         self.call(py, "get_first_buffer_address", 0, move |inner| {
             inner.engine.get_first_buffer_address(&segment_name).unwrap_or_else(|error| {
-                tracing::warn!(segment = %segment_name, %error, "get_first_buffer_address failed");
+                limited!(warn, segment = %segment_name, %error, "get_first_buffer_address failed");
                 0
             })
         })
@@ -648,7 +649,7 @@ impl TransferEngine {
         f: impl FnOnce(&Inner) -> T + Send,
     ) -> T {
         let Some(inner) = self.inner() else {
-            tracing::warn!(operation, "the engine is not initialized: call initialize() first");
+            limited!(warn, operation, "the engine is not initialized: call initialize() first");
             return failure;
         };
         py.detach(move || guarded(operation, failure, || f(&inner)))
@@ -664,7 +665,7 @@ impl TransferEngine {
     ) -> i32 {
         let device_id = self.device_id;
         if self.starting.swap(true, Ordering::AcqRel) {
-            tracing::warn!("initialize: this TransferEngine is already initialized; create another one instead");
+            limited!(warn, "initialize: this TransferEngine is already initialized; create another one instead");
             return -1;
         }
         let started = py.detach(move || {
@@ -672,7 +673,7 @@ impl TransferEngine {
                 match Inner::start(&local_hostname, &server, &protocol, &device_name, device_id) {
                     Ok(inner) => Some(inner),
                     Err(error) => {
-                        tracing::error!(
+                        limited!(error,
                             local_hostname = %local_hostname, metadata_server = %server, protocol = %protocol, %error,
                             "initialize failed"
                         );
@@ -704,7 +705,7 @@ fn guarded<T>(operation: &'static str, failure: T, f: impl FnOnce() -> T) -> T {
                 .map(|text| (*text).to_owned())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "a panic without a message".into());
-            tracing::error!(operation, panic = %message, "internal error, reported as this call's failure");
+            limited!(error, operation, panic = %message, "internal error, reported as this call's failure");
             failure
         }
     }

@@ -128,7 +128,7 @@ impl Inner {
                 Ok(None) => Ok("*".to_owned()),
                 // Registered as Host memory it could reach a Host copy (tcp): refused, as Mooncake's InvalidArgument.
                 Err(reason) => {
-                    tracing::warn!(addr, length, %reason, "register_memory refused");
+                    limited!(warn, addr, length, %reason, "register_memory refused");
                     Err(-1)
                 }
             },
@@ -158,7 +158,7 @@ impl Inner {
             Ok(()) => 0,
             Err((index, error)) => {
                 let (addr, length, location) = regions.get(index).copied().unwrap_or((0, 0, ""));
-                tracing::warn!(addr, length, location, index, %error, "register_memory failed");
+                limited!(warn, addr, length, location, index, %error, "register_memory failed");
                 -error.mooncake_code()
             }
         }
@@ -174,7 +174,7 @@ impl Inner {
         match self.engine.unregister_memory_batch(addrs) {
             Ok(()) => 0,
             Err(error) => {
-                tracing::warn!(%error, "unregister_memory failed");
+                limited!(warn, %error, "unregister_memory failed");
                 -error.mooncake_code()
             }
         }
@@ -218,7 +218,7 @@ impl Inner {
             Err(error) => return Err(error.to_string()),
         };
         if let Err(error) = self.engine.free_batch(batch) {
-            tracing::warn!(batch = batch.0, %error, "could not free the batch");
+            limited!(warn, batch = batch.0, %error, "could not free the batch");
         }
         outcome
     }
@@ -229,7 +229,7 @@ impl Inner {
             return false;
         }
         if let Err(error) = self.engine.free_batch(batch) {
-            tracing::warn!(batch = batch.0, %error, "could not free the empty batch");
+            limited!(warn, batch = batch.0, %error, "could not free the empty batch");
         }
         true
     }
@@ -264,7 +264,7 @@ impl Inner {
             self.submit(opcode, target, buffers, peers, lengths, hint).and_then(|batch| self.finish(batch))
         };
         if let Err(error) = moved {
-            tracing::warn!(operation, segment = %target, requests = buffers.len(), %error, "transfer failed");
+            limited!(warn, operation, segment = %target, requests = buffers.len(), %error, "transfer failed");
             // The next submission to it fetches its descriptor again, so a peer restarted under the same name is
             // found with its new buffers. Mooncake's Python engine drops a segment when a submission fails and the
             // segment's status check fails too (docs/python.md says where the two differ).
@@ -273,7 +273,7 @@ impl Inner {
         }
         if let Some((name, message)) = notify {
             if let Err(error) = self.notify(target, &name, &message) {
-                tracing::warn!(segment = %target, %error, "the transfer completed but its notify message was not delivered");
+                limited!(warn, segment = %target, %error, "the transfer completed but its notify message was not delivered");
                 return -1;
             }
         }
@@ -292,7 +292,7 @@ impl Inner {
         match self.submit(opcode, target, buffers, peers, lengths, hint) {
             Ok(batch) => batch.0,
             Err(error) => {
-                tracing::warn!(operation = opcode.as_str(), segment = %target, requests = buffers.len(), %error, "could not start the transfer");
+                limited!(warn, operation = opcode.as_str(), segment = %target, requests = buffers.len(), %error, "could not start the transfer");
                 0
             }
         }
@@ -302,7 +302,7 @@ impl Inner {
         let mut failed = false;
         for &id in batch_ids {
             if let Err(error) = self.finish(BatchId(id)) {
-                tracing::warn!(batch = id, %error, "batch did not complete");
+                limited!(warn, batch = id, %error, "batch did not complete");
                 failed = true;
             }
         }
@@ -327,13 +327,13 @@ impl Inner {
                 TransferState::Timeout => -2,
                 TransferState::Waiting | TransferState::Pending => 0,
                 state => {
-                    tracing::warn!(batch = batch_id, ?state, reason = %self.reason(batch), "transfer failed");
+                    limited!(warn, batch = batch_id, ?state, reason = %self.reason(batch), "transfer failed");
                     let _ = self.engine.free_batch(batch);
                     -1
                 }
             },
             Err(error) => {
-                tracing::warn!(batch = batch_id, %error, "transfer_check_status failed");
+                limited!(warn, batch = batch_id, %error, "transfer_check_status failed");
                 -1
             }
         }
@@ -363,7 +363,7 @@ impl Inner {
         match result {
             Ok(()) => 0,
             Err(error) => {
-                tracing::warn!(peer = %peer, %error, "send_probe failed");
+                limited!(warn, peer = %peer, %error, "send_probe failed");
                 -error.mooncake_code()
             }
         }
@@ -371,14 +371,14 @@ impl Inner {
 
     pub(crate) fn allocate_managed(&self, length: u64) -> u64 {
         let Some(buffer) = HostAllocation::new(length) else {
-            tracing::warn!(length, "allocate_managed_buffer: cannot allocate that many bytes");
+            limited!(warn, length, "allocate_managed_buffer: cannot allocate that many bytes");
             return 0;
         };
         let addr = buffer.addr();
         // SAFETY: the allocation is owned by this engine and outlives its registration (freed only after
         // unregistering, in free_managed or when the engine is dropped).
         if let Err(error) = unsafe { self.engine.register_memory(addr, buffer.len(), "*") } {
-            tracing::warn!(length, %error, "allocate_managed_buffer: cannot register the buffer");
+            limited!(warn, length, %error, "allocate_managed_buffer: cannot register the buffer");
             return 0;
         }
         lock(&self.managed).insert(addr, buffer);
@@ -387,7 +387,7 @@ impl Inner {
 
     pub(crate) fn free_managed(&self, addr: u64, length: u64) -> i32 {
         let Some(buffer) = lock(&self.managed).remove(&addr) else {
-            tracing::warn!(addr, length, "free_managed_buffer: not an address allocate_managed_buffer returned");
+            limited!(warn, addr, length, "free_managed_buffer: not an address allocate_managed_buffer returned");
             return -1;
         };
         let _ = self.engine.unregister_memory(addr);
@@ -399,7 +399,7 @@ impl Inner {
         let device = match self.open_device() {
             Ok(device) => device,
             Err(error) => {
-                tracing::warn!(length, %error, "allocate_device_buffer: the device cannot be opened");
+                limited!(warn, length, %error, "allocate_device_buffer: the device cannot be opened");
                 return 0;
             }
         };
@@ -411,7 +411,7 @@ impl Inner {
                 addr
             }
             Err(error) => {
-                tracing::warn!(length, %error, "allocate_device_buffer failed");
+                limited!(warn, length, %error, "allocate_device_buffer failed");
                 0
             }
         }
@@ -419,7 +419,7 @@ impl Inner {
 
     pub(crate) fn free_device(&self, addr: u64) -> i32 {
         let Some(buffer) = lock(&self.device_buffers).remove(&addr) else {
-            tracing::warn!(addr, "free_device_buffer: not an address allocate_device_buffer returned");
+            limited!(warn, addr, "free_device_buffer: not an address allocate_device_buffer returned");
             return -1;
         };
         memory::forget_device_range(addr);
@@ -449,20 +449,20 @@ fn device_memory(inner: Option<&Inner>, addr: u64, length: u64) -> Result<Option
 
 pub(crate) fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length: u64) -> i32 {
     let Some(data) = usize::try_from(length).ok().and_then(|length| data.get(..length)) else {
-        tracing::warn!(length, given = data.len(), "write_bytes_to_buffer: length exceeds the bytes given");
+        limited!(warn, length, given = data.len(), "write_bytes_to_buffer: length exceeds the bytes given");
         return -1;
     };
     if data.is_empty() {
         return 0;
     }
     if let Err(reason) = memory::check_host_range(addr, length) {
-        tracing::warn!(addr, length, %reason, "write_bytes_to_buffer refused");
+        limited!(warn, addr, length, %reason, "write_bytes_to_buffer refused");
         return -1;
     }
     let device = match device_memory(inner, addr, length) {
         Ok(device) => device,
         Err(reason) => {
-            tracing::warn!(addr, length, %reason, "write_bytes_to_buffer refused");
+            limited!(warn, addr, length, %reason, "write_bytes_to_buffer refused");
             return -1;
         }
     };
@@ -470,7 +470,7 @@ pub(crate) fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length:
         return match device.write(addr, data) {
             Ok(()) => 0,
             Err(error) => {
-                tracing::warn!(addr, length, %error, "write_bytes_to_buffer: the device refused the copy");
+                limited!(warn, addr, length, %error, "write_bytes_to_buffer: the device refused the copy");
                 -1
             }
         };
@@ -481,7 +481,7 @@ pub(crate) fn write_bytes(inner: Option<&Inner>, addr: u64, data: &[u8], length:
     match unsafe { memory::write_host(addr, data) } {
         Ok(()) => 0,
         Err(reason) => {
-            tracing::warn!(addr, length, %reason, "write_bytes_to_buffer failed");
+            limited!(warn, addr, length, %reason, "write_bytes_to_buffer failed");
             -1
         }
     }

@@ -6,6 +6,19 @@
 //! input panics or aborts the process. It must not move bytes itself: the engine's transports do, and device memory
 //! is reached only through the device's copies.
 
+/// Logs at `$level` (`warn`, `error`) through a rate limiter of its own call site: at most 5 lines a second, each
+/// with the field `suppressed`, how many lines of that call site were left out in the second before. Every warning
+/// and error of the binding goes through it: one is logged per failed call, and a Python program may repeat a failing
+/// call in a tight loop (a retry loop against a dead peer makes thousands a second).
+macro_rules! limited {
+    ($level:ident, $($arg:tt)+) => {{
+        static LIMITER: aiv_transport::log_limit::LogLimiter = aiv_transport::log_limit::LogLimiter::per_second(5);
+        if let Some(suppressed) = LIMITER.admit() {
+            tracing::$level!(suppressed, $($arg)+);
+        }
+    }};
+}
+
 mod config;
 mod engine;
 mod inner;
