@@ -128,20 +128,6 @@ pub(crate) unsafe fn read_exact_raw(
 /// The most iovecs handed to one `writev(2)` (Linux's IOV_MAX is 1024).
 pub(crate) const MAX_IOVECS: usize = 1024;
 
-/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while `patience` allows. The
-/// vector is consumed (left empty on success, in an unspecified state on error).
-///
-/// # Safety
-/// Every iovec must describe memory readable for the duration of the call (or unmapped: EFAULT).
-pub(crate) unsafe fn write_all_vectored(
-    fd: RawFd,
-    iovecs: &mut Vec<libc::iovec>,
-    patience: &mut Patience<'_>,
-) -> io::Result<()> {
-    // SAFETY: the caller's guarantee, passed on.
-    unsafe { write_all_vectored_observed(fd, iovecs, patience, &mut |_| {}) }
-}
-
 /// What one `sendmsg(2)` of [`write_all_vectored_observed`] carried.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SendCall {
@@ -154,10 +140,12 @@ pub(crate) struct SendCall {
     pub(crate) complete_before: usize,
 }
 
-/// [`write_all_vectored`], telling `observe` after each `sendmsg(2)` that carried bytes which iovecs it carried.
+/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while
+/// `patience` allows, and tells `observe` after each `sendmsg(2)` that carried bytes which iovecs it carried. The
+/// vector is consumed (left empty on success, in an unspecified state on error).
 ///
 /// # Safety
-/// As [`write_all_vectored`].
+/// Every iovec must describe memory readable for the duration of the call (or unmapped: EFAULT).
 pub(crate) unsafe fn write_all_vectored_observed(
     fd: RawFd,
     iovecs: &mut Vec<libc::iovec>,
@@ -236,7 +224,7 @@ pub(crate) struct Inbound {
 }
 
 /// Payloads at least this large (still to be read) go straight from the socket into their destination.
-const DIRECT_READ_MIN: usize = 32 * 1024;
+pub(crate) const DIRECT_READ_MIN: usize = 32 * 1024;
 
 impl Inbound {
     pub(crate) fn new(fd: RawFd, capacity: usize) -> Self {

@@ -119,6 +119,8 @@ impl TcpOptions {
             max_connections: config.aiv.tcp_max_connections,
             max_serving: config.aiv.tcp_max_serving_threads,
             idle_timeout: config.aiv.tcp_idle_timeout,
+            request_timeout: config.aiv.tcp_request_timeout,
+            request_min_rate: config.aiv.tcp_request_min_kib_per_s.saturating_mul(1024),
             ..ServerLimits::default()
         };
         Ok(TcpOptions { bind: SocketAddr::new(bind_ip, 0), advertised_host, max_version, client, server })
