@@ -475,3 +475,50 @@ fn a_request_cut_twice_or_rejected_fails_naming_the_cause() {
     drop(engine);
     handshake.stop();
 }
+
+/// A peer whose descriptor names no tcp data port: every transfer to it is refused before sending, and a thousand
+/// of them cost a few log lines, not one each.
+#[test]
+fn transfers_refused_before_sending_are_logged_a_few_times_a_second() {
+    let log = captured_log();
+    let count_lines = || {
+        String::from_utf8_lossy(&log.lock().unwrap_or_else(|p| p.into_inner()))
+            .lines()
+            .filter(|line| line.contains("refused before sending"))
+            .count()
+    };
+    let engine = TransferEngine::new(EngineConfig::new("127.0.0.1")).expect("engine with tcp starts");
+    let state = Arc::new(HandshakeState::default());
+    let handshake = HandshakeServer::bind("127.0.0.1", 15000..=17000, state.clone()).expect("handshake");
+    let name = format!("127.0.0.1:{}", handshake.local_addr().port());
+    let mut descriptor = SegmentDescriptor::new(name.clone(), vec!["tcp".into()]);
+    descriptor.buffers = vec![BufferDescriptor::new(name.clone(), FAKE_BASE, FAKE_LEN as u64)];
+    state.set_descriptor(Some(descriptor));
+    let mut local = vec![0u8; 4096];
+    // SAFETY: `local` outlives the engine (dropped below, first).
+    unsafe { engine.register_memory(local.as_mut_ptr() as u64, local.len() as u64, "cpu:0") }.expect("register");
+    let segment = engine.open_segment(&name).expect("open the segment without a data port");
+    let before = count_lines();
+    let started = Instant::now();
+    let request = TransferRequest {
+        opcode: Opcode::Write,
+        source: local.as_ptr() as u64,
+        target_id: segment,
+        target_offset: FAKE_BASE,
+        length: 4096,
+        protocol: Some(Protocol::Tcp),
+    };
+    let batch = engine.allocate_batch(1000).expect("batch");
+    engine.submit_transfer(batch, &vec![request; 1000]).expect("submit");
+    let _ = engine.wait_batch(batch);
+    for task in [0, 999] {
+        assert_eq!(engine.transfer_status(batch, task).expect("status").state, TransferState::Failed);
+    }
+    let lines = count_lines() - before;
+    let seconds = started.elapsed().as_secs() + 1;
+    engine.free_batch(batch).expect("free");
+    drop(engine);
+    handshake.stop();
+    drop(local);
+    assert!(lines as u64 <= 5 * (seconds + 1), "{lines} lines for 1000 refused transfers");
+}

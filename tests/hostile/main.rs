@@ -4,11 +4,11 @@
 //!
 //! | module | surface | what it throws |
 //! |---|---|---|
-//! | `tcp_data` | the tcp data port (Mooncake's TCP wire) | random byte streams and random frames (any opcode, version, address, size, payload length), truncation, stalls, a flood of idle connections while a client is served |
+//! | `tcp_data` | the tcp data port (Mooncake's TCP wire) | random byte streams and random frames (any opcode, version, address, size, payload length), truncation, stalls, a flood of idle connections while a client is served, 100 slow WRITE dribblers and 100 slow READ readers beside an engine initiator, requests moving a byte at a time against the whole-request deadline, thousands of rejected requests against the log |
 //! | `handshake` | the P2P handshake port | random frames and bytes, hostile protocols (HTTP, TLS), silence, a reconnecting flood; and the client against random replies |
 //! | `http_store` | the HTTP metadata server | random requests (methods, targets, headers, lengths, bodies), store bounds; and the client against random answers |
 //! | `export` | the twin export service (Unix socket) | random request lines, wrong and missing secrets, silence, a flood of another uid, idle same-uid connections |
-//! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits |
+//! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits; a tcp data server that cuts connections mid-request or rejects; a peer without a data port against the log |
 //! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer |
 //!
 //! Memory: every fuzz test keeps unregistered neighbours around the memory it registers and checks, after the last
