@@ -1235,3 +1235,42 @@ fn version_index(version: WireVersion) -> usize {
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The deadline is the base plus the size at the minimum rate; any size, the largest included, gives a
+    /// deadline (far away) rather than an overflow.
+    #[test]
+    fn a_request_deadline_is_the_base_plus_its_size_at_the_minimum_rate() {
+        let limits =
+            ServerLimits { request_timeout: Duration::from_secs(2), request_min_rate: 1 << 20, ..Default::default() };
+        let start = Instant::now();
+        assert_eq!(limits.request_deadline(start, 0), start + Duration::from_secs(2));
+        assert_eq!(limits.request_deadline(start, 3 << 20), start + Duration::from_secs(5));
+        assert!(limits.request_deadline(start, u64::MAX) > start + Duration::from_secs(1 << 30));
+        let zero_rate = ServerLimits { request_min_rate: 0, ..limits };
+        assert!(zero_rate.request_deadline(start, 1) >= start + Duration::from_secs(2));
+    }
+
+    /// Replies written in pieces: the first part's offset moves, whole parts leave the queue, and the deadline and
+    /// the count of READ payloads follow.
+    #[test]
+    fn replies_advance_through_partial_writes() {
+        let now = Instant::now();
+        let mut replies = Replies::default();
+        replies.push(Part::Status(&OK_FRAME), now);
+        replies.push(Part::Memory { addr: 0x1000, len: 100 }, now + Duration::from_secs(1));
+        assert_eq!((replies.bytes, replies.memory_parts, replies.deadline), (108, 1, Some(now)));
+        replies.advance(5);
+        let mut iovecs = Vec::new();
+        replies.iovecs(&mut iovecs);
+        assert_eq!((iovecs[0].iov_len, iovecs[1].iov_len), (3, 100));
+        replies.advance(3 + 40);
+        replies.iovecs(&mut iovecs);
+        assert_eq!((iovecs.len(), iovecs[0].iov_base as u64, iovecs[0].iov_len), (1, 0x1000 + 40, 60));
+        replies.advance(60);
+        assert!(replies.is_empty() && !replies.holds_memory() && replies.deadline.is_none() && replies.bytes == 0);
+    }
+}
