@@ -38,6 +38,11 @@ struct Dribbler {
 
 impl Dribbler {
     fn start(opening: Vec<u8>, filler: u8) -> Dribbler {
+        Dribbler::start_every(opening, filler, DRIBBLE)
+    }
+
+    /// [`Dribbler::start`], one byte every `interval`.
+    fn start_every(opening: Vec<u8>, filler: u8, interval: Duration) -> Dribbler {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind dribbler");
         listener.set_nonblocking(true).expect("nonblocking listener");
         let port = listener.local_addr().expect("addr").port();
@@ -50,7 +55,9 @@ impl Dribbler {
                 match listener.accept() {
                     Ok((stream, _)) => {
                         let (opening, stopping, closed) = (opening.clone(), stopping.clone(), closed.clone());
-                        workers.push(std::thread::spawn(move || dribble(stream, &opening, filler, &stopping, &closed)));
+                        workers.push(std::thread::spawn(move || {
+                            dribble(stream, &opening, filler, interval, &stopping, &closed)
+                        }));
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(10)),
                 }
@@ -80,6 +87,7 @@ fn dribble(
     mut stream: TcpStream,
     opening: &[u8],
     filler: u8,
+    interval: Duration,
     stop: &AtomicBool,
     closed: &std::sync::Mutex<Vec<Duration>>,
 ) {
@@ -100,7 +108,7 @@ fn dribble(
             if stream.write_all(&[filler]).is_err() {
                 break;
             }
-            std::thread::sleep(DRIBBLE);
+            std::thread::sleep(interval);
         }
     }
     closed.lock().expect("lock").push(accepted.elapsed());
@@ -155,13 +163,24 @@ fn dribbling_etcd_endpoints_share_one_call_deadline() {
 
 #[test]
 fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_deadline() {
+    tcp_dribbler_against_the_deadline(DRIBBLE);
+}
+
+/// A byte every 20 ms, well inside the client's socket tick: each receive makes progress, and the transfers'
+/// deadline must still end the wait.
+#[test]
+fn a_tcp_data_peer_dribbling_faster_than_the_tick_cannot_hold_the_connection_past_the_deadline() {
+    tcp_dribbler_against_the_deadline(Duration::from_millis(20));
+}
+
+fn tcp_dribbler_against_the_deadline(interval: Duration) {
     let deadline = Duration::from_millis(800);
     let mut config = EngineConfig::new("127.0.0.1");
     config.aiv.transfer_timeout = deadline;
     let engine = TransferEngine::new(config).expect("engine with tcp starts");
     // Answers a READ with an OK status frame, then the 1 MiB payload a byte at a time.
     let status_ok = [0u8, 0, 0, 0, 0x56, 0x54, 0x43, 0x4D].to_vec();
-    let peer = Dribbler::start(status_ok, 0xAB);
+    let peer = Dribbler::start_every(status_ok, 0xAB, interval);
     let state = Arc::new(HandshakeState::default());
     let handshake = HandshakeServer::bind("127.0.0.1", 15000..=17000, state.clone()).expect("handshake");
     let name = format!("127.0.0.1:{}", handshake.local_addr().port());
@@ -197,7 +216,7 @@ fn a_dribbling_tcp_data_peer_cannot_hold_a_transfer_or_its_connection_past_the_d
     }
     let closed = peer.closed_after();
     assert!(
-        closed.first().is_some_and(|after| *after <= deadline + MARGIN + DRIBBLE),
+        closed.first().is_some_and(|after| *after <= deadline + MARGIN + interval),
         "the dribbler's connection ended after {closed:?}; the deadline is {deadline:?}"
     );
     let _ = engine.free_batch(batch);

@@ -46,6 +46,17 @@ impl<'a> Patience<'a> {
         self.last_progress = Instant::now();
     }
 
+    /// Called before each blocking call: the overall deadline ends the wait even while every call makes progress
+    /// (a peer moving a byte per call never lets a tick pass without progress).
+    fn before_call(&self) -> io::Result<()> {
+        match self.until {
+            Some(until) if Instant::now() >= until => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("{}: the transfers' deadline passed", self.what)))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Called after a tick without progress: Ok to keep waiting, or the error that ends the wait.
     fn tick(&self) -> io::Result<()> {
         if self.stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
@@ -80,6 +91,7 @@ fn is_tick(error: &io::Error) -> bool {
 /// the kernel reports as EFAULT).
 pub(crate) unsafe fn read_some(fd: RawFd, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<usize> {
     loop {
+        patience.before_call()?;
         // SAFETY: the caller guarantees the destination range; read(2) writes at most `len` bytes there.
         let got = unsafe { libc::read(fd, dst.cast(), len) };
         if got >= 0 {
@@ -159,6 +171,7 @@ pub(crate) unsafe fn write_all_vectored_observed(
             first += 1;
             continue;
         }
+        patience.before_call()?;
         let count = (iovecs.len() - first).min(MAX_IOVECS);
         // sendmsg(2) is writev(2) with flags: MSG_NOSIGNAL turns a peer's reset into EPIPE instead of SIGPIPE,
         // which would kill a host process that has not ignored the signal (Python, C++).
