@@ -187,6 +187,13 @@ pub struct AivOptions {
     /// `tcp_idle_timeout_ms`: a tcp data connection with no request for this long is closed (default 300000,
     /// 1..=3600000).
     pub tcp_idle_timeout: Duration,
+    /// `tcp_request_timeout_ms`: every tcp data request must be done (its WRITE payload in, its READ reply out)
+    /// within this plus its size at `tcp_request_min_kib_per_s` of its header arriving, however steadily its bytes
+    /// move (default 10000, 1..=3600000).
+    pub tcp_request_timeout: Duration,
+    /// `tcp_request_min_kib_per_s`: the rate (KiB per second) a request's size is granted at beyond
+    /// `tcp_request_timeout_ms` (default 1024, 1..=16777216).
+    pub tcp_request_min_kib_per_s: u64,
     /// `metadata_connect_timeout_ms`: one TCP connect of a metadata client (handshake, HTTP, etcd); when set, wins
     /// over `AIV_METADATA_CONNECT_TIMEOUT_MS` (default: that variable, else 1500 ms; 1..=600000).
     pub metadata_connect_timeout: Option<Duration>,
@@ -258,6 +265,8 @@ impl Default for AivOptions {
             tcp_max_connections: 1024,
             tcp_max_serving_threads: 64,
             tcp_idle_timeout: Duration::from_secs(300),
+            tcp_request_timeout: Duration::from_secs(10),
+            tcp_request_min_kib_per_s: 1024,
             metadata_connect_timeout: None,
             metadata_deadline: None,
             handshake: HandshakeLimits::default(),
@@ -794,6 +803,12 @@ fn read_admission_limits(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<()
     if let Some(ms) = fields.integer("tcp_idle_timeout_ms", 1, 3_600_000)? {
         aiv.tcp_idle_timeout = Duration::from_millis(ms);
     }
+    if let Some(ms) = fields.integer("tcp_request_timeout_ms", 1, 3_600_000)? {
+        aiv.tcp_request_timeout = Duration::from_millis(ms);
+    }
+    if let Some(rate) = fields.integer("tcp_request_min_kib_per_s", 1, 16_777_216)? {
+        aiv.tcp_request_min_kib_per_s = rate;
+    }
     if let Some(ms) = fields.integer("metadata_connect_timeout_ms", 1, 600_000)? {
         aiv.metadata_connect_timeout = Some(Duration::from_millis(ms));
     }
@@ -1160,6 +1175,30 @@ mod tests {
         assert!(error.contains("metadata_server_max_connections = 0") && error.contains("1..=65536"), "{error}");
         let outside = MetadataServerLimits { request_timeout: Duration::ZERO, ..MetadataServerLimits::default() };
         assert!(outside.validate().expect_err("zero timeout").contains("metadata_server_request_timeout_ms = 0"));
+    }
+
+    #[test]
+    fn tcp_request_deadline_is_read_and_range_checked() {
+        let defaults = parse(r#"{"local_hostname": "h"}"#).expect("defaults");
+        assert_eq!(defaults.aiv.tcp_request_timeout, Duration::from_secs(10));
+        assert_eq!(defaults.aiv.tcp_request_min_kib_per_s, 1024);
+        let config = parse(
+            r#"{"local_hostname": "h", "aiv": {"tcp_request_timeout_ms": 1500, "tcp_request_min_kib_per_s": 64}}"#,
+        )
+        .expect("valid request deadline");
+        assert_eq!(config.aiv.tcp_request_timeout, Duration::from_millis(1500));
+        assert_eq!(config.aiv.tcp_request_min_kib_per_s, 64);
+        for (key, value, range) in [
+            ("tcp_request_timeout_ms", 0u64, "from 1 to 3600000"),
+            ("tcp_request_timeout_ms", 3_600_001, "from 1 to 3600000"),
+            ("tcp_request_min_kib_per_s", 0, "from 1 to 16777216"),
+            ("tcp_request_min_kib_per_s", 16_777_217, "from 1 to 16777216"),
+        ] {
+            let error =
+                parse(&format!(r#"{{"local_hostname": "h", "aiv": {{"{key}": {value}}}}}"#)).expect_err("out of range");
+            let text = error.to_string();
+            assert!(text.contains(&format!("aiv.{key}")) && text.contains(range), "{text}");
+        }
     }
 
     #[test]

@@ -38,6 +38,16 @@ pub fn loopback_source(n: u8) -> Ipv4Addr {
 
 /// A TCP connection to `target` from `source` (bound before connecting).
 pub fn connect_from(source: Ipv4Addr, target: SocketAddr) -> io::Result<TcpStream> {
+    connect_from_with_receive_buffer(source, target, None)
+}
+
+/// [`connect_from`], with the socket's receive buffer set to `receive_buffer` bytes before connecting (the window
+/// the peer may fill is then that small).
+pub fn connect_from_with_receive_buffer(
+    source: Ipv4Addr,
+    target: SocketAddr,
+    receive_buffer: Option<libc::c_int>,
+) -> io::Result<TcpStream> {
     let SocketAddr::V4(target) = target else {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, "IPv4 targets only"));
     };
@@ -57,6 +67,21 @@ pub fn connect_from(source: Ipv4Addr, target: SocketAddr) -> io::Result<TcpStrea
     }
     // SAFETY: `fd` was just created and is owned by nothing else.
     let stream = unsafe { TcpStream::from_raw_fd(fd) };
+    if let Some(bytes) = receive_buffer {
+        // SAFETY: a live int option value of the right size, on a live socket.
+        let set = unsafe {
+            libc::setsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUF,
+                (&bytes as *const libc::c_int).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
+        if set != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
     // SAFETY: bind/connect read one live sockaddr_in of `length` bytes.
     unsafe {
         if libc::bind(fd, std::ptr::addr_of!(local).cast(), length) != 0 {
@@ -142,6 +167,96 @@ impl Drop for TcpFlood {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// What each connection of a [`SlowRequests`] flood asks for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Slowly {
+    /// A v2 WRITE whose payload then comes one byte per interval.
+    Write,
+    /// A v2 READ whose reply is then read a few bytes per interval, through a tiny receive buffer.
+    Read,
+}
+
+/// Connections that each send one request header for `size` bytes at `addr` on a tcp data server and then move it
+/// on as slowly as they dare (see [`Slowly`]), so that the server's no-progress timeout never fires. One thread
+/// drives them all; stops (closing everything) on drop.
+pub struct SlowRequests {
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+    /// Connections open now.
+    pub open: Arc<AtomicUsize>,
+    /// Connections the server closed.
+    pub closed_by_server: Arc<AtomicU64>,
+}
+
+impl SlowRequests {
+    pub fn start(
+        target: SocketAddr,
+        sources: &[Ipv4Addr],
+        count: usize,
+        kind: Slowly,
+        (addr, size): (u64, u64),
+        interval: Duration,
+    ) -> SlowRequests {
+        let stop = Arc::new(AtomicBool::new(false));
+        let open = Arc::new(AtomicUsize::new(0));
+        let closed = Arc::new(AtomicU64::new(0));
+        let sources = sources.to_vec();
+        let (stopping, opened, gone) = (stop.clone(), open.clone(), closed.clone());
+        let thread = std::thread::spawn(move || {
+            // The Mooncake v2 header: size, address (little-endian), opcode with bit 0x80, seven bytes of padding.
+            let opcode = match kind {
+                Slowly::Write => 0x81u8,
+                Slowly::Read => 0x80u8,
+            };
+            let mut header = Vec::with_capacity(24);
+            header.extend_from_slice(&size.to_le_bytes());
+            header.extend_from_slice(&addr.to_le_bytes());
+            header.push(opcode);
+            header.extend_from_slice(&[0u8; 7]);
+            let receive_buffer = (kind == Slowly::Read).then_some(2048);
+            let mut held: Vec<TcpStream> = Vec::with_capacity(count);
+            for index in 0..count {
+                let source = sources[index % sources.len()];
+                let Ok(mut stream) = connect_from_with_receive_buffer(source, target, receive_buffer) else { continue };
+                if io::Write::write_all(&mut stream, &header).is_ok() && stream.set_nonblocking(true).is_ok() {
+                    held.push(stream);
+                    opened.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            let mut sink = [0u8; 16];
+            while !stopping.load(Ordering::Relaxed) {
+                let before = held.len();
+                held.retain_mut(|stream| match kind {
+                    Slowly::Write => io::Write::write(stream, &[0x5A]).is_ok_and(|n| n == 1),
+                    Slowly::Read => match io::Read::read(stream, &mut sink) {
+                        Ok(0) => false,
+                        Ok(_) => true,
+                        Err(error) => error.kind() == io::ErrorKind::WouldBlock,
+                    },
+                });
+                let lost = before - held.len();
+                opened.fetch_sub(lost, Ordering::Relaxed);
+                gone.fetch_add(lost as u64, Ordering::Relaxed);
+                let until = Instant::now() + interval;
+                while Instant::now() < until && !stopping.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+            }
+            opened.fetch_sub(held.len(), Ordering::Relaxed);
+        });
+        SlowRequests { stop, thread: Some(thread), open, closed_by_server: closed }
+    }
+}
+
+impl Drop for SlowRequests {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
     }

@@ -4,11 +4,11 @@
 //!
 //! | module | surface | what it throws |
 //! |---|---|---|
-//! | `tcp_data` | the tcp data port (Mooncake's TCP wire) | random byte streams and random frames (any opcode, version, address, size, payload length), truncation, stalls, a flood of idle connections while a client is served |
+//! | `tcp_data` | the tcp data port (Mooncake's TCP wire) | random byte streams and random frames (any opcode, version, address, size, payload length), truncation, stalls, a flood of idle connections while a client is served, 100 slow WRITE dribblers and 100 slow READ readers beside an engine initiator, requests moving a byte at a time against the whole-request deadline, thousands of rejected requests against the log |
 //! | `handshake` | the P2P handshake port | random frames and bytes, hostile protocols (HTTP, TLS), silence, a reconnecting flood, Connection frames naming a NIC that is not the claimed peer's (one at a time and 200 at once: no connection out, bounded threads); and the client against random replies |
 //! | `http_store` | the HTTP metadata server | random requests (methods, targets, headers, lengths, bodies), store bounds, withheld bodies against the buffered-bytes budget (memory measured in an `aiv metadata-server` child), idle connections past the connection cap and past the descriptor limit, dribbled requests against the request deadline, a reply never read; and the client against random answers |
 //! | `export` | the twin runtime's export service (`cann_twin::vmm_share`, an abstract Unix socket) | structured requests: the magic or not, every op (VMM, IPC and range imports, unknown ones), any handle, key or token, lengths around 16; only the live export gets a memfd (raw bytes, forged handles, idle and over-limit connections: the runtime's own `vmm_share` test) |
-//! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits |
+//! | `clients` | our clients | dribbling peers (handshake, HTTP, etcd, tcp) against the one deadline per operation; a dead tcp peer against backoff and log limits; a tcp data server that cuts connections mid-request or rejects; a peer without a data port against the log |
 //! | `engine` | a whole engine | fuzz on its RPC and tcp data ports at once, then a real transfer; the bench initiator across a target restarted on its RPC port |
 //! | `memory` | registered memory | ranges unmapped after registration (tcp server and client, the local path; in a child process, with either copy primitive), the null page, large registration batches |
 //!

@@ -2,7 +2,10 @@
 //! of idle connections; memory outside the registered buffers is checked untouched.
 
 use std::io::{Read, Write};
+use std::net::SocketAddr;
 use std::time::{Duration, Instant};
+
+use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 
 use aiv_transport::transport::tcp::wire::{Status, WireOpcode, WireVersion};
 use aiv_transport::transport::tcp::ServerLimits;
@@ -237,4 +240,235 @@ proptest! {
         legit.read_exact(&mut back).expect("data");
         prop_assert_eq!(&back[..], &payload[..]);
     }
+}
+
+/// An initiator engine and a target engine on loopback, talking over the tcp transport (the path `aiv bench`
+/// takes), with a registered region on each; the target's second half is left for hostile clients.
+struct TcpPair {
+    initiator: TransferEngine,
+    /// Kept alive for the runs: the peer the initiator transfers to.
+    _target: TransferEngine,
+    segment: SegmentId,
+    data_port: u16,
+    local: Vec<u8>,
+    remote: Vec<u8>,
+}
+
+/// Transfers of one measured run: `BATCHES` batches of `PER_BATCH` transfers of `TRANSFER` bytes, half WRITEs and
+/// half READs, each batch waited for before the next.
+const BATCHES: usize = 48;
+const PER_BATCH: usize = 32;
+const TRANSFER: usize = 64 << 10;
+const HALF: usize = PER_BATCH * TRANSFER;
+
+impl TcpPair {
+    fn new(request_timeout: Duration) -> TcpPair {
+        let mut config = EngineConfig::new("127.0.0.1");
+        // On main the floods held every serving thread until these transfers timed out: fail after 3 s, not 30.
+        config.aiv.transfer_timeout = Duration::from_secs(3);
+        let initiator = TransferEngine::new(config).expect("initiator");
+        let mut target_config = EngineConfig::new("127.0.0.1");
+        target_config.aiv.tcp_request_timeout = request_timeout;
+        let target = TransferEngine::new(target_config).expect("target");
+        let mut local = vec![0x11u8; HALF];
+        let mut remote = vec![0x22u8; 2 * HALF];
+        // SAFETY: both regions outlive the engines (the pair drops the engines first, see `Drop`).
+        unsafe {
+            initiator.register_memory(local.as_mut_ptr() as u64, local.len() as u64, "cpu:0").expect("register local");
+            target.register_memory(remote.as_mut_ptr() as u64, remote.len() as u64, "cpu:0").expect("register remote");
+        }
+        let segment = initiator.open_segment(target.name()).expect("open target");
+        let data_port = initiator.segment(segment).expect("segment").descriptor.tcp_data_port.expect("tcp data port");
+        TcpPair { initiator, _target: target, segment, data_port, local, remote }
+    }
+
+    fn remote_base(&self) -> u64 {
+        self.remote.as_ptr() as u64
+    }
+
+    /// One measured run: its time, or the first failure.
+    fn run(&self) -> Result<Duration, String> {
+        let local = self.local.as_ptr() as u64;
+        let started = Instant::now();
+        for batch_index in 0..BATCHES {
+            let requests: Vec<TransferRequest> = (0..PER_BATCH)
+                .map(|i| TransferRequest {
+                    opcode: if i % 2 == 0 { Opcode::Write } else { Opcode::Read },
+                    source: local + (i * TRANSFER) as u64,
+                    target_id: self.segment,
+                    target_offset: self.remote_base() + (i * TRANSFER) as u64,
+                    length: TRANSFER as u64,
+                    protocol: Some(Protocol::Tcp),
+                })
+                .collect();
+            let batch = self.initiator.allocate_batch(PER_BATCH).expect("batch");
+            self.initiator.submit_transfer(batch, &requests).expect("submit");
+            let _ = self.initiator.wait_batch(batch);
+            for task in 0..PER_BATCH {
+                let status = self.initiator.transfer_status(batch, task).expect("status");
+                if status.state != TransferState::Completed {
+                    let failure = self.initiator.task_failure(batch, task).ok().flatten();
+                    let _ = self.initiator.free_batch(batch);
+                    return Err(format!(
+                        "batch {batch_index} task {task}: {:?} after {:?}: {failure:?}",
+                        status.state,
+                        started.elapsed()
+                    ));
+                }
+            }
+            self.initiator.free_batch(batch).expect("free");
+        }
+        Ok(started.elapsed())
+    }
+
+    /// The median of `runs` runs, and all of them.
+    fn median(&self, runs: usize, what: &str) -> (Duration, Vec<Duration>) {
+        let mut times: Vec<Duration> =
+            (0..runs).map(|_| self.run().unwrap_or_else(|failure| panic!("{what}: {failure}"))).collect();
+        let all = times.clone();
+        times.sort();
+        (times[runs / 2], all)
+    }
+}
+
+/// A legitimate initiator (the engine's tcp client, two lanes, batches of WRITEs and READs) is timed unloaded, then
+/// beside 100 connections dribbling a WRITE payload a byte at a time, then beside 100 connections reading a large
+/// READ reply a few bytes at a time, against the same target. The slow connections keep moving, so the server's
+/// no-progress timeout never fires and (with a long request deadline here) they live through the whole run; they
+/// must cost the initiator next to nothing, because a serving thread parks a connection that does not move instead
+/// of waiting on it.
+#[test]
+fn slow_writers_and_slow_readers_hold_no_thread_a_legitimate_initiator_needs() {
+    let pair = TcpPair::new(Duration::from_secs(120));
+    let target = SocketAddr::from(([127, 0, 0, 1], pair.data_port));
+    let sources: Vec<_> = (1..5).map(flood::loopback_source).collect();
+    pair.run().expect("warm-up run (connects the lanes)");
+    let (unloaded, unloaded_runs) = pair.median(5, "unloaded");
+    let flood_area = (pair.remote_base() + HALF as u64, HALF as u64);
+    let mut medians = Vec::new();
+    for kind in [flood::Slowly::Write, flood::Slowly::Read] {
+        let slow = flood::SlowRequests::start(target, &sources, 100, kind, flood_area, Duration::from_millis(300));
+        let waited = Instant::now();
+        while slow.open.load(std::sync::atomic::Ordering::Relaxed) < 100 && waited.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // Let the server take every one of their requests in before measuring.
+        std::thread::sleep(Duration::from_millis(300));
+        let open = slow.open.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(open, 100, "{kind:?}: the slow connections are all up");
+        let (median, runs) = pair.median(5, &format!("beside 100 slow {kind:?} requests"));
+        let still_open = slow.open.load(std::sync::atomic::Ordering::Relaxed);
+        assert_eq!(still_open, 100, "{kind:?}: the slow connections lived through the runs");
+        medians.push((kind, median, runs));
+    }
+    eprintln!("unloaded: median {unloaded:?} of {unloaded_runs:?}");
+    for (kind, median, runs) in &medians {
+        eprintln!("beside 100 slow {kind:?}: median {median:?} of {runs:?}");
+    }
+    // 1.5x plus 100 ms: a run takes about 100 ms, and on two cores shared with other work one descheduling of a
+    // lane thread, the poller or a serving thread costs tens of milliseconds (the unloaded runs themselves spread
+    // by 20-30 %); the slow connections' own events take a serving thread for microseconds each.
+    let bound = unloaded.mul_f64(1.5) + Duration::from_millis(100);
+    for (kind, median, _) in medians {
+        assert!(median <= bound, "beside 100 slow {kind:?}: median {median:?}, unloaded {unloaded:?}");
+    }
+}
+
+/// A request that keeps moving a byte at a time is closed at its whole-request deadline (base plus size at the
+/// minimum rate), however steadily it moves: a dribbled WRITE payload, and READ replies read a few bytes at a time.
+#[test]
+fn a_request_that_keeps_moving_slowly_is_closed_at_its_deadline() {
+    let request_timeout = Duration::from_millis(600);
+    let limits = ServerLimits {
+        request_timeout,
+        request_min_rate: 1 << 30,
+        io_timeout: Duration::from_secs(10),
+        ..ServerLimits::default()
+    };
+    let fixture = Fixture::with_limits(limits);
+    let target = fixture.server.address();
+    let source = [flood::loopback_source(0)];
+    let started = Instant::now();
+    let writers = flood::SlowRequests::start(
+        target,
+        &source,
+        4,
+        flood::Slowly::Write,
+        (fixture.base(), BUFFER),
+        Duration::from_millis(50),
+    );
+    // READ replies far larger than the socket buffers: many pipelined READs of a whole buffer.
+    let mut reader = flood::connect_from_with_receive_buffer(source[0], target, Some(2048)).expect("connect");
+    let reads: Vec<u8> =
+        (0..2000).flat_map(|_| header(WireOpcode::Read, WireVersion::V2, fixture.base(), BUFFER)).collect();
+    reader.write_all(&reads).expect("READ headers");
+    reader.set_read_timeout(Some(Duration::from_millis(50))).expect("timeout");
+    let mut reader_closed = None;
+    let mut read_bytes = 0usize;
+    // 1 KiB every 40 ms: 25 KB/s, where the first 2 MiB of replies would need 2 GB/s to meet the deadline.
+    let mut chunk = [0u8; 1024];
+    while started.elapsed() < Duration::from_secs(5) {
+        if reader_closed.is_none() {
+            let gone = match reader.read(&mut chunk) {
+                Ok(got) => {
+                    read_bytes += got;
+                    got == 0
+                }
+                Err(error) => !matches!(error.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut),
+            };
+            if gone {
+                reader_closed = Some(started.elapsed());
+            }
+        }
+        let writers_gone = writers.closed_by_server.load(std::sync::atomic::Ordering::Relaxed) == 4;
+        if reader_closed.is_some() && writers_gone {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let took = started.elapsed();
+    let writers_gone = writers.closed_by_server.load(std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(writers_gone, 4, "dribbled WRITEs closed by the server within {took:?}");
+    let reader_closed = reader_closed.unwrap_or_else(|| {
+        panic!(
+            "slow reader still served after {took:?} (read {read_bytes} bytes; server: {} connections, {} expired)",
+            fixture.server.connections(),
+            fixture.server.expired()
+        )
+    });
+    assert!(
+        reader_closed >= request_timeout && reader_closed < request_timeout * 4,
+        "slow reader closed after {reader_closed:?}; the deadline is {request_timeout:?}"
+    );
+    assert!(took < request_timeout * 4, "everything closed within {took:?}");
+}
+
+/// Thousands of rejected requests from one client cost a few log lines a second, each telling how many were left
+/// out, not a line each.
+#[test]
+fn rejected_requests_are_logged_a_few_times_a_second() {
+    let log = crate::captured_log();
+    let count_lines = || {
+        String::from_utf8_lossy(&log.lock().unwrap_or_else(|p| p.into_inner()))
+            .lines()
+            .filter(|line| line.contains("request rejected"))
+            .count()
+    };
+    let fixture = Fixture::new();
+    let before = count_lines();
+    let started = Instant::now();
+    let mut rejected = 0u64;
+    while started.elapsed() < Duration::from_millis(1500) {
+        let mut stream = fixture.connect();
+        // Address 8 is registered by no one.
+        stream.write_all(&header(WireOpcode::Read, WireVersion::V2, 8, 64)).expect("header");
+        assert_eq!(status(&mut stream), Status::REJECTED);
+        rejected += 1;
+    }
+    let seconds = started.elapsed().as_secs() + 1;
+    let lines = count_lines() - before;
+    eprintln!("{rejected} rejected requests in {:?}: {lines} log lines", started.elapsed());
+    assert!(rejected > 200, "only {rejected} requests sent");
+    // 5 a second from this limiter (other tests of this binary share it, so this bound holds with them running).
+    assert!(lines as u64 <= 5 * (seconds + 1), "{lines} lines for {rejected} rejected requests");
 }

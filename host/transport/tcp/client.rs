@@ -97,12 +97,14 @@ pub(crate) struct Job {
     /// The `sendmsg(2)` calls that carried its request, published by the writer as soon as the call that carried
     /// its last byte returned (0: not yet; the reader waits for it, see [`Job::sends_published`]).
     pub(crate) sends: Arc<AtomicU64>,
+    /// Whether it has been sent again already, after the server closed the connection with it in flight.
+    pub(crate) retried: bool,
 }
 
 impl Job {
     /// A transfer not sent yet.
     pub(crate) fn new(transfer: Transfer) -> Self {
-        Job { transfer, headers_written: 0, sends: Arc::new(AtomicU64::new(0)) }
+        Job { transfer, headers_written: 0, sends: Arc::new(AtomicU64::new(0)), retried: false }
     }
 
     /// The sends the writer published for this job. A reply can come only after the call that carried the
@@ -151,6 +153,48 @@ impl Job {
     fn fail(self, failure: TransferFailure) {
         self.transfer.slot.fail(failure);
     }
+}
+
+/// Whether `error` says the server closed (or reset) the connection, as a server that evicts or drops a
+/// connection does, rather than answering, rejecting or timing out.
+fn closed_by_server(error: &io::Error) -> bool {
+    matches!(
+        error.kind(),
+        io::ErrorKind::UnexpectedEof
+            | io::ErrorKind::ConnectionReset
+            | io::ErrorKind::BrokenPipe
+            | io::ErrorKind::ConnectionAborted
+    )
+}
+
+/// A job whose connection was lost: sent once more on a fresh connection of its lane if the server closed the
+/// connection (`may_retry`), it was not retried before, its deadline has not passed and the client is not stopping;
+/// else failed with `failure`, whose message then says why it was not retried.
+///
+/// Sending again is safe: a READ only reads the peer's memory again, and a WRITE sends the same bytes to the same
+/// range, which leaves it as one successful WRITE would (unless something else wrote that range in between, which
+/// the transfer's caller cannot tell apart from a WRITE that completed and was then overwritten either). A request
+/// the server answered `REJECTED` is never retried (`may_retry` is false for it).
+fn retry_or_fail(lane: &Lane, shared: &ClientShared, mut job: Job, may_retry: bool, failure: TransferFailure) {
+    let retry = may_retry
+        && !job.retried
+        && Instant::now() < job.transfer.slot.deadline()
+        && !shared.stopping.load(Ordering::SeqCst);
+    if !retry {
+        let message = if may_retry && job.retried {
+            format!("{}; already sent a second time on a fresh connection", failure.message())
+        } else {
+            failure.message().to_owned()
+        };
+        job.fail(TransferFailure::new("tcp", failure.kind(), message).with_mooncake_code(MOONCAKE_ERR_SOCKET));
+        return;
+    }
+    job.retried = true;
+    // A fresh cell: the call that carried the first attempt may still publish into the old one.
+    job.sends = Arc::new(AtomicU64::new(0));
+    tracing::debug!(host = %lane.key.host, port = lane.key.port, "tcp: request cut by the server; sending it again");
+    lock(&lane.queue).push_back(job);
+    lane.ready.notify_one();
 }
 
 /// The task failure of a transfer lost to `error` on the wire: a timeout when the I/O timed out, a network failure
@@ -347,7 +391,8 @@ impl Drop for Connection {
     }
 }
 
-fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
+fn connect(lane: &Arc<Lane>, shared: &Arc<ClientShared>) -> io::Result<Connection> {
+    let options = &shared.options;
     let key = &lane.key;
     let mut last_error = io::Error::new(io::ErrorKind::NotFound, "the host resolved to no address");
     let until = Instant::now() + options.connect_timeout;
@@ -378,6 +423,8 @@ fn connect(lane: &Lane, options: &ClientOptions) -> io::Result<Connection> {
                     outstanding: outstanding.clone(),
                     send_failure: send_failure.clone(),
                     io_timeout: options.io_timeout,
+                    lane: lane.clone(),
+                    shared: shared.clone(),
                 };
                 std::thread::Builder::new().name(format!("tcp-reply-{}", lane.index)).spawn(move || reader.run())?;
                 tracing::debug!(%address, lane = lane.index, "tcp lane connected");
@@ -473,7 +520,7 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
                 }
                 continue;
             }
-            match connect(&lane, options) {
+            match connect(&lane, &shared) {
                 Ok(fresh) => {
                     lock(&lane.backoff).succeeded();
                     connection = Some(fresh);
@@ -499,7 +546,7 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
             }
         }
         let Some(current) = connection.as_mut() else { continue };
-        if let Err(error) = send_group(current, jobs, &mut iovecs, &mut headers, cpu_start, &shared) {
+        if let Err(error) = send_group(current, &lane, jobs, &mut iovecs, &mut headers, cpu_start, &shared) {
             if let Some(suppressed) = SEND_FAILED.admit() {
                 tracing::warn!(
                     address = %current.address,
@@ -518,6 +565,7 @@ fn lane_writer(lane: Arc<Lane>, shared: Arc<ClientShared>) {
 /// reader are failed by it (the connection is then dropped); the others are failed here.
 fn send_group(
     connection: &mut Connection,
+    lane: &Lane,
     jobs: Vec<Job>,
     iovecs: &mut Vec<libc::iovec>,
     headers: &mut Vec<[u8; HEADER_LEN]>,
@@ -584,17 +632,20 @@ fn send_group(
         share.store(now.saturating_sub(cpu_mark) / count as u64, Ordering::Release);
         cpu_mark = now;
         if let Err(error) = sent {
+            let cut = closed_by_server(&error);
             let reason = if error.raw_os_error() == Some(libc::EFAULT) {
                 format!(
                     "send to {}: the source range of a WRITE in this send is not mapped in this process ({error})",
                     connection.address
                 )
+            } else if cut {
+                format!("send to {}: the server closed the connection ({error})", connection.address)
             } else {
                 format!("send to {}: {error}", connection.address)
             };
             *lock(&connection.send_failure) = Some(reason.clone());
             for job in sent_without_reply.into_iter().chain(jobs) {
-                job.fail(network_failure(&error, reason.clone()));
+                retry_or_fail(lane, shared, job, cut, network_failure(&error, reason.clone()));
             }
             for (job, cpu) in completed_here {
                 // v1 WRITEs of earlier chunks did leave this host whole: they are complete (the writer saw it).
@@ -656,6 +707,9 @@ struct Reader {
     outstanding: Arc<AtomicUsize>,
     send_failure: Arc<Mutex<Option<String>>>,
     io_timeout: Duration,
+    /// Where requests the server cut off go to be sent again.
+    lane: Arc<Lane>,
+    shared: Arc<ClientShared>,
 }
 
 impl Reader {
@@ -690,23 +744,31 @@ impl Reader {
                     let _ = self.stream.shutdown(Shutdown::Both);
                     tracing::debug!(address = %self.address, %error, "tcp reply failed; closing the connection");
                     // A failed send (its reason recorded by the writer) explains a missing reply better than the
-                    // closed stream does.
-                    let reason = match lock(&self.send_failure).clone() {
+                    // closed stream does; then this side closed the stream, not the server.
+                    let send_failure = lock(&self.send_failure).clone();
+                    let cut = send_failure.is_none() && closed_by_server(&error);
+                    let message = match send_failure {
                         Some(send) => format!("{send} (no reply: {error})"),
+                        None if cut => format!(
+                            "reply from {}: the server closed the connection with the request in flight ({error})",
+                            self.address
+                        ),
                         None => format!("reply from {}: {error}", self.address),
                     };
-                    job.fail(network_failure(&error, reason));
-                    // Requests pipelined behind this one share its fate: the stream is out of step or closed.
+                    retry_or_fail(&self.lane, &self.shared, job, cut, network_failure(&error, message));
+                    // Requests pipelined behind this one share its fate: the stream is out of step or closed. The
+                    // server answered none of them, so they are sent again if it closed the connection or rejected
+                    // the one before them (it closes the connection after a rejection).
+                    let rejected = error.kind() == io::ErrorKind::PermissionDenied;
                     while let Ok(expected) = self.expectations.recv() {
                         self.outstanding.fetch_sub(1, Ordering::AcqRel);
-                        expected.job.fail(
-                            TransferFailure::new(
-                                "tcp",
-                                FailureKind::Network,
-                                format!("connection to {} closed after an earlier failure: {error}", self.address),
-                            )
-                            .with_mooncake_code(MOONCAKE_ERR_SOCKET),
-                        );
+                        let failure = TransferFailure::new(
+                            "tcp",
+                            FailureKind::Network,
+                            format!("connection to {} closed after an earlier failure: {error}", self.address),
+                        )
+                        .with_mooncake_code(MOONCAKE_ERR_SOCKET);
+                        retry_or_fail(&self.lane, &self.shared, expected.job, cut || rejected, failure);
                     }
                     return;
                 }

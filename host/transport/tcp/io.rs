@@ -48,6 +48,17 @@ impl<'a> Patience<'a> {
         self.last_progress = Instant::now();
     }
 
+    /// Called before each blocking call: the overall deadline ends the wait even while every call makes progress
+    /// (a peer moving a byte per call never lets a tick pass without progress).
+    fn before_call(&self) -> io::Result<()> {
+        match self.until {
+            Some(until) if Instant::now() >= until => {
+                Err(io::Error::new(io::ErrorKind::TimedOut, format!("{}: the transfers' deadline passed", self.what)))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// Called after a tick without progress: Ok to keep waiting, or the error that ends the wait.
     fn tick(&self) -> io::Result<()> {
         if self.stop.is_some_and(|stop| stop.load(Ordering::Relaxed)) {
@@ -82,6 +93,7 @@ fn is_tick(error: &io::Error) -> bool {
 /// the kernel reports as EFAULT).
 pub(crate) unsafe fn read_some(fd: RawFd, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<usize> {
     loop {
+        patience.before_call()?;
         // SAFETY: the caller guarantees the destination range; read(2) writes at most `len` bytes there.
         let got = unsafe { libc::read(fd, dst.cast(), len) };
         if got >= 0 {
@@ -105,20 +117,6 @@ pub(crate) unsafe fn read_some(fd: RawFd, dst: *mut u8, len: usize, patience: &m
 /// The most iovecs handed to one `writev(2)` (Linux's IOV_MAX is 1024).
 pub(crate) const MAX_IOVECS: usize = 1024;
 
-/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while `patience` allows. The
-/// vector is consumed (left empty on success, in an unspecified state on error).
-///
-/// # Safety
-/// Every iovec must describe memory readable for the duration of the call (or unmapped: EFAULT).
-pub(crate) unsafe fn write_all_vectored(
-    fd: RawFd,
-    iovecs: &mut Vec<libc::iovec>,
-    patience: &mut Patience<'_>,
-) -> io::Result<()> {
-    // SAFETY: the caller's guarantee, passed on.
-    unsafe { write_all_vectored_observed(fd, iovecs, patience, &mut |_| {}) }
-}
-
 /// What one `sendmsg(2)` of [`write_all_vectored_observed`] carried.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SendCall {
@@ -131,10 +129,12 @@ pub(crate) struct SendCall {
     pub(crate) complete_before: usize,
 }
 
-/// [`write_all_vectored`], telling `observe` after each `sendmsg(2)` that carried bytes which iovecs it carried.
+/// Writes every byte the iovecs describe (vectored `sendmsg`), retrying partial writes, EINTR and ticks while
+/// `patience` allows, and tells `observe` after each `sendmsg(2)` that carried bytes which iovecs it carried. The
+/// vector is consumed (left empty on success, in an unspecified state on error).
 ///
 /// # Safety
-/// As [`write_all_vectored`].
+/// Every iovec must describe memory readable for the duration of the call (or unmapped: EFAULT).
 pub(crate) unsafe fn write_all_vectored_observed(
     fd: RawFd,
     iovecs: &mut Vec<libc::iovec>,
@@ -148,6 +148,7 @@ pub(crate) unsafe fn write_all_vectored_observed(
             first += 1;
             continue;
         }
+        patience.before_call()?;
         let count = (iovecs.len() - first).min(MAX_IOVECS);
         // sendmsg(2) is writev(2) with flags: MSG_NOSIGNAL turns a peer's reset into EPIPE instead of SIGPIPE,
         // which would kill a host process that has not ignored the signal (Python, C++).
@@ -213,7 +214,7 @@ pub(crate) struct Inbound {
 }
 
 /// Payloads at least this large (still to be read) go straight from the socket into their destination.
-const DIRECT_READ_MIN: usize = 32 * 1024;
+pub(crate) const DIRECT_READ_MIN: usize = 32 * 1024;
 
 impl Inbound {
     pub(crate) fn new(fd: RawFd, capacity: usize) -> Self {
@@ -231,6 +232,11 @@ impl Inbound {
         self.start = 0;
         self.end = bytes.len().min(self.buffer.len());
         self.buffer[..self.end].copy_from_slice(&bytes[..self.end]);
+    }
+
+    /// Consumes and drops `n` buffered bytes (at most what is buffered).
+    pub(crate) fn discard(&mut self, n: usize) {
+        self.start += n.min(self.buffered());
     }
 
     /// The bytes received and not consumed, taken out of the buffer.

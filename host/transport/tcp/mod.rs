@@ -119,6 +119,8 @@ impl TcpOptions {
             max_connections: config.aiv.tcp_max_connections,
             max_serving: config.aiv.tcp_max_serving_threads,
             idle_timeout: config.aiv.tcp_idle_timeout,
+            request_timeout: config.aiv.tcp_request_timeout,
+            request_min_rate: config.aiv.tcp_request_min_kib_per_s.saturating_mul(1024),
             ..ServerLimits::default()
         };
         Ok(TcpOptions { bind: SocketAddr::new(bind_ip, 0), advertised_host, max_version, client, server })
@@ -203,6 +205,10 @@ impl TcpTransport {
     }
 }
 
+/// Transfers refused before sending (a peer's descriptor without a data port, a range outside its buffers): one per
+/// transfer, so a caller looping over a bad peer would otherwise log without end.
+static REFUSED_BEFORE_SENDING: crate::log_limit::LogLimiter = crate::log_limit::LogLimiter::per_second(5);
+
 impl Transport for TcpTransport {
     fn name(&self) -> &'static str {
         "tcp"
@@ -214,7 +220,10 @@ impl Transport for TcpTransport {
             match self.plan(&transfer) {
                 Ok(key) => by_peer.entry(key).or_default().push(client::Job::new(transfer)),
                 Err(reason) => {
-                    tracing::warn!(segment = %transfer.target.name, %reason, "tcp transfer refused before sending");
+                    if let Some(suppressed) = REFUSED_BEFORE_SENDING.admit() {
+                        tracing::warn!(segment = %transfer.target.name, %reason, suppressed,
+                            "tcp transfer refused before sending ({suppressed} more like this in the last second)");
+                    }
                     transfer.slot.fail(TransferFailure::new("tcp", FailureKind::InvalidRequest, reason));
                 }
             }

@@ -5,32 +5,50 @@
 //! at that moment; it never registers or changes anything.
 //!
 //! Framing (docs/mooncake.md section 4): connections are persistent; a request whose range is not inside one
-//! registered buffer (zero size and overflow included) is answered with `REJECTED` in v2 and the connection closed,
-//! in v1 just closed; memory is not touched. Replies are coalesced: the statuses and READ payloads of requests that
-//! arrived together leave in one `writev`, flushed before the server waits for more input. A WRITE into registered
+//! registered buffer (zero size and overflow included) is answered with `REJECTED` in v2 and the connection closed
+//! once the replies before it are out, in v1 just closed; memory is not touched. Rejections are logged through a
+//! [`LogLimiter`] (5 lines a second, each with the count left out). Replies are coalesced: the statuses and READ
+//! payloads of requests that arrived together leave in one `sendmsg`, flushed before the server waits for more
+//! input. A WRITE into registered
 //! memory that is not mapped (unmapped since registration) has its payload read and dropped, then is answered like a
 //! range outside the buffers; a READ of such memory ends its connection (`sendmsg` reports EFAULT). Neither crashes
 //! the process (docs/tcp.md, "Memory that is not mapped").
 //!
-//! Connections and threads (docs/tcp.md, "Connections"): a connection holds a thread only while it has a request in
-//! hand. The poller (`tcp-accept`, epoll) accepts, and holds every connection that is waiting for a request
-//! ("parked": a descriptor, no thread); it reads a parked connection's next request header itself and hands the
-//! connection to a serving thread (`tcp-serve`, at most [`ServerLimits::max_serving`], started on demand, ended
-//! after a few idle seconds) only once the whole header is in. A serving thread keeps a connection while requests
-//! follow one another (it waits [`ServerLimits::linger`] for the next one, not at all while other connections wait
-//! for a thread), then parks it again. So idle or slow clients hold descriptors, never threads.
+//! Connections and threads (docs/tcp.md, "Connections"): a connection holds a thread only while it is moving. The
+//! poller (`tcp-accept`, epoll) accepts, and holds every connection that has no thread ("parked": a descriptor and
+//! the request state, no thread). A connection waiting for a request is parked for input; the poller reads its
+//! next request header itself and hands it to a serving thread (`tcp-serve`, at most [`ServerLimits::max_serving`],
+//! started on demand, ended after a few idle seconds, taking connections first-in first-out) only once the whole
+//! header is in. A serving thread never blocks on a connection that does not move: sockets are only read once
+//! poll(2) says they are readable, replies are sent with `MSG_DONTWAIT`, and when a connection has nothing to read
+//! (its next header, more of a WRITE payload) or no room for its replies within [`ServerLimits::linger`] (at once,
+//! while other connections wait for a thread), the thread parks it mid-request and takes the next one. A parked
+//! request keeps its state with its connection: how much of a WRITE payload has landed (`PendingWrite`), the
+//! replies not written yet (`Replies`: status frames and READ ranges as addresses and lengths), the bytes read
+//! ahead. The poller watches it for `EPOLLIN` (payload) or `EPOLLOUT` (replies) and queues it for a thread when
+//! ready; the thread first checks again that every range it will touch is still inside one registered buffer
+//! (memory may have been unregistered meanwhile) and closes the connection if not. So idle or slow clients hold
+//! descriptors (and at most the request bytes they sent ahead, 256 KiB, the receive buffer's size), never threads.
+//!
+//! Whole-request deadline: every request must be done (its WRITE payload in memory, or its reply handed to the
+//! kernel) by [`ServerLimits::request_deadline`]: `request_timeout` plus its size at `request_min_rate`, counted
+//! from when its header was taken, however steadily its bytes move. A connection past it is closed with a reset
+//! (`SO_LINGER` 0), dropping any reply still queued for it.
 //!
 //! Admission: a new connection must deliver its first whole request header within
 //! [`ServerLimits::first_request_timeout`] of being accepted (slow bytes do not extend it). One source (an IPv4
 //! address, an IPv6 /64) holds at most [`ServerLimits::max_connections_per_source`] connections and all of them at
 //! most [`ServerLimits::max_connections`]; a connection over a limit evicts a parked one of the same source (over
 //! the per-source limit) or of the source holding the most (over the total): one that never sent a request first,
-//! the oldest, else the one idle longest; with none to evict the new one is closed. A legitimate peer sends its
-//! request as it connects and keeps it moving, so it is never the one evicted; a flood of idle connections only
+//! the oldest, else the one idle longest between requests, and only if there is none of those the one parked
+//! mid-request longest; never one whose input has arrived unread; with none to evict the new one is closed. A
+//! legitimate peer sends its request as it connects and keeps it moving, so it is rarely the one evicted (and its
+//! client sends a request cut off this way once more on a fresh connection); a flood of idle connections only
 //! evicts itself.
 //!
 //! Bounded waits: a parked connection with no request for `idle_timeout` is closed; one that stalls inside a request
-//! (half a header after its first request, half a payload, a reader that stops reading) after `io_timeout`.
+//! (half a header after its first request, half a payload, a reader that stops reading) after `io_timeout`, and
+//! any request at its whole-request deadline.
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -41,7 +59,7 @@ use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::io::{iovec, is_unmapped_destination, write_all_vectored, Inbound, Patience, MAX_IOVECS};
+use super::io::{iovec, is_unmapped_destination, read_some, Inbound, Patience, DIRECT_READ_MIN, MAX_IOVECS};
 use super::wire::{RequestHeader, Status, WireOpcode, WireVersion, HEADER_LEN, STATUS_LEN};
 use crate::log_limit::LogLimiter;
 use crate::transfer::BufferSet;
@@ -56,6 +74,10 @@ static REJECTED_FRAME: [u8; STATUS_LEN] = Status::REJECTED.encode();
 static LIMIT_REFUSED: LogLimiter = LogLimiter::per_second(5);
 static ACCEPT_FAILED: LogLimiter = LogLimiter::per_second(5);
 static UNMAPPED_WRITE: LogLimiter = LogLimiter::per_second(5);
+static REQUEST_REJECTED: LogLimiter = LogLimiter::per_second(5);
+static SPAWN_FAILED: LogLimiter = LogLimiter::per_second(5);
+/// Receive buffer of a connection being served: small frames are read many at a time.
+const INBOUND_CAPACITY: usize = 256 * 1024;
 /// Connections accepted per poller turn, so parked connections are read between bursts of accepts.
 const ACCEPT_BURST: usize = 64;
 /// The listen backlog asked for (capped by the kernel's somaxconn).
@@ -87,8 +109,27 @@ pub struct ServerLimits {
     pub max_connections_per_source: usize,
     /// Threads serving requests at once (default 64); connections waiting for a request hold none.
     pub max_serving: usize,
-    /// How long a serving thread waits for a connection's next request before parking it (default 20 ms).
+    /// How long a serving thread waits for a connection to move (its next request, more of a WRITE payload, room
+    /// for its replies) before parking it; it waits not at all while other connections wait for a thread
+    /// (default 20 ms).
     pub linger: Duration,
+    /// Every request must be done (its WRITE payload in, or its reply out) within `request_timeout` plus its size
+    /// at `request_min_rate` of its header having arrived, however steadily its bytes move
+    /// (`tcp_request_timeout_ms`, default 10 s).
+    pub request_timeout: Duration,
+    /// Bytes per second a request is granted beyond `request_timeout` (`tcp_request_min_kib_per_s`, default
+    /// 1 MiB/s).
+    pub request_min_rate: u64,
+}
+
+impl ServerLimits {
+    /// When a request of `size` bytes whose header arrived at `start` must be done.
+    pub fn request_deadline(&self, start: Instant, size: u64) -> Instant {
+        let millis = u128::from(size) * 1000 / u128::from(self.request_min_rate.max(1));
+        let extra = Duration::from_millis(u64::try_from(millis).unwrap_or(u64::MAX));
+        // Far beyond any real deadline when the sum does not fit an Instant.
+        start.checked_add(self.request_timeout.saturating_add(extra)).unwrap_or(start + Duration::from_secs(1 << 32))
+    }
 }
 
 impl Default for ServerLimits {
@@ -102,6 +143,8 @@ impl Default for ServerLimits {
             max_connections_per_source: 128,
             max_serving: 64,
             linger: Duration::from_millis(20),
+            request_timeout: Duration::from_secs(10),
+            request_min_rate: 1 << 20,
         }
     }
 }
@@ -149,15 +192,78 @@ struct Conn {
     /// The next request header, as far as it has arrived.
     header: [u8; HEADER_LEN],
     have: usize,
+    /// Bytes read ahead of the request in hand (later requests), kept while it is parked mid-request.
+    ahead: Vec<u8>,
+    /// A WRITE whose payload is partly in.
+    write: Option<PendingWrite>,
+    /// Replies not written yet.
+    replies: Replies,
+    /// Why the connection closes once its replies are out (a rejected request).
+    closing: Option<String>,
 }
 
-/// A connection waiting for a request, held by the poller.
+impl Conn {
+    fn new(id: u64, stream: TcpStream, peer: SocketAddr) -> Conn {
+        Conn {
+            id,
+            stream,
+            peer,
+            source: Source::of(&peer),
+            requested: false,
+            header: [0; HEADER_LEN],
+            have: 0,
+            ahead: Vec::new(),
+            write: None,
+            replies: Replies::default(),
+            closing: None,
+        }
+    }
+}
+
+/// A WRITE whose payload is partly in: `done` of `length` bytes have reached `[addr, addr + length)`, or have been
+/// read and dropped once `unmapped` says why the destination could not take them.
+#[derive(Debug)]
+struct PendingWrite {
+    addr: u64,
+    length: usize,
+    done: usize,
+    version: WireVersion,
+    deadline: Instant,
+    /// A page of the destination is not mapped (it was unmapped after registration): the rest of the payload is
+    /// read and dropped, so the stream stays in step, and the request is answered like a range outside the buffers.
+    unmapped: Option<String>,
+}
+
+/// What a parked connection waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Waiting {
+    /// Its next request header (the poller reads it).
+    Request,
+    /// More of a WRITE payload.
+    Input,
+    /// Room in its socket for the replies queued.
+    Output,
+}
+
+impl Waiting {
+    /// The epoll events that make a connection waiting for this ready. Not `EPOLLRDHUP` for output: a peer that
+    /// closed its sending side may still read its replies (errors and hang-ups are always reported).
+    fn events(self) -> u32 {
+        match self {
+            Waiting::Request | Waiting::Input => (libc::EPOLLIN | libc::EPOLLRDHUP) as u32,
+            Waiting::Output => libc::EPOLLOUT as u32,
+        }
+    }
+}
+
+/// A connection without a thread, held by the poller: waiting for a request, or parked mid-request.
 #[derive(Debug)]
 struct Parked {
     conn: Conn,
+    waiting: Waiting,
     /// When it was accepted or last parked (what "oldest" and "idle longest" compare).
     since: Instant,
-    /// When it is closed unless its header is complete by then.
+    /// When it is closed unless it has moved on by then.
     deadline: Instant,
 }
 
@@ -183,26 +289,31 @@ impl Registry {
     }
 
     /// The parked connection to evict for room in `source` (or anywhere, with `None`): the oldest that never sent a
-    /// request, else the one idle longest; never one whose next request has already arrived (unread yet, because
-    /// the poller accepts before it reads again).
+    /// request, else the one idle longest between requests, else (last) the one parked mid-request longest; never
+    /// one whose input has already arrived (unread yet, because the poller accepts before it reads again).
     fn victim(&self, source: Option<Source>) -> Option<u64> {
         let mut skipped: Vec<u64> = Vec::new();
         // A few tries: a candidate with input waiting is skipped and the next oldest considered.
         for _ in 0..VICTIM_TRIES {
             let mut never_requested = None::<&Parked>;
             let mut idle_longest = None::<&Parked>;
+            let mut mid_request = None::<&Parked>;
             let candidates = self
                 .parked
                 .values()
                 .filter(|parked| source.is_none_or(|s| parked.conn.source == s) && !skipped.contains(&parked.conn.id));
             for parked in candidates {
-                let slot = if parked.conn.requested { &mut idle_longest } else { &mut never_requested };
+                let slot = match (parked.waiting, parked.conn.requested) {
+                    (Waiting::Request, false) => &mut never_requested,
+                    (Waiting::Request, true) => &mut idle_longest,
+                    _ => &mut mid_request,
+                };
                 if slot.is_none_or(|best| parked.since < best.since) {
                     *slot = Some(parked);
                 }
             }
-            let candidate = never_requested.or(idle_longest)?;
-            if !has_pending_input(candidate.conn.stream.as_raw_fd()) {
+            let candidate = never_requested.or(idle_longest).or(mid_request)?;
+            if candidate.waiting == Waiting::Output || !has_pending_input(candidate.conn.stream.as_raw_fd()) {
                 return Some(candidate.conn.id);
             }
             skipped.push(candidate.conn.id);
@@ -265,7 +376,11 @@ fn os_fd(result: libc::c_int) -> io::Result<OwnedFd> {
 }
 
 fn epoll_control(epoll: &OwnedFd, operation: libc::c_int, fd: RawFd, token: u64) -> io::Result<()> {
-    let mut event = libc::epoll_event { events: (libc::EPOLLIN | libc::EPOLLRDHUP) as u32, u64: token };
+    epoll_watch(epoll, operation, fd, token, (libc::EPOLLIN | libc::EPOLLRDHUP) as u32)
+}
+
+fn epoll_watch(epoll: &OwnedFd, operation: libc::c_int, fd: RawFd, token: u64, events: u32) -> io::Result<()> {
+    let mut event = libc::epoll_event { events, u64: token };
     // SAFETY: `event` is a live epoll_event; the kernel copies it (and ignores it for EPOLL_CTL_DEL).
     if unsafe { libc::epoll_ctl(epoll.as_raw_fd(), operation, fd, &mut event) } != 0 {
         return Err(io::Error::last_os_error());
@@ -433,16 +548,24 @@ impl Shared {
         Some(parked.conn)
     }
 
-    /// Hands a connection back to the poller: it waits for its next request holding no thread.
-    fn park(&self, conn: Conn) {
+    /// Hands a connection back to the poller: it waits for its next request, or for its peer to move the request
+    /// in hand on, holding no thread.
+    fn park(&self, conn: Conn, waiting: Waiting) {
         let now = Instant::now();
-        // Half a header already in: the rest must come within the in-request bound.
-        let limit = if conn.have > 0 { self.limits.io_timeout } else { self.limits.idle_timeout };
+        let stalled = now + self.limits.io_timeout;
+        let deadline = match waiting {
+            // Half a header already in: the rest must come within the in-request bound.
+            Waiting::Request if conn.have > 0 => stalled,
+            Waiting::Request => now + self.limits.idle_timeout,
+            Waiting::Input => conn.write.as_ref().map_or(stalled, |write| write.deadline.min(stalled)),
+            Waiting::Output => conn.replies.deadline.map_or(stalled, |deadline| deadline.min(stalled)),
+        };
         let mut registry = lock(&self.registry);
         // Checked under the lock: the stopping poller closes what is parked under it too, so nothing parks after.
         if self.stopping.load(Ordering::SeqCst)
             || conn.stream.set_nonblocking(true).is_err()
-            || epoll_control(&self.epoll, libc::EPOLL_CTL_ADD, conn.stream.as_raw_fd(), conn.id).is_err()
+            || epoll_watch(&self.epoll, libc::EPOLL_CTL_ADD, conn.stream.as_raw_fd(), conn.id, waiting.events())
+                .is_err()
         {
             registry.forget(conn.id);
             self.drained.notify_all();
@@ -453,7 +576,7 @@ impl Shared {
         if let Some(entry) = registry.live.get_mut(&conn.id) {
             entry.1 = -1;
         }
-        registry.parked.insert(conn.id, Parked { conn, since: now, deadline: now + limit });
+        registry.parked.insert(conn.id, Parked { conn, waiting, since: now, deadline });
     }
 
     /// Queues a connection whose request header is complete for a serving thread, starting one if none is free.
@@ -473,7 +596,11 @@ impl Shared {
             let spawned = std::thread::Builder::new().name("tcp-serve".into()).spawn(move || shared.serve_loop());
             if let Err(error) = spawned {
                 pool.workers -= 1;
-                tracing::warn!(%error, workers = pool.workers, "tcp data server: cannot start a serving thread");
+                if let Some(suppressed) = SPAWN_FAILED.admit() {
+                    tracing::warn!(%error, workers = pool.workers, suppressed,
+                        "tcp data server: cannot start a serving thread ({suppressed} more like this in the last \
+                         second)");
+                }
             }
         }
         self.work.notify_one();
@@ -506,13 +633,16 @@ impl Shared {
             };
             let mut conn = conn;
             match serve_connection(&mut conn, &self) {
-                Ok(true) => self.park(conn),
-                Ok(false) => {
+                Ok(Some(waiting)) => self.park(conn, waiting),
+                Ok(None) => {
                     tracing::trace!(peer = %conn.peer, "tcp connection closed by peer");
                     self.close(conn);
                 }
                 Err(error) => {
                     tracing::debug!(peer = %conn.peer, %error, "tcp connection ended");
+                    if error.kind() == io::ErrorKind::TimedOut {
+                        reset_on_close(&conn.stream);
+                    }
                     self.close(conn);
                 }
             }
@@ -591,15 +721,7 @@ fn poll_loop(listener: TcpListener, shared: Arc<Shared>) {
                     break;
                 }
             };
-            let conn = Conn {
-                id: shared.next_connection.fetch_add(1, Ordering::Relaxed),
-                stream,
-                peer,
-                source: Source::of(&peer),
-                requested: false,
-                header: [0; HEADER_LEN],
-                have: 0,
-            };
+            let conn = Conn::new(shared.next_connection.fetch_add(1, Ordering::Relaxed), stream, peer);
             let _ = conn.stream.set_nodelay(true);
             if conn.stream.set_nonblocking(true).is_err() {
                 continue;
@@ -622,7 +744,7 @@ fn poll_loop(listener: TcpListener, shared: Arc<Shared>) {
             *registry.per_source.entry(conn.source).or_insert(0) += 1;
             let now = Instant::now();
             let deadline = now + shared.limits.first_request_timeout;
-            registry.parked.insert(conn.id, Parked { conn, since: now, deadline });
+            registry.parked.insert(conn.id, Parked { conn, waiting: Waiting::Request, since: now, deadline });
         }
     }
     // Stopping: close every parked connection (serving threads close theirs; `Drop` waits for them).
@@ -636,10 +758,19 @@ fn poll_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 /// Reads what a parked connection has sent of its next request header; hands it to a serving thread once whole,
-/// closes it at EOF or on error.
+/// closes it at EOF or on error. A connection parked mid-request goes back to a serving thread as soon as it is
+/// ready (the thread finds out what it can do).
 fn read_parked(shared: &Arc<Shared>, id: u64) {
     let mut registry = lock(&shared.registry);
     let Some(parked) = registry.parked.get_mut(&id) else { return };
+    if parked.waiting != Waiting::Request {
+        if let Some(parked) = registry.parked.remove(&id) {
+            let _ = epoll_control(&shared.epoll, libc::EPOLL_CTL_DEL, parked.conn.stream.as_raw_fd(), 0);
+            drop(registry);
+            shared.dispatch(parked.conn);
+        }
+        return;
+    }
     let conn = &mut parked.conn;
     let outcome = loop {
         // SAFETY: reads at most `HEADER_LEN - have` bytes into the rest of the connection's header array.
@@ -698,64 +829,137 @@ fn read_parked(shared: &Arc<Shared>, id: u64) {
 fn expire_parked(shared: &Shared) {
     let now = Instant::now();
     let mut registry = lock(&shared.registry);
-    let expired: Vec<u64> =
-        registry.parked.values().filter(|parked| parked.deadline <= now).map(|p| p.conn.id).collect();
-    for id in expired {
+    let expired: Vec<(u64, Waiting)> =
+        registry.parked.values().filter(|parked| parked.deadline <= now).map(|p| (p.conn.id, p.waiting)).collect();
+    for (id, waiting) in expired {
         if let Some(conn) = shared.evict(&mut registry, id) {
             shared.expired.fetch_add(1, Ordering::Relaxed);
-            let what = if !conn.requested {
-                "no first request in time"
-            } else if conn.have > 0 {
-                "stalled inside a request header"
-            } else {
-                "idle"
+            if waiting != Waiting::Request {
+                reset_on_close(&conn.stream);
+            }
+            let what = match waiting {
+                Waiting::Request if !conn.requested => "no first request in time",
+                Waiting::Request if conn.have > 0 => "stalled inside a request header",
+                Waiting::Request => "idle",
+                Waiting::Input => "a WRITE payload stalled or past its request deadline",
+                Waiting::Output => "replies stalled or past their request deadline",
             };
             tracing::debug!(peer = %conn.peer, what, "tcp connection closed at its deadline");
         }
     }
 }
 
-/// Replies waiting to be written: statuses (static frames) and READ payloads (registered memory).
-struct Outbound {
-    iovecs: Vec<libc::iovec>,
+/// One part of the replies queued on a connection.
+#[derive(Clone, Copy, Debug)]
+enum Part {
+    /// A status frame.
+    Status(&'static [u8; STATUS_LEN]),
+    /// A READ payload: `[addr, addr + len)` was inside one registered buffer when its request was checked (and is
+    /// checked again before a parked connection resumes sending it).
+    Memory { addr: u64, len: usize },
+}
+
+impl Part {
+    fn len(&self) -> usize {
+        match self {
+            Part::Status(_) => STATUS_LEN,
+            Part::Memory { len, .. } => *len,
+        }
+    }
+}
+
+/// Replies waiting to be written, in order, kept with the connection while it is parked waiting for room.
+#[derive(Debug, Default)]
+struct Replies {
+    parts: VecDeque<Part>,
+    /// Bytes of the first part already written.
+    sent: usize,
+    /// Bytes not written yet.
     bytes: usize,
-    /// Whether a queued reply reads registered memory (a READ payload): a later WRITE on the same connection must
-    /// not change that memory before the reply has left.
-    holds_memory: bool,
+    /// READ payloads among the parts: a later WRITE on the same connection must not change that memory before
+    /// they have left.
+    memory_parts: usize,
+    /// The earliest deadline of the requests these replies answer.
+    deadline: Option<Instant>,
 }
 
 /// Flush when this much is queued even if more requests are buffered.
 const OUTBOUND_FLUSH_BYTES: usize = 8 << 20;
 
-impl Outbound {
-    fn push_status(&mut self, frame: &'static [u8; STATUS_LEN]) {
-        self.iovecs.push(iovec(frame.as_ptr(), STATUS_LEN));
-        self.bytes += STATUS_LEN;
+impl Replies {
+    fn is_empty(&self) -> bool {
+        self.parts.is_empty()
     }
 
-    fn push_memory(&mut self, addr: *const u8, len: usize) {
-        self.iovecs.push(iovec(addr, len));
-        self.bytes += len;
-        self.holds_memory = true;
+    fn push(&mut self, part: Part, deadline: Instant) {
+        self.bytes += part.len();
+        if matches!(part, Part::Memory { .. }) {
+            self.memory_parts += 1;
+        }
+        self.parts.push_back(part);
+        self.deadline = Some(self.deadline.map_or(deadline, |earliest| earliest.min(deadline)));
+    }
+
+    fn holds_memory(&self) -> bool {
+        self.memory_parts > 0
     }
 
     fn is_full(&self) -> bool {
-        self.iovecs.len() + 2 > MAX_IOVECS || self.bytes >= OUTBOUND_FLUSH_BYTES
+        self.parts.len() + 2 > MAX_IOVECS || self.bytes >= OUTBOUND_FLUSH_BYTES
     }
 
-    fn flush(&mut self, fd: i32, patience: &mut Patience<'_>) -> io::Result<()> {
-        if self.iovecs.is_empty() {
-            return Ok(());
+    /// The iovecs of what is left to write (at most [`MAX_IOVECS`]).
+    fn iovecs(&self, into: &mut Vec<libc::iovec>) {
+        into.clear();
+        for (index, part) in self.parts.iter().take(MAX_IOVECS).enumerate() {
+            let skip = if index == 0 { self.sent } else { 0 };
+            let (addr, len) = match part {
+                Part::Status(frame) => (frame.as_ptr(), STATUS_LEN),
+                Part::Memory { addr, len } => (*addr as *const u8, *len),
+            };
+            // The first part's address is advanced within its own range (`skip < len`).
+            into.push(iovec(addr.wrapping_add(skip), len - skip));
         }
-        // SAFETY: the iovecs point at the static status frames or at READ ranges that were inside a registered
-        // buffer when their request was checked (the `register_memory` contract keeps them valid until
-        // unregistered; a range unmapped since is reported by the kernel as EFAULT, not a crash).
-        let result = unsafe { write_all_vectored(fd, &mut self.iovecs, patience) };
-        self.iovecs.clear();
-        self.bytes = 0;
-        self.holds_memory = false;
-        result
     }
+
+    /// Records that `wrote` more bytes have left.
+    fn advance(&mut self, mut wrote: usize) {
+        self.bytes -= wrote;
+        while wrote > 0 {
+            let Some(first) = self.parts.front() else { break };
+            let left = first.len() - self.sent;
+            if wrote < left {
+                self.sent += wrote;
+                break;
+            }
+            wrote -= left;
+            if matches!(first, Part::Memory { .. }) {
+                self.memory_parts -= 1;
+            }
+            self.parts.pop_front();
+            self.sent = 0;
+        }
+        if self.parts.is_empty() {
+            self.deadline = None;
+        }
+    }
+}
+
+/// Makes closing `stream` reset the connection and drop whatever it still had to send (`SO_LINGER` with a zero
+/// timeout): a connection closed mid-request at its deadline leaves no reply queued in the kernel for a peer that
+/// takes it a few bytes at a time, and the peer learns at once that it was closed.
+fn reset_on_close(stream: &TcpStream) {
+    let linger = libc::linger { l_onoff: 1, l_linger: 0 };
+    // SAFETY: a live linger value of the right size, on a live socket.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        )
+    };
 }
 
 /// Whether bytes are waiting to be read on `fd` (checked without blocking or consuming them).
@@ -765,9 +969,9 @@ fn has_pending_input(fd: RawFd) -> bool {
     unsafe { libc::recv(fd, (&mut byte as *mut u8).cast(), 1, libc::MSG_PEEK | libc::MSG_DONTWAIT) > 0 }
 }
 
-/// Whether `fd` has input (or EOF, or an error) within `wait`.
-fn readable_within(fd: RawFd, wait: Duration) -> io::Result<bool> {
-    let mut poll = libc::pollfd { fd, events: libc::POLLIN | libc::POLLRDHUP, revents: 0 };
+/// Whether `fd` is ready for `events` (or has an error or hang-up) within `wait`.
+fn ready_within(fd: RawFd, events: libc::c_short, wait: Duration) -> io::Result<bool> {
+    let mut poll = libc::pollfd { fd, events, revents: 0 };
     let timeout = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
     loop {
         // SAFETY: one live pollfd.
@@ -782,38 +986,236 @@ fn readable_within(fd: RawFd, wait: Duration) -> io::Result<bool> {
     }
 }
 
-/// Serves requests on `conn` while they keep coming. `Ok(true)`: it went quiet, park it (any part of the next
-/// header read so far is back in `conn.header`); `Ok(false)`: the peer closed cleanly; `Err`: the connection ends.
-fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<bool> {
-    let stream = &conn.stream;
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(shared.limits.tick))?;
-    stream.set_write_timeout(Some(shared.limits.tick))?;
-    let fd = stream.as_raw_fd();
-    let mut inbound = Inbound::new(fd, 256 * 1024);
-    inbound.preload(&conn.header[..conn.have]);
-    conn.have = 0;
-    let mut outbound = Outbound { iovecs: Vec::with_capacity(MAX_IOVECS), bytes: 0, holds_memory: false };
-    let mut patience = Patience::new("read request header", shared.limits.io_timeout, Some(&shared.stopping));
+/// Waits for a connection in the middle of a request to move: `Ok(true)` once `fd` is ready for `events`,
+/// `Ok(false)` when it is not within the slice (`linger`, or none at all while other connections wait for a thread:
+/// park it), an error once the request's `deadline` has passed or the server stops.
+fn await_progress(
+    fd: RawFd,
+    events: libc::c_short,
+    deadline: Instant,
+    shared: &Shared,
+    what: &str,
+) -> io::Result<bool> {
+    if shared.stopping.load(Ordering::Relaxed) {
+        return Err(io::Error::new(io::ErrorKind::Interrupted, "stopping"));
+    }
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(io::Error::new(io::ErrorKind::TimedOut, format!("{what}: the request's deadline passed")));
+    }
+    let slice = if shared.queued.load(Ordering::Relaxed) > 0 { Duration::ZERO } else { shared.limits.linger };
+    ready_within(fd, events, slice.min(left))
+}
+
+/// Writes the connection's queued replies without blocking: `Ok(true)` once all are out, `Ok(false)` if the peer
+/// stopped taking them for a slice (park it waiting for room).
+fn send_replies(conn: &mut Conn, shared: &Shared, iovecs: &mut Vec<libc::iovec>) -> io::Result<bool> {
+    let fd = conn.stream.as_raw_fd();
+    while !conn.replies.is_empty() {
+        conn.replies.iovecs(iovecs);
+        // SAFETY: a zeroed msghdr is valid (no name, no control data); the iovecs stay alive and unchanged during
+        // the call.
+        let mut message: libc::msghdr = unsafe { std::mem::zeroed() };
+        message.msg_iov = iovecs.as_mut_ptr();
+        message.msg_iovlen = iovecs.len() as _;
+        // SAFETY: the iovecs point at the static status frames or at READ ranges that were inside a registered
+        // buffer when their request was checked (and again when this connection resumed from a park); the
+        // `register_memory` contract keeps them valid until unregistered, and a range unmapped since is reported by
+        // the kernel as EFAULT, not a crash. MSG_NOSIGNAL: a peer's reset is EPIPE, not SIGPIPE; MSG_DONTWAIT: a
+        // full socket is the poll's business below.
+        let wrote = unsafe { libc::sendmsg(fd, &message, libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) };
+        if wrote > 0 {
+            conn.replies.advance(wrote as usize);
+            continue;
+        }
+        if wrote == 0 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "socket accepted no bytes"));
+        }
+        let error = io::Error::last_os_error();
+        match error.kind() {
+            io::ErrorKind::Interrupted => continue,
+            io::ErrorKind::WouldBlock => {
+                let deadline = conn.replies.deadline.unwrap_or_else(|| Instant::now() + shared.limits.io_timeout);
+                if !await_progress(fd, libc::POLLOUT, deadline, shared, "write replies")? {
+                    return Ok(false);
+                }
+            }
+            _ => return Err(error),
+        }
+    }
+    Ok(true)
+}
+
+/// Moves the rest of a WRITE payload into memory: `Ok(true)` once whole, `Ok(false)` if the peer sent nothing for a
+/// slice (park it waiting for input; `write.done` says how far it got).
+fn receive_payload(
+    inbound: &mut Inbound,
+    write: &mut PendingWrite,
+    fd: RawFd,
+    shared: &Shared,
+    patience: &mut Patience<'_>,
+) -> io::Result<bool> {
+    while write.done < write.length {
+        let left = write.length - write.done;
+        let dst = (write.addr as *mut u8).wrapping_add(write.done);
+        let buffered = inbound.buffered();
+        if buffered > 0 {
+            let take = buffered.min(left);
+            if write.unmapped.is_some() {
+                inbound.discard(take);
+                write.done += take;
+                continue;
+            }
+            // SAFETY: `[dst, dst + take)` lies inside the WRITE's range, inside one registered buffer (checked when
+            // its header arrived, and again if the connection resumed from a park); a page of it unmapped since is
+            // an error of the checked copy. `take` bytes are buffered, so this copies and never reads the socket.
+            match unsafe { inbound.payload(dst, take, patience) } {
+                Ok(()) => {}
+                // The `take` bytes were consumed and dropped: drop the rest of the payload too.
+                Err(error) if is_unmapped_destination(&error) => write.unmapped = Some(error.to_string()),
+                Err(error) => return Err(error),
+            }
+            write.done += take;
+            continue;
+        }
+        if !await_progress(fd, libc::POLLIN | libc::POLLRDHUP, write.deadline, shared, "read write payload")? {
+            return Ok(false);
+        }
+        let got = if left >= DIRECT_READ_MIN && write.unmapped.is_none() {
+            // Large: straight from the socket into place. The socket is ready, so this returns at once.
+            // SAFETY: as above, `[dst, dst + left)` is the rest of the checked range; read(2) reports a page that
+            // is not mapped as EFAULT (then nothing was consumed, and the rest is read and dropped).
+            match unsafe { read_some(fd, dst, left, patience) } {
+                Ok(got) => {
+                    write.done += got;
+                    got
+                }
+                Err(error) if error.raw_os_error() == Some(libc::EFAULT) => {
+                    write.unmapped = Some(format!(
+                        "destination [{:#x}, +{}) is not mapped in this process (at byte {}: {error}); payload dropped",
+                        write.addr, write.length, write.done
+                    ));
+                    continue;
+                }
+                Err(error) => return Err(error),
+            }
+        } else {
+            inbound.fill(patience)?
+        };
+        if got == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("peer closed the connection {} of {} bytes into a WRITE payload", write.done, write.length),
+            ));
+        }
+    }
+    Ok(true)
+}
+
+/// Checks that the memory a connection parked mid-request will touch is still registered: it may have been
+/// unregistered while the connection waited.
+fn still_registered(conn: &Conn, shared: &Shared) -> io::Result<()> {
+    let memory = shared.memory.read().unwrap_or_else(|p| p.into_inner());
+    let gone = |what: &str, error: crate::transfer::RangeError| {
+        io::Error::other(format!("{what} is no longer registered memory: {error}"))
+    };
+    if let Some(write) = &conn.write {
+        memory.find_containing(write.addr, write.length as u64).map_err(|e| gone("a parked WRITE's range", e))?;
+    }
+    for part in &conn.replies.parts {
+        if let Part::Memory { addr, len } = part {
+            memory.find_containing(*addr, *len as u64).map_err(|e| gone("a parked READ reply's range", e))?;
+        }
+    }
+    Ok(())
+}
+
+/// Serves requests on `conn` while they keep coming and keep moving. `Ok(Some(waiting))`: park it, waiting for
+/// that (any bytes read ahead are kept in `conn`: a partial header in `conn.header`, more in `conn.ahead`);
+/// `Ok(None)`: the peer closed cleanly; `Err`: the connection ends.
+fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<Option<Waiting>> {
+    conn.stream.set_nonblocking(false)?;
+    conn.stream.set_read_timeout(Some(shared.limits.tick))?;
+    conn.stream.set_write_timeout(Some(shared.limits.tick))?;
+    let fd = conn.stream.as_raw_fd();
+    let mut inbound = Inbound::new(fd, INBOUND_CAPACITY);
+    if conn.have > 0 {
+        inbound.preload(&conn.header[..conn.have]);
+        conn.have = 0;
+    } else if !conn.ahead.is_empty() {
+        inbound.preload(&std::mem::take(&mut conn.ahead));
+    }
+    if conn.write.is_some() || !conn.replies.is_empty() {
+        still_registered(conn, shared)?;
+    }
+    let mut iovecs: Vec<libc::iovec> = Vec::with_capacity(MAX_IOVECS);
+    // Reads happen only once the socket is ready, so this bounds nothing but a peer that vanishes mid-read.
+    let mut patience = Patience::new("read request", shared.limits.io_timeout, Some(&shared.stopping));
+    let park = |conn: &mut Conn, inbound: &mut Inbound, waiting: Waiting| {
+        conn.ahead = inbound.take_buffered();
+        Ok(Some(waiting))
+    };
     loop {
-        if inbound.buffered() < HEADER_LEN || outbound.is_full() {
-            // About to wait for input (or holding a lot): the peer must see every reply queued so far first.
-            patience.restart("write replies", shared.limits.io_timeout);
-            outbound.flush(fd, &mut patience)?;
+        if let Some(mut write) = conn.write.take() {
+            if !conn.replies.is_empty()
+                && (inbound.buffered() < write.length - write.done || conn.replies.holds_memory())
+                && !send_replies(conn, shared, &mut iovecs)?
+            {
+                // The peer must see the replies queued so far before this WRITE may wait on the socket; and a READ
+                // reply still queued must leave before this WRITE changes memory it may cover (requests on one
+                // connection take effect in order).
+                conn.write = Some(write);
+                return park(conn, &mut inbound, Waiting::Output);
+            }
+            patience.restart("read write payload", shared.limits.io_timeout);
+            if !receive_payload(&mut inbound, &mut write, fd, shared, &mut patience)? {
+                conn.write = Some(write);
+                return park(conn, &mut inbound, Waiting::Input);
+            }
+            if let Some(reason) = write.unmapped.take() {
+                // Answered like a range outside the registered buffers: REJECTED (v2), then the connection closes.
+                shared.rejected.fetch_add(1, Ordering::Relaxed);
+                if let Some(suppressed) = UNMAPPED_WRITE.admit() {
+                    tracing::warn!(peer = %conn.peer, %reason, suppressed, "tcp data server: WRITE into registered \
+                        memory that is not mapped; request rejected ({suppressed} more like this in the last second)");
+                }
+                if write.version == WireVersion::V2 {
+                    conn.replies.push(Part::Status(&REJECTED_FRAME), write.deadline);
+                }
+                conn.closing = Some(format!("rejected request: {reason}"));
+                continue;
+            }
+            if write.version == WireVersion::V2 {
+                // The OK frame leaves only after the last byte is in memory (the copy above has returned).
+                conn.replies.push(Part::Status(&OK_FRAME), write.deadline);
+            }
+            shared.served[version_index(write.version)].fetch_add(1, Ordering::Relaxed);
+            continue;
+        }
+        if !conn.replies.is_empty()
+            && (inbound.buffered() < HEADER_LEN || conn.replies.is_full() || conn.closing.is_some())
+            && !send_replies(conn, shared, &mut iovecs)?
+        {
+            // About to wait for input (or holding a lot, or closing): the peer must see every reply queued first.
+            return park(conn, &mut inbound, Waiting::Output);
+        }
+        if let Some(reason) = conn.closing.take() {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, reason));
         }
         while inbound.buffered() < HEADER_LEN {
             // Between requests: keep the thread only if the next one is coming now and no other connection waits.
-            let waited = shared.queued.load(Ordering::Relaxed) == 0 && readable_within(fd, shared.limits.linger)?;
+            let waited = shared.queued.load(Ordering::Relaxed) == 0
+                && ready_within(fd, libc::POLLIN | libc::POLLRDHUP, shared.limits.linger)?;
             if !waited || shared.stopping.load(Ordering::Relaxed) {
                 let partial = inbound.take_buffered();
                 conn.header[..partial.len()].copy_from_slice(&partial);
                 conn.have = partial.len();
-                return Ok(true);
+                return Ok(Some(Waiting::Request));
             }
             patience.restart("read request header", shared.limits.io_timeout);
             if inbound.fill(&mut patience)? == 0 {
                 if inbound.buffered() == 0 {
-                    return Ok(false);
+                    return Ok(None);
                 }
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
@@ -822,9 +1224,10 @@ fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<bool> {
             }
         }
         let Some(bytes) = inbound.frame::<HEADER_LEN>(&mut patience)? else {
-            return Ok(false);
+            return Ok(None);
         };
         let header = RequestHeader::decode(&bytes);
+        let deadline = shared.limits.request_deadline(Instant::now(), header.size);
         let checked = {
             let memory = shared.memory.read().unwrap_or_else(|p| p.into_inner());
             memory.find_containing(header.addr, header.size).map(|_| ())
@@ -832,60 +1235,35 @@ fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<bool> {
         let length = match (checked, usize::try_from(header.size)) {
             (Ok(()), Ok(length)) => length,
             (checked, _) => {
-                shared.rejected.fetch_add(1, Ordering::Relaxed);
+                let rejected = shared.rejected.fetch_add(1, Ordering::Relaxed) + 1;
                 let reason = checked.err().map(|e| e.to_string()).unwrap_or_else(|| "size exceeds usize".into());
-                tracing::warn!(addr = header.addr, size = header.size, opcode = ?header.opcode,
-                    version = ?header.version, %reason, "tcp data server: request rejected");
-                if header.version == WireVersion::V2 {
-                    outbound.push_status(&REJECTED_FRAME);
-                    patience.restart("write rejection", shared.limits.io_timeout);
-                    outbound.flush(fd, &mut patience)?;
+                if let Some(suppressed) = REQUEST_REJECTED.admit() {
+                    tracing::warn!(peer = %conn.peer, addr = header.addr, size = header.size, opcode = ?header.opcode,
+                        version = ?header.version, %reason, suppressed, rejected,
+                        "tcp data server: request rejected ({suppressed} more like this in the last second)");
                 }
-                return Err(io::Error::new(io::ErrorKind::InvalidData, format!("rejected request: {reason}")));
+                if header.version == WireVersion::V2 {
+                    conn.replies.push(Part::Status(&REJECTED_FRAME), deadline);
+                }
+                conn.closing = Some(format!("rejected request: {reason}"));
+                continue;
             }
         };
-        let addr = header.addr as *mut u8;
         match header.opcode {
             WireOpcode::Write => {
-                patience.restart("read write payload", shared.limits.io_timeout);
-                if inbound.buffered() < length || outbound.holds_memory {
-                    // We may block on the socket: let the peer have the replies queued so far. And a READ reply
-                    // still queued must leave before this WRITE changes memory it may cover (requests on one
-                    // connection take effect in order).
-                    outbound.flush(fd, &mut patience)?;
-                }
-                // SAFETY: `[addr, addr + length)` lies inside one buffer registered with the engine (checked just
-                // above under the registry lock); a page of it unmapped since is an error of the checked copy.
-                if let Err(error) = unsafe { inbound.payload(addr, length, &mut patience) } {
-                    if is_unmapped_destination(&error) {
-                        // The payload was read and dropped: the peer gets REJECTED (v2), then the connection closes,
-                        // as for a range outside the registered buffers.
-                        shared.rejected.fetch_add(1, Ordering::Relaxed);
-                        if let Some(suppressed) = UNMAPPED_WRITE.admit() {
-                            tracing::warn!(%error, suppressed, "tcp data server: WRITE into registered memory that is \
-                                not mapped; request rejected ({suppressed} more like this in the last second)");
-                        }
-                        if header.version == WireVersion::V2 {
-                            outbound.push_status(&REJECTED_FRAME);
-                            patience.restart("write rejection", shared.limits.io_timeout);
-                            outbound.flush(fd, &mut patience)?;
-                        }
-                    }
-                    return Err(error);
-                }
-                if header.version == WireVersion::V2 {
-                    // The OK frame leaves only after the last byte is in memory (the copy above has returned).
-                    outbound.push_status(&OK_FRAME);
-                }
+                conn.write =
+                    Some(PendingWrite { addr: header.addr, length, done: 0, version: header.version, deadline, unmapped: None });
             }
             WireOpcode::Read => {
                 if header.version == WireVersion::V2 {
-                    outbound.push_status(&OK_FRAME);
+                    conn.replies.push(Part::Status(&OK_FRAME), deadline);
                 }
-                outbound.push_memory(addr, length);
+                if length > 0 {
+                    conn.replies.push(Part::Memory { addr: header.addr, len: length }, deadline);
+                }
+                shared.served[version_index(header.version)].fetch_add(1, Ordering::Relaxed);
             }
         }
-        shared.served[version_index(header.version)].fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -898,4 +1276,43 @@ fn version_index(version: WireVersion) -> usize {
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The deadline is the base plus the size at the minimum rate; any size, the largest included, gives a
+    /// deadline (far away) rather than an overflow.
+    #[test]
+    fn a_request_deadline_is_the_base_plus_its_size_at_the_minimum_rate() {
+        let limits =
+            ServerLimits { request_timeout: Duration::from_secs(2), request_min_rate: 1 << 20, ..Default::default() };
+        let start = Instant::now();
+        assert_eq!(limits.request_deadline(start, 0), start + Duration::from_secs(2));
+        assert_eq!(limits.request_deadline(start, 3 << 20), start + Duration::from_secs(5));
+        assert!(limits.request_deadline(start, u64::MAX) > start + Duration::from_secs(1 << 30));
+        let zero_rate = ServerLimits { request_min_rate: 0, ..limits };
+        assert!(zero_rate.request_deadline(start, 1) >= start + Duration::from_secs(2));
+    }
+
+    /// Replies written in pieces: the first part's offset moves, whole parts leave the queue, and the deadline and
+    /// the count of READ payloads follow.
+    #[test]
+    fn replies_advance_through_partial_writes() {
+        let now = Instant::now();
+        let mut replies = Replies::default();
+        replies.push(Part::Status(&OK_FRAME), now);
+        replies.push(Part::Memory { addr: 0x1000, len: 100 }, now + Duration::from_secs(1));
+        assert_eq!((replies.bytes, replies.memory_parts, replies.deadline), (108, 1, Some(now)));
+        replies.advance(5);
+        let mut iovecs = Vec::new();
+        replies.iovecs(&mut iovecs);
+        assert_eq!((iovecs[0].iov_len, iovecs[1].iov_len), (3, 100));
+        replies.advance(3 + 40);
+        replies.iovecs(&mut iovecs);
+        assert_eq!((iovecs.len(), iovecs[0].iov_base as u64, iovecs[0].iov_len), (1, 0x1000 + 40, 60));
+        replies.advance(60);
+        assert!(replies.is_empty() && !replies.holds_memory() && replies.deadline.is_none() && replies.bytes == 0);
+    }
 }
