@@ -1251,8 +1251,14 @@ fn serve_connection(conn: &mut Conn, shared: &Shared) -> io::Result<Option<Waiti
         };
         match header.opcode {
             WireOpcode::Write => {
-                conn.write =
-                    Some(PendingWrite { addr: header.addr, length, done: 0, version: header.version, deadline, unmapped: None });
+                conn.write = Some(PendingWrite {
+                    addr: header.addr,
+                    length,
+                    done: 0,
+                    version: header.version,
+                    deadline,
+                    unmapped: None,
+                });
             }
             WireOpcode::Read => {
                 if header.version == WireVersion::V2 {
