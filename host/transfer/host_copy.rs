@@ -166,6 +166,88 @@ pub fn copy_vm(dst: u64, src: u64, length: usize) -> Result<(), HostCopyError> {
     Ok(())
 }
 
+/// One range of a [`copy_many`]: (destination, source, length), both addresses of this process.
+pub type CopyEntry = (u64, u64, usize);
+
+/// Copies every entry (each as [`copy`] would), with one `process_vm_readv(2)` per [`MAX_COPY_ENTRIES`] entries
+/// instead of one per entry, and returns each entry's outcome in order. An entry whose page is not mapped fails
+/// alone: the others are copied all the same.
+///
+/// The kernel processes the iovecs in order and reports a short count at the first page it cannot copy
+/// (`process_vm_readv(2)`, "DESCRIPTION" and "RETURN VALUE"), so after a short count the entries wholly inside the
+/// count have landed, and the entry the count stops in and every later one are copied again one by one through
+/// [`copy`], which names exactly the entries that fail. Overlapping entries, and every entry under the pipe
+/// fallback, go through [`copy`] one by one.
+pub fn copy_many(entries: &[CopyEntry]) -> Vec<Result<(), HostCopyError>> {
+    copy_entries(entries, method() == METHOD_VM, copy)
+}
+
+/// [`copy_many`] with the primitive chosen by the caller: `vectored` tries one `process_vm_readv(2)` per group of
+/// entries, and `one` copies a single entry (the fallback after a short count, and every entry when not vectored).
+fn copy_entries(
+    entries: &[CopyEntry],
+    vectored: bool,
+    one: fn(u64, u64, usize) -> Result<(), HostCopyError>,
+) -> Vec<Result<(), HostCopyError>> {
+    let mut outcomes = Vec::with_capacity(entries.len());
+    for group in entries.chunks(MAX_COPY_ENTRIES) {
+        copy_group(group, vectored, one, &mut outcomes);
+    }
+    outcomes
+}
+
+/// The most entries one `process_vm_readv(2)` of [`copy_many`] carries (the kernel's limit on iovecs per side,
+/// `IOV_MAX`, is 1024: `process_vm_readv(2)`, "ERRORS", `EINVAL`).
+pub const MAX_COPY_ENTRIES: usize = 1024;
+
+fn copy_group(
+    group: &[CopyEntry],
+    vectored: bool,
+    one: fn(u64, u64, usize) -> Result<(), HostCopyError>,
+    outcomes: &mut Vec<Result<(), HostCopyError>>,
+) {
+    // Entries that need nothing special: empty, or ranges that do not overlap (an overlapping copy needs copy()).
+    let simple = |&(dst, src, length): &CopyEntry| {
+        length == 0 || !(dst < src.saturating_add(length as u64) && src < dst.saturating_add(length as u64))
+    };
+    if group.len() < 2 || !vectored || !group.iter().all(simple) {
+        outcomes.extend(group.iter().map(|&(dst, src, length)| one(dst, src, length)));
+        return;
+    }
+    let local: Vec<libc::iovec> = group
+        .iter()
+        .map(|&(dst, _, length)| libc::iovec { iov_base: dst as *mut libc::c_void, iov_len: length })
+        .collect();
+    let remote: Vec<libc::iovec> = group
+        .iter()
+        .map(|&(_, src, length)| libc::iovec { iov_base: src as *mut libc::c_void, iov_len: length })
+        .collect();
+    // SAFETY: getpid(2) has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let got = loop {
+        // SAFETY: the kernel copies between ranges of this process and checks every page itself (EFAULT for one that
+        // is not mapped); no Rust reference to any range exists here. Both iovec arrays are live, with `group.len()`
+        // (at most MAX_COPY_ENTRIES) elements each.
+        let got = unsafe {
+            libc::process_vm_readv(pid, local.as_ptr(), local.len() as _, remote.as_ptr(), remote.len() as _, 0)
+        };
+        if got < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        break got;
+    };
+    // Entries wholly inside the count landed; the rest (from the entry the count stopped in) are copied again one by
+    // one, which also handles a refusal (EPERM, ENOSYS: the switch to the pipe) and names the entries that fail.
+    let mut landed = got.max(0) as usize;
+    let mut index = 0;
+    while index < group.len() && group[index].2 <= landed {
+        landed -= group[index].2;
+        outcomes.push(Ok(()));
+        index += 1;
+    }
+    outcomes.extend(group[index..].iter().map(|&(dst, src, length)| one(dst, src, length)));
+}
+
 thread_local! {
     /// This thread's pipe for [`copy_pipe`]: (read end, write end).
     static PIPE: RefCell<Option<(OwnedFd, OwnedFd)>> = const { RefCell::new(None) };
@@ -370,6 +452,76 @@ mod tests {
             copy(target.as_mut_ptr() as u64, source.as_ptr() as u64, 100).expect("mapped");
             assert_eq!(target, source);
         });
+    }
+
+    /// Many entries with one whose destination (or source) is in the hole: exactly that entry fails, every other
+    /// lands; through one vectored call with the per-entry fallback, and through the pipe entry by entry. More entries
+    /// than one call takes, so the grouping is covered too.
+    #[test]
+    fn copy_many_fails_only_the_entry_that_touches_an_unmapped_page() {
+        let primitives: [(bool, fn(u64, u64, usize) -> Result<(), HostCopyError>); 2] =
+            [(true, copy_vm), (false, copy_pipe)];
+        for (vectored, one) in primitives {
+            let holed = Holed::new(3, 1);
+            let hole = holed.base + PAGE as u64;
+            let count = MAX_COPY_ENTRIES + 300;
+            let size = 100usize;
+            for bad in [0usize, 7, MAX_COPY_ENTRIES - 1, MAX_COPY_ENTRIES, count - 1] {
+                for bad_source in [false, true] {
+                    let source: Vec<u8> = (0..count * size).map(|i| (i % 251) as u8).collect();
+                    let mut target = vec![0u8; count * size];
+                    let entries: Vec<CopyEntry> = (0..count)
+                        .map(|i| {
+                            let dst = target.as_mut_ptr() as u64 + (i * size) as u64;
+                            let src = source.as_ptr() as u64 + (i * size) as u64;
+                            match (i == bad, bad_source) {
+                                (false, _) => (dst, src, size),
+                                // Running from the mapped page before into the hole.
+                                (true, false) => (hole - 8, src, size),
+                                (true, true) => (dst, hole - 8, size),
+                            }
+                        })
+                        .collect();
+                    let outcomes = copy_entries(&entries, vectored, one);
+                    assert_eq!(outcomes.len(), count);
+                    for (i, outcome) in outcomes.iter().enumerate() {
+                        let part = i * size..(i + 1) * size;
+                        if i == bad {
+                            let error = outcome.as_ref().expect_err("the entry in the hole fails");
+                            assert!(error.is_unmapped(), "{error}");
+                            assert_eq!(error.length, size);
+                        } else {
+                            assert!(outcome.is_ok(), "entry {i} (bad {bad}, vectored {vectored}): {outcome:?}");
+                            assert!(target[part.clone()] == source[part], "entry {i} landed");
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn copy_many_copies_every_entry_and_overlapping_ones_like_memmove() {
+        let source: Vec<u8> = (0..10_000u32).map(|i| (i % 249) as u8).collect();
+        let mut target = vec![0u8; 10_000];
+        let sizes = [1usize, 0, 4096, 17, 3000, 2886];
+        let mut entries = Vec::new();
+        let mut at = 0usize;
+        for size in sizes {
+            entries.push((target.as_mut_ptr() as u64 + at as u64, source.as_ptr() as u64 + at as u64, size));
+            at += size;
+        }
+        assert!(copy_many(&entries).iter().all(Result::is_ok));
+        assert!(target == source);
+        // An overlapping entry among others: copied as memmove would.
+        let mut ours = source.clone();
+        let mut expected = source.clone();
+        expected.copy_within(0..100, 1);
+        expected.copy_within(5000..5100, 6000);
+        let base = ours.as_mut_ptr() as u64;
+        let outcomes = copy_many(&[(base + 1, base, 100), (base + 6000, base + 5000, 100)]);
+        assert!(outcomes.iter().all(Result::is_ok));
+        assert!(ours == expected);
     }
 
     #[test]

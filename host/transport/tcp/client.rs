@@ -713,16 +713,46 @@ struct Reader {
 }
 
 impl Reader {
+    /// Takes the replies in order. A reply that is wholly in the receive buffer is taken without waiting: its READ
+    /// payload's copy is deferred ([`Inbound::defer_payload`]) and its job queued in `done`; the queue is settled
+    /// (the deferred copies made in one call, then each job completed or failed, in order) before anything that
+    /// could wait on the socket or the expectations, and before any other outcome is acted on, so the jobs finish
+    /// in the order of their replies, each only after its bytes landed.
     fn run(self) {
         let fd = self.stream.as_raw_fd();
         let mut inbound = Inbound::new(fd, 256 * 1024);
         let mut cpu_mark = thread_cpu_ns();
-        while let Ok(expected) = self.expectations.recv() {
+        let mut done: VecDeque<Taken> = VecDeque::new();
+        loop {
+            let expected = match self.expectations.try_recv() {
+                Ok(expected) => expected,
+                Err(mpsc::TryRecvError::Empty) => {
+                    self.settle(&mut inbound, &mut done, &mut cpu_mark);
+                    match self.expectations.recv() {
+                        Ok(expected) => expected,
+                        Err(_) => break,
+                    }
+                }
+                Err(mpsc::TryRecvError::Disconnected) => break,
+            };
             let Expected { job, version, writer_cpu_share } = expected;
+            // Wholly buffered: receive() neither reads the socket nor copies (its READ payload is deferred).
+            let whole = inbound.buffered() as u64 >= reply_len(&job, version);
+            if !whole {
+                self.settle(&mut inbound, &mut done, &mut cpu_mark);
+            }
             let mut patience =
                 Patience::new("receive reply", self.io_timeout, None).until(job.transfer.slot.deadline());
-            match receive(&mut inbound, &job, version, &mut patience) {
-                Ok(replies) => {
+            let received = receive(&mut inbound, &job, version, whole, &mut patience);
+            if let Ok((replies, deferred)) = received {
+                if deferred || !done.is_empty() {
+                    done.push_back(Taken { job, replies, deferred, writer_cpu_share });
+                    continue;
+                }
+            }
+            self.settle(&mut inbound, &mut done, &mut cpu_mark);
+            match received {
+                Ok((replies, _)) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
                     let now = thread_cpu_ns();
                     let cpu = now.saturating_sub(cpu_mark) + writer_cpu_share.load(Ordering::Acquire);
@@ -731,12 +761,7 @@ impl Reader {
                 }
                 Err(error) if is_unmapped_destination(&error) => {
                     // The reply's payload was read and dropped: the stream is in step, only this transfer fails.
-                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
-                    job.fail(TransferFailure::new(
-                        "tcp",
-                        FailureKind::InvalidRequest,
-                        format!("reply from {}: local buffer of the READ: {error}", self.address),
-                    ));
+                    self.unmapped(job, &error);
                 }
                 Err(error) => {
                     self.outstanding.fetch_sub(1, Ordering::AcqRel);
@@ -774,11 +799,73 @@ impl Reader {
                 }
             }
         }
+        self.settle(&mut inbound, &mut done, &mut cpu_mark);
+    }
+
+    /// Makes the deferred copies and finishes the queued jobs in order: completed, or failed if their copy failed.
+    /// The reader's CPU time since the last completion is shared evenly among the completed ones.
+    fn settle(&self, inbound: &mut Inbound, done: &mut VecDeque<Taken>, cpu_mark: &mut u64) {
+        if done.is_empty() {
+            return;
+        }
+        let mut outcomes = inbound.take_settled();
+        let now = thread_cpu_ns();
+        let share = now.saturating_sub(*cpu_mark) / done.len() as u64;
+        *cpu_mark = now;
+        while let Some(taken) = done.pop_front() {
+            let outcome = if taken.deferred {
+                outcomes.next().unwrap_or_else(|| Err(io::Error::other("deferred copy without an outcome")))
+            } else {
+                Ok(())
+            };
+            match outcome {
+                Ok(()) => {
+                    self.outstanding.fetch_sub(1, Ordering::AcqRel);
+                    taken.job.complete(share + taken.writer_cpu_share.load(Ordering::Acquire), taken.replies);
+                }
+                Err(error) => self.unmapped(taken.job, &error),
+            }
+        }
+    }
+
+    /// Fails a READ whose payload could not be stored (its local buffer is not mapped); the stream is in step.
+    fn unmapped(&self, job: Job, error: &io::Error) {
+        self.outstanding.fetch_sub(1, Ordering::AcqRel);
+        job.fail(TransferFailure::new(
+            "tcp",
+            FailureKind::InvalidRequest,
+            format!("reply from {}: local buffer of the READ: {error}", self.address),
+        ));
     }
 }
 
-/// Reads `job`'s reply; returns the replies read that completed it (the v2 status frame, or the v1 READ payload).
-fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mut Patience<'_>) -> io::Result<u64> {
+/// A job whose reply was taken from the receive buffer and that waits for [`Reader::settle`].
+struct Taken {
+    job: Job,
+    replies: u64,
+    /// Whether its READ payload's copy was deferred (its outcome comes from [`Inbound::take_settled`]).
+    deferred: bool,
+    writer_cpu_share: Arc<AtomicU64>,
+}
+
+/// The bytes of `job`'s reply on the wire: the v2 status frame, then a READ's payload.
+fn reply_len(job: &Job, version: WireVersion) -> u64 {
+    let status = if version == WireVersion::V2 { STATUS_LEN as u64 } else { 0 };
+    let payload = if job.transfer.opcode == Opcode::Read { job.transfer.length } else { 0 };
+    status.saturating_add(payload)
+}
+
+/// Reads `job`'s reply; returns the replies read that completed it (the v2 status frame, or the v1 READ payload),
+/// and whether the READ payload's copy was deferred (only with `defer`, when it is wholly buffered: see
+/// [`Inbound::defer_payload`]).
+fn receive(
+    inbound: &mut Inbound,
+    job: &Job,
+    version: WireVersion,
+    defer: bool,
+    patience: &mut Patience<'_>,
+) -> io::Result<(u64, bool)> {
+    let mut deferred = false;
     let mut replies = 0;
     if version == WireVersion::V2 {
         let frame = inbound.frame::<STATUS_LEN>(patience)?.ok_or_else(|| {
@@ -802,13 +889,19 @@ fn receive(inbound: &mut Inbound, job: &Job, version: WireVersion, patience: &mu
         // SAFETY: the engine checked that `[local_addr, local_addr + length)` lies inside one registered local
         // buffer (and the transport checked again before queuing); a page of it unmapped since is an error of the
         // checked copy (or of read(2)), not a crash.
-        unsafe { inbound.payload(job.transfer.local_addr as *mut u8, job.transfer.length as usize, patience)? };
+        let (dst, len) = (job.transfer.local_addr as *mut u8, job.transfer.length as usize);
+        // SAFETY: as above; the deferred copy is made before the job completes (Reader::settle).
+        deferred = defer && unsafe { inbound.defer_payload(dst, len) };
+        if !deferred {
+            // SAFETY: as above.
+            unsafe { inbound.payload(dst, len, patience)? };
+        }
         if version == WireVersion::V1 {
             // v1 has no status frame: the payload is the reply.
             replies += 1;
         }
     }
-    Ok(replies)
+    Ok((replies, deferred))
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {

@@ -13,6 +13,8 @@ use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::transfer::host_copy::{self, CopyEntry};
+
 /// How long a blocked socket call may keep waiting for progress.
 #[derive(Debug)]
 pub(crate) struct Patience<'a> {
@@ -211,6 +213,13 @@ pub(crate) struct Inbound {
     buffer: Box<[u8]>,
     start: usize,
     end: usize,
+    /// Copies of payloads taken from the buffer by [`Inbound::defer_payload`] and not made yet: (destination, source
+    /// inside `buffer`, length). Made together by [`Inbound::flush_deferred`] before anything can overwrite the
+    /// buffer's bytes or copy to a destination out of order.
+    deferred: Vec<CopyEntry>,
+    /// The outcomes of deferred copies already made, in the order they were deferred, until
+    /// [`Inbound::take_settled`] hands them out.
+    settled: Vec<io::Result<()>>,
 }
 
 /// Payloads at least this large (still to be read) go straight from the socket into their destination.
@@ -218,7 +227,59 @@ pub(crate) const DIRECT_READ_MIN: usize = 32 * 1024;
 
 impl Inbound {
     pub(crate) fn new(fd: RawFd, capacity: usize) -> Self {
-        Inbound { fd, buffer: vec![0u8; capacity].into_boxed_slice(), start: 0, end: 0 }
+        Inbound {
+            fd,
+            buffer: vec![0u8; capacity].into_boxed_slice(),
+            start: 0,
+            end: 0,
+            deferred: Vec::new(),
+            settled: Vec::new(),
+        }
+    }
+
+    /// Takes the next `len` payload bytes for `dst` out of the buffer and defers their copy, if they are all
+    /// buffered (`false`, nothing consumed, otherwise). The copy is made by the next [`Inbound::flush_deferred`]
+    /// (called by every method that reads into the buffer, moves it or copies a payload), together with the other
+    /// deferred ones, in one `process_vm_readv(2)` ([`host_copy::copy_many`]); its outcome comes out of
+    /// [`Inbound::take_settled`], in order: `Ok`, or an [`UnmappedDestination`] error for that payload alone (its
+    /// bytes were consumed, so the stream stays in step).
+    ///
+    /// # Safety
+    /// As for [`Inbound::payload`], until the copy is made.
+    pub(crate) unsafe fn defer_payload(&mut self, dst: *mut u8, len: usize) -> bool {
+        if len == 0 || len > self.buffered() {
+            return false;
+        }
+        // SAFETY: `start` is inside our buffer, which stays in place (a boxed slice) and whose bytes
+        // `[start, start + len)` are not overwritten before the deferred copy is flushed (see `deferred`).
+        let source = unsafe { self.buffer.as_ptr().add(self.start) } as u64;
+        self.deferred.push((dst as u64, source, len));
+        self.start += len;
+        if self.deferred.len() >= host_copy::MAX_COPY_ENTRIES {
+            self.flush_deferred();
+        }
+        true
+    }
+
+    /// Makes every deferred copy (one call per [`host_copy::MAX_COPY_ENTRIES`]) and keeps their outcomes for
+    /// [`Inbound::take_settled`].
+    pub(crate) fn flush_deferred(&mut self) {
+        if self.deferred.is_empty() {
+            return;
+        }
+        let outcomes = host_copy::copy_many(&self.deferred);
+        for (&(addr, _, len), outcome) in self.deferred.iter().zip(outcomes) {
+            self.settled.push(outcome.map_err(|error| {
+                io::Error::other(UnmappedDestination { addr, len, stored: error.done, cause: error.cause })
+            }));
+        }
+        self.deferred.clear();
+    }
+
+    /// Makes the deferred copies and hands out the outcomes of every deferred copy, in the order they were deferred.
+    pub(crate) fn take_settled(&mut self) -> std::vec::Drain<'_, io::Result<()>> {
+        self.flush_deferred();
+        self.settled.drain(..)
     }
 
     /// Bytes already received and not consumed.
@@ -229,6 +290,7 @@ impl Inbound {
     /// Puts `bytes` (already read from the socket elsewhere) in front of what comes next. Only into an empty buffer.
     pub(crate) fn preload(&mut self, bytes: &[u8]) {
         debug_assert_eq!(self.buffered(), 0);
+        self.flush_deferred();
         self.start = 0;
         self.end = bytes.len().min(self.buffer.len());
         self.buffer[..self.end].copy_from_slice(&bytes[..self.end]);
@@ -241,6 +303,7 @@ impl Inbound {
 
     /// The bytes received and not consumed, taken out of the buffer.
     pub(crate) fn take_buffered(&mut self) -> Vec<u8> {
+        self.flush_deferred();
         let bytes = self.buffer[self.start..self.end].to_vec();
         self.start = 0;
         self.end = 0;
@@ -249,6 +312,7 @@ impl Inbound {
 
     /// Reads more from the socket (at least one byte unless EOF). Returns the bytes added; 0 at EOF.
     pub(crate) fn fill(&mut self, patience: &mut Patience<'_>) -> io::Result<usize> {
+        self.flush_deferred();
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
@@ -296,6 +360,8 @@ impl Inbound {
     /// `[dst, dst + len)` must be memory of this process that nothing else relies on while the call runs (or
     /// unmapped, which is reported as above).
     pub(crate) unsafe fn payload(&mut self, dst: *mut u8, len: usize, patience: &mut Patience<'_>) -> io::Result<()> {
+        // Earlier payloads land first: destinations may overlap, and the last write must stay the last.
+        self.flush_deferred();
         let mut done = 0;
         while done < len {
             let take = self.buffered().min(len - done);
@@ -395,6 +461,57 @@ mod tests {
     use std::io::Read;
     use std::os::fd::AsRawFd;
     use std::os::unix::net::UnixStream;
+
+    /// Three payloads wholly buffered, the middle one for a page that is not mapped: their copies are deferred, and
+    /// the next fill (which reuses the buffer) makes them first; only the middle one fails, as an
+    /// `UnmappedDestination`, and the bytes after them are still read in step.
+    #[test]
+    fn deferred_copies_land_before_the_buffer_is_reused_and_fail_alone() {
+        const PAGE: usize = 4096;
+        // SAFETY: a fresh anonymous mapping of one page, unmapped again at once: an address that is not mapped.
+        let hole = unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                PAGE,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            assert_ne!(base, libc::MAP_FAILED, "mmap");
+            assert_eq!(libc::munmap(base, PAGE), 0, "munmap");
+            base.cast::<u8>()
+        };
+        let (mut writer, reader) = UnixStream::pair().expect("socket pair");
+        let sent: Vec<u8> = (0..300u32).map(|i| (i % 251) as u8).collect();
+        std::io::Write::write_all(&mut writer, &sent).expect("send");
+        // A buffer exactly as large as the three payloads: the next fill must start over at its beginning.
+        let mut inbound = Inbound::new(reader.as_raw_fd(), 300);
+        let mut patience = Patience::new("test receive", Duration::from_secs(5), None);
+        while inbound.buffered() < 300 {
+            inbound.fill(&mut patience).expect("fill");
+        }
+        let mut first = vec![0u8; 100];
+        let mut third = vec![0u8; 100];
+        // SAFETY: our own vectors (alive until the copies are made below), and an unmapped address.
+        unsafe {
+            assert!(inbound.defer_payload(first.as_mut_ptr(), 100));
+            assert!(inbound.defer_payload(hole, 100));
+            assert!(inbound.defer_payload(third.as_mut_ptr(), 100));
+            assert!(!inbound.defer_payload(third.as_mut_ptr(), 1), "nothing left buffered");
+        }
+        std::io::Write::write_all(&mut writer, &[9u8; 8]).expect("send more");
+        let frame = inbound.frame::<8>(&mut patience).expect("next frame").expect("not closed");
+        assert_eq!(frame, [9u8; 8]);
+        assert_eq!(first, sent[..100], "the first payload landed before the buffer was refilled");
+        assert_eq!(third, sent[200..], "the third payload landed before the buffer was refilled");
+        let outcomes: Vec<io::Result<()>> = inbound.take_settled().collect();
+        assert_eq!(outcomes.len(), 3);
+        assert!(outcomes[0].is_ok() && outcomes[2].is_ok(), "{outcomes:?}");
+        let error = outcomes[1].as_ref().expect_err("the unmapped destination fails");
+        assert!(is_unmapped_destination(error), "{error}");
+        assert!(inbound.take_settled().next().is_none(), "each outcome is handed out once");
+    }
 
     /// A slow reader behind a small socket buffer makes the send loop take many calls: each reported call carries
     /// bytes of a contiguous run of iovecs, starting where the previous one stopped, and the last reports every
