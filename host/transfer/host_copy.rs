@@ -169,6 +169,9 @@ pub fn copy_vm(dst: u64, src: u64, length: usize) -> Result<(), HostCopyError> {
 /// One range of a [`copy_many`]: (destination, source, length), both addresses of this process.
 pub type CopyEntry = (u64, u64, usize);
 
+/// A primitive that copies one range (destination, source, length).
+type CopyOne = fn(u64, u64, usize) -> Result<(), HostCopyError>;
+
 /// Copies every entry (each as [`copy`] would), with one `process_vm_readv(2)` per [`MAX_COPY_ENTRIES`] entries
 /// instead of one per entry, and returns each entry's outcome in order. An entry whose page is not mapped fails
 /// alone: the others are copied all the same.
@@ -184,11 +187,7 @@ pub fn copy_many(entries: &[CopyEntry]) -> Vec<Result<(), HostCopyError>> {
 
 /// [`copy_many`] with the primitive chosen by the caller: `vectored` tries one `process_vm_readv(2)` per group of
 /// entries, and `one` copies a single entry (the fallback after a short count, and every entry when not vectored).
-fn copy_entries(
-    entries: &[CopyEntry],
-    vectored: bool,
-    one: fn(u64, u64, usize) -> Result<(), HostCopyError>,
-) -> Vec<Result<(), HostCopyError>> {
+fn copy_entries(entries: &[CopyEntry], vectored: bool, one: CopyOne) -> Vec<Result<(), HostCopyError>> {
     let mut outcomes = Vec::with_capacity(entries.len());
     for group in entries.chunks(MAX_COPY_ENTRIES) {
         copy_group(group, vectored, one, &mut outcomes);
@@ -200,12 +199,7 @@ fn copy_entries(
 /// `IOV_MAX`, is 1024: `process_vm_readv(2)`, "ERRORS", `EINVAL`).
 pub const MAX_COPY_ENTRIES: usize = 1024;
 
-fn copy_group(
-    group: &[CopyEntry],
-    vectored: bool,
-    one: fn(u64, u64, usize) -> Result<(), HostCopyError>,
-    outcomes: &mut Vec<Result<(), HostCopyError>>,
-) {
+fn copy_group(group: &[CopyEntry], vectored: bool, one: CopyOne, outcomes: &mut Vec<Result<(), HostCopyError>>) {
     // Entries that need nothing special: empty, or ranges that do not overlap (an overlapping copy needs copy()).
     let simple = |&(dst, src, length): &CopyEntry| {
         length == 0 || !(dst < src.saturating_add(length as u64) && src < dst.saturating_add(length as u64))
@@ -459,8 +453,7 @@ mod tests {
     /// than one call takes, so the grouping is covered too.
     #[test]
     fn copy_many_fails_only_the_entry_that_touches_an_unmapped_page() {
-        let primitives: [(bool, fn(u64, u64, usize) -> Result<(), HostCopyError>); 2] =
-            [(true, copy_vm), (false, copy_pipe)];
+        let primitives: [(bool, CopyOne); 2] = [(true, copy_vm), (false, copy_pipe)];
         for (vectored, one) in primitives {
             let holed = Holed::new(3, 1);
             let hole = holed.base + PAGE as u64;
