@@ -16,6 +16,10 @@
 //!   pipe for good; `AIV_HOST_COPY=pipe` in the environment (read once) or [`force_pipe`] selects it from the start,
 //!   which is how the tests cover it.
 //!
+//! [`copy_many`] makes many copies with one `process_vm_readv(2)` (up to [`MAX_COPY_ENTRIES`] ranges a call), which
+//! is what small payloads cost: the system call, not the bytes. After a short count it copies the rest one by one, so
+//! only an entry that touches an unmapped page fails; under the pipe it copies entry by entry.
+//!
 //! Overlapping ranges (a copy within one registered buffer) are copied as `memmove` would, through a bounce buffer
 //! of at most [`BOUNCE_CHUNK`] bytes, chunk by chunk in the direction that never overwrites a byte before it is read.
 //!

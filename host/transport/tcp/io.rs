@@ -4,7 +4,9 @@
 //! from the receive buffer into registered memory through the checked copy ([`crate::transfer::host_copy`]), never
 //! through Rust references to that memory or a CPU copy: the memory belongs to the user (or to a peer's request),
 //! other threads may touch it, and a range unmapped behind our back makes the kernel answer EFAULT instead of
-//! crashing the process.
+//! crashing the process. Payloads already whole in the receive buffer may be deferred and copied many in one system
+//! call ([`Inbound::defer_payload`], [`crate::transfer::host_copy::copy_many`]); the buffer makes those copies before
+//! its bytes can be overwritten or another payload copied, and hands out each one's outcome in order.
 //! Sockets carry a short receive/send timeout (the "tick"); each blocking call is retried tick by tick while a
 //! [`Patience`] allows it, so every wait is bounded and a stop request is noticed within one tick.
 
