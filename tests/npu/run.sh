@@ -207,13 +207,13 @@ summary="$out/SUMMARY.txt"
     echo "says otherwise"
     echo "started $(date -u +%Y-%m-%dT%H:%M:%SZ), device nodes: ${devices[*]}, toolkit: $toolkit ($toolkit_from)"
     echo
-    printf '%-10s %-8s %-5s %s\n' step status exit seconds
-    printf '%-10s %-8s %-5s %s\n' precheck ok 0 0
+    printf '%-12s %-8s %-5s %s\n' step status exit seconds
+    printf '%-12s %-8s %-5s %s\n' precheck ok 0 0
 } >"$summary"
 failed=0
 
 record() { # step status exit seconds [note]
-    printf '%-10s %-8s %-5s %s%s\n' "$1" "$2" "$3" "$4" "${5:+  ($5)}" >>"$summary"
+    printf '%-12s %-8s %-5s %s%s\n' "$1" "$2" "$3" "$4" "${5:+  ($5)}" >>"$summary"
     echo "   $1: $2${5:+ ($5)}"
     [[ "$2" == failed ]] && failed=1
     return 0
