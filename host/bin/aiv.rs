@@ -28,8 +28,10 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Say which device backends are usable here and, for `cann`, what was looked for and not found.
-    Doctor,
+    /// Say whether this Ascend machine is ready for this project (driver, device nodes, npu-smi, CANN toolkit and
+    /// compiler, libraries, device count, RoCE link config, memlock limit), then which device backends are usable.
+    #[command(after_help = aiv_transport::doctor::cli::AFTER_HELP)]
+    Doctor(aiv_transport::doctor::cli::DoctorOptions),
     /// The comparative audit: every path (aiv, adxl, adxl-fabric, ubshmem, tcp) on the same workloads in one process, rounds
     /// interleaved across paths, a same-run memcpy reference, verdicts from the transfers' evidence; writes
     /// report.json and report.md into a directory (docs/audit.md).
@@ -417,10 +419,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse_from(argv);
     let result = match cli.command {
-        Command::Doctor => {
-            print!("{}", aiv_transport::doctor::diagnose().render());
-            Ok(())
-        }
+        Command::Doctor(options) => match aiv_transport::doctor::cli::run(options) {
+            Ok(code) => return ExitCode::from(code),
+            Err(message) => Err(message),
+        },
         Command::Audit(args) => run_audit(cli.config, args),
         Command::Bench(args) => run_bench(cli.config, args),
         Command::MetadataServer(args) => run_metadata_server(cli.config, &args),

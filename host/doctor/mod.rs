@@ -1,10 +1,21 @@
-//! `aiv doctor`: which device backends are usable here, for `cann` exactly what was looked for, and what each CANN
-//! runtime (the twin runtime in this binary, and the one the loaders find: the vendor's, or the twin runtime's shared
-//! library in its place) says about itself, and which of the two the loaded one is
+//! `aiv doctor`: is this Ascend machine ready for this project ([`readiness`]: the driver, device nodes, `npu-smi`,
+//! the toolkit and compiler, the CANN libraries, the device count, the RoCE link configuration, the memlock limit),
+//! which device backends are usable here, for `cann` exactly what was looked for, and what each CANN runtime (the
+//! twin runtime in this binary, and the one the loaders find: the vendor's, or the twin runtime's shared library in
+//! its place) says about itself, and which of the two the loaded one is
 //! ([`crate::device::cann::identify_runtime`], the rule that picks the kernel object).
 
+pub mod bounded;
+pub mod cli;
+pub mod inputs;
+pub mod item;
+pub mod libraries;
+pub mod readiness;
+pub mod system;
+pub mod toolkit;
+
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use ascendcl_sys::loader::{LibrarySpec, LoadError};
 
@@ -176,7 +187,7 @@ pub fn diagnose() -> DoctorReport {
     probes.push(find_library(&cann_shmem_sys::sys::SHMEM_LIBRARY));
     probes.push(find_library(&hccl_sys::sys::HCCL_LIBRARY));
     probes.push(find_library(&ascendcl_sys::hixl::HIXL_LIBRARY));
-    probes.push(find_compiler(home.as_deref()));
+    probes.push(find_compiler());
     let runtime = probes[1]
         .found
         .is_some()
@@ -265,34 +276,16 @@ fn find_library(spec: &LibrarySpec) -> Probe {
     }
 }
 
-fn find_compiler(home: Option<&Path>) -> Probe {
-    let mut candidates: Vec<PathBuf> = Vec::new();
-    if let Some(home) = home {
-        candidates.push(home.join("compiler/ccec_compiler/bin/bisheng"));
-        candidates.push(home.join("tools/ccec_compiler/bin/bisheng"));
-        candidates.push(home.join("tools/ccec_compiler/bin/ccec"));
-    }
-    let mut probe = probe_files("bisheng/ccec", candidates.into_iter());
-    if probe.found.is_none() {
-        if let Some(paths) = std::env::var_os("PATH") {
-            let dirs: Vec<PathBuf> = std::env::split_paths(&paths).collect();
-            let hit = dirs.iter().flat_map(|dir| [dir.join("bisheng"), dir.join("ccec")]).find(|path| path.is_file());
-            match hit {
-                Some(path) => probe.found = Some(path.display().to_string()),
-                None => probe.tried.push(format!("bisheng and ccec in each of the {} PATH directories", dirs.len())),
-            }
+/// The AscendC compiler by the rule the build uses ([`toolkit::find_compiler`]), the same as the readiness item's.
+fn find_compiler() -> Probe {
+    // The command bound is not needed to look for a file; a bad value of it is reported by the readiness check.
+    let env = |name: &str| (name != inputs::COMMAND_TIMEOUT_ENV).then(|| std::env::var_os(name)).flatten();
+    let found =
+        inputs::Inputs::from_env(&env).map_err(|error| vec![error]).and_then(|inputs| toolkit::find_compiler(&inputs));
+    match found {
+        Ok(compiler) => {
+            Probe { what: "bisheng/ccec".into(), found: Some(compiler.path.display().to_string()), tried: Vec::new() }
         }
+        Err(tried) => Probe { what: "bisheng/ccec".into(), found: None, tried },
     }
-    probe
-}
-
-fn probe_files(what: &str, candidates: impl Iterator<Item = PathBuf>) -> Probe {
-    let mut tried = Vec::new();
-    for candidate in candidates {
-        if candidate.is_file() {
-            return Probe { what: what.into(), found: Some(candidate.display().to_string()), tried };
-        }
-        tried.push(candidate.display().to_string());
-    }
-    Probe { what: what.into(), found: None, tried }
 }
