@@ -19,15 +19,17 @@ fn main() {
     }
 }
 
-/// The NPU object, embedded by `host/device/kernel_image.rs` when present (cfg `aiv_npu_kernel`).
+/// The NPU object, embedded by `host/device/kernel_image.rs` when present (cfg `aiv_npu_kernel`). The outcome is
+/// printed either way: which recipe ran and why, or why there is no NPU object.
 fn build_npu_kernel(kernels: &std::path::Path) {
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let required = ascendc_build::npu_required();
-    let outcome = ascendc_build::find_cann().and_then(|cann| ascendc_build::build_npu(kernels, &out_dir, &cann));
-    match outcome {
-        Ok(object) => {
+    let environment = ascendc_build::Environment::from_process();
+    match ascendc_build::build_npu_kernel(kernels, &out_dir, &environment) {
+        Ok(kernel) => {
+            println!("cargo:warning=NPU kernel built (unverified on hardware): {}", kernel.summary);
             println!("cargo:rustc-cfg=aiv_npu_kernel");
-            println!("cargo:rustc-env=AIV_NPU_KERNEL_OBJECT={}", object.display());
+            println!("cargo:rustc-env=AIV_NPU_KERNEL_OBJECT={}", kernel.object.display());
         }
         Err(reason) if required => {
             panic!("the NPU kernel was required ({}=1) but cannot be built: {reason}", ascendc_build::REQUIRE_NPU_ENV)

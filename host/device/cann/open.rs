@@ -121,7 +121,8 @@ impl CannDevice {
         let kernel_object = settings.kernel_object.ok_or_else(|| DeviceError::Unavailable {
             backend: "cann",
             reason: "this build has no NPU kernel object: build with `--features cann` where bisheng or ccec is \
-                     found (AIV_CANN_HOME or ASCEND_HOME_PATH), with AIV_REQUIRE_NPU_KERNEL=1 to make its absence \
+                     found (AIV_CANN_HOME, ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME or PATH), with \
+                     AIV_REQUIRE_NPU_KERNEL=1 to make its absence \
                      a build error"
                 .into(),
         })?;

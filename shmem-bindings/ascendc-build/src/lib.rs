@@ -7,27 +7,34 @@
 //! - [`build_twin_object`]: the same kernel and CPU model, with the twin's launch shim (`kernels/cpu/twin_launch.cpp`),
 //!   linked into a shared object: the kernel binary the twin runtime loads with `aclrtBinaryLoadFromData`, as the NPU
 //!   runtime loads the NPU object. Always done.
-//! - [`build_npu`]: the kernel compiled for the AI Vector cores with `bisheng` (or the older `ccec` + `ld.lld`) and
-//!   the flags of docs/hardware.md section 3, written to `OUT_DIR` for embedding. Done only with feature `cann` and a
-//!   toolkit found by [`find_cann`] (explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`).
+//! - [`build_npu_kernel`]: the kernel compiled for the AI Vector cores into the device object
+//!   `aclrtBinaryLoadFromData` loads, by the recipe of docs/hardware.md section 3 that fits the compiler found
+//!   (`bisheng` in `-xasc` or `-xcce` mode, chosen from `bisheng -v` as SHMEM chooses; or `ccec`), always compiled for
+//!   the AI core only and linked with `ld.lld`, written to `OUT_DIR` for embedding. Done only with feature `cann`;
+//!   the toolkit is found by [`toolkit::find_toolkit`] (`AIV_CANN_HOME`, `ASCEND_HOME_PATH`, `ASCEND_TOOLKIT_HOME`,
+//!   else from the location of a compiler on `PATH`). Unverified on hardware: no real compiler has run it.
 //!
-//! Every file and variable read is announced with `cargo:rerun-if-*`. Without CANN a build prints one
+//! The kernel sources, the variables consulted and the toolkit's compiler, `ld.lld` and `kernel_operator.h` are
+//! announced with `cargo:rerun-if-*`. Without CANN a build prints one
 //! `cargo:warning` and goes on, unless `AIV_REQUIRE_NPU_KERNEL=1` asked for the NPU object (then it fails naming
 //! what is missing). Nothing is decided silently from which files happen to exist: the outcome is printed.
 
 use std::env;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-/// Environment variable naming the CANN toolkit root explicitly (checked before `ASCEND_HOME_PATH`).
-pub const CANN_HOME_ENV: &str = "AIV_CANN_HOME";
+pub mod recipe;
+pub mod toolkit;
+
+pub use toolkit::{CompilerKind, Environment, Toolkit, CANN_HOME_ENV};
+
 /// Environment variable that turns a missing NPU toolchain into a build error.
 pub const REQUIRE_NPU_ENV: &str = "AIV_REQUIRE_NPU_KERNEL";
 
-/// Source files of the kernel tree, announced to cargo.
-const KERNEL_FILES: &[&str] = &[
+/// Source files of the kernel tree, announced to cargo (every file under `kernels/`).
+pub const KERNEL_FILES: &[&str] = &[
     "include/aiv/layouts.h",
     "include/aiv/platform.h",
+    "include/aiv/roce.h",
     "include/aiv/transfer_kernel.h",
     "platform/npu.h",
     "npu/entry.cpp",
@@ -37,6 +44,7 @@ const KERNEL_FILES: &[&str] = &[
     "cpu/host_hooks.cpp",
     "cpu/twin_launch.cpp",
     "probe/layout_probe.cpp",
+    "probe/roce_probe.h",
 ];
 
 /// Announces every kernel source to cargo.
@@ -102,112 +110,42 @@ pub fn build_twin_object(kernels: &Path, out_dir: &Path) -> PathBuf {
     object
 }
 
-/// A CANN toolkit compiler, and how it was found.
+/// The NPU kernel object a build produced.
 #[derive(Clone, Debug)]
-pub struct CannCompiler {
-    /// `bisheng` (CANN >= 8) or `ccec`.
-    pub compiler: PathBuf,
-    /// Whether it is the new `bisheng` driver.
-    pub is_bisheng: bool,
-    /// The toolkit root, when known.
-    pub root: Option<PathBuf>,
-    /// Where it came from (`AIV_CANN_HOME`, `ASCEND_HOME_PATH`, `PATH`).
-    pub source: &'static str,
+pub struct NpuKernel {
+    /// The linked device object, in the output directory.
+    pub object: PathBuf,
+    /// Which recipe ran, why, with which compiler and toolkit: the build's printed outcome.
+    pub summary: String,
 }
 
-/// Finds the AscendC compiler: explicit `AIV_CANN_HOME`, then `ASCEND_HOME_PATH`, then `PATH`. The error lists every
-/// place that was tried.
-pub fn find_cann() -> Result<CannCompiler, String> {
-    println!("cargo:rerun-if-env-changed={CANN_HOME_ENV}");
-    println!("cargo:rerun-if-env-changed=ASCEND_HOME_PATH");
-    println!("cargo:rerun-if-env-changed=PATH");
-    let mut tried = Vec::new();
-    for (variable, source) in [(CANN_HOME_ENV, "AIV_CANN_HOME"), ("ASCEND_HOME_PATH", "ASCEND_HOME_PATH")] {
-        let Some(root) = env::var_os(variable).map(PathBuf::from) else {
-            tried.push(format!("${variable} (unset)"));
-            continue;
-        };
-        for (relative, is_bisheng) in [
-            ("compiler/ccec_compiler/bin/bisheng", true),
-            ("tools/ccec_compiler/bin/bisheng", true),
-            ("tools/ccec_compiler/bin/ccec", false),
-            ("compiler/ccec_compiler/bin/ccec", false),
-        ] {
-            let candidate = root.join(relative);
-            if candidate.is_file() {
-                return Ok(CannCompiler { compiler: candidate, is_bisheng, root: Some(root), source });
-            }
-            tried.push(candidate.display().to_string());
-        }
+/// Builds the NPU kernel object into `out_dir`: finds the toolkit in `env` ([`toolkit::find_toolkit`]) and its
+/// include directories ([`toolkit::include_dirs`]), checks that `ld.lld` is next to the compiler, picks the recipe
+/// ([`recipe::choose`], running `bisheng -v` for `bisheng`) and runs it ([`recipe::plan`], [`recipe::run`]). Every
+/// error names what was missing or which command failed.
+pub fn build_npu_kernel(kernels: &Path, out_dir: &Path, env: &Environment) -> Result<NpuKernel, String> {
+    let toolkit = toolkit::find_toolkit(env)?;
+    let includes = toolkit::include_dirs(&toolkit, &env.arch)?;
+    let linker = toolkit.linker();
+    if !linker.is_file() {
+        return Err(format!(
+            "no ld.lld next to {} (from {}): looked for {}",
+            toolkit.compiler.display(),
+            toolkit.source,
+            linker.display()
+        ));
     }
-    if let Some(path) = env::var_os("PATH") {
-        for dir in env::split_paths(&path) {
-            for (name, is_bisheng) in [("bisheng", true), ("ccec", false)] {
-                let candidate = dir.join(name);
-                if candidate.is_file() {
-                    return Ok(CannCompiler { compiler: candidate, is_bisheng, root: None, source: "PATH" });
-                }
-            }
-        }
-        tried.push("bisheng / ccec on $PATH".into());
+    let header = includes.iter().map(|dir| dir.join("kernel_operator.h")).find(|header| header.is_file());
+    for file in [Some(&toolkit.compiler), Some(&linker), header.as_ref()].into_iter().flatten() {
+        println!("cargo:rerun-if-changed={}", file.display());
     }
-    Err(format!("no AscendC compiler found; tried: {}", tried.join(", ")))
-}
-
-/// Compiles the NPU kernel object into `out_dir/aiv_transfer_kernel.o` with the flags of docs/hardware.md section 3.
-pub fn build_npu(kernels: &Path, out_dir: &Path, cann: &CannCompiler) -> Result<PathBuf, String> {
-    let source = kernels.join("npu/entry.cpp");
-    let object = out_dir.join("aiv_transfer_kernel.o");
-    let mut includes = vec![kernels.join("include"), kernels.to_path_buf()];
-    if let Some(root) = &cann.root {
-        for relative in ["compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface"] {
-            includes.push(root.join(relative));
-        }
-    }
-    let mut command = Command::new(&cann.compiler);
-    if cann.is_bisheng {
-        command.args(["-xasc", "--npu-arch=dav-2201", "--cce-auto-infer-kernel-type=false", "-O2", "-std=c++17", "-c"]);
-    } else {
-        command.args([
-            "-c",
-            "-x",
-            "cce",
-            "-O2",
-            "--cce-aicore-arch=dav-c220-vec",
-            "--cce-aicore-only",
-            "-std=c++17",
-            "-mllvm",
-            "-cce-aicore-stack-size=0x8000",
-            "-mllvm",
-            "-cce-aicore-function-stack-size=0x8000",
-            "-mllvm",
-            "-cce-aicore-addr-transform",
-            "-mllvm",
-            "-cce-aicore-dcci-insert-for-scalar=false",
-        ]);
-    }
-    for include in &includes {
-        command.arg(format!("-I{}", include.display()));
-    }
-    let compiled = if cann.is_bisheng { object.clone() } else { out_dir.join("aiv_transfer_kernel.raw.o") };
-    command.arg(&source).arg("-o").arg(&compiled);
-    run(&mut command)?;
-    if !cann.is_bisheng {
-        let linker = cann.compiler.with_file_name("ld.lld");
-        let mut link = Command::new(&linker);
-        link.args(["-m", "aicorelinux", "-Ttext=0", "-static"]).arg(&compiled).arg("-o").arg(&object);
-        run(&mut link)?;
-    }
-    Ok(object)
-}
-
-fn run(command: &mut Command) -> Result<(), String> {
-    let output = command.output().map_err(|error| format!("could not run {command:?}: {error}"))?;
-    if output.status.success() {
-        Ok(())
-    } else {
-        Err(format!("{command:?} failed with {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim()))
-    }
+    let probe = (toolkit.kind == CompilerKind::Bisheng).then(|| recipe::probe_version(&toolkit.compiler));
+    let (branch, reason) = recipe::choose(&toolkit, probe.as_ref());
+    let plan = recipe::plan(&toolkit, (branch, reason.clone()), &includes, kernels, out_dir);
+    let context =
+        format!("{} (toolkit {} from {})", toolkit.compiler.display(), toolkit.root.display(), toolkit.source);
+    recipe::run(&plan).map_err(|error| format!("{} recipe ({reason}) with {context}: {error}", branch.name()))?;
+    Ok(NpuKernel { object: plan.object, summary: format!("{reason}; {} recipe with {context}", branch.name()) })
 }
 
 /// Whether the build asked for the NPU object to be mandatory.
@@ -217,37 +155,4 @@ pub fn npu_required() -> bool {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use std::os::unix::fs::PermissionsExt;
-
-    /// A fake `bisheng` under `$AIV_CANN_HOME` records its arguments and writes the object: discovery order and the
-    /// docs/hardware.md section 3 flags are checked without a real toolkit.
-    #[test]
-    fn finds_bisheng_under_the_explicit_root_and_passes_the_documented_flags() {
-        let root = env::temp_dir().join(format!("ascendc-build-test-{}", std::process::id()));
-        let bin = root.join("compiler/ccec_compiler/bin");
-        std::fs::create_dir_all(&bin).expect("temp toolkit");
-        let log = root.join("args.txt");
-        let script = format!(
-            "#!/bin/sh\necho \"$@\" > '{}'\nwhile [ $# -gt 1 ]; do if [ \"$1\" = -o ]; then touch \"$2\"; fi; shift; done\n",
-            log.display()
-        );
-        let compiler = bin.join("bisheng");
-        std::fs::write(&compiler, script).expect("fake compiler");
-        std::fs::set_permissions(&compiler, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        // The only test in this crate that touches the environment.
-        env::set_var(CANN_HOME_ENV, &root);
-        let found = find_cann().expect("found under AIV_CANN_HOME");
-        env::remove_var(CANN_HOME_ENV);
-        assert_eq!((found.source, found.is_bisheng), ("AIV_CANN_HOME", true));
-        let kernels = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kernels");
-        let object = build_npu(&kernels, &root, &found).expect("fake build succeeds");
-        assert!(object.is_file());
-        let args = std::fs::read_to_string(&log).expect("arguments recorded");
-        for flag in ["-xasc", "--npu-arch=dav-2201", "--cce-auto-infer-kernel-type=false", "npu/entry.cpp"] {
-            assert!(args.contains(flag), "{flag} missing from {args}");
-        }
-        let _ = std::fs::remove_dir_all(&root);
-    }
-}
+mod tests;
