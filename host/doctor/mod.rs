@@ -280,12 +280,13 @@ fn find_library(spec: &LibrarySpec) -> Probe {
 fn find_compiler() -> Probe {
     // The command bound is not needed to look for a file; a bad value of it is reported by the readiness check.
     let env = |name: &str| (name != inputs::COMMAND_TIMEOUT_ENV).then(|| std::env::var_os(name)).flatten();
-    let found =
-        inputs::Inputs::from_env(&env).map_err(|error| vec![error]).and_then(|inputs| toolkit::find_compiler(&inputs));
+    let found = inputs::Inputs::from_env(&env).and_then(|inputs| toolkit::find_compiler(&inputs));
     match found {
-        Ok(compiler) => {
-            Probe { what: "bisheng/ccec".into(), found: Some(compiler.path.display().to_string()), tried: Vec::new() }
-        }
-        Err(tried) => Probe { what: "bisheng/ccec".into(), found: None, tried },
+        Ok(toolkit) => Probe {
+            what: "bisheng/ccec".into(),
+            found: Some(toolkit.compiler.display().to_string()),
+            tried: Vec::new(),
+        },
+        Err(error) => Probe { what: "bisheng/ccec".into(), found: None, tried: vec![error] },
     }
 }

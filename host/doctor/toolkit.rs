@@ -1,102 +1,55 @@
 //! The CANN toolkit's side of readiness: its root and version, the AscendC compiler and its include directories.
 //!
-//! The compiler is found by the rule of `shmem-bindings/ascendc-build` (`find_cann`, which the build script runs and
-//! which prints cargo directives, so it is mirrored here rather than called): the roots `AIV_CANN_HOME`,
-//! `ASCEND_HOME_PATH`, `ASCEND_TOOLKIT_HOME` in turn, each with `compiler/ccec_compiler/bin/bisheng`,
-//! `tools/ccec_compiler/bin/bisheng`, `tools/ccec_compiler/bin/ccec`, `compiler/ccec_compiler/bin/ccec`; then
-//! `bisheng`, `ccec` on `PATH`, whose root is derived from `<root>/compiler/ccec_compiler/bin/<name>`. The include
-//! directories are the ones `build_npu` passes. The toolkit's version is the `version=` line of
+//! The toolkit, its compiler and its include directories are found by the build's own rule,
+//! `ascendc_build::toolkit` (`find_toolkit`, `include_dirs`): the root from the first of `AIV_CANN_HOME`,
+//! `ASCEND_HOME_PATH`, `ASCEND_TOOLKIT_HOME` that is set, else from the location of a `bisheng` or `ccec` on `PATH`
+//! (`<root>/{compiler,<arch>-linux,tools}/ccec_compiler/bin/`). The toolkit's version is the `version=` line of
 //! `<root>/<arch>-linux/ascend_toolkit_install.info` (`hicann/hccl` `docs/en/build/build.md`; `hicann/shmem`
 //! `src/host/utils/under_api/dl_comm_def.cpp` reads the same file under `ASCEND_HOME_PATH`), else
 //! `<root>/version.cfg` (*inferred* fallback, as `hicann/shmem` `scripts/preinstall_check.sh` does).
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use ascendc_build::toolkit::{self as rule, Environment, Toolkit};
 
 use super::bounded::{self, Outcome};
 use super::inputs::{key_value, Inputs};
 use super::item::Item;
 
-/// Candidates below a toolkit root, in `find_cann`'s order.
-const COMPILER_PATHS: [&str; 4] = [
-    "compiler/ccec_compiler/bin/bisheng",
-    "tools/ccec_compiler/bin/bisheng",
-    "tools/ccec_compiler/bin/ccec",
-    "compiler/ccec_compiler/bin/ccec",
-];
-/// The include directories `ascendc-build`'s `build_npu` passes, below the toolkit root.
-pub const INCLUDE_DIRS: [&str; 4] =
-    ["compiler/tikcpp", "compiler/tikcpp/tikcfw", "compiler/tikcpp/tikcfw/impl", "compiler/tikcpp/tikcfw/interface"];
 /// Architecture directories that may hold `ascend_toolkit_install.info`.
 const ARCH_DIRS: [&str; 3] = ["aarch64-linux", "x86_64-linux", "arm64-linux"];
 
-/// A compiler found, with the toolkit root it implies.
-#[derive(Clone, Debug)]
-pub struct Compiler {
-    /// The program.
-    pub path: PathBuf,
-    /// The toolkit root: the variable's directory, or derived from a `PATH` hit.
-    pub root: Option<PathBuf>,
-    /// Where it came from.
-    pub origin: String,
-}
-
-fn roots(inputs: &Inputs) -> Vec<(&'static str, &PathBuf)> {
-    [
-        ("AIV_CANN_HOME", &inputs.cann_home),
-        ("ASCEND_HOME_PATH", &inputs.ascend_home),
-        ("ASCEND_TOOLKIT_HOME", &inputs.toolkit_home),
-    ]
-    .into_iter()
-    .filter_map(|(name, root)| Some((name, root.as_ref()?)))
-    .collect()
-}
-
-/// The toolkit root of a compiler at `<root>/compiler/ccec_compiler/bin/<name>` (or `tools/...`).
-fn root_of(compiler: &Path) -> Option<PathBuf> {
-    let bin = compiler.parent()?;
-    let ccec = bin.parent()?;
-    let parent = ccec.parent()?;
-    let shape = bin.file_name()? == "bin"
-        && ccec.file_name()? == "ccec_compiler"
-        && matches!(parent.file_name()?.to_str()?, "compiler" | "tools");
-    shape.then(|| parent.parent().map(Path::to_path_buf)).flatten()
-}
-
-/// Finds the AscendC compiler; `Err` lists every place tried.
-pub fn find_compiler(inputs: &Inputs) -> Result<Compiler, Vec<String>> {
-    let mut tried = Vec::new();
-    for (name, root) in roots(inputs) {
-        for relative in COMPILER_PATHS {
-            let candidate = root.join(relative);
-            if candidate.is_file() {
-                return Ok(Compiler { path: candidate, root: Some(root.clone()), origin: name.to_string() });
-            }
-            tried.push(candidate.display().to_string());
-        }
+/// The build rule's view of the doctor's inputs (the same variables and `PATH`, this machine's processor).
+fn environment(inputs: &Inputs) -> Environment {
+    let root = |dir: &Option<PathBuf>| dir.as_ref().map(|dir| dir.clone().into_os_string());
+    Environment {
+        roots: [root(&inputs.cann_home), root(&inputs.ascend_home), root(&inputs.toolkit_home)],
+        path: std::env::join_paths(&inputs.path).ok(),
+        arch: std::env::consts::ARCH.to_owned(),
     }
-    for name in ["bisheng", "ccec"] {
-        if let Some(path) = inputs.on_path(name) {
-            let root = root_of(&path);
-            return Ok(Compiler { path, root, origin: "PATH".into() });
-        }
-    }
-    tried.push(inputs.path_text("bisheng, ccec"));
-    Err(tried)
 }
 
-/// The toolkit root: `ASCEND_HOME_PATH`, else `ASCEND_TOOLKIT_HOME`, else the root of a compiler on `PATH`.
+/// Finds the toolkit and its compiler by the build's rule; `Err` is the rule's message (every place looked at).
+pub fn find_compiler(inputs: &Inputs) -> Result<Toolkit, String> {
+    rule::find_toolkit(&environment(inputs))
+}
+
+/// The toolkit root for its version: the build's rule when it finds a compiler, else `ASCEND_HOME_PATH` or
+/// `ASCEND_TOOLKIT_HOME` alone (a runtime-only install has a version file and no compiler).
 fn toolkit_root(inputs: &Inputs) -> Result<(PathBuf, String), Vec<String>> {
+    if let Ok(toolkit) = find_compiler(inputs) {
+        let origin = match toolkit.source.as_str() {
+            "PATH" => format!("the {} on PATH", toolkit.kind.file_name()),
+            variable => variable.to_owned(),
+        };
+        return Ok((toolkit.root, origin));
+    }
     let mut tried = Vec::new();
     for (name, root) in [("ASCEND_HOME_PATH", &inputs.ascend_home), ("ASCEND_TOOLKIT_HOME", &inputs.toolkit_home)] {
         match root {
-            Some(root) if root.is_dir() => return Ok((root.clone(), name.to_string())),
+            Some(root) if root.is_dir() => return Ok((root.clone(), format!("${name}"))),
             Some(root) => tried.push(format!("{name}={} (not a directory)", root.display())),
             None => tried.push(format!("{name} (not set)")),
-        }
-    }
-    for name in ["bisheng", "ccec"] {
-        if let Some(root) = inputs.on_path(name).as_deref().and_then(root_of) {
-            return Ok((root, format!("the {name} on PATH")));
         }
     }
     tried.push("the root of a bisheng or ccec on PATH (<root>/compiler/ccec_compiler/bin/)".into());
@@ -147,13 +100,13 @@ pub fn cann_version(inputs: &Inputs, runtime_version: Option<&str>) -> Item {
 /// `AscendC compiler`: found by the build's rule, `--version` runnable within the bound.
 pub fn compiler(inputs: &Inputs) -> Item {
     let fix = "install the CANN toolkit (>= 8, with bisheng) and source its set_env.sh, or set AIV_CANN_HOME";
-    let compiler = match find_compiler(inputs) {
-        Ok(compiler) => compiler,
-        Err(tried) => return Item::missing("AscendC compiler", None, tried.join(", "), fix),
+    let toolkit = match find_compiler(inputs) {
+        Ok(toolkit) => toolkit,
+        Err(error) => return Item::missing("AscendC compiler", None, error, fix),
     };
-    let looked_for = format!("found through {}", compiler.origin);
-    let shown = compiler.path.display();
-    match bounded::run(&compiler.path, &["--version"], inputs.command_timeout, 1) {
+    let looked_for = format!("the build's rule: toolkit {} from {}", toolkit.root.display(), toolkit.source);
+    let shown = toolkit.compiler.display();
+    match bounded::run(&toolkit.compiler, &["--version"], inputs.command_timeout, 1) {
         Outcome::Exited { code: Some(0), lines } => Item::ok(
             "AscendC compiler",
             format!("{shown}: {}", lines.first().map_or("--version printed nothing", String::as_str)),
@@ -180,31 +133,26 @@ pub fn compiler(inputs: &Inputs) -> Item {
     }
 }
 
-/// `AscendC headers`: the include directories below the compiler's toolkit root, and `kernel_operator.h` in one.
+/// `AscendC headers`: the include directories the build passes (those of its list that exist below the compiler's
+/// toolkit root), `kernel_operator.h` in one of them.
 pub fn headers(inputs: &Inputs) -> Item {
     let fix = "install the CANN toolkit with its AscendC headers (compiler/tikcpp) and source its set_env.sh";
-    let root = match (find_compiler(inputs).ok().and_then(|compiler| compiler.root), toolkit_root(inputs)) {
-        (Some(root), _) | (None, Ok((root, _))) => root,
-        (None, Err(tried)) => return Item::missing("AscendC headers", None, tried.join(", "), fix),
+    let toolkit = match find_compiler(inputs) {
+        Ok(toolkit) => toolkit,
+        Err(error) => return Item::missing("AscendC headers", None, error, fix),
     };
-    let dirs: Vec<PathBuf> = INCLUDE_DIRS.iter().map(|dir| root.join(dir)).collect();
+    let arch = std::env::consts::ARCH;
     let looked_for = format!(
-        "{} and kernel_operator.h in one of them",
-        dirs.iter().map(|dir| dir.display().to_string()).collect::<Vec<_>>().join(", ")
+        "kernel_operator.h in the include directories the build passes, below {} ({} candidates)",
+        toolkit.root.display(),
+        rule::include_candidates(&toolkit.root, arch).len()
     );
-    let absent: Vec<String> = dirs.iter().filter(|dir| !dir.is_dir()).map(|dir| dir.display().to_string()).collect();
-    let header = dirs.iter().map(|dir| dir.join("kernel_operator.h")).find(|file| file.is_file());
-    match (absent.is_empty(), header) {
-        (true, Some(header)) => Item::ok("AscendC headers", format!("{}", header.display()), looked_for),
-        (_, header) => {
-            let mut found = Vec::new();
-            if !absent.is_empty() {
-                found.push(format!("absent: {}", absent.join(", ")));
-            }
-            if header.is_none() {
-                found.push("no kernel_operator.h".into());
-            }
-            Item::missing("AscendC headers", Some(found.join("; ")), looked_for, fix)
+    match rule::include_dirs(&toolkit, arch) {
+        Ok(dirs) => {
+            let header = dirs.iter().map(|dir| dir.join("kernel_operator.h")).find(|file| file.is_file());
+            let shown = header.map_or_else(|| "kernel_operator.h".to_owned(), |file| file.display().to_string());
+            Item::ok("AscendC headers", format!("{shown} ({} include directories)", dirs.len()), looked_for)
         }
+        Err(error) => Item::missing("AscendC headers", Some(error), looked_for, fix),
     }
 }

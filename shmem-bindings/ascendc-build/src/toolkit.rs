@@ -166,7 +166,7 @@ fn compiler_under(root: &Path, arch: &str) -> Result<(PathBuf, CompilerKind), Ve
 
 /// The root a compiler at `<root>/{compiler,tools,<arch>-linux}/ccec_compiler/bin/<name>` belongs to: from the path as
 /// found, else from the path with its symbolic links resolved.
-fn root_of_compiler(compiler: &Path, arch: &str) -> Option<PathBuf> {
+pub fn root_of_compiler(compiler: &Path, arch: &str) -> Option<PathBuf> {
     let from = |path: &Path| {
         let bin = path.parent()?;
         let ccec_compiler = bin.parent()?;
