@@ -398,7 +398,7 @@ fn new_bisheng_driver_comes_with_cann_8() {
 // ---- a device fault surfaces as a task exception of the stream; reset_channel after it ------------------------
 
 /// Candidate codes of a kernel's or an SDMA engine's fault found by stream synchronisation (docs/hardware.md
-/// section 4: `ACL_ERROR_RT_AICORE_EXCEPTION`, `ACL_ERROR_RT_SDMA_ERROR`-like task exceptions).
+/// section 4: `ACL_ERROR_RT_AICORE_EXCEPTION` 507015, `ACL_ERROR_RT_VECTOR_CORE_EXCEPTION` 507035).
 const FAULT_CODES: [u32; 2] = [507015, 507035];
 
 /// How far past the end of the local buffer the faulting WRITE's destination lies: no allocation, mapping or
