@@ -1,13 +1,14 @@
 //! Every *inferred* or *unverified* mark of docs/hardware.md has a row in docs/HARDWARE_TESTING.md's table
 //! "Assumptions and the hardware tests" (the row names the mark's section and a phrase of the marked line), every
 //! row's phrase is still in that section, and every test a row names is an `#[ignore]`d test of the hardware tier
-//! (`tests/npu_hardware.rs`, `tests/npu_assumptions.rs`); a row without a test says why ("none (source)", "none
-//! (not relied on)", "none yet") after a colon.
+//! (`tests/npu_hardware.rs`, `tests/npu_assumptions.rs`, `tests/npu_doctor_assumptions.rs`); a row without a test
+//! says why ("none (source)", "none (not relied on)", "none yet") after a colon.
 
 use std::path::Path;
 
 const TABLE_HEADING: &str = "## Assumptions and the hardware tests";
-const HARDWARE_TIER: [&str; 2] = ["tests/npu_hardware.rs", "tests/npu_assumptions.rs"];
+const HARDWARE_TIER: [&str; 3] =
+    ["tests/npu_hardware.rs", "tests/npu_assumptions.rs", "tests/npu_doctor_assumptions.rs"];
 
 /// A marked line of hardware.md: its section number, its line number and text.
 #[derive(Debug)]

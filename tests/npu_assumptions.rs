@@ -20,6 +20,8 @@ mod npu_rig;
 mod peer_engine;
 #[path = "common/skip.rs"]
 mod skip;
+#[path = "common/verdict.rs"]
+mod verdict;
 
 use std::time::{Duration, Instant};
 
@@ -27,8 +29,9 @@ use aiv_transport::config::DeviceBackendKind;
 use aiv_transport::device::cann::CannRuntime;
 use aiv_transport::doctor::RuntimeReport;
 use aiv_transport::kernel_abi::TRACE_STAGE_REQUEST_SEEN;
-use aiv_transport::{Opcode, Protocol};
+use aiv_transport::{Opcode, Protocol, TransferState};
 use npu_rig::{pattern, Rig, PEER_SEED};
+use verdict::{report, Outcome};
 
 /// The peer half of every two-process test here: a no-op unless started by a rig with `AIV_NPU_ROLE=peer`.
 #[test]
@@ -47,25 +50,6 @@ fn selected() -> bool {
     }
     skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
     false
-}
-
-/// What one observation says about its assumption.
-#[derive(Debug, PartialEq)]
-enum Outcome {
-    Confirmed(String),
-    Refuted(String),
-    Inconclusive(String),
-}
-
-/// Prints the outcome's line and fails the test unless it is CONFIRMED.
-fn report(assumption: &str, outcome: Outcome) {
-    let line = match &outcome {
-        Outcome::Confirmed(what) => format!("CONFIRMED: {assumption}: {what}"),
-        Outcome::Refuted(what) => format!("REFUTED: {assumption}: {what}"),
-        Outcome::Inconclusive(what) => format!("INCONCLUSIVE: {assumption}: {what}"),
-    };
-    println!("{line}");
-    assert!(matches!(outcome, Outcome::Confirmed(_)), "{line}");
 }
 
 // ---- the AIV system counter runs at 50 MHz ----------------------------------------------------------------------
@@ -411,6 +395,131 @@ fn new_bisheng_driver_comes_with_cann_8() {
     report("the new bisheng driver (-xasc) comes with CANN >= 8", judge_new_driver(&text, cann));
 }
 
+// ---- a device fault surfaces as a task exception of the stream; reset_channel after it ------------------------
+
+/// Candidate codes of a kernel's or an SDMA engine's fault found by stream synchronisation (docs/hardware.md
+/// section 4: `ACL_ERROR_RT_AICORE_EXCEPTION` 507015, `ACL_ERROR_RT_VECTOR_CORE_EXCEPTION` 507035).
+const FAULT_CODES: [u32; 2] = [507015, 507035];
+
+/// How far past the end of the local buffer the faulting WRITE's destination lies: no allocation, mapping or
+/// registration of this process reaches that far (the twin runtime's whole device space is 256 GiB).
+const FAULT_DISTANCE: u64 = 1 << 40;
+
+#[derive(Debug)]
+struct FaultObservation {
+    /// The faulting request's state and reason once it ended.
+    ended: (TransferState, String),
+    /// Channel resets the transport's recovery made meanwhile.
+    resets: u64,
+    /// What `reset_channel` returned: `Ok` when the transport's recovery reset the channel, else the test's own call.
+    reset: Result<(), String>,
+    /// A valid WRITE on the same block afterwards: its state and reason.
+    after: (TransferState, String),
+}
+
+/// The first code of six digits starting with 50 in `text` (an ACL runtime error code).
+fn acl_code(text: &str) -> Option<u32> {
+    text.split(|c: char| !c.is_ascii_digit())
+        .find(|word| word.len() == 6 && word.starts_with("50"))
+        .and_then(|word| word.parse().ok())
+}
+
+fn judge_fault_exception(o: &FaultObservation) -> Outcome {
+    let (state, reason) = &o.ended;
+    let seen = format!("the WRITE to an unmapped device address ended {state:?}: {reason}");
+    match state {
+        TransferState::Completed => Outcome::Refuted(format!("{seen} (no fault surfaced)")),
+        TransferState::Failed if reason.contains("SDMA exception") => {
+            match (reason.contains("stream error"), acl_code(reason)) {
+                (true, Some(code)) if FAULT_CODES.contains(&code) => {
+                    Outcome::Confirmed(format!("{seen}; stream code {code} is a candidate"))
+                }
+                (true, Some(code)) => {
+                    Outcome::Refuted(format!("{seen}; stream code {code} is not among the candidates {FAULT_CODES:?}"))
+                }
+                (true, None) => Outcome::Inconclusive(format!("{seen}; the stream error names no code")),
+                (false, _) => Outcome::Confirmed(format!("{seen}; found in the runtime's channel record")),
+            }
+        }
+        _ => Outcome::Refuted(format!("{seen} (no exception was found on the stream)")),
+    }
+}
+
+/// `reset_channel` is expected to succeed on the twin runtime (and the block to serve again) and to fail on the
+/// vendor's runtime, where no call for it is known.
+fn judge_fault_reset(o: &FaultObservation, reset_expected: bool) -> Outcome {
+    let seen = format!(
+        "{} channel reset(s) by the recovery; reset_channel: {:?}; a valid WRITE on the block afterwards: {:?}",
+        o.resets, o.reset, o.after
+    );
+    if o.ended.0 == TransferState::Completed {
+        return Outcome::Inconclusive(format!("{seen}: no fault, nothing to recover"));
+    }
+    match (&o.reset, reset_expected) {
+        (Ok(()), true) if o.after.0 == TransferState::Completed => Outcome::Confirmed(seen),
+        (Ok(()), true) => Outcome::Refuted(format!("{seen}: reset, yet the block does not serve")),
+        (Err(_), true) => Outcome::Refuted(format!("{seen}: the reset failed")),
+        (Err(_), false) => Outcome::Confirmed(format!("{seen}: no recovery on the vendor's runtime")),
+        (Ok(()), false) => Outcome::Refuted(format!("{seen}: a reset succeeded on the vendor's runtime")),
+    }
+}
+
+/// Polls `slot` until it ends (its watchdog deadline bounds it): its state and reason.
+fn ended(slot: &aiv_transport::transfer::TaskSlot) -> (TransferState, String) {
+    let started = Instant::now();
+    while !slot.state().is_terminal() && started.elapsed() < FAULT_WAIT + Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    (slot.state(), slot.reason().unwrap_or_default())
+}
+
+const FAULT_WAIT: Duration = Duration::from_secs(20);
+
+/// On block 0 of a one-PE engine: a 4 KiB WRITE from the local buffer to an address [`FAULT_DISTANCE`] past it,
+/// posted past every check of the engine; then what the recovery did and a valid WRITE on the same block.
+fn observe_fault(backend: DeviceBackendKind) -> FaultObservation {
+    let _one = npu_rig::one_pe();
+    let engine = peer_engine::engine(backend, npu_rig::device_env("AIV_NPU_DEVICE_A", 0));
+    let device = engine.device().expect("device");
+    let buffer = device.allocate(1 << 20).expect("HBM");
+    let transport = device.transport();
+    let before = transport.counters().channel_resets;
+    let unmapped = (buffer.addr() + buffer.len() + FAULT_DISTANCE) & !0xffff;
+    let post = |dst: u64| {
+        transport
+            .post_unchecked_write_for_fault_tests(0, buffer.addr(), dst, 4096, FAULT_WAIT)
+            .map(|slot| ended(&slot))
+            .unwrap_or_else(|error| (TransferState::Failed, format!("not posted: {error}")))
+    };
+    let ended = post(unmapped);
+    // The recovery runs in the drain pass that finished the request, before it did.
+    let resets = transport.counters().channel_resets - before;
+    let reset = if resets > 0 { Ok(()) } else { device.backend().reset_channel(0).map_err(|e| e.to_string()) };
+    let after = post(buffer.addr() + (512 << 10));
+    drop((buffer, device, engine));
+    FaultObservation { ended, resets, reset, after }
+}
+
+/// One run answers both rows: the fault's exception and code, and what `reset_channel` returns after it.
+#[test]
+#[ignore = "hardware: needs an Ascend NPU, CANN and AIV_NPU_TESTS=1 (docs/HARDWARE_TESTING.md)"]
+fn a_device_fault_surfaces_as_a_stream_exception_and_reset_channel_answers() {
+    if !selected() {
+        return;
+    }
+    let observation = observe_fault(DeviceBackendKind::Cann);
+    let outcomes = [
+        (
+            "a device fault surfaces as a task exception of the stream (507015 / 507035)",
+            judge_fault_exception(&observation),
+        ),
+        ("reset_channel after a device fault fails on the vendor's runtime", judge_fault_reset(&observation, false)),
+    ];
+    let lines: Vec<String> = outcomes.iter().map(|(assumption, outcome)| verdict::line(assumption, outcome)).collect();
+    println!("{}", lines.join("\n"));
+    assert!(outcomes.iter().all(|(_, outcome)| matches!(outcome, Outcome::Confirmed(_))), "{}", lines.join("\n"));
+}
+
 // ---- the same observations on the twin runtime, in the suite ----------------------------------------------------
 
 /// The rig's assumptions on the twin runtime, in one rig (peer loss last: it kills the peer): each must come out
@@ -422,6 +531,16 @@ fn the_rig_assumptions_are_confirmed_on_the_twin_runtime() {
     report("UB-staged SQEs, depth-1 ring, in-order completion (twin runtime)", judge_ring(&observe_ring(&rig)));
     report("ubshmem fixed cost per Host submission (twin runtime)", judge_fixed_cost(&observe_fixed_cost(&rig)));
     report("peer loss found by the re-import probe (twin runtime)", judge_peer_loss(&observe_peer_loss(&mut rig)));
+}
+
+/// The fault test on the twin runtime: its SDMA engine refuses the copy to an unmapped destination with a
+/// destination fault, and its control API resets the channel.
+#[test]
+fn a_device_fault_and_its_reset_are_confirmed_on_the_twin_runtime() {
+    let observation = observe_fault(DeviceBackendKind::Twin);
+    assert!(observation.ended.1.contains("destination range is outside every mapped window"), "{observation:?}");
+    report("a device fault surfaces as an exception (twin runtime)", judge_fault_exception(&observation));
+    report("reset_channel after a device fault (twin runtime)", judge_fault_reset(&observation, true));
 }
 
 #[test]
@@ -466,4 +585,36 @@ fn each_judge_can_come_out_refuted() {
     refuted(judge_new_driver("bisheng version 1.0 (built 2025-11-02)", Some(8)));
     confirmed(judge_new_driver("bisheng version 1.0 (built 2026-04-01)", Some(8)));
     assert_eq!(first_date("x 20260327 y"), Some(20260327));
+    let fault = |state, reason: &str, reset: Result<(), String>, after| FaultObservation {
+        ended: (state, reason.into()),
+        resets: 0,
+        reset,
+        after: (after, String::new()),
+    };
+    let stream = "SDMA exception on channel 0 (sq_id 0, head 0, tail 2): syndrome 0x2 (stream); stream error: ";
+    refuted(judge_fault_exception(&fault(TransferState::Completed, "", Ok(()), TransferState::Completed)));
+    refuted(judge_fault_exception(&fault(
+        TransferState::Timeout,
+        "block 0: wait budget (no SDMA exception recorded on the channel)",
+        Err("not implemented".into()),
+        TransferState::Timeout,
+    )));
+    refuted(judge_fault_exception(&fault(
+        TransferState::Failed,
+        &format!("{stream}aclrtSynchronizeStreamWithTimeout: 507899"),
+        Err("x".into()),
+        TransferState::Timeout,
+    )));
+    confirmed(judge_fault_exception(&fault(
+        TransferState::Failed,
+        &format!("{stream}aclrtSynchronizeStreamWithTimeout failed: ACL error 507015"),
+        Err("x".into()),
+        TransferState::Timeout,
+    )));
+    let failed = |reset, after| fault(TransferState::Failed, "SDMA exception", reset, after);
+    refuted(judge_fault_reset(&failed(Ok(()), TransferState::Completed), false));
+    refuted(judge_fault_reset(&failed(Err("no call".into()), TransferState::Timeout), true));
+    refuted(judge_fault_reset(&failed(Ok(()), TransferState::Timeout), true));
+    confirmed(judge_fault_reset(&failed(Err("not implemented".into()), TransferState::Timeout), false));
+    confirmed(judge_fault_reset(&failed(Ok(()), TransferState::Completed), true));
 }

@@ -54,6 +54,15 @@ pub fn serve_as_peer() {
 /// One rig at a time per process: SHMEM takes one PE per process, and the rig sets this process's PE variables.
 static ONE_RIG: Mutex<()> = Mutex::new(());
 
+/// For a test with one engine and no peer: holds the rig lock (no rig runs meanwhile) with this process as the only
+/// SHMEM PE (`AIV_SHMEM_PE=0`, `AIV_SHMEM_N_PES=1`) until the guard drops.
+pub fn one_pe() -> MutexGuard<'static, ()> {
+    let one = ONE_RIG.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    std::env::set_var("AIV_SHMEM_PE", "0");
+    std::env::set_var("AIV_SHMEM_N_PES", "1");
+    one
+}
+
 pub struct Rig {
     pub backend: DeviceBackendKind,
     pub engine: TransferEngine,

@@ -13,7 +13,8 @@
 //!
 //! Files, one concern each: [`block`] (a block's mappings, ring views and state), [`setup`] (rings, control blocks,
 //! kernel arguments, threads), [`submit`] (block placement and the one sequence that posts requests), [`drain`] (DCQ
-//! drain, outcome mapping, recovery, the waiting thread's poller), [`observe`] (each drained transfer's observed
+//! drain, outcome mapping, recovery, the waiting thread's poller), [`fault_probe`] (the hardware tier's deliberate
+//! device fault, test-only), [`observe`] (each drained transfer's observed
 //! acts, for the evidence), [`probe`] (peer loss), [`inflight`] (the per-block table of transfers in flight),
 //! [`trace`] (the optional per-block trace rings and their drain, docs/trace.md); this
 //! file holds the transport's state, its public controls and shutdown.
@@ -32,6 +33,7 @@
 
 mod block;
 mod drain;
+mod fault_probe;
 mod inflight;
 mod observe;
 mod pace;
