@@ -77,27 +77,53 @@ AIV_DEVICE_FN void store_u64(__gm__ uint64_t* p, uint64_t v) {
     dcci_line(p);
 }
 
+// Byte copies between GM and the core's own memory, exact for every length and every GM alignment: the bytes before
+// the first 4-byte-aligned GM word and after the last whole one move one scalar byte access each, the words between
+// one aligned scalar word access each; never an unaligned word access. The local side is filled and read with byte
+// stores and loads (char may alias anything: the words land in the caller's struct without type punning, which an
+// optimising compiler is free to reorder around the struct's own field accesses). Every length, rather than lengths
+// refused at compile time unless a multiple of 4: the callers' structs are word-aligned and word-sized, where the
+// head and the tail cost one test each, and a caller copying anything else gets its bytes instead of a build error
+// it has to work around.
+AIV_DEVICE_FN uint32_t gm_word_head(const __gm__ void* p, uint32_t n) {
+    const uint32_t head = static_cast<uint32_t>(-reinterpret_cast<uint64_t>(p)) & 3u;
+    return head < n ? head : n;
+}
 AIV_DEVICE_FN void read_bytes(void* dst, const __gm__ void* src, uint32_t n) {
+    if (n == 0) return;
     dcci_range(src, n);
-    AscendC::GlobalTensor<uint32_t> s = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(src));
-    // Byte stores (char may alias anything): the words land in the caller's struct without type punning, which an
-    // optimising compiler is free to reorder around the struct's own field accesses.
+    const __gm__ uint8_t* s = reinterpret_cast<const __gm__ uint8_t*>(src);
+    AscendC::GlobalTensor<uint8_t> bytes = gm_tensor(s);
     uint8_t* d = reinterpret_cast<uint8_t*>(dst);
-    for (uint32_t i = 0; i < n / 4; ++i) {
-        const uint32_t v = s.GetValue(i);
-        for (uint32_t k = 0; k < 4; ++k) d[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
+    const uint32_t head = gm_word_head(src, n);
+    const uint32_t words = (n - head) >> 2;
+    for (uint32_t i = 0; i < head; ++i) d[i] = bytes.GetValue(i);
+    AscendC::GlobalTensor<uint32_t> w = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(s + head));
+    uint8_t* out = d + head;
+    for (uint32_t i = 0; i < words; ++i) {
+        const uint32_t v = w.GetValue(i);
+        for (uint32_t k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
     }
+    for (uint32_t i = head + (words << 2); i < n; ++i) d[i] = bytes.GetValue(i);
 }
 // Stays in the data cache until flush_for_device (or a dcci of its lines).
 AIV_DEVICE_FN void write_bytes(__gm__ void* dst, const void* src, uint32_t n) {
-    AscendC::GlobalTensor<uint32_t> d = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(dst));
-    // Byte loads, for the same reason as read_bytes (little-endian words, as the AIV core and the layouts are).
+    if (n == 0) return;
+    __gm__ uint8_t* d = reinterpret_cast<__gm__ uint8_t*>(dst);
+    AscendC::GlobalTensor<uint8_t> bytes = gm_tensor(d);
+    // Little-endian words, as the AIV core and the layouts are.
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
-    for (uint32_t i = 0; i < n / 4; ++i) {
+    const uint32_t head = gm_word_head(dst, n);
+    const uint32_t words = (n - head) >> 2;
+    for (uint32_t i = 0; i < head; ++i) bytes.SetValue(i, s[i]);
+    AscendC::GlobalTensor<uint32_t> w = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(d + head));
+    const uint8_t* in = s + head;
+    for (uint32_t i = 0; i < words; ++i) {
         uint32_t v = 0;
-        for (uint32_t k = 0; k < 4; ++k) v |= static_cast<uint32_t>(s[4 * i + k]) << (8 * k);
-        d.SetValue(i, v);
+        for (uint32_t k = 0; k < 4; ++k) v |= static_cast<uint32_t>(in[4 * i + k]) << (8 * k);
+        w.SetValue(i, v);
     }
+    for (uint32_t i = head + (words << 2); i < n; ++i) bytes.SetValue(i, s[i]);
 }
 // SDMA and the Host read HBM, not the AIV data cache: clean what the scalar unit wrote. SHMEM cleans the whole data
 // cache before ringing (docs/hardware.md section 4, post step 3).

@@ -16,7 +16,8 @@
 //     void store_u32(AIV_GM uint32_t*, uint32_t)           release store of a word another agent reads
 //     void store_u64(AIV_GM uint64_t*, uint64_t)
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
-//     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
+//     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32 (both exact
+//                                                          for every n and every alignment)
 //     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines and the Host
 //     void stage_sqe(slot, const AivSdmaSqe&, whole)       build an SQE in slot < AIV_SQE_STAGE_SLOTS of the stage
 //                                                          (whole false: only the words of task_id, length and the
