@@ -331,7 +331,7 @@ fn a_full_sq_without_a_signaled_wqe_in_each_half_is_caught() {
     assert_mutation_caught_by(
         RDMA_CASE,
         "include/aiv/transfer_kernel.h",
-        " || q.pi + 1 - q.last_signaled >= q.sq_depth / 2",
+        " || q.pi + 1 - q.last_signaled >= q.sq_depth >> 1",
         "",
         "DCQ entry 3: status 3",
     );

@@ -443,6 +443,8 @@ impl Syndrome {
 }
 
 const _: () = {
+    // The kernel cuts transfers into pieces with shifts (no divider on the AIV scalar unit).
+    assert!(SDMA_MAX_SQE_BYTES.is_power_of_two() && RDMA_MAX_WQE_BYTES.is_power_of_two());
     assert!(size_of::<SdmaSqe>() == 64);
     assert!(size_of::<ChannelRecord>() == 64);
     assert!(size_of::<RingHeader>() == RING_HEADER_BYTES as usize);

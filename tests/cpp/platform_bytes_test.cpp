@@ -75,10 +75,14 @@ int main() {
                 memset(local, 0xA5, sizeof(local));
                 aiv_platform::read_bytes(here, reinterpret_cast<const __gm__ void*>(hbm.dev + gm), length);
                 for (uint32_t i = 0; i < length; ++i) {
-                    if (here[i] != pattern(i, length, gm_align)) fail("read_bytes: wrong byte", length, gm_align, local_align, i);
+                    if (here[i] != pattern(i, length, gm_align)) {
+                        fail("read_bytes: wrong byte", length, gm_align, local_align, i);
+                    }
                 }
                 for (uint8_t* p = local; p < here; ++p) {
-                    if (*p != 0xA5) fail("read_bytes: guard before", length, gm_align, local_align, uint32_t(p - local));
+                    if (*p != 0xA5) {
+                        fail("read_bytes: guard before", length, gm_align, local_align, uint32_t(p - local));
+                    }
                 }
                 for (uint8_t* p = here + length; p < local + sizeof(local); ++p) {
                     if (*p != 0xA5) fail("read_bytes: guard after", length, gm_align, local_align, uint32_t(p - here));

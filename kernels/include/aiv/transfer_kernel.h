@@ -2,19 +2,20 @@
 //
 // Include the platform layer (platform/npu.h) first. Per block:
 //   take the request-ring entries of this block (up to group_limit at a time), split each into pieces of at most
-//   max_sqe_bytes, build one SDMA SQE per piece in the platform's UB stage and land the stage in this block's channel
-//   (before each doorbell, and when the stage fills or the tail wraps), ring the doorbell every doorbell_batch
-//   SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive area), ring, and spin on
-//   the flag within wait_budget (abort flag checked); write one DCQ entry per transfer and publish the DCQ tail.
+//   max_sqe_bytes (a power of two), build one SDMA SQE per piece in the platform's UB stage and land the stage in
+//   this block's channel (before each doorbell, and when the stage fills or the tail wraps), ring the doorbell
+//   every doorbell_batch SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive
+//   area), ring, and spin on the flag within wait_budget (abort flag checked); write one DCQ entry per transfer and
+//   publish the DCQ tail.
 // A failed group (budget exhausted or aborted) halts the block until the Host has looked at the channel and reset it
 // (control.resume_count == control.halt_count). The SQ is never overrun: when it would fill, the kernel drains it
 // with a flag SQE first, so the kernel never needs the hardware head register.
 // A request on the RDMA route (docs/rdma.md section 7) goes to a QP of the block's QP table instead: split into
-// WQEs of at most max_wqe_bytes, each built in UB and landed in the QP's SQ, the SQ doorbell rung every
-// doorbell_batch WQEs and at the end of the group; its completion is the CQE of its last (signaled) WQE, polled by
-// owner bit with its status checked. An error CQE fails the transfers it covers with the CQE's status, the later
-// ones on that QP with WR_FLUSH_ERR, and records the error in the QP record's kernel line: the QP is never used
-// again (the Host replaces it). RDMA failures do not halt the block; a group with RDMA requests and no SDMA SQE
+// WQEs of at most max_wqe_bytes (a power of two), each built in UB and landed in the QP's SQ, the SQ doorbell rung
+// every doorbell_batch WQEs and at the end of the group; its completion is the CQE of its last (signaled) WQE,
+// polled by owner bit with its status checked. An error CQE fails the transfers it covers with the CQE's status, the
+// later ones on that QP with WR_FLUSH_ERR, and records the error in the QP record's kernel line: the QP is never
+// used again (the Host replaces it). RDMA failures do not halt the block; a group with RDMA requests and no SDMA SQE
 // posts no flag SQE.
 #ifndef AIV_TRANSFER_KERNEL_H
 #define AIV_TRANSFER_KERNEL_H
@@ -25,16 +26,31 @@
 
 namespace aiv {
 
-// Number of SQEs a transfer of `length` bytes needs with pieces of at most `max_piece` bytes (0 for length 0).
-AIV_DEVICE_FN uint64_t piece_count(uint64_t length, uint32_t max_piece) {
-    if (length == 0 || max_piece == 0) return 0;
-    return length / max_piece + (length % max_piece != 0 ? 1u : 0u);
+// No division or modulo by a variable anywhere in the kernel: the AIV scalar unit has no divider, so a 64-bit (and
+// likely a 32-bit) one is a library call. Ring depths are powers of two (index & (depth - 1)), and so are the piece
+// sizes max_sqe_bytes and max_wqe_bytes: a transfer is split with a shift and a mask (tests/kernel_code.rs checks
+// the host build of the kernel has no division instruction).
+
+AIV_DEVICE_FN bool power_of_two(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// log2 of a power of two `v`, by a loop (once per launch; no count-trailing-zeros instruction assumed); 32 when `v`
+// is not a power of two.
+AIV_DEVICE_FN uint32_t log2_exact(uint32_t v) {
+    if (!power_of_two(v)) return 32;
+    uint32_t shift = 0;
+    while ((v >> shift) != 1u) ++shift;
+    return shift;
 }
 
-// Length of piece `index` of a transfer (the last piece holds the remainder).
-AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t max_piece, uint64_t index) {
-    uint64_t offset = index * max_piece;
-    uint64_t rest = length - offset;
+// Number of pieces of at most 1 << `shift` bytes a transfer of `length` bytes needs (0 for length 0).
+AIV_DEVICE_FN uint64_t piece_count(uint64_t length, uint32_t shift) {
+    return (length >> shift) + ((length & ((uint64_t(1) << shift) - 1)) != 0 ? 1u : 0u);
+}
+
+// Length of piece `index` of a transfer in pieces of at most 1 << `shift` bytes (the last holds the remainder).
+AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t shift, uint64_t index) {
+    const uint64_t max_piece = uint64_t(1) << shift;
+    const uint64_t rest = length - (index << shift);
     return static_cast<uint32_t>(rest < max_piece ? rest : max_piece);
 }
 
@@ -78,6 +94,8 @@ struct Block {
     AIV_GM AivChannelRecord* record;
     AIV_GM AivFlagArea* flag;
     AIV_GM AivControlBlock* control;
+    uint32_t sqe_shift;      // log2 of args.max_sqe_bytes
+    uint32_t wqe_shift;      // log2 of args.max_wqe_bytes (RDMA route only)
     uint64_t sq_base;
     uint64_t sq_reg_base;
     uint32_t sq_depth;
@@ -241,8 +259,9 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
 // `seq % AIV_FLAG_SOURCE_SLOTS` is never rewritten before the flag SQE that reads it has executed.
 template <bool Trace>
 AIV_DEVICE_FN uint64_t post_flag(Block& b) {
+    static_assert((AIV_FLAG_SOURCE_SLOTS & (AIV_FLAG_SOURCE_SLOTS - 1)) == 0, "the flag slot is taken with a mask");
     b.flag_seq += 1;
-    AIV_GM uint64_t* source = &b.flag->source[b.flag_seq % AIV_FLAG_SOURCE_SLOTS];
+    AIV_GM uint64_t* source = &b.flag->source[b.flag_seq & (AIV_FLAG_SOURCE_SLOTS - 1)];
     aiv_platform::store_u64(source, b.flag_seq);
     aiv_platform::flush_for_device(source, 8);
     post_copy<Trace>(b, reinterpret_cast<uint64_t>(source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
@@ -319,8 +338,6 @@ AIV_DEVICE_FN void qp_save(Block& b, uint32_t slot) {
     aiv_platform::store_u32(&rec->qpn_seen, q.qpn);
     q.dirty = false;
 }
-
-AIV_DEVICE_FN bool power_of_two(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
 
 // The QP in table slot `slot`, adopted from its record the first time this launch uses it or when the Host has put
 // another QP there; null when the slot holds no usable QP (RDMA_BAD_QP).
@@ -519,8 +536,8 @@ AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally
     const uint64_t remote = write ? e.dst_addr : e.src_addr;
     const uint32_t lkey = e.lkey != 0 ? e.lkey : q.lkey;
     const uint32_t rkey = e.rkey != 0 ? e.rkey : q.rkey;
-    const uint32_t max_piece = b.args.max_wqe_bytes;
-    const uint64_t pieces = piece_count(e.length, max_piece);
+    const uint32_t shift = b.wqe_shift;
+    const uint64_t pieces = piece_count(e.length, shift);
     const uint32_t first_doorbell = q.doorbells;
     t.rdma_first = q.pi;
     bool posted = true;
@@ -533,9 +550,9 @@ AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally
                 break;
             }
         }
-        const uint64_t offset = p * max_piece;
-        const uint32_t length = piece_length(e.length, max_piece, p);
-        const bool signaled = p + 1 == pieces || q.pi + 1 - q.last_signaled >= q.sq_depth / 2;
+        const uint64_t offset = p << shift;
+        const uint32_t length = piece_length(e.length, shift, p);
+        const bool signaled = p + 1 == pieces || q.pi + 1 - q.last_signaled >= q.sq_depth >> 1;
         AivRoceWqe wqe = {};
         wqe.byte4 = (write ? AIV_ROCE_OPCODE_RDMA_WRITE : AIV_ROCE_OPCODE_RDMA_READ) |
                     ((q.pi & q.sq_depth) == 0 ? AIV_ROCE_WQE_OWNER_BIT : 0u) |
@@ -614,7 +631,7 @@ AIV_DEVICE_FN bool request_is_valid(const AivRequestEntry& e) {
 template <bool Trace>
 AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     const uint32_t mask = b.args.request_depth - 1;
-    const uint32_t max_piece = b.args.max_sqe_bytes;
+    const uint32_t shift = b.sqe_shift;
     const uint64_t data_sqes_before = b.sqes_posted;
     if (Trace) {
         const uint64_t seen = aiv_platform::cycles();
@@ -653,7 +670,7 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
             post_rdma<Trace>(b, g, e, t);
             continue;
         }
-        const uint64_t pieces = piece_count(e.length, max_piece);
+        const uint64_t pieces = piece_count(e.length, shift);
         for (uint64_t p = 0; p < pieces; ++p) {
             // Keep one slot for the flag SQE; a full ring holds depth - 1 entries.
             if (outstanding(b) + 2 > b.sq_depth - 1) {
@@ -661,8 +678,8 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
                 if (g.posted != WAIT_OK) break;
             }
             if (p == 0) first_doorbell[i] = b.doorbells;
-            const uint64_t offset = p * max_piece;
-            post_copy<Trace>(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, max_piece, p));
+            const uint64_t offset = p << shift;
+            post_copy<Trace>(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, shift, p));
             t.sqes += 1;
         }
         // The doorbell that covers the last SQE: the one just rung, or the next one.
@@ -828,7 +845,10 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     Block b;
     aiv_platform::read_bytes(&b.args, reinterpret_cast<const AIV_GM AivBlockArgs*>(kargs.blocks) + block_idx,
                              sizeof(AivBlockArgs));
-    if (b.args.doorbell_batch == 0 || b.args.max_sqe_bytes == 0 || b.args.max_sqe_bytes > AIV_SDMA_MAX_SQE_BYTES ||
+    // Arguments the kernel cannot run with (the Host never passes them): no launch at all. max_sqe_bytes must be a
+    // power of two (pieces are cut with shifts).
+    b.sqe_shift = log2_exact(b.args.max_sqe_bytes);
+    if (b.args.doorbell_batch == 0 || b.sqe_shift == 32 || b.args.max_sqe_bytes > AIV_SDMA_MAX_SQE_BYTES ||
         b.args.group_limit == 0 || b.args.group_limit > AIV_GROUP_MAX_TRANSFERS) {
         return;
     }
@@ -847,11 +867,13 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     if (b.args.trace_ring != 0) trace_refresh(b);
     // What this launch runs with, whatever an earlier launch acknowledged.
     if (b.trace_ring == 0) aiv_platform::store_u64(&b.control->trace_ring_seen, 0);
-    // The RDMA route, when the Host set a QP table up (requests on it fail with RDMA_BAD_QP otherwise).
+    // The RDMA route, when the Host set a QP table up with a power-of-two max_wqe_bytes (requests on it fail with
+    // RDMA_BAD_QP otherwise).
     b.qp_table = nullptr;
     b.qp_count = 0;
+    b.wqe_shift = log2_exact(b.args.max_wqe_bytes);
     if (b.args.qp_table != 0 && b.args.qp_count > 0 && b.args.qp_count <= AIV_QP_TABLE_SLOTS &&
-        b.args.max_wqe_bytes > 0 && b.args.max_wqe_bytes <= AIV_RDMA_MAX_WQE_BYTES) {
+        b.wqe_shift != 32 && b.args.max_wqe_bytes <= AIV_RDMA_MAX_WQE_BYTES) {
         b.qp_table = reinterpret_cast<AIV_GM AivQpRecord*>(b.args.qp_table);
         b.qp_count = b.args.qp_count;
     }
