@@ -9,6 +9,11 @@
 //!   AIV scalar unit has no divider, so a division by a variable would be a library call on the NPU. A division by a
 //!   constant becomes shifts or a multiplication on the host and is not flagged. The detector is first shown to
 //!   find the division of a one-line function, so the check cannot pass by not recognising the instructions.
+//! - `the_kernel_stack_is_bounded`: the kernel compiled as the twin builds it (`-O3`) with `-fstack-usage` (GCC and
+//!   Clang): the entry's frame (`transfer_block`, or `aiv_transfer_kernel` when it is inlined there) stays within
+//!   [`ENTRY_FRAME_BUDGET`], and the sum of every kernel function's frame (a bound on any call chain: the kernel does
+//!   not recurse) within [`ALL_FRAMES_BUDGET`]; the figures are printed. The NPU compiler's frames are unverified on
+//!   hardware; its stack flags give 0x8000 bytes (docs/hardware.md section 3).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -134,5 +139,60 @@ fn the_kernel_divides_nowhere() {
          shift, or precompute once per launch outside the kernel object):\n{}",
         found.len(),
         found.join("\n")
+    );
+}
+
+/// The entry function's frame in the host build, at most (measured: 832 bytes with GCC 12 at `-O3`, 9280 before the
+/// block's groups and QP states moved to the UB state area).
+const ENTRY_FRAME_BUDGET: u64 = 1536;
+/// Every kernel function's frame together, at most (measured: 3024 bytes, 11696 before).
+const ALL_FRAMES_BUDGET: u64 = 6144;
+
+#[test]
+fn the_kernel_stack_is_bounded() {
+    let kernels = root().join("kernels");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let object = dir.path().join("entry.o");
+    run_checked(
+        kernel_compile(&kernels)
+            .args(["-O3", "-fno-exceptions", "-fno-rtti", "-fstack-usage", "-c"])
+            .arg(kernels.join("npu/entry.cpp"))
+            .arg("-o")
+            .arg(&object),
+        "compiling kernels/npu/entry.cpp with -fstack-usage",
+    );
+    let usage = match std::fs::read_to_string(dir.path().join("entry.su")) {
+        Ok(usage) => usage,
+        Err(error) => {
+            skip::skip(&format!("the C++ compiler {} wrote no -fstack-usage file: {error}", compiler()));
+            return;
+        }
+    };
+    // Lines: "file:line:column:function<TAB>bytes<TAB>qualifiers".
+    let frames: Vec<(String, u64)> = usage
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split('\t');
+            let function = fields.next()?.to_owned();
+            let bytes = fields.next()?.trim().parse().ok()?;
+            Some((function, bytes))
+        })
+        .collect();
+    assert!(!frames.is_empty(), "no frame in the -fstack-usage output:\n{usage}");
+    let entry = frames
+        .iter()
+        .filter(|(function, _)| function.contains("transfer_block") || function.contains("aiv_transfer_kernel"))
+        .map(|&(_, bytes)| bytes)
+        .max()
+        .unwrap_or_else(|| panic!("neither transfer_block nor aiv_transfer_kernel in:\n{usage}"));
+    let all: u64 = frames.iter().map(|&(_, bytes)| bytes).sum();
+    let report = format!(
+        "kernel frames (host build, -O3): entry {entry} bytes (budget {ENTRY_FRAME_BUDGET}), all functions {all} \
+         bytes (budget {ALL_FRAMES_BUDGET})"
+    );
+    println!("{report}");
+    assert!(
+        entry <= ENTRY_FRAME_BUDGET && all <= ALL_FRAMES_BUDGET,
+        "{report}: large per-block state belongs in the UB state area (aiv_platform::state_area), not on the stack\n{usage}"
     );
 }

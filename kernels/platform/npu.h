@@ -20,6 +20,7 @@
 #include "aiv/roce.h"
 
 #define AIV_GM __gm__
+#define AIV_UB __ubuf__
 #define AIV_DEVICE_FN __aicore__ static inline
 #define AIV_PLATFORM_NAME "npu"
 
@@ -34,6 +35,26 @@
 #define AIV_NPU_UB_WQE_STAGE_OFFSET (AIV_NPU_UB_SQE_STAGE_OFFSET + AIV_SQE_STAGE_SLOTS * AIV_SQE_BYTES)
 // The 64-bit doorbell word of the RDMA route, on its own 32-byte block above the SDMA doorbell's.
 #define AIV_NPU_UB_DOORBELL64_OFFSET (AIV_NPU_UB_DOORBELL_OFFSET + 32u)
+// The kernel's per-block state (state_area): scalar loads and stores only, never a DMA operand.
+#define AIV_NPU_UB_STATE_OFFSET (32u * 1024u)
+#define AIV_UB_STATE_BYTES (16u * 1024u)
+// UB of an A2/A3 AIV core (TOTAL_UB_SIZE for dav-2201, mirror-cann/asc-devkit
+// impl/basic_api/utils/kernel_utils_constants.h), and where CANN SHMEM's own UB buffers begin
+// (ACLSHMEM_INTERNAL_UB_BUF_START_ADDR, hicann/shmem include/device/shmem_def.h): the kernel stays below it.
+#define AIV_NPU_UB_BYTES (192u * 1024u)
+#define AIV_NPU_UB_SHMEM_START (188u * 1024u)
+// The UB map (docs/ascendc-cpu.md, "The kernel's UB"): in this order, none overlapping, all below SHMEM's part.
+static_assert(AIV_NPU_UB_SQE_STAGE_OFFSET + AIV_SQE_STAGE_SLOTS * AIV_SQE_BYTES <= AIV_NPU_UB_WQE_STAGE_OFFSET,
+              "the SQE stage ends before the WQE stage");
+static_assert(AIV_NPU_UB_WQE_STAGE_OFFSET + AIV_ROCE_WQE_STRIDE <= AIV_NPU_UB_STATE_OFFSET,
+              "the WQE stage ends before the state area");
+static_assert(AIV_NPU_UB_STATE_OFFSET + AIV_UB_STATE_BYTES <= AIV_NPU_UB_DOORBELL_OFFSET,
+              "the state area ends before the doorbell words");
+static_assert(AIV_NPU_UB_DOORBELL64_OFFSET + 32u <= AIV_NPU_UB_SHMEM_START && AIV_NPU_UB_SHMEM_START <= AIV_NPU_UB_BYTES,
+              "the doorbell words end below SHMEM's UB buffers, inside UB");
+static_assert(AIV_NPU_UB_WQE_STAGE_OFFSET % 32u == 0 && AIV_NPU_UB_STATE_OFFSET % 32u == 0 &&
+                  AIV_NPU_UB_DOORBELL_OFFSET % 32u == 0 && AIV_NPU_UB_DOORBELL64_OFFSET % 32u == 0,
+              "UB operands of DMA are 32-byte aligned");
 
 namespace aiv_platform {
 
@@ -262,6 +283,18 @@ AIV_DEVICE_FN void ring_doorbell_64(uint64_t reg, uint64_t word) {
     AscendC::DataCopyPad(doorbell, ub, AscendC::DataCopyExtParams{1, sizeof(uint64_t), 0, 0, 0});
     AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
     AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
+}
+
+// The kernel's per-block state area: AIV_UB_STATE_BYTES of UB at AIV_NPU_UB_STATE_OFFSET, for scalar loads and stores
+// through the pointer, as AscendC's own LocalTensor::GetValue / SetValue reach UB: a `__ubuf__` pointer cast from
+// GetPhyAddr() (mirror-cann/asc-devkit impl/basic_api/kernel_tensor_impl.h). Uninitialised: the kernel writes what it
+// reads. Unverified on hardware.
+AIV_DEVICE_FN AIV_UB uint8_t* state_area() {
+    AscendC::LocalTensor<uint8_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECCALC);
+    ub.address_.bufferAddr = AIV_NPU_UB_STATE_OFFSET;
+    ub.address_.dataLen = AIV_UB_STATE_BYTES;
+    return reinterpret_cast<AIV_UB uint8_t*>(ub.GetPhyAddr());
 }
 
 AIV_DEVICE_FN uint64_t cycles() { return static_cast<uint64_t>(AscendC::GetSystemCycle()); }

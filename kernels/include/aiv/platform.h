@@ -9,6 +9,8 @@
 //
 // It defines:
 //   AIV_GM             pointer qualifier for global (device) memory
+//   AIV_UB             pointer qualifier for the core's unified buffer (the state area)
+//   AIV_UB_STATE_BYTES bytes of the state area
 //   AIV_DEVICE_FN      qualifier of every kernel-side function
 //   namespace aiv_platform {
 //     uint32_t load_u32(const AIV_GM uint32_t*)            acquire load of a word another agent writes
@@ -30,6 +32,7 @@
 //                   const AivRoceSge&)
 //     void ring_doorbell_64(reg, uint64_t word)            one 8-byte register write (RoCE SQ and CQ doorbells)
 //   AIV_SQE_STAGE_SLOTS                                    SQEs the stage holds
+//     AIV_UB uint8_t* state_area()                         the block's state area in UB (scalar access only)
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...
 //     void idle(context, kind, token, spins)               ... and passed here when it did not hold
