@@ -144,8 +144,8 @@ pub struct AivOptions {
     // --- the RDMA route (docs/rdma.md section 7) ---
     /// `route`: `"auto"` (default), `"rdma"` or `"sdma"` ([`RouteMode`]).
     pub route: RouteMode,
-    /// `rdma_max_wqe_bytes`: the largest message of one WQE; longer transfers take several (default 1 MiB, 1 byte
-    /// to 16 MiB).
+    /// `rdma_max_wqe_bytes`: the largest message of one WQE; longer transfers take several (default 1 MiB, a power
+    /// of two from 1 byte to 16 MiB: the kernel cuts pieces with shifts, having no divider).
     pub rdma_max_wqe_bytes: u32,
     /// `rdma_sq_depth`: SQ slots of each QP, a power of two (default 256, 4 to 32768); its CQ has as many CQEs.
     pub rdma_sq_depth: u32,
@@ -734,8 +734,8 @@ fn read_rdma_options(fields: &Fields<'_>, aiv: &mut AivOptions) -> Result<(), Co
         };
     }
     let max_wqe = u64::from(crate::kernel_abi::RDMA_MAX_WQE_BYTES);
-    if let Some(bytes) = fields.integer("rdma_max_wqe_bytes", 1, max_wqe)? {
-        aiv.rdma_max_wqe_bytes = bytes as u32;
+    if let Some(bytes) = fields.power_of_two("rdma_max_wqe_bytes", 1, max_wqe)? {
+        aiv.rdma_max_wqe_bytes = bytes;
     }
     if let Some(depth) = fields.power_of_two("rdma_sq_depth", 4, 1 << 15)? {
         aiv.rdma_sq_depth = depth;
@@ -1264,6 +1264,7 @@ mod tests {
             (r#"{"route": "carrier"}"#, "aiv.route"),
             (r#"{"rdma_max_wqe_bytes": 0}"#, "aiv.rdma_max_wqe_bytes"),
             (r#"{"rdma_max_wqe_bytes": 16777217}"#, "aiv.rdma_max_wqe_bytes"),
+            (r#"{"rdma_max_wqe_bytes": 3000}"#, "a power of two from 1 to 16777216"),
             (r#"{"rdma_sq_depth": 100}"#, "aiv.rdma_sq_depth"),
             (r#"{"rdma_retry_count": 8}"#, "aiv.rdma_retry_count"),
             (r#"{"rdma_timeout_ms": 0}"#, "aiv.rdma_timeout_ms"),

@@ -195,7 +195,7 @@ fn a_32_byte_doorbell_is_caught() {
     assert_mutation_caught(
         "platform/npu.h",
         "AscendC::DataCopyPad(reg, ub, AscendC::DataCopyExtParams{1, sizeof(uint32_t), 0, 0, 0});",
-        "copy_ubuf_to_gm(reg.GetPhyAddr(0), ub.GetPhyAddr(), 0, 1, 1, 0, 0);",
+        "copy_ubuf_to_gm(reg.GetPhyAddr(0), reinterpret_cast<__ubuf__ void*>(ub.GetPhyAddr()), 0, 1, 1, 0, 0);",
         "refused register write at offset 0x8, 32 bytes",
     );
 }
@@ -275,7 +275,7 @@ fn a_64_bit_doorbell_written_as_a_32_byte_burst_is_caught() {
         RDMA_CASE,
         "platform/npu.h",
         "AscendC::DataCopyPad(doorbell, ub, AscendC::DataCopyExtParams{1, sizeof(uint64_t), 0, 0, 0});",
-        "copy_ubuf_to_gm(doorbell.GetPhyAddr(0), ub.GetPhyAddr(), 0, 1, 1, 0, 0);",
+        "copy_ubuf_to_gm(doorbell.GetPhyAddr(0), reinterpret_cast<__ubuf__ void*>(ub.GetPhyAddr()), 0, 1, 1, 0, 0);",
         "refused register write at offset 0x0, 32 bytes (NIC register)",
     );
 }
@@ -331,7 +331,7 @@ fn a_full_sq_without_a_signaled_wqe_in_each_half_is_caught() {
     assert_mutation_caught_by(
         RDMA_CASE,
         "include/aiv/transfer_kernel.h",
-        " || q.pi + 1 - q.last_signaled >= q.sq_depth / 2",
+        " || q.pi + 1 - q.last_signaled >= q.sq_depth >> 1",
         "",
         "DCQ entry 3: status 3",
     );

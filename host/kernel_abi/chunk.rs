@@ -124,7 +124,8 @@ pub mod kernel {
         fn aiv_kernel_piece_length(length: u64, max_piece: u32, index: u64) -> u32;
     }
 
-    /// `aiv::piece_count` of the kernel.
+    /// `aiv::piece_count` of the kernel, which cuts pieces of a power-of-two size only (0 for any other
+    /// `max_piece`).
     pub fn piece_count(length: u64, max_piece: u32) -> u64 {
         // SAFETY: a pure function of its integer arguments (kernels/cpu/host_hooks.cpp).
         unsafe { aiv_kernel_piece_count(length, max_piece) }

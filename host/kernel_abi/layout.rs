@@ -4,8 +4,9 @@
 //! little-endian field types (they are written by one agent and decoded by another); ring headers and the control block
 //! hold words accessed atomically by the Host and the kernel, so they are declared as native atomics (the flag area
 //! as native integers) and the crate refuses to build for a big-endian target. Values written by the kernel are decoded totally ([`DcqStatus`],
-//! [`Syndrome`] are newtypes, never enums). `tests/layout_probe.rs` compares every size, offset and constant below
-//! with the C header through [`layout_facts`].
+//! [`Syndrome`] are newtypes, never enums). [`layout_facts`] lists every size, offset and constant below;
+//! `tests/layout_probe.rs` renders it as the `static_assert`s of `kernels/include/aiv/layout_asserts.h`, which
+//! `layouts.h` includes, so a C header that differs does not compile.
 
 use std::mem::{offset_of, size_of};
 use std::sync::atomic::{AtomicU32, AtomicU64};
@@ -442,6 +443,8 @@ impl Syndrome {
 }
 
 const _: () = {
+    // The kernel cuts transfers into pieces with shifts (no divider on the AIV scalar unit).
+    assert!(SDMA_MAX_SQE_BYTES.is_power_of_two() && RDMA_MAX_WQE_BYTES.is_power_of_two());
     assert!(size_of::<SdmaSqe>() == 64);
     assert!(size_of::<ChannelRecord>() == 64);
     assert!(size_of::<RingHeader>() == RING_HEADER_BYTES as usize);
@@ -466,8 +469,9 @@ macro_rules! facts {
 }
 pub(crate) use facts;
 
-/// Every size, field offset and constant of the shared layouts, named as `kernels/probe/layout_probe.cpp` prints
-/// them (`size.<C type>`, `offset.<C type>.<field>`, `const.<C macro>`).
+/// Every size, field offset and constant of the shared layouts, named after the C side (`size.<C type>`,
+/// `offset.<C type>.<field>`, `const.<C macro>`): the source of the generated asserts of `layout_asserts.h` and
+/// `roce_asserts.h` (`tests/layout_probe.rs`).
 pub fn layout_facts() -> Vec<(String, u64)> {
     let mut out = Vec::new();
     facts!(out; size SdmaSqe as "AivSdmaSqe");

@@ -4,7 +4,8 @@
 //! The hardware layouts and where they come from are in docs/rdma.md (CANN SHMEM's IN_DIE RDMA backend for what the AI
 //! cores write; the Linux hns_roce driver for the CQE fields and status codes). Unverified on hardware. Values a NIC
 //! writes decode totally: [`CqeStatus`] is a newtype with a name for every known code and a text for the others.
-//! `tests/layout_probe.rs` compares every size, offset and constant here with the C header through [`roce_facts`].
+//! [`roce_facts`] lists every size, offset and constant here; `tests/layout_probe.rs` renders it as the
+//! `static_assert`s of `kernels/include/aiv/roce_asserts.h`, which `roce.h` includes.
 
 use std::mem::{offset_of, size_of};
 
@@ -360,7 +361,7 @@ impl RoceCqe {
     }
 }
 
-/// Every size, field offset and constant of `kernels/include/aiv/roce.h`, named as the layout probe prints them.
+/// Every size, field offset and constant of `kernels/include/aiv/roce.h`, named after the C side.
 pub fn roce_facts() -> Vec<(String, u64)> {
     let mut out = Vec::new();
     facts!(out; size RoceWqe as "AivRoceWqe");

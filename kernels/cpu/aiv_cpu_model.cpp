@@ -429,12 +429,19 @@ void check_scalar_ub(Core& c, uint64_t ub, uint64_t len, bool write) {
 }
 
 uint64_t addr_of(const void* p) { return static_cast<uint64_t>(reinterpret_cast<uintptr_t>(p)); }
+// A UB operand: an offset into the core's UB, or what LocalTensor::GetPhyAddr gave, the Host address of a byte of
+// the core's UB (offsets are below 192 KiB, Host addresses of the core's heap-allocated UB far above).
+uint64_t ub_addr_of(Core& c, const void* p) {
+    const uint64_t at = addr_of(p);
+    const uint64_t base = addr_of(c.ub.bytes);
+    return at >= base && at - base <= kUbBytes ? at - base : at;
+}
 
 void copy_out_aligned(void* dst, void* src, uint16_t n_burst, uint32_t len_burst, uint32_t src_gap,
                       uint32_t dst_gap, uint32_t element) {
     Core& c = *core();
     const uint64_t gm = addr_of(dst);
-    const uint64_t ub = addr_of(src);
+    const uint64_t ub = ub_addr_of(c, src);
     if (n_burst < 1 || n_burst > 4095 || len_burst < 1 || len_burst > 2097151) {
         raise(c, AIV_CPU_FAULT_BAD_ARGUMENT, gm, len_burst);
         return;
@@ -568,6 +575,8 @@ void ub_store(uint64_t ub_addr, const void* in, uint32_t n) {
 
 void ub_store_word(uint64_t ub_addr, uint64_t word) { ub_store(ub_addr, &word, sizeof(word)); }
 
+void* ub_scalar(uint64_t ub_addr, uint64_t n) { return ub_range(*core(), ub_addr, n); }
+
 }  // namespace aiv_cpu
 
 // ---- CCE intrinsics ----
@@ -605,12 +614,12 @@ static void block_copy(bool out, uint64_t gm, uint64_t ub, uint16_t n_burst, uin
 
 void copy_ubuf_to_gm(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
                      uint16_t dst_gap) {
-    block_copy(true, addr_of(dst), addr_of(src), n_burst, len_burst, dst_gap, src_gap);
+    block_copy(true, addr_of(dst), ub_addr_of(*core(), src), n_burst, len_burst, dst_gap, src_gap);
 }
 
 void copy_gm_to_ubuf(void* dst, void* src, uint8_t, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
                      uint16_t dst_gap) {
-    block_copy(false, addr_of(src), addr_of(dst), n_burst, len_burst, src_gap, dst_gap);
+    block_copy(false, addr_of(src), ub_addr_of(*core(), dst), n_burst, len_burst, src_gap, dst_gap);
 }
 
 void copy_ubuf_to_gm_align_b8(void* dst, void* src, uint8_t, uint16_t n_burst, uint32_t len_burst, uint8_t, uint8_t,

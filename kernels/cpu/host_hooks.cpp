@@ -9,10 +9,15 @@
 
 extern "C" {
 
-// The kernel's own chunking, exported so host tests can check it against the Rust mirror.
-uint64_t aiv_kernel_piece_count(uint64_t length, uint32_t max_piece) { return aiv::piece_count(length, max_piece); }
+// The kernel's own chunking, exported so host tests can check it against the Rust mirror. The kernel cuts pieces of
+// a power-of-two size only: 0 pieces (and length 0) for any other `max_piece`.
+uint64_t aiv_kernel_piece_count(uint64_t length, uint32_t max_piece) {
+    const uint32_t shift = aiv::log2_exact(max_piece);
+    return shift == 32 ? 0 : aiv::piece_count(length, shift);
+}
 uint32_t aiv_kernel_piece_length(uint64_t length, uint32_t max_piece, uint64_t index) {
-    return aiv::piece_length(length, max_piece, index);
+    const uint32_t shift = aiv::log2_exact(max_piece);
+    return shift == 32 ? 0 : aiv::piece_length(length, shift, index);
 }
 
 // Microbenchmark hook (benches/kernel.rs): posts `count` copy SQEs of `length` bytes from `src` to `dst` through the
@@ -36,6 +41,7 @@ uint32_t aiv_twin_bench_post(uint64_t kernel_args, uint32_t block_idx, uint64_t 
     aiv::Block b;
     aiv_platform::read_bytes(&b.args, reinterpret_cast<const __gm__ AivBlockArgs*>(kargs.blocks) + block_idx,
                              sizeof(AivBlockArgs));
+    b.sqe_shift = aiv::log2_exact(b.args.max_sqe_bytes);
     b.record = reinterpret_cast<__gm__ AivChannelRecord*>(b.args.channel_record);
     b.flag = reinterpret_cast<__gm__ AivFlagArea*>(b.args.flag_area);
     b.control = reinterpret_cast<__gm__ AivControlBlock*>(b.args.control);

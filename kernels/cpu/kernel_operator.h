@@ -8,7 +8,9 @@
 //
 // On the Host, a `__gm__ T*` holds a DEVICE address: it is never dereferenced (device memory is not mapped at its
 // device address), only passed to GlobalTensor / the intrinsics below, which reach HBM through the runtime's
-// translate op (kernels/cpu/aiv_cpu_core.h). A `__ubuf__ T*` holds an offset into the core's unified buffer.
+// translate op (kernels/cpu/aiv_cpu_core.h). LocalTensor::GetPhyAddr, which a kernel casts to a `__ubuf__ T*` for
+// scalar UB access through a pointer and passes to the intrinsics, gives the Host address of the bytes in the core's
+// unified buffer (`__ubuf__` is empty here); the intrinsics' UB operands are such addresses or offsets into the UB.
 #ifndef AIV_CPU_KERNEL_OPERATOR_H
 #define AIV_CPU_KERNEL_OPERATOR_H
 
@@ -37,7 +39,8 @@ enum dcci_dst_t : uint64_t { CACHELINE_ALL = 0, CACHELINE_UB = 1, CACHELINE_OUT 
 // Clean (write back dirty data) and invalidate the data cache: the line holding `dst` from `dst` to the line's end
 // (SINGLE_CACHE_LINE) or the whole cache (ENTIRE_DATA_CACHE, `dst` ignored).
 void dcci(const void* dst, uint64_t entire, uint64_t dst_kind = CACHELINE_ALL);
-// UB <-> GM DMA (MTE3 / MTE2): n_burst bursts of len_burst 32-byte blocks, gaps in 32-byte blocks.
+// UB <-> GM DMA (MTE3 / MTE2): n_burst bursts of len_burst 32-byte blocks, gaps in 32-byte blocks. A UB operand is
+// an offset into the core's UB or a LocalTensor::GetPhyAddr address.
 void copy_ubuf_to_gm(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
                      uint16_t dst_gap);
 void copy_gm_to_ubuf(void* dst, void* src, uint8_t sid, uint16_t n_burst, uint16_t len_burst, uint16_t src_gap,
@@ -66,6 +69,10 @@ void gm_store(uint64_t device_addr, const void* in, uint32_t n);
 void ub_load(uint64_t ub_addr, void* out, uint32_t n);
 void ub_store(uint64_t ub_addr, const void* in, uint32_t n);
 void ub_store_word(uint64_t ub_addr, uint64_t word);  // ub_store of one 8-byte word
+// A Host pointer to the core's UB bytes [ub_addr, ub_addr + n) (LocalTensor::GetPhyAddr); a range outside UB
+// raises AIV_CPU_FAULT_UB_RANGE and gives nullptr. Accesses through it are not checked against pending DMA: the
+// platform gives such pointers only to UB that no DMA uses (the kernel's state area).
+void* ub_scalar(uint64_t ub_addr, uint64_t n);
 
 // The inline hit path of GetValue / SetValue. A scalar access within one line that the core's data cache holds
 // WHOLLY VALID touches nothing but the cached bytes (as the model's out-of-line path does for such a line: no HBM
@@ -294,8 +301,10 @@ public:
         aiv_cpu::ub_load(ub_addr(index), &v, sizeof(PrimType));
         return v;
     }
-    __aicore__ inline __ubuf__ PrimType* GetPhyAddr() const {
-        return reinterpret_cast<__ubuf__ PrimType*>(static_cast<uintptr_t>(address_.bufferAddr));
+    // uint64_t, as AscendC's (impl/basic_api/kernel_tensor_impl.h, outside its CPU debug mode), whose GetValue and
+    // SetValue dereference it as a `__ubuf__ PrimType*`: here the Host address of the bytes in the core's UB.
+    __aicore__ inline uint64_t GetPhyAddr() const {
+        return reinterpret_cast<uintptr_t>(aiv_cpu::ub_scalar(address_.bufferAddr, address_.dataLen));
     }
 
     TBuffAddr address_;
@@ -323,7 +332,7 @@ template <typename T>
 __aicore__ inline void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src,
                                    const DataCopyExtParams& intriParams) {
     void* gm = const_cast<void*>(static_cast<const void*>(dst.GetPhyAddr()));
-    void* ub = static_cast<void*>(src.GetPhyAddr());
+    void* ub = reinterpret_cast<void*>(static_cast<uintptr_t>(src.GetPhyAddr()));
     static_assert(sizeof(T) == 1 || sizeof(T) == 2 || sizeof(T) == 4 || sizeof(T) == 8, "DataCopyPad element size");
     if (sizeof(T) == 1) {
         copy_ubuf_to_gm_align_b8(gm, ub, 0, intriParams.blockCount, intriParams.blockLen, 0, 0, intriParams.srcStride,

@@ -20,6 +20,7 @@
 #include "aiv/roce.h"
 
 #define AIV_GM __gm__
+#define AIV_UB __ubuf__
 #define AIV_DEVICE_FN __aicore__ static inline
 #define AIV_PLATFORM_NAME "npu"
 
@@ -34,6 +35,26 @@
 #define AIV_NPU_UB_WQE_STAGE_OFFSET (AIV_NPU_UB_SQE_STAGE_OFFSET + AIV_SQE_STAGE_SLOTS * AIV_SQE_BYTES)
 // The 64-bit doorbell word of the RDMA route, on its own 32-byte block above the SDMA doorbell's.
 #define AIV_NPU_UB_DOORBELL64_OFFSET (AIV_NPU_UB_DOORBELL_OFFSET + 32u)
+// The kernel's per-block state (state_area): scalar loads and stores only, never a DMA operand.
+#define AIV_NPU_UB_STATE_OFFSET (32u * 1024u)
+#define AIV_UB_STATE_BYTES (16u * 1024u)
+// UB of an A2/A3 AIV core (TOTAL_UB_SIZE for dav-2201, mirror-cann/asc-devkit
+// impl/basic_api/utils/kernel_utils_constants.h), and where CANN SHMEM's own UB buffers begin
+// (ACLSHMEM_INTERNAL_UB_BUF_START_ADDR, hicann/shmem include/device/shmem_def.h): the kernel stays below it.
+#define AIV_NPU_UB_BYTES (192u * 1024u)
+#define AIV_NPU_UB_SHMEM_START (188u * 1024u)
+// The UB map (docs/ascendc-cpu.md, "The kernel's UB"): in this order, none overlapping, all below SHMEM's part.
+static_assert(AIV_NPU_UB_SQE_STAGE_OFFSET + AIV_SQE_STAGE_SLOTS * AIV_SQE_BYTES <= AIV_NPU_UB_WQE_STAGE_OFFSET,
+              "the SQE stage ends before the WQE stage");
+static_assert(AIV_NPU_UB_WQE_STAGE_OFFSET + AIV_ROCE_WQE_STRIDE <= AIV_NPU_UB_STATE_OFFSET,
+              "the WQE stage ends before the state area");
+static_assert(AIV_NPU_UB_STATE_OFFSET + AIV_UB_STATE_BYTES <= AIV_NPU_UB_DOORBELL_OFFSET,
+              "the state area ends before the doorbell words");
+static_assert(AIV_NPU_UB_DOORBELL64_OFFSET + 32u <= AIV_NPU_UB_SHMEM_START && AIV_NPU_UB_SHMEM_START <= AIV_NPU_UB_BYTES,
+              "the doorbell words end below SHMEM's UB buffers, inside UB");
+static_assert(AIV_NPU_UB_WQE_STAGE_OFFSET % 32u == 0 && AIV_NPU_UB_STATE_OFFSET % 32u == 0 &&
+                  AIV_NPU_UB_DOORBELL_OFFSET % 32u == 0 && AIV_NPU_UB_DOORBELL64_OFFSET % 32u == 0,
+              "UB operands of DMA are 32-byte aligned");
 
 namespace aiv_platform {
 
@@ -77,27 +98,53 @@ AIV_DEVICE_FN void store_u64(__gm__ uint64_t* p, uint64_t v) {
     dcci_line(p);
 }
 
+// Byte copies between GM and the core's own memory, exact for every length and every GM alignment: the bytes before
+// the first 4-byte-aligned GM word and after the last whole one move one scalar byte access each, the words between
+// one aligned scalar word access each; never an unaligned word access. The local side is filled and read with byte
+// stores and loads (char may alias anything: the words land in the caller's struct without type punning, which an
+// optimising compiler is free to reorder around the struct's own field accesses). Every length, rather than lengths
+// refused at compile time unless a multiple of 4: the callers' structs are word-aligned and word-sized, where the
+// head and the tail cost one test each, and a caller copying anything else gets its bytes instead of a build error
+// it has to work around.
+AIV_DEVICE_FN uint32_t gm_word_head(const __gm__ void* p, uint32_t n) {
+    const uint32_t head = static_cast<uint32_t>(-reinterpret_cast<uint64_t>(p)) & 3u;
+    return head < n ? head : n;
+}
 AIV_DEVICE_FN void read_bytes(void* dst, const __gm__ void* src, uint32_t n) {
+    if (n == 0) return;
     dcci_range(src, n);
-    AscendC::GlobalTensor<uint32_t> s = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(src));
-    // Byte stores (char may alias anything): the words land in the caller's struct without type punning, which an
-    // optimising compiler is free to reorder around the struct's own field accesses.
+    const __gm__ uint8_t* s = reinterpret_cast<const __gm__ uint8_t*>(src);
+    AscendC::GlobalTensor<uint8_t> bytes = gm_tensor(s);
     uint8_t* d = reinterpret_cast<uint8_t*>(dst);
-    for (uint32_t i = 0; i < n / 4; ++i) {
-        const uint32_t v = s.GetValue(i);
-        for (uint32_t k = 0; k < 4; ++k) d[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
+    const uint32_t head = gm_word_head(src, n);
+    const uint32_t words = (n - head) >> 2;
+    for (uint32_t i = 0; i < head; ++i) d[i] = bytes.GetValue(i);
+    AscendC::GlobalTensor<uint32_t> w = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(s + head));
+    uint8_t* out = d + head;
+    for (uint32_t i = 0; i < words; ++i) {
+        const uint32_t v = w.GetValue(i);
+        for (uint32_t k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
     }
+    for (uint32_t i = head + (words << 2); i < n; ++i) d[i] = bytes.GetValue(i);
 }
 // Stays in the data cache until flush_for_device (or a dcci of its lines).
 AIV_DEVICE_FN void write_bytes(__gm__ void* dst, const void* src, uint32_t n) {
-    AscendC::GlobalTensor<uint32_t> d = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(dst));
-    // Byte loads, for the same reason as read_bytes (little-endian words, as the AIV core and the layouts are).
+    if (n == 0) return;
+    __gm__ uint8_t* d = reinterpret_cast<__gm__ uint8_t*>(dst);
+    AscendC::GlobalTensor<uint8_t> bytes = gm_tensor(d);
+    // Little-endian words, as the AIV core and the layouts are.
     const uint8_t* s = reinterpret_cast<const uint8_t*>(src);
-    for (uint32_t i = 0; i < n / 4; ++i) {
+    const uint32_t head = gm_word_head(dst, n);
+    const uint32_t words = (n - head) >> 2;
+    for (uint32_t i = 0; i < head; ++i) bytes.SetValue(i, s[i]);
+    AscendC::GlobalTensor<uint32_t> w = gm_tensor(reinterpret_cast<const __gm__ uint32_t*>(d + head));
+    const uint8_t* in = s + head;
+    for (uint32_t i = 0; i < words; ++i) {
         uint32_t v = 0;
-        for (uint32_t k = 0; k < 4; ++k) v |= static_cast<uint32_t>(s[4 * i + k]) << (8 * k);
-        d.SetValue(i, v);
+        for (uint32_t k = 0; k < 4; ++k) v |= static_cast<uint32_t>(in[4 * i + k]) << (8 * k);
+        w.SetValue(i, v);
     }
+    for (uint32_t i = head + (words << 2); i < n; ++i) bytes.SetValue(i, s[i]);
 }
 // SDMA and the Host read HBM, not the AIV data cache: clean what the scalar unit wrote. SHMEM cleans the whole data
 // cache before ringing (docs/hardware.md section 4, post step 3).
@@ -236,6 +283,18 @@ AIV_DEVICE_FN void ring_doorbell_64(uint64_t reg, uint64_t word) {
     AscendC::DataCopyPad(doorbell, ub, AscendC::DataCopyExtParams{1, sizeof(uint64_t), 0, 0, 0});
     AscendC::SetFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
     AscendC::WaitFlag<AscendC::HardEvent::MTE3_S>(EVENT_ID3);
+}
+
+// The kernel's per-block state area: AIV_UB_STATE_BYTES of UB at AIV_NPU_UB_STATE_OFFSET, for scalar loads and stores
+// through the pointer, as AscendC's own LocalTensor::GetValue / SetValue reach UB: a `__ubuf__` pointer cast from
+// GetPhyAddr() (mirror-cann/asc-devkit impl/basic_api/kernel_tensor_impl.h). Uninitialised: the kernel writes what it
+// reads. Unverified on hardware.
+AIV_DEVICE_FN AIV_UB uint8_t* state_area() {
+    AscendC::LocalTensor<uint8_t> ub;
+    ub.address_.logicPos = static_cast<uint8_t>(AscendC::TPosition::VECCALC);
+    ub.address_.bufferAddr = AIV_NPU_UB_STATE_OFFSET;
+    ub.address_.dataLen = AIV_UB_STATE_BYTES;
+    return reinterpret_cast<AIV_UB uint8_t*>(ub.GetPhyAddr());
 }
 
 AIV_DEVICE_FN uint64_t cycles() { return static_cast<uint64_t>(AscendC::GetSystemCycle()); }

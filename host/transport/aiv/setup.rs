@@ -17,7 +17,7 @@ use crate::device::{DeviceBackend, DeviceError};
 use crate::kernel_abi::{
     dcq_bytes, kernel_args_bytes, request_ring_bytes, BlockArgs, CompletionRing, ControlBlock, KernelArgs, RequestRing,
     SpscIndex, GROUP_MAX_TRANSFERS, KERNEL_ARGS_BLOCKS_OFFSET, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION,
-    SDMA_MAX_SQE_BYTES,
+    RDMA_MAX_WQE_BYTES, SDMA_MAX_SQE_BYTES,
 };
 use crate::transport::window::PeerWindows;
 
@@ -36,6 +36,13 @@ impl AivTransport {
         })?;
         if options.aiv_blocks == 0 || options.doorbell_batch == 0 {
             return Err(invalid("aiv_blocks and doorbell_batch must be positive".into()));
+        }
+        // The kernel cuts pieces with shifts (its scalar unit has no divider) and refuses any other size.
+        if !options.rdma_max_wqe_bytes.is_power_of_two() || options.rdma_max_wqe_bytes > RDMA_MAX_WQE_BYTES {
+            return Err(invalid(format!(
+                "rdma_max_wqe_bytes {} is not a power of two from 1 to {RDMA_MAX_WQE_BYTES}",
+                options.rdma_max_wqe_bytes
+            )));
         }
         let channels = device.open_channels(options.aiv_blocks, options.sq_depth)?;
         let depth = options.request_ring_depth;

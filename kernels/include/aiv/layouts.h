@@ -1,7 +1,8 @@
 // Device-visible layouts shared by the transfer kernel, the CPU twin and the Host runtime.
 //
-// Defined once here and mirrored field by field in host/kernel_abi/ (Rust, zerocopy); tests/layout_probe.rs compiles
-// kernels/probe/layout_probe.cpp and compares every size, offset and constant with the Rust side.
+// Defined once here and mirrored field by field in host/kernel_abi/ (Rust, zerocopy). Every size, field offset and
+// constant the Rust side knows is checked at compile time by aiv/layout_asserts.h (included at the end), which
+// tests/layout_probe.rs generates from the Rust mirror and keeps up to date.
 // All layouts are little-endian. The SDMA SQE and the channel record follow docs/hardware.md section 4 exactly; the
 // other layouts (request ring, device completion queue, control block, kernel arguments) are this project's own.
 #ifndef AIV_LAYOUTS_H
@@ -221,5 +222,10 @@ typedef struct AivKernelArgs {
 } AivKernelArgs;
 
 #define AIV_LAYOUT_VERSION 2u
+
+// Off only in the twin build that tests/layout_probe.rs regenerates the asserts with (AIV_BLESS=1, see there).
+#ifndef AIV_LAYOUT_ASSERTS_OFF
+#include "aiv/layout_asserts.h"
+#endif
 
 #endif

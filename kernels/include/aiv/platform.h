@@ -9,6 +9,8 @@
 //
 // It defines:
 //   AIV_GM             pointer qualifier for global (device) memory
+//   AIV_UB             pointer qualifier for the core's unified buffer (the state area)
+//   AIV_UB_STATE_BYTES bytes of the state area
 //   AIV_DEVICE_FN      qualifier of every kernel-side function
 //   namespace aiv_platform {
 //     uint32_t load_u32(const AIV_GM uint32_t*)            acquire load of a word another agent writes
@@ -16,7 +18,8 @@
 //     void store_u32(AIV_GM uint32_t*, uint32_t)           release store of a word another agent reads
 //     void store_u64(AIV_GM uint64_t*, uint64_t)
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published
-//     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32
+//     void write_bytes(AIV_GM void*, const void* src, n)   bulk write made visible by a later store_u32 (both exact
+//                                                          for every n and every alignment)
 //     void flush_for_device(AIV_GM void*, n)               make scalar writes visible to DMA engines and the Host
 //     void stage_sqe(slot, const AivSdmaSqe&, whole)       build an SQE in slot < AIV_SQE_STAGE_SLOTS of the stage
 //                                                          (whole false: only the words of task_id, length and the
@@ -29,6 +32,7 @@
 //                   const AivRoceSge&)
 //     void ring_doorbell_64(reg, uint64_t word)            one 8-byte register write (RoCE SQ and CQ doorbells)
 //   AIV_SQE_STAGE_SLOTS                                    SQEs the stage holds
+//     AIV_UB uint8_t* state_area()                         the block's state area in UB (scalar access only)
 //     uint64_t cycles()                                    a monotonic counter in the unit of wait_budget
 //     uint32_t wait_token(context, kind)                   read before checking a condition ...
 //     void idle(context, kind, token, spins)               ... and passed here when it did not hold

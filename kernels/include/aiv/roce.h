@@ -1,7 +1,8 @@
 // RoCE v2 queue entries and doorbell words of the on-die NIC of Atlas A2/A3 (HNS RoCE v2), as an AIV kernel writes and
 // reads them, and the queue-pair record the Host hands the kernel.
 //
-// Mirrored field by field in host/kernel_abi/roce.rs (zerocopy) and checked by tests/layout_probe.rs. The hardware
+// Mirrored field by field in host/kernel_abi/roce.rs (zerocopy) and checked at compile time by aiv/roce_asserts.h
+// (included at the end, generated from the Rust mirror by tests/layout_probe.rs). The hardware
 // layouts and their sources are in docs/rdma.md: the WQE, its SGE and the doorbell words as CANN SHMEM's IN_DIE RDMA
 // backend writes them from the AI cores, the CQE fields and status codes as the Linux hns_roce driver defines them.
 // Nothing here has been run on an NPU: unverified on hardware.
@@ -123,5 +124,9 @@ typedef struct AivQpRecord {
 // error_status values beyond the CQE statuses: the kernel gave up on the QP itself.
 #define AIV_QP_ERROR_WAIT_BUDGET 0x100u  // a CQE did not arrive within the wait budget (WQEs may still be pending)
 #define AIV_QP_ERROR_ABORTED 0x101u      // the Host raised the abort flag while the kernel waited for a CQE
+
+#ifndef AIV_LAYOUT_ASSERTS_OFF
+#include "aiv/roce_asserts.h"
+#endif
 
 #endif

@@ -2,19 +2,20 @@
 //
 // Include the platform layer (platform/npu.h) first. Per block:
 //   take the request-ring entries of this block (up to group_limit at a time), split each into pieces of at most
-//   max_sqe_bytes, build one SDMA SQE per piece in the platform's UB stage and land the stage in this block's channel
-//   (before each doorbell, and when the stage fills or the tail wraps), ring the doorbell every doorbell_batch
-//   SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive area), ring, and spin on
-//   the flag within wait_budget (abort flag checked); write one DCQ entry per transfer and publish the DCQ tail.
+//   max_sqe_bytes (a power of two), build one SDMA SQE per piece in the platform's UB stage and land the stage in
+//   this block's channel (before each doorbell, and when the stage fills or the tail wraps), ring the doorbell
+//   every doorbell_batch SQEs, then append a flag SQE (copy an 8-byte sequence number into the block's receive
+//   area), ring, and spin on the flag within wait_budget (abort flag checked); write one DCQ entry per transfer and
+//   publish the DCQ tail.
 // A failed group (budget exhausted or aborted) halts the block until the Host has looked at the channel and reset it
 // (control.resume_count == control.halt_count). The SQ is never overrun: when it would fill, the kernel drains it
 // with a flag SQE first, so the kernel never needs the hardware head register.
 // A request on the RDMA route (docs/rdma.md section 7) goes to a QP of the block's QP table instead: split into
-// WQEs of at most max_wqe_bytes, each built in UB and landed in the QP's SQ, the SQ doorbell rung every
-// doorbell_batch WQEs and at the end of the group; its completion is the CQE of its last (signaled) WQE, polled by
-// owner bit with its status checked. An error CQE fails the transfers it covers with the CQE's status, the later
-// ones on that QP with WR_FLUSH_ERR, and records the error in the QP record's kernel line: the QP is never used
-// again (the Host replaces it). RDMA failures do not halt the block; a group with RDMA requests and no SDMA SQE
+// WQEs of at most max_wqe_bytes (a power of two), each built in UB and landed in the QP's SQ, the SQ doorbell rung
+// every doorbell_batch WQEs and at the end of the group; its completion is the CQE of its last (signaled) WQE,
+// polled by owner bit with its status checked. An error CQE fails the transfers it covers with the CQE's status, the
+// later ones on that QP with WR_FLUSH_ERR, and records the error in the QP record's kernel line: the QP is never
+// used again (the Host replaces it). RDMA failures do not halt the block; a group with RDMA requests and no SDMA SQE
 // posts no flag SQE.
 #ifndef AIV_TRANSFER_KERNEL_H
 #define AIV_TRANSFER_KERNEL_H
@@ -25,16 +26,31 @@
 
 namespace aiv {
 
-// Number of SQEs a transfer of `length` bytes needs with pieces of at most `max_piece` bytes (0 for length 0).
-AIV_DEVICE_FN uint64_t piece_count(uint64_t length, uint32_t max_piece) {
-    if (length == 0 || max_piece == 0) return 0;
-    return length / max_piece + (length % max_piece != 0 ? 1u : 0u);
+// No division or modulo by a variable anywhere in the kernel: the AIV scalar unit has no divider, so a 64-bit (and
+// likely a 32-bit) one is a library call. Ring depths are powers of two (index & (depth - 1)), and so are the piece
+// sizes max_sqe_bytes and max_wqe_bytes: a transfer is split with a shift and a mask (tests/kernel_code.rs checks
+// the host build of the kernel has no division instruction).
+
+AIV_DEVICE_FN bool power_of_two(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
+
+// log2 of a power of two `v`, by a loop (once per launch; no count-trailing-zeros instruction assumed); 32 when `v`
+// is not a power of two.
+AIV_DEVICE_FN uint32_t log2_exact(uint32_t v) {
+    if (!power_of_two(v)) return 32;
+    uint32_t shift = 0;
+    while ((v >> shift) != 1u) ++shift;
+    return shift;
 }
 
-// Length of piece `index` of a transfer (the last piece holds the remainder).
-AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t max_piece, uint64_t index) {
-    uint64_t offset = index * max_piece;
-    uint64_t rest = length - offset;
+// Number of pieces of at most 1 << `shift` bytes a transfer of `length` bytes needs (0 for length 0).
+AIV_DEVICE_FN uint64_t piece_count(uint64_t length, uint32_t shift) {
+    return (length >> shift) + ((length & ((uint64_t(1) << shift) - 1)) != 0 ? 1u : 0u);
+}
+
+// Length of piece `index` of a transfer in pieces of at most 1 << `shift` bytes (the last holds the remainder).
+AIV_DEVICE_FN uint32_t piece_length(uint64_t length, uint32_t shift, uint64_t index) {
+    const uint64_t max_piece = uint64_t(1) << shift;
+    const uint64_t rest = length - (index << shift);
     return static_cast<uint32_t>(rest < max_piece ? rest : max_piece);
 }
 
@@ -78,6 +94,8 @@ struct Block {
     AIV_GM AivChannelRecord* record;
     AIV_GM AivFlagArea* flag;
     AIV_GM AivControlBlock* control;
+    uint32_t sqe_shift;      // log2 of args.max_sqe_bytes
+    uint32_t wqe_shift;      // log2 of args.max_wqe_bytes (RDMA route only)
     uint64_t sq_base;
     uint64_t sq_reg_base;
     uint32_t sq_depth;
@@ -107,7 +125,7 @@ struct Block {
     // The RDMA route: the block's QP table (null: no RDMA route) and the kernel's state of each QP in it.
     AIV_GM AivQpRecord* qp_table;
     uint32_t qp_count;
-    QpState qps[AIV_QP_TABLE_SLOTS];
+    AIV_UB QpState* qps;     // AIV_QP_TABLE_SLOTS of them, in the UB state area (state_layout below)
 };
 
 // ---- The trace ring (docs/trace.md): the DCQ's discipline, never a wait ----
@@ -241,8 +259,9 @@ AIV_DEVICE_FN void post_copy(Block& b, uint64_t src, uint64_t dst, uint32_t leng
 // `seq % AIV_FLAG_SOURCE_SLOTS` is never rewritten before the flag SQE that reads it has executed.
 template <bool Trace>
 AIV_DEVICE_FN uint64_t post_flag(Block& b) {
+    static_assert((AIV_FLAG_SOURCE_SLOTS & (AIV_FLAG_SOURCE_SLOTS - 1)) == 0, "the flag slot is taken with a mask");
     b.flag_seq += 1;
-    AIV_GM uint64_t* source = &b.flag->source[b.flag_seq % AIV_FLAG_SOURCE_SLOTS];
+    AIV_GM uint64_t* source = &b.flag->source[b.flag_seq & (AIV_FLAG_SOURCE_SLOTS - 1)];
     aiv_platform::store_u64(source, b.flag_seq);
     aiv_platform::flush_for_device(source, 8);
     post_copy<Trace>(b, reinterpret_cast<uint64_t>(source), reinterpret_cast<uint64_t>(&b.flag->receive), 8);
@@ -289,6 +308,8 @@ struct Tally {
     uint32_t rdma_slot;
     uint32_t rdma_first;    // index of its first WQE
     uint32_t rdma_end;      // index after its last WQE
+    uint32_t first_doorbell;  // SDMA, while posting: the group's doorbell count at its first SQE
+    uint32_t last_doorbell;   // SDMA, while posting: the doorbell that covers its last SQE
 };
 
 // A group of requests taken together: its SDMA SQEs end with one flag SQE.
@@ -303,12 +324,25 @@ struct Group {
     Tally tally[AIV_GROUP_MAX_TRANSFERS];
 };
 
+// ---- The block's state in UB ----
+// The large per-block state (the two groups in flight with a tally per transfer, and the state of each QP) lives in
+// the platform's UB state area (aiv_platform::state_area, AIV_UB_STATE_BYTES), not on the stack: the kernel's frame
+// stays small (docs/ascendc-cpu.md, "The kernel's stack"). Scalar accesses only; no DMA reads or writes it.
+namespace state_layout {
+constexpr uint32_t align32(uint32_t n) { return (n + 31u) & ~31u; }
+constexpr uint32_t kGroupsOffset = 0;                                                  // Group[2]
+constexpr uint32_t kQpsOffset = align32(kGroupsOffset + 2u * sizeof(Group));           // QpState[AIV_QP_TABLE_SLOTS]
+constexpr uint32_t kBytes = align32(kQpsOffset + AIV_QP_TABLE_SLOTS * sizeof(QpState));
+static_assert(kBytes <= AIV_UB_STATE_BYTES, "the block's state fits the platform's UB state area");
+static_assert(alignof(Group) <= 32 && alignof(QpState) <= 32, "32-byte offsets align both arrays");
+}  // namespace state_layout
+
 // ---- The RDMA route (docs/rdma.md section 7) ----
 
 // Writes the kernel line of QP record `slot`: the indices and the error, then the QPN they are about, last (the
 // Host trusts error_status only when qpn_seen is the record's qpn).
 AIV_DEVICE_FN void qp_save(Block& b, uint32_t slot) {
-    QpState& q = b.qps[slot];
+    AIV_UB QpState& q = b.qps[slot];
     AIV_GM AivQpRecord* rec = &b.qp_table[slot];
     aiv_platform::store_u32(&rec->sq_pi, q.pi);
     aiv_platform::store_u32(&rec->sq_ci, q.done);
@@ -320,17 +354,15 @@ AIV_DEVICE_FN void qp_save(Block& b, uint32_t slot) {
     q.dirty = false;
 }
 
-AIV_DEVICE_FN bool power_of_two(uint32_t v) { return v != 0 && (v & (v - 1)) == 0; }
-
 // The QP in table slot `slot`, adopted from its record the first time this launch uses it or when the Host has put
 // another QP there; null when the slot holds no usable QP (RDMA_BAD_QP).
-AIV_DEVICE_FN QpState* qp_attach(Block& b, uint32_t slot) {
+AIV_DEVICE_FN AIV_UB QpState* qp_attach(Block& b, uint32_t slot) {
     if (b.qp_table == nullptr || slot >= b.qp_count) return nullptr;
     AIV_GM AivQpRecord* rec = &b.qp_table[slot];
     // Acquire: the Host writes the record's first line, then its qpn.
     const uint32_t qpn = aiv_platform::load_u32(&rec->qpn);
     if (qpn == 0) return nullptr;
-    QpState& q = b.qps[slot];
+    AIV_UB QpState& q = b.qps[slot];
     if (q.qpn == qpn) return &q;
     q.qpn = 0;
     q.cqn = aiv_platform::load_u32(&rec->cqn);
@@ -381,7 +413,7 @@ AIV_DEVICE_FN QpState* qp_attach(Block& b, uint32_t slot) {
 // Rings q's SQ doorbell for the WQEs posted since the last one: one 64-bit word {QPN, SQ command, producer index
 // modulo 65536, service level}. The WQEs are in HBM already (post_wqe waits for its DMA).
 template <bool Trace>
-AIV_DEVICE_FN void qp_ring(Block& b, QpState& q) {
+AIV_DEVICE_FN void qp_ring(Block& b, AIV_UB QpState& q) {
     if (q.unrung == 0) return;
     const uint64_t word = uint64_t(q.qpn & AIV_ROCE_DB_TAG_MASK) |
                           uint64_t(AIV_ROCE_DB_CMD_SQ) << AIV_ROCE_DB_CMD_SHIFT |
@@ -397,7 +429,7 @@ AIV_DEVICE_FN void qp_ring(Block& b, QpState& q) {
 // Learns from one consumed CQE. RC completes in order: a successful CQE for WQE w completes every WQE up to w
 // (unsignaled ones included); an error CQE fails w (the WQEs before it completed) and every later WQE is flushed.
 // A CQE that names another QP or a WQE not outstanding is a bad response: the QP is put in error at its oldest WQE.
-AIV_DEVICE_FN void qp_consume(QpState& q, const AivRoceCqe& cqe) {
+AIV_DEVICE_FN void qp_consume(AIV_UB QpState& q, const AivRoceCqe& cqe) {
     if (q.error_status != 0) return;  // after the first error: flushes, nothing more to learn
     const uint32_t status = (cqe.byte4 >> AIV_ROCE_CQE_STATUS_SHIFT) & AIV_ROCE_CQE_STATUS_MASK;
     const uint16_t wqe_index = static_cast<uint16_t>(cqe.byte4 >> AIV_ROCE_CQE_WQE_INDEX_SHIFT);
@@ -424,7 +456,7 @@ AIV_DEVICE_FN void qp_consume(QpState& q, const AivRoceCqe& cqe) {
 // Consumes every CQE the NIC has written on q, then releases them with one CQ doorbell {CQN, CQ_DB_PTR command,
 // consumer index}; returns whether there was any. A CQE is new when its owner bit differs from the CQ's lap bit;
 // the NIC writes its first word last, so that word is read first (after an invalidate), then the whole CQE.
-AIV_DEVICE_FN bool qp_poll(QpState& q) {
+AIV_DEVICE_FN bool qp_poll(AIV_UB QpState& q) {
     uint32_t consumed = 0;
     while (consumed < q.cq_depth) {
         const AIV_GM AivRoceCqe* cqe = reinterpret_cast<const AIV_GM AivRoceCqe*>(
@@ -450,7 +482,7 @@ AIV_DEVICE_FN bool qp_poll(QpState& q) {
 
 // Polls q until the WQEs before `end` have completed or the QP is in error, within the budget counted from
 // `start`; giving up puts the QP in error (AIV_QP_ERROR_WAIT_BUDGET, or _ABORTED on the abort flag or a stop).
-AIV_DEVICE_FN void qp_wait(Block& b, QpState& q, uint32_t end, uint64_t start, uint32_t abort_epoch) {
+AIV_DEVICE_FN void qp_wait(Block& b, AIV_UB QpState& q, uint32_t end, uint64_t start, uint32_t abort_epoch) {
     for (uint32_t spins = 0;; ++spins) {
         const uint32_t token = aiv_platform::wait_token(b.args.platform_context, AIV_WAIT_COMPLETION);
         if (q.error_status != 0 || static_cast<int32_t>(q.done - end) >= 0) return;
@@ -474,7 +506,7 @@ AIV_DEVICE_FN void qp_wait(Block& b, QpState& q, uint32_t end, uint64_t start, u
 }
 
 // The outcome of RDMA transfer `t` (WQEs [rdma_first, rdma_end) on q) once q has completed them or is in error.
-AIV_DEVICE_FN void rdma_settle(Tally& t, const QpState& q) {
+AIV_DEVICE_FN void rdma_settle(AIV_UB Tally& t, const AIV_UB QpState& q) {
     if (static_cast<int32_t>(q.done - t.rdma_end) >= 0) return;  // completed: status stays COMPLETED
     t.bytes = 0;
     if (q.error_status == AIV_QP_ERROR_WAIT_BUDGET) {
@@ -499,16 +531,16 @@ AIV_DEVICE_FN void rdma_settle(Tally& t, const QpState& q) {
 // least every sq_depth/2 one (so that a full SQ always holds a signaled WQE to wait for); the SQ doorbell every
 // doorbell_batch WQEs (the group's end rings the rest). A full SQ waits for CQEs within the budget.
 template <bool Trace>
-AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally& t) {
+AIV_DEVICE_FN void post_rdma(Block& b, AIV_UB Group& g, const AivRequestEntry& e, AIV_UB Tally& t) {
     const uint32_t slot = e.flags >> AIV_REQUEST_QP_SHIFT;
-    QpState* qp = qp_attach(b, slot);
+    AIV_UB QpState* qp = qp_attach(b, slot);
     t.bytes = 0;
     t.status = AIV_DCQ_STATUS_FAILED;
     if (qp == nullptr) {
         t.syndrome = AIV_SYNDROME_RDMA_BAD_QP;
         return;
     }
-    QpState& q = *qp;
+    AIV_UB QpState& q = *qp;
     if (q.error_status != 0) {
         // Never posted on a QP in error: the Host replaces it.
         t.syndrome = AIV_SYNDROME_RDMA_QP_ERROR;
@@ -519,8 +551,8 @@ AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally
     const uint64_t remote = write ? e.dst_addr : e.src_addr;
     const uint32_t lkey = e.lkey != 0 ? e.lkey : q.lkey;
     const uint32_t rkey = e.rkey != 0 ? e.rkey : q.rkey;
-    const uint32_t max_piece = b.args.max_wqe_bytes;
-    const uint64_t pieces = piece_count(e.length, max_piece);
+    const uint32_t shift = b.wqe_shift;
+    const uint64_t pieces = piece_count(e.length, shift);
     const uint32_t first_doorbell = q.doorbells;
     t.rdma_first = q.pi;
     bool posted = true;
@@ -533,9 +565,9 @@ AIV_DEVICE_FN void post_rdma(Block& b, Group& g, const AivRequestEntry& e, Tally
                 break;
             }
         }
-        const uint64_t offset = p * max_piece;
-        const uint32_t length = piece_length(e.length, max_piece, p);
-        const bool signaled = p + 1 == pieces || q.pi + 1 - q.last_signaled >= q.sq_depth / 2;
+        const uint64_t offset = p << shift;
+        const uint32_t length = piece_length(e.length, shift, p);
+        const bool signaled = p + 1 == pieces || q.pi + 1 - q.last_signaled >= q.sq_depth >> 1;
         AivRoceWqe wqe = {};
         wqe.byte4 = (write ? AIV_ROCE_OPCODE_RDMA_WRITE : AIV_ROCE_OPCODE_RDMA_READ) |
                     ((q.pi & q.sq_depth) == 0 ? AIV_ROCE_WQE_OWNER_BIT : 0u) |
@@ -584,13 +616,13 @@ AIV_DEVICE_FN void ring_qps(Block& b) {
 
 // Completes the group's RDMA transfers: waits for the CQEs that cover them (one budget for the group, from now),
 // settles each, and writes the kernel line of every QP record whose state changed.
-AIV_DEVICE_FN void finish_rdma(Block& b, Group& g) {
+AIV_DEVICE_FN void finish_rdma(Block& b, AIV_UB Group& g) {
     if (g.rdma == 0) return;
     const uint64_t start = aiv_platform::cycles();
     for (uint32_t i = 0; i < g.count; ++i) {
-        Tally& t = g.tally[i];
+        AIV_UB Tally& t = g.tally[i];
         if (t.rdma == 0) continue;
-        QpState& q = b.qps[t.rdma_slot];
+        AIV_UB QpState& q = b.qps[t.rdma_slot];
         qp_wait(b, q, t.rdma_end, start, g.abort_epoch);
         rdma_settle(t, q);
     }
@@ -612,17 +644,15 @@ AIV_DEVICE_FN bool request_is_valid(const AivRequestEntry& e) {
 // Posts the SQEs of `g.count` requests starting at ring index `g.head`, then the group's flag SQE; does not wait
 // for the flag (so the SDMA engine can run this group while the kernel completes the previous one).
 template <bool Trace>
-AIV_DEVICE_FN void post_group(Block& b, Group& g) {
+AIV_DEVICE_FN void post_group(Block& b, AIV_UB Group& g) {
     const uint32_t mask = b.args.request_depth - 1;
-    const uint32_t max_piece = b.args.max_sqe_bytes;
+    const uint32_t shift = b.sqe_shift;
     const uint64_t data_sqes_before = b.sqes_posted;
     if (Trace) {
         const uint64_t seen = aiv_platform::cycles();
         b.trace_group = aiv_platform::load_u64(&b.request_entries[g.head & mask].transfer_id);
         trace_record(b, AIV_TRACE_STAGE_REQUEST_SEEN, seen, g.count, b.trace_group, 0);
     }
-    uint32_t first_doorbell[AIV_GROUP_MAX_TRANSFERS];
-    uint32_t last_doorbell[AIV_GROUP_MAX_TRANSFERS];
     b.doorbells = 0;
     b.abort_epoch = aiv_platform::load_u32(&b.control->abort_epoch);
     g.abort_epoch = b.abort_epoch;
@@ -633,7 +663,7 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     for (uint32_t i = 0; i < g.count; ++i) {
         AivRequestEntry e;
         aiv_platform::read_bytes(&e, &b.request_entries[(g.head + i) & mask], sizeof(AivRequestEntry));
-        Tally& t = g.tally[i];
+        AIV_UB Tally& t = g.tally[i];
         t.transfer_id = e.transfer_id;
         t.bytes = e.length;
         t.status = AIV_DCQ_STATUS_COMPLETED;
@@ -653,20 +683,20 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
             post_rdma<Trace>(b, g, e, t);
             continue;
         }
-        const uint64_t pieces = piece_count(e.length, max_piece);
+        const uint64_t pieces = piece_count(e.length, shift);
         for (uint64_t p = 0; p < pieces; ++p) {
             // Keep one slot for the flag SQE; a full ring holds depth - 1 entries.
             if (outstanding(b) + 2 > b.sq_depth - 1) {
                 g.posted = drain<Trace>(b);
                 if (g.posted != WAIT_OK) break;
             }
-            if (p == 0) first_doorbell[i] = b.doorbells;
-            const uint64_t offset = p * max_piece;
-            post_copy<Trace>(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, max_piece, p));
+            if (p == 0) t.first_doorbell = b.doorbells;
+            const uint64_t offset = p << shift;
+            post_copy<Trace>(b, e.src_addr + offset, e.dst_addr + offset, piece_length(e.length, shift, p));
             t.sqes += 1;
         }
         // The doorbell that covers the last SQE: the one just rung, or the next one.
-        last_doorbell[i] = b.unrung == 0 ? b.doorbells - 1 : b.doorbells;
+        t.last_doorbell = b.unrung == 0 ? b.doorbells - 1 : b.doorbells;
     }
     // The RDMA side of the group is announced whatever happened to its SDMA side.
     if (any_rdma) ring_qps<Trace>(b);
@@ -683,16 +713,16 @@ AIV_DEVICE_FN void post_group(Block& b, Group& g) {
     g.flag_seq = post_flag<Trace>(b);
     g.retire_mark = b.sqes_posted;
     for (uint32_t i = 0; i < g.count; ++i) {
-        Tally& t = g.tally[i];
+        AIV_UB Tally& t = g.tally[i];
         if (t.status != AIV_DCQ_STATUS_COMPLETED || t.rdma != 0) continue;
         // Its share of the flag SQE, and of the flag's doorbell unless that doorbell also covered its last SQE.
         t.sqes += 1;
-        t.doorbells = last_doorbell[i] - first_doorbell[i] + 1 + (flag_doorbell != last_doorbell[i] ? 1u : 0u);
+        t.doorbells = t.last_doorbell - t.first_doorbell + 1 + (flag_doorbell != t.last_doorbell ? 1u : 0u);
     }
 }
 
 // Records that the wait for group `g`'s flag ended with `result` (one test per group when tracing is off).
-AIV_DEVICE_FN void trace_completion(Block& b, const Group& g, WaitResult result) {
+AIV_DEVICE_FN void trace_completion(Block& b, const AIV_UB Group& g, WaitResult result) {
     if (b.trace == nullptr) return;
     trace_record(b, AIV_TRACE_STAGE_COMPLETION_OBSERVED, aiv_platform::cycles(), g.count, g.tally[0].transfer_id,
                  result);
@@ -700,9 +730,9 @@ AIV_DEVICE_FN void trace_completion(Block& b, const Group& g, WaitResult result)
 
 // Sets the statuses of the group's SDMA transfers from the outcome of its flag wait (its RDMA transfers are settled
 // by their CQEs, finish_rdma).
-AIV_DEVICE_FN void settle_group(Group& g, WaitResult result) {
+AIV_DEVICE_FN void settle_group(AIV_UB Group& g, WaitResult result) {
     for (uint32_t i = 0; i < g.count; ++i) {
-        Tally& t = g.tally[i];
+        AIV_UB Tally& t = g.tally[i];
         if (t.status != AIV_DCQ_STATUS_COMPLETED || t.rdma != 0 || result == WAIT_OK) continue;
         t.status = result == WAIT_TIMEOUT ? AIV_DCQ_STATUS_TIMEOUT : AIV_DCQ_STATUS_ABORTED;
         t.syndrome = result == WAIT_TIMEOUT ? AIV_SYNDROME_WAIT_BUDGET : AIV_SYNDROME_ABORTED;
@@ -722,10 +752,10 @@ AIV_DEVICE_FN bool wait_dcq_space(Block& b, uint32_t dcq_tail, uint32_t count) {
 }
 
 // Writes the DCQ entries of a group at `dcq_tail`; returns the new tail (published by the caller).
-AIV_DEVICE_FN uint32_t write_completions(Block& b, uint32_t dcq_tail, const Group& g) {
+AIV_DEVICE_FN uint32_t write_completions(Block& b, uint32_t dcq_tail, const AIV_UB Group& g) {
     const uint32_t mask = b.args.dcq_depth - 1;
     for (uint32_t i = 0; i < g.count; ++i) {
-        const Tally& t = g.tally[i];
+        const AIV_UB Tally& t = g.tally[i];
         AivDcqEntry entry;
         entry.transfer_id = t.transfer_id;
         entry.bytes = t.bytes;
@@ -750,7 +780,7 @@ AIV_DEVICE_FN void flush_completions(Block& b, uint32_t from, uint32_t to) {
 // Publishes the completions of one group, or two (the older first), with one DCQ tail store; advances the request
 // head past them. A failed outcome halts the block first, so a Host that sees the entries also sees the halt.
 // The groups' RDMA transfers are completed first (finish_rdma).
-AIV_DEVICE_FN void publish_groups(Block& b, Group& first, Group* second, bool failed) {
+AIV_DEVICE_FN void publish_groups(Block& b, AIV_UB Group& first, AIV_UB Group* second, bool failed) {
     finish_rdma(b, first);
     if (second) finish_rdma(b, *second);
     const uint32_t count = first.count + (second ? second->count : 0);
@@ -768,7 +798,7 @@ AIV_DEVICE_FN void publish_groups(Block& b, Group& first, Group* second, bool fa
     const uint64_t published = b.trace != nullptr ? aiv_platform::cycles() : 0;
     // Release: the entries written above are visible to a Host that acquires the new tail.
     aiv_platform::store_u32(&b.dcq->tail, tail);
-    const Group& last = second ? *second : first;
+    const AIV_UB Group& last = second ? *second : first;
     // Release: the Host may reuse the request slots once it sees the new head.
     aiv_platform::store_u32(&b.requests->head, last.head + last.count);
     aiv_platform::store_u64(&b.control->groups, aiv_platform::load_u64(&b.control->groups) + (second ? 2 : 1));
@@ -828,7 +858,10 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     Block b;
     aiv_platform::read_bytes(&b.args, reinterpret_cast<const AIV_GM AivBlockArgs*>(kargs.blocks) + block_idx,
                              sizeof(AivBlockArgs));
-    if (b.args.doorbell_batch == 0 || b.args.max_sqe_bytes == 0 || b.args.max_sqe_bytes > AIV_SDMA_MAX_SQE_BYTES ||
+    // Arguments the kernel cannot run with (the Host never passes them): no launch at all. max_sqe_bytes must be a
+    // power of two (pieces are cut with shifts).
+    b.sqe_shift = log2_exact(b.args.max_sqe_bytes);
+    if (b.args.doorbell_batch == 0 || b.sqe_shift == 32 || b.args.max_sqe_bytes > AIV_SDMA_MAX_SQE_BYTES ||
         b.args.group_limit == 0 || b.args.group_limit > AIV_GROUP_MAX_TRANSFERS) {
         return;
     }
@@ -847,14 +880,18 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
     if (b.args.trace_ring != 0) trace_refresh(b);
     // What this launch runs with, whatever an earlier launch acknowledged.
     if (b.trace_ring == 0) aiv_platform::store_u64(&b.control->trace_ring_seen, 0);
-    // The RDMA route, when the Host set a QP table up (requests on it fail with RDMA_BAD_QP otherwise).
+    // The RDMA route, when the Host set a QP table up with a power-of-two max_wqe_bytes (requests on it fail with
+    // RDMA_BAD_QP otherwise).
     b.qp_table = nullptr;
     b.qp_count = 0;
+    b.wqe_shift = log2_exact(b.args.max_wqe_bytes);
     if (b.args.qp_table != 0 && b.args.qp_count > 0 && b.args.qp_count <= AIV_QP_TABLE_SLOTS &&
-        b.args.max_wqe_bytes > 0 && b.args.max_wqe_bytes <= AIV_RDMA_MAX_WQE_BYTES) {
+        b.wqe_shift != 32 && b.args.max_wqe_bytes <= AIV_RDMA_MAX_WQE_BYTES) {
         b.qp_table = reinterpret_cast<AIV_GM AivQpRecord*>(b.args.qp_table);
         b.qp_count = b.args.qp_count;
     }
+    AIV_UB uint8_t* const state = aiv_platform::state_area();
+    b.qps = reinterpret_cast<AIV_UB QpState*>(state + state_layout::kQpsOffset);
     for (uint32_t slot = 0; slot < AIV_QP_TABLE_SLOTS; ++slot) {
         b.qps[slot].qpn = 0;
         b.qps[slot].unrung = 0;
@@ -864,7 +901,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
 
     aiv_platform::store_u32(&b.control->running, 1);
     // At most two groups are in flight: the engine runs group N+1 while the kernel completes group N.
-    Group groups[2];
+    AIV_UB Group* const groups = reinterpret_cast<AIV_UB Group*>(state + state_layout::kGroupsOffset);
     int pending = -1;  // index into groups of the group posted and not yet completed
     // The kernel is the only consumer of the request ring: `next` is the first request not yet taken.
     uint32_t next = aiv_platform::load_u32(&b.requests->head);
@@ -888,7 +925,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
         if (tail != next) {
             spins = 0;
             const int slot = pending == 0 ? 1 : 0;
-            Group& g = groups[slot];
+            AIV_UB Group& g = groups[slot];
             g.head = next;
             g.count = tail - next < b.args.group_limit ? tail - next : b.args.group_limit;
             if (b.trace != nullptr) {
@@ -908,7 +945,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
                 continue;
             }
             // Complete the older group while the engine works on the new one.
-            Group& older = groups[pending];
+            AIV_UB Group& older = groups[pending];
             WaitResult older_result;
             if (g.posted == WAIT_OK) {
                 older_result = wait_flag(b, older.flag_seq, older.abort_epoch);
@@ -932,7 +969,7 @@ AIV_DEVICE_FN void transfer_block(const AIV_GM AivKernelArgs* kernel_args, uint3
             continue;
         }
         if (pending >= 0) {
-            Group& older = groups[pending];
+            AIV_UB Group& older = groups[pending];
             const WaitResult result = wait_flag(b, older.flag_seq, older.abort_epoch);
             trace_completion(b, older, result);
             if (result == WAIT_OK && older.retire_mark > b.sqes_retired) b.sqes_retired = older.retire_mark;

@@ -33,8 +33,10 @@ pub const REQUIRE_NPU_ENV: &str = "AIV_REQUIRE_NPU_KERNEL";
 /// Source files of the kernel tree, announced to cargo (every file under `kernels/`).
 pub const KERNEL_FILES: &[&str] = &[
     "include/aiv/layouts.h",
-    "include/aiv/platform.h",
+    "include/aiv/layout_asserts.h",
     "include/aiv/roce.h",
+    "include/aiv/roce_asserts.h",
+    "include/aiv/platform.h",
     "include/aiv/transfer_kernel.h",
     "platform/npu.h",
     "npu/entry.cpp",
@@ -43,9 +45,12 @@ pub const KERNEL_FILES: &[&str] = &[
     "cpu/aiv_cpu_model.cpp",
     "cpu/host_hooks.cpp",
     "cpu/twin_launch.cpp",
-    "probe/layout_probe.cpp",
-    "probe/roce_probe.h",
 ];
+
+/// Set to `1` while `tests/layout_probe.rs` regenerates `kernels/include/aiv/layout_asserts.h` and `roce_asserts.h`
+/// from the Rust mirror: the twin build then leaves those asserts out (`AIV_LAYOUT_ASSERTS_OFF`), so that a layout
+/// changed on both sides can be built to regenerate them. Never read by the NPU build.
+pub const BLESS_ENV: &str = "AIV_BLESS";
 
 /// Announces every kernel source to cargo.
 pub fn rerun_on_kernel_sources(kernels: &Path) {
@@ -84,6 +89,10 @@ fn twin_build(kernels: &Path) -> cc::Build {
         .flag_if_supported("-fno-rtti")
         // GCC cannot see that read_bytes' word loop fills the structs it reads (docs/ascendc-cpu.md).
         .flag_if_supported("-Wno-maybe-uninitialized");
+    println!("cargo:rerun-if-env-changed={BLESS_ENV}");
+    if env::var(BLESS_ENV).as_deref() == Ok("1") {
+        build.define("AIV_LAYOUT_ASSERTS_OFF", None);
+    }
     build
 }
 
