@@ -1,14 +1,20 @@
 //! Every *inferred* or *unverified* mark of docs/hardware.md has a row in docs/HARDWARE_TESTING.md's table
 //! "Assumptions and the hardware tests" (the row names the mark's section and a phrase of the marked line), every
 //! row's phrase is still in that section, and every test a row names is an `#[ignore]`d test of the hardware tier
-//! (`tests/npu_hardware.rs`, `tests/npu_assumptions.rs`, `tests/npu_doctor_assumptions.rs`); a row without a test
-//! says why ("none (source)", "none (not relied on)", "none yet") after a colon.
+//! (`tests/npu_hardware.rs`, `tests/npu_assumptions.rs`, `tests/npu_doctor_assumptions.rs`,
+//! `tests/npu_build_assumptions.rs`); a row without a test says why ("none (source)", "none (not relied on)", "none
+//! yet") after a colon. A mark is `*inferred`, `*unverified`, `inferred*` or `unverified*` in any case (`*Inferred*`
+//! opening a sentence is one).
 
 use std::path::Path;
 
 const TABLE_HEADING: &str = "## Assumptions and the hardware tests";
-const HARDWARE_TIER: [&str; 3] =
-    ["tests/npu_hardware.rs", "tests/npu_assumptions.rs", "tests/npu_doctor_assumptions.rs"];
+const HARDWARE_TIER: [&str; 4] = [
+    "tests/npu_hardware.rs",
+    "tests/npu_assumptions.rs",
+    "tests/npu_doctor_assumptions.rs",
+    "tests/npu_build_assumptions.rs",
+];
 
 /// A marked line of hardware.md: its section number, its line number and text.
 #[derive(Debug)]
@@ -19,6 +25,7 @@ struct Mark {
 }
 
 fn is_marked(line: &str) -> bool {
+    let line = line.to_ascii_lowercase();
     ["*unverified", "*inferred", "unverified*", "inferred*"].iter().any(|mark| line.contains(mark))
 }
 
@@ -232,4 +239,11 @@ fn the_check_finds_what_is_missing() {
         assert!(wrong.contains(expected), "{expected:?} not in:\n{wrong}");
     }
     assert_eq!(check(hardware, "no table", &sources), vec![format!("no section {TABLE_HEADING:?}")]);
+    // A mark in another case is a mark: `*Inferred*` opening a sentence, `*UNVERIFIED*`.
+    let capitals =
+        format!("{hardware}## 3. Three\n- *Inferred*, not stated by any source: the flag.\nit is *UNVERIFIED*.\n");
+    let wrong = check(&capitals, &good, &sources).join("\n");
+    for expected in ["line 7 (section 3) has no row", "line 8 (section 3) has no row"] {
+        assert!(wrong.contains(expected), "{expected:?} not in:\n{wrong}");
+    }
 }

@@ -44,6 +44,21 @@ impl Branch {
     }
 }
 
+/// The recipes a compiler driver can run: `bisheng` either mode (the date of `bisheng -v` picks one, [`choose`]),
+/// `ccec` its own.
+pub fn branches(kind: CompilerKind) -> &'static [Branch] {
+    match kind {
+        CompilerKind::Bisheng => &[Branch::BishengAsc, Branch::BishengCce],
+        CompilerKind::Ccec => &[Branch::Ccec],
+    }
+}
+
+/// The choice [`plan`] takes when the caller names the branch itself instead of asking [`choose`] (a test running
+/// every recipe a toolkit can run). The branch must be one of [`branches`] of the toolkit's compiler.
+pub fn forced(branch: Branch) -> (Branch, String) {
+    (branch, format!("{} named by the caller, not chosen by the build's rule", branch.name()))
+}
+
 /// What `bisheng -v` gave.
 #[derive(Clone, Debug)]
 pub enum VersionProbe {

@@ -501,3 +501,39 @@ fn every_file_under_kernels_is_announced_to_cargo() {
     announced.sort();
     assert_eq!(announced, files, "KERNEL_FILES differs from the files under kernels/");
 }
+
+/// `compilers_under` lists every compiler of a root in the search order, its first being `find_toolkit`'s pick;
+/// `branches` and `forced` give the recipes each driver can run, and `plan` runs a forced one as named.
+#[test]
+fn every_compiler_of_a_root_is_listed_in_the_search_order_and_each_drivers_recipes_can_be_forced() {
+    let _serial = serialised();
+    let root = tempfile::tempdir().expect("fake toolkit");
+    fake_toolkit(root.path(), "tools/ccec_compiler/bin", CompilerKind::Ccec, "exit 1", &[], "");
+    shmem_layout_bisheng(root.path(), "echo 'build 2026-04-02'");
+    fake_tool(&root.path().join("x86_64-linux/ccec_compiler/bin/ccec"), "exit 1");
+    let found = toolkit::compilers_under(root.path(), ARCH);
+    let want = [
+        ("compiler/ccec_compiler/bin/bisheng", CompilerKind::Bisheng),
+        ("tools/ccec_compiler/bin/ccec", CompilerKind::Ccec),
+        ("x86_64-linux/ccec_compiler/bin/ccec", CompilerKind::Ccec),
+    ]
+    .map(|(relative, kind)| (root.path().join(relative), kind));
+    assert_eq!(found, want);
+    let picked = toolkit::find_toolkit(&explicit(root.path())).expect("toolkit");
+    assert_eq!((picked.compiler, picked.kind), want[0]);
+    assert!(toolkit::compilers_under(&root.path().join("nothing here"), ARCH).is_empty());
+
+    assert_eq!(recipe::branches(CompilerKind::Bisheng), [Branch::BishengAsc, Branch::BishengCce]);
+    assert_eq!(recipe::branches(CompilerKind::Ccec), [Branch::Ccec]);
+    // The date picks -xasc; the forced -xcce plan is the -xcce line all the same.
+    let toolkit = toolkit::find_toolkit(&explicit(root.path())).expect("toolkit");
+    let (branch, reason) = recipe::forced(Branch::BishengCce);
+    assert_eq!(branch, Branch::BishengCce);
+    assert!(reason.starts_with("bisheng -xcce named by the caller"), "{reason}");
+    let out = tempfile::tempdir().expect("output directory");
+    let dirs =
+        toolkit::include_candidates(root.path(), ARCH).into_iter().filter(|dir| dir.is_dir()).collect::<Vec<_>>();
+    let plan = recipe::plan(&toolkit, (branch, reason), &dirs, &kernels(), out.path());
+    let compile: Vec<String> = plan.steps[0].args.iter().map(|arg| arg.to_string_lossy().into_owned()).collect();
+    assert_eq!(compile, xcce_line(root.path(), out.path()));
+}

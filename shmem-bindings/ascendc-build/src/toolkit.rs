@@ -79,11 +79,11 @@ impl Toolkit {
     }
 }
 
-/// The compiler directories under a root, in the order they are searched: `compiler/ccec_compiler/bin`
-/// (`mirror-cann/asc-devkit` `cmake/asc/aicpu_modules/CMakeDetermineAICPUCompiler.cmake`),
+/// The compiler directories under a root, relative to it, in the order they are searched:
+/// `compiler/ccec_compiler/bin` (`mirror-cann/asc-devkit` `cmake/asc/aicpu_modules/CMakeDetermineAICPUCompiler.cmake`),
 /// `<arch>-linux/ccec_compiler/bin` (the same file, and `cmake/asc/asc_modules/CMakeDetermineASCCompiler.cmake`),
 /// `tools/ccec_compiler/bin` (`hicann/hccl` `examples/05_custom_ops_allgather/op_kernel/CMakeLists.txt`).
-fn compiler_dirs(arch: &str) -> [String; 3] {
+pub fn compiler_dirs(arch: &str) -> [String; 3] {
     [
         "compiler/ccec_compiler/bin".to_owned(),
         format!("{arch}-linux/ccec_compiler/bin"),
@@ -141,27 +141,36 @@ fn no_toolkit_message(path: &str) -> String {
     )
 }
 
-/// The first compiler under `root`: `bisheng` in each compiler directory, then `ccec` in each (HCCL's directory
-/// first for `ccec`). On failure, every path tried.
-fn compiler_under(root: &Path, arch: &str) -> Result<(PathBuf, CompilerKind), Vec<String>> {
+/// Every place a compiler is looked for under `root`, in the order of the search: `bisheng` in each compiler
+/// directory, then `ccec` in each (HCCL's directory first for `ccec`).
+fn compiler_candidates(root: &Path, arch: &str) -> Vec<(PathBuf, CompilerKind)> {
     let [compiler, per_arch, tools] = compiler_dirs(arch);
-    let order = [
+    [
         (&compiler, CompilerKind::Bisheng),
         (&per_arch, CompilerKind::Bisheng),
         (&tools, CompilerKind::Bisheng),
         (&tools, CompilerKind::Ccec),
         (&compiler, CompilerKind::Ccec),
         (&per_arch, CompilerKind::Ccec),
-    ];
-    let mut tried = Vec::new();
-    for (dir, kind) in order {
-        let candidate = root.join(dir).join(kind.file_name());
-        if candidate.is_file() {
-            return Ok((candidate, kind));
-        }
-        tried.push(candidate.display().to_string());
+    ]
+    .into_iter()
+    .map(|(dir, kind)| (root.join(dir).join(kind.file_name()), kind))
+    .collect()
+}
+
+/// Every compiler under `root`, in the order of the search: the first is the one [`find_toolkit`] takes for that
+/// root, the others are what else the toolkit holds (e.g. a `ccec` next to a `bisheng`).
+pub fn compilers_under(root: &Path, arch: &str) -> Vec<(PathBuf, CompilerKind)> {
+    compiler_candidates(root, arch).into_iter().filter(|(candidate, _)| candidate.is_file()).collect()
+}
+
+/// The first compiler under `root`, in the order of [`compiler_candidates`]. On failure, every path tried.
+fn compiler_under(root: &Path, arch: &str) -> Result<(PathBuf, CompilerKind), Vec<String>> {
+    let candidates = compiler_candidates(root, arch);
+    match candidates.iter().find(|(candidate, _)| candidate.is_file()) {
+        Some(found) => Ok(found.clone()),
+        None => Err(candidates.iter().map(|(candidate, _)| candidate.display().to_string()).collect()),
     }
-    Err(tried)
 }
 
 /// The root a compiler at `<root>/{compiler,tools,<arch>-linux}/ccec_compiler/bin/<name>` belongs to: from the path as
