@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""`aiv bench`'s workload through the Python package, for the side-by-side of issue 17 item 5.
+"""`aiv bench`'s workload through the Python package, to set beside `aiv bench` itself: what the binding
+costs.
 
 Two engines in one process, as `aiv bench` runs without --segment_id: the initiator and an in-process target, each
 on its own twin-runtime device (or both on the Host for tcp), one registered buffer each. Every thread t submits

@@ -2,7 +2,9 @@
 # The aiv RDMA route against tcp between two hosts: two network namespaces joined by one veth pair, an `aiv bench`
 # target in one and the initiator in the other, the same flags for both protocols, rounds alternating tcp and aiv.
 # Prints, per block size, each protocol's median bandwidth and Host CPU per transfer (whole process, the twin's
-# device threads excluded), and the ratios aiv/tcp against the targets (bandwidth >= 0.8x, CPU <= 0.1x).
+# device threads excluded), and the ratios aiv/tcp against the bar aiv is held to: bandwidth >= 0.8x tcp's (both are
+# bandwidth-bound at 1 MiB) and Host CPU per transfer <= 0.1x tcp's (aiv's kernel, not the Host, builds and submits
+# the transfers).
 #
 # Twin runtime: the RDMA route runs on the twin NIC (a CPU model carried over TCP between the namespaces), so these
 # are figures of the model on this machine, unverified on hardware. Needs root (ip netns) and a release build
@@ -136,6 +138,6 @@ for size in dict.fromkeys(r[0] for r in rows):
               f" (whole process), failed batches {failed}")
     bw_ratio = med["aiv"][0] / med["tcp"][0]
     cpu_ratio = med["aiv"][1] / med["tcp"][1]
-    print(f"size {size} aiv/tcp: bandwidth {bw_ratio:.2f} (target >= 0.8: {'met' if bw_ratio >= 0.8 else 'NOT met'}),"
-          f" Host CPU {cpu_ratio:.3f} (target <= 0.1: {'met' if cpu_ratio <= 0.1 else 'NOT met'})")
+    print(f"size {size} aiv/tcp: bandwidth {bw_ratio:.2f} (bar >= 0.8: {'met' if bw_ratio >= 0.8 else 'NOT met'}),"
+          f" Host CPU {cpu_ratio:.3f} (bar <= 0.1: {'met' if cpu_ratio <= 0.1 else 'NOT met'})")
 EOF

@@ -16,7 +16,11 @@
 //! - [`device`]: the device backend behind the device paths (`aiv`, `adxl`, `adxl-fabric`, `ubshmem`): CANN, on the twin runtime
 //!   (the default) or the vendor's libraries (feature `cann`);
 //! - [`kernel_abi`]: what the Host shares with the AIV transfer kernel (`kernels/`): layouts, ring index rules,
-//!   the typed ring views, the chunking rule.
+//!   the typed ring views, the chunking rule;
+//! - [`transfer`]: the vocabulary every path and the engine share: requests, task slots, failures, completion
+//!   waits, segment and buffer descriptors, the bounds rule;
+//! - [`trace`]: per-stage traces (Host, AIV blocks, SDMA engines) and their Chrome trace file;
+//! - [`audit`]: `aiv audit`, the comparative audit of every path: workloads, rounds, error recovery, the report.
 
 pub mod audit;
 pub mod bench;

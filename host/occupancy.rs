@@ -1,5 +1,5 @@
 //! Occupancy of a run: how busy the AIV cores and SDMA engines were, and which Host threads used the CPU, so that a
-//! researcher can compare paths by "CPU / AICPU / AIV occupancy" (issue 15). Take an [`OccupancySnapshot`] before
+//! researcher can compare paths by their CPU, AI CPU and AIV occupancy. Take an [`OccupancySnapshot`] before
 //! and after the run; [`OccupancySnapshot::since`] gives the [`Occupancy`] between them (serialisable, and readable
 //! through `Display`). docs/occupancy.md says what each figure is and how far it can be trusted.
 //!

@@ -368,3 +368,93 @@ fn allocation_above_the_device_heap_is_refused_and_within_it_obtained() {
     let error = AuditOptions { alloc_request: Some(1), ..short_options() }.validate().expect_err("too small");
     assert!(error.to_string().contains("--alloc-request 1"), "{error}");
 }
+
+/// `aiv audit` as a person runs it, on the quick configuration cut to one short round of aiv and tcp (and
+/// `--no-alloc`): its stderr and its report directory. `inject` sets the test hook `AIV_AUDIT_INJECT_WARNING`.
+fn audit_cli(paths: &str, inject: Option<&str>) -> (String, serde_json::Value, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let out = dir.path().join("report");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_aiv"));
+    command
+        .args(["audit", "--quick", "--paths", paths, "--sizes", "4096", "--rounds", "1", "--cell-seconds", "0.02"])
+        .arg("--no-alloc")
+        .arg("--out")
+        .arg(&out)
+        .current_dir(dir.path())
+        .env_remove("MOONCAKE_CONFIG_PATH")
+        .env_remove("AIV_AUDIT_INJECT_WARNING")
+        .env("RUST_LOG", "warn")
+        .env("NO_COLOR", "1");
+    if let Some(fault) = inject {
+        command.env("AIV_AUDIT_INJECT_WARNING", fault);
+    }
+    let output = command.output().expect("aiv audit runs");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(output.status.success(), "aiv audit failed: {stderr}");
+    let json = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    let report: serde_json::Value = serde_json::from_str(&json).expect("report.json parses");
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    (stderr, report, md)
+}
+
+/// A fault round's warnings of one list (`expected_warnings` or `unexpected_warnings`) as (target, message, count).
+fn round_warnings(report: &serde_json::Value, path: &str, fault: &str, list: &str) -> Vec<(String, String, u64)> {
+    let round = report["faults"]
+        .as_array()
+        .expect("faults")
+        .iter()
+        .find(|f| f["path"] == path && f["fault"] == fault)
+        .unwrap_or_else(|| panic!("no {path} {fault} round"));
+    let records = round[list].as_array().unwrap_or_else(|| panic!("{path} {fault}: no {list}: {round}"));
+    records
+        .iter()
+        .map(|r| {
+            let text = |key: &str| r[key].as_str().unwrap_or_default().to_owned();
+            (text("target"), text("message"), r["count"].as_u64().unwrap_or(0))
+        })
+        .collect()
+}
+
+/// The warnings the error-recovery rounds provoke on purpose (an out-of-bounds request rejected, a killed peer
+/// found lost, its refused connect) do not reach the terminal: stderr holds the progress lines only, and
+/// report.json lists each round's warnings with their counts, report.md one line per round.
+#[test]
+fn the_warnings_a_fault_round_provokes_are_recorded_not_printed() {
+    let (stderr, report, md) = audit_cli("aiv,tcp", None);
+    for line in stderr.lines() {
+        assert!(line.starts_with("audit: ") && !line.contains("WARN"), "a line besides the progress: {line}\n{stderr}");
+    }
+    let rejected = ("aiv_transport::engine".to_owned(), "request rejected".to_owned(), 1);
+    for path in ["aiv", "tcp"] {
+        assert_eq!(
+            round_warnings(&report, path, "out_of_bounds", "expected_warnings"),
+            std::slice::from_ref(&rejected)
+        );
+        for fault in ["out_of_bounds", "stalled_engine", "killed_peer"] {
+            assert_eq!(round_warnings(&report, path, fault, "unexpected_warnings"), [], "{path} {fault}");
+        }
+    }
+    let lost = round_warnings(&report, "aiv", "killed_peer", "expected_warnings");
+    let probe = "aiv_transport::transport::aiv::probe";
+    assert!(lost.iter().any(|(t, m, n)| t == probe && m == "aiv peer lost" && *n >= 1), "{lost:?}");
+    assert_eq!(report["warnings"], serde_json::json!([]), "warnings outside the rounds");
+    assert!(md.contains("- aiv out_of_bounds: 1 expected warning (out-of-bounds request rejected ×1): see report.json"));
+    assert!(md.contains("- aiv killed_peer: ") && md.contains("peer found lost ×"), "{md}");
+}
+
+/// A warning inside a round that the round does not declare still prints (above the progress, never inside a
+/// progress line), and is recorded as the round's unexpected warning; the round's expected ones stay off stderr.
+#[test]
+fn a_warning_a_round_does_not_declare_still_prints_and_is_recorded() {
+    let (stderr, report, md) = audit_cli("tcp", Some("out_of_bounds"));
+    let injected = "AIV_AUDIT_INJECT_WARNING: a warning the out_of_bounds round does not declare";
+    let printed: Vec<&str> = stderr.lines().filter(|line| !line.starts_with("audit: ")).collect();
+    assert_eq!(printed.len(), 1, "{stderr}");
+    assert!(printed[0].contains(" WARN ") && printed[0].contains(injected), "{stderr}");
+    assert!(!stderr.contains("request rejected"), "{stderr}");
+    let unexpected = round_warnings(&report, "tcp", "out_of_bounds", "unexpected_warnings");
+    assert_eq!(unexpected, [("aiv_transport::audit".to_owned(), injected.to_owned(), 1)]);
+    let expected = round_warnings(&report, "tcp", "out_of_bounds", "expected_warnings");
+    assert_eq!(expected, [("aiv_transport::engine".to_owned(), "request rejected".to_owned(), 1)]);
+    assert!(md.contains("1 unexpected warning (WARN aiv_transport::audit: AIV_AUDIT_INJECT_WARNING"), "{md}");
+}

@@ -2,7 +2,7 @@
 //! `aiv bench` target in one and initiators in the other, and reports the section (docs/multihost.md). Needs root
 //! and `ip`; skipped otherwise (a `SKIPPED` line, tests/common/skip.rs), failing instead under `CI=true`. The kernel
 //! drives the RDMA route: aiv's run must complete on it (its figures are the twin NIC's, so only their presence is
-//! checked, not the targets' verdicts).
+//! checked, not the bar's verdicts).
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -95,7 +95,7 @@ fn the_cross_host_section_reports_tcp_and_aiv_on_the_rdma_route_and_cleans_up() 
         assert_eq!(aiv.aiv_direct.as_deref(), Some("yes"), "{operation}: {aiv:?}");
         assert_eq!(tcp.aiv_direct.as_deref(), Some("no"), "{operation}: {tcp:?}");
         assert!(aiv.median_bytes_per_second.is_some_and(|b| b > 0.0), "{aiv:?}");
-        // At 64 KiB only the Host CPU target is set; its verdict is one of the three.
+        // At 64 KiB only the Host CPU bar is set; its verdict is one of the three.
         assert_eq!(size.targets.len(), 1);
         assert_eq!(size.targets[0].target, "host_cpu");
         assert!(["yes", "no"].contains(&size.targets[0].met.as_str()), "{:?}", size.targets);

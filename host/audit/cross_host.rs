@@ -3,7 +3,7 @@
 //! docs/rdma.md section 7); per run an `aiv bench --mode target` (this binary) serves in the second and an
 //! `aiv bench --json` initiator runs to its end in the first, rounds alternating the protocols' order. Per block
 //! size and protocol the section reports the medians of bandwidth and of Host CPU per transfer (the initiator's
-//! whole process), the ratios aiv/tcp against the targets with a verdict each, the route aiv took (the
+//! whole process), the ratios aiv/tcp against the bar ([`bar`]) with a verdict each, the route aiv took (the
 //! bench's `evidence.routes`) and every failure's message.
 //!
 //! Nothing here fails the audit: a path that fails is reported failed with its error, and where the namespaces cannot
@@ -25,12 +25,24 @@ use crate::transfer::Opcode;
 
 /// The label of every figure of the section on the twin runtime.
 pub const TWIN_LABEL: &str = "twin runtime, unverified on hardware";
-/// The bandwidth target: aiv at least this fraction of tcp's bandwidth, at [`BANDWIDTH_TARGET_BLOCK`].
-pub const BANDWIDTH_TARGET: f64 = 0.8;
-/// The block size the bandwidth target is set at.
-pub const BANDWIDTH_TARGET_BLOCK: u64 = 1 << 20;
-/// The Host CPU target: aiv's Host CPU per transfer (whole process) at most this fraction of tcp's.
-pub const CPU_TARGET: f64 = 0.1;
+/// The bandwidth bar: aiv at least this fraction of tcp's bandwidth, at [`BANDWIDTH_BAR_BLOCK`].
+pub const BANDWIDTH_BAR: f64 = 0.8;
+/// The block size the bandwidth bar is set at.
+pub const BANDWIDTH_BAR_BLOCK: u64 = 1 << 20;
+/// The Host CPU bar: aiv's Host CPU per transfer (whole process) at most this fraction of tcp's.
+pub const CPU_BAR: f64 = 0.1;
+
+/// The bar aiv is held to between two hosts, and why, in words: its kernel, not the Host, builds and submits the
+/// transfers, so it must cost the Host far less CPU than tcp (whose Host threads move every byte) without giving up
+/// bandwidth where both are bandwidth-bound.
+pub fn bar() -> String {
+    format!(
+        "aiv bandwidth >= {BANDWIDTH_BAR}x tcp's at {} (where both are bandwidth-bound), aiv Host CPU per transfer \
+         <= {CPU_BAR}x tcp's at every size (aiv's kernel, not the Host, builds and submits the transfers, so the Host \
+         should do a small fraction of tcp's work)",
+        block_name(BANDWIDTH_BAR_BLOCK)
+    )
+}
 /// The block sizes without `--sizes`.
 pub const DEFAULT_SIZES: [u64; 2] = [1 << 20, 64 << 10];
 /// The operations without `--cross-operations`.
@@ -125,7 +137,7 @@ fn write() -> String {
     "write".into()
 }
 
-/// One operation at one block size: per protocol its runs and medians, the ratios aiv/tcp and the targets' verdicts.
+/// One operation at one block size: per protocol its runs and medians, the ratios aiv/tcp and the bar's verdicts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct CrossHostSize {
     /// `write` or `read` (a report written before READ was measured: `write`).
@@ -199,7 +211,7 @@ impl CrossHostRun {
     }
 }
 
-/// One target at one block size.
+/// One figure's bar at one block size (`targets` in report.json).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct TargetVerdict {
     /// `bandwidth` (aiv/tcp at least `limit`) or `host_cpu` (aiv/tcp at most `limit`).
@@ -219,8 +231,8 @@ fn ratio(aiv: Option<f64>, tcp: Option<f64>) -> Option<f64> {
     }
 }
 
-/// The verdicts of one block size from its two protocols' medians: bandwidth at [`BANDWIDTH_TARGET_BLOCK`] only,
-/// Host CPU at every size. aiv without a clean run does not meet a target ("no", naming its failure); tcp without one
+/// The verdicts of one block size from its two protocols' medians: bandwidth at [`BANDWIDTH_BAR_BLOCK`] only,
+/// Host CPU at every size. aiv without a clean run does not meet a bar ("no", naming its failure); tcp without one
 /// leaves it "unknown".
 pub fn verdicts(block_size: u64, tcp: &CrossHostProtocol, aiv: &CrossHostProtocol) -> Vec<TargetVerdict> {
     let mut out = Vec::new();
@@ -234,21 +246,15 @@ pub fn verdicts(block_size: u64, tcp: &CrossHostProtocol, aiv: &CrossHostProtoco
                 let r = if t > 0.0 { a / t } else { f64::INFINITY };
                 let met = if at_least { r >= limit } else { r <= limit };
                 let sign = if at_least { ">=" } else { "<=" };
-                (if met { "yes" } else { "no" }, format!("aiv/tcp {r:.3} (target {sign} {limit})"))
+                (if met { "yes" } else { "no" }, format!("aiv/tcp {r:.3} (bar {sign} {limit})"))
             }
         };
         out.push(TargetVerdict { target: target.into(), limit, ratio: ratio(a, t), met: met.into(), why });
     };
-    if block_size == BANDWIDTH_TARGET_BLOCK {
-        judge("bandwidth", BANDWIDTH_TARGET, true, aiv.median_bytes_per_second, tcp.median_bytes_per_second);
+    if block_size == BANDWIDTH_BAR_BLOCK {
+        judge("bandwidth", BANDWIDTH_BAR, true, aiv.median_bytes_per_second, tcp.median_bytes_per_second);
     }
-    judge(
-        "host_cpu",
-        CPU_TARGET,
-        false,
-        aiv.median_process_cpu_ns_per_transfer,
-        tcp.median_process_cpu_ns_per_transfer,
-    );
+    judge("host_cpu", CPU_BAR, false, aiv.median_process_cpu_ns_per_transfer, tcp.median_process_cpu_ns_per_transfer);
     out
 }
 
@@ -376,15 +382,14 @@ impl CrossHostReport {
             "{}. Per run a fresh `aiv bench --mode target` in the second namespace and an `aiv bench --json` \
              initiator in the first; {} rounds of {:.2} s per protocol, operation and block size, the protocols' \
              order alternating; {}, batches of {} from {} threads. Medians over the runs with no failed batch; Host CPU \
-             per transfer is the initiator's whole process (the twin's device threads left out). Targets (issue \
-             18): aiv bandwidth >= {BANDWIDTH_TARGET}x tcp at {}, aiv Host CPU <= {CPU_TARGET}x tcp.\n",
+             per transfer is the initiator's whole process (the twin's device threads left out). The bar: {}.\n",
             self.setup,
             self.rounds,
             self.seconds_per_run,
             self.operations.iter().map(|op| op.to_uppercase()).collect::<Vec<_>>().join(" and "),
             self.batch_size,
             self.threads,
-            block_name(BANDWIDTH_TARGET_BLOCK),
+            bar(),
         );
         let _ = writeln!(
             md,
@@ -414,7 +419,7 @@ impl CrossHostReport {
             }
         }
         let _ = writeln!(md);
-        let _ = writeln!(md, "| block | operation | target | aiv/tcp | met | why |");
+        let _ = writeln!(md, "| block | operation | bar | aiv/tcp | met | why |");
         let _ = writeln!(md, "|---|---|---|---|---|---|");
         for size in &self.sizes {
             for t in &size.targets {
@@ -741,7 +746,7 @@ mod tests {
     }
 
     #[test]
-    fn the_targets_are_met_or_not_by_the_medians_ratios() {
+    fn the_bars_are_met_or_not_by_the_medians_ratios() {
         let tcp = CrossHostProtocol::from_runs("tcp", vec![run(1e9, 10_000.0), run(3e9, 30_000.0), run(2e9, 20_000.0)]);
         // aiv: 0.9x the bandwidth, 0.05x the CPU: both met.
         let aiv = CrossHostProtocol::from_runs("aiv", vec![run(1.8e9, 1_000.0), run(1.8e9, 1_000.0)]);
@@ -754,7 +759,7 @@ mod tests {
         let size = CrossHostSize::new(Opcode::Write, 1 << 20, tcp.clone(), slow.clone());
         assert_eq!(size.targets.iter().map(|t| t.met.as_str()).collect::<Vec<_>>(), ["no", "no"]);
         assert!(size.targets[0].why.contains("0.500"), "{}", size.targets[0].why);
-        // At 64 KiB only the CPU target is set.
+        // At 64 KiB only the CPU bar is set.
         let size = CrossHostSize::new(Opcode::Write, 64 << 10, tcp.clone(), slow);
         assert_eq!(size.targets.len(), 1);
         assert_eq!(size.targets[0].target, "host_cpu");
@@ -847,6 +852,12 @@ mod tests {
         let mut md = String::new();
         report.markdown(&mut md);
         assert!(md.contains("WRITE and READ, batches of 8 from 2 threads"), "{md}");
+        // The bar in plain words, with the reason for it; nothing points elsewhere for it.
+        assert!(md.contains("The bar: aiv bandwidth >= 0.8x tcp's at 1 MiB"), "{md}");
+        assert!(md.contains("Host CPU per transfer <= 0.1x tcp's at every size"), "{md}");
+        assert!(!md.to_lowercase().contains("issue") && !md.contains("Targets"), "{md}");
+        assert!(md.contains("| block | operation | bar | aiv/tcp | met | why |"), "{md}");
+        assert!(md.contains("aiv/tcp 0.900 (bar >= 0.8)"), "{md}");
         assert!(md.contains("| 1 MiB | WRITE | tcp | 1/1 | 2.000 | 20.0 | 1.0 | - |"), "{md}");
         assert!(md.contains("| 1 MiB | WRITE | aiv | 0/1 | - | - | - | rdma |"), "{md}");
         assert!(md.contains("| 1 MiB | WRITE | bandwidth >= 0.8 | - | **no** |"), "{md}");

@@ -12,6 +12,7 @@
 use std::time::{Duration, Instant};
 
 use super::report::FaultRound;
+use super::warnings::Expected;
 use crate::config::{DeviceBackendKind, EngineConfig};
 use crate::error::Result;
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
@@ -31,25 +32,34 @@ pub(super) struct Site<'a> {
     pub size: u64,
 }
 
-/// Both rounds for `path`.
-pub(super) fn rounds(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> Result<Vec<FaultRound>> {
-    let mut rounds = Vec::new();
-    // One request's target range runs 4 KiB past the end of the target's buffer.
+/// The warnings the `out_of_bounds` round provokes: the engine rejects the request before any path sees it.
+pub(super) const OUT_OF_BOUNDS_WARNINGS: &[Expected] = &[Expected {
+    target: "aiv_transport::engine",
+    message: "request rejected",
+    what: "out-of-bounds request rejected",
+}];
+
+/// The warnings the `stalled_engine` round provokes: none (the stalled transfers time out, which the round records).
+pub(super) const STALLED_ENGINE_WARNINGS: &[Expected] = &[];
+
+/// The `out_of_bounds` round for `path`: one request's target range runs 4 KiB past the end of the target's buffer.
+pub(super) fn out_of_bounds(path: Protocol, site: &Site<'_>) -> Result<FaultRound> {
     let mut requests = batch(path, site);
     requests[1].target_offset = site.remote + site.size - 4096;
-    rounds.push(round(path, "out_of_bounds", site, &requests, None)?);
-    let injected = stall(config, path, true);
-    let round = match injected {
+    round(path, "out_of_bounds", site, &requests, None)
+}
+
+/// The `stalled_engine` round for `path`, or why it cannot be injected.
+pub(super) fn stalled_engine(config: &EngineConfig, path: Protocol, site: &Site<'_>) -> Result<FaultRound> {
+    match stall(config, path, true) {
         Ok(()) => {
             let result = round(path, "stalled_engine", site, &batch(path, site), Some(&|| stall(config, path, false)));
             // Released even if the round failed.
             let _ = stall(config, path, false);
-            result?
+            result
         }
-        Err(reason) => FaultRound::not_injected(path.as_str(), "stalled_engine", reason),
-    };
-    rounds.push(round);
-    Ok(rounds)
+        Err(reason) => Ok(FaultRound::not_injected(path.as_str(), "stalled_engine", reason)),
+    }
 }
 
 pub(super) fn batch(path: Protocol, site: &Site<'_>) -> Vec<TransferRequest> {

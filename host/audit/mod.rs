@@ -20,7 +20,9 @@ mod options;
 mod peer;
 mod plot;
 pub mod report;
+pub mod terminal;
 pub mod trace;
+pub mod warnings;
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,9 @@ use crate::TransferEngine;
 
 pub use options::{full_workloads, quick_workloads, round_order, AuditOptions, DEFAULT_KV, MAX_SPAN};
 pub use report::{AuditReport, CellStats, PathVerdict, RoundResult, Stats, Workload, WorkloadReport, AUDIT_SCHEMA};
+
+/// The error-recovery rounds, in the order each path runs them.
+pub const FAULTS: [&str; 3] = ["out_of_bounds", "stalled_engine", peer::FAULT];
 
 /// Where the audit reports progress: one call per finished cell.
 pub trait Progress {
@@ -222,6 +227,7 @@ fn cell_occupancy(occupancy: &crate::occupancy::Occupancy) -> report::CellOccupa
 /// Runs the audit: sets up the rig, then per workload `rounds` rounds over the paths, interleaved.
 pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progress) -> Result<AuditReport> {
     options.validate()?;
+    let capture = warnings::AuditCapture::start();
     let started_utc = report::utc_now();
     let started = Instant::now();
     // The aiv path on the vendor's runtime: CANN's profiler observes its cells (docs/evidence.md, "The profiler"),
@@ -333,6 +339,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         }
     }
     let mut fault_rounds = Vec::new();
+    // Each round's capture, by its index in fault_rounds.
+    let mut round_captures = Vec::new();
     if options.faults {
         for &path in &options.paths {
             let buffers = rig.buffers(path);
@@ -343,8 +351,27 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
                 remote: buffers.remote,
                 size: options.buffer_size(),
             };
-            fault_rounds.extend(faults::rounds(config, path, &site)?);
-            fault_rounds.push(peer::killed_peer(config, options.peer_program.as_deref(), path, &site)?);
+            for fault in FAULTS {
+                let expects = match fault {
+                    "out_of_bounds" => faults::OUT_OF_BOUNDS_WARNINGS,
+                    "stalled_engine" => faults::STALLED_ENGINE_WARNINGS,
+                    _ => peer::WARNINGS,
+                };
+                let capture = warnings::RoundCapture::start(expects);
+                if options.inject_warning.as_deref() == Some(fault) {
+                    tracing::warn!(
+                        path = path.as_str(),
+                        "AIV_AUDIT_INJECT_WARNING: a warning the {fault} round does not declare"
+                    );
+                }
+                let round = match fault {
+                    "out_of_bounds" => faults::out_of_bounds(path, &site)?,
+                    "stalled_engine" => faults::stalled_engine(config, path, &site)?,
+                    _ => peer::killed_peer(config, options.peer_program.as_deref(), path, &site)?,
+                };
+                round_captures.push((fault_rounds.len(), capture.id()));
+                fault_rounds.push(round);
+            }
             done += 3;
             progress.cell(done, total, &format!("error recovery: {}", path.as_str()));
         }
@@ -402,6 +429,12 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         traces.into_iter().map(|(record, document)| (record.clone(), (record.file, document))).unzip();
     let mut environment = report::Environment::probe(config);
     environment.runtime = verdicts_runtime(&verdicts);
+    let mut captured = capture.finish();
+    for (index, id) in round_captures {
+        let round = captured.rounds.remove(&id).unwrap_or_default();
+        (fault_rounds[index].expected_warnings, fault_rounds[index].unexpected_warnings) =
+            (round.expected, round.unexpected);
+    }
     Ok(AuditReport {
         schema: AUDIT_SCHEMA.into(),
         command: options.command.clone(),
@@ -433,6 +466,7 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
         traces: trace_records,
         trace_documents,
         cross_host,
+        warnings: captured.outside,
     })
 }
 

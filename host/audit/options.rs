@@ -94,6 +94,9 @@ pub struct AuditOptions {
     pub trace: bool,
     /// `--cross-host`: after everything else, aiv against tcp between two network namespaces (`None`: not run).
     pub cross_host: Option<cross_host::CrossHostOptions>,
+    /// A test hook (`AIV_AUDIT_INJECT_WARNING` of `aiv audit`): a fault's name; each round of that fault logs one
+    /// warning it does not declare, which must print and be recorded as unexpected (docs/audit.md, "Warnings").
+    pub inject_warning: Option<String>,
 }
 
 impl AuditOptions {
@@ -121,6 +124,7 @@ impl AuditOptions {
             mooncake_over_aiv_skipped: None,
             trace: false,
             cross_host: None,
+            inject_warning: None,
         }
     }
 
@@ -179,6 +183,12 @@ impl AuditOptions {
         }
         if self.workloads.is_empty() {
             return Err(invalid("no workload to run".into()));
+        }
+        if let Some(fault) = self.inject_warning.as_deref().filter(|f| !super::FAULTS.contains(f)) {
+            return Err(invalid(format!(
+                "AIV_AUDIT_INJECT_WARNING {fault:?} names no error-recovery round: one of {}",
+                super::FAULTS.join(", ")
+            )));
         }
         if let Some(request) = self.alloc_request {
             if !(alloc::MIN_CHUNK..=64 << 30).contains(&request) {

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use super::child::{self, Peer};
 use super::faults::{self, Site};
 use super::report::FaultRound;
+use super::warnings::Expected;
 use crate::config::{DeviceBackendKind, EngineConfig};
 use crate::error::Result;
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
@@ -28,6 +29,23 @@ pub(super) const FAULT: &str = "killed_peer";
 const PEER_BYTES: u64 = 4 << 20;
 /// How long the batch is left to settle before the pending transfers are counted and the peer killed.
 const SETTLE: Duration = Duration::from_millis(50);
+
+/// The warnings the round provokes: the aiv transport's peer probe, which watches every peer the aiv transport has
+/// imported, finds the peer's device gone and fails what was pending to it; the tcp client's connect to the dead
+/// peer's data port is refused.
+pub(super) const WARNINGS: &[Expected] = &[
+    Expected { target: "aiv_transport::transport::aiv::probe", message: "aiv peer lost", what: "peer found lost" },
+    Expected {
+        target: "aiv_transport::transport::aiv::probe",
+        message: "pending transfers to a lost peer failed",
+        what: "pending transfers to the lost peer failed",
+    },
+    Expected {
+        target: "aiv_transport::transport::tcp::client",
+        message: "tcp: connect failed",
+        what: "connect to the killed peer refused",
+    },
+];
 
 /// The protocol the peer is started with: aiv's target (device memory, exported) serves the device paths, which
 /// reach it through the same import; tcp's serves Host memory on its data port.
@@ -204,6 +222,7 @@ fn with_peer(
         dead_peer_state: Some(format!("{dead_state:?}").to_lowercase()),
         dead_peer_ms: Some(faults::ms(dead_took)),
         dead_peer_reason: dead_reason,
+        ..FaultRound::injected(path.as_str(), FAULT)
     })
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::warnings::WarningRecord;
 use crate::config::EngineConfig;
 use crate::evidence::{Check, EvidenceTally, Submitter, SubmitterCounts};
 use crate::transfer::Protocol;
@@ -62,6 +63,9 @@ pub struct AuditReport {
     /// The cross-host section (`--cross-host`): aiv against tcp between two network namespaces, when asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cross_host: Option<super::cross_host::CrossHostReport>,
+    /// Warnings and errors logged during the audit outside the error-recovery rounds (printed, and recorded here).
+    #[serde(default)]
+    pub warnings: Vec<WarningRecord>,
 }
 
 /// The run an `aiv audit --rerun` repeated: its report as named on the command line, when it started and the commit
@@ -223,6 +227,12 @@ pub struct FaultRound {
     pub dead_peer_ms: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dead_peer_reason: Option<String>,
+    /// The warnings the round provoked on purpose (recorded here, not printed; docs/audit.md, "Warnings").
+    #[serde(default)]
+    pub expected_warnings: Vec<WarningRecord>,
+    /// Warnings during the round that it did not declare (printed, and recorded here).
+    #[serde(default)]
+    pub unexpected_warnings: Vec<WarningRecord>,
 }
 
 impl FaultRound {
@@ -247,6 +257,8 @@ impl FaultRound {
             dead_peer_state: None,
             dead_peer_ms: None,
             dead_peer_reason: None,
+            expected_warnings: Vec::new(),
+            unexpected_warnings: Vec::new(),
         }
     }
 }
@@ -1070,6 +1082,34 @@ impl AuditReport {
                     f.dead_peer_ms.map_or("-".into(), |ms| format!("{ms:.1}")),
                     f.dead_peer_reason.as_deref().unwrap_or("-")
                 );
+            }
+            let _ = writeln!(md);
+        }
+        let warned: Vec<&FaultRound> = self
+            .faults
+            .iter()
+            .filter(|f| !f.expected_warnings.is_empty() || !f.unexpected_warnings.is_empty())
+            .collect();
+        if !warned.is_empty() {
+            let _ = writeln!(
+                md,
+                "Warnings: those a round provokes on purpose are recorded, not printed; any other was printed too.\n"
+            );
+            for f in warned {
+                let phrases = [
+                    super::warnings::summary(&f.expected_warnings, "expected"),
+                    super::warnings::summary(&f.unexpected_warnings, "unexpected"),
+                ];
+                let phrases: Vec<&str> = phrases.iter().map(String::as_str).filter(|p| !p.is_empty()).collect();
+                let _ = writeln!(md, "- {} {}: {}: see report.json", f.path, f.fault, phrases.join("; "));
+            }
+            let _ = writeln!(md);
+        }
+        if !self.warnings.is_empty() {
+            let _ = writeln!(md, "## Warnings\n");
+            let _ = writeln!(md, "Logged outside the error-recovery rounds (printed, and recorded in report.json):\n");
+            for w in &self.warnings {
+                let _ = writeln!(md, "- {} `{}`: {} ×{}", w.level, w.target, w.message.replace('|', "/"), w.count);
             }
             let _ = writeln!(md);
         }

@@ -1,4 +1,4 @@
-"""Shared pieces of the Python drop-in's test suite (issue 17 item 4).
+"""Shared pieces of the Python drop-in's test suite.
 
 The engine under test is chosen by env AIV_PYTEST_ENGINE: `aiv_transport` (default, this project's PyO3 package) or
 `mooncake` (the real `mooncake-transfer-engine-non-cuda` wheel, tcp only). Every test of Mooncake's API runs against

@@ -1,9 +1,9 @@
-"""Mooncake's calling conventions outside the data path (issue 17 item 1, checked by item 4's suite): results of
-registration calls, the opcode enum, get_first_buffer_address, and methods that make no sense here (item 6 of the
-brief: warmup_efa_segment, the CUDA-stream variants, get_engine).
+"""Mooncake's calling conventions outside the data path: results of registration calls, the
+opcode enum, get_first_buffer_address, and methods that make no sense on an engine without CUDA or EFA
+(warmup_efa_segment, the CUDA-stream variants, get_engine).
 
 Every expectation below is the real Mooncake wheel's (0.3.13.post1, non-CUDA), measured with AIV_PYTEST_ENGINE=mooncake,
-except where the issue asks for something else (said at the check).
+except where the drop-in deliberately differs (said at the check).
 """
 
 import os
@@ -76,8 +76,8 @@ def test_warmup_efa_segment_is_a_no_op(engine):
 
 
 def test_cuda_stream_methods_are_unsupported(te, engine):
-    """The real non-CUDA wheel has no CUDA-stream methods (AttributeError) and says SUPPORT_CUDA False; issue 17 asks
-    the drop-in to have them: there they raise RuntimeError, as Mooncake's CUDA build raises when a transfer cannot be
+    """The real non-CUDA wheel has no CUDA-stream methods (AttributeError) and says SUPPORT_CUDA False; the drop-in
+    has them, so that code written for the CUDA build finds them: there they raise RuntimeError, as Mooncake's CUDA build raises when a transfer cannot be
     set up."""
     assert te.module.SUPPORT_CUDA is False
     for name in CUDA_METHODS:
@@ -92,7 +92,7 @@ def test_cuda_stream_methods_are_unsupported(te, engine):
 
 def test_get_engine(engine):
     """Mooncake returns its C++ engine object (Mooncake Store's setup(engine=...) takes it); aiv_transport has none
-    and raises NotImplementedError naming Mooncake Store (issue 17 item 3 asks to say what happens there)."""
+    and raises NotImplementedError naming Mooncake Store, so a caller learns why it cannot have one."""
     if IS_MOONCAKE:
         assert engine.get_engine() is not None
     else:
@@ -123,8 +123,8 @@ def test_mismatched_lists(engine, peer):
 
 
 def test_drop_in_import_resolves_here():
-    """vLLM-Ascend imports `from mooncake.engine import TransferEngine`. With AIV_TRANSPORT_AS_MOONCAKE=1 (issue 17
-    item 3, opt-in) that import gives aiv_transport's engine in a fresh interpreter, which initializes like
+    """vLLM-Ascend imports `from mooncake.engine import TransferEngine`. With AIV_TRANSPORT_AS_MOONCAKE=1 (the
+    opt-in drop-in) that import gives aiv_transport's engine in a fresh interpreter, which initializes like
     vLLM-Ascend's shared engine does (host memory: protocol tcp); without the variable it does not."""
     ours_only("the opt-in drop-in (AIV_TRANSPORT_AS_MOONCAKE=1)")
     script = (

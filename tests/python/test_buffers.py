@@ -1,4 +1,4 @@
-"""Local buffers of every kind users hand the engine (issue 17 item 4, buffer part).
+"""Local buffers of every kind users hand the engine.
 
 bytearray (address through ctypes' from_buffer), a ctypes array, a numpy array (arr.ctypes.data), a managed buffer
 (allocate_managed_buffer, reached with write_bytes_to_buffer / read_bytes_from_buffer) and, for aiv_transport, twin

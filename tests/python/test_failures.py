@@ -1,5 +1,4 @@
-"""Failure paths return Mooncake's codes within the transfer timeout, and the engine serves the next call
-(issue 17 item 4, failure part).
+"""Failure paths return Mooncake's codes within the transfer timeout, and the engine serves the next call.
 
 Every failing call is timed: it must return within MC_TRANSFER_TIMEOUT (5 s here, the least Mooncake's Python engine
 accepts) plus SLACK. After each failure a good transfer to a live peer must succeed with its data checked.
@@ -213,8 +212,8 @@ def test_hung_peer_times_out(ini, peers, rng):
 
     Not checked: transfer_submit_write to a stopped peer. The real Mooncake's transfer_check_status says 0 (pending)
     for as long as the peer is stopped (12 s measured, timeout 5 s): its timeout applies only to the Python wrapper's
-    own waits. aiv_transport says -2 (timeout) after the transfer timeout, which is what issue 17's code list
-    suggests; the suite encodes neither.
+    own waits. aiv_transport says -2 (timeout) after the transfer timeout, the code Mooncake's Python API lists for a
+    timeout (docs/mooncake.md section 7); the suite encodes neither.
 
     Not checked, because the real Mooncake does it too: once woken, the peer answers the abandoned read and its bytes
     still land in the local buffer after transfer_sync_read returned -1 (measured with both engines). So the read

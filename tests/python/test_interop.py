@@ -1,4 +1,4 @@
-"""Interop with the real Mooncake Python engine over tcp, both directions (issue 17 item 4, interop part).
+"""Interop with the real Mooncake Python engine over tcp, both directions.
 
 The Mooncake side is tests/python/peer.py run by the interpreter of AIV_TEST_MOONCAKE_VENV with
 AIV_PYTEST_ENGINE=mooncake (tests/support/mooncake.sh makes that virtualenv). The other side is the engine under test

@@ -1,5 +1,5 @@
 """Mooncake's real Ascend build (`mooncake-transfer-engine-npu`) and this engine in one process, on the same
-twin-runtime device memory (issue 14 item 5).
+twin-runtime device memory.
 
 The host process (tests/python/npu_alongside.py, in Mooncake's CPython 3.11 virtualenv) runs both engines over one
 loaded copy of the twin runtime: Mooncake's `ascend_transport.so` links the twin's `libascendcl.so` from

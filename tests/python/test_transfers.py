@@ -1,4 +1,4 @@
-"""Data-verified transfers between two Python processes over each metadata kind (issue 17 item 4, first part).
+"""Data-verified transfers between two Python processes over each metadata kind.
 
 pytest is the initiator; tests/python/peer.py is the target. Sizes run from 1 B to 4 MiB at unaligned offsets on both
 sides; every write is checked on the peer (the written range holds the data, the bytes either side still hold the

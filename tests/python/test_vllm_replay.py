@@ -1,4 +1,4 @@
-"""A replay of vLLM-Ascend's Mooncake connector call sequences (issue 17 item 4; MOONCAKE_COMPAT section 7).
+"""A replay of vLLM-Ascend's Mooncake connector call sequences (docs/mooncake.md section 7).
 
 The shapes are vLLM-Ascend's; the sizes are shrunk for CI. Both nodes hold a paged KV cache: LAYERS layers, each a K
 and a V tensor of BLOCKS blocks of BLOCK_BYTES = tokens_per_block x kv_heads x head_dim x dtype bytes, each tensor at a

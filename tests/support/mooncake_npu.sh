@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets up Mooncake's real Ascend build (the PyPI wheel `mooncake-transfer-engine-npu`) in its own virtualenv,
-# idempotently, for the CPU twin runtime (issue 14).
+# idempotently, for the CPU twin runtime.
 #
 #   tests/support/mooncake_npu.sh                          # set up (if needed), print the virtualenv path on stdout
 #   AIV_MOONCAKE_NPU_VENV=DIR tests/support/mooncake_npu.sh  # use DIR instead of target/mooncake-npu-venv

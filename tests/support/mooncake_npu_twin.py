@@ -1,4 +1,5 @@
-"""One side of the two-process test of Mooncake's Ascend wheel on the CPU twin runtime (tests/mooncake_npu_twin.rs).
+"""One side of the two-process test of Mooncake's Ascend wheel on the CPU twin runtime
+(shmem-bindings/cann-twin/tests/mooncake_wheel.rs).
 
 Run with the twin's libraries (tests/support/twin_cann_libs.sh) on LD_LIBRARY_PATH, in the wheel's virtualenv
 (tests/support/mooncake_npu.sh). Each process does what torch_npu does before Mooncake runs: aclInit and
