@@ -9,11 +9,12 @@
 use std::path::Path;
 
 const TABLE_HEADING: &str = "## Assumptions and the hardware tests";
-const HARDWARE_TIER: [&str; 4] = [
+const HARDWARE_TIER: [&str; 5] = [
     "tests/npu_hardware.rs",
     "tests/npu_assumptions.rs",
     "tests/npu_doctor_assumptions.rs",
     "tests/npu_build_assumptions.rs",
+    "tests/npu_cache_assumptions.rs",
 ];
 
 /// A marked line of hardware.md: its section number, its line number and text.

@@ -85,6 +85,10 @@ AIV_DEVICE_FN uint32_t load_u32(const __gm__ uint32_t* p) {
     dcci_line(p);
     return gm_tensor(p).GetValue(0);
 }
+// A scalar load through the data cache with no invalidate first: the core's cached copy when it holds the line, else
+// a fill from GM. Only the cache probe (aiv/cache_probe.h) reads this way; everything else reads what another agent
+// writes with load_u32 / load_u64.
+AIV_DEVICE_FN uint32_t load_u32_cached(const __gm__ uint32_t* p) { return gm_tensor(p).GetValue(0); }
 AIV_DEVICE_FN uint64_t load_u64(const __gm__ uint64_t* p) {
     dcci_line(p);
     return gm_tensor(p).GetValue(0);

@@ -23,13 +23,13 @@ no run of this script on an NPU has been recorded yet.
    exit status is 2.
 2. Build (log: build.log): AIV_REQUIRE_NPU_KERNEL=1 cargo build --release --features cann, and the hardware test
    binaries (cargo test --release --features cann --test npu_hardware --test npu_assumptions
-   --test npu_doctor_assumptions --test npu_build_assumptions --no-run).
+   --test npu_doctor_assumptions --test npu_build_assumptions --test npu_cache_assumptions --no-run).
 3. Doctor (doctor.json or doctor.txt): target/release/aiv doctor --npu --json when this build has that flag, else
    plain `aiv doctor` (the file says which). Its exit status 2 (a required item missing) marks the step failed.
 4. Hardware tests (tests.log; assumptions.txt holds their CONFIRMED:/REFUTED:/INCONCLUSIVE: lines):
      AIV_NPU_TESTS=1 RUST_LOG=aiv_transport=info cargo test --release --features cann --test npu_hardware \
-         --test npu_assumptions --test npu_doctor_assumptions --test npu_build_assumptions -- --ignored --nocapture \
-         --test-threads=1
+         --test npu_assumptions --test npu_doctor_assumptions --test npu_build_assumptions \
+         --test npu_cache_assumptions -- --ignored --nocapture --test-threads=1
    (one device: --skip two_npus added).
 5. Audit (audit/: report.json, report.md, trace-*.json; audit.log): aiv audit --quick --trace with
    "device_backend": "cann" over every path the audit knows (aiv and the baselines; the ones that run only on the
@@ -259,7 +259,7 @@ built=0
 if run_step build "$out/build.log" "$build_timeout" "${build_cmd[@]}" &&
     run_step build-tests "$out/build.log" "$build_timeout" env AIV_REQUIRE_NPU_KERNEL=1 \
         cargo test --release --features cann --test npu_hardware --test npu_assumptions --test npu_doctor_assumptions \
-        --test npu_build_assumptions --no-run; then
+        --test npu_build_assumptions --test npu_cache_assumptions --no-run; then
     built=1
 fi
 aiv="$repo/target/release/aiv"
@@ -288,7 +288,7 @@ if [[ $built -eq 0 ]]; then
 else
     run_step tests "$out/tests.log" "$test_timeout" env AIV_NPU_TESTS=1 RUST_LOG=aiv_transport=info \
         cargo test --release --features cann --test npu_hardware --test npu_assumptions \
-        --test npu_doctor_assumptions --test npu_build_assumptions "${test_args[@]}"
+        --test npu_doctor_assumptions --test npu_build_assumptions --test npu_cache_assumptions "${test_args[@]}"
     grep -E 'CONFIRMED:|REFUTED:|INCONCLUSIVE:|SKIPPED:' "$out/tests.log" >"$out/assumptions.txt"
     echo "   $(grep -c 'CONFIRMED:' "$out/assumptions.txt") CONFIRMED, $(grep -c 'REFUTED:' "$out/assumptions.txt") REFUTED (assumptions.txt)"
 fi

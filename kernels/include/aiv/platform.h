@@ -15,6 +15,8 @@
 //   namespace aiv_platform {
 //     uint32_t load_u32(const AIV_GM uint32_t*)            acquire load of a word another agent writes
 //     uint64_t load_u64(const AIV_GM uint64_t*)
+//     uint32_t load_u32_cached(const AIV_GM uint32_t*)     load with no invalidate: the cached copy if the line is
+//                                                          held (the cache probe only, aiv/cache_probe.h)
 //     void store_u32(AIV_GM uint32_t*, uint32_t)           release store of a word another agent reads
 //     void store_u64(AIV_GM uint64_t*, uint64_t)
 //     void read_bytes(void* dst, const AIV_GM void*, n)    bulk read of entries another agent published

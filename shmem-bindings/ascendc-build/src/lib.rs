@@ -38,6 +38,7 @@ pub const KERNEL_FILES: &[&str] = &[
     "include/aiv/roce_asserts.h",
     "include/aiv/platform.h",
     "include/aiv/transfer_kernel.h",
+    "include/aiv/cache_probe.h",
     "platform/npu.h",
     "npu/entry.cpp",
     "cpu/kernel_operator.h",
