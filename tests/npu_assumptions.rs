@@ -31,7 +31,7 @@ use aiv_transport::doctor::RuntimeReport;
 use aiv_transport::kernel_abi::TRACE_STAGE_REQUEST_SEEN;
 use aiv_transport::{Opcode, Protocol, TransferState};
 use npu_rig::{pattern, Rig, PEER_SEED};
-use verdict::{report, Outcome};
+use verdict::{report, selected, Outcome};
 
 /// The peer half of every two-process test here: a no-op unless started by a rig with `AIV_NPU_ROLE=peer`.
 #[test]
@@ -42,14 +42,6 @@ fn assumptions_peer_process() {
     } else {
         println!("nothing to do: the peer half of the two-process tests, run by them with AIV_NPU_ROLE=peer");
     }
-}
-
-fn selected() -> bool {
-    if std::env::var("AIV_NPU_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
-    false
 }
 
 // ---- the AIV system counter runs at 50 MHz ----------------------------------------------------------------------

@@ -25,20 +25,7 @@ use std::sync::{Mutex, MutexGuard};
 use ascendc_build::recipe::{self, Branch};
 use ascendc_build::toolkit::{self, CompilerKind, Environment, Toolkit, ROOT_VARIABLES};
 use ascendcl_sys::AclApi;
-use verdict::{line, report, Outcome};
-
-fn selected() -> bool {
-    if std::env::var("AIV_NPU_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
-    false
-}
-
-/// The device the tests load on (`AIV_NPU_DEVICE_A`, default 0).
-fn device_id() -> u32 {
-    std::env::var("AIV_NPU_DEVICE_A").ok().and_then(|value| value.parse().ok()).unwrap_or(0)
-}
+use verdict::{device_id, line, report, selected, Outcome};
 
 /// What the build script's `Environment::from_process` reads, read here without announcing anything to cargo.
 fn process_environment() -> Environment {

@@ -28,22 +28,9 @@ use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::CannDevice;
 use aiv_transport::device::SharedMemory;
 use aiv_transport::engine::AivDevice;
-use verdict::{report, Outcome};
+use verdict::{device_id, report, selected, Outcome};
 
 const ASSUMPTION: &str = "a cached GM line stays in the AIV data cache until invalidated";
-
-fn selected() -> bool {
-    if std::env::var("AIV_NPU_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
-    false
-}
-
-/// The device the test opens (`AIV_NPU_DEVICE_A`, default 0).
-fn device_id() -> u32 {
-    std::env::var("AIV_NPU_DEVICE_A").ok().and_then(|value| value.parse().ok()).unwrap_or(0)
-}
 
 // ---- the probe's Host half ------------------------------------------------------------------------------------
 

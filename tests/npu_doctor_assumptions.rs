@@ -23,20 +23,7 @@ use aiv_transport::doctor::inputs::{Inputs, DEFAULT_COMMAND_TIMEOUT};
 use aiv_transport::doctor::item::Status;
 use aiv_transport::doctor::{system, toolkit};
 use ascendcl_sys::AclApi;
-use verdict::{report, Outcome};
-
-fn selected() -> bool {
-    if std::env::var("AIV_NPU_TESTS").as_deref() == Ok("1") {
-        return true;
-    }
-    skip::not_selected("hardware test; set AIV_NPU_TESTS=1 on an Ascend machine (docs/HARDWARE_TESTING.md)");
-    false
-}
-
-/// The device the tests open (`AIV_NPU_DEVICE_A`, default 0).
-fn device_id() -> u32 {
-    std::env::var("AIV_NPU_DEVICE_A").ok().and_then(|value| value.parse().ok()).unwrap_or(0)
-}
+use verdict::{device_id, report, selected, Outcome};
 
 /// The doctor's inputs with the fixed system paths read below `sysroot` and the toolkit root `home`.
 fn fake_inputs(sysroot: Option<&Path>, home: Option<&Path>) -> Inputs {
