@@ -39,6 +39,8 @@ import os
 import sys
 import time
 
+import twin_evidence
+
 ACL_MEMCPY_HOST_TO_DEVICE = 1
 ACL_MEMCPY_DEVICE_TO_HOST = 2
 
@@ -48,25 +50,11 @@ LOCAL_BUFFER_SIZE = 16 << 20
 acl = ctypes.CDLL("libascendcl.so")
 acl.aclrtMemcpy.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 acl.aclrtMalloc.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_size_t, ctypes.c_int]
-acl.cannTwinEvidence.argtypes = [ctypes.c_void_p]
 acl.cannTwinRecordProvenance.argtypes = [ctypes.c_uint32]
 
-# cannTwinEvidence version 2 (shmem-bindings/cann-twin/src/evidence.rs, CannTwinEvidenceV2::count_names): the
-# header, then one uint64 per count in this order.
-COUNTS = [
-    "provenance_recorded", "kernels_launched", "kernel_blocks_launched", "sdma_channels", "sqes_executed",
-    "sqes_by_kernel", "sqes_by_host", "sqes_unknown", "doorbells_rung", "doorbells_by_kernel", "doorbells_by_host",
-    "doorbells_unknown", "flags_landed", "flags_seen_by_kernel", "flags_seen_by_host", "host_sync_copies",
-    "host_sync_copy_bytes", "host_stream_copies", "host_stream_copy_bytes", "host_stream_syncs", "adxl_transfers",
-    "adxl_descs", "adxl_requests_served", "adxl_descs_served", "sqes_by_aicpu", "doorbells_by_aicpu",
-    "flags_seen_by_aicpu", "aicpu_kernels_launched", "aicpu_kernel_blocks_launched",
-]
-
-
-class Evidence(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("size", ctypes.c_uint32), ("runtime", ctypes.c_char * 32)] + [
-        (name, ctypes.c_uint64) for name in COUNTS
-    ]
+# cannTwinEvidence version 2 in the layout the library exports (twin_evidence.py): no list of the counts here.
+EVIDENCE = twin_evidence.Reader(acl)
+COUNTS = EVIDENCE.counts
 
 
 def check(code, what):
@@ -75,9 +63,7 @@ def check(code, what):
 
 
 def evidence():
-    record = Evidence(version=2, size=ctypes.sizeof(Evidence))
-    check(acl.cannTwinEvidence(ctypes.byref(record)), "cannTwinEvidence")
-    return {name: getattr(record, name) for name in COUNTS}
+    return EVIDENCE.read()
 
 
 def delta(before, after):

@@ -7,24 +7,23 @@
 use std::collections::BTreeMap;
 
 use cann_twin::evidence::CannTwinEvidenceV2;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::evidence::{Act, ActTotals, EvidenceTally, RuntimeKind, RuntimeLabel, Source};
 
 /// The twin runtime's counts (`cannTwinEvidence` version 2), in its one definition,
 /// [`cann_twin::evidence::CannTwinEvidenceV2`]: the driver gets the names of its counts (in layout order), the version
 /// and the size from [`evidence_spec`] and builds its ctypes structure from them, then sends the counts by name. A
-/// count the driver does not send is 0.
+/// count the driver does not send is 0. Every name is read through that definition
+/// ([`CannTwinEvidenceV2::count_names`], or a field of the structure), none from a list here.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TwinCounts(pub CannTwinEvidenceV2);
 
-/// What the driver needs to read the counts: `{"version": 2, "size": <bytes>, "counts": [<name>, ...]}`.
+/// What the driver needs to read the counts: `{"version": 2, "size": <bytes>, "counts": [<name>, ...]}`, the very
+/// layout the twin library exports as `cannTwinEvidenceLayout` ([`cann_twin::evidence::layout_json`]).
 pub fn evidence_spec() -> Value {
-    json!({
-        "version": cann_twin::evidence::EVIDENCE_VERSION,
-        "size": std::mem::size_of::<CannTwinEvidenceV2>(),
-        "counts": CannTwinEvidenceV2::count_names().collect::<Vec<_>>(),
-    })
+    let text = cann_twin::evidence::layout_json().to_str().unwrap_or_default();
+    serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
 impl TwinCounts {
@@ -57,21 +56,19 @@ impl TwinCounts {
 
     /// `after - before`, count by count (the state counts: recorded only if both were, the larger channel count).
     pub(super) fn delta(after: &TwinCounts, before: &TwinCounts) -> TwinCounts {
-        TwinCounts::from_fn(|name| match name {
-            "provenance_recorded" => after.get(name).min(before.get(name)),
-            "sdma_channels" => after.get(name).max(before.get(name)),
-            _ => after.get(name).saturating_sub(before.get(name)),
-        })
+        let mut delta = TwinCounts::from_fn(|name| after.get(name).saturating_sub(before.get(name)));
+        let (a, b) = (&after.0.base, &before.0.base);
+        delta.0.base.provenance_recorded = a.provenance_recorded.min(b.provenance_recorded);
+        delta.0.base.sdma_channels = a.sdma_channels.max(b.sdma_channels);
+        delta
     }
 
     /// Adds `other` (another cell or the other process); state counts: recorded only if both were, channels summed.
     pub(super) fn add(&mut self, other: &TwinCounts) {
         let empty = self == &TwinCounts::default();
-        let sum = TwinCounts::from_fn(|name| match name {
-            "provenance_recorded" if empty => other.get(name),
-            "provenance_recorded" => self.get(name).min(other.get(name)),
-            _ => self.get(name).saturating_add(other.get(name)),
-        });
+        let mut sum = TwinCounts::from_fn(|name| self.get(name).saturating_add(other.get(name)));
+        let (mine, theirs) = (self.0.base.provenance_recorded, other.0.base.provenance_recorded);
+        sum.0.base.provenance_recorded = if empty { theirs } else { mine.min(theirs) };
         *self = sum;
     }
 
@@ -179,6 +176,7 @@ pub(super) fn snapshot_of(value: Option<&Value>) -> Snapshot {
 mod tests {
     use super::*;
     use crate::evidence::{Check, Submitter};
+    use serde_json::json;
 
     /// Counts by name (the others 0), as the driver sends them.
     fn counts(list: &[(&str, u64)]) -> TwinCounts {
@@ -299,6 +297,7 @@ mod tests {
         assert_eq!(spec["size"].as_u64(), Some(40 + 8 * names.len() as u64));
         assert_eq!(names.first(), Some(&"provenance_recorded"));
         assert!(names.contains(&"sqes_by_aicpu") && names.contains(&"aicpu_kernels_launched"));
+        assert_eq!(names, CannTwinEvidenceV2::count_names().collect::<Vec<_>>());
         // The driver keeps no list of its own.
         assert!(
             !super::super::driver::DRIVER.contains("\"sqes_by_kernel\""),

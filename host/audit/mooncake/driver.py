@@ -16,7 +16,8 @@ It reads one JSON object per line on stdin and answers each with one JSON object
                                through aclrtMemcpy, TransferEngine.initialize("127.0.0.1", "P2PHANDSHAKE", "ascend",
                                ""), register_memory (timed); answers name, addr, register_s, runtime, wheel, python.
                                `evidence` is the layout of cannTwinEvidence to read ({version, size, counts: [name,
-                               ...]}, from cann_twin::evidence: the driver keeps no list of its own)
+                               ...]}, the twin library's own cannTwinEvidenceLayout text, from
+                               cann_twin::evidence::layout_json: the driver keeps no list of its own)
     snapshot                   process CPU (Host threads) and the twin's evidence counts now
     connect {peer, remote}     (initiator) one 64-byte read, so that the wheel's auto-connect happens before the
                                first cell, as the engine paths open their segment before theirs
@@ -61,9 +62,10 @@ MAX_LATENCIES = 200_000
 
 
 def evidence_structure(spec):
-    """The ctypes structure of cannTwinEvidence's layout `spec` names (host/audit/mooncake/session.rs sends it with init, from
-    cann_twin::evidence): the header (uint32 version, uint32 size, char runtime[32]), then one uint64 per count name
-    in order. None when that layout does not have the size the Rust side gives."""
+    """The ctypes structure of cannTwinEvidence's layout `spec` names (host/audit/mooncake/session.rs sends it with init:
+    cann_twin::evidence::layout_json, the text the twin library exports as cannTwinEvidenceLayout): the header (uint32
+    version, uint32 size, char runtime[32]), then one uint64 per count name in order. None when that layout does not
+    have the size the Rust side gives."""
 
     class Evidence(ctypes.Structure):
         _fields_ = [("version", ctypes.c_uint32), ("size", ctypes.c_uint32), ("runtime", ctypes.c_char * 32)] + [

@@ -20,10 +20,15 @@
 //!   Host threads with their descriptors, and peer requests its TCP stand-in's server thread accepted with their
 //!   ranges.
 //!
+//! [`cannTwinEvidenceLayout`] gives such a process the layout (version, size, the names of the counts in order) as
+//! JSON, from the one definition here, so that it builds its structure without a list of its own.
+//!
 //! [`cannTwinRecordProvenance`] lets such a process turn the provenance records on before the acts it observes.
 
-use core::ffi::c_char;
+use core::ffi::{c_char, CStr};
+use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
 
 use ascendcl_sys::sys::{aclError, ACL_ERROR_INVALID_PARAM, ACL_SUCCESS};
 
@@ -87,7 +92,7 @@ pub extern "C" fn cannTwinEvidenceNote(what: u32, count: u64) -> i32 {
 
 /// Defines an evidence structure (C layout) from its header fields, then its `u64` counts, and gives it the names of
 /// its own counts in layout order ([`CannTwinEvidence::OWN_COUNTS`]), so that readers in other languages build the
-/// layout from this one definition (`aiv audit`'s Mooncake driver gets the names from the Rust side).
+/// layout from this one definition ([`cannTwinEvidenceLayout`]).
 macro_rules! evidence_struct {
     (
         $(#[$meta:meta])*
@@ -185,6 +190,13 @@ impl CannTwinEvidenceV2 {
     /// header (`uint32_t version`, `uint32_t size`, `char runtime[32]`), one `uint64_t` each.
     pub fn count_names() -> impl Iterator<Item = &'static str> {
         CannTwinEvidence::OWN_COUNTS.iter().chain(CannTwinEvidenceV2::OWN_COUNTS).copied()
+    }
+
+    /// Each count's name with its byte offset in the version-2 structure, in layout order: the counts follow the
+    /// header one `uint64_t` each, so the first is at the structure's size less 8 bytes per count.
+    pub fn count_offsets() -> impl Iterator<Item = (&'static str, usize)> {
+        let first = std::mem::size_of::<CannTwinEvidenceV2>() - 8 * Self::count_names().count();
+        Self::count_names().enumerate().map(move |(i, name)| (name, first + 8 * i))
     }
 
     /// The count called `name`, if there is one.
@@ -302,6 +314,30 @@ pub unsafe extern "C" fn cannTwinEvidence(out: *mut CannTwinEvidence) -> aclErro
     }
 }
 
+/// The newest layout as [`cannTwinEvidenceLayout`] exports it: `{"version":2,"size":<bytes>,"counts":[<name>,...]}`,
+/// the version to set, the size of [`CannTwinEvidenceV2`] and [`CannTwinEvidenceV2::count_names`] in layout order
+/// (after the header, `uint32_t version`, `uint32_t size`, `char runtime[32]`, one `uint64_t` each). Built once.
+pub fn layout_json() -> &'static CStr {
+    static LAYOUT: OnceLock<CString> = OnceLock::new();
+    LAYOUT.get_or_init(|| {
+        let layout = serde_json::json!({
+            "version": EVIDENCE_VERSION,
+            "size": std::mem::size_of::<CannTwinEvidenceV2>(),
+            "counts": CannTwinEvidenceV2::count_names().collect::<Vec<_>>(),
+        });
+        // JSON text has no NUL byte (serde_json escapes control characters), so this never falls back.
+        CString::new(layout.to_string()).unwrap_or_default()
+    })
+}
+
+/// Twin-only (not a CANN function): the layout [`cannTwinEvidence`] writes for the newest version, as a static
+/// NUL-terminated JSON string ([`layout_json`]), so that a reader in another language builds its structure from
+/// this one definition instead of a copy of the names. Never null; the string lives as long as the library.
+#[no_mangle]
+pub extern "C" fn cannTwinEvidenceLayout() -> *const c_char {
+    std::panic::catch_unwind(|| layout_json().as_ptr()).unwrap_or(c"".as_ptr())
+}
+
 /// Twin-only (not a CANN function): turns the provenance records of this process on (`on` nonzero) or leaves them as
 /// they are (0: the records are never turned off from here, as the engine never turns them off), so that an observer
 /// that loaded this runtime as `libascendcl.so` (`aiv audit`'s Mooncake driver) sees who did each act
@@ -350,6 +386,40 @@ mod tests {
         assert!(out.adxl_transfers > before.adxl_transfers && out.adxl_descs >= before.adxl_descs + 3);
         let name: Vec<u8> = out.runtime.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
         assert_eq!(name, crate::TWIN_VERSION_STRING.as_bytes());
+    }
+
+    #[test]
+    fn the_exported_layout_lists_every_count_in_layout_order_at_its_offset() {
+        // SAFETY: the function returns a NUL-terminated string that lives as long as the library.
+        let text = unsafe { CStr::from_ptr(cannTwinEvidenceLayout()) }.to_str().expect("UTF-8");
+        let layout: serde_json::Value = serde_json::from_str(text).expect("JSON");
+        let size = std::mem::size_of::<CannTwinEvidenceV2>();
+        assert_eq!(layout["version"].as_u64(), Some(u64::from(EVIDENCE_VERSION)), "{text}");
+        assert_eq!(layout["size"].as_u64(), Some(size as u64), "{text}");
+        let names: Vec<&str> = layout["counts"].as_array().expect("counts").iter().filter_map(|n| n.as_str()).collect();
+        assert_eq!(names, CannTwinEvidenceV2::count_names().collect::<Vec<_>>());
+        assert_eq!(layout.as_object().map(|o| o.len()), Some(3), "version, size and counts only: {text}");
+        // A reader places the counts after the header, one u64 each, ending at `size`: each name then reads the
+        // field of that name (every field numbered apart, read back at the reader's offset).
+        let first = size - 8 * names.len();
+        assert_eq!(first, std::mem::offset_of!(CannTwinEvidence, provenance_recorded));
+        let mut numbered = CannTwinEvidenceV2::default();
+        for (i, name) in names.iter().enumerate() {
+            *numbered.count_mut(name).expect("a count of the structure") = 1000 + i as u64;
+        }
+        // SAFETY: a version-2 structure is plain data of `size` bytes.
+        let raw = unsafe { std::slice::from_raw_parts((&numbered as *const CannTwinEvidenceV2).cast::<u8>(), size) };
+        let offsets: Vec<(&str, usize)> = CannTwinEvidenceV2::count_offsets().collect();
+        for (i, name) in names.iter().enumerate() {
+            let at = first + 8 * i;
+            assert_eq!(offsets[i], (*name, at));
+            let word = u64::from_le_bytes(raw[at..at + 8].try_into().expect("8 bytes"));
+            assert_eq!(word, 1000 + i as u64, "{name} at offset {at}");
+        }
+        assert_eq!(numbered.base.sdma_channels, 1003, "the fourth name is the fourth field");
+        assert_eq!(numbered.sqes_by_aicpu, 1024, "version 2's first count follows version 1's");
+        // The same string every call (static, so a caller may keep the pointer).
+        assert_eq!(cannTwinEvidenceLayout(), cannTwinEvidenceLayout());
     }
 
     /// A buffer of `words` u64 (so aligned as the structures are), every byte 0xEE, with the header set.

@@ -52,7 +52,7 @@ fn the_adxl_engine_passes_its_self_test() {
     // The evidence layout from its one definition: the version-2 size, then each count's offset after the header.
     use cann_twin::evidence::CannTwinEvidenceV2;
     let mut args = vec![std::mem::size_of::<CannTwinEvidenceV2>().to_string()];
-    args.extend(CannTwinEvidenceV2::count_names().enumerate().map(|(i, name)| format!("{name}={}", 40 + 8 * i)));
+    args.extend(CannTwinEvidenceV2::count_offsets().map(|(name, offset)| format!("{name}={offset}")));
     let mut child = Command::new(&exe)
         .args(&args)
         .env("LD_LIBRARY_PATH", &libs)

@@ -75,6 +75,7 @@ fn the_cdylib_exports_the_functions_unmangled() {
         "aiv_twin_register_write",
         "g_state",
         "cannTwinEvidence",
+        "cannTwinEvidenceLayout",
         "cannTwinEvidenceNote",
         "cannTwinRecordProvenance",
         "cannTwinAdxlSelectEngine",
