@@ -33,7 +33,7 @@
 //!
 //! Files: this one holds the ABI constants and what a stopped channel reports; module `layout` the SQE and channel
 //! record layouts, `engine` one channel and its engine thread, `devices` each device's channels, the registries and
-//! the register writes, [`provenance`] who wrote, rang and read what.
+//! the register writes, `provenance` who wrote, rang and read what.
 
 mod devices;
 mod engine;

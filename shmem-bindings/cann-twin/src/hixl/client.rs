@@ -117,7 +117,7 @@ unsafe impl Send for RemoteView {}
 #[derive(Debug)]
 pub(super) struct Client {
     pub(super) address: SocketAddr,
-    /// As [`Server::device`].
+    /// As [`super::server::Server::device`].
     pub(super) device: Option<i32>,
     pub(super) state: Mutex<ClientState>,
     pub(super) stop: Arc<AtomicBool>,

@@ -75,7 +75,7 @@ static REGISTERS_GENERATION: AtomicU64 = AtomicU64::new(0);
 #[derive(Debug, Default)]
 pub(crate) struct RegisterCache(std::cell::RefCell<Option<(u64, Arc<Channel>, u64)>>);
 
-/// The channel `(device, channel)`, if that device has engines: one of SHMEM's (index below [`MAX_CHANNELS`]) or
+/// The channel `(device, channel)`, if that device has engines: one of SHMEM's (index below [`MAX_CHANNELS`](super::MAX_CHANNELS)) or
 /// one of the AI CPU's (index [`AICPU_CHANNEL_BASE`] and up).
 pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
     let of = |map: &Mutex<HashMap<i32, Engines>>| {
@@ -116,7 +116,7 @@ enum Records {
     /// SHMEM's SDMA workspace: the flag info, then one record per channel from [`CHANNEL_RECORDS_OFFSET`].
     Workspace,
     /// The AI CPU's block: per channel [`AICPU_SLOT_BYTES`], the record first, then its completion word and flag
-    /// source ([`AICPU_COMPLETION_OFFSET`], [`AICPU_FLAG_SOURCE_OFFSET`]).
+    /// source ([`AICPU_COMPLETION_OFFSET`](super::AICPU_COMPLETION_OFFSET), [`AICPU_FLAG_SOURCE_OFFSET`](super::AICPU_FLAG_SOURCE_OFFSET)).
     AiCpu,
 }
 

@@ -16,7 +16,7 @@
 //!   op, or a runtime copy to Host memory by a Host or AI-CPU thread).
 //!
 //! The hot path: a write or read checks one atomic counter (nothing watched or nothing pending: done), then the
-//! calling thread's cached copy of the watch list (refreshed only when [`watch::WATCH_GENERATION`] moved), a range test
+//! calling thread's cached copy of the watch list (refreshed only when `WATCH_GENERATION` (module `watch`) moved), a range test
 //! per watched SQ, and for a hit one relaxed store per covered slot. No lock is taken there; the engine takes none
 //! either per SQE for these records (blocks numbered 64 or more are tallied under a mutex of their own, which the
 //! engine takes only for SQEs such a block wrote).

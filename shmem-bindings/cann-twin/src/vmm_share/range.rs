@@ -99,7 +99,7 @@ impl Drop for RangeMapping {
 }
 
 /// Maps the range `token` names, from this process's exports or through the exporter's service (within
-/// [`IMPORT_TIMEOUT`]; `ACL_ERROR_RT_IPC_ERROR` when the exporter is gone).
+/// [`IMPORT_TIMEOUT`](super::IMPORT_TIMEOUT); `ACL_ERROR_RT_IPC_ERROR` when the exporter is gone).
 pub(crate) fn import_range(token: u64) -> Result<RangeMapping, aclError> {
     let pid = handle_pid(token);
     if pid == 0 || token & TOKEN_MASK == 0 {

@@ -166,13 +166,13 @@ impl std::fmt::Debug for Ringers {
 pub(crate) struct RingerTake {
     /// The set of the last take (0: none yet).
     set: u64,
-    /// [`RECORDING_EPOCH`] at the last take.
+    /// `RECORDING_EPOCH` (module `watch`) at the last take.
     epoch: u64,
 }
 
 impl RingerTake {
     /// A take of the tail: swaps out the set the rings since the previous take joined (`joined`) and returns the
-    /// ringers of the SQEs that tail exposes; `epoch` is [`recording_epoch`] now.
+    /// ringers of the SQEs that tail exposes; `epoch` is [`recording_epoch`](super::recording_epoch) now.
     pub(crate) fn take(&mut self, joined: &AtomicU64, epoch: u64) -> Ringers {
         let taken = joined.swap(0, Ordering::Acquire);
         let same = std::mem::replace(&mut self.epoch, epoch) == epoch;

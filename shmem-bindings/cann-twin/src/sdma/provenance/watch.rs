@@ -47,7 +47,7 @@ pub(crate) const RECORDING_BYTE: *const u8 = RECORDING.as_ptr().cast_const().cas
 /// Serialises [`set_recording`] (a turn on forgets the slots' writers before the records are on).
 static TOGGLE: Mutex<()> = Mutex::new(());
 
-/// Bumped by every turn of the records on or off ([`RingerTake`]: rings between two takes of a tail were recorded
+/// Bumped by every turn of the records on or off ([`RingerTake`](super::RingerTake): rings between two takes of a tail were recorded
 /// only if it did not move).
 static RECORDING_EPOCH: AtomicU64 = AtomicU64::new(0);
 
