@@ -18,6 +18,11 @@ use crate::error::Result;
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 use crate::TransferEngine;
 
+/// The error-recovery rounds, in the order each path runs them (the last is [`super::peer`]'s).
+pub const FAULTS: [&str; 3] = ["out_of_bounds", "stalled_engine", KILLED_PEER];
+/// The round that kills the peer process ([`super::peer`]).
+pub const KILLED_PEER: &str = "killed_peer";
+
 /// The requests of a fault round: 4 of 64 KiB.
 pub(super) const REQUESTS: u64 = 4;
 pub(super) const LENGTH: u64 = 64 << 10;

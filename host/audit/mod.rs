@@ -36,8 +36,7 @@ use crate::TransferEngine;
 pub use options::{full_workloads, quick_workloads, round_order, AuditOptions, DEFAULT_KV, MAX_SPAN};
 pub use report::{AuditReport, CellStats, PathVerdict, RoundResult, Stats, Workload, WorkloadReport, AUDIT_SCHEMA};
 
-/// The error-recovery rounds, in the order each path runs them.
-pub const FAULTS: [&str; 3] = ["out_of_bounds", "stalled_engine", peer::FAULT];
+pub use faults::FAULTS;
 
 /// Where the audit reports progress: one call per finished cell.
 pub trait Progress {

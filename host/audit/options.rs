@@ -184,10 +184,10 @@ impl AuditOptions {
         if self.workloads.is_empty() {
             return Err(invalid("no workload to run".into()));
         }
-        if let Some(fault) = self.inject_warning.as_deref().filter(|f| !super::FAULTS.contains(f)) {
+        if let Some(fault) = self.inject_warning.as_deref().filter(|f| !super::faults::FAULTS.contains(f)) {
             return Err(invalid(format!(
                 "AIV_AUDIT_INJECT_WARNING {fault:?} names no error-recovery round: one of {}",
-                super::FAULTS.join(", ")
+                super::faults::FAULTS.join(", ")
             )));
         }
         if let Some(request) = self.alloc_request {

@@ -24,7 +24,7 @@ use crate::error::Result;
 use crate::transfer::{Opcode, Protocol, SegmentId, TransferRequest, TransferState};
 
 /// The fault's name in the report.
-pub(super) const FAULT: &str = "killed_peer";
+pub(super) const FAULT: &str = faults::KILLED_PEER;
 /// Bytes the peer serves.
 const PEER_BYTES: u64 = 4 << 20;
 /// How long the batch is left to settle before the pending transfers are counted and the peer killed.
