@@ -45,6 +45,11 @@ pub(super) const WARNINGS: &[Expected] = &[
         message: "tcp: connect failed",
         what: "connect to the killed peer refused",
     },
+    Expected {
+        target: "aiv_transport::transport::tcp::client",
+        message: "tcp: send failed",
+        what: "send on a connection to the killed peer failed (broken pipe or reset)",
+    },
 ];
 
 /// The protocol the peer is started with: aiv's target (device memory, exported) serves the device paths, which
