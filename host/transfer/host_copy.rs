@@ -384,7 +384,24 @@ mod tests {
     const PAGE: usize = 4096;
 
     impl Holed {
+        /// `pages` pages whose page `hole` allows no access: copies through it fault. The hole is made inaccessible
+        /// rather than unmapped, because another test thread could map an unmapped page again before the copy runs.
         fn new(pages: usize, hole: usize) -> Holed {
+            Holed::with_hole(pages, hole, |page| {
+                // SAFETY: one page inside the test's own mapping.
+                unsafe { libc::mprotect(page, PAGE, libc::PROT_NONE) }
+            })
+        }
+
+        /// `pages` pages whose page `hole` is unmapped, for the `mincore` probe (which sees mappings, not access).
+        fn unmapped(pages: usize, hole: usize) -> Holed {
+            Holed::with_hole(pages, hole, |page| {
+                // SAFETY: one page inside the test's own mapping.
+                unsafe { libc::munmap(page, PAGE) }
+            })
+        }
+
+        fn with_hole(pages: usize, hole: usize, punch: impl FnOnce(*mut libc::c_void) -> i32) -> Holed {
             // SAFETY: a fresh anonymous mapping; the kernel picks the address.
             let base = unsafe {
                 libc::mmap(
@@ -398,14 +415,14 @@ mod tests {
             };
             assert_ne!(base, libc::MAP_FAILED, "mmap");
             // SAFETY: one page inside the mapping just made.
-            assert_eq!(unsafe { libc::munmap(base.cast::<u8>().add(hole * PAGE).cast(), PAGE) }, 0, "munmap");
+            assert_eq!(punch(unsafe { base.cast::<u8>().add(hole * PAGE).cast() }), 0, "punching the hole");
             Holed { base: base as u64, pages }
         }
     }
 
     impl Drop for Holed {
         fn drop(&mut self) {
-            // SAFETY: our own mapping (munmap of the already unmapped page is a no-op).
+            // SAFETY: our own mapping (the hole included: munmap of an unmapped page is a no-op).
             unsafe { libc::munmap(self.base as *mut libc::c_void, self.pages * PAGE) };
         }
     }
@@ -538,7 +555,7 @@ mod tests {
 
     #[test]
     fn the_probe_finds_an_unmapped_page() {
-        let holed = Holed::new(3, 1);
+        let holed = Holed::unmapped(3, 1);
         assert!(first_unmapped_chunk(holed.base, PAGE as u64).is_ok());
         assert!(first_unmapped_chunk(holed.base + 2 * PAGE as u64 + 5, 100).is_ok());
         assert!(first_unmapped_chunk(holed.base, 3 * PAGE as u64).is_err());

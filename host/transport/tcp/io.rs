@@ -470,18 +470,12 @@ mod tests {
     #[test]
     fn deferred_copies_land_before_the_buffer_is_reused_and_fail_alone() {
         const PAGE: usize = 4096;
-        // SAFETY: a fresh anonymous mapping of one page, unmapped again at once: an address that is not mapped.
+        // SAFETY: a fresh anonymous mapping of one page that allows no access: a copy into it faults. It stays
+        // reserved for the test's life (an unmapped page could be mapped again by another test thread meanwhile).
         let hole = unsafe {
-            let base = libc::mmap(
-                std::ptr::null_mut(),
-                PAGE,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            );
+            let base =
+                libc::mmap(std::ptr::null_mut(), PAGE, libc::PROT_NONE, libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1, 0);
             assert_ne!(base, libc::MAP_FAILED, "mmap");
-            assert_eq!(libc::munmap(base, PAGE), 0, "munmap");
             base.cast::<u8>()
         };
         let (mut writer, reader) = UnixStream::pair().expect("socket pair");
@@ -495,7 +489,7 @@ mod tests {
         }
         let mut first = vec![0u8; 100];
         let mut third = vec![0u8; 100];
-        // SAFETY: our own vectors (alive until the copies are made below), and an unmapped address.
+        // SAFETY: our own vectors (alive until the copies are made below), and a page that allows no access.
         unsafe {
             assert!(inbound.defer_payload(first.as_mut_ptr(), 100));
             assert!(inbound.defer_payload(hole, 100));
