@@ -25,6 +25,8 @@
 //!    of a module is the floor of its top-level name, and a top-level name missing from the table fails;
 //! 2. nothing under `transport` imports `engine`;
 //! 3. no import cycle of more than two files (strongly connected components over files).
+//! 4. no Rust source file under `host/` or `shmem-bindings/` (the twin runtime and the bindings included) over
+//!    [`MAX_FILE_LINES`] lines.
 //!
 //! To see the whole graph, one `a::b -> c, d` line per module:
 //!
@@ -33,7 +35,7 @@
 //! ```
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 /// The floors, from the bottom (index = floor): the top-level modules of each. A module may import from its own floor
@@ -1548,4 +1550,56 @@ fn a_definitional_loop_of_three_files_behind_a_facade_is_reported() {
             .starts_with("import cycle of 3 files: host/metadata/a.rs, host/metadata/b.rs, host/metadata/c.rs\n"),
         "{violations:?}"
     );
+}
+
+// ---- 4. no Rust source file under host/ or shmem-bindings/ over MAX_FILE_LINES lines ----------------------------
+
+/// The longest a Rust source file under `host/` or `shmem-bindings/` may be: past it, a file holds more than one
+/// concern and is split by concern.
+const MAX_FILE_LINES: usize = 1000;
+
+/// Every `.rs` file below `dir` (build output and hidden directories skipped), with its line count.
+fn rust_file_lengths(dir: &Path, out: &mut Vec<(PathBuf, usize)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                rust_file_lengths(&path, out);
+            }
+        } else if name.ends_with(".rs") {
+            let text = std::fs::read_to_string(&path).unwrap_or_else(|error| panic!("{}: {error}", path.display()));
+            out.push((path, text.lines().count()));
+        }
+    }
+}
+
+fn too_long(files: &[(PathBuf, usize)], root: &Path) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(_, lines)| *lines > MAX_FILE_LINES)
+        .map(|(path, lines)| {
+            format!("{}: {lines} lines (split it by concern)", path.strip_prefix(root).unwrap_or(path).display())
+        })
+        .collect()
+}
+
+#[test]
+fn no_rust_file_under_host_or_shmem_bindings_is_over_the_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["host", "shmem-bindings"] {
+        rust_file_lengths(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 100, "the walk found only {} Rust files", files.len());
+    assert_none(&format!("Rust files over {MAX_FILE_LINES} lines"), &too_long(&files, root));
+}
+
+#[test]
+fn a_file_over_the_limit_is_reported() {
+    let root = Path::new("/r");
+    let files = vec![(root.join("host/a.rs"), MAX_FILE_LINES), (root.join("host/b.rs"), MAX_FILE_LINES + 1)];
+    assert_eq!(too_long(&files, root), [format!("host/b.rs: {} lines (split it by concern)", MAX_FILE_LINES + 1)]);
 }
