@@ -27,8 +27,9 @@ use tracing_subscriber::layer::{Context, Filter, Layer};
 /// How long a round's declared warnings stay expected after the round ended.
 pub const GRACE: Duration = Duration::from_secs(1);
 
-/// A warning a round provokes on purpose: an event of `target` (the module that emits it, exactly) whose message
-/// starts with `message`; `what` says in plain words what it is, for report.md.
+/// A warning a round provokes on purpose: an event of `target` (the module that emits it, or a module inside it: a
+/// module split into files keeps its expectations) whose message starts with `message`; `what` says in plain words
+/// what it is, for report.md.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Expected {
     pub target: &'static str,
@@ -38,7 +39,8 @@ pub struct Expected {
 
 impl Expected {
     fn matches(&self, target: &str, message: &str) -> bool {
-        target == self.target && message.starts_with(self.message)
+        let inside = target.strip_prefix(self.target).is_some_and(|rest| rest.is_empty() || rest.starts_with("::"));
+        inside && message.starts_with(self.message)
     }
 }
 
@@ -346,6 +348,16 @@ mod tests {
         let expected = [record(Some("rejected"), 2), record(Some("lost"), 1)];
         assert_eq!(summary(&expected, "expected"), "3 expected warnings (rejected ×2, lost ×1)");
         assert_eq!(summary(&[record(None, 1)], "unexpected"), "1 unexpected warning (WARN a::b: request rejected ×1)");
+    }
+
+    #[test]
+    fn a_declared_target_covers_the_modules_inside_it_and_no_other() {
+        let declared = DECLARED[0];
+        assert!(declared.matches("a::b", "request rejected"));
+        assert!(declared.matches("a::b::submit", "request rejected: why"));
+        assert!(!declared.matches("a::bc", "request rejected"), "a sibling whose name starts the same");
+        assert!(!declared.matches("a", "request rejected"), "the parent");
+        assert!(!declared.matches("a::b::submit", "another message"));
     }
 
     #[test]

@@ -118,7 +118,10 @@ impl TransferEngine {
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(batch = batch_id.0, task = tasks.len(), %error, "request rejected");
+                        // The engine's own target (not this file's module path): what users filter on and what the
+                        // audit's reports record, whichever file of the engine submits.
+                        tracing::warn!(target: "aiv_transport::engine", batch = batch_id.0, task = tasks.len(), %error,
+                            "request rejected");
                         tasks.push(Arc::new(TaskSlot::rejected(error.failure(), batch.signal.clone())));
                     }
                 }
