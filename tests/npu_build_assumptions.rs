@@ -23,17 +23,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use ascendc_build::recipe::{self, Branch};
-use ascendc_build::toolkit::{self, CompilerKind, Environment, Toolkit, ROOT_VARIABLES};
+use ascendc_build::toolkit::{self, CompilerKind, Environment, Toolkit};
 use ascendcl_sys::AclApi;
 use verdict::{device_id, line, report, selected, Outcome};
 
 /// What the build script's `Environment::from_process` reads, read here without announcing anything to cargo.
 fn process_environment() -> Environment {
-    Environment {
-        roots: ROOT_VARIABLES.map(std::env::var_os),
-        path: std::env::var_os("PATH"),
-        arch: std::env::consts::ARCH.to_owned(),
-    }
+    Environment::from_lookup(|name| std::env::var_os(name))
 }
 
 fn kernels() -> PathBuf {

@@ -19,14 +19,16 @@ use super::item::Item;
 /// Architecture directories that may hold `ascend_toolkit_install.info`.
 const ARCH_DIRS: [&str; 3] = ["aarch64-linux", "x86_64-linux", "arm64-linux"];
 
-/// The build rule's view of the doctor's inputs (the same variables and `PATH`, this machine's processor).
+/// The build rule's view of the doctor's inputs (the same variables and `PATH`).
 fn environment(inputs: &Inputs) -> Environment {
-    let root = |dir: &Option<PathBuf>| dir.as_ref().map(|dir| dir.clone().into_os_string());
-    Environment {
-        roots: [root(&inputs.cann_home), root(&inputs.ascend_home), root(&inputs.toolkit_home)],
-        path: std::env::join_paths(&inputs.path).ok(),
-        arch: std::env::consts::ARCH.to_owned(),
-    }
+    let dir = |dir: &Option<PathBuf>| dir.as_ref().map(|dir| dir.clone().into_os_string());
+    Environment::from_lookup(|name| match name {
+        "AIV_CANN_HOME" => dir(&inputs.cann_home),
+        "ASCEND_HOME_PATH" => dir(&inputs.ascend_home),
+        "ASCEND_TOOLKIT_HOME" => dir(&inputs.toolkit_home),
+        "PATH" => std::env::join_paths(&inputs.path).ok(),
+        _ => None,
+    })
 }
 
 /// Finds the toolkit and its compiler by the build's rule; `Err` is the rule's message (every place looked at).

@@ -32,11 +32,20 @@ impl Environment {
     /// The build script's environment, each variable announced to cargo with `cargo:rerun-if-env-changed`. The
     /// architecture is the one this build script runs on, where the toolkit is installed.
     pub fn from_process() -> Self {
-        let read = |name: &str| {
+        Environment::from_lookup(|name| {
             println!("cargo:rerun-if-env-changed={name}");
             std::env::var_os(name)
-        };
-        Environment { roots: ROOT_VARIABLES.map(read), path: read("PATH"), arch: std::env::consts::ARCH.to_owned() }
+        })
+    }
+
+    /// The variables as `lookup` answers them (no cargo directive printed), on this machine's processor: for
+    /// callers outside a build script, such as `aiv doctor` and the hardware tests.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<OsString>) -> Self {
+        Environment {
+            roots: ROOT_VARIABLES.map(&lookup),
+            path: lookup("PATH"),
+            arch: std::env::consts::ARCH.to_owned(),
+        }
     }
 }
 
