@@ -1,17 +1,12 @@
 //! The machine's side of readiness: the NPU driver package, its device nodes, `npu-smi`, the RoCE link
 //! configuration and the memlock limit. Every fixed path is read through [`Inputs::system`].
 //!
-//! Sources (the vendor's driver package, `hicann/driver`): the install root is `Driver_Install_Path_Param` of
-//! `/etc/ascend_install.info` (default `/usr/local/Ascend`), the driver below it in `driver/`
-//! (`scripts/package/driver/common/scripts/run_driver_install.sh`), whose `version.info` carries `Version=`
-//! (`scripts/package/custom/driver/common/scripts/args_parse.sh`); the character devices `davinci_manager`,
-//! `devmm_svm`, `hisi_hdc` besides one `davinci<N>` per NPU (`scripts/package/custom/driver/ascend910B/scripts/
-//! host_sys_init.sh`); `npu-smi` installed in `/usr/local/bin` and `/usr/local/sbin`
-//! (`scripts/package/custom/driver/ascend910B/driver_atlas.xml`). `/etc/hccn.conf` with `address_<N>=` lines per
-//! physical device is what HiXL reads for a device's RoCE address (`hicann/hixl` `src/hixl/common/hixl_utils.cc`),
-//! set with `hccn_tool -i <N> -ip -s address <ip> netmask <mask>` (`hicann/driver`
-//! `docs/en/Ascend_910B_DCMI_API/Ascend_910B_DCMI_API/dcmi_get_device_network_health.md`). docs/hardware.md section 8
-//! grades each of these facts.
+//! What it reads (each fact, its public source and its grade are in docs/hardware.md section 8): the driver's install
+//! root, `Driver_Install_Path_Param` of `/etc/ascend_install.info` (default `/usr/local/Ascend`), the driver below it
+//! in `driver/` with its `version.info` (`Version=`); the character devices `davinci_manager`, `devmm_svm`,
+//! `hisi_hdc` besides one `davinci<N>` per NPU; `npu-smi` in `/usr/local/bin` or `/usr/local/sbin`; `/etc/hccn.conf`
+//! with an `address_<N>=` line per physical device, where HiXL reads a device's RoCE address and
+//! `hccn_tool -i <N> -ip -s address <ip> netmask <mask>` writes it.
 
 use std::path::PathBuf;
 

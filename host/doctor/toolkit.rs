@@ -4,9 +4,8 @@
 //! `ascendc_build::toolkit` (`find_toolkit`, `include_dirs`): the root from the first of `AIV_CANN_HOME`,
 //! `ASCEND_HOME_PATH`, `ASCEND_TOOLKIT_HOME` that is set, else from the location of a `bisheng` or `ccec` on `PATH`
 //! (`<root>/{compiler,<arch>-linux,tools}/ccec_compiler/bin/`). The toolkit's version is the `version=` line of
-//! `<root>/<arch>-linux/ascend_toolkit_install.info` (`hicann/hccl` `docs/en/build/build.md`; `hicann/shmem`
-//! `src/host/utils/under_api/dl_comm_def.cpp` reads the same file under `ASCEND_HOME_PATH`), else
-//! `<root>/version.cfg` (*inferred* fallback, as `hicann/shmem` `scripts/preinstall_check.sh` does).
+//! `<root>/<arch>-linux/ascend_toolkit_install.info`, else `<root>/version.cfg` (an *inferred* fallback); the facts and
+//! their public sources are in docs/hardware.md section 8.
 
 use std::path::PathBuf;
 

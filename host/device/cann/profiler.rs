@@ -5,8 +5,8 @@
 //!
 //! The session: `aclInit` (a repeated initialisation is accepted), `aclprofInit(directory)`,
 //! `aclprofCreateConfig(devices, ACL_AICORE_NONE, NULL, ACL_PROF_TASK_TIME | ACL_PROF_AICPU)`, `aclprofStart`; at
-//! the end `aclprofStop`, `aclprofDestroyConfig`, `aclprofFinalize` (`acl/acl_prof.h`; the order of
-//! `docs/zh/api_ref/19-01_data_profiling_apis.md` in `hicann/runtime`). The records: every
+//! the end `aclprofStop`, `aclprofDestroyConfig`, `aclprofFinalize` (`acl/acl_prof.h`; the documented order, with its
+//! source, is in docs/evidence.md). The records: every
 //! `mindstudio_profiler_output/task_time_*.csv` under the directory (msprof's export; its columns are those of
 //! msprof's `task_time` summary: `Device_id`, `kernel_type`, `task_start(us)`, `task_stop(us)`, ...). The twin
 //! runtime writes that summary itself at `aclprofStop`; on an NPU the raw data is exported by running

@@ -7,7 +7,7 @@
 //! so they are a table of their own, loaded by [`api()`] from `AIV_MSPROFILER_LIB`, the library directories under
 //! `ASCEND_HOME_PATH`, then the loader's search path.
 //!
-//! The documented order (`docs/zh/api_ref/19-01_data_profiling_apis.md`): `aclInit`, `aclprofInit(path)`,
+//! The documented order (its source is cited in the root's docs/evidence.md): `aclInit`, `aclprofInit(path)`,
 //! `aclprofCreateConfig(devices, metrics, events, data types)`, `aclprofStart(config)`, the work,
 //! `aclprofStop(config)` with the same config, `aclprofDestroyConfig`, `aclprofFinalize`. A second `aclprofStart`
 //! naming a device already profiled fails. The collected data lands under `path` for msprof's export.

@@ -208,7 +208,7 @@ pub(super) fn device_range(address: u64, len: u64) -> bool {
 ///
 /// The device path when the connection imported the server's memory, the client has its slot, every remote range lies
 /// in one live import and every local range is device memory of this process (HiXL's HCCS client-server mode does not
-/// reach remote Host memory: `hicann/hixl` `benchmarks/performance.md`); the wire path otherwise.
+/// reach remote Host memory: the fact and its source are in docs/twin-runtime.md); the wire path otherwise.
 fn submit(
     client_handle: HixlClientHandle,
     put: bool,
