@@ -9,6 +9,7 @@
 //! - [`metadata`]: segment descriptors and where they are published (P2P handshake, HTTP, etcd);
 //! - [`evidence`]: what every transfer records about who did the work;
 //! - [`log_limit`]: rate-limited, aggregated warnings;
+//! - [`bounded`]: a program run to its end within a wall-time bound, its process group killed past it;
 //! - [`cpu_time`]: Host CPU accounting (section clocks, the thread CPU clock, the carry of uncharged time);
 //! - [`occupancy`]: per run, AIV core executing/polling and SDMA busy time (twin) and Host thread CPU by role;
 //! - [`bench`](mod@bench): the `aiv bench` workload, shaped like Mooncake's `transfer_engine_bench`;
@@ -24,6 +25,7 @@
 
 pub mod audit;
 pub mod bench;
+pub mod bounded;
 pub mod config;
 pub mod cpu_time;
 pub mod device;

@@ -357,8 +357,8 @@ fn the_twin_nic_observes_the_kernel_writing_the_wqes_ringing_and_reading_each_cq
 
 /// A submit holds its QP slot's lock while it checks the QP (through a whole handshake when it sets one up). The
 /// drain never waits for it: transfers drained meanwhile complete with their evidence from the QP they were posted
-/// on, and a failure learnt meanwhile still has the QP replaced. (The evidence used to be looked up through the slot
-/// and came out lost, so a loaded run's AIV-direct verdict read unknown.)
+/// on, and a failure learnt meanwhile still has the QP replaced. (Evidence looked up through the slot would come out
+/// lost, and a loaded run's AIV-direct verdict would read unknown.)
 #[test]
 fn transfers_drained_while_a_submit_holds_their_qp_slot_keep_their_evidence() {
     use aiv_transport::evidence::Check;

@@ -1,18 +1,20 @@
-//! The audit's child processes: an `aiv bench --mode target` started and waited for (bounded) until it prints its
-//! ready line ([`spawn_target`]), and a command run to its end within a deadline ([`run_bounded`]). Every child is
-//! killed and reaped on every return ([`Peer`]'s `Drop`), and gets SIGKILL from the kernel should this process die
-//! first (`PR_SET_PDEATHSIG`, tied to the spawning thread, which outlives the child's use). Used by the
-//! `killed_peer` round (`peer`) and the cross-host section (`cross_host`).
+//! The audit's long-lived child processes: an `aiv bench --mode target` started and waited for (bounded) until it
+//! prints its ready line ([`spawn_target`]). Every child is killed and reaped on every return ([`Peer`]'s `Drop`), and
+//! gets SIGKILL from the kernel should this process die first ([`bounded::die_with_parent`], tied to the spawning
+//! thread, which outlives the child's use). Used by the `killed_peer` round (`peer`) and the cross-host section
+//! (`cross_host`), which runs its commands to their end with [`crate::bounded`].
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::bounded;
+
 /// How long a target may take to print its ready line.
 pub(super) const READY_WITHIN: Duration = Duration::from_secs(20);
 /// The most of a child's stderr kept for an error message.
-const STDERR_TAIL: usize = 2048;
+pub(super) const STDERR_TAIL: usize = 2048;
 
 /// A child process; killed and reaped on drop. For a target, the segment name and the buffer's address from its
 /// ready line.
@@ -72,24 +74,11 @@ impl Peer {
 
 /// Starts `command` with piped stdout and stderr, dying with this process; the stderr is drained (its tail kept) so
 /// that the child's logging never blocks on a full pipe. Returns the child and its stdout.
-/// `what` names the child in an error before its program (`"the peer "`, or `""`).
-fn start(mut command: Command, what: &str) -> std::result::Result<(Peer, std::process::ChildStdout), String> {
+fn start(mut command: Command) -> std::result::Result<(Peer, std::process::ChildStdout), String> {
     command.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::unix::process::CommandExt as _;
-        // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-    }
+    bounded::die_with_parent(&mut command);
     let program = command.get_program().to_string_lossy().into_owned();
-    let mut child = command.spawn().map_err(|e| format!("cannot start {what}{program}: {e}"))?;
+    let mut child = command.spawn().map_err(|e| format!("cannot start the peer {program}: {e}"))?;
     let stdout = child.stdout.take();
     let stderr_pipe = child.stderr.take();
     let stderr = Arc::new(Mutex::new(String::new()));
@@ -121,7 +110,7 @@ fn start(mut command: Command, what: &str) -> std::result::Result<(Peer, std::pr
 /// Starts `command`, an `aiv bench --mode target`, and waits (at most [`READY_WITHIN`]) for its ready line: the
 /// segment name and the buffer's address.
 pub(super) fn spawn_target(command: Command) -> std::result::Result<Peer, String> {
-    let (mut peer, stdout) = start(command, "the peer ")?;
+    let (mut peer, stdout) = start(command)?;
     let (send, receive) = mpsc::channel();
     std::thread::spawn(move || {
         let mut line = String::new();
@@ -154,61 +143,6 @@ pub(super) fn spawn_target(command: Command) -> std::result::Result<Peer, String
     let hex = addr.trim_end_matches(',').trim_start_matches("0x");
     peer.addr = u64::from_str_radix(hex, 16).map_err(|_| format!("the peer's address {addr:?} is not hex"))?;
     Ok(peer)
-}
-
-/// What a command run to its end printed.
-#[derive(Debug)]
-pub(super) struct Finished {
-    /// Whether it exited with status 0.
-    pub(super) success: bool,
-    /// Its exit status, as text.
-    pub(super) status: String,
-    pub(super) stdout: String,
-    /// The tail of its stderr.
-    pub(super) stderr: String,
-}
-
-/// Runs `command` to its end, at most `within`: past that it is killed and the error says so.
-pub(super) fn run_bounded(command: Command, within: Duration) -> std::result::Result<Finished, String> {
-    let program = command.get_program().to_string_lossy().into_owned();
-    let (mut peer, mut stdout) = start(command, "")?;
-    let (send, receive) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let _ = stdout.read_to_end(&mut text);
-        let _ = send.send(String::from_utf8_lossy(&text).into_owned());
-    });
-    let text = match receive.recv_timeout(within) {
-        Ok(text) => text,
-        Err(_) => {
-            return Err(format!(
-                "{program} did not finish within {} s (killed): {}",
-                within.as_secs_f64(),
-                peer.stderr()
-            ))
-        }
-    };
-    // Stdout closed: the child is exiting.
-    let status = match wait_status(&mut peer.child, Duration::from_secs(5)) {
-        Some(status) => status,
-        None => return Err(format!("{program} closed its stdout but did not exit within 5 s (killed)")),
-    };
-    // Let the stderr thread take the last of it.
-    std::thread::sleep(Duration::from_millis(20));
-    Ok(Finished { success: status.success(), status: status.to_string(), stdout: text, stderr: peer.stderr() })
-}
-
-/// The child's exit status, waiting at most `within`.
-fn wait_status(child: &mut Child, within: Duration) -> Option<std::process::ExitStatus> {
-    let started = Instant::now();
-    while started.elapsed() < within {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status),
-            Ok(None) => std::thread::sleep(Duration::from_millis(10)),
-            Err(_) => return None,
-        }
-    }
-    None
 }
 
 /// The child's exit status as text, waiting at most `within`.

@@ -14,13 +14,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, ExitStatus};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::child;
+use crate::bounded::{self, Keep, Output};
 use crate::transfer::Opcode;
 
 /// The label of every figure of the section on the twin runtime.
@@ -485,15 +486,21 @@ enum Made {
     Veth,
 }
 
+/// Runs `command` to its end, at most `within` (past that it is killed and the error says so): its exit status,
+/// its whole stdout and the tail of its stderr.
+fn run_bounded(command: Command, within: Duration) -> std::result::Result<(ExitStatus, Output), String> {
+    bounded::run_to_end(command, within, Keep::All, Keep::Tail(child::STDERR_TAIL))
+}
+
 /// Runs `ip` with `args` (bounded); `Err` has its stderr.
 fn ip(args: &[&str]) -> std::result::Result<(), String> {
     let mut command = Command::new("ip");
     command.args(args);
-    let finished = child::run_bounded(command, IP_WITHIN).map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    if finished.success {
+    let (status, output) = run_bounded(command, IP_WITHIN).map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
+    if status.success() {
         Ok(())
     } else {
-        Err(format!("ip {} failed ({}): {}", args.join(" "), finished.status, finished.stderr))
+        Err(format!("ip {} failed ({status}): {}", args.join(" "), output.stderr.trim()))
     }
 }
 
@@ -552,8 +559,8 @@ impl Drop for Namespaces {
 fn sweep_dead_runs() {
     let mut list = Command::new("ip");
     list.args(["netns", "list"]);
-    let Ok(finished) = child::run_bounded(list, IP_WITHIN) else { return };
-    for name in finished.stdout.lines().filter_map(|line| line.split_whitespace().next()) {
+    let Ok((_, output)) = run_bounded(list, IP_WITHIN) else { return };
+    for name in output.stdout.lines().filter_map(|line| line.split_whitespace().next()) {
         let Some(pid) = name.strip_prefix("aivx").and_then(|rest| rest.split('-').next()) else { continue };
         if pid.parse::<u32>().is_ok() && !Path::new(&format!("/proc/{pid}")).exists() {
             let _ = ip(&["netns", "del", name]);
@@ -572,9 +579,9 @@ fn cannot_run(options: &CrossHostOptions) -> Option<String> {
     }
     let mut probe = Command::new("ip");
     probe.args(["netns", "list"]);
-    match child::run_bounded(probe, IP_WITHIN) {
-        Ok(finished) if finished.success => None,
-        Ok(finished) => Some(format!("`ip netns list` failed ({}): {}", finished.status, finished.stderr)),
+    match run_bounded(probe, IP_WITHIN) {
+        Ok((status, _)) if status.success() => None,
+        Ok((status, output)) => Some(format!("`ip netns list` failed ({status}): {}", output.stderr.trim())),
         Err(e) => Some(format!("no usable `ip` (Debian package iproute2): {e}")),
     }
 }
@@ -618,9 +625,9 @@ fn run_once(
         .args(["--block_size", &block_size.to_string(), "--batch_size", &options.batch_size.to_string()])
         .args(["--threads", &options.threads.to_string()])
         .args(["--duration", &format!("{:.3}", options.seconds.as_secs_f64()), "--json"]);
-    let finished = child::run_bounded(initiator, options.seconds + INITIATOR_SLACK);
+    let finished = run_bounded(initiator, options.seconds + INITIATOR_SLACK);
     drop(target);
-    let finished = match finished {
+    let (status, output) = match finished {
         Ok(finished) => finished,
         Err(e) => {
             run.error = Some(format!("the {protocol} initiator: {e}"));
@@ -629,17 +636,17 @@ fn run_once(
     };
     // A run whose batches failed exits 1 and still prints its document: read it (the route, the first failure).
     let tail = || {
-        let lines: Vec<&str> = finished.stderr.lines().rev().take(3).collect();
+        let lines: Vec<&str> = output.stderr.trim().lines().rev().take(3).collect();
         lines.into_iter().rev().collect::<Vec<_>>().join(" / ")
     };
-    match serde_json::from_str::<serde_json::Value>(finished.stdout.trim()) {
+    match serde_json::from_str::<serde_json::Value>(output.stdout.trim()) {
         Ok(document) => {
             read_document(&mut run, &document);
-            if !finished.success && run.error.is_none() {
-                run.error = Some(format!("the {protocol} initiator failed ({}): {}", finished.status, tail()));
+            if !status.success() && run.error.is_none() {
+                run.error = Some(format!("the {protocol} initiator failed ({status}): {}", tail()));
             }
         }
-        Err(_) => run.error = Some(format!("the {protocol} initiator failed ({}): {}", finished.status, tail())),
+        Err(_) => run.error = Some(format!("the {protocol} initiator failed ({status}): {}", tail())),
     }
     run
 }

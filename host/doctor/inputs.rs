@@ -4,7 +4,13 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
+
+use crate::bounded::{self, Keep, Outcome};
+
+/// Output bytes kept per stream of a diagnostic program.
+pub const OUTPUT_KEPT: usize = 16 << 10;
 
 /// A test and debug knob: the fixed system paths are read below this directory instead of `/`. A fake tree there
 /// proves only the doctor's logic, never that a real machine is ready.
@@ -83,6 +89,15 @@ impl Inputs {
     /// How `PATH` is described in a "looked for" text.
     pub fn path_text(&self, name: &str) -> String {
         format!("{name} in the {} PATH directories", self.path.len())
+    }
+
+    /// Runs the diagnostic program `program args` (`npu-smi info`, `bisheng --version`) with no input, bounded by
+    /// [`Inputs::command_timeout`], its process group killed past it; the first [`OUTPUT_KEPT`] bytes of each stream
+    /// are kept.
+    pub fn run(&self, program: &Path, args: &[&str]) -> Outcome {
+        let mut command = Command::new(program);
+        command.args(args);
+        bounded::run(command, self.command_timeout, Keep::Head(OUTPUT_KEPT), Keep::Head(OUTPUT_KEPT))
     }
 }
 

@@ -5,7 +5,6 @@
 //! its place) says about itself, and which of the two the loaded one is
 //! ([`crate::device::cann::identify_runtime`], the rule that picks the kernel object).
 
-pub mod bounded;
 pub mod cli;
 pub mod inputs;
 pub mod item;

@@ -10,7 +10,8 @@
 
 use std::path::PathBuf;
 
-use super::bounded::{self, Outcome};
+use crate::bounded::{Outcome, Output};
+
 use super::inputs::{key_value, Inputs};
 use super::item::Item;
 
@@ -125,30 +126,37 @@ pub fn npu_smi(inputs: &Inputs) -> Item {
         );
     };
     let bound = inputs.command_timeout;
-    let shown = |lines: &[String]| if lines.is_empty() { "no output".to_string() } else { lines.join(" | ") };
-    match bounded::run(&program, &["info"], bound, NPU_SMI_LINES) {
-        Outcome::Exited { code: Some(0), lines } => {
-            Item::ok("npu-smi", format!("{}: `npu-smi info`: {}", program.display(), shown(&lines)), looked_for)
+    let shown = |output: &Output| {
+        let lines = output.first_lines(NPU_SMI_LINES);
+        if lines.is_empty() {
+            "no output".to_string()
+        } else {
+            lines.join(" | ")
         }
-        Outcome::Exited { code, lines } => Item::missing(
+    };
+    match inputs.run(&program, &["info"]) {
+        Outcome::Exited { status, output } if status.code() == Some(0) => {
+            Item::ok("npu-smi", format!("{}: `npu-smi info`: {}", program.display(), shown(&output)), looked_for)
+        }
+        Outcome::Exited { status, output } => Item::missing(
             "npu-smi",
             Some(format!(
                 "{}: `npu-smi info` exited with {}: {}",
                 program.display(),
-                code.map_or("a signal".to_string(), |code| code.to_string()),
-                shown(&lines)
+                status.code().map_or("a signal".to_string(), |code| code.to_string()),
+                shown(&output)
             )),
             looked_for,
             "run `npu-smi info` as this user: check the driver is loaded and this user is in the driver's group \
              (HwHiAiUser by default)",
         ),
-        Outcome::TimedOut { lines } => Item::missing(
+        Outcome::TimedOut { output } => Item::missing(
             "npu-smi",
             Some(format!(
                 "{}: `npu-smi info` did not finish within {} ms and was killed ({})",
                 program.display(),
                 bound.as_millis(),
-                shown(&lines)
+                shown(&output)
             )),
             looked_for,
             "check the driver and device health (dmesg); a hung npu-smi means the driver does not answer",

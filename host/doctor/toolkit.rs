@@ -11,7 +11,8 @@ use std::path::PathBuf;
 
 use ascendc_build::toolkit::{self as rule, Environment, Toolkit};
 
-use super::bounded::{self, Outcome};
+use crate::bounded::Outcome;
+
 use super::inputs::{key_value, Inputs};
 use super::item::Item;
 
@@ -107,15 +108,15 @@ pub fn compiler(inputs: &Inputs) -> Item {
     };
     let looked_for = format!("the build's rule: toolkit {} from {}", toolkit.root.display(), toolkit.source);
     let shown = toolkit.compiler.display();
-    match bounded::run(&toolkit.compiler, &["--version"], inputs.command_timeout, 1) {
-        Outcome::Exited { code: Some(0), lines } => Item::ok(
+    match inputs.run(&toolkit.compiler, &["--version"]) {
+        Outcome::Exited { status, output } if status.code() == Some(0) => Item::ok(
             "AscendC compiler",
-            format!("{shown}: {}", lines.first().map_or("--version printed nothing", String::as_str)),
+            format!("{shown}: {}", output.first_lines(1).first().map_or("--version printed nothing", String::as_str)),
             looked_for,
         ),
-        Outcome::Exited { code, lines } => Item::missing(
+        Outcome::Exited { status, output } => Item::missing(
             "AscendC compiler",
-            Some(format!("{shown}: --version exited with {code:?}: {}", lines.join(" | "))),
+            Some(format!("{shown}: --version exited with {:?}: {}", status.code(), output.first_lines(1).join(" | "))),
             looked_for,
             fix,
         ),

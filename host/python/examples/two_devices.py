@@ -1,4 +1,4 @@
-"""Two twin-runtime devices in one process: a 5-byte aiv write through the Python package (README, "Python")."""
+"""Two twin-runtime devices in one process: a 5-byte aiv write through the Python package (docs/usage.md)."""
 
 from aiv_transport import TransferEngine
 
