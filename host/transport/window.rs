@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
-use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
+use crate::device::{DeviceAdvertisement, ExportedRegion, ImportedWindow, MemorySharing};
 use crate::transfer::{FailureKind, Opcode, Segment, SegmentId, TransferFailure};
 
 /// The next [`Peer::id`].
@@ -143,7 +143,7 @@ pub struct Resolved {
 /// The import cache, translation and peer state of one device, shared by its transports.
 #[derive(Debug)]
 pub struct PeerWindows {
-    device: Arc<dyn DeviceBackend>,
+    device: Arc<dyn MemorySharing>,
     /// Where this device is (`crate::device::HostIdentity`): peers advertising another identity are not imported.
     identity: String,
     /// Peer segments' imported windows, by segment name (the newest descriptor version seen).
@@ -152,12 +152,12 @@ pub struct PeerWindows {
 
 impl PeerWindows {
     /// Translation for `device`.
-    pub fn new(device: Arc<dyn DeviceBackend>) -> Self {
+    pub fn new(device: Arc<dyn MemorySharing>) -> Self {
         Self::with_identity(device, crate::device::HostIdentity::current().0)
     }
 
     /// Translation for `device`, which is at host identity `identity`.
-    pub fn with_identity(device: Arc<dyn DeviceBackend>, identity: String) -> Self {
+    pub fn with_identity(device: Arc<dyn MemorySharing>, identity: String) -> Self {
         PeerWindows { device, identity, peers: Mutex::new(HashMap::new()) }
     }
 
