@@ -1,6 +1,6 @@
 //! The `adxl` baseline: one-sided transfers with ADXL's shape (docs/hardware.md section 7), through the device's HiXL
 //! library (`hixl` submodule: a HiXL server per device, a client per remote engine, batch put/get, status polling) —
-//! the vendor's on an NPU, the twin runtime's on the CPU ([`DeviceBackend::hixl`]). Nothing runs on the AIV cores.
+//! the vendor's on an NPU, the twin runtime's on the CPU ([`HixlAccess::hixl_api`]). Nothing runs on the AIV cores.
 //! HiXL's client-server mode with a device endpoint submits each batch from AI-CPU kernels the library launches
 //! (`hicann/hixl` `src/hixl/cs/hixl_cs_client.cc`); the twin's HiXL does the same on its emulated AI CPU, and its
 //! records make the path AI-CPU-submitted in the evidence. On the vendor's runtime who submitted is not observable.

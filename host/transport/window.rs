@@ -7,7 +7,7 @@
 //! transfers that reach it.
 //!
 //! Peer loss (docs/device.md, "Peer loss"): a new descriptor version is probed once before its first transfer
-//! ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread) probes every
+//! ([`MemorySharing::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread) probes every
 //! imported peer, lost ones included. A peer is marked lost only on evidence that it is gone ([`is_gone`]: nobody
 //! listens on its endpoint, another device answers there, or its process no longer exists); a probe that times out
 //! or finds the exporter busy proves nothing and changes nothing. While lost, every transfer to the peer fails with

@@ -1,4 +1,5 @@
-//! The CANN device backend (feature `cann`): [`DeviceBackend`] over the runtime-loaded ACL and SHMEM bindings.
+//! The CANN device backend (feature `cann`): the device seam's traits ([`DeviceBackend`]) over the runtime-loaded ACL
+//! and SHMEM bindings.
 //!
 //! Owns one NPU's runtime state for this process: the ACL device binding, one stream, the SHMEM bootstrap (with the
 //! SDMA data engine, so SHMEM builds its SDMA workspace), a VMM-mapped HBM heap exported to peers, imported peer
@@ -29,11 +30,12 @@
 //!
 //! Files: steps 1-4 in `open.rs`, with the heap's VMM mapping (and the undo list of a failed bring-up) in `vmm.rs`;
 //! the settings from `AIV_*` variables in `settings.rs`; which runtime the tables are in `runtime_kind.rs`; step 5's
-//! workspace address in `workspace.rs`; step 6 in `launch.rs`; what only the twin runtime linked in offers (its NIC,
-//! provenance logs, SDMA exception records) in `twin.rs`; the wording of runtime errors in `errors.rs`; the heap's
-//! allocator in `heap.rs`; the ubshmem copy streams in `stream.rs`. This file keeps the device, its [`DeviceBackend`]
-//! implementation (memory, imports, Host memory, channels, the RDMA calls), the registry a launch finds the device's
-//! `Arc` in, and teardown (step 7).
+//! workspace address in `workspace.rs` and the channels ([`KernelChannels`]) in `channels.rs`; step 6 in `launch.rs`;
+//! memory sharing ([`MemorySharing`]: exports, imports, peer probes) in `sharing.rs`; what only the twin runtime
+//! linked in offers (provenance logs, SDMA exception records) in `twin.rs`, and its NIC ([`Rdma`]) in `nic.rs`; the
+//! wording of runtime errors in `errors.rs`; the heap's allocator in `heap.rs`; the ubshmem copy streams in
+//! `stream.rs`. This file keeps the device, its identity, memory, copy streams, HiXL tables and [`DeviceBackend`]
+//! accessors, the registry a launch finds the device's `Arc` in, and teardown (step 7).
 //!
 //! Nothing here has run on an NPU; the call sequences are checked against fake libraries (`tests/cann_backend.rs`),
 //! and the loaded path moves data on the twin runtime's library (`tests/cann_vendor_path_on_twin.rs`).

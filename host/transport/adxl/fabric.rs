@@ -1,7 +1,7 @@
 //! The `adxl-fabric` baseline: Ascend Direct with HiXL's FabricMem engine, **on the twin runtime only**. The vendor's
 //! FabricMem engine has no C API (it is reached only through ADXL's C++ engine, `adxl::AdxlEngine` with
 //! `EnableUseFabricMem`), so this path drives the twin runtime's FabricMem functions ([`FabricMemApi`], twin-only, not
-//! a CANN API) through [`DeviceBackend::fabric_mem`]; on the vendor's runtime every transfer fails saying so.
+//! a CANN API) through [`HixlAccess::fabric_mem_api`]; on the vendor's runtime every transfer fails saying so.
 //!
 //! - **Engine** (one per device, created with the transport on a thread bound to the device): its control server
 //!   listens at `aiv.hixl_host` (the adxl baseline's HiXL host) : `aiv.fabric_mem_port` (0: a port the OS reports
