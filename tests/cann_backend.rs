@@ -12,9 +12,7 @@ use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::{CannDevice, CannSettings};
-use aiv_transport::device::{
-    CopyStreams, Device, DeviceError, DeviceMemory, KernelChannels, MemorySharing, SdmaSyndrome, UniqueIdExchange,
-};
+use aiv_transport::device::{DeviceError, DeviceMemory, KernelChannels, MemorySharing, SdmaSyndrome, UniqueIdExchange};
 
 #[path = "common/cann.rs"]
 mod common;

@@ -541,7 +541,7 @@ fn missing_symbol() {
 fn two_hixl_copies() {
     let engine = engine(0);
     let device = engine.device().expect("the device opens: ACL and SHMEM are one copy");
-    let error = match device.backend().hixl() {
+    let error = match device.backend().hixl().map(|access| access.hixl_api()) {
         Some(Err(error)) => error,
         Some(Ok(_)) => panic!("HiXL from another copy of the runtime was accepted"),
         None => panic!("the cann backend offers no HiXL table"),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::CannDevice;
-use aiv_transport::device::{DeviceBackend, DeviceBuffer};
+use aiv_transport::device::{DeviceBuffer, DeviceMemory};
 use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use ascendcl_sys::abi::compile_shared_library;
