@@ -22,7 +22,6 @@ use std::cell::OnceCell;
 use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, LaunchMode};
-use aiv_transport::device::cann::CannDevice;
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::occupancy::{DeviceReport, OccupancySnapshot, RoleCpu};
@@ -59,9 +58,8 @@ fn post_on_runtime(device: &AivDevice, params: &DeviceBuffer, src: u64, dst: u64
     bytes[28..32].copy_from_slice(&length.to_le_bytes());
     bytes[32..36].copy_from_slice(&count.to_le_bytes());
     device.write(params.addr(), &bytes).expect("H2D parameters");
-    let cann = device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend");
-    let me = cann.self_arc().expect("the device is registered");
-    let launch = me.launch_function("aiv_bench_post_kernel", params.addr(), 1).expect("launch the bench kernel");
+    let launch =
+        device.backend().launch_function("aiv_bench_post_kernel", params.addr(), 1).expect("launch the bench kernel");
     assert!(launch.wait(Duration::from_secs(120)), "the bench kernel did not return");
     device.read(params.addr(), &mut bytes).expect("D2H results");
     let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));

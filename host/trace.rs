@@ -153,7 +153,7 @@ pub struct TraceLog {
     /// When the Host first saw the DCQ entry of `(device, transfer id)` (read just after the tail's load): the
     /// kernel published it earlier.
     pub completion_seen_ns: HashMap<(i32, u64), u64>,
-    /// The system counter's rate per device (`DeviceBackend::cycles_per_second`).
+    /// The system counter's rate per device (`KernelChannels::cycles_per_second`).
     pub cycles_per_second: BTreeMap<i32, u64>,
     /// Notes for the trace's metadata (runtime, what is not recorded and why).
     pub notes: BTreeMap<String, String>,

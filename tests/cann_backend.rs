@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::{CannDevice, CannSettings};
-use aiv_transport::device::{DeviceBackend, DeviceError, SdmaSyndrome, UniqueIdExchange};
+use aiv_transport::device::{DeviceError, DeviceMemory, KernelChannels, MemorySharing, SdmaSyndrome, UniqueIdExchange};
 
 #[path = "common/cann.rs"]
 mod common;
@@ -110,7 +110,7 @@ fn bring_up_and_teardown_make_the_documented_calls_in_order() {
     // aclInit reports a repeated initialisation after the first test of the process; the backend accepts that.
     assert_eq!(acl, expected, "ACL bring-up");
     // Records drawn from this device name the vendor's runtime and the version it reported (asked once, above).
-    let label = aiv_transport::device::DeviceBackend::runtime_label(&*device);
+    let label = aiv_transport::device::Device::runtime_label(&*device);
     assert_eq!((label.kind, label.version), (aiv_transport::evidence::RuntimeKind::Npu, "8.5.0-fake"));
     assert_eq!(label.to_string(), "NPU, CANN 8.5.0-fake");
     let shmem = shmem_log();

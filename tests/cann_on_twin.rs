@@ -108,7 +108,7 @@ fn bring_up() {
     let device = CannDevice::open_on_twin(&options, None).expect("the cann backend opens on the twin runtime");
     assert_eq!(device.runtime(), CannRuntime::Twin);
     // Device memory is not Host memory: a buffer's address is a device address, reached only through copies.
-    use aiv_transport::device::DeviceBackend;
+    use aiv_transport::device::{DeviceMemory, KernelChannels};
     let buffer = device.allocate(1 << 20).expect("HBM");
     let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
     device.copy_to_device(buffer.addr() + 8192, &data).expect("H2D");

@@ -308,7 +308,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// The device is the `cann` backend on the loaded twin runtime, not on the one linked into this binary.
 fn check_loaded_twin(device: &aiv_transport::engine::AivDevice) {
-    let cann = device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend");
+    let cann = CannDevice::of(device.backend().as_ref()).expect("a cann device of this process");
     assert_eq!(cann.runtime(), CannRuntime::LoadedTwin, "the loaded library was not identified as the twin");
     assert_eq!(device.backend().backend_name(), "cann");
     // Every table came from the one file the override variables name, SHMEM's state symbol included (the workspace
@@ -541,7 +541,7 @@ fn missing_symbol() {
 fn two_hixl_copies() {
     let engine = engine(0);
     let device = engine.device().expect("the device opens: ACL and SHMEM are one copy");
-    let error = match device.backend().hixl() {
+    let error = match device.backend().hixl().map(|access| access.hixl_api()) {
         Some(Err(error)) => error,
         Some(Ok(_)) => panic!("HiXL from another copy of the runtime was accepted"),
         None => panic!("the cann backend offers no HiXL table"),

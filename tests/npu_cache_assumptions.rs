@@ -195,8 +195,7 @@ fn run_probe(
     observation: &mut CacheObservation,
 ) -> Result<u32, String> {
     let backend = device.backend();
-    let cann = backend.as_any().downcast_ref::<CannDevice>().ok_or("the device is not on the cann backend")?;
-    let cann = cann.self_arc().ok_or("the cann device is not registered")?;
+    let cann = CannDevice::of(backend.as_ref()).ok_or("the device is not a cann device of this process")?;
     // The probe word's line, then the scratch lines, all 64-byte aligned.
     let bytes = (u64::from(scratch_lines) + 2) * LINE;
     let buffer = device.allocate(bytes).map_err(|error| format!("allocate {bytes} bytes of HBM: {error}"))?;
@@ -211,7 +210,7 @@ fn run_probe(
     write_u64(&shared, params::WAIT_BUDGET, budget_cycles);
     word_at(&shared, params::SCRATCH_LINES).store(scratch_lines, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    let launch = cann
+    let launch = backend
         .launch_function("aiv_cache_probe_kernel", shared.device_addr(), 1)
         .map_err(|error| format!("launch aiv_cache_probe_kernel: {error}"))?;
     let deadline = Instant::now() + timeout;
@@ -286,7 +285,6 @@ fn the_probe_refuses_bad_parameters() {
     let refused = observe_cached_line(&device, 3, Duration::from_secs(5));
     assert!(matches!(&refused.finished, Err(error) if error.contains("not a power of two")), "{refused:?}");
     let backend = device.backend();
-    let cann = backend.as_any().downcast_ref::<CannDevice>().expect("cann").self_arc().expect("registered");
     let shared = backend.allocate_shared(params::BYTES).expect("parameters");
     let buffer = device.allocate(4 * LINE).expect("hbm");
     let probe = buffer.addr().next_multiple_of(LINE);
@@ -295,7 +293,7 @@ fn the_probe_refuses_bad_parameters() {
     write_u64(&shared, params::WAIT_BUDGET, 1);
     word_at(&shared, params::SCRATCH_LINES).store(3, Ordering::Relaxed);
     fence(Ordering::SeqCst);
-    let launch = cann.launch_function("aiv_cache_probe_kernel", shared.device_addr(), 1).expect("launch");
+    let launch = backend.launch_function("aiv_cache_probe_kernel", shared.device_addr(), 1).expect("launch");
     assert!(launch.wait(Duration::from_secs(30)), "the probe kernel did not return");
     assert_eq!(word_at(&shared, params::DONE).load(Ordering::Acquire), 1);
     assert_eq!(word_at(&shared, params::STATUS).load(Ordering::Acquire), params::BAD_PARAMS);

@@ -1,15 +1,13 @@
-//! The device seam: what a device offers the Host runtime, and the types that cross it.
+//! The device seam's values: the types the capability traits (`capability.rs`, `rdma.rs`) hand out and take.
 //!
-//! Owns: [`DeviceBackend`] (device memory, export/import of memory windows, SDMA channels, kernel launch, the HiXL
-//! table of the `adxl` baseline), the traits behind its handles ([`Launch`], [`CopyStream`]),
-//! the values it hands out and takes ([`DeviceBuffer`], [`SharedMemory`], [`ExportedRegion`], [`ImportedWindow`],
-//! [`DeviceAdvertisement`], [`ChannelInfo`], [`ChannelException`] with its [`SdmaSyndrome`]), [`DeviceError`], the
-//! [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share Host memory with. The
-//! backend (`cann`, on either runtime) builds on this file. It must not name a backend, choose one (`super::open` does) or touch
-//! engine state (batches, segments, task slots).
+//! Owns: the traits behind their handles ([`Launch`], [`CopyStream`]), the values ([`DeviceBuffer`],
+//! [`SharedMemory`], [`ExportedRegion`], [`ImportedWindow`], [`DeviceAdvertisement`] with its [`RdmaAdvertisement`],
+//! [`ChannelInfo`], [`ChannelException`] with its [`SdmaSyndrome`], [`ChannelLog`], [`HostIdentity`]),
+//! [`DeviceError`], the [`UniqueIdExchange`] a backend may need at bring-up, and the page mapping backends share
+//! Host memory with. The backend (`cann`, on either runtime) builds on this file. It must not name a backend, choose
+//! one (`super::open` does) or touch engine state (batches, segments, task slots).
 
 use std::fmt;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// Why a device operation failed.
@@ -133,56 +131,6 @@ impl HostIdentity {
             .unwrap_or_else(|_| "unknown".into());
         HostIdentity(format!("{boot}/{net}"))
     }
-}
-
-/// What a QP on this device's NIC is created with.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpSpec {
-    /// SQ slots (a power of two).
-    pub sq_depth: u32,
-    /// CQEs (a power of two, at least `sq_depth`).
-    pub cq_depth: u32,
-    /// Retransmissions before a transport-retry-exceeded completion (at most 7).
-    pub retry_count: u8,
-    /// The wait for a response per attempt.
-    pub timeout: Duration,
-    /// The AIV block that polls the QP's CQ (`None`: a responder QP nobody polls). A hint for waking that block on a
-    /// new CQE: the twin NIC signals that block's emulated core after each CQE it writes, so a core napping in its
-    /// poll resumes at once.
-    pub wake_block: Option<u32>,
-}
-
-/// Where a new QP's queues and doorbells are: what fills the first line of a `QpRecord`
-/// (crate::kernel_abi::roce).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct QpHandle {
-    pub qpn: u32,
-    pub cqn: u32,
-    pub sq_base: u64,
-    pub cq_base: u64,
-    pub sq_db_addr: u64,
-    pub cq_db_addr: u64,
-    pub sq_depth: u32,
-    pub cq_depth: u32,
-}
-
-/// A QP's state as the NIC reports it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QpState {
-    /// Connected and not in error.
-    pub ready: bool,
-    /// In the error state, and why (the first error CQE's status or the NIC's exception), if known.
-    pub error: Option<String>,
-    /// WQEs rung and completed by the NIC (free-running).
-    pub posted: u32,
-    pub completed: u32,
-}
-
-/// A registration's keys.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RdmaKeys {
-    pub lkey: u32,
-    pub rkey: u32,
 }
 
 /// A peer's memory mapped into this device's view: `local = local_base + (remote - remote_base)`.
@@ -402,173 +350,7 @@ pub trait Launch: Send + Sync + fmt::Debug {
     fn wait(&self, timeout: Duration) -> bool;
 }
 
-/// What a device offers the Host runtime. Every wait is bounded.
-pub trait DeviceBackend: Send + Sync + fmt::Debug {
-    /// `"cann"` (on either runtime).
-    fn backend_name(&self) -> &'static str;
-    /// The configured device id.
-    fn device_id(&self) -> u32;
-    /// The runtime the device runs on (twin or NPU, with the version it reports), for every record drawn from it.
-    fn runtime_label(&self) -> crate::evidence::RuntimeLabel;
-    /// For backend-specific calls (e.g. `CannDevice::launch_function` of the benchmarks).
-    fn as_any(&self) -> &dyn std::any::Any;
-
-    // ---- device memory ----
-    /// Allocates device memory (HBM); freed when the buffer drops.
-    fn allocate(&self, length: u64) -> Result<DeviceBuffer, DeviceError>;
-    /// Whether `[addr, addr + length)` is device memory this device can reach (own memory or an imported window).
-    fn is_mapped(&self, addr: u64, length: u64) -> bool;
-    /// Whether `[addr, addr + length)` is this device's own memory.
-    fn is_own_memory(&self, addr: u64, length: u64) -> bool;
-    /// Copies `data` into device memory at `addr` (H2D, synchronous): the only way Host code writes device memory
-    /// (a Host store through a device address is not allowed; on an NPU it faults). `[addr, +len)` must be mapped
-    /// ([`Self::is_mapped`]), else `Invalid` before anything is copied.
-    fn copy_to_device(&self, addr: u64, data: &[u8]) -> Result<(), DeviceError>;
-    /// Copies device memory at `addr` into `out` (D2H, synchronous); the same rules.
-    fn copy_from_device(&self, addr: u64, out: &mut [u8]) -> Result<(), DeviceError>;
-    /// What the device advertises to peers (its exported regions).
-    fn advertisement(&self) -> DeviceAdvertisement;
-    /// Maps a peer's exported region into this device's view (idempotent per exporter and region).
-    fn import(&self, exporter: &DeviceAdvertisement, region: &ExportedRegion) -> Result<ImportedWindow, DeviceError>;
-    /// Offers `[addr, addr + length)` of this device's memory to peers (done by the engine when device memory is
-    /// registered); the advertisement lists it from now on.
-    fn export_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
-        let _ = (addr, length);
-        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of registered ranges".into() })
-    }
-    /// Offers `[addr, addr + length)` of this process's Host memory to peers' devices (done by the engine when Host
-    /// memory is registered, if the backend can): the advertisement lists it, at its Host address, from now on.
-    fn export_host_range(&self, addr: u64, length: u64) -> Result<ExportedRegion, DeviceError> {
-        let _ = (addr, length);
-        Err(DeviceError::Unavailable { backend: self.backend_name(), reason: "export of Host memory".into() })
-    }
-    /// The device address of `[addr, addr + length)` when it lies in Host memory this backend exported
-    /// ([`Self::export_host_range`]), through the device window it registered for it: how a transfer reaches a
-    /// registered Host range of its own engine.
-    fn host_window(&self, addr: u64, length: u64) -> Option<u64> {
-        let _ = (addr, length);
-        None
-    }
-    /// Withdraws the export of the range starting at `addr` (done when it is unregistered): new imports are refused,
-    /// mappings made before stay valid. False if nothing was exported there.
-    fn withdraw_range(&self, addr: u64) -> bool {
-        let _ = addr;
-        false
-    }
-    /// Whether the exporter still serves its memory: `None` if the backend has no way to tell, else the outcome of
-    /// one bounded probe (the `cann` backend re-imports the exporter's heap handle).
-    fn probe_peer(&self, exporter: &DeviceAdvertisement) -> Option<std::io::Result<()>> {
-        let _ = exporter;
-        None
-    }
-    /// Makes the calling thread able to call the device's runtime (ACL's current device is per thread, and vendor
-    /// libraries such as HiXL need it set).
-    fn bind_thread(&self) -> Result<(), DeviceError> {
-        Ok(())
-    }
-    /// Relocates a peer address through an imported window (a backend may add checks).
-    fn translate(&self, window: &ImportedWindow, remote: u64, length: u64) -> Option<u64> {
-        window.translate(remote, length)
-    }
-    /// Memory the Host and the kernel share (request rings, DCQs, control blocks, kernel arguments).
-    fn allocate_shared(&self, length: usize) -> Result<SharedMemory, DeviceError>;
-
-    // ---- descriptor queues ----
-    /// Sets up one SDMA channel per block with `sq_depth` SQEs each (on CANN: read SHMEM's SDMA workspace).
-    fn open_channels(&self, count: u32, sq_depth: u32) -> Result<Vec<ChannelInfo>, DeviceError>;
-    /// The exception that stopped a channel, if any.
-    fn channel_exception(&self, channel: u32) -> Option<ChannelException>;
-    /// Drops a channel's pending SQEs and clears its exception, so it can serve again (bounded wait).
-    fn reset_channel(&self, channel: u32) -> Result<(), DeviceError>;
-    /// Where the runtime's log of the SQEs `channel`'s engine executes stands (`None`: this runtime keeps none).
-    fn channel_log_position(&self, channel: u32) -> Option<u64> {
-        let _ = channel;
-        None
-    }
-    /// Appends to `out` the runtime's log of the SQEs `channel`'s engine executed from position `from` on: who wrote
-    /// each, who rang the doorbell that exposed it, who first read a flag SQE's flag (the twin's
-    /// `cann_twin::control::sqe_log`).
-    fn read_channel_log(&self, channel: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
-        let _ = (channel, from, out);
-        ChannelLog::NotObservable
-    }
-    /// Appends to `out` the runtime's log of the WQEs its NIC completed on QP `qpn` from position `from` on, in WQE
-    /// order: who wrote each, who rang the SQ doorbell before the NIC took it, who first read its CQE (the twin's
-    /// `cann_twin::nic::qp_log`; an entry's `flag` is the CQE's reader, `None` for a WQE without a CQE).
-    fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
-        let _ = (qpn, from, out);
-        ChannelLog::NotObservable
-    }
-
-    // ---- kernel ----
-    /// Launches the transfer kernel on `block_dim` blocks with `kernel_args` (device address of `KernelArgs`).
-    fn launch(&self, kernel_args: u64, block_dim: u32) -> Result<Arc<dyn Launch>, DeviceError>;
-    /// Platform cycles per second (the unit of `BlockArgs::wait_budget`).
-    fn cycles_per_second(&self) -> u64;
-
-    // ---- the baselines: UBShmem's copy streams, HiXL (docs/hardware.md section 7) ----
-    /// Creates an in-order copy stream (ACL `aclrtCreateStream` + `aclrtMemcpyAsync` D2D; the `ubshmem` baseline).
-    fn create_stream(&self) -> Result<Arc<dyn CopyStream>, DeviceError>;
-    /// The HiXL library the `adxl` baseline submits through on this device (`None`: the backend has none, and adxl
-    /// transfers fail saying so); `Some(Err)` when it should have one but it did not load.
-    fn hixl(&self) -> Option<Result<&'static ascendcl_sys::hixl::HixlApi, String>> {
-        None
-    }
-    /// The twin runtime's FabricMem engine functions the `adxl-fabric` baseline submits through (**twin-only**, not a
-    /// CANN API: [`ascendcl_sys::hixl::FabricMemApi`]). `None`: the backend has none; `Some(Err)` says why not (the
-    /// vendor's FabricMem is reachable only through ADXL's C++ engine).
-    fn fabric_mem(&self) -> Option<Result<&'static ascendcl_sys::hixl::FabricMemApi, String>> {
-        None
-    }
-
-    // ---- the RDMA route (docs/rdma.md section 7); every default: unavailable ----
-    /// Opens the device's NIC listening on `listen` (port 0: any); returns the bound `ip:port`.
-    fn rdma_open(&self, listen: std::net::SocketAddr) -> Result<std::net::SocketAddr, DeviceError> {
-        let _ = listen;
-        Err(rdma_unavailable(self.backend_name(), "open the device's NIC"))
-    }
-    /// Closes the NIC (destroys its QPs; bounded).
-    fn rdma_close(&self) -> Result<(), DeviceError> {
-        Err(rdma_unavailable(self.backend_name(), "close the device's NIC"))
-    }
-    /// Registers `[addr, addr + length)` of device memory with remote read and write.
-    fn rdma_register(&self, addr: u64, length: u64) -> Result<RdmaKeys, DeviceError> {
-        let _ = (addr, length);
-        Err(rdma_unavailable(self.backend_name(), "register device memory with the NIC"))
-    }
-    /// Withdraws the registration whose lkey is `lkey`.
-    fn rdma_deregister(&self, lkey: u32) -> Result<(), DeviceError> {
-        let _ = lkey;
-        Err(rdma_unavailable(self.backend_name(), "deregister device memory"))
-    }
-    /// Creates a reliable-connected QP (not yet connected).
-    fn rdma_create_qp(&self, spec: &QpSpec) -> Result<QpHandle, DeviceError> {
-        let _ = spec;
-        Err(rdma_unavailable(self.backend_name(), "create a QP"))
-    }
-    /// Connects QP `qpn` to QP `remote_qpn` of the NIC at `peer` (bounded).
-    fn rdma_connect_qp(&self, qpn: u32, peer: std::net::SocketAddr, remote_qpn: u32) -> Result<(), DeviceError> {
-        let _ = (qpn, peer, remote_qpn);
-        Err(rdma_unavailable(self.backend_name(), "connect a QP"))
-    }
-    /// QP `qpn`'s state.
-    fn rdma_qp_state(&self, qpn: u32) -> Result<QpState, DeviceError> {
-        let _ = qpn;
-        Err(rdma_unavailable(self.backend_name(), "read a QP's state"))
-    }
-    /// Destroys QP `qpn` (bounded).
-    fn rdma_destroy_qp(&self, qpn: u32) -> Result<(), DeviceError> {
-        let _ = qpn;
-        Err(rdma_unavailable(self.backend_name(), "destroy a QP"))
-    }
-}
-
-/// The error of an RDMA operation a backend does not offer.
-pub fn rdma_unavailable(backend: &'static str, operation: &str) -> DeviceError {
-    DeviceError::Unavailable { backend, reason: format!("RDMA route: {operation}: not offered by this backend") }
-}
-
-/// What [`DeviceBackend::read_channel_log`] found.
+/// What [`Observation::read_channel_log`](super::Observation::read_channel_log) found.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ChannelLog {
     /// The runtime keeps such a log, but its records are off (the twin's, `aiv.record_provenance`).

@@ -2,8 +2,8 @@
 //!
 //! Owns: the backend behind [`DeviceBackend`] ([`cann`], on the vendor's CANN libraries with feature `cann` or on
 //! the twin runtime, `shmem-bindings/cann-twin`) and the choice among them
-//! ([`open`], [`open_with_exchange`]); the seam itself (the trait and the types that cross it) is `backend.rs`,
-//! re-exported here, so `crate::device::DeviceBackend` and the rest keep their paths. It must not touch engine state
+//! ([`open`], [`open_with_exchange`]); the seam itself is re-exported here: the types that cross it in `backend.rs`,
+//! the capability traits and [`DeviceBackend`] in `capability.rs`, the NIC and its queue pairs in `rdma.rs`. It must not touch engine state
 //! (batches, segments, task slots): the aiv transport ([`crate::transport::aiv`]) does that.
 //!
 //! The shape follows what the CANN backend will do (docs/hardware.md sections 3-4, 6): HBM from the SHMEM heap or
@@ -12,7 +12,9 @@
 
 mod backend;
 pub mod cann;
+mod capability;
 pub mod kernel_image;
+mod rdma;
 
 use std::sync::Arc;
 
@@ -22,12 +24,15 @@ pub(crate) use backend::map_anonymous_pages;
 /// engines, stream workers and services: `cann_twin::THREAD_PREFIX`): device time, which Host CPU figures leave out
 /// by these names.
 pub const DEVICE_THREAD_PREFIXES: [&str; 1] = [cann_twin::THREAD_PREFIX];
-pub use backend::rdma_unavailable;
 pub use backend::{
-    ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBackend, DeviceBuffer,
-    DeviceError, ExportedRegion, HostIdentity, ImportedWindow, Launch, QpHandle, QpSpec, QpState, RdmaAdvertisement,
-    RdmaKeys, RdmaRegion, SdmaSyndrome, SharedMemory, UniqueIdExchange,
+    ChannelException, ChannelInfo, ChannelLog, CopyStream, DeviceAdvertisement, DeviceBuffer, DeviceError,
+    ExportedRegion, HostIdentity, ImportedWindow, Launch, RdmaAdvertisement, RdmaRegion, SdmaSyndrome, SharedMemory,
+    UniqueIdExchange,
 };
+pub use capability::{
+    CopyStreams, Device, DeviceBackend, DeviceMemory, HixlAccess, KernelChannels, MemorySharing, Observation,
+};
+pub use rdma::{ConnectedQp, CreatedQp, QpHandle, QpSpec, QpState, Rdma, RdmaKeys, RdmaNic};
 
 use crate::config::{AivOptions, DeviceBackendKind};
 

@@ -36,14 +36,22 @@ impl AivDevice {
         let backend = crate::device::open_with_exchange(options, exchange)?;
         // One import cache and peer state for the three paths: a loss the aiv probe finds is seen by the baselines.
         let identity = options.host_identity.clone().unwrap_or_else(|| crate::device::HostIdentity::current().0);
-        let windows = Arc::new(PeerWindows::with_identity(backend.clone(), identity));
-        let transport = Arc::new(AivTransport::start(backend.clone(), windows.clone(), options)?);
+        let windows = Arc::new(PeerWindows::with_identity(backend.clone().sharing(), identity));
+        let transport = Arc::new(AivTransport::start(
+            backend.clone().kernel(),
+            backend.clone().sharing(),
+            backend.clone().observation(),
+            backend.rdma(),
+            windows.clone(),
+            options,
+        )?);
         // The baselines on the same device and memory (HiXL's, UBShmem's copy streams); both start their threads on
         // first use.
-        let adxl = Arc::new(AdxlTransport::new(backend.clone(), windows.clone(), options));
+        let adxl = Arc::new(AdxlTransport::new(backend.clone().sharing(), backend.hixl(), windows.clone(), options));
         // HiXL's FabricMem engine (twin runtime only): created now, its connections on first use.
-        let adxl_fabric = Arc::new(AdxlFabricTransport::new(backend.clone(), windows.clone(), options));
-        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone(), windows, options));
+        let adxl_fabric =
+            Arc::new(AdxlFabricTransport::new(backend.clone().sharing(), backend.hixl(), windows.clone(), options));
+        let ubshmem = Arc::new(UbshmemTransport::new(backend.clone().streams(), windows, options));
         Ok(AivDevice { backend, transport, adxl, adxl_fabric, ubshmem })
     }
 

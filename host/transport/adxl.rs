@@ -1,6 +1,6 @@
 //! The `adxl` baseline: one-sided transfers with ADXL's shape (docs/hardware.md section 7), through the device's HiXL
 //! library (`hixl` submodule: a HiXL server per device, a client per remote engine, batch put/get, status polling) —
-//! the vendor's on an NPU, the twin runtime's on the CPU ([`DeviceBackend::hixl`]). Nothing runs on the AIV cores.
+//! the vendor's on an NPU, the twin runtime's on the CPU ([`HixlAccess::hixl_api`]). Nothing runs on the AIV cores.
 //! HiXL's client-server mode with a device endpoint submits each batch from AI-CPU kernels the library launches
 //! (`hicann/hixl` `src/hixl/cs/hixl_cs_client.cc`); the twin's HiXL does the same on its emulated AI CPU, and its
 //! records make the path AI-CPU-submitted in the evidence. On the vendor's runtime who submitted is not observable.
@@ -29,7 +29,7 @@ use super::window::PeerWindows;
 use super::Transport;
 use crate::config::{AivOptions, Environment};
 use crate::cpu_time::CpuCarry;
-use crate::device::DeviceBackend;
+use crate::device::{HixlAccess, MemorySharing};
 use crate::transfer::{CodeFamily, FailureKind, Transfer, TransferFailure, TransferState};
 
 /// An ADXL status code (`adxl::Status`), decoded totally.
@@ -143,7 +143,8 @@ impl Counters {
 
 #[derive(Debug)]
 struct Shared {
-    device: Arc<dyn DeviceBackend>,
+    /// The device's memory: what HiXL registers and transfers may name.
+    device: Arc<dyn MemorySharing>,
     windows: Arc<PeerWindows>,
     timeout: Duration,
     counters: Counters,
@@ -163,9 +164,15 @@ pub struct AdxlTransport {
 }
 
 impl AdxlTransport {
-    /// The transport for `device`, refusing peers the device's shared `windows` found lost; its HiXL server starts
-    /// now, its clients with the first transfer to each peer.
-    pub fn new(device: Arc<dyn DeviceBackend>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
+    /// The transport for `device`, through its HiXL library (`hixl`; `None`: the device has none), refusing peers
+    /// the device's shared `windows` found lost; its HiXL server starts now, its clients with the first transfer to
+    /// each peer.
+    pub fn new(
+        device: Arc<dyn MemorySharing>,
+        hixl: Option<&dyn HixlAccess>,
+        windows: Arc<PeerWindows>,
+        options: &AivOptions,
+    ) -> Self {
         let shared = Arc::new(Shared {
             windows,
             device,
@@ -175,7 +182,7 @@ impl AdxlTransport {
             hixl_host: options.hixl_host.clone(),
             hixl_port: options.hixl_port,
         });
-        let hixl = shared.device.hixl().map(|api| hixl::HixlPath::new(shared.clone(), api));
+        let hixl = hixl.map(|access| hixl::HixlPath::new(shared.clone(), access.hixl_api()));
         AdxlTransport { shared, hixl }
     }
 

@@ -31,7 +31,7 @@ use super::window::{PeerWindows, Resolved};
 use super::Transport;
 use crate::config::AivOptions;
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
-use crate::device::{CopyStream, DeviceBackend, DeviceError};
+use crate::device::{CopyStream, CopyStreams, DeviceError};
 use crate::evidence::{Act, Source, TransferEvidence};
 use crate::kernel_abi::{even_piece_count, even_pieces};
 use crate::transfer::{FailureKind, TaskSlot, Transfer, TransferFailure};
@@ -155,7 +155,7 @@ struct Pool {
 /// The ubshmem transport of one device.
 #[derive(Debug)]
 pub struct UbshmemTransport {
-    device: Arc<dyn DeviceBackend>,
+    device: Arc<dyn CopyStreams>,
     /// The device's import cache and peer state, shared with its other paths.
     windows: Arc<PeerWindows>,
     workers: u32,
@@ -168,7 +168,7 @@ pub struct UbshmemTransport {
 impl UbshmemTransport {
     /// The transport for `device`, relocating through the device's `windows` (shared with its other paths, so a peer
     /// found lost fails here at once); its streams and workers start with the first transfer.
-    pub fn new(device: Arc<dyn DeviceBackend>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
+    pub fn new(device: Arc<dyn CopyStreams>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
         UbshmemTransport {
             device,
             windows,

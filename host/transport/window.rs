@@ -7,7 +7,7 @@
 //! transfers that reach it.
 //!
 //! Peer loss (docs/device.md, "Peer loss"): a new descriptor version is probed once before its first transfer
-//! ([`DeviceBackend::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread) probes every
+//! ([`MemorySharing::probe_peer`]), and [`PeerWindows::probe_all`] (called by the `aiv` probe thread) probes every
 //! imported peer, lost ones included. A peer is marked lost only on evidence that it is gone ([`is_gone`]: nobody
 //! listens on its endpoint, another device answers there, or its process no longer exists); a probe that times out
 //! or finds the exporter busy proves nothing and changes nothing. While lost, every transfer to the peer fails with
@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use super::Transfer;
-use crate::device::{DeviceAdvertisement, DeviceBackend, ExportedRegion, ImportedWindow};
+use crate::device::{DeviceAdvertisement, ExportedRegion, ImportedWindow, MemorySharing};
 use crate::transfer::{FailureKind, Opcode, Segment, SegmentId, TransferFailure};
 
 /// The next [`Peer::id`].
@@ -143,7 +143,7 @@ pub struct Resolved {
 /// The import cache, translation and peer state of one device, shared by its transports.
 #[derive(Debug)]
 pub struct PeerWindows {
-    device: Arc<dyn DeviceBackend>,
+    device: Arc<dyn MemorySharing>,
     /// Where this device is (`crate::device::HostIdentity`): peers advertising another identity are not imported.
     identity: String,
     /// Peer segments' imported windows, by segment name (the newest descriptor version seen).
@@ -152,12 +152,12 @@ pub struct PeerWindows {
 
 impl PeerWindows {
     /// Translation for `device`.
-    pub fn new(device: Arc<dyn DeviceBackend>) -> Self {
+    pub fn new(device: Arc<dyn MemorySharing>) -> Self {
         Self::with_identity(device, crate::device::HostIdentity::current().0)
     }
 
     /// Translation for `device`, which is at host identity `identity`.
-    pub fn with_identity(device: Arc<dyn DeviceBackend>, identity: String) -> Self {
+    pub fn with_identity(device: Arc<dyn MemorySharing>, identity: String) -> Self {
         PeerWindows { device, identity, peers: Mutex::new(HashMap::new()) }
     }
 

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use aiv_transport::config::{AivOptions, DeviceBackendKind, LaunchMode};
 use aiv_transport::device::cann::CannDevice;
-use aiv_transport::device::{DeviceBackend, DeviceBuffer};
+use aiv_transport::device::{DeviceBuffer, DeviceMemory};
 use aiv_transport::engine::AivDevice;
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
 use ascendcl_sys::abi::compile_shared_library;
@@ -237,8 +237,8 @@ pub struct Node {
 }
 
 impl Node {
-    pub fn cann(&self) -> &CannDevice {
-        self.device.backend().as_any().downcast_ref::<CannDevice>().expect("the cann backend")
+    pub fn cann(&self) -> Arc<CannDevice> {
+        CannDevice::of(self.device.backend().as_ref()).expect("a cann device of this process")
     }
     pub fn write(&self, offset: u64, data: &[u8]) {
         self.cann().copy_to_device(self.buffer.addr() + offset, data).expect("H2D");

@@ -63,7 +63,7 @@ impl CannDevice {
     /// Launches another kernel of the loaded binary by name (`aclrtBinaryGetFunction` on each call) with one 8-byte
     /// argument on `block_dim` blocks of the kernel stream, after whatever the stream holds: for microbenchmarks and
     /// tests of the kernel object (on the twin runtime, e.g. `aiv_bench_post_kernel`). Not on the transfer path.
-    pub fn launch_function(
+    pub(super) fn launch_by_name(
         self: &Arc<Self>,
         name: &str,
         argument: u64,

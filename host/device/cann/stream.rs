@@ -24,7 +24,7 @@ use ascendcl_sys::result as acl;
 use ascendcl_sys::sys::{aclrtStream, ACL_ERROR_RT_STREAM_SYNC_TIMEOUT, ACL_MEMCPY_DEVICE_TO_DEVICE};
 
 use super::{runtime, CannDevice};
-use crate::device::{CopyStream, DeviceBackend, DeviceError};
+use crate::device::{CopyStream, DeviceError, DeviceMemory};
 
 /// The alignment `aclrtMemcpyAsync` requires of both device addresses of a device-to-device copy (`acl_rt.h`).
 pub const ASYNC_ALIGN: u64 = 64;

@@ -1,15 +1,22 @@
-//! What the CANN backend reaches only on the twin runtime linked into this process: the twin NIC behind the RDMA
-//! route's calls (whether it is there: [`CannDevice::twin_nic`]; its errors: [`CannDevice::nic_error`]), the twin's
-//! provenance logs of SDMA channels and QPs, and the exception a channel's SDMA engine recorded.
+//! What the CANN backend reaches only on the twin runtime linked into this process: whether the twin NIC is there
+//! ([`CannDevice::twin_nic`]; the NIC itself is `nic.rs`), the twin's provenance logs of SDMA channels and QPs
+//! ([`TwinLogs`], the backend's [`Observation`]), and the exception a channel's SDMA engine recorded.
 //!
 //! Must not reach the twin on the vendor's runtime or on the twin loaded in its place (that copy's state is not this
-//! process's `cann_twin`): each helper checks the runtime first, or its caller does.
+//! process's `cann_twin`): each helper checks the runtime first, or its caller does ([`TwinLogs`] is made only on
+//! the twin runtime linked in).
 
 use super::{CannDevice, CannRuntime};
-use crate::device::{ChannelException, ChannelLog, DeviceError, SdmaSyndrome};
+use crate::device::{ChannelException, ChannelLog, DeviceError, Observation, SdmaSyndrome};
 use crate::kernel_abi::SQE_BYTES;
 
 impl CannDevice {
+    /// The in-process twin's provenance logs of this device: on the twin runtime linked in only.
+    pub(super) fn twin_logs(&self) -> Option<std::sync::Arc<dyn Observation>> {
+        (self.runtime == CannRuntime::Twin)
+            .then(|| std::sync::Arc::new(TwinLogs { device: self.id }) as std::sync::Arc<dyn Observation>)
+    }
+
     /// The RDMA route's NIC calls reach the twin NIC only when the twin runtime is linked in this process; on the
     /// vendor's runtime (and the twin loaded in its place, whose NIC is that copy's) they are not implemented.
     pub(super) fn twin_nic(&self, operation: &str) -> Result<(), DeviceError> {
@@ -23,33 +30,6 @@ impl CannDevice {
                      matching registration calls; unverified on hardware)"
                 ),
             }),
-        }
-    }
-
-    pub(super) fn nic_error(&self, step: &'static str) -> impl Fn(cann_twin::nic::NicError) -> DeviceError {
-        let device = self.id;
-        move |error| DeviceError::Runtime { device, step, detail: error.to_string() }
-    }
-
-    /// One of the in-process twin's provenance logs, read by `read` (a channel's SQE log or a QP's WQE log,
-    /// `what`); not observable on the vendor's runtime, not recorded while the records are off.
-    pub(super) fn read_twin_log(
-        &self,
-        what: std::fmt::Arguments<'_>,
-        read: impl FnOnce() -> Result<(u64, u64), String>,
-    ) -> ChannelLog {
-        if self.runtime != CannRuntime::Twin {
-            return ChannelLog::NotObservable;
-        }
-        if !cann_twin::control::provenance_recorded() {
-            return ChannelLog::NotRecorded;
-        }
-        match read() {
-            Ok((first, end)) => ChannelLog::Read { first, end },
-            Err(error) => {
-                tracing::warn!(device = self.id, %what, %error, "no provenance log");
-                ChannelLog::NotObservable
-            }
         }
     }
 
@@ -96,5 +76,46 @@ impl CannDevice {
             }),
             None => None,
         }
+    }
+}
+
+/// The in-process twin's provenance logs of one device: a channel's SQE log and a QP's WQE log (made only on the twin
+/// runtime linked into this process).
+#[derive(Debug)]
+struct TwinLogs {
+    device: u32,
+}
+
+impl TwinLogs {
+    /// One of the logs, read by `read` (`what` names it); not recorded while the records are off.
+    fn read(&self, what: std::fmt::Arguments<'_>, read: impl FnOnce() -> Result<(u64, u64), String>) -> ChannelLog {
+        if !cann_twin::control::provenance_recorded() {
+            return ChannelLog::NotRecorded;
+        }
+        match read() {
+            Ok((first, end)) => ChannelLog::Read { first, end },
+            Err(error) => {
+                tracing::warn!(device = self.device, %what, %error, "no provenance log");
+                ChannelLog::NotObservable
+            }
+        }
+    }
+}
+
+impl Observation for TwinLogs {
+    fn channel_log_position(&self, channel: u32) -> Option<u64> {
+        cann_twin::control::sqe_log_position(self.device as i32, channel).ok()
+    }
+
+    fn read_channel_log(&self, channel: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        self.read(format_args!("SDMA channel {channel}"), || {
+            cann_twin::control::sqe_log(self.device as i32, channel, from, out).map_err(|error| error.to_string())
+        })
+    }
+
+    fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<cann_twin::control::LoggedSqe>) -> ChannelLog {
+        self.read(format_args!("QP {qpn:#x}"), || {
+            cann_twin::nic::qp_log(self.device as i32, qpn, from, out).map_err(|error| error.to_string())
+        })
     }
 }

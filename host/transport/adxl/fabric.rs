@@ -1,7 +1,7 @@
 //! The `adxl-fabric` baseline: Ascend Direct with HiXL's FabricMem engine, **on the twin runtime only**. The vendor's
 //! FabricMem engine has no C API (it is reached only through ADXL's C++ engine, `adxl::AdxlEngine` with
 //! `EnableUseFabricMem`), so this path drives the twin runtime's FabricMem functions ([`FabricMemApi`], twin-only, not
-//! a CANN API) through [`DeviceBackend::fabric_mem`]; on the vendor's runtime every transfer fails saying so.
+//! a CANN API) through [`HixlAccess::fabric_mem_api`]; on the vendor's runtime every transfer fails saying so.
 //!
 //! - **Engine** (one per device, created with the transport on a thread bound to the device): its control server
 //!   listens at `aiv.hixl_host` (the adxl baseline's HiXL host) : `aiv.fabric_mem_port` (0: a port the OS reports
@@ -42,7 +42,7 @@ use super::jobs::{batches, JobQueue};
 use super::{AdxlCounters, AdxlStatus, Counters};
 use crate::config::{AivOptions, FabricMemoryOptions};
 use crate::cpu_time::{thread_cpu_time_ns, CpuCarry, Section};
-use crate::device::{DeviceAdvertisement, DeviceBackend};
+use crate::device::{DeviceAdvertisement, HixlAccess, MemorySharing};
 use crate::evidence::TransferEvidence;
 use crate::transfer::{FailureKind, Opcode, TaskSlot, Transfer};
 use crate::transport::window::PeerWindows;
@@ -82,7 +82,8 @@ struct Job {
 
 #[derive(Debug)]
 struct Shared {
-    device: Arc<dyn DeviceBackend>,
+    /// The device's memory: what the engine registers and transfers may name.
+    device: Arc<dyn MemorySharing>,
     windows: Arc<PeerWindows>,
     timeout: Duration,
     /// Host unfold (`aiv.fabric_memory.enable_aicpu_unfold` false): only to explain a refused batch.
@@ -104,7 +105,7 @@ pub struct AdxlFabricTransport {
 /// Creates the device's engine (its control server listening) and registers the device's exported regions.
 fn start_engine(
     api: &'static FabricMemApi,
-    device: &dyn DeviceBackend,
+    device: &dyn MemorySharing,
     options: &AivOptions,
     fabric: FabricMemoryOptions,
 ) -> Result<Engine, String> {
@@ -179,8 +180,13 @@ impl Drop for Engine {
 impl AdxlFabricTransport {
     /// The transport for `device`: its FabricMem engine starts now (twin runtime), its connections with the first
     /// transfer to each peer.
-    pub fn new(device: Arc<dyn DeviceBackend>, windows: Arc<PeerWindows>, options: &AivOptions) -> Self {
-        let engine = match device.fabric_mem() {
+    pub fn new(
+        device: Arc<dyn MemorySharing>,
+        hixl: Option<&dyn HixlAccess>,
+        windows: Arc<PeerWindows>,
+        options: &AivOptions,
+    ) -> Self {
+        let engine = match hixl.map(HixlAccess::fabric_mem_api) {
             None => Err(format!(
                 "device {} ({}) has no FabricMem engine for the adxl-fabric baseline",
                 device.device_id(),

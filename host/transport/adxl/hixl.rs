@@ -1,5 +1,5 @@
 //! The `adxl` baseline's submission backend on the `cann` device backend: the real HiXL library
-//! (`libcann_hixl.so`, or the twin runtime's HiXL: [`crate::device::DeviceBackend::hixl`]) through its plain C
+//! (`libcann_hixl.so`, or the twin runtime's HiXL: [`crate::device::HixlAccess::hixl_api`]) through its plain C
 //! client/server API ([`ascendcl_sys::hixl`]).
 //!
 //! - **Server** (one per device, started with the transport): `HixlCSServerCreate` with this device's endpoint at

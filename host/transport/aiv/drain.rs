@@ -192,7 +192,7 @@ impl Inner {
                 Ok(entry) | Err(UndecodableCompletion { entry }) => *entry,
             },
         ));
-        records.attribute(&*self.device, block.index, walked, acts);
+        records.attribute(self.observation.as_deref(), block.index, walked, acts);
         // Recover first, so that a caller who sees the failure can submit again at once.
         if group_failed {
             self.recover(block, records);
@@ -215,7 +215,7 @@ impl Inner {
                 }
             };
             let mut observed = match transfer.rdma {
-                Some(posted) => records.attribute_rdma(&*self.device, block.index, posted, entry),
+                Some(posted) => records.attribute_rdma(self.observation.as_deref(), block.index, posted, entry),
                 None => sdma_acts.next().copied().unwrap_or([Act::unknown(Source::Lost); 3]),
             };
             add_host_acts(&mut observed, transfer.host_mark, drain_mark);
@@ -349,7 +349,7 @@ impl Inner {
         self.channel_resets.fetch_add(1, Ordering::Relaxed);
         // The reset dropped the failed group's unexecuted SQEs: the log walk starts again at the log's end, before
         // the block resumes and posts more.
-        records.start_at(&*self.device, block.index);
+        records.start_at(self.observation.as_deref(), block.index);
         // Release: the reset above happens before the kernel sees the resume.
         control.resume_count.store(halted, Ordering::Release);
         if self.launch_mode == LaunchMode::PerBatch {

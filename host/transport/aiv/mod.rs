@@ -24,7 +24,7 @@
 //! into TIMEOUT; every wait of the drain thread and of shutdown is bounded.
 //!
 //! Peer loss (docs/device.md, "Peer loss"): a probe thread calls [`PeerWindows::probe_all`], which asks every
-//! imported peer's device whether it still serves its memory ([`DeviceBackend::probe_peer`], every
+//! imported peer's device whether it still serves its memory ([`MemorySharing::probe_peer`], every
 //! `peer_probe_interval_ms`, default 50 ms). A peer proven gone (not merely slow or busy) is marked lost there: this
 //! transport fails its pending transfers at once, and new ones (on every path of the device, the windows being
 //! shared) fail until the peer answers a probe again or the segment is refreshed or reopened. On the twin a dead
@@ -57,7 +57,7 @@ use super::window::PeerWindows;
 use super::Transport;
 use crate::config::LaunchMode;
 use crate::cpu_time::CpuCarry;
-use crate::device::{DeviceBackend, DeviceError, Launch, SharedMemory};
+use crate::device::{DeviceError, KernelChannels, Launch, MemorySharing, Observation, SharedMemory};
 use crate::transfer::{CompletionPoller, FailureKind, Transfer, TransferFailure};
 use block::HostBlock;
 
@@ -88,7 +88,12 @@ pub struct AivTransport {
 
 #[derive(Debug)]
 struct Inner {
-    device: Arc<dyn DeviceBackend>,
+    /// The kernel's launches and SDMA channels.
+    device: Arc<dyn KernelChannels>,
+    /// Memory shared with the kernel (rings, trace rings) and the exported memory the NIC registers.
+    memory: Arc<dyn MemorySharing>,
+    /// The runtime's provenance logs, where it keeps them.
+    observation: Option<Arc<dyn Observation>>,
     /// Whether transfers take Host marks (`observe::HostMark`): where their acts are self-reported.
     host_marks: bool,
     launch_mode: LaunchMode,

@@ -28,7 +28,7 @@ use ascendcl_sys::calls::{act, HostActs};
 use cann_twin::control::{Doer, FlagReader, LoggedSqe, Ringers};
 
 use super::inflight::PostedOn;
-use crate::device::{ChannelLog, DeviceBackend};
+use crate::device::{ChannelLog, Observation};
 use crate::evidence::{Act, Source};
 use crate::kernel_abi::{DcqEntry, DcqStatus};
 
@@ -50,14 +50,14 @@ pub(super) struct BlockRecords {
 impl BlockRecords {
     /// Starts the walk at the channel's log position now: before the block posts anything, and again after the
     /// channel was reset (its unexecuted SQEs dropped), before the block resumes.
-    pub(super) fn start_at(&mut self, device: &dyn DeviceBackend, channel: u32) {
-        self.cursor = device.channel_log_position(channel);
+    pub(super) fn start_at(&mut self, device: Option<&dyn Observation>, channel: u32) {
+        self.cursor = device.and_then(|device| device.channel_log_position(channel));
     }
 
     /// The acts of each transfer a drain pass completes, in DCQ order (`entries`), into `acts`.
     pub(super) fn attribute(
         &mut self,
-        device: &dyn DeviceBackend,
+        device: Option<&dyn Observation>,
         block: u32,
         entries: &[DcqEntry],
         acts: &mut Vec<[Act; 3]>,
@@ -68,7 +68,8 @@ impl BlockRecords {
             return;
         };
         self.log.clear();
-        let (first, end) = match device.read_channel_log(block, cursor, &mut self.log) {
+        let read = device.map(|device| device.read_channel_log(block, cursor, &mut self.log));
+        let (first, end) = match read.unwrap_or(ChannelLog::NotObservable) {
             ChannelLog::NotRecorded => {
                 acts.extend(entries.iter().map(|_| [Act::unknown(Source::NotRecorded); 3]));
                 return;
@@ -209,7 +210,7 @@ impl BlockRecords {
     /// depends on the slot's state at drain time).
     pub(super) fn attribute_rdma(
         &mut self,
-        device: &dyn DeviceBackend,
+        device: Option<&dyn Observation>,
         block: u32,
         posted: PostedOn,
         entry: &DcqEntry,
@@ -227,7 +228,8 @@ impl BlockRecords {
             _ => 0,
         };
         self.log.clear();
-        let (first, end) = match device.read_qp_log(qpn, cursor, &mut self.log) {
+        let read = device.map(|device| device.read_qp_log(qpn, cursor, &mut self.log));
+        let (first, end) = match read.unwrap_or(ChannelLog::NotObservable) {
             ChannelLog::NotRecorded => return [Act::unknown(Source::NotRecorded); 3],
             // The QP's WQEs are the kernel's word alone; the Host counts come at drain.
             ChannelLog::NotObservable => return self_reported(block, entry),
@@ -481,36 +483,16 @@ mod tests {
         assert_eq!(modelled.map(|act| act.by_host), [0, 0, 0]);
     }
 
-    /// A backend whose only working call is `read_qp_log`, over one log per QP number (each starting at 0).
+    /// An observer with one log per QP number (each starting at 0) and no channel logs.
     #[derive(Debug, Default)]
     struct QpLogs(std::sync::Mutex<HashMap<u32, Vec<LoggedSqe>>>);
 
-    #[rustfmt::skip]
-    impl DeviceBackend for QpLogs {
-        fn backend_name(&self) -> &'static str { "qp-logs" }
-        fn device_id(&self) -> u32 { 0 }
-        fn runtime_label(&self) -> crate::evidence::RuntimeLabel { unreachable!("not used by the walk") }
-        fn as_any(&self) -> &dyn std::any::Any { self }
-        fn allocate(&self, _: u64) -> Result<crate::device::DeviceBuffer, crate::device::DeviceError> { unreachable!() }
-        fn is_mapped(&self, _: u64, _: u64) -> bool { unreachable!() }
-        fn is_own_memory(&self, _: u64, _: u64) -> bool { unreachable!() }
-        fn copy_to_device(&self, _: u64, _: &[u8]) -> Result<(), crate::device::DeviceError> { unreachable!() }
-        fn copy_from_device(&self, _: u64, _: &mut [u8]) -> Result<(), crate::device::DeviceError> { unreachable!() }
-        fn advertisement(&self) -> crate::device::DeviceAdvertisement { unreachable!() }
-        fn import(&self, _: &crate::device::DeviceAdvertisement, _: &crate::device::ExportedRegion)
-            -> Result<crate::device::ImportedWindow, crate::device::DeviceError> { unreachable!() }
-        fn allocate_shared(&self, _: usize) -> Result<crate::device::SharedMemory, crate::device::DeviceError> {
-            unreachable!()
+    impl Observation for QpLogs {
+        fn channel_log_position(&self, _: u32) -> Option<u64> {
+            unreachable!("not used by the walk")
         }
-        fn open_channels(&self, _: u32, _: u32)
-            -> Result<Vec<crate::device::ChannelInfo>, crate::device::DeviceError> { unreachable!() }
-        fn channel_exception(&self, _: u32) -> Option<crate::device::ChannelException> { unreachable!() }
-        fn reset_channel(&self, _: u32) -> Result<(), crate::device::DeviceError> { unreachable!() }
-        fn launch(&self, _: u64, _: u32)
-            -> Result<std::sync::Arc<dyn crate::device::Launch>, crate::device::DeviceError> { unreachable!() }
-        fn cycles_per_second(&self) -> u64 { unreachable!() }
-        fn create_stream(&self) -> Result<std::sync::Arc<dyn crate::device::CopyStream>, crate::device::DeviceError> {
-            unreachable!()
+        fn read_channel_log(&self, _: u32, _: u64, _: &mut Vec<LoggedSqe>) -> ChannelLog {
+            unreachable!("not used by the walk")
         }
         fn read_qp_log(&self, qpn: u32, from: u64, out: &mut Vec<LoggedSqe>) -> ChannelLog {
             let logs = self.0.lock().expect("logs");
@@ -529,17 +511,20 @@ mod tests {
         let aiv_direct = |acts: [Act; 3]| acts.iter().all(|act| act.by_aiv > 0 && act.by_host == 0);
         // Slot 0's QP 7 carries two transfers of 2 WQEs each.
         device.0.lock().expect("logs").insert(7, vec![wqe(); 4]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
+        assert!(aiv_direct(records.attribute_rdma(Some(&device), 0, PostedOn { slot: 0, qpn: 7 }, &done)));
+        assert!(aiv_direct(records.attribute_rdma(Some(&device), 0, PostedOn { slot: 0, qpn: 7 }, &done)));
         // The slot's QP is replaced by QP 9: its log starts at 0, and the slot's entry is replaced, not added to.
         device.0.lock().expect("logs").insert(9, vec![wqe(); 2]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 9 }, &done)));
+        assert!(aiv_direct(records.attribute_rdma(Some(&device), 0, PostedOn { slot: 0, qpn: 9 }, &done)));
         assert_eq!(records.qp_cursors.len(), 1, "one entry per slot: {:?}", records.qp_cursors);
         // Replaced again by a QP that reuses number 7, with a new log: attributed from 0, not from the old cursor 4.
         device.0.lock().expect("logs").insert(7, vec![wqe(); 2]);
-        assert!(aiv_direct(records.attribute_rdma(&device, 0, PostedOn { slot: 0, qpn: 7 }, &done)));
+        assert!(aiv_direct(records.attribute_rdma(Some(&device), 0, PostedOn { slot: 0, qpn: 7 }, &done)));
         // A second slot has its own cursor; a transfer whose WQEs the log lacks is lost.
-        assert_eq!(records.attribute_rdma(&device, 0, PostedOn { slot: 1, qpn: 11 }, &done)[0].source, Source::Lost);
+        assert_eq!(
+            records.attribute_rdma(Some(&device), 0, PostedOn { slot: 1, qpn: 11 }, &done)[0].source,
+            Source::Lost
+        );
         assert_eq!(records.qp_cursors.len(), 2);
     }
 }

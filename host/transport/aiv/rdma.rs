@@ -29,8 +29,8 @@ use serde_json::{json, Value};
 
 use crate::config::{AivOptions, RouteMode};
 use crate::device::{
-    DeviceAdvertisement, DeviceBackend, DeviceError, HostIdentity, QpSpec, RdmaAdvertisement, RdmaKeys, RdmaRegion,
-    SharedMemory,
+    ConnectedQp, DeviceAdvertisement, DeviceError, HostIdentity, MemorySharing, QpSpec, RdmaAdvertisement, RdmaKeys,
+    RdmaNic, RdmaRegion, SharedMemory,
 };
 use crate::kernel_abi::roce::QpRecord;
 use crate::kernel_abi::{QP_TABLE_SLOTS, REQUEST_QP_SHIFT, REQUEST_ROUTE_RDMA};
@@ -94,12 +94,21 @@ pub(crate) fn choose_route(
     }
 }
 
+/// A responder QP made for a peer's initiator: (initiator NIC, initiator QPN) and this NIC's QP.
+type Responder = ((String, u32), Box<dyn ConnectedQp>);
+
 /// One QP of a slot, as the Host set it up.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Qp {
-    qpn: u32,
+    qp: Box<dyn ConnectedQp>,
     remote_qpn: u32,
     peer_nic: SocketAddr,
+}
+
+impl Qp {
+    fn qpn(&self) -> u32 {
+        self.qp.handle().qpn
+    }
 }
 
 #[derive(Debug, Default)]
@@ -157,9 +166,10 @@ pub(super) struct RdmaRequest {
 
 /// The RDMA route of one device.
 pub(super) struct Rdma {
-    device: Arc<dyn DeviceBackend>,
-    /// The NIC's address, or why it could not be opened (then only SDMA serves).
-    nic: Result<SocketAddr, String>,
+    /// The device's backend name, for errors.
+    backend: &'static str,
+    /// The open NIC, or why it could not be opened (then only SDMA serves).
+    nic: Result<Box<dyn RdmaNic>, String>,
     identity: HostIdentity,
     mode: RouteMode,
     spec: QpSpec,
@@ -173,14 +183,14 @@ pub(super) struct Rdma {
     owners: Mutex<Vec<Option<SlotOwner>>>,
     sender: OnceLock<Arc<ConnectionSender>>,
     resolver: OnceLock<Arc<InitiatorResolver>>,
-    /// Responder QPs made for peers' initiators: (initiator NIC, initiator QPN) -> this NIC's QPN, oldest first.
-    responders: Mutex<VecDeque<((String, u32), u32)>>,
+    /// Responder QPs made for peers' initiators: (initiator NIC, initiator QPN) -> this NIC's QP, oldest first.
+    responders: Mutex<VecDeque<Responder>>,
     closed: AtomicBool,
 }
 
 impl std::fmt::Debug for Rdma {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Rdma").field("nic", &self.nic).field("mode", &self.mode).finish_non_exhaustive()
+        f.debug_struct("Rdma").field("nic", &self.nic_address()).field("mode", &self.mode).finish_non_exhaustive()
     }
 }
 
@@ -189,10 +199,12 @@ fn record_bytes() -> usize {
 }
 
 impl Rdma {
-    /// Opens the NIC (unless the route is `sdma`), registers the device's exported memory and allocates one QP table
-    /// per block. A NIC that cannot be opened is no error: the RDMA route is then unavailable, saying why.
+    /// Opens the device's NIC `rdma` (unless the route is `sdma`), registers the exported memory of `device` and
+    /// allocates one QP table per block in it. A NIC that cannot be opened (or a device without one) is no error: the
+    /// RDMA route is then unavailable, saying why.
     pub(super) fn start(
-        device: Arc<dyn DeviceBackend>,
+        device: &dyn MemorySharing,
+        rdma: Result<&dyn crate::device::Rdma, DeviceError>,
         options: &AivOptions,
         blocks: u32,
     ) -> Result<Rdma, DeviceError> {
@@ -211,12 +223,12 @@ impl Rdma {
             let ip = options.rdma_host.as_deref().unwrap_or("127.0.0.1");
             match ip.parse::<std::net::IpAddr>() {
                 Err(_) => Err(format!("rdma_host {ip:?} is not an IP address")),
-                Ok(ip) => match device.rdma_open(SocketAddr::new(ip, 0)) {
+                Ok(ip) => match rdma.and_then(|rdma| rdma.open(SocketAddr::new(ip, 0))) {
                     Err(error) => Err(error.to_string()),
-                    Ok(address) => {
+                    Ok(nic) => {
                         let mut failed = None;
                         for region in device.advertisement().regions {
-                            match device.rdma_register(region.addr, region.length) {
+                            match nic.register(region.addr, region.length) {
                                 Ok(keys) => registrations.push((
                                     RdmaRegion { addr: region.addr, length: region.length, rkey: keys.rkey },
                                     keys,
@@ -226,11 +238,11 @@ impl Rdma {
                         }
                         match failed {
                             Some(error) => {
-                                let _ = device.rdma_close();
+                                let _ = nic.close();
                                 registrations.clear();
                                 Err(format!("register the device memory with the NIC: {error}"))
                             }
-                            None => Ok(address),
+                            None => Ok(nic),
                         }
                     }
                 },
@@ -240,7 +252,7 @@ impl Rdma {
             tracing::info!(device = device.device_id(), %why, "aiv RDMA route unavailable");
         }
         Ok(Rdma {
-            device,
+            backend: device.backend_name(),
             nic,
             identity,
             mode: options.route,
@@ -267,6 +279,11 @@ impl Rdma {
         self.nic.is_ok()
     }
 
+    /// The NIC's address, or why there is no NIC.
+    fn nic_address(&self) -> Result<SocketAddr, &String> {
+        self.nic.as_ref().map(|nic| nic.address())
+    }
+
     /// The device address of block `block`'s QP table and its entries (0, 0 without a NIC).
     pub(super) fn table(&self, block: usize) -> (u64, u32) {
         match (&self.nic, self.tables.get(block)) {
@@ -289,7 +306,7 @@ impl Rdma {
 
     /// The `rdma` object of the device's advertisement (`None` without a NIC).
     pub(super) fn advertisement(&self) -> Option<RdmaAdvertisement> {
-        let nic = self.nic.as_ref().ok()?;
+        let nic = self.nic_address().ok()?;
         let regions = lock(&self.registrations).iter().map(|(region, _)| *region).collect();
         Some(RdmaAdvertisement { nic: nic.to_string(), regions })
     }
@@ -302,18 +319,19 @@ impl Rdma {
     /// Registers the exported memory again (new keys) and withdraws the old registrations; the descriptor must be
     /// republished for peers to learn the new rkeys.
     pub(super) fn reregister(&self) -> Result<(), DeviceError> {
-        if let Err(why) = &self.nic {
-            return Err(DeviceError::Unavailable { backend: self.device.backend_name(), reason: why.clone() });
-        }
+        let nic = match &self.nic {
+            Ok(nic) => nic,
+            Err(why) => return Err(DeviceError::Unavailable { backend: self.backend, reason: why.clone() }),
+        };
         let mut registrations = lock(&self.registrations);
         let mut fresh = Vec::new();
         for (region, _) in registrations.iter() {
-            let keys = self.device.rdma_register(region.addr, region.length)?;
+            let keys = nic.register(region.addr, region.length)?;
             fresh.push((RdmaRegion { rkey: keys.rkey, ..*region }, keys));
         }
         for (_, keys) in std::mem::replace(&mut *registrations, fresh) {
             // Already withdrawn (by a test) is fine.
-            let _ = self.device.rdma_deregister(keys.lkey);
+            let _ = nic.deregister(keys.lkey);
         }
         Ok(())
     }
@@ -396,7 +414,7 @@ impl Rdma {
         for block in 0..self.slots.len() {
             let old = std::mem::take(&mut *lock(&self.slots[block][free].state));
             if let SlotState::Ready(qp) | SlotState::Broken { qp, .. } = old {
-                self.destroy(qp.qpn);
+                self.destroy(qp.qp);
             }
         }
         owners[free] = Some(SlotOwner { device: device.to_owned() });
@@ -428,11 +446,11 @@ impl Rdma {
         let mut state = lock(&entry.state);
         let parked = lock(&entry.failed).take();
         if let SlotState::Ready(qp) = &*state {
-            let error = self.kernel_error(block, slot, qp.qpn);
-            let failed = parked.filter(|(qpn, _)| *qpn == qp.qpn).map(|(_, why)| why);
+            let error = self.kernel_error(block, slot, qp.qpn());
+            let failed = parked.filter(|(qpn, _)| *qpn == qp.qpn()).map(|(_, why)| why);
             if error == 0 && failed.is_none() && qp.peer_nic == peer_nic {
                 entry.in_flight.fetch_add(1, Ordering::AcqRel);
-                return Ok(qp.qpn);
+                return Ok(qp.qpn());
             }
             let why = if let Some(why) = failed {
                 why
@@ -441,7 +459,9 @@ impl Rdma {
             } else {
                 format!("the peer's NIC moved to {peer_nic}")
             };
-            *state = SlotState::Broken { qp: qp.clone(), why };
+            if let SlotState::Ready(qp) = std::mem::take(&mut *state) {
+                *state = SlotState::Broken { qp, why };
+            }
         }
         let mut replaces = None;
         match &*state {
@@ -457,11 +477,13 @@ impl Rdma {
                     return Err(format!(
                         "QP {:#x} to segment {segment:?} (block {block}, slot {slot}) is being replaced ({why}); {pending} \
                          requests are still in flight on it",
-                        qp.qpn
+                        qp.qpn()
                     ));
                 }
-                self.destroy(qp.qpn);
-                replaces = Some(qp.qpn);
+                replaces = Some(qp.qpn());
+                if let SlotState::Broken { qp, .. } = std::mem::take(&mut *state) {
+                    self.destroy(qp.qp);
+                }
             }
             _ => {}
         }
@@ -470,7 +492,7 @@ impl Rdma {
         }
         match self.handshake(block, slot, segment, peer_nic, replaces) {
             Ok(qp) => {
-                let qpn = qp.qpn;
+                let qpn = qp.qpn();
                 *state = SlotState::Ready(qp);
                 entry.in_flight.fetch_add(1, Ordering::AcqRel);
                 Ok(qpn)
@@ -500,11 +522,10 @@ impl Rdma {
         let nic = self.nic.as_ref().map_err(Clone::clone)?;
         let sender = self.sender.get().ok_or("no metadata service to send the QP handshake through")?;
         let spec = QpSpec { wake_block: Some(block as u32), ..self.spec };
-        let handle = self.device.rdma_create_qp(&spec).map_err(|error| error.to_string())?;
-        let undo = |why: String| {
-            self.destroy(handle.qpn);
-            why
-        };
+        let created = nic.create_qp(&spec).map_err(|error| error.to_string())?;
+        let handle = *created.handle();
+        let nic = nic.address();
+        // Until connected, a failure destroys the created QP as it drops (logged there).
         let request = json!({
             "local_nic_path": nic.to_string(),
             "local_lid": 0,
@@ -515,10 +536,10 @@ impl Rdma {
             "reply_msg": "",
             "aiv_replaces": replaces.map_or_else(Vec::new, |qpn| vec![qpn]),
         });
-        let reply = sender(segment, &request).map_err(undo)?;
+        let reply = sender(segment, &request)?;
         let reply_msg = reply.get("reply_msg").and_then(Value::as_str).unwrap_or("");
         if !reply_msg.is_empty() {
-            return Err(undo(format!("the target refused: {reply_msg}")));
+            return Err(format!("the target refused: {reply_msg}"));
         }
         let remote_qpn = reply
             .get("qp_num")
@@ -527,8 +548,8 @@ impl Rdma {
             .and_then(Value::as_u64)
             .and_then(|qpn| u32::try_from(qpn).ok())
             .filter(|&qpn| qpn != 0)
-            .ok_or_else(|| undo(format!("the target's reply names no QP (it offers no RDMA route?): {reply}")))?;
-        self.device.rdma_connect_qp(handle.qpn, peer_nic, remote_qpn).map_err(|error| undo(error.to_string()))?;
+            .ok_or_else(|| format!("the target's reply names no QP (it offers no RDMA route?): {reply}"))?;
+        let qp = created.connect(peer_nic, remote_qpn).map_err(|error| error.to_string())?;
         let (default_lkey, default_rkey) = (0, 0);
         let record = QpRecord {
             sq_base: handle.sq_base.into(),
@@ -547,7 +568,7 @@ impl Rdma {
         };
         self.write_record(block, slot, &record, handle.qpn);
         tracing::debug!(block, slot, qpn = handle.qpn, remote_qpn, %peer_nic, segment, "aiv RDMA QP connected");
-        Ok(Qp { qpn: handle.qpn, remote_qpn, peer_nic })
+        Ok(Qp { qp, remote_qpn, peer_nic })
     }
 
     /// Writes the Host line of a record (the kernel's line untouched), its qpn last with release ordering.
@@ -573,8 +594,9 @@ impl Rdma {
         }
     }
 
-    fn destroy(&self, qpn: u32) {
-        if let Err(error) = self.device.rdma_destroy_qp(qpn) {
+    fn destroy(&self, qp: Box<dyn ConnectedQp>) {
+        let qpn = qp.handle().qpn;
+        if let Err(error) = qp.destroy() {
             tracing::debug!(qpn, %error, "destroy QP");
         }
     }
@@ -590,10 +612,10 @@ impl Rdma {
             *lock(&entry.failed) = Some((qpn, why.to_owned()));
             return;
         };
-        if let SlotState::Ready(qp) = &*state {
-            if qp.qpn == qpn {
-                tracing::info!(block, slot, qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
-                *state = SlotState::Broken { qp: qp.clone(), why: why.to_owned() };
+        if matches!(&*state, SlotState::Ready(qp) if qp.qpn() == qpn) {
+            tracing::info!(block, slot, qpn, why, "aiv RDMA QP in error: replaced on the next transfer");
+            if let SlotState::Ready(qp) = std::mem::take(&mut *state) {
+                *state = SlotState::Broken { qp, why: why.to_owned() };
             }
         }
     }
@@ -650,15 +672,15 @@ impl Rdma {
         };
         let refuse =
             |why: String| json!({"local_nic_path": "", "peer_nic_path": initiator_nic, "qp_num": [], "reply_msg": why});
-        let nic = match &self.nic {
-            Ok(nic) => *nic,
+        let (nic, address) = match &self.nic {
+            Ok(nic) => (nic, nic.address()),
             Err(why) => return Ok(refuse(format!("this device offers no RDMA route: {why}"))),
         };
         if self.closed.load(Ordering::Acquire) {
             return Ok(refuse("the aiv transport is shutting down".into()));
         }
-        if wanted_nic != nic.to_string() {
-            return Ok(refuse(format!("this engine's NIC is {nic}, not {wanted_nic:?}")));
+        if wanted_nic != address.to_string() {
+            return Ok(refuse(format!("this engine's NIC is {address}, not {wanted_nic:?}")));
         }
         let Ok(initiator) = initiator_nic.parse::<SocketAddr>() else {
             return Ok(refuse(format!("local_nic_path {initiator_nic:?} is not ip:port")));
@@ -674,35 +696,37 @@ impl Rdma {
             .unwrap_or_default();
         {
             let mut responders = lock(&self.responders);
-            responders.retain(|((nic, qpn), local)| {
-                let gone = *nic == initiator_nic && replaced.contains(qpn);
-                if gone {
-                    self.destroy(*local);
+            for (key, local) in std::mem::take(&mut *responders) {
+                if key.0 == initiator_nic && replaced.contains(&key.1) {
+                    self.destroy(local);
+                } else {
+                    responders.push_back((key, local));
                 }
-                !gone
-            });
+            }
         }
-        let handle = match self.device.rdma_create_qp(&self.spec) {
-            Ok(handle) => handle,
+        let created = match nic.create_qp(&self.spec) {
+            Ok(created) => created,
             Err(error) => return Ok(refuse(format!("create a responder QP: {error}"))),
         };
-        if let Err(error) = self.device.rdma_connect_qp(handle.qpn, initiator, initiator_qpn) {
-            self.destroy(handle.qpn);
-            return Ok(refuse(format!("connect the responder QP: {error}")));
-        }
+        let qpn = created.handle().qpn;
+        // A QP that fails to connect is destroyed before the error comes back.
+        let qp = match created.connect(initiator, initiator_qpn) {
+            Ok(qp) => qp,
+            Err(error) => return Ok(refuse(format!("connect the responder QP: {error}"))),
+        };
         let mut responders = lock(&self.responders);
-        responders.push_back(((initiator_nic.clone(), initiator_qpn), handle.qpn));
+        responders.push_back(((initiator_nic.clone(), initiator_qpn), qp));
         while responders.len() > MAX_RESPONDERS {
             if let Some((_, oldest)) = responders.pop_front() {
                 self.destroy(oldest);
             }
         }
         Ok(json!({
-            "local_nic_path": nic.to_string(),
+            "local_nic_path": address.to_string(),
             "local_lid": 0,
             "local_gid": "",
             "peer_nic_path": initiator_nic,
-            "qp_num": [handle.qpn],
+            "qp_num": [qpn],
             "payload": "",
             "reply_msg": "",
         }))
@@ -716,17 +740,18 @@ impl Rdma {
         for block in &self.slots {
             for slot in block {
                 if let SlotState::Ready(qp) | SlotState::Broken { qp, .. } = std::mem::take(&mut *lock(&slot.state)) {
-                    self.destroy(qp.qpn);
+                    self.destroy(qp.qp);
                 }
             }
         }
         for (_, local) in std::mem::take(&mut *lock(&self.responders)) {
             self.destroy(local);
         }
+        let Ok(nic) = &self.nic else { return };
         for (_, keys) in std::mem::take(&mut *lock(&self.registrations)) {
-            let _ = self.device.rdma_deregister(keys.lkey);
+            let _ = nic.deregister(keys.lkey);
         }
-        if let Err(error) = self.device.rdma_close() {
+        if let Err(error) = nic.close() {
             tracing::warn!(%error, "closing the device's NIC");
         }
     }
@@ -743,7 +768,7 @@ impl Rdma {
             .get(block)
             .and_then(|b| b.get(slot as usize))
             .and_then(|entry| entry.state.try_lock().ok())
-            .and_then(|state| state.qp().filter(|qp| qp.qpn == qpn).map(|qp| (qp.peer_nic, qp.remote_qpn)));
+            .and_then(|state| state.qp().filter(|qp| qp.qpn() == qpn).map(|qp| (qp.peer_nic, qp.remote_qpn)));
         match peer {
             Some((nic, remote)) => format!("QP {qpn:#x} (block {block}, slot {slot}) to NIC {nic} QP {remote:#x}"),
             None => format!("QP {qpn:#x} (block {block}, slot {slot})"),

@@ -13,7 +13,7 @@ use super::inflight::InFlightTable;
 use super::{AivTransport, Inner};
 use crate::config::{AivOptions, LaunchMode};
 use crate::cpu_time::CpuCarry;
-use crate::device::{DeviceBackend, DeviceError};
+use crate::device::{DeviceError, KernelChannels, MemorySharing, Observation, Rdma};
 use crate::kernel_abi::{
     dcq_bytes, kernel_args_bytes, request_ring_bytes, BlockArgs, CompletionRing, ControlBlock, KernelArgs, RequestRing,
     SpscIndex, GROUP_MAX_TRANSFERS, KERNEL_ARGS_BLOCKS_OFFSET, LAUNCH_PERSISTENT, LAUNCH_PER_BATCH, LAYOUT_VERSION,
@@ -23,9 +23,14 @@ use crate::transport::window::PeerWindows;
 
 impl AivTransport {
     /// Sets up rings, channels and kernel arguments on `device` and, in persistent mode, launches the kernel.
-    /// `windows` is the device's import cache and peer state; the transport's probe thread keeps its lost state.
+    /// `memory` holds the rings and the exported memory the NIC registers; `observation` is the runtime's logs, where
+    /// it keeps them; `rdma` the device's NIC, or why it has none. `windows` is the device's import cache and peer
+    /// state; the transport's probe thread keeps its lost state.
     pub fn start(
-        device: Arc<dyn DeviceBackend>,
+        device: Arc<dyn KernelChannels>,
+        memory: Arc<dyn MemorySharing>,
+        observation: Option<Arc<dyn Observation>>,
+        rdma: Result<&dyn Rdma, DeviceError>,
         windows: Arc<PeerWindows>,
         options: &AivOptions,
     ) -> Result<AivTransport, DeviceError> {
@@ -46,17 +51,17 @@ impl AivTransport {
         }
         let channels = device.open_channels(options.aiv_blocks, options.sq_depth)?;
         let depth = options.request_ring_depth;
-        let kernel_args = device.allocate_shared(kernel_args_bytes(channels.len()))?;
-        let rdma = super::rdma::Rdma::start(device.clone(), options, channels.len() as u32)?;
+        let kernel_args = memory.allocate_shared(kernel_args_bytes(channels.len()))?;
+        let rdma = super::rdma::Rdma::start(memory.as_ref(), rdma, options, channels.len() as u32)?;
         let budget = kernel_wait_budget(options, rdma.available());
         let wait_budget = (budget.as_nanos() * u128::from(device.cycles_per_second()) / 1_000_000_000)
             .min(u128::from(u64::MAX)) as u64;
         let mut blocks = Vec::new();
         let mut block_args = Vec::new();
         for channel in &channels {
-            let requests = device.allocate_shared(request_ring_bytes(depth))?;
-            let dcq = device.allocate_shared(dcq_bytes(depth))?;
-            let control = device.allocate_shared(std::mem::size_of::<ControlBlock>())?;
+            let requests = memory.allocate_shared(request_ring_bytes(depth))?;
+            let dcq = memory.allocate_shared(dcq_bytes(depth))?;
+            let control = memory.allocate_shared(std::mem::size_of::<ControlBlock>())?;
             block_args.push(BlockArgs {
                 request_ring: requests.device_addr().into(),
                 dcq: dcq.device_addr().into(),
@@ -102,7 +107,7 @@ impl AivTransport {
                 drain_lock: Mutex::new({
                     // The SQE log walk starts where the channel's log stands before the block posts anything.
                     let mut scratch = DrainScratch::default();
-                    scratch.records.start_at(&*device, channel.index);
+                    scratch.records.start_at(observation.as_deref(), channel.index);
                     scratch
                 }),
                 trace: Mutex::new(None),
@@ -125,9 +130,11 @@ impl AivTransport {
         }
         // Where no device log shows who did the acts (the vendor's runtime), the acts are self-reported and every
         // transfer takes Host marks at submit and drain (`observe::HostMark`).
-        let host_marks = device.channel_log_position(0).is_none();
+        let host_marks = observation.as_ref().and_then(|logs| logs.channel_log_position(0)).is_none();
         let inner = Arc::new(Inner {
             device,
+            memory,
+            observation,
             host_marks,
             launch_mode: options.launch_mode,
             blocks,

@@ -80,7 +80,7 @@ impl AivTransport {
         for (i, block) in inner.blocks.iter().enumerate() {
             let mut trace = block.trace.lock().unwrap_or_else(|p| p.into_inner());
             if on && trace.is_none() {
-                let mapping = inner.device.allocate_shared(trace_ring_bytes(index.depth()))?;
+                let mapping = inner.memory.allocate_shared(trace_ring_bytes(index.depth()))?;
                 // SAFETY: allocated above for this depth (zeroed: head, tail and dropped start at 0), page-aligned,
                 // kept beside the view; the kernel follows the ring protocol.
                 let ring = unsafe { TraceRing::new(mapping.host_ptr(), index) };
