@@ -65,10 +65,10 @@ const FLOORS: &[&[&str]] = &[
 
 /// The twin runtime's floors, from the bottom: the same rule as [`FLOORS`], for `shmem-bindings/cann-twin/src/`.
 const TWIN_FLOORS: &[&[&str]] = &[
-    &["memory", "evidence"],
-    &["sdma", "nic", "vmm_share", "occupancy"],
-    &["kernel", "aicpu", "stream", "runtime"],
-    &["acl", "acl_compat", "adxl_options", "hixl", "prof", "shmem"],
+    &["memory", "space", "provenance", "occupancy", "activity"],
+    &["sdma", "nic"],
+    &["kernel", "aicpu", "stream", "runtime", "evidence", "prof"],
+    &["acl", "acl_compat", "adxl_options", "hixl", "shmem", "vmm_share"],
     &["control"],
 ];
 
@@ -153,6 +153,11 @@ fn transport_does_not_import_engine() {
 #[test]
 fn no_import_cycle_of_more_than_two_files() {
     assert_none("import cycles (rule 3)", &cycle_violations(tree_graph()));
+}
+
+#[test]
+fn twin_floors_hold() {
+    assert_none("floor violations in the twin runtime (rule 1)", &floor_violations(twin_graph()));
 }
 
 /// Prints both graphs with `AIV_PRINT_IMPORT_GRAPH=1` (and `--nocapture`); checks the scan found each crate either way.

@@ -10,20 +10,15 @@ use std::time::Duration;
 use ascendcl_sys::sys::*;
 
 use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
-use crate::runtime::{device_segments, is_device_address, perform_copy, plan_copy, runtime, space, with_space_mut};
+use crate::runtime::runtime;
+use crate::space::{device_segments, is_device_address, perform_copy, plan_copy, space, with_space_mut};
 use crate::stream::{Stream, Task};
 pub use crate::vmm_share::{
     aclrtIpcMemClose, aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey, aclrtMemExportToShareableHandle,
     aclrtMemExportToShareableHandleV2, aclrtMemImportFromShareableHandle, aclrtMemImportFromShareableHandleV2,
 };
 
-/// The version `aclrtGetVersion` reports: this crate's.
-pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
-/// The name this runtime gives itself: the first word of [`TWIN_VERSION_STRING`].
-pub const RUNTIME_NAME: &str = "cann-twin";
-/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages: [`RUNTIME_NAME`], a
-/// space, this runtime's version. A program that loads an ACL library tells the twin runtime by this answer.
-pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
+pub use crate::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 
 pub use crate::acl_compat::*;
 
@@ -399,7 +394,7 @@ acl_entry! {
             // contract.
             unsafe { perform_copy(&to, &from) };
             // SAFETY: the copy just wrote `count` bytes at `dst`.
-            unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
+            unsafe { crate::space::host_observed(space.as_ref(), dst as usize, src as usize, count) };
         });
         crate::evidence::note_sync_copy(count);
         if reaches_device {
@@ -442,7 +437,7 @@ acl_entry! {
         let target = runtime.stream(stream as usize)?;
         drop(runtime);
         let device = target.device;
-        let by = crate::sdma::provenance::thread_writer();
+        let by = crate::provenance::thread_writer();
         target.submit(Task::Copy { device, dst, dest_max, src, count, kind, by });
         crate::evidence::note_stream_copy(count);
         Ok(())

@@ -18,7 +18,8 @@ use std::ffi::CString;
 use ascendcl_sys::sys::*;
 
 use crate::acl::{acl_entry, guard};
-use crate::runtime::{is_device_address, runtime};
+use crate::runtime::runtime;
+use crate::space::is_device_address;
 
 /// The SoC name `aclrtGetSocName` reports: the twin's own, matching no vendor SoC.
 pub const TWIN_SOC_NAME: &CStr = c"cann-twin";

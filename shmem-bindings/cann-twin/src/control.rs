@@ -6,7 +6,7 @@
 
 pub use crate::occupancy::StreamOccupancy;
 pub use crate::occupancy::{AiCpuOccupancy, ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
-pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
+pub use crate::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -169,12 +169,12 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
 /// them on when they were off forgets who wrote each SQ slot, so a slot not written since is attributed to nobody
 /// (`sqes_unknown`), and so is a doorbell rung while they were off.
 pub fn record_provenance(on: bool) {
-    crate::sdma::provenance::set_recording(on);
+    crate::provenance::set_recording(on);
 }
 
 /// Whether the provenance records are on ([`record_provenance`]).
 pub fn provenance_recorded() -> bool {
-    crate::sdma::provenance::recording()
+    crate::provenance::recording()
 }
 
 /// The provenance records of channel `(device, index)` since its creation or its last [`reset_provenance`]: who
@@ -210,7 +210,7 @@ pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
 /// tally turn to the Host; nothing in the model, the CANN interface or any configuration reaches it. The write is
 /// accepted as a core's would be (a tail outside the ring stops the channel, as then).
 pub fn host_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
-    channel(device, index)?.ring(tail, crate::sdma::provenance::WRITER_HOST);
+    channel(device, index)?.ring(tail, crate::provenance::WRITER_HOST);
     Ok(())
 }
 
@@ -230,7 +230,7 @@ pub fn aicpu_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), Con
 /// read first ([`Provenance::flags_seen_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the
 /// records; call it on a thread of the test's own.
 pub fn mark_aicpu_thread() {
-    crate::sdma::provenance::mark_aicpu_thread();
+    crate::provenance::mark_aicpu_thread();
 }
 
 /// **Test-only, deliberately mis-wired**: while `diverted`, an emulated core's accepted doorbell write to channel
@@ -344,5 +344,5 @@ pub fn nic_counters(device: i32) -> Result<crate::nic::NicCounters, crate::nic::
 /// and a twin NIC QP's engine (its `wake_block`) bump so that the emulated core of that block stops napping in a
 /// poll. It only grows; 0 until the first signal.
 pub fn core_activity(device: i32, block: u32) -> u64 {
-    crate::kernel::Activity::of(device, block).progress()
+    crate::activity::Activity::of(device, block).progress()
 }

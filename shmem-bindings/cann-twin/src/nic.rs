@@ -58,7 +58,6 @@
 pub mod divert;
 mod engine;
 mod layout;
-pub(crate) mod provenance;
 mod qp;
 mod responder;
 mod types;
@@ -85,8 +84,8 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::sys::*;
 
 use crate::memory::{page, Segment};
-use crate::runtime::{perform_copy, space, with_space_mut};
 use crate::sdma::{write_device, RegisterFault};
+use crate::space::{perform_copy, space, with_space_mut};
 use layout::DB_TAG_MASK;
 use qp::{Qp, QpInner};
 use wire::{Conn, Frame};
@@ -244,7 +243,7 @@ fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandl
     std::thread::Builder::new()
         .name(name)
         .spawn(move || {
-            crate::sdma::provenance::mark_device_thread();
+            crate::provenance::mark_device_thread();
             let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
         })
         .map_err(|error| NicError::Io(format!("spawning a NIC thread: {error}")))
@@ -459,8 +458,8 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         responders: Mutex::new(VecDeque::new()),
         engine: Mutex::new(None),
         readers: Mutex::new(Vec::new()),
-        activity: config.wake_block.map(|block| crate::kernel::Activity::of(device, block)),
-        provenance: Arc::new(provenance::QpProvenance::new(
+        activity: config.wake_block.map(|block| crate::activity::Activity::of(device, block)),
+        provenance: Arc::new(crate::provenance::qp::QpProvenance::new(
             device,
             info.sq_base,
             info.sq_depth,
@@ -477,7 +476,7 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         }
     };
     *lock(&qp.engine) = Some(handle);
-    provenance::watch(&qp.provenance);
+    crate::provenance::qp::watch(&qp.provenance);
     lock(&nic.qps).insert(qpn, Arc::clone(&qp));
     NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
     nic.counters.qps_created.fetch_add(1, Ordering::Relaxed);

@@ -201,7 +201,7 @@ struct Submitted {
 /// Whether `[address, address + len)` is device memory of this process (its first and last byte device addresses).
 pub(super) fn device_range(address: u64, len: u64) -> bool {
     let end = address.saturating_add(len.saturating_sub(1));
-    crate::runtime::is_device_address(address as usize) && crate::runtime::is_device_address(end as usize)
+    crate::space::is_device_address(address as usize) && crate::space::is_device_address(end as usize)
 }
 
 /// Checks a batch and hands it to its path; the id of its handle.

@@ -196,7 +196,7 @@ impl Engine {
         let unfold = if aicpu_unfold {
             Unfold::AiCpu(Slot::new(device).map_err(|_| FAILED)?)
         } else {
-            let const_one = crate::runtime::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED))
+            let const_one = crate::space::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED))
                 .map_err(|_| FAILED)? as u64;
             let mut streams = Vec::new();
             let mut made = crate::sdma::write_device(const_one, &1u64.to_le_bytes()).map_err(|_| FAILED);
@@ -246,8 +246,7 @@ impl Engine {
         let len = usize::try_from(size).map_err(|_| PARAM_INVALID)?;
         // A HOST range gets a device window of this process; a DEVICE range must be device memory here.
         let device = if host {
-            crate::runtime::with_space_mut(|space| space.register(addr as usize, len, false)).map_err(|_| FAILED)?
-                as u64
+            crate::space::with_space_mut(|space| space.register(addr as usize, len, false)).map_err(|_| FAILED)? as u64
         } else if super::device_range(addr, size) {
             addr
         } else {
@@ -257,7 +256,7 @@ impl Engine {
             Ok(handle) => handle,
             Err(_) => {
                 if host {
-                    let _ = crate::runtime::with_space_mut(|space| space.unregister(addr as usize));
+                    let _ = crate::space::with_space_mut(|space| space.unregister(addr as usize));
                 }
                 return Err(PARAM_INVALID);
             }
@@ -273,7 +272,7 @@ impl Engine {
         drop(state);
         let _ = super::unregister_with_server(self.server, local.handle);
         if local.window {
-            let _ = crate::runtime::with_space_mut(|space| space.unregister(local.addr as usize));
+            let _ = crate::space::with_space_mut(|space| space.unregister(local.addr as usize));
         }
         Ok(())
     }
@@ -532,7 +531,7 @@ impl Engine {
         }
         for local in state.local.drain(..) {
             if local.window {
-                let _ = crate::runtime::with_space_mut(|space| space.unregister(local.addr as usize));
+                let _ = crate::space::with_space_mut(|space| space.unregister(local.addr as usize));
             }
         }
         drop(state);
@@ -542,7 +541,7 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         if let Unfold::Host { const_one, .. } = &self.unfold {
-            let _ = crate::runtime::with_space_mut(|space| space.free(*const_one as usize));
+            let _ = crate::space::with_space_mut(|space| space.free(*const_one as usize));
         }
     }
 }
@@ -585,7 +584,7 @@ fn release(unfold: &Unfold) {
         Unfold::AiCpu(slot) => slot.stream().shut_down(),
         Unfold::Host { streams, const_one } => {
             destroy_streams(streams);
-            let _ = crate::runtime::with_space_mut(|space| space.free(*const_one as usize));
+            let _ = crate::space::with_space_mut(|space| space.free(*const_one as usize));
         }
     }
 }

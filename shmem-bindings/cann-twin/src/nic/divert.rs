@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
 use super::{lock, qp_of, NicError, SQ_DOORBELL_OFFSET};
-use crate::sdma::provenance::{WRITER_BLOCK0, WRITER_HOST};
+use crate::provenance::{WRITER_BLOCK0, WRITER_HOST};
 use crate::sdma::RegisterFault;
 
 /// Any device diverted: the doorbell path's one check while none is.

@@ -16,9 +16,10 @@ use super::layout::{WQE_OPCODE_MASK, WQE_OWNER_BIT, WQE_SGE_NUM_SHIFT, WQE_SIGNA
 use super::qp::{Completion, Qp};
 use super::wire::{Conn, Frame, WireError, MAX_MESSAGE};
 use super::{
-    device_readable, handshake, lend_device, lock, provenance, psn_before, read_device, spawn, status, Nic, QpFault,
-    QpState, IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
+    device_readable, handshake, lend_device, lock, psn_before, read_device, spawn, status, Nic, QpFault, QpState,
+    IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
 };
+use crate::provenance::qp as provenance;
 use crate::sdma::write_device;
 
 /// Responses a reader thread holds for its engine at most, and their payload bytes: more than the requests sent on
@@ -290,7 +291,7 @@ impl Engine<'_> {
                 inner.state = QpState::Error;
             }
             let wanted = status != status::SUCCESS || completion.signaled;
-            let recording = crate::sdma::provenance::recording();
+            let recording = crate::provenance::recording();
             if wanted && !self.qp.try_complete(self.nic, index, &completion, taken) {
                 let since = *self.full_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < self.qp.config.cq_full_wait {

@@ -12,14 +12,14 @@ use ascendcl_sys::sys::*;
 
 use super::engine::{lock, Channel, Doorbell, Progress, State};
 use super::layout::ChannelRecord;
-use super::provenance;
 use super::{
     RegisterAccess, RegisterFault, Syndrome, AICPU_CHANNELS, AICPU_CHANNEL_BASE, AICPU_SLOT_BYTES,
     CHANNEL_RECORDS_OFFSET, CHANNEL_RECORD_BYTES, DOORBELL_OFFSET, DOORBELL_WIDTH, SQE_BYTES, SQ_DEPTH,
     WORKSPACE_BYTES, WORKSPACE_FLAG_FILLED,
 };
 use crate::memory::{page, Segment};
-use crate::runtime::{perform_copy, space, with_space_mut};
+use crate::provenance;
+use crate::space::{perform_copy, space, with_space_mut};
 
 /// The SDMA engines of one device.
 #[derive(Debug)]
@@ -204,7 +204,7 @@ fn build(device: i32, first: u32, count: u32, depth: u32, records: Records) -> R
             closed: AtomicBool::new(false),
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
-            activity: crate::kernel::Activity::of(device, index),
+            activity: crate::activity::Activity::of(device, index),
             provenance: Arc::new(provenance::ChannelProvenance::new(device, record.sq_base, depth)),
             busy: crate::occupancy::channel_counters(device, index),
         }));

@@ -9,13 +9,13 @@ use std::time::{Duration, Instant};
 
 use super::devices::take_injected_destination_fault;
 use super::layout::SdmaSqe;
-use super::provenance;
 use super::{
     ChannelException, Syndrome, ENGINE_POLL_WINDOW, RESET_WAIT, SQE_BYTES, SQE_COPY_OPCODE_WORD,
     SQE_KERNEL_CREDIT_SDMA, SQE_LINK_TYPE_NONE, SQE_LINK_TYPE_ONCHIP, SQE_MAX_LENGTH, SQE_OPCODE_COPY, SQE_TYPE_SDMA,
 };
 use crate::memory::{Segment, Space};
-use crate::runtime::{perform_copy, space};
+use crate::provenance;
+use crate::space::{perform_copy, space};
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -53,7 +53,7 @@ pub(crate) struct Channel {
     pub doorbell: CachePadded<Doorbell>,
     /// The progress signal for the napping core of the block that drives this channel (a landed flag, a stopped
     /// run).
-    pub(super) activity: Arc<crate::kernel::Activity>,
+    pub(super) activity: Arc<crate::activity::Activity>,
     /// Who wrote each SQ slot, rang each doorbell and read each landed flag ([`provenance`]).
     pub provenance: Arc<provenance::ChannelProvenance>,
     /// The engine's busy time ([`crate::occupancy`]): the device's counters for this channel index.
@@ -196,7 +196,7 @@ impl Channel {
     }
 
     /// The progress signal of the channel (bumped when a flag lands and when a run stops).
-    pub(crate) fn activity(&self) -> &crate::kernel::Activity {
+    pub(crate) fn activity(&self) -> &crate::activity::Activity {
         &self.activity
     }
 

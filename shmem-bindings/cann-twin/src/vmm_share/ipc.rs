@@ -48,11 +48,13 @@ pub(crate) fn heap_released(allocation: usize) {
 }
 
 fn ipc_export(address: usize, size: usize, flags: u64) -> Result<String, aclError> {
+    // Before the first key exists: freeing its allocation withdraws it.
+    crate::memory::on_heap_released(heap_released);
     let check_pid = check_export_flags(flags)?;
     let runtime = runtime();
     runtime.current_device()?;
     let (fd, offset, allocation) = {
-        let space = crate::runtime::space();
+        let space = crate::space::space();
         let space = space.as_ref().filter(|space| space.contains(address)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
         match space.heap_range(address, size) {
             Ok((fd, offset, allocation)) => (Arc::new(dup(fd)?), offset, allocation),
@@ -118,7 +120,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
     // Unmapped when dropped, until the import is recorded.
     let mapping = map_range(&fd, offset, size)?;
     let host = mapping.host;
-    let address = crate::runtime::with_space_mut(|space| space.register(host, size, false))?;
+    let address = crate::space::with_space_mut(|space| space.register(host, size, false))?;
     let recorded = with_exports(|exports| {
         if exports.ipc_imported.contains_key(&value) {
             return false;
@@ -127,7 +129,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
         true
     });
     if !recorded {
-        let _ = crate::runtime::with_space_mut(|space| space.unregister(host));
+        let _ = crate::space::with_space_mut(|space| space.unregister(host));
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
     // The import owns the mapping now (`ipc_close` unmaps it).
@@ -138,7 +140,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
 fn ipc_close(value: u64) -> Result<(), aclError> {
     runtime().ready()?;
     if let Some(import) = with_exports(|exports| exports.ipc_imported.remove(&value)) {
-        crate::runtime::with_space_mut(|space| space.unregister(import.host))?;
+        crate::space::with_space_mut(|space| space.unregister(import.host))?;
         // SAFETY: the import's mapping, no longer registered: nothing translates to it any more (unregistering
         // took the space's write lock).
         unsafe { libc::munmap(import.view as *mut libc::c_void, import.map_len) };

@@ -31,6 +31,7 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
+pub(crate) mod qp;
 mod records;
 #[cfg(test)]
 mod tests;
@@ -45,6 +46,9 @@ pub(crate) use watch::{
 };
 
 /// Writer id of a slot nobody wrote since the channel was created (the twin's zeroing of the ring).
+/// The bytes of one SQ slot the records shadow: an SDMA SQE (`sdma::SQE_BYTES`, which checks it), a twin NIC WQE.
+pub(crate) const SLOT_BYTES: u64 = 64;
+
 pub(crate) const WRITER_UNKNOWN: u32 = 0;
 /// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory) by a Host
 /// thread.
@@ -213,7 +217,7 @@ impl ChannelProvenance {
         ChannelProvenance {
             device,
             sq_base,
-            sq_bytes: u64::from(depth) * super::SQE_BYTES as u64,
+            sq_bytes: u64::from(depth) * SLOT_BYTES,
             shadow: (0..depth).map(|_| AtomicU16::new(WRITER_UNKNOWN as u16)).collect(),
             sqes: CachePadded::default(),
             doorbells: CachePadded::default(),
@@ -232,7 +236,7 @@ impl ChannelProvenance {
         if from >= to {
             return;
         }
-        let sqe = super::SQE_BYTES as u64;
+        let sqe = SLOT_BYTES;
         // Slots touched: [first, last); wholly covered: [whole_first, whole_last) (the ring ends on a slot boundary).
         let (first, last) = ((from - self.sq_base) / sqe, (to - self.sq_base).div_ceil(sqe));
         // A write within one slot, or across two without covering either, covers none wholly: an empty middle.
@@ -345,7 +349,7 @@ impl ChannelProvenance {
         sequence
     }
 
-    /// Counts a landing (a flag, or a twin NIC's CQE for the QP records of [`crate::nic::provenance`]) and returns
+    /// Counts a landing (a flag, or a twin NIC's CQE for the QP records of [`crate::provenance::qp`]) and returns
     /// its sequence number (from 1).
     pub(crate) fn next_landing(&self) -> u64 {
         self.flags.landed.fetch_add(1, Ordering::Relaxed);

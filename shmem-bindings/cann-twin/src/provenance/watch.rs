@@ -276,7 +276,7 @@ fn read_on(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
         return;
     }
     // The twin NIC's CQEs (one relaxed load when none waits to be read).
-    crate::nic::provenance::read(device, reader, address, data);
+    super::qp::read(device, reader, address, data);
     if PENDING.load(Ordering::Relaxed) == 0 {
         return;
     }

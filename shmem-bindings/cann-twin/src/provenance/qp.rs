@@ -1,6 +1,6 @@
 //! Provenance records of the twin NIC's queue pairs: who wrote each WQE the NIC took from a QP's SQ, who rang the SQ
 //! doorbell that exposed it, and who first read the CQE the NIC wrote for it. The same records, log and tallies as an
-//! SDMA channel's ([`crate::sdma::provenance`]), made where each act happens:
+//! SDMA channel's ([`crate::provenance`]), made where each act happens:
 //!
 //! - the SQ is watched like an SDMA channel's (64-byte slots): a core's DMA into it, or a Host write, marks the slots
 //!   it covers with its writer, and the NIC reads a slot's writer when it takes the WQE;
@@ -14,7 +14,7 @@
 //! Each QP has its own log, in WQE order (the NIC completes a QP's WQEs in order); an unsignaled WQE has no CQE.
 //! [`crate::control::qp_log`] and [`crate::control::qp_provenance`] read them.
 //!
-//! Each is recorded only while the records are on ([`crate::sdma::provenance::recording`]; the NIC's callers test it).
+//! Each is recorded only while the records are on ([`crate::provenance::recording`]; the NIC's callers test it).
 //!
 //! The hot path: a read checks one atomic counter (no CQE waits to be read: done), then the calling thread's cached
 //! list of QPs, a range test per QP and for a hit the one or two CQ slots it covers.
@@ -23,7 +23,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use crate::sdma::provenance::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
+use super::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -47,8 +47,8 @@ pub(crate) struct QpProvenance {
     take: Mutex<(u64, RingerTake)>,
 }
 
-/// CQ bytes per CQE (docs/rdma.md section 3).
-const CQE_BYTES: u64 = super::CQE_BYTES;
+/// CQ bytes per CQE (docs/rdma.md section 3; `nic::CQE_BYTES`, which checks it).
+pub(crate) const CQE_BYTES: u64 = 32;
 
 impl QpProvenance {
     pub(crate) fn new(device: i32, sq_base: u64, sq_depth: u32, cq_base: u64, cq_depth: u32) -> Self {
