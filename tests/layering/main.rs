@@ -68,7 +68,7 @@ const TWIN_FLOORS: &[&[&str]] = &[
     &["memory", "space", "provenance", "occupancy", "activity"],
     &["sdma", "nic"],
     &["kernel", "aicpu", "stream", "runtime", "evidence", "prof"],
-    &["acl", "acl_compat", "adxl_options", "hixl", "shmem", "vmm_share"],
+    &["acl", "acl_compat", "adxl_options", "entry", "hixl", "shmem", "vmm_share"],
     &["control"],
 ];
 

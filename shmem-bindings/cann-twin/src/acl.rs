@@ -3,7 +3,6 @@
 //! the device address space's lock, read for copies, write for allocation and mapping), and catches any panic, returning `ACL_ERROR_RT_INTERNAL_ERROR` instead of unwinding into C.
 
 use core::ffi::{c_char, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,28 +20,7 @@ pub use crate::vmm_share::{
 pub use crate::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 
 pub use crate::acl_compat::*;
-
-/// Runs an entry point's body, turning a panic into `ACL_ERROR_RT_INTERNAL_ERROR`; a failure is recorded for
-/// `aclGetRecentErrMsg` under the function's `name`.
-pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), aclError>) -> aclError {
-    let code = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ACL_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => ACL_ERROR_RT_INTERNAL_ERROR,
-    };
-    if code != ACL_SUCCESS {
-        crate::acl_compat::record_error(name, code);
-    }
-    code
-}
-
-pub(crate) fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
-    if pointer.is_null() {
-        Err(ACL_ERROR_INVALID_PARAM)
-    } else {
-        Ok(())
-    }
-}
+use crate::entry::{acl_entry, not_null};
 
 fn positive(size: usize) -> Result<(), aclError> {
     if size == 0 {
@@ -58,23 +36,6 @@ fn drain(streams: Vec<Arc<Stream>>) {
         stream.shut_down();
     }
 }
-
-macro_rules! acl_entry {
-    ($(#[$meta:meta])* fn $name:ident($($param:ident : $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        ///
-        /// # Safety
-        ///
-        /// The C contract of the ACL function of this name: output pointers are null or writable; Host pointers
-        /// are valid for the bytes the call names. Device addresses are checked by the runtime.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($param: $ty),*) -> aclError {
-            guard(stringify!($name), move || $body)
-        }
-    };
-}
-/// For the other modules of entry points (`acl_compat`).
-pub(crate) use acl_entry;
 
 acl_entry! {
     /// Initialises the runtime. `config_path` may be null or empty; otherwise the file must exist (its contents

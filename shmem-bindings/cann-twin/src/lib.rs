@@ -195,6 +195,7 @@ mod activity;
 pub mod adxl_options;
 mod aicpu;
 pub mod control;
+mod entry;
 pub mod evidence;
 pub mod hixl;
 pub mod kernel;

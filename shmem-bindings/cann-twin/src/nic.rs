@@ -478,6 +478,8 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
     *lock(&qp.engine) = Some(handle);
     crate::provenance::qp::watch(&qp.provenance);
     lock(&nic.qps).insert(qpn, Arc::clone(&qp));
+    // Before the first page exists: the register writes to it come here.
+    crate::sdma::on_other_register_write(register_write);
     NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
     nic.counters.qps_created.fetch_add(1, Ordering::Relaxed);
     Ok(info)

@@ -43,7 +43,8 @@ use std::time::Duration;
 
 pub(crate) use devices::{
     aicpu_channels, aicpu_register_write, all_channels, channel, create, destroy, destroy_aicpu,
-    inject_destination_faults, register_write_through, take_injected_destination_fault, write_device, RegisterCache,
+    inject_destination_faults, on_other_register_write, register_write_through, take_injected_destination_fault,
+    write_device, RegisterCache,
 };
 pub use devices::{aiv_twin_register_write, register_write};
 pub(crate) use engine::Channel;

@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use ascendcl_sys::sys::*;
 
-use crate::acl::not_null;
+use crate::entry::not_null;
 use crate::memory::Physical;
 use crate::runtime::runtime;
 use importer::fetch;
@@ -455,7 +455,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandle(
     flags: u64,
     shareable_handle: *mut u64,
 ) -> aclError {
-    crate::acl::guard("aclrtMemExportToShareableHandle", move || {
+    crate::entry::guard("aclrtMemExportToShareableHandle", move || {
         not_null(handle)?;
         if handle_type != ACL_MEM_HANDLE_TYPE_NONE {
             return Err(ACL_ERROR_INVALID_PARAM);
@@ -481,7 +481,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandleV2(
     share_type: aclrtMemSharedHandleType,
     shareable_handle: *mut core::ffi::c_void,
 ) -> aclError {
-    crate::acl::guard("aclrtMemExportToShareableHandleV2", move || {
+    crate::entry::guard("aclrtMemExportToShareableHandleV2", move || {
         not_null(handle)?;
         not_null(shareable_handle)?;
         if share_type != ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT && share_type != ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
@@ -525,7 +525,7 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandle(
     device_id: i32,
     handle: *mut aclrtDrvMemHandle,
 ) -> aclError {
-    crate::acl::guard("aclrtMemImportFromShareableHandle", move || {
+    crate::entry::guard("aclrtMemImportFromShareableHandle", move || {
         not_null(handle)?;
         import_on(shareable_handle, device_id, handle)
     })
@@ -543,7 +543,7 @@ pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
     flags: u64,
     handle: *mut aclrtDrvMemHandle,
 ) -> aclError {
-    crate::acl::guard("aclrtMemImportFromShareableHandleV2", move || {
+    crate::entry::guard("aclrtMemImportFromShareableHandleV2", move || {
         not_null(shareable_handle)?;
         not_null(handle)?;
         if flags != 0 {

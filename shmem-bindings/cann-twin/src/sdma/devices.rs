@@ -70,6 +70,18 @@ static REGISTERS: LazyLock<RwLock<HashMap<u64, Arc<Channel>>>> = LazyLock::new(|
 /// Bumped, under [`REGISTERS`]' write lock, by every change of it: a [`RegisterCache`] filled before is stale.
 static REGISTERS_GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// A register write to a page that is no SDMA channel's: `None` if the page is none of that engine's either.
+pub(crate) type OtherRegisters = fn(u64, &[u8], u32) -> Option<Result<(), RegisterFault>>;
+
+/// Where a register write goes when its page is no SDMA channel's: the other engine with register pages (the twin
+/// NIC's QP doorbells), which registers it before it maps its first page ([`on_other_register_write`]).
+static OTHER_REGISTERS: std::sync::OnceLock<OtherRegisters> = std::sync::OnceLock::new();
+
+/// Registers where register writes to pages of no SDMA channel go (see [`OTHER_REGISTERS`]); the first one holds.
+pub(crate) fn on_other_register_write(other: OtherRegisters) {
+    let _ = OTHER_REGISTERS.set(other);
+}
+
 /// The register page an emulated core rang last, so that its doorbells (one page, thousands of times) skip the
 /// registry: valid while [`REGISTERS_GENERATION`] has not moved.
 #[derive(Debug, Default)]
@@ -348,7 +360,9 @@ pub(crate) fn register_write_through(
         let found = REGISTERS.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned();
         let Some(channel) = found else {
             // Not an SDMA page: perhaps a twin NIC QP's doorbell page (never cached here).
-            return crate::nic::register_write(device_va, bytes, origin)
+            return OTHER_REGISTERS
+                .get()
+                .and_then(|other| other(device_va, bytes, origin))
                 .unwrap_or(Err(RegisterFault::NotARegister { va: device_va }));
         };
         *cache.0.borrow_mut() = Some((base, channel, generation));

@@ -14,7 +14,7 @@ use super::{
     check_export_flags, dup, forget_inherited, handle_pid, lock, own_pid, random_token, with_exports, IpcExport,
     IpcImport, Service, IPC_KEY_LEN, IPC_KEY_PREFIX, OP_IPC_IMPORT, PID_BITS, SERVICE, TOKEN_BITS, TOKEN_MASK,
 };
-use crate::acl::not_null;
+use crate::entry::not_null;
 use crate::runtime::runtime;
 
 fn ipc_key(value: u64) -> String {
@@ -187,7 +187,7 @@ pub unsafe extern "C" fn aclrtIpcMemGetExportKey(
     len: usize,
     flags: u64,
 ) -> aclError {
-    crate::acl::guard("aclrtIpcMemGetExportKey", move || {
+    crate::entry::guard("aclrtIpcMemGetExportKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if size == 0 || len <= IPC_KEY_LEN {
@@ -216,7 +216,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
     key: *const core::ffi::c_char,
     flags: u64,
 ) -> aclError {
-    crate::acl::guard("aclrtIpcMemImportByKey", move || {
+    crate::entry::guard("aclrtIpcMemImportByKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if flags != ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT && flags != ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS {
@@ -237,7 +237,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
 /// `key` is null or a NUL-terminated string (C contract).
 #[no_mangle]
 pub unsafe extern "C" fn aclrtIpcMemClose(key: *const core::ffi::c_char) -> aclError {
-    crate::acl::guard("aclrtIpcMemClose", move || {
+    crate::entry::guard("aclrtIpcMemClose", move || {
         not_null(key)?;
         ipc_close(parse_ipc_key(key_bytes(key))?)
     })
