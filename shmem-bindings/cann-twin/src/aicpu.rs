@@ -3,7 +3,7 @@
 //!
 //! - Per device a pool of [`POOL_THREADS`] threads (`cann-twin-aicpu-d<device>.<n>`), started with the device's first
 //!   AI-CPU task and kept for the process's life. Each one is marked as the AI CPU's
-//!   (`sdma::provenance::mark_aicpu_thread`): its writes and reads through the device address space are the AI CPU's
+//!   (`provenance::mark_aicpu_thread`): its writes and reads through the device address space are the AI CPU's
 //!   in the records, and so are the doorbells it rings through the AI CPU's register path.
 //! - Thread `n` owns SDMA channel `n` of the AI CPU on the device (`sdma::aicpu_channels`: channel index
 //!   `AICPU_CHANNEL_BASE + n`, an RTSQ apart from SHMEM's), so a task has its channel to itself from its first SQE to

@@ -34,7 +34,7 @@ impl std::fmt::Display for ControlError {
 impl std::error::Error for ControlError {}
 
 fn channel(device: i32, channel: u32) -> Result<std::sync::Arc<crate::sdma::Channel>, ControlError> {
-    crate::sdma::channel(device, channel).ok_or(ControlError::NoSuchChannel { device, channel })
+    crate::sdma::find_channel(device, channel).ok_or(ControlError::NoSuchChannel { device, channel })
 }
 
 /// The exception that stopped the channel, if it is stopped.
@@ -81,7 +81,7 @@ pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
 /// Holds every stream's worker before its next task (`true`) or lets them go on (`false`): tasks queued meanwhile
 /// stay queued, so a test can change what they will find (free their memory, say) before they run.
 pub fn hold_streams(held: bool) {
-    crate::stream::HELD.store(held, std::sync::atomic::Ordering::Release);
+    crate::stream::hold_all(held);
 }
 
 /// Every fault the emulated AIV cores raised in this process, oldest first (the last 1024): the device, the block,
@@ -101,11 +101,7 @@ pub fn fail_next_destinations(device: i32, count: u32) {
 /// Holds (`true`) or releases the stream workers of `device` only, as [`hold_streams`] does for every stream: a
 /// stalled copy engine, whose queued copies wait and whose synchronisations time out.
 pub fn hold_device_streams(device: i32, held: bool) {
-    let mut devices = crate::stream::HELD_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
-    devices.retain(|&other| other != device);
-    if held {
-        devices.push(device);
-    }
+    crate::stream::hold_device(device, held);
 }
 
 /// Stalls (`true`) or releases the HiXL server listening at `address` (`"ip:port"`, as its endpoint names it): each
@@ -138,7 +134,7 @@ pub fn set_aicpu_stalled(device: i32, stalled: bool) -> Result<(), ControlError>
 /// provenance records ([`provenance`], [`sqe_log`]): empty before the device's first AI-CPU task.
 pub fn aicpu_channels(device: i32) -> Vec<u32> {
     (crate::sdma::AICPU_CHANNEL_BASE..crate::sdma::AICPU_CHANNEL_BASE + crate::sdma::AICPU_CHANNELS)
-        .filter(|&index| crate::sdma::channel(device, index).is_some())
+        .filter(|&index| crate::sdma::find_channel(device, index).is_some())
         .collect()
 }
 

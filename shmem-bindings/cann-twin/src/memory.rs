@@ -545,7 +545,7 @@ impl Space {
 
     /// The one contiguous object holding `address`: its first device address, its length and the Host pointer of
     /// that first byte (a heap allocation, a registered window, or one mapping of a reservation), if readable. What
-    /// an emulated core may remember until the space next changes (`runtime::space_generation`).
+    /// an emulated core may remember until the space next changes (`space::space_generation`).
     pub(crate) fn window_of(&self, address: usize) -> Option<(usize, usize, *mut u8)> {
         if let Some((&start, allocation)) = self.heap.range(..=address).next_back() {
             if address - start < allocation.size {

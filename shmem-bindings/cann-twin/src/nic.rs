@@ -52,8 +52,8 @@
 //! The files: this one holds the NIC's state, its registrations, the helpers that reach device memory and the calls
 //! above; `nic/types.rs` the public types and limits, `nic/layout.rs` roce.h's constants re-declared, `nic/qp.rs` a
 //! QP (its doorbells, CQEs and teardown), `nic/engine.rs` the initiator's engine and reader threads,
-//! `nic/responder.rs` the listener and responder threads, `nic/wire.rs` the frames, `nic/provenance.rs` the QP
-//! records and `nic/divert.rs` the test-only doorbell divert.
+//! `nic/responder.rs` the listener and responder threads, `nic/wire.rs` the frames (the QP
+//! records are `provenance::qp`'s) and `nic/divert.rs` the test-only doorbell divert.
 
 pub mod divert;
 mod engine;

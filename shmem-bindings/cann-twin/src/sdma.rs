@@ -42,12 +42,11 @@ mod layout;
 use std::time::Duration;
 
 pub(crate) use devices::{
-    aicpu_channels, aicpu_register_write, all_channels, channel, create, destroy, destroy_aicpu,
-    inject_destination_faults, on_other_register_write, register_write_through, take_injected_destination_fault,
-    write_device, RegisterCache,
+    aicpu_channels, aicpu_register_write, all_channels, create, destroy, destroy_aicpu, find_channel,
+    on_other_register_write, register_write_through, write_device, RegisterCache,
 };
 pub use devices::{aiv_twin_register_write, register_write};
-pub(crate) use engine::Channel;
+pub(crate) use engine::{inject_destination_faults, take_injected_destination_fault, Channel};
 pub use layout::{ChannelRecord, SdmaSqe};
 
 /// Bytes of one SQE.

@@ -31,36 +31,6 @@ pub(crate) struct Engines {
     register_pages: Vec<usize>,
 }
 
-/// Injected destination faults still to raise, by device ([`crate::control::fail_next_destinations`]).
-static INJECTED_DESTINATION_FAULTS: LazyLock<Mutex<HashMap<i32, u32>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-/// Whether any device has injected faults pending (the engines' fast path skips the map otherwise).
-static ANY_INJECTED: AtomicBool = AtomicBool::new(false);
-
-/// Makes the next `count` SQEs any engine of `device` executes (and stream copies its copy engines run) fail as if
-/// their destination did not translate.
-pub(crate) fn inject_destination_faults(device: i32, count: u32) {
-    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
-    faults.insert(device, count);
-    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
-}
-
-/// Consumes one injected destination fault of `device`, if one is pending.
-pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
-    if !ANY_INJECTED.load(Ordering::Acquire) {
-        return false;
-    }
-    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
-    let taken = match faults.get_mut(&device) {
-        Some(left) if *left > 0 => {
-            *left -= 1;
-            true
-        }
-        _ => false,
-    };
-    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
-    taken
-}
-
 /// Engines by device.
 static ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 /// The AI CPU's channels by device ([`aicpu_channels`]).
@@ -89,7 +59,7 @@ pub(crate) struct RegisterCache(std::cell::RefCell<Option<(u64, Arc<Channel>, u6
 
 /// The channel `(device, channel)`, if that device has engines: one of SHMEM's (index below [`MAX_CHANNELS`](super::MAX_CHANNELS)) or
 /// one of the AI CPU's (index [`AICPU_CHANNEL_BASE`] and up).
-pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
+pub(crate) fn find_channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
     let of = |map: &Mutex<HashMap<i32, Engines>>| {
         lock(map)
             .get(&device)

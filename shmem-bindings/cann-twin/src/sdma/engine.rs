@@ -3,11 +3,11 @@
 //! reset and stall controls.
 
 use crossbeam_utils::CachePadded;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::devices::take_injected_destination_fault;
 use super::layout::SdmaSqe;
 use super::{
     ChannelException, Syndrome, ENGINE_POLL_WINDOW, RESET_WAIT, SQE_BYTES, SQE_COPY_OPCODE_WORD,
@@ -16,6 +16,36 @@ use super::{
 use crate::memory::{Segment, Space};
 use crate::provenance;
 use crate::space::{perform_copy, space};
+
+/// Injected destination faults still to raise, by device ([`crate::control::fail_next_destinations`]).
+static INJECTED_DESTINATION_FAULTS: LazyLock<Mutex<HashMap<i32, u32>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Whether any device has injected faults pending (the engines' fast path skips the map otherwise).
+static ANY_INJECTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next `count` SQEs any engine of `device` executes (and stream copies its copy engines run) fail as if
+/// their destination did not translate.
+pub(crate) fn inject_destination_faults(device: i32, count: u32) {
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    faults.insert(device, count);
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+}
+
+/// Consumes one injected destination fault of `device`, if one is pending.
+pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
+    if !ANY_INJECTED.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    let taken = match faults.get_mut(&device) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    };
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+    taken
+}
 
 #[derive(Debug, Default)]
 pub(super) struct State {
