@@ -23,7 +23,10 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use super::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
+use super::channel::ChannelProvenance;
+use super::records::{Reader, RingerTake, Ringers};
+#[cfg(test)]
+use super::{self as records};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -85,7 +88,7 @@ impl QpProvenance {
             take.1.current()
         } else {
             take.0 = doorbell;
-            take.1.take(&self.ringers, records::recording_epoch())
+            take.1.take(&self.ringers, super::watch::recording_epoch())
         };
         Taken { writer: self.records.writer_of(index & (depth - 1)), ringers, doorbell }
     }
@@ -175,7 +178,7 @@ thread_local! {
 
 /// Starts the records of a new QP: its SQ is watched for writes, its CQ for reads.
 pub(crate) fn watch(qp: &Arc<QpProvenance>) {
-    records::watch(std::slice::from_ref(&qp.records));
+    super::watch::watch_channels(std::slice::from_ref(&qp.records));
     let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
     let mut next = qps.to_vec();
     next.push(Arc::clone(qp));
@@ -185,7 +188,7 @@ pub(crate) fn watch(qp: &Arc<QpProvenance>) {
 
 /// Ends the records of a destroyed QP (its log stays readable through whoever holds it).
 pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
-    records::unwatch(std::slice::from_ref(&qp.records));
+    super::watch::unwatch_channels(std::slice::from_ref(&qp.records));
     let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
     let next: Vec<_> = qps.iter().filter(|held| !Arc::ptr_eq(held, qp)).cloned().collect();
     *qps = Arc::new(next);

@@ -1,6 +1,8 @@
 //! Unit tests of the provenance records: slot writers, ringer sets, resets and flag readers.
 
+use super::records::Reader;
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[test]

@@ -222,7 +222,7 @@ fn build(device: i32, first: u32, count: u32, depth: u32, records: Records) -> R
         }
         REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
-    provenance::watch(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
+    provenance::watch_channels(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
     Ok(Engines { channels, threads, allocations, register_pages })
 }
 
@@ -259,7 +259,7 @@ pub(crate) fn aicpu_channels(device: i32) -> Result<Vec<Arc<Channel>>, aclError>
 fn tear_down(engines: Engines) {
     // Its SDMA channels only: the device's NIC QPs keep their watches until they are destroyed.
     let channels: Vec<_> = engines.channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect();
-    provenance::unwatch(&channels);
+    provenance::unwatch_channels(&channels);
     {
         let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
         for channel in &engines.channels {
