@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::*;
 
 use super::client::{client_of, Batch, Client, ClientState, Outcome};
-use super::device;
-use super::socket::{read_full, write_full, Io};
-use super::{
+use super::common::{
     acl_copy, guard, inside, lock, not_null, Status, ASYNC_TIMEOUT, CHUNK, MAX_ENTRY_LEN, MAX_PENDING, OP_GET, OP_PUT,
     POLL, WINDOW,
 };
+use super::device;
+use super::socket::{read_full, write_full, Io};
 
 /// Whether the server closed or reset the connection (a peek that does not wait: the server sends nothing unasked).
 pub(super) fn peer_gone(stream: &TcpStream) -> bool {

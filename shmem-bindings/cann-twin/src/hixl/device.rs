@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::{CannTwinHixlEvidence, HixlOneSideOpDesc, HixlStatus, HIXL_FAILED};
 use ascendcl_sys::sys::*;
 
-use super::Region;
+use super::common::Region;
 use crate::aicpu::{Acts, Cpu, Kernel, Launch};
 use crate::stream::{Stream, Task};
 use crate::vmm_share::RangeMapping;
@@ -44,7 +44,7 @@ const PIECE: u64 = crate::sdma::SQE_MAX_LENGTH as u64;
 /// How far past the batch's deadline a launch's timeout runs (the kernel stops at the deadline itself).
 const LAUNCH_SLACK: Duration = Duration::from_secs(2);
 /// Slots of a registry page: one per registration a server may hold.
-pub const REGISTRY_SLOTS: usize = super::MAX_REGISTRATIONS;
+pub const REGISTRY_SLOTS: usize = super::common::MAX_REGISTRATIONS;
 
 fn status(_: aclError) -> HixlStatus {
     HIXL_FAILED
