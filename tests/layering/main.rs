@@ -26,8 +26,7 @@
 //! 1. floors ([`FLOORS`], [`TWIN_FLOORS`], from the bottom): a module imports only from its own floor or the floors below; the floor
 //!    of a module is the floor of its top-level name, and a top-level name missing from the table fails;
 //! 2. nothing under `transport` imports `engine`;
-//! 3. no import cycle of more than two files (strongly connected components over files); in the twin, but for the
-//!    cycles [`TWIN_CYCLES_LEFT`] lists, file for file.
+//! 3. no import cycle of more than two files (strongly connected components over files).
 //! 4. no Rust source file under `host/` or `shmem-bindings/` (the twin runtime and the bindings included) over
 //!    [`MAX_FILE_LINES`] lines.
 //!
@@ -50,8 +49,7 @@ use std::sync::OnceLock;
 
 use graph::{build_graph, Graph, Tree};
 use rules::{
-    cycle_violations, cycle_violations_except, floor_violations, rust_file_lengths, too_long,
-    transport_engine_violations, MAX_FILE_LINES,
+    cycle_violations, floor_violations, rust_file_lengths, too_long, transport_engine_violations, MAX_FILE_LINES,
 };
 
 /// The floors, from the bottom (index = floor): the top-level modules of each. A module may import from its own floor
@@ -73,17 +71,6 @@ const TWIN_FLOORS: &[&[&str]] = &[
     &["acl", "acl_compat", "adxl_options", "entry", "hixl", "shmem", "vmm_share"],
     &["control"],
 ];
-
-/// The twin runtime's import cycles of more than two files not yet broken, each exactly its files: a facade whose
-/// children share the parent's state and each other's types (the NIC and its QPs, engines and responders). Rule 3
-/// reports every other cycle, and an entry here once it is broken.
-const TWIN_CYCLES_LEFT: &[&[&str]] = &[&[
-    "shmem-bindings/cann-twin/src/nic.rs",
-    "shmem-bindings/cann-twin/src/nic/divert.rs",
-    "shmem-bindings/cann-twin/src/nic/engine.rs",
-    "shmem-bindings/cann-twin/src/nic/qp.rs",
-    "shmem-bindings/cann-twin/src/nic/responder.rs",
-]];
 
 /// `host/`, the library's module tree and its binary. `host/python` is the Python binding and `host/capi` the C
 /// library, crates of their own which reach the library only through its public API, like any other user.
@@ -175,7 +162,7 @@ fn twin_floors_hold() {
 
 #[test]
 fn twin_has_no_import_cycle_of_more_than_two_files() {
-    assert_none("import cycles in the twin runtime (rule 3)", &cycle_violations_except(twin_graph(), TWIN_CYCLES_LEFT));
+    assert_none("import cycles in the twin runtime (rule 3)", &cycle_violations(twin_graph()));
 }
 
 /// Prints both graphs with `AIV_PRINT_IMPORT_GRAPH=1` (and `--nocapture`); checks the scan found each crate either way.

@@ -123,50 +123,33 @@ pub(crate) fn components<'a>(edges: &BTreeMap<&'a str, BTreeSet<&'a str>>) -> Ve
 
 /// Rule 3: no import cycle through more than two files.
 pub(crate) fn cycle_violations(graph: &Graph) -> Vec<String> {
-    cycle_violations_except(graph, &[])
-}
-
-/// Rule 3 with a list of cycles not yet broken, each its files exactly: every other cycle is a violation, and so is a
-/// listed one that no longer is a cycle (the list only shrinks).
-pub(crate) fn cycle_violations_except(graph: &Graph, left: &[&[&str]]) -> Vec<String> {
     let edges = graph.edges();
-    let cycles: Vec<Vec<&str>> = components(&edges).into_iter().filter(|component| component.len() > 2).collect();
-    let files_of =
-        |component: &[&str]| -> BTreeSet<String> { component.iter().map(|m| graph.file(m).to_owned()).collect() };
-    let listed = |component: &[&str]| {
-        let files = files_of(component);
-        left.iter().any(|entry| entry.iter().map(|f| (*f).to_owned()).collect::<BTreeSet<_>>() == files)
-    };
-    let gone = left.iter().filter(|entry| {
-        let entry: BTreeSet<String> = entry.iter().map(|f| (*f).to_owned()).collect();
-        !cycles.iter().any(|component| files_of(component) == entry)
-    });
-    let mut violations: Vec<String> = gone
-        .map(|entry| format!("listed import cycle {} is no longer one: remove it from the list", entry.join(", ")))
-        .collect();
-    violations.extend(cycles.into_iter().filter(|component| !listed(component)).map(|component| {
-        let files: Vec<&str> = component.iter().map(|m| graph.file(m)).collect();
-        // Each arrow inside the component once, at the first place it is written.
-        let mut inside: BTreeMap<(&str, &str), (&Arrow, usize)> = BTreeMap::new();
-        for arrow in &graph.arrows {
-            if component.contains(&arrow.from.as_str()) && component.contains(&arrow.to.as_str()) {
-                let entry = inside.entry((&arrow.from, &arrow.to)).or_insert((arrow, 0));
-                entry.1 += 1;
-                if arrow.line < entry.0.line {
-                    entry.0 = arrow;
+    components(&edges)
+        .into_iter()
+        .filter(|component| component.len() > 2)
+        .map(|component| {
+            let files: Vec<&str> = component.iter().map(|m| graph.file(m)).collect();
+            // Each arrow inside the component once, at the first place it is written.
+            let mut inside: BTreeMap<(&str, &str), (&Arrow, usize)> = BTreeMap::new();
+            for arrow in &graph.arrows {
+                if component.contains(&arrow.from.as_str()) && component.contains(&arrow.to.as_str()) {
+                    let entry = inside.entry((&arrow.from, &arrow.to)).or_insert((arrow, 0));
+                    entry.1 += 1;
+                    if arrow.line < entry.0.line {
+                        entry.0 = arrow;
+                    }
                 }
             }
-        }
-        let inside: Vec<String> = inside
-            .into_values()
-            .map(|(a, count)| {
-                let more = if count > 1 { format!(" (+{} more)", count - 1) } else { String::new() };
-                format!("    {}:{}: `{}` -> `{}` via `{}`{more}", graph.file(&a.from), a.line, a.from, a.to, a.path)
-            })
-            .collect();
-        format!("import cycle of {} files: {}\n{}", files.len(), files.join(", "), inside.join("\n"))
-    }));
-    violations
+            let inside: Vec<String> = inside
+                .into_values()
+                .map(|(a, count)| {
+                    let more = if count > 1 { format!(" (+{} more)", count - 1) } else { String::new() };
+                    format!("    {}:{}: `{}` -> `{}` via `{}`{more}", graph.file(&a.from), a.line, a.from, a.to, a.path)
+                })
+                .collect();
+            format!("import cycle of {} files: {}\n{}", files.len(), files.join(", "), inside.join("\n"))
+        })
+        .collect()
 }
 
 // ---- 4. no Rust source file under host/ or shmem-bindings/ over MAX_FILE_LINES lines ----------------------------

@@ -12,12 +12,12 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::common::{device_readable, handshake, lend_device, lock, psn_before, read_device, spawn, Event, IDLE_TICK};
 use super::layout::{WQE_OPCODE_MASK, WQE_OWNER_BIT, WQE_SGE_NUM_SHIFT, WQE_SIGNALED_BIT};
 use super::qp::{Completion, Qp};
 use super::wire::{Conn, Frame, WireError, MAX_MESSAGE};
 use super::{
-    device_readable, handshake, lend_device, lock, psn_before, read_device, spawn, status, Nic, QpFault, QpState,
-    IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
+    status, Nic, QpFault, QpState, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
 };
 use crate::provenance::qp as provenance;
 use crate::sdma::write_device;
@@ -27,14 +27,6 @@ use crate::sdma::write_device;
 /// protocol and the connection is given up.
 const MAX_INBOX: usize = 4 * MAX_OUTSTANDING as usize;
 const MAX_INBOX_BYTES: usize = 2 * (WINDOW_BYTES as usize + MAX_MESSAGE as usize);
-
-/// What a reader thread hands its engine.
-#[derive(Debug)]
-pub(super) enum Event {
-    Frame(Frame),
-    /// The connection ended (closed, failed, or a malformed frame).
-    Lost,
-}
 
 /// The connection an engine sends on, and the generation its reader tags responses with.
 struct Link {

@@ -14,16 +14,16 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::engine::Event;
+use super::common::Event;
+use super::common::Responder;
+use super::common::{join_until, lock, write_cqe};
 use super::layout::{
     CQE_OPCODE_MASK, CQE_OWNER_BIT, CQE_QPN_MASK, CQE_STATUS_SHIFT, CQE_WQE_INDEX_SHIFT, DB_CMD_CQ_PTR, DB_CMD_SHIFT,
     DB_CMD_SQ, DB_CQ_INDEX_MASK, DB_INDEX_SHIFT, DB_SQ_INDEX_MASK, DB_TAG_MASK,
 };
-use super::responder::Responder;
 use super::wire::Conn;
 use super::{
-    join_until, lock, write_cqe, Nic, QpConfig, QpException, QpFault, QpInfo, QpState, CQE_BYTES, CQ_DOORBELL_OFFSET,
-    NIC_PAGES, SQ_DOORBELL_OFFSET,
+    Nic, QpConfig, QpException, QpFault, QpInfo, QpState, CQE_BYTES, CQ_DOORBELL_OFFSET, NIC_PAGES, SQ_DOORBELL_OFFSET,
 };
 use crate::provenance::qp as provenance;
 use crate::sdma::RegisterFault;
