@@ -38,7 +38,6 @@ use core::ffi::{c_char, c_void};
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::OnceLock;
 
 use ascendcl_sys::prof::{aclprofAicoreEvents, aclprofAicoreMetrics, aclprofConfig, ACL_PROF_TASK_TIME};
@@ -47,7 +46,7 @@ use ascendcl_sys::sys::*;
 mod records;
 
 pub(crate) use records::{ran, started};
-use records::{state, Config, Session, State, RUNNING};
+use records::{session_started, session_stopped, state, Config, Session, State};
 pub use records::{TaskType, MAX_RECORDS};
 
 /// The longest result path `aclprofInit` accepts (the documentation's limit), in bytes.
@@ -182,7 +181,7 @@ pub extern "C" fn aclprofStart(config: *const aclprofConfig) -> aclError {
         chosen.started = true;
         let devices = if chosen.data_types & ACL_PROF_TASK_TIME != 0 { chosen.devices.clone() } else { Vec::new() };
         state.sessions.push(Session { config: config as usize, devices, records: Vec::new(), dropped: 0 });
-        RUNNING.fetch_add(1, Ordering::Relaxed);
+        session_started();
         Ok(())
     })
 }
@@ -199,7 +198,7 @@ pub extern "C" fn aclprofStop(config: *const aclprofConfig) -> aclError {
             let Some(at) = at else { return Err(ACL_ERROR_PROF_NOT_RUN) };
             state.configs[index].started = false;
             let session = state.sessions.remove(at);
-            RUNNING.fetch_sub(1, Ordering::Relaxed);
+            session_stopped();
             state.written += 1;
             (session, path, state.written)
         };

@@ -70,7 +70,17 @@ pub(super) struct Session {
 }
 
 /// Sessions running (a relaxed load on every task: nothing else when none runs).
-pub(super) static RUNNING: AtomicUsize = AtomicUsize::new(0);
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+
+/// A session started (`aclprofStart`): tasks are recorded from now on.
+pub(super) fn session_started() {
+    RUNNING.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A session stopped (`aclprofStop`).
+pub(super) fn session_stopped() {
+    RUNNING.fetch_sub(1, Ordering::Relaxed);
+}
 static NEXT_TASK: AtomicU32 = AtomicU32::new(0);
 
 pub(super) fn state() -> MutexGuard<'static, State> {

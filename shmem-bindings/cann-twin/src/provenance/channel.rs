@@ -11,7 +11,13 @@ use super::records::{Doer, FlagReader, LoggedSqe, Provenance, Reader, Ringers};
 use super::writer::{WRITER_AICPU, WRITER_BLOCK0, WRITER_HOST, WRITER_OTHER, WRITER_UNKNOWN};
 
 /// Flags pending, process-wide (0: every read is done after one load).
-pub(super) static PENDING: AtomicU64 = AtomicU64::new(0);
+static PENDING: AtomicU64 = AtomicU64::new(0);
+
+/// Whether any landed flag waits for its first read (one relaxed load).
+#[inline]
+pub(super) fn flags_pending() -> bool {
+    PENDING.load(Ordering::Relaxed) != 0
+}
 
 /// The bytes of one SQ slot the records shadow: an SDMA SQE (`sdma::SQE_BYTES`, which checks it), a twin NIC WQE.
 pub(crate) const SLOT_BYTES: u64 = 64;

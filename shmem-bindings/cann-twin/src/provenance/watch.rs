@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use super::channel::{ChannelProvenance, PENDING};
+use super::channel::{flags_pending, ChannelProvenance};
 use super::records::Reader;
 use super::writer::thread_writer;
 
@@ -243,7 +243,7 @@ fn read_on(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
     }
     // The twin NIC's CQEs (one relaxed load when none waits to be read).
     super::qp::read(device, reader, address, data);
-    if PENDING.load(Ordering::Relaxed) == 0 {
+    if !flags_pending() {
         return;
     }
     with_watches(|cached| {
