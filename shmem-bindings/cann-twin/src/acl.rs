@@ -3,51 +3,24 @@
 //! the device address space's lock, read for copies, write for allocation and mapping), and catches any panic, returning `ACL_ERROR_RT_INTERNAL_ERROR` instead of unwinding into C.
 
 use core::ffi::{c_char, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ascendcl_sys::sys::*;
 
 use crate::memory::{page, Physical, GRANULARITY, GRANULARITY_1G};
-use crate::runtime::{device_segments, is_device_address, perform_copy, plan_copy, runtime, space, with_space_mut};
+use crate::runtime::runtime;
+use crate::space::{device_segments, is_device_address, perform_copy, plan_copy, space, with_space_mut};
 use crate::stream::{Stream, Task};
 pub use crate::vmm_share::{
     aclrtIpcMemClose, aclrtIpcMemGetExportKey, aclrtIpcMemImportByKey, aclrtMemExportToShareableHandle,
     aclrtMemExportToShareableHandleV2, aclrtMemImportFromShareableHandle, aclrtMemImportFromShareableHandleV2,
 };
 
-/// The version `aclrtGetVersion` reports: this crate's.
-pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
-/// The name this runtime gives itself: the first word of [`TWIN_VERSION_STRING`].
-pub const RUNTIME_NAME: &str = "cann-twin";
-/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages: [`RUNTIME_NAME`], a
-/// space, this runtime's version. A program that loads an ACL library tells the twin runtime by this answer.
-pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
+pub use crate::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 
 pub use crate::acl_compat::*;
-
-/// Runs an entry point's body, turning a panic into `ACL_ERROR_RT_INTERNAL_ERROR`; a failure is recorded for
-/// `aclGetRecentErrMsg` under the function's `name`.
-pub(crate) fn guard(name: &str, body: impl FnOnce() -> Result<(), aclError>) -> aclError {
-    let code = match catch_unwind(AssertUnwindSafe(body)) {
-        Ok(Ok(())) => ACL_SUCCESS,
-        Ok(Err(code)) => code,
-        Err(_) => ACL_ERROR_RT_INTERNAL_ERROR,
-    };
-    if code != ACL_SUCCESS {
-        crate::acl_compat::record_error(name, code);
-    }
-    code
-}
-
-pub(crate) fn not_null<T>(pointer: *const T) -> Result<(), aclError> {
-    if pointer.is_null() {
-        Err(ACL_ERROR_INVALID_PARAM)
-    } else {
-        Ok(())
-    }
-}
+use crate::entry::{acl_entry, not_null};
 
 fn positive(size: usize) -> Result<(), aclError> {
     if size == 0 {
@@ -63,23 +36,6 @@ fn drain(streams: Vec<Arc<Stream>>) {
         stream.shut_down();
     }
 }
-
-macro_rules! acl_entry {
-    ($(#[$meta:meta])* fn $name:ident($($param:ident : $ty:ty),* $(,)?) $body:block) => {
-        $(#[$meta])*
-        ///
-        /// # Safety
-        ///
-        /// The C contract of the ACL function of this name: output pointers are null or writable; Host pointers
-        /// are valid for the bytes the call names. Device addresses are checked by the runtime.
-        #[no_mangle]
-        pub unsafe extern "C" fn $name($($param: $ty),*) -> aclError {
-            guard(stringify!($name), move || $body)
-        }
-    };
-}
-/// For the other modules of entry points (`acl_compat`).
-pub(crate) use acl_entry;
 
 acl_entry! {
     /// Initialises the runtime. `config_path` may be null or empty; otherwise the file must exist (its contents
@@ -399,7 +355,7 @@ acl_entry! {
             // contract.
             unsafe { perform_copy(&to, &from) };
             // SAFETY: the copy just wrote `count` bytes at `dst`.
-            unsafe { crate::runtime::host_observed(space.as_ref(), dst as usize, src as usize, count) };
+            unsafe { crate::space::host_observed(space.as_ref(), dst as usize, src as usize, count) };
         });
         crate::evidence::note_sync_copy(count);
         if reaches_device {
@@ -442,7 +398,7 @@ acl_entry! {
         let target = runtime.stream(stream as usize)?;
         drop(runtime);
         let device = target.device;
-        let by = crate::sdma::provenance::thread_writer();
+        let by = crate::provenance::thread_writer();
         target.submit(Task::Copy { device, dst, dest_max, src, count, kind, by });
         crate::evidence::note_stream_copy(count);
         Ok(())

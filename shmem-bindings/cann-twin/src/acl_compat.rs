@@ -12,13 +12,12 @@
 //! set the context, reach the device the Python thread set). The device must have been set by some thread.
 
 use core::ffi::{c_char, c_void, CStr};
-use std::cell::RefCell;
-use std::ffi::CString;
 
 use ascendcl_sys::sys::*;
 
-use crate::acl::{acl_entry, guard};
-use crate::runtime::{is_device_address, runtime};
+use crate::entry::{acl_entry, not_null};
+use crate::runtime::runtime;
+use crate::space::is_device_address;
 
 /// The SoC name `aclrtGetSocName` reports: the twin's own, matching no vendor SoC.
 pub const TWIN_SOC_NAME: &CStr = c"cann-twin";
@@ -39,28 +38,12 @@ fn device_of_context(context: aclrtContext) -> Option<i32> {
     i32::try_from(offset / 16).ok()
 }
 
-thread_local! {
-    /// The message of the calling thread's most recent failed ACL call (kept until the next failure).
-    static RECENT: RefCell<Option<CString>> = const { RefCell::new(None) };
-}
-
-/// Records a failure of `name` with `code` for `aclGetRecentErrMsg`.
-pub(crate) fn record_error(name: &str, code: aclError) {
-    let message = format!("cann-twin: {name} failed with error code {code}");
-    let message = CString::new(message).unwrap_or_default();
-    let _ = RECENT.try_with(|recent| *recent.borrow_mut() = Some(message));
-}
-
-use crate::acl::not_null;
-
 /// The message of the calling thread's most recent failed ACL call, or the empty string when none failed on this
 /// thread; never null (Mooncake's async executor builds a `std::string` from it unchecked: a null crashed it,
 /// *observed*). The string stays valid until the thread's next failing ACL call.
 #[no_mangle]
 pub extern "C" fn aclGetRecentErrMsg() -> *const c_char {
-    RECENT
-        .try_with(|recent| recent.borrow().as_ref().map_or(c"".as_ptr(), |message| message.as_ptr()))
-        .unwrap_or(c"".as_ptr())
+    crate::entry::recent_error()
 }
 
 /// The SoC name, [`TWIN_SOC_NAME`] (static; valid for the life of the process, also before `aclInit`).

@@ -3,7 +3,7 @@
 //!
 //! - Per device a pool of [`POOL_THREADS`] threads (`cann-twin-aicpu-d<device>.<n>`), started with the device's first
 //!   AI-CPU task and kept for the process's life. Each one is marked as the AI CPU's
-//!   (`sdma::provenance::mark_aicpu_thread`): its writes and reads through the device address space are the AI CPU's
+//!   (`provenance::mark_aicpu_thread`): its writes and reads through the device address space are the AI CPU's
 //!   in the records, and so are the doorbells it rings through the AI CPU's register path.
 //! - Thread `n` owns SDMA channel `n` of the AI CPU on the device (`sdma::aicpu_channels`: channel index
 //!   `AICPU_CHANNEL_BASE + n`, an RTSQ apart from SHMEM's), so a task has its channel to itself from its first SQE to
@@ -36,13 +36,12 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::sys::*;
 
 use crate::occupancy::AiCpuCounters;
-use crate::runtime::{perform_copy, space};
-use crate::sdma::provenance::{self, Doer, FlagReader, LoggedSqe};
+use crate::provenance::{self, Doer, FlagReader, LoggedSqe};
 use crate::sdma::{Channel, SdmaSqe, DOORBELL_OFFSET, SQE_BYTES};
+use crate::space::{perform_copy, space};
 
-/// AI-CPU threads per device: a *guess* (the public sources used here give no AI-CPU core count for a device; the
-/// vendor's HiXL runs a client's batches on one AI-CPU thread, so a few suffice for the twin's clients).
-pub const POOL_THREADS: u32 = 4;
+/// AI-CPU threads per device: one per AI-CPU SDMA channel (`sdma::AICPU_CHANNELS`, where the count is chosen).
+pub const POOL_THREADS: u32 = crate::sdma::AICPU_CHANNELS;
 /// The AI-CPU threads' names start so (`cann-twin-aicpu-d<device>.<n>`; the system keeps 15 bytes of it).
 pub const THREAD_PREFIX: &str = "cann-twin-aicpu";
 /// SQEs a task writes before it commits the tail (`kMaxRtsqEntriesPerPublish`, 128, in `hicann/hixl`
@@ -535,7 +534,7 @@ impl<'a> Cpu<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sdma::provenance::Ringers;
+    use crate::provenance::Ringers;
 
     #[test]
     fn acts_count_each_doorbell_once_by_each_ringer_and_each_flag_by_its_reader() {

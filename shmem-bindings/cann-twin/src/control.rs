@@ -6,7 +6,7 @@
 
 pub use crate::occupancy::StreamOccupancy;
 pub use crate::occupancy::{AiCpuOccupancy, ChannelOccupancy, CoreOccupancy, DeviceOccupancy};
-pub use crate::sdma::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
+pub use crate::provenance::{Doer, FlagReader, LoggedSqe, Provenance, Ringers, LOG_CAPACITY};
 pub use crate::sdma::{ChannelException, RegisterAccess, Syndrome};
 
 /// Why a control request failed.
@@ -34,7 +34,7 @@ impl std::fmt::Display for ControlError {
 impl std::error::Error for ControlError {}
 
 fn channel(device: i32, channel: u32) -> Result<std::sync::Arc<crate::sdma::Channel>, ControlError> {
-    crate::sdma::channel(device, channel).ok_or(ControlError::NoSuchChannel { device, channel })
+    crate::sdma::find_channel(device, channel).ok_or(ControlError::NoSuchChannel { device, channel })
 }
 
 /// The exception that stopped the channel, if it is stopped.
@@ -81,7 +81,7 @@ pub fn doorbells_rung(device: i32, index: u32) -> Result<u64, ControlError> {
 /// Holds every stream's worker before its next task (`true`) or lets them go on (`false`): tasks queued meanwhile
 /// stay queued, so a test can change what they will find (free their memory, say) before they run.
 pub fn hold_streams(held: bool) {
-    crate::stream::HELD.store(held, std::sync::atomic::Ordering::Release);
+    crate::stream::hold_all(held);
 }
 
 /// Every fault the emulated AIV cores raised in this process, oldest first (the last 1024): the device, the block,
@@ -101,11 +101,7 @@ pub fn fail_next_destinations(device: i32, count: u32) {
 /// Holds (`true`) or releases the stream workers of `device` only, as [`hold_streams`] does for every stream: a
 /// stalled copy engine, whose queued copies wait and whose synchronisations time out.
 pub fn hold_device_streams(device: i32, held: bool) {
-    let mut devices = crate::stream::HELD_DEVICES.lock().unwrap_or_else(|p| p.into_inner());
-    devices.retain(|&other| other != device);
-    if held {
-        devices.push(device);
-    }
+    crate::stream::hold_device(device, held);
 }
 
 /// Stalls (`true`) or releases the HiXL server listening at `address` (`"ip:port"`, as its endpoint names it): each
@@ -138,7 +134,7 @@ pub fn set_aicpu_stalled(device: i32, stalled: bool) -> Result<(), ControlError>
 /// provenance records ([`provenance`], [`sqe_log`]): empty before the device's first AI-CPU task.
 pub fn aicpu_channels(device: i32) -> Vec<u32> {
     (crate::sdma::AICPU_CHANNEL_BASE..crate::sdma::AICPU_CHANNEL_BASE + crate::sdma::AICPU_CHANNELS)
-        .filter(|&index| crate::sdma::channel(device, index).is_some())
+        .filter(|&index| crate::sdma::find_channel(device, index).is_some())
         .collect()
 }
 
@@ -169,12 +165,12 @@ pub fn withhold_export(shareable: u64, withheld: bool) {
 /// them on when they were off forgets who wrote each SQ slot, so a slot not written since is attributed to nobody
 /// (`sqes_unknown`), and so is a doorbell rung while they were off.
 pub fn record_provenance(on: bool) {
-    crate::sdma::provenance::set_recording(on);
+    crate::provenance::set_recording(on);
 }
 
 /// Whether the provenance records are on ([`record_provenance`]).
 pub fn provenance_recorded() -> bool {
-    crate::sdma::provenance::recording()
+    crate::provenance::recording()
 }
 
 /// The provenance records of channel `(device, index)` since its creation or its last [`reset_provenance`]: who
@@ -210,7 +206,7 @@ pub fn reset_provenance(device: i32, index: u32) -> Result<(), ControlError> {
 /// tally turn to the Host; nothing in the model, the CANN interface or any configuration reaches it. The write is
 /// accepted as a core's would be (a tail outside the ring stops the channel, as then).
 pub fn host_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), ControlError> {
-    channel(device, index)?.ring(tail, crate::sdma::provenance::WRITER_HOST);
+    channel(device, index)?.ring(tail, crate::provenance::WRITER_HOST);
     Ok(())
 }
 
@@ -230,7 +226,7 @@ pub fn aicpu_ring_doorbell(device: i32, index: u32, tail: u32) -> Result<(), Con
 /// read first ([`Provenance::flags_seen_by_aicpu`]). It stands in for the twin's AI-CPU emulation in tests of the
 /// records; call it on a thread of the test's own.
 pub fn mark_aicpu_thread() {
-    crate::sdma::provenance::mark_aicpu_thread();
+    crate::provenance::mark_aicpu_thread();
 }
 
 /// **Test-only, deliberately mis-wired**: while `diverted`, an emulated core's accepted doorbell write to channel
@@ -344,5 +340,5 @@ pub fn nic_counters(device: i32) -> Result<crate::nic::NicCounters, crate::nic::
 /// and a twin NIC QP's engine (its `wake_block`) bump so that the emulated core of that block stops napping in a
 /// poll. It only grows; 0 until the first signal.
 pub fn core_activity(device: i32, block: u32) -> u64 {
-    crate::kernel::Activity::of(device, block).progress()
+    crate::activity::Activity::of(device, block).progress()
 }

@@ -226,7 +226,7 @@ pub fn snapshot_v2() -> CannTwinEvidenceV2 {
     let mut base = CannTwinEvidence {
         version: EVIDENCE_VERSION,
         size: std::mem::size_of::<CannTwinEvidenceV2>() as u32,
-        provenance_recorded: u64::from(crate::control::provenance_recorded()),
+        provenance_recorded: u64::from(crate::provenance::recording()),
         kernels_launched: KERNELS_LAUNCHED.load(Ordering::Relaxed),
         kernel_blocks_launched: KERNEL_BLOCKS_LAUNCHED.load(Ordering::Relaxed),
         host_sync_copies: SYNC_COPIES.load(Ordering::Relaxed),
@@ -346,10 +346,10 @@ pub extern "C" fn cannTwinEvidenceLayout() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn cannTwinRecordProvenance(on: u32) -> i32 {
     std::panic::catch_unwind(|| {
-        if on != 0 && !crate::control::provenance_recorded() {
-            crate::control::record_provenance(true);
+        if on != 0 && !crate::provenance::recording() {
+            crate::provenance::set_recording(true);
         }
-        i32::from(crate::control::provenance_recorded())
+        i32::from(crate::provenance::recording())
     })
     .unwrap_or(0)
 }

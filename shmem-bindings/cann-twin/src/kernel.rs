@@ -40,11 +40,11 @@ use std::time::Duration;
 
 use ascendcl_sys::sys::*;
 
-use crate::runtime::space;
+use crate::space::space;
 
 mod cores;
 
-pub(crate) use cores::{hold_cores, parked_cores, Activity};
+pub(crate) use cores::{hold_cores, parked_cores};
 use cores::{CoreContext, CoreOps, OPS};
 pub use cores::{MAX_NAP, MIN_NAP, NAP_RAMP, POLL_WINDOW};
 
@@ -431,7 +431,7 @@ fn read_device_words(address: usize, count: usize) -> Result<Vec<u64>, aclError>
     let mut bytes = vec![0u8; count * 8];
     let host = [crate::memory::Segment { ptr: bytes.as_mut_ptr(), len: bytes.len() }];
     // SAFETY: the segments were translated under the read lock still held; `bytes` is live and of the same length.
-    unsafe { crate::runtime::perform_copy(&host, &segments) };
+    unsafe { crate::space::perform_copy(&host, &segments) };
     Ok(bytes.chunks_exact(8).map(|word| u64::from_le_bytes(word.try_into().unwrap_or([0; 8]))).collect())
 }
 

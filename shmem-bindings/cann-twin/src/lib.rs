@@ -191,9 +191,11 @@ use std::sync::OnceLock;
 
 pub mod acl;
 mod acl_compat;
+mod activity;
 pub mod adxl_options;
 mod aicpu;
 pub mod control;
+mod entry;
 pub mod evidence;
 pub mod hixl;
 pub mod kernel;
@@ -201,18 +203,27 @@ mod memory;
 pub mod nic;
 mod occupancy;
 pub mod prof;
+mod provenance;
 mod runtime;
 pub mod sdma;
 pub mod shmem;
+mod space;
 mod stream;
 pub mod vmm_share;
 
-pub use acl::{RUNTIME_NAME, TWIN_VERSION, TWIN_VERSION_STRING};
 pub use hixl::{fabric_mem_api, hixl_api, resolve_hixl};
 pub use prof::{prof_api, resolve as resolve_prof};
 pub use runtime::DEFAULT_DEVICE_COUNT;
 pub use sdma::{aiv_twin_register_write, register_write, RegisterFault};
 pub use shmem::{resolve_shmem, resolve_shmem_instance, shmem_api, shmem_api_instance, SHMEM_INSTANCES};
+
+/// The version `aclrtGetVersion` reports: this crate's.
+pub const TWIN_VERSION: (i32, i32, i32) = (0, 1, 0);
+/// The name this runtime gives itself: the first word of [`TWIN_VERSION_STRING`].
+pub const RUNTIME_NAME: &str = "cann-twin";
+/// The string `aclsysGetCANNVersion` reports in `version` for the CANN and runtime packages: [`RUNTIME_NAME`], a
+/// space, this runtime's version. A program that loads an ACL library tells the twin runtime by this answer.
+pub const TWIN_VERSION_STRING: &str = "cann-twin 0.1.0";
 
 /// The prefix of the name of every thread this runtime starts (emulated cores, SDMA engines, stream workers): device
 /// time, which Host CPU figures leave out.

@@ -152,6 +152,16 @@ struct Registered {
     readonly: bool,
 }
 
+/// What runs when an `aclrtMalloc` allocation of the heap is released, under the space's write lock and before its
+/// pages go: the layer that shares heap ranges with other processes (IPC keys, `vmm_share`) withdraws them. That layer
+/// registers it before it shares the first range ([`on_heap_released`]); with nothing shared there is nothing to do.
+static HEAP_RELEASED: std::sync::OnceLock<fn(usize)> = std::sync::OnceLock::new();
+
+/// Registers what runs when a heap allocation is released (see [`HEAP_RELEASED`]); the first registration holds.
+pub(crate) fn on_heap_released(released: fn(usize)) {
+    let _ = HEAP_RELEASED.set(released);
+}
+
 /// The device address space and everything allocated in it.
 #[derive(Debug)]
 pub(crate) struct Space {
@@ -362,7 +372,9 @@ impl Space {
 
     fn release_heap(&mut self, address: usize, span: usize) {
         // IPC keys of this allocation stop being served before its pages go.
-        crate::vmm_share::heap_released(address);
+        if let Some(released) = HEAP_RELEASED.get() {
+            released(address);
+        }
         let offset = address - self.base;
         // SAFETY: punching a hole in the heap memfd over the freed allocation's own pages; no translation to them
         // is live (translations are used under the space's read lock, and this runs under its write lock).
@@ -533,7 +545,7 @@ impl Space {
 
     /// The one contiguous object holding `address`: its first device address, its length and the Host pointer of
     /// that first byte (a heap allocation, a registered window, or one mapping of a reservation), if readable. What
-    /// an emulated core may remember until the space next changes (`runtime::space_generation`).
+    /// an emulated core may remember until the space next changes (`space::space_generation`).
     pub(crate) fn window_of(&self, address: usize) -> Option<(usize, usize, *mut u8)> {
         if let Some((&start, allocation)) = self.heap.range(..=address).next_back() {
             if address - start < allocation.size {
@@ -563,12 +575,12 @@ impl Space {
     ///
     /// A translation for writing is where every Host-side write into device memory passes (runtime copies and
     /// memsets, and the other Host paths of the twin): it marks the SQ slots the range covers as the calling
-    /// thread's (the Host's, unless an SDMA engine's thread: see `crate::sdma::provenance`). The emulated cores
+    /// thread's (the Host's, unless an SDMA engine's thread: see `crate::provenance`). The emulated cores
     /// translate through their own op and report their writes themselves.
     pub(crate) fn translate(&self, address: usize, len: usize, write: bool) -> Result<Segments, aclError> {
         let segments = self.translate_range(address, len, write)?;
         if write {
-            crate::sdma::provenance::thread_wrote(address as u64, len as u64);
+            crate::provenance::thread_wrote(address as u64, len as u64);
         }
         Ok(segments)
     }

@@ -49,16 +49,17 @@
 //! `cann-twin-nic-d{device}...` (`-listen`, `-r{n}` per accepted connection, `q{qpn}` per engine, `q{qpn}-rx` per
 //! engine's connection), and [`close`] joins them within [`JOIN_WAIT`].
 //!
-//! The files: this one holds the NIC's state, its registrations, the helpers that reach device memory and the calls
-//! above; `nic/types.rs` the public types and limits, `nic/layout.rs` roce.h's constants re-declared, `nic/qp.rs` a
+//! The files: this one holds the NIC's state, its registrations and the calls above; `nic/common.rs` what the other
+//! files share (the helpers that reach device memory, thread spawning, the handshake, a reader's events, a target's
+//! per-initiator state); `nic/types.rs` the public types and limits, `nic/layout.rs` roce.h's constants re-declared, `nic/qp.rs` a
 //! QP (its doorbells, CQEs and teardown), `nic/engine.rs` the initiator's engine and reader threads,
-//! `nic/responder.rs` the listener and responder threads, `nic/wire.rs` the frames, `nic/provenance.rs` the QP
-//! records and `nic/divert.rs` the test-only doorbell divert.
+//! `nic/responder.rs` the listener and responder threads, `nic/wire.rs` the frames (the QP
+//! records are `provenance::qp`'s) and `nic/divert.rs` the test-only doorbell divert.
 
+mod common;
 pub mod divert;
 mod engine;
 mod layout;
-pub(crate) mod provenance;
 mod qp;
 mod responder;
 mod types;
@@ -76,23 +77,20 @@ pub use types::{
 
 use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, Hasher};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ascendcl_sys::sys::*;
 
-use crate::memory::{page, Segment};
-use crate::runtime::{perform_copy, space, with_space_mut};
+use crate::memory::page;
 use crate::sdma::{write_device, RegisterFault};
+use crate::space::{space, with_space_mut};
+use common::{handshake, join_until, lock, spawn};
 use layout::DB_TAG_MASK;
 use qp::{Qp, QpInner};
-use wire::{Conn, Frame};
-
-/// The longest an idle engine sleeps between two looks at its state (doorbells and shutdown wake it at once).
-const IDLE_TICK: Duration = Duration::from_millis(200);
 
 #[derive(Clone, Copy, Debug)]
 struct Region {
@@ -143,10 +141,6 @@ static NICS: LazyLock<Mutex<HashMap<i32, Arc<Nic>>>> = LazyLock::new(|| Mutex::n
 /// Register pages of every NIC's QPs, by page address.
 static NIC_PAGES: LazyLock<RwLock<HashMap<u64, Arc<Qp>>>> = LazyLock::new(|| RwLock::new(HashMap::new()));
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
 fn nic(device: i32) -> Result<Arc<Nic>, NicError> {
     lock(&NICS).get(&device).cloned().ok_or(NicError::NotOpen(device))
 }
@@ -157,118 +151,6 @@ fn random_u32() -> u32 {
     hasher.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
     hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos()));
     hasher.finish() as u32
-}
-
-/// Reads `len` device bytes at `address` through the device view.
-fn read_device(address: u64, len: usize) -> Result<Vec<u8>, aclError> {
-    let guard = space();
-    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
-    let from = space.translate(address as usize, len, false)?;
-    let covered: usize = from.iter().map(|segment| segment.len).sum();
-    let mut out = if covered == len { Vec::with_capacity(len) } else { vec![0u8; len] };
-    let to = [Segment { ptr: out.as_mut_ptr(), len }];
-    // SAFETY: `from` was translated under the read lock held here; `to` is a live allocation of `len` bytes.
-    unsafe { perform_copy(&to, &from) };
-    if covered == len {
-        // SAFETY: the copy wrote all `len` bytes (the source segments cover exactly `len`).
-        unsafe { out.set_len(len) };
-    }
-    Ok(out)
-}
-
-/// Whether `len` bytes of device memory at `address` translate for reading.
-fn device_readable(address: u64, len: usize) -> bool {
-    let guard = space();
-    guard.as_ref().is_some_and(|space| space.translate(address as usize, len, false).is_ok())
-}
-
-/// Lends `len` bytes of device memory at `address` to `send` (as [`wire::Lend`] asks), translated under the space's
-/// read lock, held only for the one call.
-fn lend_device(
-    address: u64,
-    len: usize,
-    send: &mut dyn FnMut(&[std::io::IoSlice<'_>]) -> std::io::Result<usize>,
-) -> Option<std::io::Result<usize>> {
-    let guard = space();
-    let segments = guard.as_ref()?.translate(address as usize, len, false).ok()?;
-    // SAFETY: each segment was translated under the read lock held for this call, so it stays mapped while the
-    // slices live; they are only read (by the socket's write), never through Rust code.
-    let slices: Vec<std::io::IoSlice<'_>> = segments
-        .iter()
-        .map(|segment| std::io::IoSlice::new(unsafe { std::slice::from_raw_parts(segment.ptr, segment.len) }))
-        .collect();
-    Some(send(&slices))
-}
-
-/// Lends the device memory of `len` bytes at `address` to `fill` to be written (as [`wire::Land`] asks): its first
-/// contiguous piece, translated for writing under the space's read lock, held only for the one call.
-fn land_device(
-    address: u64,
-    len: usize,
-    fill: &mut dyn FnMut(&mut [u8]) -> std::io::Result<usize>,
-) -> Option<std::io::Result<usize>> {
-    let guard = space();
-    let segments = guard.as_ref()?.translate(address as usize, len, true).ok()?;
-    let first = segments.first()?;
-    // SAFETY: translated for writing under the read lock held for this call; the socket's read writes into it.
-    let piece = unsafe { std::slice::from_raw_parts_mut(first.ptr, first.len) };
-    Some(fill(piece))
-}
-
-/// Writes a CQE: bytes 4..32 first, then its first word (with the owner bit) with release ordering, so that a
-/// consumer that sees the owner bit sees the rest.
-fn write_cqe(address: u64, cqe: &[u8; CQE_BYTES as usize]) -> Result<(), aclError> {
-    let guard = space();
-    let space = guard.as_ref().ok_or(ACL_ERROR_RT_INTERNAL_ERROR)?;
-    let rest = space.translate(address as usize + 4, cqe.len() - 4, true)?;
-    let first = space.translate(address as usize, 4, true)?;
-    let from = [Segment { ptr: cqe[4..].as_ptr().cast_mut(), len: cqe.len() - 4 }];
-    // SAFETY: translated under the read lock held here; `from` is live and only read.
-    unsafe { perform_copy(&rest, &from) };
-    let word = u32::from_le_bytes([cqe[0], cqe[1], cqe[2], cqe[3]]);
-    match &*first {
-        [one] if one.ptr as usize % 4 == 0 => {
-            // SAFETY: a 4-byte aligned word of device memory translated under the read lock held here.
-            unsafe { AtomicU32::from_ptr(one.ptr.cast()) }.store(word, Ordering::Release);
-        }
-        _ => {
-            let from = [Segment { ptr: cqe.as_ptr().cast_mut(), len: 4 }];
-            // SAFETY: as above.
-            unsafe { perform_copy(&first, &from) };
-        }
-    }
-    Ok(())
-}
-
-fn spawn(name: String, body: impl FnOnce() + Send + 'static) -> Result<JoinHandle<()>, NicError> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(move || {
-            crate::sdma::provenance::mark_device_thread();
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
-        })
-        .map_err(|error| NicError::Io(format!("spawning a NIC thread: {error}")))
-}
-
-/// Joins `handles`, waiting for all of them together at most until `deadline`; returns how many were left.
-fn join_until(handles: Vec<JoinHandle<()>>, deadline: Instant) -> usize {
-    let mut left = 0;
-    for handle in handles {
-        while !handle.is_finished() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(2));
-        }
-        if handle.is_finished() {
-            let _ = handle.join();
-        } else {
-            left += 1;
-        }
-    }
-    left
-}
-
-/// PSN order, modulo 2^32.
-fn psn_before(a: u32, b: u32) -> bool {
-    (a.wrapping_sub(b) as i32) < 0
 }
 
 /// Starts `device`'s NIC listening at `listen` (port 0: any); returns the bound address.
@@ -459,8 +341,8 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         responders: Mutex::new(VecDeque::new()),
         engine: Mutex::new(None),
         readers: Mutex::new(Vec::new()),
-        activity: config.wake_block.map(|block| crate::kernel::Activity::of(device, block)),
-        provenance: Arc::new(provenance::QpProvenance::new(
+        activity: config.wake_block.map(|block| crate::activity::Activity::of(device, block)),
+        provenance: Arc::new(crate::provenance::qp::QpProvenance::new(
             device,
             info.sq_base,
             info.sq_depth,
@@ -477,8 +359,10 @@ pub fn create_qp(device: i32, config: QpConfig) -> Result<QpInfo, NicError> {
         }
     };
     *lock(&qp.engine) = Some(handle);
-    provenance::watch(&qp.provenance);
+    crate::provenance::qp::watch(&qp.provenance);
     lock(&nic.qps).insert(qpn, Arc::clone(&qp));
+    // Before the first page exists: the register writes to it come here.
+    crate::sdma::on_other_register_write(register_write);
     NIC_PAGES.write().unwrap_or_else(|p| p.into_inner()).insert(page as u64, qp);
     nic.counters.qps_created.fetch_add(1, Ordering::Relaxed);
     Ok(info)
@@ -505,31 +389,6 @@ pub fn connect_qp(device: i32, qpn: u32, peer: SocketAddr, remote_qpn: u32) -> R
     inner.state = QpState::ReadyToSend;
     qp.wake.notify_all();
     Ok(())
-}
-
-/// A connection to `peer` on which QP `remote_qpn` answered the handshake.
-fn handshake(
-    peer: SocketAddr,
-    remote_qpn: u32,
-    from: u32,
-    deadline: Instant,
-    stop: &dyn Fn() -> bool,
-) -> Result<Conn, String> {
-    let remaining = deadline.saturating_duration_since(Instant::now());
-    if remaining.is_zero() {
-        return Err("no time left".into());
-    }
-    let stream = TcpStream::connect_timeout(&peer, remaining.min(Duration::from_millis(500)))
-        .map_err(|error| format!("connect: {error}"))?;
-    let mut conn = Conn::new(stream);
-    conn.send(&Frame::Hello { qpn: remote_qpn, from }, remaining).map_err(|error| format!("{error:?}"))?;
-    match conn.receive(deadline, stop) {
-        Ok(Some(Frame::HelloAck { status: 0 })) => Ok(conn),
-        Ok(Some(Frame::HelloAck { .. })) => Err("the peer has no such QP".into()),
-        Ok(Some(_)) => Err("an unexpected frame".into()),
-        Ok(None) => Err("no answer in time".into()),
-        Err(error) => Err(format!("{error:?}")),
-    }
 }
 
 /// Destroys QP `qpn` of `device`: joins its engine and its connection's reader (the WQEs in flight are abandoned
@@ -645,4 +504,12 @@ impl Nic {
     fn check_local(&self, lkey: u32, va: u64, len: u64) -> bool {
         self.regions.read().unwrap_or_else(|p| p.into_inner()).iter().any(|r| r.keys.lkey == lkey && r.holds(va, len))
     }
+}
+
+/// Applies SQ doorbell `word` to QP `qpn` of `device` with the Host as its origin (validated as any doorbell: a
+/// wrong tag, command or producer index is refused and puts the QP in error).
+pub fn host_ring_sq_doorbell(device: i32, qpn: u32, word: u64) -> Result<(), divert::HostRingError> {
+    let qp = qp_of(device, qpn).map_err(divert::HostRingError::Nic)?;
+    qp.doorbell(SQ_DOORBELL_OFFSET, &word.to_le_bytes(), crate::provenance::WRITER_HOST)
+        .map_err(divert::HostRingError::Refused)
 }

@@ -38,124 +38,22 @@ use core::ffi::{c_char, c_void};
 use std::io::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Mutex, MutexGuard, OnceLock};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::OnceLock;
 
 use ascendcl_sys::prof::{aclprofAicoreEvents, aclprofAicoreMetrics, aclprofConfig, ACL_PROF_TASK_TIME};
 use ascendcl_sys::sys::*;
 
-/// Tasks one session keeps; past this it counts the rest as dropped and `aclprofStop` says so.
-pub const MAX_RECORDS: usize = 1 << 20;
+mod records;
+
+pub(crate) use records::{ran, started};
+use records::{session_started, session_stopped, state, Config, Session, State};
+pub use records::{TaskType, MAX_RECORDS};
+
 /// The longest result path `aclprofInit` accepts (the documentation's limit), in bytes.
 pub const MAX_PATH_BYTES: usize = 4096;
 /// The header of the task file, msprof's `task_time` summary columns.
 pub const TASK_TIME_HEADER: &str =
     "Device_id,kernel_name,kernel_type,stream_id,task_id,task_time(us),task_start(us),task_stop(us)";
-
-/// The kinds of task the twin records, named as the runtime registers them for profiling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum TaskType {
-    /// A copy: a stream's `aclrtMemcpyAsync`, or a synchronous `aclrtMemcpy` reaching device memory.
-    Memcpy,
-    /// A kernel launched on the AI Vector cores.
-    KernelAivec,
-    /// A task of the AI CPU.
-    KernelAicpu,
-}
-
-impl TaskType {
-    /// The task type's name in msprof's export.
-    pub fn name(self) -> &'static str {
-        match self {
-            TaskType::Memcpy => "MEMCPY_ASYNC",
-            TaskType::KernelAivec => "KERNEL_AIVEC",
-            TaskType::KernelAicpu => "KERNEL_AICPU",
-        }
-    }
-}
-
-#[derive(Debug)]
-struct Record {
-    device: i32,
-    kind: TaskType,
-    stream: u32,
-    task: u32,
-    start_ns: u64,
-    end_ns: u64,
-}
-
-#[derive(Debug)]
-struct Config {
-    devices: Vec<u32>,
-    data_types: u64,
-    started: bool,
-}
-
-#[derive(Debug, Default)]
-struct State {
-    /// Set by `aclprofInit`, cleared by `aclprofFinalize`.
-    path: Option<PathBuf>,
-    /// Every live config, by its address (boxed: the address is the handle and must not move as the list grows).
-    #[allow(clippy::vec_box)]
-    configs: Vec<Box<Config>>,
-    /// Running sessions: the config's address and what it recorded.
-    sessions: Vec<Session>,
-    /// Sessions written so far (the `<n>` of the file names).
-    written: u32,
-}
-
-#[derive(Debug)]
-struct Session {
-    config: usize,
-    devices: Vec<u32>,
-    records: Vec<Record>,
-    dropped: u64,
-}
-
-/// Sessions running (a relaxed load on every task: nothing else when none runs).
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
-static NEXT_TASK: AtomicU32 = AtomicU32::new(0);
-
-fn state() -> MutexGuard<'static, State> {
-    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
-    STATE.get_or_init(Default::default).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-fn unix_ns() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |elapsed| elapsed.as_nanos() as u64)
-}
-
-/// A task is about to run: its start time if a session is running, else `None` (one relaxed load).
-#[inline]
-pub(crate) fn started() -> Option<u64> {
-    (RUNNING.load(Ordering::Relaxed) > 0).then(unix_ns)
-}
-
-/// A task of `kind` on `device`'s stream `stream` has ended; `started` is what [`started`] returned before it ran.
-/// Recorded into every running session that profiles `device`. The hook of every task kind.
-#[inline]
-pub(crate) fn ran(device: i32, stream: u32, kind: TaskType, started: Option<u64>) {
-    if started.is_none() && RUNNING.load(Ordering::Relaxed) == 0 {
-        return;
-    }
-    record(device, stream, kind, started);
-}
-
-#[cold]
-fn record(device: i32, stream: u32, kind: TaskType, started: Option<u64>) {
-    let end_ns = unix_ns();
-    let start_ns = started.unwrap_or(end_ns);
-    let task = NEXT_TASK.fetch_add(1, Ordering::Relaxed);
-    let mut state = state();
-    for session in state.sessions.iter_mut().filter(|session| session.devices.contains(&(device as u32))) {
-        if session.records.len() >= MAX_RECORDS {
-            session.dropped += 1;
-        } else {
-            session.records.push(Record { device, kind, stream, task, start_ns, end_ns });
-        }
-    }
-}
 
 /// Runs an entry point, turning a panic into `ACL_ERROR_RT_INTERNAL_ERROR`.
 fn entry(body: impl FnOnce() -> Result<(), aclError>) -> aclError {
@@ -283,7 +181,7 @@ pub extern "C" fn aclprofStart(config: *const aclprofConfig) -> aclError {
         chosen.started = true;
         let devices = if chosen.data_types & ACL_PROF_TASK_TIME != 0 { chosen.devices.clone() } else { Vec::new() };
         state.sessions.push(Session { config: config as usize, devices, records: Vec::new(), dropped: 0 });
-        RUNNING.fetch_add(1, Ordering::Relaxed);
+        session_started();
         Ok(())
     })
 }
@@ -300,7 +198,7 @@ pub extern "C" fn aclprofStop(config: *const aclprofConfig) -> aclError {
             let Some(at) = at else { return Err(ACL_ERROR_PROF_NOT_RUN) };
             state.configs[index].started = false;
             let session = state.sessions.remove(at);
-            RUNNING.fetch_sub(1, Ordering::Relaxed);
+            session_stopped();
             state.written += 1;
             (session, path, state.written)
         };

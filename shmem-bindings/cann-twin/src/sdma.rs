@@ -38,20 +38,21 @@
 mod devices;
 mod engine;
 mod layout;
-pub(crate) mod provenance;
 
 use std::time::Duration;
 
 pub(crate) use devices::{
-    aicpu_channels, aicpu_register_write, all_channels, channel, create, destroy, destroy_aicpu,
-    inject_destination_faults, register_write_through, take_injected_destination_fault, write_device, RegisterCache,
+    aicpu_channels, aicpu_register_write, all_channels, create, destroy, destroy_aicpu, find_channel,
+    on_other_register_write, register_write_through, write_device, RegisterCache,
 };
 pub use devices::{aiv_twin_register_write, register_write};
-pub(crate) use engine::Channel;
+pub(crate) use engine::{inject_destination_faults, take_injected_destination_fault, Channel};
 pub use layout::{ChannelRecord, SdmaSqe};
 
 /// Bytes of one SQE.
 pub const SQE_BYTES: usize = 64;
+const _: () =
+    assert!(SQE_BYTES as u64 == crate::provenance::SLOT_BYTES, "the provenance records shadow SQ slots of this size");
 /// SQE type of an SDMA copy (`ACLSHMEM_SQE_TYPE_SDMA`), bits 0-5 of the first u16.
 pub const SQE_TYPE_SDMA: u16 = 11;
 /// The type bits of the first u16.
@@ -92,8 +93,10 @@ pub const WORKSPACE_FLAG_FILLED: u32 = 1;
 /// The index of the AI CPU's first SDMA channel on a device: its channel `n` is `AICPU_CHANNEL_BASE + n`, apart from
 /// SHMEM's `0..MAX_CHANNELS` (the twin's numbering).
 pub const AICPU_CHANNEL_BASE: u32 = 64;
-/// The AI CPU's SDMA channels per device: one per AI-CPU thread (`aicpu::POOL_THREADS`).
-pub const AICPU_CHANNELS: u32 = crate::aicpu::POOL_THREADS;
+/// The AI CPU's SDMA channels per device, one per AI-CPU thread (`aicpu::POOL_THREADS`): a *guess* (the public
+/// sources used here give no AI-CPU core count for a device; the vendor's HiXL runs a client's batches on one AI-CPU
+/// thread, so a few suffice for the twin's clients).
+pub const AICPU_CHANNELS: u32 = 4;
 /// Bytes per AI-CPU channel in its records block: the channel record, then its completion word.
 pub const AICPU_SLOT_BYTES: usize = 128;
 /// Offset of an AI-CPU channel's completion word (8 bytes, the destination of its flag SQEs) from its record.

@@ -32,8 +32,9 @@ use cann_shmem_sys::device_state::{
 };
 use cann_shmem_sys::sys::*;
 
-use crate::runtime::{runtime, space, with_space_mut};
+use crate::runtime::runtime;
 use crate::sdma;
+use crate::space::{space, with_space_mut};
 
 /// What [`cann_shmem_sys::ShmemApi::path`] reports for [`shmem_api`].
 pub const IN_PROCESS_SHMEM_PATH: &str = "cann-twin SHMEM (in-process)";

@@ -14,12 +14,26 @@ use ascendcl_sys::sys::*;
 
 /// Work a stream runs.
 /// While set, no stream worker starts a task (`control::hold_streams`).
-pub(crate) static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static HELD: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 /// Devices whose stream workers are held (`control::hold_device_streams`).
-pub(crate) static HELD_DEVICES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+static HELD_DEVICES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
 
 fn held(device: i32) -> bool {
     HELD.load(std::sync::atomic::Ordering::Acquire) || lock(&HELD_DEVICES).contains(&device)
+}
+
+/// Holds every stream's worker before its next task (`true`) or lets them go on.
+pub(crate) fn hold_all(held: bool) {
+    HELD.store(held, std::sync::atomic::Ordering::Release);
+}
+
+/// Holds or releases the stream workers of `device` only.
+pub(crate) fn hold_device(device: i32, held: bool) {
+    let mut devices = lock(&HELD_DEVICES);
+    devices.retain(|&other| other != device);
+    if held {
+        devices.push(device);
+    }
 }
 
 pub(crate) enum Task {

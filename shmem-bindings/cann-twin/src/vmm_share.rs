@@ -65,10 +65,9 @@ use std::time::Duration;
 
 use ascendcl_sys::sys::*;
 
-use crate::acl::not_null;
-use crate::memory::Physical;
+use crate::entry::not_null;
 use crate::runtime::runtime;
-use importer::fetch;
+pub use importer::{aclrtMemImportFromShareableHandle, aclrtMemImportFromShareableHandleV2};
 
 mod importer;
 mod ipc;
@@ -381,44 +380,6 @@ pub(crate) fn set_withheld(shareable: u64, withheld: bool) {
     }
 }
 
-/// Imports `shareable` as a new physical handle (device id checked by the caller under the runtime lock).
-pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
-    let pid = handle_pid(shareable);
-    if pid == 0 || shareable & TOKEN_MASK == 0 {
-        return Err(ACL_ERROR_RT_INVALID_HANDLE);
-    }
-    // One import of a shareable handle per process (vendor documentation; the code is a guess). Checked once the
-    // exporter has answered, so that a gone exporter, a forged or freed handle, or a refusal take precedence: a
-    // second import tells whether the exporter still grants the handle.
-    let (fd, size) = if pid == own_pid() {
-        with_exports(|exports| -> Result<(OwnedFd, usize), aclError> {
-            let export =
-                exports.live.get(&shareable).filter(|_| !is_withheld(shareable)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
-            Ok((dup(&export.fd)?, export.size))
-        })?
-    } else {
-        let (fd, size, _) = fetch(pid, OP_IMPORT, shareable)?;
-        (fd, size)
-    };
-    if with_exports(|exports| exports.imported.values().any(|&from| from == shareable)) {
-        return Err(ACL_ERROR_RT_PARAM_INVALID);
-    }
-    let physical = Physical::from_fd(fd, size)?;
-    let mut runtime = runtime();
-    runtime.ready()?;
-    let handle = runtime.new_handle();
-    with_exports(|exports| {
-        if exports.imported.values().any(|&from| from == shareable) {
-            // Nothing was added: `physical` (the second view of the pages) is dropped on return.
-            return Err(ACL_ERROR_RT_PARAM_INVALID);
-        }
-        exports.imported.insert(handle, shareable);
-        Ok(())
-    })?;
-    runtime.physical.insert(handle, physical);
-    Ok(handle)
-}
-
 /// The V2 fabric handle for `shareable`.
 pub(crate) fn fabric_handle(shareable: u64) -> aclrtMemFabricHandle {
     let mut data = [0u8; 128];
@@ -455,7 +416,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandle(
     flags: u64,
     shareable_handle: *mut u64,
 ) -> aclError {
-    crate::acl::guard("aclrtMemExportToShareableHandle", move || {
+    crate::entry::guard("aclrtMemExportToShareableHandle", move || {
         not_null(handle)?;
         if handle_type != ACL_MEM_HANDLE_TYPE_NONE {
             return Err(ACL_ERROR_INVALID_PARAM);
@@ -481,7 +442,7 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandleV2(
     share_type: aclrtMemSharedHandleType,
     shareable_handle: *mut core::ffi::c_void,
 ) -> aclError {
-    crate::acl::guard("aclrtMemExportToShareableHandleV2", move || {
+    crate::entry::guard("aclrtMemExportToShareableHandleV2", move || {
         not_null(handle)?;
         not_null(shareable_handle)?;
         if share_type != ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT && share_type != ACL_MEM_SHARE_HANDLE_TYPE_FABRIC {
@@ -496,70 +457,5 @@ pub unsafe extern "C" fn aclrtMemExportToShareableHandleV2(
             unsafe { shareable_handle.cast::<u64>().write_unaligned(shareable) };
         }
         Ok(())
-    })
-}
-
-fn import_on(shareable: u64, device: i32, handle: *mut aclrtDrvMemHandle) -> Result<(), aclError> {
-    {
-        let runtime = runtime();
-        runtime.ready()?;
-        runtime.check_device_id(device)?;
-    }
-    let imported = import(shareable)?;
-    // SAFETY: checked non-null by the callers; writable by the C contract.
-    unsafe { handle.write(imported as aclrtDrvMemHandle) };
-    Ok(())
-}
-
-/// Imports a shareable handle (of this or another process) as a physical handle for `device_id`, backed by the
-/// exporter's pages. Fails with `ACL_ERROR_RT_INVALID_HANDLE` for a handle no live export has (forged, freed),
-/// `ACL_ERROR_RT_NO_PERMISSION` for a flags-0 export from another process, `ACL_ERROR_RT_IPC_ERROR` at once when
-/// the exporting process is gone, `ACL_ERROR_RT_TIMEOUT` when its service does not answer within 2 s.
-///
-/// # Safety
-///
-/// `handle` is null or writable (C contract).
-#[no_mangle]
-pub unsafe extern "C" fn aclrtMemImportFromShareableHandle(
-    shareable_handle: u64,
-    device_id: i32,
-    handle: *mut aclrtDrvMemHandle,
-) -> aclError {
-    crate::acl::guard("aclrtMemImportFromShareableHandle", move || {
-        not_null(handle)?;
-        import_on(shareable_handle, device_id, handle)
-    })
-}
-
-/// The V2 import, on the calling thread's current device; `flags` must be 0.
-///
-/// # Safety
-///
-/// `shareable_handle` is null or readable for the size its type implies; `handle` is null or writable.
-#[no_mangle]
-pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
-    shareable_handle: *mut core::ffi::c_void,
-    share_type: aclrtMemSharedHandleType,
-    flags: u64,
-    handle: *mut aclrtDrvMemHandle,
-) -> aclError {
-    crate::acl::guard("aclrtMemImportFromShareableHandleV2", move || {
-        not_null(shareable_handle)?;
-        not_null(handle)?;
-        if flags != 0 {
-            return Err(ACL_ERROR_INVALID_PARAM);
-        }
-        let device = runtime().current_device()?;
-        let shareable = match share_type {
-            ACL_MEM_SHARE_HANDLE_TYPE_FABRIC => {
-                // SAFETY: checked non-null; readable for a fabric handle by the C contract (unaligned: `void *`).
-                let fabric = unsafe { shareable_handle.cast::<aclrtMemFabricHandle>().read_unaligned() };
-                from_fabric(&fabric)?
-            }
-            // SAFETY: checked non-null; readable for a u64 by the C contract (unaligned: `void *`).
-            ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT => unsafe { shareable_handle.cast::<u64>().read_unaligned() },
-            _ => return Err(ACL_ERROR_INVALID_PARAM),
-        };
-        import_on(shareable, device, handle)
     })
 }

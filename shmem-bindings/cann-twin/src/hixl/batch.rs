@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::*;
 
 use super::client::{client_of, Batch, Client, ClientState, Outcome};
-use super::device;
-use super::socket::{read_full, write_full, Io};
-use super::{
+use super::common::{
     acl_copy, guard, inside, lock, not_null, Status, ASYNC_TIMEOUT, CHUNK, MAX_ENTRY_LEN, MAX_PENDING, OP_GET, OP_PUT,
     POLL, WINDOW,
 };
+use super::device;
+use super::socket::{read_full, write_full, Io};
 
 /// Whether the server closed or reset the connection (a peek that does not wait: the server sends nothing unasked).
 pub(super) fn peer_gone(stream: &TcpStream) -> bool {
@@ -201,7 +201,7 @@ struct Submitted {
 /// Whether `[address, address + len)` is device memory of this process (its first and last byte device addresses).
 pub(super) fn device_range(address: u64, len: u64) -> bool {
     let end = address.saturating_add(len.saturating_sub(1));
-    crate::runtime::is_device_address(address as usize) && crate::runtime::is_device_address(end as usize)
+    crate::space::is_device_address(address as usize) && crate::space::is_device_address(end as usize)
 }
 
 /// Checks a batch and hands it to its path; the id of its handle.

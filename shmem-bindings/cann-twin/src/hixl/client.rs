@@ -15,13 +15,14 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::*;
 
 use super::batch::run_client;
+use super::common::{
+    bind_device, device_bound_if, guard, ip_address, lock, not_null, region_of, Region, HELLO_ANSWER_BYTES,
+    HELLO_ENTRY_BYTES, MAGIC, MAX_REGISTRATIONS, MAX_TAG_LEN, VERSION,
+};
 use super::device;
+use super::device::RegionExport;
 use super::server::{add_registration, remove_registration};
 use super::socket::{read_full, u32_at, u64_at, write_full, Io};
-use super::{
-    bind_device, clients, device_bound_if, guard, ip_address, lock, not_null, region_of, Region, RegionExport,
-    HELLO_ANSWER_BYTES, HELLO_ENTRY_BYTES, MAGIC, MAX_REGISTRATIONS, MAX_TAG_LEN, VERSION,
-};
 
 /// The final or current state of a batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -402,4 +403,10 @@ pub unsafe extern "C" fn cannTwinHixlClientEvidence(
         unsafe { evidence.write(client.tallies.snapshot()) };
         Ok(())
     })
+}
+
+/// The clients of this process by handle.
+pub(super) fn clients() -> std::sync::MutexGuard<'static, super::common::Table<Client>> {
+    static CLIENTS: Mutex<super::common::Table<Client>> = Mutex::new(super::common::Table::new(0x4000_0000));
+    lock(&CLIENTS)
 }

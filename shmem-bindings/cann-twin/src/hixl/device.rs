@@ -30,7 +30,7 @@ use std::time::{Duration, Instant};
 use ascendcl_sys::hixl::{CannTwinHixlEvidence, HixlOneSideOpDesc, HixlStatus, HIXL_FAILED};
 use ascendcl_sys::sys::*;
 
-use super::Region;
+use super::common::Region;
 use crate::aicpu::{Acts, Cpu, Kernel, Launch};
 use crate::stream::{Stream, Task};
 use crate::vmm_share::RangeMapping;
@@ -44,7 +44,7 @@ const PIECE: u64 = crate::sdma::SQE_MAX_LENGTH as u64;
 /// How far past the batch's deadline a launch's timeout runs (the kernel stops at the deadline itself).
 const LAUNCH_SLACK: Duration = Duration::from_secs(2);
 /// Slots of a registry page: one per registration a server may hold.
-pub const REGISTRY_SLOTS: usize = super::MAX_REGISTRATIONS;
+pub const REGISTRY_SLOTS: usize = super::common::MAX_REGISTRATIONS;
 
 fn status(_: aclError) -> HixlStatus {
     HIXL_FAILED
@@ -231,7 +231,7 @@ struct Window {
 impl Drop for Window {
     fn drop(&mut self) {
         // The window goes before its mapping (the space's write lock: no translation to it is live after).
-        let _ = crate::runtime::with_space_mut(|space| space.unregister(self.mapping.host));
+        let _ = crate::space::with_space_mut(|space| space.unregister(self.mapping.host));
     }
 }
 
@@ -268,8 +268,7 @@ pub(super) fn import(registry_token: u64, remote: &[Region]) -> Option<Imports> 
         if mapping.size as u64 != region.size {
             continue;
         }
-        let Ok(local) = crate::runtime::with_space_mut(|space| space.register(mapping.host, mapping.size, false))
-        else {
+        let Ok(local) = crate::space::with_space_mut(|space| space.register(mapping.host, mapping.size, false)) else {
             continue;
         };
         imported.push(Imported {
@@ -305,14 +304,14 @@ impl std::fmt::Debug for Slot {
 impl Slot {
     /// The slot of a client on `device`.
     pub(super) fn new(device: i32) -> Result<Slot, HixlStatus> {
-        let const_one = crate::runtime::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED))
-            .map_err(status)? as u64;
+        let const_one =
+            crate::space::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED)).map_err(status)? as u64;
         let written = crate::sdma::write_device(const_one, &1u64.to_le_bytes());
         let stream = written.and_then(|()| Stream::spawn(device, crate::runtime::run_task));
         match stream {
             Ok(stream) => Ok(Slot { device, stream, const_one }),
             Err(code) => {
-                let _ = crate::runtime::with_space_mut(|space| space.free(const_one as usize));
+                let _ = crate::space::with_space_mut(|space| space.free(const_one as usize));
                 Err(status(code))
             }
         }
@@ -328,7 +327,7 @@ impl Drop for Slot {
     fn drop(&mut self) {
         // Every queued task runs first (the kernels of a revoked link stop at once).
         self.stream.shut_down();
-        let _ = crate::runtime::with_space_mut(|space| space.free(self.const_one as usize));
+        let _ = crate::space::with_space_mut(|space| space.free(self.const_one as usize));
     }
 }
 
@@ -464,7 +463,7 @@ impl Drop for DeviceBatch {
         // A launch that still runs (a client destroyed with its stream stuck past its bound) keeps the list: leaked
         // rather than freed under it.
         if self.shared.launches_left.load(Ordering::Acquire) == 0 {
-            let _ = crate::runtime::with_space_mut(|space| space.free(self.descs as usize));
+            let _ = crate::space::with_space_mut(|space| space.free(self.descs as usize));
         }
     }
 }
@@ -491,7 +490,7 @@ pub(super) fn launch(
             raw
         })
         .collect();
-    let descs = crate::runtime::with_space_mut(|space| space.malloc(bytes.len(), crate::memory::LIBRARY_OWNED))
+    let descs = crate::space::with_space_mut(|space| space.malloc(bytes.len(), crate::memory::LIBRARY_OWNED))
         .map_err(status)? as u64;
     let chunks = list.len().div_ceil(MAX_KERNEL_ENTRIES);
     let shared = Arc::new(BatchShared {
@@ -523,7 +522,7 @@ pub(super) fn launch(
         add(&tallies.launches, 1);
     }
     if let Some(flag) = &batch.host_flag {
-        let by = crate::sdma::provenance::thread_writer();
+        let by = crate::provenance::thread_writer();
         let dst = flag.as_ptr() as usize;
         let (device, src) = (slot.device, slot.const_one as usize);
         // The completion signal of the launches (the vendor's `aclrtMemcpyAsync` of `dev_const_one`): not a copy of

@@ -48,8 +48,8 @@ use ascendcl_sys::hixl::{
 };
 use ascendcl_sys::sys::*;
 
+use super::common::{Region, Table};
 use super::device::{self, DeviceBatch, Imports, Slot, Tallies};
-use super::{Region, Table};
 
 /// `adxl::Status` values (`hicann/hixl` `include/adxl/adxl_types.h`).
 pub const SUCCESS: u32 = 0;
@@ -196,7 +196,7 @@ impl Engine {
         let unfold = if aicpu_unfold {
             Unfold::AiCpu(Slot::new(device).map_err(|_| FAILED)?)
         } else {
-            let const_one = crate::runtime::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED))
+            let const_one = crate::space::with_space_mut(|space| space.malloc(8, crate::memory::LIBRARY_OWNED))
                 .map_err(|_| FAILED)? as u64;
             let mut streams = Vec::new();
             let mut made = crate::sdma::write_device(const_one, &1u64.to_le_bytes()).map_err(|_| FAILED);
@@ -218,10 +218,10 @@ impl Engine {
             }
             unfold
         };
-        let server = super::create_server(local, Some(device));
+        let server = super::server::create_server(local, Some(device));
         if local.port() > 0 {
-            if let Err(code) = super::listen_server(server) {
-                let _ = super::destroy_server(server);
+            if let Err(code) = super::server::listen_server(server) {
+                let _ = super::server::destroy_server(server);
                 release(&unfold);
                 // A port another socket holds, an address not of this host.
                 return Err(if code == ascendcl_sys::hixl::HIXL_PARAM_INVALID { PARAM_INVALID } else { FAILED });
@@ -246,18 +246,17 @@ impl Engine {
         let len = usize::try_from(size).map_err(|_| PARAM_INVALID)?;
         // A HOST range gets a device window of this process; a DEVICE range must be device memory here.
         let device = if host {
-            crate::runtime::with_space_mut(|space| space.register(addr as usize, len, false)).map_err(|_| FAILED)?
-                as u64
-        } else if super::device_range(addr, size) {
+            crate::space::with_space_mut(|space| space.register(addr as usize, len, false)).map_err(|_| FAILED)? as u64
+        } else if super::batch::device_range(addr, size) {
             addr
         } else {
             return Err(PARAM_INVALID);
         };
-        let handle = match super::register_with_server(self.server, region) {
+        let handle = match super::server::register_with_server(self.server, region) {
             Ok(handle) => handle,
             Err(_) => {
                 if host {
-                    let _ = crate::runtime::with_space_mut(|space| space.unregister(addr as usize));
+                    let _ = crate::space::with_space_mut(|space| space.unregister(addr as usize));
                 }
                 return Err(PARAM_INVALID);
             }
@@ -271,9 +270,9 @@ impl Engine {
         let at = state.local.iter().position(|l| l.handle as u64 == handle).ok_or(PARAM_INVALID)?;
         let local = state.local.remove(at);
         drop(state);
-        let _ = super::unregister_with_server(self.server, local.handle);
+        let _ = super::server::unregister_with_server(self.server, local.handle);
         if local.window {
-            let _ = crate::runtime::with_space_mut(|space| space.unregister(local.addr as usize));
+            let _ = crate::space::with_space_mut(|space| space.unregister(local.addr as usize));
         }
         Ok(())
     }
@@ -284,7 +283,7 @@ impl Engine {
             return Err(ALREADY_CONNECTED);
         }
         let deadline = Instant::now() + timeout;
-        let (stream, regions, registry) = super::hello(address, deadline, &self.stop).map_err(|code| {
+        let (stream, regions, registry) = super::client::hello(address, deadline, &self.stop).map_err(|code| {
             if code == ascendcl_sys::hixl::HIXL_TIMEOUT {
                 TIMEOUT
             } else {
@@ -315,7 +314,7 @@ impl Engine {
         ops.iter()
             .map(|&[local, remote, len]| {
                 let end = local.checked_add(len).ok_or(PARAM_INVALID)?;
-                if len == 0 || len > super::MAX_ENTRY_LEN {
+                if len == 0 || len > super::common::MAX_ENTRY_LEN {
                     return Err(PARAM_INVALID);
                 }
                 let mine =
@@ -344,7 +343,7 @@ impl Engine {
         let mut state = lock(&self.state);
         state.reap();
         let peer = state.peers.get(remote).ok_or(NOT_CONNECTED)?;
-        if super::peer_gone(&peer.stream) || peer.imports.link.revoked() {
+        if super::batch::peer_gone(&peer.stream) || peer.imports.link.revoked() {
             drop(state);
             let _ = self.disconnect(remote);
             return Err(FAILED);
@@ -456,7 +455,7 @@ impl Engine {
 
     /// `outcome`, unless the peer went away meanwhile (its memory may be gone: the transfer failed).
     fn still_there<T>(&self, remote: &str, outcome: Checked<T>) -> Checked<T> {
-        let gone = lock(&self.state).peers.get(remote).is_some_and(|peer| super::peer_gone(&peer.stream));
+        let gone = lock(&self.state).peers.get(remote).is_some_and(|peer| super::batch::peer_gone(&peer.stream));
         if gone {
             let _ = self.disconnect(remote);
             return Err(FAILED);
@@ -517,7 +516,7 @@ impl Engine {
     /// launches stop at once), then unmaps the imports and the Host windows.
     fn destroy(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        let _ = super::destroy_server(self.server);
+        let _ = super::server::destroy_server(self.server);
         let mut state = std::mem::take(&mut *lock(&self.state));
         for (_, peer) in state.peers.drain() {
             peer.imports.link.revoke();
@@ -532,7 +531,7 @@ impl Engine {
         }
         for local in state.local.drain(..) {
             if local.window {
-                let _ = crate::runtime::with_space_mut(|space| space.unregister(local.addr as usize));
+                let _ = crate::space::with_space_mut(|space| space.unregister(local.addr as usize));
             }
         }
         drop(state);
@@ -542,7 +541,7 @@ impl Engine {
 impl Drop for Engine {
     fn drop(&mut self) {
         if let Unfold::Host { const_one, .. } = &self.unfold {
-            let _ = crate::runtime::with_space_mut(|space| space.free(*const_one as usize));
+            let _ = crate::space::with_space_mut(|space| space.free(*const_one as usize));
         }
     }
 }
@@ -585,7 +584,7 @@ fn release(unfold: &Unfold) {
         Unfold::AiCpu(slot) => slot.stream().shut_down(),
         Unfold::Host { streams, const_one } => {
             destroy_streams(streams);
-            let _ = crate::runtime::with_space_mut(|space| space.free(*const_one as usize));
+            let _ = crate::space::with_space_mut(|space| space.free(*const_one as usize));
         }
     }
 }

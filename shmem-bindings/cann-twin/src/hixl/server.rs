@@ -12,13 +12,14 @@ use std::time::{Duration, Instant};
 
 use ascendcl_sys::hixl::*;
 
-use super::device;
-use super::socket::{read_full, u32_at, u64_at, write_full, Io};
-use super::{
+use super::common::{
     acl_copy, bind_device, device_bound_if, guard, inside, ip_address, lock, next_mem_handle, not_null, region_of,
-    servers, Region, RegionExport, Status, CHUNK, FRAME_TIMEOUT, HELLO_ANSWER_BYTES, HELLO_ENTRY_BYTES, HELLO_TIMEOUT,
-    MAGIC, MAX_CONNECTIONS, MAX_ENDPOINTS, MAX_ENTRY_LEN, MAX_REGISTRATIONS, OP_GET, OP_PUT, VERSION,
+    Region, Status, CHUNK, FRAME_TIMEOUT, HELLO_ANSWER_BYTES, HELLO_ENTRY_BYTES, HELLO_TIMEOUT, MAGIC, MAX_CONNECTIONS,
+    MAX_ENDPOINTS, MAX_ENTRY_LEN, MAX_REGISTRATIONS, OP_GET, OP_PUT, VERSION,
 };
+use super::device;
+use super::device::RegionExport;
+use super::socket::{read_full, u32_at, u64_at, write_full, Io};
 
 #[derive(Debug, Default)]
 struct ServerState {
@@ -405,4 +406,10 @@ pub unsafe extern "C" fn HixlCSServerUnregMem(server_handle: HixlServerHandle, m
 #[no_mangle]
 pub unsafe extern "C" fn HixlCSServerDestroy(server_handle: HixlServerHandle) -> HixlStatus {
     guard(|| destroy_server(server_handle as usize))
+}
+
+/// The servers of this process by handle.
+pub(super) fn servers() -> std::sync::MutexGuard<'static, super::common::Table<Server>> {
+    static SERVERS: Mutex<super::common::Table<Server>> = Mutex::new(super::common::Table::new(0x1000));
+    lock(&SERVERS)
 }

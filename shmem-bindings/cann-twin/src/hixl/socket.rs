@@ -6,7 +6,7 @@ use std::net::TcpStream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
-use super::POLL;
+use super::common::POLL;
 
 /// Why a bounded read or write stopped.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,16 +1,18 @@
 //! The emulated AI Vector core's side of the runtime: the ops table the CPU model of AscendC calls
 //! (`AivCpuCoreOps` of `kernels/cpu/aiv_cpu_core.h`: translation, register writes, the system counter, idle hints,
-//! faults, the provenance reports), each core's context, how a polling core naps and what ends a nap early
-//! ([`Activity`]), and the test control that parks polling cores. Binaries and launches are in the parent module.
+//! faults, the provenance reports), each core's context, how a polling core naps (what ends a nap early is the
+//! device's [`Activity`], module `activity`), and the test control that parks polling cores. Binaries and launches
+//! are in the parent module.
 
 use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
 use super::{lock, KernelFault, FAULTS, FAULTS_KEPT, SYSTEM_COUNTER_HZ};
-use crate::runtime::space;
+use crate::activity::Activity;
+use crate::space::space;
 
 /// How long a core that polls unchanged memory keeps spinning and yielding before it naps (device-side CPU only).
 pub const POLL_WINDOW: Duration = Duration::from_micros(200);
@@ -49,59 +51,6 @@ pub(super) struct CoreOps {
 // SAFETY: the one `CoreOps` is a static table of function pointers and a pointer to a static atomic byte, which the
 // model only reads (atomically); sharing it between the cores' threads is what it is for.
 unsafe impl Sync for CoreOps {}
-
-/// Device-internal progress of one SDMA channel of a device: bumped by its engine when a completion flag lands and
-/// when a run stops, so that the emulated core of the block that drives the channel (block k posts to channel k),
-/// napping in a poll, resumes polling at once, as an NPU core that never stops polling would see the flag at once.
-/// It is the device's own signal (engine to core); nothing here wakes a Host thread, the core still learns of the
-/// flag only by reading memory, and a core whose channel is another one simply naps its nap out.
-#[derive(Debug, Default)]
-pub(crate) struct Activity {
-    seq: std::sync::atomic::AtomicU64,
-    sleepers: AtomicU32,
-    lock: Mutex<()>,
-    wake: std::sync::Condvar,
-}
-
-impl Activity {
-    /// The activity record of channel `index` of `device` (one per pair, for the process's lifetime).
-    pub(crate) fn of(device: i32, index: u32) -> Arc<Activity> {
-        type ByChannel = HashMap<(i32, u32), Arc<Activity>>;
-        static ALL: LazyLock<Mutex<ByChannel>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-        Arc::clone(lock(&ALL).entry((device, index)).or_default())
-    }
-
-    /// Something a core may be polling for has happened on the device.
-    pub(crate) fn progressed(&self) {
-        self.seq.fetch_add(1, Ordering::SeqCst);
-        if self.sleepers.load(Ordering::SeqCst) > 0 {
-            let _guard = lock(&self.lock);
-            self.wake.notify_all();
-        }
-    }
-
-    /// The progress count: how many times the device progressed.
-    pub(crate) fn progress(&self) -> u64 {
-        self.seq.load(Ordering::SeqCst)
-    }
-
-    /// Naps at most `nap`, less if the device progresses after `seen`; returns the progress count at the end.
-    pub(crate) fn nap(&self, seen: u64, nap: Duration) -> u64 {
-        self.sleepers.fetch_add(1, Ordering::SeqCst);
-        let deadline = Instant::now() + nap;
-        let mut guard = lock(&self.lock);
-        while self.seq.load(Ordering::SeqCst) == seen {
-            let now = Instant::now();
-            if now >= deadline {
-                break;
-            }
-            guard = self.wake.wait_timeout(guard, deadline - now).unwrap_or_else(|p| p.into_inner()).0;
-        }
-        drop(guard);
-        self.sleepers.fetch_sub(1, Ordering::SeqCst);
-        self.seq.load(Ordering::SeqCst)
-    }
-}
 
 /// The nap of a core that has polled unchanged memory for `polled_ns` (past its [`POLL_WINDOW`]): [`NAP_RAMP`].
 fn core_nap(polled_ns: u64) -> Duration {
@@ -204,7 +153,7 @@ unsafe extern "C" fn op_translate(context: *mut c_void, device_addr: u64, len: u
     };
     // Read before the space: a change after this read moves the generation, so what is remembered below under it
     // is looked up again next time.
-    let generation = crate::runtime::space_generation();
+    let generation = crate::space::space_generation();
     // The refusal first: one compare answers a doorbell register, which no remembered object holds.
     if core.refused.get() == (address, len, generation) {
         return std::ptr::null_mut();
@@ -242,7 +191,7 @@ unsafe extern "C" fn op_register_write(context: *mut c_void, device_addr: u64, d
     let core = unsafe { core(context) };
     // SAFETY: the model passes `len` readable bytes of its unified buffer.
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
-    let origin = crate::sdma::provenance::block_writer(core.block);
+    let origin = crate::provenance::block_writer(core.block);
     match crate::sdma::register_write_through(&core.registers, device_addr, bytes, origin) {
         Ok(()) => REG_ACCEPTED,
         Err(crate::sdma::RegisterFault::Refused { .. } | crate::sdma::RegisterFault::QpRefused { .. }) => REG_REFUSED,
@@ -329,7 +278,7 @@ unsafe extern "C" fn op_idle_hint(context: *mut c_void, unchanged_fills: u32) {
     } else {
         let nap = core_nap(polled);
         // Progress since the last hint (so possibly after the poll that just failed): poll again instead.
-        let now_seen = core.activity.seq.load(Ordering::SeqCst);
+        let now_seen = core.activity.progress();
         if now_seen != core.activity_seen.get() {
             core.activity_seen.set(now_seen);
             return;
@@ -360,7 +309,7 @@ unsafe extern "C" fn op_fault(context: *mut c_void, kind: u32, device_addr: u64,
 unsafe extern "C" fn op_gm_written(context: *mut c_void, device_addr: u64, len: u64) {
     // SAFETY: the context run_core installed.
     let core = unsafe { core(context) };
-    crate::sdma::provenance::wrote(crate::sdma::provenance::block_writer(core.block), device_addr, len);
+    crate::provenance::wrote(crate::provenance::block_writer(core.block), device_addr, len);
 }
 
 /// The model read `len` bytes of HBM at `device_addr` into `data` (a line fill, a GM -> UB burst): a landed flag
@@ -373,7 +322,7 @@ unsafe extern "C" fn op_gm_read(context: *mut c_void, device_addr: u64, data: *c
     let core = unsafe { core(context) };
     // SAFETY: the model passes `len` readable bytes it just read.
     let bytes = unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len as usize) };
-    crate::sdma::provenance::core_read(core.device, device_addr, bytes);
+    crate::provenance::core_read(core.device, device_addr, bytes);
 }
 
 pub(super) static OPS: CoreOps = CoreOps {
@@ -385,7 +334,7 @@ pub(super) static OPS: CoreOps = CoreOps {
     fault: Some(op_fault),
     gm_written: Some(op_gm_written),
     gm_read: Some(op_gm_read),
-    records_on: crate::sdma::provenance::RECORDING_BYTE,
+    records_on: crate::provenance::RECORDING_BYTE,
 };
 
 #[cfg(test)]

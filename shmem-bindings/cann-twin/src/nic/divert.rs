@@ -9,8 +9,10 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{LazyLock, Mutex};
 
-use super::{lock, qp_of, NicError, SQ_DOORBELL_OFFSET};
-use crate::sdma::provenance::{WRITER_BLOCK0, WRITER_HOST};
+use super::common::lock;
+pub use super::host_ring_sq_doorbell;
+use super::{NicError, SQ_DOORBELL_OFFSET};
+use crate::provenance::WRITER_BLOCK0;
 use crate::sdma::RegisterFault;
 
 /// Any device diverted: the doorbell path's one check while none is.
@@ -42,13 +44,6 @@ pub fn diverted_sq_doorbells(device: i32) -> Vec<(u32, u32, u64)> {
         .collect();
     parked.sort_unstable();
     parked
-}
-
-/// Applies SQ doorbell `word` to QP `qpn` of `device` with the Host as its origin (validated as any doorbell: a
-/// wrong tag, command or producer index is refused and puts the QP in error).
-pub fn host_ring_sq_doorbell(device: i32, qpn: u32, word: u64) -> Result<(), HostRingError> {
-    let qp = qp_of(device, qpn).map_err(HostRingError::Nic)?;
-    qp.doorbell(SQ_DOORBELL_OFFSET, &word.to_le_bytes(), WRITER_HOST).map_err(HostRingError::Refused)
 }
 
 /// Why [`host_ring_sq_doorbell`] did not ring.

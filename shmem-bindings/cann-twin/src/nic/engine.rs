@@ -12,13 +12,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
+use super::common::{device_readable, handshake, lend_device, lock, psn_before, read_device, spawn, Event, IDLE_TICK};
 use super::layout::{WQE_OPCODE_MASK, WQE_OWNER_BIT, WQE_SGE_NUM_SHIFT, WQE_SIGNALED_BIT};
 use super::qp::{Completion, Qp};
 use super::wire::{Conn, Frame, WireError, MAX_MESSAGE};
 use super::{
-    device_readable, handshake, lend_device, lock, provenance, psn_before, read_device, spawn, status, Nic, QpFault,
-    QpState, IDLE_TICK, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
+    status, Nic, QpFault, QpState, MAX_OUTSTANDING, OPCODE_RDMA_READ, OPCODE_RDMA_WRITE, WINDOW_BYTES, WQE_STRIDE,
 };
+use crate::provenance::qp as provenance;
 use crate::sdma::write_device;
 
 /// Responses a reader thread holds for its engine at most, and their payload bytes: more than the requests sent on
@@ -26,14 +27,6 @@ use crate::sdma::write_device;
 /// protocol and the connection is given up.
 const MAX_INBOX: usize = 4 * MAX_OUTSTANDING as usize;
 const MAX_INBOX_BYTES: usize = 2 * (WINDOW_BYTES as usize + MAX_MESSAGE as usize);
-
-/// What a reader thread hands its engine.
-#[derive(Debug)]
-pub(super) enum Event {
-    Frame(Frame),
-    /// The connection ended (closed, failed, or a malformed frame).
-    Lost,
-}
 
 /// The connection an engine sends on, and the generation its reader tags responses with.
 struct Link {
@@ -290,7 +283,7 @@ impl Engine<'_> {
                 inner.state = QpState::Error;
             }
             let wanted = status != status::SUCCESS || completion.signaled;
-            let recording = crate::sdma::provenance::recording();
+            let recording = crate::provenance::recording();
             if wanted && !self.qp.try_complete(self.nic, index, &completion, taken) {
                 let since = *self.full_since.get_or_insert_with(Instant::now);
                 if since.elapsed() < self.qp.config.cq_full_wait {

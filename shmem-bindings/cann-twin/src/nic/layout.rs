@@ -12,6 +12,7 @@
 pub const WQE_STRIDE: u64 = 64;
 /// Bytes of one CQE (`sizeof(AivRoceCqe)`).
 pub const CQE_BYTES: u64 = 32;
+const _: () = assert!(CQE_BYTES == crate::provenance::qp::CQE_BYTES, "the provenance records read CQEs of this size");
 /// RDMA WRITE (`AIV_ROCE_OPCODE_RDMA_WRITE`).
 pub const OPCODE_RDMA_WRITE: u32 = 3;
 /// RDMA READ (`AIV_ROCE_OPCODE_RDMA_READ`).

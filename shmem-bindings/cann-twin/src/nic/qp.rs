@@ -14,19 +14,20 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use super::engine::Event;
+use super::common::Event;
+use super::common::Responder;
+use super::common::{join_until, lock, write_cqe};
 use super::layout::{
     CQE_OPCODE_MASK, CQE_OWNER_BIT, CQE_QPN_MASK, CQE_STATUS_SHIFT, CQE_WQE_INDEX_SHIFT, DB_CMD_CQ_PTR, DB_CMD_SHIFT,
     DB_CMD_SQ, DB_CQ_INDEX_MASK, DB_INDEX_SHIFT, DB_SQ_INDEX_MASK, DB_TAG_MASK,
 };
-use super::responder::Responder;
 use super::wire::Conn;
 use super::{
-    join_until, lock, provenance, write_cqe, Nic, QpConfig, QpException, QpFault, QpInfo, QpState, CQE_BYTES,
-    CQ_DOORBELL_OFFSET, NIC_PAGES, SQ_DOORBELL_OFFSET,
+    Nic, QpConfig, QpException, QpFault, QpInfo, QpState, CQE_BYTES, CQ_DOORBELL_OFFSET, NIC_PAGES, SQ_DOORBELL_OFFSET,
 };
-use crate::runtime::with_space_mut;
+use crate::provenance::qp as provenance;
 use crate::sdma::RegisterFault;
+use crate::space::with_space_mut;
 
 #[derive(Debug)]
 pub(super) struct QpInner {
@@ -64,7 +65,7 @@ pub(super) struct Qp {
     /// The reader threads of the engine's connections (one running at a time).
     pub(super) readers: Mutex<Vec<JoinHandle<()>>>,
     /// The activity record of the config's `wake_block`, signalled after each CQE.
-    pub(super) activity: Option<Arc<crate::kernel::Activity>>,
+    pub(super) activity: Option<Arc<crate::activity::Activity>>,
     /// Who wrote each WQE taken, rang its doorbell and first read its CQE ([`provenance`]).
     pub(super) provenance: Arc<provenance::QpProvenance>,
 }
@@ -142,7 +143,7 @@ impl Qp {
                 return Err(refused());
             }
             inner.producer = producer;
-            self.provenance.rung(origin, crate::sdma::provenance::recording());
+            self.provenance.rung(origin, crate::provenance::recording());
         } else {
             let index = (word >> DB_INDEX_SHIFT & DB_CQ_INDEX_MASK) as u32;
             let consumer =
@@ -172,7 +173,7 @@ impl Qp {
         taken: provenance::Taken,
     ) -> bool {
         let depth = self.info.cq_depth;
-        let recording = crate::sdma::provenance::recording();
+        let recording = crate::provenance::recording();
         let mut inner = lock(&self.inner);
         if inner.cq_broken {
             inner.cqes_lost += 1;

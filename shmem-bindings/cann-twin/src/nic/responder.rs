@@ -13,9 +13,10 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::common::{land_device, lock, psn_before, read_device, spawn, Responder, IDLE_TICK};
 use super::qp::Qp;
 use super::wire::{self, Conn, Frame, MAX_MESSAGE};
-use super::{land_device, lock, psn_before, read_device, spawn, status, Nic, IDLE_TICK, MAX_CONNECTIONS};
+use super::{status, Nic, MAX_CONNECTIONS};
 use crate::sdma::write_device;
 
 /// How often the listener looks for a connection (it accepts without blocking, to see its shutdown).
@@ -214,16 +215,6 @@ impl Nic {
 /// Initiator QPs a target QP keeps the request sequence of (RC connects one; more are served, the oldest
 /// forgotten first).
 const RESPONDERS: usize = 8;
-
-/// A target QP's view of one initiator QP's requests: requests execute strictly in PSN order, each at most once.
-#[derive(Clone, Copy, Debug)]
-pub(super) struct Responder {
-    initiator: u32,
-    /// The PSN expected next (an initiator's first request has PSN 1).
-    next: u32,
-    /// The request refused (PSN, status): every later one of this initiator is dropped.
-    refused: Option<(u32, u8)>,
-}
 
 /// What a target does with a request.
 enum Verdict {

@@ -12,14 +12,14 @@ use ascendcl_sys::sys::*;
 
 use super::engine::{lock, Channel, Doorbell, Progress, State};
 use super::layout::ChannelRecord;
-use super::provenance;
 use super::{
     RegisterAccess, RegisterFault, Syndrome, AICPU_CHANNELS, AICPU_CHANNEL_BASE, AICPU_SLOT_BYTES,
     CHANNEL_RECORDS_OFFSET, CHANNEL_RECORD_BYTES, DOORBELL_OFFSET, DOORBELL_WIDTH, SQE_BYTES, SQ_DEPTH,
     WORKSPACE_BYTES, WORKSPACE_FLAG_FILLED,
 };
 use crate::memory::{page, Segment};
-use crate::runtime::{perform_copy, space, with_space_mut};
+use crate::provenance;
+use crate::space::{perform_copy, space, with_space_mut};
 
 /// The SDMA engines of one device.
 #[derive(Debug)]
@@ -31,36 +31,6 @@ pub(crate) struct Engines {
     register_pages: Vec<usize>,
 }
 
-/// Injected destination faults still to raise, by device ([`crate::control::fail_next_destinations`]).
-static INJECTED_DESTINATION_FAULTS: LazyLock<Mutex<HashMap<i32, u32>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
-/// Whether any device has injected faults pending (the engines' fast path skips the map otherwise).
-static ANY_INJECTED: AtomicBool = AtomicBool::new(false);
-
-/// Makes the next `count` SQEs any engine of `device` executes (and stream copies its copy engines run) fail as if
-/// their destination did not translate.
-pub(crate) fn inject_destination_faults(device: i32, count: u32) {
-    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
-    faults.insert(device, count);
-    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
-}
-
-/// Consumes one injected destination fault of `device`, if one is pending.
-pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
-    if !ANY_INJECTED.load(Ordering::Acquire) {
-        return false;
-    }
-    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
-    let taken = match faults.get_mut(&device) {
-        Some(left) if *left > 0 => {
-            *left -= 1;
-            true
-        }
-        _ => false,
-    };
-    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
-    taken
-}
-
 /// Engines by device.
 static ENGINES: LazyLock<Mutex<HashMap<i32, Engines>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
 /// The AI CPU's channels by device ([`aicpu_channels`]).
@@ -70,6 +40,18 @@ static REGISTERS: LazyLock<RwLock<HashMap<u64, Arc<Channel>>>> = LazyLock::new(|
 /// Bumped, under [`REGISTERS`]' write lock, by every change of it: a [`RegisterCache`] filled before is stale.
 static REGISTERS_GENERATION: AtomicU64 = AtomicU64::new(0);
 
+/// A register write to a page that is no SDMA channel's: `None` if the page is none of that engine's either.
+pub(crate) type OtherRegisters = fn(u64, &[u8], u32) -> Option<Result<(), RegisterFault>>;
+
+/// Where a register write goes when its page is no SDMA channel's: the other engine with register pages (the twin
+/// NIC's QP doorbells), which registers it before it maps its first page ([`on_other_register_write`]).
+static OTHER_REGISTERS: std::sync::OnceLock<OtherRegisters> = std::sync::OnceLock::new();
+
+/// Registers where register writes to pages of no SDMA channel go (see [`OTHER_REGISTERS`]); the first one holds.
+pub(crate) fn on_other_register_write(other: OtherRegisters) {
+    let _ = OTHER_REGISTERS.set(other);
+}
+
 /// The register page an emulated core rang last, so that its doorbells (one page, thousands of times) skip the
 /// registry: valid while [`REGISTERS_GENERATION`] has not moved.
 #[derive(Debug, Default)]
@@ -77,7 +59,7 @@ pub(crate) struct RegisterCache(std::cell::RefCell<Option<(u64, Arc<Channel>, u6
 
 /// The channel `(device, channel)`, if that device has engines: one of SHMEM's (index below [`MAX_CHANNELS`](super::MAX_CHANNELS)) or
 /// one of the AI CPU's (index [`AICPU_CHANNEL_BASE`] and up).
-pub(crate) fn channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
+pub(crate) fn find_channel(device: i32, channel: u32) -> Option<Arc<Channel>> {
     let of = |map: &Mutex<HashMap<i32, Engines>>| {
         lock(map)
             .get(&device)
@@ -204,7 +186,7 @@ fn build(device: i32, first: u32, count: u32, depth: u32, records: Records) -> R
             closed: AtomicBool::new(false),
             progress: CachePadded::new(Progress::default()),
             doorbell: CachePadded::new(Doorbell::default()),
-            activity: crate::kernel::Activity::of(device, index),
+            activity: crate::activity::Activity::of(device, index),
             provenance: Arc::new(provenance::ChannelProvenance::new(device, record.sq_base, depth)),
             busy: crate::occupancy::channel_counters(device, index),
         }));
@@ -240,7 +222,7 @@ fn build(device: i32, first: u32, count: u32, depth: u32, records: Records) -> R
         }
         REGISTERS_GENERATION.fetch_add(1, Ordering::AcqRel);
     }
-    provenance::watch(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
+    provenance::watch_channels(&channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect::<Vec<_>>());
     Ok(Engines { channels, threads, allocations, register_pages })
 }
 
@@ -277,7 +259,7 @@ pub(crate) fn aicpu_channels(device: i32) -> Result<Vec<Arc<Channel>>, aclError>
 fn tear_down(engines: Engines) {
     // Its SDMA channels only: the device's NIC QPs keep their watches until they are destroyed.
     let channels: Vec<_> = engines.channels.iter().map(|channel| Arc::clone(&channel.provenance)).collect();
-    provenance::unwatch(&channels);
+    provenance::unwatch_channels(&channels);
     {
         let mut registers = REGISTERS.write().unwrap_or_else(|p| p.into_inner());
         for channel in &engines.channels {
@@ -348,7 +330,9 @@ pub(crate) fn register_write_through(
         let found = REGISTERS.read().unwrap_or_else(|p| p.into_inner()).get(&base).cloned();
         let Some(channel) = found else {
             // Not an SDMA page: perhaps a twin NIC QP's doorbell page (never cached here).
-            return crate::nic::register_write(device_va, bytes, origin)
+            return OTHER_REGISTERS
+                .get()
+                .and_then(|other| other(device_va, bytes, origin))
                 .unwrap_or(Err(RegisterFault::NotARegister { va: device_va }));
         };
         *cache.0.borrow_mut() = Some((base, channel, generation));

@@ -3,19 +3,49 @@
 //! reset and stall controls.
 
 use crossbeam_utils::CachePadded;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::devices::take_injected_destination_fault;
 use super::layout::SdmaSqe;
-use super::provenance;
 use super::{
     ChannelException, Syndrome, ENGINE_POLL_WINDOW, RESET_WAIT, SQE_BYTES, SQE_COPY_OPCODE_WORD,
     SQE_KERNEL_CREDIT_SDMA, SQE_LINK_TYPE_NONE, SQE_LINK_TYPE_ONCHIP, SQE_MAX_LENGTH, SQE_OPCODE_COPY, SQE_TYPE_SDMA,
 };
 use crate::memory::{Segment, Space};
-use crate::runtime::{perform_copy, space};
+use crate::provenance;
+use crate::space::{perform_copy, space};
+
+/// Injected destination faults still to raise, by device ([`crate::control::fail_next_destinations`]).
+static INJECTED_DESTINATION_FAULTS: LazyLock<Mutex<HashMap<i32, u32>>> = LazyLock::new(|| Mutex::new(HashMap::new()));
+/// Whether any device has injected faults pending (the engines' fast path skips the map otherwise).
+static ANY_INJECTED: AtomicBool = AtomicBool::new(false);
+
+/// Makes the next `count` SQEs any engine of `device` executes (and stream copies its copy engines run) fail as if
+/// their destination did not translate.
+pub(crate) fn inject_destination_faults(device: i32, count: u32) {
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    faults.insert(device, count);
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+}
+
+/// Consumes one injected destination fault of `device`, if one is pending.
+pub(crate) fn take_injected_destination_fault(device: i32) -> bool {
+    if !ANY_INJECTED.load(Ordering::Acquire) {
+        return false;
+    }
+    let mut faults = lock(&INJECTED_DESTINATION_FAULTS);
+    let taken = match faults.get_mut(&device) {
+        Some(left) if *left > 0 => {
+            *left -= 1;
+            true
+        }
+        _ => false,
+    };
+    ANY_INJECTED.store(faults.values().any(|&left| left > 0), Ordering::Release);
+    taken
+}
 
 #[derive(Debug, Default)]
 pub(super) struct State {
@@ -53,7 +83,7 @@ pub(crate) struct Channel {
     pub doorbell: CachePadded<Doorbell>,
     /// The progress signal for the napping core of the block that drives this channel (a landed flag, a stopped
     /// run).
-    pub(super) activity: Arc<crate::kernel::Activity>,
+    pub(super) activity: Arc<crate::activity::Activity>,
     /// Who wrote each SQ slot, rang each doorbell and read each landed flag ([`provenance`]).
     pub provenance: Arc<provenance::ChannelProvenance>,
     /// The engine's busy time ([`crate::occupancy`]): the device's counters for this channel index.
@@ -196,7 +226,7 @@ impl Channel {
     }
 
     /// The progress signal of the channel (bumped when a flag lands and when a run stops).
-    pub(crate) fn activity(&self) -> &crate::kernel::Activity {
+    pub(crate) fn activity(&self) -> &crate::activity::Activity {
         &self.activity
     }
 

@@ -1,6 +1,7 @@
 //! The importing side of the export service: connecting to the exporter's socket within one deadline, checking
 //! that the listener is the pid the handle names, retrying after `Busy`, and mapping every failure to its ACL code
-//! (`ACL_ERROR_RT_IPC_ERROR` only when the exporting process is gone).
+//! (`ACL_ERROR_RT_IPC_ERROR` only when the exporting process is gone); and the import of a shareable handle as a
+//! physical handle, with its C entry points (`aclrtMemImportFromShareableHandle`, `...V2`).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
@@ -9,9 +10,12 @@ use ascendcl_sys::sys::*;
 
 use super::service::peer_credentials;
 use super::{
-    socket_name, Status, IMPORT_TIMEOUT, OP_IMPORT, REPLY_LEN, REPLY_MAGIC, REQUEST_LEN, REQUEST_MAGIC, RETRY_PAUSE,
+    dup, from_fabric, handle_pid, is_withheld, own_pid, socket_name, with_exports, Status, IMPORT_TIMEOUT, OP_IMPORT,
+    REPLY_LEN, REPLY_MAGIC, REQUEST_LEN, REQUEST_MAGIC, RETRY_PAUSE, TOKEN_MASK,
 };
-use crate::memory::GRANULARITY;
+use crate::entry::not_null;
+use crate::memory::{Physical, GRANULARITY};
+use crate::runtime::runtime;
 
 fn left(deadline: Instant) -> Result<Duration, aclError> {
     let left = deadline.saturating_duration_since(Instant::now());
@@ -231,4 +235,107 @@ pub(super) fn fetch_from(pid: u32, op: u32, shareable: u64) -> Result<(OwnedFd, 
             }
         }
     }
+}
+
+/// Imports `shareable` as a new physical handle (device id checked by the caller under the runtime lock).
+pub(crate) fn import(shareable: u64) -> Result<usize, aclError> {
+    let pid = handle_pid(shareable);
+    if pid == 0 || shareable & TOKEN_MASK == 0 {
+        return Err(ACL_ERROR_RT_INVALID_HANDLE);
+    }
+    // One import of a shareable handle per process (vendor documentation; the code is a guess). Checked once the
+    // exporter has answered, so that a gone exporter, a forged or freed handle, or a refusal take precedence: a
+    // second import tells whether the exporter still grants the handle.
+    let (fd, size) = if pid == own_pid() {
+        with_exports(|exports| -> Result<(OwnedFd, usize), aclError> {
+            let export =
+                exports.live.get(&shareable).filter(|_| !is_withheld(shareable)).ok_or(ACL_ERROR_RT_INVALID_HANDLE)?;
+            Ok((dup(&export.fd)?, export.size))
+        })?
+    } else {
+        let (fd, size, _) = fetch(pid, OP_IMPORT, shareable)?;
+        (fd, size)
+    };
+    if with_exports(|exports| exports.imported.values().any(|&from| from == shareable)) {
+        return Err(ACL_ERROR_RT_PARAM_INVALID);
+    }
+    let physical = Physical::from_fd(fd, size)?;
+    let mut runtime = runtime();
+    runtime.ready()?;
+    let handle = runtime.new_handle();
+    with_exports(|exports| {
+        if exports.imported.values().any(|&from| from == shareable) {
+            // Nothing was added: `physical` (the second view of the pages) is dropped on return.
+            return Err(ACL_ERROR_RT_PARAM_INVALID);
+        }
+        exports.imported.insert(handle, shareable);
+        Ok(())
+    })?;
+    runtime.physical.insert(handle, physical);
+    Ok(handle)
+}
+
+fn import_on(shareable: u64, device: i32, handle: *mut aclrtDrvMemHandle) -> Result<(), aclError> {
+    {
+        let runtime = runtime();
+        runtime.ready()?;
+        runtime.check_device_id(device)?;
+    }
+    let imported = import(shareable)?;
+    // SAFETY: checked non-null by the callers; writable by the C contract.
+    unsafe { handle.write(imported as aclrtDrvMemHandle) };
+    Ok(())
+}
+
+/// Imports a shareable handle (of this or another process) as a physical handle for `device_id`, backed by the
+/// exporter's pages. Fails with `ACL_ERROR_RT_INVALID_HANDLE` for a handle no live export has (forged, freed),
+/// `ACL_ERROR_RT_NO_PERMISSION` for a flags-0 export from another process, `ACL_ERROR_RT_IPC_ERROR` at once when
+/// the exporting process is gone, `ACL_ERROR_RT_TIMEOUT` when its service does not answer within 2 s.
+///
+/// # Safety
+///
+/// `handle` is null or writable (C contract).
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMemImportFromShareableHandle(
+    shareable_handle: u64,
+    device_id: i32,
+    handle: *mut aclrtDrvMemHandle,
+) -> aclError {
+    crate::entry::guard("aclrtMemImportFromShareableHandle", move || {
+        not_null(handle)?;
+        import_on(shareable_handle, device_id, handle)
+    })
+}
+
+/// The V2 import, on the calling thread's current device; `flags` must be 0.
+///
+/// # Safety
+///
+/// `shareable_handle` is null or readable for the size its type implies; `handle` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn aclrtMemImportFromShareableHandleV2(
+    shareable_handle: *mut core::ffi::c_void,
+    share_type: aclrtMemSharedHandleType,
+    flags: u64,
+    handle: *mut aclrtDrvMemHandle,
+) -> aclError {
+    crate::entry::guard("aclrtMemImportFromShareableHandleV2", move || {
+        not_null(shareable_handle)?;
+        not_null(handle)?;
+        if flags != 0 {
+            return Err(ACL_ERROR_INVALID_PARAM);
+        }
+        let device = runtime().current_device()?;
+        let shareable = match share_type {
+            ACL_MEM_SHARE_HANDLE_TYPE_FABRIC => {
+                // SAFETY: checked non-null; readable for a fabric handle by the C contract (unaligned: `void *`).
+                let fabric = unsafe { shareable_handle.cast::<aclrtMemFabricHandle>().read_unaligned() };
+                from_fabric(&fabric)?
+            }
+            // SAFETY: checked non-null; readable for a u64 by the C contract (unaligned: `void *`).
+            ACL_MEM_SHARE_HANDLE_TYPE_DEFAULT => unsafe { shareable_handle.cast::<u64>().read_unaligned() },
+            _ => return Err(ACL_ERROR_INVALID_PARAM),
+        };
+        import_on(shareable, device, handle)
+    })
 }

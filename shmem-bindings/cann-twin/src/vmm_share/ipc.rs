@@ -14,7 +14,7 @@ use super::{
     check_export_flags, dup, forget_inherited, handle_pid, lock, own_pid, random_token, with_exports, IpcExport,
     IpcImport, Service, IPC_KEY_LEN, IPC_KEY_PREFIX, OP_IPC_IMPORT, PID_BITS, SERVICE, TOKEN_BITS, TOKEN_MASK,
 };
-use crate::acl::not_null;
+use crate::entry::not_null;
 use crate::runtime::runtime;
 
 fn ipc_key(value: u64) -> String {
@@ -48,11 +48,13 @@ pub(crate) fn heap_released(allocation: usize) {
 }
 
 fn ipc_export(address: usize, size: usize, flags: u64) -> Result<String, aclError> {
+    // Before the first key exists: freeing its allocation withdraws it.
+    crate::memory::on_heap_released(heap_released);
     let check_pid = check_export_flags(flags)?;
     let runtime = runtime();
     runtime.current_device()?;
     let (fd, offset, allocation) = {
-        let space = crate::runtime::space();
+        let space = crate::space::space();
         let space = space.as_ref().filter(|space| space.contains(address)).ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
         match space.heap_range(address, size) {
             Ok((fd, offset, allocation)) => (Arc::new(dup(fd)?), offset, allocation),
@@ -118,7 +120,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
     // Unmapped when dropped, until the import is recorded.
     let mapping = map_range(&fd, offset, size)?;
     let host = mapping.host;
-    let address = crate::runtime::with_space_mut(|space| space.register(host, size, false))?;
+    let address = crate::space::with_space_mut(|space| space.register(host, size, false))?;
     let recorded = with_exports(|exports| {
         if exports.ipc_imported.contains_key(&value) {
             return false;
@@ -127,7 +129,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
         true
     });
     if !recorded {
-        let _ = crate::runtime::with_space_mut(|space| space.unregister(host));
+        let _ = crate::space::with_space_mut(|space| space.unregister(host));
         return Err(ACL_ERROR_RT_PARAM_INVALID);
     }
     // The import owns the mapping now (`ipc_close` unmaps it).
@@ -138,7 +140,7 @@ fn ipc_import(value: u64) -> Result<usize, aclError> {
 fn ipc_close(value: u64) -> Result<(), aclError> {
     runtime().ready()?;
     if let Some(import) = with_exports(|exports| exports.ipc_imported.remove(&value)) {
-        crate::runtime::with_space_mut(|space| space.unregister(import.host))?;
+        crate::space::with_space_mut(|space| space.unregister(import.host))?;
         // SAFETY: the import's mapping, no longer registered: nothing translates to it any more (unregistering
         // took the space's write lock).
         unsafe { libc::munmap(import.view as *mut libc::c_void, import.map_len) };
@@ -185,7 +187,7 @@ pub unsafe extern "C" fn aclrtIpcMemGetExportKey(
     len: usize,
     flags: u64,
 ) -> aclError {
-    crate::acl::guard("aclrtIpcMemGetExportKey", move || {
+    crate::entry::guard("aclrtIpcMemGetExportKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if size == 0 || len <= IPC_KEY_LEN {
@@ -214,7 +216,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
     key: *const core::ffi::c_char,
     flags: u64,
 ) -> aclError {
-    crate::acl::guard("aclrtIpcMemImportByKey", move || {
+    crate::entry::guard("aclrtIpcMemImportByKey", move || {
         not_null(dev_ptr)?;
         not_null(key)?;
         if flags != ACL_RT_IPC_MEM_IMPORT_FLAG_DEFAULT && flags != ACL_RT_IPC_MEM_IMPORT_FLAG_ENABLE_PEER_ACCESS {
@@ -235,7 +237,7 @@ pub unsafe extern "C" fn aclrtIpcMemImportByKey(
 /// `key` is null or a NUL-terminated string (C contract).
 #[no_mangle]
 pub unsafe extern "C" fn aclrtIpcMemClose(key: *const core::ffi::c_char) -> aclError {
-    crate::acl::guard("aclrtIpcMemClose", move || {
+    crate::entry::guard("aclrtIpcMemClose", move || {
         not_null(key)?;
         ipc_close(parse_ipc_key(key_bytes(key))?)
     })

@@ -69,7 +69,7 @@ pub(crate) fn backing_of(address: u64, size: u64) -> Result<(Arc<OwnedFd>, usize
     );
     // Lock order: the runtime, then the space.
     let runtime = runtime();
-    let guard = crate::runtime::space();
+    let guard = crate::space::space();
     let space = guard.as_ref().ok_or(ACL_ERROR_RT_PARAM_INVALID)?;
     if let Ok((fd, offset, _)) = space.heap_range(address, size) {
         return Ok((Arc::new(dup(fd)?), offset));

@@ -4,8 +4,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::watch::thread_writer;
-use super::{block_writer, UNATTRIBUTED_BITS, WRITER_AICPU, WRITER_BLOCK0, WRITER_HOST, WRITER_OTHER, WRITER_UNKNOWN};
+use super::writer::{
+    block_writer, thread_writer, UNATTRIBUTED_BITS, WRITER_AICPU, WRITER_BLOCK0, WRITER_HOST, WRITER_OTHER,
+    WRITER_UNKNOWN,
+};
 
 /// Who did an act, as the consumption log names it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! Provenance records of the twin NIC's queue pairs: who wrote each WQE the NIC took from a QP's SQ, who rang the SQ
 //! doorbell that exposed it, and who first read the CQE the NIC wrote for it. The same records, log and tallies as an
-//! SDMA channel's ([`crate::sdma::provenance`]), made where each act happens:
+//! SDMA channel's ([`crate::provenance`]), made where each act happens:
 //!
 //! - the SQ is watched like an SDMA channel's (64-byte slots): a core's DMA into it, or a Host write, marks the slots
 //!   it covers with its writer, and the NIC reads a slot's writer when it takes the WQE;
@@ -14,7 +14,7 @@
 //! Each QP has its own log, in WQE order (the NIC completes a QP's WQEs in order); an unsignaled WQE has no CQE.
 //! [`crate::control::qp_log`] and [`crate::control::qp_provenance`] read them.
 //!
-//! Each is recorded only while the records are on ([`crate::sdma::provenance::recording`]; the NIC's callers test it).
+//! Each is recorded only while the records are on ([`crate::provenance::recording`]; the NIC's callers test it).
 //!
 //! The hot path: a read checks one atomic counter (no CQE waits to be read: done), then the calling thread's cached
 //! list of QPs, a range test per QP and for a hit the one or two CQ slots it covers.
@@ -23,7 +23,10 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
-use crate::sdma::provenance::{self as records, ChannelProvenance, Reader, RingerTake, Ringers};
+use super::channel::ChannelProvenance;
+use super::records::{Reader, RingerTake, Ringers};
+#[cfg(test)]
+use super::{self as records};
 
 /// The records of one QP.
 #[derive(Debug)]
@@ -47,8 +50,8 @@ pub(crate) struct QpProvenance {
     take: Mutex<(u64, RingerTake)>,
 }
 
-/// CQ bytes per CQE (docs/rdma.md section 3).
-const CQE_BYTES: u64 = super::CQE_BYTES;
+/// CQ bytes per CQE (docs/rdma.md section 3; `nic::CQE_BYTES`, which checks it).
+pub(crate) const CQE_BYTES: u64 = 32;
 
 impl QpProvenance {
     pub(crate) fn new(device: i32, sq_base: u64, sq_depth: u32, cq_base: u64, cq_depth: u32) -> Self {
@@ -85,7 +88,7 @@ impl QpProvenance {
             take.1.current()
         } else {
             take.0 = doorbell;
-            take.1.take(&self.ringers, records::recording_epoch())
+            take.1.take(&self.ringers, super::watch::recording_epoch())
         };
         Taken { writer: self.records.writer_of(index & (depth - 1)), ringers, doorbell }
     }
@@ -175,7 +178,7 @@ thread_local! {
 
 /// Starts the records of a new QP: its SQ is watched for writes, its CQ for reads.
 pub(crate) fn watch(qp: &Arc<QpProvenance>) {
-    records::watch(std::slice::from_ref(&qp.records));
+    super::watch::watch_channels(std::slice::from_ref(&qp.records));
     let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
     let mut next = qps.to_vec();
     next.push(Arc::clone(qp));
@@ -185,7 +188,7 @@ pub(crate) fn watch(qp: &Arc<QpProvenance>) {
 
 /// Ends the records of a destroyed QP (its log stays readable through whoever holds it).
 pub(crate) fn unwatch(qp: &Arc<QpProvenance>) {
-    records::unwatch(std::slice::from_ref(&qp.records));
+    super::watch::unwatch_channels(std::slice::from_ref(&qp.records));
     let mut qps = QPS.write().unwrap_or_else(|p| p.into_inner());
     let next: Vec<_> = qps.iter().filter(|held| !Arc::ptr_eq(held, qp)).cloned().collect();
     *qps = Arc::new(next);

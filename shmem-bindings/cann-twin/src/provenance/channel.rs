@@ -1,29 +1,5 @@
-//! Provenance records of the SDMA channels: who wrote each SQE an engine consumes, who rang each doorbell, and who
-//! first read each completion flag an engine landed. The doers: an emulated core (by block), the Host, the AI CPU
-//! (threads marked as its own, [`mark_aicpu_thread`]), or nobody one can name. Every record is made where the act
-//! happens:
-//!
-//! - a write into a registered SQ marks the slots it covers in the channel's shadow array of writer ids, from the
-//!   code that performs the write (an emulated core's DMA completion and cache-line write-back, through the
-//!   `gm_written` op of `kernels/cpu/aiv_cpu_core.h`; every write of a Host or AI-CPU thread translated by the device
-//!   address space for writing, from [`crate::memory`]); turning the records on (from off) and a channel's reset
-//!   forget the writers, since writes made meanwhile were not marked;
-//! - the engine reads the slot's writer when it reads the SQE, and tallies it when the SQE has executed;
-//! - an accepted doorbell write tallies its origin (the ringing core's block, the Host's test-only path, the AI CPU's
-//!   register path) and joins the doorbell's set of ringers, which the engine takes with the tail ([`RingerTake`]);
-//! - the engine's 8-byte flag copy publishes the flag (address and value) before it stores it; the first read that
-//!   covers the word and returns that value claims it (a core's line fill or GM -> UB DMA through the `gm_read`
-//!   op, or a runtime copy to Host memory by a Host or AI-CPU thread).
-//!
-//! The hot path: a write or read checks one atomic counter (nothing watched or nothing pending: done), then the
-//! calling thread's cached copy of the watch list (refreshed only when `WATCH_GENERATION` (module `watch`) moved), a range test
-//! per watched SQ, and for a hit one relaxed store per covered slot. No lock is taken there; the engine takes none
-//! either per SQE for these records (blocks numbered 64 or more are tallied under a mutex of their own, which the
-//! engine takes only for SQEs such a block wrote).
-//!
-//! Files: this one holds the writer ids and a channel's own records ([`ChannelProvenance`]: slot writers, tallies,
-//! the consumption log); module `records` the types the records name and report, `watch` the process-wide switch,
-//! the watch list and the hooks of the memory model.
+//! A channel's own records ([`ChannelProvenance`]): its SQ slots' writers, its tallies and its consumption log; and
+//! the process-wide count of landed flags not yet read.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, Ordering};
@@ -31,34 +7,21 @@ use std::sync::Mutex;
 
 use crossbeam_utils::CachePadded;
 
-mod records;
-#[cfg(test)]
-mod tests;
-mod watch;
+use super::records::{Doer, FlagReader, LoggedSqe, Provenance, Reader, Ringers};
+use super::writer::{WRITER_AICPU, WRITER_BLOCK0, WRITER_HOST, WRITER_OTHER, WRITER_UNKNOWN};
 
-pub use records::{Doer, FlagReader, LoggedSqe, Provenance, Ringers};
-pub(crate) use records::{Reader, RingerTake};
-use watch::PENDING;
-pub(crate) use watch::{
-    acting_as, core_read, mark_aicpu_thread, mark_device_thread, read, recording, recording_epoch, set_recording,
-    thread_writer, thread_wrote, unwatch, watch, wrote, RECORDING_BYTE,
-};
+/// Flags pending, process-wide (0: every read is done after one load).
+static PENDING: AtomicU64 = AtomicU64::new(0);
 
-/// Writer id of a slot nobody wrote since the channel was created (the twin's zeroing of the ring).
-pub(crate) const WRITER_UNKNOWN: u32 = 0;
-/// Writer id of a Host-side write (a runtime copy, memset or any other Host path into device memory) by a Host
-/// thread.
-pub(crate) const WRITER_HOST: u32 = 1;
-/// Writer id of a slot written last by a device-side agent that is not a core (an SDMA engine's copy), or partly
-/// by one writer and partly by another: not attributable.
-pub(crate) const WRITER_OTHER: u32 = 2;
-/// Writer id of the AI CPU (the NPU's control CPU, running AI-CPU kernels): a write through the device address space
-/// by a thread marked as the AI CPU's ([`mark_aicpu_thread`]), or a doorbell it rang. Never a core, never the Host.
-pub(crate) const WRITER_AICPU: u32 = 3;
-/// Writer id of block `k` is `WRITER_BLOCK0 + k`.
-pub(crate) const WRITER_BLOCK0: u32 = 4;
-/// The bits of a [`Ringers`] set that mean nobody one can name (the ids [`WRITER_UNKNOWN`] and [`WRITER_OTHER`]).
-const UNATTRIBUTED_BITS: u64 = 1 << WRITER_UNKNOWN | 1 << WRITER_OTHER;
+/// Whether any landed flag waits for its first read (one relaxed load).
+#[inline]
+pub(super) fn flags_pending() -> bool {
+    PENDING.load(Ordering::Relaxed) != 0
+}
+
+/// The bytes of one SQ slot the records shadow: an SDMA SQE (`sdma::SQE_BYTES`, which checks it), a twin NIC WQE.
+pub(crate) const SLOT_BYTES: u64 = 64;
+
 /// Blocks tallied in lock-free counters; higher ones go to a map under a mutex.
 const DIRECT_BLOCKS: usize = 64;
 /// Flags of one channel that can wait to be read at a time (the transfer kernel has at most two unexecuted flag
@@ -67,11 +30,6 @@ const FLAG_SLOTS: usize = 4;
 /// Bits of the device address in a flag slot's key; the rest is the landing's sequence number (no ABA between two
 /// landings on the same word).
 const ADDRESS_BITS: u32 = 48;
-
-/// The writer id of block `block`.
-pub(crate) fn block_writer(block: u32) -> u32 {
-    WRITER_BLOCK0.saturating_add(block)
-}
 
 /// Counts per block: the first [`DIRECT_BLOCKS`] lock-free, the rest under a mutex.
 #[derive(Debug)]
@@ -126,8 +84,8 @@ struct FlagSlot {
 pub(crate) struct ChannelProvenance {
     pub device: i32,
     /// Device address of slot 0 and the ring's length in bytes.
-    sq_base: u64,
-    sq_bytes: u64,
+    pub(super) sq_base: u64,
+    pub(super) sq_bytes: u64,
     /// Per slot: the id of its last writer (`WRITER_*`).
     /// 16 bits a slot, so that a landing of 32 SQEs marks one cache line (which the engine reads, on its own core):
     /// writer ids that do not fit (blocks 65532 and up) are kept as [`WRITER_OTHER`].
@@ -213,7 +171,7 @@ impl ChannelProvenance {
         ChannelProvenance {
             device,
             sq_base,
-            sq_bytes: u64::from(depth) * super::SQE_BYTES as u64,
+            sq_bytes: u64::from(depth) * SLOT_BYTES,
             shadow: (0..depth).map(|_| AtomicU16::new(WRITER_UNKNOWN as u16)).collect(),
             sqes: CachePadded::default(),
             doorbells: CachePadded::default(),
@@ -232,7 +190,7 @@ impl ChannelProvenance {
         if from >= to {
             return;
         }
-        let sqe = super::SQE_BYTES as u64;
+        let sqe = SLOT_BYTES;
         // Slots touched: [first, last); wholly covered: [whole_first, whole_last) (the ring ends on a slot boundary).
         let (first, last) = ((from - self.sq_base) / sqe, (to - self.sq_base).div_ceil(sqe));
         // A write within one slot, or across two without covering either, covers none wholly: an empty middle.
@@ -253,7 +211,7 @@ impl ChannelProvenance {
     }
 
     /// Forgets every slot's writer: each slot is [`WRITER_UNKNOWN`] until its next write.
-    fn forget_writers(&self) {
+    pub(super) fn forget_writers(&self) {
         for cell in self.shadow.iter() {
             cell.store(WRITER_UNKNOWN as u16, Ordering::Release);
         }
@@ -345,7 +303,7 @@ impl ChannelProvenance {
         sequence
     }
 
-    /// Counts a landing (a flag, or a twin NIC's CQE for the QP records of [`crate::nic::provenance`]) and returns
+    /// Counts a landing (a flag, or a twin NIC's CQE for the QP records of [`crate::provenance::qp`]) and returns
     /// its sequence number (from 1).
     pub(crate) fn next_landing(&self) -> u64 {
         self.flags.landed.fetch_add(1, Ordering::Relaxed);

@@ -1,6 +1,8 @@
 //! Unit tests of the provenance records: slot writers, ringer sets, resets and flag readers.
 
+use super::records::Reader;
 use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 #[test]
@@ -90,7 +92,7 @@ proptest::proptest! {
         let (base, depth) = (0x1000u64, 8u32);
         let channel = ChannelProvenance::new(9, base, depth);
         let mut model = vec![WRITER_UNKNOWN; depth as usize];
-        let sqe = super::super::SQE_BYTES as u64;
+        let sqe = SLOT_BYTES;
         for (address, len, who) in writes {
             let writer = [WRITER_HOST, block_writer(0), block_writer(5), block_writer(70_000)][who as usize];
             // What the shadow keeps: an id above 16 bits as unattributable.

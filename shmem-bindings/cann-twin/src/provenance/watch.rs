@@ -6,8 +6,9 @@ use std::cell::RefCell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, RwLock};
 
+use super::channel::{flags_pending, ChannelProvenance};
 use super::records::Reader;
-use super::{ChannelProvenance, WRITER_AICPU, WRITER_HOST, WRITER_OTHER};
+use super::writer::thread_writer;
 
 /// Every watched channel (all channels of all devices with engines), by SQ address, with compact copies of what a
 /// lookup compares, so that a write or read that concerns no channel touches none of the channels' own lines (which
@@ -91,48 +92,13 @@ static SQ_LOW: AtomicU64 = AtomicU64::new(0);
 static SQ_HIGH: AtomicU64 = AtomicU64::new(0);
 /// Bumped under [`WATCHES`]' write lock by every change of it.
 static WATCH_GENERATION: AtomicU64 = AtomicU64::new(1);
-/// Flags pending, process-wide (0: every read is done after one load).
-pub(super) static PENDING: AtomicU64 = AtomicU64::new(0);
 
 thread_local! {
     /// This thread's copy of the watch list and the generation it was taken at.
     static CACHED: RefCell<Cached> = RefCell::new(Cached::default());
-    /// The writer id of a write this thread makes through the device address space: the Host unless the thread is
-    /// a device-side agent (an SDMA engine marks itself [`WRITER_OTHER`]) or the AI CPU's ([`WRITER_AICPU`]).
-    static THREAD_WRITER: std::cell::Cell<u32> = const { std::cell::Cell::new(WRITER_HOST) };
 }
 
-/// Marks the calling thread as a device-side agent that is not a core (an SDMA engine thread).
-pub(crate) fn mark_device_thread() {
-    THREAD_WRITER.with(|writer| writer.set(WRITER_OTHER));
-}
-
-/// Marks the calling thread as the AI CPU's: its writes through the device address space are the AI CPU's
-/// ([`WRITER_AICPU`]), and so are the flags and CQEs its runtime copies read first.
-pub(crate) fn mark_aicpu_thread() {
-    THREAD_WRITER.with(|writer| writer.set(WRITER_AICPU));
-}
-
-/// The writer id of the calling thread's writes through the device address space.
-pub(crate) fn thread_writer() -> u32 {
-    THREAD_WRITER.with(|writer| writer.get())
-}
-
-/// Runs `work` with the calling thread acting as `writer` (a stream's worker running a copy a thread of that kind
-/// submitted), then restores the thread's own writer id.
-pub(crate) fn acting_as<R>(writer: u32, work: impl FnOnce() -> R) -> R {
-    /// Restores the thread's writer id, also when `work` unwinds.
-    struct Restore(u32);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            THREAD_WRITER.with(|writer| writer.set(self.0));
-        }
-    }
-    let _restore = Restore(THREAD_WRITER.with(|own| own.replace(writer)));
-    work()
-}
-
-pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
+pub(crate) fn watch_channels(channels: &[Arc<ChannelProvenance>]) {
     let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
     let mut next: Vec<_> = watches.channels.to_vec();
     next.extend(channels.iter().cloned());
@@ -141,7 +107,7 @@ pub(crate) fn watch(channels: &[Arc<ChannelProvenance>]) {
 
 /// Stops watching these channels' SQs (a device's SDMA channels when its engines go, a twin NIC QP's when the QP
 /// is destroyed); the other channels of the same device stay watched.
-pub(crate) fn unwatch(channels: &[Arc<ChannelProvenance>]) {
+pub(crate) fn unwatch_channels(channels: &[Arc<ChannelProvenance>]) {
     let mut watches = WATCHES.write().unwrap_or_else(|p| p.into_inner());
     let next: Vec<_> =
         watches.channels.iter().filter(|held| !channels.iter().any(|gone| Arc::ptr_eq(held, gone))).cloned().collect();
@@ -276,8 +242,8 @@ fn read_on(device: Option<i32>, reader: Reader, address: u64, data: &[u8]) {
         return;
     }
     // The twin NIC's CQEs (one relaxed load when none waits to be read).
-    crate::nic::provenance::read(device, reader, address, data);
-    if PENDING.load(Ordering::Relaxed) == 0 {
+    super::qp::read(device, reader, address, data);
+    if !flags_pending() {
         return;
     }
     with_watches(|cached| {
