@@ -25,8 +25,20 @@ esac
 cargo build --release --quiet --bin aiv
 aiv=target/release/aiv
 
+# Waits (at most 3 minutes) for the 1-minute load average to fall below 1, so that a recording does not start under
+# the load the previous one made.
+settle() {
+    for _ in $(seq 36); do
+        if awk '{ exit !($1 < 1.0) }' /proc/loadavg; then
+            return
+        fi
+        sleep 5
+    done
+}
+
 if [[ "${1:-}" == "--record" ]]; then
     for report in docs/results/*.json; do
+        settle
         name="$(basename "$report" .json)"
         out="target/results/$name"
         rm -rf "$out"
