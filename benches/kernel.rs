@@ -1,4 +1,4 @@
-//! Kernel-level microbenchmarks of the aiv path on the CPU twin (numbers in docs/RESULTS.md).
+//! Kernel-level microbenchmarks of the aiv path on the CPU twin (criterion's own report; not on the results pages).
 //!
 //! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
 //!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine

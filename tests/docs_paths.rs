@@ -1,15 +1,13 @@
 //! What the docs point a reader to exists: every backticked path of this repository's files (`tests/...`,
 //! `host/...`, `benches/...`, `kernels/...`, `shmem-bindings/...` with a file extension) in README.md and docs/ names a
 //! file of the workspace root or of one of its crates (a crate's own `tests/...` is cited from inside it), and the
-//! crate's module map (`host/lib.rs`) names every public module. docs/RESULTS.md and docs/BASELINES.md are left out:
-//! they record measurements of their time, with the files of that time.
+//! crate's module map (`host/lib.rs`) names every public module.
 
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Where the cited file of a path's first segment may lie.
 const PREFIXES: &[&str] = &["tests/", "host/", "benches/", "kernels/", "shmem-bindings/"];
-const LEFT_OUT: &[&str] = &["RESULTS.md", "BASELINES.md"];
 
 /// The workspace root and every crate directory under it: a cited path resolves against any of them.
 fn roots() -> Vec<PathBuf> {
@@ -53,8 +51,7 @@ fn every_path_the_docs_cite_exists() {
     files.extend(
         docs.filter_map(|entry| entry.ok())
             .map(|entry| entry.path())
-            .filter(|p| p.extension().is_some_and(|e| e == "md"))
-            .filter(|p| !LEFT_OUT.iter().any(|name| p.file_name().is_some_and(|f| f == *name))),
+            .filter(|p| p.extension().is_some_and(|e| e == "md")),
     );
     let missing: Vec<String> = files.iter().flat_map(|file| missing_in(file, &roots)).collect();
     assert!(missing.is_empty(), "paths cited that no longer exist:\n{}", missing.join("\n"));

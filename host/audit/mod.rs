@@ -17,6 +17,7 @@ pub mod inspect;
 pub mod kv;
 pub mod mooncake;
 mod options;
+pub mod pages;
 mod peer;
 mod plot;
 pub mod report;
@@ -229,6 +230,8 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     let capture = warnings::AuditCapture::start();
     let started_utc = report::utc_now();
     let started = Instant::now();
+    // The machine as the audit starts (its load average is the load the audit met, not the load it made).
+    let mut environment = report::Environment::probe(config);
     // The aiv path on the vendor's runtime: CANN's profiler observes its cells (docs/evidence.md, "The profiler"),
     // started before the engines open and stopped after they closed; each aiv cell's window is counted.
     let observer_session = options
@@ -426,7 +429,6 @@ pub fn run(config: &EngineConfig, options: &AuditOptions, progress: &dyn Progres
     verdicts.extend(moon_verdicts);
     let (trace_records, trace_documents): (Vec<_>, Vec<_>) =
         traces.into_iter().map(|(record, document)| (record.clone(), (record.file, document))).unzip();
-    let mut environment = report::Environment::probe(config);
     environment.runtime = verdicts_runtime(&verdicts);
     let mut captured = capture.finish();
     for (index, id) in round_captures {

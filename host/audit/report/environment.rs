@@ -24,6 +24,10 @@ pub struct Environment {
     pub cpu_model: Option<String>,
     pub memory_bytes: Option<u64>,
     pub os: String,
+    /// The load average over 1, 5 and 15 minutes when the audit started (`/proc/loadavg`; `None` where unreadable,
+    /// and in reports written before it was recorded).
+    #[serde(default)]
+    pub load_average: Option<[f64; 3]>,
 }
 
 impl Environment {
@@ -44,8 +48,16 @@ impl Environment {
             os: std::fs::read_to_string("/proc/sys/kernel/osrelease")
                 .map(|release| format!("{} {}", std::env::consts::OS, release.trim()))
                 .unwrap_or_else(|_| std::env::consts::OS.into()),
+            load_average: load_average(),
         }
     }
+}
+
+/// The first three fields of `/proc/loadavg`.
+fn load_average() -> Option<[f64; 3]> {
+    let text = std::fs::read_to_string("/proc/loadavg").ok()?;
+    let mut fields = text.split_whitespace().map(|field| field.parse::<f64>().ok());
+    Some([fields.next()??, fields.next()??, fields.next()??])
 }
 
 /// `git rev-parse HEAD` in the source tree the binary was built from (its path is compiled in, never written out).

@@ -26,13 +26,16 @@ impl AuditReport {
         );
         let _ = writeln!(
             md,
-            "Machine: {} logical CPUs ({}), {} of memory, {}.\n",
+            "Machine: {} logical CPUs ({}), {} of memory, {}{}.\n",
             self.environment.cpus,
             self.environment.cpu_model.as_deref().unwrap_or("model unknown"),
             self.environment
                 .memory_bytes
                 .map_or("unknown".into(), |m| format!("{:.1} GiB", m as f64 / (1u64 << 30) as f64)),
-            self.environment.os
+            self.environment.os,
+            self.environment.load_average.map_or(String::new(), |[one, five, fifteen]| format!(
+                "; load average {one:.2}, {five:.2}, {fifteen:.2} at the start"
+            )),
         );
         if let Some(of) = &self.rerun_of {
             let _ = writeln!(

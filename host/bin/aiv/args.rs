@@ -264,6 +264,10 @@ pub(crate) struct AuditArgs {
     /// names the one it repeats
     #[arg(long, value_name = "REPORT", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "no_faults", "no_alloc", "alloc_request", "trace", "compare", "inspect"])]
     pub(crate) rerun: Option<PathBuf>,
+    /// Render the results pages instead of running: every DIR/<PAGE>.template.md, its tables from the reports
+    /// DIR/<name>.json, written as <PAGE>.md beside DIR (docs/audit.md, "The results pages")
+    #[arg(long = "results-pages", value_name = "DIR", conflicts_with_all = ["quick", "full", "paths", "sizes", "batch_size", "threads", "rounds", "cell_seconds", "out", "compare", "inspect", "rerun"])]
+    pub(crate) results_pages: Option<PathBuf>,
 }
 
 /// transfer_engine_bench's default `--duration` (for an initiator).

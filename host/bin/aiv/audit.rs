@@ -1,5 +1,5 @@
 //! `aiv audit`: the flags turned into the audit's options (paths, Mooncake variants, workloads, cross-host), its
-//! run and report, `--inspect`, `--compare` and `--rerun` of a recorded report.
+//! run and report, `--inspect`, `--compare` and `--rerun` of a recorded report, `--results-pages`.
 
 use std::path::PathBuf;
 
@@ -21,6 +21,12 @@ pub(crate) fn run_audit(config_path: Option<PathBuf>, args: AuditArgs) -> Result
             println!("{text}");
         } else {
             print!("{}", report.render());
+        }
+        return Ok(());
+    }
+    if let Some(dir) = args.results_pages {
+        for page in audit::pages::write(&dir)? {
+            println!("wrote {}", page.display());
         }
         return Ok(());
     }
@@ -59,7 +65,7 @@ fn rerun_audit(path: &std::path::Path, out: Option<PathBuf>) -> Result<(), Strin
     let Command::Audit(mut args) = cli.command else {
         return Err(what(format!("its command is not an audit: {}", recorded.command.join(" "))));
     };
-    if args.rerun.is_some() || args.compare.is_some() || args.inspect.is_some() {
+    if args.rerun.is_some() || args.compare.is_some() || args.inspect.is_some() || args.results_pages.is_some() {
         return Err(what("its command did not run an audit".into()));
     }
     let out = out.unwrap_or_else(default_audit_dir);

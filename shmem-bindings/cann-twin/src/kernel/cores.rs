@@ -23,7 +23,8 @@ pub const MAX_NAP: Duration = Duration::from_micros(250);
 pub const MIN_NAP: Duration = Duration::from_micros(50);
 /// A polling core naps 1/NAP_RAMP of the time it has polled, from [`MIN_NAP`] to [`MAX_NAP`]: a core idle for the few
 /// ms between a busy Host's batches naps [`MIN_NAP`] (nothing from the Host wakes it, so its nap is how late it takes
-/// the next batch; measured in docs/RESULTS.md), and one idle for 32 ms or more wakes only every [`MAX_NAP`].
+/// the next batch; the paired comparison of `benches/kernel.rs` measures it), and one idle for 32 ms or more wakes
+/// only every [`MAX_NAP`].
 pub const NAP_RAMP: u64 = 128;
 
 /// `AIV_CPU_ABI_VERSION` of `kernels/cpu/aiv_cpu_core.h`.

@@ -143,7 +143,7 @@ static HAS_CLWB: LazyLock<bool> = LazyLock::new(|| {
 /// Speed only: `clwb` on the cache lines of `[ptr, ptr + len)`, which this engine thread has just read. On the AMD
 /// EPYC VM the twin is measured on, the next writer of those lines (the emulated core landing the next lap of SQEs)
 /// then takes them faster: a toy ring of 2 KiB landings behind a reading thread cost the writer 230-420 cycles per
-/// landing instead of about 820 (the bench's post cost: docs/RESULTS.md). No effect on memory contents; nothing on a
+/// landing instead of about 820 (the post cost of `benches/kernel.rs`). No effect on memory contents; nothing on a
 /// CPU without `clwb` (what it does with a clean line is the CPU's choice).
 fn hand_back(ptr: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
