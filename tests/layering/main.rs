@@ -56,7 +56,7 @@ use rules::{
 /// and from the floors below. `bin` stands for the binary, `host/bin/*`.
 const FLOORS: &[&[&str]] = &[
     &["queue", "kernel_abi"],
-    &["transfer", "evidence", "cpu_time", "config", "error", "log_limit", "trace"],
+    &["transfer", "evidence", "cpu_time", "config", "error", "log_limit", "trace", "bounded"],
     &["metadata", "device"],
     &["transport", "occupancy"],
     &["engine"],
