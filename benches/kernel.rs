@@ -1,4 +1,4 @@
-//! Kernel-level microbenchmarks of the aiv path on the CPU twin (criterion's own report; not on the results pages).
+//! Kernel-level microbenchmarks of the aiv path on the CPU twin, and the idle cost of two twin devices.
 //!
 //! - `post_cost/doorbell_batch/{1,4,32}`: CPU time of the emulated AIV core per SQE inside the kernel's post path
 //!   (SQE write + doorbell every N SQEs, the doorbell's wake-up of the engine thread included), with the SDMA engine
@@ -17,16 +17,30 @@
 //! (`aiv.record_provenance`); `AIV_BENCH_RECORD_PROVENANCE=0` turns them off. A group sets up its devices (and
 //! `throughput` runs the paired comparison) only when the filter selects one of its benchmarks: `-- post_cost` opens
 //! no engine pair and `--list` opens nothing.
+//!
+//! With `AIV_BENCH_REPORT=FILE` the bench first measures the idle cost (two twin devices with persistent kernels and
+//! nothing to do: the process's CPU over a window after a settling time, and per kind of thread) and after the
+//! benchmarks writes FILE, the report the results pages render (`aiv_transport::audit::kernel_bench`): where it ran,
+//! as the audit records it, criterion's median and its confidence interval of each benchmark that ran (read from
+//! criterion's `estimates.json`), the paired comparison and the idle cost. Without it nothing is written but
+//! criterion's own output.
 
 use std::cell::OnceCell;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
+
+use aiv_transport::audit::kernel_bench::{
+    BenchEstimate, IdleCost, KernelReport, PairedBlock, ThreadKindCpu, KERNEL_SCHEMA,
+};
+use aiv_transport::audit::report::{utc_now, Environment};
 
 use aiv_transport::config::{AivOptions, LaunchMode};
 use aiv_transport::device::DeviceBuffer;
 use aiv_transport::engine::AivDevice;
 use aiv_transport::occupancy::{DeviceReport, OccupancySnapshot, RoleCpu};
 use aiv_transport::{EngineConfig, Opcode, Protocol, SegmentId, TransferEngine, TransferRequest, TransferState};
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 
 fn options(device_id: u32, mode: LaunchMode, doorbell_batch: u32) -> AivOptions {
     AivOptions {
@@ -170,8 +184,12 @@ struct Throughputs {
     dst: usize,
 }
 
+/// Bytes per iteration of the throughput benchmarks, and their block sizes.
+const THROUGHPUT_TOTAL: u64 = 32 << 20;
+const THROUGHPUT_BLOCKS: [u64; 5] = [64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20];
+
 fn throughput(c: &mut Criterion) {
-    const TOTAL: u64 = 32 << 20;
+    const TOTAL: u64 = THROUGHPUT_TOTAL;
     // Set up, and the paired comparison run, on the first call of a selected routine: a filter that selects no
     // throughput benchmark (`-- post_cost`) costs neither the engines nor the paired rounds.
     let setup = OnceCell::new();
@@ -193,7 +211,7 @@ fn throughput(c: &mut Criterion) {
     };
     let mut group = c.benchmark_group("throughput");
     group.sample_size(10).measurement_time(Duration::from_secs(3)).throughput(Throughput::Bytes(TOTAL));
-    for block in [64u64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20] {
+    for block in THROUGHPUT_BLOCKS {
         let count = TOTAL / block;
         group.bench_function(BenchmarkId::new("aiv", block), |b| {
             let state = state();
@@ -257,7 +275,17 @@ fn paired_ratios(pair: &Pair, pool: &MemcpyPool, src: usize, dst: usize, total: 
         }
         let occupancy = OccupancySnapshot::take(&[0, 1], true).since(&before);
         ratios.sort_by(f64::total_cmp);
-        let gbps = |d: Duration| (total * rounds as u64) as f64 / d.as_secs_f64() / 1e9;
+        let rate = |d: Duration| (total * rounds as u64) as f64 / d.as_secs_f64();
+        PAIRED.lock().unwrap_or_else(|e| e.into_inner()).push(PairedBlock {
+            block,
+            rounds,
+            aiv_bytes_per_second: rate(aiv_total),
+            memcpy_bytes_per_second: rate(memcpy_total),
+            ratio_median: ratios[ratios.len() / 2],
+            ratio_min: ratios[0],
+            ratio_max: ratios[ratios.len() - 1],
+        });
+        let gbps = |d: Duration| rate(d) / 1e9;
         eprintln!(
             "  block {:>8} B: aiv {:6.2} GB/s, memcpy {:6.2} GB/s, median ratio aiv/memcpy {:.3} (min {:.3}, max {:.3})",
             block,
@@ -342,5 +370,139 @@ impl MemcpyPool {
     }
 }
 
+/// The paired comparison's figures of this run, for the report.
+static PAIRED: Mutex<Vec<PairedBlock>> = Mutex::new(Vec::new());
+
+/// Idle time before the idle window (the devices' first transfers and the kernels' start-up settle), and the window.
+const IDLE_SETTLE: Duration = Duration::from_secs(3);
+const IDLE_WINDOW: Duration = Duration::from_secs(10);
+
+/// User + system CPU time of the whole process (`getrusage`), threads that exited included.
+fn process_cpu() -> Duration {
+    // SAFETY: an all-zero rusage is a valid value of the plain C struct, which getrusage fills.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage for the call's duration.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    assert_eq!(rc, 0, "getrusage: {}", std::io::Error::last_os_error());
+    let time = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    time(usage.ru_utime) + time(usage.ru_stime)
+}
+
+/// Two twin devices with persistent kernels (the throughput benchmarks' engine pair) and nothing to do: the
+/// process's CPU over [`IDLE_WINDOW`] after [`IDLE_SETTLE`], and per kind of thread.
+fn idle_cost() -> IdleCost {
+    let pair = pair(1 << 20);
+    // A few transfers first: the persistent kernels are resident and every thread has started.
+    for _ in 0..8 {
+        pair.run(64, 1);
+    }
+    std::thread::sleep(IDLE_SETTLE);
+    let (threads_before, cpu_before) = (OccupancySnapshot::take(&[0, 1], true), process_cpu());
+    std::thread::sleep(IDLE_WINDOW);
+    let cpu = process_cpu() - cpu_before;
+    let occupancy = OccupancySnapshot::take(&[0, 1], true).since(&threads_before);
+    drop(pair);
+    let threads = [occupancy.device_model_cpu, occupancy.host_cpu]
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|r| r.cpu_ns > 0)
+        .map(|r| ThreadKindCpu {
+            kind: if r.role.is_device_model() {
+                format!("twin device model: {}", r.role.label())
+            } else {
+                format!("Host: {}", r.role.label())
+            },
+            threads: r.threads,
+            cpu_ns: r.cpu_ns,
+        })
+        .collect();
+    let cpu_ns = cpu.as_nanos() as u64;
+    IdleCost {
+        devices: 2,
+        settle_s: IDLE_SETTLE.as_secs_f64(),
+        window_s: IDLE_WINDOW.as_secs_f64(),
+        cpu_ns,
+        share_of_core: cpu.as_secs_f64() / IDLE_WINDOW.as_secs_f64(),
+        threads,
+    }
+}
+
+/// Criterion's output directory, as criterion chooses it.
+fn criterion_dir() -> PathBuf {
+    if let Some(home) = std::env::var_os("CRITERION_HOME") {
+        return home.into();
+    }
+    std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| PathBuf::from("target"), PathBuf::from).join("criterion")
+}
+
+/// The bench's benchmarks with the bytes each iteration moves, in its order.
+fn benchmark_ids() -> Vec<(String, Option<u64>)> {
+    let mut ids: Vec<(String, Option<u64>)> =
+        [1, 4, 32].iter().map(|batch| (format!("post_cost/doorbell_batch/{batch}"), None)).collect();
+    ids.push(("request_to_dcq/64B".into(), Some(64)));
+    for block in THROUGHPUT_BLOCKS {
+        for kind in ["aiv", "memcpy"] {
+            ids.push((format!("throughput/{kind}/{block}"), Some(THROUGHPUT_TOTAL)));
+        }
+    }
+    ids
+}
+
+/// The estimates of the benchmarks this run measured: those whose `estimates.json` was written since `started`.
+fn estimates(criterion: &Path, started: SystemTime) -> Vec<BenchEstimate> {
+    benchmark_ids()
+        .into_iter()
+        .filter(|(id, _)| {
+            let file = criterion.join(id).join("new").join("estimates.json");
+            std::fs::metadata(file).and_then(|m| m.modified()).is_ok_and(|modified| modified >= started)
+        })
+        .map(|(id, bytes)| BenchEstimate::from_criterion(criterion, &id, bytes).unwrap_or_else(|e| panic!("{e}")))
+        .collect()
+}
+
+/// The command as run: the variables that change what it measures, `cargo bench --bench kernel` and criterion's
+/// arguments.
+fn command() -> Vec<String> {
+    let mut command: Vec<String> = ["AIV_PAIRED_ROUNDS", "AIV_PAIRED_BLOCKS", "AIV_BENCH_RECORD_PROVENANCE"]
+        .iter()
+        .filter_map(|name| std::env::var(name).ok().map(|value| format!("{name}={value}")))
+        .collect();
+    command.extend(["cargo", "bench", "--bench", "kernel"].map(String::from));
+    let args: Vec<String> = std::env::args().skip(1).filter(|arg| arg != "--bench").collect();
+    if !args.is_empty() {
+        command.push("--".into());
+        command.extend(args);
+    }
+    command
+}
+
 criterion_group!(benches, post_cost, request_to_dcq, throughput);
-criterion_main!(benches);
+
+fn main() {
+    let report = std::env::var_os("AIV_BENCH_REPORT").map(PathBuf::from).filter(|_| {
+        // Listing runs nothing, so it reports nothing.
+        !std::env::args().any(|arg| arg == "--list")
+    });
+    let (started, started_utc) = (Instant::now(), utc_now());
+    let started_at = SystemTime::now();
+    let backend = format!("{:?}", AivOptions::default().device_backend).to_lowercase();
+    let environment = Environment::of_this_machine(&backend);
+    let idle = report.as_ref().map(|_| idle_cost());
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    let Some(path) = report else { return };
+    let report = KernelReport {
+        schema: KERNEL_SCHEMA.into(),
+        command: command(),
+        started_utc,
+        elapsed_s: started.elapsed().as_secs_f64(),
+        environment,
+        benchmarks: estimates(&criterion_dir(), started_at),
+        paired: std::mem::take(&mut *PAIRED.lock().unwrap_or_else(|e| e.into_inner())),
+        idle,
+    };
+    let text = serde_json::to_string_pretty(&report).expect("the report serialises");
+    std::fs::write(&path, text + "\n").unwrap_or_else(|e| panic!("writing {}: {e}", path.display()));
+    eprintln!("kernel bench: report written to {}", path.display());
+}

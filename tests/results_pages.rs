@@ -7,6 +7,8 @@
 //! - `the_pages_hold_no_dated_narration`: no page or template names an issue, a session, a time of day, a date other
 //!   than a report's "recorded on" field, a re-measurement or a "before this change".
 //! - `the_narration_check_finds_each_kind`, `a_changed_page_is_found`: each check fails on a page made to fail it.
+//! - `a_kernel_report_renders_its_tables`: a sample kernel microbenchmark report renders its source line and the
+//!   figures of each kernel table, and an audit generator refuses it.
 
 use std::path::{Path, PathBuf};
 
@@ -147,4 +149,81 @@ fn a_changed_page_is_found() {
     let after = pages::render(&copy).expect("the pages render");
     let changed = before.iter().zip(&after).filter(|(a, b)| a.text != b.text).count();
     assert!(changed >= 1, "a changed report must change the pages rendered from it");
+}
+
+/// A kernel report as `cargo bench --bench kernel` writes it, with two block sizes and one thread kind.
+fn sample_kernel_report() -> serde_json::Value {
+    let estimate = |id: &str, median: f64, bytes: Option<u64>| {
+        serde_json::json!({
+            "id": id, "median_ns": median, "lower_ns": median * 0.9, "upper_ns": median * 1.1,
+            "confidence_level": 0.95, "bytes_per_iteration": bytes,
+        })
+    };
+    serde_json::json!({
+        "schema": "aiv-kernel-bench/1",
+        "command": ["cargo", "bench", "--bench", "kernel"],
+        "started_utc": "2026-12-07T19:20:00Z",
+        "elapsed_s": 301.4,
+        "environment": {
+            "version": "0.1.0", "source_commit": "abc123", "device_backend": "twin", "runtime": null, "cpus": 2,
+            "cpu_model": "Sample CPU", "memory_bytes": 8589934592u64, "os": "linux 6.1", "load_average": [0.42, 0.6, 0.7],
+        },
+        "benchmarks": [
+            estimate("post_cost/doorbell_batch/1", 23.4, None),
+            estimate("post_cost/doorbell_batch/32", 11.2, None),
+            estimate("request_to_dcq/64B", 40_000.0, Some(64)),
+            estimate("throughput/aiv/1048576", 2_500_000.0, Some(32 << 20)),
+            estimate("throughput/memcpy/1048576", 2_600_000.0, Some(32 << 20)),
+        ],
+        "paired": [
+            { "block": 1048576, "rounds": 201, "aiv_bytes_per_second": 13.1e9, "memcpy_bytes_per_second": 13.4e9,
+              "ratio_median": 0.977, "ratio_min": 0.91, "ratio_max": 1.04 },
+            { "block": 4194304, "rounds": 201, "aiv_bytes_per_second": 13.4e9, "memcpy_bytes_per_second": 13.5e9,
+              "ratio_median": 0.993, "ratio_min": 0.95, "ratio_max": 1.03 },
+        ],
+        "idle": {
+            "devices": 2, "settle_s": 3.0, "window_s": 10.0, "cpu_ns": 812_000_000u64, "share_of_core": 0.0812,
+            "threads": [{ "kind": "twin device model: aiv cores", "threads": 4, "cpu_ns": 640_000_000u64 }],
+        },
+    })
+}
+
+#[test]
+fn a_kernel_report_renders_its_tables() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).expect("created");
+    std::fs::write(results.join("kernel.json"), sample_kernel_report().to_string()).expect("written");
+    let template = "# Kernel\n\n{{runs}}\n\n{{kernel-post kernel}}\n\n{{kernel-request kernel}}\n\n\
+                    {{kernel-throughput kernel}}\n\n{{idle kernel}}\n";
+    std::fs::write(results.join("KERNEL.template.md"), template).expect("written");
+    let page = pages::render(&results).expect("the page renders").into_iter().next().expect("a page");
+    assert_eq!(page.file, "KERNEL.md");
+    let text = page.text;
+    let source = "From `docs/results/kernel.json`: `cargo bench --bench kernel`, commit `abc123`, recorded on \
+                  2026-12-07T19:20:00Z, 301 s; 2 CPUs (Sample CPU), 8.0 GiB, linux 6.1; load average at the start \
+                  0.42 / 0.60 / 0.70 (1 / 5 / 15 min); twin runtime: a model's figures, unverified on hardware.";
+    assert_eq!(text.matches(source).count(), 4, "a source line beside each table:\n{text}");
+    assert!(text.contains("| `docs/results/kernel.json` | `cargo bench --bench kernel` | `abc123` |"), "{text}");
+    for expected in [
+        "| 1 | 23.4 | 21.1-25.7 (95%) |",
+        "| 32 | 11.2 | 10.1-12.3 (95%) |",
+        "| `request_to_dcq/64B` | 40.0 | 36.0-44.0 (95%) |",
+        "| 1 MiB | 13.42 (12.20-14.91) | 12.91 (11.73-14.34) | 13.10 | 13.40 | **0.977** (0.910-1.040) |",
+        "| 4 MiB | - | - | 13.40 | 13.50 | **0.993** (0.950-1.030) |",
+        "The paired columns: 201 rounds per block size.",
+        "812.0 ms of CPU over a window of 10 s after 3 s of settling, **8.1% of one core**",
+        "| twin device model: aiv cores | 4 | 640.0 | 6.40% |",
+        "| whole process | | 812.0 | 8.12% |",
+    ] {
+        assert!(text.contains(expected), "{expected:?} not in the rendering:\n{text}");
+    }
+    assert_eq!(narrating_lines(&text), Vec::<String>::new(), "the rendering narrates");
+    // An audit's generator on the kernel report, and a kernel generator on a missing report, are refused.
+    std::fs::write(results.join("KERNEL.template.md"), "{{verdicts kernel}}\n").expect("written");
+    let error = pages::render(&results).expect_err("verdicts of a kernel report");
+    assert!(error.contains("kernel report"), "{error}");
+    std::fs::write(results.join("KERNEL.template.md"), "{{idle none}}\n").expect("written");
+    let error = pages::render(&results).expect_err("no such report");
+    assert!(error.contains("no report none.json"), "{error}");
 }

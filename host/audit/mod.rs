@@ -14,6 +14,7 @@ pub mod compare;
 pub mod cross_host;
 mod faults;
 pub mod inspect;
+pub mod kernel_bench;
 pub mod kv;
 pub mod mooncake;
 mod options;

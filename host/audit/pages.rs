@@ -1,7 +1,8 @@
 //! The results pages (docs/RESULTS.md, docs/BASELINES.md), rendered from recorded reports: `aiv audit
 //! --results-pages DIR` and `tests/results_pages.rs`.
 //!
-//! `DIR` holds the recorded reports (`<name>.json`, each an audit's `report.json`) and one template per page
+//! `DIR` holds the recorded reports (`<name>.json`, each an audit's `report.json` or the kernel microbenchmark's
+//! report, [`super::kernel_bench`]) and one template per page
 //! (`<PAGE>.template.md`). A template is Markdown; a line that is only `{{generator report [argument]}}` is replaced by
 //! what the generator renders from the report `<report>.json` ([`GENERATORS`]), each table of figures preceded by the
 //! line that says where they come from: the command, the commit, when, the machine and its load, and the twin
@@ -13,10 +14,11 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::cross_host::CrossHostReport;
-use super::report::{size_name, AuditReport, CellStats, Shape, Stats, WorkloadReport};
+use super::kernel_bench::{self, KernelReport, KERNEL_SCHEMA};
+use super::report::{size_name, AuditReport, CellStats, Environment, Shape, Stats, WorkloadReport};
 
 /// The generators a template line can name, with what they render.
-pub const GENERATORS: [(&str, &str); 13] = [
+pub const GENERATORS: [(&str, &str); 17] = [
     ("runs", "every recorded report: its command, commit, when, machine and load"),
     ("source", "the line that says where a report's figures come from"),
     ("skipped", "the paths a report did not run, and why"),
@@ -30,7 +32,72 @@ pub const GENERATORS: [(&str, &str); 13] = [
     ("faults", "the error-recovery rounds"),
     ("allocation", "allocation success per memory kind"),
     ("cross-host", "aiv's RDMA route against tcp between two network namespaces, and the bar aiv is held to"),
+    ("kernel-post", "a kernel report's CPU of the emulated AIV core per posted SQE, per doorbell batch"),
+    ("kernel-request", "a kernel report's request-to-completion latency through the kernel"),
+    ("kernel-throughput", "a kernel report's aiv and memcpy bandwidth per block size, criterion's and paired"),
+    ("idle", "a kernel report's CPU of two idle twin devices with persistent kernels"),
 ];
+
+/// The recorded reports of a directory, by name (the file name without `.json`).
+#[derive(Clone, Debug, Default)]
+pub struct Reports {
+    pub audits: BTreeMap<String, AuditReport>,
+    pub kernels: BTreeMap<String, KernelReport>,
+}
+
+impl Reports {
+    /// Reads `<name>.json` of `dir` as the kind its `schema` names.
+    fn read(&mut self, dir: &Path, name: &str) -> Result<(), String> {
+        let path = dir.join(format!("{name}.json"));
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let schema: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+        if schema.get("schema").and_then(|s| s.as_str()) == Some(KERNEL_SCHEMA) {
+            self.kernels
+                .insert(name.into(), KernelReport::parse(&text).map_err(|e| format!("{}: {e}", path.display()))?);
+        } else {
+            self.audits.insert(name.into(), AuditReport::read(&path)?);
+        }
+        Ok(())
+    }
+
+    /// Every report's provenance, by name.
+    fn provenances(&self) -> BTreeMap<&str, Provenance<'_>> {
+        let audits = self.audits.iter().map(|(key, r)| (key.as_str(), Provenance::of_audit(r)));
+        audits.chain(self.kernels.iter().map(|(key, r)| (key.as_str(), Provenance::of_kernel(r)))).collect()
+    }
+}
+
+/// What a source line states of a report.
+struct Provenance<'a> {
+    command: &'a [String],
+    started_utc: &'a str,
+    elapsed_s: f64,
+    environment: &'a Environment,
+    twin: bool,
+}
+
+impl Provenance<'_> {
+    fn of_audit(report: &AuditReport) -> Provenance<'_> {
+        Provenance {
+            command: &report.command,
+            started_utc: &report.started_utc,
+            elapsed_s: report.elapsed_s,
+            environment: &report.environment,
+            twin: on_twin(report),
+        }
+    }
+
+    fn of_kernel(report: &KernelReport) -> Provenance<'_> {
+        Provenance {
+            command: &report.command,
+            started_utc: &report.started_utc,
+            elapsed_s: report.elapsed_s,
+            environment: &report.environment,
+            twin: report.environment.device_backend == "twin",
+        }
+    }
+}
 
 /// The caveat beside a twin runtime's figures.
 pub const TWIN_CAVEAT: &str = "twin runtime: a model's figures, unverified on hardware";
@@ -50,9 +117,9 @@ pub fn render(dir: &Path) -> Result<Vec<Page>, String> {
         .filter_map(|entry| entry.file_name().to_str().map(str::to_owned))
         .collect();
     names.sort();
-    let mut reports = BTreeMap::new();
+    let mut reports = Reports::default();
     for name in names.iter().filter_map(|name| name.strip_suffix(".json")) {
-        reports.insert(name.to_owned(), AuditReport::read(&dir.join(format!("{name}.json")))?);
+        reports.read(dir, name)?;
     }
     let mut pages = Vec::new();
     for page in names.iter().filter_map(|name| name.strip_suffix(".template.md")) {
@@ -80,7 +147,7 @@ pub fn write(dir: &Path) -> Result<Vec<std::path::PathBuf>, String> {
 }
 
 /// A template with every generator line replaced.
-pub fn render_template(template: &str, reports: &BTreeMap<String, AuditReport>) -> Result<String, String> {
+pub fn render_template(template: &str, reports: &Reports) -> Result<String, String> {
     let mut out = String::new();
     for (number, line) in template.lines().enumerate() {
         let Some(call) = line.trim().strip_prefix("{{").and_then(|rest| rest.strip_suffix("}}")) else {
@@ -96,16 +163,27 @@ pub fn render_template(template: &str, reports: &BTreeMap<String, AuditReport>) 
     Ok(out)
 }
 
-fn generate(words: &[&str], reports: &BTreeMap<String, AuditReport>) -> Result<String, String> {
+fn generate(words: &[&str], reports: &Reports) -> Result<String, String> {
     let (name, rest) = words.split_first().ok_or("an empty generator line")?;
     if *name == "runs" {
         return Ok(runs(reports));
     }
     let key = rest.first().ok_or("no report named")?;
-    let report = reports.get(*key).ok_or_else(|| format!("no report {key}.json"))?;
+    if let Some(kernel) = reports.kernels.get(*key) {
+        let body = match *name {
+            "source" => return Ok(source(key, &Provenance::of_kernel(kernel))),
+            "kernel-post" => kernel_bench::post_cost(kernel),
+            "kernel-request" => kernel_bench::request_latency(kernel),
+            "kernel-throughput" => kernel_bench::throughput(kernel),
+            "idle" => kernel_bench::idle(kernel),
+            other => return Err(format!("{key}.json is a kernel report: no generator {other:?} of it")),
+        };
+        return Ok(format!("{}\n\n{body}", source(key, &Provenance::of_kernel(kernel))));
+    }
+    let report = reports.audits.get(*key).ok_or_else(|| format!("no report {key}.json"))?;
     let argument = rest.get(1).copied();
     let body = match *name {
-        "source" => return Ok(source(key, report)),
+        "source" => return Ok(source(key, &Provenance::of_audit(report))),
         // Not figures: the table or list stands without the source line.
         "skipped" => return Ok(skipped(report)),
         "evidence" => return Ok(evidence(report)),
@@ -118,20 +196,22 @@ fn generate(words: &[&str], reports: &BTreeMap<String, AuditReport>) -> Result<S
         "faults" => faults(report),
         "allocation" => allocation(report),
         "cross-host" => cross_host(report.cross_host.as_ref().ok_or("the report did not run --cross-host")?),
+        "kernel-post" | "kernel-request" | "kernel-throughput" | "idle" => {
+            return Err(format!("{key}.json is an audit's report: {name} renders a kernel report"))
+        }
         other => {
             let known: Vec<&str> = GENERATORS.iter().map(|(name, _)| *name).collect();
             return Err(format!("no generator {other:?} (known: {})", known.join(", ")));
         }
     };
-    Ok(format!("{}\n\n{body}", source(key, report)))
+    Ok(format!("{}\n\n{body}", source(key, &Provenance::of_audit(report))))
 }
 
 fn on_twin(report: &AuditReport) -> bool {
     report.environment.device_backend == "twin" || report.runtime().is_some_and(|r| r.contains("twin"))
 }
 
-fn machine(report: &AuditReport) -> String {
-    let e = &report.environment;
+fn machine(e: &Environment) -> String {
     let mut text = format!("{} CPUs ({})", e.cpus, e.cpu_model.as_deref().unwrap_or("model unknown"));
     if let Some(bytes) = e.memory_bytes {
         let _ = write!(text, ", {:.1} GiB", bytes as f64 / (1u64 << 30) as f64);
@@ -140,46 +220,46 @@ fn machine(report: &AuditReport) -> String {
     text
 }
 
-fn load(report: &AuditReport) -> String {
-    report.environment.load_average.map_or("not recorded".into(), |[one, five, fifteen]| {
+fn load(e: &Environment) -> String {
+    e.load_average.map_or("not recorded".into(), |[one, five, fifteen]| {
         format!("{one:.2} / {five:.2} / {fifteen:.2} (1 / 5 / 15 min)")
     })
 }
 
-fn commit(report: &AuditReport) -> String {
-    report.environment.source_commit.as_deref().map_or("unknown".into(), |c| format!("`{c}`"))
+fn commit(e: &Environment) -> String {
+    e.source_commit.as_deref().map_or("unknown".into(), |c| format!("`{c}`"))
 }
 
 /// `recorded on` is the one place a page names a date: the report's own start.
-fn source(key: &str, report: &AuditReport) -> String {
+fn source(key: &str, report: &Provenance<'_>) -> String {
     let mut line = format!(
         "From `docs/results/{key}.json`: `{}`, commit {}, recorded on {}, {} s; {}; load average at the start {}",
         report.command.join(" "),
-        commit(report),
+        commit(report.environment),
         report.started_utc,
         report.elapsed_s.round(),
-        machine(report),
-        load(report),
+        machine(report.environment),
+        load(report.environment),
     );
-    if on_twin(report) {
+    if report.twin {
         let _ = write!(line, "; {TWIN_CAVEAT}");
     }
     line.push('.');
     line
 }
 
-fn runs(reports: &BTreeMap<String, AuditReport>) -> String {
+fn runs(reports: &Reports) -> String {
     let mut out = String::from("| report | command | commit | recorded on | machine | load average at the start |\n");
     out.push_str("|---|---|---|---|---|---|\n");
-    for (key, report) in reports {
+    for (key, report) in reports.provenances() {
         let _ = writeln!(
             out,
             "| `docs/results/{key}.json` | `{}` | {} | {} | {} | {} |",
             report.command.join(" "),
-            commit(report),
+            commit(report.environment),
             report.started_utc,
-            machine(report),
-            load(report)
+            machine(report.environment),
+            load(report.environment)
         );
     }
     out
@@ -590,7 +670,7 @@ mod tests {
 
     #[test]
     fn a_template_without_generators_is_unchanged_and_an_unknown_generator_is_refused() {
-        let reports = BTreeMap::new();
+        let reports = Reports::default();
         assert_eq!(render_template("# Title\n\nText.\n", &reports), Ok("# Title\n\nText.\n".into()));
         let error = render_template("{{verdicts none}}\n", &reports).expect_err("no such report");
         assert!(error.contains("no report none.json"), "{error}");

@@ -32,10 +32,16 @@ pub struct Environment {
 
 impl Environment {
     pub(crate) fn probe(config: &EngineConfig) -> Environment {
+        Environment::of_this_machine(&format!("{:?}", config.aiv.device_backend).to_lowercase())
+    }
+
+    /// This machine and build as the audit records them, for a run on `device_backend` (`twin` or `cann`): what
+    /// another recorded report (the kernel microbenchmark's) states of where it ran.
+    pub fn of_this_machine(device_backend: &str) -> Environment {
         Environment {
             version: env!("CARGO_PKG_VERSION").into(),
             source_commit: source_commit(),
-            device_backend: format!("{:?}", config.aiv.device_backend).to_lowercase(),
+            device_backend: device_backend.into(),
             runtime: None,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model: std::fs::read_to_string("/proc/cpuinfo").ok().and_then(|info| {

@@ -91,7 +91,7 @@ pub struct RerunOf {
 }
 
 /// Now, as RFC 3339 in UTC to the second.
-pub(crate) fn utc_now() -> String {
+pub fn utc_now() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
 
