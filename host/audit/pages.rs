@@ -15,7 +15,7 @@ use std::path::Path;
 
 use super::cross_host::CrossHostReport;
 use super::kernel_bench::{self, KernelReport, KERNEL_SCHEMA};
-use super::report::{size_name, AuditReport, CellStats, Environment, Shape, Stats, WorkloadReport};
+use super::report::{size_name, verdict_table, AuditReport, CellStats, Environment, Shape, Stats, WorkloadReport};
 
 /// The generators a template line can name, with what they render.
 pub const GENERATORS: [(&str, &str); 17] = [
@@ -187,7 +187,7 @@ fn generate(words: &[&str], reports: &Reports) -> Result<String, String> {
         // Not figures: the table or list stands without the source line.
         "skipped" => return Ok(skipped(report)),
         "evidence" => return Ok(evidence(report)),
-        "verdicts" => verdicts(report),
+        "verdicts" => verdict_table(&report.verdicts),
         "latency" => latency(workload(report, argument.ok_or("no workload named")?)?),
         "bandwidth" => bandwidth(report, argument.ok_or("no workloads named")?)?,
         "kv" => kv(workload(report, "kv")?),
@@ -279,29 +279,6 @@ fn skipped(report: &AuditReport) -> String {
 /// Text safe inside a table cell.
 fn cell_text(text: &str) -> String {
     text.replace('|', "\\|").replace('\n', " ")
-}
-
-fn verdicts(report: &AuditReport) -> String {
-    let mut out = String::from(
-        "| path | submitted by | AIV-direct | kernel on AIV | kernel writes descriptors | kernel rings doorbell | \
-         device observes completion | Host launches per transfer | transfers |\n|---|---|---|---|---|---|---|---|---|\n",
-    );
-    for v in &report.verdicts {
-        let _ = writeln!(
-            out,
-            "| {} | {} | **{}** | {} | {} | {} | {} | {:.3} | {} |",
-            v.path,
-            v.submitted_by,
-            v.aiv_direct,
-            v.kernel_on_aiv,
-            v.kernel_writes_descriptors,
-            v.kernel_rings_doorbell,
-            v.device_observes_completion,
-            v.host_launches_per_transfer,
-            v.transfers
-        );
-    }
-    out
 }
 
 fn evidence(report: &AuditReport) -> String {

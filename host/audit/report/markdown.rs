@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::{size_name, AuditReport, FaultRound, MooncakeRecord, Stats};
+use super::{size_name, AuditReport, FaultRound, MooncakeRecord, PathVerdict, Stats};
 use crate::audit::warnings;
 
 impl AuditReport {
@@ -80,23 +80,7 @@ impl AuditReport {
             let _ = writeln!(md);
         }
         let _ = writeln!(md, "## Verdicts (from every transfer's evidence)\n");
-        let _ = writeln!(md, "| path | submitted by | AIV-direct | kernel on AIV | writes descriptors | rings doorbell | completion on Device | Host launches/transfer | transfers |");
-        let _ = writeln!(md, "|---|---|---|---|---|---|---|---|---|");
-        for v in &self.verdicts {
-            let _ = writeln!(
-                md,
-                "| {} | **{}** | {} | {} | {} | {} | {} | {:.3} | {} |",
-                v.path,
-                v.submitted_by,
-                v.aiv_direct,
-                v.kernel_on_aiv,
-                v.kernel_writes_descriptors,
-                v.kernel_rings_doorbell,
-                v.device_observes_completion,
-                v.host_launches_per_transfer,
-                v.transfers
-            );
-        }
+        md.push_str(&verdict_table(&self.verdicts));
         let _ = writeln!(md);
         for v in &self.verdicts {
             let _ = writeln!(md, "`{}`:\n", v.path);
@@ -429,6 +413,31 @@ impl MooncakeRecord {
 }
 
 /// Transfer states in order, runs of one state counted: `completed, failed, completed x 2`.
+/// The verdicts as a Markdown table, one row per path: who submitted, the four AIV-direct checks and the counts
+/// (report.md and the results pages).
+pub(crate) fn verdict_table(verdicts: &[PathVerdict]) -> String {
+    let mut md = String::from(
+        "| path | submitted by | AIV-direct | kernel on AIV | writes descriptors | rings doorbell | completion on Device \
+         | Host launches/transfer | transfers |\n|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for v in verdicts {
+        let _ = writeln!(
+            md,
+            "| {} | **{}** | {} | {} | {} | {} | {} | {:.3} | {} |",
+            v.path,
+            v.submitted_by,
+            v.aiv_direct,
+            v.kernel_on_aiv,
+            v.kernel_writes_descriptors,
+            v.kernel_rings_doorbell,
+            v.device_observes_completion,
+            v.host_launches_per_transfer,
+            v.transfers
+        );
+    }
+    md
+}
+
 fn state_counts(states: &[String]) -> String {
     let mut runs: Vec<(&str, usize)> = Vec::new();
     for state in states {

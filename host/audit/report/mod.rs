@@ -21,6 +21,7 @@ use super::warnings::WarningRecord;
 
 pub use environment::{ConfigRecord, Environment, Method, Registration, Skipped};
 pub use figures::{CellOccupancy, CellStats, ReferenceRound, RoundResult, Stats, WorkloadReport, CDF_QUANTILES};
+pub(crate) use markdown::verdict_table;
 pub use sections::{Allocation, DataCheck, FailedCell, FaultRound, MooncakeRecord, SkippedWorkload, TraceRecord};
 pub use verdict::PathVerdict;
 pub use workload::{size_name, KvCache, Shape, Workload};
